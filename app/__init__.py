@@ -1,0 +1,76 @@
+"""The Public Scan API: ``create_app`` builds the Flask application.
+
+Settings come from the environment (``app.config``) with ``config`` overriding them;
+the database, Redis, error handlers, the flask-smorest ``Api`` with its OpenAPI
+document, the blueprints and the operator CLI are bound here and nowhere else.
+"""
+from __future__ import annotations
+
+import re
+import secrets
+
+from flask import Flask, g, request
+
+from app import config as app_config
+from app import runtime
+from app.db import init_db
+from app.errors import register_error_handlers
+from app.extensions import csrf, db
+from app.logging_setup import setup_logging
+
+REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+
+
+def create_app(config: dict | None = None) -> Flask:
+    settings = app_config.load_settings()
+    settings.update(config or {})
+    settings = app_config.finalize(settings)
+
+    app = Flask(__name__, instance_path=settings["INSTANCE_PATH"], instance_relative_config=False)
+    app.config.update(settings)
+    app.config.update(
+        JSON_SORT_KEYS=False,
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=settings["APP_ENV"] == "production",
+        WTF_CSRF_TIME_LIMIT=None,
+    )
+    app.json.sort_keys = False
+    setup_logging(settings["LOG_LEVEL"])
+
+    init_db(settings["DATABASE_URL"])
+    runtime.bind(app.config)
+
+    _register_request_hooks(app)
+    register_error_handlers(app)
+    csrf.init_app(app)
+
+    from app.api import register_api
+    register_api(app)
+
+    from app.api.health import bp as health_bp
+    app.register_blueprint(health_bp)
+
+    from app.cli import register_cli
+    register_cli(app)
+    return app
+
+
+def _register_request_hooks(app: Flask) -> None:
+    @app.before_request
+    def assign_request_id():
+        incoming = request.headers.get("X-Request-Id", "")
+        g.request_id = incoming if REQUEST_ID_RE.match(incoming) else f"req_{secrets.token_hex(12)}"
+
+    @app.after_request
+    def add_request_id(response):
+        response.headers["X-Request-Id"] = g.get("request_id", "")
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        return response
+
+    @app.teardown_request
+    def close_db(exc):
+        # Return the connection to the pool (PostgreSQL) or close it (SQLite) after
+        # every request, as the Flask + peewee docs recommend.
+        if not db.is_closed():
+            db.close()

@@ -1,0 +1,48 @@
+"""API-key authentication (spec §5, decisions D2/D10).
+
+The key is looked up by its SHA-256 digest only; the plaintext is never stored,
+logged or compared. ``last_used_at`` is written at most once a minute per key so
+that reads do not each pay for an extra write.
+"""
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from flask import request
+
+from app.errors import ApiError
+from app.models import ApiKey, Customer, utcnow
+from app.services.crypto import KEY_PREFIX, digest, same
+
+BEARER_RE = re.compile(r"^Bearer +(\S+) *$", re.IGNORECASE)
+TOUCH_EVERY = timedelta(seconds=60)
+
+
+def unauthorized() -> ApiError:
+    return ApiError(401, "unauthorized", "send the header Authorization: Bearer <API key>",
+                    headers={"WWW-Authenticate": 'Bearer realm="api"'})
+
+
+def invalid_token() -> ApiError:
+    return ApiError(401, "invalid_token", "the API key is unknown or revoked",
+                    headers={"WWW-Authenticate": 'Bearer realm="api", error="invalid_token"'})
+
+
+def authenticate() -> ApiKey:
+    """The live key of the request (its ``customer`` loaded), or raise 401."""
+    match = BEARER_RE.match(request.headers.get("Authorization", ""))
+    if not match:
+        raise unauthorized()
+    token = match.group(1)
+    if not token.startswith(KEY_PREFIX) or len(token) > 200:
+        raise invalid_token()
+    token_digest = digest(token)
+    key = (ApiKey.select(ApiKey, Customer).join(Customer)
+           .where(ApiKey.digest == token_digest).get_or_none())
+    if key is None or not same(key.digest, token_digest) or not key.is_live:
+        raise invalid_token()
+    now = utcnow()
+    if key.last_used_at is None or key.last_used_at < now - TOUCH_EVERY:
+        ApiKey.update(last_used_at=now).where(ApiKey.id == key.id).execute()
+    return key

@@ -1,0 +1,123 @@
+"""What every authenticated API call goes through, before and after its view.
+
+Before: authenticate (401), claim or replay an ``Idempotency-Key`` (D9), and refuse a
+balance below 1 credit (402) before any validation, as D3 orders.
+After: charge the call's 1 credit when its answer is chargeable (D3: 2xx, 400, 403,
+404) unless the view already charged it inside its own transaction (creations) or
+it was a replay; then add ``X-Credits-Remaining`` and the RateLimit fields (D8), and
+store or release the idempotency claim.
+"""
+from __future__ import annotations
+
+import logging
+
+from flask import current_app, g, request
+
+from app.api.auth import authenticate
+from app.errors import ApiError, error_response
+from app.models import utcnow
+from app.services import billing, idempotency, quotas
+from app.services.limits import limits_for
+from app.services.scans import insufficient_balance
+
+log = logging.getLogger(__name__)
+
+CHARGEABLE = frozenset({200, 202, 400, 403, 404})
+
+
+def before_api_request():
+    key = authenticate()
+    g.api_key, g.customer = key, key.customer
+    if request.method == "POST" and "Idempotency-Key" in request.headers:
+        replay = _claim_idempotency(request.headers["Idempotency-Key"])
+        if replay is not None:
+            return replay
+    if g.customer.balance < 1:
+        raise insufficient_balance(g.customer.balance)
+    return None
+
+
+def _claim_idempotency(key: str):
+    if not 1 <= len(key) <= 255:
+        raise ApiError(400, "invalid_request", "Idempotency-Key must have 1 to 255 characters")
+    body_hash = idempotency.request_hash(request.path, request.get_data(cache=True))
+    claim = idempotency.claim(g.customer.id, key, request.path, body_hash)
+    if claim[0] == "new":
+        g.idempotency_record = claim[1]
+        return None
+    _, status, body = claim
+    g.free_call = True
+    response = current_app.response_class(body, status=status, mimetype="application/json")
+    response.headers["Idempotent-Replayed"] = "true"
+    return response
+
+
+def after_api_request(response):
+    customer = g.get("customer")
+    if customer is None:
+        return response  # 401: no account is known, nothing to charge or report
+    try:
+        response = _charge(response, customer)
+        _report(response, customer)
+        _settle_idempotency(response)
+    except Exception:  # the answer is already decided; a reporting failure must not turn it into a 500
+        log.exception("could not finish the accounting of this call")
+    return response
+
+
+def _charge(response, customer):
+    if response.status_code not in CHARGEABLE or g.get("charged") or g.get("free_call"):
+        return response
+    balance = billing.charge(customer.id, 1, "call", request_id=g.get("request_id"))
+    if balance is None:
+        # The balance ran out between the check and this charge: the call is not served.
+        g.balance = billing.balance_of(customer.id)
+        return error_response(402, "insufficient_balance", "the account balance is below 1 credit")
+    g.balance, g.charged = balance, True
+    return response
+
+
+def _report(response, customer):
+    balance = g.get("balance")
+    if balance is None:
+        balance = billing.balance_of(customer.id)
+    response.headers["X-Credits-Remaining"] = str(balance)
+    limit_headers = g.get("limit_headers")
+    if limit_headers is None:
+        limit_headers = quotas.limit_headers(limits_for(customer), quotas.window_usage(customer.id, utcnow()))
+    response.headers.update(limit_headers)
+
+
+def _settle_idempotency(response):
+    record_id = g.pop("idempotency_record", None)
+    if record_id is None:
+        return
+    if response.status_code == 202:
+        idempotency.complete(record_id, 202, response.get_data(as_text=True))
+    else:
+        idempotency.release(record_id)
+
+
+def teardown_api_request(exc):
+    """A claim must not outlive a request that died before after_request ran."""
+    record_id = g.pop("idempotency_record", None)
+    if record_id is not None:
+        try:
+            idempotency.release(record_id)
+        except Exception:
+            log.exception("could not release idempotency claim %s", record_id)
+
+
+def served(outcome):
+    """Note that a view charged inside its own transaction; hand over its balance and headers."""
+    g.charged = True
+    g.balance = outcome.balance
+    g.limit_headers = outcome.headers
+    return outcome.body
+
+
+def install(blueprint) -> None:
+    """Put an API blueprint's routes behind authentication and per-call accounting."""
+    blueprint.before_request(before_api_request)
+    blueprint.after_request(after_api_request)
+    blueprint.teardown_request(teardown_api_request)

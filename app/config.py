@@ -1,0 +1,108 @@
+"""Settings, read from the environment in this one module (decisions D10a).
+
+Every knob the service has is a flat environment variable, the way operators of
+redash-style Flask + RQ deployments expect. ``load_settings`` turns them into the
+Flask config mapping; ``create_app(config=...)`` may override any of them (tests do).
+Nothing else in the code base reads ``os.environ`` for settings.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ENVIRONMENTS = ("development", "test", "production")
+
+# Settings production refuses to start without (D10a): a default for any of these
+# would silently point a production API at a developer's SQLite file or engine.
+REQUIRED_IN_PRODUCTION = ("SECRET_KEY", "DATABASE_URL", "REDIS_URL", "ENGINE_URL")
+
+DEV_SECRET_KEY = "dev-only-secret-key-do-not-use-in-production"
+
+
+class ConfigError(RuntimeError):
+    """A setting is missing or malformed; the message is one line for the operator."""
+
+
+def _int(env, name, default):
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+
+
+def _float(env, name, default):
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+
+
+def parse_retry_schedule(raw: str) -> tuple[float, ...]:
+    """``"0,30,300"`` -> ``(0.0, 30.0, 300.0)``: the delays before retries 1..n."""
+    try:
+        delays = tuple(float(part) for part in raw.split(",") if part.strip() != "")
+    except ValueError:
+        raise ConfigError(f"WEBHOOK_RETRY_SCHEDULE must be comma-separated seconds, got {raw!r}") from None
+    if any(d < 0 for d in delays):
+        raise ConfigError("WEBHOOK_RETRY_SCHEDULE must not contain negative delays")
+    return delays
+
+
+def default_instance_path() -> Path:
+    return Path(os.environ.get("INSTANCE_PATH") or Path(__file__).resolve().parent.parent / "instance")
+
+
+def load_settings(env=None) -> dict:
+    """Read every setting from ``env`` (default ``os.environ``) into a config mapping."""
+    env = os.environ if env is None else env
+    app_env = env.get("APP_ENV", "development") or "development"
+    if app_env not in ENVIRONMENTS:
+        raise ConfigError(f"APP_ENV must be one of {', '.join(ENVIRONMENTS)}, got {app_env!r}")
+    instance = default_instance_path()
+    return {
+        "APP_ENV": app_env,
+        "INSTANCE_PATH": str(instance),
+        "SECRET_KEY": env.get("SECRET_KEY") or None,
+        "DATABASE_URL": env.get("DATABASE_URL") or None,
+        "REDIS_URL": env.get("REDIS_URL") or None,
+        "ENGINE_URL": (env.get("ENGINE_URL") or "http://127.0.0.1:8700").rstrip("/"),
+        "ENGINE_TOKEN": env.get("ENGINE_TOKEN") or "",
+        "PUBLIC_BASE_URL": (env.get("PUBLIC_BASE_URL") or "").rstrip("/") or None,
+        "WEBHOOK_RETRY_SCHEDULE": parse_retry_schedule(env.get("WEBHOOK_RETRY_SCHEDULE") or "0,30,300"),
+        "WEBHOOK_TIMEOUT_SECONDS": _float(env, "WEBHOOK_TIMEOUT_SECONDS", 10.0),
+        "SCAN_TIMEOUT_SECONDS": _int(env, "SCAN_TIMEOUT_SECONDS", 900),
+        # Longest pause between two looks at one scan's engine state; shorter when the
+        # engine's eta says the scan is nearly done.
+        "ENGINE_POLL_SECONDS": _float(env, "ENGINE_POLL_SECONDS", 10.0),
+        "ENGINE_SUBMIT_TIMEOUT_SECONDS": _float(env, "ENGINE_SUBMIT_TIMEOUT_SECONDS", 5.0),
+        "ENGINE_STATUS_TIMEOUT_SECONDS": _float(env, "ENGINE_STATUS_TIMEOUT_SECONDS", 5.0),
+        # How often a worker runs the recovery sweep (D13), and how long a scan may go
+        # unlooked-at before the sweep suspects its tracking job was lost.
+        "RECOVERY_INTERVAL_SECONDS": _int(env, "RECOVERY_INTERVAL_SECONDS", 60),
+        "RECOVERY_STALE_SECONDS": _int(env, "RECOVERY_STALE_SECONDS", 120),
+        # Request bodies above this many bytes answer 413 (a bulk of 100 fits easily).
+        "MAX_CONTENT_LENGTH": _int(env, "MAX_CONTENT_LENGTH", 256 * 1024),
+        "LOG_LEVEL": (env.get("LOG_LEVEL") or "INFO").upper(),
+        "METRICS_TOKEN": env.get("METRICS_TOKEN") or None,
+    }
+
+
+def finalize(config: dict) -> dict:
+    """Fill development defaults and refuse an incomplete production config."""
+    if config["APP_ENV"] == "production":
+        missing = [name for name in REQUIRED_IN_PRODUCTION if not config.get(name)]
+        if missing:
+            raise ConfigError(f"APP_ENV=production needs these settings: {', '.join(missing)}")
+    instance = Path(config["INSTANCE_PATH"])
+    if not config.get("SECRET_KEY"):
+        config["SECRET_KEY"] = DEV_SECRET_KEY
+    if not config.get("DATABASE_URL"):
+        instance.mkdir(parents=True, exist_ok=True)
+        config["DATABASE_URL"] = f"sqlite:///{instance / 'scan-api.sqlite3'}"
+    return config

@@ -1,0 +1,112 @@
+"""One error shape for every layer (decisions D1).
+
+``ApiError`` is what services and views raise; the handlers below turn it, webargs
+validation errors, werkzeug's HTTP errors (404, 405, 413...) and anything
+unexpected into ``{"ok": false, "error", "message", "request_id"[, "details"]}``
+with ``Content-Type: application/json``. No stack trace or HTML page reaches a client.
+"""
+from __future__ import annotations
+
+import logging
+
+from flask import Flask, g, jsonify
+from peewee import InterfaceError, OperationalError
+from werkzeug.exceptions import HTTPException
+
+log = logging.getLogger("app.errors")
+
+
+class ApiError(Exception):
+    """An answer that is an error: HTTP status, machine code, sentence for people."""
+
+    def __init__(self, status: int, error: str, message: str, *, details=None, headers=None):
+        super().__init__(message)
+        self.status = status
+        self.error = error
+        self.message = message
+        self.details = details
+        self.headers = headers or {}
+
+
+# Messages for werkzeug's own errors, so 404/405/413 read like the rest of the API.
+HTTP_CODES = {
+    400: ("invalid_request", "the request could not be understood"),
+    404: ("not_found", "no such resource"),
+    405: ("method_not_allowed", "this method is not allowed on this path"),
+    413: ("payload_too_large", "the request body is too large"),
+    415: ("unsupported_media_type", "the request body must be application/json"),
+    431: ("headers_too_large", "the request headers are too large"),
+}
+
+DB_ERRORS = (OperationalError, InterfaceError)
+
+
+def error_response(status, error, message, *, details=None, headers=None):
+    body = {"ok": False, "error": error, "message": message, "request_id": g.get("request_id")}
+    if details:
+        body["details"] = details
+    response = jsonify(body)
+    response.status_code = status
+    for name, value in (headers or {}).items():
+        response.headers[name] = str(value)
+    return response
+
+
+def service_unavailable():
+    return error_response(503, "service_unavailable", "the database cannot be reached; try again shortly",
+                          headers={"Retry-After": 5})
+
+
+def _validation_details(data) -> dict:
+    """webargs nests messages by location ({"json": {field: [...]}}); clients want fields."""
+    messages = (data or {}).get("messages") or {}
+    details = {}
+    for location_messages in messages.values():
+        if isinstance(location_messages, dict):
+            details.update(location_messages)
+        else:
+            details.setdefault("_schema", []).extend(location_messages)
+    return details
+
+
+def handle_api_error(exc: ApiError):
+    return error_response(exc.status, exc.error, exc.message, details=exc.details, headers=exc.headers)
+
+
+def handle_http_exception(exc: HTTPException):
+    data = getattr(exc, "data", None)
+    if exc.code in (400, 422) and data and "messages" in data:
+        details = _validation_details(data)
+        fields = sorted(f for f in details if f != "_schema")
+        if fields:
+            message = f"the request body is invalid: {', '.join(fields)}"
+        elif any("JSON" in m for m in details.get("_schema", [])):
+            message = "the request body is not valid JSON"
+        else:
+            message = "the request body must be a JSON object"
+        return error_response(400, "invalid_request", message, details=details)
+    if exc.code == 500:
+        return handle_unexpected(getattr(exc, "original_exception", None) or exc)
+    error, message = HTTP_CODES.get(exc.code, ("http_error", exc.description or exc.name))
+    if exc.code == 400 and exc.description and "JSON" in exc.description:
+        message = "the request body is not valid JSON"
+    headers = {}
+    if exc.code == 405 and getattr(exc, "valid_methods", None):
+        headers["Allow"] = ", ".join(exc.valid_methods)
+    return error_response(exc.code, error, message, headers=headers)
+
+
+def handle_unexpected(exc: BaseException):
+    if isinstance(exc, ApiError):
+        return handle_api_error(exc)
+    if isinstance(exc, DB_ERRORS):
+        log.error("database unavailable: %s", exc.__class__.__name__)
+        return service_unavailable()
+    log.exception("unexpected error (request %s)", g.get("request_id"), exc_info=exc)
+    return error_response(500, "internal_error", "an unexpected error occurred; it has been logged")
+
+
+def register_error_handlers(app: Flask) -> None:
+    app.register_error_handler(ApiError, handle_api_error)
+    app.register_error_handler(HTTPException, handle_http_exception)
+    app.register_error_handler(Exception, handle_unexpected)

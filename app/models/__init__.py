@@ -1,0 +1,28 @@
+"""Peewee models: the service's state, one module per resource.
+
+``ALL_MODELS`` is in dependency order (referenced tables first); the migration
+runner creates them in that order.
+"""
+from app.models.base import BaseModel, iso, new_id, utcnow
+from app.models.accounts import ApiKey, CreditLedger, Customer, PortalUser
+from app.models.scans import BulkBatch, IdempotencyRecord, Scan
+from app.models.webhooks import DeliveryAttempt, WebhookDelivery
+from app.models.schema_version import SchemaVersion
+
+ALL_MODELS = [
+    SchemaVersion,
+    Customer,
+    ApiKey,
+    PortalUser,
+    CreditLedger,
+    BulkBatch,
+    Scan,
+    IdempotencyRecord,
+    WebhookDelivery,
+    DeliveryAttempt,
+]
+
+__all__ = [
+    "ALL_MODELS", "ApiKey", "BaseModel", "BulkBatch", "CreditLedger", "Customer", "DeliveryAttempt",
+    "IdempotencyRecord", "PortalUser", "Scan", "SchemaVersion", "WebhookDelivery", "iso", "new_id", "utcnow",
+]

@@ -1,0 +1,72 @@
+"""Customers, their API keys, portal users and the credit ledger."""
+from peewee import (AutoField, BigIntegerField, CharField, DateTimeField, ForeignKeyField, IntegerField,
+                    TextField)
+
+from app.models.base import BaseModel, utcnow
+
+TIERS = ("pro", "business", "enterprise")
+
+
+class Customer(BaseModel):
+    id = CharField(primary_key=True, max_length=40)
+    name = CharField(max_length=200)
+    tier = CharField(max_length=20)
+    # Changed only by conditional UPDATEs (services.billing): never read-modify-write.
+    balance = BigIntegerField(default=0)
+    # Per-customer overrides of the tier's limits (D10); NULL = the tier default.
+    inflight_limit = IntegerField(null=True)
+    hour_limit = IntegerField(null=True)
+    day_limit = IntegerField(null=True)
+    created_at = DateTimeField(default=utcnow)
+
+
+class ApiKey(BaseModel):
+    id = CharField(primary_key=True, max_length=40)
+    customer = ForeignKeyField(Customer, backref="keys", on_delete="CASCADE")
+    name = CharField(max_length=200, default="")
+    # SHA-256 hex of the plaintext; the plaintext itself is never stored (spec §5.3).
+    digest = CharField(max_length=64, unique=True)
+    prefix = CharField(max_length=32)
+    last4 = CharField(max_length=4)
+    created_at = DateTimeField(default=utcnow)
+    last_used_at = DateTimeField(null=True)
+    revoked_at = DateTimeField(null=True)
+    webhook_url = TextField(null=True)
+    # Fernet token of the signing secret, keyed from SECRET_KEY (D11: encrypted at rest).
+    webhook_secret_enc = TextField(null=True)
+
+    @property
+    def is_live(self) -> bool:
+        return self.revoked_at is None
+
+    @property
+    def display(self) -> str:
+        return f"{self.prefix}…{self.last4}"
+
+
+class PortalUser(BaseModel):
+    id = CharField(primary_key=True, max_length=40)
+    customer = ForeignKeyField(Customer, backref="users", on_delete="CASCADE")
+    email = CharField(max_length=320, unique=True)
+    password_hash = TextField()
+    created_at = DateTimeField(default=utcnow)
+    last_login_at = DateTimeField(null=True)
+
+
+class CreditLedger(BaseModel):
+    """Every change of a balance, so that sum(delta) == balance always (D3)."""
+
+    id = AutoField()
+    customer = ForeignKeyField(Customer, backref="ledger", on_delete="CASCADE")
+    delta = BigIntegerField()
+    balance_after = BigIntegerField()
+    # grant | call | scan | bulk | refund
+    reason = CharField(max_length=20)
+    scan_id = CharField(max_length=40, null=True)
+    bulk_id = CharField(max_length=40, null=True)
+    request_id = CharField(max_length=64, null=True)
+    note = TextField(null=True)
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        indexes = ((("customer", "created_at"), False),)

@@ -1,0 +1,70 @@
+"""Scans, bulk batches and idempotency records."""
+from peewee import (BooleanField, CharField, DateTimeField, ForeignKeyField, IntegerField, TextField)
+
+from app.models.accounts import ApiKey, Customer
+from app.models.base import BaseModel, utcnow
+
+QUEUED, RUNNING, COMPLETED, FAILED = "queued", "running", "completed", "failed"
+IN_FLIGHT = (QUEUED, RUNNING)
+FINAL = (COMPLETED, FAILED)
+
+
+class BulkBatch(BaseModel):
+    id = CharField(primary_key=True, max_length=40)
+    customer = ForeignKeyField(Customer, backref="batches", on_delete="CASCADE")
+    api_key = ForeignKeyField(ApiKey, on_delete="CASCADE")
+    total = IntegerField()
+    created_at = DateTimeField(default=utcnow)
+
+
+class Scan(BaseModel):
+    id = CharField(primary_key=True, max_length=40)
+    customer = ForeignKeyField(Customer, backref="scans", on_delete="CASCADE")
+    api_key = ForeignKeyField(ApiKey, on_delete="CASCADE")
+    bulk = ForeignKeyField(BulkBatch, backref="scans", null=True, on_delete="CASCADE", index=False)
+    # Position of the target in the bulk request, so batch reads keep the request's order.
+    bulk_index = IntegerField(null=True)
+    kind = CharField(max_length=10)
+    target = CharField(max_length=300)
+    status = CharField(max_length=10, default=QUEUED)
+    engine_id = CharField(max_length=200, null=True)
+    recipes_total = IntegerField(default=0)
+    recipes_done = IntegerField(default=0)
+    # When the engine expects the scan to be done; the read derives the remaining eta.
+    eta_at = DateTimeField(null=True)
+    created_at = DateTimeField(default=utcnow)
+    started_at = DateTimeField(null=True)
+    completed_at = DateTimeField(null=True)
+    failed_at = DateTimeField(null=True)
+    failure_code = CharField(max_length=40, null=True)
+    failure_message = TextField(null=True)
+    result_json = TextField(null=True)
+    # Fencing token of the tracking chain: only the job whose id matches may act (D13).
+    tracking_job_id = CharField(max_length=80, null=True)
+    last_checked_at = DateTimeField(null=True)
+    check_errors = IntegerField(default=0)
+
+    class Meta:
+        indexes = (
+            (("customer", "created_at"), False),
+            (("customer", "status"), False),
+            (("status", "last_checked_at"), False),
+            (("bulk", "bulk_index"), False),
+        )
+
+
+class IdempotencyRecord(BaseModel):
+    """The first 202 answer to an ``Idempotency-Key`` (D9), per customer for 24 hours."""
+
+    customer = ForeignKeyField(Customer, on_delete="CASCADE")
+    key = CharField(max_length=255)
+    endpoint = CharField(max_length=40)
+    request_hash = CharField(max_length=64)
+    # processing until the first request answers 202; then done with its answer.
+    done = BooleanField(default=False)
+    response_status = IntegerField(null=True)
+    response_body = TextField(null=True)
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        indexes = ((("customer", "key"), True),)

@@ -1,0 +1,52 @@
+"""Webhook deliveries and their attempts (spec §6.5, D11)."""
+from peewee import AutoField, CharField, DateTimeField, ForeignKeyField, IntegerField, TextField
+
+from app.models.accounts import ApiKey, Customer
+from app.models.base import BaseModel, utcnow
+
+PENDING, SUCCEEDED, FAILED = "pending", "succeeded", "failed"
+
+
+class WebhookDelivery(BaseModel):
+    id = CharField(primary_key=True, max_length=40)
+    customer = ForeignKeyField(Customer, on_delete="CASCADE")
+    api_key = ForeignKeyField(ApiKey, backref="deliveries", on_delete="CASCADE")
+    scan_id = CharField(max_length=40, null=True)
+    event = CharField(max_length=40)
+    url = TextField()
+    # The exact bytes sent on every attempt (D11), as UTF-8 text.
+    body = TextField()
+    status = CharField(max_length=12, default=PENDING)
+    attempts = IntegerField(default=0)
+    # Attempts already made before the current series (a redelivery starts a new series).
+    series_start = IntegerField(default=0)
+    next_attempt_at = DateTimeField(null=True)
+    job_id = CharField(max_length=80, null=True)
+    created_at = DateTimeField(default=utcnow)
+    finished_at = DateTimeField(null=True)
+
+    class Meta:
+        indexes = (
+            (("api_key", "created_at"), False),
+            (("status", "next_attempt_at"), False),
+            (("scan_id", "event"), False),
+        )
+
+
+class DeliveryAttempt(BaseModel):
+    id = AutoField()
+    delivery = ForeignKeyField(WebhookDelivery, backref="attempt_rows", on_delete="CASCADE")
+    number = IntegerField()
+    started_at = DateTimeField(default=utcnow)
+    url = TextField()
+    status_code = IntegerField(null=True)
+    # Error class when no HTTP status came back: timeout, connection_error, redirect, ...
+    error = CharField(max_length=80, null=True)
+    duration_ms = IntegerField(null=True)
+    response_excerpt = TextField(null=True)
+    # in_progress until the HTTP request returns; a row left in_progress by a killed
+    # worker is closed as worker_lost by the sweep, so each request has one row.
+    outcome = CharField(max_length=12, default="in_progress")
+
+    class Meta:
+        indexes = ((("delivery", "number"), True),)

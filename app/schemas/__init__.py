@@ -1,0 +1,1 @@
+"""Marshmallow schemas: request parsing and the documented response shapes."""

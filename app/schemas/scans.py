@@ -1,0 +1,192 @@
+"""Request and response schemas of the scan endpoints (spec §2, §4; decisions D5-D7).
+
+Request schemas check only the body's shape (types, required fields): the semantic
+checks (``target_too_short``, ``invalid_kind``, ``invalid_target``) run afterwards in
+``services.targets`` in the order D2 fixes. Unknown fields are ignored.
+"""
+import marshmallow as ma
+from marshmallow import EXCLUDE, fields
+
+KIND_DOC = {"description": "email, phone or username; inferred from the target when absent (D4).",
+            "enum": ["email", "phone", "username"], "example": "email"}
+
+
+class ScanCreateSchema(ma.Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    target = fields.String(required=True, metadata={
+        "description": "E-mail address, E.164 phone number or username; at least 3 characters after trimming.",
+        "example": "jane.doe@example.com"})
+    kind = fields.String(allow_none=True, metadata=KIND_DOC)
+
+
+class BulkTargetSchema(ScanCreateSchema):
+    """One bulk target; documented only: each item is checked on its own, so a bad one is rejected, not fatal."""
+
+
+class BulkCreateSchema(ma.Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    targets = fields.List(fields.Raw(), required=True, metadata={
+        "description": "1 to 100 targets, each {target, kind}. Invalid ones are listed in `rejected`.",
+        "items": {"$ref": "#/components/schemas/BulkTarget"},
+        "example": [{"target": "jane.doe@example.com", "kind": "email"}, {"target": "+447700900123"},
+                    {"target": "@janedoe", "kind": "username"}]})
+
+
+# --- result (D6) ------------------------------------------------------------------
+
+class RiskSchema(ma.Schema):
+    score = fields.Integer(required=True, metadata={"minimum": 0, "maximum": 100, "example": 62})
+    band = fields.String(required=True, metadata={"enum": ["low", "medium", "high", "critical"], "example": "high"})
+
+
+class CountsSchema(ma.Schema):
+    cases = fields.Integer(required=True, metadata={"example": 2})
+    entities = fields.Integer(required=True, metadata={"example": 14})
+    findings = fields.Integer(required=True, metadata={"example": 9})
+
+
+class ProfileSchema(ma.Schema):
+    platform = fields.String(required=True, metadata={"example": "github"})
+    url = fields.String(required=True, metadata={"example": "https://github.com/janedoe"})
+    handle = fields.String(required=True, metadata={"example": "janedoe"})
+    display_name = fields.String(required=True, metadata={"example": "Jane Doe"})
+    confidence = fields.Float(required=True, metadata={"minimum": 0, "maximum": 1, "example": 0.92})
+
+
+class ProfilesSchema(ma.Schema):
+    verified = fields.List(fields.Nested(ProfileSchema), required=True)
+    weak = fields.List(fields.Nested(ProfileSchema), required=True)
+
+
+class ContactsSchema(ma.Schema):
+    emails = fields.List(fields.String(), required=True, metadata={"example": ["j.doe@example.org"]})
+    phones = fields.List(fields.String(), required=True, metadata={"example": ["+447700900123"]})
+
+
+class BreachSchema(ma.Schema):
+    name = fields.String(required=True, metadata={"example": "ExampleForum"})
+    date = fields.String(required=True, metadata={"pattern": r"^\d{4}-\d{2}$", "example": "2021-06"})
+    accounts = fields.Integer(required=True, metadata={"example": 1200000})
+    classes = fields.List(fields.String(), required=True, metadata={"example": ["emails", "passwords"]})
+
+
+class PhoneProfileSchema(ma.Schema):
+    e164 = fields.String(required=True, metadata={"example": "+447700900123"})
+    country_code = fields.Integer(required=True, metadata={"example": 44})
+    region = fields.String(required=True, allow_none=True, metadata={"example": "GB"})
+    carrier = fields.String(required=True, metadata={"example": "Vodafone"})
+    line_type = fields.String(required=True, metadata={"example": "mobile"})
+    valid = fields.Boolean(required=True)
+    timezones = fields.List(fields.String(), required=True, metadata={"example": ["Europe/London"]})
+
+
+class ArtifactsSchema(ma.Schema):
+    pdf = fields.String(required=True, metadata={"example": "https://engine.example/artifacts/inv_1.pdf"})
+    person_card = fields.String(required=True, metadata={"example": "https://engine.example/artifacts/inv_1.card"})
+
+
+class ResultSchema(ma.Schema):
+    risk = fields.Nested(RiskSchema, required=True)
+    counts = fields.Nested(CountsSchema, required=True)
+    profiles = fields.Nested(ProfilesSchema, required=True)
+    contacts = fields.Nested(ContactsSchema, required=True)
+    breaches = fields.List(fields.Nested(BreachSchema), required=True)
+    phone_profile = fields.Nested(PhoneProfileSchema, required=True, allow_none=True,
+                                  metadata={"description": "null unless the target is a phone with a profile"})
+    ai_summary = fields.String(required=True)
+    artifacts = fields.Nested(ArtifactsSchema, required=True)
+
+
+class FailureSchema(ma.Schema):
+    code = fields.String(required=True, metadata={"enum": ["engine_failed", "engine_timeout"]})
+    message = fields.String(required=True)
+
+
+class ProgressSchema(ma.Schema):
+    recipes_total = fields.Integer(required=True, metadata={"example": 8})
+    recipes_done = fields.Integer(required=True, metadata={"example": 3})
+
+
+# --- responses ---------------------------------------------------------------------
+
+STATUS_DOC = {"enum": ["queued", "running", "completed", "failed"]}
+TIME_DOC = {"format": "date-time", "example": "2026-11-21T12:00:00Z"}
+
+
+class ScanCreatedSchema(ma.Schema):
+    ok = fields.Boolean(required=True, metadata={"example": True})
+    scan_id = fields.String(required=True, metadata={"example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
+    kind = fields.String(required=True, metadata=KIND_DOC)
+    recipes_to_run = fields.Integer(required=True, metadata={"example": 8})
+    eta_seconds = fields.Integer(required=True, metadata={"example": 120})
+    poll_url = fields.String(required=True, metadata={
+        "format": "uri", "example": "https://api.example.com/api/v1/scan/scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
+
+
+class ScanSchema(ma.Schema):
+    """A scan in any state: which optional fields appear depends on ``status`` (D5)."""
+
+    ok = fields.Boolean(required=True, metadata={"example": True})
+    scan_id = fields.String(required=True)
+    status = fields.String(required=True, metadata=STATUS_DOC)
+    target = fields.String(required=True)
+    kind = fields.String(required=True, metadata=KIND_DOC)
+    created_at = fields.String(required=True, metadata=TIME_DOC)
+    bulk_id = fields.String(metadata={"description": "Only for scans created by a bulk call."})
+    eta_seconds = fields.Integer(metadata={"description": "queued/running: remaining seconds, never negative."})
+    progress = fields.Nested(ProgressSchema, metadata={"description": "queued/running only."})
+    completed_at = fields.String(metadata={**TIME_DOC, "description": "completed only."})
+    result = fields.Nested(ResultSchema, metadata={"description": "completed only."})
+    failed_at = fields.String(metadata={**TIME_DOC, "description": "failed only."})
+    failure = fields.Nested(FailureSchema, metadata={"description": "failed only."})
+
+
+class RejectedSchema(ma.Schema):
+    index = fields.Integer(required=True, metadata={"description": "Position in the request's targets."})
+    target = fields.String(required=True, allow_none=True)
+    kind = fields.String(required=True, allow_none=True)
+    error = fields.String(required=True, metadata={
+        "enum": ["invalid_request", "target_too_short", "invalid_kind", "invalid_target"]})
+    message = fields.String(required=True)
+
+
+class BulkScanEntrySchema(ma.Schema):
+    scan_id = fields.String(required=True)
+    target = fields.String(required=True)
+    kind = fields.String(required=True, metadata=KIND_DOC)
+    poll_url = fields.String(required=True, metadata={"format": "uri"})
+
+
+class BulkCreatedSchema(ma.Schema):
+    ok = fields.Boolean(required=True, metadata={"example": True})
+    bulk_id = fields.String(required=True, metadata={"example": "blk_Q2x0mV8rLk1cYt6nWb3a9g"})
+    total = fields.Integer(required=True, metadata={"description": "Targets submitted."})
+    queued = fields.Integer(required=True, metadata={"description": "Targets accepted and queued."})
+    rejected = fields.List(fields.Nested(RejectedSchema), required=True)
+    scans = fields.List(fields.Nested(BulkScanEntrySchema), required=True)
+    aggregate_poll_url = fields.String(required=True, metadata={"format": "uri"})
+
+
+class BulkScanStateSchema(ma.Schema):
+    scan_id = fields.String(required=True)
+    status = fields.String(required=True, metadata=STATUS_DOC)
+    target = fields.String(required=True)
+    kind = fields.String(required=True, metadata=KIND_DOC)
+    result = fields.Nested(ResultSchema, metadata={"description": "completed only."})
+    failure = fields.Nested(FailureSchema, metadata={"description": "failed only."})
+
+
+class BulkStateSchema(ma.Schema):
+    ok = fields.Boolean(required=True, metadata={"example": True})
+    bulk_id = fields.String(required=True)
+    total = fields.Integer(required=True, metadata={"description": "Targets submitted."})
+    queued = fields.Integer(required=True)
+    running = fields.Integer(required=True)
+    completed = fields.Integer(required=True)
+    failed = fields.Integer(required=True)
+    all_done = fields.Boolean(required=True, metadata={"description": "Every scan is completed or failed."})
+    scans = fields.List(fields.Nested(BulkScanStateSchema), required=True)

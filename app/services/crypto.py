@@ -1,0 +1,59 @@
+"""Secrets at rest and key digests.
+
+Webhook secrets are Fernet-encrypted (AES-128-CBC + HMAC, from ``cryptography``)
+with a key derived from ``SECRET_KEY`` by HKDF, so a database dump alone reveals no
+secret (D11). API keys are stored only as SHA-256 digests (spec §5.3).
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from functools import lru_cache
+
+from cryptography.fernet import Fernet, InvalidToken
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from app import runtime
+
+KEY_PREFIX = "service_live_"
+
+
+@lru_cache(maxsize=8)
+def _fernet(secret_key: str) -> Fernet:
+    derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=b"public-scan-api",
+                   info=b"webhook-secret-encryption").derive(secret_key.encode())
+    return Fernet(base64.urlsafe_b64encode(derived))
+
+
+def encrypt_secret(plaintext: str) -> str:
+    return _fernet(runtime.config["SECRET_KEY"]).encrypt(plaintext.encode()).decode()
+
+
+def decrypt_secret(token: str | None) -> str | None:
+    if not token:
+        return None
+    try:
+        return _fernet(runtime.config["SECRET_KEY"]).decrypt(token.encode()).decode()
+    except InvalidToken:
+        # SECRET_KEY changed without re-encrypting: the secret is unusable, not leaked.
+        return None
+
+
+def digest(api_key: str) -> str:
+    return hashlib.sha256(api_key.encode()).hexdigest()
+
+
+def new_api_key() -> str:
+    """``service_live_`` + 43 URL-safe characters (256 random bits; D10 asks for >= 32)."""
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def new_webhook_secret() -> str:
+    return "whsec_" + secrets.token_urlsafe(32)
+
+
+def same(a: str, b: str) -> bool:
+    return hmac.compare_digest(a.encode(), b.encode())

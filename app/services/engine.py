@@ -1,0 +1,89 @@
+"""The investigation engine's HTTP client (engine.md E1).
+
+One ``requests.Session`` per thread keeps connections alive between calls. Any
+connection failure, timeout, non-2xx status or malformed answer is an
+``EngineError``: on submission the caller answers 502 ``engine_submit_failed``, while
+tracking it retries with back-off.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import requests
+
+from app import runtime
+
+_local = threading.local()
+
+
+class EngineError(Exception):
+    pass
+
+
+def _session() -> requests.Session:
+    session = getattr(_local, "session", None)
+    if session is None:
+        session = _local.session = requests.Session()
+    return session
+
+
+def _headers() -> dict:
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if runtime.config.get("ENGINE_TOKEN"):
+        headers["Authorization"] = f"Bearer {runtime.config['ENGINE_TOKEN']}"
+    return headers
+
+
+def _call(method: str, path: str, *, timeout: float, json=None, expect=(200, 201)) -> dict:
+    url = f"{runtime.config['ENGINE_URL']}{path}"
+    started = time.perf_counter()
+    try:
+        response = _session().request(method, url, json=json, headers=_headers(), timeout=timeout,
+                                      allow_redirects=False)
+    except requests.RequestException as exc:
+        raise EngineError(f"{method} {path}: {exc.__class__.__name__}") from exc
+    finally:
+        from app.metrics import observe_engine_call
+        observe_engine_call(path.split("/")[2] if path.count("/") >= 2 else path, time.perf_counter() - started)
+    if response.status_code not in expect:
+        raise EngineError(f"{method} {path}: HTTP {response.status_code}")
+    try:
+        body = response.json()
+    except ValueError:
+        raise EngineError(f"{method} {path}: malformed JSON") from None
+    if not isinstance(body, dict):
+        raise EngineError(f"{method} {path}: answer is not an object")
+    return body
+
+
+def _submission(item) -> dict:
+    if not isinstance(item, dict) or not isinstance(item.get("id"), str) or not item["id"]:
+        raise EngineError("submission answer without an id")
+    recipes, eta = item.get("recipes"), item.get("eta_seconds")
+    return {
+        "id": item["id"],
+        "recipes": recipes if isinstance(recipes, int) and recipes >= 0 else 0,
+        "eta_seconds": eta if isinstance(eta, int) and eta >= 0 else 0,
+    }
+
+
+def submit(target: str, kind: str, reference: str) -> dict:
+    body = _call("POST", "/v1/investigations", json={"target": target, "kind": kind, "reference": reference},
+                 timeout=runtime.config["ENGINE_SUBMIT_TIMEOUT_SECONDS"], expect=(200, 201))
+    return _submission(body)
+
+
+def submit_batch(items: list[dict]) -> list[dict]:
+    body = _call("POST", "/v1/investigations/batch", json={"items": items},
+                 timeout=runtime.config["ENGINE_SUBMIT_TIMEOUT_SECONDS"], expect=(200, 201))
+    answers = body.get("items")
+    if not isinstance(answers, list) or len(answers) != len(items):
+        raise EngineError("batch answer does not match the request")
+    return [_submission(item) for item in answers]
+
+
+def status(engine_id: str) -> dict:
+    from urllib.parse import quote
+    return _call("GET", f"/v1/investigations/{quote(engine_id, safe='')}",
+                 timeout=runtime.config["ENGINE_STATUS_TIMEOUT_SECONDS"], expect=(200,))

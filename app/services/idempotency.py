@@ -1,0 +1,78 @@
+"""``Idempotency-Key`` on the POST endpoints (decisions D9).
+
+A key is claimed by inserting a row (unique per customer and key) before the request
+is processed; the unique index, not a read-then-write, decides which of two
+concurrent requests owns it. The owner stores its answer only when it is a 202; any
+other answer releases the key so a retry is processed afresh. A claim left behind by
+a process that died mid-request is taken over after ``ABANDONED_AFTER``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import timedelta
+
+from peewee import IntegrityError
+
+from app.errors import ApiError
+from app.extensions import db
+from app.models import IdempotencyRecord, utcnow
+
+TTL = timedelta(hours=24)
+ABANDONED_AFTER = timedelta(minutes=2)
+
+
+def request_hash(endpoint: str, raw_body: bytes) -> str:
+    """Hash of the body's JSON value (so key order and spacing do not matter), else its bytes."""
+    try:
+        canonical = json.dumps(json.loads(raw_body), sort_keys=True, separators=(",", ":")).encode()
+    except (ValueError, UnicodeDecodeError):
+        canonical = raw_body
+    return hashlib.sha256(endpoint.encode() + b"\0" + canonical).hexdigest()
+
+
+def _conflict(message: str) -> ApiError:
+    return ApiError(409, "idempotency_conflict", message)
+
+
+def claim(customer_id: str, key: str, endpoint: str, body_hash: str):
+    """Returns ``("new", record_id)`` or ``("replay", status, body)``; raises 409 on conflict."""
+    for _ in range(3):
+        try:
+            with db.atomic():
+                record = IdempotencyRecord.create(customer=customer_id, key=key, endpoint=endpoint,
+                                                  request_hash=body_hash)
+            return ("new", record.id)
+        except IntegrityError:
+            pass
+        existing = IdempotencyRecord.get_or_none((IdempotencyRecord.customer == customer_id)
+                                                 & (IdempotencyRecord.key == key))
+        if existing is None:
+            continue  # released between our insert and read: try again
+        now = utcnow()
+        expired = existing.created_at < now - TTL
+        abandoned = not existing.done and existing.created_at < now - ABANDONED_AFTER
+        if expired or abandoned:
+            IdempotencyRecord.delete().where((IdempotencyRecord.id == existing.id)
+                                             & (IdempotencyRecord.created_at == existing.created_at)).execute()
+            continue
+        if existing.endpoint != endpoint or existing.request_hash != body_hash:
+            raise _conflict("this Idempotency-Key was used with a different request")
+        if not existing.done:
+            raise _conflict("a request with this Idempotency-Key is still being processed")
+        return ("replay", existing.response_status, existing.response_body)
+    raise _conflict("this Idempotency-Key is contended; retry")
+
+
+def complete(record_id: int, status: int, body: str) -> None:
+    IdempotencyRecord.update(done=True, response_status=status, response_body=body).where(
+        IdempotencyRecord.id == record_id).execute()
+
+
+def release(record_id: int) -> None:
+    IdempotencyRecord.delete().where((IdempotencyRecord.id == record_id) & (IdempotencyRecord.done == False)  # noqa: E712
+                                     ).execute()
+
+
+def purge_expired() -> int:
+    return IdempotencyRecord.delete().where(IdempotencyRecord.created_at < utcnow() - TTL).execute()

@@ -1,0 +1,280 @@
+"""Scans: admission (limits + charge + rows in one transaction), engine submission,
+reads, bulk batches and aggregate reads.
+
+Admission follows decisions D3, D7, D8 and D13:
+1. One write transaction serialises a customer's admissions (``BEGIN IMMEDIATE`` on
+   SQLite, ``SELECT ... FOR UPDATE`` of the customer row on PostgreSQL). Inside it:
+   balance, in-flight, hour and day checks, the scan rows and the charge with its
+   ledger row. The scans exist, ``queued``, before the engine is called, so the
+   in-flight limit holds while that call is pending.
+2. The engine call, outside the transaction (no lock is held across the network).
+3. On engine failure the reservation is reversed: the scans are deleted and a refund
+   ledger row cancels the charge (502, no scan, no net charge). On success the
+   engine's ids are stored and the tracking jobs dispatched; a failed dispatch is
+   left to the recovery sweep.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from peewee import Case
+
+from app.db import is_postgres, write_transaction
+from app.errors import ApiError
+from app.extensions import db
+from app.models import BulkBatch, CreditLedger, Customer, Scan, iso, new_id, utcnow
+from app.models.scans import COMPLETED, FAILED, FINAL, QUEUED, RUNNING
+from app.services import billing, engine, quotas
+from app.services.limits import BULK_TIERS, MAX_BULK_TARGETS, limits_for
+from app.services.targets import TargetError, normalize
+
+
+@dataclass
+class Outcome:
+    """A served answer: its body plus what the response headers report."""
+
+    body: dict
+    balance: int
+    headers: dict = field(default_factory=dict)
+
+
+def insufficient_balance(balance: int, needed: int = 1) -> ApiError:
+    if needed <= 1:
+        message = "the account balance is below 1 credit"
+    else:
+        message = f"the account balance ({balance}) is below the {needed} credits this bulk call needs"
+    return ApiError(402, "insufficient_balance", message)
+
+
+def _lock_customer(customer_id: str) -> Customer:
+    query = Customer.select().where(Customer.id == customer_id)
+    if is_postgres():
+        query = query.for_update()
+    return query.get()
+
+
+def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None):
+    """Step 1: check and reserve in one transaction. Returns (scans, batch, balance, limits, usage)."""
+    now = utcnow()
+    n = len(items)
+    cost = max(n, 1)
+    with write_transaction():
+        customer = _lock_customer(customer_id)
+        if customer.balance < cost:
+            raise insufficient_balance(customer.balance, cost if bulk_total is not None else 1)
+        limits = limits_for(customer)
+        if n:
+            quotas.check(customer_id, limits, n, now, bulk=bulk_total is not None)
+        batch = None
+        if bulk_total is not None:
+            batch = BulkBatch.create(id=new_id("blk"), customer=customer_id, api_key=api_key_id,
+                                     total=bulk_total, created_at=now)
+        rows = []
+        for index, (kind, target) in items:
+            scan_id = new_id("scn")
+            rows.append({
+                "id": scan_id, "customer": customer_id, "api_key": api_key_id, "bulk": batch.id if batch else None,
+                "bulk_index": index if batch else None, "kind": kind, "target": target, "status": QUEUED,
+                "created_at": now, "tracking_job_id": f"trk:{scan_id}:0",
+            })
+        if rows:
+            Scan.insert_many(rows).execute()
+        balance = billing._apply(customer_id, -cost, "bulk" if batch else "scan", request_id=request_id,
+                                 scan_id=rows[0]["id"] if rows and not batch else None,
+                                 bulk_id=batch.id if batch else None)
+        if balance is None:  # cannot happen under the lock; never let it pass silently
+            raise insufficient_balance(customer.balance, cost)
+    usage = quotas.window_usage(customer_id, now)
+    return rows, batch, balance, limits, usage
+
+
+def _reverse(customer_id, rows, batch, cost, request_id) -> None:
+    """Undo a reservation whose engine submission failed: no scan, no net charge (D13)."""
+    with db.atomic():
+        if rows:
+            Scan.delete().where(Scan.id.in_([r["id"] for r in rows])).execute()
+        if batch:
+            BulkBatch.delete().where(BulkBatch.id == batch.id).execute()
+        billing._apply(customer_id, cost, "refund", request_id=request_id, bulk_id=batch.id if batch else None,
+                       scan_id=rows[0]["id"] if rows and not batch else None,
+                       note="engine submission failed")
+
+
+def _engine_failed() -> ApiError:
+    return ApiError(502, "engine_submit_failed", "the investigation engine cannot be reached; retry in 30 seconds",
+                    headers={"Retry-After": 30})
+
+
+def _record_submissions(rows, answers) -> None:
+    """Store the engine's ids and etas for all scans in one UPDATE, whatever their number."""
+    now = utcnow()
+    ids = [r["id"] for r in rows]
+    by_id = dict(zip(ids, answers))
+    Scan.update(
+        engine_id=Case(Scan.id, [(i, a["id"]) for i, a in by_id.items()]),
+        recipes_total=Case(Scan.id, [(i, a["recipes"]) for i, a in by_id.items()]),
+        eta_at=Case(Scan.id, [(i, now + timedelta(seconds=a["eta_seconds"])) for i, a in by_id.items()]),
+    ).where(Scan.id.in_(ids)).execute()
+
+
+def _dispatch(rows, answers) -> None:
+    from workers.queues import enqueue_tracking
+    from app import runtime
+    first_look = min(runtime.config["ENGINE_POLL_SECONDS"], min((a["eta_seconds"] for a in answers), default=0))
+    enqueue_tracking({r["id"]: r["tracking_job_id"] for r in rows}, delay_seconds=max(first_look, 0.5))
+
+
+def _submit(customer_id, rows, batch, cost, request_id) -> list[dict]:
+    items = [{"target": r["target"], "kind": r["kind"], "reference": r["id"]} for r in rows]
+    try:
+        if batch is None:
+            answers = [engine.submit(**items[0])]
+        else:
+            answers = engine.submit_batch(items)
+    except engine.EngineError:
+        _reverse(customer_id, rows, batch, cost, request_id)
+        raise _engine_failed() from None
+    _record_submissions(rows, answers)
+    _dispatch(rows, answers)
+    return answers
+
+
+def poll_url(base_url: str, scan_id: str) -> str:
+    return f"{base_url}/api/v1/scan/{scan_id}"
+
+
+def _count_created(rows, customer) -> None:
+    from app.metrics import SCANS_CREATED
+    for row in rows:
+        SCANS_CREATED.labels(kind=row["kind"], tier=customer.tier).inc()
+
+
+def create_scan(customer, api_key_id, target, kind, *, base_url, request_id) -> Outcome:
+    try:
+        kind, target = normalize(target, kind)
+    except TargetError as exc:
+        raise ApiError(400, exc.code, exc.message) from None
+    rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (kind, target))], request_id=request_id)
+    answer = _submit(customer.id, rows, None, 1, request_id)[0]
+    _count_created(rows, customer)
+    scan_id = rows[0]["id"]
+    body = {"ok": True, "scan_id": scan_id, "kind": kind, "recipes_to_run": answer["recipes"],
+            "eta_seconds": answer["eta_seconds"], "poll_url": poll_url(base_url, scan_id)}
+    return Outcome(body, balance, quotas.limit_headers(limits, usage))
+
+
+def _bulk_item(index, item):
+    """One bulk target -> ``(kind, target)`` or a rejected entry (D7)."""
+    if not isinstance(item, dict):
+        return None, {"index": index, "target": None, "kind": None, "error": "invalid_request",
+                      "message": "each target must be an object {target, kind}"}
+    raw_target, raw_kind = item.get("target"), item.get("kind")
+    shown_target = raw_target if isinstance(raw_target, str) else None
+    shown_kind = raw_kind if isinstance(raw_kind, str) else None
+    if not isinstance(raw_target, str) or (raw_kind is not None and not isinstance(raw_kind, str)):
+        return None, {"index": index, "target": shown_target, "kind": shown_kind, "error": "invalid_request",
+                      "message": "target must be a string and kind, when given, a string"}
+    try:
+        return normalize(raw_target, raw_kind), None
+    except TargetError as exc:
+        return None, {"index": index, "target": raw_target, "kind": exc.kind or shown_kind,
+                      "error": exc.code, "message": exc.message}
+
+
+def create_bulk(customer, api_key_id, targets, *, base_url, request_id) -> Outcome:
+    if not targets:
+        raise ApiError(400, "no_targets", "targets must hold at least one target")
+    if len(targets) > MAX_BULK_TARGETS:
+        raise ApiError(400, "too_many_targets", f"a bulk call takes at most {MAX_BULK_TARGETS} targets")
+    if customer.tier not in BULK_TIERS:
+        raise ApiError(403, "bulk_not_allowed", "bulk calls are available on the Business and Enterprise tiers")
+    accepted, rejected = [], []
+    for index, item in enumerate(targets):
+        ok, bad = _bulk_item(index, item)
+        if bad:
+            rejected.append(bad)
+        else:
+            accepted.append((index, ok))
+    rows, batch, balance, limits, usage = _admit(customer.id, api_key_id, accepted, request_id=request_id,
+                                                 bulk_total=len(targets))
+    cost = max(len(rows), 1)
+    if rows:
+        _submit(customer.id, rows, batch, cost, request_id)
+        _count_created(rows, customer)
+    body = {
+        "ok": True, "bulk_id": batch.id, "total": len(targets), "queued": len(rows), "rejected": rejected,
+        "scans": [{"scan_id": r["id"], "target": r["target"], "kind": r["kind"],
+                   "poll_url": poll_url(base_url, r["id"])} for r in rows],
+        "aggregate_poll_url": f"{base_url}/api/v1/scan/bulk/{batch.id}",
+    }
+    return Outcome(body, balance, quotas.limit_headers(limits, usage))
+
+
+# --- reads -------------------------------------------------------------------------
+
+def _owned(model, object_id: str, customer_id: str, what: str):
+    row = model.get_or_none(model.id == object_id)
+    if row is None:
+        raise ApiError(404, "not_found", f"no {what} with this id")
+    if row.customer_id != customer_id:
+        raise ApiError(403, "forbidden", f"this {what} belongs to another customer")
+    return row
+
+
+def remaining_eta(scan, now) -> int:
+    if scan.eta_at is None:
+        return 0
+    return max(0, math.ceil((scan.eta_at - now).total_seconds()))
+
+
+def _failure(scan) -> dict:
+    return {"code": scan.failure_code, "message": scan.failure_message or ""}
+
+
+def scan_view(scan, now) -> dict:
+    """The read body of decisions D5 for one scan in any state."""
+    body = {"ok": True, "scan_id": scan.id, "status": scan.status, "target": scan.target, "kind": scan.kind,
+            "created_at": iso(scan.created_at)}
+    if scan.bulk_id:
+        body["bulk_id"] = scan.bulk_id
+    if scan.status == COMPLETED:
+        body["completed_at"] = iso(scan.completed_at)
+        body["result"] = json.loads(scan.result_json)
+    elif scan.status == FAILED:
+        body["failed_at"] = iso(scan.failed_at)
+        body["failure"] = _failure(scan)
+    else:
+        body["eta_seconds"] = remaining_eta(scan, now)
+        body["progress"] = {"recipes_total": scan.recipes_total, "recipes_done": scan.recipes_done}
+    return body
+
+
+def read_scan(customer_id: str, scan_id: str) -> dict:
+    return scan_view(_owned(Scan, scan_id, customer_id, "scan"), utcnow())
+
+
+def read_bulk(customer_id: str, bulk_id: str) -> dict:
+    batch = _owned(BulkBatch, bulk_id, customer_id, "bulk batch")
+    scans = list(Scan.select(Scan.id, Scan.status, Scan.target, Scan.kind, Scan.result_json, Scan.failure_code,
+                             Scan.failure_message)
+                 .where(Scan.bulk == batch.id).order_by(Scan.bulk_index))
+    counts = {QUEUED: 0, RUNNING: 0, COMPLETED: 0, FAILED: 0}
+    entries = []
+    for scan in scans:
+        counts[scan.status] += 1
+        entry = {"scan_id": scan.id, "status": scan.status, "target": scan.target, "kind": scan.kind}
+        if scan.status == COMPLETED:
+            entry["result"] = json.loads(scan.result_json)
+        elif scan.status == FAILED:
+            entry["failure"] = _failure(scan)
+        entries.append(entry)
+    return {"ok": True, "bulk_id": batch.id, "total": batch.total, **counts,
+            "all_done": all(s.status in FINAL for s in scans), "scans": entries}
+
+
+def ledger_rows(customer_id: str, limit: int = 50):
+    return list(CreditLedger.select().where(CreditLedger.customer == customer_id)
+                .order_by(CreditLedger.id.desc()).limit(limit))

@@ -1,0 +1,238 @@
+"""The simulated investigation engine: the API of ``engine.md`` E1 and its controls (E3).
+
+API (``Authorization: Bearer <ENGINE_TOKEN>`` required when ``ENGINE_TOKEN`` is set):
+
+- ``POST /v1/investigations`` ``{"target", "kind", "reference"}``
+  → 201 ``{"id", "recipes", "eta_seconds"}``
+- ``POST /v1/investigations/batch`` ``{"items": [...]}`` (1 to 100 items)
+  → 201 ``{"items": [{"id", "recipes", "eta_seconds"}, ...]}`` in request order
+- ``GET /v1/investigations/<id>``
+  → 200 ``{"id", "status", "recipes_total", "recipes_done", "result", "error"}``
+
+Investigations are stateless (see ``simulator.investigations``), so the results and the
+``fail``/``slow``/``hang``/``junk`` target conventions documented there hold across restarts.
+A ``junk`` investigation ends ``done`` with ``"result": "not an object"``.
+
+Controls (no auth, for tests and QA): ``POST /_sim/engine/mode`` with ``{"mode": "up"}``,
+``{"mode": "down"}`` (every ``/v1`` call answers 503) or ``{"mode": "flaky", "every": N}``
+(every N-th ``/v1`` call since the mode was set answers 500); ``GET /_sim/engine/mode``;
+``GET /_sim/engine/stats`` → ``{"submit", "batch", "status", "total"}`` calls received,
+counted before mode and auth are applied; ``POST /_sim/engine/reset`` → mode up, stats zero.
+
+Artifacts named in results are served at ``GET /_sim/artifacts/<id>.pdf`` and ``.card.json``.
+"""
+import hmac
+import threading
+import time
+from collections import Counter
+
+from flask import Blueprint, Response, current_app, jsonify, request
+
+from simulator import artifacts
+from simulator.errors import json_error
+from simulator.investigations import JUNK, KINDS, decode_id, encode_id, plan_for, progress_at
+from simulator.results import result_for
+
+MAX_BATCH = 100
+JUNK_RESULT = "not an object"
+MODES = ("up", "down", "flaky")
+STAT_NAMES = ("submit", "batch", "status")
+
+engine_bp = Blueprint("engine", __name__)
+
+# Which stats counter each API view feeds; also the set of views that mode and auth apply to.
+_STAT_OF_ENDPOINT = {"engine.submit": "submit", "engine.submit_batch": "batch", "engine.status": "status"}
+
+
+class EngineControl:
+    """Mode and call counters, shared by the server's threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        with self._lock:
+            self._mode, self._every, self._calls_in_mode = "up", None, 0
+            self._stats = Counter()
+
+    def set_mode(self, mode: str, every: int | None) -> None:
+        with self._lock:
+            self._mode, self._every, self._calls_in_mode = mode, every, 0
+
+    def mode(self) -> dict:
+        with self._lock:
+            return {"mode": self._mode, "every": self._every}
+
+    def stats(self) -> dict:
+        with self._lock:
+            counts = {name: self._stats[name] for name in STAT_NAMES}
+        return {**counts, "total": sum(counts.values())}
+
+    def admit(self, stat: str) -> int | None:
+        """Count one API call; the error status the current mode imposes on it, if any."""
+        with self._lock:
+            self._stats[stat] += 1
+            self._calls_in_mode += 1
+            if self._mode == "down":
+                return 503
+            if self._mode == "flaky" and self._calls_in_mode % self._every == 0:
+                return 500
+            return None
+
+
+class InvalidBody(ValueError):
+    """A request body the engine refuses with 400."""
+
+
+@engine_bp.record_once
+def _install_control(state) -> None:
+    state.app.extensions["sim_engine"] = EngineControl()
+
+
+def control() -> EngineControl:
+    return current_app.extensions["sim_engine"]
+
+
+@engine_bp.before_request
+def _gate_api_calls():
+    stat = _STAT_OF_ENDPOINT.get(request.endpoint)
+    if stat is None:
+        return None
+    imposed = control().admit(stat)
+    if imposed == 503:
+        return json_error(503, "engine_unavailable", "The engine is down (simulated).")
+    if imposed == 500:
+        return json_error(500, "engine_flaky", "Transient engine failure (simulated).")
+    if not _authorised():
+        response, status = json_error(401, "unauthorized", "Missing or wrong bearer token.")
+        response.headers["WWW-Authenticate"] = "Bearer"
+        return response, status
+    return None
+
+
+def _authorised() -> bool:
+    token = current_app.config.get("ENGINE_TOKEN") or ""
+    if not token:
+        return True
+    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), token.encode())
+
+
+@engine_bp.errorhandler(InvalidBody)
+def _invalid_body(exc: InvalidBody):
+    return json_error(400, "invalid_request", str(exc))
+
+
+@engine_bp.post("/v1/investigations")
+def submit():
+    return jsonify(_submission(*_parse_item(_json_body()))), 201
+
+
+@engine_bp.post("/v1/investigations/batch")
+def submit_batch():
+    items = _json_body().get("items")
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
+        raise InvalidBody(f"items must be a list of 1 to {MAX_BATCH} investigations")
+    # Validate everything before answering, so a bad item refuses the batch as a whole.
+    parsed = []
+    for index, item in enumerate(items):
+        try:
+            parsed.append(_parse_item(item))
+        except InvalidBody as exc:
+            raise InvalidBody(f"items[{index}]: {exc}") from exc
+    return jsonify({"items": [_submission(kind, target) for kind, target in parsed]}), 201
+
+
+@engine_bp.get("/v1/investigations/<engine_id>")
+def status(engine_id: str):
+    investigation = decode_id(engine_id)
+    if investigation is None:
+        return json_error(404, "not_found", "No such investigation.")
+    kind, target = investigation.kind, investigation.target
+    plan = plan_for(kind, target, _time_scale())
+    progress = progress_at(plan, time.time() - investigation.created_ms / 1000)
+    body = {"id": engine_id, "status": progress.status, "recipes_total": plan.recipes,
+            "recipes_done": progress.recipes_done, "result": None, "error": None}
+    if progress.status == "done":
+        artifact_base = f"{request.host_url}_sim/artifacts/{engine_id}"
+        body["result"] = JUNK_RESULT if plan.behaviour == JUNK else result_for(kind, target, artifact_base)
+    elif progress.status == "error":
+        body["error"] = {"code": "engine_failed", "message": f"Recipe {progress.recipes_done + 1} failed (simulated)."}
+    return jsonify(body)
+
+
+@engine_bp.get("/_sim/engine/mode")
+def get_mode():
+    return jsonify(control().mode())
+
+
+@engine_bp.post("/_sim/engine/mode")
+def set_mode():
+    body = _json_body()
+    mode, every = body.get("mode"), body.get("every")
+    if mode not in MODES:
+        raise InvalidBody(f"mode must be one of {', '.join(MODES)}")
+    if mode == "flaky":
+        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+            raise InvalidBody("flaky mode needs every: a positive integer")
+    else:
+        every = None
+    control().set_mode(mode, every)
+    return jsonify(control().mode())
+
+
+@engine_bp.get("/_sim/engine/stats")
+def get_stats():
+    return jsonify(control().stats())
+
+
+@engine_bp.post("/_sim/engine/reset")
+def reset():
+    control().reset()
+    return jsonify({**control().mode(), "stats": control().stats()})
+
+
+@engine_bp.get("/_sim/artifacts/<engine_id>.pdf")
+def artifact_pdf(engine_id: str):
+    investigation = decode_id(engine_id)
+    if investigation is None:
+        return json_error(404, "not_found", "No such artifact.")
+    return Response(artifacts.report_pdf(investigation.kind, investigation.target), mimetype="application/pdf")
+
+
+@engine_bp.get("/_sim/artifacts/<engine_id>.card.json")
+def artifact_card(engine_id: str):
+    investigation = decode_id(engine_id)
+    if investigation is None:
+        return json_error(404, "not_found", "No such artifact.")
+    return jsonify(artifacts.person_card(investigation.kind, investigation.target))
+
+
+def _json_body() -> dict:
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        raise InvalidBody("the body must be a JSON object")
+    return body
+
+
+def _parse_item(item) -> tuple[str, str]:
+    if not isinstance(item, dict):
+        raise InvalidBody("an investigation must be a JSON object")
+    kind, target, reference = item.get("kind"), item.get("target"), item.get("reference")
+    if kind not in KINDS:
+        raise InvalidBody(f"kind must be one of {', '.join(KINDS)}")
+    if not isinstance(target, str) or not target.strip():
+        raise InvalidBody("target must be a non-empty string")
+    if reference is not None and not isinstance(reference, str):
+        raise InvalidBody("reference must be a string")
+    return kind, target
+
+
+def _submission(kind: str, target: str) -> dict:
+    plan = plan_for(kind, target, _time_scale())
+    return {"id": encode_id(kind, target), "recipes": plan.recipes, "eta_seconds": plan.eta_seconds}
+
+
+def _time_scale() -> float:
+    return float(current_app.config["SIM_TIME_SCALE"])

@@ -1,0 +1,169 @@
+"""Simulated customer webhook receivers (``engine.md`` E4).
+
+- ``POST /_sim/receivers/<name>`` ``{"secret": str, "responses": [int, ...], "delay_ms": int,
+  "redirect_to": str}`` creates the receiver (201) or resets it (200), clearing its deliveries.
+  ``responses`` (default ``[200]``) are answered in order, the last one repeated; a 3xx entry
+  answers with ``Location`` pointing at ``/_sim/hooks/<redirect_to>`` (default
+  ``<name>-redirected``), so a test can see whether the sender followed it.
+- ``POST /_sim/hooks/<name>`` records the delivery, waits ``delay_ms``, then answers.
+- ``GET /_sim/receivers/<name>/deliveries`` → ``{"deliveries": [...]}``, oldest first, each
+  ``{"received_at", "received_at_ms", "headers", "body", "signature_valid", "response_status"}``.
+
+A delivery is recorded when it arrives, before the delay, so a sender that gives up waiting
+has still delivered it, as with a real slow receiver.
+"""
+import hashlib
+import hmac
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from flask import Blueprint, Response, current_app, jsonify, request
+
+from simulator.errors import json_error
+
+SIGNATURE_HEADER = "X-Service-Signature"
+SIGNATURE_PREFIX = "sha256="
+
+receiver_bp = Blueprint("receiver", __name__)
+
+
+def verify_signature(secret: str, raw_body: bytes, header_value: str | None) -> bool:
+    """Whether ``header_value`` is ``sha256=`` + lowercase hex HMAC-SHA256(secret, raw_body)."""
+    if not header_value:
+        return False
+    expected = SIGNATURE_PREFIX + hmac.new(secret.encode("utf-8"), raw_body, hashlib.sha256).hexdigest()
+    # Bytes, because compare_digest refuses non-ASCII str and a header may hold anything.
+    return hmac.compare_digest(expected.encode("utf-8"), header_value.encode("utf-8"))
+
+
+@dataclass
+class Receiver:
+    secret: str
+    responses: list[int]
+    delay_ms: int
+    redirect_to: str
+    deliveries: list[dict] = field(default_factory=list)
+
+    def next_status(self) -> int:
+        return self.responses[min(len(self.deliveries), len(self.responses) - 1)]
+
+
+class ReceiverRegistry:
+    """All receivers by name; one lock, as the server is threaded."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.receivers: dict[str, Receiver] = {}
+
+
+class InvalidConfig(ValueError):
+    """A receiver configuration refused with 400."""
+
+
+@receiver_bp.record_once
+def _install_registry(state) -> None:
+    state.app.extensions["sim_receivers"] = ReceiverRegistry()
+
+
+def registry() -> ReceiverRegistry:
+    return current_app.extensions["sim_receivers"]
+
+
+@receiver_bp.errorhandler(InvalidConfig)
+def _invalid_config(exc: InvalidConfig):
+    return json_error(400, "invalid_request", str(exc))
+
+
+@receiver_bp.post("/_sim/receivers/<name>")
+def configure(name: str):
+    receiver = _parse_config(name, request.get_json(silent=True))
+    with registry().lock:
+        existed = name in registry().receivers
+        registry().receivers[name] = receiver
+    return jsonify({
+        "name": name,
+        "hook_url": _hook_url(name),
+        "responses": receiver.responses,
+        "delay_ms": receiver.delay_ms,
+        "redirect_to": receiver.redirect_to,
+    }), 200 if existed else 201
+
+
+@receiver_bp.post("/_sim/hooks/<name>")
+def hook(name: str):
+    raw_body = request.get_data(cache=True)
+    received_ms = int(time.time() * 1000)
+    with registry().lock:
+        receiver = registry().receivers.get(name)
+        if receiver is None:
+            return json_error(404, "unknown_receiver", f"No receiver named {name!r}.")
+        status = receiver.next_status()
+        receiver.deliveries.append({
+            "received_at": _iso_ms(received_ms),
+            "received_at_ms": received_ms,
+            "headers": dict(request.headers),
+            "body": raw_body.decode("utf-8", errors="replace"),
+            "signature_valid": verify_signature(receiver.secret, raw_body, request.headers.get(SIGNATURE_HEADER)),
+            "response_status": status,
+        })
+        delay_ms, redirect_to = receiver.delay_ms, receiver.redirect_to
+    if delay_ms:
+        time.sleep(delay_ms / 1000)
+    return _answer(status, redirect_to)
+
+
+@receiver_bp.get("/_sim/receivers/<name>/deliveries")
+def deliveries(name: str):
+    with registry().lock:
+        receiver = registry().receivers.get(name)
+        if receiver is None:
+            return json_error(404, "unknown_receiver", f"No receiver named {name!r}.")
+        return jsonify({"deliveries": list(receiver.deliveries)})
+
+
+def _parse_config(name: str, body) -> Receiver:
+    if not isinstance(body, dict):
+        raise InvalidConfig("the body must be a JSON object")
+    secret = body.get("secret", "")
+    responses = body.get("responses", [200])
+    delay_ms = body.get("delay_ms", 0)
+    redirect_to = body.get("redirect_to", f"{name}-redirected")
+    if not isinstance(secret, str):
+        raise InvalidConfig("secret must be a string")
+    if not isinstance(responses, list) or not responses or not all(_is_status(r) for r in responses):
+        raise InvalidConfig("responses must be a non-empty list of HTTP statuses 200 to 599")
+    if not _is_int(delay_ms) or delay_ms < 0:
+        raise InvalidConfig("delay_ms must be a non-negative integer")
+    if not isinstance(redirect_to, str) or not redirect_to or "/" in redirect_to:
+        raise InvalidConfig("redirect_to must be a receiver name")
+    return Receiver(secret=secret, responses=responses, delay_ms=delay_ms, redirect_to=redirect_to)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_status(value) -> bool:
+    return _is_int(value) and 200 <= value <= 599
+
+
+def _answer(status: int, redirect_to: str) -> Response:
+    if status in (204, 304):
+        return Response(status=status)
+    response = jsonify({"status": status})
+    response.status_code = status
+    if 300 <= status < 400:
+        response.headers["Location"] = _hook_url(redirect_to)
+    return response
+
+
+def _hook_url(name: str) -> str:
+    return f"{request.host_url}_sim/hooks/{name}"
+
+
+def _iso_ms(unix_ms: int) -> str:
+    """ISO 8601 UTC with milliseconds, e.g. ``2025-01-31T12:00:00.123Z``."""
+    moment = datetime.fromtimestamp(unix_ms / 1000, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{unix_ms % 1000:03d}Z"

@@ -1,0 +1,1 @@
+"""RQ workers: engine tracking jobs, webhook deliveries and the recovery sweep."""

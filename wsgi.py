@@ -1,0 +1,4 @@
+"""WSGI entry point: ``gunicorn wsgi:app`` and ``flask --app wsgi ...``."""
+from app import create_app
+
+app = create_app()
