@@ -28,7 +28,7 @@ def queue(name: str) -> Queue:
 
 
 def tracking_job_id(scan_id: str, generation: int) -> str:
-    return f"trk:{scan_id}:{generation}"
+    return f"trk-{scan_id}-{generation}"
 
 
 def enqueue_tracking(job_ids: dict[str, str], delay_seconds: float = 0) -> bool:

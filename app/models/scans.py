@@ -27,7 +27,7 @@ class Scan(BaseModel):
     kind = CharField(max_length=10)
     target = CharField(max_length=300)
     status = CharField(max_length=10, default=QUEUED)
-    engine_id = CharField(max_length=200, null=True)
+    engine_id = CharField(max_length=2000, null=True)
     recipes_total = IntegerField(default=0)
     recipes_done = IntegerField(default=0)
     # When the engine expects the scan to be done; the read derives the remaining eta.

@@ -30,6 +30,7 @@ from app.models.scans import COMPLETED, FAILED, FINAL, QUEUED, RUNNING
 from app.services import billing, engine, quotas
 from app.services.limits import BULK_TIERS, MAX_BULK_TARGETS, limits_for
 from app.services.targets import TargetError, normalize
+from workers.queues import tracking_job_id
 
 
 @dataclass
@@ -78,7 +79,7 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None):
             rows.append({
                 "id": scan_id, "customer": customer_id, "api_key": api_key_id, "bulk": batch.id if batch else None,
                 "bulk_index": index if batch else None, "kind": kind, "target": target, "status": QUEUED,
-                "created_at": now, "tracking_job_id": f"trk:{scan_id}:0",
+                "created_at": now, "tracking_job_id": tracking_job_id(scan_id, 0),
             })
         if rows:
             Scan.insert_many(rows).execute()
@@ -278,3 +279,17 @@ def read_bulk(customer_id: str, bulk_id: str) -> dict:
 def ledger_rows(customer_id: str, limit: int = 50):
     return list(CreditLedger.select().where(CreditLedger.customer == customer_id)
                 .order_by(CreditLedger.id.desc()).limit(limit))
+
+
+def reverse_reservation(scan) -> bool:
+    """Undo one scan reserved but never submitted (its creator died mid-call): delete, refund 1."""
+    with db.atomic():
+        deleted = Scan.delete().where((Scan.id == scan.id) & Scan.engine_id.is_null()
+                                      & (Scan.status == QUEUED)).execute()
+        if not deleted:
+            return False
+        billing._apply(scan.customer_id, 1, "refund", scan_id=scan.id, bulk_id=scan.bulk_id,
+                       note="reservation never submitted to the engine")
+        if scan.bulk_id and not Scan.select().where(Scan.bulk == scan.bulk_id).exists():
+            BulkBatch.delete().where(BulkBatch.id == scan.bulk_id).execute()
+    return True

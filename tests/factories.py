@@ -1,0 +1,31 @@
+"""Test data built through the same services the operator CLI uses."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.models import ApiKey, Customer
+from app.services import accounts
+
+
+@dataclass
+class Account:
+    customer: Customer
+    key: ApiKey
+    api_key: str
+
+    @property
+    def headers(self) -> dict:
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+    @property
+    def id(self) -> str:
+        return self.customer.id
+
+
+def customer(tier="business", credits=100, *, inflight=None, hour=None, day=None, webhook_url=None,
+             webhook_secret=None, name="Test customer") -> Account:
+    cust = accounts.create_customer(name, tier, credits)
+    if inflight is not None or hour is not None or day is not None:
+        cust = accounts.set_limits(cust.id, inflight=inflight, hour=hour, day=day)
+    key, plaintext = accounts.issue_key(cust.id, "test key", webhook_url, webhook_secret)
+    return Account(cust, key, plaintext)

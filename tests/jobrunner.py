@@ -1,0 +1,64 @@
+"""Runs RQ jobs in the test process on scheduled time, never on wall-clock sleeps.
+
+Jobs scheduled with ``enqueue_in`` wait in RQ's ScheduledJobRegistry. ``run`` moves
+the due ones to their queue and works the queues in burst mode with a real
+``SimpleWorker``; when only future jobs are left and a freezegun ``freezer`` is
+given, it moves frozen time to the next scheduled job, as RQ's scheduler would
+reach it, and goes on.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from rq import Queue, SimpleWorker
+from rq.registry import ScheduledJobRegistry
+
+from workers.queues import ENGINE_QUEUE, WEBHOOK_QUEUE
+
+
+class JobRunner:
+    def __init__(self, connection, queue_names=(ENGINE_QUEUE, WEBHOOK_QUEUE)):
+        self.connection = connection
+        self.queues = [Queue(name, connection=connection) for name in queue_names]
+        self.executed = 0
+
+    def _promote_due(self) -> None:
+        now = datetime.now(timezone.utc).timestamp()
+        for queue in self.queues:
+            registry = ScheduledJobRegistry(queue=queue)
+            for job_id in registry.get_jobs_to_schedule(now):
+                job = queue.fetch_job(job_id)
+                registry.remove(job_id)
+                if job is not None:
+                    queue._enqueue_job(job)
+
+    def next_scheduled(self) -> float | None:
+        times = []
+        for queue in self.queues:
+            registry = ScheduledJobRegistry(queue=queue)
+            first = self.connection.zrange(registry.key, 0, 0, withscores=True)
+            if first:
+                times.append(first[0][1])
+        return min(times) if times else None
+
+    def pending(self) -> int:
+        return sum(q.count for q in self.queues)
+
+    def run(self, freezer=None, until=None, max_rounds=2000) -> bool:
+        """Work until ``until()`` holds (or nothing is left); returns whether it holds."""
+        worker = SimpleWorker(self.queues, connection=self.connection)
+        for _ in range(max_rounds):
+            if until is not None and until():
+                return True
+            self._promote_due()
+            if self.pending():
+                before = worker.successful_job_count + worker.failed_job_count
+                worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
+                self.executed += worker.successful_job_count + worker.failed_job_count - before
+                continue
+            upcoming = self.next_scheduled()
+            if upcoming is None or freezer is None:
+                break
+            now = datetime.now(timezone.utc).timestamp()
+            freezer.tick(max(0.0, upcoming - now) + 0.001)
+        return until() if until is not None else True

@@ -1,0 +1,127 @@
+"""Tracking jobs: each run looks at one scan's engine state once, then returns.
+
+A job never sleeps waiting for the engine (D13): when the scan is unfinished it
+schedules its successor with ``enqueue_in`` and ends. Each scan has one live chain:
+the scan row's ``tracking_job_id`` is a fencing token, and a job whose id is not the
+current token (a duplicate, a replay, a chain the sweep replaced) does nothing.
+Handing the token to the successor is a compare-and-set, so two jobs can never both
+continue a chain.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from rq import get_current_job
+
+from app import runtime
+from app.extensions import db
+from app.models import Scan, utcnow
+from app.models.scans import FINAL
+from app.services import engine, tracking
+from app.services.results import InvalidResult, normalize_result
+from workers.queues import enqueue_tracking, tracking_job_id
+
+log = logging.getLogger(__name__)
+
+
+def _poll_seconds() -> float:
+    return float(runtime.config["ENGINE_POLL_SECONDS"])
+
+
+def next_interval(scan, now) -> float:
+    """Until the engine's eta, bounded to [min(1 s, poll), ENGINE_POLL_SECONDS]."""
+    poll = _poll_seconds()
+    remaining = (scan.eta_at - now).total_seconds() if scan.eta_at else 0
+    interval = remaining if remaining > 0 else poll
+    return max(min(1.0, poll), min(interval, poll))
+
+
+def backoff(errors: int) -> float:
+    """Engine errors back off exponentially, up to three poll intervals."""
+    poll = _poll_seconds()
+    return min(poll * 3, max(0.1, poll / 10) * 2 ** errors)
+
+
+def _generation(job_id: str) -> int:
+    try:
+        return int(job_id.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return 0
+
+
+def hand_over(scan_id: str, current_job_id: str | None, delay: float, **changes) -> bool:
+    """Pass the chain to a successor job ``delay`` seconds from now (CAS on the token)."""
+    new_job_id = tracking_job_id(scan_id, _generation(current_job_id or "") + 1)
+    query = Scan.update(tracking_job_id=new_job_id, **changes).where(Scan.id == scan_id)
+    if current_job_id is not None:
+        query = query.where(Scan.tracking_job_id == current_job_id)
+    if not query.execute():
+        return False
+    enqueue_tracking({scan_id: new_job_id}, delay_seconds=delay)
+    return True
+
+
+def track_scan(scan_id: str) -> str:
+    job = get_current_job()
+    job_id = job.id if job else None
+    with db.connection_context():
+        return _track(scan_id, job_id)
+
+
+def _track(scan_id: str, job_id: str | None) -> str:
+    scan = Scan.get_or_none(Scan.id == scan_id)
+    if scan is None or scan.status in FINAL:
+        return "final"
+    if job_id is not None and scan.tracking_job_id != job_id:
+        log.info("scan %s: job %s is not the current tracker, stopping", scan_id, job_id)
+        return "stale"
+    now = utcnow()
+    deadline = scan.created_at + timedelta(seconds=runtime.config["SCAN_TIMEOUT_SECONDS"])
+    if now >= deadline:
+        tracking.fail(scan_id, "engine_timeout", "the engine did not finish the scan in time")
+        return "timeout"
+    if scan.engine_id is None:
+        # Reserved but not yet recorded as submitted (creation is still in its engine call).
+        hand_over(scan_id, job_id, _poll_seconds())
+        return "waiting"
+    try:
+        state = engine.status(scan.engine_id)
+        outcome = _apply(scan, state)
+    except engine.EngineError as exc:
+        errors = scan.check_errors + 1
+        log.warning("scan %s: engine error %d (%s), retrying", scan_id, errors, exc)
+        delay = min(backoff(errors), max(0.0, (deadline - now).total_seconds()))
+        hand_over(scan_id, job_id, delay, check_errors=errors, last_checked_at=now)
+        return "engine_error"
+    if outcome == "unfinished":
+        scan = Scan.get_by_id(scan_id)
+        delay = min(next_interval(scan, now), max(0.0, (deadline - now).total_seconds()))
+        hand_over(scan_id, job_id, delay)
+    return outcome
+
+
+def _apply(scan, state: dict) -> str:
+    status = state.get("status")
+    if status == "done":
+        try:
+            result = normalize_result(state.get("result"), scan.kind)
+        except InvalidResult as exc:
+            log.warning("scan %s: invalid engine result: %s", scan.id, exc)
+            tracking.fail(scan.id, "engine_failed", "the engine returned a result that is not valid")
+            return "failed"
+        tracking.complete(scan.id, result)
+        return "completed"
+    if status == "error":
+        error = state.get("error") if isinstance(state.get("error"), dict) else {}
+        message = error.get("message") if isinstance(error.get("message"), str) else ""
+        tracking.fail(scan.id, "engine_failed", message or "the engine could not complete the investigation")
+        return "failed"
+    if status in ("pending", "running"):
+        total, done = state.get("recipes_total"), state.get("recipes_done")
+        tracking.record_progress(
+            scan.id, running=status == "running",
+            recipes_total=total if isinstance(total, int) and total >= 0 else None,
+            recipes_done=done if isinstance(done, int) and done >= 0 else None)
+        return "unfinished"
+    raise engine.EngineError(f"unknown engine status {status!r}")

@@ -1,0 +1,87 @@
+"""The recovery sweep (decisions D13): nothing is lost when Redis, a worker or a
+dispatch fails.
+
+It finds
+- in-flight scans not looked at for ``RECOVERY_STALE_SECONDS`` whose tracking job is
+  gone from Redis (flushed, never enqueued, or abandoned by a killed worker), and
+  starts a new chain for each (the old token is replaced, so a late old job stops);
+- scans reserved but never recorded as submitted (the API process died during its
+  engine call): the client never got a 202, so they are reversed like a 502;
+- pending webhook deliveries whose job is gone (see ``workers.webhook_jobs``).
+
+Run by every worker every ``RECOVERY_INTERVAL_SECONDS`` (one at a time, under a Redis
+lock) and on demand by ``flask --app wsgi scans recover``.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from rq.job import Job, JobStatus
+
+from app import runtime
+from app.extensions import db
+from app.models import Scan, utcnow
+from app.models.scans import IN_FLIGHT, QUEUED
+from app.services import idempotency
+
+log = logging.getLogger(__name__)
+
+ALIVE = {JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
+BATCH = 500
+
+
+def live_job_ids(job_ids: list[str]) -> set[str]:
+    """Those of ``job_ids`` that Redis still holds as waiting to run."""
+    alive = set()
+    conn = runtime.redis()
+    for start in range(0, len(job_ids), BATCH):
+        chunk = job_ids[start:start + BATCH]
+        for job_id, job in zip(chunk, Job.fetch_many(chunk, connection=conn)):
+            if job is not None and job.get_status(refresh=False) in ALIVE:
+                alive.add(job_id)
+    return alive
+
+
+def recover_scans(now) -> int:
+    from workers.engine_jobs import hand_over
+    stale_before = now - timedelta(seconds=runtime.config["RECOVERY_STALE_SECONDS"])
+    candidates = list(
+        Scan.select(Scan.id, Scan.tracking_job_id)
+        .where(Scan.status.in_(IN_FLIGHT) & Scan.engine_id.is_null(False)
+               & ((Scan.last_checked_at < stale_before)
+                  | (Scan.last_checked_at.is_null() & (Scan.created_at < stale_before))))
+        .tuples())
+    alive = live_job_ids([job_id for _, job_id in candidates if job_id])
+    redispatched = 0
+    for scan_id, job_id in candidates:
+        if job_id in alive:
+            continue
+        if hand_over(scan_id, job_id, 0, last_checked_at=now):
+            redispatched += 1
+            log.info("scan %s: tracking job %s was lost, re-dispatched", scan_id, job_id)
+    return redispatched
+
+
+def reverse_unsubmitted(now) -> int:
+    from app.services.scans import reverse_reservation
+    stale_before = now - timedelta(seconds=runtime.config["RECOVERY_STALE_SECONDS"])
+    orphans = list(Scan.select().where((Scan.status == QUEUED) & Scan.engine_id.is_null()
+                                       & (Scan.created_at < stale_before)))
+    for scan in orphans:
+        reverse_reservation(scan)
+    return len(orphans)
+
+
+def sweep() -> dict:
+    now = utcnow()
+    with db.connection_context():
+        report = {"scans_redispatched": recover_scans(now), "reservations_reversed": reverse_unsubmitted(now)}
+        try:
+            from workers.webhook_jobs import recover_deliveries
+        except ImportError:
+            recover_deliveries = None
+        if recover_deliveries is not None:
+            report.update(recover_deliveries(now))
+        report["idempotency_purged"] = idempotency.purge_expired()
+    return report
