@@ -79,7 +79,7 @@ def customers_list(as_json):
          or "no customers")
 
 
-@customers_cli.command("credit")
+@customers_cli.command("credit", context_settings={"ignore_unknown_options": True})
 @click.argument("customer_id")
 @click.argument("amount", type=int)
 @json_option

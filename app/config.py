@@ -17,6 +17,7 @@ ENVIRONMENTS = ("development", "test", "production")
 REQUIRED_IN_PRODUCTION = ("SECRET_KEY", "DATABASE_URL", "REDIS_URL", "ENGINE_URL")
 
 DEV_SECRET_KEY = "dev-only-secret-key-do-not-use-in-production"
+DEV_ENGINE_URL = "http://127.0.0.1:8700"
 
 
 class ConfigError(RuntimeError):
@@ -71,7 +72,7 @@ def load_settings(env=None) -> dict:
         "SECRET_KEY": env.get("SECRET_KEY") or None,
         "DATABASE_URL": env.get("DATABASE_URL") or None,
         "REDIS_URL": env.get("REDIS_URL") or None,
-        "ENGINE_URL": (env.get("ENGINE_URL") or "http://127.0.0.1:8700").rstrip("/"),
+        "ENGINE_URL": (env.get("ENGINE_URL") or "").rstrip("/") or None,
         "ENGINE_TOKEN": env.get("ENGINE_TOKEN") or "",
         "PUBLIC_BASE_URL": (env.get("PUBLIC_BASE_URL") or "").rstrip("/") or None,
         "WEBHOOK_RETRY_SCHEDULE": parse_retry_schedule(env.get("WEBHOOK_RETRY_SCHEDULE") or "0,30,300"),
@@ -100,6 +101,8 @@ def finalize(config: dict) -> dict:
         if missing:
             raise ConfigError(f"APP_ENV=production needs these settings: {', '.join(missing)}")
     instance = Path(config["INSTANCE_PATH"])
+    if not config.get("ENGINE_URL"):
+        config["ENGINE_URL"] = DEV_ENGINE_URL  # the simulator's default address
     if not config.get("SECRET_KEY"):
         config["SECRET_KEY"] = DEV_SECRET_KEY
     if not config.get("DATABASE_URL"):

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 
@@ -20,6 +21,10 @@ from app import create_app, runtime
 from app.extensions import db
 from app.models import ALL_MODELS, SchemaVersion
 from tests import factories
+
+
+# One line per request from the in-test servers buries the output that matters.
+logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
 
 class ServerThread:
@@ -104,7 +109,7 @@ def app(_schema, base_config, request):
     config = dict(base_config, **(marker.kwargs if marker else {}))
     application = create_app(config)
     _empty_tables()
-    runtime.redis().flushall()
+    runtime.redis().flushdb()
     requests_reset(base_config["ENGINE_URL"])
     yield application
     if not db.is_closed():

@@ -29,18 +29,21 @@ def _poll_seconds() -> float:
     return float(runtime.config["ENGINE_POLL_SECONDS"])
 
 
+# RQ's scheduler keeps whole-second timestamps: a shorter delay would run at once.
+MIN_DELAY = 1.0
+
+
 def next_interval(scan, now) -> float:
-    """Until the engine's eta, bounded to [min(1 s, poll), ENGINE_POLL_SECONDS]."""
+    """Until the engine's eta, bounded to [1 s, ENGINE_POLL_SECONDS]."""
     poll = _poll_seconds()
     remaining = (scan.eta_at - now).total_seconds() if scan.eta_at else 0
     interval = remaining if remaining > 0 else poll
-    return max(min(1.0, poll), min(interval, poll))
+    return max(MIN_DELAY, min(interval, poll))
 
 
 def backoff(errors: int) -> float:
-    """Engine errors back off exponentially, up to three poll intervals."""
-    poll = _poll_seconds()
-    return min(poll * 3, max(0.1, poll / 10) * 2 ** errors)
+    """Engine errors back off exponentially from 1 s, up to three poll intervals."""
+    return max(MIN_DELAY, min(_poll_seconds() * 3, 2.0 ** (errors - 1)))
 
 
 def _generation(job_id: str) -> int:
@@ -91,12 +94,12 @@ def _track(scan_id: str, job_id: str | None) -> str:
     except engine.EngineError as exc:
         errors = scan.check_errors + 1
         log.warning("scan %s: engine error %d (%s), retrying", scan_id, errors, exc)
-        delay = min(backoff(errors), max(0.0, (deadline - now).total_seconds()))
+        delay = max(MIN_DELAY, min(backoff(errors), (deadline - now).total_seconds()))
         hand_over(scan_id, job_id, delay, check_errors=errors, last_checked_at=now)
         return "engine_error"
     if outcome == "unfinished":
         scan = Scan.get_by_id(scan_id)
-        delay = min(next_interval(scan, now), max(0.0, (deadline - now).total_seconds()))
+        delay = max(MIN_DELAY, min(next_interval(scan, now), (deadline - now).total_seconds()))
         hand_over(scan_id, job_id, delay)
     return outcome
 

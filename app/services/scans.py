@@ -125,7 +125,8 @@ def _dispatch(rows, answers) -> None:
     from workers.queues import enqueue_tracking
     from app import runtime
     first_look = min(runtime.config["ENGINE_POLL_SECONDS"], min((a["eta_seconds"] for a in answers), default=0))
-    enqueue_tracking({r["id"]: r["tracking_job_id"] for r in rows}, delay_seconds=max(first_look, 0.5))
+    # At least 1 s: RQ's scheduler keeps whole-second timestamps.
+    enqueue_tracking({r["id"]: r["tracking_job_id"] for r in rows}, delay_seconds=max(first_look, 1))
 
 
 def _submit(customer_id, rows, batch, cost, request_id) -> list[dict]:

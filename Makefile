@@ -1,0 +1,26 @@
+# The two commands a newcomer needs: `make run` and `make test`.
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: install run test test-fast browser-deps scenarios clean
+
+$(VENV)/.installed: requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+install: $(VENV)/.installed
+
+## make run: API + worker + simulator on SQLite and an embedded Redis, with a demo key.
+run: install
+	$(PY) -m app.dev
+
+## make test: the whole suite (real Redis, real database, simulator over HTTP).
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) instance artifacts .pytest_cache

@@ -1,0 +1,46 @@
+"""Small helpers for API tests."""
+import requests
+
+from app.extensions import db
+from app.models import CreditLedger, Scan
+from app.services import billing
+
+
+def balance(account) -> int:
+    with db.connection_context():
+        return billing.balance_of(account.id)
+
+
+def ledger(account) -> list[tuple[int, str]]:
+    with db.connection_context():
+        return [(r.delta, r.reason) for r in
+                CreditLedger.select().where(CreditLedger.customer == account.id).order_by(CreditLedger.id)]
+
+
+def assert_books_balance(account) -> None:
+    """D3: the ledger always sums to the balance, and the balance is never negative."""
+    with db.connection_context():
+        total, current = billing.ledger_sum(account.id), billing.balance_of(account.id)
+    assert total == current >= 0
+
+
+def scans_of(account) -> list:
+    with db.connection_context():
+        return list(Scan.select().where(Scan.customer == account.id))
+
+
+def engine_mode(simulator, mode, **extra):
+    requests.post(f"{simulator.url}/_sim/engine/mode", json={"mode": mode, **extra}, timeout=5).raise_for_status()
+
+
+def engine_stats(simulator) -> dict:
+    return requests.get(f"{simulator.url}/_sim/engine/stats", timeout=5).json()
+
+
+def parse_ratelimit(value: str) -> dict:
+    """'"hour";r=42;t=1200, "day";r=900;t=50000' -> {"hour": {"r": 42, "t": 1200}, ...}"""
+    out = {}
+    for item in value.split(","):
+        name, *params = item.strip().split(";")
+        out[name.strip('"')] = {k: int(v) for k, v in (p.split("=") for p in params)}
+    return out

@@ -1,0 +1,74 @@
+"""Atomic admission under parallel calls over real HTTP (D3, D8, issue: Scan API item 6)."""
+import threading
+
+import requests
+
+from app.extensions import db
+from app.models import Scan
+from tests.api.helpers import assert_books_balance, balance, scans_of
+
+SCAN = "/api/v1/scan"
+
+
+def fire(url, headers, n, payload):
+    barrier = threading.Barrier(n)
+    answers, lock = [], threading.Lock()
+
+    def one():
+        barrier.wait()
+        try:
+            response = requests.post(url, json=payload, headers=headers, timeout=60)
+            outcome = (response.status_code, response.json().get("error"))
+        except requests.RequestException as exc:  # a dropped connection must fail the test, visibly
+            outcome = (0, exc.__class__.__name__)
+        with lock:
+            answers.append(outcome)
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return answers
+
+
+def test_50_concurrent_creations_admit_exactly_the_inflight_limit(served_app, make_customer):
+    acct = make_customer(tier="business", credits=1000)  # in flight 10
+    answers = fire(f"{served_app.url}{SCAN}", acct.headers, 50, {"target": "jane@example.com"})
+    accepted = [a for a in answers if a[0] == 202]
+    refused = [a for a in answers if a[0] == 429]
+    assert len(accepted) == 10
+    assert len(refused) == 40 and {code for _, code in refused} == {"rate_limit_inflight"}
+    assert not [a for a in answers if a[0] >= 500 or a[0] == 0]
+    assert len(scans_of(acct)) == 10 and balance(acct) == 990
+    assert_books_balance(acct)
+
+
+def test_concurrent_creations_never_overdraw_the_balance(served_app, make_customer):
+    acct = make_customer(tier="enterprise", credits=7, inflight=100)
+    answers = fire(f"{served_app.url}{SCAN}", acct.headers, 30, {"target": "jane@example.com"})
+    assert sorted(status for status, _ in answers).count(202) == 7
+    assert {code for status, code in answers if status != 202} == {"insufficient_balance"}
+    assert balance(acct) == 0
+    with db.connection_context():
+        assert Scan.select().where(Scan.customer == acct.id).count() == 7
+    assert_books_balance(acct)
+
+
+def test_concurrent_reads_charge_exactly_once_each(served_app, make_customer):
+    acct = make_customer(tier="pro", credits=20)
+    answers = []
+    barrier = threading.Barrier(25)
+
+    def read():
+        barrier.wait()
+        answers.append(requests.get(f"{served_app.url}{SCAN}/scn_missing", headers=acct.headers, timeout=60).status_code)
+
+    threads = [threading.Thread(target=read) for _ in range(25)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert answers.count(404) == 20 and answers.count(402) == 5
+    assert balance(acct) == 0
+    assert_books_balance(acct)

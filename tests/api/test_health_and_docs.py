@@ -1,0 +1,68 @@
+"""Operator endpoints and the OpenAPI document: no key, no charge (D2)."""
+import pytest
+
+from app import create_app
+
+
+def test_healthz_and_readyz_answer_without_a_key(client):
+    assert client.get("/healthz").get_json() == {"ok": True, "status": "alive"}
+    ready = client.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.get_json()["checks"] == {"database": "ok", "redis": "ok"}
+
+
+@pytest.mark.parametrize("broken,part", [
+    ({"DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none"}, "database"),
+    ({"REDIS_URL": "redis://127.0.0.1:1/0"}, "redis"),
+])
+def test_readyz_is_503_naming_the_failed_part(base_config, broken, part, app):
+    broken_app = create_app(dict(base_config, **broken))
+    response = broken_app.test_client().get("/readyz")
+    assert response.status_code == 503
+    body = response.get_json()
+    assert body["ok"] is False and body["error"] == "service_unavailable"
+    assert part in body["message"] and body["checks"][part].startswith("failed")
+    assert response.headers["Retry-After"]
+    create_app(base_config)  # rebind the good database for the fixtures' teardown
+
+
+def test_database_down_gives_503_json_on_api_routes(base_config, app):
+    broken_app = create_app(dict(base_config, DATABASE_URL="postgresql://postgres@127.0.0.1:1/none"))
+    response = broken_app.test_client().get("/api/v1/scan/scn_x",
+                                            headers={"Authorization": "Bearer service_live_x"})
+    assert response.status_code == 503
+    assert response.get_json()["error"] == "service_unavailable"
+    assert response.headers["Retry-After"]
+    create_app(base_config)
+
+
+def test_openapi_document_declares_every_endpoint_code_and_the_bearer_scheme(client):
+    spec = client.get("/api/v1/openapi.json").get_json()
+    assert spec["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
+    paths = spec["paths"]
+    expected = {
+        ("/api/v1/scan", "post"): {"202", "400", "401", "402", "409", "429", "502"},
+        ("/api/v1/scan/{scan_id}", "get"): {"200", "401", "402", "403", "404"},
+        ("/api/v1/scan/bulk", "post"): {"202", "400", "401", "402", "403", "409", "429", "502"},
+        ("/api/v1/scan/bulk/{bulk_id}", "get"): {"200", "401", "402", "403", "404"},
+    }
+    for (path, method), codes in expected.items():
+        operation = paths[path][method]
+        assert codes <= set(operation["responses"]), (path, method)
+        assert operation["security"] == [{"bearerAuth": []}]
+    error = spec["components"]["schemas"]["Error"]
+    assert {"ok", "error", "message", "request_id"} <= set(error["required"])
+    result = spec["components"]["schemas"]["Result"]
+    assert set(result["properties"]) == {"risk", "counts", "profiles", "contacts", "breaches", "phone_profile",
+                                         "ai_summary", "artifacts"}
+    created = paths["/api/v1/scan"]["post"]["responses"]["202"]
+    assert {"X-Credits-Remaining", "RateLimit", "RateLimit-Policy"} <= set(created["headers"])
+
+
+def test_docs_page_works_offline(client):
+    page = client.get("/api/docs")
+    assert page.status_code == 200
+    html = page.get_data(as_text=True)
+    assert "/api/docs/assets/swagger-ui-bundle.js" in html and "http" not in html.split("<body>")[0].split("href=")[1][:6]
+    assert client.get("/api/docs/assets/swagger-ui-bundle.js").status_code == 200
+    assert client.get("/api/docs/assets/swagger-ui.css").status_code == 200

@@ -1,0 +1,48 @@
+"""Target validation and kind inference (decisions D4) and the order of its errors (D2)."""
+import pytest
+
+from app.services.targets import TargetError, normalize
+
+
+@pytest.mark.parametrize("target,kind,expected", [
+    ("  Jane.Doe@Example.COM ", None, ("email", "Jane.Doe@example.com")),
+    ("+44 (7700) 900-123", None, ("phone", "+447700900123")),
+    ("+1 415 555 2671", "phone", ("phone", "+14155552671")),
+    ("@jane_doe", "username", ("username", "jane_doe")),
+    ("jane.doe-99", "username", ("username", "jane.doe-99")),
+    ("12345678", None, ("username", "12345678")),
+])
+def test_valid_targets_are_normalised(target, kind, expected):
+    assert normalize(target, kind) == expected
+
+
+@pytest.mark.parametrize("target,kind,code", [
+    ("ab", None, "target_too_short"),
+    ("  ab  ", None, "target_too_short"),          # trimmed first
+    ("ab", "fax", "target_too_short"),             # too short wins over invalid kind
+    ("abcd", "fax", "invalid_kind"),
+    ("abcd", "EMAIL", "invalid_kind"),
+    ("not-an-email", "email", "invalid_target"),   # kind given, format checked for it
+    ("jane@", None, "invalid_target"),
+    ("+0123456789", None, "invalid_target"),       # E.164 has no leading zero
+    ("+12345", "phone", "invalid_target"),         # too few digits
+    ("+1234567890123456", "phone", "invalid_target"),
+    ("@ab", "username", "invalid_target"),         # 3 characters, but a 2-character handle
+    ("@jane_doe", None, "invalid_target"),         # D4: an "@" makes it an e-mail address
+    ("bad handle!", None, "invalid_target"),
+    ("a" * 65, "username", "invalid_target"),
+    ("a" * 257, None, "invalid_target"),           # longer than 256
+])
+def test_invalid_targets_give_the_first_failing_code(target, kind, code):
+    with pytest.raises(TargetError) as exc:
+        normalize(target, kind)
+    assert exc.value.code == code
+
+
+def test_length_counts_characters_not_bytes():
+    with pytest.raises(TargetError) as exc:
+        normalize("äö", None)
+    assert exc.value.code == "target_too_short"
+    with pytest.raises(TargetError) as exc:
+        normalize("äöü", None)
+    assert exc.value.code == "invalid_target"  # 3 characters: long enough, but not a handle
