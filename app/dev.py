@@ -37,7 +37,8 @@ def main() -> int:
     api_key, redis_url = prepare()
     api_port = os.environ.get("API_PORT", "8000")
     sim_port = os.environ.get("SIM_PORT", "8700")
-    env = dict(os.environ, REDIS_URL=redis_url, ENGINE_URL=f"http://127.0.0.1:{sim_port}",
+    bin_dir = os.path.dirname(sys.executable)  # the venv's gunicorn and python come first
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", REDIS_URL=redis_url, ENGINE_URL=f"http://127.0.0.1:{sim_port}",
                API_PORT=api_port, SIM_PORT=sim_port, PUBLIC_BASE_URL=f"http://127.0.0.1:{api_port}",
                SIM_TIME_SCALE=os.environ.get("SIM_TIME_SCALE", "0.1"), PYTHONUNBUFFERED="1")
     base = f"http://127.0.0.1:{api_port}"
@@ -50,7 +51,7 @@ Demo key (shown once): {api_key}
 
 Then GET the poll_url it returns with the same header. Ctrl-C stops everything.
 """, flush=True)
-    honcho = os.path.join(os.path.dirname(sys.executable), "honcho")
+    honcho = os.path.join(bin_dir, "honcho")
     try:
         return subprocess.call([honcho, "-f", "Procfile.dev", "start"], env=env)
     except KeyboardInterrupt:
