@@ -20,6 +20,7 @@ run: install
 
 ## make test: the whole suite (real Redis, real database, simulator over HTTP).
 test: install
+	@test -x /usr/bin/chromium || echo "NOTE: /usr/bin/chromium is missing: the browser tests will be SKIPPED (apt-get install chromium)"
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean:

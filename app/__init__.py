@@ -34,6 +34,7 @@ def create_app(config: dict | None = None) -> Flask:
         SESSION_COOKIE_SAMESITE="Lax",
         SESSION_COOKIE_SECURE=settings["APP_ENV"] == "production",
         WTF_CSRF_TIME_LIMIT=None,
+        PERMANENT_SESSION_LIFETIME=8 * 3600,
     )
     app.json.sort_keys = False
     setup_logging(settings["LOG_LEVEL"])
@@ -50,6 +51,9 @@ def create_app(config: dict | None = None) -> Flask:
 
     from app.api.health import bp as health_bp
     app.register_blueprint(health_bp)
+
+    from app.portal import bp as portal_bp
+    app.register_blueprint(portal_bp)
 
     from app.cli import register_cli
     register_cli(app)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from flask import Flask, g, jsonify
+from flask_wtf.csrf import CSRFError
 from peewee import InterfaceError, OperationalError
 from werkzeug.exceptions import HTTPException
 
@@ -74,6 +75,8 @@ def handle_api_error(exc: ApiError):
 
 
 def handle_http_exception(exc: HTTPException):
+    if isinstance(exc, CSRFError):
+        return error_response(400, "csrf_failed", "the form is missing a valid CSRF token; reload the page and retry")
     data = getattr(exc, "data", None)
     if exc.code in (400, 422) and data and "messages" in data:
         details = _validation_details(data)

@@ -1,0 +1,21 @@
+"""Portal forms: WTForms classes, so every one carries and checks a CSRF token."""
+from flask_wtf import FlaskForm
+from wtforms import EmailField, HiddenField, PasswordField, StringField, URLField
+from wtforms.validators import DataRequired, Email, Length, Optional
+
+
+class LoginForm(FlaskForm):
+    email = EmailField("E-mail", validators=[DataRequired(), Email(check_deliverability=False), Length(max=320)])
+    password = PasswordField("Password", validators=[DataRequired(), Length(max=1000)])
+    next = HiddenField()
+
+
+class WebhookForm(FlaskForm):
+    url = URLField("Webhook URL", validators=[Optional(), Length(max=2048)],
+                   description="Scans finished with this key are POSTed here. Leave empty to stop deliveries.")
+    secret = StringField("Signing secret", validators=[Optional(), Length(min=16, max=200)],
+                         description="Leave empty to keep the current secret.")
+
+
+class ActionForm(FlaskForm):
+    """A button that changes something (logout, generate, reveal, test event, redeliver): CSRF only."""

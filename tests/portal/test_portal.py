@@ -1,0 +1,171 @@
+"""The portal (D12): login, CSRF, cookie flags, tenant isolation, webhook settings, usage."""
+import re
+
+import pytest
+
+from app.extensions import db
+from app.models import ApiKey, WebhookDelivery
+from app.services import accounts
+from app.services.crypto import decrypt_secret
+
+PASSWORD = "correct horse battery staple"
+CSRF_RE = re.compile(r'name="csrf_token" type="hidden" value="([^"]+)"')
+
+
+def csrf(client, path):
+    page = client.get(path)
+    match = CSRF_RE.search(page.get_data(as_text=True))
+    assert match, page.get_data(as_text=True)[:500]
+    return match.group(1)
+
+
+@pytest.fixture
+def portal_account(make_customer, app):
+    acct = make_customer(tier="business", credits=50)
+    with db.connection_context():
+        accounts.create_user(acct.id, "ops@acme.example", PASSWORD)
+    acct.email = "ops@acme.example"
+    return acct
+
+
+def login(client, email="ops@acme.example", password=PASSWORD, next_path=""):
+    token = csrf(client, "/app/login")
+    return client.post("/app/login", data={"email": email, "password": password, "csrf_token": token,
+                                           "next": next_path})
+
+
+def test_pages_need_a_login(client, portal_account):
+    for path in ("/app/api-keys", f"/app/api-keys/{portal_account.key.id}", "/app/usage"):
+        response = client.get(path)
+        assert response.status_code == 302 and "/app/login" in response.headers["Location"]
+
+
+def test_login_sets_a_safe_session_cookie_and_lists_keys(client, portal_account):
+    response = login(client)
+    assert response.status_code == 302 and response.headers["Location"].endswith("/app/api-keys")
+    cookie = response.headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Lax" in cookie
+    page = client.get("/app/api-keys").get_data(as_text=True)
+    assert portal_account.key.prefix in page and portal_account.key.last4 in page
+    assert portal_account.api_key not in page
+
+
+@pytest.mark.config(APP_ENV="production")
+def test_session_cookie_is_secure_outside_development(client, portal_account):
+    assert "Secure" in login(client).headers["Set-Cookie"]
+
+
+def test_wrong_password_and_unknown_user_look_the_same(client, portal_account):
+    wrong = login(client, password="nope nope nope")
+    unknown = login(client, email="who@acme.example")
+    assert wrong.status_code == unknown.status_code == 401
+    assert "E-mail or password is wrong." in wrong.get_data(as_text=True)
+    assert client.get("/app/api-keys").status_code == 302
+
+
+def test_login_is_throttled_after_five_failures(client, portal_account):
+    for _ in range(5):
+        assert login(client, password="wrong password!").status_code == 401
+    blocked = login(client)  # even the right password, for the window
+    assert blocked.status_code == 429 and "Too many failed attempts" in blocked.get_data(as_text=True)
+
+
+def test_open_redirects_are_refused(client, portal_account):
+    assert login(client, next_path="https://evil.example/").headers["Location"].endswith("/app/api-keys")
+    client.post("/app/logout", data={"csrf_token": csrf(client, "/app/api-keys")})
+    assert login(client, next_path="/app/usage").headers["Location"].endswith("/app/usage")
+
+
+def test_forms_without_csrf_token_are_refused(client, portal_account):
+    login(client)
+    key_id = portal_account.key.id
+    for path in (f"/app/api-keys/{key_id}/webhook", f"/app/api-keys/{key_id}/secret",
+                 f"/app/api-keys/{key_id}/test-event", "/app/logout"):
+        response = client.post(path, data={"url": "https://evil.example/hook"})
+        assert response.status_code == 400 and response.get_json()["error"] == "csrf_failed"
+    with db.connection_context():
+        assert ApiKey.get_by_id(key_id).webhook_url is None
+    assert client.post("/app/login", data={"email": "ops@acme.example", "password": PASSWORD}).status_code == 400
+
+
+def test_another_customers_key_is_404_everywhere(client, portal_account, make_customer):
+    other = make_customer()
+    login(client)
+    token = csrf(client, "/app/api-keys")
+    assert client.get(f"/app/api-keys/{other.key.id}").status_code == 404
+    assert client.get("/app/api-keys/key_doesnotexist").status_code == 404
+    for suffix in ("webhook", "secret", "secret/reveal", "test-event", "deliveries/dlv_x/redeliver"):
+        response = client.post(f"/app/api-keys/{other.key.id}/{suffix}",
+                               data={"csrf_token": token, "url": "https://evil.example"})
+        assert response.status_code == 404, suffix
+    page = client.get("/app/api-keys").get_data(as_text=True)
+    assert other.key.id not in page
+
+
+def test_security_headers(client, portal_account):
+    login(client)
+    response = client.get("/app/api-keys")
+    assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"]
+    assert response.headers["X-Frame-Options"] == "DENY"
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_set_webhook_generate_and_reveal_secret(client, portal_account):
+    login(client)
+    key_id = portal_account.key.id
+    page = f"/app/api-keys/{key_id}"
+    response = client.post(f"{page}/webhook", data={"csrf_token": csrf(client, page),
+                                                    "url": "https://hooks.acme.example/scans",
+                                                    "secret": "a-very-long-secret-123"})
+    assert response.status_code == 302
+    with db.connection_context():
+        key = ApiKey.get_by_id(key_id)
+        assert key.webhook_url == "https://hooks.acme.example/scans"
+        assert decrypt_secret(key.webhook_secret_enc) == "a-very-long-secret-123"
+        assert "a-very-long-secret-123" not in key.webhook_secret_enc
+    body = client.get(page).get_data(as_text=True)
+    assert "a-very-long-secret-123" not in body  # shown only on request
+    client.post(f"{page}/secret/reveal", data={"csrf_token": csrf(client, page)})
+    assert "a-very-long-secret-123" in client.get(page).get_data(as_text=True)
+    assert "a-very-long-secret-123" not in client.get(page).get_data(as_text=True)  # once
+    client.post(f"{page}/secret", data={"csrf_token": csrf(client, page)})
+    shown = re.search(r'id="revealed-secret">([^<]+)<', client.get(page).get_data(as_text=True)).group(1)
+    with db.connection_context():
+        assert decrypt_secret(ApiKey.get_by_id(key_id).webhook_secret_enc) == shown != "a-very-long-secret-123"
+
+
+def test_bad_webhook_url_is_explained(client, portal_account):
+    login(client)
+    page = f"/app/api-keys/{portal_account.key.id}"
+    response = client.post(f"{page}/webhook", data={"csrf_token": csrf(client, page), "url": "ftp://x"},
+                           follow_redirects=True)
+    assert "webhook URL must be" in response.get_data(as_text=True)
+
+
+def test_empty_log_says_what_to_do_and_test_event_is_logged(client, portal_account, simulator, jobs):
+    login(client)
+    page = f"/app/api-keys/{portal_account.key.id}"
+    assert "No deliveries yet: set a webhook URL" in client.get(page).get_data(as_text=True)
+    client.post(f"{page}/webhook", data={"csrf_token": csrf(client, page),
+                                         "url": f"{simulator.url}/_sim/hooks/portal-test",
+                                         "secret": "portal-secret-0123456789"})
+    import requests
+    requests.post(f"{simulator.url}/_sim/receivers/portal-test", json={"secret": "portal-secret-0123456789",
+                                                                      "responses": [200]}, timeout=5)
+    assert "No deliveries yet: send a test event" in client.get(page).get_data(as_text=True)
+    client.post(f"{page}/test-event", data={"csrf_token": csrf(client, page)})
+    jobs.run()
+    html = client.get(page).get_data(as_text=True)
+    assert "HTTP 200" in html and "test" in html
+    with db.connection_context():
+        delivery = WebhookDelivery.get()
+    assert delivery.id in html and delivery.status == "succeeded"
+    filtered = client.get(f"{page}?status=failed").get_data(as_text=True)
+    assert delivery.id not in filtered and "No deliveries match this filter." in filtered
+
+
+def test_usage_page(client, portal_account):
+    client.get("/api/v1/scan/scn_x", headers=portal_account.headers)  # one charged call
+    login(client)
+    html = client.get("/app/usage").get_data(as_text=True)
+    assert "49" in html and "Business" in html and "-1" in html and "In flight now" in html
