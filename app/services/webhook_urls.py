@@ -1,11 +1,16 @@
 """Where webhooks may go (D11): the SSRF guard.
 
-Outside development and test, a webhook URL must be ``https`` and its host must
-resolve only to public addresses: loopback, private, link-local (which holds the
-cloud metadata address 169.254.169.254), shared, reserved and multicast ranges are
-refused. The check runs when a URL is saved and again for every connection, on the
-addresses actually resolved then, so a DNS answer that changes after saving
-(rebinding) is caught too.
+In production (``APP_ENV=production``) a webhook URL must be ``https`` and its host
+must resolve only to public addresses: loopback, private, link-local (which holds
+the cloud metadata address 169.254.169.254), shared (CGNAT), reserved, unspecified
+and multicast ranges are refused, also when hidden in an IPv4-mapped or 6to4 IPv6
+address. Development and test deliver anywhere, as the receiver runs on localhost.
+
+The check runs twice: when a URL is saved (``check_webhook_url``, a clear message
+for the form) and at every connection (``guarded_session``). The second one is what
+protects: the connection is made to the very address that was just checked, while
+TLS (SNI, certificate) and the ``Host`` header keep the host name, so a DNS answer
+that changes after the check (rebinding) cannot point the request elsewhere.
 """
 from __future__ import annotations
 
@@ -13,34 +18,60 @@ import ipaddress
 import socket
 from urllib.parse import urlsplit
 
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPSConnection
+from urllib3.connectionpool import HTTPSConnectionPool
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+from urllib3.util import connection as urllib3_connection
+
 from app import runtime
 
 
 class UnsafeWebhookUrl(ValueError):
-    pass
+    """The URL may not receive webhooks: wrong scheme or a non-public address."""
 
 
 def guard_enabled() -> bool:
     return runtime.config.get("APP_ENV") == "production"
 
 
+def _unwrap(ip):
+    """The IPv4 address an IPv6 one carries (mapped ``::ffff:a.b.c.d`` or 6to4), else ``ip``."""
+    if ip.version == 6:
+        return ip.ipv4_mapped or ip.sixtofour or ip
+    return ip
+
+
 def is_public(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%")[0])
-    if ip.version == 6 and ip.ipv4_mapped:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
+    ip = _unwrap(ipaddress.ip_address(address.split("%")[0]))
+    # is_global alone lets multicast and some reserved IPv6 blocks (NAT64, ::/8) through.
+    return ip.is_global and not (ip.is_multicast or ip.is_reserved)
 
 
 def resolve(host: str, port: int) -> list[str]:
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise UnsafeWebhookUrl(f"the host {host!r} does not resolve") from exc
-    return sorted({info[4][0] for info in infos})
+    """The host's addresses in the resolver's order of preference; raises ``socket.gaierror``."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(info[4][0] for info in infos))
+
+
+def public_addresses(host: str, port: int) -> list[str]:
+    """Resolve ``host`` and refuse it unless every address is public."""
+    addresses = resolve(host, port)
+    bad = [a for a in addresses if not is_public(a)]
+    if bad:
+        raise UnsafeWebhookUrl(f"{host} resolves to a non-public address ({', '.join(bad)})")
+    return addresses
+
+
+def check_scheme(url: str) -> None:
+    """At send time: in production only ``https`` leaves the service."""
+    if guard_enabled() and urlsplit(url).scheme != "https":
+        raise UnsafeWebhookUrl("webhook URLs must use https")
 
 
 def check_webhook_url(url: str, *, guard: bool | None = None) -> list[str]:
-    """Raise ``UnsafeWebhookUrl`` unless ``url`` may receive webhooks; returns its addresses."""
+    """Raise ``AccountError`` unless ``url`` may receive webhooks; returns its addresses when guarded."""
     from app.services.accounts import AccountError
 
     if len(url) > 2048:
@@ -55,10 +86,58 @@ def check_webhook_url(url: str, *, guard: bool | None = None) -> list[str]:
     if not guard:
         return []
     try:
-        addresses = resolve(parts.hostname, parts.port or 443)
-        bad = [a for a in addresses if not is_public(a)]
+        return public_addresses(parts.hostname, parts.port or 443)
+    except socket.gaierror as exc:
+        raise AccountError(f"the host {parts.hostname!r} does not resolve") from exc
     except UnsafeWebhookUrl as exc:
-        raise AccountError(str(exc)) from exc
-    if bad:
-        raise AccountError(f"the webhook URL resolves to a non-public address ({', '.join(bad)})")
-    return addresses
+        raise AccountError(f"the webhook URL is refused: {exc}") from exc
+
+
+class PinnedHTTPSConnection(HTTPSConnection):
+    """Connects only to addresses checked at this very moment; TLS still verifies the name.
+
+    ``self.host`` stays the host name, so SNI, certificate verification and the
+    ``Host`` header are unchanged; only the socket goes to the checked address.
+    A refusal raises ``UnsafeWebhookUrl``, which urllib3 and requests let through.
+    """
+
+    def _new_conn(self) -> socket.socket:
+        try:
+            addresses = public_addresses(self.host, self.port)
+        except socket.gaierror as exc:
+            raise NewConnectionError(self, f"Failed to resolve {self.host}: {exc}") from exc
+        error: OSError | None = None
+        for address in addresses:
+            try:
+                return urllib3_connection.create_connection(
+                    (address, self.port), self.timeout, source_address=self.source_address,
+                    socket_options=self.socket_options)
+            except socket.timeout as exc:
+                raise ConnectTimeoutError(self, f"Connection to {self.host} timed out") from exc
+            except OSError as exc:
+                error = exc
+        raise NewConnectionError(self, f"Failed to establish a new connection: {error}") from error
+
+
+class PinnedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = PinnedHTTPSConnection
+
+
+class PinnedAdapter(HTTPAdapter):
+    """A requests adapter whose https pools use ``PinnedHTTPSConnection``."""
+
+    def init_poolmanager(self, *args, **kwargs):
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"https": PinnedHTTPSPool}
+
+
+def guarded_session() -> requests.Session:
+    """A session for one webhook attempt: no proxies from the environment (a proxy
+    would resolve the name itself, past the guard), no default headers, and in
+    production the pinned adapter for every https URL."""
+    session = requests.Session()
+    session.trust_env = False
+    session.headers.clear()
+    if guard_enabled():
+        session.mount("https://", PinnedAdapter())
+    return session

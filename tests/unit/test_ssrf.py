@@ -1,0 +1,201 @@
+"""The SSRF guard of webhook URLs (D11): which addresses are public, the check when a
+URL is saved, and the check at every connection, pinned to the address it checked.
+
+There is no DNS here: ``dns`` replaces ``socket.getaddrinfo`` for made-up host names
+(answering in turn, the last answer repeated) and leaves IP literals to the real one.
+"""
+from __future__ import annotations
+
+import socket
+
+import pytest
+import requests
+import urllib3.util.connection
+
+from app import runtime
+from app.models import DeliveryAttempt
+from app.services import webhooks
+from app.services.accounts import AccountError
+from app.services.webhook_urls import UnsafeWebhookUrl, check_webhook_url, guarded_session, is_public
+
+HOST = "hooks.customer.example"
+URL = f"https://{HOST}/webhook"
+PUBLIC, PUBLIC_V6 = "93.184.216.34", "2606:4700::1111"
+
+REFUSED = {
+    "loopback": "127.0.0.1",
+    "loopback, far end": "127.255.255.254",
+    "RFC 1918 10/8": "10.0.0.7",
+    "RFC 1918 172.16/12": "172.31.255.1",
+    "RFC 1918 192.168/16": "192.168.1.1",
+    "link-local": "169.254.10.20",
+    "cloud metadata": "169.254.169.254",
+    "CGNAT 100.64/10": "100.64.0.1",
+    "this network 0/8": "0.1.2.3",
+    "unspecified": "0.0.0.0",
+    "benchmarking 198.18/15": "198.18.0.1",
+    "documentation": "192.0.2.10",
+    "IPv4 multicast": "224.0.0.251",
+    "reserved 240/4": "240.0.0.1",
+    "broadcast": "255.255.255.255",
+    "IPv6 loopback": "::1",
+    "IPv6 unspecified": "::",
+    "IPv6 unique local fc00::/7": "fd12:3456::1",
+    "IPv6 link-local fe80::/10": "fe80::1",
+    "IPv6 link-local with zone": "fe80::1%eth0",
+    "IPv6 multicast": "ff02::1",
+    "IPv4-mapped loopback": "::ffff:127.0.0.1",
+    "IPv4-mapped metadata": "::ffff:169.254.169.254",
+    "6to4 of loopback": "2002:7f00:1::1",
+    "NAT64 of private": "64:ff9b::a00:1",
+    "IPv4-compatible loopback": "::127.0.0.1",
+}
+
+
+class FakeDns:
+    def __init__(self):
+        self.answers: dict[str, list[list[str]]] = {}
+        self.lookups: list[str] = []
+
+    def answer(self, host: str, *answers: list[str]) -> None:
+        self.answers[host] = list(answers)
+
+    def getaddrinfo(self, real, host, port, *args, **kwargs):
+        if host not in self.answers:
+            return real(host, port, *args, **kwargs)
+        self.lookups.append(host)
+        queue = self.answers[host]
+        addresses = queue.pop(0) if len(queue) > 1 else queue[0]
+        return [(socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "",
+                 (a, port, 0, 0) if ":" in a else (a, port)) for a in addresses]
+
+
+@pytest.fixture
+def dns(monkeypatch):
+    fake, real = FakeDns(), socket.getaddrinfo
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **kw: fake.getaddrinfo(real, *a, **kw))
+    return fake
+
+
+@pytest.fixture
+def connections(monkeypatch):
+    """Records where sockets would go, and refuses them (there is no network here)."""
+    made = []
+
+    def refuse(address, *args, **kwargs):
+        made.append(address)
+        raise ConnectionRefusedError(111, "Connection refused")
+    monkeypatch.setattr(urllib3.util.connection, "create_connection", refuse)
+    return made
+
+
+# --- which addresses are public -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("address", list(REFUSED.values()), ids=list(REFUSED))
+def test_non_public_addresses_are_refused(address):
+    assert is_public(address) is False
+
+
+@pytest.mark.parametrize("address", [PUBLIC, "8.8.8.8", "1.1.1.1", PUBLIC_V6, "2a00:1450:4001:81c::200e"])
+def test_public_addresses_are_allowed(address):
+    assert is_public(address) is True
+
+
+# --- when a URL is saved --------------------------------------------------------------------
+
+
+@pytest.mark.config(APP_ENV="production")
+@pytest.mark.parametrize("address", list(REFUSED.values()), ids=list(REFUSED))
+def test_saving_a_url_that_resolves_to_a_non_public_address_is_refused(app, dns, address):
+    dns.answer(HOST, [PUBLIC, address])
+    with pytest.raises(AccountError, match="non-public"):
+        check_webhook_url(URL)
+
+
+@pytest.mark.config(APP_ENV="production")
+@pytest.mark.parametrize("url, message", [
+    (f"http://{HOST}/webhook", "https"),
+    ("https://127.0.0.1/webhook", "non-public"),
+    ("https://[::1]/webhook", "non-public"),
+    ("https://169.254.169.254/latest/meta-data", "non-public"),
+    (f"https://user:pw@{HOST}/webhook", "credentials"),
+    ("https://does-not-resolve.invalid/webhook", "does not resolve"),
+])
+def test_saving_other_unsafe_urls_is_refused(app, dns, url, message):
+    dns.answer(HOST, [PUBLIC])
+    with pytest.raises(AccountError, match=message):
+        check_webhook_url(url)
+
+
+@pytest.mark.config(APP_ENV="production")
+def test_saving_a_public_https_url_is_accepted(app, dns):
+    dns.answer(HOST, [PUBLIC, PUBLIC_V6])
+    assert check_webhook_url(URL) == [PUBLIC, PUBLIC_V6]
+
+
+def test_development_and_test_accept_local_http(app):
+    assert check_webhook_url("http://127.0.0.1:8700/_sim/hooks/x") == []
+
+
+# --- at connection time ---------------------------------------------------------------------
+
+
+@pytest.mark.config(APP_ENV="production")
+@pytest.mark.parametrize("address", list(REFUSED.values()), ids=list(REFUSED))
+def test_a_connection_to_a_non_public_address_is_refused_before_any_socket(app, dns, connections, address):
+    dns.answer(HOST, [address])
+    with guarded_session() as session, pytest.raises(UnsafeWebhookUrl):
+        session.post(URL, data=b"{}", timeout=2)
+    assert connections == []
+
+
+@pytest.mark.config(APP_ENV="production")
+def test_dns_rebinding_after_the_save_check_is_refused_at_connect(app, dns, connections):
+    dns.answer(HOST, [PUBLIC], ["10.0.0.7"])
+    assert check_webhook_url(URL) == [PUBLIC]
+    with guarded_session() as session, pytest.raises(UnsafeWebhookUrl, match="10.0.0.7"):
+        session.post(URL, data=b"{}", timeout=2)
+    assert connections == []
+
+
+@pytest.mark.config(APP_ENV="production")
+def test_the_socket_goes_to_the_address_just_checked(app, dns, connections):
+    # The name is resolved once per connection; a second, different answer is never used.
+    dns.answer(HOST, [PUBLIC, PUBLIC_V6], ["10.0.0.7"])
+    with guarded_session() as session, pytest.raises(requests.ConnectionError):
+        session.post(URL, data=b"{}", timeout=2)
+    assert dns.lookups == [HOST]
+    assert connections == [(PUBLIC, 443), (PUBLIC_V6, 443)]
+
+
+@pytest.mark.config(APP_ENV="production")
+def test_the_session_ignores_proxies_from_the_environment(app, monkeypatch):
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
+    assert guarded_session().trust_env is False
+
+
+# --- through the delivery worker ------------------------------------------------------------
+
+
+@pytest.mark.config(APP_ENV="production", WEBHOOK_RETRY_SCHEDULE=())
+def test_a_delivery_to_a_rebound_host_is_logged_as_ssrf_refused(app, dns, connections, make_customer, jobs):
+    dns.answer(HOST, [PUBLIC], ["169.254.169.254"])
+    account = make_customer(webhook_url=URL, webhook_secret="whsec_0123456789abcdef")
+    delivery = webhooks.send_test_event(account.key.id, account.customer.id)
+    jobs.run()
+    [attempt] = DeliveryAttempt.select().where(DeliveryAttempt.delivery == delivery.id)
+    assert (attempt.outcome, attempt.error, attempt.status_code) == ("failed", "ssrf_refused", None)
+    assert connections == []
+
+
+@pytest.mark.config(WEBHOOK_RETRY_SCHEDULE=())
+def test_a_plain_http_url_left_from_before_is_refused_at_send_time(
+        app, connections, make_customer, jobs, simulator, monkeypatch):
+    # Saved in development (no guard), sent after the service moved to production.
+    account = make_customer(webhook_url=f"{simulator.url}/_sim/hooks/never", webhook_secret="whsec_0123456789abcdef")
+    delivery = webhooks.send_test_event(account.key.id, account.customer.id)
+    monkeypatch.setitem(runtime.config, "APP_ENV", "production")
+    jobs.run()
+    [attempt] = DeliveryAttempt.select().where(DeliveryAttempt.delivery == delivery.id)
+    assert attempt.error == "ssrf_refused" and connections == []

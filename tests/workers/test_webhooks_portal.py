@@ -1,0 +1,205 @@
+"""The webhook services behind the key's management page (D12): the URL and secret,
+secret rotation, test events, redelivery and the delivery log. Only the owner may
+touch a key or delivery: anyone else gets ``LookupError`` (the portal's 404)."""
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+import requests
+from freezegun import freeze_time
+
+from app.models import ApiKey, WebhookDelivery
+from app.services import webhooks
+from app.services.accounts import AccountError
+from app.services.crypto import decrypt_secret
+
+SECRET = "whsec_portal_secret_0123456789"
+START = "2026-11-21 12:00:00"
+
+
+@pytest.fixture
+def receiver(simulator):
+    """A fresh receiver: ``(hook URL, function listing what it received)``."""
+    def make(responses=(200,), secret=SECRET):
+        name = f"portal-{uuid.uuid4().hex[:12]}"
+        requests.post(f"{simulator.url}/_sim/receivers/{name}",
+                      json={"secret": secret, "responses": list(responses)}, timeout=5).raise_for_status()
+        return (f"{simulator.url}/_sim/hooks/{name}",
+                lambda: requests.get(f"{simulator.url}/_sim/receivers/{name}/deliveries", timeout=5)
+                .json()["deliveries"])
+    return make
+
+
+@pytest.fixture
+def other(make_customer):
+    return make_customer(name="Someone else")
+
+
+def final(delivery_id: str) -> bool:
+    return WebhookDelivery.get_by_id(delivery_id).status != "pending"
+
+
+# --- URL and secret -------------------------------------------------------------------------
+
+
+def test_set_webhook_stores_the_url_and_the_secret_encrypted(make_customer):
+    account = make_customer()
+    key = webhooks.set_webhook(account.key.id, account.customer.id, " https://hooks.example.com/x ", SECRET)
+    assert key.webhook_url == "https://hooks.example.com/x"
+    assert SECRET not in key.webhook_secret_enc and decrypt_secret(key.webhook_secret_enc) == SECRET
+
+    key = webhooks.set_webhook(account.key.id, account.customer.id, "https://hooks.example.com/y")
+    assert decrypt_secret(key.webhook_secret_enc) == SECRET  # no secret given: kept
+    key = webhooks.set_webhook(account.key.id, account.customer.id, "")
+    assert key.webhook_url is None
+
+
+@pytest.mark.parametrize("url, secret, message", [
+    ("ftp://hooks.example.com/x", None, "absolute"),
+    ("https://hooks.example.com/x", "short", "16 to 256"),
+    ("https://hooks.example.com/x", f" {SECRET}", "white space"),
+])
+def test_set_webhook_refuses_bad_input(make_customer, url, secret, message):
+    account = make_customer()
+    with pytest.raises(AccountError, match=message):
+        webhooks.set_webhook(account.key.id, account.customer.id, url, secret)
+
+
+def test_generate_secret_rotates_and_returns_the_new_secret_once(make_customer):
+    account = make_customer(webhook_url="https://hooks.example.com/x", webhook_secret=SECRET)
+    plaintext = webhooks.generate_secret(account.key.id, account.customer.id)
+    assert plaintext.startswith("whsec_") and len(plaintext) >= 40
+    stored = ApiKey.get_by_id(account.key.id).webhook_secret_enc
+    assert plaintext not in stored and decrypt_secret(stored) == plaintext
+
+
+def test_another_customers_key_or_delivery_is_not_found(make_customer, other, receiver):
+    url, _ = receiver()
+    account = make_customer(webhook_url=url, webhook_secret=SECRET)
+    delivery = webhooks.send_test_event(account.key.id, account.customer.id)
+    for call in (lambda: webhooks.set_webhook(account.key.id, other.customer.id, url, SECRET),
+                 lambda: webhooks.generate_secret(account.key.id, other.customer.id),
+                 lambda: webhooks.send_test_event(account.key.id, other.customer.id),
+                 lambda: webhooks.list_deliveries(account.key.id, other.customer.id),
+                 lambda: webhooks.redeliver(delivery.id, other.customer.id),
+                 lambda: webhooks.redeliver("dlv_unknown", account.customer.id)):
+        with pytest.raises(LookupError):
+            call()
+    assert decrypt_secret(ApiKey.get_by_id(account.key.id).webhook_secret_enc) == SECRET
+
+
+# --- test events ----------------------------------------------------------------------------
+
+
+def test_a_test_event_is_a_signed_scan_completed_marked_test(make_customer, receiver, jobs):
+    url, received = receiver()
+    account = make_customer(webhook_url=url, webhook_secret=SECRET)
+    delivery = webhooks.send_test_event(account.key.id, account.customer.id)
+    jobs.run()
+    assert WebhookDelivery.get_by_id(delivery.id).status == "succeeded" and delivery.scan_id is None
+    [got] = received()
+    body = json.loads(got["body"])
+    assert got["signature_valid"] and got["headers"]["X-Service-Event"] == "scan.completed"
+    assert body["test"] is True and body["event"] == "scan.completed" and body["status"] == "completed"
+    assert body["scan_id"].startswith("scn_test_")
+    assert set(body["result"]) == {"risk", "counts", "profiles", "contacts", "breaches", "phone_profile",
+                                   "ai_summary", "artifacts"}
+
+
+def test_a_test_event_needs_a_webhook_url(make_customer):
+    account = make_customer()
+    with pytest.raises(AccountError, match="no webhook URL"):
+        webhooks.send_test_event(account.key.id, account.customer.id)
+
+
+# --- redelivery -----------------------------------------------------------------------------
+
+
+@pytest.mark.config(WEBHOOK_RETRY_SCHEDULE=(0,))
+def test_redelivery_starts_a_new_series_to_the_current_url(make_customer, receiver, jobs):
+    old_url, old_received = receiver(responses=[500])
+    new_url, new_received = receiver(responses=[500, 200])
+    account = make_customer(webhook_url=old_url, webhook_secret=SECRET)
+    with freeze_time(START) as frozen:
+        delivery = webhooks.send_test_event(account.key.id, account.customer.id)
+        assert jobs.run(frozen, until=lambda: final(delivery.id))
+        failed = WebhookDelivery.get_by_id(delivery.id)
+        assert (failed.status, failed.attempts) == ("failed", 2)
+
+        webhooks.set_webhook(account.key.id, account.customer.id, new_url)
+        frozen.tick(3600)
+        again = webhooks.redeliver(delivery.id, account.customer.id)
+        assert (again.id, again.status, again.body) == (delivery.id, "pending", failed.body)
+        with pytest.raises(AccountError, match="only a failed"):
+            webhooks.redeliver(delivery.id, account.customer.id)  # pending again already
+        assert jobs.run(frozen, until=lambda: final(delivery.id))
+
+    done = WebhookDelivery.get_by_id(delivery.id)
+    assert (done.status, done.attempts, done.series_start, done.url) == ("succeeded", 4, 2, new_url)
+    assert len(old_received()) == 2
+    second_series = new_received()
+    assert [d["response_status"] for d in second_series] == [500, 200]
+    assert {d["body"] for d in second_series} == {failed.body}
+    assert {d["headers"]["X-Service-Delivery"] for d in second_series} == {delivery.id}
+    log = webhooks.list_deliveries(account.key.id, account.customer.id).items[0]["attempts"]
+    assert [(a["number"], a["url"], a["outcome"]) for a in log] == [
+        (4, new_url, "succeeded"), (3, new_url, "failed"), (2, old_url, "failed"), (1, old_url, "failed")]
+
+
+@pytest.mark.config(WEBHOOK_RETRY_SCHEDULE=())
+def test_only_a_failed_delivery_can_be_redelivered(make_customer, receiver, jobs):
+    url, _ = receiver()
+    account = make_customer(webhook_url=url, webhook_secret=SECRET)
+    delivery = webhooks.send_test_event(account.key.id, account.customer.id)
+    with pytest.raises(AccountError, match="only a failed"):
+        webhooks.redeliver(delivery.id, account.customer.id)  # pending
+    jobs.run()
+    with pytest.raises(AccountError, match="only a failed"):
+        webhooks.redeliver(delivery.id, account.customer.id)  # succeeded
+
+
+@pytest.mark.config(WEBHOOK_RETRY_SCHEDULE=())
+def test_redelivery_needs_a_webhook_url(make_customer, receiver, jobs):
+    url, _ = receiver(responses=[500])
+    account = make_customer(webhook_url=url, webhook_secret=SECRET)
+    delivery = webhooks.send_test_event(account.key.id, account.customer.id)
+    jobs.run()
+    webhooks.set_webhook(account.key.id, account.customer.id, None)
+    with pytest.raises(AccountError, match="no webhook URL"):
+        webhooks.redeliver(delivery.id, account.customer.id)
+    assert WebhookDelivery.get_by_id(delivery.id).status == "failed"
+
+
+# --- the delivery log -----------------------------------------------------------------------
+
+
+@pytest.mark.config(WEBHOOK_RETRY_SCHEDULE=())
+def test_the_delivery_log_is_newest_first_filtered_and_paged(client, make_customer, receiver, jobs):
+    url, _ = receiver(responses=[200, 500])
+    account = make_customer(webhook_url=url, webhook_secret=SECRET)
+    with freeze_time(START) as frozen:
+        ok = webhooks.send_test_event(account.key.id, account.customer.id)
+        jobs.run()
+        frozen.tick(1)
+        scan_id = client.post("/api/v1/scan", json={"target": "fail.me@example.com"},
+                              headers=account.headers).json["scan_id"]
+        assert jobs.run(frozen, until=lambda: WebhookDelivery.select()
+                        .where(WebhookDelivery.scan_id == scan_id, WebhookDelivery.status == "failed").exists())
+
+    page = webhooks.list_deliveries(account.key.id, account.customer.id)
+    assert (page.total, page.page, page.pages) == (2, 1, 1)
+    newest, oldest = page.items
+    assert (newest["scan_id"], newest["event"], newest["status"], newest["test"]) == (
+        scan_id, "scan.failed", "failed", False)
+    assert newest["can_redeliver"] is True and newest["attempts"][0]["status_code"] == 500
+    assert (oldest["delivery_id"], oldest["status"], oldest["test"]) == (ok.id, "succeeded", True)
+    assert oldest["attempts"][0]["response_excerpt"] == '{"status":200}\n'
+
+    only = webhooks.list_deliveries
+    assert [d["delivery_id"] for d in only(account.key.id, account.customer.id, status="succeeded").items] == [ok.id]
+    assert [d["scan_id"] for d in only(account.key.id, account.customer.id, event="scan.failed").items] == [scan_id]
+    assert only(account.key.id, account.customer.id, status="failed", event="scan.completed").items == []
+    second = only(account.key.id, account.customer.id, page=2, per_page=1)
+    assert (second.total, second.pages, [d["delivery_id"] for d in second.items]) == (2, 2, [ok.id])
