@@ -15,6 +15,7 @@ import time
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, TimeoutError as RedisTimeoutError
 from rq import SimpleWorker
+from rq.defaults import DEFAULT_WORKER_TTL
 
 from app import create_app, runtime
 from workers.queues import ENGINE_QUEUE, WEBHOOK_QUEUE
@@ -47,8 +48,12 @@ class ScanWorker(SimpleWorker):
 
 
 def build_worker(queues=(ENGINE_QUEUE, WEBHOOK_QUEUE), name=None) -> ScanWorker:
-    return ScanWorker(list(queues), connection=runtime.redis(), name=name,
-                      maintenance_interval=int(runtime.config["RECOVERY_INTERVAL_SECONDS"]))
+    interval = max(1, int(runtime.config["RECOVERY_INTERVAL_SECONDS"]))
+    # An idle RQ worker blocks on its queues for ``worker_ttl - 15`` s (405 s by default)
+    # and runs maintenance only between two waits: size the wait to the sweep interval,
+    # so that an idle worker still sweeps every RECOVERY_INTERVAL_SECONDS.
+    return ScanWorker(list(queues), connection=runtime.redis(), name=name, maintenance_interval=interval,
+                      worker_ttl=min(DEFAULT_WORKER_TTL, interval + 15))
 
 
 def main(argv=None) -> int:

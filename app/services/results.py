@@ -2,14 +2,16 @@
 
 The engine's ``result`` is untrusted input. ``normalize_result`` keeps only the
 fields of spec §2.2, fills what is missing with empty values, clamps the score to
-0..100, derives the band from the score when absent or unknown, normalises breach
-dates to ``YYYY-MM`` and phone numbers to E.164. Anything that cannot be made
-valid raises ``InvalidResult``, and the scan fails with ``engine_failed``.
+0..100, derives the band from the (clamped) score, normalises breach dates to
+``YYYY-MM`` and phone numbers to E.164, and keeps artifacts only when they are
+absolute http(s) URLs. Anything that cannot be made valid raises ``InvalidResult``,
+and the scan fails with ``engine_failed``.
 """
 from __future__ import annotations
 
 import math
 import re
+from urllib.parse import urlsplit
 
 BANDS = (("low", 0, 24), ("medium", 25, 49), ("high", 50, 74), ("critical", 75, 100))
 BAND_NAMES = {name for name, _, _ in BANDS}
@@ -70,10 +72,9 @@ def _risk(raw) -> dict:
         else:
             raise InvalidResult("risk.score is not a number")
     score = min(100, max(0, round(score)))
-    band = raw.get("band")
-    if band not in BAND_NAMES:
-        band = band_for(score)
-    return {"score": score, "band": band}
+    # D6 defines each band as a score range, so the band always follows the (clamped)
+    # score: an absent, unknown or contradicting engine band is never kept.
+    return {"score": score, "band": band_for(score)}
 
 
 def _profile(raw) -> dict:
@@ -85,6 +86,13 @@ def _profile(raw) -> dict:
         "platform": _text(raw.get("platform")), "url": _text(raw.get("url")), "handle": _text(raw.get("handle")),
         "display_name": _text(raw.get("display_name")), "confidence": min(1.0, max(0.0, float(confidence))),
     }
+
+
+def _absolute_url(value) -> str:
+    """D6: artifacts are absolute http(s) URLs; anything else becomes ""."""
+    text = _text(value).strip() if isinstance(value, str) else ""
+    parts = urlsplit(text)
+    return text if parts.scheme in ("http", "https") and parts.netloc else ""
 
 
 def _breach(raw) -> dict:
@@ -133,7 +141,7 @@ def normalize_result(raw, kind: str) -> dict:
             "breaches": [_breach(b) for b in _list(raw.get("breaches"))],
             "phone_profile": _phone_profile(raw.get("phone_profile")) if kind == "phone" else None,
             "ai_summary": _text(raw.get("ai_summary")),
-            "artifacts": {name: _text(artifacts.get(name)) for name in ("pdf", "person_card")},
+            "artifacts": {name: _absolute_url(artifacts.get(name)) for name in ("pdf", "person_card")},
         }
     except InvalidResult:
         raise

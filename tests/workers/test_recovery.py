@@ -1,0 +1,272 @@
+"""The recovery sweep (decisions D13): lost tracking jobs are re-dispatched, reservations
+the engine never heard of are reversed, and the operator command reports both.
+
+Real Redis (flushed to lose jobs), real database, the simulator over HTTP, freezegun's clock.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+from freezegun import freeze_time
+from rq.registry import ScheduledJobRegistry
+
+from app import runtime
+from app.extensions import db
+from app.models import BulkBatch, CreditLedger, Scan
+from app.services import billing
+from workers.engine_jobs import _track
+from workers.queues import ENGINE_QUEUE, queue, tracking_job_id
+from workers.recovery import sweep
+
+SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
+START = "2026-11-21 12:00:00"
+STALE = 30
+
+
+class ProcessDied(BaseException):
+    """Stands for the API process dying in the middle of its engine call (not an ``Exception``:
+    nothing in the request path may catch it, as nothing survives a killed process)."""
+
+
+def create(client, account, target):
+    response = client.post(SCAN, json={"target": target}, headers=account.headers)
+    assert response.status_code == 202, response.json
+    return response.json["scan_id"]
+
+
+def rows(scan_ids) -> dict:
+    with db.connection_context():
+        return {s.id: s for s in Scan.select().where(Scan.id.in_(list(scan_ids)))}
+
+
+def statuses(scan_ids) -> list[str]:
+    return sorted(s.status for s in rows(scan_ids).values())
+
+
+def all_final(scan_ids):
+    return lambda: all(s in ("completed", "failed") for s in statuses(scan_ids))
+
+
+def engine_stats(simulator) -> dict:
+    return requests.get(f"{simulator.url}/_sim/engine/stats", timeout=5).json()
+
+
+def scheduled_ids() -> list[str]:
+    registry = ScheduledJobRegistry(queue=queue(ENGINE_QUEUE))
+    return [j.decode() if isinstance(j, bytes) else j for j in runtime.redis().zrange(registry.key, 0, -1)]
+
+
+def books(account) -> tuple[int, int, list]:
+    """(balance, sum of the ledger, [(delta, reason), ...])."""
+    with db.connection_context():
+        entries = list(CreditLedger.select().where(CreditLedger.customer == account.id).order_by(CreditLedger.id))
+        balance = billing.balance_of(account.id)
+    return balance, sum(e.delta for e in entries), [(e.delta, e.reason) for e in entries]
+
+
+def run_cli(app, *args):
+    result = app.test_cli_runner().invoke(args=list(args))
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+@pytest.mark.config(RECOVERY_STALE_SECONDS=STALE, ENGINE_POLL_SECONDS=1)
+def test_scans_whose_jobs_were_flushed_are_redispatched_and_complete(app, client, make_customer, jobs, redis_conn,
+                                                                     simulator):
+    account = make_customer(tier="business", credits=1000)
+    with freeze_time(START) as frozen:
+        singles = [create(client, account, t) for t in ("john.roe@example.com", "+4915123456788", "torvalds")]
+        response = client.post(BULK, json={"targets": [{"target": "ann@example.com"}, {"target": "+4915123456787"},
+                                                       {"target": "slow.sam@example.com"}]}, headers=account.headers)
+        assert response.status_code == 202, response.json
+        ids = singles + [s["scan_id"] for s in response.json["scans"]]
+        # Mid-run: the first looks found them running. Then Redis loses every job.
+        assert jobs.run(frozen, until=lambda: statuses(ids).count("running") >= 3)
+        in_flight = [i for i, s in rows(ids).items() if s.status in ("queued", "running")]
+        assert len(in_flight) >= 3
+        tokens = {i: rows([i])[i].tracking_job_id for i in in_flight}
+        redis_conn.flushdb()
+        assert jobs.run(frozen) and scheduled_ids() == []  # nothing left to run: the chains are lost
+        assert all(s.status in ("queued", "running") for s in rows(in_flight).values())
+
+        # Not yet stale: a scan looked at moments ago may just be between two looks.
+        assert sweep()["scans_redispatched"] == 0
+        assert scheduled_ids() == [] and queue(ENGINE_QUEUE).count == 0
+
+        frozen.tick(STALE + 1)
+        report = run_cli(app, "scans", "recover", "--json")  # flask --app wsgi scans recover --json
+        assert report["ok"] is True
+        assert report["scans_redispatched"] == len(in_flight)
+        assert report["reservations_reversed"] == 0
+        assert queue(ENGINE_QUEUE).count == len(in_flight)  # enqueued to run now
+        after = rows(in_flight)
+        for scan_id, token in tokens.items():  # each chain has a new token: a late old job stops
+            assert after[scan_id].tracking_job_id != token
+        # Sweeping again right away finds the new chains alive and changes nothing.
+        assert sweep()["scans_redispatched"] == 0
+        assert queue(ENGINE_QUEUE).count == len(in_flight)
+
+        # The old chains' jobs, if one came back now, would do nothing: not even look.
+        calls = engine_stats(simulator)["status"]
+        with db.connection_context():
+            assert {_track(scan_id, token) for scan_id, token in tokens.items()} == {"stale"}
+        assert engine_stats(simulator)["status"] == calls
+        assert jobs.run(frozen, until=all_final(ids))
+    assert statuses(ids) == ["completed"] * len(ids)
+    assert engine_stats(simulator)["status"] == calls + len(in_flight)  # one look each, none from stale jobs
+
+
+@pytest.mark.config(RECOVERY_STALE_SECONDS=STALE)
+def test_a_scan_with_a_live_job_is_left_alone_however_long_it_waits(client, make_customer, redis_conn, jobs):
+    """A scheduled job that has not come due (a long poll interval, a busy worker) is not lost."""
+    account = make_customer(credits=100)
+    with freeze_time(START) as frozen:
+        scan_id = create(client, account, "john.roe@example.com")
+        token = rows([scan_id])[scan_id].tracking_job_id
+        frozen.tick(STALE * 10)
+        assert sweep()["scans_redispatched"] == 0
+        assert rows([scan_id])[scan_id].tracking_job_id == token
+        assert scheduled_ids() == [token]
+        # The same scan once its job is gone.
+        redis_conn.flushdb()
+        assert sweep()["scans_redispatched"] == 1
+        assert rows([scan_id])[scan_id].tracking_job_id == tracking_job_id(scan_id, 1)
+        assert jobs.run(frozen, until=all_final([scan_id]))
+    assert statuses([scan_id]) == ["completed"]
+
+
+@pytest.mark.config(RECOVERY_STALE_SECONDS=STALE)
+def test_a_job_left_started_by_a_dead_worker_is_treated_as_lost(client, make_customer, jobs):
+    """A worker killed mid-job leaves its job 'started' for ever: that chain is lost too."""
+    from rq.job import JobStatus
+    account = make_customer(credits=100)
+    with freeze_time(START) as frozen:
+        scan_id = create(client, account, "john.roe@example.com")
+        token = rows([scan_id])[scan_id].tracking_job_id
+        job = queue(ENGINE_QUEUE).fetch_job(token)
+        ScheduledJobRegistry(queue=queue(ENGINE_QUEUE)).remove(job)
+        job.set_status(JobStatus.STARTED)  # what a worker SIGKILLed inside the job leaves behind
+        frozen.tick(STALE + 1)
+        assert sweep()["scans_redispatched"] == 1
+        assert jobs.run(frozen, until=all_final([scan_id]))
+    assert statuses([scan_id]) == ["completed"]
+
+
+@pytest.mark.config(RECOVERY_STALE_SECONDS=STALE)
+def test_a_reservation_never_submitted_is_reversed_after_the_stale_window(app, client, make_customer, monkeypatch,
+                                                                          simulator):
+    account = make_customer(credits=10)
+
+    def die(**_):
+        raise ProcessDied()
+
+    with freeze_time(START) as frozen:
+        monkeypatch.setattr("app.services.engine.submit", die)
+        with pytest.raises(ProcessDied):
+            client.post(SCAN, json={"target": "john.roe@example.com"}, headers=account.headers)
+        monkeypatch.undo()
+        with db.connection_context():
+            orphans = list(Scan.select().where(Scan.customer == account.id))
+        assert len(orphans) == 1 and orphans[0].engine_id is None and orphans[0].status == "queued"
+        balance, total, entries = books(account)
+        assert balance == total == 9 and entries == [(10, "grant"), (-1, "scan")]
+
+        # Within the window the creator may still be in its engine call: hands off.
+        frozen.tick(STALE - 1)
+        assert sweep()["reservations_reversed"] == 0
+        assert len(rows([orphans[0].id])) == 1
+
+        frozen.tick(2)
+        report = run_cli(app, "scans", "recover", "--json")
+        assert report["reservations_reversed"] == 1 and report["scans_redispatched"] == 0
+        assert rows([orphans[0].id]) == {}
+        balance, total, entries = books(account)
+        assert balance == total == 10
+        assert entries == [(10, "grant"), (-1, "scan"), (1, "refund")]
+        assert sweep()["reservations_reversed"] == 0  # refunded once
+        assert books(account)[0] == 10
+    assert engine_stats(simulator)["status"] == 0
+
+
+@pytest.mark.config(RECOVERY_STALE_SECONDS=STALE)
+def test_a_bulk_reservation_never_submitted_is_reversed_whole(client, make_customer, monkeypatch):
+    account = make_customer(tier="business", credits=10)
+
+    def die(items):
+        raise ProcessDied()
+
+    with freeze_time(START) as frozen:
+        monkeypatch.setattr("app.services.engine.submit_batch", die)
+        with pytest.raises(ProcessDied):
+            client.post(BULK, json={"targets": [{"target": "a.one@example.com"}, {"target": "torvalds"},
+                                                {"target": "+4915123456788"}, {"target": "x"}]},
+                        headers=account.headers)
+        monkeypatch.undo()
+        with db.connection_context():
+            batches = list(BulkBatch.select().where(BulkBatch.customer == account.id))
+        assert len(batches) == 1 and len(rows_of(account)) == 3
+        assert books(account)[0] == 7
+        frozen.tick(STALE + 1)
+        assert sweep()["reservations_reversed"] == 3
+    assert rows_of(account) == []
+    with db.connection_context():
+        assert BulkBatch.get_or_none(BulkBatch.id == batches[0].id) is None
+    balance, total, entries = books(account)
+    assert balance == total == 10
+    assert entries[:2] == [(10, "grant"), (-3, "bulk")]
+    assert sum(delta for delta, reason in entries if reason == "refund") == 3
+
+
+def rows_of(account) -> list:
+    with db.connection_context():
+        return list(Scan.select().where(Scan.customer == account.id))
+
+
+@pytest.mark.config(RECOVERY_STALE_SECONDS=STALE)
+def test_a_submitted_scan_is_never_reversed_and_a_finished_one_never_redispatched(client, make_customer, jobs,
+                                                                                  redis_conn):
+    account = make_customer(credits=100)
+    with freeze_time(START) as frozen:
+        running = create(client, account, "hang.harry@example.com")
+        finished = create(client, account, "torvalds")
+        failed = create(client, account, "fail.fred@example.com")
+        assert jobs.run(frozen, until=all_final([finished, failed]))
+        assert statuses([finished, failed]) == ["completed", "failed"]
+        redis_conn.flushdb()
+        frozen.tick(STALE * 5)
+        before = rows([running, finished, failed])
+        assert before[running].status == "running"
+        report = sweep()
+        after = rows([running, finished, failed])
+    assert report["reservations_reversed"] == 0 and report["scans_redispatched"] == 1
+    assert after[running].tracking_job_id != before[running].tracking_job_id
+    for scan_id in (finished, failed):
+        assert after[scan_id].tracking_job_id == before[scan_id].tracking_job_id
+        assert after[scan_id].status == before[scan_id].status
+    assert queue(ENGINE_QUEUE).count == 1
+    assert books(account)[0] == 97  # three scans charged, nothing refunded
+
+
+def test_the_sweep_report_names_what_it_did(app):
+    report = run_cli(app, "scans", "recover", "--json")
+    assert report["ok"] is True
+    assert {"scans_redispatched", "reservations_reversed", "idempotency_purged"} <= set(report)
+    assert report["scans_redispatched"] == report["reservations_reversed"] == 0
+
+
+@pytest.mark.config(RECOVERY_STALE_SECONDS=STALE)
+def test_a_scan_never_looked_at_is_redispatched_only_once_its_creation_is_stale(client, make_customer, redis_conn,
+                                                                                 jobs):
+    account = make_customer(credits=100)
+    with freeze_time(START) as frozen:
+        scan_id = create(client, account, "john.roe@example.com")
+        redis_conn.flushdb()  # its first look is lost before it ever ran
+        assert sweep()["scans_redispatched"] == 0
+        frozen.tick(STALE - 1)
+        assert sweep()["scans_redispatched"] == 0
+        frozen.tick(2)
+        assert sweep()["scans_redispatched"] == 1
+        assert jobs.run(frozen, until=all_final([scan_id]))
+    assert statuses([scan_id]) == ["completed"]

@@ -1,0 +1,197 @@
+"""``python -m workers`` as a real process (decisions D13, D14).
+
+The worker runs on wall-clock time here (a separate process cannot share freezegun's
+clock), so the one test that drives it waits in a bounded poll loop. The other tests
+exercise the worker's pieces in-process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from rq.job import Job
+
+from app import runtime
+from app.extensions import db
+from app.models import Scan
+from app.services.results import band_for
+from tests.conftest import ServerThread
+from workers.__main__ import SWEEP_LOCK, ScanWorker, build_worker, run_sweep_once
+
+ROOT = Path(__file__).resolve().parents[2]
+DEADLINE_SECONDS = 60
+
+
+class HoldingEngine:
+    """Forwards to the simulator, but holds the first status call until released.
+
+    While it is held, the worker that made it is inside a tracking job: the moment to kill it.
+    """
+
+    def __init__(self, upstream: str):
+        self.upstream = upstream
+        self.arrived, self.release = threading.Event(), threading.Event()
+        self.status_calls = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, environ, start_response):
+        path = environ.get("PATH_INFO", "")
+        if environ["REQUEST_METHOD"] == "GET" and path.startswith("/v1/investigations/"):
+            with self._lock:
+                self.status_calls += 1
+                first = self.status_calls == 1
+            if first:
+                self.arrived.set()
+                self.release.wait(30)
+        forwarded = requests.request(environ["REQUEST_METHOD"], f"{self.upstream}{path}",
+                                     headers={"Authorization": environ.get("HTTP_AUTHORIZATION", "")}, timeout=5)
+        start_response(f"{forwarded.status_code} X", [("Content-Type", "application/json")])
+        return [forwarded.content]
+
+
+def worker_env(app, engine_url: str, instance: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEST_", "PYTEST"))}
+    env.update({
+        "APP_ENV": "test",
+        "DATABASE_URL": app.config["DATABASE_URL"],
+        "REDIS_URL": runtime.config["REDIS_URL"],
+        "ENGINE_URL": engine_url,
+        "ENGINE_TOKEN": app.config["ENGINE_TOKEN"],
+        "SECRET_KEY": app.config["SECRET_KEY"],
+        "INSTANCE_PATH": str(instance),
+        "RECOVERY_INTERVAL_SECONDS": "1",
+        "RECOVERY_STALE_SECONDS": "2",
+        "ENGINE_POLL_SECONDS": "0.5",
+        "LOG_LEVEL": "INFO",
+        "PYTHONUNBUFFERED": "1",
+    })
+    return env
+
+
+class WorkerProcess:
+    """``python -m workers`` in its own process group, so that a kill takes its scheduler child too."""
+
+    def __init__(self, env: dict, log_path: Path):
+        self.log_path = log_path
+        self._log = open(log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "workers", "--name", f"test-{log_path.stem}"],
+                                     cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def kill(self, sig=signal.SIGKILL) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        try:  # the group may outlive its leader (RQ's forked scheduler): end it too
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self._log.close()
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+
+def wait_for(predicate, timeout: float, what: str, workers=()) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    logs = "\n".join(f"--- {w.log_path.name}\n{w.output()}" for w in workers)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{logs}")
+
+
+def scan_row(scan_id) -> Scan:
+    with db.connection_context():
+        return Scan.get_by_id(scan_id)
+
+
+@pytest.mark.config(ENGINE_POLL_SECONDS=0.5, RECOVERY_STALE_SECONDS=2, RECOVERY_INTERVAL_SECONDS=1)
+def test_a_worker_killed_mid_job_and_restarted_still_completes_the_scan(app, client, account, simulator, tmp_path):
+    engine = HoldingEngine(simulator.url)
+    proxy = ServerThread(engine)
+    env = worker_env(app, proxy.url, tmp_path / "instance")
+    workers = []
+    try:
+        response = client.post("/api/v1/scan", json={"target": "slow.sue@example.com"}, headers=account.headers)
+        assert response.status_code == 202, response.json
+        scan_id = response.json["scan_id"]
+        first_job = scan_row(scan_id).tracking_job_id
+
+        workers.append(WorkerProcess(env, tmp_path / "worker-1.log"))
+        wait_for(engine.arrived.is_set, 30, "the worker's first look at the engine", workers)
+        # The worker is inside the tracking job, waiting for the engine's answer: kill it (and its scheduler).
+        workers[0].kill(signal.SIGKILL)
+        assert workers[0].proc.returncode == -signal.SIGKILL
+        engine.release.set()
+
+        scan = scan_row(scan_id)
+        assert scan.status == "queued" and scan.tracking_job_id == first_job
+        job = Job.fetch(first_job, connection=runtime.redis())
+        assert job.get_status() == "started"  # killed mid-job: nothing else will ever finish it
+
+        workers.append(WorkerProcess(env, tmp_path / "worker-2.log"))
+        wait_for(lambda: scan_row(scan_id).status in ("completed", "failed"), DEADLINE_SECONDS,
+                 "the scan to finish", workers)
+        scan = scan_row(scan_id)
+        assert scan.status == "completed", (scan.failure_code, scan.failure_message, workers[1].output())
+        # The restarted worker's sweep replaced the lost chain (a new generation), then it ran.
+        assert scan.tracking_job_id != first_job
+        assert int(scan.tracking_job_id.rsplit("-", 1)[1]) >= 1
+        assert scan.completed_at is not None and scan.failed_at is None
+        result = json.loads(scan.result_json)
+        assert result["risk"]["band"] == band_for(result["risk"]["score"])
+        assert workers[1].proc.poll() is None  # still working
+    finally:
+        engine.release.set()
+        for worker in workers:
+            worker.kill(signal.SIGTERM)
+        proxy.stop()
+
+
+# --- the worker's pieces, in-process -----------------------------------------------------
+
+@pytest.mark.config(RECOVERY_INTERVAL_SECONDS=30)
+def test_one_sweep_per_interval_among_all_workers(app, redis_conn):
+    first = run_sweep_once()
+    assert first is not None and {"scans_redispatched", "reservations_reversed"} <= set(first)
+    assert run_sweep_once() is None  # another worker (or this one) swept within the interval
+    assert 0 < redis_conn.ttl(SWEEP_LOCK) <= 29
+    redis_conn.delete(SWEEP_LOCK)  # the interval is over
+    assert run_sweep_once() is not None
+
+
+@pytest.mark.config(RECOVERY_INTERVAL_SECONDS=5)
+def test_an_idle_worker_still_wakes_up_to_sweep(app):
+    """RQ blocks an idle worker on the queues for ``worker_ttl - 15`` s (405 s by default) between
+    maintenance runs; the sweep must come every RECOVERY_INTERVAL_SECONDS, jobs or not."""
+    worker = build_worker()
+    assert isinstance(worker, ScanWorker)
+    assert worker.maintenance_interval == 5
+    assert worker.dequeue_timeout <= 5
+
+
+def test_a_failing_sweep_does_not_stop_the_worker(app, monkeypatch):
+    def broken():
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr("workers.recovery.sweep", broken)
+    worker = build_worker()
+    worker.run_maintenance_tasks()  # logged, not raised
+
