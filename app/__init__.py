@@ -37,7 +37,7 @@ def create_app(config: dict | None = None) -> Flask:
         PERMANENT_SESSION_LIFETIME=8 * 3600,
     )
     app.json.sort_keys = False
-    setup_logging(settings["LOG_LEVEL"])
+    setup_logging(settings["LOG_LEVEL"], settings["LOG_FORMAT"])
 
     init_db(settings["DATABASE_URL"])
     runtime.bind(app.config)
@@ -54,6 +54,9 @@ def create_app(config: dict | None = None) -> Flask:
 
     from app.portal import bp as portal_bp
     app.register_blueprint(portal_bp)
+
+    from app.metrics import bp as metrics_bp
+    app.register_blueprint(metrics_bp)
 
     from app.cli import register_cli
     register_cli(app)

@@ -90,6 +90,8 @@ def load_settings(env=None) -> dict:
         # Request bodies above this many bytes answer 413 (a bulk of 100 fits easily).
         "MAX_CONTENT_LENGTH": _int(env, "MAX_CONTENT_LENGTH", 256 * 1024),
         "LOG_LEVEL": (env.get("LOG_LEVEL") or "INFO").upper(),
+        # json for log shippers (production default), text for people at a terminal.
+        "LOG_FORMAT": (env.get("LOG_FORMAT") or ("json" if app_env == "production" else "text")).lower(),
         "METRICS_TOKEN": env.get("METRICS_TOKEN") or None,
     }
 

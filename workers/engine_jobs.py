@@ -16,6 +16,7 @@ from rq import get_current_job
 
 from app import runtime
 from app.extensions import db
+from app.logging_setup import log_context
 from app.models import Scan, utcnow
 from app.models.scans import FINAL
 from app.services import engine, tracking
@@ -68,7 +69,7 @@ def hand_over(scan_id: str, current_job_id: str | None, delay: float, **changes)
 def track_scan(scan_id: str) -> str:
     job = get_current_job()
     job_id = job.id if job else None
-    with db.connection_context():
+    with log_context(scan_id=scan_id), db.connection_context():
         return _track(scan_id, job_id)
 
 

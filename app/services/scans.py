@@ -16,6 +16,7 @@ Admission follows decisions D3, D7, D8 and D13:
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -31,6 +32,8 @@ from app.services import billing, engine, quotas
 from app.services.limits import BULK_TIERS, MAX_BULK_TARGETS, limits_for
 from app.services.targets import TargetError, normalize
 from workers.queues import tracking_job_id
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -152,6 +155,7 @@ def _count_created(rows, customer) -> None:
     from app.metrics import SCANS_CREATED
     for row in rows:
         SCANS_CREATED.labels(kind=row["kind"], tier=customer.tier).inc()
+        log.info("scan created (%s)", row["kind"], extra={"scan_id": row["id"]})
 
 
 def create_scan(customer, api_key_id, target, kind, *, base_url, request_id) -> Outcome:

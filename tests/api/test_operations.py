@@ -1,0 +1,69 @@
+"""Operators' view: /metrics (internal, uncharged) and structured, redacted logs."""
+import json
+import logging
+
+import pytest
+
+from app.logging_setup import ContextFilter, JsonFormatter, RedactFilter, log_context
+from tests.api.helpers import balance
+
+
+def test_metrics_report_store_totals_and_are_free(client, account):
+    created = client.post("/api/v1/scan", json={"target": "jane@example.com"}, headers=account.headers)
+    assert created.status_code == 202
+    client.post("/api/v1/scan", json={"target": "ab"}, headers=account.headers)
+    response = client.get("/metrics", headers=account.headers)
+    assert response.status_code == 200
+    text = response.get_data(as_text=True)
+    assert 'scan_api_scans{kind="email",status="queued",tier="business"} 1.0' in text
+    assert 'scan_api_credits_charged{reason="scan"} 1.0' in text
+    assert 'scan_api_credits_charged{reason="call"} 1.0' in text
+    assert 'scan_api_queue_depth{queue="engine"}' in text
+    assert "scan_engine_call_seconds_bucket" in text
+    assert balance(account) == 98  # the scrape cost nothing
+
+
+def test_metrics_are_internal_by_default(client):
+    assert client.get("/metrics", environ_base={"REMOTE_ADDR": "203.0.113.9"}).status_code == 404
+
+
+@pytest.mark.config(METRICS_TOKEN="scrape-token")
+def test_metrics_token_is_required_when_set(client):
+    assert client.get("/metrics").status_code == 404
+    assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 404
+    ok = client.get("/metrics", headers={"Authorization": "Bearer scrape-token"},
+                    environ_base={"REMOTE_ADDR": "203.0.113.9"})
+    assert ok.status_code == 200
+
+
+def _format(message, *args, **extra):
+    record = logging.LogRecord("app.test", logging.INFO, __file__, 1, message, args, None)
+    for key, value in extra.items():
+        setattr(record, key, value)
+    ContextFilter().filter(record)
+    RedactFilter().filter(record)
+    return json.loads(JsonFormatter().format(record))
+
+
+def test_json_logs_carry_context_ids():
+    with log_context(scan_id="scn_abc", delivery_id="dlv_x"):
+        entry = _format("looked at %s", "the engine")
+    assert entry["message"] == "looked at the engine"
+    assert entry["scan_id"] == "scn_abc" and entry["delivery_id"] == "dlv_x" and entry["level"] == "INFO"
+    assert "scan_id" not in _format("outside")
+
+
+def test_secrets_are_redacted_from_logs():
+    entry = _format("key %s secret %s", "service_live_AbCdEf0123456789abcdef", "whsec_s3cr3tvalue_xyz")
+    assert "AbCdEf0123456789" not in entry["message"] and "s3cr3tvalue" not in entry["message"]
+    assert entry["message"] == "key service_live_[redacted] secret whsec_[redacted]"
+
+
+def test_request_logs_name_request_and_customer(client, account, caplog):
+    with caplog.at_level(logging.INFO, logger="app.services.scans"):
+        client.post("/api/v1/scan", json={"target": "jane@example.com"},
+                    headers={**account.headers, "X-Request-Id": "req-ops-1"})
+    record = next(r for r in caplog.records if r.getMessage().startswith("scan created"))
+    ContextFilter().filter(record)
+    assert record.request_id == "req-ops-1" and record.customer_id == account.id
+    assert record.scan_id.startswith("scn_")
