@@ -1,0 +1,375 @@
+"""``python -m app.client``: scan targets from a shell or a script.
+
+    export SCAN_API_KEY=service_live_...   SCAN_API_URL=https://api.example.com
+    python -m app.client scan jane.doe@example.com --wait
+    python -m app.client bulk targets.csv --wait --format csv > results.csv
+    python -m app.client get scn_...        python -m app.client get-bulk blk_...
+
+stdout carries only the JSON or CSV answer; progress and errors go to stderr (a live bar
+when stderr is a terminal, a plain line per change otherwise). Exit codes: 0 done,
+1 the API answered an error (or could not be reached), 2 usage error, 3 ``--wait`` timed out.
+
+``main(argv, stdin=, stdout=, stderr=, env=, sleep=, clock=, session=)`` runs in-process and
+returns the exit code, so tests and other programs can call it without a subprocess.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import sys
+import time
+from typing import Any, Callable, TextIO
+
+from app.client.client import DEFAULT_BASE_URL, MAX_BULK_TARGETS, ScanClient
+from app.client.errors import ApiError, TransportError, WaitTimeout
+
+EXIT_OK, EXIT_API_ERROR, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
+KEY_ENV, URL_ENV = "SCAN_API_KEY", "SCAN_API_URL"
+STATES = ("queued", "running", "completed", "failed")
+CSV_FIELDS = ["scan_id", "target", "kind", "status", "risk_score", "risk_band", "findings", "breaches",
+              "finished_at", "error", "message"]
+PLAIN_EVERY_SECONDS = 30.0
+
+# One line per error code: what happened and what to do about it. {retry} is "in N s" or "later".
+MESSAGES = {
+    "unauthorized": "no valid Authorization header was sent: set SCAN_API_KEY or pass --key",
+    "invalid_token": "the API key is unknown or revoked: check SCAN_API_KEY / --key",
+    "insufficient_balance": "your balance is below 1 credit: ask your account manager to add credits",
+    "forbidden": "that scan or batch belongs to another customer",
+    "bulk_not_allowed": "bulk scans need the Business or Enterprise tier: scan targets one by one, "
+                        "or ask your account manager to upgrade",
+    "not_found": "no scan or batch has that id",
+    "idempotency_conflict": "that Idempotency-Key was already used for another request (or is still in use)",
+    "rate_limit_inflight": "too many scans in flight for your tier: retry {retry}",
+    "rate_limit_hour": "hourly scan quota used up: retry {retry}",
+    "rate_limit_day": "daily scan quota used up: retry {retry}",
+    "engine_submit_failed": "the investigation engine cannot be reached: nothing was charged, retry {retry}",
+    "service_unavailable": "the service is temporarily unavailable: retry {retry}",
+    "internal_error": "the service failed unexpectedly: quote the request id to support",
+    "too_many_targets": f"a bulk call takes at most {MAX_BULK_TARGETS} targets",
+    "no_targets": "the bulk call has no targets",
+    "payload_too_large": "the request is too large",
+}
+# Codes whose server message is more precise than anything generic (it names the field or target).
+SERVER_WORDED = {"invalid_request", "target_too_short", "invalid_kind", "invalid_target"}
+
+
+class UsageError(Exception):
+    """Bad arguments or input: exit code 2."""
+
+
+class _ParserExit(Exception):
+    def __init__(self, status: int):
+        self.status = status
+
+
+def build_parser(out: TextIO, err: TextIO) -> argparse.ArgumentParser:
+    class Parser(argparse.ArgumentParser):
+        """argparse writing to the given streams and raising instead of calling sys.exit."""
+
+        def _print_message(self, message, file=None):
+            if message:
+                (err if file is sys.stderr else out).write(message)
+
+        def exit(self, status=0, message=None):
+            if message:
+                err.write(message)
+            raise _ParserExit(status)
+
+        def error(self, message):
+            self.print_usage(sys.stderr)
+            self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+    common = Parser(add_help=False)
+    common.add_argument("--key", default=argparse.SUPPRESS,
+                        help=f"API key (default: ${KEY_ENV})")
+    common.add_argument("--url", default=argparse.SUPPRESS,
+                        help=f"API base URL (default: ${URL_ENV}, else {DEFAULT_BASE_URL})")
+    output = Parser(add_help=False)
+    output.add_argument("--format", choices=("json", "csv"), default="json", help="output on stdout (default json)")
+    waiting = Parser(add_help=False)
+    waiting.add_argument("--wait", action="store_true", help="poll until finished, progress on stderr")
+    waiting.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                         help="with --wait: give up after this long (exit 3; the scans go on)")
+    waiting.add_argument("--poll-interval", type=float, default=12.0, metavar="SECONDS",
+                         help="with --wait: seconds between reads, each costs 1 credit (default 12)")
+
+    parser = Parser(prog="python -m app.client", parents=[common],
+                    description="Client of the Public Scan API. Every API call costs 1 credit.",
+                    epilog="Exit codes: 0 ok, 1 API error, 2 usage error, 3 --wait timed out.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    scan = sub.add_parser("scan", parents=[common, output, waiting], help="scan one target")
+    scan.add_argument("target", help="e-mail address, +E.164 phone number or username")
+    scan.add_argument("--kind", choices=("email", "phone", "username"), help="default: inferred from the target")
+    bulk = sub.add_parser("bulk", parents=[common, output, waiting],
+                          help=f"scan up to {MAX_BULK_TARGETS} targets (Business and Enterprise tiers)")
+    bulk.add_argument("file", metavar="FILE",
+                      help="CSV with a 'target,kind' header, or one target per line; '-' reads stdin")
+    get = sub.add_parser("get", parents=[common, output], help="read one scan")
+    get.add_argument("scan_id")
+    get_bulk = sub.add_parser("get-bulk", parents=[common, output], help="read a bulk batch")
+    get_bulk.add_argument("bulk_id")
+    return parser
+
+
+# --- input ------------------------------------------------------------------------------
+
+def read_targets(text: str) -> list[dict]:
+    """Targets from CSV text: a ``target[,kind]`` header row, or one ``target[,kind]`` per line.
+
+    Blank lines and lines starting with ``#`` are skipped; an empty kind is left to the API to infer.
+    """
+    rows = [row for row in csv.reader(io.StringIO(text.lstrip("\ufeff")))
+            if row and any(cell.strip() for cell in row) and not row[0].lstrip().startswith("#")]
+    if not rows:
+        return []
+    header = [cell.strip().lower() for cell in rows[0]]
+    if "target" in header:
+        target_at, kind_at = header.index("target"), (header.index("kind") if "kind" in header else None)
+        rows = rows[1:]
+    else:
+        target_at, kind_at = 0, 1
+    targets = []
+    for row in rows:
+        item = {"target": row[target_at].strip() if target_at < len(row) else ""}
+        kind = row[kind_at].strip() if kind_at is not None and kind_at < len(row) else ""
+        if kind:
+            item["kind"] = kind
+        targets.append(item)
+    return targets
+
+
+def load_targets(path: str, stdin: TextIO) -> list[dict]:
+    if path == "-":
+        text = stdin.read()
+    else:
+        try:
+            with open(path, encoding="utf-8-sig", newline="") as handle:
+                text = handle.read()
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    targets = read_targets(text)
+    source = "stdin" if path == "-" else path
+    if not targets:
+        raise UsageError(f"no targets in {source}")
+    if len(targets) > MAX_BULK_TARGETS:
+        raise UsageError(f"{source} has {len(targets)} targets; a bulk call takes at most {MAX_BULK_TARGETS}")
+    return targets
+
+
+# --- output -----------------------------------------------------------------------------
+
+def scan_row(scan: dict, status: str = "queued") -> dict:
+    result = scan.get("result") or {}
+    failure = scan.get("failure") or {}
+    return {
+        "scan_id": scan.get("scan_id", ""), "target": scan.get("target", ""), "kind": scan.get("kind", ""),
+        "status": scan.get("status", status),
+        "risk_score": (result.get("risk") or {}).get("score", ""),
+        "risk_band": (result.get("risk") or {}).get("band", ""),
+        "findings": (result.get("counts") or {}).get("findings", ""),
+        "breaches": len(result["breaches"]) if isinstance(result.get("breaches"), list) else "",
+        "finished_at": scan.get("completed_at") or scan.get("failed_at") or "",
+        "error": failure.get("code", ""), "message": failure.get("message", ""),
+    }
+
+
+def rejected_row(entry: dict) -> dict:
+    row = dict.fromkeys(CSV_FIELDS, "")
+    row.update(target=entry.get("target") or "", kind=entry.get("kind") or "", status="rejected",
+               error=entry.get("error", ""), message=entry.get("message", ""))
+    return row
+
+
+def bulk_rows(created: dict, scans: list[dict]) -> list[dict]:
+    """One row per submitted target, in the order of the input: its scan, or its rejection."""
+    rejected = {r.get("index"): r for r in created.get("rejected") or []}
+    pending = iter(scans)
+    rows = []
+    for index in range(created.get("total") or len(scans) + len(rejected)):
+        if index in rejected:
+            rows.append(rejected_row(rejected[index]))
+        else:
+            scan = next(pending, None)
+            if scan is not None:
+                rows.append(scan_row(scan))
+    rows.extend(scan_row(scan) for scan in pending)
+    return rows
+
+
+def write_output(out: TextIO, fmt: str, document: Any, rows: list[dict]) -> None:
+    if fmt == "csv":
+        writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    else:
+        json.dump(document, out, indent=2, ensure_ascii=False)
+        out.write("\n")
+    out.flush()
+
+
+# --- progress ---------------------------------------------------------------------------
+
+class Progress:
+    """Progress on stderr: a redrawn bar on a terminal, otherwise a plain line per change (and every 30 s)."""
+
+    WIDTH = 24
+
+    def __init__(self, stream: TextIO, label: str, clock: Callable[[], float]):
+        self.stream, self.label, self.clock = stream, label, clock
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.start = clock()
+        self.last_line: str | None = None
+        self.last_at: float | None = None
+        self.drawn = False
+
+    @staticmethod
+    def counts(state: dict) -> dict[str, int]:
+        if "all_done" in state:
+            return {name: int(state.get(name) or 0) for name in STATES}
+        return {name: int(state.get("status") == name) for name in STATES}
+
+    def update(self, state: dict) -> None:
+        now = self.clock()
+        elapsed = max(0, int(now - self.start))
+        counts = self.counts(state)
+        total = sum(counts.values())
+        done = counts["completed"] + counts["failed"]
+        detail = f"queued {counts['queued']}  running {counts['running']}  completed {counts['completed']}  " \
+                 f"failed {counts['failed']}"
+        recipes = state.get("progress")
+        if isinstance(recipes, dict) and recipes.get("recipes_total"):
+            detail += f"  (recipes {recipes.get('recipes_done', 0)}/{recipes['recipes_total']})"
+        clock = f"{elapsed // 60:02d}:{elapsed % 60:02d}"
+        if self.tty:
+            filled = int(self.WIDTH * done / total) if total else self.WIDTH
+            bar = "#" * filled + "-" * (self.WIDTH - filled)
+            self.stream.write(f"\r\x1b[K{self.label} [{bar}] {done}/{total}  {detail}  {clock}")
+            self.drawn = True
+        elif detail != self.last_line or self.last_at is None or now - self.last_at >= PLAIN_EVERY_SECONDS:
+            self.stream.write(f"[{clock}] {self.label}: {detail}  ({done}/{total} done)\n")
+            self.last_line, self.last_at = detail, now
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty and self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.drawn = False
+
+
+# --- errors -----------------------------------------------------------------------------
+
+def describe(error: ApiError) -> str:
+    retry = f"in {error.retry_after} s" if error.retry_after is not None else "later"
+    if error.code in SERVER_WORDED or error.code not in MESSAGES:
+        text = error.message
+    else:
+        text = MESSAGES[error.code].format(retry=retry)
+    if error.code == "insufficient_balance" and "bulk" in (error.message or "").lower():
+        text = f"{error.message}: ask your account manager to add credits"
+    ref = f"{error.code}, HTTP {error.status}"
+    if error.request_id:
+        ref += f", request {error.request_id}"
+    return f"error: {text} [{ref}]"
+
+
+# --- main -------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None, env: dict | None = None, sleep: Callable[[float], Any] | None = None,
+         clock: Callable[[], float] | None = None, session=None) -> int:
+    """Run the CLI; returns the exit code (0 ok, 1 API error, 2 usage error, 3 wait timeout)."""
+    stdin = stdin if stdin is not None else sys.stdin
+    out = stdout if stdout is not None else sys.stdout
+    err = stderr if stderr is not None else sys.stderr
+    env = os.environ if env is None else env
+    now = clock or time.monotonic
+
+    parser = build_parser(out, err)
+    try:
+        args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    except _ParserExit as exc:
+        return exc.status
+
+    key = getattr(args, "key", None) or env.get(KEY_ENV)
+    url = getattr(args, "url", None) or env.get(URL_ENV) or DEFAULT_BASE_URL
+    progress: Progress | None = None
+    try:
+        if not key:
+            raise UsageError(f"no API key: set {KEY_ENV} or pass --key")
+        if getattr(args, "poll_interval", 1) <= 0:
+            raise UsageError("--poll-interval must be positive")
+        if getattr(args, "timeout", None) is not None and args.timeout <= 0:
+            raise UsageError("--timeout must be positive")
+        targets = load_targets(args.file, stdin) if args.command == "bulk" else None
+        client = ScanClient(url, key, session=session, sleep=sleep or time.sleep, clock=clock,
+                            poll_interval=getattr(args, "poll_interval", 12.0))
+        with client:
+            if args.command == "scan":
+                created = client.create(args.target, args.kind)
+                if not args.wait:
+                    write_output(out, args.format, created, [scan_row({**created, "target": args.target})])
+                    return EXIT_OK
+                progress = Progress(err, created["scan_id"], now)
+                try:
+                    final = client.wait(created["scan_id"], timeout=args.timeout, on_progress=progress.update)
+                except WaitTimeout as exc:
+                    progress.close()
+                    if exc.last is not None:
+                        write_output(out, args.format, exc.last, [scan_row(exc.last)])
+                    raise
+                progress.close()
+                write_output(out, args.format, final, [scan_row(final)])
+            elif args.command == "bulk":
+                created = client.bulk(targets)
+                if not args.wait:
+                    write_output(out, args.format, created, bulk_rows(created, created.get("scans") or []))
+                    return EXIT_OK
+                progress = Progress(err, created["bulk_id"], now)
+                try:
+                    final = client.wait_bulk(created["bulk_id"], timeout=args.timeout, on_progress=progress.update)
+                except WaitTimeout as exc:
+                    progress.close()
+                    if exc.last is not None:
+                        last = {**exc.last, "rejected": created.get("rejected") or []}
+                        write_output(out, args.format, last, bulk_rows(created, exc.last.get("scans") or []))
+                    raise
+                progress.close()
+                document = {**final, "rejected": created.get("rejected") or []}
+                write_output(out, args.format, document, bulk_rows(created, final.get("scans") or []))
+            elif args.command == "get":
+                scan = client.get(args.scan_id)
+                write_output(out, args.format, scan, [scan_row(scan)])
+            else:
+                batch = client.get_bulk(args.bulk_id)
+                write_output(out, args.format, batch, [scan_row(s) for s in batch.get("scans") or []])
+        return EXIT_OK
+    except UsageError as exc:
+        err.write(f"error: {exc}\n")
+        return EXIT_USAGE
+    except ApiError as exc:
+        if progress is not None:
+            progress.close()
+        err.write(describe(exc) + "\n")
+        return EXIT_API_ERROR
+    except TransportError as exc:
+        if progress is not None:
+            progress.close()
+        err.write(f"error: {exc}\n")
+        return EXIT_API_ERROR
+    except WaitTimeout as exc:
+        err.write(f"error: {exc}; it goes on: read it later with "
+                  f"`{'get-bulk' if args.command == 'bulk' else 'get'} {exc.resource_id}`\n")
+        return EXIT_TIMEOUT
+    except KeyboardInterrupt:
+        if progress is not None:
+            progress.close()
+        err.write("interrupted\n")
+        return 130
+    finally:
+        err.flush()

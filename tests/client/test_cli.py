@@ -1,0 +1,216 @@
+"""``python -m app.client`` run in-process through ``main(argv, stdin=, stdout=, stderr=, ...)``
+against the real API on a real HTTP port; waits run RQ jobs on frozen time inside ``sleep``."""
+import csv
+import io
+import json
+import re
+
+import pytest
+from freezegun import freeze_time
+
+from app.client.cli import main, read_targets
+from tests.api.helpers import balance, scans_of
+
+START = "2026-11-21 12:00:00"
+PLAIN_PROGRESS = re.compile(r"^\[\d\d:\d\d\] (scn|blk)_\S+: queued \d+  running \d+  completed \d+  failed \d+")
+
+
+class Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+class Cli:
+    def __init__(self, served_app, account=None):
+        self.env = {"SCAN_API_URL": served_app.url}
+        if account is not None:
+            self.env["SCAN_API_KEY"] = account.api_key
+
+    def __call__(self, *argv, stdin="", frozen=None, jobs=None, stderr=None, env=None):
+        out, err = io.StringIO(), stderr if stderr is not None else io.StringIO()
+        self.sleeps = []
+
+        def sleep(seconds):
+            self.sleeps.append(seconds)
+            if frozen is not None:
+                frozen.tick(seconds)
+            if jobs is not None:
+                jobs.run()
+
+        code = main(list(argv), stdin=io.StringIO(stdin), stdout=out, stderr=err,
+                    env=self.env if env is None else env, sleep=sleep)
+        return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def cli(served_app, account):
+    return Cli(served_app, account)
+
+
+def rows(text):
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+# --- scan ---------------------------------------------------------------------------------
+
+def test_scan_wait_json_prints_the_completed_scan_and_progress_on_stderr(cli, jobs, account):
+    with freeze_time(START) as frozen:
+        code, out, err = cli("scan", "jane@example.com", "--wait", "--format", "json", frozen=frozen, jobs=jobs)
+    assert code == 0, err
+    scan = json.loads(out)  # stdout is the JSON document and nothing else
+    assert scan["status"] == "completed" and scan["target"] == "jane@example.com" and "result" in scan
+    lines = err.splitlines()
+    assert lines and all(PLAIN_PROGRESS.match(line) for line in lines), err
+    assert lines[0].startswith("[00:00]") and "completed 1" in lines[-1] and "(1/1 done)" in lines[-1]
+    assert cli.sleeps and set(cli.sleeps) == {12.0}
+    assert len(scans_of(account)) == 1
+
+
+def test_scan_without_wait_in_csv(cli):
+    code, out, err = cli("scan", "+44 7700 900123", "--format", "csv")
+    assert code == 0 and err == ""
+    [row] = rows(out)
+    assert row["scan_id"].startswith("scn_") and row["kind"] == "phone" and row["status"] == "queued"
+
+
+def test_scan_wait_to_failed_is_still_exit_0_with_the_failure_in_csv(cli, jobs):
+    with freeze_time(START) as frozen:
+        code, out, err = cli("scan", "fail.me@example.com", "--wait", "--format", "csv", "--poll-interval", "10",
+                             frozen=frozen, jobs=jobs)
+    assert code == 0, err
+    [row] = rows(out)
+    assert (row["status"], row["error"]) == ("failed", "engine_failed") and row["finished_at"]
+    assert set(cli.sleeps) == {10.0}
+
+
+def test_progress_is_a_redrawn_bar_on_a_terminal(cli, jobs):
+    with freeze_time(START) as frozen:
+        code, out, err = cli("scan", "jane@example.com", "--wait", stderr=Tty(), frozen=frozen, jobs=jobs)
+    assert code == 0
+    assert err.count("\r") == len(cli.sleeps) + 1 and err.endswith("\n") and err.count("\n") == 1
+    assert "[########################] 1/1" in err and "completed 1" in err
+    assert json.loads(out)["status"] == "completed"
+
+
+def test_wait_timeout_exits_3_with_the_last_state(cli, jobs):
+    with freeze_time(START) as frozen:
+        code, out, err = cli("scan", "hang.me@example.com", "--wait", "--timeout", "30", "--poll-interval", "10",
+                             frozen=frozen, jobs=jobs)
+    assert code == 3
+    assert json.loads(out)["status"] in {"queued", "running"}
+    assert "not finished after 30 s" in err.splitlines()[-1] and "get scn_" in err
+
+
+# --- bulk ---------------------------------------------------------------------------------
+
+def test_bulk_from_a_csv_file_with_header(cli, tmp_path, account):
+    path = tmp_path / "targets.csv"
+    path.write_text("target,kind\njane@example.com,email\n+14155552671,phone\n\nab,\njanedoe,username\n")
+    code, out, err = cli("bulk", str(path))
+    assert code == 0, err
+    body = json.loads(out)
+    assert (body["total"], body["queued"]) == (4, 3)
+    assert [(r["index"], r["target"], r["error"]) for r in body["rejected"]] == [(2, "ab", "target_too_short")]
+    assert [(s["target"], s["kind"]) for s in body["scans"]] == [
+        ("jane@example.com", "email"), ("+14155552671", "phone"), ("janedoe", "username")]
+    assert balance(account) == 97
+
+
+def test_bulk_from_stdin_waits_and_writes_csv_in_input_order(cli, jobs):
+    stdin = "a.person@example.com\nfail.x@example.com\nzz\n@janedoe,username\n"
+    with freeze_time(START) as frozen:
+        code, out, err = cli("bulk", "-", "--wait", "--format", "csv", stdin=stdin, frozen=frozen, jobs=jobs)
+    assert code == 0, err
+    table = rows(out)
+    assert [(r["target"], r["status"]) for r in table] == [
+        ("a.person@example.com", "completed"), ("fail.x@example.com", "failed"), ("zz", "rejected"),
+        ("janedoe", "completed")]
+    assert table[0]["risk_band"] and table[0]["scan_id"].startswith("scn_")
+    assert table[1]["error"] == "engine_failed" and table[2]["error"] == "target_too_short"
+    lines = err.splitlines()
+    assert lines and all(PLAIN_PROGRESS.match(line) for line in lines), err
+    assert "completed 2  failed 1  (3/3 done)" in lines[-1]
+
+
+def test_bulk_wait_json_adds_the_rejected_targets_to_the_final_batch(cli, jobs):
+    with freeze_time(START) as frozen:
+        code, out, _ = cli("bulk", "-", "--wait", stdin="target\njane@example.com\nab\n", frozen=frozen, jobs=jobs)
+    assert code == 0
+    body = json.loads(out)
+    assert body["all_done"] is True and body["completed"] == 1 and body["rejected"][0]["index"] == 1
+
+
+def test_bulk_input_errors_are_usage_errors(cli, tmp_path, account):
+    assert cli("bulk", str(tmp_path / "missing.csv"))[0] == 2
+    code, out, err = cli("bulk", "-", stdin="\n# nothing here\n")
+    assert (code, out) == (2, "") and "no targets" in err
+    code, _, err = cli("bulk", "-", stdin="".join(f"u{i}@example.com\n" for i in range(101)))
+    assert code == 2 and "at most 100" in err
+    assert balance(account) == 100  # nothing was sent
+
+
+def test_read_targets_formats():
+    assert read_targets("\ufefftarget,kind\r\njane@example.com,email\r\n+14155552671,\r\n") == [
+        {"target": "jane@example.com", "kind": "email"}, {"target": "+14155552671"}]
+    assert read_targets("kind,target\nusername,janedoe\n") == [{"target": "janedoe", "kind": "username"}]
+    assert read_targets("jane@example.com\n\n# comment\njanedoe,username\n") == [
+        {"target": "jane@example.com"}, {"target": "janedoe", "kind": "username"}]
+
+
+# --- get ----------------------------------------------------------------------------------
+
+def test_get_and_get_bulk(cli):
+    scan_id = json.loads(cli("scan", "jane@example.com")[1])["scan_id"]
+    code, out, _ = cli("get", scan_id)
+    assert code == 0 and json.loads(out)["scan_id"] == scan_id
+    bulk = json.loads(cli("bulk", "-", stdin="john@example.com\n")[1])
+    code, out, _ = cli("get-bulk", bulk["bulk_id"], "--format", "csv")
+    assert code == 0 and [r["target"] for r in rows(out)] == ["john@example.com"]
+
+
+# --- errors and exit codes -------------------------------------------------------------------
+
+def test_402_exits_1_with_a_clear_line(served_app, make_customer):
+    broke = make_customer(credits=0)
+    code, out, err = Cli(served_app, broke)("scan", "jane@example.com", "--wait")
+    assert (code, out) == (1, "")
+    assert err.startswith("error: your balance is below 1 credit: ask your account manager to add credits")
+    assert "[insufficient_balance, HTTP 402, request req_" in err and err.count("\n") == 1
+
+
+def test_bad_key_exits_1_and_flags_override_the_environment(served_app, account):
+    cli = Cli(served_app, account)
+    code, out, err = cli("--key", "service_live_wrongwrongwrongwrongwrongwrong00", "get", "scn_x")
+    assert (code, out) == (1, "") and "unknown or revoked" in err and "invalid_token" in err
+    code, _, err = cli("get", "scn_x", "--key", "not a key")  # flags after the sub-command too
+    assert code == 1 and "unauthorized" in err
+    code, _, err = cli("--url", "http://127.0.0.1:9", "get", "scn_x")
+    assert code == 1 and "cannot reach http://127.0.0.1:9" in err and cli.sleeps == [1, 2, 4]
+
+
+def test_other_api_errors_have_their_own_lines(served_app, make_customer):
+    pro = Cli(served_app, make_customer(tier="pro"))
+    code, _, err = pro("bulk", "-", stdin="jane@example.com\n")
+    assert code == 1 and "Business or Enterprise tier" in err and "bulk_not_allowed" in err
+    code, _, err = pro("get", "scn_doesnotexist")
+    assert code == 1 and "no scan or batch has that id" in err
+    code, _, err = pro("scan", "ab")
+    assert code == 1 and "at least 3 characters" in err and "target_too_short" in err
+    limited = Cli(served_app, make_customer(tier="pro", hour=1, inflight=5))
+    assert limited("scan", "jane@example.com")[0] == 0
+    code, _, err = limited("scan", "john@example.com")
+    assert code == 1 and re.search(r"hourly scan quota used up: retry in \d+ s", err)
+
+
+def test_usage_errors_exit_2(served_app, account):
+    cli = Cli(served_app, account)
+    code, out, err = cli("scan", "jane@example.com", env={"SCAN_API_URL": served_app.url})
+    assert (code, out) == (2, "") and "SCAN_API_KEY" in err
+    code, out, err = cli("frobnicate")
+    assert (code, out) == (2, "") and "usage:" in err
+    assert cli("scan")[0] == 2
+    assert cli("scan", "jane@example.com", "--format", "xml")[0] == 2
+    assert cli("scan", "jane@example.com", "--wait", "--poll-interval", "0")[0] == 2
+    code, out, _ = cli("--help")
+    assert code == 0 and "scan" in out and "get-bulk" in out
+    assert scans_of(account) == []
