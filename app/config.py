@@ -24,24 +24,23 @@ class ConfigError(RuntimeError):
     """A setting is missing or malformed; the message is one line for the operator."""
 
 
-def _int(env, name, default):
+def _number(env, name, default, cast):
     raw = env.get(name)
     if raw in (None, ""):
         return default
     try:
-        return int(raw)
+        return cast(raw)
     except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+        kind = "an integer" if cast is int else "a number"
+        raise ConfigError(f"{name} must be {kind}, got {raw!r}") from None
+
+
+def _int(env, name, default):
+    return _number(env, name, default, int)
 
 
 def _float(env, name, default):
-    raw = env.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+    return _number(env, name, default, float)
 
 
 def parse_retry_schedule(raw: str) -> tuple[float, ...]:

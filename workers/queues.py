@@ -21,6 +21,8 @@ WEBHOOK_QUEUE = "webhooks"
 TRACK_JOB = "workers.engine_jobs.track_scan"
 DELIVER_JOB = "workers.webhook_jobs.deliver"
 JOB_TTL = 24 * 3600
+# RQ's hard limit for one delivery job; the sweep treats an attempt older than this as abandoned.
+DELIVERY_JOB_TIMEOUT = 120
 
 
 def queue(name: str) -> Queue:
@@ -56,7 +58,7 @@ def enqueue_delivery(delivery_id: str, job_id: str, delay_seconds: float = 0) ->
     try:
         q = queue(WEBHOOK_QUEUE)
         kwargs = dict(args=(delivery_id,), job_id=job_id, result_ttl=0, failure_ttl=JOB_TTL, ttl=JOB_TTL,
-                      job_timeout=120)
+                      job_timeout=DELIVERY_JOB_TIMEOUT)
         if delay_seconds > 0:
             q.enqueue_in(timedelta(seconds=delay_seconds), DELIVER_JOB, **kwargs)
         else:

@@ -34,7 +34,7 @@ from app.services.crypto import decrypt_secret
 from app.services.webhook_urls import UnsafeWebhookUrl, check_scheme, guarded_session
 from app.services.webhooks import delivery_job_id, job_attempt_number
 from app.webhook_signature import SIGNATURE_HEADER, sign
-from workers.queues import enqueue_delivery
+from workers.queues import DELIVERY_JOB_TIMEOUT, enqueue_delivery
 from workers.recovery import live_job_ids
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ IN_PROGRESS = "in_progress"
 EXCERPT_BYTES = 1024
 # RQ kills a delivery job after the job_timeout that workers.queues.enqueue_delivery
 # gives it (120 s): an attempt in progress for longer has certainly been abandoned.
-ATTEMPT_DEADLINE_SECONDS = 120
+ATTEMPT_DEADLINE_SECONDS = DELIVERY_JOB_TIMEOUT
 
 # Error classes recorded on an attempt, most specific first (requests' ConnectTimeout
 # is both a Timeout and a ConnectionError; its SSLError is a ConnectionError).

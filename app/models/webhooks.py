@@ -40,7 +40,7 @@ class DeliveryAttempt(BaseModel):
     started_at = DateTimeField(default=utcnow)
     url = TextField()
     status_code = IntegerField(null=True)
-    # Error class when no HTTP status came back: timeout, connection_error, redirect, ...
+    # Error class when no HTTP status came back: timeout, connection_error, redirect_not_followed, ssrf_refused, worker_lost, ...
     error = CharField(max_length=80, null=True)
     duration_ms = IntegerField(null=True)
     response_excerpt = TextField(null=True)

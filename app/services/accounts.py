@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from werkzeug.security import generate_password_hash
 
-from app.errors import ApiError
 from app.extensions import db
 from app.models import ApiKey, Customer, PortalUser, new_id, utcnow
 from app.models.accounts import TIERS
@@ -122,7 +121,3 @@ def key_dict(key: ApiKey) -> dict:
         "revoked_at": iso(key.revoked_at), "status": "active" if key.is_live else "revoked",
         "webhook_url": key.webhook_url, "has_webhook_secret": bool(key.webhook_secret_enc),
     }
-
-
-def api_error_from(exc: AccountError) -> ApiError:
-    return ApiError(400, "invalid_request", str(exc))
