@@ -9,6 +9,7 @@ and reconnects instead of exiting.
 from __future__ import annotations
 
 import argparse
+import sys
 import logging
 import time
 
@@ -18,6 +19,7 @@ from rq import SimpleWorker
 from rq.defaults import DEFAULT_WORKER_TTL
 
 from app import create_app, runtime
+from app.config import ConfigError
 from workers.queues import ENGINE_QUEUE, WEBHOOK_QUEUE
 
 log = logging.getLogger("workers")
@@ -62,7 +64,11 @@ def main(argv=None) -> int:
     parser.add_argument("--queues", default=f"{ENGINE_QUEUE},{WEBHOOK_QUEUE}")
     parser.add_argument("--name", default=None)
     args = parser.parse_args(argv)
-    create_app()
+    try:
+        create_app()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     queues = [q for q in args.queues.split(",") if q]
     while True:
         try:
