@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-fast browser-deps scenarios clean
+.PHONY: install run test scenarios fuzz bench clean
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,3 +25,7 @@ test: install
 
 clean:
 	rm -rf $(VENV) instance artifacts .pytest_cache
+
+## make scenarios: the QA scenarios end to end, against API + worker + simulator started as real processes.
+scenarios: install
+	$(PY) -m simulator.scenarios.stack all

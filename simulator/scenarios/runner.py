@@ -1,0 +1,859 @@
+"""Runs QA scenarios against a running service and prints what was met and missed.
+
+    python -m simulator scenario NAME|all [NAME...] --base-url URL --sim-url URL
+        [--operator "CMD"] [--operator-query "CMD"] [--dir DIR] [--parallel N]
+        [--timeout-scale X] [--missed-only] [--json FILE] [--quiet]
+
+Each scenario gets fresh customers and keys from the operator hook (``operator.Operator``),
+drives the public API over HTTP, the engine simulator's controls and its webhook
+receivers, and checks its expectations. The table (scenario | step | expectation | result |
+observed) goes to stdout; progress goes to stderr. Exit status: 0 when every expectation
+was met, 1 when any was missed, 2 for a usage error.
+
+Scenarios that change what all scenarios share (the engine's mode) run alone; the others
+run ``--parallel`` at a time (each has its own customers, so they cannot disturb each other).
+
+Python API (used by ``stack`` and the e2e tests)::
+
+    config = RunConfig(base_url=..., sim_url=..., operator=Operator(env=...))
+    result = run_scenario("simulator/scenarios/email_poll.yaml", config)
+    result.ok, result.missed, format_table([result])
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import json
+import re
+import secrets
+import shutil
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+from urllib.parse import quote
+
+import requests
+
+from simulator.scenarios import SCENARIO_DIR
+from simulator.scenarios.model import (DEFAULT_TIMEOUT, MAIN, MISSING, Check, Scenario, ScenarioError, check_path,
+                                       describe, load_scenario, render, resolve_names, resolve_path, short)
+from simulator.scenarios.operator import Operator
+
+SIGNATURE_HEADER = "X-Service-Signature"
+OPENAPI_PATH = "/api/v1/openapi.json"
+
+
+# --- results -------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    scenario: str
+    step: str
+    expectation: str
+    met: bool
+    observed: str
+
+
+@dataclass
+class ScenarioResult:
+    name: str
+    path: str
+    rows: list[Row] = field(default_factory=list)
+    duration: float = 0.0
+    # Customers and keys the scenario used, for looking them up after a failure.
+    accounts: dict = field(default_factory=dict)
+
+    @property
+    def missed(self) -> list[Row]:
+        return [r for r in self.rows if not r.met]
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.rows) and not self.missed
+
+    def missed_text(self) -> str:
+        return format_table([self], missed_only=True)
+
+
+# --- OpenAPI component schemas ----------------------------------------------------------------
+
+_MAP_KEYWORDS = {"properties", "patternProperties", "definitions", "$defs"}
+
+
+def openapi_to_jsonschema(node):
+    """An OpenAPI 3.0 schema as JSON Schema: ``nullable: true`` becomes a ``null`` type
+    (or an ``anyOf`` with ``{"type": "null"}`` when there is no ``type``), and 3.0's
+    boolean ``exclusiveMinimum``/``exclusiveMaximum`` become numbers."""
+    if isinstance(node, list):
+        return [openapi_to_jsonschema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, value in node.items():
+        if key == "nullable":
+            continue
+        if key in _MAP_KEYWORDS and isinstance(value, dict):
+            out[key] = {name: openapi_to_jsonschema(sub) for name, sub in value.items()}
+        else:
+            out[key] = openapi_to_jsonschema(value)
+    for bound, limit in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if isinstance(out.get(bound), bool):
+            if out.pop(bound) and limit in out:
+                out[bound] = out.pop(limit)
+    if node.get("nullable") is True:
+        if "type" in out:
+            types = out["type"] if isinstance(out["type"], list) else [out["type"]]
+            out["type"] = [*types, "null"] if "null" not in types else types
+            if "enum" in out and None not in out["enum"]:
+                out["enum"] = [*out["enum"], None]
+        else:
+            out = {"anyOf": [out, {"type": "null"}]}
+    return out
+
+
+class OpenApiSchemas:
+    """The component schemas of the service's own OpenAPI document, fetched once."""
+
+    URI = "urn:scan-api:openapi"
+
+    def __init__(self, base_url: str, timeout: float = 15):
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._registry = None
+        self._names: list[str] = []
+        self._error: str | None = None
+        self._validators: dict[str, Any] = {}
+
+    def _load(self):
+        with self._lock:
+            if self._registry is not None or self._error is not None:
+                return
+            from referencing import Registry, Resource
+            from referencing.jsonschema import DRAFT7
+            try:
+                response = requests.get(self.base_url + OPENAPI_PATH, timeout=self.timeout)
+                response.raise_for_status()
+                schemas = response.json()["components"]["schemas"]
+            except (requests.RequestException, ValueError, KeyError, TypeError) as exc:
+                self._error = f"cannot load {OPENAPI_PATH}: {exc}"
+                return
+            document = {"components": {"schemas": {n: openapi_to_jsonschema(s) for n, s in schemas.items()}}}
+            self._names = sorted(schemas)
+            self._registry = Registry().with_resource(self.URI, Resource(contents=document, specification=DRAFT7))
+
+    def check(self, instance, name: str) -> Check:
+        expectation = f"matches schema {name}"
+        self._load()
+        if self._error:
+            return Check(expectation, False, self._error)
+        if name not in self._names:
+            return Check(expectation, False, f"no component {name!r} (has: {', '.join(self._names)})")
+        from jsonschema import Draft7Validator
+        validator = self._validators.get(name)
+        if validator is None:
+            validator = Draft7Validator({"$ref": f"{self.URI}#/components/schemas/{name}"},
+                                        registry=self._registry, format_checker=Draft7Validator.FORMAT_CHECKER)
+            self._validators[name] = validator
+        errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
+        if not errors:
+            return Check(expectation, True, "valid")
+        first = errors[0]
+        where = ".".join(str(p) for p in first.absolute_path) or "$"
+        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+        return Check(expectation, False, f"at {where}: {short(first.message, 90)}{more}")
+
+
+# --- progress on stderr ----------------------------------------------------------------------
+
+
+class Progress:
+    """What is running, on stderr: one rewritten line on a terminal, else a line every few seconds."""
+
+    def __init__(self, stream=None, enabled: bool = True, every: float = 5.0):
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.every = every
+        self.active: dict[str, tuple[str, float]] = {}
+        self.started = time.monotonic()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._shown = False
+
+    def __enter__(self):
+        if self.enabled:
+            self._thread = threading.Thread(target=self._tick, name="scenario-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread:
+            self._thread.join(2)
+        with self._lock:
+            self._clear()
+
+    def step(self, scenario: str, text: str) -> None:
+        with self._lock:
+            self.active[scenario] = (text, time.monotonic())
+
+    def finish(self, result: ScenarioResult) -> None:
+        with self._lock:
+            self.active.pop(result.name, None)
+            total, missed = len(result.rows), len(result.missed)
+            verdict = f"{total - missed}/{total} met" + (f", {missed} MISSED" if missed else "")
+            self._line(f"{'ok ' if not missed else 'NOT'} {result.name}: {verdict} ({result.duration:.1f}s)")
+
+    def note(self, text: str) -> None:
+        with self._lock:
+            self._line(text)
+
+    def _line(self, text: str) -> None:
+        if not self.enabled:
+            return
+        self._clear()
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def _clear(self) -> None:
+        if self.tty and self._shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self._shown = False
+
+    def status_line(self) -> str:
+        now = time.monotonic()
+        parts = [f"{name}: {text} {now - since:.1f}s" for name, (text, since) in sorted(self.active.items())]
+        return f"[{now - self.started:5.1f}s] " + (" | ".join(parts) if parts else "...")
+
+    def _tick(self) -> None:
+        last = time.monotonic()
+        while not self._stop.wait(0.2 if self.tty else 0.5):
+            with self._lock:
+                if not self.active:
+                    continue
+                if self.tty:
+                    width = max(20, shutil.get_terminal_size((120, 20)).columns - 1)
+                    self.stream.write("\r\x1b[K" + self.status_line()[:width])
+                    self.stream.flush()
+                    self._shown = True
+                elif time.monotonic() - last >= self.every:
+                    last = time.monotonic()
+                    self.stream.write(self.status_line() + "\n")
+                    self.stream.flush()
+
+
+# --- configuration ---------------------------------------------------------------------------
+
+
+@dataclass
+class RunConfig:
+    base_url: str
+    sim_url: str
+    operator: Operator = field(default_factory=Operator)
+    # Where the service's workers reach the simulator's receivers (default: sim_url).
+    hook_base_url: str | None = None
+    timeout_scale: float = 1.0
+    http_timeout: float = 15.0
+    progress: Progress | None = None
+    schemas: OpenApiSchemas | None = None
+
+    def __post_init__(self):
+        self.base_url = self.base_url.rstrip("/")
+        self.sim_url = self.sim_url.rstrip("/")
+        self.hook_base_url = (self.hook_base_url or self.sim_url).rstrip("/")
+        if self.schemas is None:
+            self.schemas = OpenApiSchemas(self.base_url, self.http_timeout)
+
+
+@dataclass
+class Observation:
+    """What a step saw: an HTTP status (None when not HTTP), headers, and a body."""
+
+    status: int | None
+    headers: Any
+    body: Any
+
+
+class StepError(RuntimeError):
+    """A step could not run (not an unmet expectation): the scenario stops."""
+
+
+# --- one scenario --------------------------------------------------------------------------------
+
+
+class ScenarioRun:
+    def __init__(self, scenario: Scenario, config: RunConfig):
+        self.scenario = scenario
+        self.config = config
+        self.run_id = secrets.token_hex(3)
+        self.result = ScenarioResult(scenario.name, str(scenario.path or ""))
+        self.accounts: dict[str, dict] = {}
+        self.variables: dict[str, Any] = {"run": {"id": self.run_id}, "scenario": scenario.name, "_meta": {}}
+        self.http = requests.Session()
+        self.engine_changed = False
+
+    # rows
+
+    def row(self, step: str, expectation: str, met: bool, observed: str) -> None:
+        self.result.rows.append(Row(self.scenario.name, step, expectation, bool(met), observed))
+
+    def add(self, step: str, check: Check) -> None:
+        self.row(step, check.expectation, check.met, check.observed)
+
+    def add_as(self, step: str, subject: str, check: Check, matcher) -> None:
+        """A row whose expectation names ``subject`` instead of the path that was checked."""
+        self.row(step, f"{subject} {describe(matcher)}", check.met, check.observed)
+
+    def progress(self, text: str) -> None:
+        if self.config.progress:
+            self.config.progress.step(self.scenario.name, text)
+
+    # running
+
+    def run(self) -> ScenarioResult:
+        started = time.monotonic()
+        try:
+            self._run()
+        finally:
+            if self.engine_changed:
+                self._restore_engine()
+            self.http.close()
+            self.result.duration = time.monotonic() - started
+            self.result.accounts = {name: {k: v for k, v in account.items() if k != "api_key"}
+                                    for name, account in self.accounts.items()}
+        return self.result
+
+    def _run(self) -> None:
+        self.progress("setup")
+        try:
+            self.setup()
+        except Exception as exc:  # noqa: BLE001 - anything here makes the scenario unrunnable
+            self.row("setup", "customers, keys and receivers are set up", False, _error_text(exc))
+            return
+        total = len(self.scenario.steps)
+        for step in self.scenario.steps:
+            for iteration in range(1, step.repeat + 1):
+                label = str(step.number) if step.repeat == 1 else f"{step.number}.{iteration}"
+                self.variables["i"] = iteration
+                self.progress(f"step {label}/{total} {step.label}")
+                try:
+                    self.execute(step, label)
+                except Exception as exc:  # noqa: BLE001 - a step that cannot run stops this scenario only
+                    self.row(f"{label} {step.action}", "step runs", False, _error_text(exc))
+                    skipped = total - step.number
+                    if skipped:
+                        self.row(f"{label} {step.action}", f"{skipped} later step(s) skipped", False,
+                                 "stopped by the error above")
+                    return
+
+    def setup(self) -> None:
+        if self.scenario.engine:
+            self.set_engine(self.scenario.engine)
+        op = self.config.operator
+        for name, setup in self.scenario.customers.items():
+            tag = f"{self.scenario.name}-{name}-{self.run_id}"
+            customer = op.create_customer(f"QA {tag}", setup.tier, setup.credits)
+            customer_id = customer["customer_id"]
+            if setup.limits:
+                op.set_limits(customer_id, **setup.limits)
+            webhook_url = secret = receiver = None
+            if setup.receiver is not None:
+                receiver = re.sub(r"[^A-Za-z0-9_.-]", "-", tag)
+                secret = secrets.token_hex(24)
+                answer = self.http.post(f"{self.config.sim_url}/_sim/receivers/{receiver}",
+                                        json={"secret": secret, **setup.receiver}, timeout=self.config.http_timeout)
+                if answer.status_code not in (200, 201):
+                    raise StepError(f"simulator refused receiver {receiver}: {answer.status_code} {answer.text[:200]}")
+                webhook_url = f"{self.config.hook_base_url}/_sim/hooks/{receiver}"
+            key = op.issue_key(customer_id, f"QA {tag}", webhook_url, secret)
+            self.accounts[name] = {
+                "customer_id": customer_id, "tier": setup.tier, "credits": setup.credits,
+                "key_id": key["key_id"], "api_key": key["api_key"],
+                "receiver": receiver, "webhook_url": webhook_url, "webhook_secret": secret,
+            }
+        self.variables["customers"] = self.accounts
+        self.variables["customer"] = self.accounts[MAIN]
+        shown = "; ".join(f"{n}: {a['customer_id']} {a['key_id']}" + (f" hook {a['receiver']}" if a["receiver"] else "")
+                          for n, a in self.accounts.items())
+        self.row("setup", "customers, keys and receivers are set up", True, shown)
+
+    def execute(self, step, label: str) -> None:
+        args = render(step.args, self.variables)
+        expect = render(step.expect, self.variables)
+        account = self.accounts[step.customer]
+        shown = f"{label} {step.label_for(args)}"
+        observation = getattr(self, f"do_{step.action}")(args, account, shown, expect)
+        self.check(step.action, shown, observation, expect, account)
+        if step.save:
+            self.variables[step.save] = observation.body
+            self.variables["_meta"][step.save] = {"_status": observation.status,
+                                                  "_headers": dict(observation.headers or {})}
+
+    # --- HTTP ------------------------------------------------------------------------------
+
+    def api(self, method: str, path: str, account: dict, args: dict, json_body=None, extra_headers=None) -> Observation:
+        headers = {"Accept": "application/json"}
+        if "authorization" in args:
+            if args["authorization"] is not None:
+                headers["Authorization"] = str(args["authorization"])
+        else:
+            headers["Authorization"] = f"Bearer {account['api_key']}"
+        headers.update({k: str(v) for k, v in (args.get("headers") or {}).items()})
+        headers.update(extra_headers or {})
+        kwargs = {} if json_body is None else {"json": json_body}
+        response = self.http.request(method, self.config.base_url + path, headers=headers,
+                                     timeout=self.config.http_timeout, **kwargs)
+        try:
+            body = response.json()
+        except ValueError:
+            body = response.text
+        return Observation(response.status_code, response.headers, body)
+
+    @staticmethod
+    def _idempotency(args: dict) -> dict:
+        key = args.get("idempotency_key")
+        return {"Idempotency-Key": str(key)} if key is not None else {}
+
+    def do_create(self, args, account, label, expect) -> Observation:
+        body = args["body"] if "body" in args else {k: args[k] for k in ("target", "kind") if k in args}
+        return self.api("POST", "/api/v1/scan", account, args, body, self._idempotency(args))
+
+    def do_bulk(self, args, account, label, expect) -> Observation:
+        if "body" in args:
+            body = args["body"]
+        else:
+            targets = args.get("targets") or []
+            body = {"targets": [t if isinstance(t, dict) else {"target": t} for t in targets]}
+        return self.api("POST", "/api/v1/scan/bulk", account, args, body, self._idempotency(args))
+
+    def do_read(self, args, account, label, expect) -> Observation:
+        return self.api("GET", f"/api/v1/scan/{_id(args, 'scan')}", account, args)
+
+    def do_read_bulk(self, args, account, label, expect) -> Observation:
+        return self.api("GET", f"/api/v1/scan/bulk/{_id(args, 'bulk')}", account, args)
+
+    def do_request(self, args, account, label, expect) -> Observation:
+        path = str(args["path"])
+        return self.api(str(args.get("method", "GET")).upper(), path if path.startswith("/") else "/" + path,
+                        account, args, args.get("json"))
+
+    def do_wait(self, args, account, label, expect) -> Observation:
+        if "scan" in args:
+            path, final = f"/api/v1/scan/{_id(args, 'scan')}", (lambda b: b.get("status") in ("completed", "failed"))
+        else:
+            path, final = f"/api/v1/scan/bulk/{_id(args, 'bulk')}", (lambda b: b.get("all_done") is True)
+        conditions = dict(args.get("until") or {})
+        if "status" in args:
+            wanted = args["status"]
+            conditions["status"] = {"in": wanted} if isinstance(wanted, list) else wanted
+        if "all_done" in args:
+            conditions["all_done"] = args["all_done"]
+        timeout, interval = self._timing(args, 0.5)
+
+        def attempt():
+            try:
+                observation = self.api("GET", path, account, {})
+            except requests.ConnectionError as exc:  # a restart or a refused connection: keep polling
+                return Observation(None, {}, {"error": _error_text(exc)}), False, False
+            met = observation.status == 200 and all(
+                check_path(observation.body, p, m).met for p, m in conditions.items())
+            # Give up early when waiting cannot help: a client error, or a final state that is not the one wanted.
+            hopeless = (observation.status is not None and 400 <= observation.status < 500) or (
+                observation.status == 200 and isinstance(observation.body, dict) and final(observation.body))
+            return observation, met, hopeless
+
+        observation, met, elapsed, polls = _poll(attempt, timeout, interval)
+        wanted_text = " and ".join(f"{p} {describe(m)}" for p, m in conditions.items())
+        seen = ", ".join(f"{p}={short(resolve_path(observation.body, p)[1][0], 30)}" for p in conditions
+                         if not resolve_path(observation.body, p)[0])
+        self.row(label, f"reaches {wanted_text} within {timeout:g}s", met,
+                 f"{'after' if met else 'gave up after'} {elapsed:.1f}s, {polls} polls: "
+                 f"HTTP {observation.status} {seen}")
+        return observation
+
+    # --- simulator -------------------------------------------------------------------------
+
+    def set_engine(self, args: dict) -> Observation:
+        body = {"mode": args["mode"], **({"every": args["every"]} if "every" in args else {})}
+        response = self.http.post(f"{self.config.sim_url}/_sim/engine/mode", json=body,
+                                  timeout=self.config.http_timeout)
+        self.engine_changed = True
+        if response.status_code != 200:
+            raise StepError(f"simulator refused engine mode {body}: {response.status_code} {response.text[:200]}")
+        return Observation(response.status_code, response.headers, response.json())
+
+    def _restore_engine(self) -> None:
+        try:
+            self.http.post(f"{self.config.sim_url}/_sim/engine/mode", json={"mode": "up"},
+                           timeout=self.config.http_timeout).raise_for_status()
+        except requests.RequestException as exc:
+            self.row("teardown", "engine mode restored to up", False, _error_text(exc))
+
+    def do_engine(self, args, account, label, expect) -> Observation:
+        return self.set_engine(args)
+
+    def do_webhooks(self, args, account, label, expect) -> Observation:
+        receiver, secret = account["receiver"], account["webhook_secret"]
+        if not receiver:
+            raise StepError(f"customer {self._name_of(account)} has no receiver (add receiver: to its setup)")
+        wanted = args.get("count", expect.get("count") if isinstance(expect.get("count"), int) else 1)
+        if not isinstance(wanted, int) or isinstance(wanted, bool):
+            raise StepError("webhooks: count must be an integer")
+        timeout, interval = self._timing(args, 0.25)
+        url = f"{self.config.sim_url}/_sim/receivers/{receiver}/deliveries"
+
+        def attempt():
+            response = self.http.get(url, timeout=self.config.http_timeout)
+            response.raise_for_status()
+            deliveries = response.json().get("deliveries", [])
+            return deliveries, len(deliveries) >= wanted, False
+
+        deliveries, met, elapsed, polls = _poll(attempt, timeout, interval)
+        self.row(label, f"at least {_count(wanted, 'delivery', 'deliveries')} received within {timeout:g}s", met,
+                 f"{len(deliveries)} after {elapsed:.1f}s")
+        return Observation(None, {}, {"count": len(deliveries),
+                                      "deliveries": [_delivery(d, secret) for d in deliveries]})
+
+    # --- operator -----------------------------------------------------------------------------
+
+    def do_attempts(self, args, account, label, expect) -> Observation:
+        wanted = args.get("deliveries", 1)
+        final = args.get("final", True)
+        until = args.get("until") or {}
+        timeout, interval = self._timing(args, 1.0)
+
+        def attempt():
+            body = _attempt_body(self.config.operator.attempts(account["key_id"]))
+            met = (len(body["deliveries"]) >= wanted
+                   and (not final or all(d["status"] != "pending" for d in body["deliveries"]))
+                   and all(check_path(body, p, m).met for p, m in until.items()))
+            return body, met, False
+
+        body, met, elapsed, polls = _poll(attempt, timeout, interval)
+        wanted_text = (f"at least {_count(wanted, 'delivery', 'deliveries')}" + (", all final" if final else "")
+                       + "".join(f", {p} {describe(m)}" for p, m in until.items()))
+        self.row(label, f"attempt log shows {wanted_text} within {timeout:g}s", met,
+                 f"after {elapsed:.1f}s: deliveries {short(body['statuses'], 40)}, "
+                 f"attempts {short(body['status_codes'], 40)}")
+        return Observation(None, {}, body)
+
+    def do_credits(self, args, account, label, expect) -> Observation:
+        customer = self.config.operator.customer(account["customer_id"])
+        return Observation(None, {}, customer)
+
+    # --- expectations ---------------------------------------------------------------------------
+
+    def check(self, action: str, label: str, obs: Observation, expect: dict, account: dict) -> None:
+        body = obs.body
+        if action == "webhooks":
+            self.check_webhooks(label, body, expect)
+            return
+        if action == "attempts":
+            for key, path, text in (("count", "count", "attempts logged"),
+                                    ("status_codes", "status_codes", "attempt status codes"),
+                                    ("delivery_status", "deliveries.*.status", "each delivery's status")):
+                if key in expect:
+                    self.add_as(label, text, check_path(body, path, expect[key]), expect[key])
+            for path, matcher in (expect.get("body") or {}).items():
+                self.add(label, check_path(body, path, matcher, prefix="log."))
+            return
+        if action == "credits":
+            if "balance" in expect:
+                self.add_as(label, "balance (operator)", check_path(body, "balance", expect["balance"]),
+                            expect["balance"])
+            for path, matcher in (expect.get("body") or {}).items():
+                self.add(label, check_path(body, path, matcher, prefix="customer."))
+            return
+        if "status" in expect:
+            error = f" {body.get('error')}" if isinstance(body, dict) and body.get("error") else ""
+            check = check_path({"status": obs.status}, "status", expect["status"], prefix="HTTP ")
+            self.row(label, check.expectation, check.met, f"{obs.status}{error}")
+        if "error" in expect:
+            self.add(label, check_path(body, "error", expect["error"], prefix="body."))
+        for name, matcher in (expect.get("headers") or {}).items():
+            self.add(label, check_path(obs.headers, name, matcher, prefix="header ", as_text=True))
+        for path, matcher in (expect.get("body") or {}).items():
+            self.add(label, check_path(body, path, matcher, prefix="body."))
+        if "schema" in expect:
+            self.check_schema(label, body, expect["schema"])
+
+    def check_schema(self, label: str, body, spec, prefix: str = "body", base: str = "") -> None:
+        """``spec``: a component name for the whole body, or ``{path: name}``; ``base`` is
+        prepended to each path (not shown), e.g. ``deliveries.*.body.`` for webhooks."""
+        targets = spec.items() if isinstance(spec, dict) else [("$", spec)]
+        for path, name in targets:
+            whole = path in ("", "$")
+            multi, values = resolve_path(body, (base.rstrip(".") if whole else base + path) or "$")
+            shown = prefix if whole else f"{prefix}.{path}"
+            if not values or any(v is MISSING for v in values):
+                self.row(label, f"{shown} matches schema {name}", False, "(missing)")
+                continue
+            checks = [self.config.schemas.check(v, str(name)) for v in values]
+            bad = [c for c in checks if not c.met]
+            observed = bad[0].observed if bad else (f"all {len(checks)} valid" if multi else "valid")
+            self.row(label, f"{shown} matches schema {name}", not bad, observed)
+
+    def check_webhooks(self, label: str, body: dict, expect: dict) -> None:
+        if "count" in expect:
+            self.add(label, check_path(body, "count", expect["count"], prefix="deliveries "))
+        if "signature_valid" in expect:
+            wanted = expect["signature_valid"]
+            verb = "matches" if wanted is True else ("does not match" if wanted is False else describe(wanted))
+            for path, text in (("signature_valid", "X-Service-Signature {} (receiver's check)"),
+                               ("signature_recomputed", "X-Service-Signature {} HMAC-SHA256(secret, raw body)")):
+                check = check_path(body, f"deliveries.*.{path}", wanted)
+                self.row(label, f"each delivery: {text.format(verb)}", check.met, check.observed)
+        for name, matcher in (expect.get("headers") or {}).items():
+            check = check_path(body, f"deliveries.*.headers.{name}", matcher, as_text=True)
+            self.row(label, f"each delivery header {name} {describe(matcher)}", check.met, check.observed)
+        for path, matcher in (expect.get("body") or {}).items():
+            check = check_path(body, f"deliveries.*.body.{path}" if path not in ("", "$") else "deliveries.*.body",
+                               matcher)
+            self.row(label, f"each delivery body.{path} {describe(matcher)}", check.met, check.observed)
+        if "schema" in expect:
+            self.check_schema(label, body, expect["schema"], prefix="each delivery body", base="deliveries.*.body.")
+        for path, matcher in (expect.get("deliveries") or {}).items():
+            self.add(label, check_path(body["deliveries"], path, matcher, prefix="deliveries."))
+
+    # --- helpers --------------------------------------------------------------------------------
+
+    def _timing(self, args: dict, default_interval: float) -> tuple[float, float]:
+        timeout = float(args.get("timeout", DEFAULT_TIMEOUT)) * self.config.timeout_scale
+        interval = max(0.05, float(args.get("interval", default_interval)))
+        return timeout, interval
+
+    def _name_of(self, account: dict) -> str:
+        return next((n for n, a in self.accounts.items() if a is account), "?")
+
+
+def _id(args: dict, key: str) -> str:
+    value = args.get(key)
+    if not isinstance(value, str) or not value:
+        raise StepError(f"{key} id must be a non-empty string, got {value!r}")
+    return quote(value, safe="")
+
+
+def _poll(attempt: Callable[[], tuple[Any, bool, bool]], timeout: float, interval: float):
+    """Call ``attempt`` until it reports success or hopelessness, or the deadline passes.
+
+    Returns ``(last value, met, elapsed seconds, number of calls)``. No sleep outlives the deadline.
+    """
+    started = time.monotonic()
+    deadline = started + timeout
+    polls = 0
+    while True:
+        value, met, hopeless = attempt()
+        polls += 1
+        now = time.monotonic()
+        if met or hopeless or now >= deadline:
+            return value, met, now - started, polls
+        time.sleep(min(interval, max(0.0, deadline - now)))
+
+
+def _delivery(raw: dict, secret: str | None) -> dict:
+    text = raw.get("body") or ""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = text
+    headers = raw.get("headers") or {}
+    signature = next((v for k, v in headers.items() if k.lower() == SIGNATURE_HEADER.lower()), None)
+    recomputed = None
+    if secret is not None:
+        expected = "sha256=" + hmac.new(secret.encode(), text.encode("utf-8"), hashlib.sha256).hexdigest()
+        recomputed = signature is not None and hmac.compare_digest(expected.encode(), str(signature).encode())
+    return {"headers": headers, "body": body, "raw_body": text, "signature_valid": raw.get("signature_valid"),
+            "signature_recomputed": recomputed, "response_status": raw.get("response_status"),
+            "received_at": raw.get("received_at"), "received_at_ms": raw.get("received_at_ms")}
+
+
+def _attempt_body(log: dict) -> dict:
+    deliveries = log.get("deliveries") or []
+    attempts = [{**a, "delivery_id": d["delivery_id"]} for d in deliveries for a in d.get("attempts") or []]
+    return {"count": len(attempts), "deliveries": deliveries, "attempts": attempts,
+            "status_codes": [a.get("status_code") for a in attempts],
+            "errors": [a.get("error") for a in attempts],
+            "statuses": [d.get("status") for d in deliveries]}
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _error_text(exc: BaseException) -> str:
+    return short(f"{exc.__class__.__name__}: {exc}", 200)
+
+
+# --- running many ------------------------------------------------------------------------------
+
+
+def _load(item) -> Scenario:
+    return item if isinstance(item, Scenario) else load_scenario(item)
+
+
+def run_scenario(item: Scenario | str | Path, config: RunConfig) -> ScenarioResult:
+    """Run one scenario (a loaded ``Scenario`` or a file path); never raises for the scenario's faults."""
+    try:
+        scenario = _load(item)
+    except ScenarioError as exc:
+        name = Path(str(item)).stem
+        row = Row(name, "load", "scenario file is valid", False, short(str(exc), 200))
+        result = ScenarioResult(name, str(item), [row])
+    else:
+        result = ScenarioRun(scenario, config).run()
+    if config.progress:
+        config.progress.finish(result)
+    return result
+
+
+def run_scenarios(items: Iterable[Scenario | str | Path], config: RunConfig, parallel: int = 4) -> list[ScenarioResult]:
+    """Run scenarios, those that change shared state (``exclusive``) alone first, the rest
+    ``parallel`` at a time; results in the order given."""
+    items = list(items)
+    results: list[ScenarioResult | None] = [None] * len(items)
+    loaded: list[tuple[int, Scenario]] = []
+    for index, item in enumerate(items):
+        try:
+            loaded.append((index, _load(item)))
+        except ScenarioError:
+            results[index] = run_scenario(item, config)  # reports the load error as a missed row
+    for index, scenario in loaded:
+        if scenario.exclusive:
+            results[index] = run_scenario(scenario, config)
+    shared = [(i, s) for i, s in loaded if not s.exclusive]
+    with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="scenario") as pool:
+        futures = {i: pool.submit(run_scenario, s, config) for i, s in shared}
+        for index, future in futures.items():
+            results[index] = future.result()
+    return [r for r in results if r is not None]
+
+
+# --- the table ---------------------------------------------------------------------------------
+
+COLUMNS = ("scenario", "step", "expectation", "result", "observed")
+WIDTHS = (26, 30, 72, 6, 70)
+
+
+def _cell(text: str, width: int) -> str:
+    text = str(text).replace("\n", " ")
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def format_table(results: list[ScenarioResult], missed_only: bool = False) -> str:
+    rows = [r for result in results for r in result.rows if not (missed_only and r.met)]
+    cells = [[_cell(v, w) for v, w in zip((r.scenario, r.step, r.expectation, "met" if r.met else "MISSED", r.observed),
+                                          WIDTHS)] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(COLUMNS)]
+    line = lambda values: " | ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()  # noqa: E731
+    out = [line(COLUMNS), "-+-".join("-" * w for w in widths)]
+    previous = None
+    for row in cells:
+        shown = list(row)
+        if row[0] == previous:
+            shown[0] = ""  # one scenario name per block reads better
+        previous = row[0]
+        out.append(line(shown))
+    return "\n".join(out)
+
+
+def summary(results: list[ScenarioResult], duration: float | None = None) -> str:
+    total = sum(len(r.rows) for r in results)
+    missed = sum(len(r.missed) for r in results)
+    failing = [r.name for r in results if not r.ok]
+    text = (f"{len(results)} scenarios, {total} expectations: {total - missed} met, {missed} MISSED"
+            + (f" in {duration:.1f}s" if duration is not None else ""))
+    if failing:
+        text += f"\nscenarios with missed expectations: {', '.join(failing)}"
+    return text
+
+
+def exit_status(results: list[ScenarioResult]) -> int:
+    return 0 if results and all(r.ok for r in results) else 1
+
+
+def write_json(results: list[ScenarioResult], path: str | Path) -> None:
+    data = [{**asdict(r), "ok": r.ok} for r in results]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def report(results: list[ScenarioResult], duration: float | None = None, missed_only: bool = False,
+           stream=None) -> None:
+    stream = stream or sys.stdout
+    print(format_table(results, missed_only=missed_only), file=stream)
+    print(file=stream)
+    print(summary(results, duration), file=stream)
+    stream.flush()
+
+
+# --- command line ------------------------------------------------------------------------------
+
+
+def build_parser(prog: str = "python -m simulator scenario", with_urls: bool = True) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Run QA scenarios against a running Public Scan API.",
+                                     epilog="Scenario format and how to add one: docs/scenarios.md")
+    parser.add_argument("names", nargs="+", metavar="NAME|all",
+                        help="scenario names (file stems), 'all', or .yaml paths")
+    if with_urls:
+        parser.add_argument("--base-url", default="http://127.0.0.1:8000", help="the service (default %(default)s)")
+        parser.add_argument("--sim-url", default="http://127.0.0.1:8700",
+                            help="the simulator the service uses as its engine (default %(default)s)")
+        parser.add_argument("--hook-base-url", default=None,
+                            help="the simulator as the service's workers reach it (default: --sim-url)")
+        parser.add_argument("--operator", default=None, metavar="CMD",
+                            help="operator CLI prefix (default: '<this python> -m flask --app wsgi', run in the "
+                                 "project root with this environment)")
+        parser.add_argument("--operator-query", default=None, metavar="CMD",
+                            help="attempt-log query prefix "
+                                 "(default: '<this python> -m simulator.scenarios.operator_query')")
+    parser.add_argument("--dir", default=str(SCENARIO_DIR), help="scenario directory (default %(default)s)")
+    parser.add_argument("--parallel", type=int, default=4, help="scenarios run at once (default %(default)s)")
+    parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every wait's timeout")
+    parser.add_argument("--missed-only", action="store_true", help="print only missed expectations")
+    parser.add_argument("--json", dest="json_path", default=None, metavar="FILE", help="also write the results as JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    return parser
+
+
+def run_from_args(args: argparse.Namespace, config: RunConfig) -> tuple[int, list[ScenarioResult]]:
+    try:
+        paths = resolve_names(args.names, args.dir)
+    except ScenarioError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2, []
+    started = time.monotonic()
+    with Progress(enabled=not args.quiet) as progress:
+        config.progress = progress
+        results = run_scenarios(paths, config, parallel=args.parallel)
+    report(results, time.monotonic() - started, missed_only=args.missed_only)
+    if args.json_path:
+        write_json(results, args.json_path)
+    return exit_status(results), results
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    config = RunConfig(base_url=args.base_url, sim_url=args.sim_url, hook_base_url=args.hook_base_url,
+                       operator=Operator(args.operator, args.operator_query),
+                       timeout_scale=args.timeout_scale)
+    try:
+        requests.get(config.base_url + "/healthz", timeout=5)
+        requests.get(config.sim_url + "/_sim/engine/mode", timeout=5)
+    except requests.RequestException as exc:
+        print(f"error: cannot reach the service or the simulator: {exc}", file=sys.stderr)
+        return 2
+    status, _ = run_from_args(args, config)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
