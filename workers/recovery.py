@@ -7,7 +7,11 @@ It finds
   starts a new chain for each (the old token is replaced, so a late old job stops);
 - scans reserved but never recorded as submitted (the API process died during its
   engine call): the client never got a 202, so they are reversed like a 502;
-- pending webhook deliveries whose job is gone (see ``workers.webhook_jobs``).
+- pending webhook deliveries whose job is gone (see ``workers.webhook_jobs``);
+- scheduled jobs overdue by more than ``RECOVERY_STALE_SECONDS``: RQ's scheduler is
+  not running (after a worker group is killed its lock lingers for about a minute), so
+  the sweep moves them to their queue as the scheduler would. A job that both move
+  runs twice, which changes nothing: every job is fenced by its row.
 
 Run by every worker every ``RECOVERY_INTERVAL_SECONDS`` (one at a time, under a Redis
 lock) and on demand by ``flask --app wsgi scans recover``.
@@ -15,9 +19,11 @@ lock) and on demand by ``flask --app wsgi scans recover``.
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import timedelta, timezone
 
+from rq import Queue
 from rq.job import Job, JobStatus
+from rq.registry import ScheduledJobRegistry
 
 from app import runtime
 from app.extensions import db
@@ -73,10 +79,37 @@ def reverse_unsubmitted(now) -> int:
     return len(orphans)
 
 
+def promote_overdue(now) -> int:
+    """Enqueue scheduled jobs that RQ's scheduler should have enqueued long ago."""
+    from workers.queues import ENGINE_QUEUE, WEBHOOK_QUEUE
+    conn = runtime.redis()
+    overdue = now - timedelta(seconds=runtime.config["RECOVERY_STALE_SECONDS"])
+    overdue_before = overdue.replace(tzinfo=timezone.utc).timestamp()  # ``now`` is naive UTC
+    moved = 0
+    for name in (ENGINE_QUEUE, WEBHOOK_QUEUE):
+        queue = Queue(name, connection=conn)
+        registry = ScheduledJobRegistry(queue=queue)
+        job_ids = registry.get_jobs_to_schedule(int(overdue_before))
+        if not job_ids:
+            continue
+        with conn.pipeline() as pipe:
+            for job in Job.fetch_many(job_ids, connection=conn):
+                if job is not None:
+                    queue._enqueue_job(job, pipeline=pipe)
+                    moved += 1
+            for job_id in job_ids:
+                registry.remove(job_id, pipeline=pipe)
+            pipe.execute()
+    if moved:
+        log.warning("moved %d overdue scheduled job(s) to their queues: is RQ's scheduler running?", moved)
+    return moved
+
+
 def sweep() -> dict:
     now = utcnow()
     with db.connection_context():
-        report = {"scans_redispatched": recover_scans(now), "reservations_reversed": reverse_unsubmitted(now)}
+        report = {"scheduled_jobs_promoted": promote_overdue(now), "scans_redispatched": recover_scans(now),
+                  "reservations_reversed": reverse_unsubmitted(now)}
         try:
             from workers.webhook_jobs import recover_deliveries
         except ImportError:

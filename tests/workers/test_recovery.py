@@ -126,9 +126,13 @@ def test_a_scan_with_a_live_job_is_left_alone_however_long_it_waits(client, make
         scan_id = create(client, account, "john.roe@example.com")
         token = rows([scan_id])[scan_id].tracking_job_id
         frozen.tick(STALE * 10)
-        assert sweep()["scans_redispatched"] == 0
+        report = sweep()
+        assert report["scans_redispatched"] == 0
         assert rows([scan_id])[scan_id].tracking_job_id == token
-        assert scheduled_ids() == [token]
+        # Long overdue with no scheduler running: moved to its queue, the same job.
+        assert report["scheduled_jobs_promoted"] == 1 and scheduled_ids() == []
+        from rq import Queue
+        assert Queue("engine", connection=redis_conn).job_ids == [token]
         # The same scan once its job is gone.
         redis_conn.flushdb()
         assert sweep()["scans_redispatched"] == 1
@@ -270,3 +274,25 @@ def test_a_scan_never_looked_at_is_redispatched_only_once_its_creation_is_stale(
         assert sweep()["scans_redispatched"] == 1
         assert jobs.run(frozen, until=all_final([scan_id]))
     assert statuses([scan_id]) == ["completed"]
+
+
+@pytest.mark.config(RECOVERY_STALE_SECONDS=60)
+def test_sweep_moves_overdue_scheduled_jobs_when_no_scheduler_runs(app, client, account, redis_conn, jobs):
+    """After a worker group is SIGKILLed, RQ's scheduler lock lingers ~61 s; the sweep does its job."""
+    from rq import Queue
+    from rq.registry import ScheduledJobRegistry
+
+    from workers.recovery import sweep
+
+    engine_queue = Queue("engine", connection=redis_conn)
+    registry = ScheduledJobRegistry(queue=engine_queue)
+    with freeze_time("2026-11-21 12:00:00") as frozen:
+        scan_id = client.post("/api/v1/scan", json={"target": "jane@example.com"},
+                              headers=account.headers).json["scan_id"]
+        assert registry.count == 1 and engine_queue.count == 0  # the first look is scheduled
+        frozen.tick(30)
+        assert sweep()["scheduled_jobs_promoted"] == 0  # due, but not overdue by 60 s: the scheduler's job
+        frozen.tick(60)
+        assert sweep()["scheduled_jobs_promoted"] == 1
+        assert registry.count == 0 and engine_queue.count == 1
+        assert jobs.run(frozen, until=lambda: statuses([scan_id]) == ["completed"])
