@@ -29,3 +29,16 @@ clean:
 ## make scenarios: the QA scenarios end to end, against API + worker + simulator started as real processes.
 scenarios: install
 	$(PY) -m simulator.scenarios.stack all
+
+## make fuzz: schemathesis and the hostile-input tests with many more generated cases, random each run
+## (FUZZ_EXAMPLES per operation and generation mode; CI runs 25, derandomized).
+FUZZ_EXAMPLES ?= 300
+fuzz: install
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/security/test_fuzz.py -q -p no:cacheprovider $(PYTEST_ARGS)
+
+## make bench: the real stack on this machine (PostgreSQL db "bench", Redis db 11, gunicorn, workers,
+## simulator), driven by wrk; figures in bench/results/<UTC time>/ (docs/performance.md). BENCH_ARGS=--quick
+BENCH_ARGS ?=
+bench: install
+	@command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 2; }
+	$(PY) -m bench $(BENCH_ARGS)

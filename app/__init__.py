@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import secrets
 
-from flask import Flask, g, request
+from flask import Flask, abort, g, request
 
 from app import config as app_config
 from app import runtime
@@ -68,6 +68,21 @@ def _register_request_hooks(app: Flask) -> None:
     def assign_request_id():
         incoming = request.headers.get("X-Request-Id", "")
         g.request_id = incoming if REQUEST_ID_RE.match(incoming) else f"req_{secrets.token_hex(12)}"
+
+    @app.before_request
+    def refuse_oversized_streams():
+        # A chunked body has no Content-Length to refuse up front, and werkzeug's limit on the
+        # stream hands over its first MAX_CONTENT_LENGTH bytes as if they were all: look past them.
+        limit = app.config.get("MAX_CONTENT_LENGTH")
+        if limit and request.content_length is None and request.environ.get("wsgi.input_terminated"):
+            if len(request.get_data(cache=True)) >= limit and request.environ["wsgi.input"].read(1):
+                abort(413)
+
+    @app.before_request
+    def refuse_nul_in_path():
+        # No id holds a NUL byte, and PostgreSQL refuses to even compare one: an unknown path.
+        if "\x00" in request.path:
+            abort(404)
 
     @app.after_request
     def add_request_id(response):

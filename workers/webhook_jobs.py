@@ -31,7 +31,7 @@ from app.logging_setup import log_context
 from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, utcnow
 from app.models.webhooks import FAILED, PENDING, SUCCEEDED
 from app.services.crypto import decrypt_secret
-from app.services.webhook_urls import UnsafeWebhookUrl, check_scheme, guarded_session
+from app.services.webhook_urls import AttemptDeadline, UnsafeWebhookUrl, check_scheme, guarded_session
 from app.services.webhooks import delivery_job_id, job_attempt_number
 from app.webhook_signature import SIGNATURE_HEADER, sign
 from workers.queues import DELIVERY_JOB_TIMEOUT, enqueue_delivery
@@ -141,29 +141,34 @@ def _reserve(delivery: WebhookDelivery, number: int, job_id: str, now) -> Delive
 def _post(url: str, headers: dict, body: bytes) -> Outcome:
     started = time.monotonic()
     outcome = Outcome()
+    # requests' timeout bounds each socket read; the deadline bounds the whole attempt (D11).
+    deadline = AttemptDeadline(runtime.config["WEBHOOK_TIMEOUT_SECONDS"])
     try:
         check_scheme(url)
-        with guarded_session() as session:
+        with guarded_session() as session, deadline:
             response = session.post(url, data=body, headers=headers, allow_redirects=False, stream=True,
                                     timeout=runtime.config["WEBHOOK_TIMEOUT_SECONDS"])
             outcome.status_code = response.status_code
-            outcome.excerpt = _excerpt(response)
+            outcome.excerpt = _excerpt(response, deadline)
     except (UnsafeWebhookUrl, requests.RequestException) as exc:
         outcome.error = next(name for kind, name in REQUEST_ERRORS if isinstance(exc, kind))
+    if deadline.fired and outcome.status_code is None:
+        outcome.error = "timeout"  # no answer in time, however slowly it was being sent
     if outcome.status_code is not None and 300 <= outcome.status_code < 400:
         outcome.error = "redirect_not_followed"
     outcome.duration_ms = int((time.monotonic() - started) * 1000)
     return outcome
 
 
-def _excerpt(response) -> str:
-    """The first KiB of the body; a huge answer is never downloaded."""
+def _excerpt(response, deadline: AttemptDeadline) -> str:
+    """The first KiB of the body; a huge answer is never downloaded, a dripped one is cut at the deadline."""
     try:
         data = response.raw.read(EXCERPT_BYTES, decode_content=True) or b""
     except (Urllib3Error, OSError):
         # The status line arrived; a body cut short does not change the outcome.
         data = b""
     finally:
+        deadline.finish()  # before the socket is closed
         response.close()
     return data[:EXCERPT_BYTES].decode("utf-8", errors="replace")
 

@@ -1,10 +1,24 @@
 """The Blueprint class of the JSON API: validation errors answer 400 (D2), not webargs' 422."""
+import json
+
 from flask_smorest import Blueprint
 from flask_smorest.arguments import ArgumentsMixin
 
 
 class Parser(type(ArgumentsMixin.ARGUMENTS_PARSER)):
     DEFAULT_VALIDATION_STATUS = 400
+
+    def _raw_load_json(self, req):
+        try:
+            return super()._raw_load_json(req)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise  # webargs answers these with its invalid-JSON 400
+        except (RecursionError, ValueError) as exc:
+            # JSON nested deeper than Python's recursion limit ([[[[...]]]]), or an integer of
+            # more than 4,300 digits (Python's int conversion limit), is not a body this API
+            # takes: the invalid-JSON 400, not a 500.
+            raise json.JSONDecodeError(f"the JSON document cannot be read: {exc.__class__.__name__}",
+                                       doc="-", pos=0) from None
 
 
 class ApiBlueprint(Blueprint):

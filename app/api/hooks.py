@@ -10,11 +10,12 @@ store or release the idempotency claim.
 from __future__ import annotations
 
 import logging
+import re
 
 from flask import current_app, g, request
 
 from app.api.auth import authenticate
-from app.errors import ApiError, error_response
+from app.errors import DB_ERRORS, ApiError, error_response, service_unavailable
 from app.models import utcnow
 from app.services import billing, idempotency, quotas
 from app.services.limits import limits_for
@@ -23,6 +24,7 @@ from app.services.scans import insufficient_balance
 log = logging.getLogger(__name__)
 
 CHARGEABLE = frozenset({200, 202, 400, 403, 404})
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def before_api_request():
@@ -40,6 +42,8 @@ def before_api_request():
 def _claim_idempotency(key: str):
     if not 1 <= len(key) <= 255:
         raise ApiError(400, "invalid_request", "Idempotency-Key must have 1 to 255 characters")
+    if CONTROL_CHARS.search(key):  # not in a valid header value, and PostgreSQL cannot store a NUL
+        raise ApiError(400, "invalid_request", "Idempotency-Key must not contain control characters")
     body_hash = idempotency.request_hash(request.path, request.get_data(cache=True))
     claim = idempotency.claim(g.customer.id, key, request.path, body_hash)
     if claim[0] == "new":
@@ -58,6 +62,12 @@ def after_api_request(response):
         return response  # 401: no account is known, nothing to charge or report
     try:
         response = _charge(response, customer)
+    except DB_ERRORS:
+        # The call cannot be charged, so it is not served: D3 charges every 2xx/400/403/404
+        # and no 5xx. (The charge is one transaction: nothing of it was written.)
+        log.error("database unavailable while charging this call")
+        response = service_unavailable()
+    try:
         _report(response, customer)
         _settle_idempotency(response)
     except Exception:  # the answer is already decided; a reporting failure must not turn it into a 500
@@ -68,7 +78,7 @@ def after_api_request(response):
 def _charge(response, customer):
     if response.status_code not in CHARGEABLE or g.get("charged") or g.get("free_call"):
         return response
-    balance = billing.charge(customer.id, 1, "call", request_id=g.get("request_id"))
+    balance, g.usage = billing.charge_call(customer.id, g.get("request_id"), utcnow())
     if balance is None:
         # The balance ran out between the check and this charge: the call is not served.
         g.balance = billing.balance_of(customer.id)
@@ -84,7 +94,8 @@ def _report(response, customer):
     response.headers["X-Credits-Remaining"] = str(balance)
     limit_headers = g.get("limit_headers")
     if limit_headers is None:
-        limit_headers = quotas.limit_headers(limits_for(customer), quotas.window_usage(customer.id, utcnow()))
+        usage = g.get("usage") or quotas.window_usage(customer.id, utcnow())
+        limit_headers = quotas.limit_headers(limits_for(customer), usage)
     response.headers.update(limit_headers)
 
 

@@ -29,7 +29,8 @@ class BulkCreateSchema(ma.Schema):
     class Meta:
         unknown = EXCLUDE
 
-    targets = fields.List(fields.Raw(), required=True, metadata={
+    # allow_none: a null item is one more item that is not an object, rejected on its own (D7).
+    targets = fields.List(fields.Raw(allow_none=True), required=True, metadata={
         "description": "1 to 100 targets, each {target, kind}. Invalid ones are listed in `rejected`.",
         "items": {"$ref": "#/components/schemas/BulkTarget"},
         "example": [{"target": "jane.doe@example.com", "kind": "email"}, {"target": "+447700900123"},

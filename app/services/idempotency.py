@@ -26,7 +26,7 @@ def request_hash(endpoint: str, raw_body: bytes) -> str:
     """Hash of the body's JSON value (so key order and spacing do not matter), else its bytes."""
     try:
         canonical = json.dumps(json.loads(raw_body), sort_keys=True, separators=(",", ":")).encode()
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # not JSON (or nested too deeply): its bytes
         canonical = raw_body
     return hashlib.sha256(endpoint.encode() + b"\0" + canonical).hexdigest()
 

@@ -11,17 +11,22 @@ for the form) and at every connection (``guarded_session``). The second one is w
 protects: the connection is made to the very address that was just checked, while
 TLS (SNI, certificate) and the ``Host`` header keep the host name, so a DNS answer
 that changes after the check (rebinding) cannot point the request elsewhere.
+
+``AttemptDeadline`` bounds a whole attempt: requests' timeouts bound each socket read, so
+a receiver dripping its answer a byte at a time would otherwise hold a worker for as long
+as it likes (and be counted a success long after the timeout).
 """
 from __future__ import annotations
 
 import ipaddress
 import socket
+import threading
 from urllib.parse import urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
-from urllib3.connection import HTTPSConnection
-from urllib3.connectionpool import HTTPSConnectionPool
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 from urllib3.util import connection as urllib3_connection
 
@@ -76,6 +81,9 @@ def check_webhook_url(url: str, *, guard: bool | None = None) -> list[str]:
 
     if len(url) > 2048:
         raise AccountError("the webhook URL is longer than 2048 characters")
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+        # No URL holds these (RFC 3986); a NUL would not even fit in a PostgreSQL text column.
+        raise AccountError("the webhook URL must not contain spaces or control characters")
     parts = urlsplit(url)
     guard = guard_enabled() if guard is None else guard
     allowed = ("https",) if guard else ("http", "https")
@@ -93,7 +101,78 @@ def check_webhook_url(url: str, *, guard: bool | None = None) -> list[str]:
         raise AccountError(f"the webhook URL is refused: {exc}") from exc
 
 
-class PinnedHTTPSConnection(HTTPSConnection):
+_attempt = threading.local()
+
+
+class AttemptDeadline:
+    """Ends an HTTP exchange ``seconds`` after it began, whatever the peer does.
+
+    While it is active (``with``), every connection the guarded session opens in this
+    thread is watched; when the time is up a timer shuts their sockets down, so a blocked
+    read returns at once. ``fired`` tells the caller the exchange ran out of time. Call
+    ``finish()`` before closing a response, so the timer never touches a closed socket.
+    """
+
+    def __init__(self, seconds: float):
+        self.fired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._done = False
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> "AttemptDeadline":
+        _attempt.deadline = self
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.finish()
+        _attempt.deadline = None
+
+    def watch(self, sock) -> None:
+        with self._lock:
+            if not self._done:
+                self._sockets.append(sock)
+
+    def finish(self) -> None:
+        with self._lock:
+            self._done = True
+            self._timer.cancel()
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self.fired = True
+            for sock in self._sockets:
+                try:
+                    # The plain socket's shutdown, also for an SSLSocket: it cuts the connection
+                    # under the blocked read without tearing down the TLS object that read uses.
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                except OSError:
+                    pass  # closed already
+
+
+class WatchedConnectionMixin:
+    """Hands each connected socket to the thread's running ``AttemptDeadline``, if any."""
+
+    def connect(self) -> None:
+        super().connect()
+        deadline = getattr(_attempt, "deadline", None)
+        if deadline is not None and self.sock is not None:
+            deadline.watch(self.sock)
+
+
+class WatchedHTTPConnection(WatchedConnectionMixin, HTTPConnection):
+    pass
+
+
+class WatchedHTTPSConnection(WatchedConnectionMixin, HTTPSConnection):
+    pass
+
+
+class PinnedHTTPSConnection(WatchedConnectionMixin, HTTPSConnection):
     """Connects only to addresses checked at this very moment; TLS still verifies the name.
 
     ``self.host`` stays the host name, so SNI, certificate verification and the
@@ -123,21 +202,36 @@ class PinnedHTTPSPool(HTTPSConnectionPool):
     ConnectionCls = PinnedHTTPSConnection
 
 
-class PinnedAdapter(HTTPAdapter):
-    """A requests adapter whose https pools use ``PinnedHTTPSConnection``."""
+class WatchedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = WatchedHTTPConnection
+
+
+class WatchedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = WatchedHTTPSConnection
+
+
+class GuardedAdapter(HTTPAdapter):
+    """A requests adapter whose connections an ``AttemptDeadline`` can cut; with ``pinned``
+    (production), https pools use ``PinnedHTTPSConnection``."""
+
+    def __init__(self, pinned: bool):
+        self.pinned = pinned
+        super().__init__()
 
     def init_poolmanager(self, *args, **kwargs):
         super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {"https": PinnedHTTPSPool}
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": WatchedHTTPPool, "https": PinnedHTTPSPool if self.pinned else WatchedHTTPSPool}
 
 
 def guarded_session() -> requests.Session:
     """A session for one webhook attempt: no proxies from the environment (a proxy
-    would resolve the name itself, past the guard), no default headers, and in
-    production the pinned adapter for every https URL."""
+    would resolve the name itself, past the guard), no default headers, connections an
+    ``AttemptDeadline`` can cut, and in production the pinned connection for every https URL."""
     session = requests.Session()
     session.trust_env = False
     session.headers.clear()
-    if guard_enabled():
-        session.mount("https://", PinnedAdapter())
+    adapter = GuardedAdapter(pinned=guard_enabled())
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
     return session
