@@ -7,11 +7,13 @@ connection each time.
 """
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from urllib.parse import urlparse
 
 from peewee import PostgresqlDatabase, SqliteDatabase
-from playhouse.db_url import connect
+from playhouse.db_url import connect, parse
+from playhouse.pool import PooledPostgresqlDatabase
 
 from app.extensions import db
 
@@ -23,14 +25,45 @@ SQLITE_PRAGMAS = {
 }
 
 
+class PostgresPool(PooledPostgresqlDatabase):
+    """peewee's PostgreSQL pool, without a ``SELECT 1`` for a connection just returned.
+
+    peewee checks each connection it hands out with a ``SELECT 1`` round trip, made
+    under the pool's lock, so every request paid one and the threads of a process
+    queued for it. A connection given back in good order (open, no transaction) less
+    than FRESH_SECONDS ago is handed out without it; an older one is checked as before,
+    so a connection broken while it sat idle (a restarted server) is still replaced
+    before a request sees it.
+    """
+
+    FRESH_SECONDS = 1.0
+
+    def __init__(self, *args, **kwargs):
+        self._returned_at: dict[int, float] = {}
+        super().__init__(*args, **kwargs)
+
+    def _close(self, conn, close_conn=False):
+        if close_conn:
+            self._returned_at.pop(self.conn_key(conn), None)
+        else:
+            self._returned_at[self.conn_key(conn)] = time.monotonic()
+        return super()._close(conn, close_conn)
+
+    def _is_closed(self, conn):
+        returned = self._returned_at.get(self.conn_key(conn))
+        if (returned is not None and time.monotonic() - returned < self.FRESH_SECONDS and not conn.closed
+                and self._adapter.txn_status(conn) == self._adapter.txn_idle):
+            return False
+        return super()._is_closed(conn)
+
+
 def make_database(url: str):
     scheme = urlparse(url).scheme
     if scheme.startswith("sqlite"):
         return connect(url, pragmas=SQLITE_PRAGMAS, check_same_thread=False)
     if scheme in ("postgres", "postgresql"):
         # Pooled: connections are returned to the pool on close() and reused.
-        url = url.replace(f"{scheme}://", "postgres+pool://", 1)
-        return connect(url, max_connections=32, stale_timeout=300, timeout=10, connect_timeout=5)
+        return PostgresPool(**parse(url), max_connections=32, stale_timeout=300, timeout=10, connect_timeout=5)
     return connect(url)
 
 
@@ -69,3 +102,64 @@ def write_transaction():
     else:
         with db.atomic() as txn:
             yield txn
+
+
+# --- Hot-path SQL -------------------------------------------------------------------
+# Building a peewee query costs 0.3-0.4 ms of Python per statement (more than the
+# statement's round trip to PostgreSQL), so the statements every API call runs are
+# written once as SQL and run with ``execute``. ``?`` marks a parameter; it becomes
+# the bound database's own placeholder. Columns come from the models, so the SQL
+# follows a renamed column.
+
+_placeholder_sql: dict[tuple[str, str], str] = {}
+
+
+def execute(sql: str, params=()):
+    """Run ``sql`` (``?`` placeholders) on the bound database; returns the cursor."""
+    param = db.obj.param
+    key = (param, sql)
+    text = _placeholder_sql.get(key)
+    if text is None:
+        text = _placeholder_sql[key] = sql.replace("?", param)
+    return db.execute_sql(text, params)
+
+
+def columns(model, alias: str | None = None) -> str:
+    """``alias.col1, alias.col2, ...`` for every field of ``model``, in field order."""
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(prefix + repr_column(f) for f in model._meta.sorted_fields)
+
+
+def table(model) -> str:
+    return f'"{model._meta.table_name}"'
+
+
+def instance(model, values):
+    """A model instance from a row of ``columns(model)``, as peewee would build it."""
+    obj = model(__no_default__=True)
+    data = obj.__data__
+    for field, value in zip(model._meta.sorted_fields, values):
+        data[field.name] = field.python_value(value) if value is not None else None
+    obj._dirty.clear()
+    return obj
+
+
+def insert_rows(model, rows: list[dict]) -> None:
+    """One multi-row INSERT of ``rows`` (keyed by field name), defaults filled as peewee would."""
+    if not rows:
+        return
+    fields = [f for f in model._meta.sorted_fields if not (f.primary_key and f.field_type == "AUTO")]
+    params = []
+    for row in rows:
+        for field in fields:
+            value = row[field.name] if field.name in row else field.default
+            if callable(value):
+                value = value()
+            params.append(field.db_value(value))
+    placeholders = "(" + ", ".join("?" * len(fields)) + ")"
+    execute(f"INSERT INTO {table(model)} ({', '.join(repr_column(f) for f in fields)}) VALUES "
+            + ", ".join([placeholders] * len(rows)), params)
+
+
+def repr_column(field) -> str:
+    return f'"{field.column_name}"'

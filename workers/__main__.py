@@ -2,9 +2,11 @@
 
 Jobs run in the worker process (``SimpleWorker``): tracking and delivery jobs are
 short HTTP calls, and forking per job would cost more than the job. RQ's job timeout
-still bounds each one. Every ``RECOVERY_INTERVAL_SECONDS`` a worker runs the recovery
-sweep, one worker at a time under a Redis lock. If Redis goes away the worker waits
-and reconnects instead of exiting.
+still bounds each one. The scheduler is RQ's, made precise (``PreciseScheduler``):
+due times are kept to the millisecond and it looks for due jobs every 0.2 s. Every
+``RECOVERY_INTERVAL_SECONDS`` a worker runs the recovery sweep, one worker at a time
+under a Redis lock. If Redis goes away the worker waits and reconnects instead of
+exiting.
 """
 from __future__ import annotations
 
@@ -15,8 +17,10 @@ import time
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, TimeoutError as RedisTimeoutError
-from rq import SimpleWorker
+from rq import Queue, SimpleWorker
 from rq.defaults import DEFAULT_WORKER_TTL
+from rq.job import Job
+from rq.scheduler import RQScheduler
 
 from app import create_app, runtime
 from app.config import ConfigError
@@ -38,8 +42,80 @@ def run_sweep_once() -> dict | None:
     return report
 
 
+# How often the scheduler moves due jobs to their queue (RQ's default: every second).
+SCHEDULER_INTERVAL = 0.2
+
+
+class PreciseScheduler(RQScheduler):
+    """RQ's scheduler, to the millisecond rather than the second.
+
+    RQ's takes the jobs whose due time is at most now rounded down to the second, once
+    a second; ``workers.queues`` stores due times to the millisecond, and this one takes
+    those due by now, every SCHEDULER_INTERVAL. ``work`` and ``enqueue_scheduled_jobs``
+    are RQ 2.12's with those two changes (the heartbeat stays once a second, and
+    ``interval``, which also sets the lock's lifetime, stays RQ's); the lock that elects
+    one scheduler per queue is RQ's.
+    """
+
+    def work(self):
+        self._install_signal_handlers()
+        self.register_birth()
+        beat = 0.0
+        while True:
+            if self._stop_requested:
+                self.stop()
+                break
+            if self.should_reacquire_locks:
+                self.acquire_locks()
+            if time.monotonic() - beat >= self.interval:
+                self.heartbeat()
+                beat = time.monotonic()
+            self.enqueue_scheduled_jobs()
+            time.sleep(SCHEDULER_INTERVAL)
+
+    def enqueue_scheduled_jobs(self):
+        self._status = self.Status.WORKING
+        if not self._scheduled_job_registries and self._acquired_locks:
+            self.prepare_registries()
+        for registry in self._scheduled_job_registries:
+            job_ids = registry.get_jobs_to_schedule(time.time())
+            if not job_ids:
+                continue
+            queue = Queue(registry.name, connection=self.connection, serializer=self.serializer)
+            with self.connection.pipeline() as pipeline:
+                jobs = Job.fetch_many(job_ids, connection=self.connection, serializer=self.serializer)
+                for job in jobs:
+                    if job is not None:
+                        queue._enqueue_job(job, pipeline=pipeline, at_front=job.should_enqueue_at_front())
+                for job_id in job_ids:
+                    registry.remove(job_id, pipeline=pipeline)
+                pipeline.execute()
+        self._status = self.Status.STARTED
+
+
 class ScanWorker(SimpleWorker):
-    """SimpleWorker that also runs the recovery sweep as a maintenance task."""
+    """SimpleWorker with the precise scheduler, that also runs the recovery sweep as a maintenance task."""
+
+    def _start_scheduler(self, burst=False, logging_level="INFO", date_format=None, log_format=None):
+        """RQ 2.12's ``_start_scheduler``, starting a PreciseScheduler."""
+        kwargs = {"logging_level": logging_level if logging_level is not None else self.log.level}
+        if date_format is not None:
+            kwargs["date_format"] = date_format
+        if log_format is not None:
+            kwargs["log_format"] = log_format
+        self.scheduler = PreciseScheduler(self.queues, connection=self.connection, serializer=self.serializer,
+                                          **kwargs)
+        self.scheduler.acquire_locks()
+        if self.scheduler.acquired_locks:
+            if burst:
+                try:
+                    self.scheduler.register_birth()
+                    self.scheduler.enqueue_scheduled_jobs()
+                finally:
+                    self.scheduler.release_locks()
+                    self.scheduler.register_death()
+            else:
+                self.scheduler.start()
 
     def run_maintenance_tasks(self):
         super().run_maintenance_tasks()

@@ -15,12 +15,14 @@ from datetime import timedelta
 from rq import get_current_job
 
 from app import runtime
+from app.db import execute, instance, is_postgres
 from app.extensions import db
 from app.logging_setup import log_context
 from app.models import Scan, utcnow
-from app.models.scans import FINAL
+from app.models.scans import FINAL, IN_FLIGHT
 from app.services import engine, tracking
 from app.services.results import InvalidResult, normalize_result
+from app.services.scans import SCAN_BY_ID
 from workers.queues import enqueue_tracking, tracking_job_id
 
 log = logging.getLogger(__name__)
@@ -30,21 +32,17 @@ def _poll_seconds() -> float:
     return float(runtime.config["ENGINE_POLL_SECONDS"])
 
 
-# RQ's scheduler keeps whole-second timestamps: a shorter delay would run at once.
-MIN_DELAY = 1.0
+MIN_DELAY = tracking.MIN_DELAY
 
 
 def next_interval(scan, now) -> float:
-    """Until the engine's eta, bounded to [1 s, ENGINE_POLL_SECONDS]."""
-    poll = _poll_seconds()
-    remaining = (scan.eta_at - now).total_seconds() if scan.eta_at else 0
-    interval = remaining if remaining > 0 else poll
-    return max(MIN_DELAY, min(interval, poll))
+    """Until the engine's eta (half a second before it, then at it), at most ENGINE_POLL_SECONDS."""
+    return tracking.look_delay(scan.eta_at, now, _poll_seconds())
 
 
 def backoff(errors: int) -> float:
     """Engine errors back off exponentially from 1 s, up to three poll intervals."""
-    return max(MIN_DELAY, min(_poll_seconds() * 3, 2.0 ** (errors - 1)))
+    return max(1.0, min(_poll_seconds() * 3, 2.0 ** (errors - 1)))
 
 
 def _generation(job_id: str) -> int:
@@ -54,13 +52,31 @@ def _generation(job_id: str) -> int:
         return 0
 
 
-def hand_over(scan_id: str, current_job_id: str | None, delay: float, **changes) -> bool:
-    """Pass the chain to a successor job ``delay`` seconds from now (CAS on the token)."""
+def hand_over(scan_id: str, current_job_id: str | None, delay: float, *, in_flight_only: bool = False,
+              durable: bool = True, **changes) -> bool:
+    """Pass the chain to a successor job ``delay`` seconds from now (CAS on the token),
+    writing ``changes`` in the same UPDATE (only to a scan still in flight if asked).
+
+    ``durable=False`` (a look that found the scan unfinished) commits without waiting
+    for PostgreSQL to flush it to disk, which is most of a look's time. Should the
+    server crash in the fraction of a second before the flush, the scan keeps its old
+    token and progress: the successor finds itself stale and stops, and the recovery
+    sweep starts a new chain (D13), so nothing is lost that the next look would not
+    write again. Final states, charges and deliveries always wait for the disk.
+    """
     new_job_id = tracking_job_id(scan_id, _generation(current_job_id or "") + 1)
     query = Scan.update(tracking_job_id=new_job_id, **changes).where(Scan.id == scan_id)
     if current_job_id is not None:
         query = query.where(Scan.tracking_job_id == current_job_id)
-    if not query.execute():
+    if in_flight_only:
+        query = query.where(Scan.status.in_(IN_FLIGHT))
+    if durable or not is_postgres():
+        changed = query.execute()
+    else:
+        with db.atomic():
+            db.execute_sql("SET LOCAL synchronous_commit = off")
+            changed = query.execute()
+    if not changed:
         return False
     enqueue_tracking({scan_id: new_job_id}, delay_seconds=delay)
     return True
@@ -74,7 +90,8 @@ def track_scan(scan_id: str) -> str:
 
 
 def _track(scan_id: str, job_id: str | None) -> str:
-    scan = Scan.get_or_none(Scan.id == scan_id)
+    row = execute(SCAN_BY_ID, (scan_id,)).fetchone()
+    scan = instance(Scan, row) if row is not None else None
     if scan is None or scan.status in FINAL:
         return "final"
     if job_id is not None and scan.tracking_job_id != job_id:
@@ -92,6 +109,8 @@ def _track(scan_id: str, job_id: str | None) -> str:
     try:
         state = engine.status(scan.engine_id)
         outcome = _apply(scan, state)
+        if isinstance(outcome, dict):  # unfinished: the progress to record
+            progress, outcome = outcome, "unfinished"
     except engine.EngineError as exc:
         errors = scan.check_errors + 1
         log.warning("scan %s: engine error %d (%s), retrying", scan_id, errors, exc)
@@ -99,13 +118,14 @@ def _track(scan_id: str, job_id: str | None) -> str:
         hand_over(scan_id, job_id, delay, check_errors=errors, last_checked_at=now)
         return "engine_error"
     if outcome == "unfinished":
-        scan = Scan.get_by_id(scan_id)
+        # The progress and the hand-over to the next look: one UPDATE, one commit.
         delay = max(MIN_DELAY, min(next_interval(scan, now), (deadline - now).total_seconds()))
-        hand_over(scan_id, job_id, delay)
+        hand_over(scan_id, job_id, delay, in_flight_only=True, durable=False, **progress)
     return outcome
 
 
-def _apply(scan, state: dict) -> str:
+def _apply(scan, state: dict) -> str | dict:
+    """Act on the engine's answer: the outcome, or for an unfinished scan the progress to record."""
     status = state.get("status")
     if status == "done":
         try:
@@ -123,9 +143,8 @@ def _apply(scan, state: dict) -> str:
         return "failed"
     if status in ("pending", "running"):
         total, done = state.get("recipes_total"), state.get("recipes_done")
-        tracking.record_progress(
-            scan.id, running=status == "running",
+        return tracking.progress_changes(
+            running=status == "running",
             recipes_total=total if isinstance(total, int) and total >= 0 else None,
             recipes_done=done if isinstance(done, int) and done >= 0 else None)
-        return "unfinished"
     raise engine.EngineError(f"unknown engine status {status!r}")

@@ -5,14 +5,41 @@ balance - n WHERE id = ? AND balance >= n RETURNING balance`` either succeeds wh
 or touches no row, so concurrent calls can neither overdraw nor lose a credit.
 Callers run these inside their own transaction when the charge must commit together
 with other rows (a scan and its charge, D3/D13).
+
+``charge_call`` is the charge of every served read: on PostgreSQL the conditional
+UPDATE, its ledger row and the quota windows the answer reports (D8) are one
+statement, so a read pays one round trip and one commit for all three.
 """
 from __future__ import annotations
 
+from datetime import timedelta
+
+from app.db import execute, is_postgres, table
 from app.extensions import db
-from app.models import CreditLedger, Customer
+from app.models import CreditLedger, Customer, Scan, utcnow
+
+
+LEDGER_REFS = {"scan_id", "bulk_id", "request_id", "note"}
+APPLY = f"""
+WITH changed AS (
+    UPDATE {table(Customer)} SET balance = balance + ? WHERE id = ? AND (? OR balance >= ?) RETURNING balance),
+ledger AS (
+    INSERT INTO {table(CreditLedger)} (customer_id, delta, balance_after, reason, scan_id, bulk_id, request_id, note,
+                                       created_at)
+    SELECT ?, ?, balance, ?, ?, ?, ?, ?, ? FROM changed RETURNING balance_after)
+SELECT balance_after FROM ledger"""
 
 
 def _apply(customer_id: str, delta: int, reason: str, **ref) -> int | None:
+    if is_postgres():
+        # The conditional UPDATE and its ledger row in one statement (one round trip).
+        unknown = set(ref) - LEDGER_REFS
+        if unknown:
+            raise TypeError(f"unknown ledger fields: {', '.join(sorted(unknown))}")
+        row = execute(APPLY, (delta, customer_id, delta >= 0, -delta, customer_id, delta, reason,
+                              ref.get("scan_id"), ref.get("bulk_id"), ref.get("request_id"), ref.get("note"),
+                              utcnow())).fetchone()
+        return row[0] if row else None
     query = Customer.update(balance=Customer.balance + delta).where(Customer.id == customer_id)
     if delta < 0:
         query = query.where(Customer.balance >= -delta)
@@ -47,3 +74,30 @@ def ledger_sum(customer_id: str) -> int:
     from peewee import fn
     return CreditLedger.select(fn.COALESCE(fn.SUM(CreditLedger.delta), 0)).where(
         CreditLedger.customer == customer_id).scalar()
+
+
+CHARGE_AND_USAGE = f"""
+WITH charged AS (
+    UPDATE {table(Customer)} SET balance = balance - ? WHERE id = ? AND balance >= ? RETURNING balance),
+ledger AS (
+    INSERT INTO {table(CreditLedger)} (customer_id, delta, balance_after, reason, request_id, created_at)
+    SELECT ?, ?, balance, ?, ?, ? FROM charged RETURNING balance_after)
+SELECT (SELECT balance_after FROM ledger), count(*), sum(CASE WHEN created_at > ? THEN 1 ELSE 0 END),
+       min(created_at), min(CASE WHEN created_at > ? THEN created_at END)
+FROM {table(Scan)} WHERE customer_id = ? AND created_at > ?"""
+
+
+def charge_call(customer_id: str, request_id: str | None, now):
+    """Charge one served call: ``(new balance or None when short, quotas.Usage at ``now``)``."""
+    from app.services import quotas
+    from app.services.limits import DAY, HOUR
+    if not is_postgres():
+        with db.atomic():  # one transaction, as the one statement below: a failure leaves no charge
+            balance = _apply(customer_id, -1, "call", request_id=request_id)
+            return balance, quotas.window_usage(customer_id, now)
+    hour_start, day_start = now - timedelta(seconds=HOUR), now - timedelta(seconds=DAY)
+    row = execute(CHARGE_AND_USAGE, (1, customer_id, 1, customer_id, -1, "call", request_id, now,
+                                     hour_start, hour_start, customer_id, day_start)).fetchone()
+    balance, day, hour, day_oldest, hour_oldest = row
+    return balance, quotas.Usage(hour=int(hour or 0), day=int(day or 0), hour_oldest=hour_oldest,
+                                 day_oldest=day_oldest, now=now)

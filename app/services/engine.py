@@ -1,6 +1,8 @@
 """The investigation engine's HTTP client (engine.md E1).
 
-One ``requests.Session`` per thread keeps connections alive between calls. Any
+One ``requests.Session`` per thread keeps connections alive between calls; it takes
+its proxy from the environment once, for ENGINE_URL, rather than on every call (which
+``requests`` does by walking the whole environment and looking for a .netrc). Any
 connection failure, timeout, non-2xx status or malformed answer is an
 ``EngineError``: on submission the caller answers 502 ``engine_submit_failed``, while
 tracking it retries with back-off.
@@ -22,9 +24,13 @@ class EngineError(Exception):
 
 
 def _session() -> requests.Session:
+    url = runtime.config["ENGINE_URL"]
     session = getattr(_local, "session", None)
-    if session is None:
-        session = _local.session = requests.Session()
+    if session is None or _local.url != url:
+        session = requests.Session()
+        session.trust_env = False
+        session.proxies.update(requests.utils.get_environ_proxies(url))
+        _local.session, _local.url = session, url
     return session
 
 

@@ -1,7 +1,9 @@
 """Rolling hour and day windows, the in-flight count, and the limit headers (D8).
 
 A window counts the scans the customer created in the last 3,600 / 86,400 seconds;
-both windows come from one indexed query over (customer, created_at).
+both windows come from one indexed query over (customer, created_at), and an
+admission gets them with its in-flight count in the same statement. Every call runs
+one of these, so they are written once as SQL (``app.db.execute``).
 """
 from __future__ import annotations
 
@@ -9,11 +11,12 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from peewee import Case, fn
+from peewee import fn
 
+from app.db import execute, table
 from app.errors import ApiError
 from app.models import Scan
-from app.models.scans import IN_FLIGHT
+from app.models.scans import IN_FLIGHT, QUEUED, RUNNING
 from app.services.limits import DAY, HOUR, Limits
 
 
@@ -32,19 +35,39 @@ def _as_datetime(value):
     return datetime.fromisoformat(str(value))
 
 
-def window_usage(customer_id: str, now: datetime) -> Usage:
-    hour_start, day_start = now - timedelta(seconds=HOUR), now - timedelta(seconds=DAY)
-    in_hour = Scan.created_at > hour_start
-    row = (Scan
-           .select(fn.COUNT(Scan.id),
-                   fn.SUM(Case(None, [(in_hour, 1)], 0)),
-                   fn.MIN(Scan.created_at),
-                   fn.MIN(Case(None, [(in_hour, Scan.created_at)], None)))
-           .where((Scan.customer == customer_id) & (Scan.created_at > day_start))
-           .tuples().get())
+_WINDOWS = ("count(*), sum(CASE WHEN created_at > ? THEN 1 ELSE 0 END), min(created_at), "
+            "min(CASE WHEN created_at > ? THEN created_at END)")
+WINDOW_USAGE = f"SELECT {_WINDOWS} FROM {table(Scan)} WHERE customer_id = ? AND created_at > ?"
+INFLIGHT_AND_USAGE = (f"SELECT (SELECT count(*) FROM {table(Scan)} WHERE customer_id = ? AND status IN (?, ?)), "
+                      f"{_WINDOWS} FROM {table(Scan)} WHERE customer_id = ? AND created_at > ?")
+assert set(IN_FLIGHT) == {QUEUED, RUNNING}
+
+
+def _usage(row, now: datetime) -> Usage:
     day, hour, day_oldest, hour_oldest = row
     return Usage(hour=int(hour or 0), day=int(day or 0), hour_oldest=_as_datetime(hour_oldest),
                  day_oldest=_as_datetime(day_oldest), now=now)
+
+
+def window_usage(customer_id: str, now: datetime) -> Usage:
+    hour_start, day_start = now - timedelta(seconds=HOUR), now - timedelta(seconds=DAY)
+    return _usage(execute(WINDOW_USAGE, (hour_start, hour_start, customer_id, day_start)).fetchone(), now)
+
+
+def inflight_and_usage(customer_id: str, now: datetime) -> tuple[int, Usage]:
+    """The scans in flight and the window usage, in one statement."""
+    hour_start, day_start = now - timedelta(seconds=HOUR), now - timedelta(seconds=DAY)
+    row = execute(INFLIGHT_AND_USAGE, (customer_id, QUEUED, RUNNING, hour_start, hour_start, customer_id,
+                                       day_start)).fetchone()
+    return int(row[0]), _usage(row[1:], now)
+
+
+def with_new_scans(usage: Usage, n: int, created_at: datetime) -> Usage:
+    """``usage`` once ``n`` more scans created at ``created_at`` (its ``now``) are counted."""
+    if not n:
+        return usage
+    return Usage(hour=usage.hour + n, day=usage.day + n, hour_oldest=usage.hour_oldest or created_at,
+                 day_oldest=usage.day_oldest or created_at, now=usage.now)
 
 
 def inflight_count(customer_id: str) -> int:
@@ -88,7 +111,7 @@ def _inflight_retry_after(customer_id: str, now: datetime) -> int:
 
 def check(customer_id: str, limits: Limits, n: int, now: datetime, *, bulk: bool = False) -> Usage:
     """Raise the first 429 that ``n`` new scans would hit (in-flight, hour, day); else the usage."""
-    inflight = inflight_count(customer_id)
+    inflight, usage = inflight_and_usage(customer_id, now)
     if inflight + n > limits.inflight:
         fits = max(0, limits.inflight - inflight)
         if bulk:
@@ -97,7 +120,6 @@ def check(customer_id: str, limits: Limits, n: int, now: datetime, *, bulk: bool
         else:
             message = f"{inflight} scans are in flight, the limit is {limits.inflight}"
         raise _limited("rate_limit_inflight", message, _inflight_retry_after(customer_id, now))
-    usage = window_usage(customer_id, now)
     if usage.hour + n > limits.hour:
         raise _limited("rate_limit_hour",
                        f"{usage.hour} scans created in the last hour, the hourly quota is {limits.hour}",

@@ -21,13 +21,12 @@ import math
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from peewee import Case
-
-from app.db import is_postgres, write_transaction
+from app.db import columns, execute, insert_rows, instance, is_postgres, table, write_transaction
 from app.errors import ApiError
 from app.extensions import db
 from app.models import BulkBatch, CreditLedger, Customer, Scan, iso, new_id, utcnow
-from app.models.scans import COMPLETED, FAILED, FINAL, QUEUED, RUNNING
+from app.models.scans import COMPLETED, FAILED, QUEUED, RUNNING
+from app.rawjson import RawJSON
 from app.services import billing, engine, quotas
 from app.services.limits import BULK_TIERS, MAX_BULK_TARGETS, limits_for
 from app.services.targets import TargetError, normalize
@@ -53,11 +52,15 @@ def insufficient_balance(balance: int, needed: int = 1) -> ApiError:
     return ApiError(402, "insufficient_balance", message)
 
 
+CUSTOMER_BY_ID = f"SELECT {columns(Customer)} FROM {table(Customer)} WHERE id = ?"
+
+
 def _lock_customer(customer_id: str) -> Customer:
-    query = Customer.select().where(Customer.id == customer_id)
-    if is_postgres():
-        query = query.for_update()
-    return query.get()
+    sql = CUSTOMER_BY_ID + (" FOR UPDATE" if is_postgres() else "")
+    row = execute(sql, (customer_id,)).fetchone()
+    if row is None:
+        raise Customer.DoesNotExist(f"no customer {customer_id}")
+    return instance(Customer, row)
 
 
 def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None):
@@ -71,11 +74,15 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None):
             raise insufficient_balance(customer.balance, cost if bulk_total is not None else 1)
         limits = limits_for(customer)
         if n:
-            quotas.check(customer_id, limits, n, now, bulk=bulk_total is not None)
+            usage = quotas.check(customer_id, limits, n, now, bulk=bulk_total is not None)
+        else:
+            usage = quotas.window_usage(customer_id, now)
         batch = None
         if bulk_total is not None:
-            batch = BulkBatch.create(id=new_id("blk"), customer=customer_id, api_key=api_key_id,
-                                     total=bulk_total, created_at=now)
+            batch = BulkBatch(id=new_id("blk"), customer=customer_id, api_key=api_key_id, total=bulk_total,
+                              created_at=now)
+            insert_rows(BulkBatch, [{"id": batch.id, "customer": customer_id, "api_key": api_key_id,
+                                     "total": bulk_total, "created_at": now}])
         rows = []
         for index, (kind, target) in items:
             scan_id = new_id("scn")
@@ -84,15 +91,14 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None):
                 "bulk_index": index if batch else None, "kind": kind, "target": target, "status": QUEUED,
                 "created_at": now, "tracking_job_id": tracking_job_id(scan_id, 0),
             })
-        if rows:
-            Scan.insert_many(rows).execute()
+        insert_rows(Scan, rows)
         balance = billing._apply(customer_id, -cost, "bulk" if batch else "scan", request_id=request_id,
                                  scan_id=rows[0]["id"] if rows and not batch else None,
                                  bulk_id=batch.id if batch else None)
         if balance is None:  # cannot happen under the lock; never let it pass silently
             raise insufficient_balance(customer.balance, cost)
-    usage = quotas.window_usage(customer_id, now)
-    return rows, batch, balance, limits, usage
+    # Counted under the lock, plus the scans this call created: ``r`` counts them (D8).
+    return rows, batch, balance, limits, quotas.with_new_scans(usage, n, now)
 
 
 def _reverse(customer_id, rows, batch, cost, request_id) -> None:
@@ -115,21 +121,34 @@ def _engine_failed() -> ApiError:
 def _record_submissions(rows, answers) -> None:
     """Store the engine's ids and etas for all scans in one UPDATE, whatever their number."""
     now = utcnow()
+    etas = [now + timedelta(seconds=a["eta_seconds"]) for a in answers]
+    if len(rows) == 1:
+        execute(f"UPDATE {table(Scan)} SET engine_id = ?, recipes_total = ?, eta_at = ? WHERE id = ?",
+                (answers[0]["id"], answers[0]["recipes"], etas[0], rows[0]["id"]))
+        return
     ids = [r["id"] for r in rows]
-    by_id = dict(zip(ids, answers))
-    Scan.update(
-        engine_id=Case(Scan.id, [(i, a["id"]) for i, a in by_id.items()]),
-        recipes_total=Case(Scan.id, [(i, a["recipes"]) for i, a in by_id.items()]),
-        eta_at=Case(Scan.id, [(i, now + timedelta(seconds=a["eta_seconds"])) for i, a in by_id.items()]),
-    ).where(Scan.id.in_(ids)).execute()
+    if is_postgres():  # a join with the new values: linear in the batch, where CASE is quadratic
+        values = ", ".join(["(?, ?, ?, ?)"] * len(ids))
+        execute(f"UPDATE {table(Scan)} AS s SET engine_id = v.engine_id, recipes_total = v.recipes, eta_at = v.eta "
+                f"FROM (VALUES {values}) AS v(id, engine_id, recipes, eta) WHERE s.id = v.id",
+                [v for i, a, eta in zip(ids, answers, etas) for v in (i, a["id"], a["recipes"], eta)])
+        return
+    cases = " ".join(["WHEN ? THEN ?"] * len(ids))
+    params = [v for pair in zip(ids, (a["id"] for a in answers)) for v in pair]
+    params += [v for pair in zip(ids, (a["recipes"] for a in answers)) for v in pair]
+    params += [v for pair in zip(ids, etas) for v in pair]
+    execute(f"UPDATE {table(Scan)} SET engine_id = CASE id {cases} END, recipes_total = CASE id {cases} END, "
+            f"eta_at = CASE id {cases} END WHERE id IN ({', '.join('?' * len(ids))})", params + ids)
 
 
 def _dispatch(rows, answers) -> None:
+    """Each scan's first look: half a second before its eta, at most ENGINE_POLL_SECONDS away."""
     from workers.queues import enqueue_tracking
     from app import runtime
-    first_look = min(runtime.config["ENGINE_POLL_SECONDS"], min((a["eta_seconds"] for a in answers), default=0))
-    # At least 1 s: RQ's scheduler keeps whole-second timestamps.
-    enqueue_tracking({r["id"]: r["tracking_job_id"] for r in rows}, delay_seconds=max(first_look, 1))
+    from app.services.tracking import first_look_delay
+    poll = runtime.config["ENGINE_POLL_SECONDS"]
+    enqueue_tracking({r["id"]: r["tracking_job_id"] for r in rows},
+                     delay_seconds={r["id"]: first_look_delay(a["eta_seconds"], poll) for r, a in zip(rows, answers)})
 
 
 def _submit(customer_id, rows, batch, cost, request_id) -> list[dict]:
@@ -152,9 +171,12 @@ def poll_url(base_url: str, scan_id: str) -> str:
 
 
 def _count_created(rows, customer) -> None:
+    from collections import Counter
+
     from app.metrics import SCANS_CREATED
+    for kind, count in Counter(row["kind"] for row in rows).items():
+        SCANS_CREATED.labels(kind=kind, tier=customer.tier).inc(count)
     for row in rows:
-        SCANS_CREATED.labels(kind=row["kind"], tier=customer.tier).inc()
         log.info("scan created (%s)", row["kind"], extra={"scan_id": row["id"]})
 
 
@@ -220,11 +242,22 @@ def create_bulk(customer, api_key_id, targets, *, base_url, request_id) -> Outco
 
 
 # --- reads -------------------------------------------------------------------------
+# Every read runs these, so their statements are written once (``app.db.execute``), and
+# a completed scan's stored result goes into the body as its JSON text (``RawJSON``).
+# The bodies have exactly the fields, types and order of ScanSchema / BulkStateSchema,
+# which dump them unchanged (tests/unit/test_response_bodies.py holds them to it).
+
+SCAN_BY_ID = f"SELECT {columns(Scan)} FROM {table(Scan)} WHERE id = ?"
+BATCH_BY_ID = f"SELECT {columns(BulkBatch)} FROM {table(BulkBatch)} WHERE id = ?"
+BATCH_SCANS = (f"SELECT id, status, target, kind, result_json, failure_code, failure_message FROM {table(Scan)} "
+               f"WHERE bulk_id = ? ORDER BY bulk_index")
+
 
 def _owned(model, object_id: str, customer_id: str, what: str):
-    row = model.get_or_none(model.id == object_id)
+    row = execute(SCAN_BY_ID if model is Scan else BATCH_BY_ID, (object_id,)).fetchone()
     if row is None:
         raise ApiError(404, "not_found", f"no {what} with this id")
+    row = instance(model, row)
     if row.customer_id != customer_id:
         raise ApiError(403, "forbidden", f"this {what} belongs to another customer")
     return row
@@ -240,15 +273,15 @@ def _failure(scan) -> dict:
     return {"code": scan.failure_code, "message": scan.failure_message or ""}
 
 
-def scan_view(scan, now) -> dict:
-    """The read body of decisions D5 for one scan in any state."""
+def scan_view(scan, now, *, raw_result: bool = False) -> dict:
+    """The read body of decisions D5 for one scan in any state (``raw_result``: the result as RawJSON)."""
     body = {"ok": True, "scan_id": scan.id, "status": scan.status, "target": scan.target, "kind": scan.kind,
             "created_at": iso(scan.created_at)}
     if scan.bulk_id:
         body["bulk_id"] = scan.bulk_id
     if scan.status == COMPLETED:
         body["completed_at"] = iso(scan.completed_at)
-        body["result"] = json.loads(scan.result_json)
+        body["result"] = RawJSON(scan.result_json) if raw_result else json.loads(scan.result_json)
     elif scan.status == FAILED:
         body["failed_at"] = iso(scan.failed_at)
         body["failure"] = _failure(scan)
@@ -259,26 +292,29 @@ def scan_view(scan, now) -> dict:
 
 
 def read_scan(customer_id: str, scan_id: str) -> dict:
-    return scan_view(_owned(Scan, scan_id, customer_id, "scan"), utcnow())
+    """The body of ``GET /scan/{id}``; a completed scan's result is ``RawJSON``."""
+    return scan_view(_owned(Scan, scan_id, customer_id, "scan"), utcnow(), raw_result=True)
 
 
 def read_bulk(customer_id: str, bulk_id: str) -> dict:
+    """The body of ``GET /scan/bulk/{id}``; completed scans' results are ``RawJSON``."""
     batch = _owned(BulkBatch, bulk_id, customer_id, "bulk batch")
-    scans = list(Scan.select(Scan.id, Scan.status, Scan.target, Scan.kind, Scan.result_json, Scan.failure_code,
-                             Scan.failure_message)
-                 .where(Scan.bulk == batch.id).order_by(Scan.bulk_index))
     counts = {QUEUED: 0, RUNNING: 0, COMPLETED: 0, FAILED: 0}
     entries = []
-    for scan in scans:
-        counts[scan.status] += 1
-        entry = {"scan_id": scan.id, "status": scan.status, "target": scan.target, "kind": scan.kind}
-        if scan.status == COMPLETED:
-            entry["result"] = json.loads(scan.result_json)
-        elif scan.status == FAILED:
-            entry["failure"] = _failure(scan)
+    all_done = True
+    for scan_id, status, target, kind, result_json, failure_code, failure_message in execute(BATCH_SCANS,
+                                                                                            (batch.id,)):
+        counts[status] += 1
+        entry = {"scan_id": scan_id, "status": status, "target": target, "kind": kind}
+        if status == COMPLETED:
+            entry["result"] = RawJSON(result_json)
+        elif status == FAILED:
+            entry["failure"] = {"code": failure_code, "message": failure_message or ""}
+        else:
+            all_done = False
         entries.append(entry)
-    return {"ok": True, "bulk_id": batch.id, "total": batch.total, **counts,
-            "all_done": all(s.status in FINAL for s in scans), "scans": entries}
+    return {"ok": True, "bulk_id": batch.id, "total": batch.total, **counts, "all_done": all_done,
+            "scans": entries}
 
 
 def ledger_rows(customer_id: str, limit: int = 50):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import logging
 
+from peewee import Case
+
 from app.extensions import db
 from app.models import Scan, utcnow
 from app.models.scans import COMPLETED, FAILED, IN_FLIGHT, QUEUED, RUNNING
@@ -16,17 +18,50 @@ from app.services import webhooks
 
 log = logging.getLogger(__name__)
 
+# The engine's eta is a whole number of seconds (engine.md E1), rounded up: a scan ends
+# within the second before its eta. Looking half a second before the eta and again at
+# it keeps the pause between the engine finishing and the look below half a second,
+# for at most one more look per scan (due times are kept to the millisecond, see
+# workers.queues). Past the eta, the scan is looked at every ENGINE_POLL_SECONDS.
+ETA_SLACK = 0.5
+# The shortest pause between two looks at one scan.
+MIN_DELAY = 0.25
 
-def record_progress(scan_id: str, *, running: bool, recipes_total: int | None, recipes_done: int | None) -> None:
-    changes = {"last_checked_at": utcnow(), "check_errors": 0}
+
+def _until_eta(remaining: float) -> float:
+    return remaining - ETA_SLACK if remaining > ETA_SLACK else remaining
+
+
+def first_look_delay(eta_seconds: float, poll: float) -> float:
+    """Seconds from submission to the first look at a scan the engine expects in ``eta_seconds``."""
+    return max(MIN_DELAY, min(_until_eta(eta_seconds), poll))
+
+
+def look_delay(eta_at, now, poll: float) -> float:
+    """Seconds until the next look at an unfinished scan due at ``eta_at``: at most ``poll``,
+    half a second before the eta, then at the eta; past the eta, ``poll``."""
+    remaining = (eta_at - now).total_seconds() if eta_at else 0
+    return max(MIN_DELAY, min(_until_eta(remaining) if remaining > 0 else poll, poll))
+
+
+def progress_changes(*, running: bool, recipes_total: int | None, recipes_done: int | None, now=None) -> dict:
+    """The columns a look at an unfinished scan updates (an UPDATE's keyword arguments):
+    progress, and ``queued`` -> ``running`` with ``started_at`` when the engine runs it."""
+    now = now or utcnow()
+    changes = {"last_checked_at": now, "check_errors": 0}
     if recipes_total is not None:
         changes["recipes_total"] = recipes_total
     if recipes_done is not None:
         changes["recipes_done"] = recipes_done
-    query = Scan.update(**changes).where((Scan.id == scan_id) & Scan.status.in_(IN_FLIGHT))
-    query.execute()
     if running:
-        Scan.update(status=RUNNING, started_at=utcnow()).where((Scan.id == scan_id) & (Scan.status == QUEUED)).execute()
+        changes["status"] = Case(None, [(Scan.status == QUEUED, RUNNING)], Scan.status)
+        changes["started_at"] = Case(None, [(Scan.status == QUEUED, now)], Scan.started_at)
+    return changes
+
+
+def record_progress(scan_id: str, *, running: bool, recipes_total: int | None, recipes_done: int | None) -> None:
+    changes = progress_changes(running=running, recipes_total=recipes_total, recipes_done=recipes_done)
+    Scan.update(**changes).where((Scan.id == scan_id) & Scan.status.in_(IN_FLIGHT)).execute()
 
 
 def _finish(scan_id: str, changes: dict) -> bool:

@@ -1,0 +1,140 @@
+"""``python -m bench`` (``make bench``): benchmark the real stack on this machine.
+
+Brings up PostgreSQL's database ``bench`` (schema recreated), Redis db 11 (flushed),
+the simulator, gunicorn serving the API and gunicorn serving a bare Flask baseline
+with the same settings, and workers, all on 127.0.0.1; measures; stops everything;
+writes ``bench/results/<UTC timestamp>/`` (text only) and prints the summary.
+
+Phases (``--phases``, default all):
+  http     wrk against the baseline and the four scan endpoints, same connections and
+           duration for each, then again on one connection; SQL/Redis counts per request
+  workers  tracking looks completed per second and webhook deliveries per second, one
+           worker process each
+  latency  engine done -> webhook received, two workers
+  scale    many scans in flight tracked by two workers: queue depth, job durations,
+           Redis memory and database size
+
+Everything is bounded: ``--duration`` s per target (default 10; ``--quick``: 3 s and
+smaller worker, latency and scale runs).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from bench import phases, report, wrk
+from bench.stack import ROOT, Stack
+
+PHASES = ("http", "workers", "latency", "scale")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="about 3 s per target and small worker/scale runs")
+    p.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated subset of {','.join(PHASES)}")
+    p.add_argument("--duration", type=float, help="seconds per wrk target (default 10, quick 3)")
+    p.add_argument("--connections", type=int, default=16, help="wrk connections (default 16)")
+    p.add_argument("--wrk-threads", type=int, default=2, help="wrk threads (default 2)")
+    p.add_argument("--targets", default="", help="comma-separated subset of the http targets (baseline, read, "
+                   "read_many, read_queued, bulk_read, create, create_many, bulk_create, baseline_end)")
+    p.add_argument("--customers", type=int, default=16, help="customers of the *_many targets (default 16)")
+    p.add_argument("--no-single", dest="single_connection", action="store_false",
+                   help="skip the one-connection pass")
+    p.add_argument("--web-workers", type=int, default=2, help="gunicorn worker processes (WEB_CONCURRENCY)")
+    p.add_argument("--web-threads", type=int, default=8, help="gunicorn threads per worker (GUNICORN_THREADS)")
+    p.add_argument("--log-level", default="INFO", help="LOG_LEVEL of the API and workers (default INFO)")
+    p.add_argument("--worker-scans", type=int, help="scans for the worker throughput phase (default 2000)")
+    p.add_argument("--latency-scans", type=int, help="scans for the latency phase (default 300)")
+    p.add_argument("--latency-rate", type=float, default=10.0, help="scans created per second (default 10)")
+    p.add_argument("--latency-time-scale", type=float, default=0.05, help="simulator time scale (default 0.05)")
+    p.add_argument("--scale-scans", type=int, help="scans in flight for the scale phase (default 10000)")
+    p.add_argument("--scale-time-scale", type=float,
+                   help="simulator time scale of the scale phase (default 1: scans of 60 to 180 s; quick 0.1)")
+    p.add_argument("--scale-poll", type=float, default=60.0,
+                   help="ENGINE_POLL_SECONDS for the scale phase (default 60; the service's default is 10)")
+    p.add_argument("--pg-async-commit", action="store_true",
+                   help="experiment: run with synchronous_commit=off on database bench (reset at the end)")
+    p.add_argument("--warmup", type=float, default=1.0, help="seconds of unmeasured load before each target")
+    p.add_argument("--pause", type=float, default=1.0, help="seconds between two wrk targets")
+    p.add_argument("--out", type=Path, help="results directory (default bench/results/<UTC timestamp>)")
+    p.add_argument("--keep-logs", action="store_true", help="keep the processes' logs (in a temp directory)")
+    opts = p.parse_args(argv)
+    quick = opts.quick
+    opts.duration = opts.duration or (3.0 if quick else 10.0)
+    opts.single_duration = max(2.0, opts.duration / 2)
+    opts.worker_scans = opts.worker_scans or (500 if quick else 2000)
+    opts.latency_scans = opts.latency_scans or (100 if quick else 300)
+    opts.scale_scans = opts.scale_scans or (1000 if quick else 10000)
+    opts.scale_time_scale = opts.scale_time_scale or (0.1 if quick else 1.0)
+    opts.targets = [name.strip() for name in opts.targets.split(",") if name.strip()]
+    opts.phases = [name.strip() for name in opts.phases.split(",") if name.strip()]
+    unknown = set(opts.phases) - set(PHASES)
+    if unknown:
+        p.error(f"unknown phases: {', '.join(sorted(unknown))}")
+    return opts
+
+
+def main(argv=None) -> int:
+    opts = parse_args(sys.argv[1:] if argv is None else argv)
+    if "http" in opts.phases and not wrk.wrk_available():
+        print("error: wrk is not installed (apt-get install -y wrk)", file=sys.stderr)
+        return 2
+    run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = opts.out or ROOT / "bench" / "results" / run_id
+    out.mkdir(parents=True, exist_ok=True)
+    logdir = Path(tempfile.mkdtemp(prefix=f"scan-bench-{run_id}-"))
+    started = time.monotonic()
+
+    def log(message: str) -> None:
+        print(f"[bench {time.monotonic() - started:6.1f}s] {message}", flush=True)
+
+    stack = Stack(logdir, opts.web_workers, opts.web_threads, opts.log_level)
+    summary = {"run": run_id, "load_before": report.load_average(),
+               "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(opts).items()}}
+    ok = False
+    try:
+        summary["machine"] = report.machine(stack)
+        log(f"results in {out}, process logs in {logdir}")
+        if opts.pg_async_commit:
+            stack.set_async_commit(True)
+        for name in opts.phases:
+            log(f"phase {name}")
+            summary[name] = getattr(phases, f"{name}_phase")(stack, opts, out, log)
+            if not stack.redis().exists("bench:canary"):
+                summary[name]["redis_flushed"] = True
+                log(f"WARNING: Redis db 11 was flushed by another process during phase {name}")
+            stack.stop_all()  # the next phase starts its own processes
+            (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        ok = True
+    finally:
+        stack.close()
+        if opts.pg_async_commit:
+            stack.set_async_commit(False)
+        summary["load_after"] = report.load_average()
+        summary["elapsed_s"] = round(time.monotonic() - started, 1)
+        if "http" in summary:
+            summary["ratios"] = report.ratios(summary["http"])
+        summary.setdefault("ratios", {})
+        summary["goals"] = report.goals(summary)
+        summary.setdefault("machine", {})
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        if summary["machine"]:
+            (out / "summary.md").write_text(report.markdown(summary))
+        if ok and not opts.keep_logs:
+            shutil.rmtree(logdir, ignore_errors=True)
+        else:
+            print(f"process logs kept in {logdir}", file=sys.stderr)
+    if (out / "summary.md").exists():
+        print((out / "summary.md").read_text())
+    log(f"done; results in {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""CPU time by component (from /proc), to tell where a request's cost goes.
+
+A snapshot sums user+system CPU seconds of the processes of each component:
+the process groups the harness started (gunicorn API, baseline, simulator, workers),
+and the machine's PostgreSQL and Redis servers by process name. Only reads /proc.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _processes():
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # The command name is in parentheses and may hold spaces: split after its end.
+        comm = raw[raw.index("(") + 1:raw.rindex(")")]
+        fields = raw[raw.rindex(")") + 2:].split()
+        pgrp = int(fields[2])
+        cpu = (int(fields[11]) + int(fields[12])) / TICKS
+        yield int(entry.name), comm, pgrp, cpu
+
+
+def snapshot(groups: dict[str, int]) -> dict[str, float]:
+    """CPU seconds so far of each named process group, plus ``postgres`` and ``redis``."""
+    totals = {name: 0.0 for name in groups}
+    totals.update(postgres=0.0, redis=0.0)
+    by_pgrp = {pgid: name for name, pgid in groups.items()}
+    for _, comm, pgrp, cpu in _processes():
+        if pgrp in by_pgrp:
+            totals[by_pgrp[pgrp]] += cpu
+        elif comm == "postgres" or comm.startswith("postgres:"):
+            totals["postgres"] += cpu
+        elif comm.startswith("redis-server"):
+            totals["redis"] += cpu
+    return totals
+
+
+def delta(before: dict, after: dict) -> dict:
+    return {name: round(after.get(name, 0.0) - before.get(name, 0.0), 2) for name in after}

@@ -1,0 +1,1 @@
+-- The baseline: GET /json of bench/baseline.py (the URL's path; no headers, no body).

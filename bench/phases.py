@@ -1,0 +1,441 @@
+"""The four measurements: HTTP endpoints, worker throughput, webhook latency, scale.
+
+Each phase starts from an empty ``bench`` schema and a flushed Redis db 11, starts the
+processes it needs, and stops them before it returns, so no phase sees another's jobs.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timezone
+from pathlib import Path
+
+import requests
+
+from bench import cpu, wrk
+from bench.stack import Stack, local_only, wait_until
+from simulator.investigations import decode_id, plan_for
+
+WEBHOOK_SECRET = "bench-webhook-secret-0123456789"
+
+
+# --- small helpers ---------------------------------------------------------------------
+
+def percentile(values, q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty sequence."""
+    data = sorted(values)
+    if not data:
+        return float("nan")
+    rank = max(1, math.ceil(q / 100 * len(data)))
+    return data[rank - 1]
+
+
+def summary(values, unit_digits: int = 1) -> dict:
+    values = [v for v in values if v == v]  # drop NaN
+    if not values:
+        return {"n": 0}
+    return {"n": len(values), "p50": round(percentile(values, 50), unit_digits),
+            "p95": round(percentile(values, 95), unit_digits), "p99": round(percentile(values, 99), unit_digits),
+            "max": round(max(values), unit_digits), "mean": round(statistics.fmean(values), unit_digits)}
+
+
+class Api:
+    """A tiny client of the API for seeding (not for the measured load: that is wrk)."""
+
+    def __init__(self, base: str, key: str):
+        self.base = local_only(base)
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {key}"
+
+    def scan(self, target: str) -> dict:
+        answer = self.session.post(f"{self.base}/api/v1/scan", json={"target": target, "kind": "email"}, timeout=30)
+        if answer.status_code != 202:
+            raise RuntimeError(f"creation answered {answer.status_code}: {answer.text[:500]}")
+        return answer.json()
+
+    def bulk(self, targets: list[str]) -> dict:
+        answer = self.session.post(f"{self.base}/api/v1/scan/bulk",
+                                   json={"targets": [{"target": t, "kind": "email"} for t in targets]}, timeout=60)
+        if answer.status_code != 202:
+            raise RuntimeError(f"bulk creation answered {answer.status_code}: {answer.text[:500]}")
+        return answer.json()
+
+
+def create_scans(api: Api, tag: str, n: int, threads: int = 4) -> tuple[list[str], list[str], float]:
+    """Create ``n`` scans in bulk calls of 100, ``threads`` calls at a time; (scan ids, bulk ids, seconds)."""
+    chunks = [[f"{tag}.{i}.{k}@example.com" for k in range(min(100, n - i))] for i in range(0, n, 100)]
+    started = time.monotonic()
+    with ThreadPoolExecutor(threads) as pool:
+        answers = list(pool.map(api.bulk, chunks))
+    elapsed = time.monotonic() - started
+    return [s["scan_id"] for a in answers for s in a["scans"]], [a["bulk_id"] for a in answers], elapsed
+
+
+def status_counts(stack: Stack) -> dict:
+    return dict(stack.sql("SELECT status, count(*) FROM scan GROUP BY status"))
+
+
+def jobs_from_log(path: Path) -> list[dict]:
+    rows = []
+    if not path.exists():
+        return rows
+    for line in path.read_text().splitlines():
+        kind, started, exec_ms, func_ms, wait_ms = line.split(",")
+        rows.append({"kind": kind, "started": float(started), "exec_ms": float(exec_ms),
+                     "func_ms": float(func_ms), "wait_ms": float(wait_ms)})
+    return rows
+
+
+def job_stats(rows: list[dict], kind: str | None = None) -> dict:
+    rows = [r for r in rows if kind is None or r["kind"] == kind]
+    if not rows:
+        return {"jobs": 0}
+    first = min(r["started"] for r in rows)
+    last = max(r["started"] + r["exec_ms"] / 1000 for r in rows)
+    span = last - first
+    return {"jobs": len(rows), "span_s": round(span, 2),
+            "jobs_per_s": round(len(rows) / span, 1) if span > 0 else None,
+            "exec_ms": summary([r["exec_ms"] for r in rows]), "func_ms": summary([r["func_ms"] for r in rows]),
+            "queue_wait_ms": summary([r["wait_ms"] for r in rows])}
+
+
+def engine_done_ms(engine_id: str, time_scale: float) -> float | None:
+    """When the simulator's investigation ``engine_id`` reached ``done``, in unix ms.
+
+    The id carries its creation time and (kind, target), and the plan gives the duration
+    at the simulator's time scale (simulator/investigations.py).
+    """
+    inv = decode_id(engine_id)
+    if inv is None:
+        return None
+    return inv.created_ms + plan_for(inv.kind, inv.target, time_scale).duration_s * 1000
+
+
+def wait_for_workers(stack: Stack, n: int, queue: str = "engine", timeout: float = 60) -> None:
+    """Until ``n`` workers are registered and one holds the scheduler lock of ``queue``."""
+    conn = stack.redis()
+    wait_until(lambda: conn.scard("rq:workers") >= n and conn.exists(f"rq:scheduler-lock:{queue}"),
+               timeout, f"{n} worker(s) and the {queue} scheduler")
+
+
+def stop_workers(stack: Stack, procs) -> None:
+    for proc in procs:
+        stack.stop(proc)
+
+
+# --- 1. HTTP endpoints --------------------------------------------------------------------
+
+def http_phase(stack: Stack, opts, out: Path, log) -> dict:
+    stack.reset_database()
+    stack.flush_redis()
+    sim = stack.start_simulator(0.001, "sim-http")
+    api_url, api_proc = stack.start_api(sim, "api-http")
+    base_url, base_proc = stack.start_baseline()
+    groups = {"api": api_proc.pid, "baseline": base_proc.pid,
+              "simulator": next(p.pid for p in stack.procs if p.name == "sim-http")}
+    n_many, per_many = opts.customers, (5 if opts.quick else 20)
+    (_, read_key), = stack.customers(1, "bench-read")
+    (_, create_key), = stack.customers(1, "bench-create")
+    (_, bulk_key), = stack.customers(1, "bench-bulk")
+    readers = stack.customers(n_many, "bench-read-many")
+    creators = stack.customers(n_many, "bench-create-many")
+    reader = Api(api_url, read_key)
+
+    log(f"seeding: 3 batches of 100 for one customer, {per_many} scans for each of {n_many} others; "
+        f"completing them with a burst worker")
+    done_ids, done_batches, _ = create_scans(reader, "seed-done", 300, threads=1)
+    many_pairs = []
+    for i, (_, key) in enumerate(readers):
+        ids, _, _ = create_scans(Api(api_url, key), f"seed-many{i}", per_many, threads=1)
+        many_pairs += [(key, scan_id) for scan_id in ids]
+    seeded = 300 + len(many_pairs)
+    time.sleep(1.6)  # the first looks are due within a second of creation; the simulator is done in < 0.2 s
+    for _ in range(5):
+        worker = stack.start_worker(sim, "worker-seed", burst=True)
+        worker.wait(300)
+        stack.stop(worker)
+        if status_counts(stack).get("completed", 0) >= seeded:
+            break
+        time.sleep(1.1)
+    counts = status_counts(stack)
+    if counts.get("completed", 0) < seeded:
+        raise RuntimeError(f"seeding did not complete the scans: {counts}")
+    queued_ids, _, _ = create_scans(reader, "seed-queued", 100, threads=1)
+    stack.sql("VACUUM ANALYZE")  # statistics as a running database would have them
+    work = stack.logdir / "wrk"  # the key files stay out of the results: keys are secrets, even throwaway ones
+    work.mkdir(exist_ok=True)
+    files = {
+        "read-one": [f"{read_key} {i}" for i in done_ids],
+        "read-many": [f"{k} {i}" for k, i in many_pairs],
+        "read-queued": [f"{read_key} {i}" for i in queued_ids],
+        "batches": [f"{read_key} {b}" for b in done_batches],
+        "keys-create": [create_key],
+        "keys-create-many": [k for _, k in creators],
+        "keys-bulk": [bulk_key],
+    }
+    for name, lines in files.items():
+        (work / f"{name}.txt").write_text("\n".join(lines) + "\n")
+    f = {name: str(work / f"{name}.txt") for name in files}
+    tag = time.strftime("%H%M%S")
+    scan_url = f"{api_url}/api/v1/scan"
+    targets = [
+        ("baseline", f"{base_url}/json", "baseline.lua", []),
+        ("read", scan_url, "read.lua", ["/api/v1/scan/", f["read-one"]]),
+        ("read_many", scan_url, "read.lua", ["/api/v1/scan/", f["read-many"]]),
+        ("read_queued", scan_url, "read.lua", ["/api/v1/scan/", f["read-queued"]]),
+        ("bulk_read", scan_url, "read.lua", ["/api/v1/scan/bulk/", f["batches"]]),
+        ("create", scan_url, "create.lua", [tag, f["keys-create"]]),
+        ("create_many", scan_url, "create.lua", [tag + "m", f["keys-create-many"]]),
+        ("bulk_create", f"{scan_url}/bulk", "bulk.lua", [tag, f["keys-bulk"], "100"]),
+        ("baseline_end", f"{base_url}/json", "baseline.lua", []),
+    ]
+    if opts.targets:
+        targets = [t for t in targets if t[0] in opts.targets]
+    results = {"loaded": {}, "single": {}, "customers_many": n_many}
+    passes = [("loaded", opts.connections, opts.wrk_threads, opts.duration)]
+    if opts.single_connection:
+        passes.append(("single", 1, 1, opts.single_duration))
+    for label, connections, threads, duration in passes:
+        for name, url, script, args in targets:
+            if label == "single":
+                if name.endswith("_many"):
+                    continue  # one connection: one customer or many is the same
+                args = [a + "s" if a in (tag, tag + "m") else a for a in args]
+            log(f"wrk {label}: {name} ({connections} connections, {duration:g} s after {opts.warmup:g} s of warm-up)")
+            # Statistics as autovacuum keeps them on a running database: the creation targets add tens
+            # of thousands of rows in seconds, and stale statistics would turn index scans into seq scans.
+            stack.sql("VACUUM ANALYZE")
+            if opts.warmup > 0:  # new connections, lazy imports, caches: not what is measured
+                wrk.run(f"warmup-{label}-{name}", url, script, [a + "w" if a in (tag, tag + "m") else a for a in args],
+                        connections=connections, threads=threads, duration=opts.warmup, workdir=work)
+            before = cpu.snapshot(groups)
+            result = wrk.run(f"{label}-{name}", url, script, args, connections=connections, threads=threads,
+                             duration=duration, workdir=work)
+            result.cpu_s.update(cpu.delta(before, cpu.snapshot(groups)))
+            result.cpu_ms_per_request = {k: round(v * 1000 / max(1, result.requests), 3)
+                                         for k, v in result.cpu_s.items() if v}
+            (out / f"wrk-{label}-{name}.txt").write_text(result.raw)
+            results[label][name] = result.as_dict()
+            time.sleep(opts.pause)
+    results["scans_by_customer_at_end"] = dict(stack.sql(
+        "SELECT c.name, count(s.id) FROM customer c LEFT JOIN scan s ON s.customer_id = c.id "
+        "WHERE c.name NOT LIKE '%-many-%' GROUP BY c.name"))
+    results["queries"] = query_counts(stack, sim, read_key, done_ids[0], queued_ids[0], done_batches[0], out)
+    return results
+
+
+def query_counts(stack: Stack, sim: str, key: str, done_id: str, queued_id: str, batch_id: str, out: Path) -> dict:
+    """SQL statements and Redis round trips per request (``bench.queries``, in its own process)."""
+    import subprocess
+    from bench.stack import BIN, ROOT
+    proc = subprocess.run([str(BIN / "python"), "-m", "bench.queries", key, done_id, queued_id, batch_id],
+                          cwd=ROOT, env=stack.env("production", ENGINE_URL=sim, LOG_LEVEL="WARNING"),
+                          capture_output=True, text=True, timeout=120)
+    (out / "queries.txt").write_text(proc.stdout + proc.stderr[-4000:])
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-1000:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# --- 2. worker throughput ------------------------------------------------------------------
+
+def workers_phase(stack: Stack, opts, out: Path, log) -> dict:
+    stack.reset_database()
+    stack.flush_redis()
+    sim = stack.start_simulator(0.001, "sim-workers")
+    api_url, api_proc = stack.start_api(sim, "api-workers")
+    requests.post(f"{sim}/_sim/receivers/bench", json={"secret": WEBHOOK_SECRET, "responses": [200]},
+                  timeout=5).raise_for_status()
+    _, key = stack.customer("bench-workers", f"{sim}/_sim/hooks/bench", WEBHOOK_SECRET)
+    n = opts.worker_scans
+    log(f"creating {n} scans (engine work done within 0.2 s)")
+    ids, _, created_s = create_scans(Api(api_url, key), "wrk", n)
+    stack.stop(api_proc)
+    time.sleep(1.6)  # every first look is due and every investigation is done
+    result = {"scans": n, "creation_s": round(created_s, 2)}
+
+    log("1 worker on the engine queue: tracking looks until every scan is completed")
+    track_log = stack.logdir / "jobs-track.csv"
+    started = time.time()
+    worker = stack.start_worker(sim, "worker-track", queues="engine", jobs_log=track_log)
+    wait_until(lambda: status_counts(stack).get("completed", 0) >= n, 60 + n / 5, "all scans completed", 0.25)
+    wall = time.time() - started
+    stack.stop(worker)
+    jobs = jobs_from_log(track_log)
+    first_job = min((r["started"] for r in jobs), default=started)
+    first, last = stack.sql("SELECT extract(epoch from min(completed_at)), extract(epoch from max(completed_at)) "
+                            "FROM scan")[0]
+    result["tracking"] = {
+        "worker_processes": 1, "wall_s_from_process_start": round(wall, 2),
+        "startup_s": round(first_job - started, 2),
+        "completed_per_s": round((n - 1) / float(last - first), 1) if last > first else None,
+        "jobs": job_stats(jobs, "trk"),
+    }
+    pending = stack.sql("SELECT count(*) FROM webhook_delivery WHERE status = 'pending'")[0][0]
+    log(f"1 worker on the webhooks queue: {pending} deliveries to a receiver answering 200")
+    hook_log = stack.logdir / "jobs-hooks.csv"
+    started = time.time()
+    worker = stack.start_worker(sim, "worker-hooks", queues="webhooks", jobs_log=hook_log)
+    wait_until(lambda: stack.sql("SELECT count(*) FROM webhook_delivery WHERE status = 'succeeded'")[0][0] >= n,
+               60 + n / 5, "all deliveries succeeded", 0.25)
+    wall = time.time() - started
+    stack.stop(worker)
+    jobs = jobs_from_log(hook_log)
+    first_job = min((r["started"] for r in jobs), default=started)
+    first, last = stack.sql("SELECT extract(epoch from min(finished_at)), extract(epoch from max(finished_at)) "
+                            "FROM webhook_delivery")[0]
+    received = requests.get(f"{sim}/_sim/receivers/bench/deliveries", timeout=30).json()["deliveries"]
+    result["webhooks"] = {
+        "worker_processes": 1, "deliveries": pending, "wall_s_from_process_start": round(wall, 2),
+        "startup_s": round(first_job - started, 2),
+        "delivered_per_s": round((n - 1) / float(last - first), 1) if last > first else None,
+        "received": len(received), "signatures_valid": sum(1 for d in received if d["signature_valid"]),
+        "jobs": job_stats(jobs, "dlv"),
+    }
+    return result
+
+
+# --- 3. webhook latency after the engine is done -------------------------------------------
+
+def latency_phase(stack: Stack, opts, out: Path, log) -> dict:
+    scale = opts.latency_time_scale
+    stack.reset_database()
+    stack.flush_redis()
+    sim = stack.start_simulator(scale, "sim-latency")
+    api_url, _ = stack.start_api(sim, "api-latency")
+    requests.post(f"{sim}/_sim/receivers/lat", json={"secret": WEBHOOK_SECRET, "responses": [200]},
+                  timeout=5).raise_for_status()
+    _, key = stack.customer("bench-latency", f"{sim}/_sim/hooks/lat", WEBHOOK_SECRET)
+    job_logs = [stack.logdir / f"jobs-latency-{i}.csv" for i in range(2)]
+    workers = [stack.start_worker(sim, f"worker-latency-{i}", jobs_log=job_logs[i]) for i in range(2)]
+    wait_for_workers(stack, 2)
+    api = Api(api_url, key)
+    n, rate = opts.latency_scans, opts.latency_rate
+    log(f"{n} scans of {60 * scale:g} to {180 * scale:g} s created at {rate:g}/s, 2 workers (both queues), "
+        f"receiver answering 200")
+    started = time.monotonic()
+    for i in range(n):  # a steady trickle well below the workers' capacity: the figure is the delay, not a backlog
+        api.scan(f"lat.{i}@example.com")
+        time.sleep(max(0.0, started + (i + 1) / rate - time.monotonic()))
+    wait_until(lambda: len(requests.get(f"{sim}/_sim/receivers/lat/deliveries", timeout=10).json()["deliveries"])
+               >= n, 180 * scale + 120, "every webhook", 0.5)
+    stop_workers(stack, workers)
+    received = requests.get(f"{sim}/_sim/receivers/lat/deliveries", timeout=30).json()["deliveries"]
+    rows = {r[0]: r[1:] for r in stack.sql(
+        "SELECT id, engine_id, extract(epoch from completed_at) * 1000, extract(epoch from created_at) * 1000 "
+        "FROM scan")}
+    total, to_tracked, to_received, lines = [], [], [], ["scan_id,done_ms,completed_ms,received_ms"]
+    for delivery in received:
+        scan_id = json.loads(delivery["body"])["scan_id"]
+        engine_id, completed_ms, _ = rows[scan_id]
+        done = engine_done_ms(engine_id, scale)
+        received_ms = delivery["received_at_ms"]
+        total.append(received_ms - done)
+        to_tracked.append(float(completed_ms) - done)
+        to_received.append(received_ms - float(completed_ms))
+        lines.append(f"{scan_id},{done:.0f},{float(completed_ms):.0f},{received_ms}")
+    (out / "latency.csv").write_text("\n".join(lines) + "\n")
+    jobs = [r for path in job_logs for r in jobs_from_log(path)]
+    return {
+        "scans": n, "time_scale": scale, "created_per_s": rate, "worker_processes": 2, "deliveries": len(received),
+        "engine_done_to_received_ms": summary(total, 0),
+        "engine_done_to_completed_ms": summary(to_tracked, 0),
+        "completed_to_received_ms": summary(to_received, 0),
+        "tracking_jobs": job_stats(jobs, "trk"), "delivery_jobs": job_stats(jobs, "dlv"),
+        "looks_per_scan": round(sum(1 for r in jobs if r["kind"] == "trk") / n, 2),
+    }
+
+
+# --- 4. scale: many scans in flight ----------------------------------------------------------
+
+class Sampler(threading.Thread):
+    """Every ``interval`` s: queue depths, scheduled jobs, scans by status, Redis memory."""
+
+    def __init__(self, stack: Stack, interval: float = 0.5):
+        super().__init__(daemon=True)
+        self.stack, self.interval = stack, interval
+        self.rows: list[dict] = []
+        self.stopping = threading.Event()
+
+    def sample(self) -> dict:
+        conn = self.stack.redis()
+        counts = status_counts(self.stack)
+        return {"t": time.time(), "engine_queue": conn.llen("rq:queue:engine"),
+                "engine_scheduled": conn.zcard("rq:scheduled:engine"),
+                "webhooks_queue": conn.llen("rq:queue:webhooks"),
+                "queued": counts.get("queued", 0), "running": counts.get("running", 0),
+                "completed": counts.get("completed", 0), "failed": counts.get("failed", 0),
+                "redis_used_memory": conn.info("memory")["used_memory"]}
+
+    def run(self):
+        while not self.stopping.is_set():
+            try:
+                self.rows.append(self.sample())
+            except Exception:  # a sample lost is no reason to stop sampling
+                pass
+            self.stopping.wait(self.interval)
+
+    def stop(self):
+        self.stopping.set()
+        self.join(10)
+
+
+def scale_phase(stack: Stack, opts, out: Path, log) -> dict:
+    scale, n = opts.scale_time_scale, opts.scale_scans
+    stack.reset_database()
+    stack.flush_redis()
+    sim = stack.start_simulator(scale, "sim-scale")
+    extra = {"ENGINE_POLL_SECONDS": opts.scale_poll} if opts.scale_poll else {}
+    api_url, api_proc = stack.start_api(sim, "api-scale", **extra)
+    _, key = stack.customer("bench-scale")
+    job_logs = [stack.logdir / f"jobs-scale-{i}.csv" for i in range(2)]
+    workers = [stack.start_worker(sim, f"worker-scale-{i}", jobs_log=job_logs[i], **extra) for i in range(2)]
+    wait_for_workers(stack, 2)
+    time.sleep(1)
+    memory_before = stack.redis().info("memory")["used_memory"]
+    sampler = Sampler(stack)
+    sampler.start()
+    log(f"creating {n} scans of {60 * scale:g} to {180 * scale:g} s (bulk calls of 100, 4 at a time), "
+        f"2 workers tracking them")
+    started = time.time()
+    _, _, created_s = create_scans(Api(api_url, key), "scale", n, threads=4)
+    stack.stop(api_proc)
+    wait_until(lambda: sum(v for k, v in status_counts(stack).items() if k in ("completed", "failed")) >= n,
+               180 * scale + 60 + n / 10, "every scan final", 1.0)
+    finished_s = time.time() - started
+    time.sleep(1.5)
+    sampler.stop()
+    stop_workers(stack, workers)
+    rows = sampler.rows
+    keys = list(rows[0]) if rows else []
+    (out / "scale-timeseries.csv").write_text(
+        ",".join(keys) + "\n" + "\n".join(",".join(f"{r[k]:.3f}" if k == "t" else str(r[k]) for k in keys)
+                                          for r in rows) + "\n")
+    sizes = stack.sql("SELECT relname, pg_total_relation_size(relid) FROM pg_stat_user_tables ORDER BY 2 DESC")
+    scans = stack.sql("SELECT engine_id, extract(epoch from completed_at) * 1000 FROM scan "
+                      "WHERE completed_at IS NOT NULL")
+    lateness = [float(done_at) - engine_done_ms(engine_id, scale) for engine_id, done_at in scans]
+    jobs = [r for path in job_logs for r in jobs_from_log(path)]
+    in_flight = [r["queued"] + r["running"] for r in rows]
+    peak_memory = max((r["redis_used_memory"] for r in rows), default=memory_before)
+    return {
+        "scans": n, "time_scale": scale, "engine_poll_seconds": opts.scale_poll, "worker_processes": 2,
+        "creation_s": round(created_s, 1), "all_final_s": round(finished_s, 1),
+        "final": status_counts(stack), "peak_in_flight": max(in_flight, default=0),
+        "peak_engine_queue": max((r["engine_queue"] for r in rows), default=0),
+        "engine_queue_at_end": rows[-1]["engine_queue"] if rows else None,
+        "peak_scheduled": max((r["engine_scheduled"] for r in rows), default=0),
+        "redis_used_memory_before": memory_before, "redis_used_memory_peak_sampled": peak_memory,
+        "redis_memory_delta_peak_bytes": peak_memory - memory_before,
+        "redis_memory_per_scan_in_flight_bytes": round((peak_memory - memory_before)
+                                                       / max(1, max(in_flight, default=1))),
+        "database_bytes": {name: size for name, size in sizes},
+        "database_bytes_total": sum(size for _, size in sizes),
+        "tracking_jobs": job_stats(jobs, "trk"),
+        "looks_per_scan": round(sum(1 for r in jobs if r["kind"] == "trk") / n, 2),
+        "completed_after_engine_done_ms": summary(lateness, 0),
+    }
