@@ -11,7 +11,6 @@ import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timezone
 from pathlib import Path
 
 import requests

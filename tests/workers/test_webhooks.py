@@ -337,7 +337,7 @@ def test_a_delivery_whose_job_redis_lost_is_enqueued_by_the_sweep(client, hooked
     account, hook = hooked()
     with freeze_time(START) as frozen:
         delivery = finish_scan_only(client, account, redis_conn, frozen)
-        redis_conn.flushall()
+        redis_conn.flushdb()
         assert sweep()["deliveries_redispatched"] == 0  # too recent: its job may be on its way
 
         frozen.tick(61)
@@ -354,7 +354,7 @@ def test_a_lost_scheduled_retry_keeps_its_due_time(client, hooked, jobs, redis_c
     with freeze_time(START) as frozen:
         delivery = finish_scan_only(client, account, redis_conn, frozen)
         assert jobs.run(frozen, until=lambda: WebhookDelivery.get_by_id(delivery.id).attempts == 1)
-        redis_conn.flushall()
+        redis_conn.flushdb()
         frozen.tick(100)
         assert sweep()["deliveries_redispatched"] == 1
         assert jobs.run(frozen, until=lambda: is_final(delivery.scan_id))
