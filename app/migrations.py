@@ -21,9 +21,39 @@ def _initial(database):
     database.create_tables(ALL_MODELS, safe=True)
 
 
+def _quota_counters(database):
+    """Customer.in_flight and QuotaMinute (app.services.quotas), filled from the scans;
+    the customer-only index on scan goes (its (customer, created_at) index covers it)."""
+    from collections import Counter
+    from datetime import timedelta
+
+    from app.models import QuotaMinute, Scan, utcnow
+    from app.models.scans import IN_FLIGHT
+    from app.services.limits import DAY
+    from app.services.quotas import minute_of
+
+    # Plain ALTER TABLE, not playhouse.migrate's add_column: for a NOT NULL column it
+    # rebuilds the table on SQLite, and dropping the old "customer" table cascades to
+    # every scan, key and ledger row (a test caught it emptying the scans).
+    database.execute_sql('ALTER TABLE "customer" ADD COLUMN "in_flight" INTEGER NOT NULL DEFAULT 0')
+    database.create_tables([QuotaMinute], safe=True)
+    database.execute_sql('DROP INDEX IF EXISTS "scan_customer_id"')
+    in_flight = Counter(customer for (customer,) in Scan.select(Scan.customer).where(
+        Scan.status.in_(IN_FLIGHT)).tuples())
+    for customer_id, count in in_flight.items():
+        database.execute_sql(f'UPDATE "customer" SET in_flight = {database.param} WHERE id = {database.param}',
+                             (count, customer_id))
+    minutes = Counter((customer, minute_of(created)) for customer, created in Scan.select(
+        Scan.customer, Scan.created_at).where(Scan.created_at > utcnow() - timedelta(seconds=DAY)).tuples())
+    rows = [{"customer": c, "minute": m, "scans": n} for (c, m), n in minutes.items()]
+    for start in range(0, len(rows), 500):
+        QuotaMinute.insert_many(rows[start:start + 500]).execute()
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 MIGRATIONS = [
     (1, "initial schema", _initial),
+    (2, "in-flight and per-minute quota counters", _quota_counters),
 ]
 
 

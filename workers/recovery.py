@@ -29,7 +29,7 @@ from app import runtime
 from app.extensions import db
 from app.models import Scan, utcnow
 from app.models.scans import IN_FLIGHT, QUEUED
-from app.services import idempotency
+from app.services import idempotency, quotas
 
 log = logging.getLogger(__name__)
 
@@ -117,4 +117,5 @@ def sweep() -> dict:
         if recover_deliveries is not None:
             report.update(recover_deliveries(now))
         report["idempotency_purged"] = idempotency.purge_expired()
+        report["quota_minutes_pruned"] = quotas.prune_minutes(now)
     return report

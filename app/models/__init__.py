@@ -5,7 +5,7 @@ runner creates them in that order.
 """
 from app.models.base import BaseModel, iso, new_id, utcnow
 from app.models.accounts import ApiKey, CreditLedger, Customer, PortalUser
-from app.models.scans import BulkBatch, IdempotencyRecord, Scan
+from app.models.scans import BulkBatch, IdempotencyRecord, QuotaMinute, Scan
 from app.models.webhooks import DeliveryAttempt, WebhookDelivery
 from app.models.schema_version import SchemaVersion
 
@@ -17,6 +17,7 @@ ALL_MODELS = [
     CreditLedger,
     BulkBatch,
     Scan,
+    QuotaMinute,
     IdempotencyRecord,
     WebhookDelivery,
     DeliveryAttempt,
@@ -24,5 +25,6 @@ ALL_MODELS = [
 
 __all__ = [
     "ALL_MODELS", "ApiKey", "BaseModel", "BulkBatch", "CreditLedger", "Customer", "DeliveryAttempt",
-    "IdempotencyRecord", "PortalUser", "Scan", "SchemaVersion", "WebhookDelivery", "iso", "new_id", "utcnow",
+    "IdempotencyRecord", "PortalUser", "QuotaMinute", "Scan", "SchemaVersion", "WebhookDelivery", "iso", "new_id",
+    "utcnow",
 ]

@@ -1,5 +1,5 @@
 """Customers, their API keys, portal users and the credit ledger."""
-from peewee import (AutoField, BigIntegerField, CharField, DateTimeField, ForeignKeyField, IntegerField,
+from peewee import (SQL, AutoField, BigIntegerField, CharField, DateTimeField, ForeignKeyField, IntegerField,
                     TextField)
 
 from app.models.base import BaseModel, utcnow
@@ -17,6 +17,9 @@ class Customer(BaseModel):
     inflight_limit = IntegerField(null=True)
     hour_limit = IntegerField(null=True)
     day_limit = IntegerField(null=True)
+    # Scans queued or running, kept by the code that moves a scan in or out of flight
+    # (admission, its reversal, the final transition), so admission never counts scans.
+    in_flight = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])
     created_at = DateTimeField(default=utcnow)
 
 

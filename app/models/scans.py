@@ -1,5 +1,5 @@
 """Scans, bulk batches and idempotency records."""
-from peewee import (BooleanField, CharField, DateTimeField, ForeignKeyField, IntegerField, TextField)
+from peewee import (BooleanField, CharField, CompositeKey, DateTimeField, ForeignKeyField, IntegerField, TextField)
 
 from app.models.accounts import ApiKey, Customer
 from app.models.base import BaseModel, utcnow
@@ -19,7 +19,8 @@ class BulkBatch(BaseModel):
 
 class Scan(BaseModel):
     id = CharField(primary_key=True, max_length=40)
-    customer = ForeignKeyField(Customer, backref="scans", on_delete="CASCADE")
+    # No index of its own: (customer, created_at) below serves every look-up by customer.
+    customer = ForeignKeyField(Customer, backref="scans", on_delete="CASCADE", index=False)
     api_key = ForeignKeyField(ApiKey, on_delete="CASCADE")
     bulk = ForeignKeyField(BulkBatch, backref="scans", null=True, on_delete="CASCADE", index=False)
     # Position of the target in the bulk request, so batch reads keep the request's order.
@@ -51,6 +52,23 @@ class Scan(BaseModel):
             (("status", "last_checked_at"), False),
             (("bulk", "bulk_index"), False),
         )
+
+
+class QuotaMinute(BaseModel):
+    """How many scans a customer created in one minute (``minute`` = created_at truncated).
+
+    The rolling hour and day windows (D8) add these up instead of counting scans, so a
+    call costs the same however many scans the customer made today; only the minute at
+    each window's edge is counted from ``scan`` itself, which keeps the windows exact.
+    Written in the admitting transaction; rows older than a day are pruned by the sweep.
+    """
+
+    customer = ForeignKeyField(Customer, on_delete="CASCADE", index=False)
+    minute = DateTimeField()
+    scans = IntegerField()
+
+    class Meta:
+        primary_key = CompositeKey("customer", "minute")
 
 
 class IdempotencyRecord(BaseModel):

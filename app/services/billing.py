@@ -12,17 +12,17 @@ statement, so a read pays one round trip and one commit for all three.
 """
 from __future__ import annotations
 
-from datetime import timedelta
-
 from app.db import execute, is_postgres, table
 from app.extensions import db
-from app.models import CreditLedger, Customer, Scan, utcnow
+from app.models import CreditLedger, Customer, utcnow
+from app.services import quotas
 
 
 LEDGER_REFS = {"scan_id", "bulk_id", "request_id", "note"}
 APPLY = f"""
 WITH changed AS (
-    UPDATE {table(Customer)} SET balance = balance + ? WHERE id = ? AND (? OR balance >= ?) RETURNING balance),
+    UPDATE {table(Customer)} SET balance = balance + ?, in_flight = in_flight + ?
+    WHERE id = ? AND (? OR balance >= ?) RETURNING balance),
 ledger AS (
     INSERT INTO {table(CreditLedger)} (customer_id, delta, balance_after, reason, scan_id, bulk_id, request_id, note,
                                        created_at)
@@ -30,17 +30,20 @@ ledger AS (
 SELECT balance_after FROM ledger"""
 
 
-def _apply(customer_id: str, delta: int, reason: str, **ref) -> int | None:
+def _apply(customer_id: str, delta: int, reason: str, *, in_flight: int = 0, **ref) -> int | None:
+    """Change the balance by ``delta`` with its ledger row; ``in_flight`` moves the scans in
+    flight in the same UPDATE (admissions and their reversals change both at once)."""
     if is_postgres():
         # The conditional UPDATE and its ledger row in one statement (one round trip).
         unknown = set(ref) - LEDGER_REFS
         if unknown:
             raise TypeError(f"unknown ledger fields: {', '.join(sorted(unknown))}")
-        row = execute(APPLY, (delta, customer_id, delta >= 0, -delta, customer_id, delta, reason,
+        row = execute(APPLY, (delta, in_flight, customer_id, delta >= 0, -delta, customer_id, delta, reason,
                               ref.get("scan_id"), ref.get("bulk_id"), ref.get("request_id"), ref.get("note"),
                               utcnow())).fetchone()
         return row[0] if row else None
-    query = Customer.update(balance=Customer.balance + delta).where(Customer.id == customer_id)
+    query = Customer.update(balance=Customer.balance + delta, in_flight=Customer.in_flight + in_flight).where(
+        Customer.id == customer_id)
     if delta < 0:
         query = query.where(Customer.balance >= -delta)
     rows = list(query.returning(Customer.balance).tuples().execute())
@@ -82,22 +85,16 @@ WITH charged AS (
 ledger AS (
     INSERT INTO {table(CreditLedger)} (customer_id, delta, balance_after, reason, request_id, created_at)
     SELECT ?, ?, balance, ?, ?, ? FROM charged RETURNING balance_after)
-SELECT (SELECT balance_after FROM ledger), count(*), sum(CASE WHEN created_at > ? THEN 1 ELSE 0 END),
-       min(created_at), min(CASE WHEN created_at > ? THEN created_at END)
-FROM {table(Scan)} WHERE customer_id = ? AND created_at > ?"""
+SELECT (SELECT balance_after FROM ledger), {quotas.WINDOW_COLUMNS}"""
 
 
 def charge_call(customer_id: str, request_id: str | None, now):
     """Charge one served call: ``(new balance or None when short, quotas.Usage at ``now``)``."""
-    from app.services import quotas
-    from app.services.limits import DAY, HOUR
     if not is_postgres():
         with db.atomic():  # one transaction, as the one statement below: a failure leaves no charge
             balance = _apply(customer_id, -1, "call", request_id=request_id)
             return balance, quotas.window_usage(customer_id, now)
-    hour_start, day_start = now - timedelta(seconds=HOUR), now - timedelta(seconds=DAY)
-    row = execute(CHARGE_AND_USAGE, (1, customer_id, 1, customer_id, -1, "call", request_id, now,
-                                     hour_start, hour_start, customer_id, day_start)).fetchone()
-    balance, day, hour, day_oldest, hour_oldest = row
-    return balance, quotas.Usage(hour=int(hour or 0), day=int(day or 0), hour_oldest=hour_oldest,
-                                 day_oldest=day_oldest, now=now)
+    row = execute(CHARGE_AND_USAGE,
+                  (1, customer_id, 1, customer_id, -1, "call", request_id, now)
+                  + quotas.window_params(customer_id, now)).fetchone()
+    return row[0], quotas.usage_from(row[1:], now)

@@ -74,7 +74,7 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None):
             raise insufficient_balance(customer.balance, cost if bulk_total is not None else 1)
         limits = limits_for(customer)
         if n:
-            usage = quotas.check(customer_id, limits, n, now, bulk=bulk_total is not None)
+            usage = quotas.check(customer, limits, n, now, bulk=bulk_total is not None)
         else:
             usage = quotas.window_usage(customer_id, now)
         batch = None
@@ -92,11 +92,12 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None):
                 "created_at": now, "tracking_job_id": tracking_job_id(scan_id, 0),
             })
         insert_rows(Scan, rows)
-        balance = billing._apply(customer_id, -cost, "bulk" if batch else "scan", request_id=request_id,
+        balance = billing._apply(customer_id, -cost, "bulk" if batch else "scan", in_flight=n, request_id=request_id,
                                  scan_id=rows[0]["id"] if rows and not batch else None,
                                  bulk_id=batch.id if batch else None)
         if balance is None:  # cannot happen under the lock; never let it pass silently
             raise insufficient_balance(customer.balance, cost)
+        quotas.count_created(customer_id, now, n)
     # Counted under the lock, plus the scans this call created: ``r`` counts them (D8).
     return rows, batch, balance, limits, quotas.with_new_scans(usage, n, now)
 
@@ -108,9 +109,12 @@ def _reverse(customer_id, rows, batch, cost, request_id) -> None:
             Scan.delete().where(Scan.id.in_([r["id"] for r in rows])).execute()
         if batch:
             BulkBatch.delete().where(BulkBatch.id == batch.id).execute()
-        billing._apply(customer_id, cost, "refund", request_id=request_id, bulk_id=batch.id if batch else None,
+        billing._apply(customer_id, cost, "refund", in_flight=-len(rows), request_id=request_id,
+                       bulk_id=batch.id if batch else None,
                        scan_id=rows[0]["id"] if rows and not batch else None,
                        note="engine submission failed")
+        if rows:  # after the customer's row, as admissions lock them (quotas: lock order)
+            quotas.count_created(customer_id, rows[0]["created_at"], -len(rows))
 
 
 def _engine_failed() -> ApiError:
@@ -170,14 +174,20 @@ def poll_url(base_url: str, scan_id: str) -> str:
     return f"{base_url}/api/v1/scan/{scan_id}"
 
 
-def _count_created(rows, customer) -> None:
+def _count_created(rows, customer, batch=None) -> None:
+    """Metrics and the log: a line per single scan, one line per bulk batch (its scans are
+    the batch's rows; a hundred lines per call cost more than the call's SQL)."""
     from collections import Counter
 
     from app.metrics import SCANS_CREATED
-    for kind, count in Counter(row["kind"] for row in rows).items():
+    kinds = Counter(row["kind"] for row in rows)
+    for kind, count in kinds.items():
         SCANS_CREATED.labels(kind=kind, tier=customer.tier).inc(count)
-    for row in rows:
-        log.info("scan created (%s)", row["kind"], extra={"scan_id": row["id"]})
+    if batch is None:
+        log.info("scan created (%s)", rows[0]["kind"], extra={"scan_id": rows[0]["id"]})
+    else:
+        log.info("bulk %s created: %d scans (%s)", batch.id, len(rows),
+                 ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())))
 
 
 def create_scan(customer, api_key_id, target, kind, *, base_url, request_id) -> Outcome:
@@ -231,7 +241,7 @@ def create_bulk(customer, api_key_id, targets, *, base_url, request_id) -> Outco
     cost = max(len(rows), 1)
     if rows:
         _submit(customer.id, rows, batch, cost, request_id)
-        _count_created(rows, customer)
+        _count_created(rows, customer, batch)
     body = {
         "ok": True, "bulk_id": batch.id, "total": len(targets), "queued": len(rows), "rejected": rejected,
         "scans": [{"scan_id": r["id"], "target": r["target"], "kind": r["kind"],
@@ -329,8 +339,9 @@ def reverse_reservation(scan) -> bool:
                                       & (Scan.status == QUEUED)).execute()
         if not deleted:
             return False
-        billing._apply(scan.customer_id, 1, "refund", scan_id=scan.id, bulk_id=scan.bulk_id,
+        billing._apply(scan.customer_id, 1, "refund", in_flight=-1, scan_id=scan.id, bulk_id=scan.bulk_id,
                        note="reservation never submitted to the engine")
+        quotas.count_created(scan.customer_id, scan.created_at, -1)  # after the customer's row
         if scan.bulk_id and not Scan.select().where(Scan.bulk == scan.bulk_id).exists():
             BulkBatch.delete().where(BulkBatch.id == scan.bulk_id).execute()
     return True

@@ -2,7 +2,8 @@
 
 A final state is set by compare-and-set: ``UPDATE ... WHERE status IN ('queued',
 'running')``. Only the first writer sees one row changed, so a duplicate or replayed
-job finishes a scan once and records its webhook event once, in the same transaction.
+job finishes a scan once, takes it out of the customer's in-flight count once and
+records its webhook event once, in the same transaction.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import logging
 from peewee import Case
 
 from app.extensions import db
-from app.models import Scan, utcnow
+from app.models import Customer, Scan, utcnow
 from app.models.scans import COMPLETED, FAILED, IN_FLIGHT, QUEUED, RUNNING
 from app.services import webhooks
 
@@ -69,7 +70,10 @@ def _finish(scan_id: str, changes: dict) -> bool:
     with db.atomic():
         changed = Scan.update(**changes).where((Scan.id == scan_id) & Scan.status.in_(IN_FLIGHT)).execute()
         if changed:
-            delivery = webhooks.record_event(Scan.get_by_id(scan_id))
+            scan = Scan.get_by_id(scan_id)
+            # Out of flight in the same transaction as the state (quotas: Customer.in_flight).
+            Customer.update(in_flight=Customer.in_flight - 1).where(Customer.id == scan.customer_id).execute()
+            delivery = webhooks.record_event(scan)
     if delivery is not None:
         webhooks.dispatch(delivery)
     return bool(changed)

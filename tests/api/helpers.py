@@ -18,10 +18,26 @@ def ledger(account) -> list[tuple[int, str]]:
 
 
 def assert_books_balance(account) -> None:
-    """D3: the ledger always sums to the balance, and the balance is never negative."""
+    """D3: the ledger always sums to the balance, and the balance is never negative; the
+    quota counters agree with the scans themselves (in flight, both windows)."""
     with db.connection_context():
         total, current = billing.ledger_sum(account.id), billing.balance_of(account.id)
+        assert_counters_match(account.id)
     assert total == current >= 0
+
+
+def assert_counters_match(customer_id: str) -> None:
+    """``Customer.in_flight`` and the per-minute windows equal what counting the scans gives."""
+    from datetime import timedelta
+
+    from app.models import Customer, utcnow
+    from app.services import quotas
+    now = utcnow()
+    assert Customer.get_by_id(customer_id).in_flight == quotas.inflight_count(customer_id)
+    usage = quotas.window_usage(customer_id, now)
+    created = Scan.select().where(Scan.customer == customer_id)
+    assert usage.day == created.where(Scan.created_at > now - timedelta(days=1)).count()
+    assert usage.hour == created.where(Scan.created_at > now - timedelta(hours=1)).count()
 
 
 def scans_of(account) -> list:

@@ -67,3 +67,13 @@ def test_request_logs_name_request_and_customer(client, account, caplog):
     ContextFilter().filter(record)
     assert record.request_id == "req-ops-1" and record.customer_id == account.id
     assert record.scan_id.startswith("scn_")
+
+
+def test_a_bulk_call_logs_one_line_naming_its_batch(client, make_customer, caplog):
+    account = make_customer(tier="business", credits=100)
+    with caplog.at_level(logging.INFO, logger="app.services.scans"):
+        answer = client.post("/api/v1/scan/bulk", headers=account.headers, json={"targets": [
+            {"target": "a@example.com"}, {"target": "b@example.com"}, {"target": "+14155550100"}]})
+    assert answer.status_code == 202
+    lines = [r.getMessage() for r in caplog.records if r.name == "app.services.scans"]
+    assert lines == [f"bulk {answer.get_json()['bulk_id']} created: 3 scans (email 2, phone 1)"]

@@ -4,7 +4,8 @@ from freezegun import freeze_time
 
 from app.extensions import db
 from app.models import Scan
-from app.services import accounts
+from app.models.scans import IN_FLIGHT
+from app.services import accounts, tracking
 from tests.api.helpers import (assert_books_balance, balance, engine_mode, engine_stats, ledger,
                                parse_ratelimit, scans_of)
 from tests.api.test_auth_and_errors import assert_error
@@ -123,10 +124,10 @@ def test_inflight_limit_per_tier(client, make_customer, tier, inflight):
 
 
 def finish(account, n=None):
-    """Mark the account's in-flight scans completed, freeing in-flight slots (not quota)."""
+    """Complete the account's in-flight scans as a tracking job would, freeing in-flight slots (not quota)."""
     with db.connection_context():
-        query = Scan.update(status="completed", result_json="{}").where(Scan.customer == account.id)
-        query.execute()
+        for scan in Scan.select(Scan.id).where((Scan.customer == account.id) & Scan.status.in_(IN_FLIGHT)):
+            assert tracking.complete(scan.id, {})
 
 
 def test_hour_window_is_rolling_both_edges(client, make_customer):

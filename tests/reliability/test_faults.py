@@ -30,6 +30,7 @@ from app.extensions import db
 from app.models import BulkBatch, CreditLedger, DeliveryAttempt, Scan, WebhookDelivery, utcnow
 from app.services import billing
 from bench.load import Call, LoadDriver
+from tests.api.helpers import assert_counters_match
 from tests.conftest import ServerThread
 from tests.jobrunner import JobRunner
 from tests.reliability.servers import RawServer, RedisServer, TcpProxy, free_port, read_request_head
@@ -90,6 +91,7 @@ def assert_settled(account, *, deliveries_expected=True) -> dict:
             assert sorted(d.scan_id for d in deliveries) == sorted(s.id for s in scans)
         # The books: the ledger sums to the balance, every single scan has its one charge.
         assert billing.ledger_sum(account.id) == billing.balance_of(account.id) >= 0
+        assert_counters_match(account.id)  # in flight and the windows, after every reversal
         ledger = list(CreditLedger.select().where(CreditLedger.customer == account.id))
         charged = [r.scan_id for r in ledger if r.reason == "scan"]
         refunded = [r.scan_id for r in ledger if r.reason == "refund" and r.scan_id]

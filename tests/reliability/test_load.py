@@ -24,6 +24,7 @@ from app.extensions import db
 from app.models import BulkBatch, CreditLedger, Scan
 from app.services import billing
 from bench.load import Call, LoadDriver, timed_run
+from tests.api.helpers import assert_counters_match
 from tests.reliability.servers import Gunicorn, service_env
 
 pytestmark = pytest.mark.slow
@@ -163,6 +164,7 @@ def test_concurrent_creations_and_mixed_reads_under_gunicorn(app, simulator, mak
             charged = sum(cost(a) for a in mine)
             balance, ledger_sum = billing.balance_of(acct.id), billing.ledger_sum(acct.id)
             assert balance == CREDITS - charged == ledger_sum, (name, balance, CREDITS - charged, ledger_sum)
+            assert_counters_match(acct.id)
             reported = [int(a.headers["X-Credits-Remaining"]) for a in mine if "X-Credits-Remaining" in a.headers]
             assert min(reported) == balance  # the last charge reported the final balance
             scans = {s.id: s for s in Scan.select().where(Scan.customer == acct.id)}

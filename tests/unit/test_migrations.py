@@ -37,3 +37,39 @@ def test_a_new_migration_is_applied_once_and_keeps_rows(app, monkeypatch):
                 migrate((SqliteMigrator(db.obj) if is_sqlite() else PostgresqlMigrator(db.obj))
                         .drop_column("customer", "notes"))
                 SchemaVersion.delete().where(SchemaVersion.version == version).execute()
+
+
+def test_quota_counters_migration_fills_them_from_existing_scans(app):
+    """A version-1 database with scans: version 2 adds the counters with the right values."""
+    from datetime import timedelta
+
+    from app.models import ApiKey, QuotaMinute, Scan, new_id, utcnow
+    from app.services import quotas
+
+    with db.connection_context():
+        customer = accounts.create_customer("Old", "business", 5)
+        key, _ = accounts.issue_key(customer.id, "k")
+        now = utcnow()
+        statuses = ["queued", "running", "completed", "failed", "queued"]
+        ages = [timedelta(seconds=10), timedelta(minutes=30), timedelta(hours=2), timedelta(hours=23),
+                timedelta(days=2)]
+        for status, age in zip(statuses, ages):
+            Scan.create(id=new_id("scn"), customer=customer.id, api_key=key.id, kind="email",
+                        target="a@example.com", status=status, created_at=now - age)
+        # Back to version 1: no counters, the old index.
+        migrator = SqliteMigrator(db.obj) if is_sqlite() else PostgresqlMigrator(db.obj)
+        with db.atomic():
+            db.drop_tables([QuotaMinute])
+            migrate(migrator.drop_column("customer", "in_flight"))
+            db.execute_sql('CREATE INDEX "scan_customer_id" ON "scan" ("customer_id")')
+            SchemaVersion.delete().where(SchemaVersion.version >= 2).execute()
+        assert ApiKey.get_by_id(key.id)  # nothing else lost
+
+        assert migrations.upgrade() == [m[0] for m in migrations.MIGRATIONS[1:]]
+
+        assert Customer.get_by_id(customer.id).in_flight == 3  # the two queued and the running one
+        usage = quotas.window_usage(customer.id, now)
+        assert (usage.hour, usage.day) == (2, 4)
+        assert "scan_customer_id" not in {i.name for i in db.get_indexes("scan")}
+        assert Customer.get_by_id(customer.id).balance == 5
+        assert Scan.select().where(Scan.customer == customer.id).count() == 5
