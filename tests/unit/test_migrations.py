@@ -56,12 +56,17 @@ def test_quota_counters_migration_fills_them_from_existing_scans(app):
         for status, age in zip(statuses, ages):
             Scan.create(id=new_id("scn"), customer=customer.id, api_key=key.id, kind="email",
                         target="a@example.com", status=status, created_at=now - age)
-        # Back to version 1: no counters, the old index.
+        # Back to version 1: no counters, the old indexes.
         migrator = SqliteMigrator(db.obj) if is_sqlite() else PostgresqlMigrator(db.obj)
         with db.atomic():
             db.drop_tables([QuotaMinute])
             migrate(migrator.drop_column("customer", "in_flight"))
-            db.execute_sql('CREATE INDEX "scan_customer_id" ON "scan" ("customer_id")')
+            for name in ("scan_in_flight_customer", "scan_in_flight_last_checked"):
+                db.execute_sql(f'DROP INDEX "{name}"')
+            for name, columns in (("scan_customer_id", "customer_id"), ("scan_api_key_id", "api_key_id"),
+                                  ("scan_customer_id_status", "customer_id, status"),
+                                  ("scan_status_last_checked_at", "status, last_checked_at")):
+                db.execute_sql(f'CREATE INDEX "{name}" ON "scan" ({columns})')
             SchemaVersion.delete().where(SchemaVersion.version >= 2).execute()
         assert ApiKey.get_by_id(key.id)  # nothing else lost
 
@@ -70,6 +75,10 @@ def test_quota_counters_migration_fills_them_from_existing_scans(app):
         assert Customer.get_by_id(customer.id).in_flight == 3  # the two queued and the running one
         usage = quotas.window_usage(customer.id, now)
         assert (usage.hour, usage.day) == (2, 4)
-        assert "scan_customer_id" not in {i.name for i in db.get_indexes("scan")}
+        names = {i.name for i in db.get_indexes("scan")}
+        assert {"scan_customer_id_created_at", "scan_bulk_id_bulk_index", "scan_in_flight_customer",
+                "scan_in_flight_last_checked"} <= names
+        assert not names & {"scan_customer_id", "scan_api_key_id", "scan_customer_id_status",
+                            "scan_status_last_checked_at"}
         assert Customer.get_by_id(customer.id).balance == 5
         assert Scan.select().where(Scan.customer == customer.id).count() == 5
