@@ -296,3 +296,30 @@ def test_sweep_moves_overdue_scheduled_jobs_when_no_scheduler_runs(app, client, 
         assert sweep()["scheduled_jobs_promoted"] == 1
         assert registry.count == 0 and engine_queue.count == 1
         assert jobs.run(frozen, until=lambda: statuses([scan_id]) == ["completed"])
+
+
+@pytest.mark.config(RECOVERY_STALE_SECONDS=STALE, ENGINE_POLL_SECONDS=5)
+def test_a_handover_whose_commit_was_lost_is_repaired_by_the_sweep(client, make_customer, jobs):
+    """A look at an unfinished scan commits its progress and hand-over without waiting for
+    PostgreSQL's disk flush (engine_jobs.hand_over, durable=False). Were that commit lost in
+    a crash, the row would be as before the look: the old token, the old progress. The
+    successor then stops as stale, nothing tracks the scan, and the sweep starts a new chain."""
+    account = make_customer(credits=100)
+    with freeze_time(START) as frozen:
+        scan_id = create(client, account, "john.roe@example.com")
+        before = rows([scan_id])[scan_id]
+        frozen.tick(0.2)  # the simulator runs 100 times faster here: 0.6-1.8 s a scan
+        assert _track(scan_id, before.tracking_job_id) == "unfinished"
+        successor = rows([scan_id])[scan_id].tracking_job_id
+        assert successor == tracking_job_id(scan_id, 1)
+        with db.connection_context():  # the crash: the hand-over's commit never reached the disk
+            Scan.update(tracking_job_id=before.tracking_job_id, status=before.status,
+                        recipes_done=before.recipes_done, last_checked_at=before.last_checked_at).where(
+                Scan.id == scan_id).execute()
+        assert _track(scan_id, successor) == "stale"
+        for job_id in (before.tracking_job_id, successor):  # both ran (here by hand) and are done
+            queue(ENGINE_QUEUE).fetch_job(job_id).delete()
+        frozen.tick(STALE + 1)
+        assert sweep()["scans_redispatched"] == 1
+        assert jobs.run(frozen, until=all_final([scan_id]))
+    assert statuses([scan_id]) == ["completed"]
