@@ -4,12 +4,8 @@ local keys, n, counter = {}, 0, 0
 
 function init(args)
   tag = args[1]
-  for line in io.lines(args[2]) do
-    if #line > 0 then
-      n = n + 1
-      keys[n] = {["Authorization"] = "Bearer " .. line, ["Content-Type"] = "application/json"}
-    end
-  end
+  keys = json_post_headers(args[2])
+  n = #keys
   size = tonumber(args[3] or "100")
 end
 

@@ -10,6 +10,17 @@ end
 
 statuses = {}
 
+-- The headers of a JSON POST for each API key in a file (one a line): the creation targets'.
+function json_post_headers(path)
+  local keys = {}
+  for line in io.lines(path) do
+    if #line > 0 then
+      keys[#keys + 1] = {["Authorization"] = "Bearer " .. line, ["Content-Type"] = "application/json"}
+    end
+  end
+  return keys
+end
+
 function response(status, headers, body)
   statuses[status] = (statuses[status] or 0) + 1
 end

@@ -43,24 +43,6 @@ def wait_until(check, timeout: float, what: str, interval: float = 0.1) -> None:
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def service_env(app, engine_url: str, instance: Path, **extra) -> dict:
-    """The environment of an API or worker process bound to this test's database, Redis and engine."""
-    from app import runtime
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEST_", "PYTEST"))}
-    env.update({
-        "APP_ENV": "test",
-        "DATABASE_URL": app.config["DATABASE_URL"],
-        "REDIS_URL": runtime.config["REDIS_URL"],
-        "ENGINE_URL": engine_url,
-        "ENGINE_TOKEN": app.config["ENGINE_TOKEN"],
-        "SECRET_KEY": app.config["SECRET_KEY"],
-        "INSTANCE_PATH": str(instance),
-        "PYTHONUNBUFFERED": "1",
-    })
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
 class Gunicorn:
     """``gunicorn --config gunicorn.conf.py wsgi:app`` as a subprocess; ``.url``, ``.log_text()``."""
 

@@ -25,7 +25,8 @@ from app.models import BulkBatch, CreditLedger, Scan
 from app.services import billing
 from bench.load import Call, LoadDriver, timed_run
 from tests.api.helpers import assert_counters_match
-from tests.reliability.servers import Gunicorn, service_env
+from tests.processes import service_env
+from tests.reliability.servers import Gunicorn
 
 pytestmark = pytest.mark.slow
 

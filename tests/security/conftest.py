@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from tests.reliability.figures import make_fixture, stash_report
-from tests.reliability.servers import Gunicorn, service_env
+from tests.processes import service_env
+from tests.reliability.servers import Gunicorn
 
 figures = make_fixture()
 

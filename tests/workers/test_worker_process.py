@@ -24,6 +24,7 @@ from app.extensions import db
 from app.models import Scan
 from app.services.results import band_for
 from tests.conftest import ServerThread
+from tests.processes import service_env
 from workers.__main__ import SWEEP_LOCK, ScanWorker, build_worker, run_sweep_once
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,25 +56,6 @@ class HoldingEngine:
                                      headers={"Authorization": environ.get("HTTP_AUTHORIZATION", "")}, timeout=5)
         start_response(f"{forwarded.status_code} X", [("Content-Type", "application/json")])
         return [forwarded.content]
-
-
-def worker_env(app, engine_url: str, instance: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEST_", "PYTEST"))}
-    env.update({
-        "APP_ENV": "test",
-        "DATABASE_URL": app.config["DATABASE_URL"],
-        "REDIS_URL": runtime.config["REDIS_URL"],
-        "ENGINE_URL": engine_url,
-        "ENGINE_TOKEN": app.config["ENGINE_TOKEN"],
-        "SECRET_KEY": app.config["SECRET_KEY"],
-        "INSTANCE_PATH": str(instance),
-        "RECOVERY_INTERVAL_SECONDS": "1",
-        "RECOVERY_STALE_SECONDS": "2",
-        "ENGINE_POLL_SECONDS": "0.5",
-        "LOG_LEVEL": "INFO",
-        "PYTHONUNBUFFERED": "1",
-    })
-    return env
 
 
 class WorkerProcess:
@@ -126,7 +108,8 @@ def scan_row(scan_id) -> Scan:
 def test_a_worker_killed_mid_job_and_restarted_still_completes_the_scan(app, client, account, simulator, tmp_path):
     engine = HoldingEngine(simulator.url)
     proxy = ServerThread(engine)
-    env = worker_env(app, proxy.url, tmp_path / "instance")
+    env = service_env(app, proxy.url, tmp_path / "instance", RECOVERY_INTERVAL_SECONDS=1, RECOVERY_STALE_SECONDS=2,
+                      ENGINE_POLL_SECONDS=0.5, LOG_LEVEL="INFO")
     workers = []
     try:
         response = client.post("/api/v1/scan", json={"target": "slow.sue@example.com"}, headers=account.headers)

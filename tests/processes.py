@@ -1,0 +1,28 @@
+"""The environment of a service process (API or worker) that a test starts for real.
+
+One place, so that every subprocess a test runs is bound the same way to the test
+session's database, Redis, engine and secrets, and never inherits pytest's own settings.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def service_env(app, engine_url: str, instance: Path, **extra) -> dict:
+    """The environment of an API or worker process bound to this test's database, Redis and engine;
+    ``extra`` settings override (values are turned into strings)."""
+    from app import runtime
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEST_", "PYTEST"))}
+    env.update({
+        "APP_ENV": "test",
+        "DATABASE_URL": app.config["DATABASE_URL"],
+        "REDIS_URL": runtime.config["REDIS_URL"],
+        "ENGINE_URL": engine_url,
+        "ENGINE_TOKEN": app.config["ENGINE_TOKEN"],
+        "SECRET_KEY": app.config["SECRET_KEY"],
+        "INSTANCE_PATH": str(instance),
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
