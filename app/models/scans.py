@@ -76,6 +76,7 @@ class QuotaMinute(BaseModel):
 
     class Meta:
         primary_key = CompositeKey("customer", "minute")
+        indexes = ((("minute",), False),)  # the sweep's pruning, across customers
 
 
 class IdempotencyRecord(BaseModel):
