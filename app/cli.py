@@ -111,6 +111,21 @@ def customers_limits(customer_id, inflight, hour, day, as_json):
     emit(as_json, data, f"{customer_id} limits {data['limits']}")
 
 
+@customers_cli.command("recount")
+@click.argument("customer_id")
+@json_option
+def customers_recount(customer_id, as_json):
+    """Rebuild the in-flight and window counters from the scans (after editing scans by hand)."""
+    from app.services import scans
+
+    def recount():
+        accounts.get_customer(customer_id)
+        return scans.recount(customer_id)
+    result = run(as_json, recount)
+    emit(as_json, result, f"{customer_id} in flight {result['in_flight']['was']} -> {result['in_flight']['now']}, "
+                          f"{result['day']} scans in the last day")
+
+
 @keys_cli.command("issue")
 @click.argument("customer_id")
 @click.option("--name", default="")

@@ -327,6 +327,33 @@ def read_bulk(customer_id: str, bulk_id: str) -> dict:
             "scans": entries}
 
 
+def recount(customer_id: str) -> dict:
+    """Rebuild the customer's quota counters from its scans (``flask customers recount``).
+
+    The counters move with every scan in the code, so this only matters after scans were
+    changed by hand in the database. Under the admission's lock: an admission waits, and a
+    scan finishing meanwhile is counted in flight here and taken out after (its UPDATE of
+    the customer waits for this transaction), so the counters stay right.
+    """
+    from collections import Counter
+
+    from app.models import QuotaMinute
+    from app.models.scans import IN_FLIGHT
+    now = utcnow()
+    with write_transaction():
+        customer = _lock_customer(customer_id)
+        in_flight = quotas.inflight_count(customer_id)
+        execute(f"UPDATE {table(Customer)} SET in_flight = ? WHERE id = ?", (in_flight, customer_id))
+        created = (Scan.select(Scan.created_at)
+                   .where((Scan.customer == customer_id) & (Scan.created_at > now - timedelta(days=1))).tuples())
+        minutes = Counter(quotas.minute_of(moment) for (moment,) in created)
+        QuotaMinute.delete().where(QuotaMinute.customer == customer_id).execute()
+        for minute, count in minutes.items():
+            quotas.count_created(customer_id, minute, count)
+    return {"customer_id": customer_id, "in_flight": {"was": customer.in_flight, "now": in_flight},
+            "day": sum(minutes.values())}
+
+
 def ledger_rows(customer_id: str, limit: int = 50):
     return list(CreditLedger.select().where(CreditLedger.customer == customer_id)
                 .order_by(CreditLedger.id.desc()).limit(limit))

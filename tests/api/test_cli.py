@@ -3,8 +3,9 @@ import hashlib
 import json
 
 from app.extensions import db
-from app.models import ApiKey, CreditLedger, PortalUser
+from app.models import ApiKey, CreditLedger, Customer, PortalUser, Scan
 from app.services import billing
+from tests.api.helpers import assert_counters_match
 
 
 def run(app, *args, input=None):
@@ -79,3 +80,23 @@ def test_portal_user_password_from_stdin_is_hashed(app):
     assert "correct horse" not in stored and stored.startswith("scrypt:")
     short = run(app, "users", "create", cid, "b@example.com", "--password-stdin", "--json", input="short\n")
     assert short.exit_code == 1
+
+
+def test_recount_rebuilds_quota_counters_after_scans_were_edited_by_hand(app, client, make_customer):
+    account = make_customer(tier="business", credits=100)
+    for i in range(3):
+        answer = client.post("/api/v1/scan", json={"target": f"r{i}@example.com"}, headers=account.headers)
+        assert answer.status_code == 202
+    with db.connection_context():
+        # By hand, behind the service's back: one scan finished, one gone, the counters not told.
+        first, second, _ = Scan.select().where(Scan.customer == account.id).order_by(Scan.created_at)
+        Scan.update(status="completed", result_json="{}").where(Scan.id == first.id).execute()
+        Scan.delete().where(Scan.id == second.id).execute()
+        assert Customer.get_by_id(account.id).in_flight == 3
+    result = run_json(app, "customers", "recount", account.id)
+    assert result == {"customer_id": account.id, "in_flight": {"was": 3, "now": 1}, "day": 2}
+    with db.connection_context():
+        assert_counters_match(account.id)
+    assert run_json(app, "customers", "recount", account.id)["in_flight"] == {"was": 1, "now": 1}
+    missing = app.test_cli_runner().invoke(args=["customers", "recount", "cus_nobody", "--json"])
+    assert missing.exit_code == 1 and json.loads(missing.output)["error"] == "no customer cus_nobody"
