@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import time
+from functools import partial
 from typing import Any, Callable, TextIO
 
 from app.client.client import DEFAULT_BASE_URL, MAX_BULK_TARGETS, ScanClient
@@ -280,6 +281,20 @@ def describe(error: ApiError) -> str:
 
 # --- main -------------------------------------------------------------------------------
 
+def _wait_and_write(wait: Callable, progress: Progress, write: Callable[[dict], Any]) -> None:
+    """``wait(on_progress=...)`` with the progress bar, then ``write`` the final state; on a timeout,
+    ``write`` the last state seen (when there is one) and re-raise, so the exit code says so."""
+    try:
+        final = wait(on_progress=progress.update)
+    except WaitTimeout as exc:
+        progress.close()
+        if exc.last is not None:
+            write(exc.last)
+        raise
+    progress.close()
+    write(final)
+
+
 def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: TextIO | None = None,
          stderr: TextIO | None = None, env: dict | None = None, sleep: Callable[[float], Any] | None = None,
          clock: Callable[[], float] | None = None, session=None) -> int:
@@ -316,32 +331,18 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: 
                     write_output(out, args.format, created, [scan_row({**created, "target": args.target})])
                     return EXIT_OK
                 progress = Progress(err, created["scan_id"], now)
-                try:
-                    final = client.wait(created["scan_id"], timeout=args.timeout, on_progress=progress.update)
-                except WaitTimeout as exc:
-                    progress.close()
-                    if exc.last is not None:
-                        write_output(out, args.format, exc.last, [scan_row(exc.last)])
-                    raise
-                progress.close()
-                write_output(out, args.format, final, [scan_row(final)])
+                _wait_and_write(partial(client.wait, created["scan_id"], timeout=args.timeout), progress,
+                                lambda state: write_output(out, args.format, state, [scan_row(state)]))
             elif args.command == "bulk":
                 created = client.bulk(targets)
                 if not args.wait:
                     write_output(out, args.format, created, bulk_rows(created, created.get("scans") or []))
                     return EXIT_OK
                 progress = Progress(err, created["bulk_id"], now)
-                try:
-                    final = client.wait_bulk(created["bulk_id"], timeout=args.timeout, on_progress=progress.update)
-                except WaitTimeout as exc:
-                    progress.close()
-                    if exc.last is not None:
-                        last = {**exc.last, "rejected": created.get("rejected") or []}
-                        write_output(out, args.format, last, bulk_rows(created, exc.last.get("scans") or []))
-                    raise
-                progress.close()
-                document = {**final, "rejected": created.get("rejected") or []}
-                write_output(out, args.format, document, bulk_rows(created, final.get("scans") or []))
+                rejected = created.get("rejected") or []
+                _wait_and_write(partial(client.wait_bulk, created["bulk_id"], timeout=args.timeout), progress,
+                                lambda state: write_output(out, args.format, {**state, "rejected": rejected},
+                                                           bulk_rows(created, state.get("scans") or [])))
             elif args.command == "get":
                 scan = client.get(args.scan_id)
                 write_output(out, args.format, scan, [scan_row(scan)])
