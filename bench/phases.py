@@ -242,6 +242,28 @@ def query_counts(stack: Stack, sim: str, key: str, done_id: str, queued_id: str,
 
 # --- 2. worker throughput ------------------------------------------------------------------
 
+
+def _one_worker(stack, sim, name, queue, n, rate_key, done, what, span_sql, job_prefix) -> dict:
+    """One worker process on ``queue`` until ``done()``: its wall time, start-up, the rate of
+    the ``n`` outcomes between the first and the last (``span_sql`` gives both as epochs), and
+    its jobs' timings."""
+    jobs_log = stack.logdir / f"jobs-{name}.csv"
+    started = time.time()
+    worker = stack.start_worker(sim, f"worker-{name}", queues=queue, jobs_log=jobs_log)
+    wait_until(done, 60 + n / 5, what, 0.25)
+    wall = time.time() - started
+    stack.stop(worker)
+    jobs = jobs_from_log(jobs_log)
+    first_job = min((r["started"] for r in jobs), default=started)
+    first, last = stack.sql(span_sql)[0]
+    return {
+        "worker_processes": 1, "wall_s_from_process_start": round(wall, 2),
+        "startup_s": round(first_job - started, 2),
+        rate_key: round((n - 1) / float(last - first), 1) if last > first else None,
+        "jobs": job_stats(jobs, job_prefix),
+    }
+
+
 def workers_phase(stack: Stack, opts, out: Path, log) -> dict:
     stack.reset_database()
     stack.flush_redis()
@@ -258,43 +280,21 @@ def workers_phase(stack: Stack, opts, out: Path, log) -> dict:
     result = {"scans": n, "creation_s": round(created_s, 2)}
 
     log("1 worker on the engine queue: tracking looks until every scan is completed")
-    track_log = stack.logdir / "jobs-track.csv"
-    started = time.time()
-    worker = stack.start_worker(sim, "worker-track", queues="engine", jobs_log=track_log)
-    wait_until(lambda: status_counts(stack).get("completed", 0) >= n, 60 + n / 5, "all scans completed", 0.25)
-    wall = time.time() - started
-    stack.stop(worker)
-    jobs = jobs_from_log(track_log)
-    first_job = min((r["started"] for r in jobs), default=started)
-    first, last = stack.sql("SELECT extract(epoch from min(completed_at)), extract(epoch from max(completed_at)) "
-                            "FROM scan")[0]
-    result["tracking"] = {
-        "worker_processes": 1, "wall_s_from_process_start": round(wall, 2),
-        "startup_s": round(first_job - started, 2),
-        "completed_per_s": round((n - 1) / float(last - first), 1) if last > first else None,
-        "jobs": job_stats(jobs, "trk"),
-    }
+    result["tracking"] = _one_worker(
+        stack, sim, "track", "engine", n, "completed_per_s",
+        lambda: status_counts(stack).get("completed", 0) >= n, "all scans completed",
+        "SELECT extract(epoch from min(completed_at)), extract(epoch from max(completed_at)) FROM scan", "trk")
     pending = stack.sql("SELECT count(*) FROM webhook_delivery WHERE status = 'pending'")[0][0]
     log(f"1 worker on the webhooks queue: {pending} deliveries to a receiver answering 200")
-    hook_log = stack.logdir / "jobs-hooks.csv"
-    started = time.time()
-    worker = stack.start_worker(sim, "worker-hooks", queues="webhooks", jobs_log=hook_log)
-    wait_until(lambda: stack.sql("SELECT count(*) FROM webhook_delivery WHERE status = 'succeeded'")[0][0] >= n,
-               60 + n / 5, "all deliveries succeeded", 0.25)
-    wall = time.time() - started
-    stack.stop(worker)
-    jobs = jobs_from_log(hook_log)
-    first_job = min((r["started"] for r in jobs), default=started)
-    first, last = stack.sql("SELECT extract(epoch from min(finished_at)), extract(epoch from max(finished_at)) "
-                            "FROM webhook_delivery")[0]
+    hooks = _one_worker(
+        stack, sim, "hooks", "webhooks", n, "delivered_per_s",
+        lambda: stack.sql("SELECT count(*) FROM webhook_delivery WHERE status = 'succeeded'")[0][0] >= n,
+        "all deliveries succeeded",
+        "SELECT extract(epoch from min(finished_at)), extract(epoch from max(finished_at)) FROM webhook_delivery",
+        "dlv")
     received = requests.get(f"{sim}/_sim/receivers/bench/deliveries", timeout=30).json()["deliveries"]
-    result["webhooks"] = {
-        "worker_processes": 1, "deliveries": pending, "wall_s_from_process_start": round(wall, 2),
-        "startup_s": round(first_job - started, 2),
-        "delivered_per_s": round((n - 1) / float(last - first), 1) if last > first else None,
-        "received": len(received), "signatures_valid": sum(1 for d in received if d["signature_valid"]),
-        "jobs": job_stats(jobs, "dlv"),
-    }
+    result["webhooks"] = {**hooks, "deliveries": pending, "received": len(received),
+                          "signatures_valid": sum(1 for d in received if d["signature_valid"])}
     return result
 
 

@@ -155,15 +155,21 @@ class Stack:
 
     # --- PostgreSQL and Redis --------------------------------------------------------
 
-    def reset_database(self) -> None:
-        """Create database ``bench`` if missing, empty its schema, then ``flask db upgrade``."""
+    def _admin(self, *statements: str) -> None:
+        """Create database ``bench`` if missing, then run ``statements`` as the administrator."""
         admin = psycopg2.connect(PG_ADMIN_DSN)
         admin.autocommit = True
         with admin.cursor() as cur:
             cur.execute("SELECT 1 FROM pg_database WHERE datname = 'bench'")
             if cur.fetchone() is None:
                 cur.execute("CREATE DATABASE bench")
+            for statement in statements:
+                cur.execute(statement)
         admin.close()
+
+    def reset_database(self) -> None:
+        """Create database ``bench`` if missing, empty its schema, then ``flask db upgrade``."""
+        self._admin()
         conn = psycopg2.connect(PG_DSN)
         conn.autocommit = True
         with conn.cursor() as cur:
@@ -183,15 +189,8 @@ class Stack:
 
     def set_async_commit(self, on: bool) -> None:
         """An experiment's knob: ``synchronous_commit`` of database ``bench`` (new connections)."""
-        admin = psycopg2.connect(PG_ADMIN_DSN)
-        admin.autocommit = True
-        with admin.cursor() as cur:
-            cur.execute("SELECT 1 FROM pg_database WHERE datname = 'bench'")
-            if cur.fetchone() is None:
-                cur.execute("CREATE DATABASE bench")
-            cur.execute("ALTER DATABASE bench SET synchronous_commit = off" if on
-                        else "ALTER DATABASE bench RESET synchronous_commit")
-        admin.close()
+        self._admin("ALTER DATABASE bench SET synchronous_commit = off" if on
+                    else "ALTER DATABASE bench RESET synchronous_commit")
 
     def sql(self, query: str, args=None, dsn: str = PG_DSN):
         conn = psycopg2.connect(dsn)
