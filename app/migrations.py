@@ -24,13 +24,8 @@ def _initial(database):
 def _quota_counters(database):
     """Customer.in_flight and QuotaMinute (app.services.quotas), filled from the scans; the
     scan indexes nothing uses go, those of scans in flight become partial (app.models.scans)."""
-    from collections import Counter
-    from datetime import timedelta
-
     from app.models import QuotaMinute, Scan, utcnow
-    from app.models.scans import IN_FLIGHT
-    from app.services.limits import DAY
-    from app.services.quotas import minute_of
+    from app.services.quotas import counted_from_scans
 
     # Plain ALTER TABLE, not playhouse.migrate's add_column: for a NOT NULL column it
     # rebuilds the table on SQLite, and dropping the old "customer" table cascades to
@@ -40,13 +35,10 @@ def _quota_counters(database):
     for index in ("scan_customer_id", "scan_api_key_id", "scan_customer_id_status", "scan_status_last_checked_at"):
         database.execute_sql(f'DROP INDEX IF EXISTS "{index}"')
     Scan._schema.create_indexes(safe=True)  # the two partial indexes of scans in flight
-    in_flight = Counter(customer for (customer,) in Scan.select(Scan.customer).where(
-        Scan.status.in_(IN_FLIGHT)).tuples())
+    in_flight, minutes = counted_from_scans(utcnow())
     for customer_id, count in in_flight.items():
         database.execute_sql(f'UPDATE "customer" SET in_flight = {database.param} WHERE id = {database.param}',
                              (count, customer_id))
-    minutes = Counter((customer, minute_of(created)) for customer, created in Scan.select(
-        Scan.customer, Scan.created_at).where(Scan.created_at > utcnow() - timedelta(seconds=DAY)).tuples())
     rows = [{"customer": c, "minute": m, "scans": n} for (c, m), n in minutes.items()]
     for start in range(0, len(rows), 500):
         QuotaMinute.insert_many(rows[start:start + 500]).execute()

@@ -23,6 +23,7 @@ Every call runs these, so they are written once as SQL (``app.db.execute``).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -95,6 +96,22 @@ def count_created(customer_id: str, created_at: datetime, n: int) -> None:
     """Add ``n`` scans created at ``created_at`` to the windows (negative: take them back)."""
     if n:
         execute(ADD_TO_MINUTE, (customer_id, minute_of(created_at), n))
+
+
+def counted_from_scans(now: datetime, customer_id: str | None = None) -> tuple[Counter, Counter]:
+    """What the counters should hold, counted from the scans themselves (of one customer, or
+    all): scans in flight by customer, and the last day's scans by (customer, minute)."""
+    scans = Scan.select(Scan.customer, Scan.status, Scan.created_at).where(
+        Scan.status.in_(IN_FLIGHT) | (Scan.created_at > now - timedelta(seconds=DAY)))
+    if customer_id is not None:
+        scans = scans.where(Scan.customer == customer_id)
+    in_flight, minutes = Counter(), Counter()
+    for customer, status, created_at in scans.tuples():
+        if status in IN_FLIGHT:
+            in_flight[customer] += 1
+        if created_at > now - timedelta(seconds=DAY):
+            minutes[customer, minute_of(created_at)] += 1
+    return in_flight, minutes
 
 
 def prune_minutes(now: datetime) -> int:

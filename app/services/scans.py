@@ -24,7 +24,7 @@ from datetime import timedelta
 from app.db import columns, execute, insert_rows, instance, is_postgres, table, write_transaction
 from app.errors import ApiError
 from app.extensions import db
-from app.models import BulkBatch, CreditLedger, Customer, Scan, iso, new_id, utcnow
+from app.models import BulkBatch, CreditLedger, Customer, QuotaMinute, Scan, iso, new_id, utcnow
 from app.models.scans import COMPLETED, FAILED, QUEUED, RUNNING
 from app.rawjson import RawJSON
 from app.services import billing, engine, quotas
@@ -335,20 +335,14 @@ def recount(customer_id: str) -> dict:
     scan finishing meanwhile is counted in flight here and taken out after (its UPDATE of
     the customer waits for this transaction), so the counters stay right.
     """
-    from collections import Counter
-
-    from app.models import QuotaMinute
-    from app.models.scans import IN_FLIGHT
     now = utcnow()
     with write_transaction():
         customer = _lock_customer(customer_id)
-        in_flight = quotas.inflight_count(customer_id)
+        counted, minutes = quotas.counted_from_scans(now, customer_id)
+        in_flight = counted[customer_id]
         execute(f"UPDATE {table(Customer)} SET in_flight = ? WHERE id = ?", (in_flight, customer_id))
-        created = (Scan.select(Scan.created_at)
-                   .where((Scan.customer == customer_id) & (Scan.created_at > now - timedelta(days=1))).tuples())
-        minutes = Counter(quotas.minute_of(moment) for (moment,) in created)
         QuotaMinute.delete().where(QuotaMinute.customer == customer_id).execute()
-        for minute, count in minutes.items():
+        for (_, minute), count in minutes.items():
             quotas.count_created(customer_id, minute, count)
     return {"customer_id": customer_id, "in_flight": {"was": customer.in_flight, "now": in_flight},
             "day": sum(minutes.values())}
