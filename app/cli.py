@@ -15,7 +15,7 @@ from flask.cli import AppGroup
 
 from app.extensions import db
 from app.models import ApiKey, Customer
-from app.services import accounts
+from app.services import accounts, scans
 from app.services.accounts import AccountError
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -116,8 +116,6 @@ def customers_limits(customer_id, inflight, hour, day, as_json):
 @json_option
 def customers_recount(customer_id, as_json):
     """Rebuild the in-flight and window counters from the scans (after editing scans by hand)."""
-    from app.services import scans
-
     def recount():
         accounts.get_customer(customer_id)
         return scans.recount(customer_id)

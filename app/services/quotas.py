@@ -66,15 +66,12 @@ WINDOW_USAGE = f"SELECT {WINDOW_COLUMNS}"
 
 def window_params(customer_id: str, now: datetime) -> tuple:
     """The parameters of ``WINDOW_COLUMNS`` for the windows ending at ``now``."""
-    params = []
-    starts = (now - timedelta(seconds=DAY), now - timedelta(seconds=HOUR))
-    for start in starts:  # minutes wholly inside the window: from the one after the cut minute
-        params += [customer_id, minute_of(start) + timedelta(minutes=1)]
-    for start in starts:  # the cut minute, scan by scan
-        params += [customer_id, start, minute_of(start) + timedelta(minutes=1)]
-    for start in starts:
-        params += [customer_id, start]
-    return tuple(params)
+    # Each window's start, and the first minute wholly inside it (the one after the cut minute).
+    cuts = [(start, minute_of(start) + timedelta(minutes=1))
+            for start in (now - timedelta(seconds=DAY), now - timedelta(seconds=HOUR))]
+    return (tuple(v for _, inside in cuts for v in (customer_id, inside))  # whole minutes
+            + tuple(v for start, inside in cuts for v in (customer_id, start, inside))  # the cut minute
+            + tuple(v for start, _ in cuts for v in (customer_id, start)))  # the oldest scan
 
 
 def usage_from(row, now: datetime) -> Usage:
@@ -101,15 +98,16 @@ def count_created(customer_id: str, created_at: datetime, n: int) -> None:
 def counted_from_scans(now: datetime, customer_id: str | None = None) -> tuple[Counter, Counter]:
     """What the counters should hold, counted from the scans themselves (of one customer, or
     all): scans in flight by customer, and the last day's scans by (customer, minute)."""
+    day_start = now - timedelta(seconds=DAY)
     scans = Scan.select(Scan.customer, Scan.status, Scan.created_at).where(
-        Scan.status.in_(IN_FLIGHT) | (Scan.created_at > now - timedelta(seconds=DAY)))
+        Scan.status.in_(IN_FLIGHT) | (Scan.created_at > day_start))
     if customer_id is not None:
         scans = scans.where(Scan.customer == customer_id)
     in_flight, minutes = Counter(), Counter()
     for customer, status, created_at in scans.tuples():
         if status in IN_FLIGHT:
             in_flight[customer] += 1
-        if created_at > now - timedelta(seconds=DAY):
+        if created_at > day_start:
             minutes[customer, minute_of(created_at)] += 1
     return in_flight, minutes
 
