@@ -56,7 +56,7 @@ class StoreCollector:
         from app import runtime
         from app.extensions import db
         from app.models import CreditLedger, Customer, DeliveryAttempt, Scan
-        from workers.queues import ENGINE_QUEUE, WEBHOOK_QUEUE
+        from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE
 
         scans = GaugeMetricFamily("scan_api_scans", "Scans stored, by kind, tier and status",
                                   labels=["kind", "tier", "status"])

@@ -19,12 +19,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, TimeoutError as RedisTimeoutError
 from rq import Queue, SimpleWorker
 from rq.defaults import DEFAULT_WORKER_TTL
-from rq.job import Job
 from rq.scheduler import RQScheduler
 
 from app import create_app, runtime
 from app.config import ConfigError
-from workers.queues import ENGINE_QUEUE, WEBHOOK_QUEUE
+from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, promote_due
 
 log = logging.getLogger("workers")
 SWEEP_LOCK = "scan-api:recovery-sweep"
@@ -50,7 +49,7 @@ class PreciseScheduler(RQScheduler):
     """RQ's scheduler, to the millisecond rather than the second.
 
     RQ's takes the jobs whose due time is at most now rounded down to the second, once
-    a second; ``workers.queues`` stores due times to the millisecond, and this one takes
+    a second; ``app.jobs`` stores due times to the millisecond, and this one takes
     those due by now, every SCHEDULER_INTERVAL. ``work`` and ``enqueue_scheduled_jobs``
     are RQ 2.12's with those two changes (the heartbeat stays once a second, and
     ``interval``, which also sets the lock's lifetime, stays RQ's); the lock that elects
@@ -78,18 +77,7 @@ class PreciseScheduler(RQScheduler):
         if not self._scheduled_job_registries and self._acquired_locks:
             self.prepare_registries()
         for registry in self._scheduled_job_registries:
-            job_ids = registry.get_jobs_to_schedule(time.time())
-            if not job_ids:
-                continue
-            queue = Queue(registry.name, connection=self.connection, serializer=self.serializer)
-            with self.connection.pipeline() as pipeline:
-                jobs = Job.fetch_many(job_ids, connection=self.connection, serializer=self.serializer)
-                for job in jobs:
-                    if job is not None:
-                        queue._enqueue_job(job, pipeline=pipeline, at_front=job.should_enqueue_at_front())
-                for job_id in job_ids:
-                    registry.remove(job_id, pipeline=pipeline)
-                pipeline.execute()
+            promote_due(Queue(registry.name, connection=self.connection, serializer=self.serializer), time.time())
         self._status = self.Status.STARTED
 
 

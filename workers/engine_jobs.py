@@ -15,6 +15,7 @@ from datetime import timedelta
 from rq import get_current_job
 
 from app import runtime
+from app.jobs import enqueue_tracking, tracking_generation, tracking_job_id
 from app.db import execute, instance, is_postgres
 from app.extensions import db
 from app.logging_setup import log_context
@@ -23,7 +24,6 @@ from app.models.scans import FINAL, IN_FLIGHT
 from app.services import engine, tracking
 from app.services.results import InvalidResult, normalize_result
 from app.services.scans import SCAN_BY_ID
-from workers.queues import enqueue_tracking, tracking_job_id
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +45,6 @@ def backoff(errors: int) -> float:
     return max(1.0, min(_poll_seconds() * 3, 2.0 ** (errors - 1)))
 
 
-def _generation(job_id: str) -> int:
-    try:
-        return int(job_id.rsplit("-", 1)[1])
-    except (IndexError, ValueError):
-        return 0
-
-
 def hand_over(scan_id: str, current_job_id: str | None, delay: float, *, in_flight_only: bool = False,
               durable: bool = True, **changes) -> bool:
     """Pass the chain to a successor job ``delay`` seconds from now (CAS on the token),
@@ -64,7 +57,7 @@ def hand_over(scan_id: str, current_job_id: str | None, delay: float, *, in_flig
     sweep starts a new chain (D13), so nothing is lost that the next look would not
     write again. Final states, charges and deliveries always wait for the disk.
     """
-    new_job_id = tracking_job_id(scan_id, _generation(current_job_id or "") + 1)
+    new_job_id = tracking_job_id(scan_id, tracking_generation(current_job_id) + 1)
     query = Scan.update(tracking_job_id=new_job_id, **changes).where(Scan.id == scan_id)
     if current_job_id is not None:
         query = query.where(Scan.tracking_job_id == current_job_id)

@@ -21,33 +21,14 @@ from __future__ import annotations
 import logging
 from datetime import timedelta, timezone
 
-from rq import Queue
-from rq.job import Job, JobStatus
-from rq.registry import ScheduledJobRegistry
-
 from app import runtime
+from app.jobs import QUEUES, live_job_ids, promote_due, queue
 from app.extensions import db
 from app.models import Scan, utcnow
 from app.models.scans import IN_FLIGHT, QUEUED
 from app.services import idempotency, quotas
 
 log = logging.getLogger(__name__)
-
-ALIVE = {JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
-BATCH = 500
-
-
-def live_job_ids(job_ids: list[str]) -> set[str]:
-    """Those of ``job_ids`` that Redis still holds as waiting to run."""
-    alive = set()
-    conn = runtime.redis()
-    for start in range(0, len(job_ids), BATCH):
-        chunk = job_ids[start:start + BATCH]
-        for job_id, job in zip(chunk, Job.fetch_many(chunk, connection=conn)):
-            if job is not None and job.get_status(refresh=False) in ALIVE:
-                alive.add(job_id)
-    return alive
-
 
 def recover_scans(now) -> int:
     from workers.engine_jobs import hand_over
@@ -81,25 +62,9 @@ def reverse_unsubmitted(now) -> int:
 
 def promote_overdue(now) -> int:
     """Enqueue scheduled jobs that RQ's scheduler should have enqueued long ago."""
-    from workers.queues import ENGINE_QUEUE, WEBHOOK_QUEUE
-    conn = runtime.redis()
     overdue = now - timedelta(seconds=runtime.config["RECOVERY_STALE_SECONDS"])
     overdue_before = overdue.replace(tzinfo=timezone.utc).timestamp()  # ``now`` is naive UTC
-    moved = 0
-    for name in (ENGINE_QUEUE, WEBHOOK_QUEUE):
-        queue = Queue(name, connection=conn)
-        registry = ScheduledJobRegistry(queue=queue)
-        job_ids = registry.get_jobs_to_schedule(int(overdue_before))
-        if not job_ids:
-            continue
-        with conn.pipeline() as pipe:
-            for job in Job.fetch_many(job_ids, connection=conn):
-                if job is not None:
-                    queue._enqueue_job(job, pipeline=pipe)
-                    moved += 1
-            for job_id in job_ids:
-                registry.remove(job_id, pipeline=pipe)
-            pipe.execute()
+    moved = sum(promote_due(queue(name), int(overdue_before)) for name in QUEUES)
     if moved:
         log.warning("moved %d overdue scheduled job(s) to their queues: is RQ's scheduler running?", moved)
     return moved

@@ -26,23 +26,21 @@ from rq import get_current_job
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from app import runtime
+from app.jobs import DELIVERY_JOB_TIMEOUT, delivery_job_id, enqueue_delivery, job_attempt_number, live_job_ids
 from app.extensions import db
 from app.logging_setup import log_context
 from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, utcnow
 from app.models.webhooks import FAILED, PENDING, SUCCEEDED
 from app.services.crypto import decrypt_secret
 from app.services.webhook_urls import AttemptDeadline, UnsafeWebhookUrl, check_scheme, guarded_session
-from app.services.webhooks import delivery_job_id, job_attempt_number
 from app.webhook_signature import SIGNATURE_HEADER, sign
-from workers.queues import DELIVERY_JOB_TIMEOUT, enqueue_delivery
-from workers.recovery import live_job_ids
 
 log = logging.getLogger(__name__)
 
 USER_AGENT = "Service-Webhook/1"
 IN_PROGRESS = "in_progress"
 EXCERPT_BYTES = 1024
-# RQ kills a delivery job after the job_timeout that workers.queues.enqueue_delivery
+# RQ kills a delivery job after the job_timeout that app.jobs.enqueue_delivery
 # gives it (120 s): an attempt in progress for longer has certainly been abandoned.
 ATTEMPT_DEADLINE_SECONDS = DELIVERY_JOB_TIMEOUT
 

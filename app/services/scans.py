@@ -30,7 +30,7 @@ from app.rawjson import RawJSON
 from app.services import billing, engine, quotas
 from app.services.limits import BULK_TIERS, MAX_BULK_TARGETS, limits_for
 from app.services.targets import TargetError, normalize
-from workers.queues import tracking_job_id
+from app.jobs import tracking_job_id
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def _record_submissions(rows, answers) -> None:
 
 def _dispatch(rows, answers) -> None:
     """Each scan's first look: half a second before its eta, at most ENGINE_POLL_SECONDS away."""
-    from workers.queues import enqueue_tracking
+    from app.jobs import enqueue_tracking
     from app import runtime
     from app.services.tracking import first_look_delay
     poll = runtime.config["ENGINE_POLL_SECONDS"]

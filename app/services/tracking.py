@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 # within the second before its eta. Looking half a second before the eta and again at
 # it keeps the pause between the engine finishing and the look below half a second,
 # for at most one more look per scan (due times are kept to the millisecond, see
-# workers.queues). Past the eta, the scan is looked at every ENGINE_POLL_SECONDS.
+# app.jobs). Past the eta, the scan is looked at every ENGINE_POLL_SECONDS.
 ETA_SLACK = 0.5
 # The shortest pause between two looks at one scan.
 MIN_DELAY = 0.25

@@ -20,6 +20,7 @@ import logging
 import secrets
 from dataclasses import dataclass
 
+from app.jobs import delivery_job_id, enqueue_delivery
 from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, iso, new_id, utcnow
 from app.models.scans import COMPLETED
 from app.models.webhooks import FAILED, PENDING
@@ -31,19 +32,6 @@ log = logging.getLogger(__name__)
 
 MIN_SECRET_LENGTH, MAX_SECRET_LENGTH = 16, 256
 MAX_PER_PAGE = 100
-
-
-def delivery_job_id(delivery_id: str, number: int) -> str:
-    """The id of the job that makes attempt ``number`` of a delivery."""
-    return f"dlv-{delivery_id}-{number}"
-
-
-def job_attempt_number(job_id: str | None) -> int | None:
-    """The attempt a delivery job id stands for (delivery ids may contain ``-``, numbers do not)."""
-    try:
-        return int((job_id or "").rsplit("-", 1)[1])
-    except (IndexError, ValueError):
-        return None
 
 
 def encode_body(body: dict) -> str:
@@ -84,7 +72,6 @@ def record_event(scan) -> WebhookDelivery | None:
 
 
 def dispatch(delivery: WebhookDelivery, delay_seconds: float = 0) -> bool:
-    from workers.queues import enqueue_delivery
     return enqueue_delivery(delivery.id, delivery.job_id, delay_seconds)
 
 

@@ -17,7 +17,7 @@ from app.extensions import db
 from app.models import BulkBatch, CreditLedger, Scan
 from app.services import billing
 from workers.engine_jobs import _track
-from workers.queues import ENGINE_QUEUE, queue, tracking_job_id
+from app.jobs import ENGINE_QUEUE, queue, tracking_job_id
 from workers.recovery import sweep
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"

@@ -19,7 +19,7 @@ from app.services import webhooks
 from app.webhook_signature import sign, verify_signature
 from tests.jobrunner import JobRunner
 from workers import webhook_jobs
-from workers.queues import ENGINE_QUEUE, enqueue_delivery
+from app.jobs import ENGINE_QUEUE, enqueue_delivery
 from workers.recovery import sweep
 
 SECRET = "whsec_receiver_secret_0123456789"
