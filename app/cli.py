@@ -180,7 +180,7 @@ def users_create(customer_id, email, password_stdin, as_json):
 @json_option
 def scans_recover(as_json):
     """Re-dispatch scans and webhook deliveries whose jobs were lost (D13)."""
-    from workers.recovery import sweep
+    from app.services.recovery import sweep
     report = run(as_json, sweep)
     emit(as_json, {"ok": True, **report}, ", ".join(f"{k}: {v}" for k, v in report.items()))
 

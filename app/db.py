@@ -11,11 +11,14 @@ import time
 from contextlib import contextmanager
 from urllib.parse import urlparse
 
-from peewee import PostgresqlDatabase, SqliteDatabase
+from peewee import DatabaseProxy, PostgresqlDatabase, SqliteDatabase
 from playhouse.db_url import connect, parse
 from playhouse.pool import PooledPostgresqlDatabase
 
-from app.extensions import db
+# Bound to SQLite or PostgreSQL at start-up by ``init_db``. Defined here, not in
+# ``app.extensions`` (which holds Flask extensions), so that models and services
+# reach the database without importing Flask.
+db = DatabaseProxy()
 
 SQLITE_PRAGMAS = {
     "journal_mode": "wal",

@@ -34,7 +34,7 @@ def run_sweep_once() -> dict | None:
     interval = int(runtime.config["RECOVERY_INTERVAL_SECONDS"])
     if not runtime.redis().set(SWEEP_LOCK, "1", nx=True, ex=max(1, interval - 1)):
         return None
-    from workers.recovery import sweep
+    from app.services.recovery import sweep
     report = sweep()
     if any(v for k, v in report.items() if k != "idempotency_purged"):
         log.info("recovery sweep: %s", report)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from werkzeug.security import generate_password_hash
 
-from app.extensions import db
+from app.db import db
 from app.models import ApiKey, Customer, PortalUser, new_id, utcnow
 from app.models.accounts import TIERS
 from app.services import billing

@@ -13,7 +13,7 @@ statement, so a read pays one round trip and one commit for all three.
 from __future__ import annotations
 
 from app.db import execute, is_postgres, table
-from app.extensions import db
+from app.db import db
 from app.models import CreditLedger, Customer, utcnow
 from app.services import quotas
 

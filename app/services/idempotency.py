@@ -15,7 +15,7 @@ from datetime import timedelta
 from peewee import IntegrityError
 
 from app.errors import ApiError
-from app.extensions import db
+from app.db import db
 from app.models import IdempotencyRecord, utcnow
 
 TTL = timedelta(hours=24)

@@ -23,7 +23,7 @@ from datetime import timedelta
 
 from app.db import columns, execute, insert_rows, instance, is_postgres, table, write_transaction
 from app.errors import ApiError
-from app.extensions import db
+from app.db import db
 from app.models import BulkBatch, CreditLedger, Customer, QuotaMinute, Scan, iso, new_id, utcnow
 from app.models.scans import COMPLETED, FAILED, QUEUED, RUNNING
 from app.rawjson import RawJSON

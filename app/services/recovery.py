@@ -7,7 +7,7 @@ It finds
   starts a new chain for each (the old token is replaced, so a late old job stops);
 - scans reserved but never recorded as submitted (the API process died during its
   engine call): the client never got a 202, so they are reversed like a 502;
-- pending webhook deliveries whose job is gone (see ``workers.webhook_jobs``);
+- pending webhook deliveries whose job is gone (see ``app.services.deliveries``);
 - scheduled jobs overdue by more than ``RECOVERY_STALE_SECONDS``: RQ's scheduler is
   not running (after a worker group is killed its lock lingers for about a minute), so
   the sweep moves them to their queue as the scheduler would. A job that both move
@@ -23,15 +23,15 @@ from datetime import timedelta, timezone
 
 from app import runtime
 from app.jobs import QUEUES, live_job_ids, promote_due, queue
-from app.extensions import db
+from app.db import db
 from app.models import Scan, utcnow
 from app.models.scans import IN_FLIGHT, QUEUED
-from app.services import idempotency, quotas
+from app.services import deliveries, idempotency, quotas, tracking
+from app.services.scans import reverse_reservation
 
 log = logging.getLogger(__name__)
 
 def recover_scans(now) -> int:
-    from workers.engine_jobs import hand_over
     stale_before = now - timedelta(seconds=runtime.config["RECOVERY_STALE_SECONDS"])
     candidates = list(
         Scan.select(Scan.id, Scan.tracking_job_id)
@@ -44,14 +44,13 @@ def recover_scans(now) -> int:
     for scan_id, job_id in candidates:
         if job_id in alive:
             continue
-        if hand_over(scan_id, job_id, 0, last_checked_at=now):
+        if tracking.hand_over(scan_id, job_id, 0, last_checked_at=now):
             redispatched += 1
             log.info("scan %s: tracking job %s was lost, re-dispatched", scan_id, job_id)
     return redispatched
 
 
 def reverse_unsubmitted(now) -> int:
-    from app.services.scans import reverse_reservation
     stale_before = now - timedelta(seconds=runtime.config["RECOVERY_STALE_SECONDS"])
     orphans = list(Scan.select().where((Scan.status == QUEUED) & Scan.engine_id.is_null()
                                        & (Scan.created_at < stale_before)))
@@ -75,12 +74,7 @@ def sweep() -> dict:
     with db.connection_context():
         report = {"scheduled_jobs_promoted": promote_overdue(now), "scans_redispatched": recover_scans(now),
                   "reservations_reversed": reverse_unsubmitted(now)}
-        try:
-            from workers.webhook_jobs import recover_deliveries
-        except ImportError:
-            recover_deliveries = None
-        if recover_deliveries is not None:
-            report.update(recover_deliveries(now))
+        report.update(deliveries.recover_deliveries(now))
         report["idempotency_purged"] = idempotency.purge_expired()
         report["quota_minutes_pruned"] = quotas.prune_minutes(now)
     return report
