@@ -20,19 +20,13 @@ import threading
 import time
 
 from flask import Blueprint, Response, request
-from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest)
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-ENGINE_LATENCY = Histogram("scan_engine_call_seconds", "Engine HTTP call latency", ["call"])
-SCANS_CREATED = Counter("scan_api_scans_created_total", "Scans created by this process", ["kind", "tier"])
-RATE_LIMITED = Counter("scan_api_rate_limited_total", "Requests refused with 429", ["code"])
+from app.counters import ENGINE_LATENCY, RATE_LIMITED, SCANS_CREATED, observe_engine_call  # noqa: F401
 
 LOOPBACK = {"127.0.0.1", "::1"}
 CACHE_SECONDS = 5.0
-
-
-def observe_engine_call(call: str, seconds: float) -> None:
-    ENGINE_LATENCY.labels(call=call).observe(seconds)
 
 
 class StoreCollector:

@@ -8,10 +8,10 @@ from app.models import ApiKey, Customer, PortalUser, new_id, utcnow
 from app.models.accounts import TIERS
 from app.services import billing
 from app.services.crypto import digest, encrypt_secret, new_api_key
+from app.services.errors import AccountError  # raised here; callers may catch it as accounts.AccountError
+from app.services.limits import limits_for
+from app.services.webhook_urls import check_webhook_url
 
-
-class AccountError(ValueError):
-    """An operator or portal input that cannot be accepted; the message says why."""
 
 
 def create_customer(name: str, tier: str, credits: int = 0) -> Customer:
@@ -71,7 +71,6 @@ def issue_key(customer_id: str, name: str = "", webhook_url: str | None = None,
     """A new key; returns the row and the plaintext, which is never stored or shown again."""
     get_customer(customer_id)
     if webhook_url:
-        from app.services.webhook_urls import check_webhook_url
         check_webhook_url(webhook_url)
     plaintext = new_api_key()
     key = ApiKey.create(
@@ -104,7 +103,6 @@ def create_user(customer_id: str, email: str, password: str) -> PortalUser:
 
 
 def customer_dict(customer: Customer) -> dict:
-    from app.services.limits import limits_for
     limits = limits_for(customer)
     return {
         "customer_id": customer.id, "name": customer.name, "tier": customer.tier, "balance": customer.balance,

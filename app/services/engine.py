@@ -50,7 +50,7 @@ def _call(method: str, path: str, *, timeout: float, json=None, expect=(200, 201
     except requests.RequestException as exc:
         raise EngineError(f"{method} {path}: {exc.__class__.__name__}") from exc
     finally:
-        from app.metrics import observe_engine_call
+        from app.counters import observe_engine_call
         observe_engine_call(path.split("/")[2] if path.count("/") >= 2 else path, time.perf_counter() - started)
     if response.status_code not in expect:
         raise EngineError(f"{method} {path}: HTTP {response.status_code}")

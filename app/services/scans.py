@@ -18,17 +18,17 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 
 from app.db import columns, execute, insert_rows, instance, is_postgres, table, write_transaction
-from app.errors import ApiError
 from app.db import db
 from app.models import BulkBatch, CreditLedger, Customer, QuotaMinute, Scan, iso, new_id, utcnow
 from app.models.scans import COMPLETED, FAILED, QUEUED, RUNNING
 from app.rawjson import RawJSON
 from app.services import billing, engine, quotas
-from app.services.limits import BULK_TIERS, MAX_BULK_TARGETS, limits_for
+from app.services.errors import EngineUnavailable, Forbidden, InsufficientBalance, InvalidRequest, NotFound
+from app.services.limits import BULK_TIERS, MAX_BULK_TARGETS, Limits, limits_for
 from app.services.targets import TargetError, normalize
 from app.jobs import tracking_job_id
 
@@ -37,19 +37,13 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Outcome:
-    """A served answer: its body plus what the response headers report."""
+    """A served creation: its body, the balance after its charge, and the limits and
+    window usage the answer reports (the HTTP layer turns them into headers)."""
 
     body: dict
     balance: int
-    headers: dict = field(default_factory=dict)
-
-
-def insufficient_balance(balance: int, needed: int = 1) -> ApiError:
-    if needed <= 1:
-        message = "the account balance is below 1 credit"
-    else:
-        message = f"the account balance ({balance}) is below the {needed} credits this bulk call needs"
-    return ApiError(402, "insufficient_balance", message)
+    limits: Limits
+    usage: quotas.Usage
 
 
 CUSTOMER_BY_ID = f"SELECT {columns(Customer)} FROM {table(Customer)} WHERE id = ?"
@@ -67,11 +61,11 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None):
     """Step 1: check and reserve in one transaction. Returns (scans, batch, balance, limits, usage)."""
     now = utcnow()
     n = len(items)
-    cost = max(n, 1)
+    cost = billing.admission_cost(n)
     with write_transaction():
         customer = _lock_customer(customer_id)
         if customer.balance < cost:
-            raise insufficient_balance(customer.balance, cost if bulk_total is not None else 1)
+            raise InsufficientBalance(customer.balance, cost if bulk_total is not None else 1)
         limits = limits_for(customer)
         if n:
             usage = quotas.check(customer, limits, n, now, bulk=bulk_total is not None)
@@ -92,11 +86,11 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None):
                 "created_at": now, "tracking_job_id": tracking_job_id(scan_id, 0),
             })
         insert_rows(Scan, rows)
-        balance = billing._apply(customer_id, -cost, "bulk" if batch else "scan", in_flight=n, request_id=request_id,
+        balance = billing.apply(customer_id, -cost, "bulk" if batch else "scan", in_flight=n, request_id=request_id,
                                  scan_id=rows[0]["id"] if rows and not batch else None,
                                  bulk_id=batch.id if batch else None)
         if balance is None:  # cannot happen under the lock; never let it pass silently
-            raise insufficient_balance(customer.balance, cost)
+            raise InsufficientBalance(customer.balance, cost)
         quotas.count_created(customer_id, now, n)
     # Counted under the lock, plus the scans this call created: ``r`` counts them (D8).
     return rows, batch, balance, limits, quotas.with_new_scans(usage, n, now)
@@ -109,17 +103,12 @@ def _reverse(customer_id, rows, batch, cost, request_id) -> None:
             Scan.delete().where(Scan.id.in_([r["id"] for r in rows])).execute()
         if batch:
             BulkBatch.delete().where(BulkBatch.id == batch.id).execute()
-        billing._apply(customer_id, cost, "refund", in_flight=-len(rows), request_id=request_id,
+        billing.apply(customer_id, cost, "refund", in_flight=-len(rows), request_id=request_id,
                        bulk_id=batch.id if batch else None,
                        scan_id=rows[0]["id"] if rows and not batch else None,
                        note="engine submission failed")
         if rows:  # after the customer's row, as admissions lock them (quotas: lock order)
             quotas.count_created(customer_id, rows[0]["created_at"], -len(rows))
-
-
-def _engine_failed() -> ApiError:
-    return ApiError(502, "engine_submit_failed", "the investigation engine cannot be reached; retry in 30 seconds",
-                    headers={"Retry-After": 30})
 
 
 def _record_submissions(rows, answers) -> None:
@@ -164,7 +153,7 @@ def _submit(customer_id, rows, batch, cost, request_id) -> list[dict]:
             answers = engine.submit_batch(items)
     except engine.EngineError:
         _reverse(customer_id, rows, batch, cost, request_id)
-        raise _engine_failed() from None
+        raise EngineUnavailable() from None
     _record_submissions(rows, answers)
     _dispatch(rows, answers)
     return answers
@@ -179,7 +168,7 @@ def _count_created(rows, customer, batch=None) -> None:
     the batch's rows; a hundred lines per call cost more than the call's SQL)."""
     from collections import Counter
 
-    from app.metrics import SCANS_CREATED
+    from app.counters import SCANS_CREATED
     kinds = Counter(row["kind"] for row in rows)
     for kind, count in kinds.items():
         SCANS_CREATED.labels(kind=kind, tier=customer.tier).inc(count)
@@ -194,14 +183,14 @@ def create_scan(customer, api_key_id, target, kind, *, base_url, request_id) -> 
     try:
         kind, target = normalize(target, kind)
     except TargetError as exc:
-        raise ApiError(400, exc.code, exc.message) from None
+        raise InvalidRequest(exc.message, code=exc.code) from None
     rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (kind, target))], request_id=request_id)
     answer = _submit(customer.id, rows, None, 1, request_id)[0]
     _count_created(rows, customer)
     scan_id = rows[0]["id"]
     body = {"ok": True, "scan_id": scan_id, "kind": kind, "recipes_to_run": answer["recipes"],
             "eta_seconds": answer["eta_seconds"], "poll_url": poll_url(base_url, scan_id)}
-    return Outcome(body, balance, quotas.limit_headers(limits, usage))
+    return Outcome(body, balance, limits, usage)
 
 
 def _bulk_item(index, item):
@@ -224,11 +213,11 @@ def _bulk_item(index, item):
 
 def create_bulk(customer, api_key_id, targets, *, base_url, request_id) -> Outcome:
     if not targets:
-        raise ApiError(400, "no_targets", "targets must hold at least one target")
+        raise InvalidRequest("targets must hold at least one target", code="no_targets")
     if len(targets) > MAX_BULK_TARGETS:
-        raise ApiError(400, "too_many_targets", f"a bulk call takes at most {MAX_BULK_TARGETS} targets")
+        raise InvalidRequest(f"a bulk call takes at most {MAX_BULK_TARGETS} targets", code="too_many_targets")
     if customer.tier not in BULK_TIERS:
-        raise ApiError(403, "bulk_not_allowed", "bulk calls are available on the Business and Enterprise tiers")
+        raise Forbidden("bulk calls are available on the Business and Enterprise tiers", code="bulk_not_allowed")
     accepted, rejected = [], []
     for index, item in enumerate(targets):
         ok, bad = _bulk_item(index, item)
@@ -238,7 +227,7 @@ def create_bulk(customer, api_key_id, targets, *, base_url, request_id) -> Outco
             accepted.append((index, ok))
     rows, batch, balance, limits, usage = _admit(customer.id, api_key_id, accepted, request_id=request_id,
                                                  bulk_total=len(targets))
-    cost = max(len(rows), 1)
+    cost = billing.admission_cost(len(rows))
     if rows:
         _submit(customer.id, rows, batch, cost, request_id)
         _count_created(rows, customer, batch)
@@ -248,7 +237,7 @@ def create_bulk(customer, api_key_id, targets, *, base_url, request_id) -> Outco
                    "poll_url": poll_url(base_url, r["id"])} for r in rows],
         "aggregate_poll_url": f"{base_url}/api/v1/scan/bulk/{batch.id}",
     }
-    return Outcome(body, balance, quotas.limit_headers(limits, usage))
+    return Outcome(body, balance, limits, usage)
 
 
 # --- reads -------------------------------------------------------------------------
@@ -266,10 +255,10 @@ BATCH_SCANS = (f"SELECT id, status, target, kind, result_json, failure_code, fai
 def _owned(model, object_id: str, customer_id: str, what: str):
     row = execute(SCAN_BY_ID if model is Scan else BATCH_BY_ID, (object_id,)).fetchone()
     if row is None:
-        raise ApiError(404, "not_found", f"no {what} with this id")
+        raise NotFound(f"no {what} with this id")
     row = instance(model, row)
     if row.customer_id != customer_id:
-        raise ApiError(403, "forbidden", f"this {what} belongs to another customer")
+        raise Forbidden(f"this {what} belongs to another customer")
     return row
 
 
@@ -360,7 +349,7 @@ def reverse_reservation(scan) -> bool:
                                       & (Scan.status == QUEUED)).execute()
         if not deleted:
             return False
-        billing._apply(scan.customer_id, 1, "refund", in_flight=-1, scan_id=scan.id, bulk_id=scan.bulk_id,
+        billing.apply(scan.customer_id, 1, "refund", in_flight=-1, scan_id=scan.id, bulk_id=scan.bulk_id,
                        note="reservation never submitted to the engine")
         quotas.count_created(scan.customer_id, scan.created_at, -1)  # after the customer's row
         if scan.bulk_id and not Scan.select().where(Scan.bulk == scan.bulk_id).exists():

@@ -31,6 +31,7 @@ from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 from urllib3.util import connection as urllib3_connection
 
 from app import runtime
+from app.services.errors import AccountError
 
 
 class UnsafeWebhookUrl(ValueError):
@@ -77,8 +78,6 @@ def check_scheme(url: str) -> None:
 
 def check_webhook_url(url: str, *, guard: bool | None = None) -> list[str]:
     """Raise ``AccountError`` unless ``url`` may receive webhooks; returns its addresses when guarded."""
-    from app.services.accounts import AccountError
-
     if len(url) > 2048:
         raise AccountError("the webhook URL is longer than 2048 characters")
     if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):

@@ -24,9 +24,10 @@ from app.jobs import delivery_job_id, enqueue_delivery
 from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, iso, new_id, utcnow
 from app.models.scans import COMPLETED
 from app.models.webhooks import FAILED, PENDING
-from app.services.accounts import AccountError
+from app.services.errors import AccountError
 from app.services.crypto import encrypt_secret, new_webhook_secret
 from app.services.results import normalize_result
+from app.services.webhook_urls import check_webhook_url
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +121,6 @@ def set_webhook(key_id: str, customer_id: str, url: str | None, secret: str | No
     ``secret`` None or empty keeps the current one. Deliveries already written keep the
     URL they were addressed to; a redelivery takes the key's URL of that moment.
     """
-    from app.services.webhook_urls import check_webhook_url
-
     key = _owned_key(key_id, customer_id)
     url = (url or "").strip()
     if url:
