@@ -15,7 +15,7 @@ from flask.cli import AppGroup
 
 from app.extensions import db
 from app.models import ApiKey, Customer
-from app.services import accounts, scans
+from app.services import accounts
 from app.services.accounts import AccountError
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -118,7 +118,7 @@ def customers_recount(customer_id, as_json):
     """Rebuild the in-flight and window counters from the scans (after editing scans by hand)."""
     def recount():
         accounts.get_customer(customer_id)
-        return scans.recount(customer_id)
+        return accounts.recount(customer_id)
     result = run(as_json, recount)
     emit(as_json, result, f"{customer_id} in flight {result['in_flight']['was']} -> {result['in_flight']['now']}, "
                           f"{result['day']} scans in the last day")

@@ -97,7 +97,7 @@ def write_transaction():
 
     SQLite: ``BEGIN IMMEDIATE`` takes the write lock up front, so two admissions never
     read the same counts. PostgreSQL: a plain transaction; the caller locks the
-    customer's row with ``SELECT ... FOR UPDATE`` (``services.scans._lock_customer``).
+    customer's row with ``SELECT ... FOR UPDATE`` (``services.accounts.lock_customer``).
     """
     if is_sqlite():
         with db.atomic("IMMEDIATE") as txn:

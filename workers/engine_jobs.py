@@ -22,7 +22,7 @@ from app.models import Scan, utcnow
 from app.models.scans import FINAL
 from app.services import engine, tracking
 from app.services.results import InvalidResult, normalize_result
-from app.services.scans import SCAN_BY_ID
+from app.services.reads import SCAN_BY_ID
 
 log = logging.getLogger(__name__)
 

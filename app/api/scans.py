@@ -1,6 +1,7 @@
 """The scan endpoints of spec §4: create, read, bulk create, aggregate read.
 
-Views stay thin: they hand parsed input to ``services.scans`` and return its body;
+Views stay thin: they hand parsed input to ``services.scans`` (creations) and
+``services.reads`` and return its body;
 authentication, charging and the limit headers are ``app.api.hooks``'s job.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ from app.api.base import ApiBlueprint
 from app.schemas.errors import ErrorSchema
 from app.schemas.scans import (BulkCreatedSchema, BulkCreateSchema, BulkStateSchema, ScanCreatedSchema,
                                ScanCreateSchema, ScanSchema)
-from app.services import scans
+from app.services import reads, scans
 
 blp = ApiBlueprint("scans", __name__, url_prefix="/api/v1",
                 description="Create scans, read them, and do both in bulk.")
@@ -100,7 +101,7 @@ class ScanRead(MethodView):
     @documented_errors(401, 402, 403, 404, 503)
     def get(self, scan_id):
         """Read one scan. Poll every 10 to 15 seconds until it is completed or failed. Costs 1 credit."""
-        return json_body(scans.read_scan(g.customer.id, scan_id))
+        return json_body(reads.read_scan(g.customer.id, scan_id))
 
 
 @blp.route("/scan/bulk")
@@ -127,4 +128,4 @@ class BulkRead(MethodView):
     @documented_errors(401, 402, 403, 404, 503)
     def get(self, bulk_id):
         """Read every scan of a batch in one call. Costs 1 credit."""
-        return json_body(scans.read_bulk(g.customer.id, bulk_id))
+        return json_body(reads.read_bulk(g.customer.id, bulk_id))

@@ -9,11 +9,10 @@ from werkzeug.security import check_password_hash, generate_password_hash
 from app.models import ApiKey, PortalUser, utcnow
 from app.portal import security
 from app.portal.forms import ActionForm, LoginForm, WebhookForm
-from app.services import quotas, webhooks
+from app.services import billing, quotas, webhooks
 from app.services.accounts import AccountError
 from app.services.crypto import decrypt_secret
 from app.services.limits import limits_for
-from app.services.scans import ledger_rows
 
 bp = Blueprint("portal", __name__, url_prefix="/app", template_folder="templates", static_folder="static")
 bp.after_request(security.add_security_headers)
@@ -213,4 +212,5 @@ def usage():
     quota = [("In flight now", quotas.inflight_count(customer.id), limits.inflight),
              ("Created in the last hour", window.hour, limits.hour),
              ("Created in the last 24 hours", window.day, limits.day)]
-    return render_template("portal/usage.html", customer=customer, quota=quota, ledger=ledger_rows(customer.id, 25))
+    return render_template("portal/usage.html", customer=customer, quota=quota,
+                           ledger=billing.ledger_rows(customer.id, 25))

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from werkzeug.security import generate_password_hash
 
-from app.db import db
-from app.models import ApiKey, Customer, PortalUser, new_id, utcnow
+from app.db import columns, db, execute, instance, is_postgres, table, write_transaction
+from app.models import ApiKey, Customer, PortalUser, QuotaMinute, new_id, utcnow
 from app.models.accounts import TIERS
-from app.services import billing
+from app.services import billing, quotas
 from app.services.crypto import digest, encrypt_secret, new_api_key
 from app.services.errors import AccountError  # raised here; callers may catch it as accounts.AccountError
 from app.services.limits import limits_for
@@ -24,6 +24,20 @@ def create_customer(name: str, tier: str, credits: int = 0) -> Customer:
         if credits:
             billing.credit(customer.id, credits, "grant", note="initial credits")
     return Customer.get_by_id(customer.id)
+
+
+CUSTOMER_BY_ID = f"SELECT {columns(Customer)} FROM {table(Customer)} WHERE id = ?"
+
+
+def lock_customer(customer_id: str) -> Customer:
+    """The customer's row, locked until the transaction ends: this serialises a customer's
+    admissions (``SELECT ... FOR UPDATE`` on PostgreSQL; ``write_transaction`` is the
+    lock on SQLite). Call inside ``app.db.write_transaction``."""
+    sql = CUSTOMER_BY_ID + (" FOR UPDATE" if is_postgres() else "")
+    row = execute(sql, (customer_id,)).fetchone()
+    if row is None:
+        raise Customer.DoesNotExist(f"no customer {customer_id}")
+    return instance(Customer, row)
 
 
 def get_customer(customer_id: str) -> Customer:
@@ -119,3 +133,24 @@ def key_dict(key: ApiKey) -> dict:
         "revoked_at": iso(key.revoked_at), "status": "active" if key.is_live else "revoked",
         "webhook_url": key.webhook_url, "has_webhook_secret": bool(key.webhook_secret_enc),
     }
+
+
+def recount(customer_id: str) -> dict:
+    """Rebuild the customer's quota counters from its scans (``flask customers recount``).
+
+    The counters move with every scan in the code, so this only matters after scans were
+    changed by hand in the database. Under the admission's lock: an admission waits, and a
+    scan finishing meanwhile is counted in flight here and taken out after (its UPDATE of
+    the customer waits for this transaction), so the counters stay right.
+    """
+    now = utcnow()
+    with write_transaction():
+        customer = lock_customer(customer_id)
+        counted, minutes = quotas.counted_from_scans(now, customer_id)
+        in_flight = counted[customer_id]
+        execute(f"UPDATE {table(Customer)} SET in_flight = ? WHERE id = ?", (in_flight, customer_id))
+        QuotaMinute.delete().where(QuotaMinute.customer == customer_id).execute()
+        for (_, minute), count in minutes.items():
+            quotas.count_created(customer_id, minute, count)
+    return {"customer_id": customer_id, "in_flight": {"was": customer.in_flight, "now": in_flight},
+            "day": sum(minutes.values())}

@@ -124,3 +124,8 @@ def charge_call(customer_id: str, request_id: str | None, now):
                   (CALL_PRICE, customer_id, CALL_PRICE, customer_id, -CALL_PRICE, "call", request_id, now)
                   + quotas.window_params(customer_id, now)).fetchone()
     return row[0], quotas.usage_from(row[1:], now)
+
+
+def ledger_rows(customer_id: str, limit: int = 50):
+    return list(CreditLedger.select().where(CreditLedger.customer == customer_id)
+                .order_by(CreditLedger.id.desc()).limit(limit))

@@ -26,6 +26,7 @@ from app.models.scans import COMPLETED
 from app.models.webhooks import FAILED, PENDING
 from app.services.errors import AccountError
 from app.services.crypto import encrypt_secret, new_webhook_secret
+from app.services.reads import final_state
 from app.services.results import normalize_result
 from app.services.webhook_urls import check_webhook_url
 
@@ -46,12 +47,7 @@ def event_body(scan) -> dict:
     if scan.bulk_id:
         body["bulk_id"] = scan.bulk_id
     body.update(target=scan.target, kind=scan.kind, status=scan.status)
-    if scan.status == COMPLETED:
-        body["completed_at"] = iso(scan.completed_at)
-        body["result"] = json.loads(scan.result_json)
-    else:
-        body["failed_at"] = iso(scan.failed_at)
-        body["failure"] = {"code": scan.failure_code, "message": scan.failure_message or ""}
+    body.update(final_state(scan))
     return body
 
 
