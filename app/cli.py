@@ -15,6 +15,7 @@ from flask.cli import AppGroup
 
 from app.extensions import db
 from app.models import ApiKey, Customer
+from app.models.accounts import TIERS, key_display
 from app.services import accounts
 from app.services.accounts import AccountError
 
@@ -61,7 +62,7 @@ def db_upgrade(as_json):
 
 @customers_cli.command("create")
 @click.option("--name", required=True)
-@click.option("--tier", required=True, type=click.Choice(["pro", "business", "enterprise"]))
+@click.option("--tier", required=True, type=click.Choice(TIERS))
 @click.option("--credits", default=0, type=int, show_default=True)
 @json_option
 def customers_create(name, tier, credits, as_json):
@@ -91,7 +92,7 @@ def customers_credit(customer_id, amount, as_json):
 
 @customers_cli.command("tier")
 @click.argument("customer_id")
-@click.argument("tier", type=click.Choice(["pro", "business", "enterprise"]))
+@click.argument("tier", type=click.Choice(TIERS))
 @json_option
 def customers_tier(customer_id, tier, as_json):
     customer = run(as_json, lambda: accounts.set_tier(customer_id, tier))
@@ -148,8 +149,8 @@ def keys_list(customer_id, as_json):
         return [accounts.key_dict(k) for k in query]
     rows = run(as_json, load)
     emit(as_json, {"keys": rows},
-         "\n".join(f"{k['key_id']}  {k['customer_id']}  {k['prefix']}…{k['last4']}  {k['status']}  {k['name']}"
-                   for k in rows) or "no keys")
+         "\n".join(f"{k['key_id']}  {k['customer_id']}  {key_display(k['prefix'], k['last4'])}  "
+                   f"{k['status']}  {k['name']}" for k in rows) or "no keys")
 
 
 @keys_cli.command("revoke")

@@ -32,7 +32,8 @@ from typing import Any
 
 import yaml
 
-TIERS = ("pro", "business", "enterprise")
+from app.models.accounts import TIERS
+
 ENGINE_MODES = ("up", "down", "flaky")
 MAIN = "main"
 
