@@ -45,6 +45,10 @@ def run_sweep_once() -> dict | None:
 SCHEDULER_INTERVAL = 0.2
 
 
+# RQ internals: RQ 2.12 has no public way to change its scheduler's precision or to
+# give a worker another scheduler class, so PreciseScheduler overrides ``work`` and
+# ``enqueue_scheduled_jobs`` (using the scheduler's private state as RQ's own code does)
+# and ScanWorker overrides ``_start_scheduler``. Moving the due jobs is app.jobs.promote_due.
 class PreciseScheduler(RQScheduler):
     """RQ's scheduler, to the millisecond rather than the second.
 
