@@ -80,6 +80,21 @@ def base_url() -> str:
     return current_app.config["PUBLIC_BASE_URL"] or request.host_url.rstrip("/")
 
 
+def scan_url(scan_id: str) -> str:
+    return f"{base_url()}/api/v1/scan/{scan_id}"
+
+
+def with_poll_urls(body: dict) -> dict:
+    """A creation's body with the URLs to poll, last in each object as the schemas order them."""
+    if "bulk_id" in body:
+        for entry in body["scans"]:
+            entry["poll_url"] = scan_url(entry["scan_id"])
+        body["aggregate_poll_url"] = f"{base_url()}/api/v1/scan/bulk/{body['bulk_id']}"
+    else:
+        body["poll_url"] = scan_url(body["scan_id"])
+    return body
+
+
 @blp.route("/scan")
 class ScanCreate(MethodView):
     @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Create a scan")
@@ -89,8 +104,8 @@ class ScanCreate(MethodView):
     def post(self, body):
         """Queue an investigation of one target. Costs 1 credit."""
         outcome = scans.create_scan(g.customer, g.api_key.id, body["target"], body.get("kind"),
-                                    base_url=base_url(), request_id=g.request_id)
-        return json_body(hooks.served(outcome), 202)
+                                    request_id=g.request_id)
+        return json_body(with_poll_urls(hooks.served(outcome)), 202)
 
 
 @blp.route("/scan/<string:scan_id>")
@@ -116,9 +131,8 @@ class BulkCreate(MethodView):
              "`rate_limit_day`; with `Retry-After`"})
     def post(self, body):
         """Queue up to 100 targets (Business and Enterprise). Costs 1 credit per queued scan, 1 if none."""
-        outcome = scans.create_bulk(g.customer, g.api_key.id, body["targets"], base_url=base_url(),
-                                    request_id=g.request_id)
-        return json_body(hooks.served(outcome), 202)
+        outcome = scans.create_bulk(g.customer, g.api_key.id, body["targets"], request_id=g.request_id)
+        return json_body(with_poll_urls(hooks.served(outcome)), 202)
 
 
 @blp.route("/scan/bulk/<string:bulk_id>")

@@ -147,10 +147,6 @@ def _submit(customer_id, rows, batch, cost, request_id) -> list[dict]:
     return answers
 
 
-def poll_url(base_url: str, scan_id: str) -> str:
-    return f"{base_url}/api/v1/scan/{scan_id}"
-
-
 def _count_created(rows, customer, batch=None) -> None:
     """Metrics and the log: a line per single scan, one line per bulk batch (its scans are
     the batch's rows; a hundred lines per call cost more than the call's SQL)."""
@@ -164,7 +160,8 @@ def _count_created(rows, customer, batch=None) -> None:
                  ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())))
 
 
-def create_scan(customer, api_key_id, target, kind, *, base_url, request_id) -> Outcome:
+def create_scan(customer, api_key_id, target, kind, *, request_id) -> Outcome:
+    """Queue one scan; the body has no URLs (the HTTP layer adds ``poll_url``)."""
     try:
         kind, target = normalize(target, kind)
     except TargetError as exc:
@@ -174,11 +171,12 @@ def create_scan(customer, api_key_id, target, kind, *, base_url, request_id) -> 
     _count_created(rows, customer)
     scan_id = rows[0]["id"]
     body = {"ok": True, "scan_id": scan_id, "kind": kind, "recipes_to_run": answer["recipes"],
-            "eta_seconds": answer["eta_seconds"], "poll_url": poll_url(base_url, scan_id)}
+            "eta_seconds": answer["eta_seconds"]}
     return Outcome(body, balance, limits, usage)
 
 
-def create_bulk(customer, api_key_id, targets, *, base_url, request_id) -> Outcome:
+def create_bulk(customer, api_key_id, targets, *, request_id) -> Outcome:
+    """Queue a bulk batch; the body has no URLs (the HTTP layer adds the poll URLs)."""
     bulk.check_call(customer.tier, targets)
     accepted, rejected = bulk.split_targets(targets)
     rows, batch, balance, limits, usage = _admit(customer.id, api_key_id, accepted, request_id=request_id,
@@ -189,9 +187,7 @@ def create_bulk(customer, api_key_id, targets, *, base_url, request_id) -> Outco
         _count_created(rows, customer, batch)
     body = {
         "ok": True, "bulk_id": batch.id, "total": len(targets), "queued": len(rows), "rejected": rejected,
-        "scans": [{"scan_id": r["id"], "target": r["target"], "kind": r["kind"],
-                   "poll_url": poll_url(base_url, r["id"])} for r in rows],
-        "aggregate_poll_url": f"{base_url}/api/v1/scan/bulk/{batch.id}",
+        "scans": [{"scan_id": r["id"], "target": r["target"], "kind": r["kind"]} for r in rows],
     }
     return Outcome(body, balance, limits, usage)
 
