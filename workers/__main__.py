@@ -23,7 +23,8 @@ from rq.job import Job
 from rq.scheduler import RQScheduler
 
 from app import create_app, runtime
-from app.config import ConfigError
+from app.config import startup_error_line
+from app.startup import StartupError, check
 from workers.queues import ENGINE_QUEUE, WEBHOOK_QUEUE
 
 log = logging.getLogger("workers")
@@ -141,9 +142,10 @@ def main(argv=None) -> int:
     parser.add_argument("--name", default=None)
     args = parser.parse_args(argv)
     try:
+        check()  # settings, and in production a reachable database: one line, not a traceback
         create_app()
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except StartupError as exc:
+        print(startup_error_line(str(exc)), file=sys.stderr, flush=True)
         return 1
     queues = [q for q in args.queues.split(",") if q]
     while True:
