@@ -25,7 +25,7 @@ from rq import Queue
 from rq.job import Job, JobStatus
 from rq.registry import ScheduledJobRegistry
 
-from app import runtime
+from app import metrics, runtime
 from app.extensions import db
 from app.models import Scan, utcnow
 from app.models.scans import IN_FLIGHT, QUEUED
@@ -118,4 +118,5 @@ def sweep() -> dict:
             report.update(recover_deliveries(now))
         report["idempotency_purged"] = idempotency.purge_expired()
         report["quota_minutes_pruned"] = quotas.prune_minutes(now)
+    metrics.count_sweep(report)
     return report
