@@ -21,6 +21,7 @@ def check(env=None, reach_database: bool | None = None) -> dict:
     elsewhere a process may start before its database (tests, a laptop)."""
     try:
         settings = app_config.finalize(app_config.load_settings(env))
+        app_config.check_production(settings)
     except app_config.ConfigError as exc:
         raise StartupError(str(exc)) from None
     if reach_database is None:

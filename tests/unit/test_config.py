@@ -1,7 +1,7 @@
 """Settings from the environment (decisions D10a)."""
 import pytest
 
-from app.config import DEV_SECRET_KEY, ConfigError, finalize, load_settings, parse_retry_schedule, startup_error_line
+from app.config import DEV_SECRET_KEY, ConfigError, check_production, finalize, load_settings, parse_retry_schedule, startup_error_line
 
 
 def test_defaults_match_the_decisions():
@@ -35,21 +35,23 @@ PRODUCTION = {"APP_ENV": "production", "SECRET_KEY": "k" * 32, "DATABASE_URL": "
 
 
 def test_production_starts_with_its_settings():
-    assert finalize(load_settings(PRODUCTION))["ENGINE_URL"] == "https://engine"
+    settings = finalize(load_settings(PRODUCTION))
+    check_production(settings)
+    assert settings["ENGINE_URL"] == "https://engine"
 
 
 def test_production_needs_a_public_base_url_so_poll_urls_never_come_from_the_host_header():
     with pytest.raises(ConfigError, match="PUBLIC_BASE_URL"):
-        finalize(load_settings({**PRODUCTION, "PUBLIC_BASE_URL": ""}))
+        check_production(finalize(load_settings({**PRODUCTION, "PUBLIC_BASE_URL": ""})))
     with pytest.raises(ConfigError, match="PUBLIC_BASE_URL must be an absolute URL"):
-        finalize(load_settings({**PRODUCTION, "PUBLIC_BASE_URL": "api.example.com"}))
+        check_production(finalize(load_settings({**PRODUCTION, "PUBLIC_BASE_URL": "api.example.com"})))
 
 
 @pytest.mark.parametrize("secret,reason", [("k" * 31, "at least 32 characters"),
                                            (DEV_SECRET_KEY, "published"), ("test-secret-key", "published")])
 def test_production_refuses_a_weak_or_published_secret_key(secret, reason):
     with pytest.raises(ConfigError, match=reason) as exc:
-        finalize(load_settings({**PRODUCTION, "SECRET_KEY": secret}))
+        check_production(finalize(load_settings({**PRODUCTION, "SECRET_KEY": secret})))
     assert secret not in str(exc.value) and "\n" not in str(exc.value)
 
 
