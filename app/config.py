@@ -9,15 +9,23 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import urlparse
 
 ENVIRONMENTS = ("development", "test", "production")
 
 # Settings production refuses to start without (D10a): a default for any of these
 # would silently point a production API at a developer's SQLite file or engine.
 REQUIRED_IN_PRODUCTION = ("SECRET_KEY", "DATABASE_URL", "REDIS_URL", "ENGINE_URL")
+# A SECRET_KEY signs portal sessions and encrypts webhook secrets: production wants one
+# long enough not to be guessed, and never a key published in this repository.
+MIN_SECRET_KEY_LENGTH = 32
+DATABASE_SCHEMES = ("sqlite", "postgres", "postgresql")
 
 DEV_SECRET_KEY = "dev-only-secret-key-do-not-use-in-production"
 DEV_ENGINE_URL = "http://127.0.0.1:8700"
+# Keys that appear in this repository (development default, tests, bench): public, so
+# production refuses them whatever their length.
+PUBLISHED_SECRET_KEYS = frozenset({DEV_SECRET_KEY, "test-secret-key", "bench-secret-key-not-for-production"})
 
 
 class ConfigError(RuntimeError):
@@ -97,6 +105,7 @@ def load_settings(env=None) -> dict:
 
 def finalize(config: dict) -> dict:
     """Fill development defaults and refuse an incomplete production config."""
+    _check_database_url(config.get("DATABASE_URL"))
     if config["APP_ENV"] == "production":
         missing = [name for name in REQUIRED_IN_PRODUCTION if not config.get(name)]
         if missing:
@@ -110,3 +119,47 @@ def finalize(config: dict) -> dict:
         instance.mkdir(parents=True, exist_ok=True)
         config["DATABASE_URL"] = f"sqlite:///{instance / 'scan-api.sqlite3'}"
     return config
+
+
+def _check_database_url(url: str | None) -> None:
+    if not url:
+        return
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme.split("+", 1)[0] not in DATABASE_SCHEMES:
+        shown = scheme or url.split(":", 1)[0][:20]
+        raise ConfigError(f"DATABASE_URL has an unknown scheme {shown!r}: use postgresql://... or sqlite:///...")
+
+
+def check_production(config: dict) -> None:
+    """What a production process refuses at start (app.startup), beyond ``finalize``: a
+    guessable secret, poll URLs built from the Host header. ``create_app(config=...)`` (tests)
+    does not run it."""
+    if config["APP_ENV"] != "production":
+        return
+    if not config.get("PUBLIC_BASE_URL"):
+        raise ConfigError("APP_ENV=production needs these settings: PUBLIC_BASE_URL")
+    secret = config["SECRET_KEY"]
+    if secret in PUBLISHED_SECRET_KEYS:
+        raise ConfigError("SECRET_KEY is a development key published in the repository; "
+                          "set a long random one (python -c 'import secrets; print(secrets.token_urlsafe(48))')")
+    if len(secret) < MIN_SECRET_KEY_LENGTH:
+        raise ConfigError(f"SECRET_KEY must be at least {MIN_SECRET_KEY_LENGTH} characters in production, "
+                          f"got {len(secret)}")
+    base = config["PUBLIC_BASE_URL"]
+    parsed = urlparse(base)
+    if parsed.scheme not in ("https", "http") or not parsed.netloc:
+        raise ConfigError(f"PUBLIC_BASE_URL must be an absolute URL such as https://api.example.com, got {base!r}")
+
+
+def startup_error_line(message: str, env=None) -> str:
+    """The one line a process prints before exiting on a bad setting: JSON where logs are
+    JSON (production's default), plain text otherwise."""
+    env = os.environ if env is None else env
+    app_env = env.get("APP_ENV") or "development"
+    fmt = (env.get("LOG_FORMAT") or ("json" if app_env == "production" else "text")).lower()
+    if fmt == "json":
+        import json
+        from datetime import datetime, timezone
+        return json.dumps({"ts": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                           "level": "CRITICAL", "logger": "startup", "message": f"error: {message}"})
+    return f"error: {message}"

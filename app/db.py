@@ -60,6 +60,38 @@ class PostgresPool(PooledPostgresqlDatabase):
         return super()._is_closed(conn)
 
 
+class DatabaseUnreachable(Exception):
+    """The database at DATABASE_URL does not answer; the message is one line without secrets."""
+
+
+def describe_url(url: str) -> str:
+    """``scheme://host:port/name`` of a database URL, without its user or password."""
+    parsed = urlparse(url)
+    if parsed.scheme.startswith("sqlite"):
+        return url
+    host = parsed.hostname or "localhost"
+    port = f":{parsed.port}" if parsed.port else ""
+    return f"{parsed.scheme}://{host}{port}{parsed.path}"
+
+
+def check_reachable(url: str, timeout: int = 5) -> None:
+    """Open one connection to ``url`` and run ``SELECT 1``, outside the shared proxy (so a
+    forking server holds no connection), or raise DatabaseUnreachable."""
+    scheme = urlparse(url).scheme
+    kwargs = {"connect_timeout": timeout} if scheme in ("postgres", "postgresql") else {}
+    database = None
+    try:
+        database = (connect(url, **kwargs) if kwargs else make_database(url))
+        database.connect()
+        database.execute_sql("SELECT 1")
+    except Exception as exc:  # any driver's failure: one line, never its traceback
+        first = (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]
+        raise DatabaseUnreachable(f"the database at {describe_url(url)} is unreachable: {first}") from None
+    finally:
+        if database is not None and not database.is_closed():
+            database.close()
+
+
 def make_database(url: str):
     scheme = urlparse(url).scheme
     if scheme.startswith("sqlite"):

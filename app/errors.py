@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from flask import Flask, g, jsonify
+from flask import Flask, current_app, g, jsonify, request
 from flask_wtf.csrf import CSRFError
 from peewee import InterfaceError, OperationalError
 from werkzeug.exceptions import HTTPException
@@ -109,6 +109,11 @@ def handle_service_error(exc: domain.ServiceError):
 
 def handle_http_exception(exc: HTTPException):
     if isinstance(exc, CSRFError):
+        if current_app.config.get("SESSION_COOKIE_SECURE") and not request.is_secure:
+            # The session cookie (and the CSRF secret in it) is Secure: over plain HTTP the
+            # browser never sends it back, so every form fails. Say so rather than "reload".
+            return error_response(400, "csrf_failed", "the portal must be reached over HTTPS: over plain HTTP "
+                                  "the browser does not send the session cookie, so no form can be accepted")
         return error_response(400, "csrf_failed", "the form is missing a valid CSRF token; reload the page and retry")
     data = getattr(exc, "data", None)
     if exc.code in (400, 422) and data and "messages" in data:

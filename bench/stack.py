@@ -31,7 +31,8 @@ PG_DSN = f"host={HOST} port=5432 user=postgres dbname=bench"
 DATABASE_URL = f"postgresql://postgres@{HOST}:5432/bench"
 REDIS_URL = f"redis://{HOST}:6379/11"
 ENGINE_TOKEN = "bench-engine-token"
-SECRET_KEY = "bench-secret-key-not-for-production"
+# Fresh per run: production refuses keys published in the repository.
+SECRET_KEY = "bench-" + __import__("secrets").token_urlsafe(32)
 
 
 def local_only(url: str) -> str:
@@ -221,7 +222,8 @@ class Stack:
 
     def _gunicorn(self, name: str, app: str, env: dict) -> tuple[int, Proc]:
         port = free_port()
-        env = dict(env, BIND=f"{HOST}:{port}", WEB_CONCURRENCY=self.web_workers, GUNICORN_THREADS=self.web_threads)
+        env = dict(env, BIND=f"{HOST}:{port}", WEB_CONCURRENCY=self.web_workers, GUNICORN_THREADS=self.web_threads,
+                   PUBLIC_BASE_URL=f"http://{HOST}:{port}")  # production requires it
         proc = self.start(name, [str(BIN / "gunicorn"), "--config", "gunicorn.conf.py", app],
                           {k: str(v) for k, v in env.items()})
         return port, proc
@@ -230,7 +232,6 @@ class Stack:
         port_env = self.env("production", ENGINE_URL=local_only(engine_url), **extra)
         port, proc = self._gunicorn(name, "wsgi:app", port_env)
         url = f"http://{HOST}:{port}"
-        # PUBLIC_BASE_URL stays unset: poll URLs are built from the request's host (127.0.0.1:port).
         self._ready(proc, lambda: requests.get(f"{url}/readyz", timeout=2).status_code == 200, 60)
         return url, proc
 

@@ -22,8 +22,9 @@ from rq.defaults import DEFAULT_WORKER_TTL
 from rq.scheduler import RQScheduler
 
 from app import create_app, runtime
-from app.config import ConfigError
+from app.config import startup_error_line
 from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, promote_due
+from app.startup import StartupError, check
 
 log = logging.getLogger("workers")
 SWEEP_LOCK = "scan-api:recovery-sweep"
@@ -133,9 +134,10 @@ def main(argv=None) -> int:
     parser.add_argument("--name", default=None)
     args = parser.parse_args(argv)
     try:
+        check()  # settings, and in production a reachable database: one line, not a traceback
         create_app()
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except StartupError as exc:
+        print(startup_error_line(str(exc)), file=sys.stderr, flush=True)
         return 1
     queues = [q for q in args.queues.split(",") if q]
     while True:

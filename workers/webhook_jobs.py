@@ -81,5 +81,3 @@ def _excerpt(response, deadline: AttemptDeadline) -> str:
         deadline.finish()  # before the socket is closed
         response.close()
     return data[:EXCERPT_BYTES].decode("utf-8", errors="replace")
-
-

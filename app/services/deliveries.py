@@ -23,7 +23,7 @@ import logging
 from dataclasses import dataclass
 from datetime import timedelta, timezone
 
-from app import runtime
+from app import metrics, runtime
 from app.db import db
 from app.jobs import DELIVERY_JOB_TIMEOUT, delivery_job_id, enqueue_delivery, job_attempt_number, live_job_ids
 from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, utcnow
@@ -145,6 +145,9 @@ def record(delivery: WebhookDelivery, attempt: DeliveryAttempt, outcome: Outcome
             next_job = _after_failure(delivery, attempt.number, now)
     log.info("delivery %s attempt %d: %s", delivery.id, attempt.number,
              outcome.error or f"HTTP {outcome.status_code}")
+    metrics.count_webhook_attempt(outcome.succeeded, outcome.error, outcome.status_code)
+    if outcome.succeeded and not delivery.series_start:  # a redelivery's wait is the customer's choice
+        metrics.observe_delivery_acknowledged(delivery.event, (now - delivery.created_at).total_seconds())
     if next_job is not None:
         enqueue_delivery(delivery.id, *next_job)
     return SUCCEEDED if outcome.succeeded else FAILED
@@ -232,4 +235,5 @@ def _close_lost(delivery: WebhookDelivery, attempt: DeliveryAttempt, now) -> tup
             return False, False
         next_job = _after_failure(delivery, attempt.number, now)
     log.warning("delivery %s attempt %d: the worker was lost", delivery.id, attempt.number)
+    metrics.count_webhook_attempt(False, "worker_lost", None)
     return True, next_job is not None and enqueue_delivery(delivery.id, *next_job)

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from peewee import fn
 
 from app.db import execute, table
-from app.counters import RATE_LIMITED
+from app.metrics import RATE_LIMITED
 from app.models import QuotaMinute, Scan
 from app.models.scans import IN_FLIGHT
 from app.services.errors import RateLimited

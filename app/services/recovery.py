@@ -21,9 +21,9 @@ from __future__ import annotations
 import logging
 from datetime import timedelta, timezone
 
-from app import runtime
-from app.jobs import QUEUES, live_job_ids, promote_due, queue
+from app import metrics, runtime
 from app.db import db
+from app.jobs import QUEUES, live_job_ids, promote_due, queue
 from app.models import Scan, utcnow
 from app.models.scans import IN_FLIGHT, QUEUED
 from app.services import deliveries, idempotency, quotas, tracking
@@ -77,4 +77,5 @@ def sweep() -> dict:
         report.update(deliveries.recover_deliveries(now))
         report["idempotency_purged"] = idempotency.purge_expired()
         report["quota_minutes_pruned"] = quotas.prune_minutes(now)
+    metrics.count_sweep(report)
     return report

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from app import runtime
-from app.counters import SCANS_CREATED
+from app.metrics import SCANS_CREATED
 from app.db import db, execute, insert_rows, is_postgres, table, write_transaction
 from app.jobs import enqueue_tracking, tracking_job_id
 from app.models import BulkBatch, Scan, new_id, utcnow

@@ -12,6 +12,7 @@ import logging
 
 from peewee import Case
 
+from app import metrics
 from app.db import db, is_postgres
 from app.jobs import enqueue_tracking, tracking_generation, tracking_job_id
 from app.models import Customer, Scan, utcnow
@@ -105,6 +106,8 @@ def _finish(scan_id: str, changes: dict) -> bool:
             # Out of flight in the same transaction as the state (quotas: Customer.in_flight).
             Customer.update(in_flight=Customer.in_flight - 1).where(Customer.id == scan.customer_id).execute()
             delivery = webhooks.record_event(scan)
+    if changed:
+        metrics.count_scan_finished(scan.kind, changes["status"], changes.get("failure_code"))
     if delivery is not None:
         webhooks.dispatch(delivery)
     return bool(changed)

@@ -24,7 +24,8 @@ pytestmark = pytest.mark.skipif(
 
 def test_production_stack_runs_a_scan_end_to_end(app, simulator, tmp_path):
     port = free_port()
-    env = dict(os.environ, APP_ENV="production", SECRET_KEY="prod-test-secret", BIND=f"127.0.0.1:{port}",
+    env = dict(os.environ, APP_ENV="production", SECRET_KEY="prod-test-secret-" + "x" * 32,
+               GUNICORN_BIND=f"127.0.0.1:{port}", PUBLIC_BASE_URL=f"http://127.0.0.1:{port}",
                DATABASE_URL=os.environ["TEST_DATABASE_URL"], REDIS_URL=os.environ["TEST_REDIS_URL"],
                ENGINE_URL=simulator.url, ENGINE_TOKEN="test-engine-token", WEB_CONCURRENCY="2",
                GUNICORN_THREADS="4", ENGINE_POLL_SECONDS="1", PYTHONUNBUFFERED="1")

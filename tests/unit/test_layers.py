@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("app", "workers")
 FLASK = ("flask", "flask_wtf", "flask_smorest", "flask_limiter")
-HTTP_LAYER = ("app.api", "app.portal", "app.cli", "app.errors", "app.metrics", "app.extensions")
+HTTP_LAYER = ("app.api", "app.portal", "app.cli", "app.errors", "app.metrics_http", "app.extensions")
 
 
 def module_name(path: Path, root: Path) -> str:
