@@ -47,7 +47,7 @@ FINAL = ("completed", "failed")
 # --- helpers -----------------------------------------------------------------------------------
 
 class Receiver:
-    """A named webhook receiver of the simulator (engine.md E4)."""
+    """A named webhook receiver of the simulator (E4)."""
 
     def __init__(self, simulator, name: str, responses=(200,), delay_ms=0):
         self.base, self.name = simulator.url, name

@@ -30,7 +30,7 @@ from tests.reliability.servers import Gunicorn
 
 pytestmark = pytest.mark.slow
 
-TIER_INFLIGHT = {"pro": 3, "business": 10, "enterprise": 25}  # spec §8 defaults
+TIER_INFLIGHT = {"pro": 3, "business": 10, "enterprise": 25}  # §8 defaults
 CREATIONS_PER_TIER = 200
 READS = 2000
 CONCURRENCY = 32

@@ -290,7 +290,7 @@ def test_tenant_isolation_on_every_route(app, client, make_customer, simulator, 
     assert bob_delivery.status == "failed"  # redeliverable, by Bob only
     checked = 0
 
-    # The API: another customer's scan and batch are 403 (spec §5.6), charged (D3).
+    # The API: another customer's scan and batch are 403 (§5.6), charged (D3).
     for path, code in ((f"{SCAN}/{bob_scan}", "forbidden"), (f"{BULK}/{bob_bulk['bulk_id']}", "forbidden"),
                        (f"{SCAN}/{bob_bulk['scans'][0]['scan_id']}", "forbidden")):
         response = client.get(path, headers=alice.headers)

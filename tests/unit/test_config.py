@@ -1,4 +1,4 @@
-"""Settings from the environment (decisions D10a)."""
+"""Settings from the environment (D10a)."""
 import pytest
 
 from app.config import ConfigError, finalize, load_settings, parse_retry_schedule

@@ -1,4 +1,4 @@
-"""``python -m workers`` as a real process (decisions D13, D14).
+"""``python -m workers`` as a real process (D13, D14).
 
 The worker runs on wall-clock time here (a separate process cannot share freezegun's
 clock), so the one test that drives it waits in a bounded poll loop. The other tests
