@@ -494,7 +494,7 @@ def test_production_cookies_and_the_strict_referer_check(client, account, figure
 
 # --- revocation ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("server", ["werkzeug", "gunicorn"])
+@pytest.mark.parametrize("server", ["werkzeug", pytest.param("gunicorn", marks=pytest.mark.processes)])
 def test_a_revoked_key_is_refused_at_once_even_on_an_open_keep_alive_connection(request, account, server, figures):
     """Against served_app (werkzeug's server closes every connection, by design) and gunicorn, whose
     keep-alive holds the connection open: the request after the revocation, on the same socket, is 401."""
