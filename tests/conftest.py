@@ -164,7 +164,7 @@ PROCESS_FIXTURES = {"gunicorn", "dedicated_redis", "stack", "browser"}
 
 
 def pytest_collection_modifyitems(config, items):
-    unmarked = [item.nodeid for item in items
-                if PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("processes")]
+    unmarked = [item.nodeid for item in items if PROCESS_FIXTURES & set(getattr(item, "fixturenames", ()))
+                and not item.get_closest_marker("processes")]
     if unmarked:
         raise pytest.UsageError("tests that start real processes need @pytest.mark.processes: " + ", ".join(unmarked))
