@@ -1,4 +1,4 @@
-"""Operator commands (decisions D10), run as ``flask --app wsgi GROUP COMMAND``.
+"""Operator commands (D10), run as ``flask --app wsgi GROUP COMMAND``.
 
 Every command prints a readable line, or one JSON object with ``--json`` so scripts
 and the QA scenarios can drive it. Failures exit with status 1 and one line on

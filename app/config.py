@@ -1,4 +1,4 @@
-"""Settings, read from the environment in this one module (decisions D10a).
+"""Settings, read from the environment in this one module (D10a).
 
 Every knob the service has is a flat environment variable, the way operators of
 redash-style Flask + RQ deployments expect. ``load_settings`` turns them into the

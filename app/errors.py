@@ -1,4 +1,4 @@
-"""One error shape for every layer (decisions D1).
+"""One error shape for every layer (D1).
 
 ``ApiError`` is what services and views raise; the handlers below turn it, webargs
 validation errors, werkzeug's HTTP errors (404, 405, 413...) and anything

@@ -1,4 +1,4 @@
-"""Webhook delivery jobs (spec §6, D11, D13): one job makes at most one HTTP request.
+"""Webhook delivery jobs (§6, D11, D13): one job makes at most one HTTP request.
 
 A job ``dlv-<delivery>-<n>`` may make attempt ``n`` only, and only while it is the
 delivery's current job. It reserves the attempt with a compare-and-set on the

@@ -1,4 +1,4 @@
-"""The scan endpoints of spec §4: create, read, bulk create, aggregate read.
+"""The scan endpoints of §4: create, read, bulk create, aggregate read.
 
 Views stay thin: they hand parsed input to ``services.scans`` and return its body;
 authentication, charging and the limit headers are ``app.api.hooks``'s job.

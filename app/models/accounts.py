@@ -27,7 +27,7 @@ class ApiKey(BaseModel):
     id = CharField(primary_key=True, max_length=40)
     customer = ForeignKeyField(Customer, backref="keys", on_delete="CASCADE")
     name = CharField(max_length=200, default="")
-    # SHA-256 hex of the plaintext; the plaintext itself is never stored (spec §5.3).
+    # SHA-256 hex of the plaintext; the plaintext itself is never stored (§5.3).
     digest = CharField(max_length=64, unique=True)
     prefix = CharField(max_length=32)
     last4 = CharField(max_length=4)

@@ -1,4 +1,4 @@
-"""Portal pages (decisions D12). Views are thin: the rules live in ``app.services``."""
+"""Portal pages (D12). Views are thin: the rules live in ``app.services``."""
 from __future__ import annotations
 
 from datetime import datetime

@@ -1,4 +1,4 @@
-"""Request and response schemas of the scan endpoints (spec §2, §4; decisions D5-D7).
+"""Request and response schemas of the scan endpoints (§2, §4; D5-D7).
 
 Request schemas check only the body's shape (types, required fields): the semantic
 checks (``target_too_short``, ``invalid_kind``, ``invalid_target``) run afterwards in

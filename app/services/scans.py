@@ -1,7 +1,7 @@
 """Scans: admission (limits + charge + rows in one transaction), engine submission,
 reads, bulk batches and aggregate reads.
 
-Admission follows decisions D3, D7, D8 and D13:
+Admission follows D3, D7, D8 and D13:
 1. One write transaction serialises a customer's admissions (``BEGIN IMMEDIATE`` on
    SQLite, ``SELECT ... FOR UPDATE`` of the customer row on PostgreSQL). Inside it:
    balance, in-flight, hour and day checks, the scan rows and the charge with its
@@ -284,7 +284,7 @@ def _failure(scan) -> dict:
 
 
 def scan_view(scan, now, *, raw_result: bool = False) -> dict:
-    """The read body of decisions D5 for one scan in any state (``raw_result``: the result as RawJSON)."""
+    """The read body of D5 for one scan in any state (``raw_result``: the result as RawJSON)."""
     body = {"ok": True, "scan_id": scan.id, "status": scan.status, "target": scan.target, "kind": scan.kind,
             "created_at": iso(scan.created_at)}
     if scan.bulk_id:

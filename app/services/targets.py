@@ -1,4 +1,4 @@
-"""Target validation and kind inference (decisions D4), in the order D2 fixes.
+"""Target validation and kind inference (D4), in the order D2 fixes.
 
 ``normalize`` takes the raw ``target`` and ``kind`` (already known to be strings or
 absent) and returns ``(kind, stored_target)`` or raises ``TargetError`` with the

@@ -1,4 +1,4 @@
-"""Webhook events and deliveries (spec §6, D11, D12, D13).
+"""Webhook events and deliveries (§6, D11, D12, D13).
 
 A delivery row (with the exact body bytes every attempt will send) is committed in
 the transaction that finishes a scan; only then is its job enqueued, and a job Redis
@@ -51,7 +51,7 @@ def encode_body(body: dict) -> str:
 
 
 def event_body(scan) -> dict:
-    """The body of ``scan.completed`` (spec §6.4) or ``scan.failed`` (D11)."""
+    """The body of ``scan.completed`` (§6.4) or ``scan.failed`` (D11)."""
     event = "scan.completed" if scan.status == COMPLETED else "scan.failed"
     body = {"event": event, "scan_id": scan.id}
     if scan.bulk_id:

@@ -1,4 +1,4 @@
-"""Authentication (spec §5, D2) and the one error body (D1) from every layer."""
+"""Authentication (§5, D2) and the one error body (D1) from every layer."""
 import logging
 
 import pytest

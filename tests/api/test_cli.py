@@ -1,4 +1,4 @@
-"""The operator CLI of decisions D10, with --json output."""
+"""The operator CLI of D10, with --json output."""
 import hashlib
 import json
 

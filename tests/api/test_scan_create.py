@@ -108,7 +108,7 @@ def test_engine_unreachable_is_502(client, account):
     assert balance(account) == 100
 
 
-# --- limits (spec §8, D8) -----------------------------------------------------------
+# --- limits (§8, D8) -----------------------------------------------------------
 
 @pytest.mark.parametrize("tier,inflight", [("pro", 3), ("business", 10), ("enterprise", 25)])
 def test_inflight_limit_per_tier(client, make_customer, tier, inflight):

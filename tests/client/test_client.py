@@ -106,7 +106,7 @@ def test_wait_polls_until_completed(served_app, account, jobs):
         final = api.wait(scan_id, on_progress=seen.append)
     assert final["status"] == "completed" and final["scan_id"] == scan_id
     assert final["result"]["risk"]["band"] in {"low", "medium", "high", "critical"}
-    assert sleep.calls and set(sleep.calls) == {12.0}  # the default poll interval, spec: 10 to 15 s
+    assert sleep.calls and set(sleep.calls) == {12.0}  # the default poll interval, §4.2: 10 to 15 s
     assert len(seen) == len(sleep.calls) + 1 and seen[0]["status"] in {"queued", "running"}
     assert seen[-1] is final
 

@@ -17,9 +17,9 @@ import requests
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.processes, pytest.mark.skipif(
     not (os.environ.get("TEST_DATABASE_URL", "").startswith("postgres") and os.environ.get("TEST_REDIS_URL")),
-    reason="needs TEST_DATABASE_URL=postgresql://... and TEST_REDIS_URL (CI's second run)")
+    reason="needs TEST_DATABASE_URL=postgresql://... and TEST_REDIS_URL (CI's second run)")]
 
 
 def free_port() -> int:

@@ -290,7 +290,7 @@ def test_tenant_isolation_on_every_route(app, client, make_customer, simulator, 
     assert bob_delivery.status == "failed"  # redeliverable, by Bob only
     checked = 0
 
-    # The API: another customer's scan and batch are 403 (spec §5.6), charged (D3).
+    # The API: another customer's scan and batch are 403 (§5.6), charged (D3).
     for path, code in ((f"{SCAN}/{bob_scan}", "forbidden"), (f"{BULK}/{bob_bulk['bulk_id']}", "forbidden"),
                        (f"{SCAN}/{bob_bulk['scans'][0]['scan_id']}", "forbidden")):
         response = client.get(path, headers=alice.headers)
@@ -494,7 +494,7 @@ def test_production_cookies_and_the_strict_referer_check(client, account, figure
 
 # --- revocation ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("server", ["werkzeug", "gunicorn"])
+@pytest.mark.parametrize("server", ["werkzeug", pytest.param("gunicorn", marks=pytest.mark.processes)])
 def test_a_revoked_key_is_refused_at_once_even_on_an_open_keep_alive_connection(request, account, server, figures):
     """Against served_app (werkzeug's server closes every connection, by design) and gunicorn, whose
     keep-alive holds the connection open: the request after the revocation, on the same socket, is 401."""

@@ -1,4 +1,4 @@
-"""Settings from the environment (decisions D10a)."""
+"""Settings from the environment (D10a)."""
 import pytest
 
 from app.config import DEV_SECRET_KEY, ConfigError, check_production, finalize, load_settings, parse_retry_schedule, startup_error_line

@@ -1,4 +1,4 @@
-"""Target validation and kind inference (decisions D4) and the order of its errors (D2)."""
+"""Target validation and kind inference (D4) and the order of its errors (D2)."""
 import pytest
 
 from app.services.targets import TargetError, normalize

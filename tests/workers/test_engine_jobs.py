@@ -1,4 +1,4 @@
-"""Engine tracking jobs (decisions D5, D6, D13; engine.md E1 to E3).
+"""Engine tracking jobs (D5, D6, D13; E1 to E3).
 
 Everything is real: the API (test client), the database, Redis with RQ's own
 ``SimpleWorker`` (``tests.jobrunner``), and the simulated engine over HTTP. Time is
