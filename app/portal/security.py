@@ -32,6 +32,7 @@ def current_user() -> PortalUser | None:
 
 
 def begin_session(user: PortalUser) -> None:
+    portal_users.end_session(session.get(SESSION_KEY))  # a login in this browser replaces its session
     session.clear()  # a fresh session: no fixation across the login
     session.permanent = True
     session[SESSION_KEY] = portal_users.start_session(user)

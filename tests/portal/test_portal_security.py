@@ -135,8 +135,10 @@ def test_a_new_login_replaces_the_session_and_sessions_are_per_browser(app, clie
     first = decoded_session(app, client)["sid"]
     other = app.test_client()
     login(other)
-    login(client)  # logging in again starts a fresh session; the old token is no longer in the cookie
+    login(client)  # logging in again replaces this browser's session
     assert decoded_session(app, client)["sid"] != first
+    with db.connection_context():
+        assert portal_users.session_user(first) is None and PortalSession.select().count() == 2
     other_token = csrf(other, "/app/api-keys")
     other.post("/app/logout", data={"csrf_token": other_token})
     assert client.get("/app/api-keys").status_code == 200  # one browser's logout leaves the other's session
