@@ -39,6 +39,12 @@ def create_app(config: dict | None = None) -> Flask:
     settings = app_config.finalize(settings)
 
     app = Flask(__name__, instance_path=settings["INSTANCE_PATH"], instance_relative_config=False)
+    if settings.get("TRUSTED_PROXIES"):
+        # The client address and scheme as the trusted proxies saw them; with 0 (the default)
+        # X-Forwarded-For is never read, so a client cannot pick its own address.
+        from werkzeug.middleware.proxy_fix import ProxyFix
+        proxies = int(settings["TRUSTED_PROXIES"])
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=proxies, x_proto=proxies)
     app.session_interface = PortalSessionInterface()
     app.config.update(settings)
     app.config.update(

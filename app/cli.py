@@ -176,6 +176,63 @@ def users_create(customer_id, email, password_stdin, as_json):
          f"user {user.id} <{user.email}>")
 
 
+def _read_password(password_stdin: bool, as_json: bool) -> str:
+    if password_stdin:
+        return sys.stdin.readline().rstrip("\n")
+    try:
+        return click.prompt("New password", hide_input=True, confirmation_prompt=True, err=True)
+    except click.Abort:
+        fail(as_json, "no password given")
+
+
+@users_cli.command("list")
+@click.argument("customer_id", required=False)
+@json_option
+def users_list(customer_id, as_json):
+    """Portal users (of one customer when given), with their live sessions."""
+    from app.services import portal_users
+    rows = run(as_json, lambda: portal_users.list_users(customer_id))
+    table = [f"{'USER':<28} {'CUSTOMER':<28} {'STATE':<8} {'SESSIONS':>8}  {'LAST LOGIN':<20}  EMAIL"]
+    table += [f"{u['user_id']:<28} {u['customer_id']:<28} {'disabled' if u['disabled'] else 'active':<8} "
+              f"{u['sessions']:>8}  {u['last_login_at'] or 'never':<20}  {u['email']}" for u in rows]
+    emit(as_json, {"users": rows}, "\n".join(table) if rows else "no users")
+
+
+@users_cli.command("reset-password")
+@click.argument("email")
+@click.option("--password-stdin", is_flag=True, help="Read the new password from standard input.")
+@json_option
+def users_reset_password(email, password_stdin, as_json):
+    """Set a new password (from a prompt or stdin) and end the user's portal sessions."""
+    from app.services import portal_users
+    run(as_json, lambda: portal_users.get_user(email))  # an unknown e-mail fails before the prompt
+    password = _read_password(password_stdin, as_json)
+    user, ended = run(as_json, lambda: portal_users.reset_password(email, password))
+    emit(as_json, {"ok": True, **portal_users.user_dict(user), "sessions_ended": ended},
+         f"password of {user.email} reset; {ended} session(s) ended")
+
+
+@users_cli.command("disable")
+@click.argument("email")
+@json_option
+def users_disable(email, as_json):
+    """Refuse the user's logins from now on and end their portal sessions."""
+    from app.services import portal_users
+    user, ended = run(as_json, lambda: portal_users.set_disabled(email, True))
+    emit(as_json, {"ok": True, **portal_users.user_dict(user), "sessions_ended": ended},
+         f"{user.email} disabled; {ended} session(s) ended")
+
+
+@users_cli.command("enable")
+@click.argument("email")
+@json_option
+def users_enable(email, as_json):
+    """Let a disabled user log in again."""
+    from app.services import portal_users
+    user, _ = run(as_json, lambda: portal_users.set_disabled(email, False))
+    emit(as_json, {"ok": True, **portal_users.user_dict(user)}, f"{user.email} enabled")
+
+
 @scans_cli.command("recover")
 @json_option
 def scans_recover(as_json):

@@ -51,6 +51,13 @@ def _float(env, name, default):
     return _number(env, name, default, float)
 
 
+def _count(env, name, default):
+    value = _int(env, name, default)
+    if value < 0:
+        raise ConfigError(f"{name} must not be negative, got {value}")
+    return value
+
+
 def parse_retry_schedule(raw: str) -> tuple[float, ...]:
     """``"0,30,300"`` -> ``(0.0, 30.0, 300.0)``: the delays before retries 1..n."""
     try:
@@ -100,6 +107,9 @@ def load_settings(env=None) -> dict:
         # json for log shippers (production default), text for people at a terminal.
         "LOG_FORMAT": (env.get("LOG_FORMAT") or ("json" if app_env == "production" else "text")).lower(),
         "METRICS_TOKEN": env.get("METRICS_TOKEN") or None,
+        # How many reverse proxies in front of the app append to X-Forwarded-For (and set
+        # X-Forwarded-Proto); 0 = the header is never believed (app/__init__.py, ProxyFix).
+        "TRUSTED_PROXIES": _count(env, "TRUSTED_PROXIES", 0),
     }
 
 
