@@ -46,7 +46,10 @@ def register_api(app: Flask) -> Api:
         OPENAPI_SWAGGER_UI_PATH="docs",
         OPENAPI_SWAGGER_UI_URL="/api/docs/assets/",
     )
+    from app.api.base import ScanIdConverter
+    app.url_map.converters["scan_id"] = ScanIdConverter
     api = ScanApi(app, spec_kwargs={"info": {"description": API_DESCRIPTION}})
+    api.register_converter(ScanIdConverter, lambda converter: {"type": "string"})
     api.spec.components.security_scheme("bearerAuth", {
         "type": "http", "scheme": "bearer", "bearerFormat": "service_live_<random>"})
 

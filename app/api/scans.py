@@ -92,7 +92,7 @@ class ScanCreate(MethodView):
         return json_body(hooks.served(outcome), 202)
 
 
-@blp.route("/scan/<string:scan_id>")
+@blp.route("/scan/<scan_id:scan_id>")
 class ScanRead(MethodView):
     @blp.doc(security=SECURITY, summary="Read a scan")
     @blp.response(200, ScanSchema, headers=HEADERS,
