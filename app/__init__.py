@@ -132,7 +132,7 @@ def _register_request_hooks(app: Flask) -> None:
     def add_request_id(response):
         response.headers["X-Request-Id"] = g.get("request_id", "")
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
-        if is_api_path(request.path) and not request.path.startswith("/api/docs/assets/"):
+        if is_api_path(request.path) and not request.path.startswith("/api/docs/"):  # docs assets cache
             # Scan reads, creations and batches carry personal data: no cache may keep them.
             response.headers["Cache-Control"] = "no-store"
         return response
