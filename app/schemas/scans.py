@@ -7,7 +7,10 @@ checks (``target_too_short``, ``invalid_kind``, ``invalid_target``) run afterwar
 import marshmallow as ma
 from marshmallow import EXCLUDE, fields
 
-KIND_DOC = {"description": "email, phone or username; inferred from the target when absent (D4).",
+KIND_DOC = {"description": "email, phone or username. When absent it is inferred from the target: a leading "
+                          "`@` marks a username (`@janedoe`), any other `@` an e-mail address, `+` followed by "
+                          "at least 7 digits, spaces, dashes or parentheses a phone number, anything else a "
+                          "username.",
             "enum": ["email", "phone", "username"], "example": "email"}
 
 

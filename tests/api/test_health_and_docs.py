@@ -95,3 +95,32 @@ def test_docs_page_has_the_portals_frame_and_csp_headers_and_no_inline_script(cl
     assert init.mimetype in ("text/javascript", "application/javascript")
     assert "SwaggerUIBundle" in init.get_data(as_text=True)
     assert 'data-spec-url="/api/v1/openapi.json"' in html
+
+
+def test_openapi_texts_cite_no_internal_rule_ids(client):
+    """Customers read these texts: no "D4", "(D9)", "§6", "engine.md" or "E3" of the internal specification."""
+    import json
+    import re
+
+    text = client.get("/api/v1/openapi.json").get_data(as_text=True)
+    rule_id = re.compile(r"\bD\d{1,2}[a-z]?\b|§|engine\.md|\bE[1-5]\b")
+    assert not rule_id.findall(text), sorted(set(rule_id.findall(text)))
+    prose = re.compile(r"\b(spec|specification|decisions?)\b", re.IGNORECASE)
+    texts = []
+
+    def collect(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("description", "summary", "title") and isinstance(value, str):
+                    texts.append(value)
+                else:
+                    collect(value)
+        elif isinstance(node, list):
+            for value in node:
+                collect(value)
+
+    collect(json.loads(text))
+    assert len(texts) > 30
+    assert not [t for t in texts if prose.search(t)]
+    kind = json.loads(text)["components"]["schemas"]["ScanCreate"]["properties"]["kind"]["description"]
+    assert "leading `@`" in kind  # the inference rule is spelled out instead of cited
