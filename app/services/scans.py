@@ -259,8 +259,8 @@ def create_bulk(customer, api_key_id, targets, *, base_url, request_id) -> Outco
 
 SCAN_BY_ID = f"SELECT {columns(Scan)} FROM {table(Scan)} WHERE id = ?"
 BATCH_BY_ID = f"SELECT {columns(BulkBatch)} FROM {table(BulkBatch)} WHERE id = ?"
-BATCH_SCANS = (f"SELECT id, status, target, kind, result_json, failure_code, failure_message FROM {table(Scan)} "
-               f"WHERE bulk_id = ? ORDER BY bulk_index")
+BATCH_SCANS = (f"SELECT id, status, target, kind, completed_at, result_json, failed_at, failure_code, "
+               f"failure_message FROM {table(Scan)} WHERE bulk_id = ? ORDER BY bulk_index")
 
 
 def _owned(model, object_id: str, customer_id: str, what: str):
@@ -307,24 +307,32 @@ def read_scan(customer_id: str, scan_id: str) -> dict:
 
 
 def read_bulk(customer_id: str, bulk_id: str) -> dict:
-    """The body of ``GET /scan/bulk/{id}``; completed scans' results are ``RawJSON``."""
+    """The body of ``GET /scan/bulk/{id}``; completed scans' results are ``RawJSON``.
+
+    ``rejected_count`` (amended D7) is the targets refused at creation: the batch stores
+    the number submitted (``total``) and has a scan for every target it queued, so it is
+    their difference, and ``total`` = queued + running + completed + failed + rejected_count.
+    """
     batch = _owned(BulkBatch, bulk_id, customer_id, "bulk batch")
     counts = {QUEUED: 0, RUNNING: 0, COMPLETED: 0, FAILED: 0}
     entries = []
     all_done = True
-    for scan_id, status, target, kind, result_json, failure_code, failure_message in execute(BATCH_SCANS,
-                                                                                            (batch.id,)):
+    as_time = Scan.completed_at.python_value  # raw rows: SQLite hands back text, PostgreSQL datetimes
+    for (scan_id, status, target, kind, completed_at, result_json, failed_at, failure_code,
+         failure_message) in execute(BATCH_SCANS, (batch.id,)):
         counts[status] += 1
         entry = {"scan_id": scan_id, "status": status, "target": target, "kind": kind}
         if status == COMPLETED:
+            entry["completed_at"] = iso(as_time(completed_at))
             entry["result"] = RawJSON(result_json)
         elif status == FAILED:
+            entry["failed_at"] = iso(as_time(failed_at))
             entry["failure"] = {"code": failure_code, "message": failure_message or ""}
         else:
             all_done = False
         entries.append(entry)
-    return {"ok": True, "bulk_id": batch.id, "total": batch.total, **counts, "all_done": all_done,
-            "scans": entries}
+    return {"ok": True, "bulk_id": batch.id, "total": batch.total, **counts,
+            "rejected_count": max(0, batch.total - len(entries)), "all_done": all_done, "scans": entries}
 
 
 def recount(customer_id: str) -> dict:

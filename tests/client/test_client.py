@@ -75,8 +75,9 @@ def test_bulk_and_get_bulk_bodies(served_app, make_customer):
     assert [s["kind"] for s in created["scans"]] == ["email", "phone"]
     assert api.last_credits == 98  # one credit per queued scan
     batch = api.get_bulk(created["bulk_id"])
-    assert set(batch) == {"ok", "bulk_id", "total", "queued", "running", "completed", "failed", "all_done", "scans"}
-    assert (batch["total"], batch["queued"], batch["all_done"]) == (3, 2, False)
+    assert set(batch) == {"ok", "bulk_id", "total", "queued", "running", "completed", "failed", "rejected_count",
+                          "all_done", "scans"}
+    assert (batch["total"], batch["queued"], batch["rejected_count"], batch["all_done"]) == (3, 2, 1, False)
     assert [s["target"] for s in batch["scans"]] == ["a.person@example.com", "+14155552671"]
     assert api.last_credits == 97
 
