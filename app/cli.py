@@ -120,8 +120,8 @@ def run(as_json, action):
         fail(as_json, f"database error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
     except click.ClickException:
         raise
-    except Exception as exc:  # noqa: BLE001 - an operator's terminal gets one line, the log the rest
-        log.exception("operator command failed")
+    except Exception as exc:  # noqa: BLE001 - the terminal gets one line; LOG_LEVEL=DEBUG the traceback
+        log.debug("operator command failed", exc_info=True)
         fail(as_json, f"unexpected {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
 
 

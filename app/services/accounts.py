@@ -7,7 +7,7 @@ from app.extensions import db
 from app.models import ApiKey, Customer, PortalUser, new_id, utcnow
 from app.models.accounts import TIERS
 from app.services import billing
-from app.services.crypto import digest, encrypt_secret, new_api_key
+from app.services.crypto import digest, new_api_key
 
 
 class AccountError(ValueError):

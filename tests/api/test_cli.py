@@ -345,3 +345,14 @@ def key_status(delivery_id):
     with db.connection_context():
         row = WebhookDelivery.get_by_id(delivery_id)
         return row.status, row.attempts
+
+
+def test_an_unexpected_failure_is_one_line_too(app, cid, monkeypatch):
+    from app.services import accounts
+
+    def broken(customer_id, now=None):
+        raise ZeroDivisionError("division by zero\nsecond line")
+    monkeypatch.setattr(accounts, "customer_overview", broken)
+    result = run(app, "customers", "show", cid)
+    assert_one_line_failure(result)
+    assert result.stderr == "error: unexpected ZeroDivisionError: division by zero\n"
