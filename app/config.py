@@ -76,7 +76,11 @@ def default_instance_path() -> Path:
 def load_settings(env=None) -> dict:
     """Read every setting from ``env`` (default ``os.environ``) into a config mapping."""
     env = os.environ if env is None else env
-    app_env = env.get("APP_ENV", "development") or "development"
+    # Unset APP_ENV on a PostgreSQL database means production: an operator command run on the
+    # production host without APP_ENV must not skip the SSRF guard or encrypt webhook secrets
+    # with the development key. Development and tests on PostgreSQL set APP_ENV themselves.
+    on_postgres = "postgres" in (env.get("DATABASE_URL") or "").split(":", 1)[0].lower()
+    app_env = env.get("APP_ENV") or ("production" if on_postgres else "development")
     if app_env not in ENVIRONMENTS:
         raise ConfigError(f"APP_ENV must be one of {', '.join(ENVIRONMENTS)}, got {app_env!r}")
     instance = default_instance_path()
