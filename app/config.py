@@ -1,4 +1,4 @@
-"""Settings, read from the environment in this one module (decisions D10a).
+"""Settings, read from the environment in this one module (D10a).
 
 Every knob the service has is a flat environment variable, the way operators of
 redash-style Flask + RQ deployments expect. ``load_settings`` turns them into the
@@ -51,6 +51,13 @@ def _float(env, name, default):
     return _number(env, name, default, float)
 
 
+def _count(env, name, default):
+    value = _int(env, name, default)
+    if value < 0:
+        raise ConfigError(f"{name} must not be negative, got {value}")
+    return value
+
+
 def parse_retry_schedule(raw: str) -> tuple[float, ...]:
     """``"0,30,300"`` -> ``(0.0, 30.0, 300.0)``: the delays before retries 1..n."""
     try:
@@ -69,7 +76,11 @@ def default_instance_path() -> Path:
 def load_settings(env=None) -> dict:
     """Read every setting from ``env`` (default ``os.environ``) into a config mapping."""
     env = os.environ if env is None else env
-    app_env = env.get("APP_ENV", "development") or "development"
+    # Unset APP_ENV on a PostgreSQL database means production: an operator command run on the
+    # production host without APP_ENV must not skip the SSRF guard or encrypt webhook secrets
+    # with the development key. Development and tests on PostgreSQL set APP_ENV themselves.
+    on_postgres = "postgres" in (env.get("DATABASE_URL") or "").split(":", 1)[0].lower()
+    app_env = env.get("APP_ENV") or ("production" if on_postgres else "development")
     if app_env not in ENVIRONMENTS:
         raise ConfigError(f"APP_ENV must be one of {', '.join(ENVIRONMENTS)}, got {app_env!r}")
     instance = default_instance_path()
@@ -100,6 +111,9 @@ def load_settings(env=None) -> dict:
         # json for log shippers (production default), text for people at a terminal.
         "LOG_FORMAT": (env.get("LOG_FORMAT") or ("json" if app_env == "production" else "text")).lower(),
         "METRICS_TOKEN": env.get("METRICS_TOKEN") or None,
+        # How many reverse proxies in front of the app append to X-Forwarded-For (and set
+        # X-Forwarded-Proto); 0 = the header is never believed (app/__init__.py, ProxyFix).
+        "TRUSTED_PROXIES": _count(env, "TRUSTED_PROXIES", 0),
     }
 
 

@@ -1,4 +1,4 @@
-"""One error shape for every layer (decisions D1).
+"""One error shape for every layer (D1).
 
 Services raise the domain errors of ``app.services.errors``; ``SERVICE_ERROR_STATUS``
 below is the one table of their HTTP statuses and headers. ``ApiError`` is what the
@@ -71,6 +71,12 @@ HTTP_CODES = {
 DB_ERRORS = (OperationalError, InterfaceError)
 
 
+def allow_header(methods) -> str:
+    """The ``Allow`` value of a path: the methods that act on it. OPTIONS, which every path
+    answers (for free, with this header), is left out, so ``/api/v1/scan/bulk`` says ``POST``."""
+    return ", ".join(sorted(m for m in methods if m != "OPTIONS"))
+
+
 def error_response(status, error, message, *, details=None, headers=None):
     body = {"ok": False, "error": error, "message": message, "request_id": g.get("request_id")}
     if details:
@@ -133,7 +139,7 @@ def handle_http_exception(exc: HTTPException):
         message = "the request body is not valid JSON"
     headers = {}
     if exc.code == 405 and getattr(exc, "valid_methods", None):
-        headers["Allow"] = ", ".join(exc.valid_methods)
+        headers["Allow"] = allow_header(exc.valid_methods)
     return error_response(exc.code, error, message, headers=headers)
 
 

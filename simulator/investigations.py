@@ -18,7 +18,7 @@ text prefix   phone end   behaviour
 ``junk``      ``7777``    ends ``done`` with a result no validator can accept
 ============  ==========  ==========================================================
 
-``junk`` is an extension of ``engine.md`` E3, there to exercise the service's rejection of
+``junk`` is an extension of E3, there to exercise the service's rejection of
 results that cannot be made valid.
 """
 import base64

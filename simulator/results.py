@@ -5,7 +5,7 @@ same target always gives the same result, while different targets vary: some hav
 breaches and some several, profile counts and the risk score differ.
 
 About one result in five is deliberately a little messy, in ways the service must repair
-(``engine.md`` E2): a breach date as ``YYYY-MM-DD``, an unknown extra field, ``risk.band``
+(E2): a breach date as ``YYYY-MM-DD``, an unknown extra field, ``risk.band``
 missing, or a score above 100. ``messiness_of`` tells which, so tests can tell them apart.
 Artifact URLs are the only part that depends on the investigation rather than the target.
 """

@@ -1,4 +1,4 @@
-"""Webhook delivery jobs (spec §6, D11): one job makes at most one HTTP request.
+"""Webhook delivery jobs (§6, D11): one job makes at most one HTTP request.
 
 The job loads its attempt from ``app.services.deliveries`` (which decides whether this
 job may make one), makes the request, and hands the outcome back to it: recording,

@@ -1,5 +1,5 @@
-"""API-key authentication of a request (spec §5): the ``Authorization`` header is read
-here; the key's look-up and rules are ``app.services.keyauth``'s."""
+"""API-key authentication of a request (§5): the ``Authorization`` header is read here;
+the key's look-up and rules (D2/D10) are ``app.services.keyauth``'s."""
 from __future__ import annotations
 
 import re

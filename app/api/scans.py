@@ -1,4 +1,4 @@
-"""The scan endpoints of spec §4: create, read, bulk create, aggregate read.
+"""The scan endpoints of §4: create, read, bulk create, aggregate read.
 
 Views stay thin: they hand parsed input to ``services.scans`` (creations) and
 ``services.reads`` and return its body;
@@ -43,8 +43,10 @@ ERROR_DOCS = {
 IDEMPOTENCY_HEADER = {"in": "header", "name": "Idempotency-Key", "required": False,
                       "schema": {"type": "string", "minLength": 1, "maxLength": 255,
                                  "pattern": "^[^\\x00-\\x1f\\x7f]+$"},
-                      "description": "Replays the first 202 answer for 24 hours without a new charge (D9). "
-                                     "1 to 255 characters, no control characters."}
+                      "description": "Repeating a call with the same key within 24 hours replays its first 202 "
+                                     "answer without creating or charging anything; the same key with a "
+                                     "different body is 409 `idempotency_conflict`. 1 to 255 characters, no "
+                                     "control characters."}
 SECURITY = [{"bearerAuth": []}]
 
 
@@ -108,11 +110,11 @@ class ScanCreate(MethodView):
         return json_body(with_poll_urls(hooks.served(outcome)), 202)
 
 
-@blp.route("/scan/<string:scan_id>")
+@blp.route("/scan/<scan_id:scan_id>")
 class ScanRead(MethodView):
     @blp.doc(security=SECURITY, summary="Read a scan")
     @blp.response(200, ScanSchema, headers=HEADERS,
-                  description="The scan in its current state (fields by status, decisions D5).")
+                  description="The scan in its current state; which fields appear depends on `status`.")
     @documented_errors(401, 402, 403, 404, 503)
     def get(self, scan_id):
         """Read one scan. Poll every 10 to 15 seconds until it is completed or failed. Costs 1 credit."""

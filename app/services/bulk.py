@@ -1,4 +1,4 @@
-"""Bulk input validation (decisions D7): which targets of a bulk call are queued, which
+"""Bulk input validation (D7): which targets of a bulk call are queued, which
 rejected and why. A bad target never fails the call; a bad call (no targets, too many,
 a tier without bulk) does, before anything is charged."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The webhook delivery state machine (spec §6, D11, D13): what happens to a delivery
+"""The webhook delivery state machine (§6, D11, D13): what happens to a delivery
 around each of its attempts. The worker (``workers.webhook_jobs``) only loads an
 attempt here, makes the HTTP request and hands its ``Outcome`` back here.
 

@@ -1,4 +1,4 @@
-"""The investigation engine's HTTP client (engine.md E1).
+"""The investigation engine's HTTP client (E1).
 
 One ``requests.Session`` per thread keeps connections alive between calls; it takes
 its proxy from the environment once, for ENGINE_URL, rather than on every call (which

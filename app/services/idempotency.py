@@ -1,4 +1,4 @@
-"""``Idempotency-Key`` on the POST endpoints (decisions D9).
+"""``Idempotency-Key`` on the POST endpoints (D9).
 
 A key is claimed by inserting a row (unique per customer and key) before the request
 is processed; the unique index, not a read-then-write, decides which of two

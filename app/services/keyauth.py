@@ -1,4 +1,4 @@
-"""API-key authentication (spec §5, decisions D2/D10).
+"""API-key authentication (§5, D2/D10).
 
 The key is looked up by its SHA-256 digest only; the plaintext is never stored,
 logged or compared. ``last_used_at`` is written at most once a minute per key so

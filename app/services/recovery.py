@@ -1,4 +1,4 @@
-"""The recovery sweep (decisions D13): nothing is lost when Redis, a worker or a
+"""The recovery sweep (D13): nothing is lost when Redis, a worker or a
 dispatch fails.
 
 It finds

@@ -2,7 +2,7 @@
 the reversal of a reservation. Reads are ``services.reads``; bulk input validation
 ``services.bulk``; the price of a creation ``billing.admission_cost``.
 
-Admission follows decisions D3, D7, D8 and D13:
+Admission follows D3, D7, D8 and D13:
 1. One write transaction serialises a customer's admissions (``BEGIN IMMEDIATE`` on
    SQLite, ``SELECT ... FOR UPDATE`` of the customer row on PostgreSQL). Inside it:
    balance, in-flight, hour and day checks, the scan rows and the charge with its

@@ -1,4 +1,4 @@
-"""Scan state transitions (decisions D5), shared by the tracking jobs and the sweep.
+"""Scan state transitions (D5), shared by the tracking jobs and the sweep.
 
 A final state is set by compare-and-set: ``UPDATE ... WHERE status IN ('queued',
 'running')``. Only the first writer sees one row changed, so a duplicate or replayed
@@ -21,7 +21,7 @@ from app.services import webhooks
 
 log = logging.getLogger(__name__)
 
-# The engine's eta is a whole number of seconds (engine.md E1), rounded up: a scan ends
+# The engine's eta is a whole number of seconds (E1), rounded up: a scan ends
 # within the second before its eta. Looking half a second before the eta and again at
 # it keeps the pause between the engine finishing and the look below half a second,
 # for at most one more look per scan (due times are kept to the millisecond, see

@@ -1,4 +1,4 @@
-"""Webhook events and deliveries (spec §6, D11, D12, D13).
+"""Webhook events and deliveries (§6, D11, D12, D13).
 
 A delivery row (with the exact body bytes every attempt will send) is committed in
 the transaction that finishes a scan; only then is its job enqueued, and a job Redis
@@ -41,7 +41,7 @@ def encode_body(body: dict) -> str:
 
 
 def event_body(scan) -> dict:
-    """The body of ``scan.completed`` (spec §6.4) or ``scan.failed`` (D11)."""
+    """The body of ``scan.completed`` (§6.4) or ``scan.failed`` (D11)."""
     event = "scan.completed" if scan.status == COMPLETED else "scan.failed"
     body = {"event": event, "scan_id": scan.id}
     if scan.bulk_id:
@@ -87,7 +87,8 @@ class DeliveryPage:
         return max(1, -(-self.total // self.per_page))
 
 
-def _owned_key(key_id: str, customer_id: str) -> ApiKey:
+def owned_key(key_id: str, customer_id: str) -> ApiKey:
+    """The customer's key ``key_id``; ``LookupError`` for another customer's or none."""
     key = ApiKey.get_or_none((ApiKey.id == key_id) & (ApiKey.customer == customer_id))
     if key is None:
         raise LookupError(f"no key {key_id}")
@@ -103,6 +104,7 @@ def _owned_delivery(delivery_id: str, customer_id: str) -> WebhookDelivery:
 
 
 def _valid_secret(secret: str) -> str:
+    """The one rule for a webhook secret set by hand (portal, CLI); D16's format goes here."""
     if not MIN_SECRET_LENGTH <= len(secret) <= MAX_SECRET_LENGTH:
         raise AccountError(
             f"the webhook secret must have {MIN_SECRET_LENGTH} to {MAX_SECRET_LENGTH} characters")
@@ -114,10 +116,13 @@ def _valid_secret(secret: str) -> str:
 def set_webhook(key_id: str, customer_id: str, url: str | None, secret: str | None = None) -> ApiKey:
     """Set (or with an empty ``url`` remove) the key's webhook URL, and its secret when given.
 
+    The one place a webhook URL and secret are checked and stored: the portal, the
+    operator's ``keys set-webhook`` and ``keys issue`` (``accounts.issue_key``) all
+    come here, so every entry point applies the same rules (14.12).
     ``secret`` None or empty keeps the current one. Deliveries already written keep the
     URL they were addressed to; a redelivery takes the key's URL of that moment.
     """
-    key = _owned_key(key_id, customer_id)
+    key = owned_key(key_id, customer_id)
     url = (url or "").strip()
     if url:
         check_webhook_url(url)
@@ -134,11 +139,20 @@ def generate_secret(key_id: str, customer_id: str) -> str:
     Attempts made from now on, retries of earlier deliveries included, are signed
     with the new secret.
     """
-    key = _owned_key(key_id, customer_id)
+    key = owned_key(key_id, customer_id)
     plaintext = new_webhook_secret()
     ApiKey.update(webhook_secret_enc=encrypt_secret(plaintext)).where(ApiKey.id == key.id).execute()
     log.info("key %s: webhook secret rotated", key.id)
     return plaintext
+
+
+def delivery_owner(delivery_id: str) -> str:
+    """The id of the customer a delivery belongs to (for the operator CLI); ``LookupError`` if none."""
+    customer_id = (WebhookDelivery.select(WebhookDelivery.customer).where(WebhookDelivery.id == delivery_id)
+                   .scalar() if "\x00" not in delivery_id else None)
+    if customer_id is None:
+        raise LookupError(f"no delivery {delivery_id}")
+    return customer_id
 
 
 def redeliver(delivery_id: str, customer_id: str) -> WebhookDelivery:
@@ -174,7 +188,7 @@ def sample_event_body() -> dict:
 
 def send_test_event(key_id: str, customer_id: str) -> WebhookDelivery:
     """Queue a test delivery to the key's webhook URL; logged and retried like any other."""
-    key = _owned_key(key_id, customer_id)
+    key = owned_key(key_id, customer_id)
     if not key.webhook_url:
         raise AccountError("the key has no webhook URL")
     body = sample_event_body()
@@ -205,7 +219,7 @@ def delivery_dict(delivery: WebhookDelivery, attempts: list[DeliveryAttempt]) ->
 def list_deliveries(key_id: str, customer_id: str, status: str | None = None, event: str | None = None,
                     page: int = 1, per_page: int = 20) -> DeliveryPage:
     """The key's deliveries, newest first, each with its attempts (newest first)."""
-    key = _owned_key(key_id, customer_id)
+    key = owned_key(key_id, customer_id)
     page, per_page = max(1, page), min(MAX_PER_PAGE, max(1, per_page))
     query = WebhookDelivery.select().where(WebhookDelivery.api_key == key.id)
     if status:

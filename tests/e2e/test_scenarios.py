@@ -63,6 +63,7 @@ def batch(stack, request):
     return ScenarioBatch(stack, selected or [p.stem for p in SCENARIO_FILES])
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("name", [p.stem for p in SCENARIO_FILES])
 def test_scenario(batch, name):
     result = batch.result(name)
@@ -99,6 +100,7 @@ def wrong_scenario(tmp_path):
     return path
 
 
+@pytest.mark.processes
 def test_false_expectations_are_missed_and_named(stack, wrong_scenario):
     result = runner.run_scenario(wrong_scenario, stack.run_config())
     assert not result.ok
@@ -119,6 +121,7 @@ def test_false_expectations_are_missed_and_named(stack, wrong_scenario):
     assert "MISSED" in table and "HTTP status == 201" in table and "expects_false" in table
 
 
+@pytest.mark.processes
 def test_command_line_exits_1_and_prints_the_missed_rows(stack, wrong_scenario):
     done = subprocess.run(
         [sys.executable, "-m", "simulator", "scenario", str(wrong_scenario), "--base-url", stack.base_url,
@@ -130,6 +133,7 @@ def test_command_line_exits_1_and_prints_the_missed_rows(stack, wrong_scenario):
     assert "MISSED" in done.stdout.splitlines()[-1] or "MISSED" in done.stdout
 
 
+@pytest.mark.processes
 def test_command_line_refuses_an_unknown_scenario(stack):
     done = subprocess.run(
         [sys.executable, "-m", "simulator", "scenario", "no_such_scenario", "--base-url", stack.base_url,

@@ -17,9 +17,9 @@ from simulator.procutil import free_port, wait_until
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.processes, pytest.mark.skipif(
     not (os.environ.get("TEST_DATABASE_URL", "").startswith("postgres") and os.environ.get("TEST_REDIS_URL")),
-    reason="needs TEST_DATABASE_URL=postgresql://... and TEST_REDIS_URL (CI's second run)")
+    reason="needs TEST_DATABASE_URL=postgresql://... and TEST_REDIS_URL (CI's second run)")]
 
 
 def test_production_stack_runs_a_scan_end_to_end(app, simulator, tmp_path):

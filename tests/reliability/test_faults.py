@@ -47,7 +47,7 @@ FINAL = ("completed", "failed")
 # --- helpers -----------------------------------------------------------------------------------
 
 class Receiver:
-    """A named webhook receiver of the simulator (engine.md E4)."""
+    """A named webhook receiver of the simulator (E4)."""
 
     def __init__(self, simulator, name: str, responses=(200,), delay_ms=0):
         self.base, self.name = simulator.url, name
@@ -125,6 +125,7 @@ def redis_app(app, base_config, dedicated_redis, request):
 
 
 @pytest.mark.config(RECOVERY_STALE_SECONDS=STALE, ENGINE_POLL_SECONDS=1)
+@pytest.mark.processes  # a dedicated redis-server
 def test_redis_killed_during_creations_loses_no_scan_and_the_sweep_dispatches_them(
         redis_app, dedicated_redis, make_customer, simulator, figures):
     hook = Receiver(simulator, "redis-killed")
@@ -192,6 +193,7 @@ def test_redis_killed_during_creations_loses_no_scan_and_the_sweep_dispatches_th
 
 @pytest.mark.config(RECOVERY_STALE_SECONDS=STALE, ENGINE_POLL_SECONDS=1, SCAN_TIMEOUT_SECONDS=60,
                     WEBHOOK_RETRY_SCHEDULE=(0, 30, 300))
+@pytest.mark.processes  # a dedicated redis-server
 def test_redis_restarted_mid_run_loses_its_data_and_the_sweep_recovers_everything(
         redis_app, dedicated_redis, make_customer, simulator, figures):
     hook = Receiver(simulator, "redis-restarted", responses=[500])  # failing until the end

@@ -1,4 +1,4 @@
-"""The recovery sweep (decisions D13): lost tracking jobs are re-dispatched, reservations
+"""The recovery sweep (D13): lost tracking jobs are re-dispatched, reservations
 the engine never heard of are reversed, and the operator command reports both.
 
 Real Redis (flushed to lose jobs), real database, the simulator over HTTP, freezegun's clock.

@@ -1,4 +1,4 @@
-"""Webhook delivery end to end (spec §6, D11, D13): real scans on the simulated engine,
+"""Webhook delivery end to end (§6, D11, D13): real scans on the simulated engine,
 real Redis and database, deliveries over HTTP to the simulator's receivers, and RQ
 jobs run on frozen scheduled time (``tests.jobrunner``), never on sleeps."""
 from __future__ import annotations
@@ -27,7 +27,7 @@ START = "2026-11-21 12:00:00"
 
 
 class Receiver:
-    """One named receiver of the simulator (engine.md E4)."""
+    """One named receiver of the simulator (E4)."""
 
     def __init__(self, base_url: str, name: str):
         self.base_url, self.name = base_url, name

@@ -1,4 +1,4 @@
-"""``python -m workers`` as a real process (decisions D13, D14).
+"""``python -m workers`` as a real process (D13, D14).
 
 The worker runs on wall-clock time here (a separate process cannot share freezegun's
 clock), so the one test that drives it waits in a bounded poll loop. The other tests
@@ -104,6 +104,7 @@ def scan_row(scan_id) -> Scan:
 
 
 @pytest.mark.config(ENGINE_POLL_SECONDS=0.5, RECOVERY_STALE_SECONDS=2, RECOVERY_INTERVAL_SECONDS=1)
+@pytest.mark.processes
 def test_a_worker_killed_mid_job_and_restarted_still_completes_the_scan(app, client, account, simulator, tmp_path):
     engine = HoldingEngine(simulator.url)
     proxy = ServerThread(engine)
