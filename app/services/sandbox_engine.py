@@ -13,7 +13,7 @@ followed by the URL-safe base64 (unpadded) of ``{"k": kind, "t": target, "c":
 submitted_unix_ms, "n": nonce}``, and everything else is derived from the kind, the
 target and the time elapsed since submission (``time.time()``, which freezegun moves).
 
-Timing and behaviour follow engine.md E3's target conventions (``app.simulated.conventions``):
+Timing and behaviour follow E3's target conventions (``app.simulated.conventions``):
 a scan takes ``SANDBOX_SCAN_SECONDS`` (``pending`` for its first 5 %, then ``running`` with
 ``recipes_done`` growing, then ``done``); ``fail…`` / ``…0000`` ends in ``error``
 ``engine_failed`` at the end of the run; ``slow…`` / ``…9999`` takes 60 s (or

@@ -1,5 +1,5 @@
 """The sandbox engine of test mode (decisions D15): the engine client's answers, with no
-network, stateless and deterministic, following engine.md E3's target conventions, with
+network, stateless and deterministic, following E3's target conventions, with
 the simulator's own results. Time is moved with freezegun; nothing sleeps."""
 from datetime import datetime
 
