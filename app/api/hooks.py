@@ -100,7 +100,7 @@ def _settle_idempotency(response):
     record_id = g.pop("idempotency_record", None)
     if record_id is None:
         return
-    idempotency.settle(record_id, response.status_code, response.get_data(as_text=True))
+    idempotency.settle(record_id, response.status_code, lambda: response.get_data(as_text=True))
 
 
 def teardown_api_request(exc):

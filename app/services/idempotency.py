@@ -41,10 +41,11 @@ def claim_request(customer_id: str, key: str, endpoint: str, raw_body: bytes):
     return claim(customer_id, key, endpoint, request_hash(endpoint, raw_body))
 
 
-def settle(record_id: int, status: int, body: str) -> None:
-    """Store the answer of a claimed request when it is the one replayed, else release the key."""
+def settle(record_id: int, status: int, body) -> None:
+    """Store the answer of a claimed request when it is the one replayed, else release the key.
+    ``body`` is the answer's text, or a function that gives it (read only when it is stored)."""
     if status == STORED_STATUS:
-        complete(record_id, status, body)
+        complete(record_id, status, body() if callable(body) else body)
     else:
         release(record_id)
 
