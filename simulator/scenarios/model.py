@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 TIERS = ("pro", "business", "enterprise")
 ENGINE_MODES = ("up", "down", "flaky")
@@ -57,7 +56,7 @@ SETUP_KEYS = {"tier", "credits", "limits", "receiver", "engine"}
 CUSTOMER_KEYS = SETUP_KEYS - {"engine"}
 LIMIT_KEYS = {"inflight", "hour", "day"}
 RECEIVER_KEYS = {"responses", "delay_ms"}
-SCENARIO_KEYS = {"name", "description", "setup", "customers", "steps", "exclusive"}
+SCENARIO_KEYS = {"name", "description", "tags", "setup", "customers", "steps", "exclusive"}
 
 # Which expectation keys each action understands (docs/scenarios.md explains them).
 _HTTP_EXPECT = {"status", "error", "body", "schema", "headers"}
@@ -136,6 +135,7 @@ class Scenario:
     engine: dict | None
     steps: list[Step]
     exclusive_flag: bool = False
+    tags: tuple[str, ...] = ()
 
     @property
     def exclusive(self) -> bool:
@@ -147,12 +147,10 @@ class Scenario:
 
 
 def load_scenario(path: str | Path) -> Scenario:
+    """Read, validate against the JSON Schema (``schema.py``: file, line, "did you mean"), parse."""
+    from simulator.scenarios.schema import validate_file  # it builds on this module's constants
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ScenarioError(f"{path}: cannot read: {exc}") from None
-    return parse_scenario(data, path)
+    return parse_scenario(validate_file(path), path)
 
 
 def parse_scenario(data: Any, path: Path | None = None, default_name: str | None = None) -> Scenario:
@@ -184,9 +182,12 @@ def parse_scenario(data: Any, path: Path | None = None, default_name: str | None
     if not isinstance(raw_steps, list) or not raw_steps:
         raise ScenarioError(f"{where}: steps must be a non-empty list")
     steps = [_step(i + 1, raw, customers, f"{where}: step {i + 1}") for i, raw in enumerate(raw_steps)]
+    tags = data.get("tags") or []
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise ScenarioError(f"{where}: tags must be a list of names")
     return Scenario(name=name, path=path, description=str(data.get("description") or "").strip(),
                     customers=customers, engine=engine, steps=steps,
-                    exclusive_flag=bool(data.get("exclusive", False)))
+                    exclusive_flag=bool(data.get("exclusive", False)), tags=tuple(tags))
 
 
 def _no_unknown(mapping: dict, allowed: set[str], where: str) -> None:
