@@ -451,6 +451,9 @@ def is_matcher(value) -> bool:
     return isinstance(value, dict) and bool(value) and all(k in OPERATORS for k in value)
 
 
+MISSED_LIMIT = 4000  # characters of an observed value shown for a missed expectation
+
+
 def short(value, limit: int = 70) -> str:
     if value is MISSING:
         return "(missing)"
@@ -588,17 +591,20 @@ def check_path(obj, path: str, matcher, *, prefix: str = "", as_text: bool = Fal
     expectation = f"{shown} {describe(matcher)}"
     if not multi:
         actual = values[0]
-        return Check(expectation, evaluate(actual, matcher, as_text=as_text), short(actual))
+        met = evaluate(actual, matcher, as_text=as_text)
+        # A miss shows what was there (up to MISSED_LIMIT): it is what the reader needs.
+        return Check(expectation, met, short(actual) if met else short(actual, MISSED_LIMIT))
     list_ops = is_matcher(matcher) and set(matcher) & LIST_OPERATORS
     if list_ops:
         element_ops = {k: v for k, v in matcher.items() if k not in LIST_OPERATORS}
         met = evaluate(values, {k: matcher[k] for k in list_ops})
         if element_ops:
             met = met and bool(values) and all(evaluate(v, element_ops, as_text=as_text) for v in values)
-        return Check(expectation, met, short(values))
+        return Check(expectation, met, short(values) if met else short(values, MISSED_LIMIT))
     if not values:
         return Check(expectation, False, "(no elements)")
     failing = [v for v in values if not evaluate(v, matcher, as_text=as_text)]
     if failing:
-        return Check(expectation, False, f"{len(failing)} of {len(values)} differ, e.g. {short(failing[0], 50)}")
+        return Check(expectation, False,
+                     f"{len(failing)} of {len(values)} differ, e.g. {short(failing[0], MISSED_LIMIT)}")
     return Check(expectation, True, f"all {len(values)}: {short(values, 60)}")

@@ -154,7 +154,7 @@ def compose(text: str, where: str) -> tuple[Any, yaml.Node | None, list[str]]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark else ""
-        problem = " ".join(p for p in (exc.context, exc.problem) if p)
+        problem = ": ".join(p for p in (exc.context, exc.problem) if p)
         raise model.ScenarioError(f"{where}{line}: not valid YAML: {problem}") from None
     except yaml.YAMLError as exc:
         raise model.ScenarioError(f"{where}: not valid YAML: {exc}") from None
