@@ -311,6 +311,8 @@ class ScenarioSession:
         info = getattr(report, "scenario", None)
         if not info or report.when != "call" or config.get_verbosity() < 0:
             return None
+        if hasattr(report, "node") and config.get_verbosity() == 0:
+            return None  # xdist writes results on one line: the usual '.' and 'F' (-v gives lines)
         met, total, seconds = info["met"], info["total"], info["seconds"]
         if report.passed:
             return "passed", f" {met}/{total} met ({seconds}s)", (f"PASSED {met}/{total} met ({seconds}s)",
