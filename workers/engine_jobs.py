@@ -20,7 +20,7 @@ from app.extensions import db
 from app.logging_setup import log_context
 from app.models import Scan, utcnow
 from app.models.scans import FINAL
-from app.services import engine, tracking
+from app.services import engine, scans, tracking
 from app.services.results import InvalidResult, normalize_result
 from app.services.reads import SCAN_BY_ID
 
@@ -60,7 +60,7 @@ def _track(scan_id: str, job_id: str | None) -> str:
         log.info("scan %s: job %s is not the current tracker, stopping", scan_id, job_id)
         return "stale"
     now = utcnow()
-    deadline = scan.created_at + timedelta(seconds=runtime.config["SCAN_TIMEOUT_SECONDS"])
+    deadline = tracking.deadline(scan)
     if now >= deadline:
         tracking.fail(scan_id, "engine_timeout", "the engine did not finish the scan in time")
         return "timeout"
@@ -69,7 +69,7 @@ def _track(scan_id: str, job_id: str | None) -> str:
         tracking.hand_over(scan_id, job_id, _poll_seconds())
         return "waiting"
     try:
-        state = engine.status(scan.engine_id)
+        state = scans.engine_for(scan.livemode).status(scan.engine_id)
         outcome = _apply(scan, state)
         if isinstance(outcome, dict):  # unfinished: the progress to record
             progress, outcome = outcome, "unfinished"

@@ -106,7 +106,7 @@ class ScanCreate(MethodView):
     def post(self, body):
         """Queue an investigation of one target. Costs 1 credit."""
         outcome = scans.create_scan(g.customer, g.api_key.id, body["target"], body.get("kind"),
-                                    request_id=g.request_id)
+                                    request_id=g.request_id, livemode=g.api_key.livemode)
         return json_body(with_poll_urls(hooks.served(outcome)), 202)
 
 
@@ -118,7 +118,7 @@ class ScanRead(MethodView):
     @documented_errors(401, 402, 403, 404, 503)
     def get(self, scan_id):
         """Read one scan. Poll every 10 to 15 seconds until it is completed or failed. Costs 1 credit."""
-        return json_body(reads.read_scan(g.customer.id, scan_id))
+        return json_body(reads.read_scan(g.customer.id, scan_id, g.api_key.livemode))
 
 
 @blp.route("/scan/bulk")
@@ -133,7 +133,8 @@ class BulkCreate(MethodView):
              "`rate_limit_day`; with `Retry-After`"})
     def post(self, body):
         """Queue up to 100 targets (Business and Enterprise). Costs 1 credit per queued scan, 1 if none."""
-        outcome = scans.create_bulk(g.customer, g.api_key.id, body["targets"], request_id=g.request_id)
+        outcome = scans.create_bulk(g.customer, g.api_key.id, body["targets"], request_id=g.request_id,
+                                    livemode=g.api_key.livemode)
         return json_body(with_poll_urls(hooks.served(outcome)), 202)
 
 
@@ -144,4 +145,4 @@ class BulkRead(MethodView):
     @documented_errors(401, 402, 403, 404, 503)
     def get(self, bulk_id):
         """Read every scan of a batch in one call. Costs 1 credit."""
-        return json_body(reads.read_bulk(g.customer.id, bulk_id))
+        return json_body(reads.read_bulk(g.customer.id, bulk_id, g.api_key.livemode))

@@ -23,11 +23,13 @@ BATCH_SCANS = (f"SELECT id, status, target, kind, completed_at, result_json, fai
                f"failure_message FROM {table(Scan)} WHERE bulk_id = ? ORDER BY bulk_index")
 
 
-def _owned(model, object_id: str, customer_id: str, what: str):
+def _owned(model, object_id: str, customer_id: str, what: str, livemode: bool):
     row = execute(SCAN_BY_ID if model is Scan else BATCH_BY_ID, (object_id,)).fetchone()
     if row is None:
         raise NotFound(f"no {what} with this id")
     row = instance(model, row)
+    if row.livemode != livemode:  # test and live data never mix (D15): as if it did not exist
+        raise NotFound(f"no {what} with this id")
     if row.customer_id != customer_id:
         raise Forbidden(f"this {what} belongs to another customer")
     return row
@@ -59,7 +61,7 @@ def final_state(scan, *, raw_result: bool = False) -> dict | None:
 
 def scan_view(scan, now, *, raw_result: bool = False) -> dict:
     """The read body of D5 for one scan in any state (``raw_result``: the result as RawJSON)."""
-    body = {"ok": True, "scan_id": scan.id, "status": scan.status, "target": scan.target, "kind": scan.kind,
+    body = {"ok": True, "scan_id": scan.id, "livemode": scan.livemode, "status": scan.status, "target": scan.target, "kind": scan.kind,
             "created_at": iso(scan.created_at)}
     if scan.bulk_id:
         body["bulk_id"] = scan.bulk_id
@@ -72,19 +74,20 @@ def scan_view(scan, now, *, raw_result: bool = False) -> dict:
     return body
 
 
-def read_scan(customer_id: str, scan_id: str) -> dict:
-    """The body of ``GET /scan/{id}``; a completed scan's result is ``RawJSON``."""
-    return scan_view(_owned(Scan, scan_id, customer_id, "scan"), utcnow(), raw_result=True)
+def read_scan(customer_id: str, scan_id: str, livemode: bool = True) -> dict:
+    """The body of ``GET /scan/{id}``; a completed scan's result is ``RawJSON``. A scan of the
+    other mode than the calling key's is not found (D15)."""
+    return scan_view(_owned(Scan, scan_id, customer_id, "scan", livemode), utcnow(), raw_result=True)
 
 
-def read_bulk(customer_id: str, bulk_id: str) -> dict:
+def read_bulk(customer_id: str, bulk_id: str, livemode: bool = True) -> dict:
     """The body of ``GET /scan/bulk/{id}``; completed scans' results are ``RawJSON``.
 
     ``rejected_count`` (amended D7) is the targets refused at creation: the batch stores
     the number submitted (``total``) and has a scan for every target it queued, so it is
     their difference, and ``total`` = queued + running + completed + failed + rejected_count.
     """
-    batch = _owned(BulkBatch, bulk_id, customer_id, "bulk batch")
+    batch = _owned(BulkBatch, bulk_id, customer_id, "bulk batch", livemode)
     counts = {QUEUED: 0, RUNNING: 0, COMPLETED: 0, FAILED: 0}
     entries = []
     all_done = True
@@ -100,5 +103,5 @@ def read_bulk(customer_id: str, bulk_id: str) -> dict:
         else:
             entry.update(final)
         entries.append(entry)
-    return {"ok": True, "bulk_id": batch.id, "total": batch.total, **counts,
+    return {"ok": True, "bulk_id": batch.id, "livemode": batch.livemode, "total": batch.total, **counts,
             "rejected_count": max(0, batch.total - len(entries)), "all_done": all_done, "scans": entries}

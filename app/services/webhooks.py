@@ -46,6 +46,7 @@ def event_body(scan) -> dict:
     body = {"event": event, "scan_id": scan.id}
     if scan.bulk_id:
         body["bulk_id"] = scan.bulk_id
+    body["livemode"] = scan.livemode
     body.update(target=scan.target, kind=scan.kind, status=scan.status)
     body.update(final_state(scan))
     return body
@@ -56,7 +57,7 @@ def _create_delivery(key: ApiKey, event: str, body: dict, scan_id: str | None) -
     return WebhookDelivery.create(
         id=delivery_id, customer=key.customer_id, api_key=key.id, scan_id=scan_id, event=event,
         url=key.webhook_url, body=encode_body(body), job_id=delivery_job_id(delivery_id, 1),
-        next_attempt_at=utcnow())
+        next_attempt_at=utcnow(), livemode=key.livemode)
 
 
 def record_event(scan) -> WebhookDelivery | None:
@@ -177,11 +178,12 @@ def redeliver(delivery_id: str, customer_id: str) -> WebhookDelivery:
     return delivery
 
 
-def sample_event_body() -> dict:
-    """A ``scan.completed`` body for no real scan: ``"test": true``, a ``scn_test_`` id."""
+def sample_event_body(livemode: bool = True) -> dict:
+    """A ``scan.completed`` body for no real scan: ``"test": true``, a ``scn_test_`` id, and the
+    ``livemode`` of the key it is sent for."""
     result = normalize_result({"ai_summary": "Test event sent from the key's management page; "
                                              "it describes no real scan."}, "email")
-    return {"event": "scan.completed", "scan_id": f"scn_test_{secrets.token_urlsafe(12)}",
+    return {"event": "scan.completed", "scan_id": f"scn_test_{secrets.token_urlsafe(12)}", "livemode": livemode,
             "target": "test@example.com", "kind": "email", "status": COMPLETED,
             "completed_at": iso(utcnow()), "result": result, "test": True}
 
@@ -191,7 +193,7 @@ def send_test_event(key_id: str, customer_id: str) -> WebhookDelivery:
     key = owned_key(key_id, customer_id)
     if not key.webhook_url:
         raise AccountError("the key has no webhook URL")
-    body = sample_event_body()
+    body = sample_event_body(key.livemode)
     delivery = _create_delivery(key, body["event"], body, scan_id=None)
     dispatch(delivery)
     return delivery
@@ -208,7 +210,7 @@ def attempt_dict(attempt: DeliveryAttempt) -> dict:
 def delivery_dict(delivery: WebhookDelivery, attempts: list[DeliveryAttempt]) -> dict:
     return {
         "delivery_id": delivery.id, "event": delivery.event, "scan_id": delivery.scan_id,
-        "test": delivery.scan_id is None, "url": delivery.url, "status": delivery.status,
+        "test": delivery.scan_id is None, "livemode": delivery.livemode, "url": delivery.url, "status": delivery.status,
         "attempts": [attempt_dict(a) for a in attempts], "created_at": iso(delivery.created_at),
         "finished_at": iso(delivery.finished_at),
         "next_attempt_at": iso(delivery.next_attempt_at) if delivery.status == PENDING else None,
