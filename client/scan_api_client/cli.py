@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: 
         if getattr(args, "limit", 1) < 1:
             raise UsageError("--limit must be at least 1")
         targets = load_targets(args.file, stdin) if args.command == "bulk" else None
-        client = ScanClient(url, key, session=session, sleep=sleep or time.sleep, clock=clock,
+        client = ScanClient(url, key, session=session, sleep=sleep, clock=clock,
                             poll_interval=getattr(args, "poll_interval", 12.0))
         with client:
             if args.command == "scan":

@@ -98,7 +98,7 @@ class ScanClient:
 
     def __init__(self, base_url: str, api_key: str, *, session: requests.Session | None = None,
                  timeout: float = 30, poll_interval: float = 12.0, max_retries: int = 3,
-                 sleep: Callable[[float], Any] = time.sleep, max_retry_after: float | None = 300.0,
+                 sleep: Callable[[float], Any] | None = None, max_retry_after: float | None = 300.0,
                  clock: Callable[[], float] | None = None, user_agent: str = USER_AGENT):
         if not api_key:
             raise ValueError("api_key is required")
@@ -113,7 +113,7 @@ class ScanClient:
         self.poll_interval = poll_interval
         self.max_retries = max(0, int(max_retries))
         self.max_retry_after = max_retry_after
-        self._sleep = sleep
+        self._sleep = sleep if sleep is not None else _default_sleep
         self._clock = clock
         self.user_agent = user_agent
         # What the last answer said about the account (None until an answer carried it).
@@ -350,6 +350,10 @@ class ScanClient:
         with _bar(progress, bulk_id, on_progress) as callback:
             return self._poll(lambda: self.get_bulk(bulk_id), lambda b: bool(b.all_done), bulk_id, timeout,
                               callback, poll_interval)
+
+
+def _default_sleep(seconds: float) -> None:
+    time.sleep(seconds)
 
 
 def _idempotency(given: str | None) -> str:
