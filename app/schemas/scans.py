@@ -213,8 +213,10 @@ class ScanListQuerySchema(ma.Schema):
                            metadata={"description": "Only scans in this state.", "example": "completed"})
     kind = fields.String(validate=ma.validate.OneOf(["email", "phone", "username"]),
                          metadata={"description": "Only scans of this kind.", "example": "email"})
-    bulk_id = fields.String(validate=ma.validate.Length(min=1, max=40), metadata={
-        "description": "Only the scans of this bulk batch.", "example": "blk_Q2x0mV8rLk1cYt6nWb3a9g"})
+    # Ids are a prefix and URL-safe characters: anything else (a NUL byte PostgreSQL cannot even
+    # compare) is a 400, not a query.
+    bulk_id = fields.String(validate=[ma.validate.Length(min=1, max=40), ma.validate.Regexp(r"^[A-Za-z0-9_-]+$")],
+                            metadata={"pattern": "^[A-Za-z0-9_-]+$", "description": "Only the scans of this bulk batch.", "example": "blk_Q2x0mV8rLk1cYt6nWb3a9g"})
     created_after = fields.AwareDateTime(default_timezone=timezone.utc, metadata={
         "description": "Only scans created after this time (ISO 8601; UTC when no offset is given).",
         "example": "2026-11-21T00:00:00Z"})
@@ -223,7 +225,9 @@ class ScanListQuerySchema(ma.Schema):
         "example": "2026-11-22T00:00:00Z"})
     limit = fields.Integer(load_default=20, validate=ma.validate.Range(min=1, max=100), metadata={
         "description": "Page size, 1 to 100.", "example": 20})
-    starting_after = fields.String(validate=ma.validate.Length(min=1, max=40), metadata={
+    starting_after = fields.String(validate=[ma.validate.Length(min=1, max=40),
+                                             ma.validate.Regexp(r"^[A-Za-z0-9_-]+$")], metadata={
+        "pattern": "^[A-Za-z0-9_-]+$",
         "description": "The last `scan_id` of the previous page: the page starts with the scan created just "
                        "before it.", "example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
 
