@@ -32,7 +32,7 @@ from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, utcnow
 from app.models.webhooks import FAILED, PENDING, SUCCEEDED
 from app.services.crypto import decrypt_secret
 from app.services.webhook_urls import AttemptDeadline, UnsafeWebhookUrl, check_scheme, guarded_session
-from app.services.webhooks import delivery_job_id, job_attempt_number
+from app.services.webhooks import EXCERPT_BYTES, delivery_job_id, job_attempt_number, response_excerpt
 from app.webhook_signature import SIGNATURE_HEADER, sign
 from workers.queues import DELIVERY_JOB_TIMEOUT, enqueue_delivery
 from workers.recovery import live_job_ids
@@ -41,7 +41,6 @@ log = logging.getLogger(__name__)
 
 USER_AGENT = "Service-Webhook/1"
 IN_PROGRESS = "in_progress"
-EXCERPT_BYTES = 1024
 # RQ kills a delivery job after the job_timeout that workers.queues.enqueue_delivery
 # gives it (120 s): an attempt in progress for longer has certainly been abandoned.
 ATTEMPT_DEADLINE_SECONDS = DELIVERY_JOB_TIMEOUT
@@ -161,7 +160,8 @@ def _post(url: str, headers: dict, body: bytes) -> Outcome:
 
 
 def _excerpt(response, deadline: AttemptDeadline) -> str:
-    """The first KiB of the body; a huge answer is never downloaded, a dripped one is cut at the deadline."""
+    """The first KiB of the body, made safe to store (``response_excerpt``); a huge answer
+    is never downloaded, a dripped one is cut at the deadline."""
     try:
         data = response.raw.read(EXCERPT_BYTES, decode_content=True) or b""
     except (Urllib3Error, OSError):
@@ -170,7 +170,7 @@ def _excerpt(response, deadline: AttemptDeadline) -> str:
     finally:
         deadline.finish()  # before the socket is closed
         response.close()
-    return data[:EXCERPT_BYTES].decode("utf-8", errors="replace")
+    return response_excerpt(data)
 
 
 def _record(delivery: WebhookDelivery, attempt: DeliveryAttempt, outcome: Outcome) -> str:

@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 MIN_SECRET_LENGTH, MAX_SECRET_LENGTH = 16, 256
 MAX_PER_PAGE = 100
+# How much of a receiver's answer an attempt keeps.
+EXCERPT_BYTES = 1024
 
 
 def delivery_job_id(delivery_id: str, number: int) -> str:
@@ -199,6 +201,18 @@ def send_test_event(key_id: str, customer_id: str) -> WebhookDelivery:
     delivery = _create_delivery(key, body["event"], body, scan_id=None)
     dispatch(delivery)
     return delivery
+
+
+def response_excerpt(data: bytes | None) -> str:
+    """What an attempt keeps of a receiver's answer: its first EXCERPT_BYTES bytes as UTF-8
+    text (anything else, binary or UTF-16, with replacement characters) without NUL.
+
+    The receiver is untrusted and PostgreSQL refuses NUL in text: an excerpt that could
+    not be stored left its attempt unrecorded, and the delivery was sent again although
+    the receiver had answered 2xx. So this holds on every database, not only there.
+    """
+    text = (data or b"")[:EXCERPT_BYTES].decode("utf-8", errors="replace")
+    return text.replace("\x00", "")
 
 
 def attempt_dict(attempt: DeliveryAttempt) -> dict:
