@@ -179,9 +179,11 @@ def users_create(customer_id, email, password_stdin, as_json):
 @scans_cli.command("recover")
 @json_option
 def scans_recover(as_json):
-    """Re-dispatch scans and webhook deliveries whose jobs were lost (D13)."""
+    """Re-dispatch scans and webhook deliveries whose jobs were lost (D13), now: every one
+    whose job is not alive, however recent (the workers' periodic sweep waits
+    RECOVERY_STALE_SECONDS)."""
     from workers.recovery import sweep
-    report = run(as_json, sweep)
+    report = run(as_json, lambda: sweep(at_once=True))
     emit(as_json, {"ok": True, **report}, ", ".join(f"{k}: {v}" for k, v in report.items()))
 
 
