@@ -22,6 +22,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, TimeoutError as RedisTimeoutError
 from rq import Queue, SimpleWorker
 from rq.defaults import DEFAULT_WORKER_TTL
+from rq.worker import WorkerStatus
 from rq.exceptions import StopRequested
 from rq.job import Job
 from rq import worker_registration
@@ -181,7 +182,7 @@ class ScanWorker(SimpleWorker):
     def heartbeat(self, timeout=None, pipeline=None):
         # The first call of each turn of RQ's dequeue loop, its retries while Redis is
         # down included: an idle worker asked to stop stops here at the latest.
-        if self._stop_requested and pipeline is None and self.get_state() != "busy":
+        if self._stop_requested and pipeline is None and self.get_state() != WorkerStatus.BUSY:
             raise StopRequested()
         try:
             if self._redis_lost and pipeline is None:
