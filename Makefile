@@ -1,43 +1,66 @@
-# The two commands a newcomer needs: `make run` and `make test`.
+# The two commands a newcomer needs: `make run` and `make test` (`make help` lists the others).
 PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install run test scenarios fuzz bench clean
+.PHONY: help install install-test run test test-fast scenarios fuzz bench clean
 
-$(VENV)/.installed: requirements.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+## make help: this list.
+help:
+	@sed -n 's/^## //p' $(MAKEFILE_LIST)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+
+# One stamp per set of requirements, so that switching between `make run` and `make test`
+# installs only what the other one is missing.
+$(VENV)/.installed-run: requirements.txt requirements-dev.txt | $(PY)
+	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
-install: $(VENV)/.installed
+$(VENV)/.installed-test: requirements.txt requirements-test.txt | $(PY)
+	$(PY) -m pip install --quiet -r requirements-test.txt
+	touch $@
+
+## make install: the service's runtime requirements plus the development runner (honcho).
+install: $(VENV)/.installed-run
+
+## make install-test: the runtime requirements plus the test suite's tools.
+install-test: $(VENV)/.installed-test
 
 ## make run: API + worker + simulator on SQLite and an embedded Redis, with a demo key.
 run: install
 	$(PY) -m app.dev
 
-## make test: the whole suite (real Redis, real database, simulator over HTTP).
-test: install
+## make test: the whole suite (real Redis, real database, simulator over HTTP, real processes, Chromium).
+test: install-test
 	@test -x /usr/bin/chromium || echo "NOTE: /usr/bin/chromium is missing: the browser tests will be SKIPPED (apt-get install chromium)"
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+## make test-fast: the suite without the tests that start real processes or run long (-m "not processes and not slow").
+test-fast: install-test
+	$(PY) -m pytest -m "not processes and not slow" $(PYTEST_ARGS)
+
+## make clean: remove the virtualenv, the instance folder and test artifacts.
 clean:
 	rm -rf $(VENV) instance artifacts .pytest_cache
 
-## make scenarios: the QA scenarios end to end, against API + worker + simulator started as real processes.
+## make scenarios: the QA scenarios end to end (pytest, one test per file), against API + worker + simulator
+## started as real processes. PYTEST_ARGS='-k bulk', '-m webhooks', '-v', '-n auto', '--junitxml=FILE'.
 scenarios: install
-	$(PY) -m simulator.scenarios.stack all
+	$(PY) -m simulator scenario all $(PYTEST_ARGS)
 
 ## make fuzz: schemathesis and the hostile-input tests with many more generated cases, random each run
 ## (FUZZ_EXAMPLES per operation and generation mode; CI runs 25, derandomized).
 FUZZ_EXAMPLES ?= 300
-fuzz: install
+fuzz: install-test
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/security/test_fuzz.py -q -p no:cacheprovider $(PYTEST_ARGS)
 
 ## make bench: the real stack on this machine (PostgreSQL db "bench", Redis db 11, gunicorn, workers,
-## simulator), driven by wrk; figures in bench/results/<UTC time>/ (docs/performance.md). BENCH_ARGS=--quick
+## simulator), driven by wrk; raw outputs written locally to bench/results/<UTC time>/ (untracked;
+## the figures are in docs/performance.md). BENCH_ARGS=--quick
 BENCH_ARGS ?=
 bench: install
 	@command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 2; }

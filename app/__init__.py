@@ -11,15 +11,23 @@ import secrets
 
 from flask import Flask, abort, g, request
 from flask.sessions import SecureCookieSessionInterface
+from werkzeug.exceptions import NotFound
+from werkzeug.routing import RequestRedirect
 
 from app import config as app_config
 from app import runtime
 from app.db import init_db
-from app.errors import register_error_handlers
+from app.errors import allow_header, register_error_handlers
 from app.extensions import csrf, db
 from app.logging_setup import setup_logging
 
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+SLASHES_RE = re.compile(r"/{2,}")
+
+
+def is_api_path(path: str) -> bool:
+    """``/api/...``, also when written with doubled slashes (``//api//v1/scan``)."""
+    return SLASHES_RE.sub("/", path).startswith("/api/")
 
 
 class PortalSessionInterface(SecureCookieSessionInterface):
@@ -39,6 +47,12 @@ def create_app(config: dict | None = None) -> Flask:
     settings = app_config.finalize(settings)
 
     app = Flask(__name__, instance_path=settings["INSTANCE_PATH"], instance_relative_config=False)
+    if settings.get("TRUSTED_PROXIES"):
+        # The client address and scheme as the trusted proxies saw them; with 0 (the default)
+        # X-Forwarded-For is never read, so a client cannot pick its own address.
+        from werkzeug.middleware.proxy_fix import ProxyFix
+        proxies = int(settings["TRUSTED_PROXIES"])
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=proxies, x_proto=proxies)
     app.session_interface = PortalSessionInterface()
     app.config.update(settings)
     app.config.update(
@@ -68,8 +82,8 @@ def create_app(config: dict | None = None) -> Flask:
     from app.portal import bp as portal_bp
     app.register_blueprint(portal_bp)
 
-    from app.metrics import bp as metrics_bp
-    app.register_blueprint(metrics_bp)
+    from app import metrics_http
+    metrics_http.init_app(app)  # /metrics, and a log line and counters per request
 
     from app.cli import register_cli
     register_cli(app)
@@ -92,6 +106,29 @@ def _register_request_hooks(app: Flask) -> None:
                 abort(413)
 
     @app.before_request
+    def no_redirects_on_the_api():
+        # werkzeug answers "//api/v1/scan/x" (merged slashes) and a missing trailing slash
+        # with an HTML 308 whose Location is built from the client's Host header. The API
+        # redirects nowhere: such a path is one it does not have (D2: 404 not_found).
+        if isinstance(request.routing_exception, RequestRedirect) and is_api_path(request.path):
+            raise NotFound()
+
+    @app.before_request
+    def answer_api_options():
+        # Flask's automatic OPTIONS would run the API's authentication and be charged as a
+        # 200: answer it here, before any key is looked at, free and with an empty body.
+        if request.method != "OPTIONS" or not is_api_path(request.path) or request.url_rule is None:
+            return None
+        try:
+            methods = app.url_map.bind_to_environ(request.environ).allowed_methods()
+        except Exception:  # pragma: no cover - the path matched a rule a moment ago
+            methods = request.url_rule.methods or ()
+        response = app.response_class(status=204)
+        del response.headers["Content-Type"]  # no body, so no type
+        response.headers["Allow"] = allow_header(methods)
+        return response
+
+    @app.before_request
     def refuse_nul_in_path():
         # No id holds a NUL byte, and PostgreSQL refuses to even compare one: an unknown path.
         if "\x00" in request.path:
@@ -101,6 +138,9 @@ def _register_request_hooks(app: Flask) -> None:
     def add_request_id(response):
         response.headers["X-Request-Id"] = g.get("request_id", "")
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        if is_api_path(request.path) and not request.path.startswith("/api/docs/"):  # docs assets cache
+            # Scan reads, creations and batches carry personal data: no cache may keep them.
+            response.headers["Cache-Control"] = "no-store"
         return response
 
     @app.teardown_request

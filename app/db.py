@@ -11,11 +11,14 @@ import time
 from contextlib import contextmanager
 from urllib.parse import urlparse
 
-from peewee import PostgresqlDatabase, SqliteDatabase
+from peewee import DatabaseProxy, PostgresqlDatabase, SqliteDatabase
 from playhouse.db_url import connect, parse
 from playhouse.pool import PooledPostgresqlDatabase
 
-from app.extensions import db
+# Bound to SQLite or PostgreSQL at start-up by ``init_db``. Defined here, not in
+# ``app.extensions`` (which holds Flask extensions), so that models and services
+# reach the database without importing Flask.
+db = DatabaseProxy()
 
 SQLITE_PRAGMAS = {
     "journal_mode": "wal",
@@ -57,6 +60,38 @@ class PostgresPool(PooledPostgresqlDatabase):
         return super()._is_closed(conn)
 
 
+class DatabaseUnreachable(Exception):
+    """The database at DATABASE_URL does not answer; the message is one line without secrets."""
+
+
+def describe_url(url: str) -> str:
+    """``scheme://host:port/name`` of a database URL, without its user or password."""
+    parsed = urlparse(url)
+    if parsed.scheme.startswith("sqlite"):
+        return url
+    host = parsed.hostname or "localhost"
+    port = f":{parsed.port}" if parsed.port else ""
+    return f"{parsed.scheme}://{host}{port}{parsed.path}"
+
+
+def check_reachable(url: str, timeout: int = 5) -> None:
+    """Open one connection to ``url`` and run ``SELECT 1``, outside the shared proxy (so a
+    forking server holds no connection), or raise DatabaseUnreachable."""
+    scheme = urlparse(url).scheme
+    kwargs = {"connect_timeout": timeout} if scheme in ("postgres", "postgresql") else {}
+    database = None
+    try:
+        database = (connect(url, **kwargs) if kwargs else make_database(url))
+        database.connect()
+        database.execute_sql("SELECT 1")
+    except Exception as exc:  # any driver's failure: one line, never its traceback
+        first = (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]
+        raise DatabaseUnreachable(f"the database at {describe_url(url)} is unreachable: {first}") from None
+    finally:
+        if database is not None and not database.is_closed():
+            database.close()
+
+
 def make_database(url: str):
     scheme = urlparse(url).scheme
     if scheme.startswith("sqlite"):
@@ -94,7 +129,7 @@ def write_transaction():
 
     SQLite: ``BEGIN IMMEDIATE`` takes the write lock up front, so two admissions never
     read the same counts. PostgreSQL: a plain transaction; the caller locks the
-    customer's row with ``SELECT ... FOR UPDATE`` (``services.scans._lock_customer``).
+    customer's row with ``SELECT ... FOR UPDATE`` (``services.accounts.lock_customer``).
     """
     if is_sqlite():
         with db.atomic("IMMEDIATE") as txn:

@@ -7,6 +7,7 @@ worker and the simulator together under honcho until Ctrl-C.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -38,9 +39,14 @@ def main() -> int:
     api_port = os.environ.get("API_PORT", "8000")
     sim_port = os.environ.get("SIM_PORT", "8700")
     bin_dir = os.path.dirname(sys.executable)  # the venv's gunicorn and python come first
+    # The API and the worker add up their metrics in one directory, emptied at each start.
+    metrics_dir = os.path.join(runtime.config["INSTANCE_PATH"], "prometheus")
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+    os.makedirs(metrics_dir)
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", REDIS_URL=redis_url, ENGINE_URL=f"http://127.0.0.1:{sim_port}",
                API_PORT=api_port, SIM_PORT=sim_port, PUBLIC_BASE_URL=f"http://127.0.0.1:{api_port}",
-               SIM_TIME_SCALE=os.environ.get("SIM_TIME_SCALE", "0.1"), PYTHONUNBUFFERED="1")
+               SIM_TIME_SCALE=os.environ.get("SIM_TIME_SCALE", "0.1"), PYTHONUNBUFFERED="1",
+               PROMETHEUS_MULTIPROC_DIR=metrics_dir)
     base = f"http://127.0.0.1:{api_port}"
     print(f"""
 Public Scan API (development) on {base}  -  docs: {base}/api/docs

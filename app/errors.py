@@ -1,7 +1,8 @@
-"""One error shape for every layer (decisions D1).
+"""One error shape for every layer (D1).
 
-``ApiError`` is what services and views raise; the handlers below turn it, webargs
-validation errors, werkzeug's HTTP errors (404, 405, 413...) and anything
+Services raise the domain errors of ``app.services.errors``; ``SERVICE_ERROR_STATUS``
+below is the one table of their HTTP statuses and headers. ``ApiError`` is what the
+HTTP layer itself raises. The handlers below turn both, webargs validation errors, werkzeug's HTTP errors (404, 405, 413...) and anything
 unexpected into ``{"ok": false, "error", "message", "request_id"[, "details"]}``
 with ``Content-Type: application/json``. No stack trace or HTML page reaches a client.
 """
@@ -9,10 +10,12 @@ from __future__ import annotations
 
 import logging
 
-from flask import Flask, g, jsonify
+from flask import Flask, current_app, g, jsonify, request
 from flask_wtf.csrf import CSRFError
 from peewee import InterfaceError, OperationalError
 from werkzeug.exceptions import HTTPException
+
+from app.services import errors as domain
 
 log = logging.getLogger("app.errors")
 
@@ -29,6 +32,32 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
+# Each domain error's HTTP status (the first class that matches, so subclasses first).
+SERVICE_ERROR_STATUS = (
+    (domain.InvalidRequest, 400),
+    (domain.NotAuthenticated, 401),
+    (domain.InsufficientBalance, 402),
+    (domain.Forbidden, 403),
+    (domain.NotFound, 404),
+    (domain.Conflict, 409),
+    (domain.RateLimited, 429),
+    (domain.EngineUnavailable, 502),
+    (domain.ServiceError, 400),
+)
+
+
+def from_service_error(exc: domain.ServiceError) -> ApiError:
+    """The HTTP answer of a domain error: its status, and the headers its data calls for."""
+    status = next(code for cls, code in SERVICE_ERROR_STATUS if isinstance(exc, cls))
+    headers = {}
+    if exc.retry_after is not None:
+        headers["Retry-After"] = exc.retry_after
+    if isinstance(exc, domain.NotAuthenticated):
+        challenge = 'Bearer realm="api"'
+        headers["WWW-Authenticate"] = challenge + (f', error="{exc.code}"' if exc.code != "unauthorized" else "")
+    return ApiError(status, exc.code, exc.message, details=exc.details, headers=headers)
+
+
 # Messages for werkzeug's own errors, so 404/405/413 read like the rest of the API.
 HTTP_CODES = {
     400: ("invalid_request", "the request could not be understood"),
@@ -40,6 +69,12 @@ HTTP_CODES = {
 }
 
 DB_ERRORS = (OperationalError, InterfaceError)
+
+
+def allow_header(methods) -> str:
+    """The ``Allow`` value of a path: the methods that act on it. OPTIONS, which every path
+    answers (for free, with this header), is left out, so ``/api/v1/scan/bulk`` says ``POST``."""
+    return ", ".join(sorted(m for m in methods if m != "OPTIONS"))
 
 
 def error_response(status, error, message, *, details=None, headers=None):
@@ -74,8 +109,17 @@ def handle_api_error(exc: ApiError):
     return error_response(exc.status, exc.error, exc.message, details=exc.details, headers=exc.headers)
 
 
+def handle_service_error(exc: domain.ServiceError):
+    return handle_api_error(from_service_error(exc))
+
+
 def handle_http_exception(exc: HTTPException):
     if isinstance(exc, CSRFError):
+        if current_app.config.get("SESSION_COOKIE_SECURE") and not request.is_secure:
+            # The session cookie (and the CSRF secret in it) is Secure: over plain HTTP the
+            # browser never sends it back, so every form fails. Say so rather than "reload".
+            return error_response(400, "csrf_failed", "the portal must be reached over HTTPS: over plain HTTP "
+                                  "the browser does not send the session cookie, so no form can be accepted")
         return error_response(400, "csrf_failed", "the form is missing a valid CSRF token; reload the page and retry")
     data = getattr(exc, "data", None)
     if exc.code in (400, 422) and data and "messages" in data:
@@ -95,13 +139,15 @@ def handle_http_exception(exc: HTTPException):
         message = "the request body is not valid JSON"
     headers = {}
     if exc.code == 405 and getattr(exc, "valid_methods", None):
-        headers["Allow"] = ", ".join(exc.valid_methods)
+        headers["Allow"] = allow_header(exc.valid_methods)
     return error_response(exc.code, error, message, headers=headers)
 
 
 def handle_unexpected(exc: BaseException):
     if isinstance(exc, ApiError):
         return handle_api_error(exc)
+    if isinstance(exc, domain.ServiceError):
+        return handle_service_error(exc)
     if isinstance(exc, DB_ERRORS):
         log.error("database unavailable: %s", exc.__class__.__name__)
         return service_unavailable()
@@ -111,5 +157,6 @@ def handle_unexpected(exc: BaseException):
 
 def register_error_handlers(app: Flask) -> None:
     app.register_error_handler(ApiError, handle_api_error)
+    app.register_error_handler(domain.ServiceError, handle_service_error)
     app.register_error_handler(HTTPException, handle_http_exception)
     app.register_error_handler(Exception, handle_unexpected)

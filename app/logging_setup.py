@@ -71,6 +71,10 @@ class JsonFormatter(logging.Formatter):
             value = getattr(record, name, "-")
             if value and value != "-":
                 entry[name] = value
+        # A request's line (app.metrics) carries method, route, status, duration_ms, bytes.
+        for name, value in (getattr(record, "http", None) or {}).items():
+            if value is not None:
+                entry[name] = value
         if record.exc_info:
             entry["exception"] = SECRET_RE.sub(r"\1[redacted]", self.formatException(record.exc_info))
         return json.dumps(entry, ensure_ascii=False)

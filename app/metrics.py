@@ -1,12 +1,15 @@
-"""Prometheus metrics at ``/metrics``.
+"""Prometheus metrics at ``/metrics``, and one log line per request.
 
-Two kinds, so that figures agree however many API and worker processes run:
-- Business totals are read from the database and Redis at scrape time (scans by
-  kind, tier and status; credits charged by reason; webhook attempts by outcome;
-  queue depths), cached for a few seconds so frequent scrapes stay cheap.
-- Request-path observations (429s by code, engine call latency, scans created) are
-  counted in the process; under gunicorn set ``PROMETHEUS_MULTIPROC_DIR`` so that
-  prometheus_client aggregates its workers.
+Every figure is a process counter or histogram (prometheus-client), so a scrape costs
+the same however large the tables grow: it reads no table, only ``SELECT 1`` and a
+handful of Redis keys (queue depths, the oldest job's age, scheduled jobs). The API's
+gunicorn workers and the RQ workers of a host add their counters up through
+prometheus-client's multiprocess mode: point ``PROMETHEUS_MULTIPROC_DIR`` of all of them
+at one directory (gunicorn.conf.py makes a private one when it is unset; ``make run``
+and the tests set one up).
+
+This module imports no Flask: services and workers call the ``observe_*`` / ``count_*``
+helpers; ``app.metrics_http.init_app`` (Flask) registers the endpoint and the request hooks.
 
 ``/metrics`` is outside ``/api/v1``: never authenticated by an API key, never charged.
 With ``METRICS_TOKEN`` set it needs ``Authorization: Bearer <token>``; without it, it
@@ -16,106 +19,151 @@ from __future__ import annotations
 
 import hmac
 import os
-import threading
 import time
 
-from flask import Blueprint, Response, request
-from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest)
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-ENGINE_LATENCY = Histogram("scan_engine_call_seconds", "Engine HTTP call latency", ["call"])
-SCANS_CREATED = Counter("scan_api_scans_created_total", "Scans created by this process", ["kind", "tier"])
-RATE_LIMITED = Counter("scan_api_rate_limited_total", "Requests refused with 429", ["code"])
-
 LOOPBACK = {"127.0.0.1", "::1"}
-CACHE_SECONDS = 5.0
+
+# Request latencies are milliseconds to a few seconds; deliveries and scans span minutes.
+HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+DELIVERY_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+
+HTTP_REQUESTS = Counter("scan_api_http_requests_total", "HTTP requests answered, by route (URL rule) and status",
+                        ["method", "route", "status"])
+HTTP_LATENCY = Histogram("scan_api_http_request_duration_seconds", "Time to answer an HTTP request",
+                         ["method", "route", "status"], buckets=HTTP_BUCKETS)
+SCANS_CREATED = Counter("scan_api_scans_created_total", "Scans created", ["kind", "tier"])
+SCANS_FINISHED = Counter("scan_api_scans_finished_total", "Scans that reached a final state",
+                         ["kind", "status"])
+SCANS_FAILED = Counter("scan_api_scans_failed_total", "Scans failed, by failure code", ["kind", "reason"])
+RATE_LIMITED = Counter("scan_api_rate_limited_total", "Requests refused with 429", ["code"])
+ENGINE_LATENCY = Histogram("scan_engine_call_seconds", "Engine HTTP call latency", ["call"])
+ENGINE_ERRORS = Counter("scan_engine_call_errors_total", "Engine calls that failed, by kind of failure",
+                        ["call", "error"])
+WEBHOOK_ATTEMPTS = Counter("scan_api_webhook_attempts_total", "Webhook delivery attempts (HTTP requests made)",
+                           ["outcome", "reason"])
+WEBHOOK_DELIVERY_LATENCY = Histogram(
+    "scan_api_webhook_delivery_seconds",
+    "From the event (the scan's final state) to the receiver's 2xx, retries included",
+    ["event"], buckets=DELIVERY_BUCKETS)
+SWEEP_RUNS = Counter("scan_api_recovery_sweeps_total", "Recovery sweeps run")
+SWEEP_ACTIONS = Counter("scan_api_recovery_actions_total", "What recovery sweeps did", ["action"])
+SWEEP_LAST = Gauge("scan_api_recovery_last_sweep_timestamp_seconds", "Unix time of the last recovery sweep",
+                   multiprocess_mode="max")
 
 
-def observe_engine_call(call: str, seconds: float) -> None:
+def observe_engine_call(call: str, seconds: float, error: str | None = None) -> None:
     ENGINE_LATENCY.labels(call=call).observe(seconds)
+    if error:
+        ENGINE_ERRORS.labels(call=call, error=error).inc()
 
 
-class StoreCollector:
-    """Totals from the database and queue depths from Redis, at scrape time."""
+def count_scan_finished(kind: str, status: str, reason: str | None = None) -> None:
+    SCANS_FINISHED.labels(kind=kind, status=status).inc()
+    if status == "failed":
+        SCANS_FAILED.labels(kind=kind, reason=reason or "unknown").inc()
 
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._cached_at = 0.0
-        self._families: list = []
+
+def count_webhook_attempt(succeeded: bool, error: str | None, status_code: int | None) -> None:
+    reason = error or (f"http_{status_code // 100}xx" if status_code else "unknown")
+    WEBHOOK_ATTEMPTS.labels(outcome="succeeded" if succeeded else "failed", reason=reason).inc()
+
+
+def observe_delivery_acknowledged(event: str, seconds: float) -> None:
+    WEBHOOK_DELIVERY_LATENCY.labels(event=event).observe(max(0.0, seconds))
+
+
+def count_sweep(report: dict) -> None:
+    SWEEP_RUNS.inc()
+    SWEEP_LAST.set(time.time())
+    for action, count in report.items():  # zeros too, so every action's series exists from the first sweep
+        SWEEP_ACTIONS.labels(action=action).inc(count or 0)
+
+
+# --- Scrape-time figures: constant work whatever the data ----------------------------------
+
+
+class LiveCollector:
+    """Queue depths, the oldest waiting job's age and scheduled jobs (a few Redis commands
+    per queue), and whether the database and Redis answer."""
 
     def collect(self):
-        with self._lock:
-            if time.monotonic() - self._cached_at > CACHE_SECONDS:
-                self._families = list(self._read())
-                self._cached_at = time.monotonic()
-            return list(self._families)
-
-    def _read(self):
-        from peewee import fn
-
-        from app import runtime
-        from app.extensions import db
-        from app.models import CreditLedger, Customer, DeliveryAttempt, Scan
-        from workers.queues import ENGINE_QUEUE, WEBHOOK_QUEUE
-
-        scans = GaugeMetricFamily("scan_api_scans", "Scans stored, by kind, tier and status",
-                                  labels=["kind", "tier", "status"])
-        charged = GaugeMetricFamily("scan_api_credits_charged", "Credits charged (net of refunds), by reason",
-                                    labels=["reason"])
-        attempts = GaugeMetricFamily("scan_api_webhook_attempts", "Webhook delivery attempts, by outcome",
-                                     labels=["outcome"])
-        queues = GaugeMetricFamily("scan_api_queue_depth", "Jobs waiting in each RQ queue", labels=["queue"])
-        with db.connection_context():
-            rows = (Scan.select(Scan.kind, Customer.tier, Scan.status, fn.COUNT(Scan.id))
-                    .join(Customer).group_by(Scan.kind, Customer.tier, Scan.status).tuples())
-            for kind, tier, status, count in rows:
-                scans.add_metric([kind, tier, status], count)
-            for reason, total in (CreditLedger.select(CreditLedger.reason, fn.SUM(CreditLedger.delta))
-                                  .where(CreditLedger.reason != "grant").group_by(CreditLedger.reason).tuples()):
-                charged.add_metric([reason], -int(total or 0))
-            for outcome, count in (DeliveryAttempt.select(DeliveryAttempt.outcome, fn.COUNT(DeliveryAttempt.id))
-                                   .group_by(DeliveryAttempt.outcome).tuples()):
-                attempts.add_metric([outcome], count)
+        from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE
+        depth = GaugeMetricFamily("scan_api_queue_depth", "Jobs waiting in each RQ queue", labels=["queue"])
+        oldest = GaugeMetricFamily("scan_api_queue_oldest_job_age_seconds",
+                                   "Age of the job waiting longest in each RQ queue (0 when empty)", labels=["queue"])
+        scheduled = GaugeMetricFamily("scan_api_scheduled_jobs", "Jobs scheduled for later, by queue",
+                                      labels=["queue"])
+        overdue = GaugeMetricFamily("scan_api_scheduled_overdue_seconds",
+                                    "How far past its due time the most overdue scheduled job is (0: none)",
+                                    labels=["queue"])
+        redis_up = GaugeMetricFamily("scan_api_redis_up", "1 when Redis answered this scrape")
+        db_up = GaugeMetricFamily("scan_api_database_up", "1 when the database answered this scrape")
         try:
+            from app import runtime
             conn = runtime.redis()
+            now = time.time()
             for name in (ENGINE_QUEUE, WEBHOOK_QUEUE):
-                queues.add_metric([name], conn.llen(f"rq:queue:{name}"))
-        except Exception:  # Redis down: the scrape still reports the database figures
-            pass
-        yield from (scans, charged, attempts, queues)
+                with conn.pipeline(transaction=False) as pipe:
+                    pipe.llen(f"rq:queue:{name}").lindex(f"rq:queue:{name}", 0)
+                    pipe.zcard(f"rq:scheduled:{name}").zrange(f"rq:scheduled:{name}", 0, 0, withscores=True)
+                    length, head, n_scheduled, first_due = pipe.execute()
+                depth.add_metric([name], length)
+                oldest.add_metric([name], _job_age(conn, head, now))
+                scheduled.add_metric([name], n_scheduled)
+                overdue.add_metric([name], max(0.0, now - first_due[0][1]) if first_due else 0.0)
+            redis_up.add_metric([], 1)
+        except Exception:  # Redis down: say so, and still report the rest
+            redis_up.add_metric([], 0)
+        db_up.add_metric([], 1 if _database_answers() else 0)
+        yield from (depth, oldest, scheduled, overdue, redis_up, db_up)
 
 
-_store = StoreCollector()
+def _job_age(conn, job_id, now: float) -> float:
+    if not job_id:
+        return 0.0
+    from rq.utils import utcparse
+    job_id = job_id.decode() if isinstance(job_id, bytes) else job_id
+    raw = conn.hget(f"rq:job:{job_id}", "enqueued_at")
+    if not raw:
+        return 0.0
+    try:
+        return max(0.0, now - utcparse(raw.decode() if isinstance(raw, bytes) else raw).timestamp())
+    except ValueError:
+        return 0.0
 
 
-def _registry() -> CollectorRegistry:
-    from prometheus_client import REGISTRY, multiprocess
+def _database_answers() -> bool:
+    from app.db import db
+    try:
+        with db.connection_context():
+            db.execute_sql("SELECT 1")
+        return True
+    except Exception:
+        return False
+
+
+_live = LiveCollector()
+
+
+def registry() -> CollectorRegistry:
+    scrape = CollectorRegistry()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
+        from prometheus_client import multiprocess
+        multiprocess.MultiProcessCollector(scrape)
     else:
-        registry = CollectorRegistry()
         for collector in list(REGISTRY._collector_to_names):
-            registry.register(collector)
-    registry.register(_store)
-    return registry
+            scrape.register(collector)
+    scrape.register(_live)
+    return scrape
 
 
-bp = Blueprint("metrics", __name__)
+def render() -> tuple[bytes, str]:
+    return generate_latest(registry()), CONTENT_TYPE_LATEST
 
 
-def _allowed() -> bool:
-    from flask import current_app
-    token = current_app.config.get("METRICS_TOKEN")
-    if token:
-        given = request.headers.get("Authorization", "")
-        return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
-    return request.remote_addr in LOOPBACK
-
-
-@bp.get("/metrics")
-def metrics():
-    if not _allowed():
-        from app.errors import error_response
-        return error_response(404, "not_found", "no such resource")
-    return Response(generate_latest(_registry()), mimetype=CONTENT_TYPE_LATEST)
+def token_matches(given: str, token: str) -> bool:
+    return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())

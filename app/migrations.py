@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from app.extensions import db
+from app.db import db
 from app.models import ALL_MODELS, SchemaVersion
 
 log = logging.getLogger(__name__)
@@ -44,10 +44,23 @@ def _quota_counters(database):
         QuotaMinute.insert_many(rows[start:start + 500]).execute()
 
 
+def _portal_sessions(database):
+    """Server-side portal sessions (app.models.accounts.PortalSession) and PortalUser.disabled.
+
+    Safe to run on a schema that has them already (a test re-runs every migration)."""
+    from app.models import PortalSession
+
+    # Plain ALTER TABLE, as in _quota_counters: no table rebuild on SQLite.
+    if "disabled" not in {c.name for c in database.get_columns("portal_user")}:
+        database.execute_sql('ALTER TABLE "portal_user" ADD COLUMN "disabled" BOOLEAN NOT NULL DEFAULT FALSE')
+    database.create_tables([PortalSession], safe=True)
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 MIGRATIONS = [
     (1, "initial schema", _initial),
     (2, "quota counters, leaner scan indexes", _quota_counters),
+    (4, "portal_sessions", _portal_sessions),
 ]
 
 

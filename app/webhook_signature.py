@@ -1,4 +1,4 @@
-"""Webhook signatures (spec §6.3): HMAC-SHA256 over the raw body bytes.
+"""Webhook signatures (§6.3): HMAC-SHA256 over the raw body bytes.
 
 The service signs every delivery with ``sign``; a receiver checks it with
 ``verify_signature``. This module depends on nothing but the standard library, so

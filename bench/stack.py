@@ -12,16 +12,16 @@ import atexit
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import psycopg2
 import redis
 import requests
+
+from simulator.procutil import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -31,7 +31,8 @@ PG_DSN = f"host={HOST} port=5432 user=postgres dbname=bench"
 DATABASE_URL = f"postgresql://postgres@{HOST}:5432/bench"
 REDIS_URL = f"redis://{HOST}:6379/11"
 ENGINE_TOKEN = "bench-engine-token"
-SECRET_KEY = "bench-secret-key-not-for-production"
+# Fresh per run: production refuses keys published in the repository.
+SECRET_KEY = "bench-" + __import__("secrets").token_urlsafe(32)
 
 
 def local_only(url: str) -> str:
@@ -40,26 +41,6 @@ def local_only(url: str) -> str:
     if host != HOST:
         raise ValueError(f"the benchmark only targets {HOST}, not {url!r}")
     return url
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
-
-
-def wait_until(check, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-            if value:
-                return value
-        except (requests.RequestException, OSError) as exc:
-            last = exc
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what} ({last})")
 
 
 class Proc:
@@ -241,7 +222,8 @@ class Stack:
 
     def _gunicorn(self, name: str, app: str, env: dict) -> tuple[int, Proc]:
         port = free_port()
-        env = dict(env, BIND=f"{HOST}:{port}", WEB_CONCURRENCY=self.web_workers, GUNICORN_THREADS=self.web_threads)
+        env = dict(env, BIND=f"{HOST}:{port}", WEB_CONCURRENCY=self.web_workers, GUNICORN_THREADS=self.web_threads,
+                   PUBLIC_BASE_URL=f"http://{HOST}:{port}")  # production requires it
         proc = self.start(name, [str(BIN / "gunicorn"), "--config", "gunicorn.conf.py", app],
                           {k: str(v) for k, v in env.items()})
         return port, proc
@@ -250,7 +232,6 @@ class Stack:
         port_env = self.env("production", ENGINE_URL=local_only(engine_url), **extra)
         port, proc = self._gunicorn(name, "wsgi:app", port_env)
         url = f"http://{HOST}:{port}"
-        # PUBLIC_BASE_URL stays unset: poll URLs are built from the request's host (127.0.0.1:port).
         self._ready(proc, lambda: requests.get(f"{url}/readyz", timeout=2).status_code == 200, 60)
         return url, proc
 

@@ -1,4 +1,4 @@
-"""The simulated investigation engine: the API of ``engine.md`` E1 and its controls (E3).
+"""The simulated investigation engine: the API of E1 and its controls (E3).
 
 API (``Authorization: Bearer <ENGINE_TOKEN>`` required when ``ENGINE_TOKEN`` is set):
 

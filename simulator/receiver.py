@@ -1,4 +1,4 @@
-"""Simulated customer webhook receivers (``engine.md`` E4).
+"""Simulated customer webhook receivers (E4).
 
 - ``POST /_sim/receivers/<name>`` ``{"secret": str, "responses": [int, ...], "delay_ms": int,
   "redirect_to": str}`` creates the receiver (201) or resets it (200), clearing its deliveries.

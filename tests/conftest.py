@@ -156,3 +156,15 @@ def account(make_customer):
 def jobs(app):
     from tests.jobrunner import JobRunner
     return JobRunner(runtime.redis())
+
+
+# Fixtures that start a real process; a test using one must carry ``@pytest.mark.processes``
+# so that ``make test-fast`` (-m "not processes and not slow") really leaves it out.
+PROCESS_FIXTURES = {"gunicorn", "dedicated_redis", "stack", "browser"}
+
+
+def pytest_collection_modifyitems(config, items):
+    unmarked = [item.nodeid for item in items if PROCESS_FIXTURES & set(getattr(item, "fixturenames", ()))
+                and not item.get_closest_marker("processes")]
+    if unmarked:
+        raise pytest.UsageError("tests that start real processes need @pytest.mark.processes: " + ", ".join(unmarked))

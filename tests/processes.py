@@ -24,5 +24,10 @@ def service_env(app, engine_url: str, instance: Path, **extra) -> dict:
         "INSTANCE_PATH": str(instance),
         "PYTHONUNBUFFERED": "1",
     })
+    # The processes of one test add up their metrics in one directory (prometheus-client's
+    # multiprocess mode), as the API and workers of one production host do.
+    metrics_dir = instance / "prometheus"
+    metrics_dir.mkdir(parents=True, exist_ok=True)
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
     env.update({k: str(v) for k, v in extra.items()})
     return env

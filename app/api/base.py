@@ -3,12 +3,22 @@ import json
 
 from flask_smorest import Blueprint
 from flask_smorest.arguments import ArgumentsMixin
+from webargs.flaskparser import is_json_request
+from werkzeug.routing import BaseConverter
+
+from app.errors import ApiError
+
+NOT_JSON_MESSAGE = "the request body must be JSON, sent with Content-Type: application/json"
 
 
 class Parser(type(ArgumentsMixin.ARGUMENTS_PARSER)):
     DEFAULT_VALIDATION_STATUS = 400
 
     def _raw_load_json(self, req):
+        if not is_json_request(req):
+            # webargs would read no body at all and report every required field missing,
+            # which hides the real mistake (a form post, a missing header).
+            raise ApiError(400, "invalid_request", NOT_JSON_MESSAGE)
         try:
             return super()._raw_load_json(req)
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -23,3 +33,14 @@ class Parser(type(ArgumentsMixin.ARGUMENTS_PARSER)):
 
 class ApiBlueprint(Blueprint):
     ARGUMENTS_PARSER = Parser()
+
+
+class ScanIdConverter(BaseConverter):
+    """A scan id in ``/scan/<scan_id>``: any path segment but ``bulk``, the bulk creation's path.
+
+    Without it ``GET /scan/bulk`` reads "bulk" as a scan id and answers 404. Not matching
+    it here leaves ``/scan/bulk`` to its own rule alone, so any method but POST is a 405
+    ``method_not_allowed`` with ``Allow: POST`` (D2).
+    """
+
+    regex = r"(?!bulk\Z)[^/]+"

@@ -1,6 +1,7 @@
-"""The scan endpoints of spec §4: create, read, bulk create, aggregate read.
+"""The scan endpoints of §4: create, read, bulk create, aggregate read.
 
-Views stay thin: they hand parsed input to ``services.scans`` and return its body;
+Views stay thin: they hand parsed input to ``services.scans`` (creations) and
+``services.reads`` and return its body;
 authentication, charging and the limit headers are ``app.api.hooks``'s job.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ from app.api.base import ApiBlueprint
 from app.schemas.errors import ErrorSchema
 from app.schemas.scans import (BulkCreatedSchema, BulkCreateSchema, BulkStateSchema, ScanCreatedSchema,
                                ScanCreateSchema, ScanSchema)
-from app.services import scans
+from app.services import reads, scans
 
 blp = ApiBlueprint("scans", __name__, url_prefix="/api/v1",
                 description="Create scans, read them, and do both in bulk.")
@@ -42,8 +43,10 @@ ERROR_DOCS = {
 IDEMPOTENCY_HEADER = {"in": "header", "name": "Idempotency-Key", "required": False,
                       "schema": {"type": "string", "minLength": 1, "maxLength": 255,
                                  "pattern": "^[^\\x00-\\x1f\\x7f]+$"},
-                      "description": "Replays the first 202 answer for 24 hours without a new charge (D9). "
-                                     "1 to 255 characters, no control characters."}
+                      "description": "Repeating a call with the same key within 24 hours replays its first 202 "
+                                     "answer without creating or charging anything; the same key with a "
+                                     "different body is 409 `idempotency_conflict`. 1 to 255 characters, no "
+                                     "control characters."}
 SECURITY = [{"bearerAuth": []}]
 
 
@@ -79,6 +82,21 @@ def base_url() -> str:
     return current_app.config["PUBLIC_BASE_URL"] or request.host_url.rstrip("/")
 
 
+def scan_url(scan_id: str) -> str:
+    return f"{base_url()}/api/v1/scan/{scan_id}"
+
+
+def with_poll_urls(body: dict) -> dict:
+    """A creation's body with the URLs to poll, last in each object as the schemas order them."""
+    if "bulk_id" in body:
+        for entry in body["scans"]:
+            entry["poll_url"] = scan_url(entry["scan_id"])
+        body["aggregate_poll_url"] = f"{base_url()}/api/v1/scan/bulk/{body['bulk_id']}"
+    else:
+        body["poll_url"] = scan_url(body["scan_id"])
+    return body
+
+
 @blp.route("/scan")
 class ScanCreate(MethodView):
     @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Create a scan")
@@ -88,19 +106,19 @@ class ScanCreate(MethodView):
     def post(self, body):
         """Queue an investigation of one target. Costs 1 credit."""
         outcome = scans.create_scan(g.customer, g.api_key.id, body["target"], body.get("kind"),
-                                    base_url=base_url(), request_id=g.request_id)
-        return json_body(hooks.served(outcome), 202)
+                                    request_id=g.request_id)
+        return json_body(with_poll_urls(hooks.served(outcome)), 202)
 
 
-@blp.route("/scan/<string:scan_id>")
+@blp.route("/scan/<scan_id:scan_id>")
 class ScanRead(MethodView):
     @blp.doc(security=SECURITY, summary="Read a scan")
     @blp.response(200, ScanSchema, headers=HEADERS,
-                  description="The scan in its current state (fields by status, decisions D5).")
+                  description="The scan in its current state; which fields appear depends on `status`.")
     @documented_errors(401, 402, 403, 404, 503)
     def get(self, scan_id):
         """Read one scan. Poll every 10 to 15 seconds until it is completed or failed. Costs 1 credit."""
-        return json_body(scans.read_scan(g.customer.id, scan_id))
+        return json_body(reads.read_scan(g.customer.id, scan_id))
 
 
 @blp.route("/scan/bulk")
@@ -115,9 +133,8 @@ class BulkCreate(MethodView):
              "`rate_limit_day`; with `Retry-After`"})
     def post(self, body):
         """Queue up to 100 targets (Business and Enterprise). Costs 1 credit per queued scan, 1 if none."""
-        outcome = scans.create_bulk(g.customer, g.api_key.id, body["targets"], base_url=base_url(),
-                                    request_id=g.request_id)
-        return json_body(hooks.served(outcome), 202)
+        outcome = scans.create_bulk(g.customer, g.api_key.id, body["targets"], request_id=g.request_id)
+        return json_body(with_poll_urls(hooks.served(outcome)), 202)
 
 
 @blp.route("/scan/bulk/<string:bulk_id>")
@@ -127,4 +144,4 @@ class BulkRead(MethodView):
     @documented_errors(401, 402, 403, 404, 503)
     def get(self, bulk_id):
         """Read every scan of a batch in one call. Costs 1 credit."""
-        return json_body(scans.read_bulk(g.customer.id, bulk_id))
+        return json_body(reads.read_bulk(g.customer.id, bulk_id))

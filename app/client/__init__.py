@@ -10,7 +10,7 @@ from app.client.client import DEFAULT_BASE_URL, FINAL_STATUSES, MAX_BULK_TARGETS
 from app.client.errors import (ApiError, AuthenticationError, Conflict, EngineUnavailable, Forbidden,
                                InsufficientBalance, NotFound, RateLimited, ScanClientError, ServerError,
                                ServiceUnavailable, TransportError, ValidationError, WaitTimeout)
-# One implementation of the signature check (spec §6.3), shared with the service that signs.
+# One implementation of the signature check (§6.3), shared with the service that signs.
 from app.webhook_signature import SIGNATURE_HEADER
 from app.webhook_signature import verify_signature as verify_webhook
 

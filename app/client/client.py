@@ -1,4 +1,4 @@
-"""``ScanClient``: a small, synchronous client of the Public Scan API (spec §4, decisions D1-D9).
+"""``ScanClient``: a small, synchronous client of the Public Scan API (§4, D1-D9).
 
 - Every call sends ``Authorization: Bearer <key>``; every answer's ``X-Credits-Remaining`` and
   ``RateLimit`` / ``RateLimit-Policy`` headers are kept on ``last_credits`` / ``last_rate_limit``.
@@ -82,7 +82,7 @@ class ScanClient:
 
     ``base_url`` e.g. ``https://api.example.com`` (a trailing ``/api/v1`` is accepted too);
     ``timeout`` seconds per HTTP request; ``poll_interval`` seconds between two reads in
-    ``wait``/``wait_bulk`` (the spec recommends 10 to 15; each read costs 1 credit);
+    ``wait``/``wait_bulk`` (§4.2 recommends 10 to 15; each read costs 1 credit);
     ``max_retries`` retries of one call on 429/502/503 or a failed connection;
     ``max_retry_after`` the longest ``Retry-After`` (s) worth sleeping through (None: no cap);
     ``sleep(seconds)`` and ``clock()`` (monotonic seconds) default to the ``time`` module's.

@@ -1,7 +1,7 @@
 """Typed errors of the Public Scan API client.
 
 Every error answer of the API is ``{"ok": false, "error": CODE, "message": ..., "request_id": ...}``
-(decisions D1). ``error_from_response`` turns one into the ``ApiError`` subclass of its HTTP
+(D1). ``error_from_response`` turns one into the ``ApiError`` subclass of its HTTP
 status family, keeping the machine code, the message, the request id (also sent as
 ``X-Request-Id``: quote it to support), validation ``details`` and ``Retry-After``.
 A body that is not that JSON (a proxy's HTML page, an empty body) still becomes an

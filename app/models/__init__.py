@@ -4,7 +4,7 @@
 runner creates them in that order.
 """
 from app.models.base import BaseModel, iso, new_id, utcnow
-from app.models.accounts import ApiKey, CreditLedger, Customer, PortalUser
+from app.models.accounts import ApiKey, CreditLedger, Customer, PortalSession, PortalUser
 from app.models.scans import BulkBatch, IdempotencyRecord, QuotaMinute, Scan
 from app.models.webhooks import DeliveryAttempt, WebhookDelivery
 from app.models.schema_version import SchemaVersion
@@ -14,6 +14,7 @@ ALL_MODELS = [
     Customer,
     ApiKey,
     PortalUser,
+    PortalSession,
     CreditLedger,
     BulkBatch,
     Scan,
@@ -25,6 +26,6 @@ ALL_MODELS = [
 
 __all__ = [
     "ALL_MODELS", "ApiKey", "BaseModel", "BulkBatch", "CreditLedger", "Customer", "DeliveryAttempt",
-    "IdempotencyRecord", "PortalUser", "QuotaMinute", "Scan", "SchemaVersion", "WebhookDelivery", "iso", "new_id",
+    "IdempotencyRecord", "PortalSession", "PortalUser", "QuotaMinute", "Scan", "SchemaVersion", "WebhookDelivery", "iso", "new_id",
     "utcnow",
 ]

@@ -1,10 +1,15 @@
 """Customers, their API keys, portal users and the credit ledger."""
-from peewee import (SQL, AutoField, BigIntegerField, CharField, DateTimeField, ForeignKeyField, IntegerField,
-                    TextField)
+from peewee import (SQL, AutoField, BigIntegerField, BooleanField, CharField, DateTimeField, ForeignKeyField,
+                    IntegerField, TextField)
 
 from app.models.base import BaseModel, utcnow
 
 TIERS = ("pro", "business", "enterprise")
+
+
+def key_display(prefix: str, last4: str) -> str:
+    """How a key is shown once issued: its prefix and last four characters, never more."""
+    return f"{prefix}…{last4}"
 
 
 class Customer(BaseModel):
@@ -27,7 +32,7 @@ class ApiKey(BaseModel):
     id = CharField(primary_key=True, max_length=40)
     customer = ForeignKeyField(Customer, backref="keys", on_delete="CASCADE")
     name = CharField(max_length=200, default="")
-    # SHA-256 hex of the plaintext; the plaintext itself is never stored (spec §5.3).
+    # SHA-256 hex of the plaintext; the plaintext itself is never stored (§5.3).
     digest = CharField(max_length=64, unique=True)
     prefix = CharField(max_length=32)
     last4 = CharField(max_length=4)
@@ -44,7 +49,7 @@ class ApiKey(BaseModel):
 
     @property
     def display(self) -> str:
-        return f"{self.prefix}…{self.last4}"
+        return key_display(self.prefix, self.last4)
 
 
 class PortalUser(BaseModel):
@@ -54,6 +59,21 @@ class PortalUser(BaseModel):
     password_hash = TextField()
     created_at = DateTimeField(default=utcnow)
     last_login_at = DateTimeField(null=True)
+    # Set by an operator (``users disable``): no login, and every session ended.
+    disabled = BooleanField(default=False, constraints=[SQL("DEFAULT FALSE")])
+
+
+class PortalSession(BaseModel):
+    """A portal login, revocable server-side (logout, password reset, disabled user).
+
+    The browser's cookie holds a random token; only its SHA-256 digest is stored here,
+    so a copy of the table opens no session.
+    """
+
+    id = CharField(primary_key=True, max_length=64)  # SHA-256 hex of the cookie's token
+    user = ForeignKeyField(PortalUser, backref="sessions", on_delete="CASCADE")
+    created_at = DateTimeField(default=utcnow)
+    expires_at = DateTimeField(index=True)
 
 
 class CreditLedger(BaseModel):

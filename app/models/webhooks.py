@@ -1,4 +1,4 @@
-"""Webhook deliveries and their attempts (spec §6.5, D11)."""
+"""Webhook deliveries and their attempts (§6.5, D11)."""
 from peewee import AutoField, CharField, DateTimeField, ForeignKeyField, IntegerField, TextField
 
 from app.models.accounts import ApiKey, Customer

@@ -1,31 +1,46 @@
-"""Portal sessions, login throttling and security headers."""
+"""Portal sessions, safe redirects and security headers.
+
+The session cookie (signed, HttpOnly) carries only ``sid``, a random token; the session
+itself is a database row (``app.services.portal_users``), looked up on every request, so
+logout, a password reset or a disabled user ends it at once. Login throttling is
+``app.services.login_throttle``.
+"""
 from __future__ import annotations
 
 import functools
-import logging
+from urllib.parse import urlsplit
 
 from flask import g, redirect, request, session, url_for
 
-from app import runtime
-from app.models import Customer, PortalUser
+from app.models import PortalUser
+from app.services import portal_users
 
-log = logging.getLogger(__name__)
-
-MAX_FAILURES = 5
-FAILURE_WINDOW = 15 * 60
+SESSION_KEY = "sid"
+MAX_NEXT_LENGTH = 2048
 CSP = ("default-src 'self'; style-src 'self'; script-src 'none'; img-src 'self' data:; "
        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 
 
 def current_user() -> PortalUser | None:
-    user_id = session.get("user_id")
-    if not user_id:
+    token = session.get(SESSION_KEY)
+    if not token:
         return None
-    user = PortalUser.select(PortalUser, Customer).join(Customer).where(PortalUser.id == user_id).get_or_none()
-    if user is None or session.get("customer_id") != user.customer_id:
-        session.clear()
-        return None
+    user = portal_users.session_user(token)
+    if user is None:
+        session.clear()  # ended, expired or disabled: the cookie is worth nothing now
     return user
+
+
+def begin_session(user: PortalUser) -> None:
+    portal_users.end_session(session.get(SESSION_KEY))  # a login in this browser replaces its session
+    session.clear()  # a fresh session: no fixation across the login
+    session.permanent = True
+    session[SESSION_KEY] = portal_users.start_session(user)
+
+
+def end_session() -> None:
+    portal_users.end_session(session.get(SESSION_KEY))
+    session.clear()
 
 
 def login_required(view):
@@ -39,42 +54,6 @@ def login_required(view):
     return wrapped
 
 
-def _throttle_keys(email: str) -> list[str]:
-    return [f"portal:login-failures:email:{email.lower()}", f"portal:login-failures:ip:{request.remote_addr}"]
-
-
-def login_blocked(email: str) -> bool:
-    """True after MAX_FAILURES failed logins for this e-mail or address in the window.
-
-    Fails open when Redis is down: the password check still stands, and an outage
-    of the throttle must not lock every customer out of the portal.
-    """
-    try:
-        counts = runtime.redis().mget(_throttle_keys(email))
-    except Exception:
-        log.warning("login throttle unavailable (Redis); allowing the attempt")
-        return False
-    return any(int(c or 0) >= MAX_FAILURES for c in counts)
-
-
-def record_failure(email: str) -> None:
-    try:
-        with runtime.redis().pipeline() as pipe:
-            for key in _throttle_keys(email):
-                pipe.incr(key)
-                pipe.expire(key, FAILURE_WINDOW)
-            pipe.execute()
-    except Exception:
-        log.warning("could not record a failed login (Redis)")
-
-
-def clear_failures(email: str) -> None:
-    try:
-        runtime.redis().delete(_throttle_keys(email)[0])
-    except Exception:
-        pass
-
-
 def add_security_headers(response):
     response.headers["Content-Security-Policy"] = CSP
     response.headers["X-Frame-Options"] = "DENY"
@@ -83,8 +62,19 @@ def add_security_headers(response):
     return response
 
 
-def safe_next(target: str | None) -> str | None:
-    """Only same-site paths: a login link must not redirect to another site."""
-    if target and target.startswith("/app/") and not target.startswith("//") and "\\" not in target:
-        return target
-    return None
+def safe_next(target) -> str | None:
+    """Only a path of this portal: a login link must not redirect to another site, and a
+    value no Location header can carry (CR, LF, other controls, spaces) is ignored."""
+    if not isinstance(target, str) or not target or len(target) > MAX_NEXT_LENGTH:
+        return None
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in target):
+        return None
+    if "\\" in target or target.startswith("//") or not (target == "/app" or target.startswith("/app/")):
+        return None
+    try:
+        parts = urlsplit(target)
+    except ValueError:
+        return None
+    if parts.scheme or parts.netloc:
+        return None
+    return target

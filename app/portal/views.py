@@ -1,19 +1,17 @@
-"""Portal pages (decisions D12). Views are thin: the rules live in ``app.services``."""
+"""Portal pages (D12). Views are thin: the rules live in ``app.services``."""
 from __future__ import annotations
 
 from datetime import datetime
 
-from flask import Blueprint, abort, flash, g, redirect, render_template, request, session, url_for
-from werkzeug.security import check_password_hash, generate_password_hash
+from flask import Blueprint, abort, flash, g, redirect, render_template, request, url_for
 
-from app.models import ApiKey, PortalUser, utcnow
+from app.models import ApiKey, utcnow
 from app.portal import security
 from app.portal.forms import ActionForm, LoginForm, WebhookForm
-from app.services import quotas, webhooks
+from app.services import accounts, billing, portal_users, quotas, webhooks
 from app.services.accounts import AccountError
 from app.services.crypto import decrypt_secret
 from app.services.limits import limits_for
-from app.services.scans import ledger_rows
 
 bp = Blueprint("portal", __name__, url_prefix="/app", template_folder="templates", static_folder="static")
 bp.after_request(security.add_security_headers)
@@ -23,8 +21,6 @@ bp.after_request(security.add_security_headers)
 def inject_logout_form():
     return {"logout_form": ActionForm()}
 
-# Spent on unknown e-mails too, so a failed login takes as long whether or not the user exists.
-_DUMMY_HASH = generate_password_hash("not-a-real-password", method="scrypt")
 STATUSES = ("pending", "succeeded", "failed")
 EVENTS = ("scan.completed", "scan.failed")
 
@@ -65,66 +61,69 @@ def home():
 @bp.route("/login", methods=["GET", "POST"])
 def login():
     form = LoginForm()
-    status = 200
+    status, headers = 200, {}
     if form.validate_on_submit():
-        email = form.email.data.strip().lower()
-        if security.login_blocked(email):
-            flash("Too many failed attempts. Wait 15 minutes and try again.", "error")
-            status = 429
-        else:
-            user = PortalUser.get_or_none(PortalUser.email == email)
-            valid = check_password_hash(user.password_hash if user else _DUMMY_HASH, form.password.data)
-            if user and valid:
-                security.clear_failures(email)
-                session.clear()  # a fresh session: no fixation across the login
-                session.permanent = True
-                session.update(user_id=user.id, customer_id=user.customer_id)
-                PortalUser.update(last_login_at=utcnow()).where(PortalUser.id == user.id).execute()
-                return redirect(security.safe_next(form.next.data) or url_for("portal.keys"))
-            security.record_failure(email)
+        try:
+            # remote_addr is the client's address: ProxyFix has applied X-Forwarded-For
+            # through TRUSTED_PROXIES proxies, and only those.
+            user = portal_users.authenticate(form.email.data, form.password.data, request.remote_addr)
+        except portal_users.LoginThrottled as exc:
+            minutes = -(-exc.retry_after // 60)
+            flash(f"Too many failed attempts. Wait {minutes} minute{'s' if minutes > 1 else ''} and try again.",
+                  "error")
+            status, headers = 429, {"Retry-After": str(exc.retry_after)}
+        except portal_users.LoginRefused:
             flash("E-mail or password is wrong.", "error")
             status = 401
+        else:
+            security.begin_session(user)
+            return redirect(security.safe_next(form.next.data) or url_for("portal.keys"))
     elif request.method == "GET":
-        form.next.data = request.args.get("next", "")
-    return render_template("portal/login.html", form=form), status
+        form.next.data = security.safe_next(request.args.get("next")) or ""
+    return render_template("portal/login.html", form=form), status, headers
 
 
 @bp.post("/logout")
 def logout():
     form = ActionForm()
     if form.validate_on_submit():
-        session.clear()
+        security.end_session()
     return redirect(url_for("portal.login"))
 
 
 @bp.get("/api-keys")
 @security.login_required
 def keys():
-    rows = list(ApiKey.select().where(ApiKey.customer == g.portal_customer.id).order_by(ApiKey.created_at.desc()))
-    return render_template("portal/keys.html", keys=rows, action=ActionForm())
+    return render_template("portal/keys.html", keys=accounts.customer_keys(g.portal_customer.id), action=ActionForm())
 
 
 def _owned_key_or_404(key_id: str) -> ApiKey:
-    key = ApiKey.get_or_none((ApiKey.id == key_id) & (ApiKey.customer == g.portal_customer.id))
-    if key is None:
+    try:
+        return webhooks.owned_key(key_id, g.portal_customer.id)
+    except LookupError:
         abort(404)
-    return key
 
 
 @bp.get("/api-keys/<key_id>")
 @security.login_required
 def key_page(key_id):
-    key = _owned_key_or_404(key_id)
+    return _key_page(_owned_key_or_404(key_id))
+
+
+def _key_page(key: ApiKey, *, form: WebhookForm | None = None, revealed: str | None = None, code: int = 200):
+    """The key's page. A POST that reveals a secret or refuses the webhook form answers with it
+    directly: the secret then lives only in that one response (no-store), never in the cookie."""
     status = request.args.get("status") if request.args.get("status") in STATUSES else None
     event = request.args.get("event") if request.args.get("event") in EVENTS else None
     page = request.args.get("page", "1")
     page = int(page) if page.isdigit() and 0 < int(page) < 100000 else 1
     deliveries = webhooks.list_deliveries(key.id, g.portal_customer.id, status=status, event=event, page=page)
-    form = WebhookForm(url=key.webhook_url or "")
-    return render_template("portal/key.html", key=key, form=form, action=ActionForm(), deliveries=deliveries,
-                           status=status, event=event, statuses=STATUSES, events=EVENTS,
-                           revealed=session.pop("revealed_secret", None) if session.get("revealed_for") == key.id
-                           else None)
+    if form is None:
+        form = WebhookForm(formdata=None, url=key.webhook_url or "")
+    form.secret.data = ""  # a typed secret is not echoed back in the page
+    html = render_template("portal/key.html", key=key, form=form, action=ActionForm(), deliveries=deliveries,
+                           status=status, event=event, statuses=STATUSES, events=EVENTS, revealed=revealed)
+    return html, code
 
 
 def _back(key_id, **args):
@@ -151,15 +150,16 @@ def save_webhook(key_id):
     form = WebhookForm()
     if not form.validate_on_submit():
         flash("; ".join(f"{form[name].label.text}: {', '.join(errs)}" for name, errs in form.errors.items()), "error")
-        return _back(key.id)
-    _run(key.id, lambda: webhooks.set_webhook(key.id, g.portal_customer.id, form.url.data, form.secret.data or None),
-         "Webhook settings saved.")
+        return _key_page(key, form=form, code=400)
+    try:
+        webhooks.set_webhook(key.id, g.portal_customer.id, form.url.data, form.secret.data or None)
+    except LookupError:
+        abort(404)
+    except AccountError as exc:  # the URL or secret refused, with the reason: a form error
+        flash(str(exc), "error")
+        return _key_page(key, form=form, code=400)
+    flash("Webhook settings saved.", "ok")
     return _back(key.id)
-
-
-def _reveal(key_id: str, secret: str | None) -> None:
-    # Handed to the next page view through the (signed, HttpOnly) session, shown once.
-    session["revealed_for"], session["revealed_secret"] = key_id, secret
 
 
 @bp.post("/api-keys/<key_id>/secret")
@@ -170,7 +170,7 @@ def new_secret(key_id):
         secret = _run(key.id, lambda: webhooks.generate_secret(key.id, g.portal_customer.id),
                       "A new signing secret is in force. Update your receiver.")
         if secret:
-            _reveal(key.id, secret)
+            return _key_page(_owned_key_or_404(key.id), revealed=secret)
     return _back(key.id)
 
 
@@ -179,7 +179,10 @@ def new_secret(key_id):
 def reveal_secret(key_id):
     key = _owned_key_or_404(key_id)
     if ActionForm().validate_on_submit():
-        _reveal(key.id, decrypt_secret(key.webhook_secret_enc) or "")
+        secret = decrypt_secret(key.webhook_secret_enc)
+        if secret:
+            return _key_page(key, revealed=secret)
+        flash("The key has no signing secret to show: generate one.", "error")
     return _back(key.id)
 
 
@@ -213,4 +216,5 @@ def usage():
     quota = [("In flight now", quotas.inflight_count(customer.id), limits.inflight),
              ("Created in the last hour", window.hour, limits.hour),
              ("Created in the last 24 hours", window.day, limits.day)]
-    return render_template("portal/usage.html", customer=customer, quota=quota, ledger=ledger_rows(customer.id, 25))
+    return render_template("portal/usage.html", customer=customer, quota=quota,
+                           ledger=billing.ledger_rows(customer.id, 25))

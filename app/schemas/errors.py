@@ -1,4 +1,4 @@
-"""The error body of decisions D1, as documented in the OpenAPI document."""
+"""The error body of D1, as documented in the OpenAPI document."""
 import marshmallow as ma
 
 

@@ -1,4 +1,4 @@
-"""Request and response schemas of the scan endpoints (spec §2, §4; decisions D5-D7).
+"""Request and response schemas of the scan endpoints (§2, §4; D5-D7).
 
 Request schemas check only the body's shape (types, required fields): the semantic
 checks (``target_too_short``, ``invalid_kind``, ``invalid_target``) run afterwards in
@@ -7,7 +7,10 @@ checks (``target_too_short``, ``invalid_kind``, ``invalid_target``) run afterwar
 import marshmallow as ma
 from marshmallow import EXCLUDE, fields
 
-KIND_DOC = {"description": "email, phone or username; inferred from the target when absent (D4).",
+KIND_DOC = {"description": "email, phone or username. When absent it is inferred from the target: a leading "
+                          "`@` marks a username (`@janedoe`), any other `@` an e-mail address, `+` followed by "
+                          "at least 7 digits, spaces, dashes or parentheses a phone number, anything else a "
+                          "username.",
             "enum": ["email", "phone", "username"], "example": "email"}
 
 
@@ -177,7 +180,9 @@ class BulkScanStateSchema(ma.Schema):
     status = fields.String(required=True, metadata=STATUS_DOC)
     target = fields.String(required=True)
     kind = fields.String(required=True, metadata=KIND_DOC)
+    completed_at = fields.String(metadata={**TIME_DOC, "description": "completed only."})
     result = fields.Nested(ResultSchema, metadata={"description": "completed only."})
+    failed_at = fields.String(metadata={**TIME_DOC, "description": "failed only."})
     failure = fields.Nested(FailureSchema, metadata={"description": "failed only."})
 
 
@@ -189,5 +194,8 @@ class BulkStateSchema(ma.Schema):
     running = fields.Integer(required=True)
     completed = fields.Integer(required=True)
     failed = fields.Integer(required=True)
+    rejected_count = fields.Integer(required=True, metadata={
+        "description": "Targets refused when the batch was created: total = queued + running + completed + "
+                       "failed + rejected_count."})
     all_done = fields.Boolean(required=True, metadata={"description": "Every scan is completed or failed."})
     scans = fields.List(fields.Nested(BulkScanStateSchema), required=True)

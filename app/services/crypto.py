@@ -2,7 +2,7 @@
 
 Webhook secrets are Fernet-encrypted (AES-128-CBC + HMAC, from ``cryptography``)
 with a key derived from ``SECRET_KEY`` by HKDF, so a database dump alone reveals no
-secret (D11). API keys are stored only as SHA-256 digests (spec §5.3).
+secret (D11). API keys are stored only as SHA-256 digests (§5.3).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The investigation engine's HTTP client (engine.md E1).
+"""The investigation engine's HTTP client (E1).
 
 One ``requests.Session`` per thread keeps connections alive between calls; it takes
 its proxy from the environment once, for ENGINE_URL, rather than on every call (which
@@ -14,7 +14,7 @@ import time
 
 import requests
 
-from app import runtime
+from app import metrics, runtime
 
 _local = threading.local()
 
@@ -44,22 +44,26 @@ def _headers() -> dict:
 def _call(method: str, path: str, *, timeout: float, json=None, expect=(200, 201)) -> dict:
     url = f"{runtime.config['ENGINE_URL']}{path}"
     started = time.perf_counter()
+    call = path.split("/")[2] if path.count("/") >= 2 else path
     try:
         response = _session().request(method, url, json=json, headers=_headers(), timeout=timeout,
                                       allow_redirects=False)
     except requests.RequestException as exc:
+        metrics.observe_engine_call(call, time.perf_counter() - started,
+                                    "timeout" if isinstance(exc, requests.Timeout) else "connection")
         raise EngineError(f"{method} {path}: {exc.__class__.__name__}") from exc
-    finally:
-        from app.metrics import observe_engine_call
-        observe_engine_call(path.split("/")[2] if path.count("/") >= 2 else path, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
     if response.status_code not in expect:
+        metrics.observe_engine_call(call, seconds, f"http_{response.status_code // 100}xx")
         raise EngineError(f"{method} {path}: HTTP {response.status_code}")
     try:
         body = response.json()
     except ValueError:
-        raise EngineError(f"{method} {path}: malformed JSON") from None
+        body = None
     if not isinstance(body, dict):
-        raise EngineError(f"{method} {path}: answer is not an object")
+        metrics.observe_engine_call(call, seconds, "malformed")
+        raise EngineError(f"{method} {path}: " + ("malformed JSON" if body is None else "answer is not an object"))
+    metrics.observe_engine_call(call, seconds)
     return body
 
 

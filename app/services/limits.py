@@ -1,4 +1,4 @@
-"""Tier limits (spec §8) and the per-customer view of them (D8, D10)."""
+"""Tier limits (§8) and the per-customer view of them (D8, D10)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,7 +1,7 @@
-"""Validation and normalisation of the engine's result (engine.md E2, decisions D6).
+"""Validation and normalisation of the engine's result (E2, D6).
 
 The engine's ``result`` is untrusted input. ``normalize_result`` keeps only the
-fields of spec §2.2, fills what is missing with empty values, clamps the score to
+fields of §2.2, fills what is missing with empty values, clamps the score to
 0..100, derives the band from the (clamped) score, normalises breach dates to
 ``YYYY-MM`` and phone numbers to E.164, and keeps artifacts only when they are
 absolute http(s) URLs. Anything that cannot be made valid raises ``InvalidResult``,

@@ -1,4 +1,4 @@
-"""Target validation and kind inference (decisions D4), in the order D2 fixes.
+"""Target validation and kind inference (D4, as amended), in the order D2 fixes.
 
 ``normalize`` takes the raw ``target`` and ``kind`` (already known to be strings or
 absent) and returns ``(kind, stored_target)`` or raises ``TargetError`` with the
@@ -19,6 +19,7 @@ PHONE_INFER_RE = re.compile(r"^\+[0-9 ()-]{7,}$")
 PHONE_SEPARATORS_RE = re.compile(r"[ ()-]")
 E164_RE = re.compile(r"^\+[1-9][0-9]{6,14}$")
 HANDLE_RE = re.compile(r"^[A-Za-z0-9._-]{3,64}$")
+EMAIL_LOCAL_MAX = 64  # RFC 5321 4.5.3.1.1; email_validator does not enforce it
 
 
 class TargetError(ValueError):
@@ -30,6 +31,9 @@ class TargetError(ValueError):
 
 
 def infer_kind(target: str) -> str:
+    # Amended D4: a leading "@" marks a handle ("@alice_smith"); any other "@" an address.
+    if target.startswith("@"):
+        return "username"
     if "@" in target:
         return "email"
     if PHONE_INFER_RE.match(target):
@@ -44,6 +48,10 @@ def _email(target: str) -> str:
     except EmailNotValidError as exc:
         raise TargetError("invalid_target", f"target is not a valid e-mail address: {exc}", "email") from None
     local, _, domain = target.rpartition("@")
+    if len(local) > EMAIL_LOCAL_MAX:
+        raise TargetError("invalid_target",
+                          f"target is not a valid e-mail address: the part before the @ has more than "
+                          f"{EMAIL_LOCAL_MAX} characters", "email")
     return f"{local}@{domain.lower()}"
 
 

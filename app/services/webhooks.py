@@ -1,4 +1,4 @@
-"""Webhook events and deliveries (spec §6, D11, D12, D13).
+"""Webhook events and deliveries (§6, D11, D12, D13).
 
 A delivery row (with the exact body bytes every attempt will send) is committed in
 the transaction that finishes a scan; only then is its job enqueued, and a job Redis
@@ -20,32 +20,20 @@ import logging
 import secrets
 from dataclasses import dataclass
 
+from app.jobs import delivery_job_id, enqueue_delivery
 from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, iso, new_id, utcnow
 from app.models.scans import COMPLETED
 from app.models.webhooks import FAILED, PENDING
-from app.services.accounts import AccountError
+from app.services.errors import AccountError
 from app.services.crypto import encrypt_secret, new_webhook_secret
+from app.services.reads import final_state
 from app.services.results import normalize_result
+from app.services.webhook_urls import check_webhook_url
 
 log = logging.getLogger(__name__)
 
 MIN_SECRET_LENGTH, MAX_SECRET_LENGTH = 16, 256
 MAX_PER_PAGE = 100
-# How much of a receiver's answer an attempt keeps.
-EXCERPT_BYTES = 1024
-
-
-def delivery_job_id(delivery_id: str, number: int) -> str:
-    """The id of the job that makes attempt ``number`` of a delivery."""
-    return f"dlv-{delivery_id}-{number}"
-
-
-def job_attempt_number(job_id: str | None) -> int | None:
-    """The attempt a delivery job id stands for (delivery ids may contain ``-``, numbers do not)."""
-    try:
-        return int((job_id or "").rsplit("-", 1)[1])
-    except (IndexError, ValueError):
-        return None
 
 
 def encode_body(body: dict) -> str:
@@ -53,18 +41,13 @@ def encode_body(body: dict) -> str:
 
 
 def event_body(scan) -> dict:
-    """The body of ``scan.completed`` (spec §6.4) or ``scan.failed`` (D11)."""
+    """The body of ``scan.completed`` (§6.4) or ``scan.failed`` (D11)."""
     event = "scan.completed" if scan.status == COMPLETED else "scan.failed"
     body = {"event": event, "scan_id": scan.id}
     if scan.bulk_id:
         body["bulk_id"] = scan.bulk_id
     body.update(target=scan.target, kind=scan.kind, status=scan.status)
-    if scan.status == COMPLETED:
-        body["completed_at"] = iso(scan.completed_at)
-        body["result"] = json.loads(scan.result_json)
-    else:
-        body["failed_at"] = iso(scan.failed_at)
-        body["failure"] = {"code": scan.failure_code, "message": scan.failure_message or ""}
+    body.update(final_state(scan))
     return body
 
 
@@ -86,7 +69,6 @@ def record_event(scan) -> WebhookDelivery | None:
 
 
 def dispatch(delivery: WebhookDelivery, delay_seconds: float = 0) -> bool:
-    from workers.queues import enqueue_delivery
     return enqueue_delivery(delivery.id, delivery.job_id, delay_seconds)
 
 
@@ -105,7 +87,8 @@ class DeliveryPage:
         return max(1, -(-self.total // self.per_page))
 
 
-def _owned_key(key_id: str, customer_id: str) -> ApiKey:
+def owned_key(key_id: str, customer_id: str) -> ApiKey:
+    """The customer's key ``key_id``; ``LookupError`` for another customer's or none."""
     key = ApiKey.get_or_none((ApiKey.id == key_id) & (ApiKey.customer == customer_id))
     if key is None:
         raise LookupError(f"no key {key_id}")
@@ -121,6 +104,7 @@ def _owned_delivery(delivery_id: str, customer_id: str) -> WebhookDelivery:
 
 
 def _valid_secret(secret: str) -> str:
+    """The one rule for a webhook secret set by hand (portal, CLI); D16's format goes here."""
     if not MIN_SECRET_LENGTH <= len(secret) <= MAX_SECRET_LENGTH:
         raise AccountError(
             f"the webhook secret must have {MIN_SECRET_LENGTH} to {MAX_SECRET_LENGTH} characters")
@@ -132,12 +116,13 @@ def _valid_secret(secret: str) -> str:
 def set_webhook(key_id: str, customer_id: str, url: str | None, secret: str | None = None) -> ApiKey:
     """Set (or with an empty ``url`` remove) the key's webhook URL, and its secret when given.
 
+    The one place a webhook URL and secret are checked and stored: the portal, the
+    operator's ``keys set-webhook`` and ``keys issue`` (``accounts.issue_key``) all
+    come here, so every entry point applies the same rules (14.12).
     ``secret`` None or empty keeps the current one. Deliveries already written keep the
     URL they were addressed to; a redelivery takes the key's URL of that moment.
     """
-    from app.services.webhook_urls import check_webhook_url
-
-    key = _owned_key(key_id, customer_id)
+    key = owned_key(key_id, customer_id)
     url = (url or "").strip()
     if url:
         check_webhook_url(url)
@@ -154,11 +139,20 @@ def generate_secret(key_id: str, customer_id: str) -> str:
     Attempts made from now on, retries of earlier deliveries included, are signed
     with the new secret.
     """
-    key = _owned_key(key_id, customer_id)
+    key = owned_key(key_id, customer_id)
     plaintext = new_webhook_secret()
     ApiKey.update(webhook_secret_enc=encrypt_secret(plaintext)).where(ApiKey.id == key.id).execute()
     log.info("key %s: webhook secret rotated", key.id)
     return plaintext
+
+
+def delivery_owner(delivery_id: str) -> str:
+    """The id of the customer a delivery belongs to (for the operator CLI); ``LookupError`` if none."""
+    customer_id = (WebhookDelivery.select(WebhookDelivery.customer).where(WebhookDelivery.id == delivery_id)
+                   .scalar() if "\x00" not in delivery_id else None)
+    if customer_id is None:
+        raise LookupError(f"no delivery {delivery_id}")
+    return customer_id
 
 
 def redeliver(delivery_id: str, customer_id: str) -> WebhookDelivery:
@@ -194,25 +188,13 @@ def sample_event_body() -> dict:
 
 def send_test_event(key_id: str, customer_id: str) -> WebhookDelivery:
     """Queue a test delivery to the key's webhook URL; logged and retried like any other."""
-    key = _owned_key(key_id, customer_id)
+    key = owned_key(key_id, customer_id)
     if not key.webhook_url:
         raise AccountError("the key has no webhook URL")
     body = sample_event_body()
     delivery = _create_delivery(key, body["event"], body, scan_id=None)
     dispatch(delivery)
     return delivery
-
-
-def response_excerpt(data: bytes | None) -> str:
-    """What an attempt keeps of a receiver's answer: its first EXCERPT_BYTES bytes as UTF-8
-    text (anything else, binary or UTF-16, with replacement characters) without NUL.
-
-    The receiver is untrusted and PostgreSQL refuses NUL in text: an excerpt that could
-    not be stored left its attempt unrecorded, and the delivery was sent again although
-    the receiver had answered 2xx. So this holds on every database, not only there.
-    """
-    text = (data or b"")[:EXCERPT_BYTES].decode("utf-8", errors="replace")
-    return text.replace("\x00", "")
 
 
 def attempt_dict(attempt: DeliveryAttempt) -> dict:
@@ -237,7 +219,7 @@ def delivery_dict(delivery: WebhookDelivery, attempts: list[DeliveryAttempt]) ->
 def list_deliveries(key_id: str, customer_id: str, status: str | None = None, event: str | None = None,
                     page: int = 1, per_page: int = 20) -> DeliveryPage:
     """The key's deliveries, newest first, each with its attempts (newest first)."""
-    key = _owned_key(key_id, customer_id)
+    key = owned_key(key_id, customer_id)
     page, per_page = max(1, page), min(MAX_PER_PAGE, max(1, per_page))
     query = WebhookDelivery.select().where(WebhookDelivery.api_key == key.id)
     if status:

@@ -1,6 +1,6 @@
 """The operator hook: what a scenario needs done on the operator's side of the service.
 
-Accounts and keys go through the operator CLI (decisions D10), run as a command line so
+Accounts and keys go through the operator CLI (D10), run as a command line so
 that the runner talks to whatever database that CLI is configured for:
 
     <operator> customers create --name N --tier T --credits C --json

@@ -1,4 +1,4 @@
-"""Authentication (spec §5, D2) and the one error body (D1) from every layer."""
+"""Authentication (§5, D2) and the one error body (D1) from every layer."""
 import logging
 
 import pytest
@@ -84,11 +84,31 @@ def test_wrong_method_is_405_with_allow(client, account):
     ({"json": {"kind": "email"}}, "target"),
     ({"json": {"target": 7}}, "target"),
     ({"json": {"target": "jane@example.com", "kind": 7}}, "kind"),
-    ({"data": "target=jane@example.com", "content_type": "application/x-www-form-urlencoded"}, "target"),
 ])
 def test_body_shape_errors_are_invalid_request_with_details(client, account, kwargs, details_field):
     body = assert_error(client.post(SCAN, headers=account.headers, **kwargs), 400, "invalid_request")
     assert details_field in body["details"]
+
+
+@pytest.mark.parametrize("path", [SCAN, f"{SCAN}/bulk"])
+@pytest.mark.parametrize("kwargs", [
+    {"data": "target=jane@example.com", "content_type": "application/x-www-form-urlencoded"},
+    {"data": '{"target": "jane@example.com"}', "content_type": "text/plain"},
+    {"data": '{"target": "jane@example.com"}'},  # no Content-Type at all
+    {},  # no body
+])
+def test_body_without_json_content_type_is_invalid_request_naming_it(client, account, path, kwargs):
+    body = assert_error(client.post(path, headers=account.headers, **kwargs), 400, "invalid_request")
+    assert "Content-Type: application/json" in body["message"] and "JSON" in body["message"]
+    assert "Missing data" not in str(body)
+    with db.connection_context():
+        assert billing.balance_of(account.id) == 99  # a served 400, charged like any validation error
+
+
+def test_json_content_type_with_parameters_is_accepted(client, account):
+    response = client.post(SCAN, data='{"target": "jane@example.com"}', headers=account.headers,
+                           content_type="application/json; charset=utf-8")
+    assert response.status_code == 202
 
 
 def test_non_utf8_body_is_a_clean_400(client, account):

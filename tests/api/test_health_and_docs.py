@@ -66,3 +66,61 @@ def test_docs_page_works_offline(client):
     assert "/api/docs/assets/swagger-ui-bundle.js" in html and "http" not in html.split("<body>")[0].split("href=")[1][:6]
     assert client.get("/api/docs/assets/swagger-ui-bundle.js").status_code == 200
     assert client.get("/api/docs/assets/swagger-ui.css").status_code == 200
+
+
+def test_docs_page_has_the_portals_frame_and_csp_headers_and_no_inline_script(client):
+    import re
+
+    from app.portal.security import CSP as PORTAL_CSP
+    page = client.get("/api/docs")
+    assert page.status_code == 200
+    csp = page.headers["Content-Security-Policy"]
+    assert "frame-ancestors 'none'" in csp and "script-src 'self'" in csp and "unsafe" not in csp
+    # The portal's policy, only scripts allowed from this site.
+    assert csp.replace("script-src 'self'", "script-src 'none'") == PORTAL_CSP
+    assert page.headers["X-Frame-Options"] == "DENY"
+    assert page.headers["Referrer-Policy"] == "same-origin"
+    assert page.headers["Cache-Control"] == "no-store"
+    html = page.get_data(as_text=True)
+    scripts = re.findall(r"<script([^>]*)>(.*?)</script>", html, re.S)
+    assert scripts and all('src="' in attrs and not body.strip() for attrs, body in scripts)  # nothing inline
+    assert "style=" not in html and "<style" not in html
+    sources = re.findall(r'(?:src|href)="([^"]+)"', html)
+    assert {"/api/docs/assets/swagger-ui.css", "/api/docs/assets/swagger-ui-bundle.js",
+            "/api/docs/assets/swagger-ui-standalone-preset.js", "/api/docs/init.js"} <= set(sources)
+    for source in sources:
+        asset = client.get(source)
+        assert asset.status_code == 200, source
+    init = client.get("/api/docs/init.js")
+    assert init.mimetype in ("text/javascript", "application/javascript")
+    assert "SwaggerUIBundle" in init.get_data(as_text=True)
+    assert 'data-spec-url="/api/v1/openapi.json"' in html
+
+
+def test_openapi_texts_cite_no_internal_rule_ids(client):
+    """Customers read these texts: no "D4", "(D9)", "§6", "E3" or the engine contract document of the internal specification."""
+    import json
+    import re
+
+    text = client.get("/api/v1/openapi.json").get_data(as_text=True)
+    rule_id = re.compile(r"\bD\d{1,2}[a-z]?\b|§|engine\.md|\bE[1-5]\b")
+    assert not rule_id.findall(text), sorted(set(rule_id.findall(text)))
+    prose = re.compile(r"\b(spec|specification|decisions?)\b", re.IGNORECASE)
+    texts = []
+
+    def collect(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("description", "summary", "title") and isinstance(value, str):
+                    texts.append(value)
+                else:
+                    collect(value)
+        elif isinstance(node, list):
+            for value in node:
+                collect(value)
+
+    collect(json.loads(text))
+    assert len(texts) > 30
+    assert not [t for t in texts if prose.search(t)]
+    kind = json.loads(text)["components"]["schemas"]["ScanCreate"]["properties"]["kind"]["description"]
+    assert "leading `@`" in kind  # the inference rule is spelled out instead of cited

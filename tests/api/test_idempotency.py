@@ -1,4 +1,4 @@
-"""Idempotency-Key on both POST endpoints (decisions D9)."""
+"""Idempotency-Key on both POST endpoints (D9)."""
 import threading
 from datetime import timedelta
 

@@ -8,19 +8,35 @@ from app.logging_setup import ContextFilter, JsonFormatter, RedactFilter, log_co
 from tests.api.helpers import balance
 
 
-def test_metrics_report_store_totals_and_are_free(client, account):
+def _samples(client) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+    text = client.get("/metrics").get_data(as_text=True)
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_metrics_count_requests_and_scans_and_are_free(client, account):
+    before = _samples(client)
     created = client.post("/api/v1/scan", json={"target": "jane@example.com"}, headers=account.headers)
     assert created.status_code == 202
     client.post("/api/v1/scan", json={"target": "ab"}, headers=account.headers)
     response = client.get("/metrics", headers=account.headers)
     assert response.status_code == 200
-    text = response.get_data(as_text=True)
-    assert 'scan_api_scans{kind="email",status="queued",tier="business"} 1.0' in text
-    assert 'scan_api_credits_charged{reason="scan"} 1.0' in text
-    assert 'scan_api_credits_charged{reason="call"} 1.0' in text
-    assert 'scan_api_queue_depth{queue="engine"}' in text
-    assert "scan_engine_call_seconds_bucket" in text
-    assert balance(account) == 98  # the scrape cost nothing
+    after = _samples(client)
+
+    def moved(name, **labels):
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0) - before.get(key, 0)
+    assert moved("scan_api_scans_created_total", kind="email", tier="business") == 1
+    assert moved("scan_api_http_requests_total", method="POST", route="/api/v1/scan", status="202") == 1
+    assert moved("scan_api_http_requests_total", method="POST", route="/api/v1/scan", status="400") == 1
+    assert moved("scan_api_http_request_duration_seconds_count", method="POST", route="/api/v1/scan",
+                 status="202") == 1
+    assert after[("scan_api_queue_depth", (("queue", "engine"),))] == 0
+    assert after[("scan_api_scheduled_jobs", (("queue", "engine"),))] == 1  # the new scan's first look
+    assert after[("scan_api_database_up", ())] == 1 and after[("scan_api_redis_up", ())] == 1
+    assert any(name == "scan_engine_call_seconds_count" for name, _ in after)
+    assert balance(account) == 98  # the scrapes cost nothing
 
 
 def test_metrics_are_internal_by_default(client):

@@ -46,6 +46,7 @@ def test_poll_url_uses_public_base_url(client, account):
     ("  Jane@EXAMPLE.com ", None, "email", "Jane@example.com"),
     ("+44 7700 900123", None, "phone", "+447700900123"),
     ("@jane_doe", "username", "username", "jane_doe"),
+    ("@alice_smith", None, "username", "alice_smith"),  # a leading "@" marks a handle
 ])
 def test_targets_are_normalised_and_kind_inferred(client, account, target, kind, stored_kind, stored):
     extra = {"kind": kind} if kind else {}
@@ -62,6 +63,7 @@ def test_targets_are_normalised_and_kind_inferred(client, account, target, kind,
     ({"target": "not an email", "kind": "email"}, "invalid_target"),
     ({"target": "+12", "kind": "phone"}, "invalid_target"),
     ({"target": "x" * 300}, "invalid_target"),
+    ({"target": "a" * 65 + "@example.com"}, "invalid_target"),  # local part over 64 characters
     ({"target": 7, "kind": "fax"}, "invalid_request"),
 ])
 def test_validation_errors_are_charged_and_create_nothing(client, account, simulator, payload, code):
@@ -108,7 +110,7 @@ def test_engine_unreachable_is_502(client, account):
     assert balance(account) == 100
 
 
-# --- limits (spec §8, D8) -----------------------------------------------------------
+# --- limits (§8, D8) -----------------------------------------------------------
 
 @pytest.mark.parametrize("tier,inflight", [("pro", 3), ("business", 10), ("enterprise", 25)])
 def test_inflight_limit_per_tier(client, make_customer, tier, inflight):

@@ -91,6 +91,7 @@ def test_bulk_all_rejected_costs_one_credit(client, account, simulator):
     assert balance(account) == 99
     aggregate = client.get(f"{BULK}/{body['bulk_id']}", headers=account.headers).json
     assert aggregate["all_done"] is True and aggregate["total"] == 2 and aggregate["scans"] == []
+    assert aggregate["rejected_count"] == 2
 
 
 @pytest.mark.parametrize("targets,code", [([], "no_targets"), ([{"target": "jane@example.com"}] * 101,
@@ -158,17 +159,25 @@ def test_aggregate_read_progresses_to_all_done(client, make_customer, jobs):
         body = bulk(client, acct, [{"target": "a.person@example.com"}, {"target": "fail.x@example.com"},
                                    {"target": "+14155552671"}, {"target": "zz"}]).json
         first = client.get(f"{BULK}/{body['bulk_id']}", headers=acct.headers).json
-        assert set(first) == {"ok", "bulk_id", "total", "queued", "running", "completed", "failed", "all_done",
-                              "scans"}
-        assert (first["total"], first["queued"], first["all_done"]) == (4, 3, False)
+        assert set(first) == {"ok", "bulk_id", "total", "queued", "running", "completed", "failed",
+                              "rejected_count", "all_done", "scans"}
+        assert (first["total"], first["queued"], first["rejected_count"], first["all_done"]) == (4, 3, 1, False)
+        assert all(set(s) == {"scan_id", "status", "target", "kind"} for s in first["scans"])
         assert jobs.run(frozen, until=lambda: client.get(f"{BULK}/{body['bulk_id']}",
                                                          headers=acct.headers).json["all_done"])
         final = client.get(f"{BULK}/{body['bulk_id']}", headers=acct.headers).json
     assert (final["queued"], final["running"], final["completed"], final["failed"]) == (0, 0, 2, 1)
+    assert final["rejected_count"] == 1
+    assert final["total"] == sum(final[k] for k in ("queued", "running", "completed", "failed", "rejected_count"))
     assert [s["target"] for s in final["scans"]] == ["a.person@example.com", "fail.x@example.com", "+14155552671"]
     by_status = {s["status"]: s for s in final["scans"]}
-    assert "result" in by_status["completed"] and "failure" not in by_status["completed"]
-    assert by_status["failed"]["failure"]["code"] == "engine_failed" and "result" not in by_status["failed"]
+    assert set(by_status["completed"]) == {"scan_id", "status", "target", "kind", "completed_at", "result"}
+    assert set(by_status["failed"]) == {"scan_id", "status", "target", "kind", "failed_at", "failure"}
+    assert by_status["failed"]["failure"]["code"] == "engine_failed"
+    for scan in final["scans"]:  # the same times as the scan's own read
+        own = client.get(f"{SCAN}/{scan['scan_id']}", headers=acct.headers).json
+        assert ISO.match(scan.get("completed_at") or scan["failed_at"])
+        assert scan.get("completed_at") == own.get("completed_at") and scan.get("failed_at") == own.get("failed_at")
     phone = final["scans"][2]["result"]["phone_profile"]
     assert phone["e164"] == "+14155552671" and phone["country_code"] == 1 and phone["region"] == "US"
 

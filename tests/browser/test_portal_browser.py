@@ -5,6 +5,8 @@ import requests
 from app.extensions import db
 from app.models import WebhookDelivery
 
+pytestmark = [pytest.mark.browser, pytest.mark.processes]  # a real Chromium process
+
 
 def receiver(simulator, name, responses):
     requests.post(f"{simulator.url}/_sim/receivers/{name}",

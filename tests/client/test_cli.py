@@ -127,6 +127,9 @@ def test_bulk_from_stdin_waits_and_writes_csv_in_input_order(cli, jobs):
         ("janedoe", "completed")]
     assert table[0]["risk_band"] and table[0]["scan_id"].startswith("scn_")
     assert table[1]["error"] == "engine_failed" and table[2]["error"] == "target_too_short"
+    # Batch scans carry their completed_at / failed_at, so finished_at is filled like a single scan's.
+    assert [bool(r["finished_at"]) for r in table] == [True, True, False, True]
+    assert table[0]["finished_at"].startswith(START[:10].replace(" ", "T")) and table[0]["finished_at"].endswith("Z")
     lines = err.splitlines()
     assert lines and all(PLAIN_PROGRESS.match(line) for line in lines), err
     assert "completed 2  failed 1  (3/3 done)" in lines[-1]

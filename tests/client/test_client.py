@@ -75,8 +75,9 @@ def test_bulk_and_get_bulk_bodies(served_app, make_customer):
     assert [s["kind"] for s in created["scans"]] == ["email", "phone"]
     assert api.last_credits == 98  # one credit per queued scan
     batch = api.get_bulk(created["bulk_id"])
-    assert set(batch) == {"ok", "bulk_id", "total", "queued", "running", "completed", "failed", "all_done", "scans"}
-    assert (batch["total"], batch["queued"], batch["all_done"]) == (3, 2, False)
+    assert set(batch) == {"ok", "bulk_id", "total", "queued", "running", "completed", "failed", "rejected_count",
+                          "all_done", "scans"}
+    assert (batch["total"], batch["queued"], batch["rejected_count"], batch["all_done"]) == (3, 2, 1, False)
     assert [s["target"] for s in batch["scans"]] == ["a.person@example.com", "+14155552671"]
     assert api.last_credits == 97
 
@@ -106,7 +107,7 @@ def test_wait_polls_until_completed(served_app, account, jobs):
         final = api.wait(scan_id, on_progress=seen.append)
     assert final["status"] == "completed" and final["scan_id"] == scan_id
     assert final["result"]["risk"]["band"] in {"low", "medium", "high", "critical"}
-    assert sleep.calls and set(sleep.calls) == {12.0}  # the default poll interval, spec: 10 to 15 s
+    assert sleep.calls and set(sleep.calls) == {12.0}  # the default poll interval, §4.2: 10 to 15 s
     assert len(seen) == len(sleep.calls) + 1 and seen[0]["status"] in {"queued", "running"}
     assert seen[-1] is final
 

@@ -5,44 +5,27 @@ TEST_REDIS_URL, as CI's second run sets them.
 """
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import requests
 
+from simulator.procutil import free_port, wait_until
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.processes, pytest.mark.skipif(
     not (os.environ.get("TEST_DATABASE_URL", "").startswith("postgres") and os.environ.get("TEST_REDIS_URL")),
-    reason="needs TEST_DATABASE_URL=postgresql://... and TEST_REDIS_URL (CI's second run)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_until(check, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.2)  # separate processes on wall-clock time: there is no clock to freeze
-    raise AssertionError(f"timed out waiting for {what}")
+    reason="needs TEST_DATABASE_URL=postgresql://... and TEST_REDIS_URL (CI's second run)")]
 
 
 def test_production_stack_runs_a_scan_end_to_end(app, simulator, tmp_path):
     port = free_port()
-    env = dict(os.environ, APP_ENV="production", SECRET_KEY="prod-test-secret", BIND=f"127.0.0.1:{port}",
+    env = dict(os.environ, APP_ENV="production", SECRET_KEY="prod-test-secret-" + "x" * 32,
+               GUNICORN_BIND=f"127.0.0.1:{port}", PUBLIC_BASE_URL=f"http://127.0.0.1:{port}",
                DATABASE_URL=os.environ["TEST_DATABASE_URL"], REDIS_URL=os.environ["TEST_REDIS_URL"],
                ENGINE_URL=simulator.url, ENGINE_TOKEN="test-engine-token", WEB_CONCURRENCY="2",
                GUNICORN_THREADS="4", ENGINE_POLL_SECONDS="1", PYTHONUNBUFFERED="1")

@@ -34,7 +34,7 @@ from tests.api.helpers import assert_counters_match
 from tests.conftest import ServerThread
 from tests.jobrunner import JobRunner
 from tests.reliability.servers import RawServer, RedisServer, TcpProxy, free_port, read_request_head
-from workers.recovery import sweep
+from app.services.recovery import sweep
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 SECRET = "whsec_fault_receiver_secret_0123"
@@ -47,7 +47,7 @@ FINAL = ("completed", "failed")
 # --- helpers -----------------------------------------------------------------------------------
 
 class Receiver:
-    """A named webhook receiver of the simulator (engine.md E4)."""
+    """A named webhook receiver of the simulator (E4)."""
 
     def __init__(self, simulator, name: str, responses=(200,), delay_ms=0):
         self.base, self.name = simulator.url, name
@@ -125,6 +125,7 @@ def redis_app(app, base_config, dedicated_redis, request):
 
 
 @pytest.mark.config(RECOVERY_STALE_SECONDS=STALE, ENGINE_POLL_SECONDS=1)
+@pytest.mark.processes  # a dedicated redis-server
 def test_redis_killed_during_creations_loses_no_scan_and_the_sweep_dispatches_them(
         redis_app, dedicated_redis, make_customer, simulator, figures):
     hook = Receiver(simulator, "redis-killed")
@@ -192,6 +193,7 @@ def test_redis_killed_during_creations_loses_no_scan_and_the_sweep_dispatches_th
 
 @pytest.mark.config(RECOVERY_STALE_SECONDS=STALE, ENGINE_POLL_SECONDS=1, SCAN_TIMEOUT_SECONDS=60,
                     WEBHOOK_RETRY_SCHEDULE=(0, 30, 300))
+@pytest.mark.processes  # a dedicated redis-server
 def test_redis_restarted_mid_run_loses_its_data_and_the_sweep_recovers_everything(
         redis_app, dedicated_redis, make_customer, simulator, figures):
     hook = Receiver(simulator, "redis-restarted", responses=[500])  # failing until the end
@@ -287,7 +289,6 @@ def test_database_unreachable_is_503_on_every_route_that_needs_it_and_nothing_is
         ("GET", f"{BULK}/blk_x", {}),
         ("GET", "/app/api-keys", {}),
         ("GET", "/app/usage", {}),
-        ("GET", "/metrics", {}),
     ]
     answers = {}
     try:
@@ -305,6 +306,9 @@ def test_database_unreachable_is_503_on_every_route_that_needs_it_and_nothing_is
         assert client.get("/healthz").status_code == 200
         assert client.get("/api/v1/openapi.json").status_code == 200
         assert client.get("/nope").status_code == 404
+        # /metrics reads no table: it still answers, and says the database is down.
+        scrape = client.get("/metrics").get_data(as_text=True)
+        assert "scan_api_database_up 0.0" in scrape
         assert client.post(SCAN, json={"target": "jane@example.com"}).status_code == 401  # no key: no look-up
         login = client.post("/app/login", data={"email": "ops@fault.example", "password": "x" * 12,
                                                 "csrf_token": login_token})

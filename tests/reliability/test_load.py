@@ -28,9 +28,9 @@ from tests.api.helpers import assert_counters_match
 from tests.processes import service_env
 from tests.reliability.servers import Gunicorn
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.processes]
 
-TIER_INFLIGHT = {"pro": 3, "business": 10, "enterprise": 25}  # spec §8 defaults
+TIER_INFLIGHT = {"pro": 3, "business": 10, "enterprise": 25}  # §8 defaults
 CREATIONS_PER_TIER = 200
 READS = 2000
 CONCURRENCY = 32

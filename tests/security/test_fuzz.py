@@ -262,7 +262,7 @@ def raw_request(url: str, head: bytes, timeout=10) -> bytes:
     return data
 
 
-@pytest.mark.parametrize("server", ["werkzeug", "gunicorn"])
+@pytest.mark.parametrize("server", ["werkzeug", pytest.param("gunicorn", marks=pytest.mark.processes)])
 def test_huge_headers_get_a_clean_4xx_from_the_real_server(request, rich, server, figures):
     target = request.getfixturevalue("served_app" if server == "werkzeug" else "gunicorn")
     url = target.url

@@ -1,4 +1,4 @@
-"""The simulated engine's HTTP API (engine.md E1, E3): submission, progress, conventions, controls."""
+"""The simulated engine's HTTP API (E1, E3): submission, progress, conventions, controls."""
 import base64
 import json
 import math

@@ -1,4 +1,4 @@
-"""The simulated webhook receivers (engine.md E4)."""
+"""The simulated webhook receivers (E4)."""
 import hashlib
 import hmac
 import json

@@ -1,7 +1,7 @@
-"""Settings from the environment (decisions D10a)."""
+"""Settings from the environment (D10a)."""
 import pytest
 
-from app.config import ConfigError, finalize, load_settings, parse_retry_schedule
+from app.config import DEV_SECRET_KEY, ConfigError, check_production, finalize, load_settings, parse_retry_schedule, startup_error_line
 
 
 def test_defaults_match_the_decisions():
@@ -30,10 +30,46 @@ def test_production_refuses_to_start_naming_every_missing_setting():
     assert "REDIS_URL" not in message
 
 
+PRODUCTION = {"APP_ENV": "production", "SECRET_KEY": "k" * 32, "DATABASE_URL": "postgresql://x/y",
+              "REDIS_URL": "redis://x", "ENGINE_URL": "https://engine", "PUBLIC_BASE_URL": "https://api.example.com"}
+
+
 def test_production_starts_with_its_settings():
-    env = {"APP_ENV": "production", "SECRET_KEY": "s", "DATABASE_URL": "postgresql://x/y",
-           "REDIS_URL": "redis://x", "ENGINE_URL": "https://engine"}
-    assert finalize(load_settings(env))["ENGINE_URL"] == "https://engine"
+    settings = finalize(load_settings(PRODUCTION))
+    check_production(settings)
+    assert settings["ENGINE_URL"] == "https://engine"
+
+
+def test_production_needs_a_public_base_url_so_poll_urls_never_come_from_the_host_header():
+    with pytest.raises(ConfigError, match="PUBLIC_BASE_URL"):
+        check_production(finalize(load_settings({**PRODUCTION, "PUBLIC_BASE_URL": ""})))
+    with pytest.raises(ConfigError, match="PUBLIC_BASE_URL must be an absolute URL"):
+        check_production(finalize(load_settings({**PRODUCTION, "PUBLIC_BASE_URL": "api.example.com"})))
+
+
+@pytest.mark.parametrize("secret,reason", [("k" * 31, "at least 32 characters"),
+                                           (DEV_SECRET_KEY, "published"), ("test-secret-key", "published")])
+def test_production_refuses_a_weak_or_published_secret_key(secret, reason):
+    with pytest.raises(ConfigError, match=reason) as exc:
+        check_production(finalize(load_settings({**PRODUCTION, "SECRET_KEY": secret})))
+    assert secret not in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_development_keeps_its_published_key():
+    assert finalize(load_settings({}))["SECRET_KEY"] == DEV_SECRET_KEY
+
+
+@pytest.mark.parametrize("url", ["mysql://u@h/db", "redis://h/0", "just-a-path"])
+def test_an_unknown_database_scheme_is_refused_in_every_environment(url):
+    with pytest.raises(ConfigError, match="unknown scheme"):
+        finalize(load_settings({"DATABASE_URL": url}))
+
+
+def test_the_startup_line_is_json_where_logs_are_json():
+    import json
+    line = startup_error_line("SECRET_KEY is missing", {"APP_ENV": "production"})
+    assert json.loads(line)["message"] == "error: SECRET_KEY is missing"
+    assert startup_error_line("x", {"APP_ENV": "development"}) == "error: x"
 
 
 @pytest.mark.parametrize("raw,expected", [("0,30,300", (0, 30, 300)), ("1, 2", (1, 2)), ("", ())])
@@ -46,3 +82,22 @@ def test_retry_schedule_parses(raw, expected):
 def test_malformed_settings_are_refused(env):
     with pytest.raises(ConfigError):
         load_settings(env)
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"DATABASE_URL": "postgresql://scan@db/scan"}, "production"),
+    ({"DATABASE_URL": "postgres://scan@db/scan"}, "production"),
+    ({"DATABASE_URL": "postgresql://scan@db/scan", "APP_ENV": "development"}, "development"),
+    ({"DATABASE_URL": "postgresql://scan@db/scan", "APP_ENV": "test"}, "test"),
+    ({"DATABASE_URL": "sqlite:////tmp/x.sqlite3"}, "development"),
+    ({}, "development"),
+])
+def test_an_unset_app_env_on_postgresql_means_production(env, expected):
+    # An operator command run on the production host without APP_ENV keeps the SSRF guard
+    # and refuses to run with the development SECRET_KEY.
+    assert load_settings(env)["APP_ENV"] == expected
+
+
+def test_an_operator_shell_without_app_env_on_postgresql_must_name_the_production_settings():
+    with pytest.raises(ConfigError, match="SECRET_KEY"):
+        finalize(load_settings({"DATABASE_URL": "postgresql://scan@db/scan"}))

@@ -82,3 +82,26 @@ def test_quota_counters_migration_fills_them_from_existing_scans(app):
                             "scan_status_last_checked_at"}
         assert Customer.get_by_id(customer.id).balance == 5
         assert Scan.select().where(Scan.customer == customer.id).count() == 5
+
+
+def test_portal_sessions_migration_adds_the_table_and_the_disabled_flag(app):
+    """A database from before version 4: its users gain ``disabled`` (false) and can hold sessions."""
+    from app.models import PortalSession, PortalUser
+    from app.services import portal_users
+
+    with db.connection_context():
+        customer = accounts.create_customer("Old", "pro", 0)
+        user = accounts.create_user(customer.id, "old@acme.example", "long enough password")
+        with db.atomic():
+            db.drop_tables([PortalSession])
+            db.execute_sql('ALTER TABLE "portal_user" DROP COLUMN "disabled"')
+            SchemaVersion.delete().where(SchemaVersion.version == 4).execute()
+        assert "portal_session" not in db.get_tables()
+
+        assert migrations.upgrade() == [4]
+        assert migrations.upgrade() == []
+
+        assert PortalUser.get_by_id(user.id).disabled is False
+        token = portal_users.start_session(user)
+        assert portal_users.session_user(token).id == user.id
+        assert PortalSession.select().count() == 1

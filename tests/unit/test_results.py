@@ -1,4 +1,4 @@
-"""normalize_result: the engine's untrusted result made into the §2.2 / D6 object (engine.md E2)."""
+"""normalize_result: the engine's untrusted result made into the §2.2 / D6 object (E2)."""
 import json
 import math
 

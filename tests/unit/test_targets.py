@@ -1,4 +1,4 @@
-"""Target validation and kind inference (decisions D4) and the order of its errors (D2)."""
+"""Target validation and kind inference (D4) and the order of its errors (D2)."""
 import pytest
 
 from app.services.targets import TargetError, normalize
@@ -11,6 +11,9 @@ from app.services.targets import TargetError, normalize
     ("@jane_doe", "username", ("username", "jane_doe")),
     ("jane.doe-99", "username", ("username", "jane.doe-99")),
     ("12345678", None, ("username", "12345678")),
+    ("@alice_smith", None, ("username", "alice_smith")),       # a leading "@" marks a handle
+    ("jane@example.com", None, ("email", "jane@example.com")),  # any other "@": an e-mail address
+    ("a" * 64 + "@example.com", None, ("email", "a" * 64 + "@example.com")),
 ])
 def test_valid_targets_are_normalised(target, kind, expected):
     assert normalize(target, kind) == expected
@@ -28,7 +31,9 @@ def test_valid_targets_are_normalised(target, kind, expected):
     ("+12345", "phone", "invalid_target"),         # too few digits
     ("+1234567890123456", "phone", "invalid_target"),
     ("@ab", "username", "invalid_target"),         # 3 characters, but a 2-character handle
-    ("@jane_doe", None, "invalid_target"),         # D4: an "@" makes it an e-mail address
+    ("@jane@example.com", None, "invalid_target"),  # a handle (leading "@") cannot hold another "@"
+    ("a" * 65 + "@example.com", None, "invalid_target"),  # local part longer than 64 characters
+    ("a" * 65 + "@example.com", "email", "invalid_target"),
     ("bad handle!", None, "invalid_target"),
     ("a" * 65, "username", "invalid_target"),
     ("a" * 257, None, "invalid_target"),           # longer than 256

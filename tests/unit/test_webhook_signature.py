@@ -1,4 +1,4 @@
-"""``app.webhook_signature`` (spec §6.3): the service signs, receivers verify."""
+"""``app.webhook_signature`` (§6.3): the service signs, receivers verify."""
 import pytest
 
 from app.webhook_signature import sign, verify_signature

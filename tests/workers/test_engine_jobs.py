@@ -1,4 +1,4 @@
-"""Engine tracking jobs (decisions D5, D6, D13; engine.md E1 to E3).
+"""Engine tracking jobs (D5, D6, D13; E1 to E3).
 
 Everything is real: the API (test client), the database, Redis with RQ's own
 ``SimpleWorker`` (``tests.jobrunner``), and the simulated engine over HTTP. Time is
@@ -27,7 +27,7 @@ from simulator.results import (EXTRA_FIELD, FULL_DATE, HIGH_SCORE, NO_BAND, mess
                                result_for)
 from tests.conftest import ServerThread
 from workers.engine_jobs import backoff, track_scan
-from workers.queues import ENGINE_QUEUE, WEBHOOK_QUEUE, enqueue_tracking, queue, tracking_job_id
+from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, enqueue_tracking, queue, tracking_job_id
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 START = "2026-11-21 12:00:00"
@@ -604,7 +604,8 @@ def test_a_replayed_job_of_a_live_chain_does_nothing(client, make_customer, jobs
 
 def test_two_jobs_racing_to_finish_a_scan_finish_it_once(client, make_customer, jobs):
     """Both saw the engine done: one verdict, one completed_at, one webhook event."""
-    account = make_customer(credits=1000, webhook_url="http://127.0.0.1:9/hook", webhook_secret="s3cret")
+    account = make_customer(credits=1000, webhook_url="http://127.0.0.1:9/hook",
+                            webhook_secret="s3cret-0123456789")
     with freeze_time(START) as frozen:
         scan_id = create(client, account, "jane.doe@example.com")["scan_id"]
         result = normalize_result({"risk": {"score": 30}}, "email")

@@ -1,4 +1,4 @@
-"""``python -m workers`` as a real process (decisions D13, D14).
+"""``python -m workers`` as a real process (D13, D14).
 
 The worker runs on wall-clock time here (a separate process cannot share freezegun's
 clock), so the one test that drives it waits in a bounded poll loop. The other tests
@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from app.extensions import db
 from app.models import Scan
 from app.services.results import band_for
 from tests.conftest import ServerThread
+from simulator.procutil import wait_until
 from tests.processes import service_env
 from workers.__main__ import SWEEP_LOCK, ScanWorker, build_worker, run_sweep_once
 
@@ -90,13 +90,12 @@ class WorkerProcess:
 
 
 def wait_for(predicate, timeout: float, what: str, workers=()) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    logs = "\n".join(f"--- {w.log_path.name}\n{w.output()}" for w in workers)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{logs}")
+    """``wait_until``, showing the workers' logs when it times out."""
+    try:
+        wait_until(predicate, timeout, what, interval=0.2)
+    except TimeoutError as exc:
+        logs = "\n".join(f"--- {w.log_path.name}\n{w.output()}" for w in workers)
+        raise AssertionError(f"{exc}\n{logs}") from None
 
 
 def scan_row(scan_id) -> Scan:
@@ -105,6 +104,7 @@ def scan_row(scan_id) -> Scan:
 
 
 @pytest.mark.config(ENGINE_POLL_SECONDS=0.5, RECOVERY_STALE_SECONDS=2, RECOVERY_INTERVAL_SECONDS=1)
+@pytest.mark.processes
 def test_a_worker_killed_mid_job_and_restarted_still_completes_the_scan(app, client, account, simulator, tmp_path):
     engine = HoldingEngine(simulator.url)
     proxy = ServerThread(engine)
@@ -174,14 +174,15 @@ def test_a_failing_sweep_does_not_stop_the_worker(app, monkeypatch):
     def broken():
         raise RuntimeError("database went away")
 
-    monkeypatch.setattr("workers.recovery.sweep", broken)
+    monkeypatch.setattr("app.services.recovery.sweep", broken)
     worker = build_worker()
     worker.run_maintenance_tasks()  # logged, not raised
 
 
-
 # --- shutdown while Redis is down ----------------------------------------------------------
 
+
+@pytest.mark.processes
 @pytest.mark.parametrize("redis_state", ["down", "up"])
 def test_the_first_sigterm_stops_the_worker_within_seconds_and_quietly(app, tmp_path, redis_state):
     """An operator stopping workers during a Redis outage (D14): the first SIGTERM ends the
@@ -209,9 +210,10 @@ def test_the_first_sigterm_stops_the_worker_within_seconds_and_quietly(app, tmp_
             redis_server.kill()  # Redis goes away under the idle worker, which retries with back-off
             wait_for(lambda: logged().count("could not connect to Redis") >= 3, 30, "the worker to retry")
         os.kill(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        while proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        try:
+            wait_until(lambda: proc.poll() is not None, 10, "the worker to stop", interval=0.1)
+        except TimeoutError:
+            pass
         assert proc.poll() == 0, f"not stopped 10 s after SIGTERM ({proc.poll()})\n{logged()[-3000:]}"
         with pytest.raises(ProcessLookupError):  # nothing left in its group: the scheduler stopped too
             os.killpg(proc.pid, 0)

@@ -1,0 +1,183 @@
+"""Job dispatch: queue names, job ids, enqueue helpers and the one due-job promoter.
+
+Shared by the services (which enqueue) and the workers (which run the jobs and
+schedule successors); the app never imports ``workers``: jobs are referenced by
+dotted path, so the API process never imports job code. Dispatch never raises: the
+rows it points at are committed first (D13), and a dispatch that Redis refused is
+found and redone by the recovery sweep.
+
+A delayed job is put into RQ's ScheduledJobRegistry here (``_save_scheduled``, ``_due``),
+not by ``Queue.enqueue_in``: RQ 2.12 writes the registry entry outside the pipeline it
+is given (one round trip per job, and for a moment an id without its job) and rounds
+the due time down to the whole second (so a job may run up to a second early). Here
+the jobs and their entries (one ZADD for a whole bulk) go in one pipeline, and an
+entry's score is the due time to the millisecond: the workers' scheduler
+(``workers.__main__.PreciseScheduler``) runs it then, and RQ's own scheduler
+(``rq worker --with-scheduler``) at the next whole second, never early.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from redis.exceptions import RedisError
+from rq import Queue
+from rq.job import Job, JobStatus
+from rq.registry import ScheduledJobRegistry
+
+from app import runtime
+
+log = logging.getLogger(__name__)
+
+ENGINE_QUEUE = "engine"
+WEBHOOK_QUEUE = "webhooks"
+QUEUES = (ENGINE_QUEUE, WEBHOOK_QUEUE)
+TRACK_JOB = "workers.engine_jobs.track_scan"
+DELIVER_JOB = "workers.webhook_jobs.deliver"
+JOB_TTL = 24 * 3600
+TRACK_JOB_TIMEOUT = 60
+# RQ's hard limit for one delivery job; the sweep treats an attempt older than this as abandoned.
+DELIVERY_JOB_TIMEOUT = 120
+
+ALIVE = {JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
+FETCH_BATCH = 500
+
+
+def queue(name: str) -> Queue:
+    return Queue(name, connection=runtime.redis())
+
+
+# --- Job ids: ``<prefix>-<row id>-<number>``; the number is a fencing generation ---------
+
+
+def _job_number(job_id: str | None) -> int | None:
+    """The number a job id ends with (row ids may contain ``-``, numbers do not)."""
+    try:
+        return int((job_id or "").rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def tracking_job_id(scan_id: str, generation: int) -> str:
+    """The id of the ``generation``-th tracking job of a scan (its chain's fencing token)."""
+    return f"trk-{scan_id}-{generation}"
+
+
+def tracking_generation(job_id: str | None) -> int:
+    """The generation a tracking job id stands for (0 for none)."""
+    return _job_number(job_id) or 0
+
+
+def delivery_job_id(delivery_id: str, number: int) -> str:
+    """The id of the job that makes attempt ``number`` of a delivery."""
+    return f"dlv-{delivery_id}-{number}"
+
+
+def job_attempt_number(job_id: str | None) -> int | None:
+    """The attempt a delivery job id stands for."""
+    return _job_number(job_id)
+
+
+# --- Enqueueing -------------------------------------------------------------------------
+
+
+def _save_scheduled(q: Queue, pipe, func: str, job_id: str, args: tuple, **options) -> None:
+    """Queue.enqueue_at's work for one job but its registry entry (``_due``), in ``pipe``."""
+    job = q.create_job(func, args=args, job_id=job_id, status=JobStatus.SCHEDULED, **options)
+    job.save(pipeline=pipe)
+    if job.ttl:
+        pipe.expire(job.key, job.ttl)
+
+
+def _due(q: Queue, pipe, due: dict[str, float]) -> None:
+    """The registry entries of jobs saved by ``_save_scheduled``: one ZADD for all of them."""
+    if due:
+        pipe.zadd(ScheduledJobRegistry(queue=q).key, due)
+
+
+def enqueue_tracking(job_ids: dict[str, str], delay_seconds: float | dict[str, float] = 0) -> bool:
+    """Enqueue a tracking job per ``{scan_id: job_id}`` in one Redis round trip.
+
+    ``delay_seconds`` is one delay for all, or a delay per scan id.
+    """
+    if not job_ids:
+        return True
+    try:
+        q = queue(ENGINE_QUEUE)
+        now = time.time()
+        due = {}
+        with runtime.redis().pipeline() as pipe:
+            pipe.multi()  # explicit MULTI first: RQ's enqueue with a pipeline expects one
+            pipe.sadd(q.redis_queues_keys, q.key)
+            for scan_id, job_id in job_ids.items():
+                delay = delay_seconds.get(scan_id, 0) if isinstance(delay_seconds, dict) else delay_seconds
+                if delay > 0:
+                    _save_scheduled(q, pipe, TRACK_JOB, job_id, (scan_id,), result_ttl=0, failure_ttl=JOB_TTL,
+                                    ttl=JOB_TTL, timeout=TRACK_JOB_TIMEOUT)
+                    due[job_id] = now + delay
+                else:
+                    q.enqueue(TRACK_JOB, args=(scan_id,), job_id=job_id, result_ttl=0, failure_ttl=JOB_TTL,
+                              ttl=JOB_TTL, job_timeout=TRACK_JOB_TIMEOUT, pipeline=pipe)
+            _due(q, pipe, due)  # in the same MULTI: no job is ever seen without its entry
+            pipe.execute()
+        return True
+    except RedisError as exc:
+        log.warning("could not dispatch %d tracking job(s), the sweep will: %s", len(job_ids), exc)
+        return False
+
+
+def enqueue_delivery(delivery_id: str, job_id: str, delay_seconds: float = 0) -> bool:
+    try:
+        q = queue(WEBHOOK_QUEUE)
+        if delay_seconds > 0:
+            with runtime.redis().pipeline() as pipe:
+                pipe.sadd(q.redis_queues_keys, q.key)
+                _save_scheduled(q, pipe, DELIVER_JOB, job_id, (delivery_id,), result_ttl=0, failure_ttl=JOB_TTL,
+                                ttl=JOB_TTL, timeout=DELIVERY_JOB_TIMEOUT)
+                _due(q, pipe, {job_id: time.time() + delay_seconds})
+                pipe.execute()
+        else:
+            q.enqueue(DELIVER_JOB, args=(delivery_id,), job_id=job_id, result_ttl=0, failure_ttl=JOB_TTL,
+                      ttl=JOB_TTL, job_timeout=DELIVERY_JOB_TIMEOUT)
+        return True
+    except RedisError as exc:
+        log.warning("could not dispatch delivery %s, the sweep will: %s", delivery_id, exc)
+        return False
+
+
+# --- Reading and moving jobs ------------------------------------------------------------
+
+
+def live_job_ids(job_ids: list[str]) -> set[str]:
+    """Those of ``job_ids`` that Redis still holds as waiting to run."""
+    alive = set()
+    conn = runtime.redis()
+    for start in range(0, len(job_ids), FETCH_BATCH):
+        chunk = job_ids[start:start + FETCH_BATCH]
+        for job_id, job in zip(chunk, Job.fetch_many(chunk, connection=conn)):
+            if job is not None and job.get_status(refresh=False) in ALIVE:
+                alive.add(job_id)
+    return alive
+
+
+def promote_due(q: Queue, before: float) -> int:
+    """Move the scheduled jobs of ``q`` due at ``before`` (a Unix time) to the queue, in one
+    pipeline; returns how many moved. The one promoter: the workers' scheduler, the
+    recovery sweep and the tests' job runner all call this."""
+    conn = q.connection
+    registry = ScheduledJobRegistry(queue=q)
+    job_ids = registry.get_jobs_to_schedule(before)
+    if not job_ids:
+        return 0
+    moved = 0
+    with conn.pipeline() as pipe:
+        for job in Job.fetch_many(job_ids, connection=conn, serializer=q.serializer):
+            if job is not None:
+                # Public ``enqueue_job``: our jobs have no dependencies, so it adds no round trip
+                # to what RQ's own scheduler does with the private ``_enqueue_job``.
+                q.enqueue_job(job, pipeline=pipe, at_front=job.should_enqueue_at_front())
+                moved += 1
+        for job_id in job_ids:
+            registry.remove(job_id, pipeline=pipe)
+        pipe.execute()
+    return moved

@@ -1,0 +1,45 @@
+"""Service tests: the rules called directly, on the real database (and, for admission, the
+simulated engine over HTTP and the real Redis), without the HTTP layer in between."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from peewee import fn
+
+from app.extensions import db
+from app.models import BulkBatch, CreditLedger, Customer, QuotaMinute, Scan
+from app.services import billing
+
+
+@dataclass(frozen=True)
+class Books:
+    """Everything an admission may change for one customer."""
+
+    balance: int
+    ledger_rows: int
+    ledger_sum: int
+    scans: int
+    batches: int
+    in_flight: int
+    quota_minutes: int
+
+
+def books_of(customer_id: str) -> Books:
+    return Books(
+        balance=billing.balance_of(customer_id),
+        ledger_rows=CreditLedger.select().where(CreditLedger.customer == customer_id).count(),
+        ledger_sum=billing.ledger_sum(customer_id),
+        scans=Scan.select().where(Scan.customer == customer_id).count(),
+        batches=BulkBatch.select().where(BulkBatch.customer == customer_id).count(),
+        in_flight=Customer.get_by_id(customer_id).in_flight,
+        quota_minutes=QuotaMinute.select(fn.COALESCE(fn.SUM(QuotaMinute.scans), 0))
+        .where(QuotaMinute.customer == customer_id).scalar(),
+    )
+
+
+@pytest.fixture
+def conn(app):
+    """An open database connection for the test's body (services expect their caller to hold one)."""
+    with db.connection_context():
+        yield
