@@ -303,3 +303,17 @@ def test_an_unsubmitted_test_reservation_is_undone_without_a_refund(client, sand
         assert Customer.get_by_id(live.id).test_in_flight == 0
         assert quotas.window_usage(live.id, utcnow(), livemode=False).day == 0
     assert ledger(live) == [(100, "grant")]
+
+
+def test_the_scans_list_shows_the_calling_keys_mode_only(client, sandbox):
+    live, test = sandbox
+    live_ids = [create(client, live, target=f"live{i}@example.com").json["scan_id"] for i in range(2)]
+    test_ids = [create(client, test, target=f"test{i}@example.com").json["scan_id"] for i in range(3)]
+    for key, own, other in ((live, live_ids, test_ids), (test, test_ids, live_ids)):
+        listed = client.get("/api/v1/scans", headers=key.headers)
+        assert listed.status_code == 200
+        assert {s["scan_id"] for s in listed.json["data"]} == set(own)
+        # A scan of the other mode is no cursor: the same 400 as an unknown id.
+        refused = client.get(f"/api/v1/scans?starting_after={other[0]}", headers=key.headers)
+        assert refused.status_code == 400 and refused.json["error"] == "invalid_request"
+    assert client.get("/api/v1/scans", headers=test.headers).headers["X-Credits-Remaining"] == "96"  # live calls only
