@@ -79,6 +79,17 @@ def test_the_cli_issues_a_test_key_once_stored_as_a_digest_and_lists_its_mode(ap
     assert r.status_code == 202 and r.json["livemode"] is False
 
 
+def test_a_test_key_is_redacted_from_logs(sandbox):
+    import logging
+
+    from app.logging_setup import RedactFilter
+    _, test = sandbox
+    record = logging.LogRecord("t", logging.INFO, __file__, 1, "key %s used", (test.api_key,), None)
+    RedactFilter().filter(record)
+    assert test.api_key[len("service_test_"):] not in record.getMessage()
+    assert "service_test_[redacted]" in record.getMessage()
+
+
 def test_an_unknown_test_key_is_invalid_token(client, sandbox):
     _, test = sandbox
     r = client.get("/api/v1/scan/scn_x", headers={"Authorization": "Bearer service_test_" + "x" * 43})
