@@ -78,7 +78,8 @@ def after_api_request(response):
 def _charge(response, customer):
     if response.status_code not in CHARGEABLE or g.get("charged") or g.get("free_call"):
         return response
-    balance, g.usage = billing.charge_call(customer.id, g.get("request_id"), utcnow())
+    balance, g.usage = billing.charge_call(customer.id, g.get("request_id"), utcnow(),
+                                             f"{request.method} {request.path}")
     if balance is None:
         # The balance ran out between the check and this charge: the call is not served.
         g.balance = billing.balance_of(customer.id)
