@@ -14,15 +14,15 @@ LEFT, RIGHT, TOP, BOTTOM = 44, 12, 12, 34
 
 
 def _nice_max(value: int) -> int:
-    if value <= 4:
-        return 4
-    step = 1
-    while step * 10 < value:
-        step *= 10
-    for factor in (1, 2, 2.5, 5, 10):
-        if step * factor >= value:
-            return int(step * factor) if step * factor >= 4 else 4
-    return value
+    """The axis top: four equal whole steps, each a round number, reaching at least ``value``."""
+    need = max(1, -(-value // 4))
+    scale = 1
+    while True:
+        for mantissa in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8):
+            step = mantissa * scale
+            if step >= need and step == int(step):
+                return int(step) * 4
+        scale *= 10
 
 
 def bar_chart(chart_id: str, title: str, description: str, labels: list[str], series: list[tuple[str, str, list[int]]],

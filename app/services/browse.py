@@ -74,7 +74,8 @@ def list_scans(customer_id: str, *, status: str | None = None, kind: str | None 
     if search:
         query = query.where(Scan.target.contains(search))  # escaped LIKE: % and _ are literal
     total = query.count()
-    rows = query.order_by(Scan.created_at.desc(), Scan.id.desc()).paginate(page, per_page)
+    # A batch's scans share one created_at: they follow the request's order.
+    rows = query.order_by(Scan.created_at.desc(), Scan.bulk_index, Scan.id.desc()).paginate(page, per_page)
     now = utcnow()
     return Page([_summary(s, now) for s in rows], total, page, per_page)
 

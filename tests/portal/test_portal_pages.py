@@ -288,3 +288,11 @@ def test_new_pages_keep_the_security_headers_and_no_key_or_secret(client, portal
         assert "<script" not in page and " style=" not in page, path
     # Every form that changes something carries a CSRF token.
     assert csrf(client, f"/app/api-keys/{portal_account.key.id}")
+
+
+def test_chart_axis_steps_and_escaped_titles():
+    from app.portal.charts import _nice_max, bar_chart
+    assert [_nice_max(v) for v in (0, 7, 9, 41, 1001)] == [4, 8, 12, 60, 1200]
+    svg = str(bar_chart("c", f"T {HOSTILE}", "D", [f"day {HOSTILE}", "d2"], [("scans", "scans", [3, 0])]))
+    assert HOSTILE not in svg and svg.count("<rect") == 2 and "<title>day &lt;script&gt;" in svg
+    assert 'role="img"' in svg and 'aria-labelledby="c-t c-d"' in svg
