@@ -164,10 +164,10 @@ def test_password_reset_from_the_prompt_and_its_refusals(app, portal_account):
     assert result.exit_code == 0 and "password of ops@acme.example reset; 0 session(s) ended" in result.output
     assert "another password!" not in result.output
     short = cli(app, "users", "reset-password", "ops@acme.example", "--password-stdin", input="short\n")
-    assert short.exit_code == 1 and short.output.strip() == "error: password must have at least 10 characters"
+    assert short.exit_code == 1 and short.stderr.strip() == "error: password must have at least 10 characters"
     unknown = cli(app, "users", "reset-password", "who@acme.example", "--password-stdin", "--json",
                   input="long enough password\n")
-    assert unknown.exit_code == 1 and json.loads(unknown.output) == {"ok": False, "error": "no user who@acme.example"}
+    assert unknown.exit_code == 1 and json.loads(unknown.stdout) == {"ok": False, "error": "no user who@acme.example"}
     assert login(app.test_client(), password="another password!").status_code == 302
 
 
