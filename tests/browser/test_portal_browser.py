@@ -91,7 +91,7 @@ def _finish(scan_id, *, fail=False):
     from app.models import Scan
     from app.services import tracking
     from app.services.results import normalize_result
-    from simulator.results import result_for
+    from app.simulated.results import result_for
     with db.connection_context():
         scan = Scan.get_by_id(scan_id)
         if fail:

@@ -15,7 +15,7 @@ from app.extensions import db
 from app.models import CreditLedger, Scan, WebhookDelivery, utcnow
 from app.services import accounts, tracking, usage, webhooks
 from app.services.results import normalize_result
-from simulator.results import result_for
+from app.simulated.results import result_for
 from tests.portal.test_portal import PASSWORD, csrf, login
 
 HOSTILE = "<script>alert(1)</script>"
