@@ -296,3 +296,15 @@ def test_chart_axis_steps_and_escaped_titles():
     svg = str(bar_chart("c", f"T {HOSTILE}", "D", [f"day {HOSTILE}", "d2"], [("scans", "scans", [3, 0])]))
     assert HOSTILE not in svg and svg.count("<rect") == 2 and "<title>day &lt;script&gt;" in svg
     assert 'role="img"' in svg and 'aria-labelledby="c-t c-d"' in svg
+
+
+def test_a_refused_call_is_in_the_ledger_by_route_without_the_foreign_id(client, portal_account, make_customer):
+    other = make_customer(name="Someone else")
+    foreign = create(client, other, "quinn@example.com")
+    assert client.get(f"/api/v1/scan/{foreign}", headers=portal_account.headers).status_code == 403
+    assert client.get("/api/v1/scan/bulk/blk_nope", headers=portal_account.headers).status_code == 404
+    login(client)
+    page = text(client.get("/app/usage"))
+    assert foreign not in page and "blk_nope" not in page
+    assert "<code>GET /api/v1/scan/{scan_id} (403)</code>" in page
+    assert "<code>GET /api/v1/scan/bulk/{bulk_id} (404)</code>" in page
