@@ -12,9 +12,10 @@ from app.models import ApiKey, utcnow
 from app.portal import security
 from app.portal import charts
 from app.portal.forms import ActionForm, LedgerExportForm, LoginForm, WebhookForm
-from app.services import browse, delivery_console, portal_users, quotas, usage as usage_service, webhooks
+from app.services import accounts, delivery_console, portal_users, quotas, reads, usage as usage_service, webhooks
 from app.services.accounts import AccountError
 from app.services.crypto import decrypt_secret
+from app.services.errors import InvalidRequest, NotFound
 from app.services.limits import limits_for
 
 bp = Blueprint("portal", __name__, url_prefix="/app", template_folder="templates", static_folder="static")
@@ -121,15 +122,14 @@ def logout():
 @bp.get("/api-keys")
 @security.login_required
 def keys():
-    rows = list(ApiKey.select().where(ApiKey.customer == g.portal_customer.id).order_by(ApiKey.created_at.desc()))
-    return render_template("portal/keys.html", keys=rows, action=ActionForm())
+    return render_template("portal/keys.html", keys=accounts.customer_keys(g.portal_customer.id), action=ActionForm())
 
 
 def _owned_key_or_404(key_id: str) -> ApiKey:
-    key = ApiKey.get_or_none((ApiKey.id == key_id) & (ApiKey.customer == g.portal_customer.id))
-    if key is None:
+    try:
+        return webhooks.owned_key(key_id, g.portal_customer.id)
+    except LookupError:
         abort(404)
-    return key
 
 
 @bp.get("/api-keys/<key_id>")
@@ -239,33 +239,34 @@ def redeliver(key_id, delivery_id):
 @security.login_required
 def scans():
     customer_id = g.portal_customer.id
-    keys = browse.customer_keys(customer_id)
-    filters = {"status": _choice("status", browse.STATUSES), "kind": _choice("kind", browse.KINDS),
-               "key": _choice("key", {k["key_id"] for k in keys}),
+    keys = accounts.customer_keys(customer_id)
+    filters = {"status": _choice("status", reads.STATUSES), "kind": _choice("kind", reads.KINDS),
+               "key": _choice("key", {k.id for k in keys}),
                "bulk": (request.args.get("bulk") or "").strip()[:60] or None,
-               "q": (request.args.get("q") or "").strip()[:browse.MAX_SEARCH] or None}
-    listing = browse.list_scans(customer_id, status=filters["status"], kind=filters["kind"], key_id=filters["key"],
+               "q": (request.args.get("q") or "").strip()[:reads.MAX_SEARCH] or None}
+    listing = reads.list_scans(customer_id, status=filters["status"], kind=filters["kind"], key_id=filters["key"],
                                 bulk_id=filters["bulk"], search=filters["q"], page=_page_arg())
     return render_template("portal/scans.html", scans=listing, filters=filters, keys=keys,
-                           statuses=browse.STATUSES, kinds=browse.KINDS)
+                           statuses=reads.STATUSES, kinds=reads.KINDS)
 
 
 @bp.get("/scans/<scan_id>")
 @security.login_required
 def scan_page(scan_id):
     try:
-        scan = browse.scan_detail(g.portal_customer.id, scan_id)
-    except LookupError:
+        scan = reads.scan_detail(g.portal_customer.id, scan_id)
+    except NotFound:
         abort(404)
-    return render_template("portal/scan.html", scan=scan)
+    return render_template("portal/scan.html", scan=scan,
+                           deliveries=webhooks.scan_deliveries(scan["scan_id"], g.portal_customer.id))
 
 
 @bp.get("/batches/<bulk_id>")
 @security.login_required
 def batch_page(bulk_id):
     try:
-        batch = browse.batch_detail(g.portal_customer.id, bulk_id)
-    except LookupError:
+        batch = reads.batch_detail(g.portal_customer.id, bulk_id)
+    except NotFound:
         abort(404)
     return render_template("portal/batch.html", batch=batch)
 
@@ -331,7 +332,7 @@ def ledger_csv():
     if form.validate():
         try:
             period = usage_service.check_period(form.start.data, form.end.data)
-        except usage_service.PeriodError as exc:
+        except InvalidRequest as exc:
             form.end.errors = list(form.end.errors) + [str(exc)]
     if period is None:
         flash("Ledger export: " + "; ".join(f"{form[name].label.text}: {', '.join(errs)}"

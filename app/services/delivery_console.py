@@ -1,52 +1,32 @@
 """The delivery console of a key's page (issue 19): one entry per delivery with its
 attempts and the exact request it sends, signatures masked.
 
-Like ``webhooks.list_deliveries`` it takes the logged-in customer's id and raises
-``LookupError`` for a key of another customer (the portal's 404).
+The rows are ``webhooks.delivery_rows`` (the key's deliveries, ``LookupError`` for a key
+of another customer: the portal's 404); the headers are the worker's own
+(``deliveries.unsigned_headers``), rebuilt from the attempt's recorded time.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
-from app.models import ApiKey, DeliveryAttempt, WebhookDelivery
+from app.models import DeliveryAttempt, WebhookDelivery
 from app.models.webhooks import FAILED, PENDING
+from app.services import deliveries, webhooks
+from app.webhook_signature import PREFIX, SIGNATURE_HEADER
 
-MAX_PER_PAGE = 100
 MASK = "••••••••"
-USER_AGENT = "Service-Webhook/1"
-# Headers whose value proves authenticity: shown by name, never by value.
-SIGNATURE_HEADERS = ("X-Service-Signature", "webhook-signature")
-
-
-@dataclass
-class ConsolePage:
-    items: list[dict]
-    total: int
-    page: int
-    per_page: int
-
-    @property
-    def pages(self) -> int:
-        return max(1, -(-self.total // self.per_page))
-
-
-def _unix_ms(moment: datetime) -> int:
-    return int(moment.replace(tzinfo=timezone.utc).timestamp() * 1000)
+NOT_SENT = "(set when sent)"
 
 
 def request_headers(delivery: WebhookDelivery, sent_at: datetime | None, signed: bool) -> list[tuple[str, str]]:
-    """The headers an attempt made at ``sent_at`` carried, signature values masked.
-
-    They are the worker's (§6.2), rebuilt from the attempt's recorded time: the
-    timestamp is exact, the signature is replaced by a mask (it is a secret's proof).
-    """
-    headers = [("Content-Type", "application/json"), ("User-Agent", USER_AGENT),
-               ("X-Service-Event", delivery.event), ("X-Service-Delivery", delivery.id),
-               ("X-Service-Timestamp", str(_unix_ms(sent_at)) if sent_at else "(set when sent)")]
+    """The headers an attempt made at ``sent_at`` carried: the timestamp is exact, the
+    signature is a mask (it is proof of the secret)."""
+    headers = deliveries.unsigned_headers(delivery, sent_at or delivery.created_at)
+    if sent_at is None:
+        headers["X-Service-Timestamp"] = NOT_SENT
     if signed:
-        headers.append(("X-Service-Signature", f"sha256={MASK}"))
-    return headers
+        headers[SIGNATURE_HEADER] = PREFIX + MASK
+    return list(headers.items())
 
 
 def _attempt(row: DeliveryAttempt) -> dict:
@@ -73,24 +53,9 @@ def _entry(delivery: WebhookDelivery, attempts: list[DeliveryAttempt], signed: b
 
 
 def key_deliveries(key_id: str, customer_id: str, *, status: str | None = None, event: str | None = None,
-                   page: int = 1, per_page: int = 20) -> ConsolePage:
+                   page: int = 1, per_page: int = 20) -> webhooks.DeliveryPage:
     """The key's deliveries, newest first, each with its attempts (newest first)."""
-    key = ApiKey.get_or_none((ApiKey.id == key_id) & (ApiKey.customer == customer_id))
-    if key is None:
-        raise LookupError(f"no key {key_id}")
-    page, per_page = max(1, page), min(MAX_PER_PAGE, max(1, per_page))
-    query = WebhookDelivery.select().where(WebhookDelivery.api_key == key.id)
-    if status:
-        query = query.where(WebhookDelivery.status == status)
-    if event:
-        query = query.where(WebhookDelivery.event == event)
-    total = query.count()
-    deliveries = list(query.order_by(WebhookDelivery.created_at.desc(), WebhookDelivery.id.desc())
-                      .paginate(page, per_page))
-    attempts: dict[str, list[DeliveryAttempt]] = {d.id: [] for d in deliveries}
-    if deliveries:
-        for row in (DeliveryAttempt.select().where(DeliveryAttempt.delivery.in_(list(attempts)))
-                    .order_by(DeliveryAttempt.number.desc())):
-            attempts[row.delivery_id].append(row)
+    key, rows = webhooks.delivery_rows(key_id, customer_id, status, event, page, per_page)
     signed = bool(key.webhook_secret_enc)
-    return ConsolePage([_entry(d, attempts[d.id], signed) for d in deliveries], total, page, per_page)
+    rows.items = [_entry(d, attempts, signed) for d, attempts in rows.items]
+    return rows

@@ -12,6 +12,7 @@ from datetime import date, datetime, time, timedelta
 
 from app.db import execute, is_postgres, repr_column, table
 from app.models import CreditLedger, Scan, utcnow
+from app.services.errors import InvalidRequest
 
 MAX_PER_PAGE = 100
 MAX_EXPORT_DAYS = 366
@@ -117,19 +118,16 @@ def ledger_page(customer_id: str, page: int = 1, per_page: int = 25) -> LedgerPa
     return LedgerPage([describe(r) for r in rows], total, page, per_page)
 
 
-class PeriodError(ValueError):
-    """A refused export period; the message says why, for the form."""
-
-
 def check_period(start: date, end: date, today: date | None = None) -> tuple[datetime, datetime]:
-    """The half-open UTC interval of the days ``start`` to ``end`` included."""
+    """The half-open UTC interval of the days ``start`` to ``end`` included; ``InvalidRequest``
+    says why a period is refused (the portal shows it on the form)."""
     today = today or utcnow().date()
     if start > end:
-        raise PeriodError("the first day must not be after the last day")
+        raise InvalidRequest("the first day must not be after the last day")
     if (end - start).days + 1 > MAX_EXPORT_DAYS:
-        raise PeriodError(f"a period covers at most {MAX_EXPORT_DAYS} days")
+        raise InvalidRequest(f"a period covers at most {MAX_EXPORT_DAYS} days")
     if start > today:
-        raise PeriodError("the period starts in the future")
+        raise InvalidRequest("the period starts in the future")
     return datetime.combine(start, time()), datetime.combine(end + timedelta(days=1), time())
 
 

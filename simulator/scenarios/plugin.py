@@ -120,6 +120,7 @@ class ScenarioItem(pytest.Item):
         self.scenario = scenario
         self.result: runner.ScenarioResult | None = None
         self.add_marker(SCENARIO_MARKER)
+        self.add_marker("processes")  # runs against the stack's real processes: not in make test-fast
         for tag in scenario.tags:
             self.add_marker(tag)
 

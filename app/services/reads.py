@@ -1,0 +1,197 @@
+"""Scan reads: the bodies of ``GET /scan/{id}`` and ``GET /scan/bulk/{id}`` (D5),
+and the fields a scan's final state adds to any body (reads, bulk entries, webhook events).
+
+Every read runs these, so their statements are written once (``app.db.execute``), and
+a completed scan's stored result goes into the body as its JSON text (``RawJSON``).
+The bodies have exactly the fields, types and order of ScanSchema / BulkStateSchema,
+which dump them unchanged (tests/unit/test_response_bodies.py holds them to it).
+
+The portal's scan pages (issue 19) read here too (``list_scans``, ``scan_detail``,
+``batch_detail``): their rows carry datetimes for the templates, and an object of
+another customer is ``NotFound`` like an unknown one (the portal's 404), so ids cannot
+be probed.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+from app.db import columns, execute, instance, table
+from app.models import ApiKey, BulkBatch, Scan, iso, utcnow
+from app.models.scans import COMPLETED, FAILED, QUEUED, RUNNING
+from app.rawjson import RawJSON
+from app.services.errors import Forbidden, NotFound
+from app.services.targets import KINDS
+
+SCAN_BY_ID = f"SELECT {columns(Scan)} FROM {table(Scan)} WHERE id = ?"
+BATCH_BY_ID = f"SELECT {columns(BulkBatch)} FROM {table(BulkBatch)} WHERE id = ?"
+BATCH_SCANS = (f"SELECT id, status, target, kind, completed_at, result_json, failed_at, failure_code, "
+               f"failure_message FROM {table(Scan)} WHERE bulk_id = ? ORDER BY bulk_index")
+
+
+def _owned(model, object_id: str, customer_id: str, what: str):
+    row = execute(SCAN_BY_ID if model is Scan else BATCH_BY_ID, (object_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"no {what} with this id")
+    row = instance(model, row)
+    if row.customer_id != customer_id:
+        raise Forbidden(f"this {what} belongs to another customer")
+    return row
+
+
+def remaining_eta(scan, now) -> int:
+    if scan.eta_at is None:
+        return 0
+    return max(0, math.ceil((scan.eta_at - now).total_seconds()))
+
+
+def final_fields(status: str, completed_at, result_json: str | None, failed_at, failure_code: str | None,
+                 failure_message: str | None, *, raw_result: bool = False) -> dict | None:
+    """``completed_at`` and ``result`` of a completed scan, or ``failed_at`` and ``failure`` of a
+    failed one, in that order; None for a scan in flight."""
+    if status == COMPLETED:
+        return {"completed_at": iso(completed_at),
+                "result": RawJSON(result_json) if raw_result else json.loads(result_json)}
+    if status == FAILED:
+        return {"failed_at": iso(failed_at), "failure": {"code": failure_code, "message": failure_message or ""}}
+    return None
+
+
+def final_state(scan, *, raw_result: bool = False) -> dict | None:
+    """``final_fields`` of a scan row."""
+    return final_fields(scan.status, scan.completed_at, scan.result_json, scan.failed_at, scan.failure_code,
+                        scan.failure_message, raw_result=raw_result)
+
+
+def scan_view(scan, now, *, raw_result: bool = False) -> dict:
+    """The read body of D5 for one scan in any state (``raw_result``: the result as RawJSON)."""
+    body = {"ok": True, "scan_id": scan.id, "status": scan.status, "target": scan.target, "kind": scan.kind,
+            "created_at": iso(scan.created_at)}
+    if scan.bulk_id:
+        body["bulk_id"] = scan.bulk_id
+    final = final_state(scan, raw_result=raw_result)
+    if final is not None:
+        body.update(final)
+    else:
+        body["eta_seconds"] = remaining_eta(scan, now)
+        body["progress"] = {"recipes_total": scan.recipes_total, "recipes_done": scan.recipes_done}
+    return body
+
+
+def read_scan(customer_id: str, scan_id: str) -> dict:
+    """The body of ``GET /scan/{id}``; a completed scan's result is ``RawJSON``."""
+    return scan_view(_owned(Scan, scan_id, customer_id, "scan"), utcnow(), raw_result=True)
+
+
+def read_bulk(customer_id: str, bulk_id: str) -> dict:
+    """The body of ``GET /scan/bulk/{id}``; completed scans' results are ``RawJSON``.
+
+    ``rejected_count`` (amended D7) is the targets refused at creation: the batch stores
+    the number submitted (``total``) and has a scan for every target it queued, so it is
+    their difference, and ``total`` = queued + running + completed + failed + rejected_count.
+    """
+    batch = _owned(BulkBatch, bulk_id, customer_id, "bulk batch")
+    counts = {QUEUED: 0, RUNNING: 0, COMPLETED: 0, FAILED: 0}
+    entries = []
+    all_done = True
+    as_time = Scan.completed_at.python_value  # raw rows: SQLite hands back text, PostgreSQL datetimes
+    for (scan_id, status, target, kind, completed_at, result_json, failed_at, failure_code,
+         failure_message) in execute(BATCH_SCANS, (batch.id,)):
+        counts[status] += 1
+        entry = {"scan_id": scan_id, "status": status, "target": target, "kind": kind}
+        final = final_fields(status, as_time(completed_at), result_json, as_time(failed_at), failure_code,
+                             failure_message, raw_result=True)
+        if final is None:
+            all_done = False
+        else:
+            entry.update(final)
+        entries.append(entry)
+    return {"ok": True, "bulk_id": batch.id, "total": batch.total, **counts,
+            "rejected_count": max(0, batch.total - len(entries)), "all_done": all_done, "scans": entries}
+
+
+# --- the portal's scans list, scan and batch pages ---------------------------------------
+
+STATUSES = (QUEUED, RUNNING, COMPLETED, FAILED)
+MAX_PER_PAGE = 100
+MAX_SEARCH = 300
+
+
+@dataclass
+class Page:
+    items: list
+    total: int
+    page: int
+    per_page: int
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-self.total // self.per_page))
+
+
+def _summary(scan, now) -> dict:
+    """What a list row shows: no result body (a page of 100 results is a lot of JSON)."""
+    row = {"scan_id": scan.id, "status": scan.status, "kind": scan.kind, "target": scan.target,
+           "created_at": scan.created_at, "completed_at": scan.completed_at, "failed_at": scan.failed_at,
+           "failure_code": scan.failure_code, "bulk_id": scan.bulk_id, "key_id": scan.api_key_id,
+           "recipes_total": scan.recipes_total, "recipes_done": scan.recipes_done}
+    if scan.status in (QUEUED, RUNNING):
+        row["eta_seconds"] = remaining_eta(scan, now)
+    return row
+
+
+def _key_ref(key_id: str) -> dict:
+    key = ApiKey.get_by_id(key_id)
+    return {"key_id": key.id, "name": key.name, "display": key.display}
+
+
+def list_scans(customer_id: str, *, status: str | None = None, kind: str | None = None,
+               key_id: str | None = None, bulk_id: str | None = None, search: str | None = None,
+               page: int = 1, per_page: int = 25) -> Page:
+    """The customer's scans, newest first; filters that are not for this customer find nothing.
+    ``(customer, created_at)`` serves the order and the customer's filter."""
+    page, per_page = max(1, page), min(MAX_PER_PAGE, max(1, per_page))
+    query = Scan.select().where(Scan.customer == customer_id)
+    if status:
+        query = query.where(Scan.status == status)
+    if kind:
+        query = query.where(Scan.kind == kind)
+    if key_id:
+        query = query.where(Scan.api_key == key_id)
+    if bulk_id:
+        query = query.where(Scan.bulk == bulk_id)
+    search = (search or "").strip()[:MAX_SEARCH]
+    if search:
+        query = query.where(Scan.target.contains(search))  # escaped LIKE: % and _ are literal
+    total = query.count()
+    # A batch's scans share one created_at: they follow the request's order.
+    rows = query.order_by(Scan.created_at.desc(), Scan.bulk_index, Scan.id.desc()).paginate(page, per_page)
+    now = utcnow()
+    return Page([_summary(s, now) for s in rows], total, page, per_page)
+
+
+def scan_detail(customer_id: str, scan_id: str) -> dict:
+    """One scan in any state with its key, and its ``final_state`` (``result`` parsed, or ``failure``)."""
+    scan = Scan.get_or_none((Scan.id == scan_id) & (Scan.customer == customer_id))
+    if scan is None:
+        raise NotFound("no scan with this id")
+    detail = _summary(scan, utcnow())
+    detail.update(final_state(scan) or {})
+    detail.update(started_at=scan.started_at, key=_key_ref(scan.api_key_id))
+    return detail
+
+
+def batch_detail(customer_id: str, bulk_id: str) -> dict:
+    """A batch's counters and its scans in request order (``rejected_count`` as in ``read_bulk``)."""
+    batch = BulkBatch.get_or_none((BulkBatch.id == bulk_id) & (BulkBatch.customer == customer_id))
+    if batch is None:
+        raise NotFound("no bulk batch with this id")
+    now = utcnow()
+    scans = [_summary(s, now) for s in Scan.select().where(Scan.bulk == batch.id).order_by(Scan.bulk_index)]
+    counts = {status: 0 for status in STATUSES}
+    for scan in scans:
+        counts[scan["status"]] += 1
+    return {"bulk_id": batch.id, "created_at": batch.created_at, "total": batch.total, "counts": counts,
+            "rejected_count": max(0, batch.total - len(scans)),
+            "all_done": counts[QUEUED] + counts[RUNNING] == 0, "scans": scans, "key": _key_ref(batch.api_key_id)}
