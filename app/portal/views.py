@@ -244,8 +244,8 @@ def scans():
                "key": _choice("key", {k.id for k in keys}),
                "bulk": (request.args.get("bulk") or "").strip()[:60] or None,
                "q": (request.args.get("q") or "").strip()[:reads.MAX_SEARCH] or None}
-    listing = reads.list_scans(customer_id, status=filters["status"], kind=filters["kind"], key_id=filters["key"],
-                                bulk_id=filters["bulk"], search=filters["q"], page=_page_arg())
+    listing = reads.portal_scans(customer_id, status=filters["status"], kind=filters["kind"], key_id=filters["key"],
+                                 bulk_id=filters["bulk"], search=filters["q"], page=_page_arg())
     return render_template("portal/scans.html", scans=listing, filters=filters, keys=keys,
                            statuses=reads.STATUSES, kinds=reads.KINDS)
 
