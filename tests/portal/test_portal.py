@@ -193,4 +193,16 @@ def test_test_keys_and_their_deliveries_are_marked_and_usage_counts_live_only(cl
     assert "test mode" not in client.get(f"/app/api-keys/{portal_account.key.id}").get_data(as_text=True)
     usage = client.get("/app/usage").get_data(as_text=True)
     assert "<td>In flight now</td><td>0</td>" in usage and "<td>Created in the last hour</td><td>0</td>" in usage
+    assert "0 scans created and 0 credits spent" in usage  # the charts count live scans only
     assert "50" in usage  # the balance: the test key's call cost nothing
+    # The scans list shows both modes, the test scan marked; its page and its batch's too.
+    live_scan = client.post("/api/v1/scan", json={"target": "live@example.com"},
+                            headers=portal_account.headers).json["scan_id"]
+    test_bulk = client.post("/api/v1/scan/bulk", json={"targets": [{"target": "bulk@example.com"}]},
+                            headers=test.headers).json["bulk_id"]
+    scans = client.get("/app/scans").get_data(as_text=True)
+    assert "test mode" in scans[scans.index("jane@example.com"):].split("</tr>")[0]
+    assert "test mode" not in scans[scans.index("live@example.com"):].split("</tr>")[0]
+    assert "test mode" not in client.get(f"/app/scans/{live_scan}").get_data(as_text=True)
+    assert "badge test-mode" in client.get(f"/app/batches/{test_bulk}").get_data(as_text=True)
+    assert "1 scans created and 1 credits spent" in client.get("/app/usage").get_data(as_text=True)
