@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import timedelta, timezone
+from datetime import timedelta
 
 import requests
 from rq import get_current_job
@@ -28,18 +28,16 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 from app import metrics, runtime
 from app.extensions import db
 from app.logging_setup import log_context
-from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, utcnow
+from app.models import DeliveryAttempt, WebhookDelivery, utcnow
 from app.models.webhooks import FAILED, PENDING, SUCCEEDED
-from app.services.crypto import decrypt_secret
+from app.services import webhooks
 from app.services.webhook_urls import AttemptDeadline, UnsafeWebhookUrl, check_scheme, guarded_session
 from app.services.webhooks import delivery_job_id, job_attempt_number
-from app.webhook_signature import SIGNATURE_HEADER, sign
 from workers.queues import DELIVERY_JOB_TIMEOUT, enqueue_delivery
 from workers.recovery import live_job_ids
 
 log = logging.getLogger(__name__)
 
-USER_AGENT = "Service-Webhook/1"
 IN_PROGRESS = "in_progress"
 EXCERPT_BYTES = 1024
 # RQ kills a delivery job after the job_timeout that workers.queues.enqueue_delivery
@@ -97,32 +95,9 @@ def _deliver(delivery_id: str, job_id: str | None) -> str:
     return _record(delivery, attempt, outcome)
 
 
-def _signing_secret(delivery: WebhookDelivery) -> str | None:
-    """The key's secret as it is now, so a rotation also covers pending retries."""
-    key = ApiKey.get_by_id(delivery.api_key_id)
-    secret = decrypt_secret(key.webhook_secret_enc)
-    if key.webhook_secret_enc and secret is None:
-        log.warning("key %s: the webhook secret cannot be decrypted (SECRET_KEY changed?); "
-                    "delivery %s is sent unsigned", key.id, delivery.id)
-    return secret
-
-
-def _unix_ms(moment) -> int:
-    return int(moment.replace(tzinfo=timezone.utc).timestamp() * 1000)
-
-
 def _headers(delivery: WebhookDelivery, body: bytes, now) -> dict:
-    headers = {
-        "Content-Type": "application/json",
-        "User-Agent": USER_AGENT,
-        "X-Service-Event": delivery.event,
-        "X-Service-Delivery": delivery.id,
-        "X-Service-Timestamp": str(_unix_ms(now)),
-    }
-    secret = _signing_secret(delivery)
-    if secret:
-        headers[SIGNATURE_HEADER] = sign(secret, body)
-    return headers
+    # Both signature schemes, from the key's secrets as they are now (D16).
+    return webhooks.delivery_headers(delivery, body, now)
 
 
 def _reserve(delivery: WebhookDelivery, number: int, job_id: str, now) -> DeliveryAttempt | None:

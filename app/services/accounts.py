@@ -70,6 +70,9 @@ def issue_key(customer_id: str, name: str = "", webhook_url: str | None = None,
               webhook_secret: str | None = None) -> tuple[ApiKey, str]:
     """A new key; returns the row and the plaintext, which is never stored or shown again."""
     get_customer(customer_id)
+    if webhook_secret:
+        from app.services.webhooks import check_secret
+        check_secret(webhook_secret)  # the rule of the key's page (D16)
     if webhook_url:
         from app.services.webhook_urls import check_webhook_url
         check_webhook_url(webhook_url)

@@ -56,15 +56,15 @@ def test_errors_exit_1_with_a_message(app):
 def test_key_plaintext_is_printed_once_and_never_stored(app):
     cid = run_json(app, "customers", "create", "--name", "A", "--tier", "business")["customer_id"]
     issued = run_json(app, "keys", "issue", cid, "--name", "prod", "--webhook-url", "https://hooks.example.com/x",
-                      "--webhook-secret", "whsec_topsecret")
+                      "--webhook-secret", "whsec_dG9wc2VjcmV0Li4uLi4uLg==")
     plaintext = issued["api_key"]
     assert plaintext.startswith("service_live_") and issued["key_id"].startswith("key_")
     listed = run(app, "keys", "list", cid, "--json").output
-    assert plaintext not in listed and "whsec_topsecret" not in listed
+    assert plaintext not in listed and "whsec_dG9wc2VjcmV0Li4uLi4uLg==" not in listed
     with db.connection_context():
         key = ApiKey.get_by_id(issued["key_id"])
         stored = json.dumps({k: str(v) for k, v in key.__data__.items()})
-    assert plaintext not in stored and "whsec_topsecret" not in stored
+    assert plaintext not in stored and "whsec_dG9wc2VjcmV0Li4uLi4uLg==" not in stored
     assert key.digest == hashlib.sha256(plaintext.encode()).hexdigest()
     revoked = run_json(app, "keys", "revoke", issued["key_id"])
     assert revoked["status"] == "revoked"

@@ -68,7 +68,7 @@ def portal_user(acct, email):
     return email
 
 
-def receiver(simulator, name, responses=(200,), secret="whsec_receiver_0123456789abcdef"):
+def receiver(simulator, name, responses=(200,), secret="whsec_cmVjZWl2ZXIgMDEyMzQ1Njc4OWFiY2RlZg=="):
     requests.post(f"{simulator.url}/_sim/receivers/{name}", timeout=5,
                   json={"secret": secret, "responses": list(responses)}).raise_for_status()
     return f"{simulator.url}/_sim/hooks/{name}"
@@ -147,22 +147,22 @@ def everywhere(app, client, make_customer, simulator, jobs, caplog):
 
 def _flow(app, client, make_customer, simulator, jobs, pipeline):
     secrets, bodies = [], []
-    hook = receiver(simulator, "secrets", responses=[500, 200], secret="whsec_service_set_secret_0123456789")
+    hook = receiver(simulator, "secrets", responses=[500, 200], secret="whsec_c2VydmljZSBzZXQgc2VjcmV0IDAxMjM0NTY3ODk=")
     owner = make_customer(tier="business", credits=500, webhook_url=hook,
-                          webhook_secret="whsec_service_set_secret_0123456789")
+                          webhook_secret="whsec_c2VydmljZSBzZXQgc2VjcmV0IDAxMjM0NTY3ODk=")
     other = make_customer(tier="pro", credits=0)
-    secrets += [owner.api_key, other.api_key, "whsec_service_set_secret_0123456789"]
+    secrets += [owner.api_key, other.api_key, "whsec_c2VydmljZSBzZXQgc2VjcmV0IDAxMjM0NTY3ODk="]
 
     cli = app.test_cli_runner().invoke(args=["keys", "issue", owner.id, "--webhook-url", hook,
-                                             "--webhook-secret", "whsec_cli_set_secret_0123456789ab", "--json"])
+                                             "--webhook-secret", "whsec_Y2xpIHNldCBzZWNyZXQgMDEyMzQ1Njc4OWFi", "--json"])
     assert cli.exit_code == 0, cli.output
     cli_key = json.loads(cli.output)["api_key"]
-    secrets += [cli_key, "whsec_cli_set_secret_0123456789ab"]
+    secrets += [cli_key, "whsec_Y2xpIHNldCBzZWNyZXQgMDEyMzQ1Njc4OWFi"]
     with db.connection_context():
         key2, plain2 = accounts.issue_key(owner.id, "second")
-        webhooks.set_webhook(key2.id, owner.id, hook, "whsec_set_webhook_secret_abcdefgh")
+        webhooks.set_webhook(key2.id, owner.id, hook, "whsec_c2V0IHdlYmhvb2sgc2VjcmV0IGFiY2RlZmdo")
         generated = webhooks.generate_secret(key2.id, owner.id)
-    secrets += [plain2, "whsec_set_webhook_secret_abcdefgh", generated]
+    secrets += [plain2, "whsec_c2V0IHdlYmhvb2sgc2VjcmV0IGFiY2RlZmdo", generated]
 
     # The portal: set a secret through the form, generate one, reveal it.
     email = portal_user(owner, "owner@secrets.example")

@@ -22,7 +22,7 @@ from workers import webhook_jobs
 from workers.queues import ENGINE_QUEUE, enqueue_delivery
 from workers.recovery import sweep
 
-SECRET = "whsec_receiver_secret_0123456789"
+SECRET = "whsec_cmVjZWl2ZXIgc2VjcmV0IDAxMjM0NTY3ODk="
 RESULT_FIELDS = {"risk", "counts", "profiles", "contacts", "breaches", "phone_profile", "ai_summary", "artifacts"}
 START = "2026-11-21 12:00:00"
 
