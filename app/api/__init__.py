@@ -90,9 +90,12 @@ def register_api(app: Flask) -> Api:
     from app.schemas.scans import BulkTargetSchema
     api.spec.components.schema("BulkTarget", schema=BulkTargetSchema)
     api.register_blueprint(scans_blp)
+    from app.api.deliveries import blp as deliveries_blp
+    api.register_blueprint(deliveries_blp)
     # The JSON API authenticates with bearer keys, never cookies: CSRF cannot apply.
     from app.extensions import csrf
     csrf.exempt(scans_blp)
+    csrf.exempt(deliveries_blp)
 
     assets = swagger_ui_bundle.swagger_ui_path
 

@@ -1,0 +1,93 @@
+"""The webhook delivery endpoints (D17): the customer's deliveries, and redelivery.
+
+Views stay thin: ``services.webhooks`` owns the query and the rules; authentication,
+charging (1 credit, as every call) and the limit headers are ``app.api.hooks``'s job.
+"""
+from __future__ import annotations
+
+from flask import g
+from flask.views import MethodView
+
+from app.api import hooks
+from app.api.base import ApiBlueprint
+from app.api.scans import HEADERS, SECURITY
+from app.errors import ApiError
+from app.schemas.deliveries import DeliveryListArgs, DeliveryListSchema, RedeliveredSchema
+from app.schemas.errors import ErrorSchema
+from app.services import webhooks
+from app.services.accounts import AccountError
+
+blp = ApiBlueprint("deliveries", __name__, url_prefix="/api/v1",
+                   description="Webhook deliveries: catch up on the events a receiver missed, and send one again.")
+hooks.install(blp)
+
+ERRORS = {
+    401: "`unauthorized` (header missing or malformed), `invalid_token` (unknown or revoked key)",
+    402: "`insufficient_balance`",
+    503: "`service_unavailable` (database unreachable); with `Retry-After`",
+}
+
+LIST_EXAMPLE = {"ok": True, "has_more": False, "data": [{
+    "delivery_id": "dlv_T3JhbmdlIGp1aWNlIGJveA", "event": "scan.completed", "scan_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q",
+    "status": "pending", "created_at": "2026-11-21T12:03:05Z",
+    "attempts": [{"attempt": 1, "at": "2026-11-21T12:03:05Z", "http_status": 503, "error": None, "duration_ms": 87},
+                 {"attempt": 2, "at": "2026-11-21T12:03:06Z", "http_status": None, "error": "timeout",
+                  "duration_ms": 10002}],
+    "next_attempt_at": "2026-11-21T12:03:36Z",
+    "body": '{"event":"scan.completed","scan_id":"scn_3kT9wQ0vXl2mYp7aRz1b4Q","target":"jane.doe@example.com",'
+            '"kind":"email","status":"completed","completed_at":"2026-11-21T12:03:05Z","result":{}}'}]}
+REDELIVERED_EXAMPLE = {"ok": True, **{k: v for k, v in LIST_EXAMPLE["data"][0].items()
+                                      if k != "next_attempt_at"},
+                       "status": "pending", "next_attempt_at": "2026-11-21T13:00:00Z"}
+
+
+def documented_errors(statuses: dict):
+    def decorate(view):
+        for status, text in reversed(list(statuses.items())):
+            view = blp.alt_response(status, schema=ErrorSchema, description=f"Error codes: {text}.")(view)
+        return view
+    return decorate
+
+
+def _refused(exc: AccountError) -> ApiError:
+    return ApiError(400, "invalid_request", str(exc))
+
+
+@blp.route("/deliveries")
+class DeliveryList(MethodView):
+    @blp.doc(security=SECURITY, summary="List webhook deliveries", operationId="listDeliveries")
+    @blp.arguments(DeliveryListArgs, location="query", as_kwargs=True)
+    @blp.response(200, DeliveryListSchema, headers=HEADERS, example=LIST_EXAMPLE,
+                  description="One page of deliveries, newest first.")
+    @documented_errors({400: "`invalid_request` (a filter, `limit` or `starting_after` refused, with `details` "
+                             "for the query's shape)", **ERRORS})
+    def get(self, limit, **filters):
+        """The webhook deliveries of every key of the account, newest first, each with its attempts and
+        the exact body sent. A receiver that was down reads here what it missed. Costs 1 credit."""
+        try:
+            data, has_more = webhooks.customer_deliveries(g.customer.id, limit=limit, **filters)
+        except AccountError as exc:
+            raise _refused(exc) from None
+        return {"ok": True, "data": data, "has_more": has_more}
+
+
+@blp.route("/deliveries/<string:delivery_id>/redeliver")
+class Redeliver(MethodView):
+    @blp.doc(security=SECURITY, summary="Redeliver a webhook", operationId="redeliverDelivery")
+    @blp.response(202, RedeliveredSchema, headers=HEADERS, example=REDELIVERED_EXAMPLE,
+                  description="A new series of attempts is queued.")
+    @documented_errors({400: "`webhook_url_missing` (the key that sent it has no webhook URL now)", **ERRORS,
+                        404: "`not_found` (no delivery of this account has this id)",
+                        409: "`delivery_pending` (its attempts are still under way; free of charge)"})
+    def post(self, delivery_id):
+        """Send a failed or succeeded delivery again: same `delivery_id`, same body, signed anew with the key's
+        secrets of now, to the key's webhook URL of now, with the full retry schedule. Costs 1 credit."""
+        try:
+            webhooks.redeliver(delivery_id, g.customer.id)
+        except LookupError:
+            raise ApiError(404, "not_found", f"no delivery {delivery_id}") from None
+        except webhooks.DeliveryPending as exc:
+            raise ApiError(409, "delivery_pending", str(exc)) from None
+        except AccountError as exc:
+            raise ApiError(400, "webhook_url_missing", str(exc)) from None
+        return {"ok": True, **webhooks.customer_delivery(delivery_id)}
