@@ -1,7 +1,7 @@
 """Portal forms: WTForms classes, so every one carries and checks a CSRF token."""
 from flask_wtf import FlaskForm
-from wtforms import EmailField, HiddenField, PasswordField, StringField, URLField
-from wtforms.validators import DataRequired, Email, Length, Optional
+from wtforms import EmailField, HiddenField, IntegerField, PasswordField, StringField, URLField
+from wtforms.validators import DataRequired, Email, InputRequired, Length, NumberRange, Optional
 
 
 class LoginForm(FlaskForm):
@@ -14,8 +14,17 @@ class WebhookForm(FlaskForm):
     url = URLField("Webhook URL", validators=[Optional(), Length(max=2048)],
                    description="Scans finished with this key are POSTed here. Leave empty to stop deliveries.")
     secret = StringField("Signing secret", validators=[Optional(), Length(min=16, max=200)],
-                         description="Leave empty to keep the current secret.")
+                         description="whsec_ followed by base64 of 16 to 128 random bytes. Leave empty to keep the "
+                                     "current secret; a secret set here replaces it at once.")
 
 
 class ActionForm(FlaskForm):
     """A button that changes something (logout, generate, reveal, test event, redeliver): CSRF only."""
+
+
+class RollSecretForm(FlaskForm):
+    """Roll the signing secret: first the overlap is asked and the switch time shown, then confirmed."""
+
+    overlap_hours = IntegerField("Overlap (hours)", default=24, validators=[InputRequired(), NumberRange(0, 168)],
+                                 description="Both secrets sign for this long (0 to 168 hours), then only the new one.")
+    confirm = HiddenField()
