@@ -1,51 +1,170 @@
 """Operator commands (D10), run as ``flask --app wsgi GROUP COMMAND``.
 
-Every command prints a readable line, or one JSON object with ``--json`` so scripts
-and the QA scenarios can drive it. Failures exit with status 1 and one line on
-stderr (with ``--json``: ``{"ok": false, "error": ...}``).
+Every command prints readable tables, or one JSON object with ``--json`` so scripts
+and the QA scenarios can drive it; both come from ``emit``. Failures, a mistyped
+argument included, exit with status 1 and one line on stderr (with ``--json`` also
+``{"ok": false, "error": ...}`` on stdout); no traceback reaches the terminal.
+The rules live in the services: a command parses, calls them, and prints.
 """
 from __future__ import annotations
 
 import json
+import logging
 import sys
 
 import click
+import peewee
 from flask import Flask
 from flask.cli import AppGroup
 
 from app.extensions import db
-from app.models import ApiKey, Customer
-from app.services import accounts, scans
+from app.services import accounts, scans, webhooks
 from app.services.accounts import AccountError
+
+log = logging.getLogger(__name__)
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 
 
-def emit(as_json: bool, payload: dict, text: str) -> None:
-    click.echo(json.dumps(payload, sort_keys=True) if as_json else text)
+# --- output: a table (or a line) for people, one JSON object for scripts ----------------------
+
+
+def cell(value) -> str:
+    """One table cell: never a Python repr, and no control character reaches the terminal."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    text = str(value)
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+class Table:
+    """Rows under optional headers; ``Table.record`` is one object as field / value rows."""
+
+    def __init__(self, rows, headers=None, title: str | None = None, empty: str = "none"):
+        self.rows = [[cell(v) for v in row] for row in rows]
+        self.headers = list(headers) if headers else None
+        self.title = title
+        self.empty = empty
+
+    @classmethod
+    def record(cls, pairs, title: str | None = None) -> "Table":
+        return cls([(name, value) for name, value in pairs], title=title)
+
+    def render(self) -> str:
+        lines = [self.title] if self.title else []
+        if not self.rows:
+            return "\n".join(lines + [self.empty])
+        rows = ([self.headers] if self.headers else []) + self.rows
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        for number, row in enumerate(rows):
+            lines.append("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+            if number == 0 and self.headers:
+                lines.append("  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+
+def emit(as_json: bool, payload: dict, *sections) -> None:
+    """Print ``payload`` as one JSON object, or each section (a ``Table`` or a line) for a person."""
+    if as_json:
+        click.echo(json.dumps(payload, sort_keys=True))
+        return
+    click.echo("\n\n".join(s.render() if isinstance(s, Table) else str(s) for s in sections))
+
+
+class CommandError(click.ClickException):
+    """A command's failure: one line on stderr, exit 1 (with --json also a JSON object on stdout)."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, as_json: bool = False):
+        super().__init__(cell(" ".join(str(message).split())) or "failed")
+        self.as_json = as_json
+
+    def show(self, file=None) -> None:
+        if self.as_json:
+            click.echo(json.dumps({"ok": False, "error": self.message}))
+        click.echo(f"error: {self.message}", err=True)
 
 
 def fail(as_json: bool, message: str):
-    if as_json:
-        click.echo(json.dumps({"ok": False, "error": message}))
-    else:
-        click.echo(f"error: {message}", err=True)
-    sys.exit(1)
+    raise CommandError(message, as_json)
+
+
+class OperatorCommand(click.Command):
+    """A mistyped command line is a failure like any other: one line and exit 1, not click's
+    usage block and exit 2."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        as_json = "--json" in args
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:
+            raise CommandError(exc.format_message(), as_json) from None
+
+
+class OperatorGroup(AppGroup):
+    command_class = OperatorCommand
 
 
 def run(as_json, action):
+    """Run ``action`` with a database connection; every failure becomes one line."""
     try:
         with db.connection_context():
             return action()
-    except AccountError as exc:
-        fail(as_json, str(exc))
+    except (AccountError, LookupError) as exc:
+        message = exc.args[0] if isinstance(exc, LookupError) and exc.args else str(exc)
+        fail(as_json, message)
+    except peewee.PeeweeException as exc:
+        fail(as_json, f"database error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+    except click.ClickException:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the terminal gets one line; LOG_LEVEL=DEBUG the traceback
+        log.debug("operator command failed", exc_info=True)
+        fail(as_json, f"unexpected {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
 
 
-db_cli = AppGroup("db", help="Database schema.")
-customers_cli = AppGroup("customers", help="Customer accounts, credits, tiers and limits.")
-keys_cli = AppGroup("keys", help="API keys.")
-users_cli = AppGroup("users", help="Portal users.")
-scans_cli = AppGroup("scans", help="Scan maintenance.")
+def read_secret_line() -> str:
+    """One secret from standard input (never an argument, so it is never in ``ps``)."""
+    line = sys.stdin.readline()
+    return line[:-1] if line.endswith("\n") else line
+
+
+def customer_record(data: dict, title: str | None = None) -> Table:
+    limits, overrides = data["limits"], data["overrides"]
+    shown = ", ".join(f"{limits[k]} {label}" + (" (override)" if overrides[k] is not None else "")
+                      for k, label in (("inflight", "in flight"), ("hour", "per hour"), ("day", "per day")))
+    return Table.record([("customer", data["customer_id"]), ("name", data["name"]), ("tier", data["tier"]),
+                         ("balance", data["balance"]), ("limits", shown)], title=title)
+
+
+def limits_table(data: dict) -> Table:
+    return Table([(label, data["limits"][k], "override" if data["overrides"][k] is not None else "tier default")
+                  for k, label in (("inflight", "in flight"), ("hour", "per hour"), ("day", "per day"))],
+                 headers=["limit", "value", "source"], title=f"limits of {data['customer_id']}")
+
+
+def key_record(data: dict) -> Table:
+    return Table.record([("key", data["key_id"]), ("customer", data["customer_id"]), ("name", data["name"]),
+                         ("key shown as", f"{data['prefix']}…{data['last4']}"), ("status", data["status"]),
+                         ("created", data["created_at"]), ("last used", data["last_used_at"]),
+                         ("webhook URL", data["webhook_url"]), ("webhook secret", data["has_webhook_secret"])])
+
+
+def keys_table(rows: list[dict], title: str | None = None) -> Table:
+    return Table([(k["key_id"], k["customer_id"], f"{k['prefix']}…{k['last4']}", k["status"],
+                   k["last_used_at"], k["webhook_url"], k["name"]) for k in rows],
+                 headers=["key", "customer", "shown as", "status", "last used", "webhook URL", "name"],
+                 title=title, empty="no keys")
+
+
+db_cli = OperatorGroup("db", help="Database schema.")
+customers_cli = OperatorGroup("customers", help="Customer accounts, credits, tiers and limits.")
+keys_cli = OperatorGroup("keys", help="API keys and their webhook settings.")
+users_cli = OperatorGroup("users", help="Portal users.")
+scans_cli = OperatorGroup("scans", help="Scan maintenance.")
+deliveries_cli = OperatorGroup("deliveries", help="Webhook deliveries.")
 
 
 @db_cli.command("upgrade")
@@ -56,7 +175,8 @@ def db_upgrade(as_json):
     applied = run(as_json, upgrade)
     version = run(as_json, current_version)
     emit(as_json, {"ok": True, "applied": applied, "version": version},
-         f"schema at version {version}" + (f" (applied {applied})" if applied else " (up to date)"))
+         f"schema at version {version}" + (f" (applied {', '.join(map(str, applied))})" if applied
+                                           else " (up to date)"))
 
 
 @customers_cli.command("create")
@@ -65,28 +185,30 @@ def db_upgrade(as_json):
 @click.option("--credits", default=0, type=int, show_default=True)
 @json_option
 def customers_create(name, tier, credits, as_json):
-    customer = run(as_json, lambda: accounts.create_customer(name, tier, credits))
-    emit(as_json, accounts.customer_dict(customer),
-         f"customer {customer.id} ({customer.tier}, {customer.balance} credits)")
+    data = run(as_json, lambda: accounts.customer_dict(accounts.create_customer(name, tier, credits)))
+    emit(as_json, data, customer_record(data, title="customer created"))
 
 
 @customers_cli.command("list")
 @json_option
 def customers_list(as_json):
-    rows = run(as_json, lambda: [accounts.customer_dict(c) for c in Customer.select().order_by(Customer.created_at)])
+    rows = run(as_json, lambda: [accounts.customer_dict(c) for c in accounts.list_customers()])
     emit(as_json, {"customers": rows},
-         "\n".join(f"{c['customer_id']}  {c['tier']:<10} {c['balance']:>8}  {c['name']}" for c in rows)
-         or "no customers")
+         Table([(c["customer_id"], c["tier"], c["balance"], c["name"]) for c in rows],
+               headers=["customer", "tier", "balance", "name"], empty="no customers"))
 
 
 @customers_cli.command("credit", context_settings={"ignore_unknown_options": True})
 @click.argument("customer_id")
 @click.argument("amount", type=int)
+@click.option("--reason", required=True, help="Why (kept in the ledger row, shown by `customers show`).")
 @json_option
-def customers_credit(customer_id, amount, as_json):
-    """Add AMOUNT credits (negative to take them back); writes a ledger row."""
-    balance = run(as_json, lambda: accounts.add_credits(customer_id, amount))
-    emit(as_json, {"customer_id": customer_id, "balance": balance}, f"{customer_id} balance {balance}")
+def customers_credit(customer_id, amount, reason, as_json):
+    """Add AMOUNT credits (negative to take them back); writes a ledger row with the reason."""
+    balance = run(as_json, lambda: accounts.add_credits(customer_id, amount, reason))
+    emit(as_json, {"customer_id": customer_id, "amount": amount, "balance": balance, "reason": reason.strip()},
+         Table.record([("customer", customer_id), ("change", f"{amount:+d}"), ("balance", balance),
+                       ("reason", reason.strip())]))
 
 
 @customers_cli.command("tier")
@@ -94,8 +216,8 @@ def customers_credit(customer_id, amount, as_json):
 @click.argument("tier", type=click.Choice(["pro", "business", "enterprise"]))
 @json_option
 def customers_tier(customer_id, tier, as_json):
-    customer = run(as_json, lambda: accounts.set_tier(customer_id, tier))
-    emit(as_json, accounts.customer_dict(customer), f"{customer_id} tier {customer.tier}")
+    data = run(as_json, lambda: accounts.customer_dict(accounts.set_tier(customer_id, tier)))
+    emit(as_json, data, customer_record(data))
 
 
 @customers_cli.command("limits")
@@ -105,10 +227,30 @@ def customers_tier(customer_id, tier, as_json):
 @click.option("--day", type=int)
 @json_option
 def customers_limits(customer_id, inflight, hour, day, as_json):
-    """Override the tier's limits for one customer."""
-    customer = run(as_json, lambda: accounts.set_limits(customer_id, inflight=inflight, hour=hour, day=day))
-    data = accounts.customer_dict(customer)
-    emit(as_json, data, f"{customer_id} limits {data['limits']}")
+    """Override the tier's limits for one customer (without options: show them)."""
+    data = run(as_json, lambda: accounts.customer_dict(
+        accounts.set_limits(customer_id, inflight=inflight, hour=hour, day=day)))
+    emit(as_json, data, limits_table(data))
+
+
+@customers_cli.command("show")
+@click.argument("customer_id")
+@json_option
+def customers_show(customer_id, as_json):
+    """Balance, tier, limits, usage now, keys and the latest credit movements."""
+    data = run(as_json, lambda: accounts.customer_overview(customer_id))
+    usage, limits = data["usage"], data["limits"]
+    emit(as_json, data,
+         customer_record(data),
+         Table([("in flight now", usage["in_flight"], limits["inflight"]),
+                ("created in the last hour", usage["hour"], limits["hour"]),
+                ("created in the last 24 hours", usage["day"], limits["day"])],
+               headers=["quota", "now", "limit"], title="usage"),
+         keys_table(data["keys"], title="keys"),
+         Table([(r["created_at"], f"{r['delta']:+d}", r["balance_after"], r["kind"], r["note"], r["scan_id"])
+                for r in data["ledger"]],
+               headers=["time", "change", "balance", "kind", "note / reason", "reference"],
+               title="latest credit movements", empty="no credit movements"))
 
 
 @customers_cli.command("recount")
@@ -128,36 +270,56 @@ def customers_recount(customer_id, as_json):
 @click.argument("customer_id")
 @click.option("--name", default="")
 @click.option("--webhook-url")
-@click.option("--webhook-secret")
+@click.option("--webhook-secret", help="Visible to other users in `ps`: prefer --webhook-secret-stdin.")
+@click.option("--webhook-secret-stdin", is_flag=True, help="Read the webhook secret from standard input.")
 @json_option
-def keys_issue(customer_id, name, webhook_url, webhook_secret, as_json):
+def keys_issue(customer_id, name, webhook_url, webhook_secret, webhook_secret_stdin, as_json):
     """Issue a key. Its plaintext is printed now and can never be shown again."""
+    if webhook_secret_stdin:
+        if webhook_secret is not None:
+            fail(as_json, "give --webhook-secret or --webhook-secret-stdin, not both")
+        webhook_secret = read_secret_line()
+        if not webhook_secret:
+            fail(as_json, "no webhook secret on standard input")
     key, plaintext = run(as_json, lambda: accounts.issue_key(customer_id, name, webhook_url, webhook_secret))
-    emit(as_json, {**accounts.key_dict(key), "api_key": plaintext},
-         f"key {key.id}\napi key (shown once, store it now): {plaintext}")
+    data = accounts.key_dict(key)
+    emit(as_json, {**data, "api_key": plaintext}, key_record(data), f"api key (shown once, store it now): {plaintext}")
+
+
+@keys_cli.command("set-webhook")
+@click.argument("key_id")
+@click.option("--url", required=True, help='The webhook URL; "" removes it (deliveries stop).')
+@click.option("--secret-stdin", is_flag=True, help="Also set the signing secret, read from standard input.")
+@json_option
+def keys_set_webhook(key_id, url, secret_stdin, as_json):
+    """Set a key's webhook URL (and secret), by the same rules as the portal's key page."""
+    secret = None
+    if secret_stdin:
+        secret = read_secret_line()
+        if not secret:
+            fail(as_json, "no webhook secret on standard input")
+
+    def save():
+        key = accounts.get_key(key_id)
+        return accounts.key_dict(webhooks.set_webhook(key.id, key.customer_id, url, secret))
+    data = run(as_json, save)
+    emit(as_json, data, key_record(data))
 
 
 @keys_cli.command("list")
 @click.argument("customer_id", required=False)
 @json_option
 def keys_list(customer_id, as_json):
-    def load():
-        query = ApiKey.select().order_by(ApiKey.created_at)
-        if customer_id:
-            query = query.where(ApiKey.customer == customer_id)
-        return [accounts.key_dict(k) for k in query]
-    rows = run(as_json, load)
-    emit(as_json, {"keys": rows},
-         "\n".join(f"{k['key_id']}  {k['customer_id']}  {k['prefix']}…{k['last4']}  {k['status']}  {k['name']}"
-                   for k in rows) or "no keys")
+    rows = run(as_json, lambda: [accounts.key_dict(k) for k in accounts.list_keys(customer_id)])
+    emit(as_json, {"keys": rows}, keys_table(rows))
 
 
 @keys_cli.command("revoke")
 @click.argument("key_id")
 @json_option
 def keys_revoke(key_id, as_json):
-    key = run(as_json, lambda: accounts.revoke_key(key_id))
-    emit(as_json, accounts.key_dict(key), f"{key.id} revoked")
+    data = run(as_json, lambda: accounts.key_dict(accounts.revoke_key(key_id)))
+    emit(as_json, data, key_record(data))
 
 
 def _key_action(as_json, action):
@@ -275,9 +437,24 @@ def scans_recover(as_json):
     """Re-dispatch scans and webhook deliveries whose jobs were lost (D13)."""
     from workers.recovery import sweep
     report = run(as_json, sweep)
-    emit(as_json, {"ok": True, **report}, ", ".join(f"{k}: {v}" for k, v in report.items()))
+    emit(as_json, {"ok": True, **report}, Table(list(report.items()), headers=["recovered", "count"]))
+
+
+@deliveries_cli.command("redeliver")
+@click.argument("delivery_id")
+@json_option
+def deliveries_redeliver(delivery_id, as_json):
+    """Send a failed webhook delivery again, as the portal's redeliver button does."""
+    def redeliver():
+        delivery = webhooks.redeliver(delivery_id, webhooks.delivery_owner(delivery_id))
+        return {"ok": True, "delivery_id": delivery.id, "key_id": delivery.api_key_id, "event": delivery.event,
+                "status": delivery.status, "url": delivery.url, "attempts_before": delivery.series_start}
+    data = run(as_json, redeliver)
+    emit(as_json, data, Table.record([("delivery", data["delivery_id"]), ("key", data["key_id"]),
+                                      ("event", data["event"]), ("status", data["status"]), ("url", data["url"]),
+                                      ("attempts before", data["attempts_before"])], title="delivery queued again"))
 
 
 def register_cli(app: Flask) -> None:
-    for group in (db_cli, customers_cli, keys_cli, users_cli, scans_cli):
+    for group in (db_cli, customers_cli, keys_cli, users_cli, scans_cli, deliveries_cli):
         app.cli.add_command(group)

@@ -58,6 +58,13 @@ def _count(env, name, default):
     return value
 
 
+def _positive(env, name, default):
+    value = _float(env, name, default)
+    if not (value > 0 and value != float("inf")):
+        raise ConfigError(f"{name} must be a positive number of seconds, got {env.get(name)!r}")
+    return value
+
+
 def parse_retry_schedule(raw: str) -> tuple[float, ...]:
     """``"0,30,300"`` -> ``(0.0, 30.0, 300.0)``: the delays before retries 1..n."""
     try:
@@ -76,7 +83,11 @@ def default_instance_path() -> Path:
 def load_settings(env=None) -> dict:
     """Read every setting from ``env`` (default ``os.environ``) into a config mapping."""
     env = os.environ if env is None else env
-    app_env = env.get("APP_ENV", "development") or "development"
+    # Unset APP_ENV on a PostgreSQL database means production: an operator command run on the
+    # production host without APP_ENV must not skip the SSRF guard or encrypt webhook secrets
+    # with the development key. Development and tests on PostgreSQL set APP_ENV themselves.
+    on_postgres = "postgres" in (env.get("DATABASE_URL") or "").split(":", 1)[0].lower()
+    app_env = env.get("APP_ENV") or ("production" if on_postgres else "development")
     if app_env not in ENVIRONMENTS:
         raise ConfigError(f"APP_ENV must be one of {', '.join(ENVIRONMENTS)}, got {app_env!r}")
     instance = default_instance_path()
@@ -92,6 +103,8 @@ def load_settings(env=None) -> dict:
         "WEBHOOK_RETRY_SCHEDULE": parse_retry_schedule(env.get("WEBHOOK_RETRY_SCHEDULE") or "0,30,300"),
         "WEBHOOK_TIMEOUT_SECONDS": _float(env, "WEBHOOK_TIMEOUT_SECONDS", 10.0),
         "SCAN_TIMEOUT_SECONDS": _int(env, "SCAN_TIMEOUT_SECONDS", 900),
+        # How long a test-mode scan takes in the sandbox engine (D15); its timeout is 3 times that.
+        "SANDBOX_SCAN_SECONDS": _positive(env, "SANDBOX_SCAN_SECONDS", 5.0),
         # Longest pause between two looks at one scan's engine state; shorter when the
         # engine's eta says the scan is nearly done.
         "ENGINE_POLL_SECONDS": _float(env, "ENGINE_POLL_SECONDS", 10.0),

@@ -6,44 +6,28 @@ so any simulator process, restarted or not, answers the same for the same id, an
 random nonce keeps two submissions of one target apart. Everything else (duration, number
 of recipes, behaviour) is derived from ``sha256("kind:target")``.
 
-Behaviour chosen by the target (case-insensitive; e-mail: local part, phone: last digits,
-username: handle without a leading ``@``):
-
-============  ==========  ==========================================================
-text prefix   phone end   behaviour
-============  ==========  ==========================================================
-``fail``      ``0000``    ends in ``error`` ``engine_failed`` after its duration
-``slow``      ``9999``    takes the longest duration (180 s x time scale)
-``hang``      ``8888``    stays ``running`` for ever, ``recipes_done`` below the total
-``junk``      ``7777``    ends ``done`` with a result no validator can accept
-============  ==========  ==========================================================
-
-``junk`` is an extension of E3, there to exercise the service's rejection of
-results that cannot be made valid.
+The target conventions (``fail``/``slow``/``hang``/``junk``), the recipe count and the
+progress over time are shared with the service's sandbox engine and documented in
+``app.simulated.conventions``; here ``slow`` takes the longest duration (180 s x time
+scale). ``junk`` is an extension of E3, there to exercise the service's
+rejection of results that cannot be made valid.
 """
 import base64
 import binascii
-import hashlib
 import json
-import math
-import re
 import secrets
 import time
 from dataclasses import dataclass
 
-KINDS = ("email", "phone", "username")
+# Re-exported: the simulator's modules and tests import them from here.
+from app.simulated.conventions import (  # noqa: F401
+    FAIL, HANG, JUNK, KINDS, MAX_RECIPES, MIN_RECIPES, NORMAL, PENDING_FRACTION, SLOW, Plan, Progress,
+    behaviour_of, progress_at, recipes_for, target_digest)
+
 ID_PREFIX = "inv_"
 
 MIN_DURATION_S = 60
 MAX_DURATION_S = 180
-# Share of the duration spent "pending" before recipes start, so clients see every status.
-PENDING_FRACTION = 0.05
-MIN_RECIPES = 4
-MAX_RECIPES = 12
-
-NORMAL, FAIL, SLOW, HANG, JUNK = "normal", "fail", "slow", "hang", "junk"
-# Marker for text targets (a prefix) and for phone targets (a suffix of the digits).
-_MARKERS = {FAIL: "0000", SLOW: "9999", HANG: "8888", JUNK: "7777"}
 
 
 @dataclass(frozen=True)
@@ -53,32 +37,6 @@ class Investigation:
     kind: str
     target: str
     created_ms: int
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How an investigation of one (kind, target) runs, at a given time scale."""
-
-    duration_s: float
-    recipes: int
-    behaviour: str
-
-    @property
-    def eta_seconds(self) -> int:
-        return math.ceil(self.duration_s)
-
-
-@dataclass(frozen=True)
-class Progress:
-    """Where an investigation stands at a moment: status and recipes finished."""
-
-    status: str
-    recipes_done: int
-
-
-def target_digest(kind: str, target: str) -> bytes:
-    """The seed of everything deterministic about a (kind, target)."""
-    return hashlib.sha256(f"{kind}:{target}".encode("utf-8")).digest()
 
 
 def now_ms() -> int:
@@ -119,16 +77,6 @@ def decode_id(engine_id: str) -> Investigation | None:
     return Investigation(kind=kind, target=target, created_ms=created)
 
 
-def behaviour_of(kind: str, target: str) -> str:
-    """Which test convention, if any, the target asks for."""
-    if kind == "phone":
-        digits = re.sub(r"\D", "", target)
-        return next((b for b, suffix in _MARKERS.items() if digits.endswith(suffix)), NORMAL)
-    text = target.rpartition("@")[0] if kind == "email" and "@" in target else target
-    text = text.lstrip("@").lower()
-    return next((b for b in _MARKERS if text.startswith(b)), NORMAL)
-
-
 def plan_for(kind: str, target: str, time_scale: float) -> Plan:
     """Duration (60..180 s times the scale), recipe count (4..12) and behaviour."""
     digest = target_digest(kind, target)
@@ -137,25 +85,4 @@ def plan_for(kind: str, target: str, time_scale: float) -> Plan:
         base = MAX_DURATION_S
     else:
         base = MIN_DURATION_S + int.from_bytes(digest[:4], "big") % (MAX_DURATION_S - MIN_DURATION_S + 1)
-    recipes = MIN_RECIPES + digest[4] % (MAX_RECIPES - MIN_RECIPES + 1)
-    return Plan(duration_s=base * time_scale, recipes=recipes, behaviour=behaviour)
-
-
-def progress_at(plan: Plan, elapsed_s: float) -> Progress:
-    """Status after ``elapsed_s`` seconds: pending, then running, then done or error."""
-    pending_end = plan.duration_s * PENDING_FRACTION
-    if elapsed_s < pending_end:
-        return Progress("pending", 0)
-    if elapsed_s >= plan.duration_s and plan.behaviour != HANG:
-        if plan.behaviour == FAIL:
-            # The last recipe is the one that failed.
-            return Progress("error", plan.recipes - 1)
-        return Progress("done", plan.recipes)
-    return Progress("running", _recipes_done_while_running(plan, elapsed_s, pending_end))
-
-
-def _recipes_done_while_running(plan: Plan, elapsed_s: float, pending_end: float) -> int:
-    # A hanging investigation is past its duration here; it stays one recipe short.
-    span = plan.duration_s - pending_end
-    share = (elapsed_s - pending_end) / span if span > 0 else 1.0
-    return min(plan.recipes - 1, int(plan.recipes * share))
+    return Plan(duration_s=base * time_scale, recipes=recipes_for(kind, target), behaviour=behaviour)

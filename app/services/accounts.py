@@ -7,18 +7,48 @@ from app.extensions import db
 from app.models import ApiKey, Customer, PortalUser, new_id, utcnow
 from app.models.accounts import TIERS
 from app.services import billing
-from app.services.crypto import digest, encrypt_secret, new_api_key
+from app.services.crypto import digest, new_api_key
 
 
 class AccountError(ValueError):
     """An operator or portal input that cannot be accepted; the message says why."""
 
 
+# The columns' ranges: balances and ledger deltas are BIGINT, limit overrides INTEGER.
+# A number outside them would fail in the database (or, on SQLite, silently become a float).
+BIGINT_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+MAX_NAME_LENGTH = 200  # Customer.name, ApiKey.name
+MAX_REASON_LENGTH = 500
+
+
+def _check_range(field: str, value: int, low: int, high: int) -> int:
+    if not low <= value <= high:
+        raise AccountError(f"{field} must be a whole number from {low} to {high}")
+    return value
+
+
+def _check_text(field: str, value: str, max_length: int, *, required: bool) -> str:
+    value = (value or "").strip()
+    if required and not value:
+        raise AccountError(f"{field} must not be empty")
+    if len(value) > max_length:
+        raise AccountError(f"{field} must have at most {max_length} characters")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise AccountError(f"{field} must not contain control characters")
+    return value
+
+
+def _known_id(value: str) -> bool:
+    # No id holds a NUL (PostgreSQL refuses to even compare one) or exceeds the id columns.
+    return isinstance(value, str) and "\x00" not in value and len(value) <= 40
+
+
 def create_customer(name: str, tier: str, credits: int = 0) -> Customer:
     if tier not in TIERS:
         raise AccountError(f"tier must be one of {', '.join(TIERS)}")
-    if credits < 0:
-        raise AccountError("credits must not be negative")
+    name = _check_text("name", name, MAX_NAME_LENGTH, required=True)
+    _check_range("credits", credits, 0, BIGINT_MAX)
     with db.atomic():
         customer = Customer.create(id=new_id("cus"), name=name, tier=tier, balance=0)
         if credits:
@@ -27,10 +57,14 @@ def create_customer(name: str, tier: str, credits: int = 0) -> Customer:
 
 
 def get_customer(customer_id: str) -> Customer:
-    customer = Customer.get_or_none(Customer.id == customer_id)
+    customer = Customer.get_or_none(Customer.id == customer_id) if _known_id(customer_id) else None
     if customer is None:
         raise AccountError(f"no customer {customer_id}")
     return customer
+
+
+def list_customers() -> list[Customer]:
+    return list(Customer.select().order_by(Customer.created_at))
 
 
 def set_tier(customer_id: str, tier: str) -> Customer:
@@ -46,21 +80,25 @@ def set_limits(customer_id: str, *, inflight=None, hour=None, day=None) -> Custo
     changes = {}
     for field, value in (("inflight_limit", inflight), ("hour_limit", hour), ("day_limit", day)):
         if value is not None:
-            if value < 0:
-                raise AccountError(f"{field} must not be negative")
-            changes[field] = value
+            changes[field] = _check_range(field, value, 0, INT_MAX)
     if changes:
         Customer.update(**changes).where(Customer.id == customer_id).execute()
     return get_customer(customer_id)
 
 
-def add_credits(customer_id: str, amount: int) -> int:
-    get_customer(customer_id)
+def add_credits(customer_id: str, amount: int, reason: str) -> int:
+    """Add ``amount`` credits (negative: take them back) with the operator's ``reason``,
+    which the ledger row keeps (its ``note``); returns the new balance."""
+    customer = get_customer(customer_id)
     if amount == 0:
         raise AccountError("amount must not be zero")
+    _check_range("amount", amount, -BIGINT_MAX, BIGINT_MAX)
+    reason = _check_text("reason", reason, MAX_REASON_LENGTH, required=True)
     if amount > 0:
-        return billing.credit(customer_id, amount, "grant", note="operator credit")
-    balance = billing.charge(customer_id, -amount, "grant", note="operator debit")
+        if customer.balance > BIGINT_MAX - amount:
+            raise AccountError(f"the balance would exceed {BIGINT_MAX}")
+        return billing.credit(customer_id, amount, "grant", note=reason)
+    balance = billing.charge(customer_id, -amount, "grant", note=reason)
     if balance is None:
         raise AccountError("the balance is smaller than the debit")
     return balance
@@ -68,27 +106,43 @@ def add_credits(customer_id: str, amount: int) -> int:
 
 def issue_key(customer_id: str, name: str = "", webhook_url: str | None = None,
               webhook_secret: str | None = None) -> tuple[ApiKey, str]:
-    """A new key; returns the row and the plaintext, which is never stored or shown again."""
+    """A new key; returns the row and the plaintext, which is never stored or shown again.
+
+    The webhook URL and secret go through ``webhooks.set_webhook``, the portal's own
+    rules, in the key's transaction: a refused one leaves no key behind.
+    """
+    from app.services import webhooks
+
     get_customer(customer_id)
-    if webhook_secret:
-        from app.services.webhooks import check_secret
-        check_secret(webhook_secret)  # the rule of the key's page (D16)
-    if webhook_url:
-        from app.services.webhook_urls import check_webhook_url
-        check_webhook_url(webhook_url)
+    name = _check_text("name", name, MAX_NAME_LENGTH, required=False)
     plaintext = new_api_key()
-    key = ApiKey.create(
-        id=new_id("key"), customer=customer_id, name=name or "", digest=digest(plaintext),
-        prefix=plaintext[:17], last4=plaintext[-4:], webhook_url=webhook_url or None,
-        webhook_secret_enc=encrypt_secret(webhook_secret) if webhook_secret else None,
-    )
+    with db.atomic():
+        key = ApiKey.create(id=new_id("key"), customer=customer_id, name=name, digest=digest(plaintext),
+                            prefix=plaintext[:17], last4=plaintext[-4:])
+        if webhook_url or webhook_secret is not None:
+            key = webhooks.set_webhook(key.id, customer_id, webhook_url, webhook_secret)
     return key, plaintext
 
 
-def revoke_key(key_id: str) -> ApiKey:
-    key = ApiKey.get_or_none(ApiKey.id == key_id)
+def get_key(key_id: str) -> ApiKey:
+    key = ApiKey.get_or_none(ApiKey.id == key_id) if _known_id(key_id) else None
     if key is None:
         raise AccountError(f"no key {key_id}")
+    return key
+
+
+def list_keys(customer_id: str | None = None) -> list[ApiKey]:
+    """Every key, oldest first, or one customer's (an unknown customer has none)."""
+    query = ApiKey.select().order_by(ApiKey.created_at)
+    if customer_id:
+        if not _known_id(customer_id):
+            return []
+        query = query.where(ApiKey.customer == customer_id)
+    return list(query)
+
+
+def revoke_key(key_id: str) -> ApiKey:
+    key = get_key(key_id)
     ApiKey.update(revoked_at=utcnow()).where((ApiKey.id == key_id) & ApiKey.revoked_at.is_null()).execute()
     return ApiKey.get_by_id(key_id)
 
@@ -113,6 +167,31 @@ def customer_dict(customer: Customer) -> dict:
         "customer_id": customer.id, "name": customer.name, "tier": customer.tier, "balance": customer.balance,
         "limits": {"inflight": limits.inflight, "hour": limits.hour, "day": limits.day},
         "overrides": {"inflight": customer.inflight_limit, "hour": customer.hour_limit, "day": customer.day_limit},
+    }
+
+
+def customer_overview(customer_id: str, now=None, ledger_rows: int = 10) -> dict:
+    """What an operator needs to know about a customer at once: the balance, tier and
+    limits, the usage ``now`` (as the portal's usage page counts it), the keys, and the
+    latest credit movements with their notes (an operator's credit keeps its reason there)."""
+    from app.models import CreditLedger
+    from app.models.base import iso
+    from app.services import quotas
+
+    customer = get_customer(customer_id)
+    now = now or utcnow()
+    window = quotas.window_usage(customer.id, now)
+    keys = ApiKey.select().where(ApiKey.customer == customer.id).order_by(ApiKey.created_at)
+    ledger = (CreditLedger.select().where(CreditLedger.customer == customer.id)
+              .order_by(CreditLedger.id.desc()).limit(ledger_rows))
+    return {
+        **customer_dict(customer),
+        "created_at": iso(customer.created_at),
+        "usage": {"in_flight": quotas.inflight_count(customer.id), "hour": window.hour, "day": window.day},
+        "keys": [key_dict(k) for k in keys],
+        "ledger": [{"created_at": iso(row.created_at), "delta": row.delta, "balance_after": row.balance_after,
+                    "kind": row.reason, "note": row.note, "scan_id": row.scan_id or row.bulk_id}
+                   for row in ledger],
     }
 
 

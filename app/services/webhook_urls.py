@@ -19,10 +19,12 @@ as it likes (and be counted a success long after the timeout).
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 import threading
 from urllib.parse import urlsplit
 
+import idna
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
@@ -75,6 +77,47 @@ def check_scheme(url: str) -> None:
         raise UnsafeWebhookUrl("webhook URLs must use https")
 
 
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
+_BRACKETED = re.compile(r"\[[^\[\]]+\](:[0-9]*)?")
+
+
+def _host_and_port(parts) -> tuple[str, int | None]:
+    """The URL's host (IDNA-encoded) and port; ``AccountError`` for anything malformed.
+
+    ``urlsplit`` parses lazily: a bad port raises a bare ``ValueError`` only when
+    ``.port`` is read, and it accepts hosts no HTTP client could connect to. Every
+    such URL is refused here, when it is saved, with a message saying what is wrong.
+    """
+    from app.services.accounts import AccountError
+
+    try:
+        port = parts.port
+    except ValueError:
+        raise AccountError("the webhook URL's port must be a number from 1 to 65535") from None
+    if port == 0:
+        raise AccountError("the webhook URL's port must be a number from 1 to 65535")
+    host = parts.hostname or ""
+    if not host:
+        raise AccountError("the webhook URL has no host")
+    if "[" in parts.netloc or "]" in parts.netloc:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise AccountError("the webhook URL's [bracketed] host must be an IPv6 address") from None
+        if not _BRACKETED.fullmatch(parts.netloc):
+            raise AccountError("the webhook URL has characters after its [IPv6] host")
+        return host, port
+    if not host.isascii():
+        try:
+            host = idna.encode(host, uts46=True).decode("ascii")
+        except (idna.IDNAError, UnicodeError, ValueError):
+            raise AccountError(f"the webhook URL's host {host!r} is not a valid host name") from None
+    labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
+    if len(host) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
+        raise AccountError(f"the webhook URL's host {host!r} is not a valid host name")
+    return host, port
+
+
 def check_webhook_url(url: str, *, guard: bool | None = None) -> list[str]:
     """Raise ``AccountError`` unless ``url`` may receive webhooks; returns its addresses when guarded."""
     from app.services.accounts import AccountError
@@ -84,19 +127,23 @@ def check_webhook_url(url: str, *, guard: bool | None = None) -> list[str]:
     if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
         # No URL holds these (RFC 3986); a NUL would not even fit in a PostgreSQL text column.
         raise AccountError("the webhook URL must not contain spaces or control characters")
-    parts = urlsplit(url)
     guard = guard_enabled() if guard is None else guard
     allowed = ("https",) if guard else ("http", "https")
-    if parts.scheme not in allowed or not parts.hostname:
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # an unclosed or invalid [IPv6] bracket
+        raise AccountError(f"the webhook URL is malformed ({exc})") from None
+    if parts.scheme not in allowed or not parts.netloc:
         raise AccountError(f"the webhook URL must be an absolute {' or '.join(allowed)} URL")
-    if parts.username or parts.password:
+    if "@" in parts.netloc:
         raise AccountError("the webhook URL must not carry credentials")
+    host, port = _host_and_port(parts)
     if not guard:
         return []
     try:
-        return public_addresses(parts.hostname, parts.port or 443)
-    except socket.gaierror as exc:
-        raise AccountError(f"the host {parts.hostname!r} does not resolve") from exc
+        return public_addresses(host, port or 443)
+    except (OSError, UnicodeError) as exc:  # socket.gaierror is an OSError
+        raise AccountError(f"the host {host!r} does not resolve") from exc
     except UnsafeWebhookUrl as exc:
         raise AccountError(f"the webhook URL is refused: {exc}") from exc
 

@@ -157,6 +157,9 @@ def check_secret(secret: str) -> str:
 def set_webhook(key_id: str, customer_id: str, url: str | None, secret: str | None = None) -> ApiKey:
     """Set (or with an empty ``url`` remove) the key's webhook URL, and its secret when given.
 
+    The one place a webhook URL and secret are checked and stored: the portal, the
+    operator's ``keys set-webhook`` and ``keys issue`` (``accounts.issue_key``) all
+    come here, so every entry point applies the same rules (14.12).
     ``secret`` None or empty keeps the current one; a secret given replaces it at once and
     ends a rotation under way. Deliveries already written keep the URL they were
     addressed to; a redelivery takes the key's URL of that moment.
@@ -189,6 +192,15 @@ def generate_secret(key_id: str, customer_id: str) -> str:
      .where(ApiKey.id == key.id).execute())
     log.info("key %s: webhook secret rotated", key.id)
     return plaintext
+
+
+def delivery_owner(delivery_id: str) -> str:
+    """The id of the customer a delivery belongs to (for the operator CLI); ``LookupError`` if none."""
+    customer_id = (WebhookDelivery.select(WebhookDelivery.customer).where(WebhookDelivery.id == delivery_id)
+                   .scalar() if "\x00" not in delivery_id else None)
+    if customer_id is None:
+        raise LookupError(f"no delivery {delivery_id}")
+    return customer_id
 
 
 def redeliver(delivery_id: str, customer_id: str) -> WebhookDelivery:

@@ -1,11 +1,19 @@
 """The operator CLI of D10, with --json output."""
 import hashlib
 import json
+import uuid
+
+import pytest
+import requests
 
 from app.extensions import db
-from app.models import ApiKey, CreditLedger, Customer, PortalUser, Scan
-from app.services import billing
+from app.models import ApiKey, CreditLedger, Customer, PortalUser, Scan, WebhookDelivery
+from app.services import billing, webhooks
+from app.services.crypto import decrypt_secret
 from tests.api.helpers import assert_counters_match
+
+BIGINT_MAX = 2**63 - 1
+SECRET = "whsec_b3BlcmF0b3Igc2VjcmV0IDAxMjM0NTY3ODk="
 
 
 def run(app, *args, input=None):
@@ -30,8 +38,8 @@ def test_customer_lifecycle(app):
     customer = run_json(app, "customers", "create", "--name", "Acme", "--tier", "pro", "--credits", "50")
     cid = customer["customer_id"]
     assert cid.startswith("cus_") and customer["balance"] == 50 and customer["limits"]["inflight"] == 3
-    assert run_json(app, "customers", "credit", cid, "25")["balance"] == 75
-    assert run_json(app, "customers", "credit", cid, "-5")["balance"] == 70
+    assert run_json(app, "customers", "credit", cid, "25", "--reason", "goodwill, ticket 4411")["balance"] == 75
+    assert run_json(app, "customers", "credit", cid, "-5", "--reason", " granted twice ")["balance"] == 70
     assert run_json(app, "customers", "tier", cid, "enterprise")["limits"] == {"inflight": 25, "hour": 500,
                                                                                "day": 10000}
     limits = run_json(app, "customers", "limits", cid, "--inflight", "40", "--day", "20000")
@@ -39,18 +47,21 @@ def test_customer_lifecycle(app):
     listed = run_json(app, "customers", "list")["customers"]
     assert [c["customer_id"] for c in listed] == [cid]
     with db.connection_context():
-        assert [r.delta for r in CreditLedger.select().order_by(CreditLedger.id)] == [50, 25, -5]
+        assert [(r.delta, r.note) for r in CreditLedger.select().order_by(CreditLedger.id)] == [
+            (50, "initial credits"), (25, "goodwill, ticket 4411"), (-5, "granted twice")]
         assert billing.ledger_sum(cid) == billing.balance_of(cid) == 70
 
 
 def test_errors_exit_1_with_a_message(app):
-    result = run(app, "customers", "credit", "cus_nope", "5", "--json")
+    result = run(app, "customers", "credit", "cus_nope", "5", "--reason", "r", "--json")
     assert result.exit_code == 1
-    assert json.loads(result.output)["error"] == "no customer cus_nope"
+    assert json.loads(result.stdout)["error"] == "no customer cus_nope"
+    assert result.stderr == "error: no customer cus_nope\n"
     cid = run_json(app, "customers", "create", "--name", "A", "--tier", "pro")["customer_id"]
-    overdraw = run(app, "customers", "credit", cid, "-1")
-    assert overdraw.exit_code == 1 and "smaller" in overdraw.output
-    assert run(app, "customers", "create", "--name", "A", "--tier", "gold").exit_code == 2
+    overdraw = run(app, "customers", "credit", cid, "-1", "--reason", "r")
+    assert overdraw.exit_code == 1 and "smaller" in overdraw.stderr and overdraw.stdout == ""
+    gold = run(app, "customers", "create", "--name", "A", "--tier", "gold")
+    assert gold.exit_code == 1 and gold.stderr.startswith("error: Invalid value for '--tier'")
 
 
 def test_key_plaintext_is_printed_once_and_never_stored(app):
@@ -99,4 +110,249 @@ def test_recount_rebuilds_quota_counters_after_scans_were_edited_by_hand(app, cl
         assert_counters_match(account.id)
     assert run_json(app, "customers", "recount", account.id)["in_flight"] == {"was": 1, "now": 1}
     missing = app.test_cli_runner().invoke(args=["customers", "recount", "cus_nobody", "--json"])
-    assert missing.exit_code == 1 and json.loads(missing.output)["error"] == "no customer cus_nobody"
+    assert missing.exit_code == 1 and json.loads(missing.stdout)["error"] == "no customer cus_nobody"
+
+
+# --- one line and exit 1 for every failure; tables, never a repr ---------------------------------
+
+
+def assert_one_line_failure(result, as_json=False):
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    if as_json:
+        answer = json.loads(result.stdout)
+        assert answer["ok"] is False and answer["error"] == result.stderr[len("error: "):].strip()
+    else:
+        assert result.stdout == ""
+
+
+def state(customer_id):
+    with db.connection_context():
+        customer = Customer.get_by_id(customer_id)
+        return (customer.balance, customer.inflight_limit, customer.hour_limit, customer.day_limit,
+                CreditLedger.select().count(), Customer.select().count(), ApiKey.select().count())
+
+
+@pytest.fixture
+def cid(app):
+    return run_json(app, "customers", "create", "--name", "Acme", "--tier", "pro", "--credits", "10")["customer_id"]
+
+
+HUGE = "99999999999999999999"
+
+
+@pytest.mark.parametrize("args", [
+    ["customers", "credit", "{cid}", HUGE, "--reason", "r"],
+    ["customers", "credit", "{cid}", f"-{HUGE}", "--reason", "r"],
+    ["customers", "credit", "{cid}", str(BIGINT_MAX + 1), "--reason", "r"],
+    ["customers", "credit", "{cid}", str(BIGINT_MAX), "--reason", "r"],  # 10 + that overflows the balance
+    ["customers", "credit", "{cid}", "0", "--reason", "r"],
+    ["customers", "credit", "{cid}", "5", "--reason", "   "],
+    ["customers", "credit", "{cid}", "5", "--reason", "x" * 501],
+    ["customers", "credit", "{cid}", "5"],
+    ["customers", "credit", "{cid}", "1.5", "--reason", "r"],
+    ["customers", "credit", "{cid}", "ten", "--reason", "r"],
+    ["customers", "create", "--name", "B", "--tier", "pro", "--credits", HUGE],
+    ["customers", "create", "--name", "B", "--tier", "pro", "--credits", "-1"],
+    ["customers", "create", "--name", "x" * 201, "--tier", "pro"],
+    ["customers", "create", "--name", "  ", "--tier", "pro"],
+    ["customers", "limits", "{cid}", "--inflight", str(2**31)],
+    ["customers", "limits", "{cid}", "--hour", HUGE],
+    ["customers", "limits", "{cid}", "--day", "-1"],
+    ["customers", "limits", "cus_nobody", "--day", "5"],
+    ["customers", "show", "cus_nobody"],
+    ["customers", "show", "cus_\x00"],
+    ["customers", "tier", "{cid}", "gold"],
+    ["keys", "issue", "{cid}", "--name", "x" * 201],
+    ["keys", "issue", "cus_nobody"],
+    ["keys", "revoke", "key_nobody"],
+    ["keys", "set-webhook", "key_nobody", "--url", "https://hooks.example.com/x"],
+    ["keys", "set-webhook", "key_nobody"],
+    ["deliveries", "redeliver", "dlv_nobody"],
+])
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_bad_input_is_one_line_exit_1_and_changes_nothing(app, cid, args, as_json):
+    args = [a.replace("{cid}", cid) for a in args]
+    before = state(cid)
+    result = run(app, *args, *(["--json"] if as_json else []))
+    assert_one_line_failure(result, as_json)
+    assert state(cid) == before
+
+
+def test_a_credit_up_to_the_columns_range_is_accepted(app, cid):
+    top = run_json(app, "customers", "credit", cid, str(BIGINT_MAX - 10), "--reason", "the most there can be")
+    assert top["balance"] == BIGINT_MAX
+    assert_one_line_failure(run(app, "customers", "credit", cid, "1", "--reason", "one more"))
+    assert run_json(app, "customers", "credit", cid, str(-BIGINT_MAX), "--reason", "all back")["balance"] == 0
+    with db.connection_context():
+        assert billing.ledger_sum(cid) == billing.balance_of(cid) == 0
+
+
+def test_human_output_is_tables_never_a_python_repr(app, cid):
+    key_id = run_json(app, "keys", "issue", cid, "--name", "prod")["key_id"]
+    with db.connection_context():  # a name from before names were checked: shown escaped, not obeyed
+        ApiKey.update(name="prod\x1b[31m").where(ApiKey.id == key_id).execute()
+    outputs = {
+        "create": run(app, "customers", "create", "--name", "B", "--tier", "business"),
+        "list": run(app, "customers", "list"),
+        "credit": run(app, "customers", "credit", cid, "5", "--reason", "goodwill"),
+        "tier": run(app, "customers", "tier", cid, "business"),
+        "limits": run(app, "customers", "limits", cid, "--inflight", "7"),
+        "show": run(app, "customers", "show", cid),
+        "keys list": run(app, "keys", "list", cid),
+        "set-webhook": run(app, "keys", "set-webhook", key_id, "--url", "https://hooks.example.com/x"),
+        "revoke": run(app, "keys", "revoke", key_id),
+        "recover": run(app, "scans", "recover"),
+        "upgrade": run(app, "db", "upgrade"),
+    }
+    for name, result in outputs.items():
+        assert result.exit_code == 0 and result.stderr == "", (name, result.output)
+        for tell in ("{'", "': ", "None", "True", "False", "[]", "\x1b"):
+            assert tell not in result.stdout, (name, tell, result.stdout)
+    limits = outputs["limits"].stdout.splitlines()
+    assert limits[1].split() == ["limit", "value", "source"]
+    assert limits[3].split() == ["in", "flight", "7", "override"]
+    assert limits[4].split() == ["per", "hour", "100", "tier", "default"]  # business
+    assert "prod\\x1b[31m" in outputs["keys list"].stdout  # a control character is shown escaped
+
+
+# --- customers credit --reason and customers show --------------------------------------------
+
+
+def test_customers_show_tells_balance_tier_limits_usage_keys_and_reasons(app, client, make_customer):
+    account = make_customer(tier="pro", credits=20)
+    for i in range(2):
+        assert client.post("/api/v1/scan", json={"target": f"s{i}@example.com"},
+                           headers=account.headers).status_code == 202
+    run_json(app, "customers", "credit", account.id, "30", "--reason", "refund for incident 77")
+    run_json(app, "customers", "limits", account.id, "--hour", "50")
+    shown = run_json(app, "customers", "show", account.id)
+    assert (shown["balance"], shown["tier"]) == (48, "pro")
+    assert shown["limits"] == {"inflight": 3, "hour": 50, "day": 100}
+    assert shown["overrides"] == {"inflight": None, "hour": 50, "day": None}
+    assert shown["usage"] == {"in_flight": 2, "hour": 2, "day": 2}
+    assert [k["key_id"] for k in shown["keys"]] == [account.key.id]
+    newest = shown["ledger"][0]
+    assert (newest["delta"], newest["kind"], newest["note"], newest["balance_after"]) == (
+        30, "grant", "refund for incident 77", 48)
+    assert [r["kind"] for r in shown["ledger"][1:]] == ["scan", "scan", "grant"]
+
+    text = run(app, "customers", "show", account.id).stdout
+    for expected in ("balance", "48", "in flight now", "created in the last hour", "refund for incident 77",
+                     account.key.id, "(override)"):
+        assert expected in text, expected
+
+
+# --- webhook settings: the portal's rules in every entry point ----------------------------------
+
+
+def key_row(key_id):
+    with db.connection_context():
+        return ApiKey.get_by_id(key_id)
+
+
+@pytest.mark.parametrize("secret, message", [
+    ("x", "whsec_ followed by standard base64"),
+    (f" {SECRET} ", "whsec_ followed by standard base64"),
+    ("whsec_" + "s" * 200, "decode to 16 to 128 bytes"),
+], ids=["one character", "surrounding spaces", "too long"])
+def test_keys_issue_refuses_the_secrets_the_portal_refuses(app, cid, secret, message):
+    before = state(cid)
+    for args, stdin in ((["--webhook-secret", secret], None), (["--webhook-secret-stdin"], secret + "\n")):
+        result = run(app, "keys", "issue", cid, "--webhook-url", "https://hooks.example.com/x", *args, input=stdin)
+        assert_one_line_failure(result)
+        assert message in result.stderr
+    assert state(cid) == before  # no key left behind
+
+
+def test_keys_issue_takes_the_secret_from_stdin(app, cid):
+    issued = run_json(app, "keys", "issue", cid, "--webhook-url", "https://hooks.example.com/x",
+                      "--webhook-secret-stdin", input=SECRET + "\n")
+    assert decrypt_secret(key_row(issued["key_id"]).webhook_secret_enc) == SECRET
+    assert issued["has_webhook_secret"] is True and SECRET not in json.dumps(issued)
+    both = run(app, "keys", "issue", cid, "--webhook-secret", SECRET, "--webhook-secret-stdin", input=SECRET)
+    assert_one_line_failure(both)
+    assert_one_line_failure(run(app, "keys", "issue", cid, "--webhook-secret-stdin", input=""))
+
+
+def test_keys_set_webhook_sets_and_removes_by_the_portals_rules(app, cid):
+    key_id = run_json(app, "keys", "issue", cid)["key_id"]
+    data = run_json(app, "keys", "set-webhook", key_id, "--url", " https://hooks.example.com/a ", "--secret-stdin",
+                    input=SECRET + "\n")
+    assert (data["webhook_url"], data["has_webhook_secret"]) == ("https://hooks.example.com/a", True)
+    assert decrypt_secret(key_row(key_id).webhook_secret_enc) == SECRET
+    # Without --secret-stdin the secret is kept; a refused input changes nothing.
+    assert run_json(app, "keys", "set-webhook", key_id, "--url", "https://hooks.example.com/b")["webhook_url"] \
+        == "https://hooks.example.com/b"
+    for args, stdin in ((["--url", "https://hooks.example.com/c", "--secret-stdin"], "short\n"),
+                        (["--url", "https://127.0.0.1:99999/"], None),
+                        (["--url", "ftp://hooks.example.com/"], None),
+                        (["--url", "https://hooks.example.com/c", "--secret-stdin"], "")):
+        assert_one_line_failure(run(app, "keys", "set-webhook", key_id, *args, input=stdin))
+    row = key_row(key_id)
+    assert row.webhook_url == "https://hooks.example.com/b" and decrypt_secret(row.webhook_secret_enc) == SECRET
+    assert run_json(app, "keys", "set-webhook", key_id, "--url", "")["webhook_url"] is None
+    assert decrypt_secret(key_row(key_id).webhook_secret_enc) == SECRET
+
+
+@pytest.mark.parametrize("url", ["https://127.0.0.1:99999/", "https://93.184.216.34:abc/", "https://[::1/"])
+def test_keys_issue_with_a_malformed_url_is_one_line(app, cid, url):
+    before = state(cid)
+    result = run(app, "keys", "issue", cid, "--webhook-url", url)
+    assert_one_line_failure(result)
+    assert "webhook URL" in result.stderr
+    assert state(cid) == before
+
+
+@pytest.mark.config(APP_ENV="production")
+@pytest.mark.parametrize("url", ["https://127.0.0.1/hook", "https://[::1]/hook", "http://93.184.216.34/hook",
+                                 "https://169.254.169.254/latest"])
+def test_in_production_the_cli_refuses_what_the_portal_refuses(app, cid, url):
+    key_id = run_json(app, "keys", "issue", cid)["key_id"]
+    before = state(cid)
+    assert_one_line_failure(run(app, "keys", "issue", cid, "--webhook-url", url))
+    assert_one_line_failure(run(app, "keys", "set-webhook", key_id, "--url", url))
+    assert state(cid) == before and key_row(key_id).webhook_url is None
+
+
+# --- deliveries redeliver ------------------------------------------------------------------------
+
+
+@pytest.mark.config(WEBHOOK_RETRY_SCHEDULE=())
+def test_deliveries_redeliver_sends_a_failed_delivery_again(app, make_customer, simulator, jobs):
+    name = f"cli-{uuid.uuid4().hex[:12]}"
+    requests.post(f"{simulator.url}/_sim/receivers/{name}", json={"secret": SECRET, "responses": [500, 200]},
+                  timeout=5).raise_for_status()
+    account = make_customer(webhook_url=f"{simulator.url}/_sim/hooks/{name}", webhook_secret=SECRET)
+    with db.connection_context():
+        delivery = webhooks.send_test_event(account.key.id, account.customer.id)
+    pending = run(app, "deliveries", "redeliver", delivery.id)
+    assert_one_line_failure(pending)
+    assert "only a failed delivery" in pending.stderr
+    jobs.run()
+    assert key_status(delivery.id) == ("failed", 1)
+
+    again = run_json(app, "deliveries", "redeliver", delivery.id)
+    assert (again["delivery_id"], again["status"], again["attempts_before"]) == (delivery.id, "pending", 1)
+    jobs.run()
+    assert key_status(delivery.id) == ("succeeded", 2)
+    received = requests.get(f"{simulator.url}/_sim/receivers/{name}/deliveries", timeout=5).json()["deliveries"]
+    assert [d["response_status"] for d in received] == [500, 200]
+
+
+def key_status(delivery_id):
+    with db.connection_context():
+        row = WebhookDelivery.get_by_id(delivery_id)
+        return row.status, row.attempts
+
+
+def test_an_unexpected_failure_is_one_line_too(app, cid, monkeypatch):
+    from app.services import accounts
+
+    def broken(customer_id, now=None):
+        raise ZeroDivisionError("division by zero\nsecond line")
+    monkeypatch.setattr(accounts, "customer_overview", broken)
+    result = run(app, "customers", "show", cid)
+    assert_one_line_failure(result)
+    assert result.stderr == "error: unexpected ZeroDivisionError: division by zero\n"

@@ -98,7 +98,7 @@ def test_docs_page_has_the_portals_frame_and_csp_headers_and_no_inline_script(cl
 
 
 def test_openapi_texts_cite_no_internal_rule_ids(client):
-    """Customers read these texts: no "D4", "(D9)", "§6", "engine.md" or "E3" of the internal specification."""
+    """Customers read these texts: no "D4", "(D9)", "§6", "E3" or the engine contract document of the internal specification."""
     import json
     import re
 

@@ -1,4 +1,7 @@
 """The API's documentation page in a real browser, under its Content-Security-Policy."""
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.processes]  # a real Chromium process
 
 
 def test_docs_page_renders_every_operation_under_its_csp(page, served_app):

@@ -95,6 +95,7 @@ def stack(app, simulator, make_customer, tmp_path):
                 proc.kill()
 
 
+@pytest.mark.processes
 def test_logs_are_json_lines_and_metrics_cover_the_dashboard_and_alerts(stack, make_customer):
     base, account, simulator, logs = stack
     headers = {**account.headers, "X-Request-Id": "req-ops-observability"}

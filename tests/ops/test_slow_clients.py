@@ -20,7 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
 
-pytestmark = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (apt-get install -y nginx)")
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.skipif(NGINX is None, reason="nginx is not installed (apt-get install -y nginx)"),
+]
 
 sys.path.insert(0, str(ROOT / "ops"))
 import check_slow_clients  # noqa: E402

@@ -168,11 +168,11 @@ def _flow(app, client, make_customer, simulator, jobs, pipeline):
     email = portal_user(owner, "owner@secrets.example")
     portal = Portal(client, email)
     page = f"/app/api-keys/{owner.key.id}"
-    portal.post(f"{page}/webhook", {"url": hook, "secret": "portal_form_secret_0123456789"}, page=page)
+    portal.post(f"{page}/webhook", {"url": hook, "secret": "whsec_cG9ydGFsIGZvcm0gc2VjcmV0IDAxMjM0NTY3ODk="}, page=page)
     generated = portal.post(f"{page}/secret", page=page)  # shown in that response only
     shown = re.search(r'id="revealed-secret">([^<]+)<', generated.get_data(as_text=True)).group(1)
     assert shown in portal.post(f"{page}/secret/reveal", page=page).get_data(as_text=True)  # on request
-    secrets += ["portal_form_secret_0123456789", shown]
+    secrets += ["whsec_cG9ydGFsIGZvcm0gc2VjcmV0IDAxMjM0NTY3ODk=", shown]
     # The portal's signed receiver expects the current secret: use it from here on.
     receiver(simulator, "secrets", responses=[500, 200], secret=shown)
 
@@ -275,8 +275,8 @@ def test_a_secret_that_slips_into_a_log_line_is_redacted_by_the_pipeline(app, ac
 @pytest.mark.config(WEBHOOK_RETRY_SCHEDULE=())
 def test_tenant_isolation_on_every_route(app, client, make_customer, simulator, jobs, figures):
     hook = receiver(simulator, "isolation", responses=[500])
-    alice = make_customer(tier="business", credits=200, webhook_url=hook, webhook_secret="whsec_alice_0123456789ab")
-    bob = make_customer(tier="business", credits=200, webhook_url=hook, webhook_secret="whsec_bob_0123456789abcd")
+    alice = make_customer(tier="business", credits=200, webhook_url=hook, webhook_secret="whsec_YWxpY2UgMDEyMzQ1Njc4OWFi")
+    bob = make_customer(tier="business", credits=200, webhook_url=hook, webhook_secret="whsec_Ym9iIDAxMjM0NTY3ODlhYmNk")
     portal_user(alice, "alice@isolation.example")
     with freeze_time(utcnow()) as frozen:
         bob_scan = client.post(SCAN, json={"target": "bob@example.com"}, headers=bob.headers).json["scan_id"]
@@ -319,7 +319,7 @@ def test_tenant_isolation_on_every_route(app, client, make_customer, simulator, 
         assert (after.status, after.attempts, after.job_id) == ("failed", bob_delivery.attempts, bob_delivery.job_id)
         bob_key_row = ApiKey.get_by_id(bob.key.id)
         assert bob_key_row.webhook_url == hook and decrypt_secret(bob_key_row.webhook_secret_enc) == \
-            "whsec_bob_0123456789abcd"
+            "whsec_Ym9iIDAxMjM0NTY3ODlhYmNk"
         assert WebhookDelivery.select().where(WebhookDelivery.customer == bob.id).count() == 2  # no test event
     # Alice's pages never show Bob's key, deliveries, scans or ledger.
     pages = "".join(portal.get(p).get_data(as_text=True) for p in

@@ -82,3 +82,22 @@ def test_retry_schedule_parses(raw, expected):
 def test_malformed_settings_are_refused(env):
     with pytest.raises(ConfigError):
         load_settings(env)
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"DATABASE_URL": "postgresql://scan@db/scan"}, "production"),
+    ({"DATABASE_URL": "postgres://scan@db/scan"}, "production"),
+    ({"DATABASE_URL": "postgresql://scan@db/scan", "APP_ENV": "development"}, "development"),
+    ({"DATABASE_URL": "postgresql://scan@db/scan", "APP_ENV": "test"}, "test"),
+    ({"DATABASE_URL": "sqlite:////tmp/x.sqlite3"}, "development"),
+    ({}, "development"),
+])
+def test_an_unset_app_env_on_postgresql_means_production(env, expected):
+    # An operator command run on the production host without APP_ENV keeps the SSRF guard
+    # and refuses to run with the development SECRET_KEY.
+    assert load_settings(env)["APP_ENV"] == expected
+
+
+def test_an_operator_shell_without_app_env_on_postgresql_must_name_the_production_settings():
+    with pytest.raises(ConfigError, match="SECRET_KEY"):
+        finalize(load_settings({"DATABASE_URL": "postgresql://scan@db/scan"}))

@@ -199,3 +199,76 @@ def test_a_plain_http_url_left_from_before_is_refused_at_send_time(
     jobs.run()
     [attempt] = DeliveryAttempt.select().where(DeliveryAttempt.delivery == delivery.id)
     assert attempt.error == "ssrf_refused" and connections == []
+
+
+# --- malformed URLs: the save check's own message, never urllib's ValueError ------------------
+
+NASTY_URLS = {
+    "port out of range": "https://127.0.0.1:99999/",
+    "port not a number": "https://93.184.216.34:abc/",
+    "port zero": "https://93.184.216.34:0/",
+    "negative port": "https://93.184.216.34:-1/",
+    "port with a sign": "https://93.184.216.34:+443/",
+    "host then two colons": "https://::1/",
+    "unclosed IPv6 bracket": "https://[::1/",
+    "stray closing bracket": "https://a]b/",
+    "bracketed non-address": "https://[zz]/",
+    "bracketed IPvFuture": "https://[v1.x]/",
+    "junk after the bracket": "https://[::1]x/",
+    "bracketed IPv4": "https://[127.0.0.1]/",
+    "empty label": "https://a..b/",
+    "label too long": f"https://{'a' * 64}.example/",
+    "name too long": "https://" + ".".join(["abcdefghi"] * 26) + "/",
+    "leading hyphen": "https://-hooks.example/",
+    "percent in host": "https://%7f.example/",
+    "bad punycode": "https://xn--/",
+    "unencodable unicode": "https://\u2603\u2603.example/",
+    "no host": "https:///webhook",
+    "only a port": "https://:443/",
+    "empty credentials": "https://@hooks.example/",
+    "no scheme": "//hooks.example/x",
+    "relative": "/webhook",
+    "javascript": "javascript:alert(1)",
+    "data": "data:text/plain,x",
+}
+
+
+@pytest.mark.parametrize("guard", [False, True], ids=["development", "production"])
+@pytest.mark.parametrize("url", list(NASTY_URLS.values()), ids=list(NASTY_URLS))
+def test_every_malformed_url_gets_a_clear_refusal(app, url, guard):
+    with pytest.raises(AccountError) as refused:
+        check_webhook_url(url, guard=guard)
+    assert type(refused.value) is AccountError and "webhook URL" in str(refused.value)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8700/_sim/hooks/x", "http://localhost/x", "http://[::1]:9/x",
+                                 "https://hooks.example.com:443/x?y=1#z", "http://receiver_1:8080/x",
+                                 "https://b\u00fccher.example/hook", "https://hooks.example.com./x"])
+def test_well_formed_urls_still_pass_in_development(app, url):
+    assert check_webhook_url(url, guard=False) == []
+
+
+@pytest.mark.config(APP_ENV="production")
+def test_an_international_host_is_resolved_by_its_ascii_name(app, dns):
+    dns.answer("xn--bcher-kva.example", [PUBLIC])
+    assert check_webhook_url("https://b\u00fccher.example/hook") == [PUBLIC]
+
+
+@pytest.mark.parametrize("url", ["https://127.0.0.1:99999/", "https://93.184.216.34:abc/", "https://[::1/"])
+def test_the_portal_answers_a_malformed_url_with_its_form_message(app, client, make_customer, url):
+    from app.extensions import db
+    from app.models import ApiKey
+    from app.services import accounts
+    from tests.portal.test_portal import PASSWORD, csrf, login
+
+    account = make_customer(webhook_url="https://hooks.example.com/before")
+    with db.connection_context():
+        accounts.create_user(account.id, "ops@acme.example", PASSWORD)
+    login(client)
+    page = f"/app/api-keys/{account.key.id}"
+    saved = client.post(f"{page}/webhook", data={"url": url, "csrf_token": csrf(client, page)})
+    assert saved.status_code == 302  # back to the page with the message, not a 500
+    html = client.get(page).get_data(as_text=True)
+    assert "webhook URL" in html and ("port must be a number" in html or "malformed" in html)
+    with db.connection_context():
+        assert ApiKey.get_by_id(account.key.id).webhook_url == "https://hooks.example.com/before"

@@ -1,0 +1,245 @@
+"""Deterministic, realistic-looking investigation results (the shape of §2.2 and D6).
+
+Everything is drawn from a ``random.Random`` seeded with ``sha256("kind:target")``, so the
+same target always gives the same result, while different targets vary: some have no
+breaches and some several, profile counts and the risk score differ.
+
+About one result in five is deliberately a little messy, in ways the service must repair
+(E2): a breach date as ``YYYY-MM-DD``, an unknown extra field, ``risk.band``
+missing, or a score above 100. ``messiness_of`` tells which, so tests can tell them apart.
+Artifact URLs are the only part that depends on the investigation rather than the target.
+
+The simulator serves these results as they come (mess included); the service's sandbox
+engine asks for them without the mess (``messy=False``).
+"""
+import random
+
+import phonenumbers
+from phonenumbers import carrier, timezone
+
+from app.simulated.conventions import target_digest
+
+# One result in MESSY_ONE_IN is messy.
+MESSY_ONE_IN = 5
+FULL_DATE, EXTRA_FIELD, NO_BAND, HIGH_SCORE = "full_date", "extra_field", "no_band", "high_score"
+_MESS_KINDS = (FULL_DATE, EXTRA_FIELD, NO_BAND, HIGH_SCORE)
+
+# D6 bands: lower bound of each band, highest first.
+_BANDS = ((75, "critical"), (50, "high"), (25, "medium"), (0, "low"))
+
+_PLATFORMS = (
+    ("github", "https://github.com/{}"),
+    ("x", "https://x.com/{}"),
+    ("instagram", "https://www.instagram.com/{}"),
+    ("reddit", "https://www.reddit.com/user/{}"),
+    ("linkedin", "https://www.linkedin.com/in/{}"),
+    ("tiktok", "https://www.tiktok.com/@{}"),
+    ("telegram", "https://t.me/{}"),
+    ("medium", "https://medium.com/@{}"),
+    ("gitlab", "https://gitlab.com/{}"),
+    ("pinterest", "https://www.pinterest.com/{}"),
+    ("twitch", "https://www.twitch.tv/{}"),
+    ("keybase", "https://keybase.io/{}"),
+    ("steam", "https://steamcommunity.com/id/{}"),
+    ("mastodon", "https://mastodon.social/@{}"),
+)
+
+# Fictional services, so nobody mistakes simulated breaches for real ones.
+_BREACHES = (
+    ("ShopHub", "2019-03", 12_400_000, ["email_addresses", "passwords", "names"]),
+    ("PixelForum", "2016-11", 2_100_000, ["email_addresses", "usernames", "ip_addresses"]),
+    ("FitTrack", "2021-07", 61_000_000, ["email_addresses", "dates_of_birth", "genders"]),
+    ("TravelNest", "2018-05", 8_700_000, ["email_addresses", "phone_numbers", "names"]),
+    ("GameVault", "2020-01", 33_500_000, ["email_addresses", "passwords", "usernames"]),
+    ("QuickLoan", "2022-09", 540_000, ["names", "phone_numbers", "physical_addresses"]),
+    ("ChatCircle", "2017-02", 97_000_000, ["email_addresses", "passwords", "phone_numbers"]),
+    ("DevBoard", "2023-04", 1_250_000, ["email_addresses", "usernames", "employers"]),
+    ("MealMate", "2015-08", 4_300_000, ["email_addresses", "passwords", "physical_addresses"]),
+    ("CloudNotes", "2024-02", 18_900_000, ["email_addresses", "names", "device_information"]),
+    ("RideShareGo", "2019-12", 57_000_000, ["names", "phone_numbers", "geographic_locations"]),
+    ("PetPals", "2014-06", 760_000, ["email_addresses", "passwords"]),
+)
+# Weights of 0, 1, 2, ... breaches: about a third of targets have none.
+_BREACH_COUNT_WEIGHTS = (32, 24, 18, 12, 8, 6)
+
+_FIRST_NAMES = ("Alex", "Maria", "Jonas", "Priya", "Sam", "Elena", "Tomás", "Aiko", "Noah", "Fatima")
+_LAST_NAMES = ("Smith", "Novak", "García", "Okafor", "Larsen", "Rossi", "Kim", "Dubois", "Patel", "Weber")
+_MAIL_DOMAINS = ("gmail.com", "outlook.com", "proton.me", "yahoo.com", "example.org")
+# Fictional-use ranges (Ofcom drama numbers, NANP 555-01xx) for invented related phones.
+_PHONE_PATTERNS = ("+44770090{:04d}", "+1415555{:04d}")
+
+
+def result_for(kind: str, target: str, artifact_base: str, *, messy: bool = True) -> dict:
+    """The engine result of a completed investigation.
+
+    ``artifact_base`` is the absolute URL prefix of this investigation's artifacts,
+    e.g. ``http://127.0.0.1:8700/_sim/artifacts/inv_...``. With ``messy=False`` the
+    result never carries the flaw ``messiness_of`` names for its target.
+    """
+    rng = random.Random(target_digest(kind, target))
+    person = _person(rng)
+    handle = _handle_for(kind, target, person, rng)
+    verified, weak = _profiles(rng, handle, person)
+    profile = phone_profile(target) if kind == "phone" else None
+    contacts = _contacts(kind, target, rng, person, profile)
+    breaches = _breaches(rng)
+    score = _risk_score(rng, breaches, verified, contacts)
+    result = {
+        "risk": {"score": score, "band": band_for(score)},
+        "counts": _counts(rng, verified, weak, contacts, breaches),
+        "profiles": {"verified": verified, "weak": weak},
+        "contacts": contacts,
+        "breaches": breaches,
+        "phone_profile": profile,
+        "ai_summary": _summary(kind, target, score, verified, weak, breaches),
+        "artifacts": {"pdf": f"{artifact_base}.pdf", "person_card": f"{artifact_base}.card.json"},
+    }
+    mess = messiness_of(kind, target) if messy else None
+    if mess:
+        _roughen(result, mess)
+    return result
+
+
+def band_for(score: int) -> str:
+    """The D6 band of a score in 0..100."""
+    return next(name for floor, name in _BANDS if score >= floor)
+
+
+def messiness_of(kind: str, target: str) -> str | None:
+    """Which repairable flaw, if any, the result of this target carries."""
+    digest = target_digest(kind, target)
+    if digest[8] % MESSY_ONE_IN:
+        return None
+    return _MESS_KINDS[digest[9] % len(_MESS_KINDS)]
+
+
+def phone_profile(target: str) -> dict | None:
+    """The D6 phone profile, from the ``phonenumbers`` metadata; ``None`` if unparseable."""
+    try:
+        number = phonenumbers.parse(target, None)
+    except phonenumbers.NumberParseException:
+        return None
+    region = phonenumbers.region_code_for_number(number) or _region_of_country(number.country_code)
+    return {
+        "e164": phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164),
+        "country_code": number.country_code,
+        "region": region,
+        # phonenumbers knows carriers for mobile ranges of some countries only.
+        "carrier": carrier.name_for_number(number, "en") or None,
+        "line_type": phonenumbers.PhoneNumberType.to_string(phonenumbers.number_type(number)).lower(),
+        "valid": phonenumbers.is_valid_number(number),
+        "timezones": _timezones(number, region),
+    }
+
+
+def _region_of_country(country_code: int) -> str | None:
+    # Invalid numbers (e.g. fictional ranges) have no region of their own; their
+    # calling code still names the main one.
+    region = phonenumbers.region_code_for_country_code(country_code)
+    return None if region == phonenumbers.UNKNOWN_REGION else region
+
+
+def _timezones(number: phonenumbers.PhoneNumber, region: str | None) -> list[str]:
+    zones = _known_zones(number)
+    if not zones and region:
+        # Fall back to the zones of the region's example number rather than "Etc/Unknown".
+        example = phonenumbers.example_number(region)
+        zones = _known_zones(example) if example else []
+    return zones
+
+
+def _known_zones(number: phonenumbers.PhoneNumber) -> list[str]:
+    return [z for z in timezone.time_zones_for_number(number) if z != timezone.UNKNOWN_TIMEZONE]
+
+
+def _person(rng: random.Random) -> tuple[str, str]:
+    return rng.choice(_FIRST_NAMES), rng.choice(_LAST_NAMES)
+
+
+def _handle_for(kind: str, target: str, person: tuple[str, str], rng: random.Random) -> str:
+    if kind == "username":
+        return target.lstrip("@")
+    if kind == "email":
+        local = target.rpartition("@")[0] or target
+        return "".join(c for c in local if c.isalnum() or c in "._-") or "user"
+    first, last = person
+    return _ascii(f"{first}{last[0]}{rng.randint(10, 99)}").lower()
+
+
+def _ascii(text: str) -> str:
+    return text.encode("ascii", "ignore").decode("ascii")
+
+
+def _profiles(rng: random.Random, handle: str, person: tuple[str, str]) -> tuple[list, list]:
+    n_verified, n_weak = rng.randint(0, 4), rng.randint(0, 5)
+    platforms = rng.sample(_PLATFORMS, n_verified + n_weak)
+    full_name = " ".join(person)
+    verified = [_profile(p, handle, full_name, round(rng.uniform(0.8, 0.99), 2)) for p in platforms[:n_verified]]
+    weak = [
+        _profile(p, _variant(rng, handle), rng.choice((full_name, person[0], "")), round(rng.uniform(0.2, 0.6), 2))
+        for p in platforms[n_verified:]
+    ]
+    return verified, weak
+
+
+def _profile(platform: tuple[str, str], handle: str, display_name: str, confidence: float) -> dict:
+    name, url = platform
+    return {"platform": name, "url": url.format(handle), "handle": handle,
+            "display_name": display_name, "confidence": confidence}
+
+
+def _variant(rng: random.Random, handle: str) -> str:
+    return rng.choice((f"{handle}{rng.randint(1, 999)}", f"{handle}_", f"real{handle}", handle.replace(".", "_")))
+
+
+def _contacts(kind: str, target: str, rng: random.Random, person: tuple[str, str], profile: dict | None) -> dict:
+    first, last = (_ascii(p).lower() for p in person)
+    emails = [target] if kind == "email" else []
+    emails += [f"{first}.{last}{rng.randint(1, 99)}@{rng.choice(_MAIL_DOMAINS)}" for _ in range(rng.randint(0, 2))]
+    phones = [profile["e164"]] if profile else []
+    phones += [rng.choice(_PHONE_PATTERNS).format(rng.randint(100, 199)) for _ in range(rng.randint(0, 2))]
+    return {"emails": emails, "phones": phones}
+
+
+def _breaches(rng: random.Random) -> list[dict]:
+    count = rng.choices(range(len(_BREACH_COUNT_WEIGHTS)), weights=_BREACH_COUNT_WEIGHTS)[0]
+    chosen = sorted(rng.sample(_BREACHES, count), key=lambda b: b[1], reverse=True)
+    return [{"name": n, "date": d, "accounts": a, "classes": list(c)} for n, d, a, c in chosen]
+
+
+def _risk_score(rng: random.Random, breaches: list, verified: list, contacts: dict) -> int:
+    # Exposure drives the score, plus noise, so bands vary but make sense.
+    raw = 12 * len(breaches) + 6 * len(verified) + 3 * len(contacts["phones"]) + rng.randint(0, 35)
+    return min(100, raw)
+
+
+def _counts(rng: random.Random, verified: list, weak: list, contacts: dict, breaches: list) -> dict:
+    entities = len(verified) + len(weak) + len(contacts["emails"]) + len(contacts["phones"])
+    findings = entities + sum(len(b["classes"]) for b in breaches)
+    cases = (1 if entities or breaches else 0) + rng.randint(0, 2)
+    return {"cases": cases, "entities": entities, "findings": findings}
+
+
+def _summary(kind: str, target: str, score: int, verified: list, weak: list, breaches: list) -> str:
+    noun = {"email": "The e-mail address", "phone": "The phone number", "username": "The username"}[kind]
+    if breaches:
+        names = ", ".join(b["name"] for b in breaches)
+        exposure = f"appears in {len(breaches)} known breach{'es' if len(breaches) > 1 else ''} ({names})"
+    else:
+        exposure = "appears in no known breach"
+    return (f"{noun} {target} {exposure}, is linked to {len(verified)} verified and {len(weak)} weakly "
+            f"matched online profile{'s' if len(verified) + len(weak) != 1 else ''}. "
+            f"Overall risk is {band_for(score)} ({score}/100).")
+
+
+def _roughen(result: dict, mess: str) -> None:
+    """Introduce one flaw the service's normaliser must repair (E2)."""
+    if mess == FULL_DATE and result["breaches"]:
+        result["breaches"][0]["date"] += "-15"
+    elif mess == NO_BAND:
+        del result["risk"]["band"]
+    elif mess == HIGH_SCORE:
+        result["risk"] = {"score": result["risk"]["score"] + 100, "band": "critical"}
+    else:
+        # EXTRA_FIELD, and FULL_DATE when there is no breach to hold the date.
+        result["engine_build"] = {"version": "sim-1", "node": "sim-a"}
