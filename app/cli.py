@@ -322,14 +322,6 @@ def keys_revoke(key_id, as_json):
     emit(as_json, data, key_record(data))
 
 
-def _key_action(as_json, action):
-    """``run`` for a key's secret: an unknown key is one line and status 1, like a refused input."""
-    try:
-        return run(as_json, action)
-    except LookupError as exc:
-        fail(as_json, str(exc))
-
-
 @keys_cli.command("roll-secret")
 @click.argument("key_id")
 @click.option("--overlap-hours", default=24, show_default=True, type=int,
@@ -338,7 +330,7 @@ def _key_action(as_json, action):
 def keys_roll_secret(key_id, overlap_hours, as_json):
     """Create the key's next webhook secret; printed now, never shown again."""
     from app.services import webhooks
-    rolled = _key_action(as_json, lambda: webhooks.roll_secret(key_id, None, overlap_hours))
+    rolled = run(as_json, lambda: webhooks.roll_secret(key_id, None, overlap_hours))
     from app.models.base import iso
     switch_at = iso(rolled.switch_at)
     emit(as_json, {"ok": True, "key_id": key_id, "webhook_secret": rolled.secret, "switch_at": switch_at,
@@ -354,7 +346,7 @@ def keys_roll_secret(key_id, overlap_hours, as_json):
 def keys_switch_secret(key_id, as_json):
     """End the key's secret rotation now: the next secret becomes the only one."""
     from app.services import webhooks
-    _key_action(as_json, lambda: webhooks.switch_secret(key_id, None))
+    run(as_json, lambda: webhooks.switch_secret(key_id, None))
     emit(as_json, {"ok": True, "key_id": key_id}, f"{key_id}: the next webhook secret is now the only one")
 
 

@@ -176,7 +176,7 @@ def test_generated_and_hand_set_secrets_follow_the_standard_form(make_customer):
 
 def cli(app, *args):
     result = app.test_cli_runner().invoke(args=list(args))
-    return result.exit_code, result.output
+    return result.exit_code, result.stdout + result.stderr if result.exit_code else result.stdout
 
 
 def test_cli_roll_and_switch(app, make_customer, caplog):
@@ -190,7 +190,7 @@ def test_cli_roll_and_switch(app, make_customer, caplog):
     assert data["webhook_secret"] not in caplog.text  # never logged
 
     code, out = cli(app, "keys", "roll-secret", account.key.id, "--json")
-    assert code == 1 and json.loads(out)["error"].startswith("a secret rotation is already under way")
+    assert code == 1 and json.loads(out.splitlines()[0])["error"].startswith("a secret rotation is already under way")
     code, out = cli(app, "keys", "switch-secret", account.key.id)
     assert code == 0 and "now the only one" in out
     assert decrypt_secret(ApiKey.get_by_id(account.key.id).webhook_secret_enc) == data["webhook_secret"]
