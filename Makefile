@@ -47,9 +47,10 @@ test-fast: install-test
 clean:
 	rm -rf $(VENV) instance artifacts .pytest_cache
 
-## make scenarios: the QA scenarios end to end, against API + worker + simulator started as real processes.
+## make scenarios: the QA scenarios end to end (pytest, one test per file), against API + worker + simulator
+## started as real processes. PYTEST_ARGS='-k bulk', '-m webhooks', '-v', '-n auto', '--junitxml=FILE'.
 scenarios: install
-	$(PY) -m simulator.scenarios.stack all
+	$(PY) -m simulator scenario all $(PYTEST_ARGS)
 
 ## make fuzz: schemathesis and the hostile-input tests with many more generated cases, random each run
 ## (FUZZ_EXAMPLES per operation and generation mode; CI runs 25, derandomized).

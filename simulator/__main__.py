@@ -1,10 +1,10 @@
 """Command line: ``python -m simulator`` serves the simulator; ``scenario`` runs QA scenarios.
 
     python -m simulator [--host 127.0.0.1] [--port 8700] [--time-scale X]
-    python -m simulator scenario NAME|all [scenario options]
+    python -m simulator scenario NAME|all [scenario options] [pytest options]
 
-The scenario runner lives in ``simulator.scenarios.runner``; everything after ``scenario``
-is handed to its ``main(argv)``.
+Everything after ``scenario`` is handed to ``simulator.scenarios.runner.main(argv)``, which
+runs pytest on the scenario files (``simulator.scenarios.plugin``).
 """
 import argparse
 import importlib
@@ -32,7 +32,7 @@ def _parse_serve_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m simulator",
         description="Serve the engine simulator and webhook receivers.",
-        epilog="Sub-command: 'scenario NAME|all ...' runs QA scenarios against a running service.",
+        epilog="Sub-command: 'scenario NAME|all ...' runs QA scenarios with pytest (see docs/scenarios.md).",
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8700)

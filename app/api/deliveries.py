@@ -1,7 +1,9 @@
 """The webhook delivery endpoints (D17): the customer's deliveries, and redelivery.
 
-Views stay thin: ``services.webhooks`` owns the query and the rules; authentication,
-charging (1 credit, as every call) and the limit headers are ``app.api.hooks``'s job.
+Views stay thin: ``services.webhooks`` owns the query and the rules and raises the domain
+errors (``DeliveryNotFound``, ``DeliveryPending``, ``WebhookUrlMissing``, ``InvalidRequest``)
+that ``app.errors`` maps to their statuses; authentication, charging (1 credit, as every
+call) and the limit headers are ``app.api.hooks``'s job.
 """
 from __future__ import annotations
 
@@ -11,11 +13,9 @@ from flask.views import MethodView
 from app.api import hooks
 from app.api.base import ApiBlueprint
 from app.api.scans import HEADERS, SECURITY
-from app.errors import ApiError
 from app.schemas.deliveries import DeliveryListArgs, DeliveryListSchema, RedeliveredSchema
 from app.schemas.errors import ErrorSchema
 from app.services import webhooks
-from app.services.accounts import AccountError
 
 blp = ApiBlueprint("deliveries", __name__, url_prefix="/api/v1",
                    description="Webhook deliveries: catch up on the events a receiver missed, and send one again.")
@@ -25,6 +25,17 @@ ERRORS = {
     401: "`unauthorized` (header missing or malformed), `invalid_token` (unknown or revoked key)",
     402: "`insufficient_balance`",
     503: "`service_unavailable` (database unreachable); with `Retry-After`",
+}
+# One example per code a status carries on these endpoints, as the services word it.
+ERROR_EXAMPLES = {
+    "invalid_request": "starting_after: no delivery dlv_T3JhbmdlIGp1aWNlIGJveA of this account",
+    "webhook_url_missing": "the key has no webhook URL",
+    "unauthorized": "the Authorization header must be 'Bearer <API key>'",
+    "invalid_token": "the API key is unknown or revoked",
+    "insufficient_balance": "the account balance is below 1 credit",
+    "not_found": "no delivery dlv_T3JhbmdlIGp1aWNlIGJveA",
+    "delivery_pending": "the delivery is pending: its attempts are still under way",
+    "service_unavailable": "the database cannot be reached; try again shortly",
 }
 
 LIST_EXAMPLE = {"ok": True, "has_more": False, "data": [{
@@ -41,16 +52,20 @@ REDELIVERED_EXAMPLE = {"ok": True, **{k: v for k, v in LIST_EXAMPLE["data"][0].i
                        "status": "pending", "next_attempt_at": "2026-11-21T13:00:00Z"}
 
 
+def error_examples(text: str) -> dict:
+    """An example body for every code a status's description names."""
+    return {code: {"summary": code, "value": {"ok": False, "error": code, "message": message,
+                                              "request_id": "req_4f1c2a9e0b7d3c5a6e8f9a1b"}}
+            for code, message in ERROR_EXAMPLES.items() if f"`{code}`" in text}
+
+
 def documented_errors(statuses: dict):
     def decorate(view):
         for status, text in reversed(list(statuses.items())):
-            view = blp.alt_response(status, schema=ErrorSchema, description=f"Error codes: {text}.")(view)
+            view = blp.alt_response(status, schema=ErrorSchema, description=f"Error codes: {text}.",
+                                    examples=error_examples(text))(view)
         return view
     return decorate
-
-
-def _refused(exc: AccountError) -> ApiError:
-    return ApiError(400, "invalid_request", str(exc))
 
 
 @blp.route("/deliveries")
@@ -64,10 +79,7 @@ class DeliveryList(MethodView):
     def get(self, limit, **filters):
         """The webhook deliveries of every key of the account, newest first, each with its attempts and
         the exact body sent. A receiver that was down reads here what it missed. Costs 1 credit."""
-        try:
-            data, has_more = webhooks.customer_deliveries(g.customer.id, limit=limit, **filters)
-        except AccountError as exc:
-            raise _refused(exc) from None
+        data, has_more = webhooks.customer_deliveries(g.customer.id, limit=limit, **filters)
         return {"ok": True, "data": data, "has_more": has_more}
 
 
@@ -82,12 +94,5 @@ class Redeliver(MethodView):
     def post(self, delivery_id):
         """Send a failed or succeeded delivery again: same `delivery_id`, same body, signed anew with the key's
         secrets of now, to the key's webhook URL of now, with the full retry schedule. Costs 1 credit."""
-        try:
-            webhooks.redeliver(delivery_id, g.customer.id)
-        except LookupError:
-            raise ApiError(404, "not_found", f"no delivery {delivery_id}") from None
-        except webhooks.DeliveryPending as exc:
-            raise ApiError(409, "delivery_pending", str(exc)) from None
-        except AccountError as exc:
-            raise ApiError(400, "webhook_url_missing", str(exc)) from None
+        webhooks.redeliver(delivery_id, g.customer.id)
         return {"ok": True, **webhooks.customer_delivery(delivery_id)}

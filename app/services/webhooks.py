@@ -10,8 +10,10 @@ only the job it names may act, and a job that ran once (or was replayed) finds t
 token moved on and does nothing.
 
 The functions at the end serve the key's management page (D12). They take the
-logged-in customer's id and raise ``LookupError`` for a key or delivery of another
-customer, which the portal answers as 404; a refused input raises ``AccountError``.
+logged-in customer's id and raise ``LookupError`` for a key of another customer
+(``DeliveryNotFound``, a ``LookupError`` too, for a delivery), which the portal answers
+as 404; a refused input raises ``AccountError`` (or one of the delivery errors of
+``services.errors`` that are ``AccountError`` too, so the HTTP layer maps them).
 
 Signing (D16): ``delivery_headers`` builds every header of one attempt, both signature
 schemes included, from the key's active secrets (``signing_secrets``). A rolling
@@ -30,12 +32,15 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from app.jobs import delivery_job_id, enqueue_delivery
 from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, iso, new_id, utcnow
 from app.models.scans import COMPLETED
 from app.models.webhooks import FAILED, PENDING, SUCCEEDED
-from app.services.accounts import AccountError
 from app.services.crypto import decrypt_secret, encrypt_secret, new_webhook_secret
+from app.services.errors import AccountError, DeliveryNotFound, DeliveryPending, InvalidRequest, WebhookUrlMissing
+from app.services.reads import final_state
 from app.services.results import normalize_result
+from app.services.webhook_urls import check_webhook_url
 from app.webhook_signature import (ID_HEADER, SIGNATURE_HEADER, STANDARD_SIGNATURE_HEADER,
                                    TIMESTAMP_HEADER, decode_secret, sign, sign_standard)
 
@@ -50,23 +55,6 @@ EVENTS = ("scan.completed", "scan.failed")
 STATUSES = (PENDING, SUCCEEDED, FAILED)
 
 
-class DeliveryPending(AccountError):
-    """A redelivery asked for while the delivery's attempts are still under way."""
-
-
-def delivery_job_id(delivery_id: str, number: int) -> str:
-    """The id of the job that makes attempt ``number`` of a delivery."""
-    return f"dlv-{delivery_id}-{number}"
-
-
-def job_attempt_number(job_id: str | None) -> int | None:
-    """The attempt a delivery job id stands for (delivery ids may contain ``-``, numbers do not)."""
-    try:
-        return int((job_id or "").rsplit("-", 1)[1])
-    except (IndexError, ValueError):
-        return None
-
-
 def encode_body(body: dict) -> str:
     return json.dumps(body, separators=(",", ":"))
 
@@ -78,12 +66,7 @@ def event_body(scan) -> dict:
     if scan.bulk_id:
         body["bulk_id"] = scan.bulk_id
     body.update(target=scan.target, kind=scan.kind, status=scan.status)
-    if scan.status == COMPLETED:
-        body["completed_at"] = iso(scan.completed_at)
-        body["result"] = json.loads(scan.result_json)
-    else:
-        body["failed_at"] = iso(scan.failed_at)
-        body["failure"] = {"code": scan.failure_code, "message": scan.failure_message or ""}
+    body.update(final_state(scan))
     return body
 
 
@@ -105,7 +88,6 @@ def record_event(scan) -> WebhookDelivery | None:
 
 
 def dispatch(delivery: WebhookDelivery, delay_seconds: float = 0) -> bool:
-    from workers.queues import enqueue_delivery
     return enqueue_delivery(delivery.id, delivery.job_id, delay_seconds)
 
 
@@ -124,7 +106,8 @@ class DeliveryPage:
         return max(1, -(-self.total // self.per_page))
 
 
-def _owned_key(key_id: str, customer_id: str) -> ApiKey:
+def owned_key(key_id: str, customer_id: str) -> ApiKey:
+    """The customer's key ``key_id``; ``LookupError`` for another customer's or none."""
     key = ApiKey.get_or_none((ApiKey.id == key_id) & (ApiKey.customer == customer_id))
     if key is None:
         raise LookupError(f"no key {key_id}")
@@ -137,7 +120,7 @@ def _owned_delivery(delivery_id: str, customer_id: str) -> WebhookDelivery:
         delivery = WebhookDelivery.get_or_none(
             (WebhookDelivery.id == delivery_id) & (WebhookDelivery.customer == customer_id))
     if delivery is None:
-        raise LookupError(f"no delivery {delivery_id}")
+        raise DeliveryNotFound(f"no delivery {delivery_id}")
     return delivery
 
 
@@ -164,9 +147,7 @@ def set_webhook(key_id: str, customer_id: str, url: str | None, secret: str | No
     ends a rotation under way. Deliveries already written keep the URL they were
     addressed to; a redelivery takes the key's URL of that moment.
     """
-    from app.services.webhook_urls import check_webhook_url
-
-    key = _owned_key(key_id, customer_id)
+    key = owned_key(key_id, customer_id)
     url = (url or "").strip()
     if url:
         check_webhook_url(url)
@@ -185,7 +166,7 @@ def generate_secret(key_id: str, customer_id: str) -> str:
     with the new secret alone (a rotation under way ends): ``roll_secret`` is the
     rotation that breaks no receiver.
     """
-    key = _owned_key(key_id, customer_id)
+    key = owned_key(key_id, customer_id)
     plaintext = new_webhook_secret()
     (ApiKey.update(webhook_secret_enc=encrypt_secret(plaintext), webhook_next_secret_enc=None,
                    webhook_secret_switch_at=None)
@@ -195,11 +176,11 @@ def generate_secret(key_id: str, customer_id: str) -> str:
 
 
 def delivery_owner(delivery_id: str) -> str:
-    """The id of the customer a delivery belongs to (for the operator CLI); ``LookupError`` if none."""
+    """The id of the customer a delivery belongs to (for the operator CLI); ``DeliveryNotFound`` if none."""
     customer_id = (WebhookDelivery.select(WebhookDelivery.customer).where(WebhookDelivery.id == delivery_id)
                    .scalar() if "\x00" not in delivery_id else None)
     if customer_id is None:
-        raise LookupError(f"no delivery {delivery_id}")
+        raise DeliveryNotFound(f"no delivery {delivery_id}")
     return customer_id
 
 
@@ -207,13 +188,14 @@ def redeliver(delivery_id: str, customer_id: str) -> WebhookDelivery:
     """Start a new attempt series for a failed or succeeded delivery: same id, same body
     bytes, signed anew, the full retry schedule again, sent to the key's current webhook URL.
 
-    A pending delivery raises ``DeliveryPending``: its own attempts are still to come."""
+    A pending delivery raises ``DeliveryPending``: its own attempts are still to come; a key
+    without a webhook URL now raises ``WebhookUrlMissing``."""
     delivery = _owned_delivery(delivery_id, customer_id)
     if delivery.status == PENDING:
         raise DeliveryPending("the delivery is pending: its attempts are still under way")
     url = ApiKey.get_by_id(delivery.api_key_id).webhook_url
     if not url:
-        raise AccountError("the key has no webhook URL")
+        raise WebhookUrlMissing("the key has no webhook URL")
     changed = (WebhookDelivery
                .update(status=PENDING, series_start=delivery.attempts, url=url, finished_at=None,
                        next_attempt_at=utcnow(), job_id=delivery_job_id(delivery.id, delivery.attempts + 1))
@@ -238,7 +220,7 @@ def sample_event_body() -> dict:
 
 def send_test_event(key_id: str, customer_id: str) -> WebhookDelivery:
     """Queue a test delivery to the key's webhook URL; logged and retried like any other."""
-    key = _owned_key(key_id, customer_id)
+    key = owned_key(key_id, customer_id)
     if not key.webhook_url:
         raise AccountError("the key has no webhook URL")
     body = sample_event_body()
@@ -269,7 +251,7 @@ def delivery_dict(delivery: WebhookDelivery, attempts: list[DeliveryAttempt]) ->
 def list_deliveries(key_id: str, customer_id: str, status: str | None = None, event: str | None = None,
                     page: int = 1, per_page: int = 20) -> DeliveryPage:
     """The key's deliveries, newest first, each with its attempts (newest first)."""
-    key = _owned_key(key_id, customer_id)
+    key = owned_key(key_id, customer_id)
     page, per_page = max(1, page), min(MAX_PER_PAGE, max(1, per_page))
     query = WebhookDelivery.select().where(WebhookDelivery.api_key == key.id)
     if status:
@@ -375,7 +357,7 @@ def _key_for(key_id: str, customer_id: str | None) -> ApiKey:
     if not isinstance(key_id, str) or "\x00" in key_id or len(key_id) > 40:
         raise LookupError(f"no key {key_id}")
     if customer_id is not None:
-        return _owned_key(key_id, customer_id)
+        return owned_key(key_id, customer_id)
     key = ApiKey.get_or_none(ApiKey.id == key_id)
     if key is None:
         raise LookupError(f"no key {key_id}")
@@ -481,14 +463,14 @@ def customer_deliveries(customer_id: str, *, status: str | None = None, event: s
     """One page of the customer's deliveries, newest first, and whether older ones follow.
 
     ``starting_after`` is the last delivery id of the previous page; one that is not the
-    customer's is refused (``AccountError``), like a malformed filter.
+    customer's is refused (``InvalidRequest``), like a malformed filter.
     """
     if status is not None and status not in STATUSES:
-        raise AccountError(f"status must be one of {', '.join(STATUSES)}")
+        raise InvalidRequest(f"status must be one of {', '.join(STATUSES)}")
     if event is not None and event not in EVENTS:
-        raise AccountError(f"event must be one of {', '.join(EVENTS)}")
+        raise InvalidRequest(f"event must be one of {', '.join(EVENTS)}")
     if not 1 <= limit <= MAX_PER_PAGE:
-        raise AccountError(f"limit must be from 1 to {MAX_PER_PAGE}")
+        raise InvalidRequest(f"limit must be from 1 to {MAX_PER_PAGE}")
     query = _deliveries_of(customer_id)
     if status:
         query = query.where(WebhookDelivery.status == status)
@@ -503,7 +485,7 @@ def customer_deliveries(customer_id: str, *, status: str | None = None, event: s
         if "\x00" not in starting_after and len(starting_after) <= 40:
             cursor = _deliveries_of(customer_id).where(WebhookDelivery.id == starting_after).first()
         if cursor is None:
-            raise AccountError(f"starting_after: no delivery {starting_after} of this account")
+            raise InvalidRequest(f"starting_after: no delivery {starting_after} of this account")
         query = query.where((WebhookDelivery.created_at < cursor.created_at)
                             | ((WebhookDelivery.created_at == cursor.created_at)
                                & (WebhookDelivery.id < cursor.id)))

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
-TIERS = ("pro", "business", "enterprise")
+from app.models.accounts import TIERS
+
 ENGINE_MODES = ("up", "down", "flaky")
 MAIN = "main"
 
@@ -57,7 +57,7 @@ SETUP_KEYS = {"tier", "credits", "limits", "receiver", "engine"}
 CUSTOMER_KEYS = SETUP_KEYS - {"engine"}
 LIMIT_KEYS = {"inflight", "hour", "day"}
 RECEIVER_KEYS = {"responses", "delay_ms"}
-SCENARIO_KEYS = {"name", "description", "setup", "customers", "steps", "exclusive"}
+SCENARIO_KEYS = {"name", "description", "tags", "setup", "customers", "steps", "exclusive"}
 
 # Which expectation keys each action understands (docs/scenarios.md explains them).
 _HTTP_EXPECT = {"status", "error", "body", "schema", "headers"}
@@ -136,6 +136,7 @@ class Scenario:
     engine: dict | None
     steps: list[Step]
     exclusive_flag: bool = False
+    tags: tuple[str, ...] = ()
 
     @property
     def exclusive(self) -> bool:
@@ -147,12 +148,10 @@ class Scenario:
 
 
 def load_scenario(path: str | Path) -> Scenario:
+    """Read, validate against the JSON Schema (``schema.py``: file, line, "did you mean"), parse."""
+    from simulator.scenarios.schema import validate_file  # it builds on this module's constants
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ScenarioError(f"{path}: cannot read: {exc}") from None
-    return parse_scenario(data, path)
+    return parse_scenario(validate_file(path), path)
 
 
 def parse_scenario(data: Any, path: Path | None = None, default_name: str | None = None) -> Scenario:
@@ -184,9 +183,12 @@ def parse_scenario(data: Any, path: Path | None = None, default_name: str | None
     if not isinstance(raw_steps, list) or not raw_steps:
         raise ScenarioError(f"{where}: steps must be a non-empty list")
     steps = [_step(i + 1, raw, customers, f"{where}: step {i + 1}") for i, raw in enumerate(raw_steps)]
+    tags = data.get("tags") or []
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise ScenarioError(f"{where}: tags must be a list of names")
     return Scenario(name=name, path=path, description=str(data.get("description") or "").strip(),
                     customers=customers, engine=engine, steps=steps,
-                    exclusive_flag=bool(data.get("exclusive", False)))
+                    exclusive_flag=bool(data.get("exclusive", False)), tags=tuple(tags))
 
 
 def _no_unknown(mapping: dict, allowed: set[str], where: str) -> None:
@@ -450,6 +452,9 @@ def is_matcher(value) -> bool:
     return isinstance(value, dict) and bool(value) and all(k in OPERATORS for k in value)
 
 
+MISSED_LIMIT = 4000  # characters of an observed value shown for a missed expectation
+
+
 def short(value, limit: int = 70) -> str:
     if value is MISSING:
         return "(missing)"
@@ -587,17 +592,20 @@ def check_path(obj, path: str, matcher, *, prefix: str = "", as_text: bool = Fal
     expectation = f"{shown} {describe(matcher)}"
     if not multi:
         actual = values[0]
-        return Check(expectation, evaluate(actual, matcher, as_text=as_text), short(actual))
+        met = evaluate(actual, matcher, as_text=as_text)
+        # A miss shows what was there (up to MISSED_LIMIT): it is what the reader needs.
+        return Check(expectation, met, short(actual) if met else short(actual, MISSED_LIMIT))
     list_ops = is_matcher(matcher) and set(matcher) & LIST_OPERATORS
     if list_ops:
         element_ops = {k: v for k, v in matcher.items() if k not in LIST_OPERATORS}
         met = evaluate(values, {k: matcher[k] for k in list_ops})
         if element_ops:
             met = met and bool(values) and all(evaluate(v, element_ops, as_text=as_text) for v in values)
-        return Check(expectation, met, short(values))
+        return Check(expectation, met, short(values) if met else short(values, MISSED_LIMIT))
     if not values:
         return Check(expectation, False, "(no elements)")
     failing = [v for v in values if not evaluate(v, matcher, as_text=as_text)]
     if failing:
-        return Check(expectation, False, f"{len(failing)} of {len(values)} differ, e.g. {short(failing[0], 50)}")
+        return Check(expectation, False,
+                     f"{len(failing)} of {len(values)} differ, e.g. {short(failing[0], MISSED_LIMIT)}")
     return Check(expectation, True, f"all {len(values)}: {short(values, 60)}")

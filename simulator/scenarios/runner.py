@@ -1,23 +1,22 @@
-"""Runs QA scenarios against a running service and prints what was met and missed.
+"""Runs one QA scenario against a running service: its steps, and the check of every expectation.
 
-    python -m simulator scenario NAME|all [NAME...] --base-url URL --sim-url URL
-        [--operator "CMD"] [--operator-query "CMD"] [--dir DIR] [--parallel N]
-        [--timeout-scale X] [--missed-only] [--json FILE] [--quiet]
+    python -m simulator scenario NAME|all [NAME...] [--base-url URL --sim-url URL] [pytest options]
+
+The command line runs pytest on the scenario files (``plugin`` makes each file one test
+item, with a stack of its own unless ``--base-url``/``--sim-url`` name a running service);
+pytest's own options pass through: ``-k``, ``-m TAG``, ``-v``, ``-n auto``, ``--junitxml``.
+Exit status: 0 when every expectation was met, 1 when any was missed, 2 for a usage error
+(unknown scenario, invalid file, service unreachable).
 
 Each scenario gets fresh customers and keys from the operator hook (``operator.Operator``),
 drives the public API over HTTP, the engine simulator's controls and its webhook
-receivers, and checks its expectations. The table (scenario | step | expectation | result |
-observed) goes to stdout; progress goes to stderr. Exit status: 0 when every expectation
-was met, 1 when any was missed, 2 for a usage error.
+receivers, and checks its expectations, one ``Row`` each.
 
-Scenarios that change what all scenarios share (the engine's mode) run alone; the others
-run ``--parallel`` at a time (each has its own customers, so they cannot disturb each other).
-
-Python API (used by ``stack`` and the e2e tests)::
+Python API (used by the plugin and the e2e tests)::
 
     config = RunConfig(base_url=..., sim_url=..., operator=Operator(env=...))
     result = run_scenario("simulator/scenarios/email_poll.yaml", config)
-    result.ok, result.missed, format_table([result])
+    result.ok, result.missed, result.missed_text(), format_table([result])
 """
 from __future__ import annotations
 
@@ -25,17 +24,16 @@ import argparse
 import hashlib
 import hmac
 import json
+import os
 import re
 import base64
 import secrets
-import shutil
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 from urllib.parse import quote
 
 import requests
@@ -79,7 +77,18 @@ class ScenarioResult:
         return bool(self.rows) and not self.missed
 
     def missed_text(self) -> str:
-        return format_table([self], missed_only=True)
+        """Every missed expectation in full (nothing cut), for a failure report."""
+        met = len(self.rows) - len(self.missed)
+        out = [f"scenario {self.name} ({self.path}): {len(self.missed)} of {len(self.rows)} expectations MISSED, "
+               f"{met} met, in {self.duration:.1f}s"]
+        if self.accounts:
+            out.append("accounts: " + "; ".join(
+                f"{name}: {a.get('customer_id')} key {a.get('key_id')}" + (f" receiver {a['receiver']}"
+                                                                            if a.get("receiver") else "")
+                for name, a in self.accounts.items()))
+        for row in self.missed:
+            out += ["", f"  step      {row.step}", f"  expected  {row.expectation}", f"  observed  {row.observed}"]
+        return "\n".join(out)
 
 
 # --- OpenAPI component schemas ----------------------------------------------------------------
@@ -171,87 +180,6 @@ class OpenApiSchemas:
         return Check(expectation, False, f"at {where}: {short(first.message, 90)}{more}")
 
 
-# --- progress on stderr ----------------------------------------------------------------------
-
-
-class Progress:
-    """What is running, on stderr: one rewritten line on a terminal, else a line every few seconds."""
-
-    def __init__(self, stream=None, enabled: bool = True, every: float = 5.0):
-        self.stream = stream or sys.stderr
-        self.enabled = enabled
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.every = every
-        self.active: dict[str, tuple[str, float]] = {}
-        self.started = time.monotonic()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._shown = False
-
-    def __enter__(self):
-        if self.enabled:
-            self._thread = threading.Thread(target=self._tick, name="scenario-progress", daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        if self._thread:
-            self._thread.join(2)
-        with self._lock:
-            self._clear()
-
-    def step(self, scenario: str, text: str) -> None:
-        with self._lock:
-            self.active[scenario] = (text, time.monotonic())
-
-    def finish(self, result: ScenarioResult) -> None:
-        with self._lock:
-            self.active.pop(result.name, None)
-            total, missed = len(result.rows), len(result.missed)
-            verdict = f"{total - missed}/{total} met" + (f", {missed} MISSED" if missed else "")
-            self._line(f"{'ok ' if not missed else 'NOT'} {result.name}: {verdict} ({result.duration:.1f}s)")
-
-    def note(self, text: str) -> None:
-        with self._lock:
-            self._line(text)
-
-    def _line(self, text: str) -> None:
-        if not self.enabled:
-            return
-        self._clear()
-        self.stream.write(text + "\n")
-        self.stream.flush()
-
-    def _clear(self) -> None:
-        if self.tty and self._shown:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-            self._shown = False
-
-    def status_line(self) -> str:
-        now = time.monotonic()
-        parts = [f"{name}: {text} {now - since:.1f}s" for name, (text, since) in sorted(self.active.items())]
-        return f"[{now - self.started:5.1f}s] " + (" | ".join(parts) if parts else "...")
-
-    def _tick(self) -> None:
-        last = time.monotonic()
-        while not self._stop.wait(0.2 if self.tty else 0.5):
-            with self._lock:
-                if not self.active:
-                    continue
-                if self.tty:
-                    width = max(20, shutil.get_terminal_size((120, 20)).columns - 1)
-                    self.stream.write("\r\x1b[K" + self.status_line()[:width])
-                    self.stream.flush()
-                    self._shown = True
-                elif time.monotonic() - last >= self.every:
-                    last = time.monotonic()
-                    self.stream.write(self.status_line() + "\n")
-                    self.stream.flush()
-
-
 # --- configuration ---------------------------------------------------------------------------
 
 
@@ -264,7 +192,6 @@ class RunConfig:
     hook_base_url: str | None = None
     timeout_scale: float = 1.0
     http_timeout: float = 15.0
-    progress: Progress | None = None
     schemas: OpenApiSchemas | None = None
 
     def __post_init__(self):
@@ -314,10 +241,6 @@ class ScenarioRun:
         """A row whose expectation names ``subject`` instead of the path that was checked."""
         self.row(step, f"{subject} {describe(matcher)}", check.met, check.observed)
 
-    def progress(self, text: str) -> None:
-        if self.config.progress:
-            self.config.progress.step(self.scenario.name, text)
-
     # running
 
     def run(self) -> ScenarioResult:
@@ -334,7 +257,6 @@ class ScenarioRun:
         return self.result
 
     def _run(self) -> None:
-        self.progress("setup")
         try:
             self.setup()
         except Exception as exc:  # noqa: BLE001 - anything here makes the scenario unrunnable
@@ -345,7 +267,6 @@ class ScenarioRun:
             for iteration in range(1, step.repeat + 1):
                 label = str(step.number) if step.repeat == 1 else f"{step.number}.{iteration}"
                 self.variables["i"] = iteration
-                self.progress(f"step {label}/{total} {step.label}")
                 try:
                     self.execute(step, label)
                 except Exception as exc:  # noqa: BLE001 - a step that cannot run stops this scenario only
@@ -707,35 +628,11 @@ def run_scenario(item: Scenario | str | Path, config: RunConfig) -> ScenarioResu
         scenario = _load(item)
     except ScenarioError as exc:
         name = Path(str(item)).stem
-        row = Row(name, "load", "scenario file is valid", False, short(str(exc), 200))
+        row = Row(name, "load", "scenario file is valid", False, str(exc))
         result = ScenarioResult(name, str(item), [row])
     else:
         result = ScenarioRun(scenario, config).run()
-    if config.progress:
-        config.progress.finish(result)
     return result
-
-
-def run_scenarios(items: Iterable[Scenario | str | Path], config: RunConfig, parallel: int = 4) -> list[ScenarioResult]:
-    """Run scenarios, those that change shared state (``exclusive``) alone first, the rest
-    ``parallel`` at a time; results in the order given."""
-    items = list(items)
-    results: list[ScenarioResult | None] = [None] * len(items)
-    loaded: list[tuple[int, Scenario]] = []
-    for index, item in enumerate(items):
-        try:
-            loaded.append((index, _load(item)))
-        except ScenarioError:
-            results[index] = run_scenario(item, config)  # reports the load error as a missed row
-    for index, scenario in loaded:
-        if scenario.exclusive:
-            results[index] = run_scenario(scenario, config)
-    shared = [(i, s) for i, s in loaded if not s.exclusive]
-    with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="scenario") as pool:
-        futures = {i: pool.submit(run_scenario, s, config) for i, s in shared}
-        for index, future in futures.items():
-            results[index] = future.result()
-    return [r for r in results if r is not None]
 
 
 # --- the table ---------------------------------------------------------------------------------
@@ -766,94 +663,67 @@ def format_table(results: list[ScenarioResult], missed_only: bool = False) -> st
     return "\n".join(out)
 
 
-def summary(results: list[ScenarioResult], duration: float | None = None) -> str:
-    total = sum(len(r.rows) for r in results)
-    missed = sum(len(r.missed) for r in results)
-    failing = [r.name for r in results if not r.ok]
-    text = (f"{len(results)} scenarios, {total} expectations: {total - missed} met, {missed} MISSED"
-            + (f" in {duration:.1f}s" if duration is not None else ""))
-    if failing:
-        text += f"\nscenarios with missed expectations: {', '.join(failing)}"
-    return text
+# --- command line: pytest on the scenario files ------------------------------------------------
+
+PLUGIN = "simulator.scenarios.plugin"
 
 
-def exit_status(results: list[ScenarioResult]) -> int:
-    return 0 if results and all(r.ok for r in results) else 1
-
-
-def write_json(results: list[ScenarioResult], path: str | Path) -> None:
-    data = [{**asdict(r), "ok": r.ok} for r in results]
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-
-
-def report(results: list[ScenarioResult], duration: float | None = None, missed_only: bool = False,
-           stream=None) -> None:
-    stream = stream or sys.stdout
-    print(format_table(results, missed_only=missed_only), file=stream)
-    print(file=stream)
-    print(summary(results, duration), file=stream)
-    stream.flush()
-
-
-# --- command line ------------------------------------------------------------------------------
-
-
-def build_parser(prog: str = "python -m simulator scenario", with_urls: bool = True) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description="Run QA scenarios against a running Public Scan API.",
-                                     epilog="Scenario format and how to add one: docs/scenarios.md")
-    parser.add_argument("names", nargs="+", metavar="NAME|all",
-                        help="scenario names (file stems), 'all', or .yaml paths")
-    if with_urls:
-        parser.add_argument("--base-url", default="http://127.0.0.1:8000", help="the service (default %(default)s)")
-        parser.add_argument("--sim-url", default="http://127.0.0.1:8700",
-                            help="the simulator the service uses as its engine (default %(default)s)")
-        parser.add_argument("--hook-base-url", default=None,
-                            help="the simulator as the service's workers reach it (default: --sim-url)")
-        parser.add_argument("--operator", default=None, metavar="CMD",
-                            help="operator CLI prefix (default: '<this python> -m flask --app wsgi', run in the "
-                                 "project root with this environment)")
-        parser.add_argument("--operator-query", default=None, metavar="CMD",
-                            help="attempt-log query prefix "
-                                 "(default: '<this python> -m simulator.scenarios.operator_query')")
-    parser.add_argument("--dir", default=str(SCENARIO_DIR), help="scenario directory (default %(default)s)")
-    parser.add_argument("--parallel", type=int, default=4, help="scenarios run at once (default %(default)s)")
-    parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every wait's timeout")
-    parser.add_argument("--missed-only", action="store_true", help="print only missed expectations")
-    parser.add_argument("--json", dest="json_path", default=None, metavar="FILE", help="also write the results as JSON")
-    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+def build_parser(prog: str = "python -m simulator scenario") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, usage=f"{prog} NAME|all [NAME...] [options] [pytest options]",
+        description="Run QA scenarios with pytest: against a stack started for the run, or a running service.",
+        epilog="Other options go to pytest (-k EXPR, -m TAG, -v, -n auto, --junitxml FILE). "
+               "Scenario format and how to add one: docs/scenarios.md")
+    parser.add_argument("--base-url", default=None, help="a running service (default: start a stack)")
+    parser.add_argument("--sim-url", default=None, help="the simulator that service uses as its engine")
+    parser.add_argument("--hook-base-url", default=None,
+                        help="the simulator as the service's workers reach it (default: --sim-url)")
+    parser.add_argument("--operator", default=None, metavar="CMD",
+                        help="operator CLI prefix (default: '<this python> -m flask --app wsgi', run in the "
+                             "project root with this environment)")
+    parser.add_argument("--operator-query", default=None, metavar="CMD",
+                        help="attempt-log query prefix (default: '<this python> -m simulator.scenarios.operator_query')")
+    parser.add_argument("--parallel", type=int, default=None, help="scenarios run at once on one stack (default 4)")
+    parser.add_argument("--timeout-scale", type=float, default=None, help="multiply every wait's timeout")
+    parser.add_argument("--time-scale", type=float, default=None, help="the started simulator's SIM_TIME_SCALE")
     return parser
 
 
-def run_from_args(args: argparse.Namespace, config: RunConfig) -> tuple[int, list[ScenarioResult]]:
+def pytest_args(argv: list[str], prog: str = "python -m simulator scenario") -> list[str]:
+    """The pytest command line for ``NAME|all [NAME...] [options]``; ``ScenarioError`` for a usage error."""
+    from simulator.scenarios.operator import PROJECT_ROOT
+    names: list[str] = []
+    rest = list(argv)
+    while rest and not rest[0].startswith("-"):
+        names.append(rest.pop(0))
+    args, passed_on = build_parser(prog).parse_known_args(rest)
+    if not names:
+        raise ScenarioError("name the scenarios to run (file stems in simulator/scenarios, or .yaml paths), or 'all'")
+    if bool(args.base_url) != bool(args.sim_url):
+        raise ScenarioError("--base-url and --sim-url go together")
+    targets = [str(SCENARIO_DIR)] if names == ["all"] else [str(p) for p in resolve_names(names, SCENARIO_DIR)]
+    options = {"--scenario-base-url": args.base_url, "--scenario-sim-url": args.sim_url,
+               "--scenario-hook-base-url": args.hook_base_url, "--scenario-operator": args.operator,
+               "--scenario-operator-query": args.operator_query, "--scenario-parallel": args.parallel,
+               "--scenario-timeout-scale": args.timeout_scale, "--scenario-time-scale": args.time_scale}
+    # Files outside the project (a scenario of one's own) are named relative to their folder.
+    inside = all(Path(t).resolve().is_relative_to(PROJECT_ROOT) for t in targets)
+    rootdir = PROJECT_ROOT if inside else Path(os.path.commonpath([Path(t).resolve().parent for t in targets]))
+    return [*targets, "-p", PLUGIN, "--rootdir", str(rootdir), "-c", str(PROJECT_ROOT / "setup.cfg"),
+            *[f"{name}={value}" for name, value in options.items() if value is not None], *passed_on]
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m simulator scenario") -> int:
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        paths = resolve_names(args.names, args.dir)
+        command = pytest_args(argv, prog)
     except ScenarioError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2, []
-    started = time.monotonic()
-    with Progress(enabled=not args.quiet) as progress:
-        config.progress = progress
-        results = run_scenarios(paths, config, parallel=args.parallel)
-    report(results, time.monotonic() - started, missed_only=args.missed_only)
-    if args.json_path:
-        write_json(results, args.json_path)
-    return exit_status(results), results
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    config = RunConfig(base_url=args.base_url, sim_url=args.sim_url, hook_base_url=args.hook_base_url,
-                       operator=Operator(args.operator, args.operator_query),
-                       timeout_scale=args.timeout_scale)
-    try:
-        requests.get(config.base_url + "/healthz", timeout=5)
-        requests.get(config.sim_url + "/_sim/engine/mode", timeout=5)
-    except requests.RequestException as exc:
-        print(f"error: cannot reach the service or the simulator: {exc}", file=sys.stderr)
         return 2
-    status, _ = run_from_args(args, config)
-    return status
+    import pytest
+    status = int(pytest.main(command))
+    # pytest: 1 tests failed; 2 interrupted (an invalid file); 3 internal; 4 usage; 5 nothing selected.
+    return status if status in (0, 1) else 2
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The whole stack as separate processes, for the QA scenarios: ``make scenarios``.
 
-    python -m simulator.scenarios.stack NAME|all [--parallel N] [--time-scale X] [--missed-only] [--json FILE]
+    python -m simulator.scenarios.stack NAME|all [options]   # the same as python -m simulator scenario
     python -m simulator.scenarios.stack --serve          # start it, print the URLs, wait for Ctrl-C
 
 Starts, each in its own process group, on free local ports:
@@ -20,7 +20,8 @@ number (``SCENARIO_REDIS_DB``, default 13), flushed first. The schema comes from
 Everything is torn down at the end (SIGTERM, then SIGKILL). When something failed, the
 processes' logs are copied to ``artifacts/scenarios/<time>/`` and their paths printed.
 
-Tests reuse ``running_stack()``::
+The pytest plugin (``plugin.py``) starts one per session; tests use its ``scenario_stack``
+fixture, or ``running_stack()`` directly::
 
     with running_stack() as stack:
         result = stack.run_scenario("simulator/scenarios/email_poll.yaml")
@@ -32,7 +33,6 @@ import secrets
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,6 +47,7 @@ import requests
 
 from simulator.scenarios import runner
 from simulator.scenarios.operator import PROJECT_ROOT, Operator
+from simulator.procutil import free_port
 
 ARTIFACTS_DIR = PROJECT_ROOT / "artifacts" / "scenarios"
 DEFAULT_TIME_SCALE = 0.02
@@ -63,12 +64,6 @@ STACK_SETTINGS = {
 
 class StackError(RuntimeError):
     """The stack could not be started; the message says which part and why."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def dedicated_redis_url(url: str, db: int | None = None) -> str:
@@ -108,12 +103,6 @@ class Stack:
         if not result.ok:
             self.failed = True
         return result
-
-    def run_scenarios(self, items, parallel: int = 4, **overrides) -> list[runner.ScenarioResult]:
-        results = runner.run_scenarios(items, self.run_config(**overrides), parallel=parallel)
-        if not all(r.ok for r in results):
-            self.failed = True
-        return results
 
     def mark_failed(self) -> None:
         self.failed = True
@@ -232,9 +221,12 @@ def _keep_logs(stack: Stack, artifacts_dir: Path) -> Path | None:
 
 @contextmanager
 def running_stack(*, time_scale: float = DEFAULT_TIME_SCALE, startup_timeout: float = 60,
-                  artifacts_dir: Path = ARTIFACTS_DIR, quiet: bool = False, env: dict | None = None):
+                  artifacts_dir: Path = ARTIFACTS_DIR, quiet: bool = False, env: dict | None = None,
+                  use_test_services: bool = True):
     """Start the stack, yield a ``Stack``, tear it down; keep the logs if anything failed
-    (an exception, or ``stack.failed`` set by a failed scenario or ``mark_failed()``)."""
+    (an exception, or ``stack.failed`` set by a failed scenario or ``mark_failed()``).
+    ``use_test_services=False`` ignores ``TEST_DATABASE_URL``/``TEST_REDIS_URL`` (one stack
+    per pytest-xdist worker: they would share, and reset, one database)."""
     workdir = Path(tempfile.mkdtemp(prefix="scan-scenarios-"))
     log_dir = workdir / "logs"
     log_dir.mkdir()
@@ -246,10 +238,10 @@ def running_stack(*, time_scale: float = DEFAULT_TIME_SCALE, startup_timeout: fl
     stack = None
     say = (lambda text: None) if quiet else (lambda text: print(f"stack: {text}", file=sys.stderr, flush=True))
     try:
-        database_url = os.environ.get("TEST_DATABASE_URL")
+        database_url = os.environ.get("TEST_DATABASE_URL") if use_test_services else None
         reset_schema = bool(database_url)
         database_url = database_url or f"sqlite:///{instance / 'scan-api.sqlite3'}"
-        if os.environ.get("TEST_REDIS_URL"):
+        if use_test_services and os.environ.get("TEST_REDIS_URL"):
             redis_url = dedicated_redis_url(os.environ["TEST_REDIS_URL"])
             import redis as redis_lib
             shared_redis = redis_lib.Redis.from_url(redis_url, socket_timeout=5)
@@ -339,20 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         return drop_schema()
     if argv[:1] == ["--serve"]:
         return serve()
-    parser = runner.build_parser(prog="python -m simulator.scenarios.stack", with_urls=False)
-    parser.description = "Start the whole stack as real processes, run QA scenarios against it, tear it down."
-    parser.add_argument("--time-scale", type=float, default=DEFAULT_TIME_SCALE,
-                        help="the simulator's SIM_TIME_SCALE (default %(default)s)")
-    args = parser.parse_args(argv)
-    try:
-        with running_stack(time_scale=args.time_scale, quiet=args.quiet) as stack:
-            status, _ = runner.run_from_args(args, stack.run_config(timeout_scale=args.timeout_scale))
-            if status != 0:
-                stack.mark_failed()
-            return status
-    except StackError as exc:
-        print(f"stack: {exc}", file=sys.stderr)
-        return 2
+    # Running scenarios is pytest's job (the plugin starts the stack): the same as ``python -m simulator scenario``.
+    return runner.main(argv, prog="python -m simulator.scenarios.stack")
 
 
 def serve() -> int:

@@ -10,8 +10,10 @@ import pytest
 import requests
 from freezegun import freeze_time
 
+from app.errors import from_service_error
 from app.models import WebhookDelivery
 from app.services import webhooks
+from app.services.errors import AccountError, DeliveryNotFound, DeliveryPending, WebhookUrlMissing
 from app.webhook_signature import verify_signature, verify_standard
 from tests.api.helpers import balance
 
@@ -193,3 +195,33 @@ def test_the_endpoints_are_in_the_openapi_document(client):
     assert listing["responses"]["200"]["content"]["application/json"]["example"]["data"][0]["attempts"]
     assert redeliver["responses"]["202"]["content"]["application/json"]["example"]["ok"] is True
     assert {"404", "409"} <= set(redeliver["responses"])
+    assert "deliveries" in {t["name"] for t in spec["tags"]}
+    for operation in (listing, redeliver):
+        for status, response in operation["responses"].items():
+            if status.isdigit() and int(status) >= 400:
+                examples = response["content"]["application/json"]["examples"]
+                assert examples, status
+                for code, example in examples.items():
+                    assert example["value"]["error"] == code and f"`{code}`" in response["description"]
+    assert set(redeliver["responses"]["409"]["content"]["application/json"]["examples"]) == {"delivery_pending"}
+
+
+def test_the_service_raises_domain_errors_the_portal_and_cli_still_catch(make_customer, receiver, jobs):
+    url, _ = receiver()
+    account = make_customer(webhook_url=url, webhook_secret=SECRET)
+    other = make_customer(webhook_url=url, webhook_secret=SECRET, name="Other")
+    delivery = webhooks.send_test_event(account.key.id, account.customer.id)
+    with pytest.raises(DeliveryPending) as pending:
+        webhooks.redeliver(delivery.id, account.customer.id)
+    jobs.run()
+    with pytest.raises(DeliveryNotFound) as missing:
+        webhooks.redeliver(delivery.id, other.customer.id)
+    webhooks.set_webhook(account.key.id, account.customer.id, None)
+    with pytest.raises(WebhookUrlMissing) as no_url:
+        webhooks.redeliver(delivery.id, account.customer.id)
+    # One table maps them for the API; the portal and the CLI catch LookupError / AccountError.
+    assert [(e.status, e.error) for e in map(from_service_error, (missing.value, pending.value, no_url.value))] \
+        == [(404, "not_found"), (409, "delivery_pending"), (400, "webhook_url_missing")]
+    assert isinstance(missing.value, LookupError)
+    assert isinstance(pending.value, AccountError) and isinstance(no_url.value, AccountError)
+    assert WebhookDelivery.get_by_id(delivery.id).status == "succeeded"

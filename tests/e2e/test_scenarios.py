@@ -1,75 +1,31 @@
-"""The QA scenarios end to end: API (gunicorn), worker and simulator as real processes.
+"""The QA scenario runner end to end, and the format's pure parts.
 
-The stack starts once for this module (``running_stack``). Every scenario file in
-``simulator/scenarios`` is its own parametrized test. To keep the suite short, the
-scenarios selected in this session are run together on first use, through the
-runner's Python API with the runner's own scheduling (those that change the engine's
-mode alone, the others a few at a time; each has its own customers); each test then
-asserts on its own scenario's result and shows its missed rows.
-
-The other tests check that a scenario expecting something false fails and names the
-missed expectations (through the Python API and the ``python -m simulator scenario``
-command line), and the format's pure parts (matchers, variables, OpenAPI ``nullable``).
+The scenario files themselves are pytest items (``simulator/scenarios/plugin.py``):
+``pytest`` runs them from ``testpaths`` (``simulator/scenarios``), on the session's stack
+(API, worker and simulator as real processes), which the tests here share through the
+plugin's ``scenario_stack`` fixture. These tests check that a scenario expecting something
+false fails and names the missed expectations (through the Python API and the
+``python -m simulator scenario`` command line), and the format's pure parts (matchers,
+variables, OpenAPI ``nullable``). The file validator and the plugin's collection, selection
+and output are in ``test_scenario_plugin.py``.
 """
 from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 
 import pytest
 
 from simulator.scenarios import SCENARIO_DIR
 from simulator.scenarios import model, runner
 from simulator.scenarios.operator import PROJECT_ROOT
-from simulator.scenarios.stack import running_stack
 
 SCENARIO_FILES = model.scenario_files(SCENARIO_DIR)
-PARALLEL = 4
 
 
-@pytest.fixture(scope="module")
-def stack(request):
-    failed_before = request.session.testsfailed
-    with running_stack(quiet=True) as running:
-        yield running
-        if request.session.testsfailed > failed_before:
-            running.mark_failed()  # keep the processes' logs in artifacts/scenarios/
-
-
-class ScenarioBatch:
-    """Runs the session's selected scenarios together once, on first use."""
-
-    def __init__(self, stack, names: list[str]):
-        self.stack, self.names = stack, names
-        self.results: dict[str, runner.ScenarioResult] | None = None
-        self._lock = threading.Lock()
-
-    def result(self, name: str) -> runner.ScenarioResult:
-        with self._lock:
-            if self.results is None:
-                paths = [SCENARIO_DIR / f"{n}.yaml" for n in self.names]
-                done = runner.run_scenarios(paths, self.stack.run_config(), parallel=PARALLEL)
-                self.results = {r.name: r for r in done}
-        if name not in self.results:  # not selected up front: run it on its own
-            self.results[name] = runner.run_scenario(SCENARIO_DIR / f"{name}.yaml", self.stack.run_config())
-        return self.results[name]
-
-
-@pytest.fixture(scope="module")
-def batch(stack, request):
-    selected = [item.callspec.params["name"] for item in request.session.items
-                if item.originalname == "test_scenario" and hasattr(item, "callspec")]
-    return ScenarioBatch(stack, selected or [p.stem for p in SCENARIO_FILES])
-
-
-@pytest.mark.processes
-@pytest.mark.parametrize("name", [p.stem for p in SCENARIO_FILES])
-def test_scenario(batch, name):
-    result = batch.result(name)
-    assert result.rows, f"{name} produced no rows"
-    assert result.ok, (f"scenario {name}: {len(result.missed)} of {len(result.rows)} expectations missed "
-                       f"(accounts: {result.accounts})\n{result.missed_text()}")
+@pytest.fixture
+def stack(scenario_stack):
+    return scenario_stack
 
 
 WRONG = """\
@@ -117,29 +73,37 @@ def test_false_expectations_are_missed_and_named(stack, wrong_scenario):
     assert observed["HTTP status == 201"] == "202"
     assert observed["header X-Credits-Remaining == 5"] == "4"
     assert observed["balance (operator) == 5"] == "3"  # 5 - create - read
-    table = result.missed_text()
-    assert "MISSED" in table and "HTTP status == 201" in table and "expects_false" in table
+    text = result.missed_text()
+    assert text.startswith(f"scenario expects_false ({wrong_scenario}): 6 of ")
+    assert "  expected  HTTP status == 201\n  observed  202" in text
+    assert "expected  body.scan_id" not in text  # met rows are not repeated
 
 
 @pytest.mark.processes
-def test_command_line_exits_1_and_prints_the_missed_rows(stack, wrong_scenario):
+def test_command_line_exits_1_and_prints_the_missed_rows(stack, wrong_scenario, tmp_path):
+    junit = tmp_path / "report.xml"
     done = subprocess.run(
         [sys.executable, "-m", "simulator", "scenario", str(wrong_scenario), "--base-url", stack.base_url,
-         "--sim-url", stack.sim_url, "--quiet"],
+         "--sim-url", stack.sim_url, f"--junitxml={junit}"],
         cwd=PROJECT_ROOT, env=stack.env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
-    lines = [line for line in done.stdout.splitlines() if "HTTP status == 201" in line]
-    assert lines and "MISSED" in lines[0] and "202" in lines[0]
-    assert "MISSED" in done.stdout.splitlines()[-1] or "MISSED" in done.stdout
+    assert "expects_false.yaml  6 MISSED, " in done.stdout
+    assert "  expected  HTTP status == 201\n  observed  202" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
+    report = junit.read_text()
+    assert 'name="expectations_total"' in report and "<failure" in report and "HTTP status == 201" in report
 
 
-@pytest.mark.processes
-def test_command_line_refuses_an_unknown_scenario(stack):
-    done = subprocess.run(
-        [sys.executable, "-m", "simulator", "scenario", "no_such_scenario", "--base-url", stack.base_url,
-         "--sim-url", stack.sim_url], cwd=PROJECT_ROOT, env=stack.env, capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize("argv, message", [
+    (["no_such_scenario"], "unknown scenario 'no_such_scenario'"),
+    ([], "name the scenarios to run"),
+    (["all", "--base-url", "http://127.0.0.1:9"], "--base-url and --sim-url go together"),
+])
+def test_command_line_refuses_bad_usage(argv, message):
+    done = subprocess.run([sys.executable, "-m", "simulator", "scenario", *argv], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert "unknown scenario 'no_such_scenario'" in done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
 
 
 # --- the format's pure parts (no stack) ------------------------------------------------------
@@ -219,14 +183,17 @@ def test_openapi_nullable_becomes_json_schema_null():
     assert props["c"] == {"type": "integer", "exclusiveMinimum": 0}
 
 
-def test_table_and_exit_status():
+def test_table_and_missed_text():
     good = runner.ScenarioResult("good", "", [runner.Row("good", "1 create", "HTTP status == 202", True, "202")])
-    bad = runner.ScenarioResult("bad", "", [runner.Row("bad", "1 create", "HTTP status == 202", False, "429")])
-    assert runner.exit_status([good]) == 0
-    assert runner.exit_status([good, bad]) == 1
+    long_body = "x" * 500
+    bad = runner.ScenarioResult("bad", "bad.yaml", [
+        runner.Row("bad", "1 create", "HTTP status == 202", False, "429"),
+        runner.Row("bad", "2 read", "body.note == y", False, long_body)], duration=1.25)
     table = runner.format_table([good, bad])
     header, _, *rows = table.splitlines()
     assert [cell.strip() for cell in header.split("|")] == ["scenario", "step", "expectation", "result", "observed"]
     assert any("MISSED" in row and "429" in row for row in rows)
-    assert "1 MISSED" in runner.summary([good, bad])
-    assert runner.format_table([good, bad], missed_only=True).count("MISSED") == 1
+    assert runner.format_table([good, bad], missed_only=True).count("MISSED") == 2
+    text = bad.missed_text()
+    assert text.splitlines()[0] == "scenario bad (bad.yaml): 2 of 2 expectations MISSED, 0 met, in 1.2s"
+    assert f"  observed  {long_body}" in text  # never cut

@@ -18,6 +18,7 @@ import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from simulator.procutil import wait_until
 from tests.ops.test_startup import STRONG_SECRET, closed_port
 from tests.processes import service_env
 
@@ -25,19 +26,6 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 METRIC_RE = re.compile(r"\b(scan_[a-z_]+)")
 SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created")
-
-
-def wait_until(check, timeout, what):
-    import time
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.2)  # separate processes on wall-clock time: there is no clock to freeze
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def named_metrics() -> set[str]:
