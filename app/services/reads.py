@@ -1,5 +1,6 @@
-"""Scan reads: the bodies of ``GET /scan/{id}`` and ``GET /scan/bulk/{id}`` (D5),
-and the fields a scan's final state adds to any body (reads, bulk entries, webhook events).
+"""Scan reads: the bodies of ``GET /scan/{id}`` and ``GET /scan/bulk/{id}`` (D5), the
+scans list ``GET /scans`` (D17), and the fields a scan's final state adds to any body
+(reads, bulk entries, list entries, webhook events).
 
 Every read runs these, so their statements are written once (``app.db.execute``), and
 a completed scan's stored result goes into the body as its JSON text (``RawJSON``).
@@ -15,12 +16,16 @@ from app.db import columns, execute, instance, table
 from app.models import BulkBatch, Scan, iso, utcnow
 from app.models.scans import COMPLETED, FAILED, QUEUED, RUNNING
 from app.rawjson import RawJSON
-from app.services.errors import Forbidden, NotFound
+from app.services.errors import Forbidden, InvalidRequest, NotFound
 
 SCAN_BY_ID = f"SELECT {columns(Scan)} FROM {table(Scan)} WHERE id = ?"
 BATCH_BY_ID = f"SELECT {columns(BulkBatch)} FROM {table(BulkBatch)} WHERE id = ?"
 BATCH_SCANS = (f"SELECT id, status, target, kind, completed_at, result_json, failed_at, failure_code, "
                f"failure_message FROM {table(Scan)} WHERE bulk_id = ? ORDER BY bulk_index")
+LIST_COLUMNS = ("id, status, target, kind, bulk_id, created_at, completed_at, result_json, failed_at, failure_code, "
+                "failure_message")
+LIST_CURSOR = f"SELECT created_at FROM {table(Scan)} WHERE id = ? AND customer_id = ?"
+LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT = 20, 100
 
 
 def _owned(model, object_id: str, customer_id: str, what: str):
@@ -102,3 +107,52 @@ def read_bulk(customer_id: str, bulk_id: str) -> dict:
         entries.append(entry)
     return {"ok": True, "bulk_id": batch.id, "total": batch.total, **counts,
             "rejected_count": max(0, batch.total - len(entries)), "all_done": all_done, "scans": entries}
+
+
+def _list_entry(row) -> dict:
+    (scan_id, status, target, kind, bulk_id, created_at, completed_at, result_json, failed_at, failure_code,
+     failure_message) = row
+    as_time = Scan.created_at.python_value  # raw rows: SQLite hands back text, PostgreSQL datetimes
+    entry = {"scan_id": scan_id, "status": status, "target": target, "kind": kind,
+             "created_at": iso(as_time(created_at))}
+    if bulk_id:
+        entry["bulk_id"] = bulk_id
+    final = final_fields(status, as_time(completed_at), result_json, as_time(failed_at), failure_code,
+                         failure_message, raw_result=True)
+    if final is not None:
+        entry.update(final)
+    return entry
+
+
+def list_scans(customer_id: str, *, status: str | None = None, kind: str | None = None, bulk_id: str | None = None,
+               created_after=None, created_before=None, limit: int = LIST_DEFAULT_LIMIT,
+               starting_after: str | None = None) -> dict:
+    """The body of ``GET /scans``: ``{ok, data, has_more}``, newest first (D17).
+
+    Order is ``(created_at, id)`` descending: a bulk call's scans share one ``created_at``, so the
+    id breaks the tie and the cursor (``starting_after``: the last scan id of the previous page)
+    is exact. The query walks the ``(customer, created_at)`` index and reads one row more than
+    the page to know ``has_more`` without counting. Times are naive UTC, both bounds exclusive.
+    """
+    where, params = ["customer_id = ?"], [customer_id]
+    for column, value in (("status", status), ("kind", kind), ("bulk_id", bulk_id)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    if created_after is not None:
+        where.append("created_at > ?")
+        params.append(created_after)
+    if created_before is not None:
+        where.append("created_at < ?")
+        params.append(created_before)
+    if starting_after is not None:
+        cursor = execute(LIST_CURSOR, (starting_after, customer_id)).fetchone()
+        if cursor is None:  # unknown, or another customer's: the same answer, nothing disclosed
+            raise InvalidRequest("starting_after is not the id of one of your scans",
+                                 details={"starting_after": ["no scan of yours has this id"]})
+        where.append("(created_at < ? OR (created_at = ? AND id < ?))")
+        params += [cursor[0], cursor[0], starting_after]
+    limit = max(1, min(LIST_MAX_LIMIT, int(limit)))
+    rows = execute(f"SELECT {LIST_COLUMNS} FROM {table(Scan)} WHERE {' AND '.join(where)} "
+                   f"ORDER BY created_at DESC, id DESC LIMIT ?", params + [limit + 1]).fetchall()
+    return {"ok": True, "data": [_list_entry(row) for row in rows[:limit]], "has_more": len(rows) > limit}

@@ -144,7 +144,7 @@ def test_logs_are_json_lines_and_metrics_cover_the_dashboard_and_alerts(stack, m
     assert {k: mine[0][k] for k in ("method", "route", "status", "customer_id")} == {
         "method": "POST", "route": "/api/v1/scan", "status": 202, "customer_id": account.id}
     assert mine[0]["duration_ms"] > 0 and mine[0]["bytes"] == len(done.content)
-    polls = [e for e in requests_logged if e["route"] == "/api/v1/scan/<string:scan_id>"]
+    polls = [e for e in requests_logged if e["route"] == "/api/v1/scan/<scan_id:scan_id>"]
     assert polls and all(e["status"] == 200 and e["method"] == "GET" for e in polls)
     assert account.api_key not in logs["web"].read_text()
     worker = [json.loads(line) for line in logs["worker"].read_text().splitlines()]
