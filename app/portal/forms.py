@@ -1,6 +1,6 @@
 """Portal forms: WTForms classes, so every one carries and checks a CSRF token."""
 from flask_wtf import FlaskForm
-from wtforms import EmailField, HiddenField, IntegerField, PasswordField, StringField, URLField
+from wtforms import DateField, EmailField, HiddenField, IntegerField, PasswordField, StringField, URLField
 from wtforms.validators import DataRequired, Email, InputRequired, Length, NumberRange, Optional
 
 
@@ -29,3 +29,13 @@ class RollSecretForm(FlaskForm):
     overlap_hours = IntegerField("Overlap (hours)", default=24, validators=[InputRequired(), NumberRange(0, 168)],
                                  description="Both secrets sign for this long (0 to 168 hours), then only the new one.")
     confirm = HiddenField()
+
+
+class LedgerExportForm(FlaskForm):
+    """The period of a ledger CSV export: a GET form (it changes nothing), so no CSRF token."""
+
+    class Meta:
+        csrf = False
+
+    start = DateField("First day", validators=[InputRequired(message="a date is needed (YYYY-MM-DD)")])
+    end = DateField("Last day", validators=[InputRequired(message="a date is needed (YYYY-MM-DD)")])

@@ -96,7 +96,7 @@ def dispatch(delivery: WebhookDelivery, delay_seconds: float = 0) -> bool:
 
 @dataclass
 class DeliveryPage:
-    items: list[dict]
+    items: list
     total: int
     page: int
     per_page: int
@@ -248,9 +248,10 @@ def delivery_dict(delivery: WebhookDelivery, attempts: list[DeliveryAttempt]) ->
     }
 
 
-def list_deliveries(key_id: str, customer_id: str, status: str | None = None, event: str | None = None,
-                    page: int = 1, per_page: int = 20) -> DeliveryPage:
-    """The key's deliveries, newest first, each with its attempts (newest first)."""
+def delivery_rows(key_id: str, customer_id: str, status: str | None = None, event: str | None = None,
+                  page: int = 1, per_page: int = 20) -> tuple[ApiKey, DeliveryPage]:
+    """The customer's key and a page of its deliveries, newest first, as ``(delivery,
+    attempts newest first)`` pairs (``list_deliveries`` and the portal's console shape them)."""
     key = owned_key(key_id, customer_id)
     page, per_page = max(1, page), min(MAX_PER_PAGE, max(1, per_page))
     query = WebhookDelivery.select().where(WebhookDelivery.api_key == key.id)
@@ -268,7 +269,25 @@ def list_deliveries(key_id: str, customer_id: str, status: str | None = None, ev
                 .order_by(DeliveryAttempt.number.desc()))
         for row in rows:
             attempts[row.delivery_id].append(row)
-    return DeliveryPage([delivery_dict(d, attempts[d.id]) for d in deliveries], total, page, per_page)
+    return key, DeliveryPage([(d, attempts[d.id]) for d in deliveries], total, page, per_page)
+
+
+def list_deliveries(key_id: str, customer_id: str, status: str | None = None, event: str | None = None,
+                    page: int = 1, per_page: int = 20) -> DeliveryPage:
+    """The key's deliveries, newest first, each with its attempts (newest first)."""
+    _, rows = delivery_rows(key_id, customer_id, status, event, page, per_page)
+    rows.items = [delivery_dict(d, attempts) for d, attempts in rows.items]
+    return rows
+
+
+def scan_deliveries(scan_id: str, customer_id: str) -> list[dict]:
+    """The deliveries of one of the customer's scans, newest first, without their attempts."""
+    rows = (WebhookDelivery.select()
+            .where((WebhookDelivery.scan_id == scan_id) & (WebhookDelivery.customer == customer_id))
+            .order_by(WebhookDelivery.created_at.desc()))
+    return [{"delivery_id": d.id, "event": d.event, "status": d.status, "attempts": d.attempts,
+             "created_at": d.created_at, "key_id": d.api_key_id,
+             "next_attempt_at": d.next_attempt_at if d.status == PENDING else None} for d in rows]
 
 
 # --- Signing and rolling rotation (D16) ------------------------------------------------
@@ -326,16 +345,15 @@ def _unix_ms(moment: datetime) -> int:
     return int(moment.replace(tzinfo=timezone.utc).timestamp() * 1000)
 
 
-def delivery_headers(delivery: WebhookDelivery, body: bytes, now: datetime, key: ApiKey | None = None) -> dict:
-    """Every header of one attempt of ``delivery`` made ``now``, with ``body`` its exact bytes.
+SIGNATURE_HEADERS = (SIGNATURE_HEADER, STANDARD_SIGNATURE_HEADER)
 
-    ``X-Service-*`` (§6.2) with ``X-Service-Signature`` from the current secret, and the
-    Standard Webhooks headers (D16) with one ``v1,`` entry per active secret. A key
-    without a usable secret sends neither signature header (an empty key could be
-    forged). ``key`` may be passed when the caller has the row already.
-    """
+
+def unsigned_headers(delivery: WebhookDelivery, now: datetime) -> dict:
+    """The headers of an attempt made at ``now``, all but the two signatures: ``X-Service-*``
+    (§6.2) and Standard Webhooks' ``webhook-id`` and ``webhook-timestamp`` (D16). The
+    portal's delivery console shows them as sent."""
     ms = _unix_ms(now)
-    headers = {
+    return {
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
         "X-Service-Event": delivery.event,
@@ -344,6 +362,18 @@ def delivery_headers(delivery: WebhookDelivery, body: bytes, now: datetime, key:
         ID_HEADER: delivery.id,
         TIMESTAMP_HEADER: str(ms // 1000),
     }
+
+
+def delivery_headers(delivery: WebhookDelivery, body: bytes, now: datetime, key: ApiKey | None = None) -> dict:
+    """Every header of one attempt of ``delivery`` made ``now``, with ``body`` its exact bytes.
+
+    ``unsigned_headers``, ``X-Service-Signature`` from the current secret, and
+    ``webhook-signature`` with one ``v1,`` entry per active secret (D16). A key without a
+    usable secret sends neither signature header (an empty key could be forged). ``key``
+    may be passed when the caller has the row already.
+    """
+    ms = _unix_ms(now)
+    headers = unsigned_headers(delivery, now)
     secrets_now = signing_secrets(key or ApiKey.get_by_id(delivery.api_key_id), now)
     if secrets_now.current:
         headers[SIGNATURE_HEADER] = sign(secrets_now.current, body)
