@@ -17,12 +17,12 @@ from app.extensions import db
 from app.models import ApiKey, CreditLedger, Customer, IdempotencyRecord, Scan, WebhookDelivery, utcnow
 from app.services import accounts, quotas
 from app.services.scans import reverse_reservation
-from app.webhook_signature import sign
+from app.webhook_signature import sign, verify_standard
 from tests import factories
 from tests.api.helpers import assert_books_balance, balance, ledger
 
 START = "2026-11-21 12:00:00"
-SECRET = "whsec_sandbox_secret_0123456789"
+SECRET = "whsec_c2FuZGJveCByZWNlaXZlciBzZWNyZXQgMDEyMzQ1Njc4OQ=="
 FINAL = ("completed", "failed")
 
 
@@ -171,6 +171,9 @@ def test_a_test_scan_completes_and_its_webhook_arrives_signed_while_the_engine_i
     body = json.loads(received["body"])
     assert received["signature_valid"] is True
     assert received["headers"]["X-Service-Signature"] == sign(SECRET, received["body"].encode())
+    headers = received["headers"]
+    assert headers["Webhook-Id"] == WebhookDelivery.get(WebhookDelivery.scan_id == scan_id).id
+    assert verify_standard(SECRET, received["body"].encode(), headers, now=int(headers["Webhook-Timestamp"]))
     assert body["livemode"] is False and body["event"] == "scan.completed" and body["scan_id"] == scan_id
     assert body["result"] == read["result"]
     with db.connection_context():
@@ -328,3 +331,30 @@ def test_the_scans_list_shows_the_calling_keys_mode_only(client, sandbox):
         refused = client.get(f"/api/v1/scans?starting_after={other[0]}", headers=key.headers)
         assert refused.status_code == 400 and refused.json["error"] == "invalid_request"
     assert client.get("/api/v1/scans", headers=test.headers).headers["X-Credits-Remaining"] == "96"  # live calls only
+
+
+def test_the_deliveries_list_and_redelivery_keep_to_the_calling_keys_mode(client, make_customer, simulator, jobs):
+    hook = f"modes-{uuid.uuid4().hex[:10]}"
+    assert requests.post(f"{simulator.url}/_sim/receivers/{hook}", json={"secret": SECRET, "responses": [200]},
+                         timeout=5).status_code in (200, 201)
+    url = f"{simulator.url}/_sim/hooks/{hook}"
+    live = make_customer(webhook_url=url, webhook_secret=SECRET)
+    with db.connection_context():
+        test = factories.sandbox_key(live, webhook_url=url, webhook_secret=SECRET)
+    with freeze_time(START) as frozen:
+        ids = {key.key.id: create(client, key).json["scan_id"] for key in (live, test)}
+        assert jobs.run(frozen, until=lambda: WebhookDelivery.select().where(
+            WebhookDelivery.status == "succeeded").count() == 2)
+    for key, other in ((live, test), (test, live)):
+        listed = client.get("/api/v1/deliveries", headers=key.headers)
+        assert listed.status_code == 200, listed.json
+        [entry] = listed.json["data"]
+        assert entry["scan_id"] == ids[key.key.id] and entry["livemode"] is (key is live)
+        assert json.loads(entry["body"])["livemode"] is (key is live)
+        other_delivery = WebhookDelivery.get(WebhookDelivery.scan_id == ids[other.key.id]).id
+        refused = client.post(f"/api/v1/deliveries/{other_delivery}/redeliver", headers=key.headers)
+        assert refused.status_code == 404 and refused.json["error"] == "not_found"
+        cursor = client.get(f"/api/v1/deliveries?starting_after={other_delivery}", headers=key.headers)
+        assert cursor.status_code == 400
+        own = client.post(f"/api/v1/deliveries/{entry['delivery_id']}/redeliver", headers=key.headers)
+        assert own.status_code == 202 and own.json["livemode"] is (key is live)

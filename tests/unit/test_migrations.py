@@ -108,7 +108,7 @@ def test_portal_sessions_migration_adds_the_table_and_the_disabled_flag(app):
 
 
 def test_test_mode_migration_marks_existing_rows_live_and_counts_windows_per_mode(app):
-    """A database from before version 5: every key, scan and batch becomes live, the counters
+    """A database from before version 6: every key, scan and batch becomes live, the counters
     are rebuilt with the mode in their key, and an Idempotency-Key is unique per mode."""
     from app.models import ApiKey, IdempotencyRecord, QuotaMinute, Scan, new_id, utcnow
     from app.services import quotas
@@ -120,7 +120,7 @@ def test_test_mode_migration_marks_existing_rows_live_and_counts_windows_per_mod
         Scan.create(id=new_id("scn"), customer=customer.id, api_key=key.id, kind="email", target="a@example.com",
                     status="completed", created_at=now)
         IdempotencyRecord.create(customer=customer.id, key="k1", endpoint="/api/v1/scan", request_hash="h")
-        # Back to version 4: no mode anywhere, the counters keyed by (customer, minute).
+        # Back to version 5: no mode anywhere, the counters keyed by (customer, minute).
         time_type = "DATETIME" if is_sqlite() else "TIMESTAMP"
         with db.atomic():
             db.execute_sql('DROP INDEX "idempotency_record_customer_id_livemode_key"')
@@ -132,9 +132,9 @@ def test_test_mode_migration_marks_existing_rows_live_and_counts_windows_per_mod
             db.drop_tables([QuotaMinute])
             db.execute_sql(f'CREATE TABLE "quota_minute" ("customer_id" VARCHAR(40) NOT NULL, "minute" {time_type} '
                            f'NOT NULL, "scans" INTEGER NOT NULL, PRIMARY KEY ("customer_id", "minute"))')
-            SchemaVersion.delete().where(SchemaVersion.version == 5).execute()
+            SchemaVersion.delete().where(SchemaVersion.version == 6).execute()
 
-        assert migrations.upgrade() == [5]
+        assert migrations.upgrade() == [6]
         assert migrations.upgrade() == []
 
         assert ApiKey.get_by_id(key.id).livemode is True
