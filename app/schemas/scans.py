@@ -166,6 +166,8 @@ class RejectedSchema(ma.Schema):
 
 class BulkScanEntrySchema(ma.Schema):
     scan_id = fields.String(required=True)
+    livemode = fields.Boolean(required=True, metadata={
+        "description": "false for a scan made with a test key (`service_test_…`), true otherwise.", "example": True})
     target = fields.String(required=True)
     kind = fields.String(required=True, metadata=KIND_DOC)
     poll_url = fields.String(required=True, metadata={"format": "uri"})
@@ -185,6 +187,8 @@ class BulkCreatedSchema(ma.Schema):
 
 class BulkScanStateSchema(ma.Schema):
     scan_id = fields.String(required=True)
+    livemode = fields.Boolean(required=True, metadata={
+        "description": "false for a scan made with a test key (`service_test_…`), true otherwise.", "example": True})
     status = fields.String(required=True, metadata=STATUS_DOC)
     target = fields.String(required=True)
     kind = fields.String(required=True, metadata=KIND_DOC)

@@ -106,7 +106,7 @@ def read_bulk(customer_id: str, bulk_id: str, livemode: bool = True) -> dict:
     for (scan_id, status, target, kind, completed_at, result_json, failed_at, failure_code,
          failure_message) in execute(BATCH_SCANS, (batch.id,)):
         counts[status] += 1
-        entry = {"scan_id": scan_id, "status": status, "target": target, "kind": kind}
+        entry = {"scan_id": scan_id, "livemode": batch.livemode, "status": status, "target": target, "kind": kind}
         final = final_fields(status, as_time(completed_at), result_json, as_time(failed_at), failure_code,
                              failure_message, raw_result=True)
         if final is None:
@@ -118,11 +118,11 @@ def read_bulk(customer_id: str, bulk_id: str, livemode: bool = True) -> dict:
             "rejected_count": max(0, batch.total - len(entries)), "all_done": all_done, "scans": entries}
 
 
-def _list_entry(row) -> dict:
+def _list_entry(row, livemode: bool) -> dict:
     (scan_id, status, target, kind, bulk_id, created_at, completed_at, result_json, failed_at, failure_code,
      failure_message) = row
     as_time = Scan.created_at.python_value  # raw rows: SQLite hands back text, PostgreSQL datetimes
-    entry = {"scan_id": scan_id, "status": status, "target": target, "kind": kind,
+    entry = {"scan_id": scan_id, "livemode": livemode, "status": status, "target": target, "kind": kind,
              "created_at": iso(as_time(created_at))}
     if bulk_id:
         entry["bulk_id"] = bulk_id
@@ -165,7 +165,7 @@ def list_scans(customer_id: str, *, status: str | None = None, kind: str | None 
     limit = max(1, min(LIST_MAX_LIMIT, int(limit)))
     rows = execute(f"SELECT {LIST_COLUMNS} FROM {table(Scan)} WHERE {' AND '.join(where)} "
                    f"ORDER BY created_at DESC, id DESC LIMIT ?", params + [limit + 1]).fetchall()
-    return {"ok": True, "data": [_list_entry(row) for row in rows[:limit]], "has_more": len(rows) > limit}
+    return {"ok": True, "data": [_list_entry(row, livemode) for row in rows[:limit]], "has_more": len(rows) > limit}
 
 
 # --- the portal's scans list, scan and batch pages ---------------------------------------

@@ -204,7 +204,7 @@ def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True) -> 
         _count_created(rows, customer, batch)
     body = {
         "ok": True, "bulk_id": batch.id, "livemode": livemode, "total": len(targets), "queued": len(rows), "rejected": rejected,
-        "scans": [{"scan_id": r["id"], "target": r["target"], "kind": r["kind"]} for r in rows],
+        "scans": [{"scan_id": r["id"], "livemode": livemode, "target": r["target"], "kind": r["kind"]} for r in rows],
     }
     return Outcome(body, balance, limits, usage)
 

@@ -162,7 +162,7 @@ def test_aggregate_read_progresses_to_all_done(client, make_customer, jobs):
         assert set(first) == {"ok", "bulk_id", "livemode", "total", "queued", "running", "completed", "failed",
                               "rejected_count", "all_done", "scans"}
         assert (first["total"], first["queued"], first["rejected_count"], first["all_done"]) == (4, 3, 1, False)
-        assert all(set(s) == {"scan_id", "status", "target", "kind"} for s in first["scans"])
+        assert all(set(s) == {"scan_id", "livemode", "status", "target", "kind"} for s in first["scans"])
         assert jobs.run(frozen, until=lambda: client.get(f"{BULK}/{body['bulk_id']}",
                                                          headers=acct.headers).json["all_done"])
         final = client.get(f"{BULK}/{body['bulk_id']}", headers=acct.headers).json
@@ -171,8 +171,8 @@ def test_aggregate_read_progresses_to_all_done(client, make_customer, jobs):
     assert final["total"] == sum(final[k] for k in ("queued", "running", "completed", "failed", "rejected_count"))
     assert [s["target"] for s in final["scans"]] == ["a.person@example.com", "fail.x@example.com", "+14155552671"]
     by_status = {s["status"]: s for s in final["scans"]}
-    assert set(by_status["completed"]) == {"scan_id", "status", "target", "kind", "completed_at", "result"}
-    assert set(by_status["failed"]) == {"scan_id", "status", "target", "kind", "failed_at", "failure"}
+    assert set(by_status["completed"]) == {"scan_id", "livemode", "status", "target", "kind", "completed_at", "result"}
+    assert set(by_status["failed"]) == {"scan_id", "livemode", "status", "target", "kind", "failed_at", "failure"}
     assert by_status["failed"]["failure"]["code"] == "engine_failed"
     for scan in final["scans"]:  # the same times as the scan's own read
         own = client.get(f"{SCAN}/{scan['scan_id']}", headers=acct.headers).json

@@ -249,11 +249,13 @@ def test_bulk_with_a_test_key_is_free_and_runs_in_the_sandbox(client, sandbox, j
         r = client.post("/api/v1/scan/bulk", headers=test.headers, json={"targets": [
             {"target": "jane@example.com"}, {"target": "fail.user", "kind": "username"}, {"target": "ab"}]})
         assert r.status_code == 202 and r.json["livemode"] is False and r.json["queued"] == 2
+        assert [s["livemode"] for s in r.json["scans"]] == [False, False]  # every scan body says its mode
         assert r.headers["X-Credits-Remaining"] == "100"
         ids = [s["scan_id"] for s in r.json["scans"]]
         run_until_final(jobs, frozen, *ids)
     batch = client.get(f"/api/v1/scan/bulk/{r.json['bulk_id']}", headers=test.headers).json
     assert (batch["livemode"], batch["completed"], batch["failed"], batch["rejected_count"]) == (False, 1, 1, 1)
+    assert [s["livemode"] for s in batch["scans"]] == [False, False]
     assert engine_stats(simulator)["total"] == before["total"]
     assert ledger(live) == [(100, "grant")]
 
@@ -327,6 +329,7 @@ def test_the_scans_list_shows_the_calling_keys_mode_only(client, sandbox):
         listed = client.get("/api/v1/scans", headers=key.headers)
         assert listed.status_code == 200
         assert {s["scan_id"] for s in listed.json["data"]} == set(own)
+        assert {s["livemode"] for s in listed.json["data"]} == {key is live}
         # A scan of the other mode is no cursor: the same 400 as an unknown id.
         refused = client.get(f"/api/v1/scans?starting_after={other[0]}", headers=key.headers)
         assert refused.status_code == 400 and refused.json["error"] == "invalid_request"
