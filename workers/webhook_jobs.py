@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Callable
 
 import requests
 from rq import get_current_job
@@ -34,16 +35,26 @@ REQUEST_ERRORS = (
 
 
 def deliver(delivery_id: str) -> str:
+    """The RQ job (``rq worker webhooks`` runs it one at a time; ``python -m workers`` runs
+    the same ``run`` on its delivery pool, ``workers.delivery_pool``)."""
     job = get_current_job()
-    with log_context(delivery_id=delivery_id), db.connection_context():
-        return _deliver(delivery_id, job.id if job else None)
+    return run(delivery_id, job.id if job else None)
 
 
-def _deliver(delivery_id: str, job_id: str | None) -> str:
-    attempt = deliveries.start_attempt(delivery_id, job_id)
-    if isinstance(attempt, str):
-        return attempt
-    return deliveries.record(attempt.delivery, attempt.row, _post(attempt.url, attempt.headers, attempt.body))
+def run(delivery_id: str, job_id: str | None, admit: Callable[[str], bool] | None = None) -> str:
+    """Make the attempt job ``job_id`` stands for: load it, send it, hand the outcome back.
+
+    A database connection is held only around the two service calls, never during the
+    HTTP request, so a hundred requests in flight do not need a hundred connections.
+    ``admit`` is the pool's per-receiver gate (``deliveries.start_attempt``)."""
+    with log_context(delivery_id=delivery_id):
+        with db.connection_context():
+            attempt = deliveries.start_attempt(delivery_id, job_id, admit)
+        if isinstance(attempt, str):
+            return attempt
+        outcome = _post(attempt.url, attempt.headers, attempt.body)
+        with db.connection_context():
+            return deliveries.record(attempt.delivery, attempt.row, outcome)
 
 
 def _post(url: str, headers: dict, body: bytes) -> Outcome:

@@ -19,6 +19,10 @@ import json
 import logging
 import secrets
 from dataclasses import dataclass
+from datetime import timedelta
+
+from app import runtime
+from app.db import is_postgres, write_transaction
 
 from app.jobs import delivery_job_id, enqueue_delivery
 from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, iso, new_id, utcnow
@@ -34,6 +38,8 @@ log = logging.getLogger(__name__)
 
 MIN_SECRET_LENGTH, MAX_SECRET_LENGTH = 16, 256
 MAX_PER_PAGE = 100
+# Test events are limited per key over this many seconds (WEBHOOK_TEST_EVENTS_PER_MINUTE).
+TEST_EVENT_WINDOW = 60
 
 
 def encode_body(body: dict) -> str:
@@ -191,8 +197,23 @@ def send_test_event(key_id: str, customer_id: str) -> WebhookDelivery:
     key = owned_key(key_id, customer_id)
     if not key.webhook_url:
         raise AccountError("the key has no webhook URL")
+    limit = runtime.config["WEBHOOK_TEST_EVENTS_PER_MINUTE"]
     body = sample_event_body()
-    delivery = _create_delivery(key, body["event"], body, scan_id=None)
+    with write_transaction():
+        # The key's row locked (PostgreSQL; SQLite's write lock on its own): two clicks at once
+        # both count the other. Test deliveries are those without a scan.
+        if is_postgres():
+            list(ApiKey.select(ApiKey.id).where(ApiKey.id == key.id).for_update())
+        now = utcnow()
+        recent = list(WebhookDelivery.select(WebhookDelivery.created_at)
+                      .where((WebhookDelivery.api_key == key.id) & WebhookDelivery.scan_id.is_null()
+                             & (WebhookDelivery.created_at > now - timedelta(seconds=TEST_EVENT_WINDOW)))
+                      .order_by(WebhookDelivery.created_at))
+        if len(recent) >= limit:
+            wait = TEST_EVENT_WINDOW - int((now - recent[len(recent) - limit].created_at).total_seconds())
+            raise AccountError(f"Too many test events: at most {limit} a minute per key. "
+                               f"Try again in {max(1, wait)} seconds.")
+        delivery = _create_delivery(key, body["event"], body, scan_id=None)
     dispatch(delivery)
     return delivery
 
