@@ -33,6 +33,7 @@ HOST = "127.0.0.1"
 DB = "bench_webhooks"
 DATABASE_URL = f"postgresql://postgres@{HOST}:5432/{DB}"
 REDIS_URL = f"redis://{HOST}:6379/12"
+LOG = open(os.environ.get("BENCH_WEBHOOKS_LOG", os.devnull), "ab")
 SITES = 21  # 20 fast receiver hosts and a hanging one
 
 
@@ -139,7 +140,7 @@ def sql(query: str):
 
 def start_worker(**extra) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "workers", "--queues", "webhooks", "--name", "bench-webhooks"],
-                            cwd=ROOT, env=env(**extra), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            cwd=ROOT, env=env(**extra), stdout=LOG, stderr=subprocess.STDOUT,
                             start_new_session=True)
 
 

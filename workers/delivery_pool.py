@@ -37,6 +37,7 @@ from redis.exceptions import RedisError
 from rq.job import Job, JobStatus
 
 from app import runtime
+from app.db import db
 from app.jobs import WEBHOOK_QUEUE, queue
 from app.services import deliveries
 from workers import webhook_jobs
@@ -85,6 +86,10 @@ class DeliveryPool:
         self._lock = threading.Lock()
         self._busy: dict[str, int] = collections.Counter()  # host -> requests in flight
         self._parked: dict[str, collections.deque] = {}  # host -> job ids waiting for it
+        # Each thread holds a database connection only around its service calls, but all of them
+        # may at once: a pool smaller than the threads made some wait past its timeout and fail.
+        if hasattr(db.obj, "_max_connections"):
+            db.obj._max_connections = max(db.obj._max_connections, self.size + 8)
         self._executor = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="delivery")
         self._thread: threading.Thread | None = None
         self.completed = 0
