@@ -109,14 +109,20 @@ def _unix_ms(moment) -> int:
     return int(moment.replace(tzinfo=timezone.utc).timestamp() * 1000)
 
 
-def _headers(delivery: WebhookDelivery, body: bytes, now) -> dict:
-    headers = {
+def unsigned_headers(delivery: WebhookDelivery, now) -> dict:
+    """The headers of an attempt made at ``now``, all but the signature (§6.2); the
+    portal's delivery console shows them as sent."""
+    return {
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
         "X-Service-Event": delivery.event,
         "X-Service-Delivery": delivery.id,
         "X-Service-Timestamp": str(_unix_ms(now)),
     }
+
+
+def _headers(delivery: WebhookDelivery, body: bytes, now) -> dict:
+    headers = unsigned_headers(delivery, now)
     secret = _signing_secret(delivery)
     if secret:
         headers[SIGNATURE_HEADER] = sign(secret, body)

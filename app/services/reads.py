@@ -6,17 +6,24 @@ Every read runs these, so their statements are written once (``app.db.execute``)
 a completed scan's stored result goes into the body as its JSON text (``RawJSON``).
 The bodies have exactly the fields, types and order of ScanSchema / BulkStateSchema,
 which dump them unchanged (tests/unit/test_response_bodies.py holds them to it).
+
+The portal's scan pages (issue 19) read here too (``portal_scans``, ``scan_detail``,
+``batch_detail``): their rows carry datetimes for the templates, and an object of
+another customer is ``NotFound`` like an unknown one (the portal's 404), so ids cannot
+be probed.
 """
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 
 from app.db import columns, execute, instance, table
-from app.models import BulkBatch, Scan, iso, utcnow
+from app.models import ApiKey, BulkBatch, Scan, iso, utcnow
 from app.models.scans import COMPLETED, FAILED, QUEUED, RUNNING
 from app.rawjson import RawJSON
 from app.services.errors import Forbidden, InvalidRequest, NotFound
+from app.services.targets import KINDS
 
 SCAN_BY_ID = f"SELECT {columns(Scan)} FROM {table(Scan)} WHERE id = ?"
 BATCH_BY_ID = f"SELECT {columns(BulkBatch)} FROM {table(BulkBatch)} WHERE id = ?"
@@ -156,3 +163,90 @@ def list_scans(customer_id: str, *, status: str | None = None, kind: str | None 
     rows = execute(f"SELECT {LIST_COLUMNS} FROM {table(Scan)} WHERE {' AND '.join(where)} "
                    f"ORDER BY created_at DESC, id DESC LIMIT ?", params + [limit + 1]).fetchall()
     return {"ok": True, "data": [_list_entry(row) for row in rows[:limit]], "has_more": len(rows) > limit}
+
+
+# --- the portal's scans list, scan and batch pages ---------------------------------------
+
+STATUSES = (QUEUED, RUNNING, COMPLETED, FAILED)
+MAX_PER_PAGE = 100
+MAX_SEARCH = 300
+
+
+@dataclass
+class Page:
+    items: list
+    total: int
+    page: int
+    per_page: int
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-self.total // self.per_page))
+
+
+def _summary(scan, now) -> dict:
+    """What a list row shows: no result body (a page of 100 results is a lot of JSON)."""
+    row = {"scan_id": scan.id, "status": scan.status, "kind": scan.kind, "target": scan.target,
+           "created_at": scan.created_at, "completed_at": scan.completed_at, "failed_at": scan.failed_at,
+           "failure_code": scan.failure_code, "bulk_id": scan.bulk_id, "key_id": scan.api_key_id,
+           "recipes_total": scan.recipes_total, "recipes_done": scan.recipes_done}
+    if scan.status in (QUEUED, RUNNING):
+        row["eta_seconds"] = remaining_eta(scan, now)
+    return row
+
+
+def _key_ref(key_id: str) -> dict:
+    key = ApiKey.get_by_id(key_id)
+    return {"key_id": key.id, "name": key.name, "display": key.display}
+
+
+def portal_scans(customer_id: str, *, status: str | None = None, kind: str | None = None,
+                 key_id: str | None = None, bulk_id: str | None = None, search: str | None = None,
+                 page: int = 1, per_page: int = 25) -> Page:
+    """The portal's scans list: newest first, a batch's scans in request order, numbered pages
+    with a total, a key filter and a search in the target (the API's ``list_scans`` pages by
+    cursor); filters that are not for this customer find nothing."""
+    page, per_page = max(1, page), min(MAX_PER_PAGE, max(1, per_page))
+    query = Scan.select().where(Scan.customer == customer_id)
+    if status:
+        query = query.where(Scan.status == status)
+    if kind:
+        query = query.where(Scan.kind == kind)
+    if key_id:
+        query = query.where(Scan.api_key == key_id)
+    if bulk_id:
+        query = query.where(Scan.bulk == bulk_id)
+    search = (search or "").strip()[:MAX_SEARCH]
+    if search:
+        query = query.where(Scan.target.contains(search))  # escaped LIKE: % and _ are literal
+    total = query.count()
+    # A batch's scans share one created_at: they follow the request's order.
+    rows = query.order_by(Scan.created_at.desc(), Scan.bulk_index, Scan.id.desc()).paginate(page, per_page)
+    now = utcnow()
+    return Page([_summary(s, now) for s in rows], total, page, per_page)
+
+
+def scan_detail(customer_id: str, scan_id: str) -> dict:
+    """One scan in any state with its key, and its ``final_state`` (``result`` parsed, or ``failure``)."""
+    scan = Scan.get_or_none((Scan.id == scan_id) & (Scan.customer == customer_id))
+    if scan is None:
+        raise NotFound("no scan with this id")
+    detail = _summary(scan, utcnow())
+    detail.update(final_state(scan) or {})
+    detail.update(started_at=scan.started_at, key=_key_ref(scan.api_key_id))
+    return detail
+
+
+def batch_detail(customer_id: str, bulk_id: str) -> dict:
+    """A batch's counters and its scans in request order (``rejected_count`` as in ``read_bulk``)."""
+    batch = BulkBatch.get_or_none((BulkBatch.id == bulk_id) & (BulkBatch.customer == customer_id))
+    if batch is None:
+        raise NotFound("no bulk batch with this id")
+    now = utcnow()
+    scans = [_summary(s, now) for s in Scan.select().where(Scan.bulk == batch.id).order_by(Scan.bulk_index)]
+    counts = {status: 0 for status in STATUSES}
+    for scan in scans:
+        counts[scan["status"]] += 1
+    return {"bulk_id": batch.id, "created_at": batch.created_at, "total": batch.total, "counts": counts,
+            "rejected_count": max(0, batch.total - len(scans)),
+            "all_done": counts[QUEUED] + counts[RUNNING] == 0, "scans": scans, "key": _key_ref(batch.api_key_id)}
