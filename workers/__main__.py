@@ -288,7 +288,7 @@ def main(argv=None) -> int:
     pool = None
     if WEBHOOK_QUEUE in queues and not args.burst:  # a burst (tests, one-off drains) runs them on RQ's loop
         from workers.delivery_pool import DeliveryPool
-        pool = DeliveryPool(size=args.webhook_concurrency, stopping=STOPPING).start()
+        pool = DeliveryPool(size=args.webhook_concurrency, stopping=STOPPING)  # started by _work
         log.info("delivering webhooks %d at a time (at most %d per receiver host)", pool.size, pool.per_host)
     try:
         return _work(queues, args, pool)
@@ -301,6 +301,13 @@ def _work(queues, args, pool) -> int:
     while not STOPPING.is_set():
         try:
             worker = build_worker(queues, args.name, pooled=(WEBHOOK_QUEUE,) if pool is not None else ())
+            if pool is not None and not pool.started:
+                # Only now: RQ's worker has just raised the shared Redis client's socket timeout
+                # above its blocking wait on the queue. A connection the pool's threads opened
+                # before that kept the 5 s one; RQ's loop, given it from the shared pool, timed out
+                # in its 60 s wait, and RQ's "Redis connection timeout, quitting..." ended the
+                # whole process with deliveries still queued.
+                pool.start()
             worker.work(with_scheduler=True, burst=args.burst, logging_level=runtime.config["LOG_LEVEL"])
             return 0
         except StopNow:

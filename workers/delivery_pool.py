@@ -37,7 +37,6 @@ from redis.exceptions import RedisError
 from rq.job import Job, JobStatus
 
 from app import runtime
-from app.db import db
 from app.jobs import WEBHOOK_QUEUE, queue
 from app.services import deliveries
 from workers import webhook_jobs
@@ -47,6 +46,10 @@ log = logging.getLogger("workers.deliveries")
 # How many jobs one host may have parked in a process before more are put back on the schedule.
 MAX_PARKED_PER_HOST = 1000
 DEFER_SECONDS = 1.0
+# A job whose service call failed (the database refused a connection, a deadlock...) is put
+# back on the schedule this much later, under the same id: it never made its request, or, if
+# it did, the compare-and-set on ``attempts`` makes the replay a no-op ("stale").
+ERROR_RETRY_SECONDS = 2.0
 # The dispatcher's longest wait for a job or a free thread: how fast it sees a stop request.
 POLL_SECONDS = 0.5
 
@@ -86,15 +89,19 @@ class DeliveryPool:
         self._lock = threading.Lock()
         self._busy: dict[str, int] = collections.Counter()  # host -> requests in flight
         self._parked: dict[str, collections.deque] = {}  # host -> job ids waiting for it
-        # Each thread holds a database connection only around its service calls, but all of them
-        # may at once: a pool smaller than the threads made some wait past its timeout and fail.
-        if hasattr(db.obj, "_max_connections"):
-            db.obj._max_connections = max(db.obj._max_connections, self.size + 8)
+        # The threads share the process's database pool (32 connections by default) and wait for
+        # a free connection: each holds one only around its service calls, never during the
+        # request. A connection per thread (as before) took ~100 of PostgreSQL's default 100
+        # slots; the server refused the rest, and those jobs were dropped.
         self._executor = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="delivery")
         self._thread: threading.Thread | None = None
         self.completed = 0
 
     # --- the dispatcher -------------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
 
     def start(self) -> "DeliveryPool":
         self._thread = threading.Thread(target=self.run, name="delivery-dispatcher", daemon=True)
@@ -171,8 +178,14 @@ class DeliveryPool:
             result = webhook_jobs.run(delivery_id, job_id, admit)
             if result != "busy":
                 self._forget(job_id)
-        except Exception:  # a bug or a database outage: one line; the sweep retries the delivery
-            log.exception("delivery job %s failed", job_id)
+        except Exception as exc:
+            # A database outage (or a bug): the job goes back on the schedule rather than being
+            # dropped. Dropped, it was neither in the queue nor parked, its hash said "started",
+            # and its delivery waited for the sweep (RECOVERY_STALE_SECONDS and more): fast
+            # receivers' deliveries sat there when ~100 threads met a PostgreSQL out of connections.
+            log.warning("delivery job %s failed (%s: %s); retrying in %.0f s", job_id, exc.__class__.__name__,
+                        str(exc).splitlines()[0] if str(exc) else "", ERROR_RETRY_SECONDS)
+            self._put_back(job_id, ERROR_RETRY_SECONDS)
         finally:
             if held:
                 with self._lock:

@@ -7,18 +7,21 @@ test's Redis and database. Waits are bounded polls on the database, never fixed 
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
+from peewee import OperationalError
 from rq import Queue
 
 from app import runtime
 from app.extensions import db
-from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, enqueue_delivery, enqueue_tracking
+from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, enqueue_delivery, enqueue_tracking, promote_due
 from app.models import DeliveryAttempt, WebhookDelivery
 from app.services import webhooks
 from simulator.procutil import wait_until
 from tests.conftest import ServerThread
 from workers.__main__ import build_worker
+from workers import delivery_pool, webhook_jobs
 from workers.delivery_pool import DeliveryPool, host_of
 
 
@@ -140,3 +143,60 @@ def test_rq_s_loop_leaves_the_webhooks_queue_to_the_pool(app, redis_conn):
 ])
 def test_the_share_is_per_host_name_and_port(url, host):
     assert host_of(url) == host
+
+
+class FlakyConnections:
+    """The database refusing some of the delivery threads' connections, as a PostgreSQL out of
+    connection slots does ("too many clients"): every ``every``-th connection a delivery thread
+    opens fails, up to ``failures`` times. Other threads (the test's own reads) are not touched."""
+
+    def __init__(self, database, every: int, failures: int):
+        self.real = database._connect
+        self.every, self.left = every, failures
+        self.lock = threading.Lock()
+        self.opened = self.refused = 0
+
+    def __call__(self):
+        if threading.current_thread().name.startswith("delivery"):
+            with self.lock:
+                self.opened += 1
+                refuse = self.left > 0 and self.opened % self.every == 1
+                if refuse:
+                    self.left -= 1
+                    self.refused += 1
+            if refuse:
+                raise OperationalError("FATAL:  sorry, too many clients already")
+        return self.real()
+
+
+@pytest.mark.config(WEBHOOK_TEST_EVENTS_PER_MINUTE=1000)
+def test_a_job_that_meets_a_database_error_is_retried_not_dropped(make_customer, monkeypatch, redis_conn):
+    """A failed connection before the request puts the job back on the schedule; one after it
+    (the outcome could not be recorded) is recorded again: every delivery arrives once and ends
+    succeeded, none waits for the recovery sweep."""
+    receiver = Receiver(hang=False)
+    account = make_customer(webhook_url=f"{receiver.server.url}/hook")
+    with db.connection_context():
+        ids = [webhooks.send_test_event(account.key.id, account.customer.id).id for _ in range(20)]
+    # Connections 1, 4, 7, ... of the delivery threads fail: both the first (load and reserve)
+    # and the second (record) service call of some jobs meet a refused connection.
+    flaky = FlakyConnections(db.obj, every=3, failures=12)
+    monkeypatch.setattr(db.obj, "_connect", flaky)
+    monkeypatch.setattr(delivery_pool, "ERROR_RETRY_SECONDS", 0.2)
+    monkeypatch.setattr(webhook_jobs, "RECORD_RETRY_PAUSES", (0.05, 0.05, 0.05))
+    webhook_queue = Queue(WEBHOOK_QUEUE, connection=redis_conn)
+    pool = DeliveryPool(size=4, per_host=4).start()
+
+    def all_succeeded():
+        promote_due(webhook_queue, time.time())  # the workers' scheduler, here
+        return statuses(account.key.id) == {"succeeded": 20}
+
+    try:
+        wait_until(all_succeeded, 30, "every delivery succeeded")
+    finally:
+        pool.stop(timeout=10)
+        receiver.server.stop()
+    assert flaky.refused == 12
+    assert sorted(receiver.ids) == sorted(ids)  # each sent exactly once
+    assert all(outcomes == ["succeeded"] for outcomes in attempts_by_delivery(account.key.id).values())
+    assert redis_conn.keys("rq:job:dlv-*") == [] and webhook_queue.count == 0
