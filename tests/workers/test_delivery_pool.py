@@ -200,3 +200,31 @@ def test_a_job_that_meets_a_database_error_is_retried_not_dropped(make_customer,
     assert sorted(receiver.ids) == sorted(ids)  # each sent exactly once
     assert all(outcomes == ["succeeded"] for outcomes in attempts_by_delivery(account.key.id).values())
     assert redis_conn.keys("rq:job:dlv-*") == [] and webhook_queue.count == 0
+
+
+def test_the_pool_starts_once_rq_has_sized_the_redis_timeouts(app, redis_conn, monkeypatch):
+    """A Redis connection the pool opened before RQ's worker raised the shared client's socket
+    timeout kept the short one; RQ's loop, handed it, timed out in its long wait on the queue
+    and quit, taking the process down. The pool starts after the worker is built."""
+    import argparse
+    from workers import __main__ as worker_main
+
+    redis_conn.connection_pool.connection_kwargs["socket_timeout"] = 5  # as app.redis_conn sets it
+    redis_conn.connection_pool.reset()  # a process starting: no connection opened yet
+    seen = {}
+
+    def work(self, **kwargs):
+        wait_until(lambda: pool.started and redis_conn.connection_pool._created_connections > 0, 10,
+                   "the pool running")
+        pool_kwargs = redis_conn.connection_pool.connection_kwargs
+        opened = redis_conn.connection_pool._available_connections + list(redis_conn.connection_pool._in_use_connections)
+        seen["timeouts"] = {c.socket_timeout for c in opened} | {pool_kwargs["socket_timeout"]}
+        seen["needed"] = self.connection_timeout
+
+    monkeypatch.setattr(worker_main.ScanWorker, "work", work)
+    pool = DeliveryPool(connection=redis_conn, size=2)
+    try:
+        worker_main._work([WEBHOOK_QUEUE], argparse.Namespace(name=None, burst=False), pool)
+    finally:
+        pool.stop(timeout=5)
+    assert min(seen["timeouts"]) >= seen["needed"] > 5
