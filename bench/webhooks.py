@@ -7,9 +7,14 @@ Redis db 12, so it can run beside the other phases' ``bench`` / db 11.
 
 - throughput: N deliveries queued at once, receiver latency 0, 50 and 200 ms; deliveries
   per second from the first request to the last delivery marked succeeded;
-- isolation: 200 deliveries to a hanging receiver queued first, then 1,000 to fast ones;
-  for the fast ones, p50/p95 of queued-to-received (the delivery row's ``created_at`` to
-  the receiver seeing the request).
+- isolation (steady): 200 deliveries to a hanging receiver queued first and the worker
+  started; once the hanging receiver holds requests, fast deliveries are made at a steady
+  rate (default 100/s for 10 s, spread over 10 fast receivers) while the hanging ones wait;
+  for the fast ones, p50/p95/max of created-to-received (the delivery row's ``created_at``
+  to the receiver seeing the request);
+- isolation (burst): the same 200 hanging, then 1,000 fast deliveries queued at once before
+  the worker starts: the same percentiles and the drain time (worker started to the last
+  fast delivery received).
 
 Deliveries are made by the service as test events would be (row, then job), so the module
 runs unchanged on the code before the pool (for the "before" figures).
@@ -102,31 +107,51 @@ def reset() -> None:
     redis.Redis.from_url(REDIS_URL).flushdb()
 
 
-def make_deliveries(plan: list[tuple[str, int]]) -> list[str]:
-    """``[(url, count)]``: a key per URL and ``count`` deliveries each, rows then jobs (a
-    subprocess bound to the bench database: this process keeps no app)."""
-    code = """
-import json, sys
+MAKE_DELIVERIES = """
+import json, sys, time
 from app import create_app
 from app.db import db
 from app.services import accounts, webhooks
 create_app()
+plan, rate = json.loads(sys.argv[1]), float(sys.argv[2])
 ids = []
 with db.connection_context():
-    for url, count in json.loads(sys.argv[1]):
+    keys = []
+    for url, count in plan:
         customer = accounts.create_customer("bench", "enterprise", 10)
-        key, _ = accounts.issue_key(customer.id, "bench", url, None)
-        for _ in range(count):
+        keys.append((accounts.issue_key(customer.id, "bench", url, None)[0], url, count))
+    if rate <= 0:  # all rows, then all jobs
+        for key, url, count in keys:
+            for _ in range(count):
+                body = webhooks.sample_event_body()
+                ids.append((webhooks._create_delivery(key, body["event"], body, scan_id=None).id, url))
+        dispatched = time.time()
+        for delivery_id, _ in ids:
+            webhooks.dispatch(webhooks.WebhookDelivery.get_by_id(delivery_id))
+    else:  # one delivery (row, then job) every 1/rate s, the URLs in turn
+        order = [(key, url) for n in range(max(c for _, _, c in keys)) for key, url, c in keys if n < c]
+        start, dispatched = time.monotonic(), time.time()
+        for i, (key, url) in enumerate(order):
+            pause = start + i / rate - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
             body = webhooks.sample_event_body()
             delivery = webhooks._create_delivery(key, body["event"], body, scan_id=None)
+            webhooks.dispatch(delivery)
             ids.append((delivery.id, url))
-    for delivery_id, _ in ids:
-        webhooks.dispatch(webhooks.WebhookDelivery.get_by_id(delivery_id))
-print(json.dumps(ids))
+print(json.dumps({"ids": ids, "dispatched": dispatched}))
 """
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(plan)], cwd=ROOT, env=env(), check=True,
-                         capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def make_deliveries(plan: list[tuple[str, int]], rate: float = 0, with_time: bool = False):
+    """``[(url, count)]``: a key per URL and ``count`` deliveries each, all rows then all jobs,
+    or with ``rate`` one delivery (row, then job) every 1/rate s (a subprocess bound to the
+    bench database: this process keeps no app). Returns ``[(delivery id, url)]`` (and, with
+    ``with_time``, when the first job was enqueued)."""
+    out = subprocess.run([sys.executable, "-c", MAKE_DELIVERIES, json.dumps(plan), str(rate)], cwd=ROOT, env=env(),
+                         check=True, capture_output=True, text=True)
+    made = json.loads(out.stdout.strip().splitlines()[-1])
+    return (made["ids"], made["dispatched"]) if with_time else made["ids"]
 
 
 def sql(query: str):
@@ -185,22 +210,60 @@ def throughput(receivers, delay_ms: int, n: int, timeout: float) -> dict:
             "per_second": round(succeeded / max(1e-3, float(last) - first), 1)}
 
 
-def isolation(receivers, hanging: int, fast: int, timeout: float) -> dict:
+def _fast_figures(receivers, fast_ids, since) -> dict:
+    """``since``: each delivery's start (row created) by id, or one time for all of them."""
+    start = (lambda d: float(since[d])) if isinstance(since, dict) else (lambda d: since)
+    arrived = [d for d in fast_ids if d in receivers.arrivals]
+    waits = [receivers.arrivals[d] - start(d) for d in arrived]
+    return {"fast": len(fast_ids), "fast_received": len(waits),
+            "p50_s": round(pct(waits, 0.5), 3), "p95_s": round(pct(waits, 0.95), 3),
+            "max_s": round(max(waits), 3) if waits else None}
+
+
+def hanging_then(receivers, hanging: int, timeout: float):
+    """Reset, queue ``hanging`` deliveries to the hanging receiver, start the worker and wait
+    until the receiver holds requests (the worker's slots it may take are taken)."""
     reset()
-    ids = make_deliveries([(receivers.url("hang", 0, SITES - 1), hanging)]
-                          + [(receivers.url(f"fast{i}", 0, i), fast // 10) for i in range(10)])
-    fast_ids = [d for d, url in ids if "/hang" not in url]
-    created = dict(sql("SELECT id, extract(epoch from created_at) FROM webhook_delivery"))
+    make_deliveries([(receivers.url("hang", 0, SITES - 1), hanging)])
     proc = start_worker(WEBHOOK_TIMEOUT_SECONDS=10)
+    wait(lambda: receivers.arrivals, min(timeout, 60))
+    time.sleep(1.0)  # the hanging receiver's share fills up
+    return proc
+
+
+def isolation_steady(receivers, hanging: int, rate: float, seconds: float, timeout: float) -> dict:
+    """Fast deliveries made at ``rate``/s while ``hanging`` wait on the hanging receiver:
+    created-to-received of the fast ones."""
+    proc = hanging_then(receivers, hanging, timeout)
     try:
+        held = len(receivers.arrivals)
+        ids = make_deliveries([(receivers.url(f"fast{i}", 0, i), int(rate * seconds) // 10) for i in range(10)],
+                              rate)
+        fast_ids = [d for d, _ in ids]
+        wait(lambda: all(d in receivers.arrivals for d in fast_ids), timeout)
+        created = dict(sql("SELECT id, extract(epoch from created_at) FROM webhook_delivery"))
+    finally:
+        stop(proc)
+    figures = _fast_figures(receivers, fast_ids, created)
+    receivers.arrivals.clear()
+    return {"hanging": hanging, "hanging_held": held, "rate_per_s": rate, "seconds": seconds, **figures}
+
+
+def isolation_burst(receivers, hanging: int, fast: int, timeout: float) -> dict:
+    """``fast`` deliveries' jobs enqueued at once while ``hanging`` wait on the hanging
+    receiver: enqueued-to-received of the fast ones, and the drain time (first job enqueued
+    to the last fast delivery received)."""
+    proc = hanging_then(receivers, hanging, timeout)
+    try:
+        ids, dispatched = make_deliveries([(receivers.url(f"fast{i}", 0, i), fast // 10) for i in range(10)],
+                                          with_time=True)
+        fast_ids = [d for d, _ in ids]
         wait(lambda: all(d in receivers.arrivals for d in fast_ids), timeout)
     finally:
         stop(proc)
-    waits = [receivers.arrivals[d] - float(created[d]) for d in fast_ids if d in receivers.arrivals]
+    figures = _fast_figures(receivers, fast_ids, dispatched)
     receivers.arrivals.clear()
-    return {"hanging": hanging, "fast": len(fast_ids), "fast_received": len(waits),
-            "p50_s": round(pct(waits, 0.5), 3), "p95_s": round(pct(waits, 0.95), 3),
-            "max_s": round(max(waits), 3) if waits else None}
+    return {"hanging": hanging, **figures, "drain_s": figures["max_s"]}
 
 
 def main(argv=None) -> int:
@@ -208,18 +271,23 @@ def main(argv=None) -> int:
     p.add_argument("--deliveries", type=int, default=2000)
     p.add_argument("--delays", default="0,50,200")
     p.add_argument("--hanging", type=int, default=200)
-    p.add_argument("--fast", type=int, default=1000)
+    p.add_argument("--fast", type=int, default=1000, help="fast deliveries of the burst run")
+    p.add_argument("--rate", type=float, default=100, help="fast deliveries per second of the steady run")
+    p.add_argument("--seconds", type=float, default=10, help="length of the steady run")
     p.add_argument("--timeout", type=float, default=300)
     p.add_argument("--out", default=None, help="write the figures as JSON here")
     opts = p.parse_args(argv)
     receivers = Receivers()
-    result = {"throughput": [], "isolation": None}
+    result = {"throughput": [], "isolation_steady": None, "isolation_burst": None}
     for delay in (int(d) for d in opts.delays.split(",") if d):
         result["throughput"].append(throughput(receivers, delay, opts.deliveries, opts.timeout))
         print(json.dumps(result["throughput"][-1]), flush=True)
-    if opts.hanging or opts.fast:
-        result["isolation"] = isolation(receivers, opts.hanging, opts.fast, opts.timeout)
-        print(json.dumps(result["isolation"]), flush=True)
+    if opts.rate and opts.seconds:
+        result["isolation_steady"] = isolation_steady(receivers, opts.hanging, opts.rate, opts.seconds, opts.timeout)
+        print(json.dumps({"isolation_steady": result["isolation_steady"]}), flush=True)
+    if opts.fast:
+        result["isolation_burst"] = isolation_burst(receivers, opts.hanging, opts.fast, opts.timeout)
+        print(json.dumps({"isolation_burst": result["isolation_burst"]}), flush=True)
     if opts.out:
         Path(opts.out).write_text(json.dumps(result, indent=2))
     return 0
