@@ -12,9 +12,9 @@ Redis db 12, so it can run beside the other phases' ``bench`` / db 11.
   rate (default 100/s for 10 s, spread over 10 fast receivers) while the hanging ones wait;
   for the fast ones, p50/p95/max of created-to-received (the delivery row's ``created_at``
   to the receiver seeing the request);
-- isolation (burst): the same 200 hanging, then 1,000 fast deliveries queued at once before
-  the worker starts: the same percentiles and the drain time (worker started to the last
-  fast delivery received).
+- isolation (burst): the same 200 hanging, then 1,000 fast deliveries queued before the
+  worker starts: for the fast ones, p50/p95 from the worker's first request to their arrival,
+  and the drain time (that first request to the last fast delivery received).
 
 Deliveries are made by the service as test events would be (row, then job), so the module
 runs unchanged on the code before the pool (for the "before" figures).
@@ -125,12 +125,11 @@ with db.connection_context():
             for _ in range(count):
                 body = webhooks.sample_event_body()
                 ids.append((webhooks._create_delivery(key, body["event"], body, scan_id=None).id, url))
-        dispatched = time.time()
         for delivery_id, _ in ids:
             webhooks.dispatch(webhooks.WebhookDelivery.get_by_id(delivery_id))
     else:  # one delivery (row, then job) every 1/rate s, the URLs in turn
         order = [(key, url) for n in range(max(c for _, _, c in keys)) for key, url, c in keys if n < c]
-        start, dispatched = time.monotonic(), time.time()
+        start = time.monotonic()
         for i, (key, url) in enumerate(order):
             pause = start + i / rate - time.monotonic()
             if pause > 0:
@@ -139,19 +138,18 @@ with db.connection_context():
             delivery = webhooks._create_delivery(key, body["event"], body, scan_id=None)
             webhooks.dispatch(delivery)
             ids.append((delivery.id, url))
-print(json.dumps({"ids": ids, "dispatched": dispatched}))
+print(json.dumps({"ids": ids}))
 """
 
 
-def make_deliveries(plan: list[tuple[str, int]], rate: float = 0, with_time: bool = False):
+def make_deliveries(plan: list[tuple[str, int]], rate: float = 0) -> list[tuple[str, str]]:
     """``[(url, count)]``: a key per URL and ``count`` deliveries each, all rows then all jobs,
     or with ``rate`` one delivery (row, then job) every 1/rate s (a subprocess bound to the
-    bench database: this process keeps no app). Returns ``[(delivery id, url)]`` (and, with
-    ``with_time``, when the first job was enqueued)."""
+    bench database: this process keeps no app). Returns ``[(delivery id, url)]``."""
     out = subprocess.run([sys.executable, "-c", MAKE_DELIVERIES, json.dumps(plan), str(rate)], cwd=ROOT, env=env(),
                          check=True, capture_output=True, text=True)
     made = json.loads(out.stdout.strip().splitlines()[-1])
-    return (made["ids"], made["dispatched"]) if with_time else made["ids"]
+    return made["ids"]
 
 
 def sql(query: str):
@@ -250,18 +248,20 @@ def isolation_steady(receivers, hanging: int, rate: float, seconds: float, timeo
 
 
 def isolation_burst(receivers, hanging: int, fast: int, timeout: float) -> dict:
-    """``fast`` deliveries' jobs enqueued at once while ``hanging`` wait on the hanging
-    receiver: enqueued-to-received of the fast ones, and the drain time (first job enqueued
-    to the last fast delivery received)."""
-    proc = hanging_then(receivers, hanging, timeout)
+    """``hanging`` then ``fast`` deliveries queued before the worker starts: for the fast ones,
+    p50/p95 of the time from the worker's first request (to anyone) to their arrival, and
+    the drain time (that first request to the last fast delivery received)."""
+    reset()
+    ids = make_deliveries([(receivers.url("hang", 0, SITES - 1), hanging)]
+                          + [(receivers.url(f"fast{i}", 0, i), fast // 10) for i in range(10)])
+    fast_ids = [d for d, url in ids if "/hang" not in url]
+    proc = start_worker(WEBHOOK_TIMEOUT_SECONDS=10)
     try:
-        ids, dispatched = make_deliveries([(receivers.url(f"fast{i}", 0, i), fast // 10) for i in range(10)],
-                                          with_time=True)
-        fast_ids = [d for d, _ in ids]
         wait(lambda: all(d in receivers.arrivals for d in fast_ids), timeout)
     finally:
         stop(proc)
-    figures = _fast_figures(receivers, fast_ids, dispatched)
+    first = min(receivers.arrivals.values(), default=0.0)
+    figures = _fast_figures(receivers, fast_ids, first)
     receivers.arrivals.clear()
     return {"hanging": hanging, **figures, "drain_s": figures["max_s"]}
 
