@@ -19,6 +19,7 @@ from flask.cli import AppGroup
 
 from app.extensions import db
 from app.models.accounts import TIERS, key_display
+from app.models.base import iso
 from app.services import accounts, webhooks
 from app.services.accounts import AccountError
 
@@ -148,15 +149,16 @@ def limits_table(data: dict) -> Table:
 
 def key_record(data: dict) -> Table:
     return Table.record([("key", data["key_id"]), ("customer", data["customer_id"]), ("name", data["name"]),
-                         ("key shown as", key_display(data['prefix'], data['last4'])), ("status", data["status"]),
+                         ("key shown as", key_display(data['prefix'], data['last4'])), ("mode", data["mode"]),
+                         ("status", data["status"]),
                          ("created", data["created_at"]), ("last used", data["last_used_at"]),
                          ("webhook URL", data["webhook_url"]), ("webhook secret", data["has_webhook_secret"])])
 
 
 def keys_table(rows: list[dict], title: str | None = None) -> Table:
-    return Table([(k["key_id"], k["customer_id"], key_display(k["prefix"], k["last4"]), k["status"],
+    return Table([(k["key_id"], k["customer_id"], key_display(k["prefix"], k["last4"]), k["mode"], k["status"],
                    k["last_used_at"], k["webhook_url"], k["name"]) for k in rows],
-                 headers=["key", "customer", "shown as", "status", "last used", "webhook URL", "name"],
+                 headers=["key", "customer", "shown as", "mode", "status", "last used", "webhook URL", "name"],
                  title=title, empty="no keys")
 
 
@@ -273,8 +275,10 @@ def customers_recount(customer_id, as_json):
 @click.option("--webhook-url")
 @click.option("--webhook-secret", help="Visible to other users in `ps`: prefer --webhook-secret-stdin.")
 @click.option("--webhook-secret-stdin", is_flag=True, help="Read the webhook secret from standard input.")
+@click.option("--test", "test_mode", is_flag=True,
+              help="Issue a test key (service_test_…): free, sandbox engine, data apart from live keys.")
 @json_option
-def keys_issue(customer_id, name, webhook_url, webhook_secret, webhook_secret_stdin, as_json):
+def keys_issue(customer_id, name, webhook_url, webhook_secret, webhook_secret_stdin, test_mode, as_json):
     """Issue a key. Its plaintext is printed now and can never be shown again."""
     if webhook_secret_stdin:
         if webhook_secret is not None:
@@ -282,7 +286,8 @@ def keys_issue(customer_id, name, webhook_url, webhook_secret, webhook_secret_st
         webhook_secret = read_secret_line()
         if not webhook_secret:
             fail(as_json, "no webhook secret on standard input")
-    key, plaintext = run(as_json, lambda: accounts.issue_key(customer_id, name, webhook_url, webhook_secret))
+    key, plaintext = run(as_json, lambda: accounts.issue_key(customer_id, name, webhook_url, webhook_secret,
+                                                             livemode=not test_mode))
     data = accounts.key_dict(key)
     emit(as_json, {**data, "api_key": plaintext}, key_record(data), f"api key (shown once, store it now): {plaintext}")
 
@@ -321,6 +326,31 @@ def keys_list(customer_id, as_json):
 def keys_revoke(key_id, as_json):
     data = run(as_json, lambda: accounts.key_dict(accounts.revoke_key(key_id)))
     emit(as_json, data, key_record(data))
+
+
+@keys_cli.command("roll-secret")
+@click.argument("key_id")
+@click.option("--overlap-hours", default=24, show_default=True, type=int,
+              help="How long both secrets sign (0 to 168); 0 replaces the secret at once.")
+@json_option
+def keys_roll_secret(key_id, overlap_hours, as_json):
+    """Create the key's next webhook secret; printed now, never shown again."""
+    rolled = run(as_json, lambda: webhooks.roll_secret(key_id, None, overlap_hours))
+    switch_at = iso(rolled.switch_at)
+    emit(as_json, {"ok": True, "key_id": key_id, "webhook_secret": rolled.secret, "switch_at": switch_at,
+                   "overlap_hours": overlap_hours},
+         f"next webhook secret of {key_id} (shown once, store it now): {rolled.secret}\n"
+         + (f"both secrets sign until {switch_at}; then only the new one"
+            if overlap_hours else "it is the only secret from now on"))
+
+
+@keys_cli.command("switch-secret")
+@click.argument("key_id")
+@json_option
+def keys_switch_secret(key_id, as_json):
+    """End the key's secret rotation now: the next secret becomes the only one."""
+    run(as_json, lambda: webhooks.switch_secret(key_id, None))
+    emit(as_json, {"ok": True, "key_id": key_id}, f"{key_id}: the next webhook secret is now the only one")
 
 
 @users_cli.command("create")

@@ -46,6 +46,12 @@ call answered 2xx, 400, 403 or 404 costs 1 credit; 401, 402, 409, 429, 5xx and
 idempotent replays cost nothing. Every authenticated answer carries
 `X-Credits-Remaining`, `RateLimit-Policy` and `RateLimit`. Every error has the body
 `{"ok": false, "error", "message", "request_id"}`.
+
+Test keys (`service_test_...`) work on every endpoint without spending credits: their
+scans run in a sandbox with deterministic results (targets starting with `fail`, `slow`
+or `hang`, or phone numbers ending in 0000, 9999 or 8888, test the failure, slow and
+timeout paths), every body says `"livemode": false`, and test and live data never see
+each other.
 """
 
 
@@ -86,11 +92,13 @@ def register_api(app: Flask) -> Api:
         # Relative to the document itself unless the public address is known.
         "servers": [{"url": app.config.get("PUBLIC_BASE_URL") or "/", "description": "This service"}],
         "tags": [{"name": "scans", "description": "Create scans, read them, list them, and do both in bulk."},
+                 {"name": "deliveries", "description": "Webhook deliveries: catch up on the events a receiver "
+                                                       "missed, and send one again."},
                  {"name": "webhooks", "description": "Events the service sends to your webhook URL when a scan "
                                                      "finishes, signed two ways."}]})
     api.register_converter(ScanIdConverter, lambda converter: {"type": "string"})
     api.spec.components.security_scheme("bearerAuth", {
-        "type": "http", "scheme": "bearer", "bearerFormat": "service_live_<random>"})
+        "type": "http", "scheme": "bearer", "bearerFormat": "service_live_<random> or service_test_<random>"})
 
     from app.api.scans import blp as scans_blp
     from app.schemas.scans import BulkTargetSchema, WebhookCompletedSchema, WebhookFailedSchema
@@ -98,9 +106,12 @@ def register_api(app: Flask) -> Api:
     api.spec.components.schema("WebhookCompleted", schema=WebhookCompletedSchema)
     api.spec.components.schema("WebhookFailed", schema=WebhookFailedSchema)
     api.register_blueprint(scans_blp)
+    from app.api.deliveries import blp as deliveries_blp
+    api.register_blueprint(deliveries_blp)
     # The JSON API authenticates with bearer keys, never cookies: CSRF cannot apply.
     from app.extensions import csrf
     csrf.exempt(scans_blp)
+    csrf.exempt(deliveries_blp)
 
     assets = swagger_ui_bundle.swagger_ui_path
 
