@@ -32,6 +32,8 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from app import runtime
+from app.db import is_postgres, write_transaction
 from app.jobs import delivery_job_id, enqueue_delivery
 from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, iso, new_id, utcnow
 from app.models.scans import COMPLETED
@@ -54,6 +56,8 @@ MIN_SECRET_BYTES, MAX_SECRET_BYTES = 16, 128
 MAX_OVERLAP_HOURS, DEFAULT_OVERLAP_HOURS = 7 * 24, 24
 EVENTS = ("scan.completed", "scan.failed")
 STATUSES = (PENDING, SUCCEEDED, FAILED)
+# Test events are limited per key over this many seconds (WEBHOOK_TEST_EVENTS_PER_MINUTE).
+TEST_EVENT_WINDOW = 60
 
 
 def encode_body(body: dict) -> str:
@@ -219,8 +223,23 @@ def send_test_event(key_id: str, customer_id: str) -> WebhookDelivery:
     key = owned_key(key_id, customer_id)
     if not key.webhook_url:
         raise AccountError("the key has no webhook URL")
+    limit = runtime.config["WEBHOOK_TEST_EVENTS_PER_MINUTE"]
     body = sample_event_body(key.livemode)
-    delivery = _create_delivery(key, body["event"], body, scan_id=None)
+    with write_transaction():
+        # The key's row locked (PostgreSQL; SQLite's write lock on its own): two clicks at once
+        # both count the other. Test deliveries are those without a scan.
+        if is_postgres():
+            list(ApiKey.select(ApiKey.id).where(ApiKey.id == key.id).for_update())
+        now = utcnow()
+        recent = list(WebhookDelivery.select(WebhookDelivery.created_at)
+                      .where((WebhookDelivery.api_key == key.id) & WebhookDelivery.scan_id.is_null()
+                             & (WebhookDelivery.created_at > now - timedelta(seconds=TEST_EVENT_WINDOW)))
+                      .order_by(WebhookDelivery.created_at))
+        if len(recent) >= limit:
+            wait = TEST_EVENT_WINDOW - int((now - recent[len(recent) - limit].created_at).total_seconds())
+            raise AccountError(f"Too many test events: at most {limit} a minute per key. "
+                               f"Try again in {max(1, wait)} seconds.")
+        delivery = _create_delivery(key, body["event"], body, scan_id=None)
     dispatch(delivery)
     return delivery
 
