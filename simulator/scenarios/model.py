@@ -45,12 +45,15 @@ ACTIONS: dict[str, set[str]] = {
     "request": {"method", "path", "json", "headers", "authorization"},
     "wait": {"scan", "bulk", "status", "all_done", "until", "timeout", "interval"},
     "engine": {"mode", "every"},
-    "webhooks": {"count", "timeout", "interval"},
+    "webhooks": {"count", "timeout", "interval", "secrets"},
     "attempts": {"deliveries", "final", "until", "timeout", "interval"},
     "credits": set(),
+    "receiver": {"responses", "delay_ms", "secrets"},
+    "operator": {"command"},
 }
 # Arguments given as a bare value instead of a mapping: ``read: "{{scan.scan_id}}"``.
-SCALAR_ARGUMENT = {"read": "scan", "read_bulk": "bulk", "engine": "mode", "webhooks": "count"}
+SCALAR_ARGUMENT = {"read": "scan", "read_bulk": "bulk", "engine": "mode", "webhooks": "count",
+                   "operator": "command"}
 HTTP_ACTIONS = {"create", "bulk", "read", "read_bulk", "request", "wait", "engine"}
 STEP_KEYS = {"name", "save", "expect", "customer", "repeat"}
 SETUP_KEYS = {"tier", "credits", "limits", "receiver", "engine"}
@@ -63,9 +66,11 @@ SCENARIO_KEYS = {"name", "description", "tags", "setup", "customers", "steps", "
 _HTTP_EXPECT = {"status", "error", "body", "schema", "headers"}
 EXPECT_KEYS: dict[str, set[str]] = {
     **{action: set(_HTTP_EXPECT) for action in HTTP_ACTIONS},
-    "webhooks": {"count", "signature_valid", "headers", "body", "schema", "deliveries"},
+    "webhooks": {"count", "signature_valid", "webhook_signature_valid", "headers", "body", "schema", "deliveries"},
     "attempts": {"count", "status_codes", "delivery_status", "body"},
     "credits": {"balance", "body"},
+    "receiver": set(),
+    "operator": {"exit", "error", "body"},
 }
 
 DEFAULT_TIMEOUT = 30.0
@@ -121,6 +126,13 @@ class Step:
             detail = str(args.get("mode", ""))
         elif self.action == "webhooks":
             detail = f"{args.get('count', 1)}" if "count" in args else ""
+        elif self.action == "operator":
+            command = args.get("command")
+            words = command.split() if isinstance(command, str) else [str(w) for w in command or []]
+            detail = " ".join(words[:2])
+        elif self.action == "receiver":
+            detail = "/".join(map(str, args.get("responses", [200]))) + (
+                f" +{args['delay_ms']}ms" if args.get("delay_ms") else "")
         else:
             detail = ""
         who = f" [{self.customer}]" if self.customer != MAIN else ""
@@ -264,6 +276,8 @@ def _step(number: int, raw: Any, customers: dict, where: str) -> Step:
         raise ScenarioError(f"{where}: wait needs status, all_done or until")
     if action == "request" and "path" not in args:
         raise ScenarioError(f"{where}: request needs a path")
+    if action == "operator" and not args.get("command"):
+        raise ScenarioError(f"{where}: operator needs a command (a string or a list of words)")
     for key in ("until",):
         if key in args and not isinstance(args[key], dict):
             raise ScenarioError(f"{where}: {action}.{key} must be a mapping of path to expected value")

@@ -68,6 +68,17 @@ class Operator:
             raise OperatorError(f"{shown} exited {done.returncode}: {detail}")
         return answer
 
+    def attempt_cli(self, args: list[str]) -> tuple[int, dict | None, str]:
+        """Run ``<operator> ARGS --json`` and report rather than raise: (exit status, its JSON
+        answer or None, the last lines of its output). ``--json`` is added when missing."""
+        argv = [*self.command, *args, *([] if "--json" in args else ["--json"])]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, env=self.env, cwd=self.cwd,
+                                  timeout=self.timeout, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise OperatorError(f"{shlex.join(argv)}: {exc}") from None
+        return done.returncode, _last_json_object(done.stdout), _tail(done.stderr) or _tail(done.stdout)
+
     def cli(self, *args: str) -> dict:
         return self._run([*self.command, *args, "--json"])
 
