@@ -146,7 +146,6 @@ def configure(name: str):
         "hook_url": _hook_url(name),
         "responses": receiver.responses,
         "delay_ms": receiver.delay_ms,
-        "secrets": len(receiver.secrets),
         "redirect_to": receiver.redirect_to,
     }), 200 if existed else 201
 
