@@ -12,7 +12,7 @@ from app.models import ApiKey, utcnow
 from app.portal import security
 from app.portal import charts
 from app.portal.forms import ActionForm, LedgerExportForm, LoginForm, RollSecretForm, WebhookForm
-from app.services import accounts, delivery_console, portal_users, quotas, reads, usage as usage_service, webhooks
+from app.services import accounts, delivery_console, portal_users, quotas, reads, targets, usage as usage_service, webhooks
 from app.services.accounts import AccountError
 from app.services.crypto import decrypt_secret
 from app.services.errors import InvalidRequest, NotFound
@@ -275,14 +275,14 @@ def redeliver(key_id, delivery_id):
 def scans():
     customer_id = g.portal_customer.id
     keys = accounts.customer_keys(customer_id)
-    filters = {"status": _choice("status", reads.STATUSES), "kind": _choice("kind", reads.KINDS),
+    filters = {"status": _choice("status", reads.STATUSES), "kind": _choice("kind", targets.KINDS),
                "key": _choice("key", {k.id for k in keys}),
                "bulk": (request.args.get("bulk") or "").strip()[:60] or None,
                "q": (request.args.get("q") or "").strip()[:reads.MAX_SEARCH] or None}
     listing = reads.portal_scans(customer_id, status=filters["status"], kind=filters["kind"], key_id=filters["key"],
                                  bulk_id=filters["bulk"], search=filters["q"], page=_page_arg())
     return render_template("portal/scans.html", scans=listing, filters=filters, keys=keys,
-                           statuses=reads.STATUSES, kinds=reads.KINDS)
+                           statuses=reads.STATUSES, kinds=targets.KINDS)
 
 
 @bp.get("/scans/<scan_id>")

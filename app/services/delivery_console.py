@@ -13,6 +13,7 @@ from app.models import DeliveryAttempt, WebhookDelivery
 from app.models.webhooks import PENDING
 from app.services import webhooks
 from app.webhook_signature import PREFIX, SIGNATURE_HEADER, STANDARD_SIGNATURE_HEADER, TIMESTAMP_HEADER
+from app.services.paging import Page
 
 MASK = "••••••••"
 NOT_SENT = "(set when sent)"
@@ -54,7 +55,7 @@ def _entry(delivery: WebhookDelivery, attempts: list[DeliveryAttempt], signed: b
 
 
 def key_deliveries(key_id: str, customer_id: str, *, status: str | None = None, event: str | None = None,
-                   page: int = 1, per_page: int = 20) -> webhooks.DeliveryPage:
+                   page: int = 1, per_page: int = 20) -> Page:
     """The key's deliveries, newest first, each with its attempts (newest first)."""
     key, rows = webhooks.delivery_rows(key_id, customer_id, status, event, page, per_page)
     signed = bool(key.webhook_secret_enc)

@@ -41,6 +41,7 @@ from app.services.errors import AccountError, DeliveryNotFound, DeliveryPending,
 from app.services.reads import final_state
 from app.services.results import normalize_result
 from app.services.webhook_urls import check_webhook_url
+from app.services.paging import Page
 from app.webhook_signature import (ID_HEADER, SIGNATURE_HEADER, STANDARD_SIGNATURE_HEADER,
                                    TIMESTAMP_HEADER, decode_secret, sign, sign_standard)
 
@@ -92,18 +93,6 @@ def dispatch(delivery: WebhookDelivery, delay_seconds: float = 0) -> bool:
 
 
 # --- The key's management page (D12) -------------------------------------------------
-
-
-@dataclass
-class DeliveryPage:
-    items: list
-    total: int
-    page: int
-    per_page: int
-
-    @property
-    def pages(self) -> int:
-        return max(1, -(-self.total // self.per_page))
 
 
 def owned_key(key_id: str, customer_id: str) -> ApiKey:
@@ -249,7 +238,7 @@ def delivery_dict(delivery: WebhookDelivery, attempts: list[DeliveryAttempt]) ->
 
 
 def delivery_rows(key_id: str, customer_id: str, status: str | None = None, event: str | None = None,
-                  page: int = 1, per_page: int = 20) -> tuple[ApiKey, DeliveryPage]:
+                  page: int = 1, per_page: int = 20) -> tuple[ApiKey, Page]:
     """The customer's key and a page of its deliveries, newest first, as ``(delivery,
     attempts newest first)`` pairs (``list_deliveries`` and the portal's console shape them)."""
     key = owned_key(key_id, customer_id)
@@ -269,11 +258,11 @@ def delivery_rows(key_id: str, customer_id: str, status: str | None = None, even
                 .order_by(DeliveryAttempt.number.desc()))
         for row in rows:
             attempts[row.delivery_id].append(row)
-    return key, DeliveryPage([(d, attempts[d.id]) for d in deliveries], total, page, per_page)
+    return key, Page([(d, attempts[d.id]) for d in deliveries], total, page, per_page)
 
 
 def list_deliveries(key_id: str, customer_id: str, status: str | None = None, event: str | None = None,
-                    page: int = 1, per_page: int = 20) -> DeliveryPage:
+                    page: int = 1, per_page: int = 20) -> Page:
     """The key's deliveries, newest first, each with its attempts (newest first)."""
     _, rows = delivery_rows(key_id, customer_id, status, event, page, per_page)
     rows.items = [delivery_dict(d, attempts) for d, attempts in rows.items]
