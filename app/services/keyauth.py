@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from app.db import columns, execute, instance, table
 from app.models import ApiKey, Customer, utcnow
-from app.services.crypto import KEY_PREFIX, digest, same
+from app.services.crypto import KEY_PREFIXES, digest, same
 from app.services.errors import NotAuthenticated
 
 TOUCH_EVERY = timedelta(seconds=60)
@@ -30,8 +30,9 @@ def invalid_key() -> NotAuthenticated:
 
 
 def authenticate(token: str) -> ApiKey:
-    """The live key ``token`` is (its ``customer`` loaded), or raise ``NotAuthenticated``."""
-    if not token.startswith(KEY_PREFIX) or len(token) > MAX_TOKEN_LENGTH:
+    """The active key ``token`` is (its ``customer`` loaded), live or test (``key.livemode``),
+    or raise ``NotAuthenticated``."""
+    if not token.startswith(KEY_PREFIXES) or len(token) > MAX_TOKEN_LENGTH:
         raise invalid_key()
     token_digest = digest(token)
     key = _key_by_digest(token_digest)

@@ -30,15 +30,17 @@ BATCH_SCANS = (f"SELECT id, status, target, kind, completed_at, result_json, fai
                f"failure_message FROM {table(Scan)} WHERE bulk_id = ? ORDER BY bulk_index")
 LIST_COLUMNS = ("id, status, target, kind, bulk_id, created_at, completed_at, result_json, failed_at, failure_code, "
                 "failure_message")
-LIST_CURSOR = f"SELECT created_at FROM {table(Scan)} WHERE id = ? AND customer_id = ?"
+LIST_CURSOR = f"SELECT created_at FROM {table(Scan)} WHERE id = ? AND customer_id = ? AND livemode = ?"
 LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT = 20, 100
 
 
-def _owned(model, object_id: str, customer_id: str, what: str):
+def _owned(model, object_id: str, customer_id: str, what: str, livemode: bool):
     row = execute(SCAN_BY_ID if model is Scan else BATCH_BY_ID, (object_id,)).fetchone()
     if row is None:
         raise NotFound(f"no {what} with this id")
     row = instance(model, row)
+    if row.livemode != livemode:  # test and live data never mix (D15): as if it did not exist
+        raise NotFound(f"no {what} with this id")
     if row.customer_id != customer_id:
         raise Forbidden(f"this {what} belongs to another customer")
     return row
@@ -70,7 +72,7 @@ def final_state(scan, *, raw_result: bool = False) -> dict | None:
 
 def scan_view(scan, now, *, raw_result: bool = False) -> dict:
     """The read body of D5 for one scan in any state (``raw_result``: the result as RawJSON)."""
-    body = {"ok": True, "scan_id": scan.id, "status": scan.status, "target": scan.target, "kind": scan.kind,
+    body = {"ok": True, "scan_id": scan.id, "livemode": scan.livemode, "status": scan.status, "target": scan.target, "kind": scan.kind,
             "created_at": iso(scan.created_at)}
     if scan.bulk_id:
         body["bulk_id"] = scan.bulk_id
@@ -83,19 +85,20 @@ def scan_view(scan, now, *, raw_result: bool = False) -> dict:
     return body
 
 
-def read_scan(customer_id: str, scan_id: str) -> dict:
-    """The body of ``GET /scan/{id}``; a completed scan's result is ``RawJSON``."""
-    return scan_view(_owned(Scan, scan_id, customer_id, "scan"), utcnow(), raw_result=True)
+def read_scan(customer_id: str, scan_id: str, livemode: bool = True) -> dict:
+    """The body of ``GET /scan/{id}``; a completed scan's result is ``RawJSON``. A scan of the
+    other mode than the calling key's is not found (D15)."""
+    return scan_view(_owned(Scan, scan_id, customer_id, "scan", livemode), utcnow(), raw_result=True)
 
 
-def read_bulk(customer_id: str, bulk_id: str) -> dict:
+def read_bulk(customer_id: str, bulk_id: str, livemode: bool = True) -> dict:
     """The body of ``GET /scan/bulk/{id}``; completed scans' results are ``RawJSON``.
 
     ``rejected_count`` (amended D7) is the targets refused at creation: the batch stores
     the number submitted (``total``) and has a scan for every target it queued, so it is
     their difference, and ``total`` = queued + running + completed + failed + rejected_count.
     """
-    batch = _owned(BulkBatch, bulk_id, customer_id, "bulk batch")
+    batch = _owned(BulkBatch, bulk_id, customer_id, "bulk batch", livemode)
     counts = {QUEUED: 0, RUNNING: 0, COMPLETED: 0, FAILED: 0}
     entries = []
     all_done = True
@@ -111,7 +114,7 @@ def read_bulk(customer_id: str, bulk_id: str) -> dict:
         else:
             entry.update(final)
         entries.append(entry)
-    return {"ok": True, "bulk_id": batch.id, "total": batch.total, **counts,
+    return {"ok": True, "bulk_id": batch.id, "livemode": batch.livemode, "total": batch.total, **counts,
             "rejected_count": max(0, batch.total - len(entries)), "all_done": all_done, "scans": entries}
 
 
@@ -132,15 +135,16 @@ def _list_entry(row) -> dict:
 
 def list_scans(customer_id: str, *, status: str | None = None, kind: str | None = None, bulk_id: str | None = None,
                created_after=None, created_before=None, limit: int = LIST_DEFAULT_LIMIT,
-               starting_after: str | None = None) -> dict:
-    """The body of ``GET /scans``: ``{ok, data, has_more}``, newest first (D17).
+               starting_after: str | None = None, livemode: bool = True) -> dict:
+    """The body of ``GET /scans``: ``{ok, data, has_more}``, newest first (D17), the scans of the
+    calling key's mode only (D15).
 
     Order is ``(created_at, id)`` descending: a bulk call's scans share one ``created_at``, so the
     id breaks the tie and the cursor (``starting_after``: the last scan id of the previous page)
     is exact. The query walks the ``(customer, created_at)`` index and reads one row more than
     the page to know ``has_more`` without counting. Times are naive UTC, both bounds exclusive.
     """
-    where, params = ["customer_id = ?"], [customer_id]
+    where, params = ["customer_id = ?", "livemode = ?"], [customer_id, livemode]
     for column, value in (("status", status), ("kind", kind), ("bulk_id", bulk_id)):
         if value is not None:
             where.append(f"{column} = ?")
@@ -152,8 +156,8 @@ def list_scans(customer_id: str, *, status: str | None = None, kind: str | None 
         where.append("created_at < ?")
         params.append(created_before)
     if starting_after is not None:
-        cursor = execute(LIST_CURSOR, (starting_after, customer_id)).fetchone()
-        if cursor is None:  # unknown, or another customer's: the same answer, nothing disclosed
+        cursor = execute(LIST_CURSOR, (starting_after, customer_id, livemode)).fetchone()
+        if cursor is None:  # unknown, another customer's or mode's: the same answer, nothing disclosed
             raise InvalidRequest("starting_after is not the id of one of your scans",
                                  details={"starting_after": ["no scan of yours has this id"]})
         where.append("(created_at < ? OR (created_at = ? AND id < ?))")
@@ -176,7 +180,7 @@ def _summary(scan, now) -> dict:
     row = {"scan_id": scan.id, "status": scan.status, "kind": scan.kind, "target": scan.target,
            "created_at": scan.created_at, "completed_at": scan.completed_at, "failed_at": scan.failed_at,
            "failure_code": scan.failure_code, "bulk_id": scan.bulk_id, "key_id": scan.api_key_id,
-           "recipes_total": scan.recipes_total, "recipes_done": scan.recipes_done}
+           "recipes_total": scan.recipes_total, "recipes_done": scan.recipes_done, "livemode": scan.livemode}
     if scan.status in (QUEUED, RUNNING):
         row["eta_seconds"] = remaining_eta(scan, now)
     return row
@@ -234,6 +238,7 @@ def batch_detail(customer_id: str, bulk_id: str) -> dict:
     counts = {status: 0 for status in STATUSES}
     for scan in scans:
         counts[scan["status"]] += 1
-    return {"bulk_id": batch.id, "created_at": batch.created_at, "total": batch.total, "counts": counts,
+    return {"bulk_id": batch.id, "livemode": batch.livemode, "created_at": batch.created_at, "total": batch.total,
+            "counts": counts,
             "rejected_count": max(0, batch.total - len(scans)),
             "all_done": counts[QUEUED] + counts[RUNNING] == 0, "scans": scans, "key": _key_ref(batch.api_key_id)}
