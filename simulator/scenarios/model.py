@@ -10,6 +10,7 @@ example in ``docs/scenarios.md``; in short::
       credits: 1000                       # default 1000
       limits: {inflight: 3, hour: 20, day: 100}   # optional per-customer overrides
       receiver: {responses: [200], delay_ms: 0}   # optional: the key gets a webhook URL and secret
+      key_mode: test                      # optional: a test key (service_test_…, sandbox engine); default live
       engine: up                          # optional engine mode for the whole scenario
     customers:                            # optional further customers, same keys as setup
       other: {tier: business, credits: 10}
@@ -56,7 +57,9 @@ SCALAR_ARGUMENT = {"read": "scan", "read_bulk": "bulk", "engine": "mode", "webho
                    "operator": "command"}
 HTTP_ACTIONS = {"create", "bulk", "read", "read_bulk", "request", "wait", "engine"}
 STEP_KEYS = {"name", "save", "expect", "customer", "repeat"}
-SETUP_KEYS = {"tier", "credits", "limits", "receiver", "engine"}
+SETUP_KEYS = {"tier", "credits", "limits", "receiver", "key_mode", "engine"}
+# The key issued to each customer: live (service_live_…) or test (service_test_…, keys issue --test).
+KEY_MODES = ("live", "test")
 CUSTOMER_KEYS = SETUP_KEYS - {"engine"}
 LIMIT_KEYS = {"inflight", "hour", "day"}
 RECEIVER_KEYS = {"responses", "delay_ms"}
@@ -87,6 +90,7 @@ class CustomerSetup:
     credits: int = 1000
     limits: dict[str, int] = field(default_factory=dict)
     receiver: dict | None = None
+    key_mode: str = "live"
 
 
 @dataclass
@@ -237,7 +241,10 @@ def _customer(name: str, setup: dict, where: str) -> CustomerSetup:
                 isinstance(r, int) and 200 <= r <= 599 for r in responses):
             raise ScenarioError(f"{where}.receiver.responses must be a non-empty list of HTTP statuses")
         receiver = {"responses": responses, "delay_ms": _int(receiver.get("delay_ms", 0), f"{where}.receiver.delay_ms")}
-    return CustomerSetup(name=name, tier=tier, credits=credits, limits=limits, receiver=receiver)
+    key_mode = setup.get("key_mode", "live")
+    if key_mode not in KEY_MODES:
+        raise ScenarioError(f"{where}.key_mode must be one of {', '.join(KEY_MODES)}")
+    return CustomerSetup(name=name, tier=tier, credits=credits, limits=limits, receiver=receiver, key_mode=key_mode)
 
 
 def _engine_args(value, where: str) -> dict:

@@ -5,7 +5,7 @@ that the runner talks to whatever database that CLI is configured for:
 
     <operator> customers create --name N --tier T --credits C --json
     <operator> customers limits CUSTOMER_ID [--inflight N] [--hour N] [--day N] --json
-    <operator> keys issue CUSTOMER_ID --name N [--webhook-url URL --webhook-secret S] --json
+    <operator> keys issue CUSTOMER_ID --name N [--webhook-url URL --webhook-secret S] [--test] --json
     <operator> customers list --json                       (balances)
 
 ``<operator>`` defaults to ``<this python> -m flask --app wsgi``, run in the project root
@@ -99,8 +99,8 @@ class Operator:
         return self.cli(*args)
 
     def issue_key(self, customer_id: str, name: str, webhook_url: str | None = None,
-                  webhook_secret: str | None = None) -> dict:
-        args = ["keys", "issue", customer_id, "--name", name]
+                  webhook_secret: str | None = None, test: bool = False) -> dict:
+        args = ["keys", "issue", customer_id, "--name", name, *(["--test"] if test else [])]
         if webhook_url:
             args += ["--webhook-url", webhook_url]
         if webhook_secret:

@@ -298,16 +298,17 @@ class ScenarioRun:
                 if answer.status_code not in (200, 201):
                     raise StepError(f"simulator refused receiver {receiver}: {answer.status_code} {answer.text[:200]}")
                 webhook_url = f"{self.config.hook_base_url}/_sim/hooks/{receiver}"
-            key = op.issue_key(customer_id, f"QA {tag}", webhook_url, secret)
+            key = op.issue_key(customer_id, f"QA {tag}", webhook_url, secret, test=setup.key_mode == "test")
             self.accounts[name] = {
                 "customer_id": customer_id, "tier": setup.tier, "credits": setup.credits,
-                "key_id": key["key_id"], "api_key": key["api_key"],
+                "key_id": key["key_id"], "api_key": key["api_key"], "key_mode": setup.key_mode,
                 "receiver": receiver, "webhook_url": webhook_url, "webhook_secret": secret,
                 "receiver_secrets": [secret] if receiver else [],
             }
         self.variables["customers"] = self.accounts
         self.variables["customer"] = self.accounts[MAIN]
-        shown = "; ".join(f"{n}: {a['customer_id']} {a['key_id']}" + (f" hook {a['receiver']}" if a["receiver"] else "")
+        shown = "; ".join(f"{n}: {a['customer_id']} {a['key_id']}" + (" (test)" if a["key_mode"] == "test" else "")
+                          + (f" hook {a['receiver']}" if a["receiver"] else "")
                           for n, a in self.accounts.items())
         self.row("setup", "customers, keys and receivers are set up", True, shown)
 

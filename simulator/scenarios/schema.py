@@ -38,6 +38,7 @@ TAGS: dict[str, str] = {
     "lists": "the cursor-paged lists: scans and webhook deliveries",
     "rotation": "webhook secret rotation and the two signature schemes",
     "operator": "steps that run operator CLI commands",
+    "testmode": "test keys: the sandbox engine, livemode false, nothing charged, apart from live data",
 }
 
 _ANY: dict = {}
@@ -101,7 +102,7 @@ _LIMITS = {"type": "object", "properties": {k: _NON_NEGATIVE for k in sorted(mod
 _RECEIVER = {"type": ["object", "boolean"], "properties": {
     "responses": _RESPONSES, "delay_ms": _NON_NEGATIVE}, "additionalProperties": False}
 _CUSTOMER_PROPERTIES = {"tier": {"enum": list(model.TIERS)}, "credits": _NON_NEGATIVE,
-                        "limits": _LIMITS, "receiver": _RECEIVER}
+                        "limits": _LIMITS, "receiver": _RECEIVER, "key_mode": {"enum": list(model.KEY_MODES)}}
 
 
 def _step_schema() -> dict:
