@@ -30,7 +30,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench import phases, report, wrk
+from bench import phases, profile, report, wrk
 from bench.stack import ROOT, Stack
 
 PHASES = ("http", "workers", "latency", "scale", "growth")
@@ -63,6 +63,9 @@ def parse_args(argv):
     p.add_argument("--growth-sizes", help="stored scans of the growth phase (default 1000,100000,1000000; "
                    "quick 1000,20000)")
     p.add_argument("--growth-duration", type=float, default=5.0, help="seconds per growth target (default 5)")
+    p.add_argument("--profile", action="store_true",
+                   help="py-spy CPU profiles of the API during each loaded API target (profile-*.txt; "
+                        "python -m bench.profile reads them)")
     p.add_argument("--pg-async-commit", action="store_true",
                    help="experiment: run with synchronous_commit=off on database bench (reset at the end)")
     p.add_argument("--warmup", type=float, default=1.0, help="seconds of unmeasured load before each target")
@@ -89,6 +92,9 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     opts = parse_args(sys.argv[1:] if argv is None else argv)
+    if opts.profile and not profile.available():
+        print("error: py-spy is not installed (pip install -r requirements-test.txt)", file=sys.stderr)
+        return 2
     if "http" in opts.phases and not wrk.wrk_available():
         print("error: wrk is not installed (apt-get install -y wrk)", file=sys.stderr)
         return 2

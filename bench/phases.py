@@ -15,7 +15,7 @@ from pathlib import Path
 
 import requests
 
-from bench import cpu, floor_app, wrk
+from bench import cpu, floor_app, profile, wrk
 from bench.stack import ENGINE_TOKEN, PG_DSN, Stack, local_only, wait_until
 from simulator.investigations import decode_id, plan_for
 
@@ -237,9 +237,15 @@ def http_phase(stack: Stack, opts, out: Path, log) -> dict:
             if opts.warmup > 0:  # new connections, lazy imports, caches: not what is measured
                 wrk.run(f"warmup-{label}-{name}", url, script, [a + "w" if a in tags else a for a in args],
                         connections=connections, threads=threads, duration=opts.warmup, workdir=work)
+            spy = None
+            if opts.profile and label == "loaded" and url.startswith(api_url):
+                spy = profile.record(api_proc.pid, duration, out / f"profile-{label}-{name}.txt")
+                time.sleep(0.5)  # py-spy attaches to every worker before the load starts
             before = cpu.snapshot(groups)
             result = wrk.run(f"{label}-{name}", url, script, args, connections=connections, threads=threads,
                              duration=duration, workdir=work)
+            if spy is not None:
+                spy.wait(30)
             result.cpu_s.update(cpu.delta(before, cpu.snapshot(groups)))
             result.cpu_ms_per_request = {k: round(v * 1000 / max(1, result.requests), 3)
                                          for k, v in result.cpu_s.items() if v}
