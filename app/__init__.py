@@ -82,8 +82,8 @@ def create_app(config: dict | None = None) -> Flask:
     from app.portal import bp as portal_bp
     app.register_blueprint(portal_bp)
 
-    from app import metrics
-    metrics.init_app(app)  # /metrics, and a log line and counters per request
+    from app import metrics_http
+    metrics_http.init_app(app)  # /metrics, and a log line and counters per request
 
     from app.cli import register_cli
     register_cli(app)

@@ -18,7 +18,8 @@ from flask import Flask
 from flask.cli import AppGroup
 
 from app.extensions import db
-from app.services import accounts, scans, webhooks
+from app.models.accounts import TIERS, key_display
+from app.services import accounts, webhooks
 from app.services.accounts import AccountError
 
 log = logging.getLogger(__name__)
@@ -147,13 +148,13 @@ def limits_table(data: dict) -> Table:
 
 def key_record(data: dict) -> Table:
     return Table.record([("key", data["key_id"]), ("customer", data["customer_id"]), ("name", data["name"]),
-                         ("key shown as", f"{data['prefix']}…{data['last4']}"), ("status", data["status"]),
+                         ("key shown as", key_display(data['prefix'], data['last4'])), ("status", data["status"]),
                          ("created", data["created_at"]), ("last used", data["last_used_at"]),
                          ("webhook URL", data["webhook_url"]), ("webhook secret", data["has_webhook_secret"])])
 
 
 def keys_table(rows: list[dict], title: str | None = None) -> Table:
-    return Table([(k["key_id"], k["customer_id"], f"{k['prefix']}…{k['last4']}", k["status"],
+    return Table([(k["key_id"], k["customer_id"], key_display(k["prefix"], k["last4"]), k["status"],
                    k["last_used_at"], k["webhook_url"], k["name"]) for k in rows],
                  headers=["key", "customer", "shown as", "status", "last used", "webhook URL", "name"],
                  title=title, empty="no keys")
@@ -181,7 +182,7 @@ def db_upgrade(as_json):
 
 @customers_cli.command("create")
 @click.option("--name", required=True)
-@click.option("--tier", required=True, type=click.Choice(["pro", "business", "enterprise"]))
+@click.option("--tier", required=True, type=click.Choice(TIERS))
 @click.option("--credits", default=0, type=int, show_default=True)
 @json_option
 def customers_create(name, tier, credits, as_json):
@@ -213,7 +214,7 @@ def customers_credit(customer_id, amount, reason, as_json):
 
 @customers_cli.command("tier")
 @click.argument("customer_id")
-@click.argument("tier", type=click.Choice(["pro", "business", "enterprise"]))
+@click.argument("tier", type=click.Choice(TIERS))
 @json_option
 def customers_tier(customer_id, tier, as_json):
     data = run(as_json, lambda: accounts.customer_dict(accounts.set_tier(customer_id, tier)))
@@ -260,7 +261,7 @@ def customers_recount(customer_id, as_json):
     """Rebuild the in-flight and window counters from the scans (after editing scans by hand)."""
     def recount():
         accounts.get_customer(customer_id)
-        return scans.recount(customer_id)
+        return accounts.recount(customer_id)
     result = run(as_json, recount)
     emit(as_json, result, f"{customer_id} in flight {result['in_flight']['was']} -> {result['in_flight']['now']}, "
                           f"{result['day']} scans in the last day")
@@ -399,7 +400,7 @@ def users_enable(email, as_json):
 @json_option
 def scans_recover(as_json):
     """Re-dispatch scans and webhook deliveries whose jobs were lost (D13)."""
-    from workers.recovery import sweep
+    from app.services.recovery import sweep
     report = run(as_json, sweep)
     emit(as_json, {"ok": True, **report}, Table(list(report.items()), headers=["recovered", "count"]))
 

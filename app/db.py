@@ -11,11 +11,14 @@ import time
 from contextlib import contextmanager
 from urllib.parse import urlparse
 
-from peewee import PostgresqlDatabase, SqliteDatabase
+from peewee import DatabaseProxy, PostgresqlDatabase, SqliteDatabase
 from playhouse.db_url import connect, parse
 from playhouse.pool import PooledPostgresqlDatabase
 
-from app.extensions import db
+# Bound to SQLite or PostgreSQL at start-up by ``init_db``. Defined here, not in
+# ``app.extensions`` (which holds Flask extensions), so that models and services
+# reach the database without importing Flask.
+db = DatabaseProxy()
 
 SQLITE_PRAGMAS = {
     "journal_mode": "wal",
@@ -126,7 +129,7 @@ def write_transaction():
 
     SQLite: ``BEGIN IMMEDIATE`` takes the write lock up front, so two admissions never
     read the same counts. PostgreSQL: a plain transaction; the caller locks the
-    customer's row with ``SELECT ... FOR UPDATE`` (``services.scans._lock_customer``).
+    customer's row with ``SELECT ... FOR UPDATE`` (``services.accounts.lock_customer``).
     """
     if is_sqlite():
         with db.atomic("IMMEDIATE") as txn:

@@ -1,7 +1,8 @@
 """One error shape for every layer (D1).
 
-``ApiError`` is what services and views raise; the handlers below turn it, webargs
-validation errors, werkzeug's HTTP errors (404, 405, 413...) and anything
+Services raise the domain errors of ``app.services.errors``; ``SERVICE_ERROR_STATUS``
+below is the one table of their HTTP statuses and headers. ``ApiError`` is what the
+HTTP layer itself raises. The handlers below turn both, webargs validation errors, werkzeug's HTTP errors (404, 405, 413...) and anything
 unexpected into ``{"ok": false, "error", "message", "request_id"[, "details"]}``
 with ``Content-Type: application/json``. No stack trace or HTML page reaches a client.
 """
@@ -13,6 +14,8 @@ from flask import Flask, current_app, g, jsonify, request
 from flask_wtf.csrf import CSRFError
 from peewee import InterfaceError, OperationalError
 from werkzeug.exceptions import HTTPException
+
+from app.services import errors as domain
 
 log = logging.getLogger("app.errors")
 
@@ -27,6 +30,32 @@ class ApiError(Exception):
         self.message = message
         self.details = details
         self.headers = headers or {}
+
+
+# Each domain error's HTTP status (the first class that matches, so subclasses first).
+SERVICE_ERROR_STATUS = (
+    (domain.InvalidRequest, 400),
+    (domain.NotAuthenticated, 401),
+    (domain.InsufficientBalance, 402),
+    (domain.Forbidden, 403),
+    (domain.NotFound, 404),
+    (domain.Conflict, 409),
+    (domain.RateLimited, 429),
+    (domain.EngineUnavailable, 502),
+    (domain.ServiceError, 400),
+)
+
+
+def from_service_error(exc: domain.ServiceError) -> ApiError:
+    """The HTTP answer of a domain error: its status, and the headers its data calls for."""
+    status = next(code for cls, code in SERVICE_ERROR_STATUS if isinstance(exc, cls))
+    headers = {}
+    if exc.retry_after is not None:
+        headers["Retry-After"] = exc.retry_after
+    if isinstance(exc, domain.NotAuthenticated):
+        challenge = 'Bearer realm="api"'
+        headers["WWW-Authenticate"] = challenge + (f', error="{exc.code}"' if exc.code != "unauthorized" else "")
+    return ApiError(status, exc.code, exc.message, details=exc.details, headers=headers)
 
 
 # Messages for werkzeug's own errors, so 404/405/413 read like the rest of the API.
@@ -80,6 +109,10 @@ def handle_api_error(exc: ApiError):
     return error_response(exc.status, exc.error, exc.message, details=exc.details, headers=exc.headers)
 
 
+def handle_service_error(exc: domain.ServiceError):
+    return handle_api_error(from_service_error(exc))
+
+
 def handle_http_exception(exc: HTTPException):
     if isinstance(exc, CSRFError):
         if current_app.config.get("SESSION_COOKIE_SECURE") and not request.is_secure:
@@ -113,6 +146,8 @@ def handle_http_exception(exc: HTTPException):
 def handle_unexpected(exc: BaseException):
     if isinstance(exc, ApiError):
         return handle_api_error(exc)
+    if isinstance(exc, domain.ServiceError):
+        return handle_service_error(exc)
     if isinstance(exc, DB_ERRORS):
         log.error("database unavailable: %s", exc.__class__.__name__)
         return service_unavailable()
@@ -122,5 +157,6 @@ def handle_unexpected(exc: BaseException):
 
 def register_error_handlers(app: Flask) -> None:
     app.register_error_handler(ApiError, handle_api_error)
+    app.register_error_handler(domain.ServiceError, handle_service_error)
     app.register_error_handler(HTTPException, handle_http_exception)
     app.register_error_handler(Exception, handle_unexpected)

@@ -6,8 +6,7 @@ recommends. The flask-smorest ``Api`` is made per app in ``create_app`` because 
 holds one app's OpenAPI document.
 """
 from flask_wtf import CSRFProtect
-from peewee import DatabaseProxy
 
-# Bound to SQLite or PostgreSQL at start-up by ``app.db.init_db``.
-db = DatabaseProxy()
+from app.db import db  # noqa: F401  (the app, workers and tests import it from here too)
+
 csrf = CSRFProtect()

@@ -8,8 +8,8 @@ prometheus-client's multiprocess mode: point ``PROMETHEUS_MULTIPROC_DIR`` of all
 at one directory (gunicorn.conf.py makes a private one when it is unset; ``make run``
 and the tests set one up).
 
-This module imports no Flask at load time: services and workers call the ``observe_*``
-/ ``count_*`` helpers; ``init_app`` (Flask) registers the endpoint and the request hooks.
+This module imports no Flask: services and workers call the ``observe_*`` / ``count_*``
+helpers; ``app.metrics_http.init_app`` (Flask) registers the endpoint and the request hooks.
 
 ``/metrics`` is outside ``/api/v1``: never authenticated by an API key, never charged.
 With ``METRICS_TOKEN`` set it needs ``Authorization: Bearer <token>``; without it, it
@@ -18,7 +18,6 @@ answers only to loopback addresses, so it is internal by default.
 from __future__ import annotations
 
 import hmac
-import logging
 import os
 import time
 
@@ -92,7 +91,7 @@ class LiveCollector:
     per queue), and whether the database and Redis answer."""
 
     def collect(self):
-        from workers.queues import ENGINE_QUEUE, WEBHOOK_QUEUE
+        from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE
         depth = GaugeMetricFamily("scan_api_queue_depth", "Jobs waiting in each RQ queue", labels=["queue"])
         oldest = GaugeMetricFamily("scan_api_queue_oldest_job_age_seconds",
                                    "Age of the job waiting longest in each RQ queue (0 when empty)", labels=["queue"])
@@ -138,7 +137,7 @@ def _job_age(conn, job_id, now: float) -> float:
 
 
 def _database_answers() -> bool:
-    from app.extensions import db
+    from app.db import db
     try:
         with db.connection_context():
             db.execute_sql("SELECT 1")
@@ -168,49 +167,3 @@ def render() -> tuple[bytes, str]:
 
 def token_matches(given: str, token: str) -> bool:
     return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
-
-
-# --- Flask: the endpoint and the per-request line and counters --------------------------------
-
-access_log = logging.getLogger("app.access")
-
-
-def init_app(app) -> None:
-    from flask import Blueprint, Response, current_app, g, request
-
-    bp = Blueprint("metrics", __name__)
-
-    @bp.get("/metrics")
-    def metrics():
-        token = current_app.config.get("METRICS_TOKEN")
-        allowed = (token_matches(request.headers.get("Authorization", ""), token) if token
-                   else request.remote_addr in LOOPBACK)
-        if not allowed:
-            from app.errors import error_response
-            return error_response(404, "not_found", "no such resource")
-        body, content_type = render()
-        return Response(body, content_type=content_type)
-
-    app.register_blueprint(bp)
-
-    def start_clock():
-        g.started_at = time.perf_counter()
-    # First of all before-request hooks, so that a request refused by one is timed too.
-    app.before_request_funcs.setdefault(None, []).insert(0, start_clock)
-
-    @app.after_request
-    def log_and_count(response):
-        started = g.get("started_at")
-        seconds = time.perf_counter() - started if started is not None else 0.0
-        rule = request.url_rule.rule if request.url_rule is not None else "unmatched"
-        status = str(response.status_code)
-        HTTP_REQUESTS.labels(method=request.method, route=rule, status=status).inc()
-        HTTP_LATENCY.labels(method=request.method, route=rule, status=status).observe(seconds)
-        customer = g.get("customer")
-        size = response.calculate_content_length()
-        access_log.info("%s %s %s %.1f ms", request.method, rule, status, seconds * 1000, extra={
-            "http": {"method": request.method, "route": rule, "status": response.status_code,
-                     "duration_ms": round(seconds * 1000, 2), "bytes": size if size is not None else 0,
-                     "request_id": g.get("request_id"),
-                     "customer_id": customer.id if customer is not None else None}})
-        return response

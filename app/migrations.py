@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from app.extensions import db
+from app.db import db
 from app.models import ALL_MODELS, SchemaVersion
 
 log = logging.getLogger(__name__)

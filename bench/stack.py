@@ -12,16 +12,16 @@ import atexit
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import psycopg2
 import redis
 import requests
+
+from simulator.procutil import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -41,26 +41,6 @@ def local_only(url: str) -> str:
     if host != HOST:
         raise ValueError(f"the benchmark only targets {HOST}, not {url!r}")
     return url
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
-
-
-def wait_until(check, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-            if value:
-                return value
-        except (requests.RequestException, OSError) as exc:
-            last = exc
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what} ({last})")
 
 
 class Proc:

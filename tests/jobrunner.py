@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from rq import Queue, SimpleWorker
 from rq.registry import ScheduledJobRegistry
 
-from workers.queues import ENGINE_QUEUE, WEBHOOK_QUEUE
+from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, promote_due
 
 
 class JobRunner:
@@ -25,12 +25,7 @@ class JobRunner:
     def _promote_due(self) -> None:
         now = datetime.now(timezone.utc).timestamp()
         for queue in self.queues:
-            registry = ScheduledJobRegistry(queue=queue)
-            for job_id in registry.get_jobs_to_schedule(now):
-                job = queue.fetch_job(job_id)
-                registry.remove(job_id)
-                if job is not None:
-                    queue._enqueue_job(job)
+            promote_due(queue, now)
 
     def next_scheduled(self) -> float | None:
         times = []

@@ -19,13 +19,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, TimeoutError as RedisTimeoutError
 from rq import Queue, SimpleWorker
 from rq.defaults import DEFAULT_WORKER_TTL
-from rq.job import Job
 from rq.scheduler import RQScheduler
 
 from app import create_app, runtime
 from app.config import startup_error_line
+from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, promote_due
 from app.startup import StartupError, check
-from workers.queues import ENGINE_QUEUE, WEBHOOK_QUEUE
 
 log = logging.getLogger("workers")
 SWEEP_LOCK = "scan-api:recovery-sweep"
@@ -36,7 +35,7 @@ def run_sweep_once() -> dict | None:
     interval = int(runtime.config["RECOVERY_INTERVAL_SECONDS"])
     if not runtime.redis().set(SWEEP_LOCK, "1", nx=True, ex=max(1, interval - 1)):
         return None
-    from workers.recovery import sweep
+    from app.services.recovery import sweep
     report = sweep()
     if any(v for k, v in report.items() if k != "idempotency_purged"):
         log.info("recovery sweep: %s", report)
@@ -47,11 +46,15 @@ def run_sweep_once() -> dict | None:
 SCHEDULER_INTERVAL = 0.2
 
 
+# RQ internals: RQ 2.12 has no public way to change its scheduler's precision or to
+# give a worker another scheduler class, so PreciseScheduler overrides ``work`` and
+# ``enqueue_scheduled_jobs`` (using the scheduler's private state as RQ's own code does)
+# and ScanWorker overrides ``_start_scheduler``. Moving the due jobs is app.jobs.promote_due.
 class PreciseScheduler(RQScheduler):
     """RQ's scheduler, to the millisecond rather than the second.
 
     RQ's takes the jobs whose due time is at most now rounded down to the second, once
-    a second; ``workers.queues`` stores due times to the millisecond, and this one takes
+    a second; ``app.jobs`` stores due times to the millisecond, and this one takes
     those due by now, every SCHEDULER_INTERVAL. ``work`` and ``enqueue_scheduled_jobs``
     are RQ 2.12's with those two changes (the heartbeat stays once a second, and
     ``interval``, which also sets the lock's lifetime, stays RQ's); the lock that elects
@@ -79,18 +82,7 @@ class PreciseScheduler(RQScheduler):
         if not self._scheduled_job_registries and self._acquired_locks:
             self.prepare_registries()
         for registry in self._scheduled_job_registries:
-            job_ids = registry.get_jobs_to_schedule(time.time())
-            if not job_ids:
-                continue
-            queue = Queue(registry.name, connection=self.connection, serializer=self.serializer)
-            with self.connection.pipeline() as pipeline:
-                jobs = Job.fetch_many(job_ids, connection=self.connection, serializer=self.serializer)
-                for job in jobs:
-                    if job is not None:
-                        queue._enqueue_job(job, pipeline=pipeline, at_front=job.should_enqueue_at_front())
-                for job_id in job_ids:
-                    registry.remove(job_id, pipeline=pipeline)
-                pipeline.execute()
+            promote_due(Queue(registry.name, connection=self.connection, serializer=self.serializer), time.time())
         self._status = self.Status.STARTED
 
 

@@ -15,15 +15,14 @@ from datetime import timedelta
 from rq import get_current_job
 
 from app import runtime
-from app.db import execute, instance, is_postgres
+from app.db import execute, instance
 from app.extensions import db
 from app.logging_setup import log_context
 from app.models import Scan, utcnow
-from app.models.scans import FINAL, IN_FLIGHT
+from app.models.scans import FINAL
 from app.services import engine, tracking
 from app.services.results import InvalidResult, normalize_result
-from app.services.scans import SCAN_BY_ID
-from workers.queues import enqueue_tracking, tracking_job_id
+from app.services.reads import SCAN_BY_ID
 
 log = logging.getLogger(__name__)
 
@@ -43,43 +42,6 @@ def next_interval(scan, now) -> float:
 def backoff(errors: int) -> float:
     """Engine errors back off exponentially from 1 s, up to three poll intervals."""
     return max(1.0, min(_poll_seconds() * 3, 2.0 ** (errors - 1)))
-
-
-def _generation(job_id: str) -> int:
-    try:
-        return int(job_id.rsplit("-", 1)[1])
-    except (IndexError, ValueError):
-        return 0
-
-
-def hand_over(scan_id: str, current_job_id: str | None, delay: float, *, in_flight_only: bool = False,
-              durable: bool = True, **changes) -> bool:
-    """Pass the chain to a successor job ``delay`` seconds from now (CAS on the token),
-    writing ``changes`` in the same UPDATE (only to a scan still in flight if asked).
-
-    ``durable=False`` (a look that found the scan unfinished) commits without waiting
-    for PostgreSQL to flush it to disk, which is most of a look's time. Should the
-    server crash in the fraction of a second before the flush, the scan keeps its old
-    token and progress: the successor finds itself stale and stops, and the recovery
-    sweep starts a new chain (D13), so nothing is lost that the next look would not
-    write again. Final states, charges and deliveries always wait for the disk.
-    """
-    new_job_id = tracking_job_id(scan_id, _generation(current_job_id or "") + 1)
-    query = Scan.update(tracking_job_id=new_job_id, **changes).where(Scan.id == scan_id)
-    if current_job_id is not None:
-        query = query.where(Scan.tracking_job_id == current_job_id)
-    if in_flight_only:
-        query = query.where(Scan.status.in_(IN_FLIGHT))
-    if durable or not is_postgres():
-        changed = query.execute()
-    else:
-        with db.atomic():
-            db.execute_sql("SET LOCAL synchronous_commit = off")
-            changed = query.execute()
-    if not changed:
-        return False
-    enqueue_tracking({scan_id: new_job_id}, delay_seconds=delay)
-    return True
 
 
 def track_scan(scan_id: str) -> str:
@@ -104,7 +66,7 @@ def _track(scan_id: str, job_id: str | None) -> str:
         return "timeout"
     if scan.engine_id is None:
         # Reserved but not yet recorded as submitted (creation is still in its engine call).
-        hand_over(scan_id, job_id, _poll_seconds())
+        tracking.hand_over(scan_id, job_id, _poll_seconds())
         return "waiting"
     try:
         state = engine.status(scan.engine_id)
@@ -115,12 +77,12 @@ def _track(scan_id: str, job_id: str | None) -> str:
         errors = scan.check_errors + 1
         log.warning("scan %s: engine error %d (%s), retrying", scan_id, errors, exc)
         delay = max(MIN_DELAY, min(backoff(errors), (deadline - now).total_seconds()))
-        hand_over(scan_id, job_id, delay, check_errors=errors, last_checked_at=now)
+        tracking.hand_over(scan_id, job_id, delay, check_errors=errors, last_checked_at=now)
         return "engine_error"
     if outcome == "unfinished":
         # The progress and the hand-over to the next look: one UPDATE, one commit.
         delay = max(MIN_DELAY, min(next_interval(scan, now), (deadline - now).total_seconds()))
-        hand_over(scan_id, job_id, delay, in_flight_only=True, durable=False, **progress)
+        tracking.hand_over(scan_id, job_id, delay, in_flight_only=True, durable=False, **progress)
     return outcome
 
 

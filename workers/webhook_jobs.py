@@ -1,50 +1,28 @@
-"""Webhook delivery jobs (§6, D11, D13): one job makes at most one HTTP request.
+"""Webhook delivery jobs (§6, D11): one job makes at most one HTTP request.
 
-A job ``dlv-<delivery>-<n>`` may make attempt ``n`` only, and only while it is the
-delivery's current job. It reserves the attempt with a compare-and-set on the
-delivery's ``attempts`` counter and writes the attempt row as ``in_progress``
-*before* sending, so every request has exactly one row: a duplicate or replayed job
-loses the compare-and-set and sends nothing; a worker killed during the request
-leaves its row ``in_progress``, and the recovery sweep (``recover_deliveries``)
-closes it as ``worker_lost`` and goes on with the schedule.
-
-After the request, one transaction records the outcome on the attempt row and moves
-the delivery on: ``succeeded`` on any 2xx; otherwise the next job is scheduled
-``WEBHOOK_RETRY_SCHEDULE[k-1]`` seconds later (k = the attempt's place in its series),
-or the delivery is ``failed`` when the schedule is used up. The next job is enqueued
-only after that commit; if Redis refuses it, the sweep enqueues it.
+The job loads its attempt from ``app.services.deliveries`` (which decides whether this
+job may make one), makes the request, and hands the outcome back to it: recording,
+retry scheduling and failing are that service's.
 """
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from datetime import timedelta, timezone
 
 import requests
 from rq import get_current_job
 from urllib3.exceptions import HTTPError as Urllib3Error
 
-from app import metrics, runtime
+from app import runtime
 from app.extensions import db
 from app.logging_setup import log_context
-from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, utcnow
-from app.models.webhooks import FAILED, PENDING, SUCCEEDED
-from app.services.crypto import decrypt_secret
+from app.services import deliveries
+from app.services.deliveries import Outcome
 from app.services.webhook_urls import AttemptDeadline, UnsafeWebhookUrl, check_scheme, guarded_session
-from app.services.webhooks import delivery_job_id, job_attempt_number
-from app.webhook_signature import SIGNATURE_HEADER, sign
-from workers.queues import DELIVERY_JOB_TIMEOUT, enqueue_delivery
-from workers.recovery import live_job_ids
 
 log = logging.getLogger(__name__)
 
-USER_AGENT = "Service-Webhook/1"
-IN_PROGRESS = "in_progress"
 EXCERPT_BYTES = 1024
-# RQ kills a delivery job after the job_timeout that workers.queues.enqueue_delivery
-# gives it (120 s): an attempt in progress for longer has certainly been abandoned.
-ATTEMPT_DEADLINE_SECONDS = DELIVERY_JOB_TIMEOUT
 
 # Error classes recorded on an attempt, most specific first (requests' ConnectTimeout
 # is both a Timeout and a ConnectionError; its SSLError is a ConnectionError).
@@ -57,20 +35,6 @@ REQUEST_ERRORS = (
 )
 
 
-@dataclass
-class Outcome:
-    """What one HTTP request came to."""
-
-    status_code: int | None = None
-    error: str | None = None
-    excerpt: str | None = None
-    duration_ms: int = 0
-
-    @property
-    def succeeded(self) -> bool:
-        return self.error is None and self.status_code is not None and 200 <= self.status_code < 300
-
-
 def deliver(delivery_id: str) -> str:
     job = get_current_job()
     with log_context(delivery_id=delivery_id), db.connection_context():
@@ -78,64 +42,10 @@ def deliver(delivery_id: str) -> str:
 
 
 def _deliver(delivery_id: str, job_id: str | None) -> str:
-    delivery = WebhookDelivery.get_or_none(WebhookDelivery.id == delivery_id)
-    if delivery is None or delivery.status != PENDING:
-        return "final"
-    number = delivery.attempts + 1
-    if job_id is None or delivery.job_id != job_id or job_attempt_number(job_id) != number:
-        log.info("delivery %s: job %s is not the current one, stopping", delivery_id, job_id)
-        return "stale"
-    # Everything that could fail is done before the claim: a claimed attempt is always
-    # followed by its request (or its worker died, which the sweep sees).
-    body = delivery.body.encode("utf-8")
-    now = utcnow()
-    headers = _headers(delivery, body, now)
-    attempt = _reserve(delivery, number, job_id, now)
-    if attempt is None:
-        return "stale"
-    outcome = _post(delivery.url, headers, body)
-    return _record(delivery, attempt, outcome)
-
-
-def _signing_secret(delivery: WebhookDelivery) -> str | None:
-    """The key's secret as it is now, so a rotation also covers pending retries."""
-    key = ApiKey.get_by_id(delivery.api_key_id)
-    secret = decrypt_secret(key.webhook_secret_enc)
-    if key.webhook_secret_enc and secret is None:
-        log.warning("key %s: the webhook secret cannot be decrypted (SECRET_KEY changed?); "
-                    "delivery %s is sent unsigned", key.id, delivery.id)
-    return secret
-
-
-def _unix_ms(moment) -> int:
-    return int(moment.replace(tzinfo=timezone.utc).timestamp() * 1000)
-
-
-def _headers(delivery: WebhookDelivery, body: bytes, now) -> dict:
-    headers = {
-        "Content-Type": "application/json",
-        "User-Agent": USER_AGENT,
-        "X-Service-Event": delivery.event,
-        "X-Service-Delivery": delivery.id,
-        "X-Service-Timestamp": str(_unix_ms(now)),
-    }
-    secret = _signing_secret(delivery)
-    if secret:
-        headers[SIGNATURE_HEADER] = sign(secret, body)
-    return headers
-
-
-def _reserve(delivery: WebhookDelivery, number: int, job_id: str, now) -> DeliveryAttempt | None:
-    """Claim attempt ``number`` and log it as in progress, or None when another job has."""
-    with db.atomic():
-        claimed = (WebhookDelivery.update(attempts=WebhookDelivery.attempts + 1)
-                   .where((WebhookDelivery.id == delivery.id) & (WebhookDelivery.attempts == number - 1)
-                          & (WebhookDelivery.job_id == job_id) & (WebhookDelivery.status == PENDING))
-                   .execute())
-        if not claimed:
-            return None
-        return DeliveryAttempt.create(delivery=delivery.id, number=number, started_at=now, url=delivery.url,
-                                      outcome=IN_PROGRESS)
+    attempt = deliveries.start_attempt(delivery_id, job_id)
+    if isinstance(attempt, str):
+        return attempt
+    return deliveries.record(attempt.delivery, attempt.row, _post(attempt.url, attempt.headers, attempt.body))
 
 
 def _post(url: str, headers: dict, body: bytes) -> Outcome:
@@ -171,115 +81,3 @@ def _excerpt(response, deadline: AttemptDeadline) -> str:
         deadline.finish()  # before the socket is closed
         response.close()
     return data[:EXCERPT_BYTES].decode("utf-8", errors="replace")
-
-
-def _record(delivery: WebhookDelivery, attempt: DeliveryAttempt, outcome: Outcome) -> str:
-    now = utcnow()
-    with db.atomic():
-        closed = (DeliveryAttempt
-                  .update(outcome=SUCCEEDED if outcome.succeeded else FAILED, status_code=outcome.status_code,
-                          error=outcome.error, duration_ms=outcome.duration_ms, response_excerpt=outcome.excerpt)
-                  .where((DeliveryAttempt.id == attempt.id) & (DeliveryAttempt.outcome == IN_PROGRESS))
-                  .execute())
-        if not closed:
-            # The sweep took this attempt for lost and already went on with the schedule.
-            return "superseded"
-        if outcome.succeeded:
-            _finish(delivery.id, attempt.number, SUCCEEDED, now)
-            next_job = None
-        else:
-            next_job = _after_failure(delivery, attempt.number, now)
-    log.info("delivery %s attempt %d: %s", delivery.id, attempt.number,
-             outcome.error or f"HTTP {outcome.status_code}")
-    metrics.count_webhook_attempt(outcome.succeeded, outcome.error, outcome.status_code)
-    if outcome.succeeded and not delivery.series_start:  # a redelivery's wait is the customer's choice
-        metrics.observe_delivery_acknowledged(delivery.event, (now - delivery.created_at).total_seconds())
-    if next_job is not None:
-        enqueue_delivery(delivery.id, *next_job)
-    return SUCCEEDED if outcome.succeeded else FAILED
-
-
-def _finish(delivery_id: str, number: int, status: str, now) -> None:
-    (WebhookDelivery.update(status=status, finished_at=now, next_attempt_at=None)
-     .where((WebhookDelivery.id == delivery_id) & (WebhookDelivery.status == PENDING)
-            & (WebhookDelivery.attempts == number))
-     .execute())
-
-
-def _after_failure(delivery: WebhookDelivery, number: int, now) -> tuple[str, float] | None:
-    """Hand the delivery to the job of attempt ``number + 1`` (compare-and-set on the
-    token), or fail it when its series has had every retry. Call inside the transaction
-    that closes attempt ``number``; returns ``(job id, delay)`` to enqueue after it."""
-    schedule = runtime.config["WEBHOOK_RETRY_SCHEDULE"]
-    place = number - delivery.series_start
-    if place > len(schedule):
-        _finish(delivery.id, number, FAILED, now)
-        return None
-    delay = float(schedule[place - 1])
-    next_job = delivery_job_id(delivery.id, number + 1)
-    handed = (WebhookDelivery
-              .update(job_id=next_job, next_attempt_at=now + timedelta(seconds=delay))
-              .where((WebhookDelivery.id == delivery.id) & (WebhookDelivery.status == PENDING)
-                     & (WebhookDelivery.attempts == number)
-                     & (WebhookDelivery.job_id == delivery_job_id(delivery.id, number)))
-              .execute())
-    return (next_job, delay) if handed else None
-
-
-# --- Recovery (D13) -------------------------------------------------------------------
-
-
-def recover_deliveries(now) -> dict:
-    """Re-dispatch pending deliveries whose job Redis no longer holds.
-
-    A delivery created (or last attempted) less than ``RECOVERY_STALE_SECONDS`` ago is
-    left alone, as its job may be on its way into Redis. An attempt still
-    ``in_progress`` after ``ATTEMPT_DEADLINE_SECONDS`` is closed as ``worker_lost``
-    (a failed attempt) and the schedule goes on from it; otherwise the waiting job is
-    enqueued again under the same id, at its due time. Re-enqueuing a job that turns
-    out to be alive is harmless: only one of the two can claim the attempt.
-    """
-    stale_before = now - timedelta(seconds=runtime.config["RECOVERY_STALE_SECONDS"])
-    candidates = list(WebhookDelivery
-                      .select(WebhookDelivery.id, WebhookDelivery.job_id, WebhookDelivery.attempts,
-                              WebhookDelivery.series_start, WebhookDelivery.next_attempt_at)
-                      .where((WebhookDelivery.status == PENDING) & (WebhookDelivery.created_at < stale_before)))
-    alive = live_job_ids([d.job_id for d in candidates if d.job_id])
-    report = {"deliveries_redispatched": 0, "attempts_closed": 0}
-    for delivery in candidates:
-        if delivery.job_id in alive:
-            continue
-        closed, redispatched = _recover(delivery, now, stale_before)
-        report["attempts_closed"] += closed
-        report["deliveries_redispatched"] += redispatched
-    return report
-
-
-def _recover(delivery: WebhookDelivery, now, stale_before) -> tuple[bool, bool]:
-    """Returns (an attempt was closed as lost, a job was enqueued)."""
-    last = (DeliveryAttempt.select().where(DeliveryAttempt.delivery == delivery.id)
-            .order_by(DeliveryAttempt.number.desc()).first())
-    if last is not None and last.outcome == IN_PROGRESS:
-        if last.started_at >= now - timedelta(seconds=max(ATTEMPT_DEADLINE_SECONDS,
-                                                          runtime.config["RECOVERY_STALE_SECONDS"])):
-            return False, False
-        return _close_lost(delivery, last, now)
-    if last is not None and last.started_at >= stale_before:
-        return False, False
-    delay = max(0.0, ((delivery.next_attempt_at or now) - now).total_seconds())
-    log.info("delivery %s: job %s was lost, re-dispatched", delivery.id, delivery.job_id)
-    return False, enqueue_delivery(delivery.id, delivery.job_id, delay)
-
-
-def _close_lost(delivery: WebhookDelivery, attempt: DeliveryAttempt, now) -> tuple[bool, bool]:
-    """Close an abandoned attempt as failed (``worker_lost``) and go on with the schedule."""
-    with db.atomic():
-        closed = (DeliveryAttempt.update(outcome=FAILED, error="worker_lost")
-                  .where((DeliveryAttempt.id == attempt.id) & (DeliveryAttempt.outcome == IN_PROGRESS))
-                  .execute())
-        if not closed:
-            return False, False
-        next_job = _after_failure(delivery, attempt.number, now)
-    log.warning("delivery %s attempt %d: the worker was lost", delivery.id, attempt.number)
-    metrics.count_webhook_attempt(False, "worker_lost", None)
-    return True, next_job is not None and enqueue_delivery(delivery.id, *next_job)

@@ -10,21 +10,17 @@ store or release the idempotency claim.
 from __future__ import annotations
 
 import logging
-import re
 
 from flask import current_app, g, request
 
 from app.api.auth import authenticate
-from app.errors import DB_ERRORS, ApiError, error_response, service_unavailable
+from app.errors import DB_ERRORS, from_service_error, handle_api_error, service_unavailable
 from app.models import utcnow
 from app.services import billing, idempotency, quotas
-from app.services.limits import limits_for
-from app.services.scans import insufficient_balance
+from app.services.errors import InsufficientBalance
+from app.services.limits import DAY, HOUR, Limits, limits_for
 
 log = logging.getLogger(__name__)
-
-CHARGEABLE = frozenset({200, 202, 400, 403, 404})
-CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def before_api_request():
@@ -34,18 +30,12 @@ def before_api_request():
         replay = _claim_idempotency(request.headers["Idempotency-Key"])
         if replay is not None:
             return replay
-    if g.customer.balance < 1:
-        raise insufficient_balance(g.customer.balance)
+    billing.check_can_pay(g.customer.balance)
     return None
 
 
 def _claim_idempotency(key: str):
-    if not 1 <= len(key) <= 255:
-        raise ApiError(400, "invalid_request", "Idempotency-Key must have 1 to 255 characters")
-    if CONTROL_CHARS.search(key):  # not in a valid header value, and PostgreSQL cannot store a NUL
-        raise ApiError(400, "invalid_request", "Idempotency-Key must not contain control characters")
-    body_hash = idempotency.request_hash(request.path, request.get_data(cache=True))
-    claim = idempotency.claim(g.customer.id, key, request.path, body_hash)
+    claim = idempotency.claim_request(g.customer.id, key, request.path, request.get_data(cache=True))
     if claim[0] == "new":
         g.idempotency_record = claim[1]
         return None
@@ -76,13 +66,13 @@ def after_api_request(response):
 
 
 def _charge(response, customer):
-    if response.status_code not in CHARGEABLE or g.get("charged") or g.get("free_call"):
+    if not billing.call_is_charged(response.status_code) or g.get("charged") or g.get("free_call"):
         return response
     balance, g.usage = billing.charge_call(customer.id, g.get("request_id"), utcnow())
     if balance is None:
         # The balance ran out between the check and this charge: the call is not served.
         g.balance = billing.balance_of(customer.id)
-        return error_response(402, "insufficient_balance", "the account balance is below 1 credit")
+        return handle_api_error(from_service_error(InsufficientBalance(g.balance)))
     g.balance, g.charged = balance, True
     return response
 
@@ -92,21 +82,25 @@ def _report(response, customer):
     if balance is None:
         balance = billing.balance_of(customer.id)
     response.headers["X-Credits-Remaining"] = str(balance)
-    limit_headers = g.get("limit_headers")
-    if limit_headers is None:
-        usage = g.get("usage") or quotas.window_usage(customer.id, utcnow())
-        limit_headers = quotas.limit_headers(limits_for(customer), usage)
-    response.headers.update(limit_headers)
+    usage = g.get("usage") or quotas.window_usage(customer.id, utcnow())
+    response.headers.update(rate_limit_headers(g.get("limits") or limits_for(customer), usage))
+
+
+def rate_limit_headers(limits: Limits, usage: quotas.Usage) -> dict:
+    """IETF httpapi RateLimit draft-10 fields for the hour and day windows."""
+    hour_reset, day_reset = quotas.resets(usage)
+    return {
+        "RateLimit-Policy": f'"hour";q={limits.hour};w={HOUR}, "day";q={limits.day};w={DAY}',
+        "RateLimit": (f'"hour";r={max(0, limits.hour - usage.hour)};t={hour_reset}, '
+                      f'"day";r={max(0, limits.day - usage.day)};t={day_reset}'),
+    }
 
 
 def _settle_idempotency(response):
     record_id = g.pop("idempotency_record", None)
     if record_id is None:
         return
-    if response.status_code == 202:
-        idempotency.complete(record_id, 202, response.get_data(as_text=True))
-    else:
-        idempotency.release(record_id)
+    idempotency.settle(record_id, response.status_code, lambda: response.get_data(as_text=True))
 
 
 def teardown_api_request(exc):
@@ -123,7 +117,7 @@ def served(outcome):
     """Note that a view charged inside its own transaction; hand over its balance and headers."""
     g.charged = True
     g.balance = outcome.balance
-    g.limit_headers = outcome.headers
+    g.limits, g.usage = outcome.limits, outcome.usage
     return outcome.body
 
 

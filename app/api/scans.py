@@ -1,6 +1,7 @@
 """The scan endpoints of §4: create, read, bulk create, aggregate read.
 
-Views stay thin: they hand parsed input to ``services.scans`` and return its body;
+Views stay thin: they hand parsed input to ``services.scans`` (creations) and
+``services.reads`` and return its body;
 authentication, charging and the limit headers are ``app.api.hooks``'s job.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ from app.api.base import ApiBlueprint
 from app.schemas.errors import ErrorSchema
 from app.schemas.scans import (BulkCreatedSchema, BulkCreateSchema, BulkStateSchema, ScanCreatedSchema,
                                ScanCreateSchema, ScanSchema)
-from app.services import scans
+from app.services import reads, scans
 
 blp = ApiBlueprint("scans", __name__, url_prefix="/api/v1",
                 description="Create scans, read them, and do both in bulk.")
@@ -81,6 +82,21 @@ def base_url() -> str:
     return current_app.config["PUBLIC_BASE_URL"] or request.host_url.rstrip("/")
 
 
+def scan_url(scan_id: str) -> str:
+    return f"{base_url()}/api/v1/scan/{scan_id}"
+
+
+def with_poll_urls(body: dict) -> dict:
+    """A creation's body with the URLs to poll, last in each object as the schemas order them."""
+    if "bulk_id" in body:
+        for entry in body["scans"]:
+            entry["poll_url"] = scan_url(entry["scan_id"])
+        body["aggregate_poll_url"] = f"{base_url()}/api/v1/scan/bulk/{body['bulk_id']}"
+    else:
+        body["poll_url"] = scan_url(body["scan_id"])
+    return body
+
+
 @blp.route("/scan")
 class ScanCreate(MethodView):
     @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Create a scan")
@@ -90,8 +106,8 @@ class ScanCreate(MethodView):
     def post(self, body):
         """Queue an investigation of one target. Costs 1 credit."""
         outcome = scans.create_scan(g.customer, g.api_key.id, body["target"], body.get("kind"),
-                                    base_url=base_url(), request_id=g.request_id)
-        return json_body(hooks.served(outcome), 202)
+                                    request_id=g.request_id)
+        return json_body(with_poll_urls(hooks.served(outcome)), 202)
 
 
 @blp.route("/scan/<scan_id:scan_id>")
@@ -102,7 +118,7 @@ class ScanRead(MethodView):
     @documented_errors(401, 402, 403, 404, 503)
     def get(self, scan_id):
         """Read one scan. Poll every 10 to 15 seconds until it is completed or failed. Costs 1 credit."""
-        return json_body(scans.read_scan(g.customer.id, scan_id))
+        return json_body(reads.read_scan(g.customer.id, scan_id))
 
 
 @blp.route("/scan/bulk")
@@ -117,9 +133,8 @@ class BulkCreate(MethodView):
              "`rate_limit_day`; with `Retry-After`"})
     def post(self, body):
         """Queue up to 100 targets (Business and Enterprise). Costs 1 credit per queued scan, 1 if none."""
-        outcome = scans.create_bulk(g.customer, g.api_key.id, body["targets"], base_url=base_url(),
-                                    request_id=g.request_id)
-        return json_body(hooks.served(outcome), 202)
+        outcome = scans.create_bulk(g.customer, g.api_key.id, body["targets"], request_id=g.request_id)
+        return json_body(with_poll_urls(hooks.served(outcome)), 202)
 
 
 @blp.route("/scan/bulk/<string:bulk_id>")
@@ -129,4 +144,4 @@ class BulkRead(MethodView):
     @documented_errors(401, 402, 403, 404, 503)
     def get(self, bulk_id):
         """Read every scan of a batch in one call. Costs 1 credit."""
-        return json_body(scans.read_bulk(g.customer.id, bulk_id))
+        return json_body(reads.read_bulk(g.customer.id, bulk_id))

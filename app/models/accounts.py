@@ -7,6 +7,11 @@ from app.models.base import BaseModel, utcnow
 TIERS = ("pro", "business", "enterprise")
 
 
+def key_display(prefix: str, last4: str) -> str:
+    """How a key is shown once issued: its prefix and last four characters, never more."""
+    return f"{prefix}…{last4}"
+
+
 class Customer(BaseModel):
     id = CharField(primary_key=True, max_length=40)
     name = CharField(max_length=200)
@@ -44,7 +49,7 @@ class ApiKey(BaseModel):
 
     @property
     def display(self) -> str:
-        return f"{self.prefix}…{self.last4}"
+        return key_display(self.prefix, self.last4)
 
 
 class PortalUser(BaseModel):

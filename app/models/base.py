@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 from peewee import Model
 
-from app.extensions import db
+from app.db import db
 
 
 def utcnow() -> datetime:

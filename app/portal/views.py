@@ -8,11 +8,10 @@ from flask import Blueprint, abort, flash, g, redirect, render_template, request
 from app.models import ApiKey, utcnow
 from app.portal import security
 from app.portal.forms import ActionForm, LoginForm, WebhookForm
-from app.services import portal_users, quotas, webhooks
+from app.services import accounts, billing, portal_users, quotas, webhooks
 from app.services.accounts import AccountError
 from app.services.crypto import decrypt_secret
 from app.services.limits import limits_for
-from app.services.scans import ledger_rows
 
 bp = Blueprint("portal", __name__, url_prefix="/app", template_folder="templates", static_folder="static")
 bp.after_request(security.add_security_headers)
@@ -95,15 +94,14 @@ def logout():
 @bp.get("/api-keys")
 @security.login_required
 def keys():
-    rows = list(ApiKey.select().where(ApiKey.customer == g.portal_customer.id).order_by(ApiKey.created_at.desc()))
-    return render_template("portal/keys.html", keys=rows, action=ActionForm())
+    return render_template("portal/keys.html", keys=accounts.customer_keys(g.portal_customer.id), action=ActionForm())
 
 
 def _owned_key_or_404(key_id: str) -> ApiKey:
-    key = ApiKey.get_or_none((ApiKey.id == key_id) & (ApiKey.customer == g.portal_customer.id))
-    if key is None:
+    try:
+        return webhooks.owned_key(key_id, g.portal_customer.id)
+    except LookupError:
         abort(404)
-    return key
 
 
 @bp.get("/api-keys/<key_id>")
@@ -218,4 +216,5 @@ def usage():
     quota = [("In flight now", quotas.inflight_count(customer.id), limits.inflight),
              ("Created in the last hour", window.hour, limits.hour),
              ("Created in the last 24 hours", window.day, limits.day)]
-    return render_template("portal/usage.html", customer=customer, quota=quota, ledger=ledger_rows(customer.id, 25))
+    return render_template("portal/usage.html", customer=customer, quota=quota,
+                           ledger=billing.ledger_rows(customer.id, 25))

@@ -3,15 +3,14 @@ from __future__ import annotations
 
 from werkzeug.security import generate_password_hash
 
-from app.extensions import db
-from app.models import ApiKey, Customer, PortalUser, new_id, utcnow
+from app.db import columns, db, execute, instance, is_postgres, table, write_transaction
+from app.models import ApiKey, CreditLedger, Customer, PortalUser, QuotaMinute, iso, new_id, utcnow
 from app.models.accounts import TIERS
-from app.services import billing
+from app.services import billing, quotas, webhooks
 from app.services.crypto import digest, new_api_key
+from app.services.errors import AccountError  # raised here; callers may catch it as accounts.AccountError
+from app.services.limits import limits_for
 
-
-class AccountError(ValueError):
-    """An operator or portal input that cannot be accepted; the message says why."""
 
 
 # The columns' ranges: balances and ledger deltas are BIGINT, limit overrides INTEGER.
@@ -54,6 +53,20 @@ def create_customer(name: str, tier: str, credits: int = 0) -> Customer:
         if credits:
             billing.credit(customer.id, credits, "grant", note="initial credits")
     return Customer.get_by_id(customer.id)
+
+
+CUSTOMER_BY_ID = f"SELECT {columns(Customer)} FROM {table(Customer)} WHERE id = ?"
+
+
+def lock_customer(customer_id: str) -> Customer:
+    """The customer's row, locked until the transaction ends: this serialises a customer's
+    admissions (``SELECT ... FOR UPDATE`` on PostgreSQL; ``write_transaction`` is the
+    lock on SQLite). Call inside ``app.db.write_transaction``."""
+    sql = CUSTOMER_BY_ID + (" FOR UPDATE" if is_postgres() else "")
+    row = execute(sql, (customer_id,)).fetchone()
+    if row is None:
+        raise Customer.DoesNotExist(f"no customer {customer_id}")
+    return instance(Customer, row)
 
 
 def get_customer(customer_id: str) -> Customer:
@@ -111,8 +124,6 @@ def issue_key(customer_id: str, name: str = "", webhook_url: str | None = None,
     The webhook URL and secret go through ``webhooks.set_webhook``, the portal's own
     rules, in the key's transaction: a refused one leaves no key behind.
     """
-    from app.services import webhooks
-
     get_customer(customer_id)
     name = _check_text("name", name, MAX_NAME_LENGTH, required=False)
     plaintext = new_api_key()
@@ -141,6 +152,11 @@ def list_keys(customer_id: str | None = None) -> list[ApiKey]:
     return list(query)
 
 
+def customer_keys(customer_id: str) -> list[ApiKey]:
+    """A customer's keys, newest first (the portal's list)."""
+    return list(ApiKey.select().where(ApiKey.customer == customer_id).order_by(ApiKey.created_at.desc()))
+
+
 def revoke_key(key_id: str) -> ApiKey:
     key = get_key(key_id)
     ApiKey.update(revoked_at=utcnow()).where((ApiKey.id == key_id) & ApiKey.revoked_at.is_null()).execute()
@@ -161,7 +177,6 @@ def create_user(customer_id: str, email: str, password: str) -> PortalUser:
 
 
 def customer_dict(customer: Customer) -> dict:
-    from app.services.limits import limits_for
     limits = limits_for(customer)
     return {
         "customer_id": customer.id, "name": customer.name, "tier": customer.tier, "balance": customer.balance,
@@ -174,10 +189,6 @@ def customer_overview(customer_id: str, now=None, ledger_rows: int = 10) -> dict
     """What an operator needs to know about a customer at once: the balance, tier and
     limits, the usage ``now`` (as the portal's usage page counts it), the keys, and the
     latest credit movements with their notes (an operator's credit keeps its reason there)."""
-    from app.models import CreditLedger
-    from app.models.base import iso
-    from app.services import quotas
-
     customer = get_customer(customer_id)
     now = now or utcnow()
     window = quotas.window_usage(customer.id, now)
@@ -196,10 +207,30 @@ def customer_overview(customer_id: str, now=None, ledger_rows: int = 10) -> dict
 
 
 def key_dict(key: ApiKey) -> dict:
-    from app.models.base import iso
     return {
         "key_id": key.id, "customer_id": key.customer_id, "name": key.name, "prefix": key.prefix,
         "last4": key.last4, "created_at": iso(key.created_at), "last_used_at": iso(key.last_used_at),
         "revoked_at": iso(key.revoked_at), "status": "active" if key.is_live else "revoked",
         "webhook_url": key.webhook_url, "has_webhook_secret": bool(key.webhook_secret_enc),
     }
+
+
+def recount(customer_id: str) -> dict:
+    """Rebuild the customer's quota counters from its scans (``flask customers recount``).
+
+    The counters move with every scan in the code, so this only matters after scans were
+    changed by hand in the database. Under the admission's lock: an admission waits, and a
+    scan finishing meanwhile is counted in flight here and taken out after (its UPDATE of
+    the customer waits for this transaction), so the counters stay right.
+    """
+    now = utcnow()
+    with write_transaction():
+        customer = lock_customer(customer_id)
+        counted, minutes = quotas.counted_from_scans(now, customer_id)
+        in_flight = counted[customer_id]
+        execute(f"UPDATE {table(Customer)} SET in_flight = ? WHERE id = ?", (in_flight, customer_id))
+        QuotaMinute.delete().where(QuotaMinute.customer == customer_id).execute()
+        for (_, minute), count in minutes.items():
+            quotas.count_created(customer_id, minute, count)
+    return {"customer_id": customer_id, "in_flight": {"was": customer.in_flight, "now": in_flight},
+            "day": sum(minutes.values())}

@@ -13,9 +13,32 @@ statement, so a read pays one round trip and one commit for all three.
 from __future__ import annotations
 
 from app.db import execute, is_postgres, table
-from app.extensions import db
+from app.db import db
 from app.models import CreditLedger, Customer, utcnow
 from app.services import quotas
+from app.services.errors import InsufficientBalance
+
+
+# What a call costs (D3). A served call costs 1 credit when its answer is one of these
+# statuses (2xx, 400, 403, 404; no 401, 402, 409, 429 or 5xx); a creation costs one
+# credit per scan it queues (``admission_cost``), charged with the scans.
+CALL_PRICE = 1
+CHARGED_STATUSES = frozenset({200, 202, 400, 403, 404})
+
+
+def call_is_charged(status: int) -> bool:
+    return status in CHARGED_STATUSES
+
+
+def admission_cost(queued: int) -> int:
+    """The credits a creation of ``queued`` scans costs: one per scan, one for a bulk call that queued none."""
+    return max(queued, 1)
+
+
+def check_can_pay(balance: int) -> None:
+    """Refuse a call from a balance below one call's price (before any validation, D3)."""
+    if balance < CALL_PRICE:
+        raise InsufficientBalance(balance)
 
 
 LEDGER_REFS = {"scan_id", "bulk_id", "request_id", "note"}
@@ -30,9 +53,12 @@ ledger AS (
 SELECT balance_after FROM ledger"""
 
 
-def _apply(customer_id: str, delta: int, reason: str, *, in_flight: int = 0, **ref) -> int | None:
+def apply(customer_id: str, delta: int, reason: str, *, in_flight: int = 0, **ref) -> int | None:
     """Change the balance by ``delta`` with its ledger row; ``in_flight`` moves the scans in
-    flight in the same UPDATE (admissions and their reversals change both at once)."""
+    flight in the same UPDATE (admissions and their reversals change both at once).
+
+    Runs in the caller's transaction (``charge`` and ``credit`` open their own); returns
+    the new balance, or None when a debit would overdraw it (nothing is written then)."""
     if is_postgres():
         # The conditional UPDATE and its ledger row in one statement (one round trip).
         unknown = set(ref) - LEDGER_REFS
@@ -57,13 +83,13 @@ def _apply(customer_id: str, delta: int, reason: str, *, in_flight: int = 0, **r
 def charge(customer_id: str, amount: int, reason: str, **ref) -> int | None:
     """Take ``amount`` credits; the new balance, or None when the balance is short."""
     with db.atomic():
-        return _apply(customer_id, -amount, reason, **ref)
+        return apply(customer_id, -amount, reason, **ref)
 
 
 def credit(customer_id: str, amount: int, reason: str, **ref) -> int:
     """Give ``amount`` credits (a grant or a refund); returns the new balance."""
     with db.atomic():
-        balance = _apply(customer_id, amount, reason, **ref)
+        balance = apply(customer_id, amount, reason, **ref)
     if balance is None:
         raise LookupError(f"no customer {customer_id}")
     return balance
@@ -92,9 +118,14 @@ def charge_call(customer_id: str, request_id: str | None, now):
     """Charge one served call: ``(new balance or None when short, quotas.Usage at ``now``)``."""
     if not is_postgres():
         with db.atomic():  # one transaction, as the one statement below: a failure leaves no charge
-            balance = _apply(customer_id, -1, "call", request_id=request_id)
+            balance = apply(customer_id, -CALL_PRICE, "call", request_id=request_id)
             return balance, quotas.window_usage(customer_id, now)
     row = execute(CHARGE_AND_USAGE,
-                  (1, customer_id, 1, customer_id, -1, "call", request_id, now)
+                  (CALL_PRICE, customer_id, CALL_PRICE, customer_id, -CALL_PRICE, "call", request_id, now)
                   + quotas.window_params(customer_id, now)).fetchone()
     return row[0], quotas.usage_from(row[1:], now)
+
+
+def ledger_rows(customer_id: str, limit: int = 50):
+    return list(CreditLedger.select().where(CreditLedger.customer == customer_id)
+                .order_by(CreditLedger.id.desc()).limit(limit))

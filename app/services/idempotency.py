@@ -10,16 +10,44 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from datetime import timedelta
 
 from peewee import IntegrityError
 
-from app.errors import ApiError
-from app.extensions import db
+from app.db import db
 from app.models import IdempotencyRecord, utcnow
+from app.services.errors import Conflict, InvalidRequest
 
 TTL = timedelta(hours=24)
 ABANDONED_AFTER = timedelta(minutes=2)
+MAX_KEY_LENGTH = 255
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+# Only this answer is stored and replayed; any other releases the key for a fresh retry.
+STORED_STATUS = 202
+
+
+def check_key(key: str) -> None:
+    """Refuse an Idempotency-Key that cannot be stored or sent back (``InvalidRequest``)."""
+    if not 1 <= len(key) <= MAX_KEY_LENGTH:
+        raise InvalidRequest(f"Idempotency-Key must have 1 to {MAX_KEY_LENGTH} characters")
+    if CONTROL_CHARS.search(key):  # not in a valid header value, and PostgreSQL cannot store a NUL
+        raise InvalidRequest("Idempotency-Key must not contain control characters")
+
+
+def claim_request(customer_id: str, key: str, endpoint: str, raw_body: bytes):
+    """Check ``key``, then ``claim`` it for this request (its endpoint and body)."""
+    check_key(key)
+    return claim(customer_id, key, endpoint, request_hash(endpoint, raw_body))
+
+
+def settle(record_id: int, status: int, body) -> None:
+    """Store the answer of a claimed request when it is the one replayed, else release the key.
+    ``body`` is the answer's text, or a function that gives it (read only when it is stored)."""
+    if status == STORED_STATUS:
+        complete(record_id, status, body() if callable(body) else body)
+    else:
+        release(record_id)
 
 
 def request_hash(endpoint: str, raw_body: bytes) -> str:
@@ -31,8 +59,8 @@ def request_hash(endpoint: str, raw_body: bytes) -> str:
     return hashlib.sha256(endpoint.encode() + b"\0" + canonical).hexdigest()
 
 
-def _conflict(message: str) -> ApiError:
-    return ApiError(409, "idempotency_conflict", message)
+def _conflict(message: str) -> Conflict:
+    return Conflict(message)
 
 
 def claim(customer_id: str, key: str, endpoint: str, body_hash: str):

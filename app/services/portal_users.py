@@ -15,7 +15,7 @@ from datetime import timedelta
 from peewee import fn
 from werkzeug.security import check_password_hash, generate_password_hash
 
-from app.extensions import db
+from app.db import db
 from app.models import Customer, PortalSession, PortalUser, iso, utcnow
 from app.services import login_throttle
 from app.services.accounts import AccountError, get_customer

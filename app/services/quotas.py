@@ -30,9 +30,10 @@ from datetime import datetime, timedelta
 from peewee import fn
 
 from app.db import execute, table
-from app.errors import ApiError
+from app.metrics import RATE_LIMITED
 from app.models import QuotaMinute, Scan
 from app.models.scans import IN_FLIGHT
+from app.services.errors import RateLimited
 from app.services.limits import DAY, HOUR, Limits
 
 
@@ -137,15 +138,11 @@ def _seconds_until(moment: datetime | None, now: datetime) -> int:
     return max(0, math.ceil((moment - now).total_seconds()))
 
 
-def limit_headers(limits: Limits, usage: Usage) -> dict:
-    """IETF httpapi RateLimit draft-10 fields for the hour and day windows."""
+def resets(usage: Usage) -> tuple[int, int]:
+    """Seconds until the hour and the day window each lose their oldest scan (0: empty window)."""
     hour_reset = _seconds_until(usage.hour_oldest + timedelta(seconds=HOUR), usage.now) if usage.hour_oldest else 0
     day_reset = _seconds_until(usage.day_oldest + timedelta(seconds=DAY), usage.now) if usage.day_oldest else 0
-    return {
-        "RateLimit-Policy": f'"hour";q={limits.hour};w={HOUR}, "day";q={limits.day};w={DAY}',
-        "RateLimit": (f'"hour";r={max(0, limits.hour - usage.hour)};t={hour_reset}, '
-                      f'"day";r={max(0, limits.day - usage.day)};t={day_reset}'),
-    }
+    return hour_reset, day_reset
 
 
 def _window_retry_after(customer_id: str, now: datetime, window: int, count: int, limit: int, n: int) -> int:
@@ -192,7 +189,6 @@ def check(customer, limits: Limits, n: int, now: datetime, *, bulk: bool = False
     return usage
 
 
-def _limited(code: str, message: str, retry_after: int) -> ApiError:
-    from app.metrics import RATE_LIMITED
+def _limited(code: str, message: str, retry_after: int) -> RateLimited:
     RATE_LIMITED.labels(code=code).inc()
-    return ApiError(429, code, message, headers={"Retry-After": retry_after})
+    return RateLimited(code, message, retry_after)

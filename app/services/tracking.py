@@ -13,7 +13,8 @@ import logging
 from peewee import Case
 
 from app import metrics
-from app.extensions import db
+from app.db import db, is_postgres
+from app.jobs import enqueue_tracking, tracking_generation, tracking_job_id
 from app.models import Customer, Scan, utcnow
 from app.models.scans import COMPLETED, FAILED, IN_FLIGHT, QUEUED, RUNNING
 from app.services import webhooks
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 # within the second before its eta. Looking half a second before the eta and again at
 # it keeps the pause between the engine finishing and the look below half a second,
 # for at most one more look per scan (due times are kept to the millisecond, see
-# workers.queues). Past the eta, the scan is looked at every ENGINE_POLL_SECONDS.
+# app.jobs). Past the eta, the scan is looked at every ENGINE_POLL_SECONDS.
 ETA_SLACK = 0.5
 # The shortest pause between two looks at one scan.
 MIN_DELAY = 0.25
@@ -59,6 +60,36 @@ def progress_changes(*, running: bool, recipes_total: int | None, recipes_done: 
         changes["status"] = Case(None, [(Scan.status == QUEUED, RUNNING)], Scan.status)
         changes["started_at"] = Case(None, [(Scan.status == QUEUED, now)], Scan.started_at)
     return changes
+
+
+def hand_over(scan_id: str, current_job_id: str | None, delay: float, *, in_flight_only: bool = False,
+              durable: bool = True, **changes) -> bool:
+    """Pass the chain to a successor job ``delay`` seconds from now (CAS on the token),
+    writing ``changes`` in the same UPDATE (only to a scan still in flight if asked).
+
+    ``durable=False`` (a look that found the scan unfinished) commits without waiting
+    for PostgreSQL to flush it to disk, which is most of a look's time. Should the
+    server crash in the fraction of a second before the flush, the scan keeps its old
+    token and progress: the successor finds itself stale and stops, and the recovery
+    sweep starts a new chain (D13), so nothing is lost that the next look would not
+    write again. Final states, charges and deliveries always wait for the disk.
+    """
+    new_job_id = tracking_job_id(scan_id, tracking_generation(current_job_id) + 1)
+    query = Scan.update(tracking_job_id=new_job_id, **changes).where(Scan.id == scan_id)
+    if current_job_id is not None:
+        query = query.where(Scan.tracking_job_id == current_job_id)
+    if in_flight_only:
+        query = query.where(Scan.status.in_(IN_FLIGHT))
+    if durable or not is_postgres():
+        changed = query.execute()
+    else:
+        with db.atomic():
+            db.execute_sql("SET LOCAL synchronous_commit = off")
+            changed = query.execute()
+    if not changed:
+        return False
+    enqueue_tracking({scan_id: new_job_id}, delay_seconds=delay)
+    return True
 
 
 def record_progress(scan_id: str, *, running: bool, recipes_total: int | None, recipes_done: int | None) -> None:

@@ -33,6 +33,7 @@ from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 from urllib3.util import connection as urllib3_connection
 
 from app import runtime
+from app.services.errors import AccountError
 
 
 class UnsafeWebhookUrl(ValueError):
@@ -88,8 +89,6 @@ def _host_and_port(parts) -> tuple[str, int | None]:
     ``.port`` is read, and it accepts hosts no HTTP client could connect to. Every
     such URL is refused here, when it is saved, with a message saying what is wrong.
     """
-    from app.services.accounts import AccountError
-
     try:
         port = parts.port
     except ValueError:
@@ -120,8 +119,6 @@ def _host_and_port(parts) -> tuple[str, int | None]:
 
 def check_webhook_url(url: str, *, guard: bool | None = None) -> list[str]:
     """Raise ``AccountError`` unless ``url`` may receive webhooks; returns its addresses when guarded."""
-    from app.services.accounts import AccountError
-
     if len(url) > 2048:
         raise AccountError("the webhook URL is longer than 2048 characters")
     if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):

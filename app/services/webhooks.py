@@ -20,30 +20,20 @@ import logging
 import secrets
 from dataclasses import dataclass
 
+from app.jobs import delivery_job_id, enqueue_delivery
 from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, iso, new_id, utcnow
 from app.models.scans import COMPLETED
 from app.models.webhooks import FAILED, PENDING
-from app.services.accounts import AccountError
+from app.services.errors import AccountError
 from app.services.crypto import encrypt_secret, new_webhook_secret
+from app.services.reads import final_state
 from app.services.results import normalize_result
+from app.services.webhook_urls import check_webhook_url
 
 log = logging.getLogger(__name__)
 
 MIN_SECRET_LENGTH, MAX_SECRET_LENGTH = 16, 256
 MAX_PER_PAGE = 100
-
-
-def delivery_job_id(delivery_id: str, number: int) -> str:
-    """The id of the job that makes attempt ``number`` of a delivery."""
-    return f"dlv-{delivery_id}-{number}"
-
-
-def job_attempt_number(job_id: str | None) -> int | None:
-    """The attempt a delivery job id stands for (delivery ids may contain ``-``, numbers do not)."""
-    try:
-        return int((job_id or "").rsplit("-", 1)[1])
-    except (IndexError, ValueError):
-        return None
 
 
 def encode_body(body: dict) -> str:
@@ -57,12 +47,7 @@ def event_body(scan) -> dict:
     if scan.bulk_id:
         body["bulk_id"] = scan.bulk_id
     body.update(target=scan.target, kind=scan.kind, status=scan.status)
-    if scan.status == COMPLETED:
-        body["completed_at"] = iso(scan.completed_at)
-        body["result"] = json.loads(scan.result_json)
-    else:
-        body["failed_at"] = iso(scan.failed_at)
-        body["failure"] = {"code": scan.failure_code, "message": scan.failure_message or ""}
+    body.update(final_state(scan))
     return body
 
 
@@ -84,7 +69,6 @@ def record_event(scan) -> WebhookDelivery | None:
 
 
 def dispatch(delivery: WebhookDelivery, delay_seconds: float = 0) -> bool:
-    from workers.queues import enqueue_delivery
     return enqueue_delivery(delivery.id, delivery.job_id, delay_seconds)
 
 
@@ -103,7 +87,8 @@ class DeliveryPage:
         return max(1, -(-self.total // self.per_page))
 
 
-def _owned_key(key_id: str, customer_id: str) -> ApiKey:
+def owned_key(key_id: str, customer_id: str) -> ApiKey:
+    """The customer's key ``key_id``; ``LookupError`` for another customer's or none."""
     key = ApiKey.get_or_none((ApiKey.id == key_id) & (ApiKey.customer == customer_id))
     if key is None:
         raise LookupError(f"no key {key_id}")
@@ -137,9 +122,7 @@ def set_webhook(key_id: str, customer_id: str, url: str | None, secret: str | No
     ``secret`` None or empty keeps the current one. Deliveries already written keep the
     URL they were addressed to; a redelivery takes the key's URL of that moment.
     """
-    from app.services.webhook_urls import check_webhook_url
-
-    key = _owned_key(key_id, customer_id)
+    key = owned_key(key_id, customer_id)
     url = (url or "").strip()
     if url:
         check_webhook_url(url)
@@ -156,7 +139,7 @@ def generate_secret(key_id: str, customer_id: str) -> str:
     Attempts made from now on, retries of earlier deliveries included, are signed
     with the new secret.
     """
-    key = _owned_key(key_id, customer_id)
+    key = owned_key(key_id, customer_id)
     plaintext = new_webhook_secret()
     ApiKey.update(webhook_secret_enc=encrypt_secret(plaintext)).where(ApiKey.id == key.id).execute()
     log.info("key %s: webhook secret rotated", key.id)
@@ -205,7 +188,7 @@ def sample_event_body() -> dict:
 
 def send_test_event(key_id: str, customer_id: str) -> WebhookDelivery:
     """Queue a test delivery to the key's webhook URL; logged and retried like any other."""
-    key = _owned_key(key_id, customer_id)
+    key = owned_key(key_id, customer_id)
     if not key.webhook_url:
         raise AccountError("the key has no webhook URL")
     body = sample_event_body()
@@ -236,7 +219,7 @@ def delivery_dict(delivery: WebhookDelivery, attempts: list[DeliveryAttempt]) ->
 def list_deliveries(key_id: str, customer_id: str, status: str | None = None, event: str | None = None,
                     page: int = 1, per_page: int = 20) -> DeliveryPage:
     """The key's deliveries, newest first, each with its attempts (newest first)."""
-    key = _owned_key(key_id, customer_id)
+    key = owned_key(key_id, customer_id)
     page, per_page = max(1, page), min(MAX_PER_PAGE, max(1, per_page))
     query = WebhookDelivery.select().where(WebhookDelivery.api_key == key.id)
     if status:

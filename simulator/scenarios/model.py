@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 
-TIERS = ("pro", "business", "enterprise")
+from app.models.accounts import TIERS
+
 ENGINE_MODES = ("up", "down", "flaky")
 MAIN = "main"
 

@@ -33,7 +33,6 @@ import secrets
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -48,6 +47,7 @@ import requests
 
 from simulator.scenarios import runner
 from simulator.scenarios.operator import PROJECT_ROOT, Operator
+from simulator.procutil import free_port
 
 ARTIFACTS_DIR = PROJECT_ROOT / "artifacts" / "scenarios"
 DEFAULT_TIME_SCALE = 0.02
@@ -64,12 +64,6 @@ STACK_SETTINGS = {
 
 class StackError(RuntimeError):
     """The stack could not be started; the message says which part and why."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def dedicated_redis_url(url: str, db: int | None = None) -> str:

@@ -18,6 +18,7 @@ import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from simulator.procutil import wait_until
 from tests.ops.test_startup import STRONG_SECRET, closed_port
 from tests.processes import service_env
 
@@ -25,19 +26,6 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 METRIC_RE = re.compile(r"\b(scan_[a-z_]+)")
 SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created")
-
-
-def wait_until(check, timeout, what):
-    import time
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.2)  # separate processes on wall-clock time: there is no clock to freeze
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def named_metrics() -> set[str]:
@@ -156,7 +144,7 @@ def test_logs_are_json_lines_and_metrics_cover_the_dashboard_and_alerts(stack, m
     assert {k: mine[0][k] for k in ("method", "route", "status", "customer_id")} == {
         "method": "POST", "route": "/api/v1/scan", "status": 202, "customer_id": account.id}
     assert mine[0]["duration_ms"] > 0 and mine[0]["bytes"] == len(done.content)
-    polls = [e for e in requests_logged if e["route"] == "/api/v1/scan/<string:scan_id>"]
+    polls = [e for e in requests_logged if e["route"] == "/api/v1/scan/<scan_id:scan_id>"]
     assert polls and all(e["status"] == 200 and e["method"] == "GET" for e in polls)
     assert account.api_key not in logs["web"].read_text()
     worker = [json.loads(line) for line in logs["worker"].read_text().splitlines()]

@@ -5,14 +5,14 @@ TEST_REDIS_URL, as CI's second run sets them.
 """
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import requests
+
+from simulator.procutil import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -20,24 +20,6 @@ BIN = Path(sys.executable).parent
 pytestmark = [pytest.mark.processes, pytest.mark.skipif(
     not (os.environ.get("TEST_DATABASE_URL", "").startswith("postgres") and os.environ.get("TEST_REDIS_URL")),
     reason="needs TEST_DATABASE_URL=postgresql://... and TEST_REDIS_URL (CI's second run)")]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_until(check, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.2)  # separate processes on wall-clock time: there is no clock to freeze
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_production_stack_runs_a_scan_end_to_end(app, simulator, tmp_path):

@@ -5,13 +5,13 @@ its master now checks the settings before forking. Each process is started for r
 with a deadline: a process still running at the deadline is the respawn loop.
 """
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from simulator.procutil import free_port
 from tests.processes import service_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,10 +26,7 @@ COMMANDS = {
 }
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+closed_port = free_port  # a port nothing listens on
 
 
 @pytest.fixture

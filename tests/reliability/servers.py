@@ -16,31 +16,14 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import requests
 
+from simulator.procutil import free_port, wait_until
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_until(check, timeout: float, what: str, interval: float = 0.1) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except (requests.RequestException, OSError):
-            pass
-        time.sleep(interval)  # separate processes on wall-clock time: there is no clock to freeze
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 class Gunicorn:

@@ -34,7 +34,7 @@ from tests.api.helpers import assert_counters_match
 from tests.conftest import ServerThread
 from tests.jobrunner import JobRunner
 from tests.reliability.servers import RawServer, RedisServer, TcpProxy, free_port, read_request_head
-from workers.recovery import sweep
+from app.services.recovery import sweep
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 SECRET = "whsec_fault_receiver_secret_0123"

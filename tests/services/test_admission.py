@@ -2,14 +2,11 @@
 An admitted call changes the books together; a refused one changes nothing at all."""
 import pytest
 
-from app.errors import ApiError
+from app.services.errors import EngineUnavailable, ServiceError
 from app.models import Customer
-from app.services import accounts, scans
+from app.services import accounts, quotas, scans
 from tests.api.helpers import assert_counters_match, engine_mode
 from tests.services.conftest import books_of
-
-BASE = "http://api.test"
-
 
 def _customer(tier="business", credits=10, **limits):
     cust = accounts.create_customer("Admission", tier, credits)
@@ -20,17 +17,18 @@ def _customer(tier="business", credits=10, **limits):
 
 
 def _create(cust, key, target="jane@example.com"):
-    return scans.create_scan(cust, key.id, target, None, base_url=BASE, request_id="req_t")
+    return scans.create_scan(cust, key.id, target, None, request_id="req_t")
 
 
 def test_an_admitted_scan_moves_balance_ledger_scans_and_counters_together(conn):
     cust, key = _customer(credits=10)
     outcome = _create(cust, key)
     assert outcome.balance == 9 and outcome.body["kind"] == "email"
-    assert outcome.body["poll_url"] == f"{BASE}/api/v1/scan/{outcome.body['scan_id']}"
+    assert "poll_url" not in outcome.body  # the HTTP layer adds the URLs
     books = books_of(cust.id)
     assert (books.balance, books.ledger_sum, books.scans, books.in_flight, books.quota_minutes) == (9, 9, 1, 1, 1)
-    assert 'hour";r=99' in outcome.headers["RateLimit"]  # r already counts the new scan
+    assert (outcome.limits.hour, outcome.usage.hour) == (100, 1)  # the usage already counts the new scan
+    assert quotas.resets(outcome.usage)[0] == 3600
     assert_counters_match(cust.id)
 
 
@@ -44,9 +42,9 @@ def test_a_refused_admission_changes_nothing(conn, credits, limits, error):
     cust, key = _customer(credits=credits, **limits)
     _create(cust, key)  # spends the only credit, or takes the one slot the limit under test allows
     before = books_of(cust.id)
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(ServiceError) as refused:
         _create(cust, key, "john@example.com")
-    assert refused.value.error == error
+    assert refused.value.code == error
     assert books_of(cust.id) == before
     assert_counters_match(cust.id)
 
@@ -55,17 +53,17 @@ def test_a_bulk_call_is_admitted_whole_or_refused_whole(conn):
     cust, key = _customer(credits=3)
     targets = [{"target": f"user{i}@example.com"} for i in range(4)] + [{"target": "no"}]
     before = books_of(cust.id)
-    with pytest.raises(ApiError) as refused:  # 4 valid targets, 3 credits
-        scans.create_bulk(cust, key.id, targets, base_url=BASE, request_id="req_b")
-    assert refused.value.error == "insufficient_balance"
+    with pytest.raises(ServiceError) as refused:  # 4 valid targets, 3 credits
+        scans.create_bulk(cust, key.id, targets, request_id="req_b")
+    assert refused.value.code == "insufficient_balance"
     assert books_of(cust.id) == before
     cust2, key2 = _customer(credits=10, inflight=3)
     before = books_of(cust2.id)
-    with pytest.raises(ApiError) as refused:
-        scans.create_bulk(cust2, key2.id, targets, base_url=BASE, request_id="req_b")
-    assert refused.value.error == "rate_limit_inflight"
+    with pytest.raises(ServiceError) as refused:
+        scans.create_bulk(cust2, key2.id, targets, request_id="req_b")
+    assert refused.value.code == "rate_limit_inflight"
     assert books_of(cust2.id) == before
-    outcome = scans.create_bulk(cust2, key2.id, targets[2:], base_url=BASE, request_id="req_b")
+    outcome = scans.create_bulk(cust2, key2.id, targets[2:], request_id="req_b")
     assert (outcome.body["queued"], len(outcome.body["rejected"]), outcome.balance) == (2, 1, 8)
     books = books_of(cust2.id)
     assert (books.scans, books.batches, books.in_flight, books.quota_minutes, books.ledger_sum) == (2, 1, 2, 2, 8)
@@ -75,11 +73,12 @@ def test_an_engine_that_cannot_take_the_scan_leaves_no_scan_and_no_net_charge(co
     cust, key = _customer(credits=5)
     engine_mode(simulator, "down")
     try:
-        with pytest.raises(ApiError) as refused:
+        with pytest.raises(ServiceError) as refused:
             _create(cust, key)
     finally:
         engine_mode(simulator, "up")
-    assert (refused.value.status, refused.value.error) == (502, "engine_submit_failed")
+    assert isinstance(refused.value, EngineUnavailable) and refused.value.code == "engine_submit_failed"
+    assert refused.value.retry_after == 30
     books = books_of(cust.id)
     # The reservation's charge and its refund are both in the ledger; nothing else remains.
     assert (books.balance, books.ledger_sum, books.scans, books.in_flight, books.quota_minutes) == (5, 5, 0, 0, 0)

@@ -4,7 +4,7 @@ from datetime import datetime, timedelta
 import pytest
 from freezegun import freeze_time
 
-from app.errors import ApiError
+from app.services.errors import Conflict
 from app.models import IdempotencyRecord
 from app.services import accounts, idempotency
 
@@ -34,16 +34,16 @@ def test_a_stored_202_is_replayed_and_a_different_body_conflicts(customer_id):
     assert state == "new"
     idempotency.complete(record_id, 202, '{"ok": true}')
     assert idempotency.claim(customer_id, "k1", SCAN, body) == ("replay", 202, '{"ok": true}')
-    with pytest.raises(ApiError) as conflict:
+    with pytest.raises(Conflict) as conflict:
         idempotency.claim(customer_id, "k1", SCAN, _hash(b'{"target": "b@example.com"}'))
-    assert (conflict.value.status, conflict.value.error) == (409, "idempotency_conflict")
+    assert conflict.value.code == "idempotency_conflict"
     assert IdempotencyRecord.select().count() == 1
 
 
 def test_a_key_still_being_processed_conflicts_and_a_released_key_starts_afresh(customer_id):
     body = _hash(b'{"target": "a@example.com"}')
     _, record_id = idempotency.claim(customer_id, "k2", SCAN, body)
-    with pytest.raises(ApiError) as conflict:
+    with pytest.raises(Conflict) as conflict:
         idempotency.claim(customer_id, "k2", SCAN, body)
     assert "still being processed" in conflict.value.message
     idempotency.release(record_id)  # the first answer was an error: nothing is stored
@@ -81,7 +81,7 @@ def test_a_stored_answer_expires_after_24_hours_and_an_abandoned_claim_after_2_m
 
         idempotency.claim(customer_id, "died", SCAN, body)  # its process died before completing
         clock.move_to(START + timedelta(hours=24, minutes=1))
-        with pytest.raises(ApiError):
+        with pytest.raises(Conflict):
             idempotency.claim(customer_id, "died", SCAN, body)
         clock.move_to(START + timedelta(hours=24, minutes=2, seconds=2))
         assert idempotency.claim(customer_id, "died", SCAN, body)[0] == "new"

@@ -3,7 +3,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from app.errors import ApiError
+from app.services.errors import RateLimited
+from app.api.hooks import rate_limit_headers
 from app.models import Customer, Scan, new_id
 from app.services import accounts, quotas
 from app.services.limits import Limits
@@ -43,37 +44,39 @@ def test_check_admits_up_to_the_limit_and_refuses_one_more_with_its_code(custome
     _scans(cust, key, NOW - timedelta(minutes=10), NOW - timedelta(minutes=5))
     row = Customer.get_by_id(cust.id)
     assert quotas.check(row, limits, 1, NOW).hour == 2  # 2 + 1 = 3 fits
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(RateLimited) as refused:
         quotas.check(row, limits, 2, NOW)
-    assert (refused.value.status, refused.value.error) == (429, "rate_limit_hour")
+    assert refused.value.code == "rate_limit_hour"
     # The oldest of the two must leave for two more to fit: 50 minutes from now.
-    assert refused.value.headers["Retry-After"] == 50 * 60
+    assert refused.value.retry_after == 50 * 60
     _scans(cust, key, NOW - timedelta(hours=5), NOW - timedelta(hours=6))
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(RateLimited) as refused:
         quotas.check(row, limits, 2, NOW)
-    assert refused.value.error == "rate_limit_hour"  # the hour is checked before the day
-    with pytest.raises(ApiError) as refused:
+    assert refused.value.code == "rate_limit_hour"  # the hour is checked before the day
+    with pytest.raises(RateLimited) as refused:
         quotas.check(row, Limits(inflight=10, hour=100, day=5), 2, NOW)
-    assert refused.value.error == "rate_limit_day"
+    assert refused.value.code == "rate_limit_day"
 
 
 def test_in_flight_is_the_customers_counter_and_comes_first(customer):
     cust, key = customer
     row = Customer.get_by_id(cust.id)
     row.in_flight = 3
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(RateLimited) as refused:
         quotas.check(row, Limits(inflight=3, hour=0, day=0), 1, NOW)
-    assert refused.value.error == "rate_limit_inflight"
-    assert refused.value.headers["Retry-After"] == 30  # no eta known
-    with pytest.raises(ApiError) as refused:
+    assert refused.value.code == "rate_limit_inflight"
+    assert refused.value.retry_after == 30  # no eta known
+    with pytest.raises(RateLimited) as refused:
         quotas.check(row, Limits(inflight=5, hour=100, day=100), 3, NOW, bulk=True)
-    assert refused.value.error == "rate_limit_inflight" and "2 targets would fit now" in refused.value.message
+    assert refused.value.code == "rate_limit_inflight" and "2 targets would fit now" in refused.value.message
 
 
 def test_limit_headers_report_what_is_left_and_when_the_oldest_leaves(customer):
     cust, key = customer
     _scans(cust, key, NOW - timedelta(minutes=20), NOW - timedelta(hours=2))
-    headers = quotas.limit_headers(Limits(inflight=10, hour=100, day=1000), quotas.window_usage(cust.id, NOW))
+    usage = quotas.window_usage(cust.id, NOW)
+    assert quotas.resets(usage) == (40 * 60, 22 * 3600)
+    headers = rate_limit_headers(Limits(inflight=10, hour=100, day=1000), usage)  # the HTTP layer's strings
     assert headers["RateLimit-Policy"] == '"hour";q=100;w=3600, "day";q=1000;w=86400'
     assert headers["RateLimit"] == f'"hour";r=99;t={40 * 60}, "day";r=998;t={22 * 3600}'
 

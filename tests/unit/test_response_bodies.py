@@ -9,7 +9,7 @@ from app.models import Scan
 from app.rawjson import RawJSON, parsed, render
 from app.schemas.scans import (BulkCreatedSchema, BulkStateSchema, ScanCreatedSchema, ScanSchema)
 from app.services.results import normalize_result
-from app.services.scans import scan_view
+from app.services.reads import scan_view
 from simulator.results import result_for
 
 

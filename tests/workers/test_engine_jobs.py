@@ -27,7 +27,7 @@ from simulator.results import (EXTRA_FIELD, FULL_DATE, HIGH_SCORE, NO_BAND, mess
                                result_for)
 from tests.conftest import ServerThread
 from workers.engine_jobs import backoff, track_scan
-from workers.queues import ENGINE_QUEUE, WEBHOOK_QUEUE, enqueue_tracking, queue, tracking_job_id
+from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, enqueue_tracking, queue, tracking_job_id
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 START = "2026-11-21 12:00:00"

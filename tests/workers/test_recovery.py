@@ -17,8 +17,8 @@ from app.extensions import db
 from app.models import BulkBatch, CreditLedger, Scan
 from app.services import billing
 from workers.engine_jobs import _track
-from workers.queues import ENGINE_QUEUE, queue, tracking_job_id
-from workers.recovery import sweep
+from app.jobs import ENGINE_QUEUE, queue, tracking_job_id
+from app.services.recovery import sweep
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 START = "2026-11-21 12:00:00"
@@ -282,7 +282,7 @@ def test_sweep_moves_overdue_scheduled_jobs_when_no_scheduler_runs(app, client, 
     from rq import Queue
     from rq.registry import ScheduledJobRegistry
 
-    from workers.recovery import sweep
+    from app.services.recovery import sweep
 
     engine_queue = Queue("engine", connection=redis_conn)
     registry = ScheduledJobRegistry(queue=engine_queue)
@@ -301,7 +301,7 @@ def test_sweep_moves_overdue_scheduled_jobs_when_no_scheduler_runs(app, client, 
 @pytest.mark.config(RECOVERY_STALE_SECONDS=STALE, ENGINE_POLL_SECONDS=5)
 def test_a_handover_whose_commit_was_lost_is_repaired_by_the_sweep(client, make_customer, jobs):
     """A look at an unfinished scan commits its progress and hand-over without waiting for
-    PostgreSQL's disk flush (engine_jobs.hand_over, durable=False). Were that commit lost in
+    PostgreSQL's disk flush (tracking.hand_over, durable=False). Were that commit lost in
     a crash, the row would be as before the look: the old token, the old progress. The
     successor then stops as stale, nothing tracks the scan, and the sweep starts a new chain."""
     account = make_customer(credits=100)

@@ -15,12 +15,11 @@ from freezegun import freeze_time
 from rq.job import Job, JobStatus
 
 from app.models import ApiKey, DeliveryAttempt, Scan, WebhookDelivery, utcnow
-from app.services import webhooks
+from app.services import deliveries, webhooks
 from app.webhook_signature import sign, verify_signature
 from tests.jobrunner import JobRunner
-from workers import webhook_jobs
-from workers.queues import ENGINE_QUEUE, enqueue_delivery
-from workers.recovery import sweep
+from app.jobs import ENGINE_QUEUE, enqueue_delivery
+from app.services.recovery import sweep
 
 SECRET = "whsec_receiver_secret_0123456789"
 RESULT_FIELDS = {"risk", "counts", "profiles", "contacts", "breaches", "phone_profile", "ai_summary", "artifacts"}
@@ -284,7 +283,7 @@ def test_two_jobs_racing_for_one_attempt_claim_it_once(client, hooked, redis_con
     account, _ = hooked()
     with freeze_time(START) as frozen:
         delivery = finish_scan_only(client, account, redis_conn, frozen)
-        claims = [webhook_jobs._reserve(delivery, 1, delivery.job_id, utcnow()) for _ in range(2)]
+        claims = [deliveries.reserve(delivery, 1, delivery.job_id, utcnow()) for _ in range(2)]
     assert claims[0] is not None and claims[1] is None
     assert [a.outcome for a in attempts_of(delivery.id)] == ["in_progress"]
 
@@ -292,7 +291,7 @@ def test_two_jobs_racing_for_one_attempt_claim_it_once(client, hooked, redis_con
 def _kill_worker_mid_attempt(delivery: WebhookDelivery, redis_conn) -> None:
     """What a worker killed during its HTTP request leaves: the attempt claimed and
     logged as in progress, and no job in Redis (RQ dropped the abandoned job)."""
-    assert webhook_jobs._reserve(delivery, 1, delivery.job_id, utcnow()) is not None
+    assert deliveries.reserve(delivery, 1, delivery.job_id, utcnow()) is not None
     Job.fetch(delivery.job_id, connection=redis_conn).delete()
 
 
@@ -303,7 +302,7 @@ def test_an_attempt_abandoned_by_a_killed_worker_is_closed_and_the_schedule_goes
         delivery = finish_scan_only(client, account, redis_conn, frozen)
         _kill_worker_mid_attempt(delivery, redis_conn)
 
-        frozen.tick(webhook_jobs.ATTEMPT_DEADLINE_SECONDS - 1)
+        frozen.tick(deliveries.ATTEMPT_DEADLINE_SECONDS - 1)
         assert sweep()["attempts_closed"] == 0  # it may still be running
 
         frozen.tick(2)
@@ -323,11 +322,11 @@ def test_a_late_answer_from_a_worker_taken_for_lost_is_not_logged_twice(client, 
     account, _ = hooked()
     with freeze_time(START) as frozen:
         delivery = finish_scan_only(client, account, redis_conn, frozen)
-        attempt = webhook_jobs._reserve(delivery, 1, delivery.job_id, utcnow())
+        attempt = deliveries.reserve(delivery, 1, delivery.job_id, utcnow())
         Job.fetch(delivery.job_id, connection=redis_conn).set_status(JobStatus.STARTED)  # still hanging
-        frozen.tick(webhook_jobs.ATTEMPT_DEADLINE_SECONDS + 1)
+        frozen.tick(deliveries.ATTEMPT_DEADLINE_SECONDS + 1)
         assert sweep()["attempts_closed"] == 1
-        late = webhook_jobs._record(delivery, attempt, webhook_jobs.Outcome(status_code=200, duration_ms=5))
+        late = deliveries.record(delivery, attempt, deliveries.Outcome(status_code=200, duration_ms=5))
     assert late == "superseded"
     assert [(a.number, a.error) for a in attempts_of(delivery.id)] == [(1, "worker_lost")]
     assert WebhookDelivery.get_by_id(delivery.id).job_id == webhooks.delivery_job_id(delivery.id, 2)

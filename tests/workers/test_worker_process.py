@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from app.extensions import db
 from app.models import Scan
 from app.services.results import band_for
 from tests.conftest import ServerThread
+from simulator.procutil import wait_until
 from tests.processes import service_env
 from workers.__main__ import SWEEP_LOCK, ScanWorker, build_worker, run_sweep_once
 
@@ -90,13 +90,12 @@ class WorkerProcess:
 
 
 def wait_for(predicate, timeout: float, what: str, workers=()) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    logs = "\n".join(f"--- {w.log_path.name}\n{w.output()}" for w in workers)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{logs}")
+    """``wait_until``, showing the workers' logs when it times out."""
+    try:
+        wait_until(predicate, timeout, what, interval=0.2)
+    except TimeoutError as exc:
+        logs = "\n".join(f"--- {w.log_path.name}\n{w.output()}" for w in workers)
+        raise AssertionError(f"{exc}\n{logs}") from None
 
 
 def scan_row(scan_id) -> Scan:
@@ -175,7 +174,7 @@ def test_a_failing_sweep_does_not_stop_the_worker(app, monkeypatch):
     def broken():
         raise RuntimeError("database went away")
 
-    monkeypatch.setattr("workers.recovery.sweep", broken)
+    monkeypatch.setattr("app.services.recovery.sweep", broken)
     worker = build_worker()
     worker.run_maintenance_tasks()  # logged, not raised
 

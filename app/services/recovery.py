@@ -7,7 +7,7 @@ It finds
   starts a new chain for each (the old token is replaced, so a late old job stops);
 - scans reserved but never recorded as submitted (the API process died during its
   engine call): the client never got a 202, so they are reversed like a 502;
-- pending webhook deliveries whose job is gone (see ``workers.webhook_jobs``);
+- pending webhook deliveries whose job is gone (see ``app.services.deliveries``);
 - scheduled jobs overdue by more than ``RECOVERY_STALE_SECONDS``: RQ's scheduler is
   not running (after a worker group is killed its lock lingers for about a minute), so
   the sweep moves them to their queue as the scheduler would. A job that both move
@@ -21,36 +21,17 @@ from __future__ import annotations
 import logging
 from datetime import timedelta, timezone
 
-from rq import Queue
-from rq.job import Job, JobStatus
-from rq.registry import ScheduledJobRegistry
-
 from app import metrics, runtime
-from app.extensions import db
+from app.db import db
+from app.jobs import QUEUES, live_job_ids, promote_due, queue
 from app.models import Scan, utcnow
 from app.models.scans import IN_FLIGHT, QUEUED
-from app.services import idempotency, quotas
+from app.services import deliveries, idempotency, quotas, tracking
+from app.services.scans import reverse_reservation
 
 log = logging.getLogger(__name__)
 
-ALIVE = {JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
-BATCH = 500
-
-
-def live_job_ids(job_ids: list[str]) -> set[str]:
-    """Those of ``job_ids`` that Redis still holds as waiting to run."""
-    alive = set()
-    conn = runtime.redis()
-    for start in range(0, len(job_ids), BATCH):
-        chunk = job_ids[start:start + BATCH]
-        for job_id, job in zip(chunk, Job.fetch_many(chunk, connection=conn)):
-            if job is not None and job.get_status(refresh=False) in ALIVE:
-                alive.add(job_id)
-    return alive
-
-
 def recover_scans(now) -> int:
-    from workers.engine_jobs import hand_over
     stale_before = now - timedelta(seconds=runtime.config["RECOVERY_STALE_SECONDS"])
     candidates = list(
         Scan.select(Scan.id, Scan.tracking_job_id)
@@ -63,14 +44,13 @@ def recover_scans(now) -> int:
     for scan_id, job_id in candidates:
         if job_id in alive:
             continue
-        if hand_over(scan_id, job_id, 0, last_checked_at=now):
+        if tracking.hand_over(scan_id, job_id, 0, last_checked_at=now):
             redispatched += 1
             log.info("scan %s: tracking job %s was lost, re-dispatched", scan_id, job_id)
     return redispatched
 
 
 def reverse_unsubmitted(now) -> int:
-    from app.services.scans import reverse_reservation
     stale_before = now - timedelta(seconds=runtime.config["RECOVERY_STALE_SECONDS"])
     orphans = list(Scan.select().where((Scan.status == QUEUED) & Scan.engine_id.is_null()
                                        & (Scan.created_at < stale_before)))
@@ -81,25 +61,9 @@ def reverse_unsubmitted(now) -> int:
 
 def promote_overdue(now) -> int:
     """Enqueue scheduled jobs that RQ's scheduler should have enqueued long ago."""
-    from workers.queues import ENGINE_QUEUE, WEBHOOK_QUEUE
-    conn = runtime.redis()
     overdue = now - timedelta(seconds=runtime.config["RECOVERY_STALE_SECONDS"])
     overdue_before = overdue.replace(tzinfo=timezone.utc).timestamp()  # ``now`` is naive UTC
-    moved = 0
-    for name in (ENGINE_QUEUE, WEBHOOK_QUEUE):
-        queue = Queue(name, connection=conn)
-        registry = ScheduledJobRegistry(queue=queue)
-        job_ids = registry.get_jobs_to_schedule(int(overdue_before))
-        if not job_ids:
-            continue
-        with conn.pipeline() as pipe:
-            for job in Job.fetch_many(job_ids, connection=conn):
-                if job is not None:
-                    queue._enqueue_job(job, pipeline=pipe)
-                    moved += 1
-            for job_id in job_ids:
-                registry.remove(job_id, pipeline=pipe)
-            pipe.execute()
+    moved = sum(promote_due(queue(name), int(overdue_before)) for name in QUEUES)
     if moved:
         log.warning("moved %d overdue scheduled job(s) to their queues: is RQ's scheduler running?", moved)
     return moved
@@ -110,12 +74,7 @@ def sweep() -> dict:
     with db.connection_context():
         report = {"scheduled_jobs_promoted": promote_overdue(now), "scans_redispatched": recover_scans(now),
                   "reservations_reversed": reverse_unsubmitted(now)}
-        try:
-            from workers.webhook_jobs import recover_deliveries
-        except ImportError:
-            recover_deliveries = None
-        if recover_deliveries is not None:
-            report.update(recover_deliveries(now))
+        report.update(deliveries.recover_deliveries(now))
         report["idempotency_purged"] = idempotency.purge_expired()
         report["quota_minutes_pruned"] = quotas.prune_minutes(now)
     metrics.count_sweep(report)

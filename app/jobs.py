@@ -1,8 +1,10 @@
-"""Queue names and dispatch helpers, shared by the API (which enqueues) and workers.
+"""Job dispatch: queue names, job ids, enqueue helpers and the one due-job promoter.
 
-Jobs are referenced by dotted path so the API process never imports job code.
-Dispatch never raises: the rows it points at are committed first (D13), and a
-dispatch that Redis refused is found and redone by the recovery sweep.
+Shared by the services (which enqueue) and the workers (which run the jobs and
+schedule successors); the app never imports ``workers``: jobs are referenced by
+dotted path, so the API process never imports job code. Dispatch never raises: the
+rows it points at are committed first (D13), and a dispatch that Redis refused is
+found and redone by the recovery sweep.
 
 A delayed job is put into RQ's ScheduledJobRegistry here (``_save_scheduled``, ``_due``),
 not by ``Queue.enqueue_in``: RQ 2.12 writes the registry entry outside the pipeline it
@@ -20,7 +22,7 @@ import time
 
 from redis.exceptions import RedisError
 from rq import Queue
-from rq.job import JobStatus
+from rq.job import Job, JobStatus
 from rq.registry import ScheduledJobRegistry
 
 from app import runtime
@@ -29,6 +31,7 @@ log = logging.getLogger(__name__)
 
 ENGINE_QUEUE = "engine"
 WEBHOOK_QUEUE = "webhooks"
+QUEUES = (ENGINE_QUEUE, WEBHOOK_QUEUE)
 TRACK_JOB = "workers.engine_jobs.track_scan"
 DELIVER_JOB = "workers.webhook_jobs.deliver"
 JOB_TTL = 24 * 3600
@@ -36,13 +39,46 @@ TRACK_JOB_TIMEOUT = 60
 # RQ's hard limit for one delivery job; the sweep treats an attempt older than this as abandoned.
 DELIVERY_JOB_TIMEOUT = 120
 
+ALIVE = {JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
+FETCH_BATCH = 500
+
 
 def queue(name: str) -> Queue:
     return Queue(name, connection=runtime.redis())
 
 
+# --- Job ids: ``<prefix>-<row id>-<number>``; the number is a fencing generation ---------
+
+
+def _job_number(job_id: str | None) -> int | None:
+    """The number a job id ends with (row ids may contain ``-``, numbers do not)."""
+    try:
+        return int((job_id or "").rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return None
+
+
 def tracking_job_id(scan_id: str, generation: int) -> str:
+    """The id of the ``generation``-th tracking job of a scan (its chain's fencing token)."""
     return f"trk-{scan_id}-{generation}"
+
+
+def tracking_generation(job_id: str | None) -> int:
+    """The generation a tracking job id stands for (0 for none)."""
+    return _job_number(job_id) or 0
+
+
+def delivery_job_id(delivery_id: str, number: int) -> str:
+    """The id of the job that makes attempt ``number`` of a delivery."""
+    return f"dlv-{delivery_id}-{number}"
+
+
+def job_attempt_number(job_id: str | None) -> int | None:
+    """The attempt a delivery job id stands for."""
+    return _job_number(job_id)
+
+
+# --- Enqueueing -------------------------------------------------------------------------
 
 
 def _save_scheduled(q: Queue, pipe, func: str, job_id: str, args: tuple, **options) -> None:
@@ -107,3 +143,41 @@ def enqueue_delivery(delivery_id: str, job_id: str, delay_seconds: float = 0) ->
     except RedisError as exc:
         log.warning("could not dispatch delivery %s, the sweep will: %s", delivery_id, exc)
         return False
+
+
+# --- Reading and moving jobs ------------------------------------------------------------
+
+
+def live_job_ids(job_ids: list[str]) -> set[str]:
+    """Those of ``job_ids`` that Redis still holds as waiting to run."""
+    alive = set()
+    conn = runtime.redis()
+    for start in range(0, len(job_ids), FETCH_BATCH):
+        chunk = job_ids[start:start + FETCH_BATCH]
+        for job_id, job in zip(chunk, Job.fetch_many(chunk, connection=conn)):
+            if job is not None and job.get_status(refresh=False) in ALIVE:
+                alive.add(job_id)
+    return alive
+
+
+def promote_due(q: Queue, before: float) -> int:
+    """Move the scheduled jobs of ``q`` due at ``before`` (a Unix time) to the queue, in one
+    pipeline; returns how many moved. The one promoter: the workers' scheduler, the
+    recovery sweep and the tests' job runner all call this."""
+    conn = q.connection
+    registry = ScheduledJobRegistry(queue=q)
+    job_ids = registry.get_jobs_to_schedule(before)
+    if not job_ids:
+        return 0
+    moved = 0
+    with conn.pipeline() as pipe:
+        for job in Job.fetch_many(job_ids, connection=conn, serializer=q.serializer):
+            if job is not None:
+                # Public ``enqueue_job``: our jobs have no dependencies, so it adds no round trip
+                # to what RQ's own scheduler does with the private ``_enqueue_job``.
+                q.enqueue_job(job, pipeline=pipe, at_front=job.should_enqueue_at_front())
+                moved += 1
+        for job_id in job_ids:
+            registry.remove(job_id, pipeline=pipe)
+        pipe.execute()
+    return moved

@@ -1,0 +1,80 @@
+"""The errors services raise: what went wrong, as data, with no HTTP in them.
+
+Each carries a machine ``code``, a ``message`` for people, and the figures a caller
+may need (``retry_after`` in seconds, ``balance`` and ``needed`` for a short balance).
+The HTTP layer (``app.errors.SERVICE_ERROR_STATUS``) maps each class to its status and
+headers; the CLI and the portal show the message. Import nothing from Flask here.
+"""
+from __future__ import annotations
+
+
+class ServiceError(Exception):
+    """A refusal of the request by a business rule."""
+
+    code = "invalid_request"
+
+    def __init__(self, message: str, *, code: str | None = None, retry_after: int | None = None,
+                 details: dict | None = None):
+        super().__init__(message)
+        self.message = message
+        self.code = code or type(self).code
+        self.retry_after = retry_after
+        self.details = details
+
+
+class InvalidRequest(ServiceError):
+    """The input breaks a rule (target syntax, bulk size, Idempotency-Key shape...)."""
+
+
+class NotAuthenticated(ServiceError):
+    """No API key, or one that is unknown or revoked (``code``: ``unauthorized``, ``invalid_token``)."""
+
+    code = "unauthorized"
+
+
+class InsufficientBalance(ServiceError):
+    code = "insufficient_balance"
+
+    def __init__(self, balance: int, needed: int = 1):
+        if needed <= 1:
+            message = "the account balance is below 1 credit"
+        else:
+            message = f"the account balance ({balance}) is below the {needed} credits this bulk call needs"
+        super().__init__(message)
+        self.balance = balance
+        self.needed = needed
+
+
+class Forbidden(ServiceError):
+    """The resource or feature is not the customer's (another customer's scan, bulk on Pro)."""
+
+    code = "forbidden"
+
+
+class NotFound(ServiceError):
+    code = "not_found"
+
+
+class Conflict(ServiceError):
+    code = "idempotency_conflict"
+
+
+class RateLimited(ServiceError):
+    """A limit of D8 is reached; ``retry_after`` says when it may not be."""
+
+    def __init__(self, code: str, message: str, retry_after: int):
+        super().__init__(message, code=code, retry_after=retry_after)
+
+
+class EngineUnavailable(ServiceError):
+    """The engine refused or did not answer a submission; nothing was kept or charged."""
+
+    code = "engine_submit_failed"
+
+    def __init__(self, retry_after: int = 30):
+        super().__init__(f"the investigation engine cannot be reached; retry in {retry_after} seconds",
+                         retry_after=retry_after)
+
+
+class AccountError(ValueError):
+    """An operator or portal input that cannot be accepted; the message says why."""

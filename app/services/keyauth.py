@@ -1,0 +1,58 @@
+"""API-key authentication (§5, D2/D10).
+
+The key is looked up by its SHA-256 digest only; the plaintext is never stored,
+logged or compared. ``last_used_at`` is written at most once a minute per key so
+that reads do not each pay for an extra write. The look-up is one statement, the
+key joined to its customer, written once (``app.db.execute``): every call runs it.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from app.db import columns, execute, instance, table
+from app.models import ApiKey, Customer, utcnow
+from app.services.crypto import KEY_PREFIX, digest, same
+from app.services.errors import NotAuthenticated
+
+TOUCH_EVERY = timedelta(seconds=60)
+MAX_TOKEN_LENGTH = 200
+_KEY_FIELDS = len(ApiKey._meta.sorted_fields)
+KEY_BY_DIGEST = (f"SELECT {columns(ApiKey, 'k')}, {columns(Customer, 'c')} FROM {table(ApiKey)} AS k "
+                 f"JOIN {table(Customer)} AS c ON c.id = k.customer_id WHERE k.digest = ?")
+
+
+def missing_key() -> NotAuthenticated:
+    return NotAuthenticated("send the header Authorization: Bearer <API key>")
+
+
+def invalid_key() -> NotAuthenticated:
+    return NotAuthenticated("the API key is unknown or revoked", code="invalid_token")
+
+
+def authenticate(token: str) -> ApiKey:
+    """The live key ``token`` is (its ``customer`` loaded), or raise ``NotAuthenticated``."""
+    if not token.startswith(KEY_PREFIX) or len(token) > MAX_TOKEN_LENGTH:
+        raise invalid_key()
+    token_digest = digest(token)
+    key = _key_by_digest(token_digest)
+    if key is None or not same(key.digest, token_digest) or not key.is_live:
+        raise invalid_key()
+    touch(key, utcnow())
+    return key
+
+
+def touch(key: ApiKey, now) -> None:
+    """Note the key's use, at most once every ``TOUCH_EVERY``."""
+    if key.last_used_at is None or key.last_used_at < now - TOUCH_EVERY:
+        ApiKey.update(last_used_at=now).where(ApiKey.id == key.id).execute()
+
+
+def _key_by_digest(token_digest: str) -> ApiKey | None:
+    """The key with this digest, its ``customer`` loaded (one statement)."""
+    row = execute(KEY_BY_DIGEST, (token_digest,)).fetchone()
+    if row is None:
+        return None
+    key = instance(ApiKey, row[:_KEY_FIELDS])
+    key.customer = instance(Customer, row[_KEY_FIELDS:])
+    key._dirty.clear()
+    return key
