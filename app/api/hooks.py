@@ -23,7 +23,14 @@ from app.services.limits import DAY, HOUR, Limits, limits_for
 log = logging.getLogger(__name__)
 
 
+# Views that authenticate and charge their call themselves, in the statement that reads
+# (``services.reads.serve_*``); they hand the outcome over with ``served_read``.
+AUTHENTICATED_IN_VIEW: set[str] = set()
+
+
 def before_api_request():
+    if request.endpoint in AUTHENTICATED_IN_VIEW and request.method in ("GET", "HEAD"):
+        return None  # OPTIONS and the rest still authenticate here
     key = authenticate()
     g.api_key, g.customer = key, key.customer
     if request.method == "POST" and "Idempotency-Key" in request.headers:
@@ -119,6 +126,17 @@ def served(outcome):
     g.balance = outcome.balance
     g.limits, g.usage = outcome.limits, outcome.usage
     return outcome.body
+
+
+def served_read(read):
+    """Note what a view that authenticated and charged its own call found (``reads.ServedRead``),
+    as the hooks would have; raise its refusal (402, 403, 404), else return its body."""
+    g.api_key, g.customer = read.key, read.key.customer
+    if read.balance is not None:
+        g.charged, g.balance, g.usage = True, read.balance, read.usage
+    if read.error is not None:
+        raise read.error
+    return read.body
 
 
 def install(blueprint) -> None:

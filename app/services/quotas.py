@@ -75,6 +75,18 @@ def window_params(customer_id: str, now: datetime) -> tuple:
             + tuple(v for start, _ in cuts for v in (customer_id, start)))  # the oldest scan
 
 
+def window_columns_for(customer_sql: str) -> str:
+    """``WINDOW_COLUMNS`` with the customer given by an SQL expression (``(SELECT customer_id
+    FROM k)``) rather than a parameter, for a statement that finds the customer itself;
+    its parameters are ``window_times``."""
+    return WINDOW_COLUMNS.replace("customer_id = ?", f"customer_id = {customer_sql}")
+
+
+def window_times(now: datetime) -> tuple:
+    """The parameters of ``window_columns_for``: those of ``window_params`` without the customer."""
+    return tuple(v for v in window_params(None, now) if v is not None)
+
+
 def usage_from(row, now: datetime) -> Usage:
     """A ``Usage`` from the six values of ``WINDOW_COLUMNS``."""
     day_minutes, hour_minutes, day_edge, hour_edge, day_oldest, hour_oldest = row

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 
-from app.db import columns, execute, instance, table
-from app.models import BulkBatch, Scan, iso, utcnow
+from app.db import columns, execute, instance, is_postgres, table
+from app.models import ApiKey, BulkBatch, CreditLedger, Customer, Scan, iso, utcnow
 from app.models.scans import COMPLETED, FAILED, QUEUED, RUNNING
 from app.rawjson import RawJSON
-from app.services.errors import Forbidden, NotFound
+from app.services import billing, keyauth, quotas
+from app.services.errors import Forbidden, InsufficientBalance, NotFound, ServiceError
 
 SCAN_BY_ID = f"SELECT {columns(Scan)} FROM {table(Scan)} WHERE id = ?"
 BATCH_BY_ID = f"SELECT {columns(BulkBatch)} FROM {table(BulkBatch)} WHERE id = ?"
@@ -85,12 +87,17 @@ def read_bulk(customer_id: str, bulk_id: str) -> dict:
     their difference, and ``total`` = queued + running + completed + failed + rejected_count.
     """
     batch = _owned(BulkBatch, bulk_id, customer_id, "bulk batch")
+    return bulk_body(batch, execute(BATCH_SCANS, (batch.id,)))
+
+
+def bulk_body(batch, scans) -> dict:
+    """The aggregate body of ``batch`` from its scans' rows (the columns of ``BATCH_SCANS``, in order)."""
     counts = {QUEUED: 0, RUNNING: 0, COMPLETED: 0, FAILED: 0}
     entries = []
     all_done = True
     as_time = Scan.completed_at.python_value  # raw rows: SQLite hands back text, PostgreSQL datetimes
     for (scan_id, status, target, kind, completed_at, result_json, failed_at, failure_code,
-         failure_message) in execute(BATCH_SCANS, (batch.id,)):
+         failure_message) in scans:
         counts[status] += 1
         entry = {"scan_id": scan_id, "status": status, "target": target, "kind": kind}
         final = final_fields(status, as_time(completed_at), result_json, as_time(failed_at), failure_code,
@@ -102,3 +109,106 @@ def read_bulk(customer_id: str, bulk_id: str) -> dict:
         entries.append(entry)
     return {"ok": True, "bulk_id": batch.id, "total": batch.total, **counts,
             "rejected_count": max(0, batch.total - len(entries)), "all_done": all_done, "scans": entries}
+
+
+# --- served reads: authentication, charge and read in one statement ---------------------
+# A read is always charged once its key is live and its balance covers it (200, 403 and 404
+# are all charged, D3), so on PostgreSQL the key look-up, the conditional charge with its
+# ledger row, the quota windows the answer reports (D8) and the scan (or the batch and its
+# scans) are one statement: one round trip and one commit per read, where authentication,
+# read and charge took three. The rules stay those of ``keyauth``, ``billing`` and the
+# reads above; SQLite runs them one after the other, as before.
+
+@dataclass
+class ServedRead:
+    """A read by a live key: its body, or the refusal it answers (402, 403, 404); with the
+    balance and quota usage after its charge (None when it was not charged)."""
+
+    key: ApiKey
+    body: dict | None = None
+    error: ServiceError | None = None
+    balance: int | None = None
+    usage: quotas.Usage | None = None
+
+
+_CHARGED = f"""
+WITH k AS (SELECT {keyauth.KEY_COLUMNS} FROM {table(ApiKey)} AS k JOIN {table(Customer)} AS c
+           ON c.id = k.customer_id WHERE k.digest = ?),
+charged AS (
+    UPDATE {table(Customer)} SET balance = balance - {billing.CALL_PRICE}
+    WHERE id = (SELECT customer_id FROM k WHERE revoked_at IS NULL) AND balance >= {billing.CALL_PRICE}
+    RETURNING id, balance),
+ledger AS (
+    INSERT INTO {table(CreditLedger)} (customer_id, delta, balance_after, reason, request_id, created_at)
+    SELECT id, -{billing.CALL_PRICE}, balance, 'call', ?, ? FROM charged RETURNING balance_after),
+w AS MATERIALIZED (
+    SELECT (SELECT balance_after FROM ledger), {quotas.window_columns_for("(SELECT customer_id FROM k)")})
+"""
+_WINDOWS = 7  # the new balance, then the six window columns
+READ_SCAN_CHARGED = _CHARGED + f"SELECT k.*, w.*, {columns(Scan, 's')} FROM k CROSS JOIN w " \
+                               f"LEFT JOIN {table(Scan)} AS s ON s.id = ?"
+READ_BULK_CHARGED = _CHARGED + (
+    f"SELECT k.*, w.*, {columns(BulkBatch, 'b')}, s.id, s.status, s.target, s.kind, s.completed_at, s.result_json, "
+    f"s.failed_at, s.failure_code, s.failure_message FROM k CROSS JOIN w "
+    f"LEFT JOIN {table(BulkBatch)} AS b ON b.id = ? "
+    f"LEFT JOIN {table(Scan)} AS s ON s.bulk_id = b.id AND b.customer_id = k.customer_id ORDER BY s.bulk_index")
+
+
+def serve_scan_read(token: str, scan_id: str, request_id: str | None) -> ServedRead:
+    """``GET /scan/{id}`` for the bearer ``token``: raises ``NotAuthenticated`` (401), else the read."""
+    return _serve(token, scan_id, request_id, READ_SCAN_CHARGED, _scan_body, read_scan)
+
+
+def serve_bulk_read(token: str, bulk_id: str, request_id: str | None) -> ServedRead:
+    """``GET /scan/bulk/{id}`` for the bearer ``token``: raises ``NotAuthenticated`` (401), else the read."""
+    return _serve(token, bulk_id, request_id, READ_BULK_CHARGED, _bulk_body, read_bulk)
+
+
+def _serve(token, object_id, request_id, statement, body_of_rows, read) -> ServedRead:
+    now = utcnow()
+    token_digest = keyauth.digest_of(token)
+    if not is_postgres():
+        key = keyauth.authenticate(token)
+        if key.customer.balance < billing.CALL_PRICE:
+            return ServedRead(key, error=InsufficientBalance(key.customer.balance))
+        served = ServedRead(key)
+        try:
+            served.body = read(key.customer_id, object_id)
+        except (NotFound, Forbidden) as exc:
+            served.error = exc
+        served.balance, served.usage = billing.charge_call(key.customer_id, request_id, now)
+        if served.balance is None:  # the balance ran out since the key was read: not served
+            return ServedRead(key, error=InsufficientBalance(billing.balance_of(key.customer_id)))
+        return served
+    rows = execute(statement, (token_digest, request_id, now) + quotas.window_times(now) + (object_id,)).fetchall()
+    key = keyauth.live_key(keyauth.key_from_row(rows[0]) if rows else None, token_digest, now)
+    n = keyauth.KEY_ROW_LENGTH
+    balance = rows[0][n]
+    if balance is None:  # nothing was charged: the balance is short (read again: the row may have just changed)
+        return ServedRead(key, error=InsufficientBalance(billing.balance_of(key.customer_id)))
+    served = ServedRead(key, balance=balance, usage=quotas.usage_from(rows[0][n + 1:n + _WINDOWS], now))
+    try:
+        served.body = body_of_rows([row[n + _WINDOWS:] for row in rows], key.customer_id, now)
+    except (NotFound, Forbidden) as exc:
+        served.error = exc
+    return served
+
+
+def _owned_row(model, values, customer_id: str, what: str):
+    if values[0] is None:
+        raise NotFound(f"no {what} with this id")
+    row = instance(model, values)
+    if row.customer_id != customer_id:
+        raise Forbidden(f"this {what} belongs to another customer")
+    return row
+
+
+def _scan_body(rows, customer_id: str, now) -> dict:
+    return scan_view(_owned_row(Scan, rows[0], customer_id, "scan"), now, raw_result=True)
+
+
+def _bulk_body(rows, customer_id: str, now) -> dict:
+    width = len(BulkBatch._meta.sorted_fields)
+    batch = _owned_row(BulkBatch, rows[0][:width], customer_id, "bulk batch")
+    scans = [row[width:] for row in rows if row[width] is not None]
+    return bulk_body(batch, scans)
