@@ -12,7 +12,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from app.db import columns, execute, instance, is_postgres, table
+from app.db import columns, execute, execute_prepared, instance, is_postgres, table
 from app.models import ApiKey, BulkBatch, CreditLedger, Customer, Scan, iso, utcnow
 from app.models.scans import COMPLETED, FAILED, QUEUED, RUNNING
 from app.rawjson import RawJSON
@@ -115,8 +115,8 @@ def bulk_body(batch, scans) -> dict:
 # A read is always charged once its key is live and its balance covers it (200, 403 and 404
 # are all charged, D3), so on PostgreSQL the key look-up, the conditional charge with its
 # ledger row, the quota windows the answer reports (D8) and the scan (or the batch and its
-# scans) are one statement: one round trip and one commit per read, where authentication,
-# read and charge took three. The rules stay those of ``keyauth``, ``billing`` and the
+# scans) are one statement, prepared once per connection: one round trip and one commit per
+# read, where authentication, read and charge took three. The rules stay those of ``keyauth``, ``billing`` and the
 # reads above; SQLite runs them one after the other, as before.
 
 @dataclass
@@ -180,7 +180,8 @@ def _serve(token, object_id, request_id, statement, body_of_rows, read) -> Serve
         if served.balance is None:  # the balance ran out since the key was read: not served
             return ServedRead(key, error=InsufficientBalance(billing.balance_of(key.customer_id)))
         return served
-    rows = execute(statement, (token_digest, request_id, now) + quotas.window_times(now) + (object_id,)).fetchall()
+    rows = execute_prepared(statement, (token_digest, request_id, now) + quotas.window_times(now)
+                            + (object_id,)).fetchall()
     key = keyauth.live_key(keyauth.key_from_row(rows[0]) if rows else None, token_digest, now)
     n = keyauth.KEY_ROW_LENGTH
     balance = rows[0][n]
