@@ -147,11 +147,18 @@ w AS MATERIALIZED (
 _WINDOWS = 7  # the new balance, then the six window columns
 READ_SCAN_CHARGED = _CHARGED + f"SELECT k.*, w.*, {columns(Scan, 's')} FROM k CROSS JOIN w " \
                                f"LEFT JOIN {table(Scan)} AS s ON s.id = ?"
+_BATCH_WIDTH = len(BulkBatch._meta.sorted_fields)
+_SCAN_ENTRY = "s.id, s.status, s.target, s.kind, s.completed_at, s.result_json, s.failed_at, s.failure_code, " \
+              "s.failure_message"  # the columns of BATCH_SCANS
+# The key, charge and batch on the first row, then one row per scan with only its own
+# columns: the key's and windows' columns are not sent (nor decoded) a hundred times.
 READ_BULK_CHARGED = _CHARGED + (
-    f"SELECT k.*, w.*, {columns(BulkBatch, 'b')}, s.id, s.status, s.target, s.kind, s.completed_at, s.result_json, "
-    f"s.failed_at, s.failure_code, s.failure_message FROM k CROSS JOIN w "
-    f"LEFT JOIN {table(BulkBatch)} AS b ON b.id = ? "
-    f"LEFT JOIN {table(Scan)} AS s ON s.bulk_id = b.id AND b.customer_id = k.customer_id ORDER BY s.bulk_index")
+    f", b AS (SELECT {columns(BulkBatch)} FROM {table(BulkBatch)} WHERE id = ?)\n"
+    f"SELECT k.*, w.*, b.*, {', '.join(['NULL'] * 9)}, -1 AS position FROM k CROSS JOIN w LEFT JOIN b ON true\n"
+    f"UNION ALL\n"
+    f"SELECT {', '.join(['NULL'] * (keyauth.KEY_ROW_LENGTH + _WINDOWS + _BATCH_WIDTH))}, {_SCAN_ENTRY}, s.bulk_index "
+    f"FROM b JOIN {table(Scan)} AS s ON s.bulk_id = b.id WHERE b.customer_id = (SELECT customer_id FROM k)\n"
+    f"ORDER BY position")
 
 
 def serve_scan_read(token: str, scan_id: str, request_id: str | None) -> ServedRead:
@@ -209,7 +216,5 @@ def _scan_body(rows, customer_id: str, now) -> dict:
 
 
 def _bulk_body(rows, customer_id: str, now) -> dict:
-    width = len(BulkBatch._meta.sorted_fields)
-    batch = _owned_row(BulkBatch, rows[0][:width], customer_id, "bulk batch")
-    scans = [row[width:] for row in rows if row[width] is not None]
-    return bulk_body(batch, scans)
+    batch = _owned_row(BulkBatch, rows[0][:_BATCH_WIDTH], customer_id, "bulk batch")
+    return bulk_body(batch, [row[_BATCH_WIDTH:-1] for row in rows[1:]])
