@@ -54,6 +54,17 @@ class PostgresPool(PooledPostgresqlDatabase):
         self._prepared.pop(self.conn_key(conn), None)
         return super()._close_raw(conn)
 
+    def execute_prepared_batch(self, statements):
+        conn = self.connection()
+        names = self._prepared.setdefault(self.conn_key(conn), set())
+        texts = [_prepared_texts(sql) for sql, _ in statements]
+        missing = [prepare for name, prepare, _ in texts if name not in names]
+        if missing:
+            self.execute_sql("; ".join(missing))
+            names.update(name for name, _, _ in texts)
+        params = [value for _, values in statements for value in values]
+        return self.execute_sql("; ".join(run for _, _, run in texts), params)
+
     def execute_prepared(self, sql: str, params):
         """``sql`` (``?`` placeholders) as a statement prepared once per connection.
 
@@ -201,6 +212,22 @@ def execute_prepared(sql: str, params=()):
     return execute(sql, params)
 
 
+def execute_prepared_batch(statements: list[tuple[str, object]]):
+    """Run ``statements`` (``(sql, params)``, in order) and return the last one's cursor.
+
+    On the PostgreSQL pool they go as one round trip of prepared statements (each still its
+    own statement: under READ COMMITTED each sees what the previous ones committed or
+    locked); elsewhere one after the other.
+    """
+    database = db.obj
+    if not isinstance(database, PostgresPool):
+        cursor = None
+        for sql, params in statements:
+            cursor = execute(sql, params)
+        return cursor
+    return database.execute_prepared_batch(statements)
+
+
 _prepared_texts_cache: dict[str, tuple[str, str, str]] = {}
 
 
@@ -238,8 +265,12 @@ def instance(model, values):
 
 def insert_rows(model, rows: list[dict]) -> None:
     """One multi-row INSERT of ``rows`` (keyed by field name), defaults filled as peewee would."""
-    if not rows:
-        return
+    if rows:
+        execute_prepared(*insert_rows_statement(model, rows))
+
+
+def insert_rows_statement(model, rows: list[dict]) -> tuple[str, list]:
+    """The SQL and parameters of ``insert_rows`` (a non-empty ``rows``), to run with others."""
     fields = [f for f in model._meta.sorted_fields if not (f.primary_key and f.field_type == "AUTO")]
     params = []
     for row in rows:
@@ -249,7 +280,7 @@ def insert_rows(model, rows: list[dict]) -> None:
                 value = value()
             params.append(field.db_value(value))
     placeholders = "(" + ", ".join("?" * len(fields)) + ")"
-    execute(f"INSERT INTO {table(model)} ({', '.join(repr_column(f) for f in fields)}) VALUES "
+    return (f"INSERT INTO {table(model)} ({', '.join(repr_column(f) for f in fields)}) VALUES "
             + ", ".join([placeholders] * len(rows)), params)
 
 

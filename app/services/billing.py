@@ -12,7 +12,7 @@ statement, so a read pays one round trip and one commit for all three.
 """
 from __future__ import annotations
 
-from app.db import execute, is_postgres, table
+from app.db import execute_prepared, is_postgres, table
 from app.db import db
 from app.models import CreditLedger, Customer, utcnow
 from app.services import quotas
@@ -53,6 +53,15 @@ ledger AS (
 SELECT balance_after FROM ledger"""
 
 
+def apply_statement(customer_id: str, delta: int, reason: str, *, in_flight: int = 0, **ref) -> tuple[str, tuple]:
+    """PostgreSQL: the SQL and parameters of ``apply`` (one row, the new balance, or none), to run with others."""
+    unknown = set(ref) - LEDGER_REFS
+    if unknown:
+        raise TypeError(f"unknown ledger fields: {', '.join(sorted(unknown))}")
+    return APPLY, (delta, in_flight, customer_id, delta >= 0, -delta, customer_id, delta, reason, ref.get("scan_id"),
+                   ref.get("bulk_id"), ref.get("request_id"), ref.get("note"), utcnow())
+
+
 def apply(customer_id: str, delta: int, reason: str, *, in_flight: int = 0, **ref) -> int | None:
     """Change the balance by ``delta`` with its ledger row; ``in_flight`` moves the scans in
     flight in the same UPDATE (admissions and their reversals change both at once).
@@ -61,12 +70,7 @@ def apply(customer_id: str, delta: int, reason: str, *, in_flight: int = 0, **re
     the new balance, or None when a debit would overdraw it (nothing is written then)."""
     if is_postgres():
         # The conditional UPDATE and its ledger row in one statement (one round trip).
-        unknown = set(ref) - LEDGER_REFS
-        if unknown:
-            raise TypeError(f"unknown ledger fields: {', '.join(sorted(unknown))}")
-        row = execute(APPLY, (delta, in_flight, customer_id, delta >= 0, -delta, customer_id, delta, reason,
-                              ref.get("scan_id"), ref.get("bulk_id"), ref.get("request_id"), ref.get("note"),
-                              utcnow())).fetchone()
+        row = execute_prepared(*apply_statement(customer_id, delta, reason, in_flight=in_flight, **ref)).fetchone()
         return row[0] if row else None
     query = Customer.update(balance=Customer.balance + delta, in_flight=Customer.in_flight + in_flight).where(
         Customer.id == customer_id)
@@ -120,7 +124,7 @@ def charge_call(customer_id: str, request_id: str | None, now):
         with db.atomic():  # one transaction, as the one statement below: a failure leaves no charge
             balance = apply(customer_id, -CALL_PRICE, "call", request_id=request_id)
             return balance, quotas.window_usage(customer_id, now)
-    row = execute(CHARGE_AND_USAGE,
+    row = execute_prepared(CHARGE_AND_USAGE,
                   (CALL_PRICE, customer_id, CALL_PRICE, customer_id, -CALL_PRICE, "call", request_id, now)
                   + quotas.window_params(customer_id, now)).fetchone()
     return row[0], quotas.usage_from(row[1:], now)

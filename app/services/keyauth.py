@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from app.db import columns, execute, instance, table
+from app.db import columns, execute_prepared, instance, table
 from app.models import ApiKey, Customer, utcnow
 from app.services.crypto import KEY_PREFIX, digest, same
 from app.services.errors import NotAuthenticated
@@ -60,7 +60,7 @@ def touch(key: ApiKey, now) -> None:
 
 def _key_by_digest(token_digest: str) -> ApiKey | None:
     """The key with this digest, its ``customer`` loaded (one statement)."""
-    row = execute(KEY_BY_DIGEST, (token_digest,)).fetchone()
+    row = execute_prepared(KEY_BY_DIGEST, (token_digest,)).fetchone()
     return None if row is None else key_from_row(row)
 
 

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 
 from peewee import fn
 
-from app.db import execute, table
+from app.db import execute_prepared, table
 from app.metrics import RATE_LIMITED
 from app.models import QuotaMinute, Scan
 from app.models.scans import IN_FLIGHT
@@ -95,7 +95,7 @@ def usage_from(row, now: datetime) -> Usage:
 
 
 def window_usage(customer_id: str, now: datetime) -> Usage:
-    return usage_from(execute(WINDOW_USAGE, window_params(customer_id, now)).fetchone(), now)
+    return usage_from(execute_prepared(WINDOW_USAGE, window_params(customer_id, now)).fetchone(), now)
 
 
 ADD_TO_MINUTE = (f"INSERT INTO {table(QuotaMinute)} (customer_id, minute, scans) VALUES (?, ?, ?) "
@@ -105,7 +105,12 @@ ADD_TO_MINUTE = (f"INSERT INTO {table(QuotaMinute)} (customer_id, minute, scans)
 def count_created(customer_id: str, created_at: datetime, n: int) -> None:
     """Add ``n`` scans created at ``created_at`` to the windows (negative: take them back)."""
     if n:
-        execute(ADD_TO_MINUTE, (customer_id, minute_of(created_at), n))
+        execute_prepared(*count_created_statement(customer_id, created_at, n))
+
+
+def count_created_statement(customer_id: str, created_at: datetime, n: int) -> tuple[str, tuple]:
+    """The SQL and parameters of ``count_created`` (``n`` != 0), to run with others."""
+    return ADD_TO_MINUTE, (customer_id, minute_of(created_at), n)
 
 
 def counted_from_scans(now: datetime, customer_id: str | None = None) -> tuple[Counter, Counter]:
@@ -175,13 +180,14 @@ def _inflight_retry_after(customer_id: str, now: datetime) -> int:
     return max(1, min(_seconds_until(_as_datetime(soonest), now), 900)) if soonest else 30
 
 
-def check(customer, limits: Limits, n: int, now: datetime, *, bulk: bool = False) -> Usage:
+def check(customer, limits: Limits, n: int, now: datetime, *, bulk: bool = False, usage: Usage | None = None) -> Usage:
     """Raise the first 429 that ``n`` new scans would hit (in-flight, hour, day); else the usage.
 
-    ``customer`` is the row read under the admission's lock, so its ``in_flight`` is current.
+    ``customer`` is the row read under the admission's lock, so its ``in_flight`` is current;
+    ``usage``, when given, the windows counted under that lock too.
     """
     customer_id, inflight = customer.id, customer.in_flight
-    usage = window_usage(customer_id, now)
+    usage = usage or window_usage(customer_id, now)
     if inflight + n > limits.inflight:
         fits = max(0, limits.inflight - inflight)
         if bulk:

@@ -23,12 +23,13 @@ from datetime import timedelta
 
 from app import runtime
 from app.metrics import SCANS_CREATED
-from app.db import db, execute, insert_rows, is_postgres, table, write_transaction
+from app.db import (columns, db, execute, execute_prepared, execute_prepared_batch, insert_rows_statement, instance,
+                    is_postgres, table, write_transaction)
 from app.jobs import enqueue_tracking, tracking_job_id
-from app.models import BulkBatch, Scan, new_id, utcnow
+from app.models import BulkBatch, Customer, Scan, new_id, utcnow
 from app.models.scans import QUEUED
 from app.services import billing, bulk, engine, quotas
-from app.services.accounts import lock_customer
+from app.services.accounts import CUSTOMER_BY_ID, lock_customer
 from app.services.errors import EngineUnavailable, InsufficientBalance, InvalidRequest
 from app.services.limits import Limits, limits_for
 from app.services.targets import TargetError, normalize
@@ -48,26 +49,51 @@ class Outcome:
     usage: quotas.Usage
 
 
+# PostgreSQL: the lock, then the customer's row and windows as they are once it is held, in
+# one round trip (two statements: the second's snapshot is taken after the lock is granted).
+LOCK_AND_COUNT = [f"{CUSTOMER_BY_ID} FOR UPDATE",
+                  f"SELECT {columns(Customer)}, {quotas.WINDOW_COLUMNS} FROM {table(Customer)} WHERE id = ?"]
+_CUSTOMER_WIDTH = len(Customer._meta.sorted_fields)
+
+
+def _lock_and_count(customer_id, now):
+    """The customer's row, locked, and its windows counted under the lock: ``(customer, usage or None)``."""
+    if not is_postgres():
+        return lock_customer(customer_id), None
+    row = execute_prepared_batch([(LOCK_AND_COUNT[0], (customer_id,)),
+                                  (LOCK_AND_COUNT[1], quotas.window_params(customer_id, now) + (customer_id,))
+                                  ]).fetchone()
+    if row is None:
+        raise Customer.DoesNotExist(f"no customer {customer_id}")
+    return instance(Customer, row[:_CUSTOMER_WIDTH]), quotas.usage_from(row[_CUSTOMER_WIDTH:], now)
+
+
 def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None):
-    """Step 1: check and reserve in one transaction. Returns (scans, batch, balance, limits, usage)."""
+    """Step 1: check and reserve in one transaction. Returns (scans, batch, balance, limits, usage).
+
+    On PostgreSQL the transaction is four round trips: BEGIN, the lock with the counts,
+    the rows with the charge and the minute's counter (one batch of prepared statements),
+    COMMIT; it holds the customer's lock for the last three only."""
     now = utcnow()
     n = len(items)
     cost = billing.admission_cost(n)
     with write_transaction():
-        customer = lock_customer(customer_id)
+        customer, counted = _lock_and_count(customer_id, now)
         if customer.balance < cost:
             raise InsufficientBalance(customer.balance, cost if bulk_total is not None else 1)
         limits = limits_for(customer)
         if n:
-            usage = quotas.check(customer, limits, n, now, bulk=bulk_total is not None)
+            usage = quotas.check(customer, limits, n, now, bulk=bulk_total is not None, usage=counted)
         else:
-            usage = quotas.window_usage(customer_id, now)
+            usage = counted or quotas.window_usage(customer_id, now)
         batch = None
+        statements = []
         if bulk_total is not None:
             batch = BulkBatch(id=new_id("blk"), customer=customer_id, api_key=api_key_id, total=bulk_total,
                               created_at=now)
-            insert_rows(BulkBatch, [{"id": batch.id, "customer": customer_id, "api_key": api_key_id,
-                                     "total": bulk_total, "created_at": now}])
+            statements.append(insert_rows_statement(BulkBatch, [{
+                "id": batch.id, "customer": customer_id, "api_key": api_key_id, "total": bulk_total,
+                "created_at": now}]))
         rows = []
         for index, (kind, target) in items:
             scan_id = new_id("scn")
@@ -76,13 +102,25 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None):
                 "bulk_index": index if batch else None, "kind": kind, "target": target, "status": QUEUED,
                 "created_at": now, "tracking_job_id": tracking_job_id(scan_id, 0),
             })
-        insert_rows(Scan, rows)
-        balance = billing.apply(customer_id, -cost, "bulk" if batch else "scan", in_flight=n, request_id=request_id,
-                                 scan_id=rows[0]["id"] if rows and not batch else None,
-                                 bulk_id=batch.id if batch else None)
+        if rows:
+            statements.append(insert_rows_statement(Scan, rows))
+        charge = dict(in_flight=n, request_id=request_id, scan_id=rows[0]["id"] if rows and not batch else None,
+                      bulk_id=batch.id if batch else None)
+        reason = "bulk" if batch else "scan"
+        if is_postgres():
+            # After the customer's row (locked above), as every transaction takes them (quotas: lock order).
+            if n:
+                statements.append(quotas.count_created_statement(customer_id, now, n))
+            statements.append(billing.apply_statement(customer_id, -cost, reason, **charge))
+            row = execute_prepared_batch(statements).fetchone()
+            balance = row[0] if row else None
+        else:
+            for sql, params in statements:
+                execute(sql, params)
+            balance = billing.apply(customer_id, -cost, reason, **charge)
+            quotas.count_created(customer_id, now, n)
         if balance is None:  # cannot happen under the lock; never let it pass silently
             raise InsufficientBalance(customer.balance, cost)
-        quotas.count_created(customer_id, now, n)
     # Counted under the lock, plus the scans this call created: ``r`` counts them (D8).
     return rows, batch, balance, limits, quotas.with_new_scans(usage, n, now)
 
@@ -107,7 +145,7 @@ def _record_submissions(rows, answers) -> None:
     now = utcnow()
     etas = [now + timedelta(seconds=a["eta_seconds"]) for a in answers]
     if len(rows) == 1:
-        execute(f"UPDATE {table(Scan)} SET engine_id = ?, recipes_total = ?, eta_at = ? WHERE id = ?",
+        execute_prepared(f"UPDATE {table(Scan)} SET engine_id = ?, recipes_total = ?, eta_at = ? WHERE id = ?",
                 (answers[0]["id"], answers[0]["recipes"], etas[0], rows[0]["id"]))
         return
     ids = [r["id"] for r in rows]
