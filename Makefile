@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help install install-test run test test-fast scenarios fuzz bench clean
+.PHONY: help install install-test run test test-fast scenarios fuzz bench clean client
 
 ## make help: this list.
 help:
@@ -42,6 +42,10 @@ test: install-test
 ## make test-fast: the suite without the tests that start real processes or run long (-m "not processes and not slow").
 test-fast: install-test
 	$(PY) -m pytest -m "not processes and not slow" $(PYTEST_ARGS)
+
+## make client: install the Python client and its command line (scan-api) into the virtualenv.
+client: | $(PY)
+	$(PY) -m pip install --quiet ./client
 
 ## make clean: remove the virtualenv, the instance folder and test artifacts.
 clean:

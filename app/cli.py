@@ -399,9 +399,11 @@ def users_enable(email, as_json):
 @scans_cli.command("recover")
 @json_option
 def scans_recover(as_json):
-    """Re-dispatch scans and webhook deliveries whose jobs were lost (D13)."""
+    """Re-dispatch scans and webhook deliveries whose jobs were lost (D13), now: every one
+    whose job is not alive, however recent (the workers' periodic sweep waits
+    RECOVERY_STALE_SECONDS)."""
     from app.services.recovery import sweep
-    report = run(as_json, sweep)
+    report = run(as_json, lambda: sweep(at_once=True))
     emit(as_json, {"ok": True, **report}, Table(list(report.items()), headers=["recovered", "count"]))
 
 

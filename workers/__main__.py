@@ -6,19 +6,25 @@ still bounds each one. The scheduler is RQ's, made precise (``PreciseScheduler``
 due times are kept to the millisecond and it looks for due jobs every 0.2 s. Every
 ``RECOVERY_INTERVAL_SECONDS`` a worker runs the recovery sweep, one worker at a time
 under a Redis lock. If Redis goes away the worker waits and reconnects instead of
-exiting.
+exiting; the first SIGTERM (or Ctrl+C) stops it within seconds all the same, with one
+log line and no traceback (``STOPPING``).
 """
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import logging
+import threading
 import time
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, TimeoutError as RedisTimeoutError
 from rq import Queue, SimpleWorker
 from rq.defaults import DEFAULT_WORKER_TTL
+from rq.worker import WorkerStatus
+from rq.exceptions import StopRequested
+from rq import worker_registration
 from rq.scheduler import RQScheduler
 
 from app import create_app, runtime
@@ -28,6 +34,11 @@ from app.startup import StartupError, check
 
 log = logging.getLogger("workers")
 SWEEP_LOCK = "scan-api:recovery-sweep"
+# Set by the first SIGTERM/SIGINT, whoever receives it (the worker or ``main`` between
+# two workers): from then on nothing reconnects to Redis, and ``main`` returns.
+STOPPING = threading.Event()
+# How long the scheduler waits after a Redis error before trying again.
+SCHEDULER_RETRY_SECONDS = 1.0
 
 
 def run_sweep_once() -> dict | None:
@@ -62,20 +73,39 @@ class PreciseScheduler(RQScheduler):
     """
 
     def work(self):
+        """RQ 2.12's loop, made to ride out a Redis outage: RQ's scheduler process dies on
+        the first Redis error (with a traceback); this one logs one line, waits and goes on,
+        and still stops within SCHEDULER_INTERVAL of a SIGTERM."""
         self._install_signal_handlers()
-        self.register_birth()
-        beat = 0.0
-        while True:
-            if self._stop_requested:
-                self.stop()
-                break
-            if self.should_reacquire_locks:
-                self.acquire_locks()
-            if time.monotonic() - beat >= self.interval:
-                self.heartbeat()
-                beat = time.monotonic()
-            self.enqueue_scheduled_jobs()
-            time.sleep(SCHEDULER_INTERVAL)
+        beat, born, outage = 0.0, False, False
+        while not self._stop_requested:
+            try:
+                if not born:
+                    self.register_birth()
+                    born = True
+                if self.should_reacquire_locks:
+                    self.acquire_locks()
+                if time.monotonic() - beat >= self.interval:
+                    self.heartbeat()
+                    beat = time.monotonic()
+                self.enqueue_scheduled_jobs()
+                if outage:
+                    log.info("scheduler: Redis is back")
+                    outage = False
+                pause = SCHEDULER_INTERVAL
+            except RedisError as exc:
+                if not outage:
+                    log.warning("scheduler: Redis unavailable (%s), retrying every %.0f s",
+                                exc.__class__.__name__, SCHEDULER_RETRY_SECONDS)
+                    outage = True
+                pause = SCHEDULER_RETRY_SECONDS
+            deadline = time.monotonic() + pause
+            while not self._stop_requested and time.monotonic() < deadline:
+                time.sleep(min(SCHEDULER_INTERVAL, pause))
+        try:
+            self.stop()
+        except RedisError:  # the locks expire by themselves
+            log.info("scheduler: stopped without releasing its locks (Redis unavailable)")
 
     def enqueue_scheduled_jobs(self):
         self._status = self.Status.WORKING
@@ -111,11 +141,99 @@ class ScanWorker(SimpleWorker):
                 self.scheduler.start()
 
     def run_maintenance_tasks(self):
-        super().run_maintenance_tasks()
         try:
+            super().run_maintenance_tasks()
             run_sweep_once()
+        except RedisConnectionError as exc:  # see _outage_safe: one line, retried next turn
+            log.warning("maintenance skipped: Redis unavailable (%s)", exc.__class__.__name__)
+        except RedisError as exc:
+            log.warning("recovery sweep failed: Redis answered %s", exc.__class__.__name__)
         except Exception:  # a failed sweep is retried next interval; the worker keeps working
             log.exception("recovery sweep failed")
+
+    # --- riding out a Redis outage ------------------------------------------------------
+    # RQ retries a lost connection only inside its dequeue loop; the same error one step
+    # outside it (the suspension check, maintenance, the heartbeat after a job) ends the
+    # work loop with a traceback. Those steps skip their turn instead, and the dequeue
+    # loop that follows meets the outage and waits it out as RQ means it to.
+    _redis_lost = False
+
+    def check_for_suspension(self, burst):
+        try:
+            super().check_for_suspension(burst)
+        except RedisConnectionError:
+            pass
+
+    def set_state(self, state, pipeline=None):
+        # The state is kept in the process first (``get_state`` reads that), then in Redis.
+        try:
+            super().set_state(state, pipeline)
+        except RedisConnectionError:
+            if pipeline is not None:
+                raise
+
+    def heartbeat(self, timeout=None, pipeline=None):
+        # The first call of each turn of RQ's dequeue loop, its retries while Redis is
+        # down included: an idle worker asked to stop stops here at the latest.
+        if self._stop_requested and pipeline is None and self.get_state() != WorkerStatus.BUSY:
+            raise StopRequested()
+        try:
+            if self._redis_lost and pipeline is None:
+                # Redis is back, perhaps restarted empty: be listed again as at birth.
+                with self.connection.pipeline() as pipe:
+                    pipe.hset(self.key, mapping=self.serialize())
+                    worker_registration.register(self, pipe)
+                    pipe.execute()
+                self._redis_lost = False
+                log.info("Redis is back")
+            return super().heartbeat(timeout, pipeline)
+        except RedisConnectionError:
+            if pipeline is not None:
+                raise
+            self._redis_lost = True
+
+    # --- stopping while Redis is down ---------------------------------------------------
+    # RQ's signal handler stops an idle worker by raising StopRequested (an Exception)
+    # wherever the main thread is, and writes to Redis on the way out. With Redis down the
+    # worker is mostly in RQ's connection-retry loop, logging: the exception was swallowed
+    # by the logging module (which prints a traceback) or the handler itself failed on
+    # Redis, and the loop, which never looks at a stop request, retried until SIGKILL.
+    # Here the stop is a StopNow (a SystemExit: no ``except Exception`` takes it, RQ's
+    # work loop lets it through after its teardown), the request is also recorded where
+    # the retry loop looks, and a Redis error on the way out costs one log line.
+
+    def _install_signal_handlers(self):
+        super()._install_signal_handlers()
+        if STOPPING.is_set():  # the signal came while the worker was starting
+            self._stop_requested = True
+
+    def request_stop(self, signum, frame):
+        STOPPING.set()
+        try:
+            super().request_stop(signum, frame)
+        except StopRequested:  # idle: stop now
+            self._stop_requested = True
+            raise StopNow() from None
+        except RedisError:
+            # Only a busy worker writes to Redis here (to record the request): like RQ,
+            # it stops once its job is done.
+            self._stop_requested = True
+            if self.scheduler:
+                self.stop_scheduler()
+
+    def teardown(self):
+        try:
+            super().teardown()
+        except RedisError as exc:
+            # Its registration expires by itself (worker_ttl).
+            log.warning("worker stopped without unregistering: Redis unavailable (%s)", exc.__class__.__name__)
+
+
+class StopNow(SystemExit):
+    """Raised by the first SIGTERM/SIGINT in an idle worker; ``main`` returns 0 on it."""
+
+    def __init__(self):
+        super().__init__(0)
 
 
 def build_worker(queues=(ENGINE_QUEUE, WEBHOOK_QUEUE), name=None) -> ScanWorker:
@@ -140,14 +258,30 @@ def main(argv=None) -> int:
         print(startup_error_line(str(exc)), file=sys.stderr, flush=True)
         return 1
     queues = [q for q in args.queues.split(",") if q]
-    while True:
+    _trap_signals()
+    while not STOPPING.is_set():
         try:
             worker = build_worker(queues, args.name)
             worker.work(with_scheduler=True, burst=args.burst, logging_level=runtime.config["LOG_LEVEL"])
             return 0
+        except StopNow:
+            break
         except (RedisConnectionError, RedisTimeoutError, RedisError) as exc:
+            _trap_signals()
+            if STOPPING.is_set():
+                break
             log.warning("Redis unavailable (%s); reconnecting in 2 s", exc.__class__.__name__)
-            time.sleep(2)
+            deadline = time.monotonic() + 2
+            while not STOPPING.is_set() and time.monotonic() < deadline:
+                time.sleep(0.1)
+    log.info("worker stopped on request")
+    return 0
+
+
+def _trap_signals() -> None:
+    """Between two workers (and until one installs its own handlers) a signal only sets STOPPING."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: STOPPING.set())
 
 
 if __name__ == "__main__":

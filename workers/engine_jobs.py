@@ -61,33 +61,43 @@ def _track(scan_id: str, job_id: str | None) -> str:
         return "stale"
     now = utcnow()
     deadline = scan.created_at + timedelta(seconds=runtime.config["SCAN_TIMEOUT_SECONDS"])
-    if now >= deadline:
-        tracking.fail(scan_id, "engine_timeout", "the engine did not finish the scan in time")
-        return "timeout"
     if scan.engine_id is None:
-        # Reserved but not yet recorded as submitted (creation is still in its engine call).
+        # Reserved but not yet recorded as submitted (creation is still in its engine call):
+        # nothing to look at. Never failed here, however old: if its creator died, the
+        # sweep reverses the reservation (no 202 was ever answered).
         tracking.hand_over(scan_id, job_id, _poll_seconds())
         return "waiting"
+    # Amended D13: the timeout is a verdict on what the engine says, never on age alone.
+    # A scan the engine finished while Redis or the workers were down completes however
+    # late this look comes; one it cannot tell about (unreachable, nonsense) stays in
+    # flight and is looked at again.
     try:
         state = engine.status(scan.engine_id)
-        outcome = _apply(scan, state)
+        outcome = _apply(scan, state, past_deadline=now >= deadline)
         if isinstance(outcome, dict):  # unfinished: the progress to record
             progress, outcome = outcome, "unfinished"
     except engine.EngineError as exc:
         errors = scan.check_errors + 1
         log.warning("scan %s: engine error %d (%s), retrying", scan_id, errors, exc)
-        delay = max(MIN_DELAY, min(backoff(errors), (deadline - now).total_seconds()))
-        tracking.hand_over(scan_id, job_id, delay, check_errors=errors, last_checked_at=now)
+        tracking.hand_over(scan_id, job_id, _until_deadline(backoff(errors), deadline, now), check_errors=errors,
+                           last_checked_at=now)
         return "engine_error"
     if outcome == "unfinished":
         # The progress and the hand-over to the next look: one UPDATE, one commit.
-        delay = max(MIN_DELAY, min(next_interval(scan, now), (deadline - now).total_seconds()))
-        tracking.hand_over(scan_id, job_id, delay, in_flight_only=True, durable=False, **progress)
+        tracking.hand_over(scan_id, job_id, _until_deadline(next_interval(scan, now), deadline, now),
+                           in_flight_only=True, durable=False, **progress)
     return outcome
 
 
-def _apply(scan, state: dict) -> str | dict:
-    """Act on the engine's answer: the outcome, or for an unfinished scan the progress to record."""
+def _until_deadline(delay: float, deadline, now) -> float:
+    """``delay``, but no later than the deadline while it is ahead (the look that may time the scan out)."""
+    remaining = (deadline - now).total_seconds()
+    return max(MIN_DELAY, min(delay, remaining)) if remaining > 0 else max(MIN_DELAY, delay)
+
+
+def _apply(scan, state: dict, *, past_deadline: bool = False) -> str | dict:
+    """Act on the engine's answer: the outcome, or for an unfinished scan the progress to record
+    (past the deadline, an unfinished scan fails with ``engine_timeout``)."""
     status = state.get("status")
     if status == "done":
         try:
@@ -104,6 +114,9 @@ def _apply(scan, state: dict) -> str | dict:
         tracking.fail(scan.id, "engine_failed", message or "the engine could not complete the investigation")
         return "failed"
     if status in ("pending", "running"):
+        if past_deadline:
+            tracking.fail(scan.id, "engine_timeout", "the engine did not finish the scan in time")
+            return "timeout"
         total, done = state.get("recipes_total"), state.get("recipes_done")
         return tracking.progress_changes(
             running=status == "running",

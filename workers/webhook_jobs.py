@@ -17,12 +17,10 @@ from app import runtime
 from app.extensions import db
 from app.logging_setup import log_context
 from app.services import deliveries
-from app.services.deliveries import Outcome
+from app.services.deliveries import EXCERPT_BYTES, Outcome, response_excerpt
 from app.services.webhook_urls import AttemptDeadline, UnsafeWebhookUrl, check_scheme, guarded_session
 
 log = logging.getLogger(__name__)
-
-EXCERPT_BYTES = 1024
 
 # Error classes recorded on an attempt, most specific first (requests' ConnectTimeout
 # is both a Timeout and a ConnectionError; its SSLError is a ConnectionError).
@@ -71,7 +69,8 @@ def _post(url: str, headers: dict, body: bytes) -> Outcome:
 
 
 def _excerpt(response, deadline: AttemptDeadline) -> str:
-    """The first KiB of the body; a huge answer is never downloaded, a dripped one is cut at the deadline."""
+    """The first KiB of the body, made safe to store (``deliveries.response_excerpt``); a huge
+    answer is never downloaded, a dripped one is cut at the deadline."""
     try:
         data = response.raw.read(EXCERPT_BYTES, decode_content=True) or b""
     except (Urllib3Error, OSError):
@@ -80,4 +79,4 @@ def _excerpt(response, deadline: AttemptDeadline) -> str:
     finally:
         deadline.finish()  # before the socket is closed
         response.close()
-    return data[:EXCERPT_BYTES].decode("utf-8", errors="replace")
+    return response_excerpt(data)

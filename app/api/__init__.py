@@ -81,14 +81,22 @@ def register_api(app: Flask) -> Api:
     )
     from app.api.base import ScanIdConverter
     app.url_map.converters["scan_id"] = ScanIdConverter
-    api = ScanApi(app, spec_kwargs={"info": {"description": API_DESCRIPTION}})
+    api = ScanApi(app, spec_kwargs={
+        "info": {"description": API_DESCRIPTION},
+        # Relative to the document itself unless the public address is known.
+        "servers": [{"url": app.config.get("PUBLIC_BASE_URL") or "/", "description": "This service"}],
+        "tags": [{"name": "scans", "description": "Create scans, read them, list them, and do both in bulk."},
+                 {"name": "webhooks", "description": "Events the service sends to your webhook URL when a scan "
+                                                     "finishes, signed two ways."}]})
     api.register_converter(ScanIdConverter, lambda converter: {"type": "string"})
     api.spec.components.security_scheme("bearerAuth", {
         "type": "http", "scheme": "bearer", "bearerFormat": "service_live_<random>"})
 
     from app.api.scans import blp as scans_blp
-    from app.schemas.scans import BulkTargetSchema
+    from app.schemas.scans import BulkTargetSchema, WebhookCompletedSchema, WebhookFailedSchema
     api.spec.components.schema("BulkTarget", schema=BulkTargetSchema)
+    api.spec.components.schema("WebhookCompleted", schema=WebhookCompletedSchema)
+    api.spec.components.schema("WebhookFailed", schema=WebhookFailedSchema)
     api.register_blueprint(scans_blp)
     # The JSON API authenticates with bearer keys, never cookies: CSRF cannot apply.
     from app.extensions import csrf

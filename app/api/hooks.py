@@ -10,6 +10,7 @@ store or release the idempotency claim.
 from __future__ import annotations
 
 import logging
+import re
 
 from flask import current_app, g, request
 
@@ -21,6 +22,7 @@ from app.services.errors import InsufficientBalance
 from app.services.limits import DAY, HOUR, Limits, limits_for
 
 log = logging.getLogger(__name__)
+ROUTE_ARGUMENT = re.compile(r"<(?:[^:>]+:)?([^>]+)>")  # <scan_id:scan_id> -> {scan_id}
 
 
 # Views that authenticate and charge their call themselves, in the statement that reads
@@ -72,10 +74,26 @@ def after_api_request(response):
     return response
 
 
+def _ledger_endpoint(status: int) -> str:
+    """What the ledger row of a charged call says it paid for: the method and path of a
+    served call; for a refused one the route (``/api/v1/scan/{scan_id}``) and the status,
+    so the customer's ledger never repeats an id that was not theirs."""
+    if 200 <= status < 300 or request.url_rule is None:
+        return f"{request.method} {request.path}"
+    route = ROUTE_ARGUMENT.sub(r"{\1}", request.url_rule.rule)
+    return f"{request.method} {route} ({status})"
+
+
+def ledger_notes() -> dict[int, str]:
+    """The ledger note of this call for each answer a read can be charged for (200, 403, 404)."""
+    return {status: _ledger_endpoint(status) for status in (200, 403, 404)}
+
+
 def _charge(response, customer):
     if not billing.call_is_charged(response.status_code) or g.get("charged") or g.get("free_call"):
         return response
-    balance, g.usage = billing.charge_call(customer.id, g.get("request_id"), utcnow())
+    balance, g.usage = billing.charge_call(customer.id, g.get("request_id"), utcnow(),
+                                             _ledger_endpoint(response.status_code))
     if balance is None:
         # The balance ran out between the check and this charge: the call is not served.
         g.balance = billing.balance_of(customer.id)

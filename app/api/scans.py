@@ -1,10 +1,12 @@
-"""The scan endpoints of §4: create, read, bulk create, aggregate read.
+"""The scan endpoints of §4: create, read, bulk create, aggregate read; and the scans list (D17).
 
 Views stay thin: they hand parsed input to ``services.scans`` (creations) and
-``services.reads`` and return its body;
+``services.reads`` (reads and the list) and return its body;
 authentication, charging and the limit headers are ``app.api.hooks``'s job.
 """
 from __future__ import annotations
+
+from datetime import timezone
 
 from flask import Response, current_app, g, request
 from flask.views import MethodView
@@ -14,7 +16,7 @@ from app.api import auth, hooks
 from app.api.base import ApiBlueprint
 from app.schemas.errors import ErrorSchema
 from app.schemas.scans import (BulkCreatedSchema, BulkCreateSchema, BulkStateSchema, ScanCreatedSchema,
-                               ScanCreateSchema, ScanSchema)
+                               ScanCreateSchema, ScanListQuerySchema, ScanListSchema, ScanSchema)
 from app.services import reads, scans
 
 blp = ApiBlueprint("scans", __name__, url_prefix="/api/v1",
@@ -40,6 +42,47 @@ ERROR_DOCS = {
     502: "`engine_submit_failed`; with `Retry-After: 30`",
     503: "`service_unavailable` (database unreachable); with `Retry-After`",
 }
+# Every code a status really carries on these endpoints, with a message as the service words it:
+# the OpenAPI document shows one example per code under its status.
+ERROR_EXAMPLES = {
+    "invalid_request": (400, "target: Not a valid string."),
+    "target_too_short": (400, "target must have at least 3 characters"),
+    "invalid_kind": (400, "kind must be one of email, phone, username"),
+    "invalid_target": (400, "target is not a valid e-mail address"),
+    "no_targets": (400, "targets must hold at least one target"),
+    "too_many_targets": (400, "a bulk call takes at most 100 targets"),
+    "unauthorized": (401, "the Authorization header must be 'Bearer <API key>'"),
+    "invalid_token": (401, "the API key is unknown or revoked"),
+    "insufficient_balance": (402, "the account balance is below 1 credit"),
+    "forbidden": (403, "this scan belongs to another customer"),
+    "bulk_not_allowed": (403, "bulk calls are available on the Business and Enterprise tiers"),
+    "not_found": (404, "no scan with this id"),
+    "idempotency_conflict": (409, "this Idempotency-Key was used with a different request body"),
+    "rate_limit_inflight": (429, "too many scans in flight (10 of 10); retry when one finishes"),
+    "rate_limit_hour": (429, "hourly scan quota reached (100 per hour)"),
+    "rate_limit_day": (429, "daily scan quota reached (1000 per day)"),
+    "engine_submit_failed": (502, "the investigation engine cannot be reached; retry in 30 seconds"),
+    "service_unavailable": (503, "the service is temporarily unavailable; retry later"),
+}
+CODES = {
+    400: ("invalid_request", "target_too_short", "invalid_kind", "invalid_target"),
+    401: ("unauthorized", "invalid_token"),
+    402: ("insufficient_balance",),
+    403: ("forbidden",),
+    404: ("not_found",),
+    409: ("idempotency_conflict",),
+    429: ("rate_limit_inflight", "rate_limit_hour", "rate_limit_day"),
+    502: ("engine_submit_failed",),
+    503: ("service_unavailable",),
+}
+
+
+def error_examples(codes) -> dict:
+    return {code: {"summary": code, "value": {"ok": False, "error": code, "message": ERROR_EXAMPLES[code][1],
+                                              "request_id": "req_4f1c2a9e0b7d3c5a6e8f9a1b"}}
+            for code in codes}
+
+
 IDEMPOTENCY_HEADER = {"in": "header", "name": "Idempotency-Key", "required": False,
                       "schema": {"type": "string", "minLength": 1, "maxLength": 255,
                                  "pattern": "^[^\\x00-\\x1f\\x7f]+$"},
@@ -50,12 +93,13 @@ IDEMPOTENCY_HEADER = {"in": "header", "name": "Idempotency-Key", "required": Fal
 SECURITY = [{"bearerAuth": []}]
 
 
-def documented_errors(*statuses, overrides=None):
-    """Stack an ``alt_response`` per error status, naming the codes each can carry."""
+def documented_errors(*statuses, overrides=None, codes=None):
+    """Stack an ``alt_response`` per error status, naming the codes each can carry, with an example of each."""
     def decorate(view):
         for status in reversed(statuses):
             text = (overrides or {}).get(status, ERROR_DOCS[status])
-            view = blp.alt_response(status, schema=ErrorSchema, description=f"Error codes: {text}.")(view)
+            view = blp.alt_response(status, schema=ErrorSchema, description=f"Error codes: {text}.",
+                                    examples=error_examples((codes or {}).get(status, CODES[status])))(view)
         return view
     return decorate
 
@@ -76,6 +120,74 @@ def json_body(body: dict, status: int = 200) -> Response:
         response = current_app.response_class(f"{text}\n", mimetype=provider.mimetype)
     response.status_code = status
     return response
+
+
+SIGNATURE_PARAMETERS = [
+    {"in": "header", "name": "X-Service-Event", "required": True,
+     "schema": {"type": "string", "enum": ["scan.completed", "scan.failed"]}},
+    {"in": "header", "name": "X-Service-Signature", "required": True, "schema": {"type": "string"},
+     "description": "`sha256=` + lower-case hex HMAC-SHA256 of the raw body, keyed with the webhook secret.",
+     "example": "sha256=5d41402abc4b2a76b9719d911017c592e5b1e0d2a1f9c7a3b6e8d4f2a1c3b5e7"},
+    {"in": "header", "name": "X-Service-Delivery", "required": True, "schema": {"type": "string"},
+     "description": "The delivery id, the same on every attempt: drop duplicates by it.",
+     "example": "dlv_7Hc2pQ9xVb4nLm1kRt8s0w"},
+    {"in": "header", "name": "X-Service-Timestamp", "required": True, "schema": {"type": "string"},
+     "description": "Time of this attempt, Unix milliseconds.", "example": "1795262460000"},
+    {"in": "header", "name": "webhook-id", "required": True, "schema": {"type": "string"},
+     "description": "Standard Webhooks: the delivery id.", "example": "dlv_7Hc2pQ9xVb4nLm1kRt8s0w"},
+    {"in": "header", "name": "webhook-timestamp", "required": True, "schema": {"type": "string"},
+     "description": "Standard Webhooks: time of this attempt, Unix seconds. Refuse one more than 5 minutes "
+                    "from now.", "example": "1795262460"},
+    {"in": "header", "name": "webhook-signature", "required": True, "schema": {"type": "string"},
+     "description": "Standard Webhooks: `v1,<base64 HMAC-SHA256 of \"{webhook-id}.{webhook-timestamp}.{body}\">`, "
+                    "keyed with the base64-decoded part of the secret after `whsec_`; one entry per active "
+                    "secret (two while a secret is being rotated), separated by spaces.",
+     "example": "v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4="},
+    {"in": "header", "name": "User-Agent", "required": True, "schema": {"type": "string", "example": "Service-Webhook/1"}},
+]
+WEBHOOK_RESULT_EXAMPLE = {
+    "risk": {"score": 62, "band": "high"}, "counts": {"cases": 2, "entities": 14, "findings": 9},
+    "profiles": {"verified": [{"platform": "github", "url": "https://github.com/janedoe", "handle": "janedoe",
+                               "display_name": "Jane Doe", "confidence": 0.92}], "weak": []},
+    "contacts": {"emails": ["j.doe@example.org"], "phones": []},
+    "breaches": [{"name": "ExampleForum", "date": "2021-06", "accounts": 1200000, "classes": ["emails", "passwords"]}],
+    "phone_profile": None, "ai_summary": "Jane Doe has a public developer profile and one old breach.",
+    "artifacts": {"pdf": "https://engine.example/artifacts/inv_1.pdf",
+                  "person_card": "https://engine.example/artifacts/inv_1.card"}}
+def webhook_callbacks(operation_id: str) -> dict:
+    """The events a creation leads to, as an OpenAPI 3.0 callback (operation ids must be unique)."""
+    return {"scanFinished": {WEBHOOK_URL: {"post": {**WEBHOOK_OPERATION, "operationId": operation_id}}}}
+
+
+WEBHOOK_URL = "https://receiver.example.com/your-webhook-path"
+WEBHOOK_OPERATION = {
+    "tags": ["webhooks"],
+    "summary": "scan.completed and scan.failed events",
+    "description": "When a scan finishes, the service POSTs its event to the webhook URL set for the API key "
+                   "that created it (on the key's page; the URL is not part of this request). Verify a signature "
+                   "on the raw body bytes before trusting the body. Any 2xx within 10 seconds acknowledges; "
+                   "otherwise the delivery is retried 3 times (at once, after 30 s, after 5 min) with the same "
+                   "delivery id and body. Missed events can be read with `GET /api/v1/deliveries`.",
+    "parameters": SIGNATURE_PARAMETERS,
+    "requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"oneOf": [{"$ref": "#/components/schemas/WebhookCompleted"},
+                             {"$ref": "#/components/schemas/WebhookFailed"}],
+                   "discriminator": {"propertyName": "event", "mapping": {
+                       "scan.completed": "#/components/schemas/WebhookCompleted",
+                       "scan.failed": "#/components/schemas/WebhookFailed"}}},
+        "examples": {
+            "scan.completed": {"summary": "scan.completed", "value": {
+                "event": "scan.completed", "scan_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q", "target": "jane.doe@example.com",
+                "kind": "email", "status": "completed", "completed_at": "2026-11-21T12:02:00Z",
+                "result": WEBHOOK_RESULT_EXAMPLE}},
+            "scan.failed": {"summary": "scan.failed (a bulk scan)", "value": {
+                "event": "scan.failed", "scan_id": "scn_8aP2vR5nQx0wLk3mYt7c1d", "bulk_id": "blk_Q2x0mV8rLk1cYt6nWb3a9g",
+                "target": "fail.me@example.com", "kind": "email", "status": "failed",
+                "failed_at": "2026-11-21T12:01:40Z",
+                "failure": {"code": "engine_failed", "message": "the engine could not finish"}}}}}}},
+    "responses": {"2XX": {"description": "Acknowledged: no more attempts."},
+                  "default": {"description": "Not acknowledged (also a timeout after 10 s or a refused "
+                                             "connection): the delivery is retried."}}}
 
 
 def base_url() -> str:
@@ -99,7 +211,8 @@ def with_poll_urls(body: dict) -> dict:
 
 @blp.route("/scan")
 class ScanCreate(MethodView):
-    @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Create a scan")
+    @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Create a scan", operationId="createScan",
+             callbacks=webhook_callbacks("scanEvent"))
     @blp.arguments(ScanCreateSchema, example={"target": "jane.doe@example.com", "kind": "email"})
     @blp.response(202, ScanCreatedSchema, headers=HEADERS, description="The scan is queued.")
     @documented_errors(400, 401, 402, 409, 429, 502, 503)
@@ -112,25 +225,30 @@ class ScanCreate(MethodView):
 
 @blp.route("/scan/<scan_id:scan_id>")
 class ScanRead(MethodView):
-    @blp.doc(security=SECURITY, summary="Read a scan")
+    @blp.doc(security=SECURITY, summary="Read a scan", operationId="getScan")
     @blp.response(200, ScanSchema, headers=HEADERS,
                   description="The scan in its current state; which fields appear depends on `status`.")
     @documented_errors(401, 402, 403, 404, 503)
     def get(self, scan_id):
         """Read one scan. Poll every 10 to 15 seconds until it is completed or failed. Costs 1 credit."""
-        return json_body(hooks.served_read(reads.serve_scan_read(auth.bearer_token(), scan_id, g.request_id)))
+        return json_body(hooks.served_read(reads.serve_scan_read(auth.bearer_token(), scan_id, g.request_id,
+                                                                     hooks.ledger_notes())))
 
 
 @blp.route("/scan/bulk")
 class BulkCreate(MethodView):
-    @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Create a bulk batch")
-    @blp.arguments(BulkCreateSchema)
+    @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Create a bulk batch",
+             operationId="createBulk", callbacks=webhook_callbacks("bulkScanEvent"))
+    @blp.arguments(BulkCreateSchema, example={"targets": [
+        {"target": "jane.doe@example.com", "kind": "email"}, {"target": "+447700900123"},
+        {"target": "@janedoe", "kind": "username"}]})
     @blp.response(202, BulkCreatedSchema, headers=HEADERS, description="Valid targets are queued.")
     @documented_errors(400, 401, 402, 403, 409, 429, 502, 503, overrides={
         400: "`invalid_request`, `no_targets`, `too_many_targets`",
         403: "`bulk_not_allowed` (Pro tier)",
         429: "`rate_limit_inflight` (targets + scans in flight exceed the limit), `rate_limit_hour`, "
-             "`rate_limit_day`; with `Retry-After`"})
+             "`rate_limit_day`; with `Retry-After`"},
+        codes={400: ("invalid_request", "no_targets", "too_many_targets"), 403: ("bulk_not_allowed",)})
     def post(self, body):
         """Queue up to 100 targets (Business and Enterprise). Costs 1 credit per queued scan, 1 if none."""
         outcome = scans.create_bulk(g.customer, g.api_key.id, body["targets"], request_id=g.request_id)
@@ -139,12 +257,37 @@ class BulkCreate(MethodView):
 
 @blp.route("/scan/bulk/<string:bulk_id>")
 class BulkRead(MethodView):
-    @blp.doc(security=SECURITY, summary="Read a bulk batch")
+    @blp.doc(security=SECURITY, summary="Read a bulk batch", operationId="getBulk")
     @blp.response(200, BulkStateSchema, headers=HEADERS, description="Counts by status and every scan.")
-    @documented_errors(401, 402, 403, 404, 503)
+    @documented_errors(401, 402, 403, 404, 503, codes={404: ("not_found",)})
     def get(self, bulk_id):
         """Read every scan of a batch in one call. Costs 1 credit."""
-        return json_body(hooks.served_read(reads.serve_bulk_read(auth.bearer_token(), bulk_id, g.request_id)))
+        return json_body(hooks.served_read(reads.serve_bulk_read(auth.bearer_token(), bulk_id, g.request_id,
+                                                                     hooks.ledger_notes())))
+
+
+@blp.route("/scans")
+class ScanList(MethodView):
+    @blp.doc(security=SECURITY, summary="List scans", operationId="listScans")
+    @blp.arguments(ScanListQuerySchema, location="query", as_kwargs=True)
+    @blp.response(200, ScanListSchema, headers=HEADERS, description="One page of scans, newest first.",
+                  example={"ok": True, "has_more": True, "data": [
+                      {"scan_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q", "status": "failed", "target": "fail.me@example.com",
+                       "kind": "email", "created_at": "2026-11-21T12:00:00Z", "failed_at": "2026-11-21T12:01:40Z",
+                       "failure": {"code": "engine_failed", "message": "the engine could not finish"}},
+                      {"scan_id": "scn_8aP2vR5nQx0wLk3mYt7c1d", "status": "running", "target": "janedoe",
+                       "kind": "username", "created_at": "2026-11-21T11:59:00Z",
+                       "bulk_id": "blk_Q2x0mV8rLk1cYt6nWb3a9g"}]})
+    @documented_errors(400, 401, 402, 503, overrides={
+        400: "`invalid_request` (a filter, `limit` or `starting_after` is not valid; with `details`)"},
+        codes={400: ("invalid_request",)})
+    def get(self, **query):
+        """List your scans, newest first, 1 to 100 per page; `has_more` says whether to ask for the next page
+        with `starting_after`. Each entry is as in a bulk batch's read. Costs 1 credit per page."""
+        for bound in ("created_after", "created_before"):
+            if query.get(bound) is not None:  # the columns hold naive UTC
+                query[bound] = query[bound].astimezone(timezone.utc).replace(tzinfo=None)
+        return json_body(reads.list_scans(g.customer.id, **query))
 
 
 # Both reads authenticate and charge in the statement that reads (services.reads.serve_*).

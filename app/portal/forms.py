@@ -1,7 +1,7 @@
 """Portal forms: WTForms classes, so every one carries and checks a CSRF token."""
 from flask_wtf import FlaskForm
-from wtforms import EmailField, HiddenField, PasswordField, StringField, URLField
-from wtforms.validators import DataRequired, Email, Length, Optional
+from wtforms import DateField, EmailField, HiddenField, PasswordField, StringField, URLField
+from wtforms.validators import DataRequired, Email, InputRequired, Length, Optional
 
 
 class LoginForm(FlaskForm):
@@ -20,3 +20,13 @@ class WebhookForm(FlaskForm):
 
 class ActionForm(FlaskForm):
     """A button that changes something (logout, generate, reveal, test event, redeliver): CSRF only."""
+
+
+class LedgerExportForm(FlaskForm):
+    """The period of a ledger CSV export: a GET form (it changes nothing), so no CSRF token."""
+
+    class Meta:
+        csrf = False
+
+    start = DateField("First day", validators=[InputRequired(message="a date is needed (YYYY-MM-DD)")])
+    end = DateField("Last day", validators=[InputRequired(message="a date is needed (YYYY-MM-DD)")])

@@ -1,16 +1,21 @@
 """Portal pages (D12). Views are thin: the rules live in ``app.services``."""
 from __future__ import annotations
 
-from datetime import datetime
+import csv
+import io
+from datetime import datetime, timedelta
+from urllib.parse import urlsplit
 
-from flask import Blueprint, abort, flash, g, redirect, render_template, request, url_for
+from flask import Blueprint, Response, abort, flash, g, redirect, render_template, request, stream_with_context, url_for
 
 from app.models import ApiKey, utcnow
 from app.portal import security
-from app.portal.forms import ActionForm, LoginForm, WebhookForm
-from app.services import accounts, billing, portal_users, quotas, webhooks
+from app.portal import charts
+from app.portal.forms import ActionForm, LedgerExportForm, LoginForm, WebhookForm
+from app.services import accounts, delivery_console, portal_users, quotas, reads, usage as usage_service, webhooks
 from app.services.accounts import AccountError
 from app.services.crypto import decrypt_secret
+from app.services.errors import InvalidRequest, NotFound
 from app.services.limits import limits_for
 
 bp = Blueprint("portal", __name__, url_prefix="/app", template_folder="templates", static_folder="static")
@@ -51,6 +56,29 @@ def ago(value) -> str:
             count = seconds // size
             return f"{count} {unit}{'s' if unit == 'day' and count > 1 else ''} ago"
     return "just now"
+
+
+@bp.app_template_filter("safe_href")
+def safe_href(value) -> str | None:
+    """A link target only when it is an absolute http(s) URL: a result comes from the
+    engine, and a ``javascript:`` or ``data:`` URL must never become a link."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parts = urlsplit(value.strip())
+    except ValueError:
+        return None
+    return value.strip() if parts.scheme in ("http", "https") and parts.netloc else None
+
+
+def _page_arg() -> int:
+    page = request.args.get("page", "1")
+    return int(page) if page.isdigit() and 0 < int(page) < 100000 else 1
+
+
+def _choice(name: str, allowed) -> str | None:
+    value = request.args.get(name)
+    return value if value in allowed else None
 
 
 @bp.get("/")
@@ -115,9 +143,8 @@ def _key_page(key: ApiKey, *, form: WebhookForm | None = None, revealed: str | N
     directly: the secret then lives only in that one response (no-store), never in the cookie."""
     status = request.args.get("status") if request.args.get("status") in STATUSES else None
     event = request.args.get("event") if request.args.get("event") in EVENTS else None
-    page = request.args.get("page", "1")
-    page = int(page) if page.isdigit() and 0 < int(page) < 100000 else 1
-    deliveries = webhooks.list_deliveries(key.id, g.portal_customer.id, status=status, event=event, page=page)
+    deliveries = delivery_console.key_deliveries(key.id, g.portal_customer.id, status=status, event=event,
+                                                 page=_page_arg())
     if form is None:
         form = WebhookForm(formdata=None, url=key.webhook_url or "")
     form.secret.data = ""  # a typed secret is not echoed back in the page
@@ -206,9 +233,67 @@ def redeliver(key_id, delivery_id):
     return _back(key.id)
 
 
-@bp.get("/usage")
+# --- scans and batches ------------------------------------------------------------------
+
+@bp.get("/scans")
 @security.login_required
-def usage():
+def scans():
+    customer_id = g.portal_customer.id
+    keys = accounts.customer_keys(customer_id)
+    filters = {"status": _choice("status", reads.STATUSES), "kind": _choice("kind", reads.KINDS),
+               "key": _choice("key", {k.id for k in keys}),
+               "bulk": (request.args.get("bulk") or "").strip()[:60] or None,
+               "q": (request.args.get("q") or "").strip()[:reads.MAX_SEARCH] or None}
+    listing = reads.portal_scans(customer_id, status=filters["status"], kind=filters["kind"], key_id=filters["key"],
+                                 bulk_id=filters["bulk"], search=filters["q"], page=_page_arg())
+    return render_template("portal/scans.html", scans=listing, filters=filters, keys=keys,
+                           statuses=reads.STATUSES, kinds=reads.KINDS)
+
+
+@bp.get("/scans/<scan_id>")
+@security.login_required
+def scan_page(scan_id):
+    try:
+        scan = reads.scan_detail(g.portal_customer.id, scan_id)
+    except NotFound:
+        abort(404)
+    return render_template("portal/scan.html", scan=scan,
+                           deliveries=webhooks.scan_deliveries(scan["scan_id"], g.portal_customer.id))
+
+
+@bp.get("/batches/<bulk_id>")
+@security.login_required
+def batch_page(bulk_id):
+    try:
+        batch = reads.batch_detail(g.portal_customer.id, bulk_id)
+    except NotFound:
+        abort(404)
+    return render_template("portal/batch.html", batch=batch)
+
+
+# --- usage ---------------------------------------------------------------------------
+
+def _activity_charts(customer_id: str, now) -> list[dict]:
+    days = usage_service.activity(customer_id, "day", now)
+    hours = usage_service.activity(customer_id, "hour", now)
+    out = []
+    for chart_id, heading, buckets, short, every in (
+            ("per-day", "Last 30 days, per day", days, [b.start.strftime("%m-%d") for b in days], 3),
+            ("per-hour", "Last 48 hours, per hour (UTC)", hours, [b.start.strftime("%H:00") for b in hours], 4)):
+        scans_total, credits_total = sum(b.scans for b in buckets), sum(b.credits for b in buckets)
+        description = (f"{scans_total} scans created and {credits_total} credits spent from {buckets[0].label} "
+                       f"to {buckets[-1].label} UTC.")
+        svg = charts.bar_chart(chart_id, f"Scans created and credits spent: {heading.lower()}", description,
+                               [b.label for b in buckets],
+                               [("scans created", "scans", [b.scans for b in buckets]),
+                                ("credits spent", "credits", [b.credits for b in buckets])],
+                               short=short, tick_every=every)
+        out.append({"id": chart_id, "heading": heading, "svg": svg, "buckets": buckets,
+                    "scans": scans_total, "credits": credits_total})
+    return out
+
+
+def _usage_page(form: LedgerExportForm | None = None, code: int = 200):
     customer = g.portal_customer
     now = utcnow()
     limits = limits_for(customer)
@@ -216,5 +301,60 @@ def usage():
     quota = [("In flight now", quotas.inflight_count(customer.id), limits.inflight),
              ("Created in the last hour", window.hour, limits.hour),
              ("Created in the last 24 hours", window.day, limits.day)]
-    return render_template("portal/usage.html", customer=customer, quota=quota,
-                           ledger=billing.ledger_rows(customer.id, 25))
+    if form is None:
+        form = LedgerExportForm(formdata=None, start=(now - timedelta(days=29)).date(), end=now.date())
+    ledger = usage_service.ledger_page(customer.id, _page_arg())
+    return render_template("portal/usage.html", customer=customer, quota=quota, ledger=ledger,
+                           charts=_activity_charts(customer.id, now), export=form), code
+
+
+@bp.get("/usage")
+@security.login_required
+def usage():
+    return _usage_page()
+
+
+CSV_COLUMNS = ("time_utc", "change", "balance_after", "kind", "what", "endpoint", "scan_id", "bulk_id",
+               "request_id", "reason")
+
+
+def _csv_cell(value) -> str:
+    """Text a spreadsheet would run as a formula (= + - @, tab, CR) is quoted with a leading '."""
+    text = "" if value is None else str(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+@bp.get("/usage/ledger.csv")
+@security.login_required
+def ledger_csv():
+    form = LedgerExportForm(formdata=request.args)
+    period = None
+    if form.validate():
+        try:
+            period = usage_service.check_period(form.start.data, form.end.data)
+        except InvalidRequest as exc:
+            form.end.errors = list(form.end.errors) + [str(exc)]
+    if period is None:
+        flash("Ledger export: " + "; ".join(f"{form[name].label.text}: {', '.join(errs)}"
+                                            for name, errs in form.errors.items()), "error")
+        return _usage_page(form, 400)
+    customer_id = g.portal_customer.id
+
+    def rows():
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        writer.writerow(CSV_COLUMNS)
+        for entry in usage_service.ledger_export(customer_id, *period):
+            writer.writerow([entry["created_at"].strftime("%Y-%m-%dT%H:%M:%SZ"), entry["delta"],
+                             entry["balance_after"], entry["kind"]]
+                            + [_csv_cell(entry[name]) for name in ("what", "endpoint", "scan_id", "bulk_id",
+                                                                    "request_id", "reason")])
+            if buffer.tell() > 16384:
+                yield buffer.getvalue()
+                buffer.seek(0)
+                buffer.truncate()
+        yield buffer.getvalue()
+
+    filename = f"ledger-{form.start.data.isoformat()}-to-{form.end.data.isoformat()}.csv"
+    return Response(stream_with_context(rows()), mimetype="text/csv",
+                    headers={"Content-Disposition": f'attachment; filename="{filename}"'})

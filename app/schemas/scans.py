@@ -4,6 +4,8 @@ Request schemas check only the body's shape (types, required fields): the semant
 checks (``target_too_short``, ``invalid_kind``, ``invalid_target``) run afterwards in
 ``services.targets`` in the order D2 fixes. Unknown fields are ignored.
 """
+from datetime import timezone
+
 import marshmallow as ma
 from marshmallow import EXCLUDE, fields
 
@@ -199,3 +201,69 @@ class BulkStateSchema(ma.Schema):
                        "failed + rejected_count."})
     all_done = fields.Boolean(required=True, metadata={"description": "Every scan is completed or failed."})
     scans = fields.List(fields.Nested(BulkScanStateSchema), required=True)
+
+
+# --- the scans list -----------------------------------------------------------------
+
+class ScanListQuerySchema(ma.Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    status = fields.String(validate=ma.validate.OneOf(["queued", "running", "completed", "failed"]),
+                           metadata={"description": "Only scans in this state.", "example": "completed"})
+    kind = fields.String(validate=ma.validate.OneOf(["email", "phone", "username"]),
+                         metadata={"description": "Only scans of this kind.", "example": "email"})
+    # Ids are a prefix and URL-safe characters: anything else (a NUL byte PostgreSQL cannot even
+    # compare) is a 400, not a query.
+    bulk_id = fields.String(validate=[ma.validate.Length(min=1, max=40), ma.validate.Regexp(r"^[A-Za-z0-9_-]+$")],
+                            metadata={"pattern": "^[A-Za-z0-9_-]+$", "description": "Only the scans of this bulk batch.", "example": "blk_Q2x0mV8rLk1cYt6nWb3a9g"})
+    created_after = fields.AwareDateTime(default_timezone=timezone.utc, metadata={
+        "description": "Only scans created after this time (ISO 8601; UTC when no offset is given).",
+        "example": "2026-11-21T00:00:00Z"})
+    created_before = fields.AwareDateTime(default_timezone=timezone.utc, metadata={
+        "description": "Only scans created before this time (ISO 8601; UTC when no offset is given).",
+        "example": "2026-11-22T00:00:00Z"})
+    limit = fields.Integer(load_default=20, validate=ma.validate.Range(min=1, max=100), metadata={
+        "description": "Page size, 1 to 100.", "example": 20})
+    starting_after = fields.String(validate=[ma.validate.Length(min=1, max=40),
+                                             ma.validate.Regexp(r"^[A-Za-z0-9_-]+$")], metadata={
+        "pattern": "^[A-Za-z0-9_-]+$",
+        "description": "The last `scan_id` of the previous page: the page starts with the scan created just "
+                       "before it.", "example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
+
+
+class ScanListEntrySchema(BulkScanStateSchema):
+    created_at = fields.String(required=True, metadata=TIME_DOC)
+    bulk_id = fields.String(metadata={"description": "Only for scans created by a bulk call."})
+
+
+class ScanListSchema(ma.Schema):
+    ok = fields.Boolean(required=True, metadata={"example": True})
+    data = fields.List(fields.Nested(ScanListEntrySchema), required=True, metadata={
+        "description": "Newest first."})
+    has_more = fields.Boolean(required=True, metadata={
+        "description": "More scans follow: ask again with `starting_after` = the last `scan_id` of `data`."})
+
+
+# --- webhook bodies (documented only) -------------------------------------------------
+
+class WebhookCompletedSchema(ma.Schema):
+    event = fields.String(required=True, metadata={"enum": ["scan.completed"]})
+    scan_id = fields.String(required=True)
+    bulk_id = fields.String(metadata={"description": "Only for scans created by a bulk call."})
+    target = fields.String(required=True)
+    kind = fields.String(required=True, metadata=KIND_DOC)
+    status = fields.String(required=True, metadata={"enum": ["completed"]})
+    completed_at = fields.String(required=True, metadata=TIME_DOC)
+    result = fields.Nested(ResultSchema, required=True, metadata={"description": "Exactly as in the read."})
+
+
+class WebhookFailedSchema(ma.Schema):
+    event = fields.String(required=True, metadata={"enum": ["scan.failed"]})
+    scan_id = fields.String(required=True)
+    bulk_id = fields.String(metadata={"description": "Only for scans created by a bulk call."})
+    target = fields.String(required=True)
+    kind = fields.String(required=True, metadata=KIND_DOC)
+    status = fields.String(required=True, metadata={"enum": ["failed"]})
+    failed_at = fields.String(required=True, metadata=TIME_DOC)
+    failure = fields.Nested(FailureSchema, required=True)

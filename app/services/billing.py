@@ -41,6 +41,7 @@ def check_can_pay(balance: int) -> None:
         raise InsufficientBalance(balance)
 
 
+MAX_ENDPOINT_NOTE = 300
 LEDGER_REFS = {"scan_id", "bulk_id", "request_id", "note"}
 APPLY = f"""
 WITH changed AS (
@@ -113,23 +114,28 @@ CHARGE_AND_USAGE = f"""
 WITH charged AS (
     UPDATE {table(Customer)} SET balance = balance - ? WHERE id = ? AND balance >= ? RETURNING balance),
 ledger AS (
-    INSERT INTO {table(CreditLedger)} (customer_id, delta, balance_after, reason, request_id, created_at)
-    SELECT ?, ?, balance, ?, ?, ? FROM charged RETURNING balance_after)
+    INSERT INTO {table(CreditLedger)} (customer_id, delta, balance_after, reason, request_id, note, created_at)
+    SELECT ?, ?, balance, ?, ?, ?, ? FROM charged RETURNING balance_after)
 SELECT (SELECT balance_after FROM ledger), {quotas.WINDOW_COLUMNS}"""
 
 
-def charge_call(customer_id: str, request_id: str | None, now):
-    """Charge one served call: ``(new balance or None when short, quotas.Usage at ``now``)``."""
+def call_note(endpoint: str | None) -> str | None:
+    """The ledger note of a call to ``endpoint``: a path may carry any decoded character and
+    PostgreSQL's text refuses NUL, so controls go; at most MAX_ENDPOINT_NOTE characters."""
+    return "".join(c if c.isprintable() else "?" for c in endpoint[:MAX_ENDPOINT_NOTE]) if endpoint else None
+
+
+def charge_call(customer_id: str, request_id: str | None, now, endpoint: str | None = None):
+    """Charge one served call: ``(new balance or None when short, quotas.Usage at ``now``)``.
+
+    ``endpoint`` (method and path) is kept as the ledger row's note, so the customer's
+    ledger says what each credit paid for."""
+    endpoint = call_note(endpoint)
     if not is_postgres():
         with db.atomic():  # one transaction, as the one statement below: a failure leaves no charge
-            balance = apply(customer_id, -CALL_PRICE, "call", request_id=request_id)
+            balance = apply(customer_id, -CALL_PRICE, "call", request_id=request_id, note=endpoint)
             return balance, quotas.window_usage(customer_id, now)
-    row = execute_prepared(CHARGE_AND_USAGE,
-                  (CALL_PRICE, customer_id, CALL_PRICE, customer_id, -CALL_PRICE, "call", request_id, now)
-                  + quotas.window_params(customer_id, now)).fetchone()
+    row = execute_prepared(CHARGE_AND_USAGE, (CALL_PRICE, customer_id, CALL_PRICE, customer_id, -CALL_PRICE, "call",
+                                              request_id, endpoint, now) + quotas.window_params(customer_id, now)
+                           ).fetchone()
     return row[0], quotas.usage_from(row[1:], now)
-
-
-def ledger_rows(customer_id: str, limit: int = 50):
-    return list(CreditLedger.select().where(CreditLedger.customer == customer_id)
-                .order_by(CreditLedger.id.desc()).limit(limit))

@@ -38,6 +38,8 @@ IN_PROGRESS = "in_progress"
 # RQ kills a delivery job after the job_timeout that app.jobs.enqueue_delivery
 # gives it (120 s): an attempt in progress for longer has certainly been abandoned.
 ATTEMPT_DEADLINE_SECONDS = DELIVERY_JOB_TIMEOUT
+# How much of a receiver's answer an attempt keeps.
+EXCERPT_BYTES = 1024
 
 
 @dataclass
@@ -100,14 +102,20 @@ def _unix_ms(moment) -> int:
     return int(moment.replace(tzinfo=timezone.utc).timestamp() * 1000)
 
 
-def _headers(delivery: WebhookDelivery, body: bytes, now) -> dict:
-    headers = {
+def unsigned_headers(delivery: WebhookDelivery, now) -> dict:
+    """The headers of an attempt made at ``now``, all but the signature (§6.2); the
+    portal's delivery console shows them as sent."""
+    return {
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
         "X-Service-Event": delivery.event,
         "X-Service-Delivery": delivery.id,
         "X-Service-Timestamp": str(_unix_ms(now)),
     }
+
+
+def _headers(delivery: WebhookDelivery, body: bytes, now) -> dict:
+    headers = unsigned_headers(delivery, now)
     secret = _signing_secret(delivery)
     if secret:
         headers[SIGNATURE_HEADER] = sign(secret, body)
@@ -125,6 +133,18 @@ def reserve(delivery: WebhookDelivery, number: int, job_id: str, now) -> Deliver
             return None
         return DeliveryAttempt.create(delivery=delivery.id, number=number, started_at=now, url=delivery.url,
                                       outcome=IN_PROGRESS)
+
+
+def response_excerpt(data: bytes | None) -> str:
+    """What an attempt keeps of a receiver's answer: its first EXCERPT_BYTES bytes as UTF-8
+    text (anything else, binary or UTF-16, with replacement characters) without NUL.
+
+    The receiver is untrusted and PostgreSQL refuses NUL in text: an excerpt that could
+    not be stored left its attempt unrecorded, and the delivery was sent again although
+    the receiver had answered 2xx. So this holds on every database, not only there.
+    """
+    text = (data or b"")[:EXCERPT_BYTES].decode("utf-8", errors="replace")
+    return text.replace("\x00", "")
 
 
 def record(delivery: WebhookDelivery, attempt: DeliveryAttempt, outcome: Outcome) -> str:
@@ -183,21 +203,25 @@ def _after_failure(delivery: WebhookDelivery, number: int, now) -> tuple[str, fl
 # --- Recovery (D13) -------------------------------------------------------------------
 
 
-def recover_deliveries(now) -> dict:
+def recover_deliveries(now, *, at_once: bool = False) -> dict:
     """Re-dispatch pending deliveries whose job Redis no longer holds.
 
     A delivery created (or last attempted) less than ``RECOVERY_STALE_SECONDS`` ago is
-    left alone, as its job may be on its way into Redis. An attempt still
+    left alone, as its job may be on its way into Redis, unless ``at_once`` (the
+    operator's ``scans recover``: a job enqueued twice still makes one attempt). An attempt still
     ``in_progress`` after ``ATTEMPT_DEADLINE_SECONDS`` is closed as ``worker_lost``
     (a failed attempt) and the schedule goes on from it; otherwise the waiting job is
     enqueued again under the same id, at its due time. Re-enqueuing a job that turns
     out to be alive is harmless: only one of the two can claim the attempt.
     """
-    stale_before = now - timedelta(seconds=runtime.config["RECOVERY_STALE_SECONDS"])
+    stale_before = None if at_once else now - timedelta(seconds=runtime.config["RECOVERY_STALE_SECONDS"])
+    where = WebhookDelivery.status == PENDING
+    if stale_before is not None:
+        where &= WebhookDelivery.created_at < stale_before
     candidates = list(WebhookDelivery
                       .select(WebhookDelivery.id, WebhookDelivery.job_id, WebhookDelivery.attempts,
                               WebhookDelivery.series_start, WebhookDelivery.next_attempt_at)
-                      .where((WebhookDelivery.status == PENDING) & (WebhookDelivery.created_at < stale_before)))
+                      .where(where))
     alive = live_job_ids([d.job_id for d in candidates if d.job_id])
     report = {"deliveries_redispatched": 0, "attempts_closed": 0}
     for delivery in candidates:
@@ -218,7 +242,7 @@ def _recover(delivery: WebhookDelivery, now, stale_before) -> tuple[bool, bool]:
                                                           runtime.config["RECOVERY_STALE_SECONDS"])):
             return False, False
         return _close_lost(delivery, last, now)
-    if last is not None and last.started_at >= stale_before:
+    if last is not None and stale_before is not None and last.started_at >= stale_before:
         return False, False
     delay = max(0.0, ((delivery.next_attempt_at or now) - now).total_seconds())
     log.info("delivery %s: job %s was lost, re-dispatched", delivery.id, delivery.job_id)

@@ -1,10 +1,16 @@
-"""Scan reads: the bodies of ``GET /scan/{id}`` and ``GET /scan/bulk/{id}`` (D5),
-and the fields a scan's final state adds to any body (reads, bulk entries, webhook events).
+"""Scan reads: the bodies of ``GET /scan/{id}`` and ``GET /scan/bulk/{id}`` (D5), the
+scans list ``GET /scans`` (D17), and the fields a scan's final state adds to any body
+(reads, bulk entries, list entries, webhook events).
 
 Every read runs these, so their statements are written once (``app.db.execute``), and
 a completed scan's stored result goes into the body as its JSON text (``RawJSON``).
 The bodies have exactly the fields, types and order of ScanSchema / BulkStateSchema,
 which dump them unchanged (tests/unit/test_response_bodies.py holds them to it).
+
+The portal's scan pages (issue 19) read here too (``portal_scans``, ``scan_detail``,
+``batch_detail``): their rows carry datetimes for the templates, and an object of
+another customer is ``NotFound`` like an unknown one (the portal's 404), so ids cannot
+be probed.
 """
 from __future__ import annotations
 
@@ -17,12 +23,17 @@ from app.models import ApiKey, BulkBatch, CreditLedger, Customer, Scan, iso, utc
 from app.models.scans import COMPLETED, FAILED, QUEUED, RUNNING
 from app.rawjson import RawJSON
 from app.services import billing, keyauth, quotas
-from app.services.errors import Forbidden, InsufficientBalance, NotFound, ServiceError
+from app.services.errors import Forbidden, InsufficientBalance, InvalidRequest, NotFound, ServiceError
+from app.services.targets import KINDS
 
 SCAN_BY_ID = f"SELECT {columns(Scan)} FROM {table(Scan)} WHERE id = ?"
 BATCH_BY_ID = f"SELECT {columns(BulkBatch)} FROM {table(BulkBatch)} WHERE id = ?"
 BATCH_SCANS = (f"SELECT id, status, target, kind, completed_at, result_json, failed_at, failure_code, "
                f"failure_message FROM {table(Scan)} WHERE bulk_id = ? ORDER BY bulk_index")
+LIST_COLUMNS = ("id, status, target, kind, bulk_id, created_at, completed_at, result_json, failed_at, failure_code, "
+                "failure_message")
+LIST_CURSOR = f"SELECT created_at FROM {table(Scan)} WHERE id = ? AND customer_id = ?"
+LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT = 20, 100
 
 
 def _owned(model, object_id: str, customer_id: str, what: str):
@@ -111,6 +122,142 @@ def bulk_body(batch, scans) -> dict:
             "rejected_count": max(0, batch.total - len(entries)), "all_done": all_done, "scans": entries}
 
 
+def _list_entry(row) -> dict:
+    (scan_id, status, target, kind, bulk_id, created_at, completed_at, result_json, failed_at, failure_code,
+     failure_message) = row
+    as_time = Scan.created_at.python_value  # raw rows: SQLite hands back text, PostgreSQL datetimes
+    entry = {"scan_id": scan_id, "status": status, "target": target, "kind": kind,
+             "created_at": iso(as_time(created_at))}
+    if bulk_id:
+        entry["bulk_id"] = bulk_id
+    final = final_fields(status, as_time(completed_at), result_json, as_time(failed_at), failure_code,
+                         failure_message, raw_result=True)
+    if final is not None:
+        entry.update(final)
+    return entry
+
+
+def list_scans(customer_id: str, *, status: str | None = None, kind: str | None = None, bulk_id: str | None = None,
+               created_after=None, created_before=None, limit: int = LIST_DEFAULT_LIMIT,
+               starting_after: str | None = None) -> dict:
+    """The body of ``GET /scans``: ``{ok, data, has_more}``, newest first (D17).
+
+    Order is ``(created_at, id)`` descending: a bulk call's scans share one ``created_at``, so the
+    id breaks the tie and the cursor (``starting_after``: the last scan id of the previous page)
+    is exact. The query walks the ``(customer, created_at)`` index and reads one row more than
+    the page to know ``has_more`` without counting. Times are naive UTC, both bounds exclusive.
+    """
+    where, params = ["customer_id = ?"], [customer_id]
+    for column, value in (("status", status), ("kind", kind), ("bulk_id", bulk_id)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    if created_after is not None:
+        where.append("created_at > ?")
+        params.append(created_after)
+    if created_before is not None:
+        where.append("created_at < ?")
+        params.append(created_before)
+    if starting_after is not None:
+        cursor = execute(LIST_CURSOR, (starting_after, customer_id)).fetchone()
+        if cursor is None:  # unknown, or another customer's: the same answer, nothing disclosed
+            raise InvalidRequest("starting_after is not the id of one of your scans",
+                                 details={"starting_after": ["no scan of yours has this id"]})
+        where.append("(created_at < ? OR (created_at = ? AND id < ?))")
+        params += [cursor[0], cursor[0], starting_after]
+    limit = max(1, min(LIST_MAX_LIMIT, int(limit)))
+    rows = execute(f"SELECT {LIST_COLUMNS} FROM {table(Scan)} WHERE {' AND '.join(where)} "
+                   f"ORDER BY created_at DESC, id DESC LIMIT ?", params + [limit + 1]).fetchall()
+    return {"ok": True, "data": [_list_entry(row) for row in rows[:limit]], "has_more": len(rows) > limit}
+
+
+# --- the portal's scans list, scan and batch pages ---------------------------------------
+
+STATUSES = (QUEUED, RUNNING, COMPLETED, FAILED)
+MAX_PER_PAGE = 100
+MAX_SEARCH = 300
+
+
+@dataclass
+class Page:
+    items: list
+    total: int
+    page: int
+    per_page: int
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-self.total // self.per_page))
+
+
+def _summary(scan, now) -> dict:
+    """What a list row shows: no result body (a page of 100 results is a lot of JSON)."""
+    row = {"scan_id": scan.id, "status": scan.status, "kind": scan.kind, "target": scan.target,
+           "created_at": scan.created_at, "completed_at": scan.completed_at, "failed_at": scan.failed_at,
+           "failure_code": scan.failure_code, "bulk_id": scan.bulk_id, "key_id": scan.api_key_id,
+           "recipes_total": scan.recipes_total, "recipes_done": scan.recipes_done}
+    if scan.status in (QUEUED, RUNNING):
+        row["eta_seconds"] = remaining_eta(scan, now)
+    return row
+
+
+def _key_ref(key_id: str) -> dict:
+    key = ApiKey.get_by_id(key_id)
+    return {"key_id": key.id, "name": key.name, "display": key.display}
+
+
+def portal_scans(customer_id: str, *, status: str | None = None, kind: str | None = None,
+                 key_id: str | None = None, bulk_id: str | None = None, search: str | None = None,
+                 page: int = 1, per_page: int = 25) -> Page:
+    """The portal's scans list: newest first, a batch's scans in request order, numbered pages
+    with a total, a key filter and a search in the target (the API's ``list_scans`` pages by
+    cursor); filters that are not for this customer find nothing."""
+    page, per_page = max(1, page), min(MAX_PER_PAGE, max(1, per_page))
+    query = Scan.select().where(Scan.customer == customer_id)
+    if status:
+        query = query.where(Scan.status == status)
+    if kind:
+        query = query.where(Scan.kind == kind)
+    if key_id:
+        query = query.where(Scan.api_key == key_id)
+    if bulk_id:
+        query = query.where(Scan.bulk == bulk_id)
+    search = (search or "").strip()[:MAX_SEARCH]
+    if search:
+        query = query.where(Scan.target.contains(search))  # escaped LIKE: % and _ are literal
+    total = query.count()
+    # A batch's scans share one created_at: they follow the request's order.
+    rows = query.order_by(Scan.created_at.desc(), Scan.bulk_index, Scan.id.desc()).paginate(page, per_page)
+    now = utcnow()
+    return Page([_summary(s, now) for s in rows], total, page, per_page)
+
+
+def scan_detail(customer_id: str, scan_id: str) -> dict:
+    """One scan in any state with its key, and its ``final_state`` (``result`` parsed, or ``failure``)."""
+    scan = Scan.get_or_none((Scan.id == scan_id) & (Scan.customer == customer_id))
+    if scan is None:
+        raise NotFound("no scan with this id")
+    detail = _summary(scan, utcnow())
+    detail.update(final_state(scan) or {})
+    detail.update(started_at=scan.started_at, key=_key_ref(scan.api_key_id))
+    return detail
+
+
+def batch_detail(customer_id: str, bulk_id: str) -> dict:
+    """A batch's counters and its scans in request order (``rejected_count`` as in ``read_bulk``)."""
+    batch = BulkBatch.get_or_none((BulkBatch.id == bulk_id) & (BulkBatch.customer == customer_id))
+    if batch is None:
+        raise NotFound("no bulk batch with this id")
+    now = utcnow()
+    scans = [_summary(s, now) for s in Scan.select().where(Scan.bulk == batch.id).order_by(Scan.bulk_index)]
+    counts = {status: 0 for status in STATUSES}
+    for scan in scans:
+        counts[scan["status"]] += 1
+    return {"bulk_id": batch.id, "created_at": batch.created_at, "total": batch.total, "counts": counts,
+            "rejected_count": max(0, batch.total - len(scans)),
+            "all_done": counts[QUEUED] + counts[RUNNING] == 0, "scans": scans, "key": _key_ref(batch.api_key_id)}
+
+
 # --- served reads: authentication, charge and read in one statement ---------------------
 # A read is always charged once its key is live and its balance covers it (200, 403 and 404
 # are all charged, D3), so on PostgreSQL the key look-up, the conditional charge with its
@@ -131,7 +278,10 @@ class ServedRead:
     usage: quotas.Usage | None = None
 
 
-_CHARGED = f"""
+def _charged(owner: str) -> str:
+    """The key, the charge with its ledger row and the windows; ``owner`` selects the customer
+    of the object read (none: 404), which picks the ledger row's note (200, 403 or 404)."""
+    return f"""
 WITH k AS (SELECT {keyauth.KEY_COLUMNS} FROM {table(ApiKey)} AS k JOIN {table(Customer)} AS c
            ON c.id = k.customer_id WHERE k.digest = ?),
 charged AS (
@@ -139,20 +289,23 @@ charged AS (
     WHERE id = (SELECT customer_id FROM k WHERE revoked_at IS NULL) AND balance >= {billing.CALL_PRICE}
     RETURNING id, balance),
 ledger AS (
-    INSERT INTO {table(CreditLedger)} (customer_id, delta, balance_after, reason, request_id, created_at)
-    SELECT id, -{billing.CALL_PRICE}, balance, 'call', ?, ? FROM charged RETURNING balance_after),
+    INSERT INTO {table(CreditLedger)} (customer_id, delta, balance_after, reason, request_id, note, created_at)
+    SELECT id, -{billing.CALL_PRICE}, balance, 'call', ?,
+           (SELECT CASE WHEN o.owner IS NULL THEN ? WHEN o.owner = charged.id THEN ? ELSE ? END
+            FROM (SELECT ({owner}) AS owner) AS o), ?
+    FROM charged RETURNING balance_after),
 w AS MATERIALIZED (
     SELECT (SELECT balance_after FROM ledger), {quotas.window_columns_for("(SELECT customer_id FROM k)")})
 """
 _WINDOWS = 7  # the new balance, then the six window columns
-READ_SCAN_CHARGED = _CHARGED + f"SELECT k.*, w.*, {columns(Scan, 's')} FROM k CROSS JOIN w " \
+READ_SCAN_CHARGED = _charged(f"SELECT customer_id FROM {table(Scan)} WHERE id = ?") + f"SELECT k.*, w.*, {columns(Scan, 's')} FROM k CROSS JOIN w " \
                                f"LEFT JOIN {table(Scan)} AS s ON s.id = ?"
 _BATCH_WIDTH = len(BulkBatch._meta.sorted_fields)
 _SCAN_ENTRY = "s.id, s.status, s.target, s.kind, s.completed_at, s.result_json, s.failed_at, s.failure_code, " \
               "s.failure_message"  # the columns of BATCH_SCANS
 # The key, charge and batch on the first row, then one row per scan with only its own
 # columns: the key's and windows' columns are not sent (nor decoded) a hundred times.
-READ_BULK_CHARGED = _CHARGED + (
+READ_BULK_CHARGED = _charged(f"SELECT customer_id FROM {table(BulkBatch)} WHERE id = ?") + (
     f", b AS (SELECT {columns(BulkBatch)} FROM {table(BulkBatch)} WHERE id = ?)\n"
     f"SELECT k.*, w.*, b.*, {', '.join(['NULL'] * 9)}, -1 AS position FROM k CROSS JOIN w LEFT JOIN b ON true\n"
     f"UNION ALL\n"
@@ -161,17 +314,18 @@ READ_BULK_CHARGED = _CHARGED + (
     f"ORDER BY position")
 
 
-def serve_scan_read(token: str, scan_id: str, request_id: str | None) -> ServedRead:
-    """``GET /scan/{id}`` for the bearer ``token``: raises ``NotAuthenticated`` (401), else the read."""
-    return _serve(token, scan_id, request_id, READ_SCAN_CHARGED, _scan_body, read_scan)
+def serve_scan_read(token: str, scan_id: str, request_id: str | None, notes: dict[int, str]) -> ServedRead:
+    """``GET /scan/{id}`` for the bearer ``token``: raises ``NotAuthenticated`` (401), else the read.
+    ``notes``: the charge's ledger note for an answer 200, 403 and 404 (``billing.charge_call``)."""
+    return _serve(token, scan_id, request_id, notes, READ_SCAN_CHARGED, _scan_body, read_scan)
 
 
-def serve_bulk_read(token: str, bulk_id: str, request_id: str | None) -> ServedRead:
+def serve_bulk_read(token: str, bulk_id: str, request_id: str | None, notes: dict[int, str]) -> ServedRead:
     """``GET /scan/bulk/{id}`` for the bearer ``token``: raises ``NotAuthenticated`` (401), else the read."""
-    return _serve(token, bulk_id, request_id, READ_BULK_CHARGED, _bulk_body, read_bulk)
+    return _serve(token, bulk_id, request_id, notes, READ_BULK_CHARGED, _bulk_body, read_bulk)
 
 
-def _serve(token, object_id, request_id, statement, body_of_rows, read) -> ServedRead:
+def _serve(token, object_id, request_id, notes, statement, body_of_rows, read) -> ServedRead:
     now = utcnow()
     token_digest = keyauth.digest_of(token)
     if not is_postgres():
@@ -183,12 +337,14 @@ def _serve(token, object_id, request_id, statement, body_of_rows, read) -> Serve
             served.body = read(key.customer_id, object_id)
         except (NotFound, Forbidden) as exc:
             served.error = exc
-        served.balance, served.usage = billing.charge_call(key.customer_id, request_id, now)
+        status = 200 if served.error is None else 404 if isinstance(served.error, NotFound) else 403
+        served.balance, served.usage = billing.charge_call(key.customer_id, request_id, now, notes[status])
         if served.balance is None:  # the balance ran out since the key was read: not served
             return ServedRead(key, error=InsufficientBalance(billing.balance_of(key.customer_id)))
         return served
-    rows = execute_prepared(statement, (token_digest, request_id, now) + quotas.window_times(now)
-                            + (object_id,)).fetchall()
+    notes = {status: billing.call_note(note) for status, note in notes.items()}
+    rows = execute_prepared(statement, (token_digest, request_id, notes[404], notes[200], notes[403], object_id, now)
+                            + quotas.window_times(now) + (object_id,)).fetchall()
     key = keyauth.live_key(keyauth.key_from_row(rows[0]) if rows else None, token_digest, now)
     n = keyauth.KEY_ROW_LENGTH
     balance = rows[0][n]

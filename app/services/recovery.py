@@ -14,7 +14,16 @@ It finds
   runs twice, which changes nothing: every job is fenced by its row.
 
 Run by every worker every ``RECOVERY_INTERVAL_SECONDS`` (one at a time, under a Redis
-lock) and on demand by ``flask --app wsgi scans recover``.
+lock) and on demand by ``flask --app wsgi scans recover``. The operator's command
+(``at_once``) takes every scan and delivery in flight whose job is not alive, however
+recently it was looked at: run right after Redis came back, it re-dispatches them all
+now. A duplicate of a chain that was in fact alive (a job running at that moment) is
+harmless: the fencing token makes one of the two stop. The periodic sweep keeps its
+grace period, which spares the chains between two looks that cost.
+
+The sweep never fails a scan: a re-dispatched scan gets a look at the engine, which
+completes it however late, or fails it if the engine still has it unfinished past the
+timeout (amended D13).
 """
 from __future__ import annotations
 
@@ -31,14 +40,15 @@ from app.services.scans import reverse_reservation
 
 log = logging.getLogger(__name__)
 
-def recover_scans(now) -> int:
+def recover_scans(now, *, at_once: bool = False) -> int:
+    """Start a new chain for each submitted scan in flight whose tracking job is gone: only
+    those not looked at for RECOVERY_STALE_SECONDS, or every one ``at_once``."""
     stale_before = now - timedelta(seconds=runtime.config["RECOVERY_STALE_SECONDS"])
-    candidates = list(
-        Scan.select(Scan.id, Scan.tracking_job_id)
-        .where(Scan.status.in_(IN_FLIGHT) & Scan.engine_id.is_null(False)
-               & ((Scan.last_checked_at < stale_before)
-                  | (Scan.last_checked_at.is_null() & (Scan.created_at < stale_before))))
-        .tuples())
+    where = Scan.status.in_(IN_FLIGHT) & Scan.engine_id.is_null(False)
+    if not at_once:
+        where &= ((Scan.last_checked_at < stale_before)
+                  | (Scan.last_checked_at.is_null() & (Scan.created_at < stale_before)))
+    candidates = list(Scan.select(Scan.id, Scan.tracking_job_id).where(where).tuples())
     alive = live_job_ids([job_id for _, job_id in candidates if job_id])
     redispatched = 0
     for scan_id, job_id in candidates:
@@ -69,12 +79,16 @@ def promote_overdue(now) -> int:
     return moved
 
 
-def sweep() -> dict:
+def sweep(at_once: bool = False) -> dict:
+    """One recovery pass; ``at_once`` is the operator's (see the module's docstring). A
+    reservation is reversed only after RECOVERY_STALE_SECONDS either way: until then its
+    creator may still be in its engine call."""
     now = utcnow()
     with db.connection_context():
-        report = {"scheduled_jobs_promoted": promote_overdue(now), "scans_redispatched": recover_scans(now),
+        report = {"scheduled_jobs_promoted": promote_overdue(now),
+                  "scans_redispatched": recover_scans(now, at_once=at_once),
                   "reservations_reversed": reverse_unsubmitted(now)}
-        report.update(deliveries.recover_deliveries(now))
+        report.update(deliveries.recover_deliveries(now, at_once=at_once))
         report["idempotency_purged"] = idempotency.purge_expired()
         report["quota_minutes_pruned"] = quotas.prune_minutes(now)
     metrics.count_sweep(report)

@@ -77,7 +77,7 @@ def dispatch(delivery: WebhookDelivery, delay_seconds: float = 0) -> bool:
 
 @dataclass
 class DeliveryPage:
-    items: list[dict]
+    items: list
     total: int
     page: int
     per_page: int
@@ -216,9 +216,10 @@ def delivery_dict(delivery: WebhookDelivery, attempts: list[DeliveryAttempt]) ->
     }
 
 
-def list_deliveries(key_id: str, customer_id: str, status: str | None = None, event: str | None = None,
-                    page: int = 1, per_page: int = 20) -> DeliveryPage:
-    """The key's deliveries, newest first, each with its attempts (newest first)."""
+def delivery_rows(key_id: str, customer_id: str, status: str | None = None, event: str | None = None,
+                  page: int = 1, per_page: int = 20) -> tuple[ApiKey, DeliveryPage]:
+    """The customer's key and a page of its deliveries, newest first, as ``(delivery,
+    attempts newest first)`` pairs (``list_deliveries`` and the portal's console shape them)."""
     key = owned_key(key_id, customer_id)
     page, per_page = max(1, page), min(MAX_PER_PAGE, max(1, per_page))
     query = WebhookDelivery.select().where(WebhookDelivery.api_key == key.id)
@@ -236,4 +237,22 @@ def list_deliveries(key_id: str, customer_id: str, status: str | None = None, ev
                 .order_by(DeliveryAttempt.number.desc()))
         for row in rows:
             attempts[row.delivery_id].append(row)
-    return DeliveryPage([delivery_dict(d, attempts[d.id]) for d in deliveries], total, page, per_page)
+    return key, DeliveryPage([(d, attempts[d.id]) for d in deliveries], total, page, per_page)
+
+
+def list_deliveries(key_id: str, customer_id: str, status: str | None = None, event: str | None = None,
+                    page: int = 1, per_page: int = 20) -> DeliveryPage:
+    """The key's deliveries, newest first, each with its attempts (newest first)."""
+    _, rows = delivery_rows(key_id, customer_id, status, event, page, per_page)
+    rows.items = [delivery_dict(d, attempts) for d, attempts in rows.items]
+    return rows
+
+
+def scan_deliveries(scan_id: str, customer_id: str) -> list[dict]:
+    """The deliveries of one of the customer's scans, newest first, without their attempts."""
+    rows = (WebhookDelivery.select()
+            .where((WebhookDelivery.scan_id == scan_id) & (WebhookDelivery.customer == customer_id))
+            .order_by(WebhookDelivery.created_at.desc()))
+    return [{"delivery_id": d.id, "event": d.event, "status": d.status, "attempts": d.attempts,
+             "created_at": d.created_at, "key_id": d.api_key_id,
+             "next_attempt_at": d.next_attempt_at if d.status == PENDING else None} for d in rows]

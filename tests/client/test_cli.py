@@ -1,4 +1,4 @@
-"""``python -m app.client`` run in-process through ``main(argv, stdin=, stdout=, stderr=, ...)``
+"""``scan-api`` run in-process through ``main(argv, stdin=, stdout=, stderr=, ...)``
 against the real API on a real HTTP port; waits run RQ jobs on frozen time inside ``sleep``."""
 import csv
 import io
@@ -8,7 +8,7 @@ import re
 import pytest
 from freezegun import freeze_time
 
-from app.client.cli import main, read_targets
+from scan_api_client.cli import main, read_targets
 from tests.api.helpers import balance, scans_of
 
 START = "2026-11-21 12:00:00"
@@ -87,8 +87,10 @@ def test_progress_is_a_redrawn_bar_on_a_terminal(cli, jobs):
     with freeze_time(START) as frozen:
         code, out, err = cli("scan", "jane@example.com", "--wait", stderr=Tty(), frozen=frozen, jobs=jobs)
     assert code == 0
-    assert err.count("\r") == len(cli.sleeps) + 1 and err.endswith("\n") and err.count("\n") == 1
-    assert "[########################] 1/1" in err and "completed 1" in err
+    # tqdm's bar, redrawn in place (\r) and left on its own line at the end
+    assert err.count("\r") >= len(cli.sleeps) + 1 and err.endswith("\n") and err.count("\n") == 1
+    final = err.rstrip("\n").rsplit("\r", 1)[-1]
+    assert final.startswith("scn_") and "1/1" in final and "completed 1" in final and "#" * 24 in final
     assert json.loads(out)["status"] == "completed"
 
 
@@ -196,7 +198,7 @@ def test_other_api_errors_have_their_own_lines(served_app, make_customer):
     code, _, err = pro("bulk", "-", stdin="jane@example.com\n")
     assert code == 1 and "Business or Enterprise tier" in err and "bulk_not_allowed" in err
     code, _, err = pro("get", "scn_doesnotexist")
-    assert code == 1 and "no scan or batch has that id" in err
+    assert code == 1 and "no scan, batch or delivery has that id" in err
     code, _, err = pro("scan", "ab")
     assert code == 1 and "at least 3 characters" in err and "target_too_short" in err
     limited = Cli(served_app, make_customer(tier="pro", hour=1, inflight=5))

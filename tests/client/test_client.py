@@ -1,4 +1,4 @@
-"""``app.client.ScanClient`` against the real API on a real HTTP port (``served_app``).
+"""``scan_api_client.ScanClient`` against the real API on a real HTTP port (``served_app``).
 
 The engine is the simulator; scans advance by running RQ jobs on frozen time inside the
 client's injected ``sleep``, so nothing here sleeps for real.
@@ -10,10 +10,10 @@ import pytest
 import requests
 from freezegun import freeze_time
 
-from app.client import (ApiError, AuthenticationError, Conflict, EngineUnavailable, Forbidden, InsufficientBalance,
-                        NotFound, RateLimited, ScanClient, ServerError, TransportError, ValidationError, WaitTimeout,
-                        parse_rate_limit, verify_webhook)
-from app.client.errors import parse_retry_after
+from scan_api_client import (ApiError, AuthenticationError, Batch, Conflict, EngineUnavailable, Forbidden,
+                             InsufficientBalance, NotFound, RateLimited, Scan, ScanClient, ServerError, TransportError,
+                             ValidationError, WaitTimeout, parse_rate_limit, verify_signature)
+from scan_api_client.errors import parse_retry_after
 from app.webhook_signature import sign
 from tests.api.helpers import balance, engine_mode, scans_of
 
@@ -49,19 +49,19 @@ def test_create_and_get_bodies_and_account_headers(served_app, make_customer):
     acct = make_customer(tier="business", credits=100)
     api = make_client(served_app, acct)
     created = api.create("jane@example.com")
-    assert set(created) == CREATED_FIELDS and created["kind"] == "email" and created["scan_id"].startswith("scn_")
-    assert created["poll_url"] == f"{served_app.url}/api/v1/scan/{created['scan_id']}"
+    assert set(created.raw) == CREATED_FIELDS and isinstance(created, Scan) and created.kind == "email" and created.scan_id.startswith("scn_")
+    assert created.poll_url == f"{served_app.url}/api/v1/scan/{created.scan_id}"
     assert api.last_credits == 99
     assert api.last_rate_limit["hour"] == {"limit": 100, "window": 3600, "remaining": 99,
                                            "reset": api.last_rate_limit["hour"]["reset"]}
     assert api.last_rate_limit["day"]["limit"] == 1000 and api.last_rate_limit["day"]["remaining"] == 999
     assert api.last_request_id.startswith("req_")
 
-    scan = api.get(created["scan_id"])
-    assert scan["status"] == "queued" and scan["target"] == "jane@example.com"
-    assert {"eta_seconds", "progress", "created_at"} <= set(scan)
+    scan = api.get(created.scan_id)
+    assert scan.status == "queued" and scan.target == "jane@example.com"
+    assert {"eta_seconds", "progress", "created_at"} <= set(scan.raw) and scan.progress.recipes_total >= 0
     assert api.last_credits == 98
-    assert api.create("janedoe", kind="username")["kind"] == "username"
+    assert api.create("janedoe", kind="username").kind == "username"
     assert api.last_credits == 97 and api.last_rate_limit["hour"]["remaining"] == 98
 
 
@@ -69,16 +69,16 @@ def test_bulk_and_get_bulk_bodies(served_app, make_customer):
     acct = make_customer(tier="business", credits=100)
     api = make_client(served_app, acct)
     created = api.bulk(["a.person@example.com", {"target": "+14155552671", "kind": "phone"}, {"target": "ab"}])
-    assert set(created) == {"ok", "bulk_id", "total", "queued", "rejected", "scans", "aggregate_poll_url"}
-    assert (created["total"], created["queued"]) == (3, 2)
-    assert [(r["index"], r["error"]) for r in created["rejected"]] == [(2, "target_too_short")]
-    assert [s["kind"] for s in created["scans"]] == ["email", "phone"]
+    assert isinstance(created, Batch) and set(created.raw) == {"ok", "bulk_id", "total", "queued", "rejected", "scans", "aggregate_poll_url"}
+    assert (created.total, created.queued) == (3, 2)
+    assert [(r.index, r.error) for r in created.rejected] == [(2, "target_too_short")]
+    assert [s.kind for s in created.scans] == ["email", "phone"]
     assert api.last_credits == 98  # one credit per queued scan
-    batch = api.get_bulk(created["bulk_id"])
-    assert set(batch) == {"ok", "bulk_id", "total", "queued", "running", "completed", "failed", "rejected_count",
+    batch = api.get_bulk(created.bulk_id)
+    assert set(batch.raw) == {"ok", "bulk_id", "total", "queued", "running", "completed", "failed", "rejected_count",
                           "all_done", "scans"}
-    assert (batch["total"], batch["queued"], batch["rejected_count"], batch["all_done"]) == (3, 2, 1, False)
-    assert [s["target"] for s in batch["scans"]] == ["a.person@example.com", "+14155552671"]
+    assert (batch.total, batch.queued, batch.rejected_count, batch.all_done) == (3, 2, 1, False)
+    assert [s.target for s in batch.scans] == ["a.person@example.com", "+14155552671"]
     assert api.last_credits == 97
 
 
@@ -93,7 +93,7 @@ def test_bulk_refuses_more_than_100_or_no_targets_without_a_call(served_app, acc
 
 def test_base_url_may_end_in_api_v1(served_app, account):
     api = ScanClient(f"{served_app.url}/api/v1/", account.api_key)
-    assert api.create("jane@example.com")["scan_id"]
+    assert api.create("jane@example.com").scan_id
 
 
 # --- waiting ----------------------------------------------------------------------------
@@ -102,34 +102,34 @@ def test_wait_polls_until_completed(served_app, account, jobs):
     with freeze_time(START) as frozen:
         sleep = Recorder(frozen, jobs)
         api = make_client(served_app, account, sleep=sleep)
-        scan_id = api.create("jane@example.com")["scan_id"]
+        scan_id = api.create("jane@example.com").scan_id
         seen = []
         final = api.wait(scan_id, on_progress=seen.append)
-    assert final["status"] == "completed" and final["scan_id"] == scan_id
-    assert final["result"]["risk"]["band"] in {"low", "medium", "high", "critical"}
+    assert final.status == "completed" and final.scan_id == scan_id
+    assert final.result.risk.band in {"low", "medium", "high", "critical"}
     assert sleep.calls and set(sleep.calls) == {12.0}  # the default poll interval, §4.2: 10 to 15 s
-    assert len(seen) == len(sleep.calls) + 1 and seen[0]["status"] in {"queued", "running"}
+    assert len(seen) == len(sleep.calls) + 1 and seen[0].status in {"queued", "running"}
     assert seen[-1] is final
 
 
 def test_wait_ends_on_failed(served_app, account, jobs):
     with freeze_time(START) as frozen:
         api = make_client(served_app, account, sleep=Recorder(frozen, jobs), poll_interval=10)
-        scan_id = api.create("fail.me@example.com")["scan_id"]
+        scan_id = api.create("fail.me@example.com").scan_id
         final = api.wait(scan_id)
-    assert final["status"] == "failed"
-    assert final["failure"]["code"] == "engine_failed" and "result" not in final
+    assert final.status == "failed"
+    assert final.failure.code == "engine_failed" and final.result is None
 
 
 def test_wait_timeout_raises_with_the_last_state(served_app, account, jobs):
     with freeze_time(START) as frozen:
         sleep = Recorder(frozen, jobs)
         api = make_client(served_app, account, sleep=sleep, poll_interval=12)
-        scan_id = api.create("hang.me@example.com")["scan_id"]
+        scan_id = api.create("hang.me@example.com").scan_id
         with pytest.raises(WaitTimeout) as caught:
             api.wait(scan_id, timeout=50)
     assert sleep.calls == [12, 12, 12, 12, 2]  # never past the deadline
-    assert caught.value.resource_id == scan_id and caught.value.last["status"] in {"queued", "running"}
+    assert caught.value.resource_id == scan_id and caught.value.last.status in {"queued", "running"}
     assert caught.value.elapsed >= 50
 
 
@@ -137,12 +137,12 @@ def test_wait_bulk_until_all_done(served_app, account, jobs):
     with freeze_time(START) as frozen:
         sleep = Recorder(frozen, jobs)
         api = make_client(served_app, account, sleep=sleep)
-        bulk_id = api.bulk(["a.person@example.com", "fail.x@example.com", "+14155552671"])["bulk_id"]
+        bulk_id = api.bulk(["a.person@example.com", "fail.x@example.com", "+14155552671"]).bulk_id
         seen = []
         final = api.wait_bulk(bulk_id, on_progress=seen.append)
-    assert final["all_done"] is True
-    assert (final["queued"], final["running"], final["completed"], final["failed"]) == (0, 0, 2, 1)
-    assert seen[0]["all_done"] is False and set(sleep.calls) == {12.0}
+    assert final.all_done is True
+    assert (final.queued, final.running, final.completed, final.failed) == (0, 0, 2, 1)
+    assert seen[0].all_done is False and set(sleep.calls) == {12.0}
 
 
 # --- back-off and retries -----------------------------------------------------------------
@@ -170,7 +170,7 @@ def test_429_retry_succeeds_once_the_window_frees(served_app, make_customer):
         api = make_client(served_app, acct, sleep=sleep, max_retry_after=None)
         api.create("jane@example.com")
         created = api.create("john@example.com")
-    assert sleep.calls == [3600] and created["scan_id"]
+    assert sleep.calls == [3600] and created.scan_id
     assert len(scans_of(acct)) == 2 and api.last_credits == 8
 
 
@@ -204,11 +204,11 @@ def test_502_backs_off_and_the_idempotent_retry_creates_exactly_one_scan(served_
     assert [status for status, _ in seen] == [502, 502, 202]
     keys = {key for _, key in seen}
     assert len(keys) == 1 and None not in keys
-    assert [s.id for s in scans_of(account)] == [created["scan_id"]] and balance(account) == 99
+    assert [s.id for s in scans_of(account)] == [created.scan_id] and balance(account) == 99
     # The key really is the idempotency key of that creation: sending it again replays, creating nothing.
     replay = requests.post(f"{served_app.url}/api/v1/scan", json={"target": "jane@example.com"},
                            headers={**account.headers, "Idempotency-Key": keys.pop()}, timeout=10)
-    assert replay.headers["Idempotent-Replayed"] == "true" and replay.json()["scan_id"] == created["scan_id"]
+    assert replay.headers["Idempotent-Replayed"] == "true" and replay.json()["scan_id"] == created.scan_id
     assert len(scans_of(account)) == 1 and balance(account) == 99
 
 
@@ -267,7 +267,7 @@ def test_402_insufficient_balance(served_app, make_customer):
 
 
 def test_403_forbidden_and_bulk_not_allowed(served_app, account, make_customer):
-    scan_id = make_client(served_app, account).create("jane@example.com")["scan_id"]
+    scan_id = make_client(served_app, account).create("jane@example.com").scan_id
     other = make_client(served_app, make_customer())
     with pytest.raises(Forbidden) as caught:
         other.get(scan_id)
@@ -354,13 +354,14 @@ def test_non_json_error_bodies_still_become_clear_api_errors(html_proxy):
 
 # --- helpers ----------------------------------------------------------------------------
 
-def test_verify_webhook_is_the_services_own_check():
+def test_verify_signature_agrees_with_the_services_signer():
     body = b'{"event":"scan.completed","scan_id":"scn_1"}'
-    header = sign("whsec", body)
-    assert header.startswith("sha256=") and verify_webhook("whsec", body, header)
-    assert not verify_webhook("other", body, header)
-    assert not verify_webhook("whsec", body + b" ", header)
-    assert not verify_webhook("whsec", body, None) and not verify_webhook("whsec", body, header.upper())
+    header = sign("whsec", body)  # the service's own signer
+    assert header.startswith("sha256=") and verify_signature("whsec", body, header)
+    assert verify_signature(["old", "whsec"], body, header)  # several secrets
+    assert not verify_signature("other", body, header)
+    assert not verify_signature("whsec", body + b" ", header)
+    assert not verify_signature("whsec", body, None) and not verify_signature("whsec", body, header.upper())
 
 
 def test_parse_rate_limit_and_retry_after():

@@ -6,6 +6,7 @@ Real Redis (flushed to lose jobs), real database, the simulator over HTTP, freez
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 import requests
@@ -16,6 +17,7 @@ from app import runtime
 from app.extensions import db
 from app.models import BulkBatch, CreditLedger, Scan
 from app.services import billing
+from app.services.results import normalize_result
 from workers.engine_jobs import _track
 from app.jobs import ENGINE_QUEUE, queue, tracking_job_id
 from app.services.recovery import sweep
@@ -323,3 +325,105 @@ def test_a_handover_whose_commit_was_lost_is_repaired_by_the_sweep(client, make_
         assert sweep()["scans_redispatched"] == 1
         assert jobs.run(frozen, until=all_final([scan_id]))
     assert statuses([scan_id]) == ["completed"]
+
+
+# --- amended D13: the timeout is judged by a look at the engine, never by age alone -------------
+
+TIMEOUT = 60
+
+
+@pytest.mark.config(RECOVERY_STALE_SECONDS=STALE, SCAN_TIMEOUT_SECONDS=TIMEOUT, ENGINE_POLL_SECONDS=1)
+def test_after_a_long_outage_a_finished_scan_completes_and_an_unfinished_one_times_out(client, make_customer,
+                                                                                      redis_conn, jobs, simulator):
+    """Redis (or every worker) was gone for an hour: the tracking of both scans was lost. The
+    one the engine finished meanwhile completes with its result, however late; the one still
+    running at the engine fails with engine_timeout; each after exactly one look."""
+    account = make_customer(credits=100)
+    with freeze_time(START) as frozen:
+        done = create(client, account, "john.roe@example.com")  # 0.6-1.8 s of engine time here
+        hanging = create(client, account, "hang.harry@example.com")  # running for ever
+        redis_conn.flushdb()  # their chains are lost before a single look
+        frozen.tick(3600)
+        assert statuses([done, hanging]) == ["queued", "queued"]
+        assert sweep()["scans_redispatched"] == 2
+        assert jobs.run(frozen, until=all_final([done, hanging]))
+        after = rows([done, hanging])
+    assert engine_stats(simulator)["status"] == 2
+    assert after[done].status == "completed" and after[done].failure_code is None
+    assert after[done].completed_at - after[done].created_at > timedelta(seconds=TIMEOUT)
+    assert normalize_result(json.loads(after[done].result_json), "email") == json.loads(after[done].result_json)
+    assert (after[hanging].status, after[hanging].failure_code) == ("failed", "engine_timeout")
+    assert books(account)[0] == 98  # both charged; nothing refunded by the late verdicts
+
+
+@pytest.mark.config(RECOVERY_STALE_SECONDS=STALE, SCAN_TIMEOUT_SECONDS=TIMEOUT, ENGINE_POLL_SECONDS=1)
+def test_past_the_timeout_an_engine_that_cannot_be_reached_leaves_the_scan_in_flight(app, client, make_customer,
+                                                                                    redis_conn, jobs, simulator):
+    account = make_customer(credits=100)
+    with freeze_time(START) as frozen:
+        scan_id = create(client, account, "john.roe@example.com")
+        redis_conn.flushdb()
+        frozen.tick(3600)
+        requests.post(f"{simulator.url}/_sim/engine/mode", json={"mode": "down"}, timeout=5).raise_for_status()
+        assert run_cli(app, "scans", "recover", "--json")["scans_redispatched"] == 1
+        looks = []
+        assert jobs.run(frozen, until=lambda: looks.append(rows([scan_id])[scan_id]) or looks[-1].check_errors >= 3)
+        scan = rows([scan_id])[scan_id]
+        assert scan.status == "queued" and scan.failed_at is None  # not failed on age alone
+        assert scheduled_ids() == [scan.tracking_job_id]  # and looked at again later
+        assert sweep()["scans_redispatched"] == 0  # its chain is alive: nothing to recover
+
+        requests.post(f"{simulator.url}/_sim/engine/mode", json={"mode": "up"}, timeout=5).raise_for_status()
+        assert jobs.run(frozen, until=all_final([scan_id]))
+    assert statuses([scan_id]) == ["completed"]
+
+
+@pytest.mark.config(RECOVERY_STALE_SECONDS=STALE, ENGINE_POLL_SECONDS=1)
+def test_scans_recover_redispatches_at_once_every_scan_whose_job_is_gone(app, client, make_customer, redis_conn,
+                                                                         jobs):
+    """The operator's command, run right after Redis came back: no grace period (the periodic
+    sweep keeps one), and a scan whose job is alive is left alone."""
+    account = make_customer(credits=100)
+    with freeze_time(START) as frozen:
+        lost = create(client, account, "john.roe@example.com")
+        token = rows([lost])[lost].tracking_job_id
+        redis_conn.flushdb()  # Redis restarted empty, right after the creation
+        kept = create(client, account, "ann@example.com")  # created after: its job is alive
+        kept_token = rows([kept])[kept].tracking_job_id
+        assert sweep()["scans_redispatched"] == 0  # the workers' sweep waits RECOVERY_STALE_SECONDS
+
+        report = run_cli(app, "scans", "recover", "--json")  # flask --app wsgi scans recover --json
+        assert report["ok"] is True and report["scans_redispatched"] == 1
+        assert report["reservations_reversed"] == 0
+        after = rows([lost, kept])
+        assert after[lost].tracking_job_id == tracking_job_id(lost, 1) != token
+        assert after[kept].tracking_job_id == kept_token
+        assert queue(ENGINE_QUEUE).job_ids == [after[lost].tracking_job_id]  # to run now
+        assert run_cli(app, "scans", "recover", "--json")["scans_redispatched"] == 0  # alive now
+        assert jobs.run(frozen, until=all_final([lost, kept]))
+    assert statuses([lost, kept]) == ["completed", "completed"]
+
+
+@pytest.mark.config(RECOVERY_STALE_SECONDS=STALE, ENGINE_POLL_SECONDS=1)
+def test_scans_recover_redispatches_a_fresh_delivery_whose_job_is_gone(app, client, make_customer, redis_conn,
+                                                                        simulator):
+    """The same for webhook deliveries: one created moments ago whose job Redis lost is sent now, once."""
+    from app.models import DeliveryAttempt, WebhookDelivery
+    from tests.jobrunner import JobRunner
+    requests.post(f"{simulator.url}/_sim/receivers/recover-now", json={"secret": "whsec_0123456789abcdef",
+                                                                      "responses": [200]}, timeout=5)
+    account = make_customer(webhook_url=f"{simulator.url}/_sim/hooks/recover-now",
+                            webhook_secret="whsec_0123456789abcdef")
+    with freeze_time(START) as frozen:
+        scan_id = create(client, account, "john.roe@example.com")
+        engine_only = JobRunner(redis_conn, queue_names=(ENGINE_QUEUE,))
+        assert engine_only.run(frozen, until=all_final([scan_id]))
+        redis_conn.flushdb()  # the delivery's job is lost moments after its row was written
+        assert run_cli(app, "scans", "recover", "--json")["deliveries_redispatched"] == 1
+        assert JobRunner(redis_conn).run(frozen)
+    with db.connection_context():
+        [delivery] = list(WebhookDelivery.select())
+        assert (delivery.status, delivery.attempts) == ("succeeded", 1)
+        assert DeliveryAttempt.select().count() == 1
+    received = requests.get(f"{simulator.url}/_sim/receivers/recover-now/deliveries", timeout=5).json()
+    assert len(received["deliveries"]) == 1

@@ -402,3 +402,57 @@ def test_the_secret_is_never_logged_nor_stored_in_clear(client, hooked, jobs, ca
               json.dumps(list(DeliveryAttempt.select().dicts()), default=str),
               ApiKey.get_by_id(account.key.id).webhook_secret_enc]
     assert all(SECRET not in text for text in stored)
+
+
+# --- what a receiver answers --------------------------------------------------------------
+
+class BodyReceiver:
+    """A receiver answering 200 with fixed bytes, on a real socket; counts the requests."""
+
+    def __init__(self, body: bytes, content_type: str):
+        self.body, self.content_type, self.requests = body, content_type, 0
+
+    def __call__(self, environ, start_response):
+        environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        self.requests += 1
+        start_response("200 OK", [("Content-Type", self.content_type), ("Content-Length", str(len(self.body)))])
+        return [self.body]
+
+
+ODD_BODIES = {
+    # name: (answer, content type, what the attempt keeps)
+    "a NUL byte": (b'{"ok":true}\x00trailer', "application/json", '{"ok":true}trailer'),
+    "binary": (bytes(range(256)) * 8, "application/octet-stream",
+               "".join(chr(b) if b < 0x80 else "\ufffd" for b in range(1, 256)) * 4),
+    "UTF-16 text": ("accepted, thank you".encode("utf-16"), "text/plain; charset=utf-16",
+                    "\ufffd\ufffdaccepted, thank you"),
+    "UTF-8 cut mid-character at 1 KiB": ("é".encode() * 1000, "text/plain", "é" * 512),
+}
+
+
+@pytest.mark.config(WEBHOOK_RETRY_SCHEDULE=(0, 30, 300))
+@pytest.mark.parametrize("kind", list(ODD_BODIES), ids=list(ODD_BODIES))
+def test_a_2xx_with_any_body_is_recorded_once_as_succeeded(client, make_customer, jobs, kind):
+    """Whatever bytes a receiver answers, its 200 is recorded on one attempt and the excerpt is
+    stored as text (PostgreSQL refuses NUL in text: a failed write used to leave the attempt
+    open, and the sweep sent the delivery again)."""
+    from tests.conftest import ServerThread
+    body, content_type, kept = ODD_BODIES[kind]
+    app_ = BodyReceiver(body, content_type)
+    server = ServerThread(app_)
+    try:
+        account = make_customer(webhook_url=f"{server.url}/hook", webhook_secret=SECRET)
+        with freeze_time(START) as frozen:
+            delivery = scan_and_deliver(client, account, jobs, frozen)
+            frozen.tick(3600)  # long after any retry or sweep would have come
+            sweep()
+            assert jobs.run(frozen)
+    finally:
+        server.stop()
+    delivery = WebhookDelivery.get_by_id(delivery.id)
+    [attempt] = attempts_of(delivery.id)
+    assert (delivery.status, delivery.attempts) == ("succeeded", 1)
+    assert (attempt.outcome, attempt.status_code, attempt.error) == ("succeeded", 200, None)
+    assert attempt.response_excerpt == kept
+    assert "\x00" not in attempt.response_excerpt and len(attempt.response_excerpt.encode()) <= 4 * 1024
+    assert app_.requests == 1

@@ -178,3 +178,53 @@ def test_a_failing_sweep_does_not_stop_the_worker(app, monkeypatch):
     worker = build_worker()
     worker.run_maintenance_tasks()  # logged, not raised
 
+
+# --- shutdown while Redis is down ----------------------------------------------------------
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("redis_state", ["down", "up"])
+def test_the_first_sigterm_stops_the_worker_within_seconds_and_quietly(app, tmp_path, redis_state):
+    """An operator stopping workers during a Redis outage (D14): the first SIGTERM ends the
+    process and its scheduler promptly, with exit status 0 and no traceback, however long
+    the worker has been retrying; and as promptly when Redis is there."""
+    import redis as redis_lib
+
+    from tests.reliability.servers import RedisServer
+    redis_server = RedisServer(tmp_path / "redis").start()
+    env = service_env(app, "http://127.0.0.1:9", tmp_path / "instance", REDIS_URL=redis_server.url,
+                      RECOVERY_INTERVAL_SECONDS=30, LOG_LEVEL="INFO", LOG_FORMAT="text")
+    out, err = tmp_path / "worker.out", tmp_path / "worker.err"
+    with open(out, "wb") as stdout, open(err, "wb") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "workers", "--name", "test-sigterm"], cwd=ROOT, env=env,
+                                stdout=stdout, stderr=stderr, start_new_session=True)
+
+    def logged() -> str:
+        return out.read_text(errors="replace") + err.read_text(errors="replace")
+
+    try:
+        watcher = redis_lib.Redis.from_url(redis_server.url)
+        wait_for(lambda: watcher.exists("rq:worker:test-sigterm") and "Scheduler for" in logged(), 30,
+                 "the worker and its scheduler to start")
+        if redis_state == "down":
+            redis_server.kill()  # Redis goes away under the idle worker, which retries with back-off
+            wait_for(lambda: logged().count("could not connect to Redis") >= 3, 30, "the worker to retry")
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            wait_until(lambda: proc.poll() is not None, 10, "the worker to stop", interval=0.1)
+        except TimeoutError:
+            pass
+        assert proc.poll() == 0, f"not stopped 10 s after SIGTERM ({proc.poll()})\n{logged()[-3000:]}"
+        with pytest.raises(ProcessLookupError):  # nothing left in its group: the scheduler stopped too
+            os.killpg(proc.pid, 0)
+        assert "Traceback" not in logged() and "Logging error" not in logged(), logged()[-3000:]
+        assert "worker stopped on request" in logged()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        redis_server.kill()

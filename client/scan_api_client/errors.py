@@ -1,7 +1,7 @@
 """Typed errors of the Public Scan API client.
 
 Every error answer of the API is ``{"ok": false, "error": CODE, "message": ..., "request_id": ...}``
-(D1). ``error_from_response`` turns one into the ``ApiError`` subclass of its HTTP
+``error_from_response`` turns one into the ``ApiError`` subclass of its HTTP
 status family, keeping the machine code, the message, the request id (also sent as
 ``X-Request-Id``: quote it to support), validation ``details`` and ``Retry-After``.
 A body that is not that JSON (a proxy's HTML page, an empty body) still becomes an
@@ -95,6 +95,10 @@ class ServiceUnavailable(ServerError):
     """503 ``service_unavailable``: the service's database is unreachable; ``retry_after`` is set."""
 
 
+class WebhookVerificationError(ScanClientError):
+    """A webhook delivery failed verification: wrong or missing signature, or a stale timestamp."""
+
+
 class TransportError(ScanClientError):
     """The API could not be reached, or the connection broke (no HTTP answer)."""
 
@@ -102,7 +106,7 @@ class TransportError(ScanClientError):
 class WaitTimeout(ScanClientError):
     """``wait()`` / ``wait_bulk()`` gave up before the scan or batch finished.
 
-    ``resource_id`` the scan or bulk id, ``last`` the last state read (a dict), ``elapsed`` seconds.
+    ``resource_id`` the scan or bulk id, ``last`` the last state read (a ``Scan`` or ``Batch``), ``elapsed`` seconds.
     """
 
     def __init__(self, resource_id: str, last: dict | None, elapsed: float, timeout: float):
@@ -110,7 +114,12 @@ class WaitTimeout(ScanClientError):
         self.last = last
         self.elapsed = elapsed
         self.timeout = timeout
-        status = (last or {}).get("status") or ("all_done=false" if last and "all_done" in last else "unknown")
+        if last is None:
+            status = "unknown"
+        elif getattr(last, "all_done", None) is not None:
+            status = f"all_done={str(last.all_done).lower()}"
+        else:
+            status = getattr(last, "status", None) or "unknown"
         super().__init__(f"{resource_id} not finished after {elapsed:.0f} s (timeout {timeout:g} s; "
                          f"last status: {status})")
 

@@ -1,9 +1,11 @@
-"""``python -m app.client``: scan targets from a shell or a script.
+"""``scan-api``: scan targets from a shell or a script.
 
     export SCAN_API_KEY=service_live_...   SCAN_API_URL=https://api.example.com
-    python -m app.client scan jane.doe@example.com --wait
-    python -m app.client bulk targets.csv --wait --format csv > results.csv
-    python -m app.client get scn_...        python -m app.client get-bulk blk_...
+    scan-api scan jane.doe@example.com --wait
+    scan-api bulk targets.csv --wait --format csv > results.csv
+    scan-api get scn_...        scan-api get-bulk blk_...
+    scan-api list --status completed --all        scan-api deliveries --status failed
+    scan-api redeliver dlv_...
 
 stdout carries only the JSON or CSV answer; progress and errors go to stderr (a live bar
 when stderr is a terminal, a plain line per change otherwise). Exit codes: 0 done,
@@ -24,15 +26,16 @@ import time
 from functools import partial
 from typing import Any, Callable, TextIO
 
-from app.client.client import DEFAULT_BASE_URL, MAX_BULK_TARGETS, ScanClient
-from app.client.errors import ApiError, TransportError, WaitTimeout
+from scan_api_client.client import DEFAULT_BASE_URL, MAX_BULK_TARGETS, ScanClient
+from scan_api_client.errors import ApiError, TransportError, WaitTimeout
+from scan_api_client.progress import ProgressBar
 
 EXIT_OK, EXIT_API_ERROR, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
 KEY_ENV, URL_ENV = "SCAN_API_KEY", "SCAN_API_URL"
-STATES = ("queued", "running", "completed", "failed")
 CSV_FIELDS = ["scan_id", "target", "kind", "status", "risk_score", "risk_band", "findings", "breaches",
               "finished_at", "error", "message"]
-PLAIN_EVERY_SECONDS = 30.0
+DELIVERY_CSV_FIELDS = ["delivery_id", "event", "scan_id", "status", "attempts", "last_http_status", "last_error",
+                       "next_attempt_at"]
 
 # One line per error code: what happened and what to do about it. {retry} is "in N s" or "later".
 MESSAGES = {
@@ -42,7 +45,7 @@ MESSAGES = {
     "forbidden": "that scan or batch belongs to another customer",
     "bulk_not_allowed": "bulk scans need the Business or Enterprise tier: scan targets one by one, "
                         "or ask your account manager to upgrade",
-    "not_found": "no scan or batch has that id",
+    "not_found": "no scan, batch or delivery has that id",
     "idempotency_conflict": "that Idempotency-Key was already used for another request (or is still in use)",
     "rate_limit_inflight": "too many scans in flight for your tier: retry {retry}",
     "rate_limit_hour": "hourly scan quota used up: retry {retry}",
@@ -98,7 +101,7 @@ def build_parser(out: TextIO, err: TextIO) -> argparse.ArgumentParser:
     waiting.add_argument("--poll-interval", type=float, default=12.0, metavar="SECONDS",
                          help="with --wait: seconds between reads, each costs 1 credit (default 12)")
 
-    parser = Parser(prog="python -m app.client", parents=[common],
+    parser = Parser(prog="scan-api", parents=[common],
                     description="Client of the Public Scan API. Every API call costs 1 credit.",
                     epilog="Exit codes: 0 ok, 1 API error, 2 usage error, 3 --wait timed out.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -114,6 +117,26 @@ def build_parser(out: TextIO, err: TextIO) -> argparse.ArgumentParser:
     get.add_argument("scan_id")
     get_bulk = sub.add_parser("get-bulk", parents=[common, output], help="read a bulk batch")
     get_bulk.add_argument("bulk_id")
+    paging = Parser(add_help=False)
+    paging.add_argument("--limit", type=int, default=20, metavar="N",
+                        help="how many to print, newest first (default 20; each page of up to 100 costs 1 credit)")
+    paging.add_argument("--all", action="store_true", help="every one, page after page")
+    listing = sub.add_parser("list", parents=[common, output, paging], help="list your scans, newest first")
+    listing.add_argument("--status", choices=("queued", "running", "completed", "failed"))
+    listing.add_argument("--kind", choices=("email", "phone", "username"))
+    listing.add_argument("--bulk-id", metavar="BULK_ID", help="only the scans of this batch")
+    listing.add_argument("--created-after", metavar="TIME", help="ISO 8601 UTC, e.g. 2026-11-21T12:00:00Z")
+    listing.add_argument("--created-before", metavar="TIME", help="ISO 8601 UTC")
+    deliveries = sub.add_parser("deliveries", parents=[common, output, paging],
+                                help="list webhook deliveries and their attempts, newest first")
+    deliveries.add_argument("--status", choices=("pending", "succeeded", "failed"))
+    deliveries.add_argument("--event", choices=("scan.completed", "scan.failed"))
+    deliveries.add_argument("--scan-id", metavar="SCAN_ID")
+    redeliver = sub.add_parser("redeliver", parents=[common, output],
+                               help="send a finished webhook delivery again (same id and body)")
+    redeliver.add_argument("delivery_id")
+    for name, choice in sub.choices.items():
+        choice.epilog = parser.epilog
     return parser
 
 
@@ -202,65 +225,32 @@ def bulk_rows(created: dict, scans: list[dict]) -> list[dict]:
     return rows
 
 
-def write_output(out: TextIO, fmt: str, document: Any, rows: list[dict]) -> None:
+def delivery_row(delivery: dict) -> dict:
+    attempts = delivery.get("attempts") or []
+    last = attempts[-1] if attempts and isinstance(attempts[-1], dict) else {}
+    return {"delivery_id": delivery.get("delivery_id", ""), "event": delivery.get("event", ""),
+            "scan_id": delivery.get("scan_id", ""), "status": delivery.get("status", ""), "attempts": len(attempts),
+            "last_http_status": last.get("http_status") or "", "last_error": last.get("error") or "",
+            "next_attempt_at": delivery.get("next_attempt_at") or ""}
+
+
+def _take(items) -> list:
+    return list(items)
+
+
+def _page_size(args) -> int:
+    return 100 if args.all else min(100, args.limit)
+
+
+def write_output(out: TextIO, fmt: str, document: Any, rows: list[dict], fields: list[str] = CSV_FIELDS) -> None:
     if fmt == "csv":
-        writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
+        writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
     else:
         json.dump(document, out, indent=2, ensure_ascii=False)
         out.write("\n")
     out.flush()
-
-
-# --- progress ---------------------------------------------------------------------------
-
-class Progress:
-    """Progress on stderr: a redrawn bar on a terminal, otherwise a plain line per change (and every 30 s)."""
-
-    WIDTH = 24
-
-    def __init__(self, stream: TextIO, label: str, clock: Callable[[], float]):
-        self.stream, self.label, self.clock = stream, label, clock
-        self.tty = bool(getattr(stream, "isatty", lambda: False)())
-        self.start = clock()
-        self.last_line: str | None = None
-        self.last_at: float | None = None
-        self.drawn = False
-
-    @staticmethod
-    def counts(state: dict) -> dict[str, int]:
-        if "all_done" in state:
-            return {name: int(state.get(name) or 0) for name in STATES}
-        return {name: int(state.get("status") == name) for name in STATES}
-
-    def update(self, state: dict) -> None:
-        now = self.clock()
-        elapsed = max(0, int(now - self.start))
-        counts = self.counts(state)
-        total = sum(counts.values())
-        done = counts["completed"] + counts["failed"]
-        detail = f"queued {counts['queued']}  running {counts['running']}  completed {counts['completed']}  " \
-                 f"failed {counts['failed']}"
-        recipes = state.get("progress")
-        if isinstance(recipes, dict) and recipes.get("recipes_total"):
-            detail += f"  (recipes {recipes.get('recipes_done', 0)}/{recipes['recipes_total']})"
-        clock = f"{elapsed // 60:02d}:{elapsed % 60:02d}"
-        if self.tty:
-            filled = int(self.WIDTH * done / total) if total else self.WIDTH
-            bar = "#" * filled + "-" * (self.WIDTH - filled)
-            self.stream.write(f"\r\x1b[K{self.label} [{bar}] {done}/{total}  {detail}  {clock}")
-            self.drawn = True
-        elif detail != self.last_line or self.last_at is None or now - self.last_at >= PLAIN_EVERY_SECONDS:
-            self.stream.write(f"[{clock}] {self.label}: {detail}  ({done}/{total} done)\n")
-            self.last_line, self.last_at = detail, now
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.tty and self.drawn:
-            self.stream.write("\n")
-            self.stream.flush()
-            self.drawn = False
 
 
 # --- errors -----------------------------------------------------------------------------
@@ -281,7 +271,7 @@ def describe(error: ApiError) -> str:
 
 # --- main -------------------------------------------------------------------------------
 
-def _wait_and_write(wait: Callable, progress: Progress, write: Callable[[dict], Any]) -> None:
+def _wait_and_write(wait: Callable, progress: ProgressBar, write: Callable[[Any], Any]) -> None:
     """``wait(on_progress=...)`` with the progress bar, then ``write`` the final state; on a timeout,
     ``write`` the last state seen (when there is one) and re-raise, so the exit code says so."""
     try:
@@ -289,10 +279,10 @@ def _wait_and_write(wait: Callable, progress: Progress, write: Callable[[dict], 
     except WaitTimeout as exc:
         progress.close()
         if exc.last is not None:
-            write(exc.last)
+            write(exc.last.raw)
         raise
     progress.close()
-    write(final)
+    write(final.raw)
 
 
 def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: TextIO | None = None,
@@ -313,7 +303,7 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: 
 
     key = getattr(args, "key", None) or env.get(KEY_ENV)
     url = getattr(args, "url", None) or env.get(URL_ENV) or DEFAULT_BASE_URL
-    progress: Progress | None = None
+    progress: ProgressBar | None = None
     try:
         if not key:
             raise UsageError(f"no API key: set {KEY_ENV} or pass --key")
@@ -321,34 +311,55 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: 
             raise UsageError("--poll-interval must be positive")
         if getattr(args, "timeout", None) is not None and args.timeout <= 0:
             raise UsageError("--timeout must be positive")
+        if getattr(args, "limit", 1) < 1:
+            raise UsageError("--limit must be at least 1")
         targets = load_targets(args.file, stdin) if args.command == "bulk" else None
-        client = ScanClient(url, key, session=session, sleep=sleep or time.sleep, clock=clock,
+        client = ScanClient(url, key, session=session, sleep=sleep, clock=clock,
                             poll_interval=getattr(args, "poll_interval", 12.0))
         with client:
             if args.command == "scan":
                 created = client.create(args.target, args.kind)
                 if not args.wait:
-                    write_output(out, args.format, created, [scan_row({**created, "target": args.target})])
+                    write_output(out, args.format, created.raw, [scan_row({**created.raw, "target": args.target})])
                     return EXIT_OK
-                progress = Progress(err, created["scan_id"], now)
-                _wait_and_write(partial(client.wait, created["scan_id"], timeout=args.timeout), progress,
+                progress = ProgressBar(err, created.scan_id, now)
+                _wait_and_write(partial(client.wait, created.scan_id, timeout=args.timeout), progress,
                                 lambda state: write_output(out, args.format, state, [scan_row(state)]))
             elif args.command == "bulk":
-                created = client.bulk(targets)
+                created = client.bulk(targets).raw
                 if not args.wait:
                     write_output(out, args.format, created, bulk_rows(created, created.get("scans") or []))
                     return EXIT_OK
-                progress = Progress(err, created["bulk_id"], now)
+                progress = ProgressBar(err, created["bulk_id"], now)
                 rejected = created.get("rejected") or []
                 _wait_and_write(partial(client.wait_bulk, created["bulk_id"], timeout=args.timeout), progress,
                                 lambda state: write_output(out, args.format, {**state, "rejected": rejected},
                                                            bulk_rows(created, state.get("scans") or [])))
             elif args.command == "get":
-                scan = client.get(args.scan_id)
+                scan = client.get(args.scan_id).raw
                 write_output(out, args.format, scan, [scan_row(scan)])
-            else:
-                batch = client.get_bulk(args.bulk_id)
+            elif args.command == "get-bulk":
+                batch = client.get_bulk(args.bulk_id).raw
                 write_output(out, args.format, batch, [scan_row(s) for s in batch.get("scans") or []])
+            elif args.command == "list":
+                found = _take(client.iter_scans(
+                    status=args.status, kind=args.kind, bulk_id=args.bulk_id, created_after=args.created_after,
+                    created_before=args.created_before, page_size=_page_size(args),
+                    max_items=None if args.all else args.limit))
+                document = [scan.raw for scan in found]
+                write_output(out, args.format, document, [scan_row(scan) for scan in document])
+            elif args.command == "deliveries":
+                found = _take(client.iter_deliveries(status=args.status, event=args.event, scan_id=args.scan_id,
+                                                     page_size=_page_size(args),
+                                                     max_items=None if args.all else args.limit))
+                document = [delivery.raw for delivery in found]
+                write_output(out, args.format, document, [delivery_row(d) for d in document],
+                             fields=DELIVERY_CSV_FIELDS)
+            else:
+                delivery = client.redeliver(args.delivery_id)
+                write_output(out, args.format, delivery.raw or {"delivery_id": delivery.delivery_id},
+                             [delivery_row(delivery.raw or {"delivery_id": delivery.delivery_id})],
+                             fields=DELIVERY_CSV_FIELDS)
         return EXIT_OK
     except UsageError as exc:
         err.write(f"error: {exc}\n")
@@ -374,3 +385,8 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: 
         return 130
     finally:
         err.flush()
+
+
+def run() -> None:
+    """The ``scan-api`` entry point."""
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""Usage figures for the portal (issue 19): activity per day and per hour, the ledger
+described for a person, and the ledger of a period for a CSV export.
+
+Aggregations run in SQL (``GROUP BY`` the day or hour of ``created_at``) over the
+customer's rows of the period, which the ``(customer, created_at)`` indexes of ``scan``
+and ``credit_ledger`` select; Python only fills the buckets with no row with zeros.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+
+from app.db import execute, is_postgres, repr_column, table
+from app.models import CreditLedger, Scan, utcnow
+from app.services.errors import InvalidRequest
+
+MAX_PER_PAGE = 100
+MAX_EXPORT_DAYS = 366
+EXPORT_CHUNK = 1000
+OPERATOR = "grant"  # the ledger reason of an operator's credit (its note is the reason given)
+
+# Bucket labels computed by the database, the same text on both engines.
+_BUCKETS = {
+    ("sqlite", "day"): "strftime('%Y-%m-%d', {col})",
+    ("sqlite", "hour"): "strftime('%Y-%m-%d %H', {col})",
+    ("postgres", "day"): "to_char({col}, 'YYYY-MM-DD')",
+    ("postgres", "hour"): "to_char({col}, 'YYYY-MM-DD HH24')",
+}
+
+
+@dataclass
+class Bucket:
+    start: datetime
+    label: str
+    scans: int
+    credits: int
+
+
+def _bucket_sql(unit: str, column: str) -> str:
+    return _BUCKETS[("postgres" if is_postgres() else "sqlite", unit)].format(col=column)
+
+
+def _grouped(model, value_sql: str, customer_id: str, since: datetime, unit: str, extra: str = "") -> dict:
+    created = repr_column(model.created_at)
+    sql = (f"SELECT {_bucket_sql(unit, created)}, {value_sql} FROM {table(model)} "
+           f"WHERE {repr_column(model.customer)} = ? AND {created} >= ?{extra} GROUP BY 1")
+    return {label: int(value or 0) for label, value in execute(sql, (customer_id, since))}
+
+
+def activity(customer_id: str, unit: str = "day", now: datetime | None = None) -> list[Bucket]:
+    """Scans created and credits spent per day over the last 30 days (today included), or
+    per hour over the last 48 hours (this hour included), oldest first.
+
+    Credits spent are the charges net of refunds: an operator's credits are not spending.
+    """
+    now = now or utcnow()
+    if unit == "day":
+        first = datetime.combine(now.date() - timedelta(days=29), time())
+        starts = [first + timedelta(days=i) for i in range(30)]
+        label_of = "%Y-%m-%d"
+    elif unit == "hour":
+        first = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=47)
+        starts = [first + timedelta(hours=i) for i in range(48)]
+        label_of = "%Y-%m-%d %H"
+    else:
+        raise ValueError(f"unknown unit {unit}")
+    scans = _grouped(Scan, "COUNT(*)", customer_id, first, unit)
+    spent = _grouped(CreditLedger, f"SUM(-{repr_column(CreditLedger.delta)})", customer_id, first, unit,
+                     f" AND {repr_column(CreditLedger.reason)} <> '{OPERATOR}'")
+    return [Bucket(start, start.strftime(label_of), scans.get(start.strftime(label_of), 0),
+                   spent.get(start.strftime(label_of), 0)) for start in starts]
+
+
+# --- the ledger, described ------------------------------------------------------------
+
+def describe(row: CreditLedger) -> dict:
+    """What a credit movement was: the API endpoint and resource it paid for, or the
+    operator's reason for a credit."""
+    note = row.note or ""
+    entry = {"id": row.id, "created_at": row.created_at, "delta": row.delta, "balance_after": row.balance_after,
+             "kind": row.reason, "scan_id": row.scan_id, "bulk_id": row.bulk_id, "request_id": row.request_id,
+             "endpoint": "", "what": "", "reason": ""}
+    if row.reason == OPERATOR:
+        entry["what"] = "Credits added by your account manager" if row.delta >= 0 else \
+            "Credits taken back by your account manager"
+        entry["reason"] = note
+    elif row.reason == "scan":
+        entry.update(what="Scan created", endpoint="POST /api/v1/scan")
+    elif row.reason == "bulk":
+        entry.update(what="Bulk batch created", endpoint="POST /api/v1/scan/bulk")
+    elif row.reason == "refund":
+        entry.update(what="Refund", reason=note)
+    elif row.reason == "call":
+        # A served call's note is its method and path, kept by the API when it charged.
+        entry.update(what="API call", endpoint=note)
+    else:
+        entry.update(what=row.reason, reason=note)
+    return entry
+
+
+@dataclass
+class LedgerPage:
+    items: list[dict]
+    total: int
+    page: int
+    per_page: int
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-self.total // self.per_page))
+
+
+def ledger_page(customer_id: str, page: int = 1, per_page: int = 25) -> LedgerPage:
+    page, per_page = max(1, page), min(MAX_PER_PAGE, max(1, per_page))
+    query = CreditLedger.select().where(CreditLedger.customer == customer_id)
+    total = query.count()
+    rows = query.order_by(CreditLedger.id.desc()).paginate(page, per_page)
+    return LedgerPage([describe(r) for r in rows], total, page, per_page)
+
+
+def check_period(start: date, end: date, today: date | None = None) -> tuple[datetime, datetime]:
+    """The half-open UTC interval of the days ``start`` to ``end`` included; ``InvalidRequest``
+    says why a period is refused (the portal shows it on the form)."""
+    today = today or utcnow().date()
+    if start > end:
+        raise InvalidRequest("the first day must not be after the last day")
+    if (end - start).days + 1 > MAX_EXPORT_DAYS:
+        raise InvalidRequest(f"a period covers at most {MAX_EXPORT_DAYS} days")
+    if start > today:
+        raise InvalidRequest("the period starts in the future")
+    return datetime.combine(start, time()), datetime.combine(end + timedelta(days=1), time())
+
+
+def ledger_export(customer_id: str, since: datetime, until: datetime):
+    """The movements of ``[since, until)``, oldest first, described; read in chunks
+    (keyset on created_at, id) so a long period never sits in memory at once."""
+    last = None
+    while True:
+        query = CreditLedger.select().where((CreditLedger.customer == customer_id)
+                                            & (CreditLedger.created_at >= since) & (CreditLedger.created_at < until))
+        if last is not None:
+            query = query.where((CreditLedger.created_at > last[0])
+                                | ((CreditLedger.created_at == last[0]) & (CreditLedger.id > last[1])))
+        rows = list(query.order_by(CreditLedger.created_at, CreditLedger.id).limit(EXPORT_CHUNK))
+        for row in rows:
+            yield describe(row)
+        if len(rows) < EXPORT_CHUNK:
+            return
+        last = (rows[-1].created_at, rows[-1].id)

@@ -1,0 +1,394 @@
+"""``ScanClient``: a small, synchronous client of the Public Scan API.
+
+- Every call sends ``Authorization: Bearer <key>``; every answer's ``X-Credits-Remaining`` and
+  ``RateLimit`` / ``RateLimit-Policy`` headers are kept on ``last_credits`` / ``last_rate_limit``.
+- 429, 502 and 503 answers, and connections that fail, are retried up to ``max_retries`` times,
+  sleeping ``Retry-After`` seconds (1, 2, 4... s when the answer gives none). A ``Retry-After``
+  longer than ``max_retry_after`` is not waited for: the error is raised at once.
+- Both POSTs always carry an ``Idempotency-Key`` (generated unless given), the same on every
+  retry of one call, so a retried creation never creates (or charges) twice.
+- ``sleep`` and ``clock`` are injectable: tests and simulations never sleep for real.
+- Answers are the dataclasses of ``scan_api_client.models`` (each keeps its JSON body on ``raw``);
+  errors are the typed exceptions of ``scan_api_client.errors``.
+- A test key (``service_test_...``) works like a live one against the service's sandbox:
+  ``client.livemode`` is False and every scan, batch and delivery carries ``livemode=False``.
+"""
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable, Iterator
+from urllib.parse import quote
+
+import requests
+
+from scan_api_client.errors import ApiError, TransportError, WaitTimeout, error_from_response
+from scan_api_client.models import Batch, Delivery, Page, Scan
+
+__all__ = ["ScanClient", "parse_rate_limit", "MAX_BULK_TARGETS", "FINAL_STATUSES", "DEFAULT_BASE_URL",
+           "LIVE_KEY_PREFIX", "TEST_KEY_PREFIX"]
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8000"
+API_PREFIX = "/api/v1"
+MAX_BULK_TARGETS = 100
+FINAL_STATUSES = frozenset({"completed", "failed"})
+RETRY_STATUSES = frozenset({429, 502, 503})
+USER_AGENT = "scan-api-client/1"
+LIVE_KEY_PREFIX, TEST_KEY_PREFIX = "service_live_", "service_test_"
+MAX_PAGE = 100
+
+
+def parse_rate_limit(policy: str | None, current: str | None) -> dict[str, dict[str, Any]]:
+    """IETF draft-10 ``RateLimit-Policy`` + ``RateLimit`` headers as one dict per policy.
+
+    ``'"hour";q=100;w=3600'`` and ``'"hour";r=42;t=1200'`` give
+    ``{"hour": {"limit": 100, "window": 3600, "remaining": 42, "reset": 1200}}``.
+    Parameters other than q, w, r, t keep their own names.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for header, names in ((policy, {"q": "limit", "w": "window"}), (current, {"r": "remaining", "t": "reset"})):
+        if not header:
+            continue
+        for item in header.split(","):
+            name, *params = item.strip().split(";")
+            name = name.strip().strip('"')
+            if not name:
+                continue
+            entry = out.setdefault(name, {})
+            for param in params:
+                key, _, value = param.partition("=")
+                key, value = key.strip(), value.strip().strip('"')
+                try:
+                    entry[names.get(key, key)] = int(value)
+                except ValueError:
+                    entry[names.get(key, key)] = value
+    return out
+
+
+def _reason(exc: Exception) -> str:
+    """The useful end of a requests/urllib3 exception chain ("[Errno 111] Connection refused")."""
+    found = re.search(r"\[Errno -?\d+\][^'\")]*", str(exc))
+    if found:
+        return found.group(0).strip()
+    if isinstance(exc, requests.Timeout):
+        return "timed out"
+    return exc.__class__.__name__
+
+
+def _target_item(item: dict | str) -> dict:
+    if isinstance(item, str):
+        return {"target": item}
+    if isinstance(item, dict):
+        return {k: v for k, v in item.items() if not (k == "kind" and v in (None, ""))}
+    raise TypeError(f"a bulk target is a str or a dict with 'target' (and 'kind'), not {type(item).__name__}")
+
+
+class ScanClient:
+    """Client of one API base URL with one API key.
+
+    ``base_url`` e.g. ``https://api.example.com`` (a trailing ``/api/v1`` is accepted too);
+    ``timeout`` seconds per HTTP request; ``poll_interval`` seconds between two reads in
+    ``wait``/``wait_bulk`` (10 to 15 recommended; each read costs 1 credit);
+    ``max_retries`` retries of one call on 429/502/503 or a failed connection;
+    ``max_retry_after`` the longest ``Retry-After`` (s) worth sleeping through (None: no cap);
+    ``sleep(seconds)`` and ``clock()`` (monotonic seconds) default to the ``time`` module's.
+    """
+
+    def __init__(self, base_url: str, api_key: str, *, session: requests.Session | None = None,
+                 timeout: float = 30, poll_interval: float = 12.0, max_retries: int = 3,
+                 sleep: Callable[[float], Any] | None = None, max_retry_after: float | None = 300.0,
+                 clock: Callable[[], float] | None = None, user_agent: str = USER_AGENT):
+        if not api_key:
+            raise ValueError("api_key is required")
+        base = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        if base.endswith(API_PREFIX):
+            base = base[: -len(API_PREFIX)]
+        self.base_url = base
+        self.api_key = api_key
+        self.session = session if session is not None else requests.Session()
+        self._own_session = session is None
+        self.timeout = timeout
+        self.poll_interval = poll_interval
+        self.max_retries = max(0, int(max_retries))
+        self.max_retry_after = max_retry_after
+        self._sleep = sleep if sleep is not None else _default_sleep
+        self._clock = clock
+        self.user_agent = user_agent
+        # What the last answer said about the account (None until an answer carried it).
+        self.last_credits: int | None = None
+        self.last_rate_limit: dict[str, dict[str, Any]] | None = None
+        self.last_request_id: str | None = None
+        self.last_response: requests.Response | None = None
+
+    # --- plumbing -----------------------------------------------------------------
+
+    def __enter__(self) -> "ScanClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._own_session:
+            self.session.close()
+
+    @property
+    def livemode(self) -> bool:
+        """False with a test key (``service_test_...``): its scans run in the service's sandbox, free."""
+        return not self.api_key.startswith(TEST_KEY_PREFIX)
+
+    def __repr__(self) -> str:
+        return f"ScanClient({self.base_url!r}, api_key='{self.api_key[:13]}...')"
+
+    def _now(self) -> float:
+        return self._clock() if self._clock is not None else time.monotonic()
+
+    def _record(self, response: requests.Response) -> None:
+        self.last_response = response
+        headers = response.headers
+        self.last_request_id = headers.get("X-Request-Id") or self.last_request_id
+        credits = headers.get("X-Credits-Remaining")
+        if credits is not None:
+            try:
+                self.last_credits = int(credits)
+            except ValueError:
+                pass
+        policy, current = headers.get("RateLimit-Policy"), headers.get("RateLimit")
+        if policy or current:
+            self.last_rate_limit = parse_rate_limit(policy, current)
+
+    @staticmethod
+    def _backoff(attempt: int) -> float:
+        return float(min(2 ** attempt, 30))
+
+    def _request(self, method: str, path: str, *, json_body: Any = None, params: dict | None = None,
+                 idempotency_key: str | None = None) -> dict:
+        url = f"{self.base_url}{API_PREFIX}{path}"
+        headers = {"Authorization": f"Bearer {self.api_key}", "Accept": "application/json",
+                   "User-Agent": self.user_agent}
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = idempotency_key
+        attempt = 0
+        while True:
+            try:
+                response = self.session.request(method, url, json=json_body, params=params, headers=headers,
+                                                timeout=self.timeout)
+            except requests.ConnectionError as exc:
+                if attempt >= self.max_retries:
+                    raise TransportError(f"cannot reach {self.base_url}: {_reason(exc)}") from exc
+                self._sleep(self._backoff(attempt))
+                attempt += 1
+                continue
+            except requests.RequestException as exc:
+                raise TransportError(f"{method} {url} failed: {_reason(exc)}") from exc
+            self._record(response)
+            if response.status_code < 400:
+                try:
+                    return response.json()
+                except ValueError:
+                    raise ApiError(response.status_code, "invalid_response",
+                                   f"HTTP {response.status_code} answer is not JSON",
+                                   response.headers.get("X-Request-Id"), headers=response.headers) from None
+            error = error_from_response(response)
+            if response.status_code not in RETRY_STATUSES or attempt >= self.max_retries:
+                raise error
+            delay = float(error.retry_after) if error.retry_after is not None else self._backoff(attempt)
+            if self.max_retry_after is not None and delay > self.max_retry_after:
+                raise error
+            self._sleep(delay)
+            attempt += 1
+
+    @staticmethod
+    def _id(value: str, what: str) -> str:
+        if not value or not isinstance(value, str):
+            raise ValueError(f"{what} is required")
+        return quote(value, safe="")
+
+    # --- endpoints -------------------------------------------------------------------
+
+    def create(self, target: str, kind: str | None = None, idempotency_key: str | None = None) -> Scan:
+        """``POST /api/v1/scan``: queue a scan. The ``Scan`` has ``scan_id``, ``kind``, ``eta_seconds``,
+        ``recipes_to_run``, ``poll_url`` and status ``queued``."""
+        body = {"target": target}
+        if kind:
+            body["kind"] = kind
+        answer = self._request("POST", "/scan", json_body=body, idempotency_key=_idempotency(idempotency_key))
+        scan = Scan.from_dict(answer)
+        if scan.target is None:  # the creation answer does not repeat the target
+            scan.target = target
+        return scan
+
+    def get(self, scan_id: str) -> Scan:
+        """``GET /api/v1/scan/{id}``: the scan in its current state (1 credit)."""
+        return Scan.from_dict(self._request("GET", f"/scan/{self._id(scan_id, 'scan_id')}"))
+
+    def bulk(self, targets: Iterable[dict | str], idempotency_key: str | None = None) -> Batch:
+        """``POST /api/v1/scan/bulk``: 1 to 100 targets (``"a@b.c"`` or ``{"target", "kind"}``).
+
+        Business and Enterprise tiers. The ``Batch`` lists the queued ``scans`` and the ``rejected`` targets."""
+        items = [_target_item(t) for t in targets]
+        if not items:
+            raise ValueError("a bulk call needs at least one target")
+        if len(items) > MAX_BULK_TARGETS:
+            raise ValueError(f"a bulk call takes at most {MAX_BULK_TARGETS} targets, not {len(items)}")
+        return Batch.from_dict(self._request("POST", "/scan/bulk", json_body={"targets": items},
+                                             idempotency_key=_idempotency(idempotency_key)))
+
+    def get_bulk(self, bulk_id: str) -> Batch:
+        """``GET /api/v1/scan/bulk/{bulk_id}``: counts by status, ``all_done`` and every scan (1 credit)."""
+        return Batch.from_dict(self._request("GET", f"/scan/bulk/{self._id(bulk_id, 'bulk_id')}"))
+
+    # --- lists -------------------------------------------------------------------------
+
+    def _page(self, path: str, model, filters: dict, limit: int | None, starting_after: str | None) -> Page:
+        params = {name: _param(value) for name, value in filters.items() if value is not None}
+        if limit is not None:
+            if not 1 <= int(limit) <= MAX_PAGE:
+                raise ValueError(f"limit is 1 to {MAX_PAGE}")
+            params["limit"] = int(limit)
+        if starting_after:
+            params["starting_after"] = starting_after
+        answer = self._request("GET", path, params=params)
+        return Page([model.from_dict(item) for item in answer.get("data") or []], bool(answer.get("has_more")),
+                    answer)
+
+    def _all(self, page: Callable[..., Page], max_items: int | None) -> Iterator:
+        after, count = None, 0
+        while True:
+            current = page(starting_after=after)
+            for item in current.data:
+                yield item
+                count += 1
+                if max_items is not None and count >= max_items:
+                    return
+            if not current.has_more or not current.data:
+                return
+            last = current.data[-1]
+            after = getattr(last, "scan_id", None) if isinstance(last, Scan) else last.delivery_id
+
+    def list_scans(self, *, status: str | None = None, kind: str | None = None, bulk_id: str | None = None,
+                   created_after: datetime | str | None = None, created_before: datetime | str | None = None,
+                   limit: int | None = None, starting_after: str | None = None) -> Page:
+        """``GET /api/v1/scans``: one page of your scans, newest first (1 credit). ``Page.data`` holds ``Scan``s."""
+        return self._page("/scans", Scan, {"status": status, "kind": kind, "bulk_id": bulk_id,
+                                           "created_after": created_after, "created_before": created_before},
+                          limit, starting_after)
+
+    def iter_scans(self, *, max_items: int | None = None, page_size: int = MAX_PAGE, **filters) -> Iterator[Scan]:
+        """Every scan matching ``filters`` (those of ``list_scans``), newest first, page after page
+        (each page is one call, 1 credit). Stops after ``max_items`` when given."""
+        return self._all(lambda starting_after: self.list_scans(limit=page_size, starting_after=starting_after,
+                                                                **filters), max_items)
+
+    def list_deliveries(self, *, status: str | None = None, event: str | None = None, scan_id: str | None = None,
+                        limit: int | None = None, starting_after: str | None = None) -> Page:
+        """``GET /api/v1/deliveries``: one page of webhook deliveries, newest first (1 credit).
+
+        ``status`` is ``pending``, ``succeeded`` or ``failed``; ``Page.data`` holds ``Delivery``s, each with
+        its attempts and the exact body sent: a receiver that was down reads what it missed here."""
+        return self._page("/deliveries", Delivery, {"status": status, "event": event, "scan_id": scan_id},
+                          limit, starting_after)
+
+    def iter_deliveries(self, *, max_items: int | None = None, page_size: int = MAX_PAGE,
+                        **filters) -> Iterator[Delivery]:
+        """Every delivery matching ``filters`` (those of ``list_deliveries``), newest first, page after page."""
+        return self._all(lambda starting_after: self.list_deliveries(limit=page_size, starting_after=starting_after,
+                                                                     **filters), max_items)
+
+    def redeliver(self, delivery_id: str, idempotency_key: str | None = None) -> Delivery:
+        """``POST /api/v1/deliveries/{id}/redeliver``: queue a new attempt of a finished delivery
+        (same delivery id and body, signed anew)."""
+        answer = self._request("POST", f"/deliveries/{self._id(delivery_id, 'delivery_id')}/redeliver",
+                               idempotency_key=_idempotency(idempotency_key))
+        delivery = Delivery.from_dict(answer)
+        delivery.delivery_id = delivery.delivery_id or delivery_id
+        return delivery
+
+    # --- waiting ---------------------------------------------------------------------
+
+    def _poll(self, read: Callable[[], Any], done: Callable[[Any], bool], resource_id: str,
+              timeout: float | None, on_progress: Callable[[Any], Any] | None,
+              poll_interval: float | None):
+        interval = self.poll_interval if poll_interval is None else poll_interval
+        start = self._now()
+        while True:
+            state = read()
+            if on_progress is not None:
+                on_progress(state)
+            if done(state):
+                return state
+            elapsed = self._now() - start
+            delay = interval
+            if timeout is not None:
+                remaining = timeout - elapsed
+                if remaining <= 0:
+                    raise WaitTimeout(resource_id, state, elapsed, timeout)
+                delay = min(interval, remaining)
+            self._sleep(delay)
+
+    def wait(self, scan_id: str | Scan, *, timeout: float | None = None,
+             on_progress: Callable[[Scan], Any] | None = None, poll_interval: float | None = None,
+             progress: bool = False) -> Scan:
+        """Read the scan every ``poll_interval`` s until it is ``completed`` or ``failed``; its final state.
+
+        ``on_progress(scan)`` is called after every read; ``progress=True`` draws a progress bar on
+        stderr. Raises ``WaitTimeout`` once ``timeout`` seconds have passed without a final state
+        (the scan itself goes on).
+        """
+        scan_id = scan_id.scan_id if isinstance(scan_id, Scan) else scan_id
+        with _bar(progress, scan_id, on_progress) as callback:
+            return self._poll(lambda: self.get(scan_id), lambda s: s.done, scan_id, timeout, callback,
+                              poll_interval)
+
+    def wait_bulk(self, bulk_id: str | Batch, *, timeout: float | None = None,
+                  on_progress: Callable[[Batch], Any] | None = None, poll_interval: float | None = None,
+                  progress: bool = False) -> Batch:
+        """Read the batch every ``poll_interval`` s until ``all_done``; its final aggregate state."""
+        bulk_id = bulk_id.bulk_id if isinstance(bulk_id, Batch) else bulk_id
+        with _bar(progress, bulk_id, on_progress) as callback:
+            return self._poll(lambda: self.get_bulk(bulk_id), lambda b: bool(b.all_done), bulk_id, timeout,
+                              callback, poll_interval)
+
+
+def _default_sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def _idempotency(given: str | None) -> str:
+    """One key per logical call, the same on each of its retries."""
+    return given or f"auto-{uuid.uuid4().hex}"
+
+
+def _param(value: Any) -> str:
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return str(value)
+
+
+class _bar:
+    """``progress=True``: a tqdm bar on stderr fed by every read, then ``on_progress``."""
+
+    def __init__(self, enabled: bool, label: str, on_progress: Callable | None):
+        self.enabled, self.label, self.on_progress = enabled, label, on_progress
+        self.bar = None
+
+    def __enter__(self):
+        if not self.enabled:
+            return self.on_progress
+        from scan_api_client.progress import ProgressBar
+        import sys
+        self.bar = ProgressBar(sys.stderr, self.label)
+
+        def callback(state):
+            self.bar.update(state)
+            if self.on_progress is not None:
+                self.on_progress(state)
+        return callback
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.close()

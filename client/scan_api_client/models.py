@@ -1,0 +1,250 @@
+"""Typed results: every answer of the API as a dataclass.
+
+Each object is built from the JSON body by ``from_dict``, which takes the fields it knows
+(nested objects become their own dataclasses), leaves absent ones ``None`` (or empty), ignores
+fields it does not know, and keeps the whole body on ``raw``: a newer service adding a field
+breaks nothing, and ``raw`` still has it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+__all__ = ["Risk", "Counts", "Profile", "Profiles", "Contacts", "Breach", "PhoneProfile", "Artifacts", "Result",
+           "Failure", "Progress", "Scan", "Rejected", "Batch", "DeliveryAttempt", "Delivery", "Page",
+           "WebhookEvent"]
+
+
+def _build(tp: Any, value: Any) -> Any:
+    """``value`` (parsed JSON) as type ``tp``: dataclasses, ``list[X]``, ``X | None``, or as it is."""
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _build(inner[0], value) if len(inner) == 1 else value
+    if origin is list:
+        (item,) = typing.get_args(tp) or (Any,)
+        return [_build(item, v) for v in value] if isinstance(value, list) else value
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return tp.from_dict(value) if isinstance(value, dict) else value
+    return value
+
+
+class _Model:
+    """``from_dict`` for the dataclasses below."""
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        if not isinstance(data, dict):
+            raise TypeError(f"{cls.__name__} is built from a JSON object, not {type(data).__name__}")
+        hints = typing.get_type_hints(cls)
+        values = {}
+        for f in dataclasses.fields(cls):
+            if f.name == "raw":
+                values["raw"] = data
+            elif f.name in data:
+                values[f.name] = _build(hints[f.name], data[f.name])
+        return cls(**values)
+
+
+@dataclass
+class Risk(_Model):
+    score: Optional[int] = None
+    band: Optional[str] = None  # low, medium, high, critical
+
+
+@dataclass
+class Counts(_Model):
+    cases: int = 0
+    entities: int = 0
+    findings: int = 0
+
+
+@dataclass
+class Profile(_Model):
+    platform: str = ""
+    url: str = ""
+    handle: str = ""
+    display_name: str = ""
+    confidence: float = 0.0
+
+
+@dataclass
+class Profiles(_Model):
+    verified: list[Profile] = field(default_factory=list)
+    weak: list[Profile] = field(default_factory=list)
+
+
+@dataclass
+class Contacts(_Model):
+    emails: list[str] = field(default_factory=list)
+    phones: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Breach(_Model):
+    name: str = ""
+    date: str = ""  # YYYY-MM
+    accounts: int = 0
+    classes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PhoneProfile(_Model):
+    e164: str = ""
+    country_code: Optional[int] = None
+    region: Optional[str] = None
+    carrier: str = ""
+    line_type: str = ""
+    valid: bool = False
+    timezones: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Artifacts(_Model):
+    pdf: str = ""
+    person_card: str = ""
+
+
+@dataclass
+class Result(_Model):
+    """The investigation's result: always complete once the scan is ``completed``."""
+
+    risk: Risk = field(default_factory=Risk)
+    counts: Counts = field(default_factory=Counts)
+    profiles: Profiles = field(default_factory=Profiles)
+    contacts: Contacts = field(default_factory=Contacts)
+    breaches: list[Breach] = field(default_factory=list)
+    phone_profile: Optional[PhoneProfile] = None
+    ai_summary: str = ""
+    artifacts: Artifacts = field(default_factory=Artifacts)
+    raw: dict = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class Failure(_Model):
+    code: str = ""  # engine_failed, engine_timeout
+    message: str = ""
+
+
+@dataclass
+class Progress(_Model):
+    recipes_total: int = 0
+    recipes_done: int = 0
+
+
+@dataclass
+class Scan(_Model):
+    """A scan: from its creation (``recipes_to_run``, ``poll_url``), a read, a list or a batch.
+
+    Which fields are set depends on ``status``: ``eta_seconds`` and ``progress`` while queued or
+    running, ``completed_at`` and ``result`` once completed, ``failed_at`` and ``failure`` once failed.
+    ``livemode`` is False for scans made with a test key.
+    """
+
+    scan_id: str = ""
+    status: str = "queued"
+    target: Optional[str] = None
+    kind: Optional[str] = None
+    created_at: Optional[str] = None
+    bulk_id: Optional[str] = None
+    livemode: Optional[bool] = None
+    eta_seconds: Optional[int] = None
+    progress: Optional[Progress] = None
+    recipes_to_run: Optional[int] = None
+    poll_url: Optional[str] = None
+    completed_at: Optional[str] = None
+    result: Optional[Result] = None
+    failed_at: Optional[str] = None
+    failure: Optional[Failure] = None
+    raw: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def done(self) -> bool:
+        """Completed or failed: it will not change any more."""
+        return self.status in ("completed", "failed")
+
+
+@dataclass
+class Rejected(_Model):
+    """A bulk target refused at creation; ``index`` is its position in the request."""
+
+    index: int = 0
+    target: Optional[str] = None
+    kind: Optional[str] = None
+    error: str = ""
+    message: str = ""
+
+
+@dataclass
+class Batch(_Model):
+    """A bulk batch: its creation answer (``rejected``, ``aggregate_poll_url``) or its aggregate read
+    (counts by status, ``rejected_count``, ``all_done``). ``scans`` in both."""
+
+    bulk_id: str = ""
+    total: int = 0
+    queued: int = 0
+    running: Optional[int] = None
+    completed: Optional[int] = None
+    failed: Optional[int] = None
+    rejected_count: Optional[int] = None
+    all_done: Optional[bool] = None
+    livemode: Optional[bool] = None
+    scans: list[Scan] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
+    aggregate_poll_url: Optional[str] = None
+    raw: dict = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class DeliveryAttempt(_Model):
+    attempt: int = 0
+    at: Optional[str] = None
+    http_status: Optional[int] = None
+    error: Optional[str] = None
+    duration_ms: Optional[int] = None
+
+
+@dataclass
+class Delivery(_Model):
+    """A webhook delivery: its attempts and the exact ``body`` that is or was sent."""
+
+    delivery_id: str = ""
+    event: str = ""
+    scan_id: Optional[str] = None
+    status: str = ""  # pending, succeeded, failed
+    attempts: list[DeliveryAttempt] = field(default_factory=list)
+    next_attempt_at: Optional[str] = None
+    body: Any = None
+    livemode: Optional[bool] = None
+    raw: dict = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class Page:
+    """One page of a list: ``data`` and whether more follow (``has_more``)."""
+
+    data: list
+    has_more: bool
+    raw: dict = field(default_factory=dict, repr=False)
+
+    def __iter__(self):
+        return iter(self.data)
+
+    def __len__(self):
+        return len(self.data)
+
+
+@dataclass
+class WebhookEvent:
+    """A verified webhook: ``event`` (``scan.completed`` or ``scan.failed``), its delivery id and the scan."""
+
+    event: str
+    delivery_id: Optional[str]
+    scan: Scan
+    livemode: Optional[bool] = None
+    raw: dict = field(default_factory=dict, repr=False)

@@ -1,0 +1,103 @@
+"""The OpenAPI document: valid, every operation named and tagged, examples for every request and error code,
+the webhook events; and a client generated from it works against the served API."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from openapi_spec_validator import validate
+
+HTTP_METHODS = {"get", "post", "put", "patch", "delete"}
+
+
+@pytest.fixture
+def spec(client):
+    return client.get("/api/v1/openapi.json").get_json()
+
+
+def operations(spec):
+    for path, item in spec["paths"].items():
+        for method, operation in item.items():
+            if method in HTTP_METHODS:
+                yield path, method, operation
+
+
+def test_the_document_validates_and_names_every_operation(spec):
+    validate(spec)
+    assert spec["servers"] and spec["servers"][0]["url"]
+    ids = [op.get("operationId") for _, _, op in operations(spec)]
+    assert all(ids) and len(set(ids)) == len(ids)
+    assert {"createScan", "getScan", "createBulk", "getBulk", "listScans"} <= set(ids)
+    tag_names = {t["name"] for t in spec["tags"]}
+    assert all(op.get("tags") and set(op["tags"]) <= tag_names for _, _, op in operations(spec))
+
+
+def test_every_request_body_has_an_example(spec):
+    for path, method, op in operations(spec):
+        if "requestBody" in op:
+            content = op["requestBody"]["content"]["application/json"]
+            assert "example" in content or "examples" in content, (method, path)
+
+
+def test_every_error_status_shows_the_codes_it_carries(spec):
+    seen = {}
+    for path, method, op in operations(spec):
+        for status, response in op["responses"].items():
+            if not status.isdigit() or int(status) < 400:
+                continue
+            examples = response["content"]["application/json"]["examples"]
+            for code, example in examples.items():
+                assert example["value"]["error"] == code and example["value"]["ok"] is False
+                assert f"`{code}`" in response["description"], (path, method, status, code)
+                seen.setdefault(status, set()).add(code)
+    assert seen["401"] == {"unauthorized", "invalid_token"}
+    assert "target_too_short" not in seen["401"] | seen["402"] | seen["404"]
+    assert seen["402"] == {"insufficient_balance"} and seen["503"] == {"service_unavailable"}
+    assert {"no_targets", "too_many_targets", "target_too_short"} <= seen["400"]
+
+
+def test_webhook_events_and_their_signature_headers(spec):
+    callbacks = spec["paths"]["/api/v1/scan"]["post"]["callbacks"]
+    [(url, item)] = callbacks["scanFinished"].items()
+    operation = item["post"]
+    headers = {p["name"] for p in operation["parameters"] if p["in"] == "header"}
+    assert {"X-Service-Signature", "X-Service-Delivery", "X-Service-Timestamp", "X-Service-Event", "webhook-id",
+            "webhook-timestamp", "webhook-signature"} <= headers
+    body = operation["requestBody"]["content"]["application/json"]
+    assert set(body["examples"]) == {"scan.completed", "scan.failed"}
+    schemas = spec["components"]["schemas"]
+    assert schemas["WebhookCompleted"]["properties"]["event"]["enum"] == ["scan.completed"]
+    assert {"failure", "failed_at"} <= set(schemas["WebhookFailed"]["required"])
+    assert "callbacks" in spec["paths"]["/api/v1/scan/bulk"]["post"]
+
+
+@pytest.mark.processes
+def test_a_generated_client_creates_and_reads_a_scan(spec, served_app, account, tmp_path):
+    (tmp_path / "openapi.json").write_text(json.dumps(spec))
+    bin_dir = os.path.dirname(sys.executable)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ.get('PATH', '')}")
+    generated = subprocess.run([os.path.join(bin_dir, "openapi-python-client"), "generate", "--path",
+                                str(tmp_path / "openapi.json"), "--output-path", str(tmp_path / "generated_client"),
+                                "--meta", "none"], capture_output=True, text=True, env=env, timeout=180)
+    assert generated.returncode == 0, generated.stdout + generated.stderr
+    assert "Warning" not in generated.stdout, generated.stdout
+    script = textwrap.dedent(f"""
+        import sys
+        from generated_client import AuthenticatedClient
+        from generated_client.api.scans import create_scan, get_scan, list_scans
+        from generated_client.models import ScanCreate, ScanCreated, Scan, ScanList
+        api = AuthenticatedClient(base_url={served_app.url!r}, token={account.api_key!r})
+        created = create_scan.sync(client=api, body=ScanCreate(target="jane@example.com"))
+        assert isinstance(created, ScanCreated), created
+        read = get_scan.sync(client=api, scan_id=created.scan_id)
+        assert isinstance(read, Scan) and read.scan_id == created.scan_id and read.target == "jane@example.com"
+        listed = list_scans.sync(client=api, limit=5)
+        assert isinstance(listed, ScanList) and listed.data[0].scan_id == created.scan_id
+        print(created.scan_id, read.status.value if hasattr(read.status, "value") else read.status)
+    """)
+    ran = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    scan_id, status = ran.stdout.split()
+    assert scan_id.startswith("scn_") and status == "queued"
