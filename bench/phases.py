@@ -535,6 +535,7 @@ def growth_phase(stack: Stack, opts, out: Path, log) -> dict:
             filled += size - stored
             log(f"filled to {size} stored scans in {time.monotonic() - started:.1f} s")
         stack.sql("VACUUM ANALYZE")
+        stack.sql("CHECKPOINT")  # the fill's dirty pages written now, not during the measurement
         row = {"stored_scans": stack.sql("SELECT count(*) FROM scan")[0][0],
                "ledger_rows": stack.sql("SELECT count(*) FROM credit_ledger")[0][0],
                "database_bytes": dict(stack.sql(
