@@ -19,6 +19,7 @@ from flask.cli import AppGroup
 
 from app.extensions import db
 from app.models.accounts import TIERS, key_display
+from app.models.base import iso
 from app.services import accounts, webhooks
 from app.services.accounts import AccountError
 
@@ -321,6 +322,31 @@ def keys_list(customer_id, as_json):
 def keys_revoke(key_id, as_json):
     data = run(as_json, lambda: accounts.key_dict(accounts.revoke_key(key_id)))
     emit(as_json, data, key_record(data))
+
+
+@keys_cli.command("roll-secret")
+@click.argument("key_id")
+@click.option("--overlap-hours", default=24, show_default=True, type=int,
+              help="How long both secrets sign (0 to 168); 0 replaces the secret at once.")
+@json_option
+def keys_roll_secret(key_id, overlap_hours, as_json):
+    """Create the key's next webhook secret; printed now, never shown again."""
+    rolled = run(as_json, lambda: webhooks.roll_secret(key_id, None, overlap_hours))
+    switch_at = iso(rolled.switch_at)
+    emit(as_json, {"ok": True, "key_id": key_id, "webhook_secret": rolled.secret, "switch_at": switch_at,
+                   "overlap_hours": overlap_hours},
+         f"next webhook secret of {key_id} (shown once, store it now): {rolled.secret}\n"
+         + (f"both secrets sign until {switch_at}; then only the new one"
+            if overlap_hours else "it is the only secret from now on"))
+
+
+@keys_cli.command("switch-secret")
+@click.argument("key_id")
+@json_option
+def keys_switch_secret(key_id, as_json):
+    """End the key's secret rotation now: the next secret becomes the only one."""
+    run(as_json, lambda: webhooks.switch_secret(key_id, None))
+    emit(as_json, {"ok": True, "key_id": key_id}, f"{key_id}: the next webhook secret is now the only one")
 
 
 @users_cli.command("create")

@@ -34,6 +34,9 @@ class ApiError(Exception):
 
 # Each domain error's HTTP status (the first class that matches, so subclasses first).
 SERVICE_ERROR_STATUS = (
+    (domain.DeliveryNotFound, 404),
+    (domain.DeliveryPending, 409),
+    (domain.WebhookUrlMissing, 400),
     (domain.InvalidRequest, 400),
     (domain.NotAuthenticated, 401),
     (domain.InsufficientBalance, 402),

@@ -56,11 +56,26 @@ def _portal_sessions(database):
     database.create_tables([PortalSession], safe=True)
 
 
+def _webhook_secret_rotation(database):
+    """ApiKey.webhook_next_secret_enc and webhook_secret_switch_at: rolling rotation (D16).
+
+    Nullable columns, so a plain ALTER TABLE; skipped when they exist (a test re-runs
+    every migration). Secrets stored before keep working as they are (README)."""
+    columns = {c.name for c in database.get_columns("api_key")}
+    if "webhook_next_secret_enc" not in columns:
+        database.execute_sql('ALTER TABLE "api_key" ADD COLUMN "webhook_next_secret_enc" TEXT')
+    if "webhook_secret_switch_at" not in columns:
+        from peewee import SqliteDatabase
+        kind = "DATETIME" if isinstance(database, SqliteDatabase) else "TIMESTAMP"  # peewee's DateTimeField
+        database.execute_sql(f'ALTER TABLE "api_key" ADD COLUMN "webhook_secret_switch_at" {kind}')
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 MIGRATIONS = [
     (1, "initial schema", _initial),
     (2, "quota counters, leaner scan indexes", _quota_counters),
     (4, "portal_sessions", _portal_sessions),
+    (5, "webhook secret rotation", _webhook_secret_rotation),
 ]
 
 

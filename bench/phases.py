@@ -19,7 +19,7 @@ from bench import cpu, floor_app, profile, wrk
 from bench.stack import ENGINE_TOKEN, PG_DSN, Stack, local_only, wait_until
 from simulator.investigations import decode_id, plan_for
 
-WEBHOOK_SECRET = "bench-webhook-secret-0123456789"
+WEBHOOK_SECRET = "whsec_YmVuY2ggd2ViaG9vayBzZWNyZXQgMDEyMzQ1Njc4OQ=="
 
 
 # --- small helpers ---------------------------------------------------------------------

@@ -86,6 +86,8 @@ def register_api(app: Flask) -> Api:
         # Relative to the document itself unless the public address is known.
         "servers": [{"url": app.config.get("PUBLIC_BASE_URL") or "/", "description": "This service"}],
         "tags": [{"name": "scans", "description": "Create scans, read them, list them, and do both in bulk."},
+                 {"name": "deliveries", "description": "Webhook deliveries: catch up on the events a receiver "
+                                                       "missed, and send one again."},
                  {"name": "webhooks", "description": "Events the service sends to your webhook URL when a scan "
                                                      "finishes, signed two ways."}]})
     api.register_converter(ScanIdConverter, lambda converter: {"type": "string"})
@@ -98,9 +100,12 @@ def register_api(app: Flask) -> Api:
     api.spec.components.schema("WebhookCompleted", schema=WebhookCompletedSchema)
     api.spec.components.schema("WebhookFailed", schema=WebhookFailedSchema)
     api.register_blueprint(scans_blp)
+    from app.api.deliveries import blp as deliveries_blp
+    api.register_blueprint(deliveries_blp)
     # The JSON API authenticates with bearer keys, never cookies: CSRF cannot apply.
     from app.extensions import csrf
     csrf.exempt(scans_blp)
+    csrf.exempt(deliveries_blp)
 
     assets = swagger_ui_bundle.swagger_ui_path
 

@@ -42,6 +42,10 @@ class ApiKey(BaseModel):
     webhook_url = TextField(null=True)
     # Fernet token of the signing secret, keyed from SECRET_KEY (D11: encrypted at rest).
     webhook_secret_enc = TextField(null=True)
+    # Rolling rotation (D16): the next secret (Fernet token too) and when it replaces the
+    # current one. Both NULL when no rotation is under way (app.services.webhooks).
+    webhook_next_secret_enc = TextField(null=True)
+    webhook_secret_switch_at = DateTimeField(null=True)
 
     @property
     def is_live(self) -> bool:

@@ -1,7 +1,7 @@
 """Portal forms: WTForms classes, so every one carries and checks a CSRF token."""
 from flask_wtf import FlaskForm
-from wtforms import DateField, EmailField, HiddenField, PasswordField, StringField, URLField
-from wtforms.validators import DataRequired, Email, InputRequired, Length, Optional
+from wtforms import DateField, EmailField, HiddenField, IntegerField, PasswordField, StringField, URLField
+from wtforms.validators import DataRequired, Email, InputRequired, Length, NumberRange, Optional
 
 
 class LoginForm(FlaskForm):
@@ -15,11 +15,20 @@ class WebhookForm(FlaskForm):
                    description="Scans finished with this key are POSTed here. Leave empty to stop deliveries.")
     # No length rule here: services.webhooks.set_webhook owns the secret's rules for every entry point.
     secret = StringField("Signing secret", validators=[Optional()],
-                         description="Leave empty to keep the current secret.")
+                         description="whsec_ followed by base64 of 16 to 128 random bytes. Leave empty to keep the "
+                                     "current secret; a secret set here replaces it at once.")
 
 
 class ActionForm(FlaskForm):
     """A button that changes something (logout, generate, reveal, test event, redeliver): CSRF only."""
+
+
+class RollSecretForm(FlaskForm):
+    """Roll the signing secret: first the overlap is asked and the switch time shown, then confirmed."""
+
+    overlap_hours = IntegerField("Overlap (hours)", default=24, validators=[InputRequired(), NumberRange(0, 168)],
+                                 description="Both secrets sign for this long (0 to 168 hours), then only the new one.")
+    confirm = HiddenField()
 
 
 class LedgerExportForm(FlaskForm):

@@ -11,8 +11,8 @@ from flask import Blueprint, Response, abort, flash, g, redirect, render_templat
 from app.models import ApiKey, utcnow
 from app.portal import security
 from app.portal import charts
-from app.portal.forms import ActionForm, LedgerExportForm, LoginForm, WebhookForm
-from app.services import accounts, delivery_console, portal_users, quotas, reads, usage as usage_service, webhooks
+from app.portal.forms import ActionForm, LedgerExportForm, LoginForm, RollSecretForm, WebhookForm
+from app.services import accounts, delivery_console, portal_users, quotas, reads, targets, usage as usage_service, webhooks
 from app.services.accounts import AccountError
 from app.services.crypto import decrypt_secret
 from app.services.errors import InvalidRequest, NotFound
@@ -138,7 +138,8 @@ def key_page(key_id):
     return _key_page(_owned_key_or_404(key_id))
 
 
-def _key_page(key: ApiKey, *, form: WebhookForm | None = None, revealed: str | None = None, code: int = 200):
+def _key_page(key: ApiKey, *, form: WebhookForm | None = None, revealed: str | None = None, code: int = 200,
+              roll: RollSecretForm | None = None, confirm_roll: datetime | None = None):
     """The key's page. A POST that reveals a secret or refuses the webhook form answers with it
     directly: the secret then lives only in that one response (no-store), never in the cookie."""
     status = request.args.get("status") if request.args.get("status") in STATUSES else None
@@ -149,7 +150,9 @@ def _key_page(key: ApiKey, *, form: WebhookForm | None = None, revealed: str | N
         form = WebhookForm(formdata=None, url=key.webhook_url or "")
     form.secret.data = ""  # a typed secret is not echoed back in the page
     html = render_template("portal/key.html", key=key, form=form, action=ActionForm(), deliveries=deliveries,
-                           status=status, event=event, statuses=STATUSES, events=EVENTS, revealed=revealed)
+                           status=status, event=event, statuses=STATUSES, events=EVENTS, revealed=revealed,
+                           secret_state=webhooks.secret_state(key), roll=roll or RollSecretForm(formdata=None),
+                           confirm_roll=confirm_roll)
     return html, code
 
 
@@ -201,6 +204,38 @@ def new_secret(key_id):
     return _back(key.id)
 
 
+@bp.post("/api-keys/<key_id>/secret/roll")
+@security.login_required
+def roll_secret(key_id):
+    """Rolling rotation, in two steps: the first POST shows when the overlap would end and
+    asks to confirm; the confirmed one creates the next secret and shows it once."""
+    key = _owned_key_or_404(key_id)
+    form = RollSecretForm()
+    if not form.validate_on_submit():
+        flash("; ".join(f"{form[name].label.text}: {', '.join(errs)}" for name, errs in form.errors.items()), "error")
+        return _key_page(key, roll=form, code=400)
+    hours = form.overlap_hours.data
+    if form.confirm.data != "yes":
+        form.confirm.data = "yes"
+        return _key_page(key, roll=form, confirm_roll=utcnow() + timedelta(hours=hours))
+    rolled = _run(key.id, lambda: webhooks.roll_secret(key.id, g.portal_customer.id, hours),
+                  "The next signing secret is ready. Install it in your receiver before the overlap ends."
+                  if hours else "A new signing secret is in force. Update your receiver.")
+    if rolled:
+        return _key_page(_owned_key_or_404(key.id), revealed=rolled.secret)
+    return _back(key.id)
+
+
+@bp.post("/api-keys/<key_id>/secret/switch")
+@security.login_required
+def switch_secret(key_id):
+    key = _owned_key_or_404(key_id)
+    if ActionForm().validate_on_submit():
+        _run(key.id, lambda: webhooks.switch_secret(key.id, g.portal_customer.id),
+             "The next signing secret is now the only one.")
+    return _back(key.id)
+
+
 @bp.post("/api-keys/<key_id>/secret/reveal")
 @security.login_required
 def reveal_secret(key_id):
@@ -240,14 +275,14 @@ def redeliver(key_id, delivery_id):
 def scans():
     customer_id = g.portal_customer.id
     keys = accounts.customer_keys(customer_id)
-    filters = {"status": _choice("status", reads.STATUSES), "kind": _choice("kind", reads.KINDS),
+    filters = {"status": _choice("status", reads.STATUSES), "kind": _choice("kind", targets.KINDS),
                "key": _choice("key", {k.id for k in keys}),
                "bulk": (request.args.get("bulk") or "").strip()[:60] or None,
                "q": (request.args.get("q") or "").strip()[:reads.MAX_SEARCH] or None}
     listing = reads.portal_scans(customer_id, status=filters["status"], kind=filters["kind"], key_id=filters["key"],
                                  bulk_id=filters["bulk"], search=filters["q"], page=_page_arg())
     return render_template("portal/scans.html", scans=listing, filters=filters, keys=keys,
-                           statuses=reads.STATUSES, kinds=reads.KINDS)
+                           statuses=reads.STATUSES, kinds=targets.KINDS)
 
 
 @bp.get("/scans/<scan_id>")

@@ -158,7 +158,7 @@ def customer_keys(customer_id: str) -> list[ApiKey]:
 
 
 def revoke_key(key_id: str) -> ApiKey:
-    key = get_key(key_id)
+    get_key(key_id)  # an unknown key is refused before anything changes
     ApiKey.update(revoked_at=utcnow()).where((ApiKey.id == key_id) & ApiKey.revoked_at.is_null()).execute()
     return ApiKey.get_by_id(key_id)
 

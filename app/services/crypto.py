@@ -52,7 +52,8 @@ def new_api_key() -> str:
 
 
 def new_webhook_secret() -> str:
-    return "whsec_" + secrets.token_urlsafe(32)
+    """``whsec_`` + standard base64 of 32 random bytes: the form Standard Webhooks libraries take (D16)."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
 def same(a: str, b: str) -> bool:

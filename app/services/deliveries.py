@@ -21,19 +21,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import timedelta, timezone
+from datetime import timedelta
 
 from app import metrics, runtime
 from app.db import db
 from app.jobs import DELIVERY_JOB_TIMEOUT, delivery_job_id, enqueue_delivery, job_attempt_number, live_job_ids
-from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, utcnow
+from app.models import DeliveryAttempt, WebhookDelivery, utcnow
 from app.models.webhooks import FAILED, PENDING, SUCCEEDED
-from app.services.crypto import decrypt_secret
-from app.webhook_signature import SIGNATURE_HEADER, sign
+from app.services import webhooks
 
 log = logging.getLogger(__name__)
 
-USER_AGENT = "Service-Webhook/1"
 IN_PROGRESS = "in_progress"
 # RQ kills a delivery job after the job_timeout that app.jobs.enqueue_delivery
 # gives it (120 s): an attempt in progress for longer has certainly been abandoned.
@@ -81,45 +79,13 @@ def start_attempt(delivery_id: str, job_id: str | None) -> Attempt | str:
     # followed by its request (or its worker died, which the sweep sees).
     body = delivery.body.encode("utf-8")
     now = utcnow()
-    headers = _headers(delivery, body, now)
+    # Every header, both signature schemes, from the key's secrets as they are now (D16),
+    # so a rotation also covers the retries of earlier deliveries.
+    headers = webhooks.delivery_headers(delivery, body, now)
     row = reserve(delivery, number, job_id, now)
     if row is None:
         return "stale"
     return Attempt(delivery, row, delivery.url, headers, body)
-
-
-def _signing_secret(delivery: WebhookDelivery) -> str | None:
-    """The key's secret as it is now, so a rotation also covers pending retries."""
-    key = ApiKey.get_by_id(delivery.api_key_id)
-    secret = decrypt_secret(key.webhook_secret_enc)
-    if key.webhook_secret_enc and secret is None:
-        log.warning("key %s: the webhook secret cannot be decrypted (SECRET_KEY changed?); "
-                    "delivery %s is sent unsigned", key.id, delivery.id)
-    return secret
-
-
-def _unix_ms(moment) -> int:
-    return int(moment.replace(tzinfo=timezone.utc).timestamp() * 1000)
-
-
-def unsigned_headers(delivery: WebhookDelivery, now) -> dict:
-    """The headers of an attempt made at ``now``, all but the signature (§6.2); the
-    portal's delivery console shows them as sent."""
-    return {
-        "Content-Type": "application/json",
-        "User-Agent": USER_AGENT,
-        "X-Service-Event": delivery.event,
-        "X-Service-Delivery": delivery.id,
-        "X-Service-Timestamp": str(_unix_ms(now)),
-    }
-
-
-def _headers(delivery: WebhookDelivery, body: bytes, now) -> dict:
-    headers = unsigned_headers(delivery, now)
-    secret = _signing_secret(delivery)
-    if secret:
-        headers[SIGNATURE_HEADER] = sign(secret, body)
-    return headers
 
 
 def reserve(delivery: WebhookDelivery, number: int, job_id: str, now) -> DeliveryAttempt | None:

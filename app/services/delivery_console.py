@@ -3,16 +3,17 @@ attempts and the exact request it sends, signatures masked.
 
 The rows are ``webhooks.delivery_rows`` (the key's deliveries, ``LookupError`` for a key
 of another customer: the portal's 404); the headers are the worker's own
-(``deliveries.unsigned_headers``), rebuilt from the attempt's recorded time.
+(``webhooks.unsigned_headers``), rebuilt from the attempt's recorded time.
 """
 from __future__ import annotations
 
 from datetime import datetime
 
 from app.models import DeliveryAttempt, WebhookDelivery
-from app.models.webhooks import FAILED, PENDING
-from app.services import deliveries, webhooks
-from app.webhook_signature import PREFIX, SIGNATURE_HEADER
+from app.models.webhooks import PENDING
+from app.services import webhooks
+from app.webhook_signature import PREFIX, SIGNATURE_HEADER, STANDARD_SIGNATURE_HEADER, TIMESTAMP_HEADER
+from app.services.paging import Page
 
 MASK = "••••••••"
 NOT_SENT = "(set when sent)"
@@ -20,12 +21,13 @@ NOT_SENT = "(set when sent)"
 
 def request_headers(delivery: WebhookDelivery, sent_at: datetime | None, signed: bool) -> list[tuple[str, str]]:
     """The headers an attempt made at ``sent_at`` carried: the timestamp is exact, the
-    signature is a mask (it is proof of the secret)."""
-    headers = deliveries.unsigned_headers(delivery, sent_at or delivery.created_at)
+    signatures are masks (they are proof of the secret)."""
+    headers = webhooks.unsigned_headers(delivery, sent_at or delivery.created_at)
     if sent_at is None:
-        headers["X-Service-Timestamp"] = NOT_SENT
+        headers["X-Service-Timestamp"] = headers[TIMESTAMP_HEADER] = NOT_SENT
     if signed:
         headers[SIGNATURE_HEADER] = PREFIX + MASK
+        headers[STANDARD_SIGNATURE_HEADER] = "v1," + MASK
     return list(headers.items())
 
 
@@ -42,7 +44,7 @@ def _entry(delivery: WebhookDelivery, attempts: list[DeliveryAttempt], signed: b
         "test": delivery.scan_id is None, "status": delivery.status, "attempt_count": delivery.attempts,
         "created_at": delivery.created_at, "finished_at": delivery.finished_at,
         "next_attempt_at": delivery.next_attempt_at if delivery.status == PENDING else None,
-        "can_redeliver": delivery.status == FAILED,
+        "can_redeliver": delivery.status != PENDING,  # failed or succeeded
         "last": _attempt(last) if last else None,
         "attempts": [_attempt(a) for a in attempts],
         "request": {"method": "POST", "url": last.url if last else delivery.url,
@@ -53,7 +55,7 @@ def _entry(delivery: WebhookDelivery, attempts: list[DeliveryAttempt], signed: b
 
 
 def key_deliveries(key_id: str, customer_id: str, *, status: str | None = None, event: str | None = None,
-                   page: int = 1, per_page: int = 20) -> webhooks.DeliveryPage:
+                   page: int = 1, per_page: int = 20) -> Page:
     """The key's deliveries, newest first, each with its attempts (newest first)."""
     key, rows = webhooks.delivery_rows(key_id, customer_id, status, event, page, per_page)
     signed = bool(key.webhook_secret_enc)

@@ -78,3 +78,24 @@ class EngineUnavailable(ServiceError):
 
 class AccountError(ValueError):
     """An operator or portal input that cannot be accepted; the message says why."""
+
+
+# Webhook deliveries (the deliveries API, the portal and the CLI share them). Each is also
+# the exception the portal and the CLI already catch (``LookupError`` for an id that is not
+# the customer's, ``AccountError`` for a refusal), so they show its message as before.
+
+
+class DeliveryNotFound(NotFound, LookupError):
+    """No delivery of this customer has the id (another customer's is not told apart)."""
+
+
+class DeliveryPending(Conflict, AccountError):
+    """A redelivery asked for while the delivery's own attempts are still under way."""
+
+    code = "delivery_pending"
+
+
+class WebhookUrlMissing(InvalidRequest, AccountError):
+    """The key the delivery belongs to has no webhook URL to send it to now."""
+
+    code = "webhook_url_missing"

@@ -24,7 +24,7 @@ from app.models.scans import COMPLETED, FAILED, QUEUED, RUNNING
 from app.rawjson import RawJSON
 from app.services import billing, keyauth, quotas
 from app.services.errors import Forbidden, InsufficientBalance, InvalidRequest, NotFound, ServiceError
-from app.services.targets import KINDS
+from app.services.paging import Page
 
 SCAN_BY_ID = f"SELECT {columns(Scan)} FROM {table(Scan)} WHERE id = ?"
 BATCH_BY_ID = f"SELECT {columns(BulkBatch)} FROM {table(BulkBatch)} WHERE id = ?"
@@ -176,18 +176,6 @@ def list_scans(customer_id: str, *, status: str | None = None, kind: str | None 
 STATUSES = (QUEUED, RUNNING, COMPLETED, FAILED)
 MAX_PER_PAGE = 100
 MAX_SEARCH = 300
-
-
-@dataclass
-class Page:
-    items: list
-    total: int
-    page: int
-    per_page: int
-
-    @property
-    def pages(self) -> int:
-        return max(1, -(-self.total // self.per_page))
 
 
 def _summary(scan, now) -> dict:

@@ -13,6 +13,7 @@ from datetime import date, datetime, time, timedelta
 from app.db import execute, is_postgres, repr_column, table
 from app.models import CreditLedger, Scan, utcnow
 from app.services.errors import InvalidRequest
+from app.services.paging import Page
 
 MAX_PER_PAGE = 100
 MAX_EXPORT_DAYS = 366
@@ -98,24 +99,12 @@ def describe(row: CreditLedger) -> dict:
     return entry
 
 
-@dataclass
-class LedgerPage:
-    items: list[dict]
-    total: int
-    page: int
-    per_page: int
-
-    @property
-    def pages(self) -> int:
-        return max(1, -(-self.total // self.per_page))
-
-
-def ledger_page(customer_id: str, page: int = 1, per_page: int = 25) -> LedgerPage:
+def ledger_page(customer_id: str, page: int = 1, per_page: int = 25) -> Page:
     page, per_page = max(1, page), min(MAX_PER_PAGE, max(1, per_page))
     query = CreditLedger.select().where(CreditLedger.customer == customer_id)
     total = query.count()
     rows = query.order_by(CreditLedger.id.desc()).paginate(page, per_page)
-    return LedgerPage([describe(r) for r in rows], total, page, per_page)
+    return Page([describe(r) for r in rows], total, page, per_page)
 
 
 def check_period(start: date, end: date, today: date | None = None) -> tuple[datetime, datetime]:

@@ -10,8 +10,19 @@ only the job it names may act, and a job that ran once (or was replayed) finds t
 token moved on and does nothing.
 
 The functions at the end serve the key's management page (D12). They take the
-logged-in customer's id and raise ``LookupError`` for a key or delivery of another
-customer, which the portal answers as 404; a refused input raises ``AccountError``.
+logged-in customer's id and raise ``LookupError`` for a key of another customer
+(``DeliveryNotFound``, a ``LookupError`` too, for a delivery), which the portal answers
+as 404; a refused input raises ``AccountError`` (or one of the delivery errors of
+``services.errors`` that are ``AccountError`` too, so the HTTP layer maps them).
+
+Signing (D16): ``delivery_headers`` builds every header of one attempt, both signature
+schemes included, from the key's active secrets (``signing_secrets``). A rolling
+rotation (``roll_secret``, ``switch_secret``) keeps a next secret beside the current
+one until ``webhook_secret_switch_at``; the switch is made lazily, by the first signing
+or read that finds the overlap over (``_promote_if_due``).
+
+The customer's deliveries for the API (D17) are ``customer_deliveries``, whose one
+query is ``_deliveries_of``.
 """
 from __future__ import annotations
 
@@ -19,21 +30,30 @@ import json
 import logging
 import secrets
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 
 from app.jobs import delivery_job_id, enqueue_delivery
 from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, iso, new_id, utcnow
 from app.models.scans import COMPLETED
-from app.models.webhooks import FAILED, PENDING
-from app.services.errors import AccountError
-from app.services.crypto import encrypt_secret, new_webhook_secret
+from app.models.webhooks import FAILED, PENDING, SUCCEEDED
+from app.services.crypto import decrypt_secret, encrypt_secret, new_webhook_secret
+from app.services.errors import AccountError, DeliveryNotFound, DeliveryPending, InvalidRequest, WebhookUrlMissing
 from app.services.reads import final_state
 from app.services.results import normalize_result
 from app.services.webhook_urls import check_webhook_url
+from app.services.paging import Page
+from app.webhook_signature import (ID_HEADER, SIGNATURE_HEADER, STANDARD_SIGNATURE_HEADER,
+                                   TIMESTAMP_HEADER, decode_secret, sign, sign_standard)
 
 log = logging.getLogger(__name__)
 
-MIN_SECRET_LENGTH, MAX_SECRET_LENGTH = 16, 256
 MAX_PER_PAGE = 100
+USER_AGENT = "Service-Webhook/1"
+# A hand-set secret: whsec_ + base64 of this many bytes (a generated one has 32).
+MIN_SECRET_BYTES, MAX_SECRET_BYTES = 16, 128
+MAX_OVERLAP_HOURS, DEFAULT_OVERLAP_HOURS = 7 * 24, 24
+EVENTS = ("scan.completed", "scan.failed")
+STATUSES = (PENDING, SUCCEEDED, FAILED)
 
 
 def encode_body(body: dict) -> str:
@@ -75,18 +95,6 @@ def dispatch(delivery: WebhookDelivery, delay_seconds: float = 0) -> bool:
 # --- The key's management page (D12) -------------------------------------------------
 
 
-@dataclass
-class DeliveryPage:
-    items: list
-    total: int
-    page: int
-    per_page: int
-
-    @property
-    def pages(self) -> int:
-        return max(1, -(-self.total // self.per_page))
-
-
 def owned_key(key_id: str, customer_id: str) -> ApiKey:
     """The customer's key ``key_id``; ``LookupError`` for another customer's or none."""
     key = ApiKey.get_or_none((ApiKey.id == key_id) & (ApiKey.customer == customer_id))
@@ -96,20 +104,25 @@ def owned_key(key_id: str, customer_id: str) -> ApiKey:
 
 
 def _owned_delivery(delivery_id: str, customer_id: str) -> WebhookDelivery:
-    delivery = WebhookDelivery.get_or_none(
-        (WebhookDelivery.id == delivery_id) & (WebhookDelivery.customer == customer_id))
+    delivery = None
+    if "\x00" not in delivery_id and len(delivery_id) <= 40:  # PostgreSQL cannot compare a NUL
+        delivery = WebhookDelivery.get_or_none(
+            (WebhookDelivery.id == delivery_id) & (WebhookDelivery.customer == customer_id))
     if delivery is None:
-        raise LookupError(f"no delivery {delivery_id}")
+        raise DeliveryNotFound(f"no delivery {delivery_id}")
     return delivery
 
 
-def _valid_secret(secret: str) -> str:
-    """The one rule for a webhook secret set by hand (portal, CLI); D16's format goes here."""
-    if not MIN_SECRET_LENGTH <= len(secret) <= MAX_SECRET_LENGTH:
-        raise AccountError(
-            f"the webhook secret must have {MIN_SECRET_LENGTH} to {MAX_SECRET_LENGTH} characters")
-    if secret != secret.strip():
-        raise AccountError("the webhook secret must not start or end with white space")
+def check_secret(secret: str) -> str:
+    """The one rule for a secret set by hand (portal, CLI, key issue): ``whsec_`` + standard
+    base64 (padding optional) of 16 to 128 bytes, what Standard Webhooks libraries decode."""
+    key = decode_secret(secret) if isinstance(secret, str) else None
+    if key is None:
+        raise AccountError("the webhook secret must be whsec_ followed by standard base64 (A-Z, a-z, 0-9, + "
+                           f"and /) of {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} random bytes; or generate one")
+    if not MIN_SECRET_BYTES <= len(key) <= MAX_SECRET_BYTES:
+        raise AccountError(f"the base64 part of the webhook secret must decode to {MIN_SECRET_BYTES} to "
+                           f"{MAX_SECRET_BYTES} bytes, not {len(key)}")
     return secret
 
 
@@ -119,8 +132,9 @@ def set_webhook(key_id: str, customer_id: str, url: str | None, secret: str | No
     The one place a webhook URL and secret are checked and stored: the portal, the
     operator's ``keys set-webhook`` and ``keys issue`` (``accounts.issue_key``) all
     come here, so every entry point applies the same rules (14.12).
-    ``secret`` None or empty keeps the current one. Deliveries already written keep the
-    URL they were addressed to; a redelivery takes the key's URL of that moment.
+    ``secret`` None or empty keeps the current one; a secret given replaces it at once and
+    ends a rotation under way. Deliveries already written keep the URL they were
+    addressed to; a redelivery takes the key's URL of that moment.
     """
     key = owned_key(key_id, customer_id)
     url = (url or "").strip()
@@ -128,7 +142,8 @@ def set_webhook(key_id: str, customer_id: str, url: str | None, secret: str | No
         check_webhook_url(url)
     changes = {"webhook_url": url or None}
     if secret:
-        changes["webhook_secret_enc"] = encrypt_secret(_valid_secret(secret))
+        changes.update(webhook_secret_enc=encrypt_secret(check_secret(secret)), webhook_next_secret_enc=None,
+                       webhook_secret_switch_at=None)
     ApiKey.update(**changes).where(ApiKey.id == key.id).execute()
     return ApiKey.get_by_id(key.id)
 
@@ -137,41 +152,47 @@ def generate_secret(key_id: str, customer_id: str) -> str:
     """Replace the key's signing secret with a new random one; returns it, to show once.
 
     Attempts made from now on, retries of earlier deliveries included, are signed
-    with the new secret.
+    with the new secret alone (a rotation under way ends): ``roll_secret`` is the
+    rotation that breaks no receiver.
     """
     key = owned_key(key_id, customer_id)
     plaintext = new_webhook_secret()
-    ApiKey.update(webhook_secret_enc=encrypt_secret(plaintext)).where(ApiKey.id == key.id).execute()
+    (ApiKey.update(webhook_secret_enc=encrypt_secret(plaintext), webhook_next_secret_enc=None,
+                   webhook_secret_switch_at=None)
+     .where(ApiKey.id == key.id).execute())
     log.info("key %s: webhook secret rotated", key.id)
     return plaintext
 
 
 def delivery_owner(delivery_id: str) -> str:
-    """The id of the customer a delivery belongs to (for the operator CLI); ``LookupError`` if none."""
+    """The id of the customer a delivery belongs to (for the operator CLI); ``DeliveryNotFound`` if none."""
     customer_id = (WebhookDelivery.select(WebhookDelivery.customer).where(WebhookDelivery.id == delivery_id)
                    .scalar() if "\x00" not in delivery_id else None)
     if customer_id is None:
-        raise LookupError(f"no delivery {delivery_id}")
+        raise DeliveryNotFound(f"no delivery {delivery_id}")
     return customer_id
 
 
 def redeliver(delivery_id: str, customer_id: str) -> WebhookDelivery:
-    """Start a new attempt series for a failed delivery: same id, same body bytes,
-    the full retry schedule again, sent to the key's current webhook URL."""
+    """Start a new attempt series for a failed or succeeded delivery: same id, same body
+    bytes, signed anew, the full retry schedule again, sent to the key's current webhook URL.
+
+    A pending delivery raises ``DeliveryPending``: its own attempts are still to come; a key
+    without a webhook URL now raises ``WebhookUrlMissing``."""
     delivery = _owned_delivery(delivery_id, customer_id)
-    if delivery.status != FAILED:
-        raise AccountError("only a failed delivery can be redelivered")
+    if delivery.status == PENDING:
+        raise DeliveryPending("the delivery is pending: its attempts are still under way")
     url = ApiKey.get_by_id(delivery.api_key_id).webhook_url
     if not url:
-        raise AccountError("the key has no webhook URL")
+        raise WebhookUrlMissing("the key has no webhook URL")
     changed = (WebhookDelivery
                .update(status=PENDING, series_start=delivery.attempts, url=url, finished_at=None,
                        next_attempt_at=utcnow(), job_id=delivery_job_id(delivery.id, delivery.attempts + 1))
-               .where((WebhookDelivery.id == delivery.id) & (WebhookDelivery.status == FAILED)
+               .where((WebhookDelivery.id == delivery.id) & (WebhookDelivery.status == delivery.status)
                       & (WebhookDelivery.attempts == delivery.attempts))
                .execute())
     if not changed:
-        raise AccountError("the delivery is being redelivered already")
+        raise DeliveryPending("the delivery is being redelivered already")
     delivery = WebhookDelivery.get_by_id(delivery.id)
     dispatch(delivery)
     return delivery
@@ -212,12 +233,12 @@ def delivery_dict(delivery: WebhookDelivery, attempts: list[DeliveryAttempt]) ->
         "attempts": [attempt_dict(a) for a in attempts], "created_at": iso(delivery.created_at),
         "finished_at": iso(delivery.finished_at),
         "next_attempt_at": iso(delivery.next_attempt_at) if delivery.status == PENDING else None,
-        "can_redeliver": delivery.status == FAILED,
+        "can_redeliver": delivery.status != PENDING,
     }
 
 
 def delivery_rows(key_id: str, customer_id: str, status: str | None = None, event: str | None = None,
-                  page: int = 1, per_page: int = 20) -> tuple[ApiKey, DeliveryPage]:
+                  page: int = 1, per_page: int = 20) -> tuple[ApiKey, Page]:
     """The customer's key and a page of its deliveries, newest first, as ``(delivery,
     attempts newest first)`` pairs (``list_deliveries`` and the portal's console shape them)."""
     key = owned_key(key_id, customer_id)
@@ -237,11 +258,11 @@ def delivery_rows(key_id: str, customer_id: str, status: str | None = None, even
                 .order_by(DeliveryAttempt.number.desc()))
         for row in rows:
             attempts[row.delivery_id].append(row)
-    return key, DeliveryPage([(d, attempts[d.id]) for d in deliveries], total, page, per_page)
+    return key, Page([(d, attempts[d.id]) for d in deliveries], total, page, per_page)
 
 
 def list_deliveries(key_id: str, customer_id: str, status: str | None = None, event: str | None = None,
-                    page: int = 1, per_page: int = 20) -> DeliveryPage:
+                    page: int = 1, per_page: int = 20) -> Page:
     """The key's deliveries, newest first, each with its attempts (newest first)."""
     _, rows = delivery_rows(key_id, customer_id, status, event, page, per_page)
     rows.items = [delivery_dict(d, attempts) for d, attempts in rows.items]
@@ -256,3 +277,243 @@ def scan_deliveries(scan_id: str, customer_id: str) -> list[dict]:
     return [{"delivery_id": d.id, "event": d.event, "status": d.status, "attempts": d.attempts,
              "created_at": d.created_at, "key_id": d.api_key_id,
              "next_attempt_at": d.next_attempt_at if d.status == PENDING else None} for d in rows]
+
+
+# --- Signing and rolling rotation (D16) ------------------------------------------------
+
+
+@dataclass
+class SigningSecrets:
+    """The key's active secrets: ``current`` signs ``X-Service-Signature``; ``active``
+    (current first, then the next one during a rotation) sign ``webhook-signature``."""
+
+    current: str | None
+    active: list[str]
+
+
+@dataclass
+class RolledSecret:
+    secret: str  # the next secret's plaintext, to show once
+    switch_at: datetime  # when it becomes the only one (now, for an overlap of 0 or a first secret)
+
+
+def _promote_if_due(key: ApiKey, now: datetime) -> None:
+    """End the key's rotation when its overlap is over: the next secret becomes current and
+    the old one is gone. Compare-and-set, so concurrent callers switch once."""
+    if not key.webhook_next_secret_enc or key.webhook_secret_switch_at is None or key.webhook_secret_switch_at > now:
+        return
+    _switch(key)
+
+
+def _switch(key: ApiKey) -> bool:
+    nxt = key.webhook_next_secret_enc
+    changed = (ApiKey.update(webhook_secret_enc=nxt, webhook_next_secret_enc=None, webhook_secret_switch_at=None)
+               .where((ApiKey.id == key.id) & (ApiKey.webhook_next_secret_enc == nxt))
+               .execute())
+    key.webhook_secret_enc, key.webhook_next_secret_enc, key.webhook_secret_switch_at = nxt, None, None
+    if changed:
+        log.info("key %s: webhook secret rotation finished, the next secret is now the only one", key.id)
+    return bool(changed)
+
+
+def signing_secrets(key: ApiKey, now: datetime) -> SigningSecrets:
+    """The secrets that sign an attempt made ``now``, as they are now, so a rotation also
+    covers the retries of earlier deliveries. A secret that cannot be decrypted
+    (``SECRET_KEY`` changed) is left out, with a warning."""
+    _promote_if_due(key, now)
+    current = decrypt_secret(key.webhook_secret_enc)
+    nxt = decrypt_secret(key.webhook_next_secret_enc)
+    for token, plaintext in ((key.webhook_secret_enc, current), (key.webhook_next_secret_enc, nxt)):
+        if token and plaintext is None:
+            log.warning("key %s: a webhook secret cannot be decrypted (SECRET_KEY changed?); "
+                        "deliveries are signed without it", key.id)
+    return SigningSecrets(current, [s for s in (current, nxt) if s])
+
+
+def _unix_ms(moment: datetime) -> int:
+    return int(moment.replace(tzinfo=timezone.utc).timestamp() * 1000)
+
+
+SIGNATURE_HEADERS = (SIGNATURE_HEADER, STANDARD_SIGNATURE_HEADER)
+
+
+def unsigned_headers(delivery: WebhookDelivery, now: datetime) -> dict:
+    """The headers of an attempt made at ``now``, all but the two signatures: ``X-Service-*``
+    (§6.2) and Standard Webhooks' ``webhook-id`` and ``webhook-timestamp`` (D16). The
+    portal's delivery console shows them as sent."""
+    ms = _unix_ms(now)
+    return {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "X-Service-Event": delivery.event,
+        "X-Service-Delivery": delivery.id,
+        "X-Service-Timestamp": str(ms),
+        ID_HEADER: delivery.id,
+        TIMESTAMP_HEADER: str(ms // 1000),
+    }
+
+
+def delivery_headers(delivery: WebhookDelivery, body: bytes, now: datetime, key: ApiKey | None = None) -> dict:
+    """Every header of one attempt of ``delivery`` made ``now``, with ``body`` its exact bytes.
+
+    ``unsigned_headers``, ``X-Service-Signature`` from the current secret, and
+    ``webhook-signature`` with one ``v1,`` entry per active secret (D16). A key without a
+    usable secret sends neither signature header (an empty key could be forged). ``key``
+    may be passed when the caller has the row already.
+    """
+    ms = _unix_ms(now)
+    headers = unsigned_headers(delivery, now)
+    secrets_now = signing_secrets(key or ApiKey.get_by_id(delivery.api_key_id), now)
+    if secrets_now.current:
+        headers[SIGNATURE_HEADER] = sign(secrets_now.current, body)
+    if secrets_now.active:
+        headers[STANDARD_SIGNATURE_HEADER] = sign_standard(secrets_now.active, delivery.id, ms // 1000, body)
+    return headers
+
+
+def _key_for(key_id: str, customer_id: str | None) -> ApiKey:
+    """The key, of ``customer_id``; ``None`` is the operator (CLI), who may act on any key."""
+    if not isinstance(key_id, str) or "\x00" in key_id or len(key_id) > 40:
+        raise LookupError(f"no key {key_id}")
+    if customer_id is not None:
+        return owned_key(key_id, customer_id)
+    key = ApiKey.get_or_none(ApiKey.id == key_id)
+    if key is None:
+        raise LookupError(f"no key {key_id}")
+    return key
+
+
+def secret_state(key: ApiKey, now: datetime | None = None) -> dict:
+    """Whether the key has a secret and a rotation under way (ending when), for pages and the CLI."""
+    _promote_if_due(key, now or utcnow())
+    return {"has_secret": bool(key.webhook_secret_enc), "rotating": bool(key.webhook_next_secret_enc),
+            "switch_at": iso(key.webhook_secret_switch_at) if key.webhook_next_secret_enc else None}
+
+
+def check_overlap_hours(hours) -> int:
+    if isinstance(hours, bool) or not isinstance(hours, int) or not 0 <= hours <= MAX_OVERLAP_HOURS:
+        raise AccountError(f"the overlap must be a whole number of hours from 0 to {MAX_OVERLAP_HOURS} (7 days)")
+    return hours
+
+
+def roll_secret(key_id: str, customer_id: str | None, overlap_hours: int = DEFAULT_OVERLAP_HOURS,
+                now: datetime | None = None) -> RolledSecret:
+    """Create the key's next secret; returns it (to show once) and when it becomes the only one.
+
+    During the overlap ``X-Service-Signature`` keeps the current secret and
+    ``webhook-signature`` carries both. An overlap of 0, or a key without a usable
+    secret, makes the new secret current at once. A rotation already under way is
+    refused: switch it first, so a next secret a receiver may have installed is never
+    silently replaced.
+    """
+    overlap_hours = check_overlap_hours(overlap_hours)
+    now = now or utcnow()
+    key = _key_for(key_id, customer_id)
+    _promote_if_due(key, now)
+    if key.webhook_next_secret_enc:
+        raise AccountError("a secret rotation is already under way: switch to the next secret first")
+    plaintext = new_webhook_secret()
+    if overlap_hours == 0 or decrypt_secret(key.webhook_secret_enc) is None:
+        (ApiKey.update(webhook_secret_enc=encrypt_secret(plaintext), webhook_next_secret_enc=None,
+                       webhook_secret_switch_at=None)
+         .where(ApiKey.id == key.id).execute())
+        log.info("key %s: webhook secret replaced (no overlap)", key.id)
+        return RolledSecret(plaintext, now)
+    switch_at = now + timedelta(hours=overlap_hours)
+    changed = (ApiKey.update(webhook_next_secret_enc=encrypt_secret(plaintext), webhook_secret_switch_at=switch_at)
+               .where((ApiKey.id == key.id) & ApiKey.webhook_next_secret_enc.is_null())
+               .execute())
+    if not changed:
+        raise AccountError("a secret rotation is already under way: switch to the next secret first")
+    log.info("key %s: webhook secret rolled, both secrets sign until %s", key.id, iso(switch_at))
+    return RolledSecret(plaintext, switch_at)
+
+
+def switch_secret(key_id: str, customer_id: str | None, now: datetime | None = None) -> ApiKey:
+    """End the rotation under way now: the next secret becomes the only one."""
+    key = _key_for(key_id, customer_id)
+    _promote_if_due(key, now or utcnow())
+    if not key.webhook_next_secret_enc:
+        raise AccountError("no secret rotation is under way: roll the secret first")
+    _switch(key)
+    return ApiKey.get_by_id(key.id)
+
+
+# --- The customer's deliveries over the API (D17) ---------------------------------------
+
+
+def _deliveries_of(customer_id: str):
+    """The one query of a customer's deliveries (every key of theirs), newest first.
+    A mode filter (live or test keys) belongs here."""
+    return (WebhookDelivery.select()
+            .where(WebhookDelivery.customer == customer_id)
+            .order_by(WebhookDelivery.created_at.desc(), WebhookDelivery.id.desc()))
+
+
+def api_attempt_dict(attempt: DeliveryAttempt) -> dict:
+    return {"attempt": attempt.number, "at": iso(attempt.started_at), "http_status": attempt.status_code,
+            "error": attempt.error, "duration_ms": attempt.duration_ms}
+
+
+def api_delivery_dict(delivery: WebhookDelivery, attempts: list[DeliveryAttempt]) -> dict:
+    """A delivery as the API shows it: attempts oldest first, the exact body sent."""
+    entry = {"delivery_id": delivery.id, "event": delivery.event, "scan_id": delivery.scan_id,
+             "status": delivery.status, "created_at": iso(delivery.created_at),
+             "attempts": [api_attempt_dict(a) for a in attempts]}
+    if delivery.status == PENDING:
+        entry["next_attempt_at"] = iso(delivery.next_attempt_at)
+    entry["body"] = delivery.body
+    return entry
+
+
+def _attempts_by_delivery(delivery_ids: list[str]) -> dict[str, list[DeliveryAttempt]]:
+    attempts: dict[str, list[DeliveryAttempt]] = {d: [] for d in delivery_ids}
+    if delivery_ids:
+        rows = (DeliveryAttempt.select().where(DeliveryAttempt.delivery.in_(delivery_ids))
+                .order_by(DeliveryAttempt.number))
+        for row in rows:
+            attempts[row.delivery_id].append(row)
+    return attempts
+
+
+def customer_deliveries(customer_id: str, *, status: str | None = None, event: str | None = None,
+                        scan_id: str | None = None, limit: int = 20,
+                        starting_after: str | None = None) -> tuple[list[dict], bool]:
+    """One page of the customer's deliveries, newest first, and whether older ones follow.
+
+    ``starting_after`` is the last delivery id of the previous page; one that is not the
+    customer's is refused (``InvalidRequest``), like a malformed filter.
+    """
+    if status is not None and status not in STATUSES:
+        raise InvalidRequest(f"status must be one of {', '.join(STATUSES)}")
+    if event is not None and event not in EVENTS:
+        raise InvalidRequest(f"event must be one of {', '.join(EVENTS)}")
+    if not 1 <= limit <= MAX_PER_PAGE:
+        raise InvalidRequest(f"limit must be from 1 to {MAX_PER_PAGE}")
+    query = _deliveries_of(customer_id)
+    if status:
+        query = query.where(WebhookDelivery.status == status)
+    if event:
+        query = query.where(WebhookDelivery.event == event)
+    if scan_id is not None:
+        if "\x00" in scan_id or len(scan_id) > 40:
+            return [], False  # no scan id holds a NUL (PostgreSQL cannot compare one) or is that long
+        query = query.where(WebhookDelivery.scan_id == scan_id)
+    if starting_after is not None:
+        cursor = None
+        if "\x00" not in starting_after and len(starting_after) <= 40:
+            cursor = _deliveries_of(customer_id).where(WebhookDelivery.id == starting_after).first()
+        if cursor is None:
+            raise InvalidRequest(f"starting_after: no delivery {starting_after} of this account")
+        query = query.where((WebhookDelivery.created_at < cursor.created_at)
+                            | ((WebhookDelivery.created_at == cursor.created_at)
+                               & (WebhookDelivery.id < cursor.id)))
+    rows = list(query.limit(limit + 1))
+    page = rows[:limit]
+    attempts = _attempts_by_delivery([d.id for d in page])
+    return [api_delivery_dict(d, attempts[d.id]) for d in page], len(rows) > limit
+
+
+def customer_delivery(delivery_id: str) -> dict:
+    delivery = WebhookDelivery.get_by_id(delivery_id)
+    return api_delivery_dict(delivery, _attempts_by_delivery([delivery.id])[delivery.id])

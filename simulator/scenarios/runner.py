@@ -26,6 +26,7 @@ import hmac
 import json
 import os
 import re
+import base64
 import secrets
 import sys
 import threading
@@ -289,7 +290,7 @@ class ScenarioRun:
             webhook_url = secret = receiver = None
             if setup.receiver is not None:
                 receiver = re.sub(r"[^A-Za-z0-9_.-]", "-", tag)
-                secret = secrets.token_hex(24)
+                secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()  # the form keys accept
                 answer = self.http.post(f"{self.config.sim_url}/_sim/receivers/{receiver}",
                                         json={"secret": secret, **setup.receiver}, timeout=self.config.http_timeout)
                 if answer.status_code not in (200, 201):

@@ -13,7 +13,7 @@ from app.services.crypto import decrypt_secret
 from tests.api.helpers import assert_counters_match
 
 BIGINT_MAX = 2**63 - 1
-SECRET = "whsec_operator_secret_0123456789"
+SECRET = "whsec_b3BlcmF0b3Igc2VjcmV0IDAxMjM0NTY3ODk="
 
 
 def run(app, *args, input=None):
@@ -67,15 +67,15 @@ def test_errors_exit_1_with_a_message(app):
 def test_key_plaintext_is_printed_once_and_never_stored(app):
     cid = run_json(app, "customers", "create", "--name", "A", "--tier", "business")["customer_id"]
     issued = run_json(app, "keys", "issue", cid, "--name", "prod", "--webhook-url", "https://hooks.example.com/x",
-                      "--webhook-secret", "whsec_topsecret_0123")
+                      "--webhook-secret", "whsec_dG9wc2VjcmV0Li4uLi4uLg==")
     plaintext = issued["api_key"]
     assert plaintext.startswith("service_live_") and issued["key_id"].startswith("key_")
     listed = run(app, "keys", "list", cid, "--json").output
-    assert plaintext not in listed and "whsec_topsecret_0123" not in listed
+    assert plaintext not in listed and "whsec_dG9wc2VjcmV0Li4uLi4uLg==" not in listed
     with db.connection_context():
         key = ApiKey.get_by_id(issued["key_id"])
         stored = json.dumps({k: str(v) for k, v in key.__data__.items()})
-    assert plaintext not in stored and "whsec_topsecret_0123" not in stored
+    assert plaintext not in stored and "whsec_dG9wc2VjcmV0Li4uLi4uLg==" not in stored
     assert key.digest == hashlib.sha256(plaintext.encode()).hexdigest()
     revoked = run_json(app, "keys", "revoke", issued["key_id"])
     assert revoked["status"] == "revoked"
@@ -253,9 +253,9 @@ def key_row(key_id):
 
 
 @pytest.mark.parametrize("secret, message", [
-    ("x", "16 to 256"),
-    (f" {SECRET} ", "white space"),
-    ("s" * 257, "16 to 256"),
+    ("x", "whsec_ followed by standard base64"),
+    (f" {SECRET} ", "whsec_ followed by standard base64"),
+    ("whsec_" + "s" * 200, "decode to 16 to 128 bytes"),
 ], ids=["one character", "surrounding spaces", "too long"])
 def test_keys_issue_refuses_the_secrets_the_portal_refuses(app, cid, secret, message):
     before = state(cid)
@@ -329,7 +329,7 @@ def test_deliveries_redeliver_sends_a_failed_delivery_again(app, make_customer, 
         delivery = webhooks.send_test_event(account.key.id, account.customer.id)
     pending = run(app, "deliveries", "redeliver", delivery.id)
     assert_one_line_failure(pending)
-    assert "only a failed delivery" in pending.stderr
+    assert "pending" in pending.stderr
     jobs.run()
     assert key_status(delivery.id) == ("failed", 1)
 

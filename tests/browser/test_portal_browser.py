@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.processes]  # a real Chromium pro
 
 def receiver(simulator, name, responses):
     requests.post(f"{simulator.url}/_sim/receivers/{name}",
-                  json={"secret": "browser-secret-0123456789", "responses": responses}, timeout=5).raise_for_status()
+                  json={"secret": "whsec_YnJvd3NlciBzZWNyZXQgMDEyMzQ1Njc4OQ==", "responses": responses}, timeout=5).raise_for_status()
     return f"{simulator.url}/_sim/hooks/{name}"
 
 
@@ -24,7 +24,7 @@ def open_key(page, served_app, account):
 
 def set_webhook(page, url):
     page.get_by_label("Webhook URL").fill(url)
-    page.get_by_label("Signing secret").fill("browser-secret-0123456789")
+    page.get_by_label("Signing secret").fill("whsec_YnJvd3NlciBzZWNyZXQgMDEyMzQ1Njc4OQ==")
     page.get_by_role("button", name="Save webhook").click()
     page.get_by_text("Webhook settings saved.").wait_for()
 

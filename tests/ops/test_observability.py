@@ -53,9 +53,9 @@ def stack(app, simulator, make_customer, tmp_path):
     """gunicorn (APP_ENV=production, 2 workers) and one RQ worker sharing a metrics directory."""
     port = closed_port()
     base = f"http://127.0.0.1:{port}"
-    requests.post(f"{simulator.url}/_sim/receivers/ops", json={"secret": "whsec_ops_0123456789abcdef"}, timeout=5)
+    requests.post(f"{simulator.url}/_sim/receivers/ops", json={"secret": "whsec_b3BzIDAxMjM0NTY3ODlhYmNkZWY="}, timeout=5)
     account = make_customer(tier="business", credits=100, webhook_url=f"{simulator.url}/_sim/hooks/ops",
-                            webhook_secret="whsec_ops_0123456789abcdef")
+                            webhook_secret="whsec_b3BzIDAxMjM0NTY3ODlhYmNkZWY=")
     instance = tmp_path / "instance"
     web_env = service_env(app, simulator.url, instance, APP_ENV="production", SECRET_KEY=STRONG_SECRET,
                           PUBLIC_BASE_URL=base, GUNICORN_BIND=f"127.0.0.1:{port}", WEB_CONCURRENCY=2,

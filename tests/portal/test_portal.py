@@ -116,22 +116,22 @@ def test_set_webhook_generate_and_reveal_secret(client, portal_account):
     page = f"/app/api-keys/{key_id}"
     response = client.post(f"{page}/webhook", data={"csrf_token": csrf(client, page),
                                                     "url": "https://hooks.acme.example/scans",
-                                                    "secret": "a-very-long-secret-123"})
+                                                    "secret": "whsec_YSB2ZXJ5IGxvbmcgc2VjcmV0IDEyMw=="})
     assert response.status_code == 302
     with db.connection_context():
         key = ApiKey.get_by_id(key_id)
         assert key.webhook_url == "https://hooks.acme.example/scans"
-        assert decrypt_secret(key.webhook_secret_enc) == "a-very-long-secret-123"
-        assert "a-very-long-secret-123" not in key.webhook_secret_enc
+        assert decrypt_secret(key.webhook_secret_enc) == "whsec_YSB2ZXJ5IGxvbmcgc2VjcmV0IDEyMw=="
+        assert "whsec_YSB2ZXJ5IGxvbmcgc2VjcmV0IDEyMw==" not in key.webhook_secret_enc
     body = client.get(page).get_data(as_text=True)
-    assert "a-very-long-secret-123" not in body  # shown only on request
+    assert "whsec_YSB2ZXJ5IGxvbmcgc2VjcmV0IDEyMw==" not in body  # shown only on request
     revealed = client.post(f"{page}/secret/reveal", data={"csrf_token": csrf(client, page)})
-    assert revealed.status_code == 200 and "a-very-long-secret-123" in revealed.get_data(as_text=True)
-    assert "a-very-long-secret-123" not in client.get(page).get_data(as_text=True)  # once
+    assert revealed.status_code == 200 and "whsec_YSB2ZXJ5IGxvbmcgc2VjcmV0IDEyMw==" in revealed.get_data(as_text=True)
+    assert "whsec_YSB2ZXJ5IGxvbmcgc2VjcmV0IDEyMw==" not in client.get(page).get_data(as_text=True)  # once
     generated = client.post(f"{page}/secret", data={"csrf_token": csrf(client, page)})
     shown = re.search(r'id="revealed-secret">([^<]+)<', generated.get_data(as_text=True)).group(1)
     with db.connection_context():
-        assert decrypt_secret(ApiKey.get_by_id(key_id).webhook_secret_enc) == shown != "a-very-long-secret-123"
+        assert decrypt_secret(ApiKey.get_by_id(key_id).webhook_secret_enc) == shown != "whsec_YSB2ZXJ5IGxvbmcgc2VjcmV0IDEyMw=="
 
 
 def test_bad_webhook_url_is_explained(client, portal_account):
@@ -148,9 +148,9 @@ def test_empty_log_says_what_to_do_and_test_event_is_logged(client, portal_accou
     assert "No deliveries yet: set a webhook URL" in client.get(page).get_data(as_text=True)
     client.post(f"{page}/webhook", data={"csrf_token": csrf(client, page),
                                          "url": f"{simulator.url}/_sim/hooks/portal-test",
-                                         "secret": "portal-secret-0123456789"})
+                                         "secret": "whsec_cG9ydGFsIHNlY3JldCAwMTIzNDU2Nzg5"})
     import requests
-    requests.post(f"{simulator.url}/_sim/receivers/portal-test", json={"secret": "portal-secret-0123456789",
+    requests.post(f"{simulator.url}/_sim/receivers/portal-test", json={"secret": "whsec_cG9ydGFsIHNlY3JldCAwMTIzNDU2Nzg5",
                                                                       "responses": [200]}, timeout=5)
     assert "No deliveries yet: send a test event" in client.get(page).get_data(as_text=True)
     client.post(f"{page}/test-event", data={"csrf_token": csrf(client, page)})

@@ -169,7 +169,7 @@ def test_delivery_console_rows_attempts_and_masked_request(client, portal_accoun
     import requests
     requests.post(f"{simulator.url}/_sim/receivers/console", timeout=5,
                   json={"secret": "whsec_console_0123456789", "responses": [500, 200]}).raise_for_status()
-    secret = "console-secret-0123456789"
+    secret = "whsec_Y29uc29sZSBzZWNyZXQgMDEyMzQ1Njc4OQ=="
     with db.connection_context():
         webhooks.set_webhook(portal_account.key.id, portal_account.id, f"{simulator.url}/_sim/hooks/console", secret)
     scan_id = create(client, portal_account, "kate@example.com")
@@ -186,7 +186,9 @@ def test_delivery_console_rows_attempts_and_masked_request(client, portal_accoun
     assert f'href="/app/scans/{scan_id}"' in block and '<td class="num">2</td>' in block
     assert "HTTP 200" in block and "HTTP 500" in block and "<details>" in block
     assert f"X-Service-Delivery: {delivery.id}" in block and "X-Service-Signature: sha256=••••••••" in block
+    assert f"webhook-id: {delivery.id}" in block and "webhook-signature: v1,••••••••" in block
     assert secret not in page and re.search(r"sha256=[0-9a-f]{64}", page) is None
+    assert re.search(r"v1,[A-Za-z0-9+/]{43}=", page) is None
     assert "&#34;event&#34;:&#34;scan.completed&#34;" in block or '"event":"scan.completed"' in block
     scan_page = text(client.get(f"/app/scans/{scan_id}"))
     assert delivery.id in scan_page and "succeeded" in scan_page
@@ -278,13 +280,13 @@ def test_new_pages_keep_the_security_headers_and_no_key_or_secret(client, portal
     scan_id = create(client, portal_account, "paul@example.com")
     with db.connection_context():
         webhooks.set_webhook(portal_account.key.id, portal_account.id, "https://hooks.example.com/x",
-                             "sekrit-sekrit-0123456789")
+                             "whsec_c2Vrcml0LXNla3JpdC0wMTIzNDU2Nzg5")
     login(client)
     for path in ("/app/scans", f"/app/scans/{scan_id}", "/app/usage", f"/app/api-keys/{portal_account.key.id}"):
         response = client.get(path)
         assert "script-src 'none'" in response.headers["Content-Security-Policy"], path
         page = text(response)
-        assert portal_account.api_key not in page and "sekrit-sekrit-0123456789" not in page, path
+        assert portal_account.api_key not in page and "whsec_c2Vrcml0LXNla3JpdC0wMTIzNDU2Nzg5" not in page, path
         assert "<script" not in page and " style=" not in page, path
     # Every form that changes something carries a CSRF token.
     assert csrf(client, f"/app/api-keys/{portal_account.key.id}")

@@ -385,10 +385,10 @@ def test_a_malformed_webhook_url_is_a_form_error(client, portal_account, url):
     login(client)
     page = f"/app/api-keys/{portal_account.key.id}"
     response = client.post(f"{page}/webhook", data={"csrf_token": csrf(client, page), "url": url,
-                                                    "secret": "a-typed-secret-0123456789"})
+                                                    "secret": "whsec_YSB0eXBlZCBzZWNyZXQgMDEyMzQ1Njc4OQ=="})
     html = response.get_data(as_text=True)
     assert response.status_code == 400 and "webhook URL" in html and 'class="flash error"' in html
-    assert "a-typed-secret-0123456789" not in html  # a typed secret is not echoed back
+    assert "whsec_YSB0eXBlZCBzZWNyZXQgMDEyMzQ1Njc4OQ==" not in html  # a typed secret is not echoed back
     with db.connection_context():
         key = ApiKey.get_by_id(portal_account.key.id)
         assert key.webhook_url is None and key.webhook_secret_enc is None

@@ -37,7 +37,7 @@ from tests.reliability.servers import RawServer, RedisServer, TcpProxy, free_por
 from app.services.recovery import sweep
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
-SECRET = "whsec_fault_receiver_secret_0123"
+SECRET = "whsec_ZmF1bHQgcmVjZWl2ZXIgc2VjcmV0IDAxMjM="
 STALE = 30
 START = "2026-11-21 12:00:00"
 ON_POSTGRES = os.environ.get("TEST_DATABASE_URL", "").startswith("postgres")

@@ -68,7 +68,7 @@ def portal_user(acct, email):
     return email
 
 
-def receiver(simulator, name, responses=(200,), secret="whsec_receiver_0123456789abcdef"):
+def receiver(simulator, name, responses=(200,), secret="whsec_cmVjZWl2ZXIgMDEyMzQ1Njc4OWFiY2RlZg=="):
     requests.post(f"{simulator.url}/_sim/receivers/{name}", timeout=5,
                   json={"secret": secret, "responses": list(responses)}).raise_for_status()
     return f"{simulator.url}/_sim/hooks/{name}"
@@ -147,32 +147,32 @@ def everywhere(app, client, make_customer, simulator, jobs, caplog):
 
 def _flow(app, client, make_customer, simulator, jobs, pipeline):
     secrets, bodies = [], []
-    hook = receiver(simulator, "secrets", responses=[500, 200], secret="whsec_service_set_secret_0123456789")
+    hook = receiver(simulator, "secrets", responses=[500, 200], secret="whsec_c2VydmljZSBzZXQgc2VjcmV0IDAxMjM0NTY3ODk=")
     owner = make_customer(tier="business", credits=500, webhook_url=hook,
-                          webhook_secret="whsec_service_set_secret_0123456789")
+                          webhook_secret="whsec_c2VydmljZSBzZXQgc2VjcmV0IDAxMjM0NTY3ODk=")
     other = make_customer(tier="pro", credits=0)
-    secrets += [owner.api_key, other.api_key, "whsec_service_set_secret_0123456789"]
+    secrets += [owner.api_key, other.api_key, "whsec_c2VydmljZSBzZXQgc2VjcmV0IDAxMjM0NTY3ODk="]
 
     cli = app.test_cli_runner().invoke(args=["keys", "issue", owner.id, "--webhook-url", hook,
-                                             "--webhook-secret", "whsec_cli_set_secret_0123456789ab", "--json"])
+                                             "--webhook-secret", "whsec_Y2xpIHNldCBzZWNyZXQgMDEyMzQ1Njc4OWFi", "--json"])
     assert cli.exit_code == 0, cli.output
     cli_key = json.loads(cli.output)["api_key"]
-    secrets += [cli_key, "whsec_cli_set_secret_0123456789ab"]
+    secrets += [cli_key, "whsec_Y2xpIHNldCBzZWNyZXQgMDEyMzQ1Njc4OWFi"]
     with db.connection_context():
         key2, plain2 = accounts.issue_key(owner.id, "second")
-        webhooks.set_webhook(key2.id, owner.id, hook, "whsec_set_webhook_secret_abcdefgh")
+        webhooks.set_webhook(key2.id, owner.id, hook, "whsec_c2V0IHdlYmhvb2sgc2VjcmV0IGFiY2RlZmdo")
         generated = webhooks.generate_secret(key2.id, owner.id)
-    secrets += [plain2, "whsec_set_webhook_secret_abcdefgh", generated]
+    secrets += [plain2, "whsec_c2V0IHdlYmhvb2sgc2VjcmV0IGFiY2RlZmdo", generated]
 
     # The portal: set a secret through the form, generate one, reveal it.
     email = portal_user(owner, "owner@secrets.example")
     portal = Portal(client, email)
     page = f"/app/api-keys/{owner.key.id}"
-    portal.post(f"{page}/webhook", {"url": hook, "secret": "portal_form_secret_0123456789"}, page=page)
+    portal.post(f"{page}/webhook", {"url": hook, "secret": "whsec_cG9ydGFsIGZvcm0gc2VjcmV0IDAxMjM0NTY3ODk="}, page=page)
     generated = portal.post(f"{page}/secret", page=page)  # shown in that response only
     shown = re.search(r'id="revealed-secret">([^<]+)<', generated.get_data(as_text=True)).group(1)
     assert shown in portal.post(f"{page}/secret/reveal", page=page).get_data(as_text=True)  # on request
-    secrets += ["portal_form_secret_0123456789", shown]
+    secrets += ["whsec_cG9ydGFsIGZvcm0gc2VjcmV0IDAxMjM0NTY3ODk=", shown]
     # The portal's signed receiver expects the current secret: use it from here on.
     receiver(simulator, "secrets", responses=[500, 200], secret=shown)
 
@@ -275,8 +275,8 @@ def test_a_secret_that_slips_into_a_log_line_is_redacted_by_the_pipeline(app, ac
 @pytest.mark.config(WEBHOOK_RETRY_SCHEDULE=())
 def test_tenant_isolation_on_every_route(app, client, make_customer, simulator, jobs, figures):
     hook = receiver(simulator, "isolation", responses=[500])
-    alice = make_customer(tier="business", credits=200, webhook_url=hook, webhook_secret="whsec_alice_0123456789ab")
-    bob = make_customer(tier="business", credits=200, webhook_url=hook, webhook_secret="whsec_bob_0123456789abcd")
+    alice = make_customer(tier="business", credits=200, webhook_url=hook, webhook_secret="whsec_YWxpY2UgMDEyMzQ1Njc4OWFi")
+    bob = make_customer(tier="business", credits=200, webhook_url=hook, webhook_secret="whsec_Ym9iIDAxMjM0NTY3ODlhYmNk")
     portal_user(alice, "alice@isolation.example")
     with freeze_time(utcnow()) as frozen:
         bob_scan = client.post(SCAN, json={"target": "bob@example.com"}, headers=bob.headers).json["scan_id"]
@@ -319,7 +319,7 @@ def test_tenant_isolation_on_every_route(app, client, make_customer, simulator, 
         assert (after.status, after.attempts, after.job_id) == ("failed", bob_delivery.attempts, bob_delivery.job_id)
         bob_key_row = ApiKey.get_by_id(bob.key.id)
         assert bob_key_row.webhook_url == hook and decrypt_secret(bob_key_row.webhook_secret_enc) == \
-            "whsec_bob_0123456789abcd"
+            "whsec_Ym9iIDAxMjM0NTY3ODlhYmNk"
         assert WebhookDelivery.select().where(WebhookDelivery.customer == bob.id).count() == 2  # no test event
     # Alice's pages never show Bob's key, deliveries, scans or ledger.
     pages = "".join(portal.get(p).get_data(as_text=True) for p in

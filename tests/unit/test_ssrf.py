@@ -181,7 +181,7 @@ def test_the_session_ignores_proxies_from_the_environment(app, monkeypatch):
 @pytest.mark.config(APP_ENV="production", WEBHOOK_RETRY_SCHEDULE=())
 def test_a_delivery_to_a_rebound_host_is_logged_as_ssrf_refused(app, dns, connections, make_customer, jobs):
     dns.answer(HOST, [PUBLIC], ["169.254.169.254"])
-    account = make_customer(webhook_url=URL, webhook_secret="whsec_0123456789abcdef")
+    account = make_customer(webhook_url=URL, webhook_secret="whsec_MDEyMzQ1Njc4OWFiY2RlZg==")
     delivery = webhooks.send_test_event(account.key.id, account.customer.id)
     jobs.run()
     [attempt] = DeliveryAttempt.select().where(DeliveryAttempt.delivery == delivery.id)
@@ -193,7 +193,7 @@ def test_a_delivery_to_a_rebound_host_is_logged_as_ssrf_refused(app, dns, connec
 def test_a_plain_http_url_left_from_before_is_refused_at_send_time(
         app, connections, make_customer, jobs, simulator, monkeypatch):
     # Saved in development (no guard), sent after the service moved to production.
-    account = make_customer(webhook_url=f"{simulator.url}/_sim/hooks/never", webhook_secret="whsec_0123456789abcdef")
+    account = make_customer(webhook_url=f"{simulator.url}/_sim/hooks/never", webhook_secret="whsec_MDEyMzQ1Njc4OWFiY2RlZg==")
     delivery = webhooks.send_test_event(account.key.id, account.customer.id)
     monkeypatch.setitem(runtime.config, "APP_ENV", "production")
     jobs.run()

@@ -605,7 +605,7 @@ def test_a_replayed_job_of_a_live_chain_does_nothing(client, make_customer, jobs
 def test_two_jobs_racing_to_finish_a_scan_finish_it_once(client, make_customer, jobs):
     """Both saw the engine done: one verdict, one completed_at, one webhook event."""
     account = make_customer(credits=1000, webhook_url="http://127.0.0.1:9/hook",
-                            webhook_secret="s3cret-0123456789")
+                            webhook_secret="whsec_ZW5naW5lIGpvYnMgczNjcmV0IHZhbHVl")
     with freeze_time(START) as frozen:
         scan_id = create(client, account, "jane.doe@example.com")["scan_id"]
         result = normalize_result({"risk": {"score": 30}}, "email")

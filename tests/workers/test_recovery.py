@@ -410,10 +410,10 @@ def test_scans_recover_redispatches_a_fresh_delivery_whose_job_is_gone(app, clie
     """The same for webhook deliveries: one created moments ago whose job Redis lost is sent now, once."""
     from app.models import DeliveryAttempt, WebhookDelivery
     from tests.jobrunner import JobRunner
-    requests.post(f"{simulator.url}/_sim/receivers/recover-now", json={"secret": "whsec_0123456789abcdef",
+    requests.post(f"{simulator.url}/_sim/receivers/recover-now", json={"secret": "whsec_cmVjb3Zlci1ub3cgc2VjcmV0IDAxMjM=",
                                                                       "responses": [200]}, timeout=5)
     account = make_customer(webhook_url=f"{simulator.url}/_sim/hooks/recover-now",
-                            webhook_secret="whsec_0123456789abcdef")
+                            webhook_secret="whsec_cmVjb3Zlci1ub3cgc2VjcmV0IDAxMjM=")
     with freeze_time(START) as frozen:
         scan_id = create(client, account, "john.roe@example.com")
         engine_only = JobRunner(redis_conn, queue_names=(ENGINE_QUEUE,))

@@ -21,7 +21,7 @@ from tests.jobrunner import JobRunner
 from app.jobs import ENGINE_QUEUE, enqueue_delivery
 from app.services.recovery import sweep
 
-SECRET = "whsec_receiver_secret_0123456789"
+SECRET = "whsec_cmVjZWl2ZXIgc2VjcmV0IDAxMjM0NTY3ODk="
 RESULT_FIELDS = {"risk", "counts", "profiles", "contacts", "breaches", "phone_profile", "ai_summary", "artifacts"}
 START = "2026-11-21 12:00:00"
 

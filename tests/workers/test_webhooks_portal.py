@@ -15,7 +15,7 @@ from app.services import webhooks
 from app.services.accounts import AccountError
 from app.services.crypto import decrypt_secret
 
-SECRET = "whsec_portal_secret_0123456789"
+SECRET = "whsec_cG9ydGFsIHNlY3JldCAwMTIzNDU2Nzg5"
 START = "2026-11-21 12:00:00"
 
 
@@ -58,8 +58,11 @@ def test_set_webhook_stores_the_url_and_the_secret_encrypted(make_customer):
 
 @pytest.mark.parametrize("url, secret, message", [
     ("ftp://hooks.example.com/x", None, "absolute"),
-    ("https://hooks.example.com/x", "short", "16 to 256"),
-    ("https://hooks.example.com/x", f" {SECRET}", "white space"),
+    ("https://hooks.example.com/x", "short", "whsec_ followed by standard base64"),
+    ("https://hooks.example.com/x", f" {SECRET}", "whsec_ followed by standard base64"),
+    ("https://hooks.example.com/x", "0123456789abcdef0123456789abcdef", "whsec_ followed"),  # no prefix
+    ("https://hooks.example.com/x", "whsec_c2VjcmV0X3dpdGhfdXJsc2FmZV9hbHBoYWJldA-_", "standard base64"),
+    ("https://hooks.example.com/x", "whsec_c2hvcnQ=", "decode to 16 to 128 bytes, not 5"),
 ])
 def test_set_webhook_refuses_bad_input(make_customer, url, secret, message):
     account = make_customer()
@@ -132,7 +135,7 @@ def test_redelivery_starts_a_new_series_to_the_current_url(make_customer, receiv
         frozen.tick(3600)
         again = webhooks.redeliver(delivery.id, account.customer.id)
         assert (again.id, again.status, again.body) == (delivery.id, "pending", failed.body)
-        with pytest.raises(AccountError, match="only a failed"):
+        with pytest.raises(webhooks.DeliveryPending, match="pending"):
             webhooks.redeliver(delivery.id, account.customer.id)  # pending again already
         assert jobs.run(frozen, until=lambda: final(delivery.id))
 
@@ -149,15 +152,18 @@ def test_redelivery_starts_a_new_series_to_the_current_url(make_customer, receiv
 
 
 @pytest.mark.config(WEBHOOK_RETRY_SCHEDULE=())
-def test_only_a_failed_delivery_can_be_redelivered(make_customer, receiver, jobs):
-    url, _ = receiver()
+def test_a_pending_delivery_is_not_redelivered_a_succeeded_one_is(make_customer, receiver, jobs):
+    url, received = receiver()
     account = make_customer(webhook_url=url, webhook_secret=SECRET)
     delivery = webhooks.send_test_event(account.key.id, account.customer.id)
-    with pytest.raises(AccountError, match="only a failed"):
+    with pytest.raises(webhooks.DeliveryPending, match="pending"):
         webhooks.redeliver(delivery.id, account.customer.id)  # pending
     jobs.run()
-    with pytest.raises(AccountError, match="only a failed"):
-        webhooks.redeliver(delivery.id, account.customer.id)  # succeeded
+    assert WebhookDelivery.get_by_id(delivery.id).status == "succeeded"
+    again = webhooks.redeliver(delivery.id, account.customer.id)
+    assert (again.status, again.series_start) == ("pending", 1)
+    jobs.run()
+    assert (WebhookDelivery.get_by_id(delivery.id).status, len(received())) == ("succeeded", 2)
 
 
 @pytest.mark.config(WEBHOOK_RETRY_SCHEDULE=())

@@ -1,0 +1,98 @@
+"""The webhook delivery endpoints (D17): the customer's deliveries, and redelivery.
+
+Views stay thin: ``services.webhooks`` owns the query and the rules and raises the domain
+errors (``DeliveryNotFound``, ``DeliveryPending``, ``WebhookUrlMissing``, ``InvalidRequest``)
+that ``app.errors`` maps to their statuses; authentication, charging (1 credit, as every
+call) and the limit headers are ``app.api.hooks``'s job.
+"""
+from __future__ import annotations
+
+from flask import g
+from flask.views import MethodView
+
+from app.api import hooks
+from app.api.base import ApiBlueprint
+from app.api.scans import HEADERS, SECURITY
+from app.schemas.deliveries import DeliveryListArgs, DeliveryListSchema, RedeliveredSchema
+from app.schemas.errors import ErrorSchema
+from app.services import webhooks
+
+blp = ApiBlueprint("deliveries", __name__, url_prefix="/api/v1",
+                   description="Webhook deliveries: catch up on the events a receiver missed, and send one again.")
+hooks.install(blp)
+
+ERRORS = {
+    401: "`unauthorized` (header missing or malformed), `invalid_token` (unknown or revoked key)",
+    402: "`insufficient_balance`",
+    503: "`service_unavailable` (database unreachable); with `Retry-After`",
+}
+# One example per code a status carries on these endpoints, as the services word it.
+ERROR_EXAMPLES = {
+    "invalid_request": "starting_after: no delivery dlv_T3JhbmdlIGp1aWNlIGJveA of this account",
+    "webhook_url_missing": "the key has no webhook URL",
+    "unauthorized": "the Authorization header must be 'Bearer <API key>'",
+    "invalid_token": "the API key is unknown or revoked",
+    "insufficient_balance": "the account balance is below 1 credit",
+    "not_found": "no delivery dlv_T3JhbmdlIGp1aWNlIGJveA",
+    "delivery_pending": "the delivery is pending: its attempts are still under way",
+    "service_unavailable": "the database cannot be reached; try again shortly",
+}
+
+LIST_EXAMPLE = {"ok": True, "has_more": False, "data": [{
+    "delivery_id": "dlv_T3JhbmdlIGp1aWNlIGJveA", "event": "scan.completed", "scan_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q",
+    "status": "pending", "created_at": "2026-11-21T12:03:05Z",
+    "attempts": [{"attempt": 1, "at": "2026-11-21T12:03:05Z", "http_status": 503, "error": None, "duration_ms": 87},
+                 {"attempt": 2, "at": "2026-11-21T12:03:06Z", "http_status": None, "error": "timeout",
+                  "duration_ms": 10002}],
+    "next_attempt_at": "2026-11-21T12:03:36Z",
+    "body": '{"event":"scan.completed","scan_id":"scn_3kT9wQ0vXl2mYp7aRz1b4Q","target":"jane.doe@example.com",'
+            '"kind":"email","status":"completed","completed_at":"2026-11-21T12:03:05Z","result":{}}'}]}
+REDELIVERED_EXAMPLE = {"ok": True, **{k: v for k, v in LIST_EXAMPLE["data"][0].items()
+                                      if k != "next_attempt_at"},
+                       "status": "pending", "next_attempt_at": "2026-11-21T13:00:00Z"}
+
+
+def error_examples(text: str) -> dict:
+    """An example body for every code a status's description names."""
+    return {code: {"summary": code, "value": {"ok": False, "error": code, "message": message,
+                                              "request_id": "req_4f1c2a9e0b7d3c5a6e8f9a1b"}}
+            for code, message in ERROR_EXAMPLES.items() if f"`{code}`" in text}
+
+
+def documented_errors(statuses: dict):
+    def decorate(view):
+        for status, text in reversed(list(statuses.items())):
+            view = blp.alt_response(status, schema=ErrorSchema, description=f"Error codes: {text}.",
+                                    examples=error_examples(text))(view)
+        return view
+    return decorate
+
+
+@blp.route("/deliveries")
+class DeliveryList(MethodView):
+    @blp.doc(security=SECURITY, summary="List webhook deliveries", operationId="listDeliveries")
+    @blp.arguments(DeliveryListArgs, location="query", as_kwargs=True)
+    @blp.response(200, DeliveryListSchema, headers=HEADERS, example=LIST_EXAMPLE,
+                  description="One page of deliveries, newest first.")
+    @documented_errors({400: "`invalid_request` (a filter, `limit` or `starting_after` refused, with `details` "
+                             "for the query's shape)", **ERRORS})
+    def get(self, limit, **filters):
+        """The webhook deliveries of every key of the account, newest first, each with its attempts and
+        the exact body sent. A receiver that was down reads here what it missed. Costs 1 credit."""
+        data, has_more = webhooks.customer_deliveries(g.customer.id, limit=limit, **filters)
+        return {"ok": True, "data": data, "has_more": has_more}
+
+
+@blp.route("/deliveries/<string:delivery_id>/redeliver")
+class Redeliver(MethodView):
+    @blp.doc(security=SECURITY, summary="Redeliver a webhook", operationId="redeliverDelivery")
+    @blp.response(202, RedeliveredSchema, headers=HEADERS, example=REDELIVERED_EXAMPLE,
+                  description="A new series of attempts is queued.")
+    @documented_errors({400: "`webhook_url_missing` (the key that sent it has no webhook URL now)", **ERRORS,
+                        404: "`not_found` (no delivery of this account has this id)",
+                        409: "`delivery_pending` (its attempts are still under way; free of charge)"})
+    def post(self, delivery_id):
+        """Send a failed or succeeded delivery again: same `delivery_id`, same body, signed anew with the key's
+        secrets of now, to the key's webhook URL of now, with the full retry schedule. Costs 1 credit."""
+        webhooks.redeliver(delivery_id, g.customer.id)
+        return {"ok": True, **webhooks.customer_delivery(delivery_id)}
