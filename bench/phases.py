@@ -446,7 +446,8 @@ def scale_phase(stack: Stack, opts, out: Path, log) -> dict:
     (out / "scale-timeseries.csv").write_text(
         ",".join(keys) + "\n" + "\n".join(",".join(f"{r[k]:.3f}" if k == "t" else str(r[k]) for k in keys)
                                           for r in rows) + "\n")
-    sizes = stack.sql("SELECT relname, pg_total_relation_size(relid) FROM pg_stat_user_tables ORDER BY 2 DESC")
+    sizes = stack.sql("SELECT relname, pg_total_relation_size(relid) FROM pg_stat_user_tables "
+                      "WHERE schemaname = 'public' ORDER BY 2 DESC")  # not the floor's tables
     scans = stack.sql("SELECT engine_id, extract(epoch from completed_at) * 1000 FROM scan "
                       "WHERE completed_at IS NOT NULL")
     lateness = [float(done_at) - engine_done_ms(engine_id, scale) for engine_id, done_at in scans]

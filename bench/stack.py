@@ -154,6 +154,7 @@ class Stack:
         conn = psycopg2.connect(PG_DSN)
         conn.autocommit = True
         with conn.cursor() as cur:
+            cur.execute("DROP SCHEMA IF EXISTS floor CASCADE")  # the floor app's, if an HTTP phase left it
             cur.execute("DROP SCHEMA IF EXISTS public CASCADE")
             cur.execute("CREATE SCHEMA public")
         conn.close()
