@@ -149,15 +149,16 @@ def limits_table(data: dict) -> Table:
 
 def key_record(data: dict) -> Table:
     return Table.record([("key", data["key_id"]), ("customer", data["customer_id"]), ("name", data["name"]),
-                         ("key shown as", key_display(data['prefix'], data['last4'])), ("status", data["status"]),
+                         ("key shown as", key_display(data['prefix'], data['last4'])), ("mode", data["mode"]),
+                         ("status", data["status"]),
                          ("created", data["created_at"]), ("last used", data["last_used_at"]),
                          ("webhook URL", data["webhook_url"]), ("webhook secret", data["has_webhook_secret"])])
 
 
 def keys_table(rows: list[dict], title: str | None = None) -> Table:
-    return Table([(k["key_id"], k["customer_id"], key_display(k["prefix"], k["last4"]), k["status"],
+    return Table([(k["key_id"], k["customer_id"], key_display(k["prefix"], k["last4"]), k["mode"], k["status"],
                    k["last_used_at"], k["webhook_url"], k["name"]) for k in rows],
-                 headers=["key", "customer", "shown as", "status", "last used", "webhook URL", "name"],
+                 headers=["key", "customer", "shown as", "mode", "status", "last used", "webhook URL", "name"],
                  title=title, empty="no keys")
 
 
@@ -274,8 +275,10 @@ def customers_recount(customer_id, as_json):
 @click.option("--webhook-url")
 @click.option("--webhook-secret", help="Visible to other users in `ps`: prefer --webhook-secret-stdin.")
 @click.option("--webhook-secret-stdin", is_flag=True, help="Read the webhook secret from standard input.")
+@click.option("--test", "test_mode", is_flag=True,
+              help="Issue a test key (service_test_…): free, sandbox engine, data apart from live keys.")
 @json_option
-def keys_issue(customer_id, name, webhook_url, webhook_secret, webhook_secret_stdin, as_json):
+def keys_issue(customer_id, name, webhook_url, webhook_secret, webhook_secret_stdin, test_mode, as_json):
     """Issue a key. Its plaintext is printed now and can never be shown again."""
     if webhook_secret_stdin:
         if webhook_secret is not None:
@@ -283,7 +286,8 @@ def keys_issue(customer_id, name, webhook_url, webhook_secret, webhook_secret_st
         webhook_secret = read_secret_line()
         if not webhook_secret:
             fail(as_json, "no webhook secret on standard input")
-    key, plaintext = run(as_json, lambda: accounts.issue_key(customer_id, name, webhook_url, webhook_secret))
+    key, plaintext = run(as_json, lambda: accounts.issue_key(customer_id, name, webhook_url, webhook_secret,
+                                                             livemode=not test_mode))
     data = accounts.key_dict(key)
     emit(as_json, {**data, "api_key": plaintext}, key_record(data), f"api key (shown once, store it now): {plaintext}")
 

@@ -102,6 +102,12 @@ def load_settings(env=None) -> dict:
         "PUBLIC_BASE_URL": (env.get("PUBLIC_BASE_URL") or "").rstrip("/") or None,
         "WEBHOOK_RETRY_SCHEDULE": parse_retry_schedule(env.get("WEBHOOK_RETRY_SCHEDULE") or "0,30,300"),
         "WEBHOOK_TIMEOUT_SECONDS": _float(env, "WEBHOOK_TIMEOUT_SECONDS", 10.0),
+        # D18: how many deliveries one worker process has in flight at once, and how many of
+        # them may go to one receiver host (host name and port of the webhook URL).
+        "WEBHOOK_CONCURRENCY": _count(env, "WEBHOOK_CONCURRENCY", 100),
+        "WEBHOOK_HOST_CONCURRENCY": _count(env, "WEBHOOK_HOST_CONCURRENCY", 10),
+        # Test events a key may send from the portal per minute.
+        "WEBHOOK_TEST_EVENTS_PER_MINUTE": _count(env, "WEBHOOK_TEST_EVENTS_PER_MINUTE", 5),
         "SCAN_TIMEOUT_SECONDS": _int(env, "SCAN_TIMEOUT_SECONDS", 900),
         # How long a test-mode scan takes in the sandbox engine (D15); its timeout is 3 times that.
         "SANDBOX_SCAN_SECONDS": _positive(env, "SANDBOX_SCAN_SECONDS", 5.0),

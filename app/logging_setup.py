@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 
 _context: contextvars.ContextVar[dict] = contextvars.ContextVar("log_context", default={})
 _configured = False
-SECRET_RE = re.compile(r"(service_live_|whsec_)[A-Za-z0-9_\-]{4,}")
+SECRET_RE = re.compile(r"(service_live_|service_test_|whsec_)[A-Za-z0-9_\-]{4,}")
 FIELDS = ("request_id", "customer_id", "scan_id", "delivery_id")
 
 

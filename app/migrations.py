@@ -35,7 +35,8 @@ def _quota_counters(database):
     for index in ("scan_customer_id", "scan_api_key_id", "scan_customer_id_status", "scan_status_last_checked_at"):
         database.execute_sql(f'DROP INDEX IF EXISTS "{index}"')
     Scan._schema.create_indexes(safe=True)  # the two partial indexes of scans in flight
-    in_flight, minutes = counted_from_scans(utcnow())
+    # livemode=None: every scan (a database this old has no test scans, nor the column).
+    in_flight, minutes = counted_from_scans(utcnow(), livemode=None)
     for customer_id, count in in_flight.items():
         database.execute_sql(f'UPDATE "customer" SET in_flight = {database.param} WHERE id = {database.param}',
                              (count, customer_id))
@@ -70,12 +71,39 @@ def _webhook_secret_rotation(database):
         database.execute_sql(f'ALTER TABLE "api_key" ADD COLUMN "webhook_secret_switch_at" {kind}')
 
 
+def _test_mode(database):
+    """Test mode (D15): ``livemode`` on keys, batches, scans, deliveries and idempotency
+    records (existing rows are live), ``Customer.test_in_flight``, and the per-minute quota
+    counters keyed by mode. Safe on a schema that has any of it already."""
+    from app.models import IdempotencyRecord, QuotaMinute, utcnow
+    from app.services.quotas import counted_from_scans
+
+    for name in ("api_key", "bulk_batch", "scan", "webhook_delivery", "idempotency_record"):
+        if "livemode" not in {c.name for c in database.get_columns(name)}:
+            database.execute_sql(f'ALTER TABLE "{name}" ADD COLUMN "livemode" BOOLEAN NOT NULL DEFAULT TRUE')
+    if "test_in_flight" not in {c.name for c in database.get_columns("customer")}:
+        database.execute_sql('ALTER TABLE "customer" ADD COLUMN "test_in_flight" INTEGER NOT NULL DEFAULT 0')
+    # An Idempotency-Key is unique per customer and mode.
+    database.execute_sql('DROP INDEX IF EXISTS "idempotency_record_customer_id_key"')
+    IdempotencyRecord._schema.create_indexes(safe=True)
+    # The counters are derived data: rebuilt with the mode in their key, from the scans.
+    database.execute_sql(f'DROP TABLE IF EXISTS "{QuotaMinute._meta.table_name}"')
+    database.create_tables([QuotaMinute], safe=True)
+    rows = []
+    for livemode in (True, False):
+        _, minutes = counted_from_scans(utcnow(), livemode=livemode)
+        rows += [{"customer": c, "livemode": livemode, "minute": m, "scans": n} for (c, m), n in minutes.items()]
+    for start in range(0, len(rows), 500):
+        QuotaMinute.insert_many(rows[start:start + 500]).execute()
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 MIGRATIONS = [
     (1, "initial schema", _initial),
     (2, "quota counters, leaner scan indexes", _quota_counters),
     (4, "portal_sessions", _portal_sessions),
     (5, "webhook secret rotation", _webhook_secret_rotation),
+    (6, "test mode", _test_mode),
 ]
 
 

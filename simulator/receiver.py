@@ -2,16 +2,24 @@
 
 - ``POST /_sim/receivers/<name>`` ``{"secret": str, "responses": [int, ...], "delay_ms": int,
   "redirect_to": str}`` creates the receiver (201) or resets it (200), clearing its deliveries.
+  ``"secrets": [str, ...]`` instead of ``secret`` gives it several secrets, as a receiver
+  holds during a secret rotation (D16): a signature verifies when any of them signs it.
   ``responses`` (default ``[200]``) are answered in order, the last one repeated; a 3xx entry
   answers with ``Location`` pointing at ``/_sim/hooks/<redirect_to>`` (default
   ``<name>-redirected``), so a test can see whether the sender followed it.
 - ``POST /_sim/hooks/<name>`` records the delivery, waits ``delay_ms``, then answers.
 - ``GET /_sim/receivers/<name>/deliveries`` → ``{"deliveries": [...]}``, oldest first, each
-  ``{"received_at", "received_at_ms", "headers", "body", "signature_valid", "response_status"}``.
+  ``{"received_at", "received_at_ms", "headers", "body", "signature_valid",
+  "webhook_signature_valid", "response_status"}``: ``signature_valid`` is the check of
+  ``X-Service-Signature`` (§6.3), ``webhook_signature_valid`` the Standard Webhooks check of
+  ``webhook-id``/``webhook-timestamp``/``webhook-signature`` (D16: a ``v1,`` entry signed by
+  one of the secrets, a timestamp within 5 minutes). Both compare in constant time.
 
 A delivery is recorded when it arrives, before the delay, so a sender that gives up waiting
 has still delivered it, as with a real slow receiver.
 """
+import base64
+import binascii
 import hashlib
 import hmac
 import threading
@@ -25,22 +33,73 @@ from simulator.errors import json_error
 
 SIGNATURE_HEADER = "X-Service-Signature"
 SIGNATURE_PREFIX = "sha256="
+STANDARD_TOLERANCE_SECONDS = 5 * 60
 
 receiver_bp = Blueprint("receiver", __name__)
 
 
-def verify_signature(secret: str, raw_body: bytes, header_value: str | None) -> bool:
-    """Whether ``header_value`` is ``sha256=`` + lowercase hex HMAC-SHA256(secret, raw_body)."""
+def verify_signature(secret: str | list[str], raw_body: bytes, header_value: str | None) -> bool:
+    """Whether ``header_value`` is ``sha256=`` + lowercase hex HMAC-SHA256(secret, raw_body),
+    for ``secret`` or any of a list of secrets."""
     if not header_value:
         return False
-    expected = SIGNATURE_PREFIX + hmac.new(secret.encode("utf-8"), raw_body, hashlib.sha256).hexdigest()
+    given = header_value.encode("utf-8")
     # Bytes, because compare_digest refuses non-ASCII str and a header may hold anything.
-    return hmac.compare_digest(expected.encode("utf-8"), header_value.encode("utf-8"))
+    return any(hmac.compare_digest(
+        (SIGNATURE_PREFIX + hmac.new(s.encode("utf-8"), raw_body, hashlib.sha256).hexdigest()).encode("utf-8"), given)
+        for s in ([secret] if isinstance(secret, str) else secret))
+
+
+def standard_key(secret: str) -> bytes:
+    """The Standard Webhooks HMAC key: the base64-decoded part after ``whsec_`` (D16); a secret
+    of another form is used as its UTF-8 bytes."""
+    if secret.startswith("whsec_"):
+        encoded = secret[len("whsec_"):].rstrip("=")
+        try:
+            return base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+        except (binascii.Error, ValueError):
+            pass
+    return secret.encode("utf-8")
+
+
+def standard_signature(secret: str, msg_id: str, timestamp: str, raw_body: bytes) -> str:
+    """``v1,`` + base64 HMAC-SHA256 of ``"{id}.{timestamp}.{body}"`` keyed with ``standard_key``."""
+    signed = f"{msg_id}.{timestamp}.".encode("utf-8") + raw_body
+    return "v1," + base64.b64encode(hmac.new(standard_key(secret), signed, hashlib.sha256).digest()).decode()
+
+
+def _header(headers, name: str) -> str | None:
+    """A header of a request's headers or of a recorded plain dict, by name in any case."""
+    value = headers.get(name)
+    if value is None and isinstance(headers, dict):
+        value = next((v for k, v in headers.items() if k.lower() == name), None)
+    return value
+
+
+def standard_signed_by(secrets: list[str], raw_body: bytes, headers) -> list[bool]:
+    """For each secret, whether ``webhook-signature`` holds its entry (space-separated ``v1,`` entries)."""
+    msg_id, timestamp = _header(headers, "webhook-id"), _header(headers, "webhook-timestamp")
+    entries = (_header(headers, "webhook-signature") or "").split()
+    if not msg_id or not timestamp:
+        return [False for _ in secrets]
+    return [any(hmac.compare_digest(standard_signature(s, msg_id, timestamp, raw_body).encode("utf-8"),
+                                    entry.encode("utf-8")) for entry in entries) for s in secrets]
+
+
+def verify_standard(secrets: list[str], raw_body: bytes, headers, now: float | None = None) -> bool:
+    """Whether a ``v1,`` entry of ``webhook-signature`` is signed by one of ``secrets`` and
+    ``webhook-timestamp`` (Unix seconds) is within 5 minutes of now."""
+    timestamp = _header(headers, "webhook-timestamp") or ""
+    if not timestamp.isascii() or not timestamp.isdigit():
+        return False
+    if abs((time.time() if now is None else now) - int(timestamp)) > STANDARD_TOLERANCE_SECONDS:
+        return False
+    return any(standard_signed_by(secrets, raw_body, headers))
 
 
 @dataclass
 class Receiver:
-    secret: str
+    secrets: list[str]
     responses: list[int]
     delay_ms: int
     redirect_to: str
@@ -105,7 +164,8 @@ def hook(name: str):
             "received_at_ms": received_ms,
             "headers": dict(request.headers),
             "body": raw_body.decode("utf-8", errors="replace"),
-            "signature_valid": verify_signature(receiver.secret, raw_body, request.headers.get(SIGNATURE_HEADER)),
+            "signature_valid": verify_signature(receiver.secrets, raw_body, request.headers.get(SIGNATURE_HEADER)),
+            "webhook_signature_valid": verify_standard(receiver.secrets, raw_body, request.headers),
             "response_status": status,
         })
         delay_ms, redirect_to = receiver.delay_ms, receiver.redirect_to
@@ -126,19 +186,21 @@ def deliveries(name: str):
 def _parse_config(name: str, body) -> Receiver:
     if not isinstance(body, dict):
         raise InvalidConfig("the body must be a JSON object")
-    secret = body.get("secret", "")
+    if "secret" in body and "secrets" in body:
+        raise InvalidConfig("give secret or secrets, not both")
+    secrets = body["secrets"] if "secrets" in body else [body.get("secret", "")]
     responses = body.get("responses", [200])
     delay_ms = body.get("delay_ms", 0)
     redirect_to = body.get("redirect_to", f"{name}-redirected")
-    if not isinstance(secret, str):
-        raise InvalidConfig("secret must be a string")
+    if not isinstance(secrets, list) or not secrets or not all(isinstance(s, str) for s in secrets):
+        raise InvalidConfig("secret must be a string, secrets a non-empty list of strings")
     if not isinstance(responses, list) or not responses or not all(_is_status(r) for r in responses):
         raise InvalidConfig("responses must be a non-empty list of HTTP statuses 200 to 599")
     if not _is_int(delay_ms) or delay_ms < 0:
         raise InvalidConfig("delay_ms must be a non-negative integer")
     if not isinstance(redirect_to, str) or not redirect_to or "/" in redirect_to:
         raise InvalidConfig("redirect_to must be a receiver name")
-    return Receiver(secret=secret, responses=responses, delay_ms=delay_ms, redirect_to=redirect_to)
+    return Receiver(secrets=secrets, responses=responses, delay_ms=delay_ms, redirect_to=redirect_to)
 
 
 def _is_int(value) -> bool:

@@ -29,3 +29,9 @@ def customer(tier="business", credits=100, *, inflight=None, hour=None, day=None
         cust = accounts.set_limits(cust.id, inflight=inflight, hour=hour, day=day)
     key, plaintext = accounts.issue_key(cust.id, "test key", webhook_url, webhook_secret)
     return Account(cust, key, plaintext)
+
+
+def sandbox_key(account: Account, *, webhook_url=None, webhook_secret=None, name="sandbox key") -> Account:
+    """A test-mode key (``service_test_…``, D15) for the same customer as ``account``."""
+    key, plaintext = accounts.issue_key(account.id, name, webhook_url, webhook_secret, livemode=False)
+    return Account(account.customer, key, plaintext)

@@ -37,6 +37,8 @@ SWEEP_LOCK = "scan-api:recovery-sweep"
 # Set by the first SIGTERM/SIGINT, whoever receives it (the worker or ``main`` between
 # two workers): from then on nothing reconnects to Redis, and ``main`` returns.
 STOPPING = threading.Event()
+# The queue RQ's loop waits on when the delivery pool takes all of a worker's queues; nothing fills it.
+IDLE_QUEUE = "webhooks-pool-idle"
 # How long the scheduler waits after a Redis error before trying again.
 SCHEDULER_RETRY_SECONDS = 1.0
 
@@ -117,7 +119,27 @@ class PreciseScheduler(RQScheduler):
 
 
 class ScanWorker(SimpleWorker):
-    """SimpleWorker with the precise scheduler, that also runs the recovery sweep as a maintenance task."""
+    """SimpleWorker with the precise scheduler, that also runs the recovery sweep as a maintenance task.
+
+    Queues named in ``pooled`` are scheduled (their due jobs promoted) and listed as this
+    worker's, but their jobs are taken by the delivery pool (``workers.delivery_pool``),
+    not by RQ's one-at-a-time loop: that loop only dequeues the others (``engine``), so
+    tracking never waits behind a webhook. With no other queue it waits on an empty one
+    (``IDLE_QUEUE``) and keeps its heartbeat, scheduler and sweep.
+    """
+
+    def __init__(self, *args, pooled=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pooled = set(pooled)
+        self._ordered_queues = self._dequeued(self._ordered_queues)
+
+    def _dequeued(self, queues):
+        mine = [q for q in queues if q.name not in self.pooled]
+        return mine or [Queue(IDLE_QUEUE, connection=self.connection, serializer=self.serializer)]
+
+    def reorder_queues(self, reference_queue):
+        super().reorder_queues(reference_queue)
+        self._ordered_queues = self._dequeued(self._ordered_queues)
 
     def _start_scheduler(self, burst=False, logging_level="INFO", date_format=None, log_format=None):
         """RQ 2.12's ``_start_scheduler``, starting a PreciseScheduler."""
@@ -236,13 +258,13 @@ class StopNow(SystemExit):
         super().__init__(0)
 
 
-def build_worker(queues=(ENGINE_QUEUE, WEBHOOK_QUEUE), name=None) -> ScanWorker:
+def build_worker(queues=(ENGINE_QUEUE, WEBHOOK_QUEUE), name=None, pooled=()) -> ScanWorker:
     interval = max(1, int(runtime.config["RECOVERY_INTERVAL_SECONDS"]))
     # An idle RQ worker blocks on its queues for ``worker_ttl - 15`` s (405 s by default)
     # and runs maintenance only between two waits: size the wait to the sweep interval,
     # so that an idle worker still sweeps every RECOVERY_INTERVAL_SECONDS.
     return ScanWorker(list(queues), connection=runtime.redis(), name=name, maintenance_interval=interval,
-                      worker_ttl=min(DEFAULT_WORKER_TTL, interval + 15))
+                      worker_ttl=min(DEFAULT_WORKER_TTL, interval + 15), pooled=pooled)
 
 
 def main(argv=None) -> int:
@@ -250,7 +272,11 @@ def main(argv=None) -> int:
     parser.add_argument("--burst", action="store_true", help="Exit when the queues are empty.")
     parser.add_argument("--queues", default=f"{ENGINE_QUEUE},{WEBHOOK_QUEUE}")
     parser.add_argument("--name", default=None)
+    parser.add_argument("--webhook-concurrency", type=int, default=None, metavar="N",
+                        help="Webhook deliveries in flight at once (default: WEBHOOK_CONCURRENCY, 100).")
     args = parser.parse_args(argv)
+    if args.webhook_concurrency is not None and args.webhook_concurrency < 1:
+        parser.error("--webhook-concurrency must be at least 1")
     try:
         check()  # settings, and in production a reachable database: one line, not a traceback
         create_app()
@@ -259,9 +285,29 @@ def main(argv=None) -> int:
         return 1
     queues = [q for q in args.queues.split(",") if q]
     _trap_signals()
+    pool = None
+    if WEBHOOK_QUEUE in queues and not args.burst:  # a burst (tests, one-off drains) runs them on RQ's loop
+        from workers.delivery_pool import DeliveryPool
+        pool = DeliveryPool(size=args.webhook_concurrency, stopping=STOPPING)  # started by _work
+        log.info("delivering webhooks %d at a time (at most %d per receiver host)", pool.size, pool.per_host)
+    try:
+        return _work(queues, args, pool)
+    finally:
+        if pool is not None:
+            pool.stop()
+
+
+def _work(queues, args, pool) -> int:
     while not STOPPING.is_set():
         try:
-            worker = build_worker(queues, args.name)
+            worker = build_worker(queues, args.name, pooled=(WEBHOOK_QUEUE,) if pool is not None else ())
+            if pool is not None and not pool.started:
+                # Only now: RQ's worker has just raised the shared Redis client's socket timeout
+                # above its blocking wait on the queue. A connection the pool's threads opened
+                # before that kept the 5 s one; RQ's loop, given it from the shared pool, timed out
+                # in its 60 s wait, and RQ's "Redis connection timeout, quitting..." ended the
+                # whole process with deliveries still queued.
+                pool.start()
             worker.work(with_scheduler=True, burst=args.burst, logging_level=runtime.config["LOG_LEVEL"])
             return 0
         except StopNow:

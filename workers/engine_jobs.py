@@ -10,7 +10,6 @@ continue a chain.
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 
 from rq import get_current_job
 
@@ -20,7 +19,7 @@ from app.extensions import db
 from app.logging_setup import log_context
 from app.models import Scan, utcnow
 from app.models.scans import FINAL
-from app.services import engine, tracking
+from app.services import engine, scans, tracking
 from app.services.results import InvalidResult, normalize_result
 from app.services.reads import SCAN_BY_ID
 
@@ -60,7 +59,7 @@ def _track(scan_id: str, job_id: str | None) -> str:
         log.info("scan %s: job %s is not the current tracker, stopping", scan_id, job_id)
         return "stale"
     now = utcnow()
-    deadline = scan.created_at + timedelta(seconds=runtime.config["SCAN_TIMEOUT_SECONDS"])
+    deadline = tracking.deadline(scan)  # a test scan's is the sandbox's (D15)
     if scan.engine_id is None:
         # Reserved but not yet recorded as submitted (creation is still in its engine call):
         # nothing to look at. Never failed here, however old: if its creator died, the
@@ -72,7 +71,7 @@ def _track(scan_id: str, job_id: str | None) -> str:
     # late this look comes; one it cannot tell about (unreachable, nonsense) stays in
     # flight and is looked at again.
     try:
-        state = engine.status(scan.engine_id)
+        state = scans.engine_for(scan.livemode).status(scan.engine_id)
         outcome = _apply(scan, state, past_deadline=now >= deadline)
         if isinstance(outcome, dict):  # unfinished: the progress to record
             progress, outcome = outcome, "unfinished"

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Callable
 
 import requests
+from peewee import InterfaceError, OperationalError
+from playhouse.pool import MaxConnectionsExceeded
 from rq import get_current_job
 from urllib3.exceptions import HTTPError as Urllib3Error
 
@@ -32,18 +35,48 @@ REQUEST_ERRORS = (
     (requests.RequestException, "request_error"),
 )
 
+# The database failing for a moment (refused or broken connection, lock timeout) after the
+# request was made: the outcome is recorded again after these pauses rather than left to the
+# sweep (the attempt row would stay in_progress for ATTEMPT_DEADLINE_SECONDS). ``record`` is
+# a compare-and-set on the row, so a try whose commit did land makes the next one a no-op.
+RECORD_RETRY_PAUSES = (0.2, 0.5, 1.0, 2.0, 4.0)
+TRANSIENT_DB_ERRORS = (OperationalError, InterfaceError, MaxConnectionsExceeded)
+
 
 def deliver(delivery_id: str) -> str:
+    """The RQ job (``rq worker webhooks`` runs it one at a time; ``python -m workers`` runs
+    the same ``run`` on its delivery pool, ``workers.delivery_pool``)."""
     job = get_current_job()
-    with log_context(delivery_id=delivery_id), db.connection_context():
-        return _deliver(delivery_id, job.id if job else None)
+    return run(delivery_id, job.id if job else None)
 
 
-def _deliver(delivery_id: str, job_id: str | None) -> str:
-    attempt = deliveries.start_attempt(delivery_id, job_id)
-    if isinstance(attempt, str):
-        return attempt
-    return deliveries.record(attempt.delivery, attempt.row, _post(attempt.url, attempt.headers, attempt.body))
+def run(delivery_id: str, job_id: str | None, admit: Callable[[str], bool] | None = None) -> str:
+    """Make the attempt job ``job_id`` stands for: load it, send it, hand the outcome back.
+
+    A database connection is held only around the two service calls, never during the
+    HTTP request, so a hundred requests in flight do not need a hundred connections.
+    ``admit`` is the pool's per-receiver gate (``deliveries.start_attempt``)."""
+    with log_context(delivery_id=delivery_id):
+        with db.connection_context():
+            attempt = deliveries.start_attempt(delivery_id, job_id, admit)
+        if isinstance(attempt, str):
+            return attempt
+        outcome = _post(attempt.url, attempt.headers, attempt.body)
+        return _record(attempt, outcome)
+
+
+def _record(attempt, outcome: Outcome) -> str:
+    for pause in RECORD_RETRY_PAUSES + (None,):
+        try:
+            with db.connection_context():
+                return deliveries.record(attempt.delivery, attempt.row, outcome)
+        except TRANSIENT_DB_ERRORS as exc:
+            if pause is None:
+                raise
+            log.warning("delivery %s attempt %d: could not record the outcome (%s), retrying in %.1f s",
+                        attempt.delivery.id, attempt.row.number, exc.__class__.__name__, pause)
+            time.sleep(pause)
+    raise AssertionError("unreachable")
 
 
 def _post(url: str, headers: dict, body: bytes) -> Outcome:

@@ -46,6 +46,12 @@ call answered 2xx, 400, 403 or 404 costs 1 credit; 401, 402, 409, 429, 5xx and
 idempotent replays cost nothing. Every authenticated answer carries
 `X-Credits-Remaining`, `RateLimit-Policy` and `RateLimit`. Every error has the body
 `{"ok": false, "error", "message", "request_id"}`.
+
+Test keys (`service_test_...`) work on every endpoint without spending credits: their
+scans run in a sandbox with deterministic results (targets starting with `fail`, `slow`
+or `hang`, or phone numbers ending in 0000, 9999 or 8888, test the failure, slow and
+timeout paths), every body says `"livemode": false`, and test and live data never see
+each other.
 """
 
 
@@ -92,7 +98,7 @@ def register_api(app: Flask) -> Api:
                                                      "finishes, signed two ways."}]})
     api.register_converter(ScanIdConverter, lambda converter: {"type": "string"})
     api.spec.components.security_scheme("bearerAuth", {
-        "type": "http", "scheme": "bearer", "bearerFormat": "service_live_<random>"})
+        "type": "http", "scheme": "bearer", "bearerFormat": "service_live_<random> or service_test_<random>"})
 
     from app.api.scans import blp as scans_blp
     from app.schemas.scans import BulkTargetSchema, WebhookCompletedSchema, WebhookFailedSchema

@@ -40,12 +40,12 @@ ERROR_EXAMPLES = {
 
 LIST_EXAMPLE = {"ok": True, "has_more": False, "data": [{
     "delivery_id": "dlv_T3JhbmdlIGp1aWNlIGJveA", "event": "scan.completed", "scan_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q",
-    "status": "pending", "created_at": "2026-11-21T12:03:05Z",
+    "livemode": True, "status": "pending", "created_at": "2026-11-21T12:03:05Z",
     "attempts": [{"attempt": 1, "at": "2026-11-21T12:03:05Z", "http_status": 503, "error": None, "duration_ms": 87},
                  {"attempt": 2, "at": "2026-11-21T12:03:06Z", "http_status": None, "error": "timeout",
                   "duration_ms": 10002}],
     "next_attempt_at": "2026-11-21T12:03:36Z",
-    "body": '{"event":"scan.completed","scan_id":"scn_3kT9wQ0vXl2mYp7aRz1b4Q","target":"jane.doe@example.com",'
+    "body": '{"event":"scan.completed","scan_id":"scn_3kT9wQ0vXl2mYp7aRz1b4Q","livemode":true,"target":"jane.doe@example.com",'
             '"kind":"email","status":"completed","completed_at":"2026-11-21T12:03:05Z","result":{}}'}]}
 REDELIVERED_EXAMPLE = {"ok": True, **{k: v for k, v in LIST_EXAMPLE["data"][0].items()
                                       if k != "next_attempt_at"},
@@ -79,7 +79,8 @@ class DeliveryList(MethodView):
     def get(self, limit, **filters):
         """The webhook deliveries of every key of the account, newest first, each with its attempts and
         the exact body sent. A receiver that was down reads here what it missed. Costs 1 credit."""
-        data, has_more = webhooks.customer_deliveries(g.customer.id, limit=limit, **filters)
+        data, has_more = webhooks.customer_deliveries(g.customer.id, limit=limit, livemode=g.api_key.livemode,
+                                                      **filters)
         return {"ok": True, "data": data, "has_more": has_more}
 
 
@@ -94,5 +95,5 @@ class Redeliver(MethodView):
     def post(self, delivery_id):
         """Send a failed or succeeded delivery again: same `delivery_id`, same body, signed anew with the key's
         secrets of now, to the key's webhook URL of now, with the full retry schedule. Costs 1 credit."""
-        webhooks.redeliver(delivery_id, g.customer.id)
+        webhooks.redeliver(delivery_id, g.customer.id, livemode=g.api_key.livemode)
         return {"ok": True, **webhooks.customer_delivery(delivery_id)}

@@ -219,7 +219,7 @@ class ScanCreate(MethodView):
     def post(self, body):
         """Queue an investigation of one target. Costs 1 credit."""
         outcome = scans.create_scan(g.customer, g.api_key.id, body["target"], body.get("kind"),
-                                    request_id=g.request_id)
+                                    request_id=g.request_id, livemode=g.api_key.livemode)
         return json_body(with_poll_urls(hooks.served(outcome)), 202)
 
 
@@ -251,7 +251,8 @@ class BulkCreate(MethodView):
         codes={400: ("invalid_request", "no_targets", "too_many_targets"), 403: ("bulk_not_allowed",)})
     def post(self, body):
         """Queue up to 100 targets (Business and Enterprise). Costs 1 credit per queued scan, 1 if none."""
-        outcome = scans.create_bulk(g.customer, g.api_key.id, body["targets"], request_id=g.request_id)
+        outcome = scans.create_bulk(g.customer, g.api_key.id, body["targets"], request_id=g.request_id,
+                                    livemode=g.api_key.livemode)
         return json_body(with_poll_urls(hooks.served(outcome)), 202)
 
 
@@ -287,7 +288,7 @@ class ScanList(MethodView):
         for bound in ("created_after", "created_before"):
             if query.get(bound) is not None:  # the columns hold naive UTC
                 query[bound] = query[bound].astimezone(timezone.utc).replace(tzinfo=None)
-        return json_body(reads.list_scans(g.customer.id, **query))
+        return json_body(reads.list_scans(g.customer.id, livemode=g.api_key.livemode, **query))
 
 
 # Both reads authenticate and charge in the statement that reads (services.reads.serve_*).

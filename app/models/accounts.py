@@ -25,6 +25,8 @@ class Customer(BaseModel):
     # Scans queued or running, kept by the code that moves a scan in or out of flight
     # (admission, its reversal, the final transition), so admission never counts scans.
     in_flight = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])
+    # The same count for test-mode scans, which have limits of their own (D15).
+    test_in_flight = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])
     created_at = DateTimeField(default=utcnow)
 
 
@@ -46,6 +48,8 @@ class ApiKey(BaseModel):
     # current one. Both NULL when no rotation is under way (app.services.webhooks).
     webhook_next_secret_enc = TextField(null=True)
     webhook_secret_switch_at = DateTimeField(null=True)
+    # False for a test key (``service_test_``, D15): its scans go to the sandbox engine, free.
+    livemode = BooleanField(default=True, constraints=[SQL("DEFAULT TRUE")])
 
     @property
     def is_live(self) -> bool:

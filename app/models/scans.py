@@ -1,5 +1,5 @@
 """Scans, bulk batches and idempotency records."""
-from peewee import (BooleanField, CharField, CompositeKey, DateTimeField, ForeignKeyField, IntegerField, TextField)
+from peewee import (SQL, BooleanField, CharField, CompositeKey, DateTimeField, ForeignKeyField, IntegerField, TextField)
 
 from app.models.accounts import ApiKey, Customer
 from app.models.base import BaseModel, utcnow
@@ -15,6 +15,8 @@ class BulkBatch(BaseModel):
     api_key = ForeignKeyField(ApiKey, on_delete="CASCADE")
     total = IntegerField()
     created_at = DateTimeField(default=utcnow)
+    # The mode of the key that created it (D15); test and live data never mix.
+    livemode = BooleanField(default=True, constraints=[SQL("DEFAULT TRUE")])
 
 
 class Scan(BaseModel):
@@ -46,6 +48,8 @@ class Scan(BaseModel):
     tracking_job_id = CharField(max_length=80, null=True)
     last_checked_at = DateTimeField(null=True)
     check_errors = IntegerField(default=0)
+    # The mode of the key that created it (D15): which engine answers, whether it was charged.
+    livemode = BooleanField(default=True, constraints=[SQL("DEFAULT TRUE")])
 
     class Meta:
         indexes = (
@@ -71,11 +75,13 @@ class QuotaMinute(BaseModel):
     """
 
     customer = ForeignKeyField(Customer, on_delete="CASCADE", index=False)
+    # Live and test scans are counted apart (D15).
+    livemode = BooleanField(default=True)
     minute = DateTimeField()
     scans = IntegerField()
 
     class Meta:
-        primary_key = CompositeKey("customer", "minute")
+        primary_key = CompositeKey("customer", "livemode", "minute")
         indexes = ((("minute",), False),)  # the sweep's pruning, across customers
 
 
@@ -91,6 +97,8 @@ class IdempotencyRecord(BaseModel):
     response_status = IntegerField(null=True)
     response_body = TextField(null=True)
     created_at = DateTimeField(default=utcnow)
+    # A key used by a test key and by a live key names two requests (D15).
+    livemode = BooleanField(default=True, constraints=[SQL("DEFAULT TRUE")])
 
     class Meta:
-        indexes = ((("customer", "key"), True),)
+        indexes = ((("customer", "livemode", "key"), True),)

@@ -1,5 +1,5 @@
 """Webhook deliveries and their attempts (§6.5, D11)."""
-from peewee import AutoField, CharField, DateTimeField, ForeignKeyField, IntegerField, TextField
+from peewee import SQL, AutoField, BooleanField, CharField, DateTimeField, ForeignKeyField, IntegerField, TextField
 
 from app.models.accounts import ApiKey, Customer
 from app.models.base import BaseModel, utcnow
@@ -24,6 +24,8 @@ class WebhookDelivery(BaseModel):
     job_id = CharField(max_length=80, null=True)
     created_at = DateTimeField(default=utcnow)
     finished_at = DateTimeField(null=True)
+    # The mode of the key (D15): a test scan's delivery, or a test key's test event.
+    livemode = BooleanField(default=True, constraints=[SQL("DEFAULT TRUE")])
 
     class Meta:
         indexes = (

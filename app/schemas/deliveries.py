@@ -46,6 +46,8 @@ class DeliverySchema(ma.Schema):
     event = fields.String(required=True, metadata={"enum": ["scan.completed", "scan.failed"]})
     scan_id = fields.String(required=True, allow_none=True, metadata={
         "description": "null for a test event sent from the key's page.", "example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
+    livemode = fields.Boolean(required=True, metadata={
+        "description": "false for the deliveries of a test key (`service_test_…`), true otherwise.", "example": True})
     status = fields.String(required=True, metadata={"enum": ["pending", "succeeded", "failed"]})
     created_at = fields.String(required=True, metadata=TIME_DOC)
     attempts = fields.List(fields.Nested(AttemptSchema), required=True, metadata={"description": "Oldest first."})

@@ -126,6 +126,8 @@ TIME_DOC = {"format": "date-time", "example": "2026-11-21T12:00:00Z"}
 class ScanCreatedSchema(ma.Schema):
     ok = fields.Boolean(required=True, metadata={"example": True})
     scan_id = fields.String(required=True, metadata={"example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
+    livemode = fields.Boolean(required=True, metadata={
+        "description": "false for a scan made with a test key (`service_test_…`), true otherwise.", "example": True})
     kind = fields.String(required=True, metadata=KIND_DOC)
     recipes_to_run = fields.Integer(required=True, metadata={"example": 8})
     eta_seconds = fields.Integer(required=True, metadata={"example": 120})
@@ -138,6 +140,8 @@ class ScanSchema(ma.Schema):
 
     ok = fields.Boolean(required=True, metadata={"example": True})
     scan_id = fields.String(required=True)
+    livemode = fields.Boolean(required=True, metadata={
+        "description": "false for a scan made with a test key (`service_test_…`), true otherwise.", "example": True})
     status = fields.String(required=True, metadata=STATUS_DOC)
     target = fields.String(required=True)
     kind = fields.String(required=True, metadata=KIND_DOC)
@@ -162,6 +166,8 @@ class RejectedSchema(ma.Schema):
 
 class BulkScanEntrySchema(ma.Schema):
     scan_id = fields.String(required=True)
+    livemode = fields.Boolean(required=True, metadata={
+        "description": "false for a scan made with a test key (`service_test_…`), true otherwise.", "example": True})
     target = fields.String(required=True)
     kind = fields.String(required=True, metadata=KIND_DOC)
     poll_url = fields.String(required=True, metadata={"format": "uri"})
@@ -170,6 +176,8 @@ class BulkScanEntrySchema(ma.Schema):
 class BulkCreatedSchema(ma.Schema):
     ok = fields.Boolean(required=True, metadata={"example": True})
     bulk_id = fields.String(required=True, metadata={"example": "blk_Q2x0mV8rLk1cYt6nWb3a9g"})
+    livemode = fields.Boolean(required=True, metadata={
+        "description": "false for a batch made with a test key (`service_test_…`), true otherwise.", "example": True})
     total = fields.Integer(required=True, metadata={"description": "Targets submitted."})
     queued = fields.Integer(required=True, metadata={"description": "Targets accepted and queued."})
     rejected = fields.List(fields.Nested(RejectedSchema), required=True)
@@ -179,6 +187,8 @@ class BulkCreatedSchema(ma.Schema):
 
 class BulkScanStateSchema(ma.Schema):
     scan_id = fields.String(required=True)
+    livemode = fields.Boolean(required=True, metadata={
+        "description": "false for a scan made with a test key (`service_test_…`), true otherwise.", "example": True})
     status = fields.String(required=True, metadata=STATUS_DOC)
     target = fields.String(required=True)
     kind = fields.String(required=True, metadata=KIND_DOC)
@@ -191,6 +201,8 @@ class BulkScanStateSchema(ma.Schema):
 class BulkStateSchema(ma.Schema):
     ok = fields.Boolean(required=True, metadata={"example": True})
     bulk_id = fields.String(required=True)
+    livemode = fields.Boolean(required=True, metadata={
+        "description": "false for a batch made with a test key (`service_test_…`), true otherwise.", "example": True})
     total = fields.Integer(required=True, metadata={"description": "Targets submitted."})
     queued = fields.Integer(required=True)
     running = fields.Integer(required=True)

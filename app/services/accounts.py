@@ -118,18 +118,19 @@ def add_credits(customer_id: str, amount: int, reason: str) -> int:
 
 
 def issue_key(customer_id: str, name: str = "", webhook_url: str | None = None,
-              webhook_secret: str | None = None) -> tuple[ApiKey, str]:
-    """A new key; returns the row and the plaintext, which is never stored or shown again.
+              webhook_secret: str | None = None, *, livemode: bool = True) -> tuple[ApiKey, str]:
+    """A new key (a test key, ``service_test_…``, when ``livemode`` is False: D15); returns the
+    row and the plaintext, which is never stored or shown again.
 
     The webhook URL and secret go through ``webhooks.set_webhook``, the portal's own
     rules, in the key's transaction: a refused one leaves no key behind.
     """
     get_customer(customer_id)
     name = _check_text("name", name, MAX_NAME_LENGTH, required=False)
-    plaintext = new_api_key()
+    plaintext = new_api_key(livemode)
     with db.atomic():
         key = ApiKey.create(id=new_id("key"), customer=customer_id, name=name, digest=digest(plaintext),
-                            prefix=plaintext[:17], last4=plaintext[-4:])
+                            prefix=plaintext[:17], last4=plaintext[-4:], livemode=livemode)
         if webhook_url or webhook_secret is not None:
             key = webhooks.set_webhook(key.id, customer_id, webhook_url, webhook_secret)
     return key, plaintext
@@ -211,6 +212,7 @@ def key_dict(key: ApiKey) -> dict:
         "key_id": key.id, "customer_id": key.customer_id, "name": key.name, "prefix": key.prefix,
         "last4": key.last4, "created_at": iso(key.created_at), "last_used_at": iso(key.last_used_at),
         "revoked_at": iso(key.revoked_at), "status": "active" if key.is_live else "revoked",
+        "mode": "live" if key.livemode else "test",
         "webhook_url": key.webhook_url, "has_webhook_secret": bool(key.webhook_secret_enc),
     }
 
@@ -227,10 +229,13 @@ def recount(customer_id: str) -> dict:
     with write_transaction():
         customer = lock_customer(customer_id)
         counted, minutes = quotas.counted_from_scans(now, customer_id)
-        in_flight = counted[customer_id]
-        execute(f"UPDATE {table(Customer)} SET in_flight = ? WHERE id = ?", (in_flight, customer_id))
+        test_counted, test_minutes = quotas.counted_from_scans(now, customer_id, livemode=False)
+        in_flight, test_in_flight = counted[customer_id], test_counted[customer_id]
+        execute(f"UPDATE {table(Customer)} SET in_flight = ?, test_in_flight = ? WHERE id = ?",
+                (in_flight, test_in_flight, customer_id))
         QuotaMinute.delete().where(QuotaMinute.customer == customer_id).execute()
-        for (_, minute), count in minutes.items():
-            quotas.count_created(customer_id, minute, count)
+        for livemode, counts in ((True, minutes), (False, test_minutes)):
+            for (_, minute), count in counts.items():
+                quotas.count_created(customer_id, minute, count, livemode)
     return {"customer_id": customer_id, "in_flight": {"was": customer.in_flight, "now": in_flight},
             "day": sum(minutes.values())}

@@ -26,18 +26,26 @@ CALL_PRICE = 1
 CHARGED_STATUSES = frozenset({200, 202, 400, 403, 404})
 
 
-def call_is_charged(status: int) -> bool:
-    return status in CHARGED_STATUSES
+def is_billed(livemode: bool) -> bool:
+    """Whether a key's calls and scans are paid for: live ones are, test ones never (D15:
+    no charge, no credit needed, no ledger row). The one place that decides it."""
+    return bool(livemode)
 
 
-def admission_cost(queued: int) -> int:
-    """The credits a creation of ``queued`` scans costs: one per scan, one for a bulk call that queued none."""
-    return max(queued, 1)
+def call_is_charged(status: int, livemode: bool = True) -> bool:
+    return is_billed(livemode) and status in CHARGED_STATUSES
 
 
-def check_can_pay(balance: int) -> None:
-    """Refuse a call from a balance below one call's price (before any validation, D3)."""
-    if balance < CALL_PRICE:
+def admission_cost(queued: int, livemode: bool = True) -> int:
+    """The credits a creation of ``queued`` scans costs: one per scan, one for a bulk call that
+    queued none; nothing in test mode."""
+    return max(queued, 1) if is_billed(livemode) else 0
+
+
+def check_can_pay(balance: int, livemode: bool = True) -> None:
+    """Refuse a call from a balance below one call's price (before any validation, D3);
+    a test key needs no credit."""
+    if is_billed(livemode) and balance < CALL_PRICE:
         raise InsufficientBalance(balance)
 
 

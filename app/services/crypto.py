@@ -19,6 +19,9 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from app import runtime
 
 KEY_PREFIX = "service_live_"
+# Test-mode keys (D15): same length and randomness, another prefix.
+TEST_KEY_PREFIX = "service_test_"
+KEY_PREFIXES = (KEY_PREFIX, TEST_KEY_PREFIX)
 
 
 @lru_cache(maxsize=8)
@@ -46,9 +49,9 @@ def digest(api_key: str) -> str:
     return hashlib.sha256(api_key.encode()).hexdigest()
 
 
-def new_api_key() -> str:
-    """``service_live_`` + 43 URL-safe characters (256 random bits; D10 asks for >= 32)."""
-    return KEY_PREFIX + secrets.token_urlsafe(32)
+def new_api_key(livemode: bool = True) -> str:
+    """``service_live_`` (or ``service_test_``) + 43 URL-safe characters (256 random bits; D10 asks for >= 32)."""
+    return (KEY_PREFIX if livemode else TEST_KEY_PREFIX) + secrets.token_urlsafe(32)
 
 
 def new_webhook_secret() -> str:

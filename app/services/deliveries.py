@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Callable
 
 from app import metrics, runtime
 from app.db import db
@@ -65,9 +66,13 @@ class Attempt:
     body: bytes
 
 
-def start_attempt(delivery_id: str, job_id: str | None) -> Attempt | str:
+def start_attempt(delivery_id: str, job_id: str | None, admit: Callable[[str], bool] | None = None) -> Attempt | str:
     """Reserve the attempt job ``job_id`` stands for, or say why it makes none
-    (``"final"``: the delivery is over; ``"stale"``: the job is not the current one)."""
+    (``"final"``: the delivery is over; ``"stale"``: the job is not the current one;
+    ``"busy"``: ``admit(url)``, asked before anything is written, refused it).
+
+    ``admit`` is the worker's per-receiver gate (D18): a refused job has made no attempt
+    and may be run again later under the same id (``defer``)."""
     delivery = WebhookDelivery.get_or_none(WebhookDelivery.id == delivery_id)
     if delivery is None or delivery.status != PENDING:
         return "final"
@@ -75,6 +80,8 @@ def start_attempt(delivery_id: str, job_id: str | None) -> Attempt | str:
     if job_id is None or delivery.job_id != job_id or job_attempt_number(job_id) != number:
         log.info("delivery %s: job %s is not the current one, stopping", delivery_id, job_id)
         return "stale"
+    if admit is not None and not admit(delivery.url):
+        return "busy"
     # Everything that could fail is done before the claim: a claimed attempt is always
     # followed by its request (or its worker died, which the sweep sees).
     body = delivery.body.encode("utf-8")
@@ -137,6 +144,13 @@ def record(delivery: WebhookDelivery, attempt: DeliveryAttempt, outcome: Outcome
     if next_job is not None:
         enqueue_delivery(delivery.id, *next_job)
     return SUCCEEDED if outcome.succeeded else FAILED
+
+
+def defer(delivery_id: str, job_id: str, delay_seconds: float) -> bool:
+    """Put back a job that ``start_attempt`` found ``"busy"`` (it made no attempt): the
+    same job, so the same attempt, ``delay_seconds`` later. If Redis refuses, the sweep
+    enqueues it."""
+    return enqueue_delivery(delivery_id, job_id, delay_seconds)
 
 
 def _finish(delivery_id: str, number: int, status: str, now) -> None:

@@ -41,7 +41,7 @@ def _entry(delivery: WebhookDelivery, attempts: list[DeliveryAttempt], signed: b
     last = attempts[0] if attempts else None
     return {
         "delivery_id": delivery.id, "event": delivery.event, "scan_id": delivery.scan_id,
-        "test": delivery.scan_id is None, "status": delivery.status, "attempt_count": delivery.attempts,
+        "test": delivery.scan_id is None, "livemode": delivery.livemode, "status": delivery.status, "attempt_count": delivery.attempts,
         "created_at": delivery.created_at, "finished_at": delivery.finished_at,
         "next_attempt_at": delivery.next_attempt_at if delivery.status == PENDING else None,
         "can_redeliver": delivery.status != PENDING,  # failed or succeeded

@@ -35,10 +35,11 @@ def check_key(key: str) -> None:
         raise InvalidRequest("Idempotency-Key must not contain control characters")
 
 
-def claim_request(customer_id: str, key: str, endpoint: str, raw_body: bytes):
-    """Check ``key``, then ``claim`` it for this request (its endpoint and body)."""
+def claim_request(customer_id: str, key: str, endpoint: str, raw_body: bytes, livemode: bool = True):
+    """Check ``key``, then ``claim`` it for this request (its endpoint and body). Keys are
+    scoped by mode (D15): a test key's request never replays a live one's answer."""
     check_key(key)
-    return claim(customer_id, key, endpoint, request_hash(endpoint, raw_body))
+    return claim(customer_id, key, endpoint, request_hash(endpoint, raw_body), livemode)
 
 
 def settle(record_id: int, status: int, body) -> None:
@@ -63,17 +64,18 @@ def _conflict(message: str) -> Conflict:
     return Conflict(message)
 
 
-def claim(customer_id: str, key: str, endpoint: str, body_hash: str):
+def claim(customer_id: str, key: str, endpoint: str, body_hash: str, livemode: bool = True):
     """Returns ``("new", record_id)`` or ``("replay", status, body)``; raises 409 on conflict."""
     for _ in range(3):
         try:
             with db.atomic():
                 record = IdempotencyRecord.create(customer=customer_id, key=key, endpoint=endpoint,
-                                                  request_hash=body_hash)
+                                                  request_hash=body_hash, livemode=livemode)
             return ("new", record.id)
         except IntegrityError:
             pass
         existing = IdempotencyRecord.get_or_none((IdempotencyRecord.customer == customer_id)
+                                                 & (IdempotencyRecord.livemode == livemode)
                                                  & (IdempotencyRecord.key == key))
         if existing is None:
             continue  # released between our insert and read: try again

@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from app.db import columns, execute_prepared, instance, table
 from app.models import ApiKey, Customer, utcnow
-from app.services.crypto import KEY_PREFIX, digest, same
+from app.services.crypto import KEY_PREFIXES, digest, same
 from app.services.errors import NotAuthenticated
 
 TOUCH_EVERY = timedelta(seconds=60)
@@ -33,19 +33,20 @@ def invalid_key() -> NotAuthenticated:
 
 def digest_of(token: str) -> str:
     """The digest a key is looked up by, or raise ``NotAuthenticated`` for what cannot be a key."""
-    if not token.startswith(KEY_PREFIX) or len(token) > MAX_TOKEN_LENGTH:
+    if not token.startswith(KEY_PREFIXES) or len(token) > MAX_TOKEN_LENGTH:
         raise invalid_key()
     return digest(token)
 
 
 def authenticate(token: str) -> ApiKey:
-    """The live key ``token`` is (its ``customer`` loaded), or raise ``NotAuthenticated``."""
+    """The active key ``token`` is (its ``customer`` loaded), live or test (``key.livemode``),
+    or raise ``NotAuthenticated``."""
     token_digest = digest_of(token)
     return live_key(_key_by_digest(token_digest), token_digest, utcnow())
 
 
 def live_key(key: ApiKey | None, token_digest: str, now) -> ApiKey:
-    """``key`` (found by ``token_digest``) if it is live, noting its use; else raise ``NotAuthenticated``."""
+    """``key`` (found by ``token_digest``) if it is not revoked, noting its use; else raise ``NotAuthenticated``."""
     if key is None or not same(key.digest, token_digest) or not key.is_live:
         raise invalid_key()
     touch(key, now)

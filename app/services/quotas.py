@@ -29,9 +29,9 @@ from datetime import datetime, timedelta
 
 from peewee import fn
 
-from app.db import execute_prepared, table
+from app.db import execute, execute_prepared, table
 from app.metrics import RATE_LIMITED
-from app.models import QuotaMinute, Scan
+from app.models import Customer, QuotaMinute, Scan
 from app.models.scans import IN_FLIGHT
 from app.services.errors import RateLimited
 from app.services.limits import DAY, HOUR, Limits
@@ -56,23 +56,26 @@ def minute_of(moment: datetime) -> datetime:
     return moment.replace(second=0, microsecond=0)
 
 
-_MINUTES = f"(SELECT coalesce(sum(scans), 0) FROM {table(QuotaMinute)} WHERE customer_id = ? AND minute >= ?)"
-_EDGE = f"(SELECT count(*) FROM {table(Scan)} WHERE customer_id = ? AND created_at > ? AND created_at < ?)"
-_OLDEST = (f"(SELECT created_at FROM {table(Scan)} WHERE customer_id = ? AND created_at > ? "
+_MINUTES = (f"(SELECT coalesce(sum(scans), 0) FROM {table(QuotaMinute)} "
+            f"WHERE customer_id = ? AND livemode = ? AND minute >= ?)")
+_EDGE = (f"(SELECT count(*) FROM {table(Scan)} "
+         f"WHERE customer_id = ? AND livemode = ? AND created_at > ? AND created_at < ?)")
+_OLDEST = (f"(SELECT created_at FROM {table(Scan)} WHERE customer_id = ? AND livemode = ? AND created_at > ? "
            f"ORDER BY created_at LIMIT 1)")
 # day minutes, hour minutes, day edge, hour edge, oldest in the day, oldest in the hour
 WINDOW_COLUMNS = ", ".join([_MINUTES, _MINUTES, _EDGE, _EDGE, _OLDEST, _OLDEST])
 WINDOW_USAGE = f"SELECT {WINDOW_COLUMNS}"
 
 
-def window_params(customer_id: str, now: datetime) -> tuple:
-    """The parameters of ``WINDOW_COLUMNS`` for the windows ending at ``now``."""
+def window_params(customer_id: str, now: datetime, livemode: bool = True) -> tuple:
+    """The parameters of ``WINDOW_COLUMNS`` for the windows ending at ``now`` (of one mode, D15)."""
     # Each window's start, and the first minute wholly inside it (the one after the cut minute).
     cuts = [(start, minute_of(start) + timedelta(minutes=1))
             for start in (now - timedelta(seconds=DAY), now - timedelta(seconds=HOUR))]
-    return (tuple(v for _, inside in cuts for v in (customer_id, inside))  # whole minutes
-            + tuple(v for start, inside in cuts for v in (customer_id, start, inside))  # the cut minute
-            + tuple(v for start, _ in cuts for v in (customer_id, start)))  # the oldest scan
+    who = (customer_id, livemode)
+    return (tuple(v for _, inside in cuts for v in (*who, inside))  # whole minutes
+            + tuple(v for start, inside in cuts for v in (*who, start, inside))  # the cut minute
+            + tuple(v for start, _ in cuts for v in (*who, start)))  # the oldest scan
 
 
 def window_columns_for(customer_sql: str) -> str:
@@ -82,9 +85,9 @@ def window_columns_for(customer_sql: str) -> str:
     return WINDOW_COLUMNS.replace("customer_id = ?", f"customer_id = {customer_sql}")
 
 
-def window_times(now: datetime) -> tuple:
+def window_times(now: datetime, livemode: bool = True) -> tuple:
     """The parameters of ``window_columns_for``: those of ``window_params`` without the customer."""
-    return tuple(v for v in window_params(None, now) if v is not None)
+    return tuple(v for v in window_params(None, now, livemode) if v is not None)
 
 
 def usage_from(row, now: datetime) -> Usage:
@@ -94,33 +97,34 @@ def usage_from(row, now: datetime) -> Usage:
                  hour_oldest=_as_datetime(hour_oldest), day_oldest=_as_datetime(day_oldest), now=now)
 
 
-def window_usage(customer_id: str, now: datetime) -> Usage:
-    return usage_from(execute_prepared(WINDOW_USAGE, window_params(customer_id, now)).fetchone(), now)
+def window_usage(customer_id: str, now: datetime, livemode: bool = True) -> Usage:
+    """The customer's hour and day windows of live scans (or of test scans: ``livemode=False``)."""
+    return usage_from(execute_prepared(WINDOW_USAGE, window_params(customer_id, now, livemode)).fetchone(), now)
 
 
-ADD_TO_MINUTE = (f"INSERT INTO {table(QuotaMinute)} (customer_id, minute, scans) VALUES (?, ?, ?) "
-                 f"ON CONFLICT (customer_id, minute) DO UPDATE SET scans = {table(QuotaMinute)}.scans + excluded.scans")
+ADD_TO_MINUTE = (f"INSERT INTO {table(QuotaMinute)} (customer_id, livemode, minute, scans) VALUES (?, ?, ?, ?) "
+                 f"ON CONFLICT (customer_id, livemode, minute) "
+                 f"DO UPDATE SET scans = {table(QuotaMinute)}.scans + excluded.scans")
 
 
-def count_created(customer_id: str, created_at: datetime, n: int) -> None:
+def count_created(customer_id: str, created_at: datetime, n: int, livemode: bool = True) -> None:
     """Add ``n`` scans created at ``created_at`` to the windows (negative: take them back)."""
     if n:
-        execute_prepared(*count_created_statement(customer_id, created_at, n))
+        execute_prepared(ADD_TO_MINUTE, (customer_id, livemode, minute_of(created_at), n))
 
 
-def count_created_statement(customer_id: str, created_at: datetime, n: int) -> tuple[str, tuple]:
-    """The SQL and parameters of ``count_created`` (``n`` != 0), to run with others."""
-    return ADD_TO_MINUTE, (customer_id, minute_of(created_at), n)
-
-
-def counted_from_scans(now: datetime, customer_id: str | None = None) -> tuple[Counter, Counter]:
+def counted_from_scans(now: datetime, customer_id: str | None = None,
+                       livemode: bool | None = True) -> tuple[Counter, Counter]:
     """What the counters should hold, counted from the scans themselves (of one customer, or
-    all): scans in flight by customer, and the last day's scans by (customer, minute)."""
+    all; of one mode, or with ``livemode=None`` all of them): scans in flight by customer,
+    and the last day's scans by (customer, minute)."""
     day_start = now - timedelta(seconds=DAY)
     scans = Scan.select(Scan.customer, Scan.status, Scan.created_at).where(
         Scan.status.in_(IN_FLIGHT) | (Scan.created_at > day_start))
     if customer_id is not None:
         scans = scans.where(Scan.customer == customer_id)
+    if livemode is not None:
+        scans = scans.where(Scan.livemode == livemode)
     in_flight, minutes = Counter(), Counter()
     for customer, status, created_at in scans.tuples():
         if status in IN_FLIGHT:
@@ -144,9 +148,18 @@ def with_new_scans(usage: Usage, n: int, created_at: datetime) -> Usage:
                  day_oldest=usage.day_oldest or created_at, now=usage.now)
 
 
-def inflight_count(customer_id: str) -> int:
-    """The scans in flight counted one by one (``Customer.in_flight`` keeps the same number)."""
-    return Scan.select().where((Scan.customer == customer_id) & Scan.status.in_(IN_FLIGHT)).count()
+def inflight_count(customer_id: str, livemode: bool = True) -> int:
+    """The scans in flight of one mode counted one by one (``Customer.in_flight``, or
+    ``test_in_flight`` for test scans, keeps the same number)."""
+    return Scan.select().where((Scan.customer == customer_id) & (Scan.livemode == livemode)
+                               & Scan.status.in_(IN_FLIGHT)).count()
+
+
+def move_in_flight(customer_id: str, livemode: bool, n: int) -> None:
+    """Move the customer's count of scans in flight of this mode (D15: counted apart) by ``n``.
+    (A live admission moves it in ``billing.apply``'s UPDATE, with the charge.)"""
+    column = Customer.in_flight if livemode else Customer.test_in_flight
+    Customer.update({column: column + n}).where(Customer.id == customer_id).execute()
 
 
 def _seconds_until(moment: datetime | None, now: datetime) -> int:
@@ -162,32 +175,36 @@ def resets(usage: Usage) -> tuple[int, int]:
     return hour_reset, day_reset
 
 
-def _window_retry_after(customer_id: str, now: datetime, window: int, count: int, limit: int, n: int) -> int:
+def _window_retry_after(customer_id: str, now: datetime, window: int, count: int, limit: int, n: int,
+                        livemode: bool) -> int:
     """Seconds until enough scans leave the window for ``n`` more to fit."""
     if n > limit:
         return window  # can never fit in this window; the hint is the window itself
     must_leave = count + n - limit
     created = (Scan.select(Scan.created_at)
-               .where((Scan.customer == customer_id) & (Scan.created_at > now - timedelta(seconds=window)))
+               .where((Scan.customer == customer_id) & (Scan.livemode == livemode)
+                      & (Scan.created_at > now - timedelta(seconds=window)))
                .order_by(Scan.created_at).offset(must_leave - 1).limit(1).scalar())
     created = _as_datetime(created)
     return max(1, _seconds_until(created + timedelta(seconds=window), now)) if created else 1
 
 
-def _inflight_retry_after(customer_id: str, now: datetime) -> int:
+def _inflight_retry_after(customer_id: str, now: datetime, livemode: bool) -> int:
     soonest = (Scan.select(fn.MIN(Scan.eta_at))
-               .where((Scan.customer == customer_id) & Scan.status.in_(IN_FLIGHT)).scalar())
+               .where((Scan.customer == customer_id) & (Scan.livemode == livemode)
+                      & Scan.status.in_(IN_FLIGHT)).scalar())
     return max(1, min(_seconds_until(_as_datetime(soonest), now), 900)) if soonest else 30
 
 
-def check(customer, limits: Limits, n: int, now: datetime, *, bulk: bool = False, usage: Usage | None = None) -> Usage:
+def check(customer, limits: Limits, n: int, now: datetime, *, bulk: bool = False, livemode: bool = True) -> Usage:
     """Raise the first 429 that ``n`` new scans would hit (in-flight, hour, day); else the usage.
 
-    ``customer`` is the row read under the admission's lock, so its ``in_flight`` is current;
-    ``usage``, when given, the windows counted under that lock too.
+    ``customer`` is the row read under the admission's lock, so its ``in_flight`` is current.
+    Test scans (``livemode=False``) have the same limits, counted apart from live ones (D15).
     """
-    customer_id, inflight = customer.id, customer.in_flight
-    usage = usage or window_usage(customer_id, now)
+    customer_id = customer.id
+    inflight = customer.in_flight if livemode else customer.test_in_flight
+    usage = window_usage(customer_id, now, livemode)
     if inflight + n > limits.inflight:
         fits = max(0, limits.inflight - inflight)
         if bulk:
@@ -195,15 +212,15 @@ def check(customer, limits: Limits, n: int, now: datetime, *, bulk: bool = False
                        f"{limits.inflight}; {fits} targets would fit now")
         else:
             message = f"{inflight} scans are in flight, the limit is {limits.inflight}"
-        raise _limited("rate_limit_inflight", message, _inflight_retry_after(customer_id, now))
+        raise _limited("rate_limit_inflight", message, _inflight_retry_after(customer_id, now, livemode))
     if usage.hour + n > limits.hour:
         raise _limited("rate_limit_hour",
                        f"{usage.hour} scans created in the last hour, the hourly quota is {limits.hour}",
-                       _window_retry_after(customer_id, now, HOUR, usage.hour, limits.hour, n))
+                       _window_retry_after(customer_id, now, HOUR, usage.hour, limits.hour, n, livemode))
     if usage.day + n > limits.day:
         raise _limited("rate_limit_day",
                        f"{usage.day} scans created in the last 24 hours, the daily quota is {limits.day}",
-                       _window_retry_after(customer_id, now, DAY, usage.day, limits.day, n))
+                       _window_retry_after(customer_id, now, DAY, usage.day, limits.day, n, livemode))
     return usage
 
 

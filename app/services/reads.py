@@ -32,15 +32,17 @@ BATCH_SCANS = (f"SELECT id, status, target, kind, completed_at, result_json, fai
                f"failure_message FROM {table(Scan)} WHERE bulk_id = ? ORDER BY bulk_index")
 LIST_COLUMNS = ("id, status, target, kind, bulk_id, created_at, completed_at, result_json, failed_at, failure_code, "
                 "failure_message")
-LIST_CURSOR = f"SELECT created_at FROM {table(Scan)} WHERE id = ? AND customer_id = ?"
+LIST_CURSOR = f"SELECT created_at FROM {table(Scan)} WHERE id = ? AND customer_id = ? AND livemode = ?"
 LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT = 20, 100
 
 
-def _owned(model, object_id: str, customer_id: str, what: str):
+def _owned(model, object_id: str, customer_id: str, what: str, livemode: bool):
     row = execute(SCAN_BY_ID if model is Scan else BATCH_BY_ID, (object_id,)).fetchone()
     if row is None:
         raise NotFound(f"no {what} with this id")
     row = instance(model, row)
+    if row.livemode != livemode:  # test and live data never mix (D15): as if it did not exist
+        raise NotFound(f"no {what} with this id")
     if row.customer_id != customer_id:
         raise Forbidden(f"this {what} belongs to another customer")
     return row
@@ -72,7 +74,7 @@ def final_state(scan, *, raw_result: bool = False) -> dict | None:
 
 def scan_view(scan, now, *, raw_result: bool = False) -> dict:
     """The read body of D5 for one scan in any state (``raw_result``: the result as RawJSON)."""
-    body = {"ok": True, "scan_id": scan.id, "status": scan.status, "target": scan.target, "kind": scan.kind,
+    body = {"ok": True, "scan_id": scan.id, "livemode": scan.livemode, "status": scan.status, "target": scan.target, "kind": scan.kind,
             "created_at": iso(scan.created_at)}
     if scan.bulk_id:
         body["bulk_id"] = scan.bulk_id
@@ -85,19 +87,20 @@ def scan_view(scan, now, *, raw_result: bool = False) -> dict:
     return body
 
 
-def read_scan(customer_id: str, scan_id: str) -> dict:
-    """The body of ``GET /scan/{id}``; a completed scan's result is ``RawJSON``."""
-    return scan_view(_owned(Scan, scan_id, customer_id, "scan"), utcnow(), raw_result=True)
+def read_scan(customer_id: str, scan_id: str, livemode: bool = True) -> dict:
+    """The body of ``GET /scan/{id}``; a completed scan's result is ``RawJSON``. A scan of the
+    other mode than the calling key's is not found (D15)."""
+    return scan_view(_owned(Scan, scan_id, customer_id, "scan", livemode), utcnow(), raw_result=True)
 
 
-def read_bulk(customer_id: str, bulk_id: str) -> dict:
+def read_bulk(customer_id: str, bulk_id: str, livemode: bool = True) -> dict:
     """The body of ``GET /scan/bulk/{id}``; completed scans' results are ``RawJSON``.
 
     ``rejected_count`` (amended D7) is the targets refused at creation: the batch stores
     the number submitted (``total``) and has a scan for every target it queued, so it is
     their difference, and ``total`` = queued + running + completed + failed + rejected_count.
     """
-    batch = _owned(BulkBatch, bulk_id, customer_id, "bulk batch")
+    batch = _owned(BulkBatch, bulk_id, customer_id, "bulk batch", livemode)
     return bulk_body(batch, execute(BATCH_SCANS, (batch.id,)))
 
 
@@ -110,7 +113,7 @@ def bulk_body(batch, scans) -> dict:
     for (scan_id, status, target, kind, completed_at, result_json, failed_at, failure_code,
          failure_message) in scans:
         counts[status] += 1
-        entry = {"scan_id": scan_id, "status": status, "target": target, "kind": kind}
+        entry = {"scan_id": scan_id, "livemode": batch.livemode, "status": status, "target": target, "kind": kind}
         final = final_fields(status, as_time(completed_at), result_json, as_time(failed_at), failure_code,
                              failure_message, raw_result=True)
         if final is None:
@@ -118,15 +121,15 @@ def bulk_body(batch, scans) -> dict:
         else:
             entry.update(final)
         entries.append(entry)
-    return {"ok": True, "bulk_id": batch.id, "total": batch.total, **counts,
+    return {"ok": True, "bulk_id": batch.id, "livemode": batch.livemode, "total": batch.total, **counts,
             "rejected_count": max(0, batch.total - len(entries)), "all_done": all_done, "scans": entries}
 
 
-def _list_entry(row) -> dict:
+def _list_entry(row, livemode: bool) -> dict:
     (scan_id, status, target, kind, bulk_id, created_at, completed_at, result_json, failed_at, failure_code,
      failure_message) = row
     as_time = Scan.created_at.python_value  # raw rows: SQLite hands back text, PostgreSQL datetimes
-    entry = {"scan_id": scan_id, "status": status, "target": target, "kind": kind,
+    entry = {"scan_id": scan_id, "livemode": livemode, "status": status, "target": target, "kind": kind,
              "created_at": iso(as_time(created_at))}
     if bulk_id:
         entry["bulk_id"] = bulk_id
@@ -139,15 +142,16 @@ def _list_entry(row) -> dict:
 
 def list_scans(customer_id: str, *, status: str | None = None, kind: str | None = None, bulk_id: str | None = None,
                created_after=None, created_before=None, limit: int = LIST_DEFAULT_LIMIT,
-               starting_after: str | None = None) -> dict:
-    """The body of ``GET /scans``: ``{ok, data, has_more}``, newest first (D17).
+               starting_after: str | None = None, livemode: bool = True) -> dict:
+    """The body of ``GET /scans``: ``{ok, data, has_more}``, newest first (D17), the scans of the
+    calling key's mode only (D15).
 
     Order is ``(created_at, id)`` descending: a bulk call's scans share one ``created_at``, so the
     id breaks the tie and the cursor (``starting_after``: the last scan id of the previous page)
     is exact. The query walks the ``(customer, created_at)`` index and reads one row more than
     the page to know ``has_more`` without counting. Times are naive UTC, both bounds exclusive.
     """
-    where, params = ["customer_id = ?"], [customer_id]
+    where, params = ["customer_id = ?", "livemode = ?"], [customer_id, livemode]
     for column, value in (("status", status), ("kind", kind), ("bulk_id", bulk_id)):
         if value is not None:
             where.append(f"{column} = ?")
@@ -159,8 +163,8 @@ def list_scans(customer_id: str, *, status: str | None = None, kind: str | None 
         where.append("created_at < ?")
         params.append(created_before)
     if starting_after is not None:
-        cursor = execute(LIST_CURSOR, (starting_after, customer_id)).fetchone()
-        if cursor is None:  # unknown, or another customer's: the same answer, nothing disclosed
+        cursor = execute(LIST_CURSOR, (starting_after, customer_id, livemode)).fetchone()
+        if cursor is None:  # unknown, another customer's or mode's: the same answer, nothing disclosed
             raise InvalidRequest("starting_after is not the id of one of your scans",
                                  details={"starting_after": ["no scan of yours has this id"]})
         where.append("(created_at < ? OR (created_at = ? AND id < ?))")
@@ -168,7 +172,7 @@ def list_scans(customer_id: str, *, status: str | None = None, kind: str | None 
     limit = max(1, min(LIST_MAX_LIMIT, int(limit)))
     rows = execute(f"SELECT {LIST_COLUMNS} FROM {table(Scan)} WHERE {' AND '.join(where)} "
                    f"ORDER BY created_at DESC, id DESC LIMIT ?", params + [limit + 1]).fetchall()
-    return {"ok": True, "data": [_list_entry(row) for row in rows[:limit]], "has_more": len(rows) > limit}
+    return {"ok": True, "data": [_list_entry(row, livemode) for row in rows[:limit]], "has_more": len(rows) > limit}
 
 
 # --- the portal's scans list, scan and batch pages ---------------------------------------
@@ -183,7 +187,7 @@ def _summary(scan, now) -> dict:
     row = {"scan_id": scan.id, "status": scan.status, "kind": scan.kind, "target": scan.target,
            "created_at": scan.created_at, "completed_at": scan.completed_at, "failed_at": scan.failed_at,
            "failure_code": scan.failure_code, "bulk_id": scan.bulk_id, "key_id": scan.api_key_id,
-           "recipes_total": scan.recipes_total, "recipes_done": scan.recipes_done}
+           "recipes_total": scan.recipes_total, "recipes_done": scan.recipes_done, "livemode": scan.livemode}
     if scan.status in (QUEUED, RUNNING):
         row["eta_seconds"] = remaining_eta(scan, now)
     return row
@@ -241,7 +245,8 @@ def batch_detail(customer_id: str, bulk_id: str) -> dict:
     counts = {status: 0 for status in STATUSES}
     for scan in scans:
         counts[scan["status"]] += 1
-    return {"bulk_id": batch.id, "created_at": batch.created_at, "total": batch.total, "counts": counts,
+    return {"bulk_id": batch.id, "livemode": batch.livemode, "created_at": batch.created_at, "total": batch.total,
+            "counts": counts,
             "rejected_count": max(0, batch.total - len(scans)),
             "all_done": counts[QUEUED] + counts[RUNNING] == 0, "scans": scans, "key": _key_ref(batch.api_key_id)}
 
@@ -267,14 +272,15 @@ class ServedRead:
 
 
 def _charged(owner: str) -> str:
-    """The key, the charge with its ledger row and the windows; ``owner`` selects the customer
-    of the object read (none: 404), which picks the ledger row's note (200, 403 or 404)."""
+    """The key, the charge with its ledger row and the live windows; ``owner`` selects the
+    customer of the live object read (none: 404), which picks the ledger row's note (200, 403
+    or 404). A test key is charged nothing here (D15): ``_serve`` reads for it as before."""
     return f"""
 WITH k AS (SELECT {keyauth.KEY_COLUMNS} FROM {table(ApiKey)} AS k JOIN {table(Customer)} AS c
            ON c.id = k.customer_id WHERE k.digest = ?),
 charged AS (
     UPDATE {table(Customer)} SET balance = balance - {billing.CALL_PRICE}
-    WHERE id = (SELECT customer_id FROM k WHERE revoked_at IS NULL) AND balance >= {billing.CALL_PRICE}
+    WHERE id = (SELECT customer_id FROM k WHERE revoked_at IS NULL AND livemode) AND balance >= {billing.CALL_PRICE}
     RETURNING id, balance),
 ledger AS (
     INSERT INTO {table(CreditLedger)} (customer_id, delta, balance_after, reason, request_id, note, created_at)
@@ -286,14 +292,15 @@ w AS MATERIALIZED (
     SELECT (SELECT balance_after FROM ledger), {quotas.window_columns_for("(SELECT customer_id FROM k)")})
 """
 _WINDOWS = 7  # the new balance, then the six window columns
-READ_SCAN_CHARGED = _charged(f"SELECT customer_id FROM {table(Scan)} WHERE id = ?") + f"SELECT k.*, w.*, {columns(Scan, 's')} FROM k CROSS JOIN w " \
-                               f"LEFT JOIN {table(Scan)} AS s ON s.id = ?"
+READ_SCAN_CHARGED = (_charged(f"SELECT customer_id FROM {table(Scan)} WHERE id = ? AND livemode")
+                     + f"SELECT k.*, w.*, {columns(Scan, 's')} FROM k CROSS JOIN w LEFT JOIN {table(Scan)} AS s "
+                       f"ON s.id = ?")
 _BATCH_WIDTH = len(BulkBatch._meta.sorted_fields)
 _SCAN_ENTRY = "s.id, s.status, s.target, s.kind, s.completed_at, s.result_json, s.failed_at, s.failure_code, " \
               "s.failure_message"  # the columns of BATCH_SCANS
 # The key, charge and batch on the first row, then one row per scan with only its own
 # columns: the key's and windows' columns are not sent (nor decoded) a hundred times.
-READ_BULK_CHARGED = _charged(f"SELECT customer_id FROM {table(BulkBatch)} WHERE id = ?") + (
+READ_BULK_CHARGED = _charged(f"SELECT customer_id FROM {table(BulkBatch)} WHERE id = ? AND livemode") + (
     f", b AS (SELECT {columns(BulkBatch)} FROM {table(BulkBatch)} WHERE id = ?)\n"
     f"SELECT k.*, w.*, b.*, {', '.join(['NULL'] * 9)}, -1 AS position FROM k CROSS JOIN w LEFT JOIN b ON true\n"
     f"UNION ALL\n"
@@ -317,23 +324,13 @@ def _serve(token, object_id, request_id, notes, statement, body_of_rows, read) -
     now = utcnow()
     token_digest = keyauth.digest_of(token)
     if not is_postgres():
-        key = keyauth.authenticate(token)
-        if key.customer.balance < billing.CALL_PRICE:
-            return ServedRead(key, error=InsufficientBalance(key.customer.balance))
-        served = ServedRead(key)
-        try:
-            served.body = read(key.customer_id, object_id)
-        except (NotFound, Forbidden) as exc:
-            served.error = exc
-        status = 200 if served.error is None else 404 if isinstance(served.error, NotFound) else 403
-        served.balance, served.usage = billing.charge_call(key.customer_id, request_id, now, notes[status])
-        if served.balance is None:  # the balance ran out since the key was read: not served
-            return ServedRead(key, error=InsufficientBalance(billing.balance_of(key.customer_id)))
-        return served
+        return _serve_in_turn(keyauth.authenticate(token), object_id, request_id, notes, read, now)
     notes = {status: billing.call_note(note) for status, note in notes.items()}
     rows = execute_prepared(statement, (token_digest, request_id, notes[404], notes[200], notes[403], object_id, now)
                             + quotas.window_times(now) + (object_id,)).fetchall()
     key = keyauth.live_key(keyauth.key_from_row(rows[0]) if rows else None, token_digest, now)
+    if not key.livemode:  # a test key: nothing was charged; its read as before (D15)
+        return _serve_in_turn(key, object_id, request_id, notes, read, now)
     n = keyauth.KEY_ROW_LENGTH
     balance = rows[0][n]
     if balance is None:  # nothing was charged: the balance is short (read again: the row may have just changed)
@@ -346,10 +343,31 @@ def _serve(token, object_id, request_id, notes, statement, body_of_rows, read) -
     return served
 
 
+def _serve_in_turn(key, object_id, request_id, notes, read, now) -> ServedRead:
+    """Authentication done: the balance check, the read and the charge one after the other
+    (SQLite, and test keys, which are charged nothing and read only test data: D15)."""
+    if billing.is_billed(key.livemode) and key.customer.balance < billing.CALL_PRICE:
+        return ServedRead(key, error=InsufficientBalance(key.customer.balance))
+    served = ServedRead(key)
+    try:
+        served.body = read(key.customer_id, object_id, key.livemode)
+    except (NotFound, Forbidden) as exc:
+        served.error = exc
+    if not billing.is_billed(key.livemode):
+        return served  # the hooks report the live balance and the test windows, as for any test call
+    status = 200 if served.error is None else 404 if isinstance(served.error, NotFound) else 403
+    served.balance, served.usage = billing.charge_call(key.customer_id, request_id, now, notes[status])
+    if served.balance is None:  # the balance ran out since the key was read: not served
+        return ServedRead(key, error=InsufficientBalance(billing.balance_of(key.customer_id)))
+    return served
+
+
 def _owned_row(model, values, customer_id: str, what: str):
     if values[0] is None:
         raise NotFound(f"no {what} with this id")
     row = instance(model, values)
+    if not row.livemode:  # a live key reads live data only (D15): the mode before the owner
+        raise NotFound(f"no {what} with this id")
     if row.customer_id != customer_id:
         raise Forbidden(f"this {what} belongs to another customer")
     return row

@@ -23,13 +23,12 @@ from datetime import timedelta
 
 from app import runtime
 from app.metrics import SCANS_CREATED
-from app.db import (columns, db, execute, execute_prepared, execute_prepared_batch, insert_rows_statement, instance,
-                    is_postgres, table, write_transaction)
+from app.db import db, execute, insert_rows, is_postgres, table, write_transaction
 from app.jobs import enqueue_tracking, tracking_job_id
-from app.models import BulkBatch, Customer, Scan, new_id, utcnow
+from app.models import BulkBatch, Scan, new_id, utcnow
 from app.models.scans import QUEUED
-from app.services import billing, bulk, engine, quotas
-from app.services.accounts import CUSTOMER_BY_ID, lock_customer
+from app.services import billing, bulk, engine, quotas, sandbox_engine
+from app.services.accounts import lock_customer
 from app.services.errors import EngineUnavailable, InsufficientBalance, InvalidRequest
 from app.services.limits import Limits, limits_for
 from app.services.targets import TargetError, normalize
@@ -49,95 +48,72 @@ class Outcome:
     usage: quotas.Usage
 
 
-# PostgreSQL: the lock, then the customer's row and windows as they are once it is held, in
-# one round trip (two statements: the second's snapshot is taken after the lock is granted).
-LOCK_AND_COUNT = [f"{CUSTOMER_BY_ID} FOR UPDATE",
-                  f"SELECT {columns(Customer)}, {quotas.WINDOW_COLUMNS} FROM {table(Customer)} WHERE id = ?"]
-_CUSTOMER_WIDTH = len(Customer._meta.sorted_fields)
+def engine_for(livemode: bool):
+    """Which engine runs a scan (D15): the engine at ENGINE_URL for live scans, the sandbox
+    inside the service for test ones. The one place that decides it: submission here, and
+    every look of the tracking jobs, ask it."""
+    return engine if livemode else sandbox_engine
 
 
-def _lock_and_count(customer_id, now):
-    """The customer's row, locked, and its windows counted under the lock: ``(customer, usage or None)``."""
-    if not is_postgres():
-        return lock_customer(customer_id), None
-    row = execute_prepared_batch([(LOCK_AND_COUNT[0], (customer_id,)),
-                                  (LOCK_AND_COUNT[1], quotas.window_params(customer_id, now) + (customer_id,))
-                                  ]).fetchone()
-    if row is None:
-        raise Customer.DoesNotExist(f"no customer {customer_id}")
-    return instance(Customer, row[:_CUSTOMER_WIDTH]), quotas.usage_from(row[_CUSTOMER_WIDTH:], now)
-
-
-def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None):
-    """Step 1: check and reserve in one transaction. Returns (scans, batch, balance, limits, usage).
-
-    On PostgreSQL the transaction is four round trips: BEGIN, the lock with the counts,
-    the rows with the charge and the minute's counter (one batch of prepared statements),
-    COMMIT; it holds the customer's lock for the last three only."""
+def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livemode=True):
+    """Step 1: check and reserve in one transaction. Returns (scans, batch, balance, limits, usage)."""
     now = utcnow()
     n = len(items)
-    cost = billing.admission_cost(n)
+    cost = billing.admission_cost(n, livemode)
     with write_transaction():
-        customer, counted = _lock_and_count(customer_id, now)
+        customer = lock_customer(customer_id)
         if customer.balance < cost:
             raise InsufficientBalance(customer.balance, cost if bulk_total is not None else 1)
         limits = limits_for(customer)
         if n:
-            usage = quotas.check(customer, limits, n, now, bulk=bulk_total is not None, usage=counted)
+            usage = quotas.check(customer, limits, n, now, bulk=bulk_total is not None, livemode=livemode)
         else:
-            usage = counted or quotas.window_usage(customer_id, now)
+            usage = quotas.window_usage(customer_id, now, livemode)
         batch = None
-        statements = []
         if bulk_total is not None:
             batch = BulkBatch(id=new_id("blk"), customer=customer_id, api_key=api_key_id, total=bulk_total,
                               created_at=now)
-            statements.append(insert_rows_statement(BulkBatch, [{
-                "id": batch.id, "customer": customer_id, "api_key": api_key_id, "total": bulk_total,
-                "created_at": now}]))
+            insert_rows(BulkBatch, [{"id": batch.id, "customer": customer_id, "api_key": api_key_id,
+                                     "total": bulk_total, "created_at": now, "livemode": livemode}])
         rows = []
         for index, (kind, target) in items:
             scan_id = new_id("scn")
             rows.append({
                 "id": scan_id, "customer": customer_id, "api_key": api_key_id, "bulk": batch.id if batch else None,
                 "bulk_index": index if batch else None, "kind": kind, "target": target, "status": QUEUED,
-                "created_at": now, "tracking_job_id": tracking_job_id(scan_id, 0),
+                "created_at": now, "tracking_job_id": tracking_job_id(scan_id, 0), "livemode": livemode,
             })
-        if rows:
-            statements.append(insert_rows_statement(Scan, rows))
-        charge = dict(in_flight=n, request_id=request_id, scan_id=rows[0]["id"] if rows and not batch else None,
-                      bulk_id=batch.id if batch else None)
-        reason = "bulk" if batch else "scan"
-        if is_postgres():
-            # After the customer's row (locked above), as every transaction takes them (quotas: lock order).
-            if n:
-                statements.append(quotas.count_created_statement(customer_id, now, n))
-            statements.append(billing.apply_statement(customer_id, -cost, reason, **charge))
-            row = execute_prepared_batch(statements).fetchone()
-            balance = row[0] if row else None
-        else:
-            for sql, params in statements:
-                execute(sql, params)
-            balance = billing.apply(customer_id, -cost, reason, **charge)
-            quotas.count_created(customer_id, now, n)
-        if balance is None:  # cannot happen under the lock; never let it pass silently
-            raise InsufficientBalance(customer.balance, cost)
+        insert_rows(Scan, rows)
+        if billing.is_billed(livemode):
+            balance = billing.apply(customer_id, -cost, "bulk" if batch else "scan", in_flight=n,
+                                    request_id=request_id, scan_id=rows[0]["id"] if rows and not batch else None,
+                                    bulk_id=batch.id if batch else None)
+            if balance is None:  # cannot happen under the lock; never let it pass silently
+                raise InsufficientBalance(customer.balance, cost)
+        else:  # test mode: no charge, no ledger row; the answer shows the live balance unchanged
+            balance = customer.balance
+            quotas.move_in_flight(customer_id, livemode, n)
+        quotas.count_created(customer_id, now, n, livemode)
     # Counted under the lock, plus the scans this call created: ``r`` counts them (D8).
     return rows, batch, balance, limits, quotas.with_new_scans(usage, n, now)
 
 
-def _reverse(customer_id, rows, batch, cost, request_id) -> None:
+def _reverse(customer_id, rows, batch, cost, request_id, livemode=True) -> None:
     """Undo a reservation whose engine submission failed: no scan, no net charge (D13)."""
     with db.atomic():
         if rows:
             Scan.delete().where(Scan.id.in_([r["id"] for r in rows])).execute()
         if batch:
             BulkBatch.delete().where(BulkBatch.id == batch.id).execute()
-        billing.apply(customer_id, cost, "refund", in_flight=-len(rows), request_id=request_id,
-                       bulk_id=batch.id if batch else None,
-                       scan_id=rows[0]["id"] if rows and not batch else None,
-                       note="engine submission failed")
+        if billing.is_billed(livemode):
+            billing.apply(customer_id, cost, "refund", in_flight=-len(rows), request_id=request_id,
+                           bulk_id=batch.id if batch else None,
+                           scan_id=rows[0]["id"] if rows and not batch else None,
+                           note="engine submission failed")
+        else:
+            quotas.move_in_flight(customer_id, livemode, -len(rows))
         if rows:  # after the customer's row, as admissions lock them (quotas: lock order)
-            quotas.count_created(customer_id, rows[0]["created_at"], -len(rows))
+            quotas.count_created(customer_id, rows[0]["created_at"], -len(rows), livemode)
 
 
 def _record_submissions(rows, answers) -> None:
@@ -145,7 +121,7 @@ def _record_submissions(rows, answers) -> None:
     now = utcnow()
     etas = [now + timedelta(seconds=a["eta_seconds"]) for a in answers]
     if len(rows) == 1:
-        execute_prepared(f"UPDATE {table(Scan)} SET engine_id = ?, recipes_total = ?, eta_at = ? WHERE id = ?",
+        execute(f"UPDATE {table(Scan)} SET engine_id = ?, recipes_total = ?, eta_at = ? WHERE id = ?",
                 (answers[0]["id"], answers[0]["recipes"], etas[0], rows[0]["id"]))
         return
     ids = [r["id"] for r in rows]
@@ -170,15 +146,16 @@ def _dispatch(rows, answers) -> None:
                      delay_seconds={r["id"]: first_look_delay(a["eta_seconds"], poll) for r, a in zip(rows, answers)})
 
 
-def _submit(customer_id, rows, batch, cost, request_id) -> list[dict]:
+def _submit(customer_id, rows, batch, cost, request_id, livemode=True) -> list[dict]:
     items = [{"target": r["target"], "kind": r["kind"], "reference": r["id"]} for r in rows]
+    backend = engine_for(livemode)
     try:
         if batch is None:
-            answers = [engine.submit(**items[0])]
+            answers = [backend.submit(**items[0])]
         else:
-            answers = engine.submit_batch(items)
-    except engine.EngineError:
-        _reverse(customer_id, rows, batch, cost, request_id)
+            answers = backend.submit_batch(items)
+    except engine.EngineError:  # the sandbox's errors are EngineErrors too
+        _reverse(customer_id, rows, batch, cost, request_id, livemode)
         raise EngineUnavailable() from None
     _record_submissions(rows, answers)
     _dispatch(rows, answers)
@@ -198,34 +175,36 @@ def _count_created(rows, customer, batch=None) -> None:
                  ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())))
 
 
-def create_scan(customer, api_key_id, target, kind, *, request_id) -> Outcome:
-    """Queue one scan; the body has no URLs (the HTTP layer adds ``poll_url``)."""
+def create_scan(customer, api_key_id, target, kind, *, request_id, livemode=True) -> Outcome:
+    """Queue one scan (a test scan when ``livemode`` is False, D15); the body has no URLs
+    (the HTTP layer adds ``poll_url``)."""
     try:
         kind, target = normalize(target, kind)
     except TargetError as exc:
         raise InvalidRequest(exc.message, code=exc.code) from None
-    rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (kind, target))], request_id=request_id)
-    answer = _submit(customer.id, rows, None, 1, request_id)[0]
+    rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (kind, target))], request_id=request_id,
+                                             livemode=livemode)
+    answer = _submit(customer.id, rows, None, billing.admission_cost(1, livemode), request_id, livemode)[0]
     _count_created(rows, customer)
     scan_id = rows[0]["id"]
-    body = {"ok": True, "scan_id": scan_id, "kind": kind, "recipes_to_run": answer["recipes"],
+    body = {"ok": True, "scan_id": scan_id, "livemode": livemode, "kind": kind, "recipes_to_run": answer["recipes"],
             "eta_seconds": answer["eta_seconds"]}
     return Outcome(body, balance, limits, usage)
 
 
-def create_bulk(customer, api_key_id, targets, *, request_id) -> Outcome:
+def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True) -> Outcome:
     """Queue a bulk batch; the body has no URLs (the HTTP layer adds the poll URLs)."""
     bulk.check_call(customer.tier, targets)
     accepted, rejected = bulk.split_targets(targets)
     rows, batch, balance, limits, usage = _admit(customer.id, api_key_id, accepted, request_id=request_id,
-                                                 bulk_total=len(targets))
-    cost = billing.admission_cost(len(rows))
+                                                 bulk_total=len(targets), livemode=livemode)
+    cost = billing.admission_cost(len(rows), livemode)
     if rows:
-        _submit(customer.id, rows, batch, cost, request_id)
+        _submit(customer.id, rows, batch, cost, request_id, livemode)
         _count_created(rows, customer, batch)
     body = {
-        "ok": True, "bulk_id": batch.id, "total": len(targets), "queued": len(rows), "rejected": rejected,
-        "scans": [{"scan_id": r["id"], "target": r["target"], "kind": r["kind"]} for r in rows],
+        "ok": True, "bulk_id": batch.id, "livemode": livemode, "total": len(targets), "queued": len(rows), "rejected": rejected,
+        "scans": [{"scan_id": r["id"], "livemode": livemode, "target": r["target"], "kind": r["kind"]} for r in rows],
     }
     return Outcome(body, balance, limits, usage)
 
@@ -237,9 +216,12 @@ def reverse_reservation(scan) -> bool:
                                       & (Scan.status == QUEUED)).execute()
         if not deleted:
             return False
-        billing.apply(scan.customer_id, 1, "refund", in_flight=-1, scan_id=scan.id, bulk_id=scan.bulk_id,
-                       note="reservation never submitted to the engine")
-        quotas.count_created(scan.customer_id, scan.created_at, -1)  # after the customer's row
+        if billing.is_billed(scan.livemode):
+            billing.apply(scan.customer_id, billing.admission_cost(1), "refund", in_flight=-1, scan_id=scan.id,
+                           bulk_id=scan.bulk_id, note="reservation never submitted to the engine")
+        else:
+            quotas.move_in_flight(scan.customer_id, scan.livemode, -1)
+        quotas.count_created(scan.customer_id, scan.created_at, -1, scan.livemode)  # after the customer's row
         if scan.bulk_id and not Scan.select().where(Scan.bulk == scan.bulk_id).exists():
             BulkBatch.delete().where(BulkBatch.id == scan.bulk_id).execute()
     return True

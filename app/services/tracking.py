@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import timedelta
 
 from peewee import Case
 
-from app import metrics
+from app import metrics, runtime
 from app.db import db, is_postgres
 from app.jobs import enqueue_tracking, tracking_generation, tracking_job_id
-from app.models import Customer, Scan, utcnow
+from app.models import Scan, utcnow
 from app.models.scans import COMPLETED, FAILED, IN_FLIGHT, QUEUED, RUNNING
-from app.services import webhooks
+from app.services import quotas, sandbox_engine, webhooks
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,16 @@ def look_delay(eta_at, now, poll: float) -> float:
     half a second before the eta, then at the eta; past the eta, ``poll``."""
     remaining = (eta_at - now).total_seconds() if eta_at else 0
     return max(MIN_DELAY, min(_until_eta(remaining) if remaining > 0 else poll, poll))
+
+
+def deadline(scan):
+    """When an unfinished scan fails with ``engine_timeout`` (D5): ``SCAN_TIMEOUT_SECONDS`` after
+    its creation, or for a test scan the sandbox's timeout for its target (D15)."""
+    if scan.livemode:
+        seconds = runtime.config["SCAN_TIMEOUT_SECONDS"]
+    else:
+        seconds = sandbox_engine.timeout_seconds(scan.kind, scan.target)
+    return scan.created_at + timedelta(seconds=seconds)
 
 
 def progress_changes(*, running: bool, recipes_total: int | None, recipes_done: int | None, now=None) -> dict:
@@ -103,8 +114,8 @@ def _finish(scan_id: str, changes: dict) -> bool:
         changed = Scan.update(**changes).where((Scan.id == scan_id) & Scan.status.in_(IN_FLIGHT)).execute()
         if changed:
             scan = Scan.get_by_id(scan_id)
-            # Out of flight in the same transaction as the state (quotas: Customer.in_flight).
-            Customer.update(in_flight=Customer.in_flight - 1).where(Customer.id == scan.customer_id).execute()
+            # Out of flight in the same transaction as the state (quotas: Customer.in_flight, or test_in_flight).
+            quotas.move_in_flight(scan.customer_id, scan.livemode, -1)
             delivery = webhooks.record_event(scan)
     if changed:
         metrics.count_scan_finished(scan.kind, changes["status"], changes.get("failure_code"))

@@ -65,7 +65,8 @@ def activity(customer_id: str, unit: str = "day", now: datetime | None = None) -
         label_of = "%Y-%m-%d %H"
     else:
         raise ValueError(f"unknown unit {unit}")
-    scans = _grouped(Scan, "COUNT(*)", customer_id, first, unit)
+    # Live scans only: a test key's scans are free and count apart (D15).
+    scans = _grouped(Scan, "COUNT(*)", customer_id, first, unit, f" AND {repr_column(Scan.livemode)} = TRUE")
     spent = _grouped(CreditLedger, f"SUM(-{repr_column(CreditLedger.delta)})", customer_id, first, unit,
                      f" AND {repr_column(CreditLedger.reason)} <> '{OPERATOR}'")
     return [Bucket(start, start.strftime(label_of), scans.get(start.strftime(label_of), 0),

@@ -32,6 +32,8 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from app import runtime
+from app.db import is_postgres, write_transaction
 from app.jobs import delivery_job_id, enqueue_delivery
 from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, iso, new_id, utcnow
 from app.models.scans import COMPLETED
@@ -54,6 +56,8 @@ MIN_SECRET_BYTES, MAX_SECRET_BYTES = 16, 128
 MAX_OVERLAP_HOURS, DEFAULT_OVERLAP_HOURS = 7 * 24, 24
 EVENTS = ("scan.completed", "scan.failed")
 STATUSES = (PENDING, SUCCEEDED, FAILED)
+# Test events are limited per key over this many seconds (WEBHOOK_TEST_EVENTS_PER_MINUTE).
+TEST_EVENT_WINDOW = 60
 
 
 def encode_body(body: dict) -> str:
@@ -66,6 +70,7 @@ def event_body(scan) -> dict:
     body = {"event": event, "scan_id": scan.id}
     if scan.bulk_id:
         body["bulk_id"] = scan.bulk_id
+    body["livemode"] = scan.livemode
     body.update(target=scan.target, kind=scan.kind, status=scan.status)
     body.update(final_state(scan))
     return body
@@ -76,7 +81,7 @@ def _create_delivery(key: ApiKey, event: str, body: dict, scan_id: str | None) -
     return WebhookDelivery.create(
         id=delivery_id, customer=key.customer_id, api_key=key.id, scan_id=scan_id, event=event,
         url=key.webhook_url, body=encode_body(body), job_id=delivery_job_id(delivery_id, 1),
-        next_attempt_at=utcnow())
+        next_attempt_at=utcnow(), livemode=key.livemode)
 
 
 def record_event(scan) -> WebhookDelivery | None:
@@ -103,11 +108,15 @@ def owned_key(key_id: str, customer_id: str) -> ApiKey:
     return key
 
 
-def _owned_delivery(delivery_id: str, customer_id: str) -> WebhookDelivery:
+def _owned_delivery(delivery_id: str, customer_id: str, livemode: bool | None = None) -> WebhookDelivery:
+    """The customer's delivery (of one mode when ``livemode`` is given: an API key sees its own
+    mode's only, D15; the portal and the operator see both)."""
     delivery = None
     if "\x00" not in delivery_id and len(delivery_id) <= 40:  # PostgreSQL cannot compare a NUL
-        delivery = WebhookDelivery.get_or_none(
-            (WebhookDelivery.id == delivery_id) & (WebhookDelivery.customer == customer_id))
+        query = (WebhookDelivery.id == delivery_id) & (WebhookDelivery.customer == customer_id)
+        if livemode is not None:
+            query &= WebhookDelivery.livemode == livemode
+        delivery = WebhookDelivery.get_or_none(query)
     if delivery is None:
         raise DeliveryNotFound(f"no delivery {delivery_id}")
     return delivery
@@ -173,13 +182,14 @@ def delivery_owner(delivery_id: str) -> str:
     return customer_id
 
 
-def redeliver(delivery_id: str, customer_id: str) -> WebhookDelivery:
+def redeliver(delivery_id: str, customer_id: str, livemode: bool | None = None) -> WebhookDelivery:
     """Start a new attempt series for a failed or succeeded delivery: same id, same body
     bytes, signed anew, the full retry schedule again, sent to the key's current webhook URL.
 
     A pending delivery raises ``DeliveryPending``: its own attempts are still to come; a key
-    without a webhook URL now raises ``WebhookUrlMissing``."""
-    delivery = _owned_delivery(delivery_id, customer_id)
+    without a webhook URL now raises ``WebhookUrlMissing``. ``livemode``: the calling API key's
+    mode, whose deliveries only it may redeliver (D15); None for the portal and the operator."""
+    delivery = _owned_delivery(delivery_id, customer_id, livemode)
     if delivery.status == PENDING:
         raise DeliveryPending("the delivery is pending: its attempts are still under way")
     url = ApiKey.get_by_id(delivery.api_key_id).webhook_url
@@ -198,11 +208,12 @@ def redeliver(delivery_id: str, customer_id: str) -> WebhookDelivery:
     return delivery
 
 
-def sample_event_body() -> dict:
-    """A ``scan.completed`` body for no real scan: ``"test": true``, a ``scn_test_`` id."""
+def sample_event_body(livemode: bool = True) -> dict:
+    """A ``scan.completed`` body for no real scan: ``"test": true``, a ``scn_test_`` id, and the
+    ``livemode`` of the key it is sent for."""
     result = normalize_result({"ai_summary": "Test event sent from the key's management page; "
                                              "it describes no real scan."}, "email")
-    return {"event": "scan.completed", "scan_id": f"scn_test_{secrets.token_urlsafe(12)}",
+    return {"event": "scan.completed", "scan_id": f"scn_test_{secrets.token_urlsafe(12)}", "livemode": livemode,
             "target": "test@example.com", "kind": "email", "status": COMPLETED,
             "completed_at": iso(utcnow()), "result": result, "test": True}
 
@@ -212,8 +223,23 @@ def send_test_event(key_id: str, customer_id: str) -> WebhookDelivery:
     key = owned_key(key_id, customer_id)
     if not key.webhook_url:
         raise AccountError("the key has no webhook URL")
-    body = sample_event_body()
-    delivery = _create_delivery(key, body["event"], body, scan_id=None)
+    limit = runtime.config["WEBHOOK_TEST_EVENTS_PER_MINUTE"]
+    body = sample_event_body(key.livemode)
+    with write_transaction():
+        # The key's row locked (PostgreSQL; SQLite's write lock on its own): two clicks at once
+        # both count the other. Test deliveries are those without a scan.
+        if is_postgres():
+            list(ApiKey.select(ApiKey.id).where(ApiKey.id == key.id).for_update())
+        now = utcnow()
+        recent = list(WebhookDelivery.select(WebhookDelivery.created_at)
+                      .where((WebhookDelivery.api_key == key.id) & WebhookDelivery.scan_id.is_null()
+                             & (WebhookDelivery.created_at > now - timedelta(seconds=TEST_EVENT_WINDOW)))
+                      .order_by(WebhookDelivery.created_at))
+        if len(recent) >= limit:
+            wait = TEST_EVENT_WINDOW - int((now - recent[len(recent) - limit].created_at).total_seconds())
+            raise AccountError(f"Too many test events: at most {limit} a minute per key. "
+                               f"Try again in {max(1, wait)} seconds.")
+        delivery = _create_delivery(key, body["event"], body, scan_id=None)
     dispatch(delivery)
     return delivery
 
@@ -229,7 +255,7 @@ def attempt_dict(attempt: DeliveryAttempt) -> dict:
 def delivery_dict(delivery: WebhookDelivery, attempts: list[DeliveryAttempt]) -> dict:
     return {
         "delivery_id": delivery.id, "event": delivery.event, "scan_id": delivery.scan_id,
-        "test": delivery.scan_id is None, "url": delivery.url, "status": delivery.status,
+        "test": delivery.scan_id is None, "livemode": delivery.livemode, "url": delivery.url, "status": delivery.status,
         "attempts": [attempt_dict(a) for a in attempts], "created_at": iso(delivery.created_at),
         "finished_at": iso(delivery.finished_at),
         "next_attempt_at": iso(delivery.next_attempt_at) if delivery.status == PENDING else None,
@@ -442,11 +468,10 @@ def switch_secret(key_id: str, customer_id: str | None, now: datetime | None = N
 # --- The customer's deliveries over the API (D17) ---------------------------------------
 
 
-def _deliveries_of(customer_id: str):
-    """The one query of a customer's deliveries (every key of theirs), newest first.
-    A mode filter (live or test keys) belongs here."""
+def _deliveries_of(customer_id: str, livemode: bool = True):
+    """The one query of a customer's deliveries (every key of theirs) of one mode, newest first."""
     return (WebhookDelivery.select()
-            .where(WebhookDelivery.customer == customer_id)
+            .where((WebhookDelivery.customer == customer_id) & (WebhookDelivery.livemode == livemode))
             .order_by(WebhookDelivery.created_at.desc(), WebhookDelivery.id.desc()))
 
 
@@ -458,7 +483,7 @@ def api_attempt_dict(attempt: DeliveryAttempt) -> dict:
 def api_delivery_dict(delivery: WebhookDelivery, attempts: list[DeliveryAttempt]) -> dict:
     """A delivery as the API shows it: attempts oldest first, the exact body sent."""
     entry = {"delivery_id": delivery.id, "event": delivery.event, "scan_id": delivery.scan_id,
-             "status": delivery.status, "created_at": iso(delivery.created_at),
+             "livemode": delivery.livemode, "status": delivery.status, "created_at": iso(delivery.created_at),
              "attempts": [api_attempt_dict(a) for a in attempts]}
     if delivery.status == PENDING:
         entry["next_attempt_at"] = iso(delivery.next_attempt_at)
@@ -478,8 +503,9 @@ def _attempts_by_delivery(delivery_ids: list[str]) -> dict[str, list[DeliveryAtt
 
 def customer_deliveries(customer_id: str, *, status: str | None = None, event: str | None = None,
                         scan_id: str | None = None, limit: int = 20,
-                        starting_after: str | None = None) -> tuple[list[dict], bool]:
-    """One page of the customer's deliveries, newest first, and whether older ones follow.
+                        starting_after: str | None = None, livemode: bool = True) -> tuple[list[dict], bool]:
+    """One page of the customer's deliveries of the calling key's mode (D15), newest first, and
+    whether older ones follow.
 
     ``starting_after`` is the last delivery id of the previous page; one that is not the
     customer's is refused (``InvalidRequest``), like a malformed filter.
@@ -490,7 +516,7 @@ def customer_deliveries(customer_id: str, *, status: str | None = None, event: s
         raise InvalidRequest(f"event must be one of {', '.join(EVENTS)}")
     if not 1 <= limit <= MAX_PER_PAGE:
         raise InvalidRequest(f"limit must be from 1 to {MAX_PER_PAGE}")
-    query = _deliveries_of(customer_id)
+    query = _deliveries_of(customer_id, livemode)
     if status:
         query = query.where(WebhookDelivery.status == status)
     if event:
@@ -502,7 +528,7 @@ def customer_deliveries(customer_id: str, *, status: str | None = None, event: s
     if starting_after is not None:
         cursor = None
         if "\x00" not in starting_after and len(starting_after) <= 40:
-            cursor = _deliveries_of(customer_id).where(WebhookDelivery.id == starting_after).first()
+            cursor = _deliveries_of(customer_id, livemode).where(WebhookDelivery.id == starting_after).first()
         if cursor is None:
             raise InvalidRequest(f"starting_after: no delivery {starting_after} of this account")
         query = query.where((WebhookDelivery.created_at < cursor.created_at)

@@ -9,7 +9,8 @@ See ``docs/client.md`` in the service's repository.
 """
 from scan_api_client.client import (DEFAULT_BASE_URL, FINAL_STATUSES, LIVE_KEY_PREFIX, MAX_BULK_TARGETS,
                                     TEST_KEY_PREFIX, ScanClient, parse_rate_limit)
-from scan_api_client.errors import (ApiError, AuthenticationError, Conflict, EngineUnavailable, Forbidden,
+from scan_api_client.errors import (ApiError, AuthenticationError, Conflict, DeliveryPending, EngineUnavailable,
+                                    Forbidden,
                                     InsufficientBalance, NotFound, RateLimited, ScanClientError, ServerError,
                                     ServiceUnavailable, TransportError, ValidationError, WaitTimeout,
                                     WebhookVerificationError)
@@ -24,6 +25,6 @@ __all__ = [
     "DEFAULT_BASE_URL", "FINAL_STATUSES", "MAX_BULK_TARGETS", "LIVE_KEY_PREFIX", "TEST_KEY_PREFIX",
     "Scan", "Result", "Failure", "Batch", "Rejected", "Delivery", "DeliveryAttempt", "Page", "WebhookEvent",
     "ScanClientError", "ApiError", "ValidationError", "AuthenticationError", "InsufficientBalance", "Forbidden",
-    "NotFound", "Conflict", "RateLimited", "ServerError", "EngineUnavailable", "ServiceUnavailable",
+    "NotFound", "Conflict", "DeliveryPending", "RateLimited", "ServerError", "EngineUnavailable", "ServiceUnavailable",
     "TransportError", "WaitTimeout", "WebhookVerificationError",
 ]

@@ -56,6 +56,9 @@ MESSAGES = {
     "too_many_targets": f"a bulk call takes at most {MAX_BULK_TARGETS} targets",
     "no_targets": "the bulk call has no targets",
     "payload_too_large": "the request is too large",
+    "delivery_pending": "that delivery's attempts are still under way: redeliver it once it has succeeded or "
+                        "failed (nothing was charged)",
+    "webhook_url_missing": "the key that sent that delivery has no webhook URL now: set one on the key's page",
 }
 # Codes whose server message is more precise than anything generic (it names the field or target).
 SERVER_WORDED = {"invalid_request", "target_too_short", "invalid_kind", "invalid_target"}

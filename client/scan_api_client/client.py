@@ -251,8 +251,11 @@ class ScanClient:
         if starting_after:
             params["starting_after"] = starting_after
         answer = self._request("GET", path, params=params)
-        return Page([model.from_dict(item) for item in answer.get("data") or []], bool(answer.get("has_more")),
-                    answer)
+        items = [model.from_dict(item) for item in answer.get("data") or []]
+        for item in items:  # a list holds the calling key's mode only; its scan entries do not repeat it
+            if getattr(item, "livemode", True) is None:
+                item.livemode = self.livemode
+        return Page(items, bool(answer.get("has_more")), answer)
 
     def _all(self, page: Callable[..., Page], max_items: int | None) -> Iterator:
         after, count = None, 0

@@ -56,7 +56,8 @@ class ApiError(ScanClientError):
 
 class ValidationError(ApiError):
     """400: ``invalid_request``, ``target_too_short``, ``invalid_kind``, ``invalid_target``,
-    ``too_many_targets``, ``no_targets`` (also used for 413 ``payload_too_large``)."""
+    ``too_many_targets``, ``no_targets``, ``webhook_url_missing`` (a redelivery for a key that has no
+    webhook URL now); also used for 413 ``payload_too_large``."""
 
 
 class AuthenticationError(ApiError):
@@ -72,11 +73,17 @@ class Forbidden(ApiError):
 
 
 class NotFound(ApiError):
-    """404 ``not_found``: unknown scan id, bulk id or path."""
+    """404 ``not_found``: unknown scan, bulk or delivery id (or one of the other mode), or path."""
 
 
 class Conflict(ApiError):
-    """409 ``idempotency_conflict``: the Idempotency-Key was used with another body, or is in use."""
+    """409 ``idempotency_conflict``: the Idempotency-Key was used with another body, or is in use;
+    ``delivery_pending`` (raised as ``DeliveryPending``)."""
+
+
+class DeliveryPending(Conflict):
+    """409 ``delivery_pending``: a redelivery was asked for a delivery whose attempts are still under
+    way (nothing was charged); ask again once it is ``succeeded`` or ``failed``."""
 
 
 class RateLimited(ApiError):
@@ -129,7 +136,13 @@ _BY_STATUS = {400: ValidationError, 401: AuthenticationError, 402: InsufficientB
               502: EngineUnavailable, 503: ServiceUnavailable}
 
 
-def error_class(status: int) -> type[ApiError]:
+# Codes with a class of their own, more precise than their status's.
+_BY_CODE = {"delivery_pending": DeliveryPending}
+
+
+def error_class(status: int, code: str | None = None) -> type[ApiError]:
+    if code in _BY_CODE and issubclass(_BY_CODE[code], _BY_STATUS.get(status, ApiError)):
+        return _BY_CODE[code]
     if status in _BY_STATUS:
         return _BY_STATUS[status]
     return ServerError if status >= 500 else ApiError
@@ -163,6 +176,7 @@ def error_from_response(response) -> ApiError:
         body = None
     cls = error_class(status)
     if isinstance(body, dict) and isinstance(body.get("error"), str):
+        cls = error_class(status, body["error"])
         return cls(status, body["error"], str(body.get("message") or body["error"]),
                    body.get("request_id") or request_id, body.get("details"), retry_after,
                    body=body, headers=headers)

@@ -8,6 +8,7 @@ breaks nothing, and ``raw`` still has it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 import typing
 from dataclasses import dataclass, field
@@ -199,6 +200,14 @@ class Batch(_Model):
     aggregate_poll_url: Optional[str] = None
     raw: dict = field(default_factory=dict, repr=False)
 
+    @classmethod
+    def from_dict(cls, data: dict):
+        batch = super().from_dict(data)
+        for scan in batch.scans:  # the entries of a batch are of its mode, which only the batch states
+            if isinstance(scan, Scan) and scan.livemode is None:
+                scan.livemode = batch.livemode
+        return batch
+
 
 @dataclass
 class DeliveryAttempt(_Model):
@@ -211,17 +220,35 @@ class DeliveryAttempt(_Model):
 
 @dataclass
 class Delivery(_Model):
-    """A webhook delivery: its attempts and the exact ``body`` that is or was sent."""
+    """A webhook delivery: its attempts (oldest first) and the exact ``body`` that is or was sent.
+
+    ``body`` is the JSON text exactly as every attempt sends it (the bytes its signatures cover);
+    ``payload`` is that body parsed, and ``scan`` the scan it describes. ``scan_id`` is None for a
+    test event sent from the key's page; ``next_attempt_at`` is set while ``pending``.
+    """
 
     delivery_id: str = ""
     event: str = ""
     scan_id: Optional[str] = None
+    livemode: Optional[bool] = None
     status: str = ""  # pending, succeeded, failed
+    created_at: Optional[str] = None
     attempts: list[DeliveryAttempt] = field(default_factory=list)
     next_attempt_at: Optional[str] = None
-    body: Any = None
-    livemode: Optional[bool] = None
+    body: Optional[str] = None
     raw: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def payload(self) -> dict:
+        """The body as a dict (empty when there is none)."""
+        if isinstance(self.body, dict):
+            return self.body
+        return json.loads(self.body) if self.body else {}
+
+    @property
+    def scan(self) -> Scan:
+        """The scan the body describes (its final state when the event was sent)."""
+        return Scan.from_dict(self.payload)
 
 
 @dataclass

@@ -10,6 +10,7 @@ example in ``docs/scenarios.md``; in short::
       credits: 1000                       # default 1000
       limits: {inflight: 3, hour: 20, day: 100}   # optional per-customer overrides
       receiver: {responses: [200], delay_ms: 0}   # optional: the key gets a webhook URL and secret
+      key_mode: test                      # optional: a test key (service_test_…, sandbox engine); default live
       engine: up                          # optional engine mode for the whole scenario
     customers:                            # optional further customers, same keys as setup
       other: {tier: business, credits: 10}
@@ -45,15 +46,20 @@ ACTIONS: dict[str, set[str]] = {
     "request": {"method", "path", "json", "headers", "authorization"},
     "wait": {"scan", "bulk", "status", "all_done", "until", "timeout", "interval"},
     "engine": {"mode", "every"},
-    "webhooks": {"count", "timeout", "interval"},
+    "webhooks": {"count", "timeout", "interval", "secrets"},
     "attempts": {"deliveries", "final", "until", "timeout", "interval"},
     "credits": set(),
+    "receiver": {"responses", "delay_ms", "secrets"},
+    "operator": {"command"},
 }
 # Arguments given as a bare value instead of a mapping: ``read: "{{scan.scan_id}}"``.
-SCALAR_ARGUMENT = {"read": "scan", "read_bulk": "bulk", "engine": "mode", "webhooks": "count"}
+SCALAR_ARGUMENT = {"read": "scan", "read_bulk": "bulk", "engine": "mode", "webhooks": "count",
+                   "operator": "command"}
 HTTP_ACTIONS = {"create", "bulk", "read", "read_bulk", "request", "wait", "engine"}
 STEP_KEYS = {"name", "save", "expect", "customer", "repeat"}
-SETUP_KEYS = {"tier", "credits", "limits", "receiver", "engine"}
+SETUP_KEYS = {"tier", "credits", "limits", "receiver", "key_mode", "engine"}
+# The key issued to each customer: live (service_live_…) or test (service_test_…, keys issue --test).
+KEY_MODES = ("live", "test")
 CUSTOMER_KEYS = SETUP_KEYS - {"engine"}
 LIMIT_KEYS = {"inflight", "hour", "day"}
 RECEIVER_KEYS = {"responses", "delay_ms"}
@@ -63,9 +69,11 @@ SCENARIO_KEYS = {"name", "description", "tags", "setup", "customers", "steps", "
 _HTTP_EXPECT = {"status", "error", "body", "schema", "headers"}
 EXPECT_KEYS: dict[str, set[str]] = {
     **{action: set(_HTTP_EXPECT) for action in HTTP_ACTIONS},
-    "webhooks": {"count", "signature_valid", "headers", "body", "schema", "deliveries"},
+    "webhooks": {"count", "signature_valid", "webhook_signature_valid", "headers", "body", "schema", "deliveries"},
     "attempts": {"count", "status_codes", "delivery_status", "body"},
     "credits": {"balance", "body"},
+    "receiver": set(),
+    "operator": {"exit", "error", "body"},
 }
 
 DEFAULT_TIMEOUT = 30.0
@@ -82,6 +90,7 @@ class CustomerSetup:
     credits: int = 1000
     limits: dict[str, int] = field(default_factory=dict)
     receiver: dict | None = None
+    key_mode: str = "live"
 
 
 @dataclass
@@ -121,6 +130,13 @@ class Step:
             detail = str(args.get("mode", ""))
         elif self.action == "webhooks":
             detail = f"{args.get('count', 1)}" if "count" in args else ""
+        elif self.action == "operator":
+            command = args.get("command")
+            words = command.split() if isinstance(command, str) else [str(w) for w in command or []]
+            detail = " ".join(words[:2])
+        elif self.action == "receiver":
+            detail = "/".join(map(str, args.get("responses", [200]))) + (
+                f" +{args['delay_ms']}ms" if args.get("delay_ms") else "")
         else:
             detail = ""
         who = f" [{self.customer}]" if self.customer != MAIN else ""
@@ -225,7 +241,10 @@ def _customer(name: str, setup: dict, where: str) -> CustomerSetup:
                 isinstance(r, int) and 200 <= r <= 599 for r in responses):
             raise ScenarioError(f"{where}.receiver.responses must be a non-empty list of HTTP statuses")
         receiver = {"responses": responses, "delay_ms": _int(receiver.get("delay_ms", 0), f"{where}.receiver.delay_ms")}
-    return CustomerSetup(name=name, tier=tier, credits=credits, limits=limits, receiver=receiver)
+    key_mode = setup.get("key_mode", "live")
+    if key_mode not in KEY_MODES:
+        raise ScenarioError(f"{where}.key_mode must be one of {', '.join(KEY_MODES)}")
+    return CustomerSetup(name=name, tier=tier, credits=credits, limits=limits, receiver=receiver, key_mode=key_mode)
 
 
 def _engine_args(value, where: str) -> dict:
@@ -264,6 +283,8 @@ def _step(number: int, raw: Any, customers: dict, where: str) -> Step:
         raise ScenarioError(f"{where}: wait needs status, all_done or until")
     if action == "request" and "path" not in args:
         raise ScenarioError(f"{where}: request needs a path")
+    if action == "operator" and not args.get("command"):
+        raise ScenarioError(f"{where}: operator needs a command (a string or a list of words)")
     for key in ("until",):
         if key in args and not isinstance(args[key], dict):
             raise ScenarioError(f"{where}: {action}.{key} must be a mapping of path to expected value")

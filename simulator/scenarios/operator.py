@@ -5,7 +5,7 @@ that the runner talks to whatever database that CLI is configured for:
 
     <operator> customers create --name N --tier T --credits C --json
     <operator> customers limits CUSTOMER_ID [--inflight N] [--hour N] [--day N] --json
-    <operator> keys issue CUSTOMER_ID --name N [--webhook-url URL --webhook-secret S] --json
+    <operator> keys issue CUSTOMER_ID --name N [--webhook-url URL --webhook-secret S] [--test] --json
     <operator> customers list --json                       (balances)
 
 ``<operator>`` defaults to ``<this python> -m flask --app wsgi``, run in the project root
@@ -68,6 +68,17 @@ class Operator:
             raise OperatorError(f"{shown} exited {done.returncode}: {detail}")
         return answer
 
+    def attempt_cli(self, args: list[str]) -> tuple[int, dict | None, str]:
+        """Run ``<operator> ARGS --json`` and report rather than raise: (exit status, its JSON
+        answer or None, the last lines of its output). ``--json`` is added when missing."""
+        argv = [*self.command, *args, *([] if "--json" in args else ["--json"])]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, env=self.env, cwd=self.cwd,
+                                  timeout=self.timeout, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise OperatorError(f"{shlex.join(argv)}: {exc}") from None
+        return done.returncode, _last_json_object(done.stdout), _tail(done.stderr) or _tail(done.stdout)
+
     def cli(self, *args: str) -> dict:
         return self._run([*self.command, *args, "--json"])
 
@@ -88,8 +99,8 @@ class Operator:
         return self.cli(*args)
 
     def issue_key(self, customer_id: str, name: str, webhook_url: str | None = None,
-                  webhook_secret: str | None = None) -> dict:
-        args = ["keys", "issue", customer_id, "--name", name]
+                  webhook_secret: str | None = None, test: bool = False) -> dict:
+        args = ["keys", "issue", customer_id, "--name", name, *(["--test"] if test else [])]
         if webhook_url:
             args += ["--webhook-url", webhook_url]
         if webhook_secret:

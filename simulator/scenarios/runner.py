@@ -28,6 +28,7 @@ import os
 import re
 import base64
 import secrets
+import shlex
 import sys
 import threading
 import time
@@ -38,6 +39,7 @@ from urllib.parse import quote
 
 import requests
 
+from simulator.receiver import standard_signed_by
 from simulator.scenarios import SCENARIO_DIR
 from simulator.scenarios.model import (DEFAULT_TIMEOUT, MAIN, MISSING, Check, Scenario, ScenarioError, check_path,
                                        describe, load_scenario, render, resolve_names, resolve_path, short)
@@ -252,7 +254,7 @@ class ScenarioRun:
                 self._restore_engine()
             self.http.close()
             self.result.duration = time.monotonic() - started
-            self.result.accounts = {name: {k: v for k, v in account.items() if k != "api_key"}
+            self.result.accounts = {name: {k: v for k, v in account.items() if k not in ("api_key", "receiver_secrets")}
                                     for name, account in self.accounts.items()}
         return self.result
 
@@ -296,15 +298,17 @@ class ScenarioRun:
                 if answer.status_code not in (200, 201):
                     raise StepError(f"simulator refused receiver {receiver}: {answer.status_code} {answer.text[:200]}")
                 webhook_url = f"{self.config.hook_base_url}/_sim/hooks/{receiver}"
-            key = op.issue_key(customer_id, f"QA {tag}", webhook_url, secret)
+            key = op.issue_key(customer_id, f"QA {tag}", webhook_url, secret, test=setup.key_mode == "test")
             self.accounts[name] = {
                 "customer_id": customer_id, "tier": setup.tier, "credits": setup.credits,
-                "key_id": key["key_id"], "api_key": key["api_key"],
+                "key_id": key["key_id"], "api_key": key["api_key"], "key_mode": setup.key_mode,
                 "receiver": receiver, "webhook_url": webhook_url, "webhook_secret": secret,
+                "receiver_secrets": [secret] if receiver else [],
             }
         self.variables["customers"] = self.accounts
         self.variables["customer"] = self.accounts[MAIN]
-        shown = "; ".join(f"{n}: {a['customer_id']} {a['key_id']}" + (f" hook {a['receiver']}" if a["receiver"] else "")
+        shown = "; ".join(f"{n}: {a['customer_id']} {a['key_id']}" + (" (test)" if a["key_mode"] == "test" else "")
+                          + (f" hook {a['receiver']}" if a["receiver"] else "")
                           for n, a in self.accounts.items())
         self.row("setup", "customers, keys and receivers are set up", True, shown)
 
@@ -423,10 +427,40 @@ class ScenarioRun:
     def do_engine(self, args, account, label, expect) -> Observation:
         return self.set_engine(args)
 
-    def do_webhooks(self, args, account, label, expect) -> Observation:
-        receiver, secret = account["receiver"], account["webhook_secret"]
-        if not receiver:
+    def _receiver(self, account: dict) -> str:
+        if not account["receiver"]:
             raise StepError(f"customer {self._name_of(account)} has no receiver (add receiver: to its setup)")
+        return account["receiver"]
+
+    def do_receiver(self, args, account, label, expect) -> Observation:
+        """Reconfigure the customer's receiver (it forgets what it received): another answer, a
+        delay, or the secrets it verifies with (default: the ones it has)."""
+        receiver = self._receiver(account)
+        secrets_ = _secret_list(args.get("secrets", account["receiver_secrets"]))
+        body = {"secrets": secrets_, "responses": args.get("responses", [200]), "delay_ms": args.get("delay_ms", 0)}
+        response = self.http.post(f"{self.config.sim_url}/_sim/receivers/{receiver}", json=body,
+                                  timeout=self.config.http_timeout)
+        if response.status_code not in (200, 201):
+            raise StepError(f"simulator refused receiver {receiver}: {response.status_code} {response.text[:200]}")
+        account["receiver_secrets"] = secrets_
+        self.row(label, "receiver reconfigured (its deliveries cleared)", True,
+                 f"responses {body['responses']}, delay {body['delay_ms']} ms, {_count(len(secrets_), 'secret', 'secrets')}")
+        return Observation(response.status_code, response.headers, response.json())
+
+    def do_operator(self, args, account, label, expect) -> Observation:
+        """An operator CLI command (``--json`` added); the body is its JSON answer."""
+        command = args["command"]
+        words = shlex.split(command) if isinstance(command, str) else [str(w) for w in command]
+        code, answer, output = self.config.operator.attempt_cli(words)
+        if "exit" not in expect:
+            self.row(label, "operator command exits 0", code == 0, f"exit {code}" + (f": {output}" if code else ""))
+        return Observation(code, {}, answer if answer is not None else {"output": output})
+
+    def do_webhooks(self, args, account, label, expect) -> Observation:
+        receiver = self._receiver(account)
+        # The secrets in force, current first: X-Service-Signature is recomputed with the first,
+        # and webhook-signature must carry an entry for each.
+        secrets_ = _secret_list(args.get("secrets", [account["webhook_secret"]]))
         wanted = args.get("count", expect.get("count") if isinstance(expect.get("count"), int) else 1)
         if not isinstance(wanted, int) or isinstance(wanted, bool):
             raise StepError("webhooks: count must be an integer")
@@ -443,7 +477,7 @@ class ScenarioRun:
         self.row(label, f"at least {_count(wanted, 'delivery', 'deliveries')} received within {timeout:g}s", met,
                  f"{len(deliveries)} after {elapsed:.1f}s")
         return Observation(None, {}, {"count": len(deliveries),
-                                      "deliveries": [_delivery(d, secret) for d in deliveries]})
+                                      "deliveries": [_delivery(d, secrets_) for d in deliveries]})
 
     # --- operator -----------------------------------------------------------------------------
 
@@ -487,6 +521,17 @@ class ScenarioRun:
                     self.add_as(label, text, check_path(body, path, expect[key]), expect[key])
             for path, matcher in (expect.get("body") or {}).items():
                 self.add(label, check_path(body, path, matcher, prefix="log."))
+            return
+        if action == "operator":
+            if "exit" in expect:
+                self.add_as(label, "operator exit status", check_path({"exit": obs.status}, "exit", expect["exit"]),
+                            expect["exit"])
+            if "error" in expect:
+                self.add(label, check_path(body, "error", expect["error"], prefix="answer."))
+            for path, matcher in (expect.get("body") or {}).items():
+                self.add(label, check_path(body, path, matcher, prefix="answer."))
+            return
+        if action == "receiver":
             return
         if action == "credits":
             if "balance" in expect:
@@ -532,6 +577,15 @@ class ScenarioRun:
             verb = "matches" if wanted is True else ("does not match" if wanted is False else describe(wanted))
             for path, text in (("signature_valid", "X-Service-Signature {} (receiver's check)"),
                                ("signature_recomputed", "X-Service-Signature {} HMAC-SHA256(secret, raw body)")):
+                check = check_path(body, f"deliveries.*.{path}", wanted)
+                self.row(label, f"each delivery: {text.format(verb)}", check.met, check.observed)
+        if "webhook_signature_valid" in expect:
+            wanted = expect["webhook_signature_valid"]
+            verb = "verifies" if wanted is True else ("does not verify" if wanted is False else describe(wanted))
+            for path, text in (("webhook_signature_valid",
+                                "webhook-signature {} (receiver's check: one of its secrets, timestamp within 5 min)"),
+                               ("webhook_signature_recomputed",
+                                "webhook-signature {} (an entry per secret of the step, recomputed)")):
                 check = check_path(body, f"deliveries.*.{path}", wanted)
                 self.row(label, f"each delivery: {text.format(verb)}", check.met, check.observed)
         for name, matcher in (expect.get("headers") or {}).items():
@@ -581,7 +635,16 @@ def _poll(attempt: Callable[[], tuple[Any, bool, bool]], timeout: float, interva
         time.sleep(min(interval, max(0.0, deadline - now)))
 
 
-def _delivery(raw: dict, secret: str | None) -> dict:
+def _secret_list(value) -> list[str]:
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or not values or not all(isinstance(v, str) and v for v in values):
+        raise StepError(f"secrets must be a non-empty list of secrets, got {short(value, 60)}")
+    return values
+
+
+def _delivery(raw: dict, secrets_: list[str]) -> dict:
+    """A recorded delivery, with the runner's own recomputation of both signatures (§6.3, D16):
+    ``signature_by`` / ``webhook_signature_by`` say, per secret of ``secrets_``, whether it signed."""
     text = raw.get("body") or ""
     try:
         body = json.loads(text)
@@ -589,12 +652,18 @@ def _delivery(raw: dict, secret: str | None) -> dict:
         body = text
     headers = raw.get("headers") or {}
     signature = next((v for k, v in headers.items() if k.lower() == SIGNATURE_HEADER.lower()), None)
-    recomputed = None
-    if secret is not None:
-        expected = "sha256=" + hmac.new(secret.encode(), text.encode("utf-8"), hashlib.sha256).hexdigest()
-        recomputed = signature is not None and hmac.compare_digest(expected.encode(), str(signature).encode())
+    raw_bytes = text.encode("utf-8")
+    signature_by = [signature is not None and hmac.compare_digest(
+        ("sha256=" + hmac.new(s.encode(), raw_bytes, hashlib.sha256).hexdigest()).encode(), str(signature).encode())
+        for s in secrets_]
+    standard_by = standard_signed_by(secrets_, raw_bytes, headers)
+    entries = next((v for k, v in headers.items() if k.lower() == "webhook-signature"), "") or ""
     return {"headers": headers, "body": body, "raw_body": text, "signature_valid": raw.get("signature_valid"),
-            "signature_recomputed": recomputed, "response_status": raw.get("response_status"),
+            "signature_recomputed": bool(signature_by and signature_by[0]), "signature_by": signature_by,
+            "webhook_signature_valid": raw.get("webhook_signature_valid"),
+            "webhook_signature_recomputed": bool(standard_by) and all(standard_by),
+            "webhook_signature_by": standard_by, "webhook_signature_entries": len(entries.split()),
+            "response_status": raw.get("response_status"),
             "received_at": raw.get("received_at"), "received_at_ms": raw.get("received_at_ms")}
 
 

@@ -35,6 +35,10 @@ TAGS: dict[str, str] = {
     "auth": "authentication and tenant isolation",
     "validation": "refused input",
     "idempotency": "Idempotency-Key replays and conflicts",
+    "lists": "the cursor-paged lists: scans and webhook deliveries",
+    "rotation": "webhook secret rotation and the two signature schemes",
+    "operator": "steps that run operator CLI commands",
+    "testmode": "test keys: the sandbox engine, livemode false, nothing charged, apart from live data",
 }
 
 _ANY: dict = {}
@@ -42,6 +46,8 @@ _TEXT_OR_NUMBER = {"type": ["string", "integer", "number"]}
 _NON_NEGATIVE = {"type": "integer", "minimum": 0}
 _SECONDS = {"type": ["number", "string"], "minimum": 0}  # a number, or a {{variable}}
 _PATHS = {"type": "object"}  # {dotted path: matcher}; matchers are checked by model
+_SECRETS = {"type": ["array", "string"], "minItems": 1, "items": {"type": "string"}}  # a list, or a {{variable}}
+_RESPONSES = {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 200, "maximum": 599}}
 _HTTP_ARGS = {"headers": {"type": "object"}, "authorization": {"type": ["string", "null"]}}
 
 # The arguments of each action. ``type`` lists a scalar where the action takes a bare
@@ -67,11 +73,16 @@ ACTION_ARGS: dict[str, dict] = {
         "mode": {"enum": list(model.ENGINE_MODES)}, "every": {"type": "integer", "minimum": 1}},
         "required": ["mode"]},
     "webhooks": {"type": ["integer", "object", "null"], "properties": {
-        "count": {"type": "integer", "minimum": 0}, "timeout": _SECONDS, "interval": _SECONDS}},
+        "count": {"type": "integer", "minimum": 0}, "timeout": _SECONDS, "interval": _SECONDS,
+        "secrets": _SECRETS}},
     "attempts": {"type": ["object", "null"], "properties": {
         "deliveries": {"type": "integer", "minimum": 0}, "final": {"type": "boolean"}, "until": _PATHS,
         "timeout": _SECONDS, "interval": _SECONDS}},
     "credits": {"type": ["object", "null"]},
+    "receiver": {"type": ["object", "null"], "properties": {
+        "responses": _RESPONSES, "delay_ms": _NON_NEGATIVE, "secrets": _SECRETS}},
+    "operator": {"type": ["string", "array", "object"], "items": _TEXT_OR_NUMBER, "properties": {
+        "command": {"type": ["string", "array"], "minLength": 1, "minItems": 1, "items": _TEXT_OR_NUMBER}}},
 }
 for _action, _schema in ACTION_ARGS.items():
     assert set(_schema["properties"] if "properties" in _schema else {}) == model.ACTIONS[_action], _action
@@ -82,16 +93,16 @@ ACTION_ARGS["engine"]["allOf"] = [{"if": {"type": "string"}, "then": {"enum": li
 EXPECT_VALUES: dict[str, dict] = {
     "status": _ANY, "error": _ANY, "body": _PATHS, "headers": _PATHS, "deliveries": _PATHS,
     "schema": {"type": ["string", "object"], "additionalProperties": {"type": "string"}},
-    "count": _ANY, "signature_valid": _ANY, "status_codes": _ANY, "delivery_status": _ANY, "balance": _ANY,
+    "count": _ANY, "signature_valid": _ANY, "webhook_signature_valid": _ANY, "status_codes": _ANY,
+    "delivery_status": _ANY, "balance": _ANY, "exit": _ANY,
 }
 
 _LIMITS = {"type": "object", "properties": {k: _NON_NEGATIVE for k in sorted(model.LIMIT_KEYS)},
            "additionalProperties": False}
 _RECEIVER = {"type": ["object", "boolean"], "properties": {
-    "responses": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 200, "maximum": 599}},
-    "delay_ms": _NON_NEGATIVE}, "additionalProperties": False}
+    "responses": _RESPONSES, "delay_ms": _NON_NEGATIVE}, "additionalProperties": False}
 _CUSTOMER_PROPERTIES = {"tier": {"enum": list(model.TIERS)}, "credits": _NON_NEGATIVE,
-                        "limits": _LIMITS, "receiver": _RECEIVER}
+                        "limits": _LIMITS, "receiver": _RECEIVER, "key_mode": {"enum": list(model.KEY_MODES)}}
 
 
 def _step_schema() -> dict:

@@ -57,6 +57,8 @@ STACK_SETTINGS = {
     "ENGINE_POLL_SECONDS": "1",
     "RECOVERY_INTERVAL_SECONDS": "5",
     "WEBHOOK_TIMEOUT_SECONDS": "5",
+    # Test-mode scans (the sandbox engine) finish in 0.5 s; hang… ones time out after 1.5 s.
+    "SANDBOX_SCAN_SECONDS": "0.5",
     "LOG_LEVEL": "INFO",
     "PYTHONUNBUFFERED": "1",
 }

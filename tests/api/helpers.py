@@ -33,11 +33,13 @@ def assert_counters_match(customer_id: str) -> None:
     from app.models import Customer, utcnow
     from app.services import quotas
     now = utcnow()
-    assert Customer.get_by_id(customer_id).in_flight == quotas.inflight_count(customer_id)
-    usage = quotas.window_usage(customer_id, now)
-    created = Scan.select().where(Scan.customer == customer_id)
-    assert usage.day == created.where(Scan.created_at > now - timedelta(days=1)).count()
-    assert usage.hour == created.where(Scan.created_at > now - timedelta(hours=1)).count()
+    customer = Customer.get_by_id(customer_id)
+    for livemode, in_flight in ((True, customer.in_flight), (False, customer.test_in_flight)):  # apart (D15)
+        assert in_flight == quotas.inflight_count(customer_id, livemode)
+        usage = quotas.window_usage(customer_id, now, livemode)
+        created = Scan.select().where((Scan.customer == customer_id) & (Scan.livemode == livemode))
+        assert usage.day == created.where(Scan.created_at > now - timedelta(days=1)).count()
+        assert usage.hour == created.where(Scan.created_at > now - timedelta(hours=1)).count()
 
 
 def scans_of(account) -> list:

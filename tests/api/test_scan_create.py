@@ -21,7 +21,7 @@ def test_created_body_headers_and_charge(client, account):
     response = create(client, account, kind="email")
     assert response.status_code == 202
     body = response.get_json()
-    assert set(body) == {"ok", "scan_id", "kind", "recipes_to_run", "eta_seconds", "poll_url"}
+    assert set(body) == {"ok", "scan_id", "livemode", "kind", "recipes_to_run", "eta_seconds", "poll_url"}
     assert body["ok"] is True and body["kind"] == "email"
     assert body["scan_id"].startswith("scn_") and len(body["scan_id"]) >= 4 + 22
     assert isinstance(body["recipes_to_run"], int) and body["recipes_to_run"] > 0

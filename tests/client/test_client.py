@@ -18,7 +18,7 @@ from app.webhook_signature import sign
 from tests.api.helpers import balance, engine_mode, scans_of
 
 START = "2026-11-21 12:00:00"
-CREATED_FIELDS = {"ok", "scan_id", "kind", "recipes_to_run", "eta_seconds", "poll_url"}
+CREATED_FIELDS = {"ok", "scan_id", "livemode", "kind", "recipes_to_run", "eta_seconds", "poll_url"}
 
 
 class Recorder:
@@ -69,13 +69,13 @@ def test_bulk_and_get_bulk_bodies(served_app, make_customer):
     acct = make_customer(tier="business", credits=100)
     api = make_client(served_app, acct)
     created = api.bulk(["a.person@example.com", {"target": "+14155552671", "kind": "phone"}, {"target": "ab"}])
-    assert isinstance(created, Batch) and set(created.raw) == {"ok", "bulk_id", "total", "queued", "rejected", "scans", "aggregate_poll_url"}
+    assert isinstance(created, Batch) and set(created.raw) == {"ok", "bulk_id", "livemode", "total", "queued", "rejected", "scans", "aggregate_poll_url"}
     assert (created.total, created.queued) == (3, 2)
     assert [(r.index, r.error) for r in created.rejected] == [(2, "target_too_short")]
     assert [s.kind for s in created.scans] == ["email", "phone"]
     assert api.last_credits == 98  # one credit per queued scan
     batch = api.get_bulk(created.bulk_id)
-    assert set(batch.raw) == {"ok", "bulk_id", "total", "queued", "running", "completed", "failed", "rejected_count",
+    assert set(batch.raw) == {"ok", "bulk_id", "livemode", "total", "queued", "running", "completed", "failed", "rejected_count",
                           "all_done", "scans"}
     assert (batch.total, batch.queued, batch.rejected_count, batch.all_done) == (3, 2, 1, False)
     assert [s.target for s in batch.scans] == ["a.person@example.com", "+14155552671"]

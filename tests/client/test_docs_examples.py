@@ -8,16 +8,22 @@ import io
 import json
 import re
 import shlex
+import os
 import time
+import uuid
 from pathlib import Path
 
 import pytest
+import requests
 from freezegun import freeze_time
 
 import scan_api_client.client as client_module
 from scan_api_client.cli import main
+from app.extensions import db
+from tests import factories
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "client.md"
+HOOK_SECRET = "whsec_ZG9jcyBleGFtcGxlcyByZWNlaXZlciBzZWNyZXQgMDE="
 BLOCK = re.compile(r"```(python|bash)\n(.*?)```", re.S)
 
 
@@ -26,26 +32,37 @@ def blocks(language):
 
 
 @pytest.fixture
-def docs_env(served_app, account, jobs, monkeypatch, tmp_path):
+def docs_env(served_app, make_customer, simulator, jobs, monkeypatch, tmp_path):
+    """A live and a test key of one customer, both with a webhook URL whose receiver answers 500, so the
+    deliveries examples find failed deliveries to redeliver (the tests below run without retries)."""
+    hook = f"docs-{uuid.uuid4().hex[:12]}"
+    requests.post(f"{simulator.url}/_sim/receivers/{hook}", json={"secret": HOOK_SECRET, "responses": [500]},
+                  timeout=5).raise_for_status()
+    url = f"{simulator.url}/_sim/hooks/{hook}"
+    account = make_customer(webhook_url=url, webhook_secret=HOOK_SECRET)
+    with db.connection_context():
+        test = factories.sandbox_key(account, webhook_url=url, webhook_secret=HOOK_SECRET)
+    env = {"SCAN_API_URL": served_app.url, "SCAN_API_KEY": account.api_key, "SCAN_API_TEST_KEY": test.api_key}
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("SCAN_API_URL", served_app.url)
-    monkeypatch.setenv("SCAN_API_KEY", account.api_key)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     with freeze_time("2026-11-21 12:00:00") as frozen:
         def sleep(seconds):
             frozen.tick(seconds)
             jobs.run()
         monkeypatch.setattr(client_module, "_default_sleep", sleep)
-        yield {"SCAN_API_URL": served_app.url, "SCAN_API_KEY": account.api_key}
+        yield env
 
 
 def test_the_doc_has_examples_of_every_topic():
     text = DOC.read_text()
     for topic in ("## Install", "## Your first scan", "## Waiting", "## Bulk from a CSV", "## Listing",
-                  "## Webhooks", "## Test mode", "## Errors"):
+                  "## Webhooks", "### Deliveries", "## Test mode", "## Errors"):
         assert topic in text
     assert len(blocks("python")) >= 6 and not re.search(r"\bD\d+\b|§", text)
 
 
+@pytest.mark.config(WEBHOOK_RETRY_SCHEDULE=())
 def test_every_python_example_runs(docs_env, capsys):
     for index, code in enumerate(blocks("python")):
         namespace = {"__name__": f"docs_example_{index}"}
@@ -61,8 +78,11 @@ def test_every_python_example_runs(docs_env, capsys):
             assert app.test_client().post("/hooks/scan", data=body + b" ", headers=headers).status_code == 400
     out = capsys.readouterr().out
     assert "completed" in out and "target_too_short" in out and "invalid_token" in out and "credits left" in out
+    assert "redelivered dlv_" in out  # the deliveries example found the failed deliveries and sent them again
+    assert "live key: False" in out and "failed engine_failed False" in out and " failed False" in out
 
 
+@pytest.mark.config(WEBHOOK_RETRY_SCHEDULE=())
 def test_every_command_line_example_runs(docs_env, tmp_path):
     Path("targets.csv").write_text("target,kind\njane.doe@example.com,email\n+447700900123,\nab,\n")
     ran = 0
@@ -71,7 +91,7 @@ def test_every_command_line_example_runs(docs_env, tmp_path):
             line = line.split("  #")[0].strip()
             if not line or line.startswith(("#", "export ", "pip ")):
                 continue
-            argv = shlex.split(line)
+            argv = shlex.split(os.path.expandvars(line))
             assert argv[0] == "scan-api", line
             target = None
             if ">" in argv:

@@ -31,7 +31,7 @@ def test_a_misspelled_key_is_named_with_its_line_and_a_suggestion():
         steps:
           - credits:
         """) == ["s.yaml:4: setup: unknown key 'credit' (did you mean 'credits'?); "
-                 "allowed: credits, engine, limits, receiver, tier"]
+                 "allowed: credits, engine, key_mode, limits, receiver, tier"]
 
 
 def test_an_expectation_key_is_checked_against_its_action():
@@ -66,6 +66,19 @@ def test_a_wrong_type_says_what_was_wanted_and_what_came():
                  's.yaml:4: step 1.wait.all_done must be true or false, got "yes" (a string)']
 
 
+def test_a_key_mode_is_live_or_test():
+    lines = errors_of("""\
+        description: d
+        setup: {key_mode: sandbox}
+        customers:
+          other: {key_mode: test}
+        steps:
+          - credits:
+        """)
+    assert len(lines) == 1 and lines[0].startswith("s.yaml:2: setup.key_mode") and "sandbox" in lines[0]
+    assert "live" in lines[0] and "test" in lines[0]
+
+
 def test_every_problem_is_listed_in_line_order_and_never_cut():
     long_name = "a_very_long_misspelled_key_" * 8
     lines = errors_of(f"""\
@@ -84,12 +97,12 @@ def test_every_problem_is_listed_in_line_order_and_never_cut():
         "s.yaml:2: tags[0] must be one of " + ", ".join(sorted(TAGS)) + ", got 'webhook' (did you mean 'webhooks'?)",
         "s.yaml:4: setup.tier must be one of pro, business, enterprise, got 'gold'",
         "s.yaml:6: step 1: unknown key 'creat' (did you mean 'create'?); allowed: attempts, bulk, create, credits, "
-        "customer, engine, expect, name, read, read_bulk, repeat, request, save, wait, webhooks",
+        "customer, engine, expect, name, operator, read, read_bulk, receiver, repeat, request, save, wait, webhooks",
         "s.yaml:7: step 2: a step needs exactly one action of create, bulk, read, read_bulk, request, wait, engine, "
-        "webhooks, attempts, credits; got read, credits",
+        "webhooks, attempts, credits, receiver, operator; got read, credits",
         "s.yaml:9: step 3.engine must be one of up, down, flaky, got 'dwn' (did you mean 'down'?)",
         f"s.yaml:10: step 3: unknown key '{long_name}'; allowed: attempts, bulk, create, credits, customer, engine, "
-        "expect, name, read, read_bulk, repeat, request, save, wait, webhooks",
+        "expect, name, operator, read, read_bulk, receiver, repeat, request, save, wait, webhooks",
     ]
 
 

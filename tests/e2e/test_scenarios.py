@@ -130,6 +130,7 @@ def test_an_invalid_file_is_reported_as_a_missed_row(tmp_path):
     ("steps:\n  - create: {}\n    read: x", "exactly one action"),
     ("steps:\n  - wait: {scan: x}", "wait needs status, all_done or until"),
     ("setup: {tier: gold}\nsteps:\n  - credits:", "tier must be one of"),
+    ("setup: {key_mode: sandbox}\nsteps:\n  - credits:", "key_mode must be one of live, test"),
     ("steps:\n  - read: x\n    customer: other", "unknown customer 'other'"),
     ("steps:\n  - read: x\n    expect: {body: {a: {matches: '('}}}", "bad regular expression"),
 ])

@@ -169,3 +169,40 @@ def test_usage_page(client, portal_account):
     login(client)
     html = client.get("/app/usage").get_data(as_text=True)
     assert "49" in html and "Business" in html and "-1" in html and "In flight now" in html
+
+
+def test_test_keys_and_their_deliveries_are_marked_and_usage_counts_live_only(client, portal_account):
+    """D15: the portal marks test keys and test deliveries; a test key's scans count in no live figure."""
+    from app.services import webhooks
+    from tests import factories
+
+    with db.connection_context():
+        test = factories.sandbox_key(portal_account, name="ci sandbox")
+        webhooks.set_webhook(test.key.id, portal_account.id, "https://hooks.example.com/scan")
+        delivery = webhooks.send_test_event(test.key.id, portal_account.id)
+    assert client.post("/api/v1/scan", json={"target": "jane@example.com"}, headers=test.headers).status_code == 202
+    login(client)
+    keys = client.get("/app/api-keys").get_data(as_text=True)
+    test_row = keys[keys.index("ci sandbox"):].split("</tr>")[0]
+    live_row = keys[keys.index(portal_account.key.id):].split("</tr>")[0]
+    assert "test mode" in test_row and "test mode" not in live_row
+    page = client.get(f"/app/api-keys/{test.key.id}").get_data(as_text=True)
+    assert page.count("badge test-mode") == 2  # the key, and its one delivery
+    row = page[page.index(f'data-delivery="{delivery.id}"'):].split("</tr>")[0]
+    assert "test mode" in row
+    assert "test mode" not in client.get(f"/app/api-keys/{portal_account.key.id}").get_data(as_text=True)
+    usage = client.get("/app/usage").get_data(as_text=True)
+    assert "<td>In flight now</td><td>0</td>" in usage and "<td>Created in the last hour</td><td>0</td>" in usage
+    assert "0 scans created and 0 credits spent" in usage  # the charts count live scans only
+    assert "50" in usage  # the balance: the test key's call cost nothing
+    # The scans list shows both modes, the test scan marked; its page and its batch's too.
+    live_scan = client.post("/api/v1/scan", json={"target": "live@example.com"},
+                            headers=portal_account.headers).json["scan_id"]
+    test_bulk = client.post("/api/v1/scan/bulk", json={"targets": [{"target": "bulk@example.com"}]},
+                            headers=test.headers).json["bulk_id"]
+    scans = client.get("/app/scans").get_data(as_text=True)
+    assert "test mode" in scans[scans.index("jane@example.com"):].split("</tr>")[0]
+    assert "test mode" not in scans[scans.index("live@example.com"):].split("</tr>")[0]
+    assert "test mode" not in client.get(f"/app/scans/{live_scan}").get_data(as_text=True)
+    assert "badge test-mode" in client.get(f"/app/batches/{test_bulk}").get_data(as_text=True)
+    assert "1 scans created and 1 credits spent" in client.get("/app/usage").get_data(as_text=True)

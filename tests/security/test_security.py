@@ -117,7 +117,7 @@ def secrets_in(text: str, secrets: list[str]) -> list[str]:
     found = []
     for secret in secrets:
         random_part = secret
-        for prefix in ("service_live_", "whsec_"):
+        for prefix in ("service_live_", "service_test_", "whsec_"):
             if secret.startswith(prefix):
                 random_part = secret[len(prefix):]  # (the random part may itself hold a "_")
         if secret in text or random_part in text:

@@ -1,4 +1,5 @@
 """The simulated webhook receivers (E4)."""
+import base64
 import hashlib
 import hmac
 import json
@@ -8,7 +9,8 @@ import time
 import pytest
 
 from simulator.app import create_sim_app
-from simulator.receiver import verify_signature
+from app.webhook_signature import sign_standard
+from simulator.receiver import standard_signed_by, verify_signature
 
 SECRET = "whsec_test"
 
@@ -148,6 +150,7 @@ def test_deliveries_are_recorded_oldest_first_with_headers_body_and_time(client)
         assert re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z", d["received_at"])
         assert d["received_at"].endswith(f"{d['received_at_ms'] % 1000:03d}Z")
     assert set(recorded[0]) == {"received_at", "received_at_ms", "headers", "body", "signature_valid",
+                                "webhook_signature_valid",
                                 "response_status"}
 
 
@@ -174,3 +177,50 @@ def test_receivers_are_independent(client):
     assert deliver(client, name="one").status_code == 500
     assert deliver(client, name="two").status_code == 200
     assert len(deliveries(client, "one")) == len(deliveries(client, "two")) == 1
+
+
+# --- several secrets and the Standard Webhooks check (D16) ----------------------------------
+
+OLD = "whsec_" + base64.b64encode(b"o" * 32).decode()
+NEW = "whsec_" + base64.b64encode(b"n" * 32).decode()
+
+
+def deliver_standard(client, secrets, timestamp=None, msg_id="dlv_1", name="acme", xsig_secret=OLD):
+    raw = b'{"event":"scan.completed"}'
+    timestamp = str(int(time.time()) if timestamp is None else timestamp)
+    return client.post(f"/_sim/hooks/{name}", data=raw, content_type="application/json", headers={
+        "X-Service-Signature": sign(xsig_secret, raw), "webhook-id": msg_id, "webhook-timestamp": timestamp,
+        "webhook-signature": sign_standard(secrets, msg_id, timestamp, raw)})
+
+
+def test_standard_signature_verifies_with_any_of_the_receivers_secrets(client):
+    assert client.post("/_sim/receivers/acme", json={"secrets": [OLD, NEW]}).status_code == 201
+    deliver_standard(client, [OLD, NEW])
+    deliver_standard(client, [NEW], xsig_secret=NEW)
+    deliver_standard(client, [OLD])
+    recorded = deliveries(client)
+    assert [d["webhook_signature_valid"] for d in recorded] == [True, True, True]
+    assert [d["signature_valid"] for d in recorded] == [True, True, True]
+
+
+def test_standard_signature_refuses_other_secrets_stale_times_and_missing_headers(client):
+    client.post("/_sim/receivers/acme", json={"secrets": [NEW]})
+    deliver_standard(client, [OLD])                                   # not signed by the receiver's secret
+    deliver_standard(client, [NEW], timestamp=int(time.time()) - 301)  # older than 5 minutes
+    deliver(client)                                                   # no Standard Webhooks headers
+    assert [d["webhook_signature_valid"] for d in deliveries(client)] == [False, False, False]
+    assert [d["signature_valid"] for d in deliveries(client)] == [False, False, False]
+
+
+def test_standard_signed_by_tells_which_secrets_signed():
+    raw, headers = b"{}", {"Webhook-Id": "dlv_1", "Webhook-Timestamp": "1700000000"}
+    headers["Webhook-Signature"] = sign_standard([OLD, NEW], "dlv_1", "1700000000", raw)
+    assert standard_signed_by([OLD, NEW, SECRET], raw, headers) == [True, True, False]
+    assert standard_signed_by([OLD], b"{ }", headers) == [False]
+
+
+@pytest.mark.parametrize("body", [{"secret": OLD, "secrets": [NEW]}, {"secrets": []}, {"secrets": [OLD, 2]},
+                                  {"secrets": OLD}])
+def test_bad_secrets_answer_400(client, body):
+    response = client.post("/_sim/receivers/acme", json=body)
+    assert response.status_code == 400

@@ -105,3 +105,45 @@ def test_portal_sessions_migration_adds_the_table_and_the_disabled_flag(app):
         token = portal_users.start_session(user)
         assert portal_users.session_user(token).id == user.id
         assert PortalSession.select().count() == 1
+
+
+def test_test_mode_migration_marks_existing_rows_live_and_counts_windows_per_mode(app):
+    """A database from before version 6: every key, scan and batch becomes live, the counters
+    are rebuilt with the mode in their key, and an Idempotency-Key is unique per mode."""
+    from app.models import ApiKey, IdempotencyRecord, QuotaMinute, Scan, new_id, utcnow
+    from app.services import quotas
+
+    with db.connection_context():
+        customer = accounts.create_customer("Old", "business", 5)
+        key, _ = accounts.issue_key(customer.id, "k")
+        now = utcnow()
+        Scan.create(id=new_id("scn"), customer=customer.id, api_key=key.id, kind="email", target="a@example.com",
+                    status="completed", created_at=now)
+        IdempotencyRecord.create(customer=customer.id, key="k1", endpoint="/api/v1/scan", request_hash="h")
+        # Back to version 5: no mode anywhere, the counters keyed by (customer, minute).
+        time_type = "DATETIME" if is_sqlite() else "TIMESTAMP"
+        with db.atomic():
+            db.execute_sql('DROP INDEX "idempotency_record_customer_id_livemode_key"')
+            db.execute_sql('CREATE UNIQUE INDEX "idempotency_record_customer_id_key" '
+                           'ON "idempotency_record" ("customer_id", "key")')
+            for name in ("api_key", "bulk_batch", "scan", "webhook_delivery", "idempotency_record"):
+                db.execute_sql(f'ALTER TABLE "{name}" DROP COLUMN "livemode"')
+            db.execute_sql('ALTER TABLE "customer" DROP COLUMN "test_in_flight"')
+            db.drop_tables([QuotaMinute])
+            db.execute_sql(f'CREATE TABLE "quota_minute" ("customer_id" VARCHAR(40) NOT NULL, "minute" {time_type} '
+                           f'NOT NULL, "scans" INTEGER NOT NULL, PRIMARY KEY ("customer_id", "minute"))')
+            SchemaVersion.delete().where(SchemaVersion.version == 6).execute()
+
+        assert migrations.upgrade() == [6]
+        assert migrations.upgrade() == []
+
+        assert ApiKey.get_by_id(key.id).livemode is True
+        assert Scan.get(Scan.customer == customer.id).livemode is True
+        assert Customer.get_by_id(customer.id).test_in_flight == 0
+        assert quotas.window_usage(customer.id, utcnow()).day == 1
+        assert quotas.window_usage(customer.id, utcnow(), livemode=False).day == 0
+        assert IdempotencyRecord.get(IdempotencyRecord.key == "k1").livemode is True
+        # The same key in test mode is another request.
+        IdempotencyRecord.create(customer=customer.id, key="k1", endpoint="/api/v1/scan", request_hash="h",
+                                 livemode=False)
+        assert Customer.get_by_id(customer.id).balance == 5

@@ -117,6 +117,26 @@ def test_a_test_event_needs_a_webhook_url(make_customer):
         webhooks.send_test_event(account.key.id, account.customer.id)
 
 
+@pytest.mark.config(WEBHOOK_TEST_EVENTS_PER_MINUTE=3)
+def test_test_events_are_limited_per_key_with_a_clear_message(make_customer, receiver):
+    url, _ = receiver()
+    account = make_customer(webhook_url=url, webhook_secret=SECRET)
+    neighbour = make_customer(webhook_url=url, webhook_secret=SECRET)
+    with freeze_time(START) as frozen:
+        for _ in range(3):
+            webhooks.send_test_event(account.key.id, account.customer.id)
+            frozen.tick(10)
+        with pytest.raises(AccountError, match=r"at most 3 a minute per key\. Try again in 30 seconds"):
+            webhooks.send_test_event(account.key.id, account.customer.id)
+        assert WebhookDelivery.select().where(WebhookDelivery.api_key == account.key.id).count() == 3
+        webhooks.send_test_event(neighbour.key.id, neighbour.customer.id)  # another key has its own allowance
+        frozen.tick(31)  # the first one is now more than a minute old
+        webhooks.send_test_event(account.key.id, account.customer.id)
+        with pytest.raises(AccountError, match="Too many test events"):
+            webhooks.send_test_event(account.key.id, account.customer.id)
+    assert WebhookDelivery.select().where(WebhookDelivery.api_key == account.key.id).count() == 4
+
+
 # --- redelivery -----------------------------------------------------------------------------
 
 

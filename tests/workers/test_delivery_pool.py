@@ -1,0 +1,230 @@
+"""The delivery pool (D18): many deliveries at once in one worker process, a bounded share
+per receiver host, and engine tracking on its own loop.
+
+Receivers are real HTTP servers on real threads; the pool runs its real threads against the
+test's Redis and database. Waits are bounded polls on the database, never fixed sleeps.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from peewee import OperationalError
+from rq import Queue
+
+from app import runtime
+from app.extensions import db
+from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, enqueue_delivery, enqueue_tracking, promote_due
+from app.models import DeliveryAttempt, WebhookDelivery
+from app.services import webhooks
+from simulator.procutil import wait_until
+from tests.conftest import ServerThread
+from workers.__main__ import build_worker
+from workers import delivery_pool, webhook_jobs
+from workers.delivery_pool import DeliveryPool, host_of
+
+
+class Receiver:
+    """Answers 200, at once or when ``release`` is set; counts requests and the most at once."""
+
+    def __init__(self, hang: bool):
+        self.release = threading.Event()
+        if not hang:
+            self.release.set()
+        self.lock = threading.Lock()
+        self.ids: list[str] = []
+        self.now = self.most = 0
+        self.server = ServerThread(self)
+
+    def __call__(self, environ, start_response):
+        with self.lock:
+            self.ids.append(environ.get("HTTP_X_SERVICE_DELIVERY"))
+            self.now += 1
+            self.most = max(self.most, self.now)
+        try:
+            self.release.wait(60)
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            return [b"ok"]
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+def statuses(key_id: str) -> dict:
+    with db.connection_context():
+        rows = WebhookDelivery.select(WebhookDelivery.status).where(WebhookDelivery.api_key == key_id)
+        counts: dict = {}
+        for row in rows:
+            counts[row.status] = counts.get(row.status, 0) + 1
+        return counts
+
+
+def attempts_by_delivery(key_id: str) -> dict:
+    with db.connection_context():
+        query = (DeliveryAttempt.select(DeliveryAttempt.delivery, DeliveryAttempt.outcome)
+                 .join(WebhookDelivery).where(WebhookDelivery.api_key == key_id))
+        found: dict = {}
+        for attempt in query:
+            found.setdefault(attempt.delivery_id, []).append(attempt.outcome)
+        return found
+
+
+@pytest.mark.config(WEBHOOK_TIMEOUT_SECONDS=60, WEBHOOK_TEST_EVENTS_PER_MINUTE=1000)
+def test_a_hanging_receiver_takes_its_share_and_the_others_keep_flowing(make_customer):
+    hanging, fast = Receiver(hang=True), Receiver(hang=False)
+    slow_account = make_customer(webhook_url=f"{hanging.server.url}/hook")
+    fast_account = make_customer(webhook_url=f"{fast.server.url}/hook")
+    with db.connection_context():
+        # The hanging receiver's deliveries first: one at a time, they would hold everything up.
+        slow_ids = [webhooks.send_test_event(slow_account.key.id, slow_account.customer.id).id for _ in range(12)]
+        fast_ids = [webhooks.send_test_event(fast_account.key.id, fast_account.customer.id).id for _ in range(30)]
+    pool = DeliveryPool(size=6, per_host=2).start()
+    try:
+        wait_until(lambda: statuses(fast_account.key.id) == {"succeeded": 30}, 30, "the fast receiver's deliveries")
+        # Meanwhile the hanging receiver held two requests, never more, and nothing else was sent to it.
+        assert hanging.most == 2 and len(hanging.ids) == 2
+        assert sorted(fast.ids) == sorted(fast_ids)
+        slow = attempts_by_delivery(slow_account.key.id)
+        assert sorted(slow.values()) == [["in_progress"], ["in_progress"]]  # one row, written before each request
+        assert statuses(slow_account.key.id) == {"pending": 12}
+
+        hanging.release.set()
+        wait_until(lambda: statuses(slow_account.key.id) == {"succeeded": 12}, 30, "the hanging receiver's deliveries")
+        assert sorted(hanging.ids) == sorted(slow_ids)  # each sent once, in the end
+        assert hanging.most == 2
+        assert all(outcomes == ["succeeded"] for outcomes in attempts_by_delivery(slow_account.key.id).values())
+        assert all(outcomes == ["succeeded"] for outcomes in attempts_by_delivery(fast_account.key.id).values())
+        assert len(attempts_by_delivery(slow_account.key.id)) == 12
+    finally:
+        hanging.release.set()
+        pool.stop(timeout=10)
+        hanging.server.stop()
+        fast.server.stop()
+    # Jobs done leave nothing behind in Redis: no queued job, no job hash.
+    assert runtime.redis().keys("rq:job:dlv-*") == [] and Queue(WEBHOOK_QUEUE, connection=runtime.redis()).count == 0
+
+
+@pytest.mark.config(WEBHOOK_TIMEOUT_SECONDS=60, WEBHOOK_TEST_EVENTS_PER_MINUTE=1000)
+def test_a_warm_stop_puts_the_parked_jobs_back_in_redis(make_customer):
+    hanging = Receiver(hang=True)
+    account = make_customer(webhook_url=f"{hanging.server.url}/hook")
+    with db.connection_context():
+        for _ in range(5):
+            webhooks.send_test_event(account.key.id, account.customer.id)
+    pool = DeliveryPool(size=4, per_host=1).start()
+    try:
+        wait_until(lambda: pool.parked() == 4 and len(hanging.ids) == 1, 30, "one request and four parked jobs")
+        stopper = threading.Thread(target=pool.stop, kwargs={"timeout": 20})
+        stopper.start()
+        wait_until(lambda: Queue(WEBHOOK_QUEUE, connection=runtime.redis()).count == 4, 10, "the parked jobs back")
+        hanging.release.set()  # the request in flight ends, and is recorded
+        stopper.join(20)
+    finally:
+        hanging.release.set()
+        hanging.server.stop()
+    assert statuses(account.key.id) == {"succeeded": 1, "pending": 4} and len(hanging.ids) == 1
+
+
+def test_rq_s_loop_leaves_the_webhooks_queue_to_the_pool(app, redis_conn):
+    """Tracking jobs are taken by RQ's loop, delivery jobs are left for the pool."""
+    enqueue_delivery("dlv_nothing", "dlv-dlv_nothing-1")
+    enqueue_tracking({"scn_nothing": "trk-scn_nothing-1"})
+    worker = build_worker(pooled=(WEBHOOK_QUEUE,))
+    worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
+    assert Queue(ENGINE_QUEUE, connection=redis_conn).count == 0
+    assert Queue(WEBHOOK_QUEUE, connection=redis_conn).job_ids == ["dlv-dlv_nothing-1"]
+
+
+@pytest.mark.parametrize("url, host", [
+    ("https://Hooks.Example.com/a", "hooks.example.com:443"),
+    ("http://hooks.example.com/a", "hooks.example.com:80"),
+    ("https://hooks.example.com:8443/b?x=1", "hooks.example.com:8443"),
+])
+def test_the_share_is_per_host_name_and_port(url, host):
+    assert host_of(url) == host
+
+
+class FlakyConnections:
+    """The database refusing some of the delivery threads' connections, as a PostgreSQL out of
+    connection slots does ("too many clients"): every ``every``-th connection a delivery thread
+    opens fails, up to ``failures`` times. Other threads (the test's own reads) are not touched."""
+
+    def __init__(self, database, every: int, failures: int):
+        self.real = database._connect
+        self.every, self.left = every, failures
+        self.lock = threading.Lock()
+        self.opened = self.refused = 0
+
+    def __call__(self):
+        if threading.current_thread().name.startswith("delivery"):
+            with self.lock:
+                self.opened += 1
+                refuse = self.left > 0 and self.opened % self.every == 1
+                if refuse:
+                    self.left -= 1
+                    self.refused += 1
+            if refuse:
+                raise OperationalError("FATAL:  sorry, too many clients already")
+        return self.real()
+
+
+@pytest.mark.config(WEBHOOK_TEST_EVENTS_PER_MINUTE=1000)
+def test_a_job_that_meets_a_database_error_is_retried_not_dropped(make_customer, monkeypatch, redis_conn):
+    """A failed connection before the request puts the job back on the schedule; one after it
+    (the outcome could not be recorded) is recorded again: every delivery arrives once and ends
+    succeeded, none waits for the recovery sweep."""
+    receiver = Receiver(hang=False)
+    account = make_customer(webhook_url=f"{receiver.server.url}/hook")
+    with db.connection_context():
+        ids = [webhooks.send_test_event(account.key.id, account.customer.id).id for _ in range(20)]
+    # Connections 1, 4, 7, ... of the delivery threads fail: both the first (load and reserve)
+    # and the second (record) service call of some jobs meet a refused connection.
+    flaky = FlakyConnections(db.obj, every=3, failures=12)
+    monkeypatch.setattr(db.obj, "_connect", flaky)
+    monkeypatch.setattr(delivery_pool, "ERROR_RETRY_SECONDS", 0.2)
+    monkeypatch.setattr(webhook_jobs, "RECORD_RETRY_PAUSES", (0.05, 0.05, 0.05))
+    webhook_queue = Queue(WEBHOOK_QUEUE, connection=redis_conn)
+    pool = DeliveryPool(size=4, per_host=4).start()
+
+    def all_succeeded():
+        promote_due(webhook_queue, time.time())  # the workers' scheduler, here
+        return statuses(account.key.id) == {"succeeded": 20}
+
+    try:
+        wait_until(all_succeeded, 30, "every delivery succeeded")
+    finally:
+        pool.stop(timeout=10)
+        receiver.server.stop()
+    assert flaky.refused == 12
+    assert sorted(receiver.ids) == sorted(ids)  # each sent exactly once
+    assert all(outcomes == ["succeeded"] for outcomes in attempts_by_delivery(account.key.id).values())
+    assert redis_conn.keys("rq:job:dlv-*") == [] and webhook_queue.count == 0
+
+
+def test_the_pool_starts_once_rq_has_sized_the_redis_timeouts(app, redis_conn, monkeypatch):
+    """A Redis connection the pool opened before RQ's worker raised the shared client's socket
+    timeout kept the short one; RQ's loop, handed it, timed out in its long wait on the queue
+    and quit, taking the process down. The pool starts after the worker is built."""
+    import argparse
+    from workers import __main__ as worker_main
+
+    redis_conn.connection_pool.connection_kwargs["socket_timeout"] = 5  # as app.redis_conn sets it
+    redis_conn.connection_pool.reset()  # a process starting: no connection opened yet
+    seen = {}
+
+    def work(self, **kwargs):
+        wait_until(lambda: pool.started and redis_conn.connection_pool._created_connections > 0, 10,
+                   "the pool running")
+        pool_kwargs = redis_conn.connection_pool.connection_kwargs
+        opened = redis_conn.connection_pool._available_connections + list(redis_conn.connection_pool._in_use_connections)
+        seen["timeouts"] = {c.socket_timeout for c in opened} | {pool_kwargs["socket_timeout"]}
+        seen["needed"] = self.connection_timeout
+
+    monkeypatch.setattr(worker_main.ScanWorker, "work", work)
+    pool = DeliveryPool(connection=redis_conn, size=2)
+    try:
+        worker_main._work([WEBHOOK_QUEUE], argparse.Namespace(name=None, burst=False), pool)
+    finally:
+        pool.stop(timeout=5)
+    assert min(seen["timeouts"]) >= seen["needed"] > 5
