@@ -85,7 +85,7 @@ class PostgresPool(PooledPostgresqlDatabase):
             if (getattr(original, "pgcode", None) != UNKNOWN_PREPARED_STATEMENT
                     or self._adapter.txn_status(conn) != self._adapter.txn_idle):
                 raise
-        names.discard(name)
+        names.clear()  # a server that forgot one forgot them all (DEALLOCATE ALL, a reset session)
         self.execute_sql(prepare)
         names.add(name)
         return self.execute_sql(run, params)

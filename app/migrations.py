@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 
-from app.db import db
-from app.models import ALL_MODELS, SchemaVersion
+from app.db import db, is_postgres, table
+from app.models import ALL_MODELS, IdempotencyRecord, SchemaVersion
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,14 @@ def _test_mode(database):
         QuotaMinute.insert_many(rows[start:start + 500]).execute()
 
 
+def _longer_idempotency_endpoint(database):
+    """An Idempotency-Key's endpoint is the request's path, and a redelivery's path
+    (``/api/v1/deliveries/{id}/redeliver``) is longer than the 40 characters first allowed.
+    SQLite does not enforce a VARCHAR's length, so only PostgreSQL needs the change."""
+    if is_postgres():
+        database.execute_sql(f'ALTER TABLE {table(IdempotencyRecord)} ALTER COLUMN "endpoint" TYPE VARCHAR(255)')
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 MIGRATIONS = [
     (1, "initial schema", _initial),
@@ -104,6 +112,7 @@ MIGRATIONS = [
     (4, "portal_sessions", _portal_sessions),
     (5, "webhook secret rotation", _webhook_secret_rotation),
     (6, "test mode", _test_mode),
+    (7, "longer idempotency endpoint", _longer_idempotency_endpoint),
 ]
 
 

@@ -90,7 +90,7 @@ class IdempotencyRecord(BaseModel):
 
     customer = ForeignKeyField(Customer, on_delete="CASCADE")
     key = CharField(max_length=255)
-    endpoint = CharField(max_length=40)
+    endpoint = CharField(max_length=255)  # the request's path
     request_hash = CharField(max_length=64)
     # processing until the first request answers 202; then done with its answer.
     done = BooleanField(default=False)

@@ -196,7 +196,8 @@ def count_queries():
 
     class Collector(logging.Handler):
         def emit(self, record):
-            statements.append(record.getMessage())
+            if record.name == "peewee":  # the statements; not peewee.pool's connection hand-overs
+                statements.append(record.getMessage())
 
     logger = logging.getLogger("peewee")
     handler, level = Collector(), logger.level

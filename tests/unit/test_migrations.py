@@ -147,3 +147,20 @@ def test_test_mode_migration_marks_existing_rows_live_and_counts_windows_per_mod
         IdempotencyRecord.create(customer=customer.id, key="k1", endpoint="/api/v1/scan", request_hash="h",
                                  livemode=False)
         assert Customer.get_by_id(customer.id).balance == 5
+
+
+def test_the_idempotency_endpoint_holds_a_redelivery_path(app):
+    """Version 7: an Idempotency-Key's endpoint is the request's path, and a redelivery's is
+    longer than the 40 characters version 1 allowed (PostgreSQL refused it: a 500)."""
+    from app.models import IdempotencyRecord
+
+    path = "/api/v1/deliveries/dlv_" + "x" * 22 + "/redeliver"
+    with db.connection_context():
+        customer = accounts.create_customer("Old", "business", 5)
+        if not is_sqlite():
+            with db.atomic():
+                db.execute_sql('ALTER TABLE "idempotency_record" ALTER COLUMN "endpoint" TYPE VARCHAR(40)')
+                SchemaVersion.delete().where(SchemaVersion.version == 7).execute()
+            assert migrations.upgrade() == [7]
+        IdempotencyRecord.create(customer=customer.id, key="k1", endpoint=path, request_hash="h")
+        assert IdempotencyRecord.get(IdempotencyRecord.key == "k1").endpoint == path

@@ -16,12 +16,16 @@ def test_placeholders_become_numbered_parameters_and_the_name_follows_the_text()
 def test_runs_as_a_plain_statement_elsewhere_and_prepared_on_postgresql(app):
     with db.connection_context():
         assert execute_prepared("SELECT ? + 1", (41,)).fetchone()[0] == 42
+        assert execute_prepared("SELECT ? * 2", (1,)).fetchone()[0] == 2
         if not is_postgres():
             return
         # The server forgets it (a pooler's reset): prepared again, the caller sees nothing.
         db.execute_sql("DEALLOCATE ALL")
         assert execute_prepared("SELECT ? + 1", (1,)).fetchone()[0] == 2
         assert execute_prepared("SELECT ? + 1", (2,)).fetchone()[0] == 3
+        # ... and so is every other statement it had prepared, even inside a transaction.
+        with db.atomic():
+            assert execute_prepared("SELECT ? * 2", (21,)).fetchone()[0] == 42
 
 
 def test_a_real_error_is_not_retried(app):
