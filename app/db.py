@@ -7,11 +7,12 @@ connection each time.
 """
 from __future__ import annotations
 
+import hashlib
 import time
 from contextlib import contextmanager
 from urllib.parse import urlparse
 
-from peewee import DatabaseProxy, PostgresqlDatabase, SqliteDatabase
+from peewee import DatabaseError, DatabaseProxy, PostgresqlDatabase, SqliteDatabase
 from playhouse.db_url import connect, parse
 from playhouse.pool import PooledPostgresqlDatabase
 
@@ -26,6 +27,9 @@ SQLITE_PRAGMAS = {
     "busy_timeout": 30_000,
     "synchronous": "normal",  # safe with WAL: a crash loses no committed transaction's integrity
 }
+
+
+UNKNOWN_PREPARED_STATEMENT = "26000"  # SQLSTATE invalid_sql_statement_name
 
 
 class PostgresPool(PooledPostgresqlDatabase):
@@ -43,7 +47,48 @@ class PostgresPool(PooledPostgresqlDatabase):
 
     def __init__(self, *args, **kwargs):
         self._returned_at: dict[int, float] = {}
+        self._prepared: dict[int, set[str]] = {}  # statement names prepared on each connection
         super().__init__(*args, **kwargs)
+
+    def _close_raw(self, conn):
+        self._prepared.pop(self.conn_key(conn), None)
+        return super()._close_raw(conn)
+
+    def execute_prepared_batch(self, statements):
+        conn = self.connection()
+        names = self._prepared.setdefault(self.conn_key(conn), set())
+        texts = [_prepared_texts(sql) for sql, _ in statements]
+        missing = [prepare for name, prepare, _ in texts if name not in names]
+        if missing:
+            self.execute_sql("; ".join(missing))
+            names.update(name for name, _, _ in texts)
+        params = [value for _, values in statements for value in values]
+        return self.execute_sql("; ".join(run for _, _, run in texts), params)
+
+    def execute_prepared(self, sql: str, params):
+        """``sql`` (``?`` placeholders) as a statement prepared once per connection.
+
+        A hot statement's parse and plan cost the server more than running it (a read's one
+        statement: 0.45 ms of 0.58). If the server no longer knows the name (a connection
+        reset by a pooler, an id reused by a new connection), it is prepared again, once.
+        """
+        name, prepare, run = _prepared_texts(sql)
+        conn = self.connection()
+        names = self._prepared.setdefault(self.conn_key(conn), set())
+        if name not in names:
+            self.execute_sql(prepare)
+            names.add(name)
+        try:
+            return self.execute_sql(run, params)
+        except DatabaseError as exc:
+            original = getattr(exc, "orig", None) or exc.__context__  # peewee wraps the driver's error
+            if (getattr(original, "pgcode", None) != UNKNOWN_PREPARED_STATEMENT
+                    or self._adapter.txn_status(conn) != self._adapter.txn_idle):
+                raise
+        names.discard(name)
+        self.execute_sql(prepare)
+        names.add(name)
+        return self.execute_sql(run, params)
 
     def _close(self, conn, close_conn=False):
         if close_conn:
@@ -159,6 +204,45 @@ def execute(sql: str, params=()):
     return db.execute_sql(text, params)
 
 
+def execute_prepared(sql: str, params=()):
+    """``execute``, as a server-side prepared statement where the database is the PostgreSQL pool."""
+    database = db.obj
+    if isinstance(database, PostgresPool):
+        return database.execute_prepared(sql, params)
+    return execute(sql, params)
+
+
+def execute_prepared_batch(statements: list[tuple[str, object]]):
+    """Run ``statements`` (``(sql, params)``, in order) and return the last one's cursor.
+
+    On the PostgreSQL pool they go as one round trip of prepared statements (each still its
+    own statement: under READ COMMITTED each sees what the previous ones committed or
+    locked); elsewhere one after the other.
+    """
+    database = db.obj
+    if not isinstance(database, PostgresPool):
+        cursor = None
+        for sql, params in statements:
+            cursor = execute(sql, params)
+        return cursor
+    return database.execute_prepared_batch(statements)
+
+
+_prepared_texts_cache: dict[str, tuple[str, str, str]] = {}
+
+
+def _prepared_texts(sql: str) -> tuple[str, str, str]:
+    """The name, ``PREPARE`` and ``EXECUTE`` texts of ``sql`` (``?`` placeholders become ``$n``)."""
+    texts = _prepared_texts_cache.get(sql)
+    if texts is None:
+        name = "hot_" + hashlib.sha1(sql.encode()).hexdigest()[:16]
+        parts = sql.split("?")
+        numbered = "".join(part + (f"${i}" if i < len(parts) else "") for i, part in enumerate(parts, 1))
+        run = f"EXECUTE {name}" + (f" ({', '.join(['%s'] * (len(parts) - 1))})" if len(parts) > 1 else "")
+        texts = _prepared_texts_cache[sql] = (name, f"PREPARE {name} AS {numbered}", run)
+    return texts
+
+
 def columns(model, alias: str | None = None) -> str:
     """``alias.col1, alias.col2, ...`` for every field of ``model``, in field order."""
     prefix = f"{alias}." if alias else ""
@@ -181,8 +265,12 @@ def instance(model, values):
 
 def insert_rows(model, rows: list[dict]) -> None:
     """One multi-row INSERT of ``rows`` (keyed by field name), defaults filled as peewee would."""
-    if not rows:
-        return
+    if rows:
+        execute_prepared(*insert_rows_statement(model, rows))
+
+
+def insert_rows_statement(model, rows: list[dict]) -> tuple[str, list]:
+    """The SQL and parameters of ``insert_rows`` (a non-empty ``rows``), to run with others."""
     fields = [f for f in model._meta.sorted_fields if not (f.primary_key and f.field_type == "AUTO")]
     params = []
     for row in rows:
@@ -192,7 +280,7 @@ def insert_rows(model, rows: list[dict]) -> None:
                 value = value()
             params.append(field.db_value(value))
     placeholders = "(" + ", ".join("?" * len(fields)) + ")"
-    execute(f"INSERT INTO {table(model)} ({', '.join(repr_column(f) for f in fields)}) VALUES "
+    return (f"INSERT INTO {table(model)} ({', '.join(repr_column(f) for f in fields)}) VALUES "
             + ", ".join([placeholders] * len(rows)), params)
 
 

@@ -13,6 +13,8 @@ Phases (``--phases``, default all):
   latency  engine done -> webhook received, two workers
   scale    many scans in flight tracked by two workers: queue depth, job durations,
            Redis memory and database size
+  growth   reads and creations at 1k, 100k and 1M stored scans (filled by SQL): rate,
+           CPU and database work per call, bytes per stored scan
 
 Everything is bounded: ``--duration`` s per target (default 10; ``--quick``: 3 s and
 smaller worker, latency and scale runs).
@@ -28,10 +30,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench import phases, report, wrk
+from bench import phases, profile, report, wrk
 from bench.stack import ROOT, Stack
 
-PHASES = ("http", "workers", "latency", "scale")
+PHASES = ("http", "workers", "latency", "scale", "growth")
 
 
 def parse_args(argv):
@@ -58,6 +60,12 @@ def parse_args(argv):
                    help="simulator time scale of the scale phase (default 1: scans of 60 to 180 s; quick 0.1)")
     p.add_argument("--scale-poll", type=float, default=60.0,
                    help="ENGINE_POLL_SECONDS for the scale phase (default 60; the service's default is 10)")
+    p.add_argument("--growth-sizes", help="stored scans of the growth phase (default 1000,100000,1000000; "
+                   "quick 1000,20000)")
+    p.add_argument("--growth-duration", type=float, default=5.0, help="seconds per growth target (default 5)")
+    p.add_argument("--profile", action="store_true",
+                   help="py-spy CPU profiles of the API during each loaded API target (profile-*.txt; "
+                        "python -m bench.profile reads them)")
     p.add_argument("--pg-async-commit", action="store_true",
                    help="experiment: run with synchronous_commit=off on database bench (reset at the end)")
     p.add_argument("--warmup", type=float, default=1.0, help="seconds of unmeasured load before each target")
@@ -72,6 +80,8 @@ def parse_args(argv):
     opts.latency_scans = opts.latency_scans or (100 if quick else 300)
     opts.scale_scans = opts.scale_scans or (1000 if quick else 10000)
     opts.scale_time_scale = opts.scale_time_scale or (0.1 if quick else 1.0)
+    opts.growth_sizes = [int(v) for v in (opts.growth_sizes or ("1000,20000" if quick else "1000,100000,1000000"))
+                         .split(",")]
     opts.targets = [name.strip() for name in opts.targets.split(",") if name.strip()]
     opts.phases = [name.strip() for name in opts.phases.split(",") if name.strip()]
     unknown = set(opts.phases) - set(PHASES)
@@ -82,6 +92,9 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     opts = parse_args(sys.argv[1:] if argv is None else argv)
+    if opts.profile and not profile.available():
+        print("error: py-spy is not installed (pip install -r requirements-test.txt)", file=sys.stderr)
+        return 2
     if "http" in opts.phases and not wrk.wrk_available():
         print("error: wrk is not installed (apt-get install -y wrk)", file=sys.stderr)
         return 2

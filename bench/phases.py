@@ -15,8 +15,8 @@ from pathlib import Path
 
 import requests
 
-from bench import cpu, wrk
-from bench.stack import Stack, local_only, wait_until
+from bench import cpu, floor_app, profile, wrk
+from bench.stack import ENGINE_TOKEN, PG_DSN, Stack, local_only, wait_until
 from simulator.investigations import decode_id, plan_for
 
 WEBHOOK_SECRET = "whsec_YmVuY2ggd2ViaG9vayBzZWNyZXQgMDEyMzQ1Njc4OQ=="
@@ -131,10 +131,17 @@ def stop_workers(stack: Stack, procs) -> None:
 def http_phase(stack: Stack, opts, out: Path, log) -> dict:
     stack.reset_database()
     stack.flush_redis()
+    # Creations submit to the bench's engine stand-in (several processes; its capacity is one
+    # of the targets); the simulator, at the same time scale, answers the status of the ids the
+    # stand-in issues, for the worker that completes the seeded scans.
     sim = stack.start_simulator(0.001, "sim-http")
-    api_url, api_proc = stack.start_api(sim, "api-http")
+    engine_url = stack.start_engine(0.001, "engine-http")
+    api_url, api_proc = stack.start_api(engine_url, "api-http")
     base_url, base_proc = stack.start_baseline()
-    groups = {"api": api_proc.pid, "baseline": base_proc.pid,
+    floor_app.create_schema(PG_DSN)
+    floor_url, floor_proc = stack.start_floor(engine_url)
+    groups = {"api": api_proc.pid, "baseline": base_proc.pid, "floor": floor_proc.pid,
+              "engine": next(p.pid for p in stack.procs if p.name == "engine-http"),
               "simulator": next(p.pid for p in stack.procs if p.name == "sim-http")}
     n_many, per_many = opts.customers, (5 if opts.quick else 20)
     (_, read_key), = stack.customers(1, "bench-read")
@@ -164,6 +171,13 @@ def http_phase(stack: Stack, opts, out: Path, log) -> dict:
     if counts.get("completed", 0) < seeded:
         raise RuntimeError(f"seeding did not complete the scans: {counts}")
     queued_ids, _, _ = create_scans(reader, "seed-queued", 100, threads=1)
+    log("seeding the floor: the same completed scans and batches, their bodies as the API answered them")
+    floor_keys = {name: floor_app.add_customer(PG_DSN, name) for name in ("floor-read", "floor-create", "floor-bulk")}
+    for batch_id in done_batches:
+        aggregate = reader.session.get(f"{api_url}/api/v1/scan/bulk/{batch_id}", timeout=30).json()
+        bodies = {e["scan_id"]: reader.session.get(f"{api_url}/api/v1/scan/{e['scan_id']}", timeout=30).text
+                  for e in aggregate["scans"]}
+        floor_app.add_batch(PG_DSN, "floor-read", aggregate, bodies)
     stack.sql("VACUUM ANALYZE")  # statistics as a running database would have them
     work = stack.logdir / "wrk"  # the key files stay out of the results: keys are secrets, even throwaway ones
     work.mkdir(exist_ok=True)
@@ -175,21 +189,33 @@ def http_phase(stack: Stack, opts, out: Path, log) -> dict:
         "keys-create": [create_key],
         "keys-create-many": [k for _, k in creators],
         "keys-bulk": [bulk_key],
+        "floor-read": [f"{floor_keys['floor-read']} {i}" for i in done_ids],
+        "floor-batches": [f"{floor_keys['floor-read']} {b}" for b in done_batches],
+        "floor-keys-create": [floor_keys["floor-create"]],
+        "floor-keys-bulk": [floor_keys["floor-bulk"]],
     }
     for name, lines in files.items():
         (work / f"{name}.txt").write_text("\n".join(lines) + "\n")
     f = {name: str(work / f"{name}.txt") for name in files}
     tag = time.strftime("%H%M%S")
     scan_url = f"{api_url}/api/v1/scan"
+    floor_scan_url = f"{floor_url}/api/v1/scan"
+    tags = (tag, tag + "m", tag + "f")  # new targets each run and pass: suffixed for warm-up and one connection
+    # Each endpoint right after its floor, so both see the same state of a shared machine.
     targets = [
         ("baseline", f"{base_url}/json", "baseline.lua", []),
+        ("floor_read", floor_scan_url, "read.lua", ["/api/v1/scan/", f["floor-read"]]),
         ("read", scan_url, "read.lua", ["/api/v1/scan/", f["read-one"]]),
         ("read_many", scan_url, "read.lua", ["/api/v1/scan/", f["read-many"]]),
         ("read_queued", scan_url, "read.lua", ["/api/v1/scan/", f["read-queued"]]),
+        ("floor_bulk_read", floor_scan_url, "read.lua", ["/api/v1/scan/bulk/", f["floor-batches"]]),
         ("bulk_read", scan_url, "read.lua", ["/api/v1/scan/bulk/", f["batches"]]),
+        ("floor_create", floor_scan_url, "create.lua", [tag + "f", f["floor-keys-create"]]),
         ("create", scan_url, "create.lua", [tag, f["keys-create"]]),
         ("create_many", scan_url, "create.lua", [tag + "m", f["keys-create-many"]]),
+        ("floor_bulk_create", f"{floor_scan_url}/bulk", "bulk.lua", [tag + "f", f["floor-keys-bulk"], "100"]),
         ("bulk_create", f"{scan_url}/bulk", "bulk.lua", [tag, f["keys-bulk"], "100"]),
+        ("engine", engine_url, "engine.lua", [tag, ENGINE_TOKEN]),
         ("baseline_end", f"{base_url}/json", "baseline.lua", []),
     ]
     if opts.targets:
@@ -201,19 +227,25 @@ def http_phase(stack: Stack, opts, out: Path, log) -> dict:
     for label, connections, threads, duration in passes:
         for name, url, script, args in targets:
             if label == "single":
-                if name.endswith("_many"):
-                    continue  # one connection: one customer or many is the same
-                args = [a + "s" if a in (tag, tag + "m") else a for a in args]
+                if name.endswith("_many") or name == "engine":
+                    continue  # one connection: one customer or many is the same; the engine's capacity is loaded
+                args = [a + "s" if a in tags else a for a in args]
             log(f"wrk {label}: {name} ({connections} connections, {duration:g} s after {opts.warmup:g} s of warm-up)")
             # Statistics as autovacuum keeps them on a running database: the creation targets add tens
             # of thousands of rows in seconds, and stale statistics would turn index scans into seq scans.
             stack.sql("VACUUM ANALYZE")
             if opts.warmup > 0:  # new connections, lazy imports, caches: not what is measured
-                wrk.run(f"warmup-{label}-{name}", url, script, [a + "w" if a in (tag, tag + "m") else a for a in args],
+                wrk.run(f"warmup-{label}-{name}", url, script, [a + "w" if a in tags else a for a in args],
                         connections=connections, threads=threads, duration=opts.warmup, workdir=work)
+            spy = None
+            if opts.profile and label == "loaded" and url.startswith(api_url):
+                spy = profile.record(api_proc.pid, duration, out / f"profile-{label}-{name}.txt")
+                time.sleep(0.5)  # py-spy attaches to every worker before the load starts
             before = cpu.snapshot(groups)
             result = wrk.run(f"{label}-{name}", url, script, args, connections=connections, threads=threads,
                              duration=duration, workdir=work)
+            if spy is not None:
+                spy.wait(30)
             result.cpu_s.update(cpu.delta(before, cpu.snapshot(groups)))
             result.cpu_ms_per_request = {k: round(v * 1000 / max(1, result.requests), 3)
                                          for k, v in result.cpu_s.items() if v}
@@ -414,7 +446,8 @@ def scale_phase(stack: Stack, opts, out: Path, log) -> dict:
     (out / "scale-timeseries.csv").write_text(
         ",".join(keys) + "\n" + "\n".join(",".join(f"{r[k]:.3f}" if k == "t" else str(r[k]) for k in keys)
                                           for r in rows) + "\n")
-    sizes = stack.sql("SELECT relname, pg_total_relation_size(relid) FROM pg_stat_user_tables ORDER BY 2 DESC")
+    sizes = stack.sql("SELECT relname, pg_total_relation_size(relid) FROM pg_stat_user_tables "
+                      "WHERE schemaname = 'public' ORDER BY 2 DESC")  # not the floor's tables
     scans = stack.sql("SELECT engine_id, extract(epoch from completed_at) * 1000 FROM scan "
                       "WHERE completed_at IS NOT NULL")
     lateness = [float(done_at) - engine_done_ms(engine_id, scale) for engine_id, done_at in scans]
@@ -438,3 +471,111 @@ def scale_phase(stack: Stack, opts, out: Path, log) -> dict:
         "looks_per_scan": round(sum(1 for r in jobs if r["kind"] == "trk") / n, 2),
         "completed_after_engine_done_ms": summary(lateness, 0),
     }
+
+
+# --- 5. cost as the stored work grows ---------------------------------------------------------
+
+FILL_SCANS = """
+INSERT INTO scan (id, customer_id, api_key_id, kind, target, status, engine_id, recipes_total, recipes_done, eta_at,
+                  created_at, started_at, completed_at, result_json, check_errors)
+SELECT 'scn_fill' || lpad(g::text, 9, '0'), c.customer_id, c.key_id, 'email', 'fill.' || g || '@example.com',
+       'completed', 'inv_fill' || g, 6, 6, t, t, t, t + interval '90 seconds', %(result)s, 0
+FROM generate_series(%(first)s, %(last)s) AS g,
+     LATERAL (SELECT (now() AT TIME ZONE 'utc') - (g %% 2592000) * interval '1 second' AS t) AS x,
+     LATERAL (SELECT (%(customers)s::text[])[1 + g %% %(n_customers)s] AS customer_id,
+                     (%(keys)s::text[])[1 + g %% %(n_customers)s] AS key_id) AS c"""
+FILL_LEDGER = """
+INSERT INTO credit_ledger (customer_id, delta, balance_after, reason, scan_id, created_at)
+SELECT customer_id, -1, 0, 'scan', id, created_at FROM scan WHERE id >= %(first_id)s AND id <= %(last_id)s"""
+
+
+def growth_phase(stack: Stack, opts, out: Path, log) -> dict:
+    """Reads and creations at growing numbers of stored scans (filled by SQL, not by API calls):
+    rate, latency, CPU and database work per call, and the bytes each stored scan takes."""
+    stack.reset_database()
+    stack.flush_redis()
+    sim = stack.start_simulator(0.001, "sim-growth")
+    engine_url = stack.start_engine(0.001, "engine-growth")
+    api_url, api_proc = stack.start_api(engine_url, "api-growth")
+    groups = {"api": api_proc.pid, "engine": next(p.pid for p in stack.procs if p.name == "engine-growth")}
+    customers = stack.customers(3, "bench-growth")
+    (reader_id, read_key), (creator_id, create_key), _ = customers
+    reader = Api(api_url, read_key)
+    ids, batches, _ = create_scans(reader, "growth", 100, threads=1)
+    time.sleep(1.6)
+    worker = stack.start_worker(sim, "worker-growth", burst=True)
+    worker.wait(300)
+    stack.stop(worker)
+    if status_counts(stack).get("completed", 0) < len(ids):
+        raise RuntimeError(f"seeding did not complete the scans: {status_counts(stack)}")
+    result = stack.sql("SELECT result_json FROM scan WHERE status = 'completed' LIMIT 1")[0][0]
+    keys = dict(stack.sql("SELECT customer_id, id FROM api_key"))
+    # A tenth of the stored scans are the reader's, a tenth the creator's, the rest another
+    # customer's; created over the last 30 days at one a second (a few per minute each).
+    owners = [reader_id, creator_id] + [c for c, _ in customers[2:]] * 8
+    fill = {"result": result, "customers": owners, "keys": [keys[c] for c in owners], "n_customers": len(owners)}
+    work = stack.logdir / "wrk"
+    work.mkdir(exist_ok=True)
+    (work / "growth-read.txt").write_text("\n".join(f"{read_key} {i}" for i in ids) + "\n")
+    (work / "growth-batches.txt").write_text("\n".join(f"{read_key} {b}" for b in batches) + "\n")
+    (work / "growth-create.txt").write_text(create_key + "\n")
+    scan_url = f"{api_url}/api/v1/scan"
+    tag = "g" + time.strftime("%H%M%S")
+    targets = [("read", "read.lua", ["/api/v1/scan/", str(work / "growth-read.txt")]),
+               ("bulk_read", "read.lua", ["/api/v1/scan/bulk/", str(work / "growth-batches.txt")]),
+               ("create", "create.lua", [tag, str(work / "growth-create.txt")])]
+    filled, sizes = 0, {}
+    for size in opts.growth_sizes:
+        stored = stack.sql("SELECT count(*) FROM scan")[0][0]
+        if size > stored:
+            started = time.monotonic()
+            for first in range(filled + 1, filled + size - stored + 1, 200_000):  # bounded statements
+                last = min(filled + size - stored, first + 199_999)
+                stack.sql(FILL_SCANS, {**fill, "first": first, "last": last})
+                stack.sql(FILL_LEDGER, {"first_id": f"scn_fill{first:09d}", "last_id": f"scn_fill{last:09d}"})
+            filled += size - stored
+            log(f"filled to {size} stored scans in {time.monotonic() - started:.1f} s")
+        stack.sql("VACUUM ANALYZE")
+        stack.sql("CHECKPOINT")  # the fill's dirty pages written now, not during the measurement
+        row = {"stored_scans": stack.sql("SELECT count(*) FROM scan")[0][0],
+               "ledger_rows": stack.sql("SELECT count(*) FROM credit_ledger")[0][0],
+               "database_bytes": dict(stack.sql(
+                   "SELECT relname, pg_total_relation_size(relid) FROM pg_stat_user_tables "
+                   "WHERE schemaname = 'public' ORDER BY 2 DESC LIMIT 6"))}
+        for name, script, args in targets:
+            args = [a + str(size) if a == tag else a for a in args]
+            wrk.run(f"growth-warmup-{size}-{name}", scan_url, script, [a + "w" if a.startswith(tag) else a
+                                                                        for a in args],
+                    connections=opts.connections, threads=opts.wrk_threads, duration=1, workdir=work)
+            time.sleep(1.1)  # the statistics of the warm-up are flushed before the snapshot
+            db_before, cpu_before = _db_work(stack), cpu.snapshot(groups)
+            res = wrk.run(f"growth-{size}-{name}", scan_url, script, args, connections=opts.connections,
+                          threads=opts.wrk_threads, duration=opts.growth_duration, workdir=work)
+            cpu_after = cpu.snapshot(groups)
+            time.sleep(1.1)
+            db_after = _db_work(stack)
+            n = max(1, res.requests)
+            (out / f"wrk-growth-{size}-{name}.txt").write_text(res.raw)
+            row[name] = {"rps": round(res.rps, 1), "p50_ms": res.p50_ms, "p99_ms": res.p99_ms, "non_2xx": res.non_2xx,
+                         "cpu_ms_per_request": {k: round(v * 1000 / n, 3)
+                                                for k, v in cpu.delta(cpu_before, cpu_after).items() if v},
+                         "db_per_request": {k: round((db_after[k] - db_before[k]) / n, 1) for k in db_after}}
+            log(f"{size} stored: {name} {res.rps:.0f}/s p50 {res.p50_ms:.2f} ms, "
+                f"{row[name]['db_per_request']['blocks']} blocks per call")
+        sizes[str(size)] = row
+    big = sizes[str(opts.growth_sizes[-1])]
+    scan_bytes = big["database_bytes"].get("scan", 0)
+    ledger_bytes = big["database_bytes"].get("credit_ledger", 0)
+    return {"sizes": sizes, "bytes_per_stored_scan": round(scan_bytes / max(1, big["stored_scans"])),
+            "ledger_bytes_per_row": round(ledger_bytes / max(1, big["ledger_rows"])),
+            "note": "the filled scans all carry the same result text, which TOAST compresses better than "
+                    "real results: the scale phase's bytes per scan are the realistic figure"}
+
+
+def _db_work(stack: Stack) -> dict:
+    """Cumulative buffer accesses, rows and transactions of database ``bench`` (pg_stat_database)."""
+    blocks, returned, fetched, inserted, updated, commits = stack.sql(
+        "SELECT blks_hit + blks_read, tup_returned, tup_fetched, tup_inserted, tup_updated, xact_commit "
+        "FROM pg_stat_database WHERE datname = 'bench'")[0]
+    return {"blocks": blocks, "rows_scanned": returned, "rows_fetched": fetched, "rows_inserted": inserted,
+            "rows_updated": updated, "commits": commits}

@@ -154,6 +154,7 @@ class Stack:
         conn = psycopg2.connect(PG_DSN)
         conn.autocommit = True
         with conn.cursor() as cur:
+            cur.execute("DROP SCHEMA IF EXISTS floor CASCADE")  # the floor app's, if an HTTP phase left it
             cur.execute("DROP SCHEMA IF EXISTS public CASCADE")
             cur.execute("CREATE SCHEMA public")
         conn.close()
@@ -235,8 +236,27 @@ class Stack:
         self._ready(proc, lambda: requests.get(f"{url}/readyz", timeout=2).status_code == 200, 60)
         return url, proc
 
+    def start_engine(self, time_scale: float, name: str = "engine") -> str:
+        """The bench's engine stand-in (``bench.engine_app``): E1 submissions only, several processes."""
+        port = free_port()
+        env = self.env("production", BIND=f"{HOST}:{port}", BENCH_ENGINE_TIME_SCALE=repr(time_scale))
+        proc = self.start(name, [str(BIN / "gunicorn"), "--config", "bench/engine_gunicorn.py", "bench.engine_app:app"],
+                          env)
+        url = f"http://{HOST}:{port}"
+        self._ready(proc, lambda: requests.get(f"{url}/health", timeout=1).ok, 30)
+        return url
+
+    def start_floor(self, engine_url: str) -> tuple[str, Proc]:
+        """The floor app (``bench.floor_app``) under the API's gunicorn settings, on schema ``floor``."""
+        env = self.env("production", ENGINE_URL=local_only(engine_url), FLOOR_DSN=PG_DSN)
+        port, proc = self._gunicorn("floor", "bench.floor_app:app", env)
+        url = f"http://{HOST}:{port}"
+        self._ready(proc, lambda: requests.get(f"{url}/floor/ready", timeout=2).ok, 60)
+        return url, proc
+
     def start_baseline(self) -> tuple[str, Proc]:
-        port, proc = self._gunicorn("baseline", "bench.baseline:app", self.env("production"))
+        # Production settings need an engine URL, which the baseline never calls.
+        port, proc = self._gunicorn("baseline", "bench.baseline:app", self.env("production", ENGINE_URL=f"http://{HOST}:9"))
         url = f"http://{HOST}:{port}"
         self._ready(proc, lambda: requests.get(f"{url}/json", timeout=2).ok, 60)
         return url, proc

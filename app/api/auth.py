@@ -12,9 +12,14 @@ from app.services import keyauth
 BEARER_RE = re.compile(r"^Bearer +(\S+) *$", re.IGNORECASE)
 
 
-def authenticate() -> ApiKey:
-    """The live key of the request (its ``customer`` loaded), or raise ``NotAuthenticated`` (401)."""
+def bearer_token() -> str:
+    """The key the request presents, or raise ``NotAuthenticated`` (401) when there is none."""
     match = BEARER_RE.match(request.headers.get("Authorization", ""))
     if not match:
         raise keyauth.missing_key()
-    return keyauth.authenticate(match.group(1))
+    return match.group(1)
+
+
+def authenticate() -> ApiKey:
+    """The live key of the request (its ``customer`` loaded), or raise ``NotAuthenticated`` (401)."""
+    return keyauth.authenticate(bearer_token())

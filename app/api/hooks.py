@@ -25,7 +25,14 @@ log = logging.getLogger(__name__)
 ROUTE_ARGUMENT = re.compile(r"<(?:[^:>]+:)?([^>]+)>")  # <scan_id:scan_id> -> {scan_id}
 
 
+# Views that authenticate and charge their call themselves, in the statement that reads
+# (``services.reads.serve_*``); they hand the outcome over with ``served_read``.
+AUTHENTICATED_IN_VIEW: set[str] = set()
+
+
 def before_api_request():
+    if request.endpoint in AUTHENTICATED_IN_VIEW and request.method in ("GET", "HEAD"):
+        return None  # OPTIONS and the rest still authenticate here
     key = authenticate()
     g.api_key, g.customer = key, key.customer
     if request.method == "POST" and "Idempotency-Key" in request.headers:
@@ -76,6 +83,11 @@ def _ledger_endpoint(status: int) -> str:
         return f"{request.method} {request.path}"
     route = ROUTE_ARGUMENT.sub(r"{\1}", request.url_rule.rule)
     return f"{request.method} {route} ({status})"
+
+
+def ledger_notes() -> dict[int, str]:
+    """The ledger note of this call for each answer a read can be charged for (200, 403, 404)."""
+    return {status: _ledger_endpoint(status) for status in (200, 403, 404)}
 
 
 def _charge(response, customer):
@@ -135,6 +147,17 @@ def served(outcome):
     g.balance = outcome.balance
     g.limits, g.usage = outcome.limits, outcome.usage
     return outcome.body
+
+
+def served_read(read):
+    """Note what a view that authenticated and charged its own call found (``reads.ServedRead``),
+    as the hooks would have; raise its refusal (402, 403, 404), else return its body."""
+    g.api_key, g.customer = read.key, read.key.customer
+    if read.balance is not None:
+        g.charged, g.balance, g.usage = True, read.balance, read.usage
+    if read.error is not None:
+        raise read.error
+    return read.body
 
 
 def install(blueprint) -> None:

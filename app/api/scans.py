@@ -12,7 +12,7 @@ from flask import Response, current_app, g, request
 from flask.views import MethodView
 
 from app import rawjson
-from app.api import hooks
+from app.api import auth, hooks
 from app.api.base import ApiBlueprint
 from app.schemas.errors import ErrorSchema
 from app.schemas.scans import (BulkCreatedSchema, BulkCreateSchema, BulkStateSchema, ScanCreatedSchema,
@@ -231,7 +231,8 @@ class ScanRead(MethodView):
     @documented_errors(401, 402, 403, 404, 503)
     def get(self, scan_id):
         """Read one scan. Poll every 10 to 15 seconds until it is completed or failed. Costs 1 credit."""
-        return json_body(reads.read_scan(g.customer.id, scan_id, g.api_key.livemode))
+        return json_body(hooks.served_read(reads.serve_scan_read(auth.bearer_token(), scan_id, g.request_id,
+                                                                     hooks.ledger_notes())))
 
 
 @blp.route("/scan/bulk")
@@ -262,7 +263,8 @@ class BulkRead(MethodView):
     @documented_errors(401, 402, 403, 404, 503, codes={404: ("not_found",)})
     def get(self, bulk_id):
         """Read every scan of a batch in one call. Costs 1 credit."""
-        return json_body(reads.read_bulk(g.customer.id, bulk_id, g.api_key.livemode))
+        return json_body(hooks.served_read(reads.serve_bulk_read(auth.bearer_token(), bulk_id, g.request_id,
+                                                                     hooks.ledger_notes())))
 
 
 @blp.route("/scans")
@@ -287,3 +289,7 @@ class ScanList(MethodView):
             if query.get(bound) is not None:  # the columns hold naive UTC
                 query[bound] = query[bound].astimezone(timezone.utc).replace(tzinfo=None)
         return json_body(reads.list_scans(g.customer.id, livemode=g.api_key.livemode, **query))
+
+
+# Both reads authenticate and charge in the statement that reads (services.reads.serve_*).
+hooks.AUTHENTICATED_IN_VIEW.update({f"{blp.name}.{ScanRead.__name__}", f"{blp.name}.{BulkRead.__name__}"})

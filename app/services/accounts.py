@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from werkzeug.security import generate_password_hash
 
-from app.db import columns, db, execute, instance, is_postgres, table, write_transaction
+from app.db import columns, db, execute, execute_prepared, instance, is_postgres, table, write_transaction
 from app.models import ApiKey, CreditLedger, Customer, PortalUser, QuotaMinute, iso, new_id, utcnow
 from app.models.accounts import TIERS
 from app.services import billing, quotas, webhooks
@@ -63,7 +63,7 @@ def lock_customer(customer_id: str) -> Customer:
     admissions (``SELECT ... FOR UPDATE`` on PostgreSQL; ``write_transaction`` is the
     lock on SQLite). Call inside ``app.db.write_transaction``."""
     sql = CUSTOMER_BY_ID + (" FOR UPDATE" if is_postgres() else "")
-    row = execute(sql, (customer_id,)).fetchone()
+    row = execute_prepared(sql, (customer_id,)).fetchone()
     if row is None:
         raise Customer.DoesNotExist(f"no customer {customer_id}")
     return instance(Customer, row)

@@ -12,7 +12,7 @@ statement, so a read pays one round trip and one commit for all three.
 """
 from __future__ import annotations
 
-from app.db import execute, is_postgres, table
+from app.db import execute_prepared, is_postgres, table
 from app.db import db
 from app.models import CreditLedger, Customer, utcnow
 from app.services import quotas
@@ -62,6 +62,15 @@ ledger AS (
 SELECT balance_after FROM ledger"""
 
 
+def apply_statement(customer_id: str, delta: int, reason: str, *, in_flight: int = 0, **ref) -> tuple[str, tuple]:
+    """PostgreSQL: the SQL and parameters of ``apply`` (one row, the new balance, or none), to run with others."""
+    unknown = set(ref) - LEDGER_REFS
+    if unknown:
+        raise TypeError(f"unknown ledger fields: {', '.join(sorted(unknown))}")
+    return APPLY, (delta, in_flight, customer_id, delta >= 0, -delta, customer_id, delta, reason, ref.get("scan_id"),
+                   ref.get("bulk_id"), ref.get("request_id"), ref.get("note"), utcnow())
+
+
 def apply(customer_id: str, delta: int, reason: str, *, in_flight: int = 0, **ref) -> int | None:
     """Change the balance by ``delta`` with its ledger row; ``in_flight`` moves the scans in
     flight in the same UPDATE (admissions and their reversals change both at once).
@@ -70,12 +79,7 @@ def apply(customer_id: str, delta: int, reason: str, *, in_flight: int = 0, **re
     the new balance, or None when a debit would overdraw it (nothing is written then)."""
     if is_postgres():
         # The conditional UPDATE and its ledger row in one statement (one round trip).
-        unknown = set(ref) - LEDGER_REFS
-        if unknown:
-            raise TypeError(f"unknown ledger fields: {', '.join(sorted(unknown))}")
-        row = execute(APPLY, (delta, in_flight, customer_id, delta >= 0, -delta, customer_id, delta, reason,
-                              ref.get("scan_id"), ref.get("bulk_id"), ref.get("request_id"), ref.get("note"),
-                              utcnow())).fetchone()
+        row = execute_prepared(*apply_statement(customer_id, delta, reason, in_flight=in_flight, **ref)).fetchone()
         return row[0] if row else None
     query = Customer.update(balance=Customer.balance + delta, in_flight=Customer.in_flight + in_flight).where(
         Customer.id == customer_id)
@@ -123,18 +127,23 @@ ledger AS (
 SELECT (SELECT balance_after FROM ledger), {quotas.WINDOW_COLUMNS}"""
 
 
+def call_note(endpoint: str | None) -> str | None:
+    """The ledger note of a call to ``endpoint``: a path may carry any decoded character and
+    PostgreSQL's text refuses NUL, so controls go; at most MAX_ENDPOINT_NOTE characters."""
+    return "".join(c if c.isprintable() else "?" for c in endpoint[:MAX_ENDPOINT_NOTE]) if endpoint else None
+
+
 def charge_call(customer_id: str, request_id: str | None, now, endpoint: str | None = None):
     """Charge one served call: ``(new balance or None when short, quotas.Usage at ``now``)``.
 
     ``endpoint`` (method and path) is kept as the ledger row's note, so the customer's
     ledger says what each credit paid for."""
-    # A path may carry any decoded character; PostgreSQL's text refuses NUL, so controls go.
-    endpoint = "".join(c if c.isprintable() else "?" for c in endpoint[:MAX_ENDPOINT_NOTE]) if endpoint else None
+    endpoint = call_note(endpoint)
     if not is_postgres():
         with db.atomic():  # one transaction, as the one statement below: a failure leaves no charge
             balance = apply(customer_id, -CALL_PRICE, "call", request_id=request_id, note=endpoint)
             return balance, quotas.window_usage(customer_id, now)
-    row = execute(CHARGE_AND_USAGE,
-                  (CALL_PRICE, customer_id, CALL_PRICE, customer_id, -CALL_PRICE, "call", request_id, endpoint, now)
-                  + quotas.window_params(customer_id, now)).fetchone()
+    row = execute_prepared(CHARGE_AND_USAGE, (CALL_PRICE, customer_id, CALL_PRICE, customer_id, -CALL_PRICE, "call",
+                                              request_id, endpoint, now) + quotas.window_params(customer_id, now)
+                           ).fetchone()
     return row[0], quotas.usage_from(row[1:], now)

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 
 from peewee import fn
 
-from app.db import execute, table
+from app.db import execute, execute_prepared, table
 from app.metrics import RATE_LIMITED
 from app.models import Customer, QuotaMinute, Scan
 from app.models.scans import IN_FLIGHT
@@ -78,6 +78,18 @@ def window_params(customer_id: str, now: datetime, livemode: bool = True) -> tup
             + tuple(v for start, _ in cuts for v in (*who, start)))  # the oldest scan
 
 
+def window_columns_for(customer_sql: str) -> str:
+    """``WINDOW_COLUMNS`` with the customer given by an SQL expression (``(SELECT customer_id
+    FROM k)``) rather than a parameter, for a statement that finds the customer itself;
+    its parameters are ``window_times``."""
+    return WINDOW_COLUMNS.replace("customer_id = ?", f"customer_id = {customer_sql}")
+
+
+def window_times(now: datetime, livemode: bool = True) -> tuple:
+    """The parameters of ``window_columns_for``: those of ``window_params`` without the customer."""
+    return tuple(v for v in window_params(None, now, livemode) if v is not None)
+
+
 def usage_from(row, now: datetime) -> Usage:
     """A ``Usage`` from the six values of ``WINDOW_COLUMNS``."""
     day_minutes, hour_minutes, day_edge, hour_edge, day_oldest, hour_oldest = row
@@ -87,7 +99,7 @@ def usage_from(row, now: datetime) -> Usage:
 
 def window_usage(customer_id: str, now: datetime, livemode: bool = True) -> Usage:
     """The customer's hour and day windows of live scans (or of test scans: ``livemode=False``)."""
-    return usage_from(execute(WINDOW_USAGE, window_params(customer_id, now, livemode)).fetchone(), now)
+    return usage_from(execute_prepared(WINDOW_USAGE, window_params(customer_id, now, livemode)).fetchone(), now)
 
 
 ADD_TO_MINUTE = (f"INSERT INTO {table(QuotaMinute)} (customer_id, livemode, minute, scans) VALUES (?, ?, ?, ?) "
@@ -98,7 +110,7 @@ ADD_TO_MINUTE = (f"INSERT INTO {table(QuotaMinute)} (customer_id, livemode, minu
 def count_created(customer_id: str, created_at: datetime, n: int, livemode: bool = True) -> None:
     """Add ``n`` scans created at ``created_at`` to the windows (negative: take them back)."""
     if n:
-        execute(ADD_TO_MINUTE, (customer_id, livemode, minute_of(created_at), n))
+        execute_prepared(ADD_TO_MINUTE, (customer_id, livemode, minute_of(created_at), n))
 
 
 def counted_from_scans(now: datetime, customer_id: str | None = None,

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 
-from app.db import columns, execute, instance, table
-from app.models import ApiKey, BulkBatch, Scan, iso, utcnow
+from app.db import columns, execute, execute_prepared, instance, is_postgres, table
+from app.models import ApiKey, BulkBatch, CreditLedger, Customer, Scan, iso, utcnow
 from app.models.scans import COMPLETED, FAILED, QUEUED, RUNNING
 from app.rawjson import RawJSON
-from app.services.errors import Forbidden, InvalidRequest, NotFound
+from app.services import billing, keyauth, quotas
+from app.services.errors import Forbidden, InsufficientBalance, InvalidRequest, NotFound, ServiceError
 from app.services.paging import Page
 
 SCAN_BY_ID = f"SELECT {columns(Scan)} FROM {table(Scan)} WHERE id = ?"
@@ -99,12 +101,17 @@ def read_bulk(customer_id: str, bulk_id: str, livemode: bool = True) -> dict:
     their difference, and ``total`` = queued + running + completed + failed + rejected_count.
     """
     batch = _owned(BulkBatch, bulk_id, customer_id, "bulk batch", livemode)
+    return bulk_body(batch, execute(BATCH_SCANS, (batch.id,)))
+
+
+def bulk_body(batch, scans) -> dict:
+    """The aggregate body of ``batch`` from its scans' rows (the columns of ``BATCH_SCANS``, in order)."""
     counts = {QUEUED: 0, RUNNING: 0, COMPLETED: 0, FAILED: 0}
     entries = []
     all_done = True
     as_time = Scan.completed_at.python_value  # raw rows: SQLite hands back text, PostgreSQL datetimes
     for (scan_id, status, target, kind, completed_at, result_json, failed_at, failure_code,
-         failure_message) in execute(BATCH_SCANS, (batch.id,)):
+         failure_message) in scans:
         counts[status] += 1
         entry = {"scan_id": scan_id, "livemode": batch.livemode, "status": status, "target": target, "kind": kind}
         final = final_fields(status, as_time(completed_at), result_json, as_time(failed_at), failure_code,
@@ -242,3 +249,134 @@ def batch_detail(customer_id: str, bulk_id: str) -> dict:
             "counts": counts,
             "rejected_count": max(0, batch.total - len(scans)),
             "all_done": counts[QUEUED] + counts[RUNNING] == 0, "scans": scans, "key": _key_ref(batch.api_key_id)}
+
+
+# --- served reads: authentication, charge and read in one statement ---------------------
+# A read is always charged once its key is live and its balance covers it (200, 403 and 404
+# are all charged, D3), so on PostgreSQL the key look-up, the conditional charge with its
+# ledger row, the quota windows the answer reports (D8) and the scan (or the batch and its
+# scans) are one statement, prepared once per connection: one round trip and one commit per
+# read, where authentication, read and charge took three. The rules stay those of ``keyauth``, ``billing`` and the
+# reads above; SQLite runs them one after the other, as before.
+
+@dataclass
+class ServedRead:
+    """A read by a live key: its body, or the refusal it answers (402, 403, 404); with the
+    balance and quota usage after its charge (None when it was not charged)."""
+
+    key: ApiKey
+    body: dict | None = None
+    error: ServiceError | None = None
+    balance: int | None = None
+    usage: quotas.Usage | None = None
+
+
+def _charged(owner: str) -> str:
+    """The key, the charge with its ledger row and the live windows; ``owner`` selects the
+    customer of the live object read (none: 404), which picks the ledger row's note (200, 403
+    or 404). A test key is charged nothing here (D15): ``_serve`` reads for it as before."""
+    return f"""
+WITH k AS (SELECT {keyauth.KEY_COLUMNS} FROM {table(ApiKey)} AS k JOIN {table(Customer)} AS c
+           ON c.id = k.customer_id WHERE k.digest = ?),
+charged AS (
+    UPDATE {table(Customer)} SET balance = balance - {billing.CALL_PRICE}
+    WHERE id = (SELECT customer_id FROM k WHERE revoked_at IS NULL AND livemode) AND balance >= {billing.CALL_PRICE}
+    RETURNING id, balance),
+ledger AS (
+    INSERT INTO {table(CreditLedger)} (customer_id, delta, balance_after, reason, request_id, note, created_at)
+    SELECT id, -{billing.CALL_PRICE}, balance, 'call', ?,
+           (SELECT CASE WHEN o.owner IS NULL THEN ? WHEN o.owner = charged.id THEN ? ELSE ? END
+            FROM (SELECT ({owner}) AS owner) AS o), ?
+    FROM charged RETURNING balance_after),
+w AS MATERIALIZED (
+    SELECT (SELECT balance_after FROM ledger), {quotas.window_columns_for("(SELECT customer_id FROM k)")})
+"""
+_WINDOWS = 7  # the new balance, then the six window columns
+READ_SCAN_CHARGED = (_charged(f"SELECT customer_id FROM {table(Scan)} WHERE id = ? AND livemode")
+                     + f"SELECT k.*, w.*, {columns(Scan, 's')} FROM k CROSS JOIN w LEFT JOIN {table(Scan)} AS s "
+                       f"ON s.id = ?")
+_BATCH_WIDTH = len(BulkBatch._meta.sorted_fields)
+_SCAN_ENTRY = "s.id, s.status, s.target, s.kind, s.completed_at, s.result_json, s.failed_at, s.failure_code, " \
+              "s.failure_message"  # the columns of BATCH_SCANS
+# The key, charge and batch on the first row, then one row per scan with only its own
+# columns: the key's and windows' columns are not sent (nor decoded) a hundred times.
+READ_BULK_CHARGED = _charged(f"SELECT customer_id FROM {table(BulkBatch)} WHERE id = ? AND livemode") + (
+    f", b AS (SELECT {columns(BulkBatch)} FROM {table(BulkBatch)} WHERE id = ?)\n"
+    f"SELECT k.*, w.*, b.*, {', '.join(['NULL'] * 9)}, -1 AS position FROM k CROSS JOIN w LEFT JOIN b ON true\n"
+    f"UNION ALL\n"
+    f"SELECT {', '.join(['NULL'] * (keyauth.KEY_ROW_LENGTH + _WINDOWS + _BATCH_WIDTH))}, {_SCAN_ENTRY}, s.bulk_index "
+    f"FROM b JOIN {table(Scan)} AS s ON s.bulk_id = b.id WHERE b.customer_id = (SELECT customer_id FROM k)\n"
+    f"ORDER BY position")
+
+
+def serve_scan_read(token: str, scan_id: str, request_id: str | None, notes: dict[int, str]) -> ServedRead:
+    """``GET /scan/{id}`` for the bearer ``token``: raises ``NotAuthenticated`` (401), else the read.
+    ``notes``: the charge's ledger note for an answer 200, 403 and 404 (``billing.charge_call``)."""
+    return _serve(token, scan_id, request_id, notes, READ_SCAN_CHARGED, _scan_body, read_scan)
+
+
+def serve_bulk_read(token: str, bulk_id: str, request_id: str | None, notes: dict[int, str]) -> ServedRead:
+    """``GET /scan/bulk/{id}`` for the bearer ``token``: raises ``NotAuthenticated`` (401), else the read."""
+    return _serve(token, bulk_id, request_id, notes, READ_BULK_CHARGED, _bulk_body, read_bulk)
+
+
+def _serve(token, object_id, request_id, notes, statement, body_of_rows, read) -> ServedRead:
+    now = utcnow()
+    token_digest = keyauth.digest_of(token)
+    if not is_postgres():
+        return _serve_in_turn(keyauth.authenticate(token), object_id, request_id, notes, read, now)
+    notes = {status: billing.call_note(note) for status, note in notes.items()}
+    rows = execute_prepared(statement, (token_digest, request_id, notes[404], notes[200], notes[403], object_id, now)
+                            + quotas.window_times(now) + (object_id,)).fetchall()
+    key = keyauth.live_key(keyauth.key_from_row(rows[0]) if rows else None, token_digest, now)
+    if not key.livemode:  # a test key: nothing was charged; its read as before (D15)
+        return _serve_in_turn(key, object_id, request_id, notes, read, now)
+    n = keyauth.KEY_ROW_LENGTH
+    balance = rows[0][n]
+    if balance is None:  # nothing was charged: the balance is short (read again: the row may have just changed)
+        return ServedRead(key, error=InsufficientBalance(billing.balance_of(key.customer_id)))
+    served = ServedRead(key, balance=balance, usage=quotas.usage_from(rows[0][n + 1:n + _WINDOWS], now))
+    try:
+        served.body = body_of_rows([row[n + _WINDOWS:] for row in rows], key.customer_id, now)
+    except (NotFound, Forbidden) as exc:
+        served.error = exc
+    return served
+
+
+def _serve_in_turn(key, object_id, request_id, notes, read, now) -> ServedRead:
+    """Authentication done: the balance check, the read and the charge one after the other
+    (SQLite, and test keys, which are charged nothing and read only test data: D15)."""
+    if billing.is_billed(key.livemode) and key.customer.balance < billing.CALL_PRICE:
+        return ServedRead(key, error=InsufficientBalance(key.customer.balance))
+    served = ServedRead(key)
+    try:
+        served.body = read(key.customer_id, object_id, key.livemode)
+    except (NotFound, Forbidden) as exc:
+        served.error = exc
+    if not billing.is_billed(key.livemode):
+        return served  # the hooks report the live balance and the test windows, as for any test call
+    status = 200 if served.error is None else 404 if isinstance(served.error, NotFound) else 403
+    served.balance, served.usage = billing.charge_call(key.customer_id, request_id, now, notes[status])
+    if served.balance is None:  # the balance ran out since the key was read: not served
+        return ServedRead(key, error=InsufficientBalance(billing.balance_of(key.customer_id)))
+    return served
+
+
+def _owned_row(model, values, customer_id: str, what: str):
+    if values[0] is None:
+        raise NotFound(f"no {what} with this id")
+    row = instance(model, values)
+    if not row.livemode:  # a live key reads live data only (D15): the mode before the owner
+        raise NotFound(f"no {what} with this id")
+    if row.customer_id != customer_id:
+        raise Forbidden(f"this {what} belongs to another customer")
+    return row
+
+
+def _scan_body(rows, customer_id: str, now) -> dict:
+    return scan_view(_owned_row(Scan, rows[0], customer_id, "scan"), now, raw_result=True)
+
+
+def _bulk_body(rows, customer_id: str, now) -> dict:
+    batch = _owned_row(BulkBatch, rows[0][:_BATCH_WIDTH], customer_id, "bulk batch")
+    return bulk_body(batch, [row[_BATCH_WIDTH:-1] for row in rows[1:]])

@@ -8,6 +8,7 @@ from freezegun import freeze_time
 
 from app.extensions import db
 from app.models import BulkBatch, Scan
+from app.services import accounts
 from tests.api.helpers import assert_books_balance, balance, engine_mode, ledger, scans_of
 from tests.api.test_auth_and_errors import assert_error
 
@@ -225,3 +226,63 @@ def test_bulk_and_aggregate_run_a_constant_number_of_statements(client, make_cus
     if len(test_bulk_and_aggregate_run_a_constant_number_of_statements.counts) == 2:
         small, large = (test_bulk_and_aggregate_run_a_constant_number_of_statements.counts[s] for s in (10, 100))
         assert small == large
+
+
+# --- reads authenticate, charge and read in one go (services.reads.serve_*) -------------------
+
+def test_reads_refused_for_balance_report_the_account_and_charge_nothing(client, make_customer):
+    poor = make_customer(tier="enterprise", credits=2)
+    bulk_id = bulk(client, poor, [{"target": "jane@example.com"}]).json["bulk_id"]
+    scan_id = scans_of(poor)[0].id
+    assert balance(poor) == 1
+    response = client.get(f"{SCAN}/{scan_id}", headers=poor.headers)  # the last credit buys this read
+    assert response.status_code == 200 and response.headers["X-Credits-Remaining"] == "0"
+    charges = len(ledger(poor))
+    for path in (f"{SCAN}/{scan_id}", f"{BULK}/{bulk_id}", f"{SCAN}/scn_unknown", f"{BULK}/blk_unknown"):
+        response = client.get(path, headers=poor.headers)
+        assert_error(response, 402, "insufficient_balance")
+        assert response.headers["X-Credits-Remaining"] == "0"
+        assert '"hour";r=' in response.headers["RateLimit"] and "RateLimit-Policy" in response.headers
+    assert len(ledger(poor)) == charges
+    assert_books_balance(poor)
+
+
+def test_a_revoked_key_reads_nothing_and_is_not_charged(client, account):
+    scan_id = client.post(SCAN, json={"target": "jane@example.com"}, headers=account.headers).json["scan_id"]
+    bulk_id = bulk(client, account, [{"target": "joe@example.com"}]).json["bulk_id"]
+    before = balance(account)
+    with db.connection_context():
+        accounts.revoke_key(account.key.id)
+    for path in (f"{SCAN}/{scan_id}", f"{BULK}/{bulk_id}"):
+        response = client.get(path, headers=account.headers)
+        assert_error(response, 401, "invalid_token")
+        assert "X-Credits-Remaining" not in response.headers and "RateLimit" not in response.headers
+    assert balance(account) == before
+
+
+def test_read_answers_carry_the_balance_after_their_own_charge(client, account, make_customer):
+    scan_id = client.post(SCAN, json={"target": "jane@example.com"}, headers=account.headers).json["scan_id"]
+    other = make_customer()
+    for path, status in ((f"{SCAN}/{scan_id}", 200), (f"{SCAN}/scn_unknown", 404)):
+        before = balance(account)
+        response = client.get(path, headers=account.headers)
+        assert response.status_code == status
+        assert response.headers["X-Credits-Remaining"] == str(before - 1) == str(balance(account))
+        assert ledger(account)[-1] == (-1, "call")
+    response = client.get(f"{SCAN}/{scan_id}", headers=other.headers)
+    assert response.status_code == 403 and response.headers["X-Credits-Remaining"] == str(balance(other))
+
+
+@pytest.mark.parametrize("what", ["scan", "bulk"])
+def test_a_read_is_one_statement_on_postgresql(client, account, what):
+    from app.db import is_postgres
+    if not is_postgres():
+        pytest.skip("one statement on PostgreSQL; SQLite runs authentication, read and charge in turn")
+    bulk_id = bulk(client, account, [{"target": "jane@example.com"}, {"target": "joe@example.com"}]).json["bulk_id"]
+    path = f"{BULK}/{bulk_id}" if what == "bulk" else f"{SCAN}/{scans_of(account)[0].id}"
+    assert client.get(path, headers=account.headers).status_code == 200  # the key's use noted (once a minute)
+    with count_queries() as read:
+        response = client.get(path, headers=account.headers)
+    assert response.status_code == 200 and response.headers["X-Credits-Remaining"] == str(balance(account))
+    # (A connection new to the statement prepares it first: once per connection, not per read.)
+    assert len([sql for sql in read if not sql.startswith("PREPARE")]) == 1, read
