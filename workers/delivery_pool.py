@@ -149,10 +149,16 @@ class DeliveryPool:
     # --- one job --------------------------------------------------------------------------
 
     def _run_job(self, job_id: str) -> None:
-        """Run ``job_id``, then whatever was parked for the hosts it freed, on this thread."""
+        """Run ``job_id``, then whatever was parked for the hosts it freed, on this thread.
+
+        A parked job that turns out to have nothing to send (its delivery succeeded meanwhile,
+        or it was a duplicate the sweep enqueued: ``final``/``stale``) frees no share, but the
+        chain goes on with its host's next parked job all the same: stopping there left the
+        jobs parked behind it with no thread to run them until the sweep took them for lost."""
+        host = None
         try:
             while job_id is not None and not self.stopping.is_set():
-                host = self._attempt(job_id)
+                host = self._attempt(job_id) or host
                 job_id = self._next_parked(host) if host else None
             if job_id is not None:  # stopping: back to Redis rather than lost
                 self._put_back(job_id, 0)

@@ -136,6 +136,38 @@ def test_rq_s_loop_leaves_the_webhooks_queue_to_the_pool(app, redis_conn):
     assert Queue(WEBHOOK_QUEUE, connection=redis_conn).job_ids == ["dlv-dlv_nothing-1"]
 
 
+@pytest.mark.config(WEBHOOK_TIMEOUT_SECONDS=60, WEBHOOK_TEST_EVENTS_PER_MINUTE=1000)
+def test_a_parked_job_with_nothing_to_send_does_not_strand_the_jobs_parked_behind_it(make_customer):
+    """A duplicate of a parked job (the sweep re-enqueues jobs it cannot see alive, parked ones
+    included) finds its delivery done when its turn comes; the thread goes on with the host's next
+    parked job. It used to stop there: the jobs behind it waited for the sweep."""
+    hanging = Receiver(hang=True)
+    account = make_customer(webhook_url=f"{hanging.server.url}/hook")
+    pool = DeliveryPool(size=4, per_host=1).start()
+
+    def send():
+        with db.connection_context():
+            return webhooks.send_test_event(account.key.id, account.customer.id)
+
+    try:
+        send()
+        wait_until(lambda: len(hanging.ids) == 1, 10, "the first request held")
+        second = send()
+        wait_until(lambda: pool.parked() == 1, 10, "the second delivery parked")
+        enqueue_delivery(second.id, second.job_id)  # its duplicate, parked behind it
+        wait_until(lambda: pool.parked() == 2, 10, "the duplicate parked")
+        third = send()
+        wait_until(lambda: pool.parked() == 3, 10, "the third delivery parked behind the duplicate")
+        hanging.release.set()
+        wait_until(lambda: statuses(account.key.id) == {"succeeded": 3}, 10, "every delivery, the third included")
+        assert sorted(hanging.ids) == sorted(d for d in attempts_by_delivery(account.key.id))  # one request each
+        assert third.id in hanging.ids and pool.parked() == 0
+    finally:
+        hanging.release.set()
+        pool.stop(timeout=10)
+        hanging.server.stop()
+
+
 @pytest.mark.parametrize("url, host", [
     ("https://Hooks.Example.com/a", "hooks.example.com:443"),
     ("http://hooks.example.com/a", "hooks.example.com:80"),
