@@ -33,7 +33,7 @@ from pathlib import Path
 from bench import phases, profile, report, wrk
 from bench.stack import ROOT, Stack
 
-PHASES = ("http", "workers", "latency", "scale", "growth")
+PHASES = ("http", "workers", "latency", "scale", "growth", "webhooks")
 
 
 def parse_args(argv):

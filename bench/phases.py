@@ -579,3 +579,22 @@ def _db_work(stack: Stack) -> dict:
         "FROM pg_stat_database WHERE datname = 'bench'")[0]
     return {"blocks": blocks, "rows_scanned": returned, "rows_fetched": fetched, "rows_inserted": inserted,
             "rows_updated": updated, "commits": commits}
+
+
+def webhooks_phase(stack: Stack, opts, out: Path, log) -> dict:
+    """Webhook delivery under load (``bench/webhooks.py``): its own worker, database and Redis
+    db, run as a subprocess so its receivers' event loop and its worker stay apart from this
+    process; figures in ``webhooks.json``."""
+    import subprocess
+    import sys
+
+    args = ["--out", str(out / "webhooks.json")]
+    if opts.quick:
+        args += ["--deliveries", "300", "--hanging", "50", "--fast", "200", "--seconds", "3", "--timeout", "120"]
+    log("webhooks: deliveries/s at 0, 50, 200 ms; a hanging receiver beside fast ones")
+    done = subprocess.run([sys.executable, "-m", "bench.webhooks", *args], cwd=Path(__file__).resolve().parent.parent,
+                          capture_output=True, text=True, timeout=1800)
+    (out / "webhooks.log").write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        raise RuntimeError(f"bench.webhooks exited {done.returncode}: see {out / 'webhooks.log'}")
+    return json.loads((out / "webhooks.json").read_text())

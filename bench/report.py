@@ -24,6 +24,8 @@ GOALS = {
     "read_p99_p50": ("<=", 3.0, "GET /scan/{id} under load: p99 <= 3x p50"),
     "engine_over_create": (">=", 3.0, "engine stand-in alone >= 3x the POST /scan RPS"),
     "webhook_p95_ms": ("<", 1000.0, "webhook received < 1 s after the engine is done (p95)"),
+    "deliveries_per_s_200ms": (">=", 200.0, "one worker: deliveries/s with receivers answering in 200 ms"),
+    "fast_beside_hanging_p95_ms": ("<", 1000.0, "fast receivers beside a hanging one: created-to-received p95"),
 }
 
 CPU_COLUMNS = ("api", "floor", "baseline", "postgres", "redis", "engine", "simulator", "wrk")
@@ -116,6 +118,11 @@ def goals(summary: dict) -> list[dict]:
     loaded = summary.get("ratios", {}).get("loaded", {})
     values = {key: loaded.get(key) for key in GOALS}
     values["webhook_p95_ms"] = (summary.get("latency") or {}).get("engine_done_to_received_ms", {}).get("p95")
+    webhooks = summary.get("webhooks") or {}
+    values["deliveries_per_s_200ms"] = next(
+        (t["per_second"] for t in webhooks.get("throughput", []) if t["delay_ms"] == 200), None)
+    steady = webhooks.get("isolation_steady") or {}
+    values["fast_beside_hanging_p95_ms"] = steady["p95_s"] * 1000 if steady.get("p95_s") is not None else None
     rows = []
     for key, (op, target, text) in GOALS.items():
         value = values[key]
