@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import uuid
 
 import pytest
 import redis as redis_lib
+import requests
 from werkzeug.serving import make_server
 
 from app import create_app, runtime
@@ -65,6 +67,20 @@ def simulator():
     server = ServerThread(sim_app)
     yield server
     server.stop()
+
+
+@pytest.fixture
+def sim_receiver(simulator):
+    """A fresh simulator receiver: ``sim_receiver(secret, responses)`` -> ``(hook URL, a function
+    listing what it received)``; answers ``responses`` in order, the last one repeated."""
+    def make(secret, responses=(200,)):
+        name = f"rcv-{uuid.uuid4().hex[:12]}"
+        requests.post(f"{simulator.url}/_sim/receivers/{name}",
+                      json={"secret": secret, "responses": list(responses)}, timeout=5).raise_for_status()
+        return (f"{simulator.url}/_sim/hooks/{name}",
+                lambda: requests.get(f"{simulator.url}/_sim/receivers/{name}/deliveries", timeout=5)
+                .json()["deliveries"])
+    return make
 
 
 @pytest.fixture(scope="session")

@@ -3,11 +3,9 @@ paged by cursor, and redelivery; charged like any call (D3), scoped to the custo
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import datetime, timedelta
 
 import pytest
-import requests
 from freezegun import freeze_time
 
 from app.errors import from_service_error
@@ -22,14 +20,9 @@ START = "2026-11-21 12:00:00"
 
 
 @pytest.fixture
-def receiver(simulator):
+def receiver(sim_receiver):
     def make(responses=(200,)):
-        name = f"api-{uuid.uuid4().hex[:12]}"
-        requests.post(f"{simulator.url}/_sim/receivers/{name}",
-                      json={"secret": SECRET, "responses": list(responses)}, timeout=5).raise_for_status()
-        return (f"{simulator.url}/_sim/hooks/{name}",
-                lambda: requests.get(f"{simulator.url}/_sim/receivers/{name}/deliveries", timeout=5)
-                .json()["deliveries"])
+        return sim_receiver(SECRET, responses)
     return make
 
 

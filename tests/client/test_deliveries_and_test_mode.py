@@ -6,10 +6,8 @@ from __future__ import annotations
 import io
 import json
 import time
-import uuid
 
 import pytest
-import requests
 from freezegun import freeze_time
 
 from app.extensions import db
@@ -26,15 +24,10 @@ START = "2026-11-21 12:00:00"
 
 
 @pytest.fixture
-def receiver(simulator):
+def receiver(sim_receiver):
     """A simulator receiver answering ``responses`` in order: (its URL, a function listing what it got)."""
     def make(responses=(200,)):
-        name = f"client-{uuid.uuid4().hex[:12]}"
-        requests.post(f"{simulator.url}/_sim/receivers/{name}",
-                      json={"secret": SECRET, "responses": list(responses)}, timeout=5).raise_for_status()
-        return (f"{simulator.url}/_sim/hooks/{name}",
-                lambda: requests.get(f"{simulator.url}/_sim/receivers/{name}/deliveries", timeout=5)
-                .json()["deliveries"])
+        return sim_receiver(SECRET, responses)
     return make
 
 

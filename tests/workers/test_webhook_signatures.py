@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from datetime import datetime, timezone
 
 import pytest
-import requests
 from freezegun import freeze_time
 from standardwebhooks import Webhook, WebhookVerificationError
 
@@ -25,15 +23,10 @@ START = "2026-11-21 12:00:00"
 
 
 @pytest.fixture
-def receiver(simulator):
+def receiver(sim_receiver):
     """A receiver that checks ``X-Service-Signature`` with ``secret``: ``(url, deliveries())``."""
     def make(secret=SECRET, responses=(200,)):
-        name = f"sig-{uuid.uuid4().hex[:12]}"
-        requests.post(f"{simulator.url}/_sim/receivers/{name}",
-                      json={"secret": secret, "responses": list(responses)}, timeout=5).raise_for_status()
-        return (f"{simulator.url}/_sim/hooks/{name}",
-                lambda: requests.get(f"{simulator.url}/_sim/receivers/{name}/deliveries", timeout=5)
-                .json()["deliveries"])
+        return sim_receiver(secret, responses)
     return make
 
 

@@ -4,10 +4,8 @@ touch a key or delivery: anyone else gets ``LookupError`` (the portal's 404)."""
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
-import requests
 from freezegun import freeze_time
 
 from app.models import ApiKey, WebhookDelivery
@@ -20,15 +18,10 @@ START = "2026-11-21 12:00:00"
 
 
 @pytest.fixture
-def receiver(simulator):
+def receiver(sim_receiver):
     """A fresh receiver: ``(hook URL, function listing what it received)``."""
     def make(responses=(200,), secret=SECRET):
-        name = f"portal-{uuid.uuid4().hex[:12]}"
-        requests.post(f"{simulator.url}/_sim/receivers/{name}",
-                      json={"secret": secret, "responses": list(responses)}, timeout=5).raise_for_status()
-        return (f"{simulator.url}/_sim/hooks/{name}",
-                lambda: requests.get(f"{simulator.url}/_sim/receivers/{name}/deliveries", timeout=5)
-                .json()["deliveries"])
+        return sim_receiver(secret, responses)
     return make
 
 
