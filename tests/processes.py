@@ -6,6 +6,9 @@ session's database, Redis, engine and secrets, and never inherits pytest's own s
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 
@@ -31,3 +34,34 @@ def service_env(app, engine_url: str, instance: Path, **extra) -> dict:
     env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
     env.update({k: str(v) for k, v in extra.items()})
     return env
+
+
+class WorkerProcess:
+    """``python -m workers`` in its own process group, so that a kill takes its scheduler child too."""
+
+    def __init__(self, env: dict, log_path: Path, stop_seconds: float = 10):
+        self.log_path, self.stop_seconds = log_path, stop_seconds
+        self._log = open(log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "workers", "--name", f"test-{log_path.stem}"],
+                                     cwd=Path(__file__).resolve().parents[1], env=env, stdout=self._log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    def kill(self, sig=signal.SIGKILL) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(self.stop_seconds)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        try:  # the group may outlive its leader (RQ's forked scheduler): end it too
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self._log.close()
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")

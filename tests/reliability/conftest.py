@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import pytest
 
+from app import create_app
 from tests.reliability.figures import make_fixture, stash_report
+from tests.reliability.servers import RedisServer
 
 figures = make_fixture()
 
@@ -12,3 +14,18 @@ figures = make_fixture()
 def pytest_runtest_makereport(item, call):
     outcome = yield
     stash_report(item, call, outcome)
+
+
+@pytest.fixture
+def dedicated_redis(tmp_path):
+    """A redis-server of this test's own, which it may kill and restart."""
+    server = RedisServer(tmp_path / "redis").start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def redis_app(app, base_config, dedicated_redis, request):
+    """The app of this test, bound to the dedicated redis-server (tables emptied by ``app``)."""
+    marker = request.node.get_closest_marker("config")
+    return create_app(dict(base_config, REDIS_URL=dedicated_redis.url, **(marker.kwargs if marker else {})))

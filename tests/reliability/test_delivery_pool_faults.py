@@ -11,7 +11,6 @@ id and the same body bytes. Waits are bounded polls (``wait_until``), never fixe
 from __future__ import annotations
 
 import json
-import os
 import select
 import signal
 import socket
@@ -25,15 +24,13 @@ import pytest
 import redis as redis_lib
 from freezegun import freeze_time
 
-from app import create_app
 from app.extensions import db
 from app.models import DeliveryAttempt, WebhookDelivery, utcnow
 from app.services import deliveries, webhooks
 from app.services.recovery import sweep
 from simulator.procutil import wait_until
 from tests.conftest import ServerThread
-from tests.processes import service_env
-from tests.reliability.servers import RedisServer
+from tests.processes import WorkerProcess, service_env
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -98,56 +95,12 @@ def _hung_up(sock, wait: float = 0.05) -> bool:
         return True
 
 
-class WorkerProcess:
-    """``python -m workers`` in its own process group (a SIGKILL of the group takes its scheduler too)."""
-
-    def __init__(self, env: dict, log_path: Path):
-        self.log_path = log_path
-        self._log = open(log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "workers", "--name", f"pool-{log_path.stem}"], cwd=ROOT,
-                                     env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def kill(self, sig=signal.SIGKILL) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        try:  # the group may outlive its leader (RQ's forked scheduler)
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self._log.close()
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-
 def wait_for(check, timeout: float, what: str, workers=()) -> None:
     try:
         wait_until(check, timeout, what, interval=0.1)
     except TimeoutError as exc:
         logs = "\n".join(f"--- {w.log_path.name}\n{w.output()[-4000:]}" for w in workers)
         raise AssertionError(f"{exc}\n{logs}") from None
-
-
-@pytest.fixture
-def dedicated_redis(tmp_path):
-    server = RedisServer(tmp_path / "redis").start()
-    yield server
-    server.kill()
-
-
-@pytest.fixture
-def redis_app(app, base_config, dedicated_redis, request):
-    """The app of this test, bound to the dedicated redis-server."""
-    marker = request.node.get_closest_marker("config")
-    return create_app(dict(base_config, REDIS_URL=dedicated_redis.url, **(marker.kwargs if marker else {})))
 
 
 def worker_env(app, simulator, tmp_path, redis_url) -> dict:
@@ -225,7 +178,7 @@ def test_a_worker_sigkilled_mid_delivery_loses_nothing_and_the_sweep_redelivers(
     n = 10
     try:
         bodies = send_test_events(account, n)
-        workers.append(WorkerProcess(env, tmp_path / "worker-1.log"))
+        workers.append(WorkerProcess(env, tmp_path / "worker-1.log", stop_seconds=20))
         # PER_HOST requests held open by the receiver, the other deliveries parked in the pool.
         wait_for(lambda: in_flight_and_parked(receiver, account, dedicated_redis), DEADLINE,
                  "the pool's requests in flight, the other jobs parked", workers)
@@ -238,7 +191,7 @@ def test_a_worker_sigkilled_mid_delivery_loses_nothing_and_the_sweep_redelivers(
         assert in_progress(account.key.id) == PER_HOST
         assert {d.status for d in rows(account.key.id)[0].values()} == {"pending"}
 
-        workers.append(WorkerProcess(env, tmp_path / "worker-2.log"))
+        workers.append(WorkerProcess(env, tmp_path / "worker-2.log", stop_seconds=20))
         # Nothing comes back by itself: the killed worker's jobs are gone (marked started in Redis).
         with freeze_time(utcnow() + timedelta(seconds=deliveries.ATTEMPT_DEADLINE_SECONDS + 5)):
             report = sweep(at_once=True)
@@ -272,7 +225,7 @@ def test_redis_restarted_empty_under_the_pool_loses_no_delivery(
     n, while_down = 10, 3
     try:
         bodies = send_test_events(account, n)
-        worker = WorkerProcess(env, tmp_path / "worker.log")
+        worker = WorkerProcess(env, tmp_path / "worker.log", stop_seconds=20)
         wait_for(lambda: in_flight_and_parked(receiver, account, dedicated_redis), DEADLINE,
                  "the pool's requests in flight, the other jobs parked", [worker])
 

@@ -33,7 +33,7 @@ from bench.load import Call, LoadDriver
 from tests.api.helpers import assert_counters_match
 from tests.conftest import ServerThread
 from tests.jobrunner import JobRunner
-from tests.reliability.servers import RawServer, RedisServer, TcpProxy, free_port, read_request_head
+from tests.reliability.servers import RawServer, TcpProxy, free_port, read_request_head
 from app.services.recovery import sweep
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
@@ -109,20 +109,6 @@ def assert_503(response_status, body, headers) -> None:
 
 
 # --- Redis: a dedicated redis-server this test may kill ------------------------------------------
-
-@pytest.fixture
-def dedicated_redis(tmp_path):
-    server = RedisServer(tmp_path / "redis").start()
-    yield server
-    server.kill()
-
-
-@pytest.fixture
-def redis_app(app, base_config, dedicated_redis, request):
-    """The app of this test, bound to the dedicated redis-server (tables emptied by ``app``)."""
-    marker = request.node.get_closest_marker("config")
-    return create_app(dict(base_config, REDIS_URL=dedicated_redis.url, **(marker.kwargs if marker else {})))
-
 
 @pytest.mark.config(RECOVERY_STALE_SECONDS=STALE, ENGINE_POLL_SECONDS=1)
 @pytest.mark.processes  # a dedicated redis-server

@@ -24,7 +24,7 @@ from app.models import Scan
 from app.services.results import band_for
 from tests.conftest import ServerThread
 from simulator.procutil import wait_until
-from tests.processes import service_env
+from tests.processes import WorkerProcess, service_env
 from workers.__main__ import SWEEP_LOCK, ScanWorker, build_worker, run_sweep_once
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,43 +58,12 @@ class HoldingEngine:
         return [forwarded.content]
 
 
-class WorkerProcess:
-    """``python -m workers`` in its own process group, so that a kill takes its scheduler child too."""
-
-    def __init__(self, env: dict, log_path: Path):
-        self.log_path = log_path
-        self._log = open(log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "workers", "--name", f"test-{log_path.stem}"],
-                                     cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-
-    def kill(self, sig=signal.SIGKILL) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        try:  # the group may outlive its leader (RQ's forked scheduler): end it too
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self._log.close()
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:]
-
-
 def wait_for(predicate, timeout: float, what: str, workers=()) -> None:
     """``wait_until``, showing the workers' logs when it times out."""
     try:
         wait_until(predicate, timeout, what, interval=0.2)
     except TimeoutError as exc:
-        logs = "\n".join(f"--- {w.log_path.name}\n{w.output()}" for w in workers)
+        logs = "\n".join(f"--- {w.log_path.name}\n{w.output()[-4000:]}" for w in workers)
         raise AssertionError(f"{exc}\n{logs}") from None
 
 
@@ -133,7 +102,7 @@ def test_a_worker_killed_mid_job_and_restarted_still_completes_the_scan(app, cli
         wait_for(lambda: scan_row(scan_id).status in ("completed", "failed"), DEADLINE_SECONDS,
                  "the scan to finish", workers)
         scan = scan_row(scan_id)
-        assert scan.status == "completed", (scan.failure_code, scan.failure_message, workers[1].output())
+        assert scan.status == "completed", (scan.failure_code, scan.failure_message, workers[1].output()[-4000:])
         # The restarted worker's sweep replaced the lost chain (a new generation), then it ran.
         assert scan.tracking_job_id != first_job
         assert int(scan.tracking_job_id.rsplit("-", 1)[1]) >= 1
