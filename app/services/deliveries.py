@@ -16,6 +16,11 @@ the delivery on: ``succeeded`` on any 2xx; otherwise the next job is scheduled
 or the delivery is ``failed`` when the schedule is used up (``_after_failure``: the one
 place that decides whether and when a delivery is retried). The next job is enqueued
 only after that commit; if Redis refuses it, the sweep enqueues it.
+
+A delivery pool makes hundreds of attempts a second in one process (``workers.delivery_pool``),
+so the statements of an attempt are written once as SQL below: on PostgreSQL an attempt is
+three prepared statements (load, claim, and on success close), on SQLite the claim and the
+close run their parts in turn inside a transaction.
 """
 from __future__ import annotations
 
@@ -25,9 +30,9 @@ from datetime import timedelta
 from typing import Callable
 
 from app import metrics, runtime
-from app.db import db
+from app.db import columns, db, execute, execute_prepared, instance, is_postgres, repr_column, table
 from app.jobs import DELIVERY_JOB_TIMEOUT, delivery_job_id, enqueue_delivery, job_attempt_number, live_job_ids
-from app.models import DeliveryAttempt, WebhookDelivery, utcnow
+from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, utcnow
 from app.models.webhooks import FAILED, PENDING, SUCCEEDED
 from app.services import webhooks
 
@@ -66,6 +71,40 @@ class Attempt:
     body: bytes
 
 
+_col = repr_column
+_D, _A = table(WebhookDelivery), table(DeliveryAttempt)
+_KEY_COLUMNS = len(ApiKey._meta.sorted_fields)
+# The delivery and its key (whose secrets sign the attempt), in one statement.
+LOAD = (f"SELECT {columns(WebhookDelivery, 'd')}, {columns(ApiKey, 'k')} FROM {_D} d "
+        f"JOIN {table(ApiKey)} k ON k.id = d.{_col(WebhookDelivery.api_key)} WHERE d.id = ?")
+# The claim: attempt ``n`` is this job's only while the delivery is pending, has had n - 1
+# attempts and names this job. Parameters: delivery id, n - 1, job id.
+CLAIM = (f"UPDATE {_D} SET {_col(WebhookDelivery.attempts)} = {_col(WebhookDelivery.attempts)} + 1 "
+         f"WHERE id = ? AND {_col(WebhookDelivery.attempts)} = ? AND {_col(WebhookDelivery.job_id)} = ? "
+         f"AND {_col(WebhookDelivery.status)} = '{PENDING}'")
+_ATTEMPT_FIELDS = (DeliveryAttempt.delivery, DeliveryAttempt.number, DeliveryAttempt.started_at, DeliveryAttempt.url,
+                   DeliveryAttempt.outcome)
+_ATTEMPT_INSERT = f"INSERT INTO {_A} ({', '.join(_col(f) for f in _ATTEMPT_FIELDS)})"
+# PostgreSQL: the claim and the in-progress row in one statement (the row only if the claim took).
+CLAIM_AND_LOG = (f"WITH claimed AS ({CLAIM} RETURNING id) "
+                 f"{_ATTEMPT_INSERT} SELECT id, ?, ?, ?, '{IN_PROGRESS}' FROM claimed RETURNING id")
+# Closing an attempt, once: the sweep may have closed it as lost already. Parameters:
+# outcome, status code, error, duration, excerpt, attempt id.
+CLOSE = (f"UPDATE {_A} SET {_col(DeliveryAttempt.outcome)} = ?, {_col(DeliveryAttempt.status_code)} = ?, "
+         f"{_col(DeliveryAttempt.error)} = ?, {_col(DeliveryAttempt.duration_ms)} = ?, "
+         f"{_col(DeliveryAttempt.response_excerpt)} = ? "
+         f"WHERE id = ? AND {_col(DeliveryAttempt.outcome)} = '{IN_PROGRESS}'")
+# Ending a delivery after its attempt ``n``. Parameters: status, finished at, delivery id, n.
+FINISH = (f"UPDATE {_D} SET {_col(WebhookDelivery.status)} = ?, {_col(WebhookDelivery.finished_at)} = ?, "
+          f"{_col(WebhookDelivery.next_attempt_at)} = NULL "
+          f"WHERE id = ? AND {_col(WebhookDelivery.status)} = '{PENDING}' AND {_col(WebhookDelivery.attempts)} = ?")
+# PostgreSQL: a successful attempt closed and its delivery ended in one statement; says
+# whether the attempt was still open.
+CLOSE_SUCCEEDED = (f"WITH closed AS ({CLOSE} RETURNING id), "
+                   f"finished AS ({FINISH} AND EXISTS (SELECT 1 FROM closed) RETURNING id) "
+                   f"SELECT count(*) FROM closed")
+
+
 def start_attempt(delivery_id: str, job_id: str | None, admit: Callable[[str], bool] | None = None) -> Attempt | str:
     """Reserve the attempt job ``job_id`` stands for, or say why it makes none
     (``"final"``: the delivery is over; ``"stale"``: the job is not the current one;
@@ -73,7 +112,8 @@ def start_attempt(delivery_id: str, job_id: str | None, admit: Callable[[str], b
 
     ``admit`` is the worker's per-receiver gate (D18): a refused job has made no attempt
     and may be run again later under the same id (``defer``)."""
-    delivery = WebhookDelivery.get_or_none(WebhookDelivery.id == delivery_id)
+    row = execute_prepared(LOAD, (delivery_id,)).fetchone()
+    delivery = instance(WebhookDelivery, row[:-_KEY_COLUMNS]) if row else None
     if delivery is None or delivery.status != PENDING:
         return "final"
     number = delivery.attempts + 1
@@ -88,7 +128,7 @@ def start_attempt(delivery_id: str, job_id: str | None, admit: Callable[[str], b
     now = utcnow()
     # Every header, both signature schemes, from the key's secrets as they are now (D16),
     # so a rotation also covers the retries of earlier deliveries.
-    headers = webhooks.delivery_headers(delivery, body, now)
+    headers = webhooks.delivery_headers(delivery, body, now, key=instance(ApiKey, row[-_KEY_COLUMNS:]))
     row = reserve(delivery, number, job_id, now)
     if row is None:
         return "stale"
@@ -97,15 +137,20 @@ def start_attempt(delivery_id: str, job_id: str | None, admit: Callable[[str], b
 
 def reserve(delivery: WebhookDelivery, number: int, job_id: str, now) -> DeliveryAttempt | None:
     """Claim attempt ``number`` and log it as in progress, or None when another job has."""
-    with db.atomic():
-        claimed = (WebhookDelivery.update(attempts=WebhookDelivery.attempts + 1)
-                   .where((WebhookDelivery.id == delivery.id) & (WebhookDelivery.attempts == number - 1)
-                          & (WebhookDelivery.job_id == job_id) & (WebhookDelivery.status == PENDING))
-                   .execute())
-        if not claimed:
-            return None
-        return DeliveryAttempt.create(delivery=delivery.id, number=number, started_at=now, url=delivery.url,
-                                      outcome=IN_PROGRESS)
+    values = (number, now, delivery.url)
+    if is_postgres():
+        row = execute_prepared(CLAIM_AND_LOG, (delivery.id, number - 1, job_id) + values).fetchone()
+        attempt_id = row[0] if row else None
+    else:
+        with db.atomic():
+            if not execute(CLAIM, (delivery.id, number - 1, job_id)).rowcount:
+                return None
+            attempt_id = execute(f"{_ATTEMPT_INSERT} VALUES (?, ?, ?, ?, '{IN_PROGRESS}')",
+                                 (delivery.id,) + values).lastrowid
+    if attempt_id is None:
+        return None
+    return DeliveryAttempt(id=attempt_id, delivery=delivery.id, number=number, started_at=now, url=delivery.url,
+                           outcome=IN_PROGRESS)
 
 
 def response_excerpt(data: bytes | None) -> str:
@@ -122,20 +167,21 @@ def response_excerpt(data: bytes | None) -> str:
 
 def record(delivery: WebhookDelivery, attempt: DeliveryAttempt, outcome: Outcome) -> str:
     now = utcnow()
-    with db.atomic():
-        closed = (DeliveryAttempt
-                  .update(outcome=SUCCEEDED if outcome.succeeded else FAILED, status_code=outcome.status_code,
-                          error=outcome.error, duration_ms=outcome.duration_ms, response_excerpt=outcome.excerpt)
-                  .where((DeliveryAttempt.id == attempt.id) & (DeliveryAttempt.outcome == IN_PROGRESS))
-                  .execute())
-        if not closed:
-            # The sweep took this attempt for lost and already went on with the schedule.
-            return "superseded"
-        if outcome.succeeded:
-            _finish(delivery.id, attempt.number, SUCCEEDED, now)
-            next_job = None
-        else:
-            next_job = _after_failure(delivery, attempt.number, now)
+    closing = (SUCCEEDED if outcome.succeeded else FAILED, outcome.status_code, outcome.error, outcome.duration_ms,
+               outcome.excerpt, attempt.id)
+    next_job = None
+    if outcome.succeeded and is_postgres():
+        closed = execute_prepared(CLOSE_SUCCEEDED, closing + (SUCCEEDED, now, delivery.id, attempt.number)).fetchone()[0]
+    else:
+        with db.atomic():
+            closed = execute(CLOSE, closing).rowcount
+            if closed and outcome.succeeded:
+                _finish(delivery.id, attempt.number, SUCCEEDED, now)
+            elif closed:
+                next_job = _after_failure(delivery, attempt.number, now)
+    if not closed:
+        # The sweep took this attempt for lost and already went on with the schedule.
+        return "superseded"
     log.info("delivery %s attempt %d: %s", delivery.id, attempt.number,
              outcome.error or f"HTTP {outcome.status_code}")
     metrics.count_webhook_attempt(outcome.succeeded, outcome.error, outcome.status_code)
@@ -154,10 +200,7 @@ def defer(delivery_id: str, job_id: str, delay_seconds: float) -> bool:
 
 
 def _finish(delivery_id: str, number: int, status: str, now) -> None:
-    (WebhookDelivery.update(status=status, finished_at=now, next_attempt_at=None)
-     .where((WebhookDelivery.id == delivery_id) & (WebhookDelivery.status == PENDING)
-            & (WebhookDelivery.attempts == number))
-     .execute())
+    execute(FINISH, (status, now, delivery_id, number))
 
 
 def _after_failure(delivery: WebhookDelivery, number: int, now) -> tuple[str, float] | None:
@@ -232,9 +275,7 @@ def _recover(delivery: WebhookDelivery, now, stale_before) -> tuple[bool, bool]:
 def _close_lost(delivery: WebhookDelivery, attempt: DeliveryAttempt, now) -> tuple[bool, bool]:
     """Close an abandoned attempt as failed (``worker_lost``) and go on with the schedule."""
     with db.atomic():
-        closed = (DeliveryAttempt.update(outcome=FAILED, error="worker_lost")
-                  .where((DeliveryAttempt.id == attempt.id) & (DeliveryAttempt.outcome == IN_PROGRESS))
-                  .execute())
+        closed = execute(CLOSE, (FAILED, None, "worker_lost", None, None, attempt.id)).rowcount
         if not closed:
             return False, False
         next_job = _after_failure(delivery, attempt.number, now)
