@@ -263,14 +263,9 @@ def instance(model, values):
     return obj
 
 
-def insert_rows(model, rows: list[dict]) -> None:
-    """One multi-row INSERT of ``rows`` (keyed by field name), defaults filled as peewee would."""
-    if rows:
-        execute_prepared(*insert_rows_statement(model, rows))
-
-
 def insert_rows_statement(model, rows: list[dict]) -> tuple[str, list]:
-    """The SQL and parameters of ``insert_rows`` (a non-empty ``rows``), to run with others."""
+    """One multi-row INSERT of ``rows`` (keyed by field name, a non-empty list), defaults
+    filled as peewee would: its SQL and parameters, to run with others."""
     fields = [f for f in model._meta.sorted_fields if not (f.primary_key and f.field_type == "AUTO")]
     params = []
     for row in rows:

@@ -12,7 +12,7 @@ statement, so a read pays one round trip and one commit for all three.
 """
 from __future__ import annotations
 
-from app.db import execute_prepared, is_postgres, table
+from app.db import execute_prepared, execute_prepared_batch, is_postgres, table
 from app.db import db
 from app.models import CreditLedger, Customer, utcnow
 from app.services import quotas
@@ -91,6 +91,17 @@ def apply(customer_id: str, delta: int, reason: str, *, in_flight: int = 0, **re
     balance = rows[0][0]
     CreditLedger.create(customer=customer_id, delta=delta, balance_after=balance, reason=reason, **ref)
     return balance
+
+
+def apply_after(statements: list, customer_id: str, delta: int, reason: str, *, in_flight: int = 0,
+                **ref) -> int | None:
+    """Run ``statements`` (``(sql, params)``), then ``apply``: on PostgreSQL in one round trip."""
+    if is_postgres():
+        row = execute_prepared_batch(statements + [apply_statement(customer_id, delta, reason, in_flight=in_flight,
+                                                                   **ref)]).fetchone()
+        return row[0] if row else None
+    execute_prepared_batch(statements)
+    return apply(customer_id, delta, reason, in_flight=in_flight, **ref)
 
 
 def charge(customer_id: str, amount: int, reason: str, **ref) -> int | None:

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 
 from peewee import fn
 
-from app.db import execute, execute_prepared, table
+from app.db import columns, execute, execute_prepared, table
 from app.metrics import RATE_LIMITED
 from app.models import Customer, QuotaMinute, Scan
 from app.models.scans import IN_FLIGHT
@@ -107,10 +107,19 @@ ADD_TO_MINUTE = (f"INSERT INTO {table(QuotaMinute)} (customer_id, livemode, minu
                  f"DO UPDATE SET scans = {table(QuotaMinute)}.scans + excluded.scans")
 
 
+# The customer's row and its windows on one row (the admission reads them under its lock).
+CUSTOMER_AND_WINDOWS = f"SELECT {columns(Customer)}, {WINDOW_COLUMNS} FROM {table(Customer)} WHERE id = ?"
+
+
+def count_created_statement(customer_id: str, created_at: datetime, n: int, livemode: bool = True) -> tuple:
+    """The SQL and parameters of ``count_created``, to run with others."""
+    return ADD_TO_MINUTE, (customer_id, livemode, minute_of(created_at), n)
+
+
 def count_created(customer_id: str, created_at: datetime, n: int, livemode: bool = True) -> None:
     """Add ``n`` scans created at ``created_at`` to the windows (negative: take them back)."""
     if n:
-        execute_prepared(ADD_TO_MINUTE, (customer_id, livemode, minute_of(created_at), n))
+        execute_prepared(*count_created_statement(customer_id, created_at, n, livemode))
 
 
 def counted_from_scans(now: datetime, customer_id: str | None = None,
@@ -155,11 +164,16 @@ def inflight_count(customer_id: str, livemode: bool = True) -> int:
                                & Scan.status.in_(IN_FLIGHT)).count()
 
 
+def move_in_flight_statement(customer_id: str, livemode: bool, n: int) -> tuple:
+    """The SQL and parameters of ``move_in_flight``, to run with others."""
+    column = (Customer.in_flight if livemode else Customer.test_in_flight).column_name
+    return f'UPDATE {table(Customer)} SET "{column}" = "{column}" + ? WHERE id = ?', (n, customer_id)
+
+
 def move_in_flight(customer_id: str, livemode: bool, n: int) -> None:
     """Move the customer's count of scans in flight of this mode (D15: counted apart) by ``n``.
     (A live admission moves it in ``billing.apply``'s UPDATE, with the charge.)"""
-    column = Customer.in_flight if livemode else Customer.test_in_flight
-    Customer.update({column: column + n}).where(Customer.id == customer_id).execute()
+    execute_prepared(*move_in_flight_statement(customer_id, livemode, n))
 
 
 def _seconds_until(moment: datetime | None, now: datetime) -> int:
@@ -196,15 +210,18 @@ def _inflight_retry_after(customer_id: str, now: datetime, livemode: bool) -> in
     return max(1, min(_seconds_until(_as_datetime(soonest), now), 900)) if soonest else 30
 
 
-def check(customer, limits: Limits, n: int, now: datetime, *, bulk: bool = False, livemode: bool = True) -> Usage:
+def check(customer, limits: Limits, n: int, now: datetime, *, bulk: bool = False, livemode: bool = True,
+          usage: Usage | None = None) -> Usage:
     """Raise the first 429 that ``n`` new scans would hit (in-flight, hour, day); else the usage.
 
-    ``customer`` is the row read under the admission's lock, so its ``in_flight`` is current.
+    ``customer`` is the row read under the admission's lock, so its ``in_flight`` is current;
+    ``usage``, when given, its windows counted under that lock too.
     Test scans (``livemode=False``) have the same limits, counted apart from live ones (D15).
     """
     customer_id = customer.id
     inflight = customer.in_flight if livemode else customer.test_in_flight
-    usage = window_usage(customer_id, now, livemode)
+    if usage is None:
+        usage = window_usage(customer_id, now, livemode)
     if inflight + n > limits.inflight:
         fits = max(0, limits.inflight - inflight)
         if bulk:

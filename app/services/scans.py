@@ -23,12 +23,13 @@ from datetime import timedelta
 
 from app import runtime
 from app.metrics import SCANS_CREATED
-from app.db import db, execute, insert_rows, is_postgres, table, write_transaction
+from app.db import (db, execute, execute_prepared_batch, insert_rows_statement, instance, is_postgres, table,
+                    write_transaction)
 from app.jobs import enqueue_tracking, tracking_job_id
-from app.models import BulkBatch, Scan, new_id, utcnow
+from app.models import BulkBatch, Customer, Scan, new_id, utcnow
 from app.models.scans import QUEUED
 from app.services import billing, bulk, engine, quotas, sandbox_engine
-from app.services.accounts import lock_customer
+from app.services.accounts import CUSTOMER_BY_ID, lock_customer
 from app.services.errors import EngineUnavailable, InsufficientBalance, InvalidRequest
 from app.services.limits import Limits, limits_for
 from app.services.targets import TargetError, normalize
@@ -55,26 +56,46 @@ def engine_for(livemode: bool):
     return engine if livemode else sandbox_engine
 
 
+def _lock_and_count(customer_id, now, livemode):
+    """The customer's row, locked until the transaction ends, and its windows counted under
+    that lock: on PostgreSQL one round trip of two statements (each statement takes its own
+    snapshot under READ COMMITTED, so the counts see every admission committed before the
+    lock was granted)."""
+    if not is_postgres():
+        return lock_customer(customer_id), quotas.window_usage(customer_id, now, livemode)
+    row = execute_prepared_batch([
+        (CUSTOMER_BY_ID + " FOR UPDATE", (customer_id,)),
+        (quotas.CUSTOMER_AND_WINDOWS, quotas.window_params(customer_id, now, livemode) + (customer_id,)),
+    ]).fetchone()
+    if row is None:
+        raise Customer.DoesNotExist(f"no customer {customer_id}")
+    n = len(Customer._meta.sorted_fields)
+    return instance(Customer, row[:n]), quotas.usage_from(row[n:], now)
+
+
 def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livemode=True):
-    """Step 1: check and reserve in one transaction. Returns (scans, batch, balance, limits, usage)."""
+    """Step 1: check and reserve in one transaction. Returns (scans, batch, balance, limits, usage).
+
+    Its round trips: BEGIN; the lock with the counts; the rows, the window counter and the
+    charge (on PostgreSQL one batch); COMMIT."""
     now = utcnow()
     n = len(items)
     cost = billing.admission_cost(n, livemode)
     with write_transaction():
-        customer = lock_customer(customer_id)
+        customer, usage = _lock_and_count(customer_id, now, livemode)
         if customer.balance < cost:
             raise InsufficientBalance(customer.balance, cost if bulk_total is not None else 1)
         limits = limits_for(customer)
         if n:
-            usage = quotas.check(customer, limits, n, now, bulk=bulk_total is not None, livemode=livemode)
-        else:
-            usage = quotas.window_usage(customer_id, now, livemode)
+            quotas.check(customer, limits, n, now, bulk=bulk_total is not None, livemode=livemode, usage=usage)
+        writes = []
         batch = None
         if bulk_total is not None:
             batch = BulkBatch(id=new_id("blk"), customer=customer_id, api_key=api_key_id, total=bulk_total,
                               created_at=now)
-            insert_rows(BulkBatch, [{"id": batch.id, "customer": customer_id, "api_key": api_key_id,
-                                     "total": bulk_total, "created_at": now, "livemode": livemode}])
+            writes.append(insert_rows_statement(BulkBatch, [{"id": batch.id, "customer": customer_id,
+                                                             "api_key": api_key_id, "total": bulk_total,
+                                                             "created_at": now, "livemode": livemode}]))
         rows = []
         for index, (kind, target) in items:
             scan_id = new_id("scn")
@@ -83,17 +104,19 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
                 "bulk_index": index if batch else None, "kind": kind, "target": target, "status": QUEUED,
                 "created_at": now, "tracking_job_id": tracking_job_id(scan_id, 0), "livemode": livemode,
             })
-        insert_rows(Scan, rows)
+        if rows:
+            writes.append(insert_rows_statement(Scan, rows))
+            writes.append(quotas.count_created_statement(customer_id, now, n, livemode))
         if billing.is_billed(livemode):
-            balance = billing.apply(customer_id, -cost, "bulk" if batch else "scan", in_flight=n,
-                                    request_id=request_id, scan_id=rows[0]["id"] if rows and not batch else None,
-                                    bulk_id=batch.id if batch else None)
+            balance = billing.apply_after(writes, customer_id, -cost, "bulk" if batch else "scan", in_flight=n,
+                                          request_id=request_id,
+                                          scan_id=rows[0]["id"] if rows and not batch else None,
+                                          bulk_id=batch.id if batch else None)
             if balance is None:  # cannot happen under the lock; never let it pass silently
                 raise InsufficientBalance(customer.balance, cost)
         else:  # test mode: no charge, no ledger row; the answer shows the live balance unchanged
             balance = customer.balance
-            quotas.move_in_flight(customer_id, livemode, n)
-        quotas.count_created(customer_id, now, n, livemode)
+            execute_prepared_batch(writes + [quotas.move_in_flight_statement(customer_id, livemode, n)])
     # Counted under the lock, plus the scans this call created: ``r`` counts them (D8).
     return rows, batch, balance, limits, quotas.with_new_scans(usage, n, now)
 

@@ -44,6 +44,17 @@ def test_50_concurrent_creations_admit_exactly_the_inflight_limit(served_app, ma
     assert_books_balance(acct)
 
 
+def test_concurrent_creations_admit_exactly_the_hourly_quota(served_app, make_customer):
+    """The hour's count is made under the customer's lock (on PostgreSQL in the same round trip
+    as the lock): an admission that waited for the lock still sees every scan admitted before it."""
+    acct = make_customer(tier="enterprise", credits=1000, inflight=100, hour=6)
+    answers = fire(f"{served_app.url}{SCAN}", acct.headers, 40, {"target": "jane@example.com"})
+    assert sorted(status for status, _ in answers).count(202) == 6
+    assert {code for status, code in answers if status != 202} == {"rate_limit_hour"}
+    assert len(scans_of(acct)) == 6 and balance(acct) == 994
+    assert_books_balance(acct)
+
+
 def test_concurrent_creations_never_overdraw_the_balance(served_app, make_customer):
     acct = make_customer(tier="enterprise", credits=7, inflight=100)
     answers = fire(f"{served_app.url}{SCAN}", acct.headers, 30, {"target": "jane@example.com"})
