@@ -89,11 +89,6 @@ def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
     root.setLevel(level)
     if _configured:
         return
-    # No line of ours shows the caller's file, line, thread or process, so a record does not
-    # look them up (the logging HOWTO's "Optimization"): a stack walk and three look-ups
-    # less on every request's line.
-    logging._srcfile = None
-    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(ContextFilter())
     handler.addFilter(RedactFilter())
