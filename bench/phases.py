@@ -140,7 +140,9 @@ def http_phase(stack: Stack, opts, out: Path, log) -> dict:
     base_url, base_proc = stack.start_baseline()
     floor_app.create_schema(PG_DSN)
     floor_url, floor_proc = stack.start_floor(engine_url)
+    observed_url, observed_proc = stack.start_floor(engine_url, "floor-observed", "bench.floor_observed:app")
     groups = {"api": api_proc.pid, "baseline": base_proc.pid, "floor": floor_proc.pid,
+              "floor_observed": observed_proc.pid,
               "engine": next(p.pid for p in stack.procs if p.name == "engine-http"),
               "simulator": next(p.pid for p in stack.procs if p.name == "sim-http")}
     n_many, per_many = opts.customers, (5 if opts.quick else 20)
@@ -205,6 +207,7 @@ def http_phase(stack: Stack, opts, out: Path, log) -> dict:
     targets = [
         ("baseline", f"{base_url}/json", "baseline.lua", []),
         ("floor_read", floor_scan_url, "read.lua", ["/api/v1/scan/", f["floor-read"]]),
+        ("floor_read_observed", f"{observed_url}/api/v1/scan", "read.lua", ["/api/v1/scan/", f["floor-read"]]),
         ("read", scan_url, "read.lua", ["/api/v1/scan/", f["read-one"]]),
         ("read_many", scan_url, "read.lua", ["/api/v1/scan/", f["read-many"]]),
         ("read_queued", scan_url, "read.lua", ["/api/v1/scan/", f["read-queued"]]),

@@ -12,7 +12,7 @@ from bench.stack import PG_ADMIN_DSN, ROOT
 # The floor of each endpoint: the thinnest code doing the same durable work (bench/floor_app.py).
 FLOOR_OF = {"read": "floor_read", "read_many": "floor_read", "read_queued": "floor_read",
             "bulk_read": "floor_bulk_read", "create": "floor_create", "create_many": "floor_create",
-            "bulk_create": "floor_bulk_create"}
+            "bulk_create": "floor_bulk_create", "floor_read_observed": "floor_read"}
 
 GOALS = {
     "read_floor_ratio": (">=", 0.9, "GET /scan/{id} RPS >= 0.9 of its floor (1 customer)"),
@@ -28,11 +28,12 @@ GOALS = {
     "fast_beside_hanging_p95_ms": ("<", 1000.0, "fast receivers beside a hanging one: created-to-received p95"),
 }
 
-CPU_COLUMNS = ("api", "floor", "baseline", "postgres", "redis", "engine", "simulator", "wrk")
+CPU_COLUMNS = ("api", "floor", "floor_observed", "baseline", "postgres", "redis", "engine", "simulator", "wrk")
 
 LABELS = {
     "baseline": "baseline: bare Flask `GET /json`",
     "floor_read": "floor: read",
+    "floor_read_observed": "floor: read, with the service's request log line and metrics",
     "read": "`GET /api/v1/scan/{id}` (completed, 1 customer)",
     "read_many": "`GET /api/v1/scan/{id}` (completed, N customers)",
     "read_queued": "`GET /api/v1/scan/{id}` (queued, 1 customer)",

@@ -246,10 +246,11 @@ class Stack:
         self._ready(proc, lambda: requests.get(f"{url}/health", timeout=1).ok, 30)
         return url
 
-    def start_floor(self, engine_url: str) -> tuple[str, Proc]:
-        """The floor app (``bench.floor_app``) under the API's gunicorn settings, on schema ``floor``."""
+    def start_floor(self, engine_url: str, name: str = "floor", app: str = "bench.floor_app:app") -> tuple[str, Proc]:
+        """The floor app (``bench.floor_app``, or ``app``: ``bench.floor_observed``) under the API's
+        gunicorn settings, on schema ``floor``."""
         env = self.env("production", ENGINE_URL=local_only(engine_url), FLOOR_DSN=PG_DSN)
-        port, proc = self._gunicorn("floor", "bench.floor_app:app", env)
+        port, proc = self._gunicorn(name, app, env)
         url = f"http://{HOST}:{port}"
         self._ready(proc, lambda: requests.get(f"{url}/floor/ready", timeout=2).ok, 60)
         return url, proc
