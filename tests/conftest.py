@@ -15,7 +15,6 @@ import threading
 import uuid
 
 import pytest
-import redis as redis_lib
 import requests
 from werkzeug.serving import make_server
 

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from simulator.procutil import wait_until
+
 
 def service_env(app, engine_url: str, instance: Path, **extra) -> dict:
     """The environment of an API or worker process bound to this test's database, Redis and engine;
@@ -65,3 +67,12 @@ class WorkerProcess:
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+def wait_for(predicate, timeout: float, what: str, workers=(), interval: float = 0.2) -> None:
+    """``wait_until``, showing the workers' logs (``WorkerProcess``) when it times out."""
+    try:
+        wait_until(predicate, timeout, what, interval=interval)
+    except TimeoutError as exc:
+        logs = "\n".join(f"--- {w.log_path.name}\n{w.output()[-4000:]}" for w in workers)
+        raise AssertionError(f"{exc}\n{logs}") from None

@@ -28,9 +28,8 @@ from app.extensions import db
 from app.models import DeliveryAttempt, WebhookDelivery, utcnow
 from app.services import deliveries, webhooks
 from app.services.recovery import sweep
-from simulator.procutil import wait_until
 from tests.conftest import ServerThread
-from tests.processes import WorkerProcess, service_env
+from tests.processes import WorkerProcess, service_env, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -93,14 +92,6 @@ def _hung_up(sock, wait: float = 0.05) -> bool:
         return sock.recv(1, socket.MSG_PEEK) == b""
     except OSError:
         return True
-
-
-def wait_for(check, timeout: float, what: str, workers=()) -> None:
-    try:
-        wait_until(check, timeout, what, interval=0.1)
-    except TimeoutError as exc:
-        logs = "\n".join(f"--- {w.log_path.name}\n{w.output()[-4000:]}" for w in workers)
-        raise AssertionError(f"{exc}\n{logs}") from None
 
 
 def worker_env(app, simulator, tmp_path, redis_url) -> dict:

@@ -24,7 +24,7 @@ from app.models import Scan
 from app.services.results import band_for
 from tests.conftest import ServerThread
 from simulator.procutil import wait_until
-from tests.processes import WorkerProcess, service_env
+from tests.processes import WorkerProcess, service_env, wait_for
 from workers.__main__ import SWEEP_LOCK, ScanWorker, build_worker, run_sweep_once
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,15 +56,6 @@ class HoldingEngine:
                                      headers={"Authorization": environ.get("HTTP_AUTHORIZATION", "")}, timeout=5)
         start_response(f"{forwarded.status_code} X", [("Content-Type", "application/json")])
         return [forwarded.content]
-
-
-def wait_for(predicate, timeout: float, what: str, workers=()) -> None:
-    """``wait_until``, showing the workers' logs when it times out."""
-    try:
-        wait_until(predicate, timeout, what, interval=0.2)
-    except TimeoutError as exc:
-        logs = "\n".join(f"--- {w.log_path.name}\n{w.output()[-4000:]}" for w in workers)
-        raise AssertionError(f"{exc}\n{logs}") from None
 
 
 def scan_row(scan_id) -> Scan:
