@@ -56,13 +56,15 @@ def create_customer(name: str, tier: str, credits: int = 0) -> Customer:
 
 
 CUSTOMER_BY_ID = f"SELECT {columns(Customer)} FROM {table(Customer)} WHERE id = ?"
+# PostgreSQL: the customer's row, locked until the transaction ends (an admission's lock).
+LOCK_CUSTOMER = CUSTOMER_BY_ID + " FOR UPDATE"
 
 
 def lock_customer(customer_id: str) -> Customer:
     """The customer's row, locked until the transaction ends: this serialises a customer's
     admissions (``SELECT ... FOR UPDATE`` on PostgreSQL; ``write_transaction`` is the
     lock on SQLite). Call inside ``app.db.write_transaction``."""
-    sql = CUSTOMER_BY_ID + (" FOR UPDATE" if is_postgres() else "")
+    sql = LOCK_CUSTOMER if is_postgres() else CUSTOMER_BY_ID
     row = execute_prepared(sql, (customer_id,)).fetchone()
     if row is None:
         raise Customer.DoesNotExist(f"no customer {customer_id}")

@@ -85,6 +85,8 @@ CLAIM = (f"UPDATE {_D} SET {_col(WebhookDelivery.attempts)} = {_col(WebhookDeliv
 _ATTEMPT_FIELDS = (DeliveryAttempt.delivery, DeliveryAttempt.number, DeliveryAttempt.started_at, DeliveryAttempt.url,
                    DeliveryAttempt.outcome)
 _ATTEMPT_INSERT = f"INSERT INTO {_A} ({', '.join(_col(f) for f in _ATTEMPT_FIELDS)})"
+# The attempt's row, in progress. Parameters: delivery id, n, started at, url.
+LOG = f"{_ATTEMPT_INSERT} VALUES (?, ?, ?, ?, '{IN_PROGRESS}')"
 # PostgreSQL: the claim and the in-progress row in one statement (the row only if the claim took).
 CLAIM_AND_LOG = (f"WITH claimed AS ({CLAIM} RETURNING id) "
                  f"{_ATTEMPT_INSERT} SELECT id, ?, ?, ?, '{IN_PROGRESS}' FROM claimed RETURNING id")
@@ -145,8 +147,7 @@ def reserve(delivery: WebhookDelivery, number: int, job_id: str, now) -> Deliver
         with db.atomic():
             if not execute(CLAIM, (delivery.id, number - 1, job_id)).rowcount:
                 return None
-            attempt_id = execute(f"{_ATTEMPT_INSERT} VALUES (?, ?, ?, ?, '{IN_PROGRESS}')",
-                                 (delivery.id,) + values).lastrowid
+            attempt_id = execute(LOG, (delivery.id,) + values).lastrowid
     if attempt_id is None:
         return None
     return DeliveryAttempt(id=attempt_id, delivery=delivery.id, number=number, started_at=now, url=delivery.url,

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 
 from peewee import fn
 
-from app.db import columns, execute, execute_prepared, table
+from app.db import columns, execute_prepared, repr_column, table
 from app.metrics import RATE_LIMITED
 from app.models import Customer, QuotaMinute, Scan
 from app.models.scans import IN_FLIGHT
@@ -166,8 +166,8 @@ def inflight_count(customer_id: str, livemode: bool = True) -> int:
 
 def move_in_flight_statement(customer_id: str, livemode: bool, n: int) -> tuple:
     """The SQL and parameters of ``move_in_flight``, to run with others."""
-    column = (Customer.in_flight if livemode else Customer.test_in_flight).column_name
-    return f'UPDATE {table(Customer)} SET "{column}" = "{column}" + ? WHERE id = ?', (n, customer_id)
+    column = repr_column(Customer.in_flight if livemode else Customer.test_in_flight)
+    return f"UPDATE {table(Customer)} SET {column} = {column} + ? WHERE id = ?", (n, customer_id)
 
 
 def move_in_flight(customer_id: str, livemode: bool, n: int) -> None:

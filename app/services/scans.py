@@ -29,7 +29,7 @@ from app.jobs import enqueue_tracking, tracking_job_id
 from app.models import BulkBatch, Customer, Scan, new_id, utcnow
 from app.models.scans import QUEUED
 from app.services import billing, bulk, engine, quotas, sandbox_engine
-from app.services.accounts import CUSTOMER_BY_ID, lock_customer
+from app.services.accounts import LOCK_CUSTOMER, lock_customer
 from app.services.errors import EngineUnavailable, InsufficientBalance, InvalidRequest
 from app.services.limits import Limits, limits_for
 from app.services.targets import TargetError, normalize
@@ -64,7 +64,7 @@ def _lock_and_count(customer_id, now, livemode):
     if not is_postgres():
         return lock_customer(customer_id), quotas.window_usage(customer_id, now, livemode)
     row = execute_prepared_batch([
-        (CUSTOMER_BY_ID + " FOR UPDATE", (customer_id,)),
+        (LOCK_CUSTOMER, (customer_id,)),
         (quotas.CUSTOMER_AND_WINDOWS, quotas.window_params(customer_id, now, livemode) + (customer_id,)),
     ]).fetchone()
     if row is None:
