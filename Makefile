@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help install install-test run test test-fast scenarios fuzz bench clean client
+.PHONY: help install install-test run test test-fast test-future lint scenarios fuzz bench clean client
 
 ## make help: this list.
 help:
@@ -30,11 +30,13 @@ install: $(VENV)/.installed-run
 ## make install-test: the runtime requirements plus the test suite's tools.
 install-test: $(VENV)/.installed-test
 
-## make run: API + worker + simulator on SQLite and an embedded Redis, with a demo key.
+## make run: API + worker + simulator on an embedded PostgreSQL and Redis (instance/), with a demo key;
+## Ctrl-C or a SIGTERM stops them all, the embedded servers included.
 run: install
 	$(PY) -m app.dev
 
-## make test: the whole suite (real Redis, real database, simulator over HTTP, real processes, Chromium).
+## make test: the whole suite (real PostgreSQL and Redis: embedded ones for the session unless
+## TEST_DATABASE_URL / TEST_REDIS_URL are set; simulator over HTTP, real processes, Chromium).
 test: install-test
 	@test -x /usr/bin/chromium || echo "NOTE: /usr/bin/chromium is missing: the browser tests will be SKIPPED (apt-get install chromium)"
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -42,6 +44,20 @@ test: install-test
 ## make test-fast: the suite without the tests that start real processes or run long (-m "not processes and not slow").
 test-fast: install-test
 	$(PY) -m pytest -m "not processes and not slow" $(PYTEST_ARGS)
+
+## make test-future: the whole suite with the clock a year ahead (Debian's faketime), so that no
+## test depends on today's date. The monotonic clock stays real: libfaketime would otherwise turn
+## the timed waits of locks and sockets into year-long ones (tests/future/sitecustomize.py mends
+## time.sleep, which the library then breaks).
+FUTURE ?= +365d
+test-future: install-test
+	@command -v faketime >/dev/null || { echo "faketime is missing: apt-get install -y faketime" >&2; exit 2; }
+	PYTHONPATH=$(CURDIR)/tests/future FAKETIME_DONT_FAKE_MONOTONIC=1 faketime -f '$(FUTURE)' $(PY) -m pytest $(PYTEST_ARGS)
+
+## make lint: ruff (rules in pyproject.toml, each ignore explained) and mypy on the services (setup.cfg).
+lint: install-test
+	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 ## make client: install the Python client and its command line (scan-api) into the virtualenv.
 client: | $(PY)
@@ -53,7 +69,9 @@ clean:
 
 ## make scenarios: the QA scenarios end to end (pytest, one test per file), against API + worker + simulator
 ## started as real processes. PYTEST_ARGS='-k bulk', '-m webhooks', '-v', '-n auto', '--junitxml=FILE'.
-scenarios: install
+# The scenarios run under pytest, so this installs the test tools too (after `make run`, which
+# installs only the runtime and honcho, a bare `install` left pytest missing).
+scenarios: install-test
 	$(PY) -m simulator scenario all $(PYTEST_ARGS)
 
 ## make fuzz: schemathesis and the hostile-input tests with many more generated cases, random each run

@@ -16,7 +16,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from app.startup import check_or_exit  # noqa: E402
+from app.startup import check_or_exit
 
 _settings = check_or_exit()
 
@@ -31,6 +31,11 @@ graceful_timeout = 30
 keepalive = 5
 limit_request_field_size = 8190
 limit_request_fields = 100
+
+# Which proxies are trusted is the app's setting alone (TRUSTED_PROXIES, applied by ProxyFix in
+# app/__init__.py): gunicorn must not apply X-Forwarded-Proto on its own. By default it trusts it
+# from 127.0.0.1 whatever TRUSTED_PROXIES says, so a request that only looked secure passed.
+forwarded_allow_ips = ""
 
 # The service logs one line per request itself (route, status, duration, request and
 # customer ids): gunicorn's own access log would only repeat it, in another format.

@@ -6,12 +6,19 @@ set. Under gunicorn the master has already checked the same settings
 (gunicorn.conf.py); should a worker still fail here, it exits with gunicorn's "worker
 failed to boot" status so that the master stops instead of respawning it for ever.
 """
+import os
 import sys
 
-from app import create_app
-from app.startup import StartupError, check, exit_with
-
 UNDER_GUNICORN = "gunicorn" in sys.modules
+if not UNDER_GUNICORN:
+    # An operator command (``flask --app wsgi ...``) counts nothing worth scraping. Left in the
+    # shared multiprocess folder, each one left two files there (2,900 a day from a cron job),
+    # all read at every scrape. Removed before prometheus-client is imported, which reads it.
+    os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+
+from app import create_app  # noqa: E402
+from app.startup import StartupError, check, exit_with  # noqa: E402
+
 WORKER_BOOT_ERROR = 3  # gunicorn.arbiter.Arbiter.WORKER_BOOT_ERROR
 
 try:

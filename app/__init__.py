@@ -16,7 +16,7 @@ from werkzeug.routing import RequestRedirect
 
 from app import config as app_config
 from app import runtime
-from app.db import init_db
+from app.db import database_url, init_db
 from app.errors import allow_header, register_error_handlers
 from app.extensions import csrf, db
 from app.logging_setup import setup_logging
@@ -45,6 +45,7 @@ def create_app(config: dict | None = None) -> Flask:
     settings = app_config.load_settings()
     settings.update(config or {})
     settings = app_config.finalize(settings)
+    settings["DATABASE_URL"] = database_url(settings)  # unset: the embedded server's
 
     app = Flask(__name__, instance_path=settings["INSTANCE_PATH"], instance_relative_config=False)
     if settings.get("TRUSTED_PROXIES"):
@@ -101,9 +102,9 @@ def _register_request_hooks(app: Flask) -> None:
         # A chunked body has no Content-Length to refuse up front, and werkzeug's limit on the
         # stream hands over its first MAX_CONTENT_LENGTH bytes as if they were all: look past them.
         limit = app.config.get("MAX_CONTENT_LENGTH")
-        if limit and request.content_length is None and request.environ.get("wsgi.input_terminated"):
-            if len(request.get_data(cache=True)) >= limit and request.environ["wsgi.input"].read(1):
-                abort(413)
+        if (limit and request.content_length is None and request.environ.get("wsgi.input_terminated")
+                and len(request.get_data(cache=True)) >= limit and request.environ["wsgi.input"].read(1)):
+            abort(413)
 
     @app.before_request
     def no_redirects_on_the_api():
@@ -145,7 +146,7 @@ def _register_request_hooks(app: Flask) -> None:
 
     @app.teardown_request
     def close_db(exc):
-        # Return the connection to the pool (PostgreSQL) or close it (SQLite) after
+        # Return the connection to the pool after
         # every request, as the Flask + peewee docs recommend.
         if not db.is_closed():
             db.close()

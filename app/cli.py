@@ -51,7 +51,7 @@ class Table:
         self.empty = empty
 
     @classmethod
-    def record(cls, pairs, title: str | None = None) -> "Table":
+    def record(cls, pairs, title: str | None = None) -> Table:
         return cls([(name, value) for name, value in pairs], title=title)
 
     def render(self) -> str:
@@ -68,9 +68,10 @@ class Table:
 
 
 def emit(as_json: bool, payload: dict, *sections) -> None:
-    """Print ``payload`` as one JSON object, or each section (a ``Table`` or a line) for a person."""
+    """Print ``payload`` as one JSON object (with ``"ok": true``, as every failure has
+    ``"ok": false``), or each section (a ``Table`` or a line) for a person."""
     if as_json:
-        click.echo(json.dumps(payload, sort_keys=True))
+        click.echo(json.dumps({"ok": True, **payload}, sort_keys=True))
         return
     click.echo("\n\n".join(s.render() if isinstance(s, Table) else str(s) for s in sections))
 
@@ -122,7 +123,7 @@ def run(as_json, action):
         fail(as_json, f"database error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
     except click.ClickException:
         raise
-    except Exception as exc:  # noqa: BLE001 - the terminal gets one line; LOG_LEVEL=DEBUG the traceback
+    except Exception as exc:
         log.debug("operator command failed", exc_info=True)
         fail(as_json, f"unexpected {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
 
@@ -130,7 +131,7 @@ def run(as_json, action):
 def read_secret_line() -> str:
     """One secret from standard input (never an argument, so it is never in ``ps``)."""
     line = sys.stdin.readline()
-    return line[:-1] if line.endswith("\n") else line
+    return line.removesuffix("\n")
 
 
 def customer_record(data: dict, title: str | None = None) -> Table:
@@ -177,7 +178,7 @@ def db_upgrade(as_json):
     from app.migrations import current_version, upgrade
     applied = run(as_json, upgrade)
     version = run(as_json, current_version)
-    emit(as_json, {"ok": True, "applied": applied, "version": version},
+    emit(as_json, {"applied": applied, "version": version},
          f"schema at version {version}" + (f" (applied {', '.join(map(str, applied))})" if applied
                                            else " (up to date)"))
 
@@ -204,14 +205,16 @@ def customers_list(as_json):
 @customers_cli.command("credit", context_settings={"ignore_unknown_options": True})
 @click.argument("customer_id")
 @click.argument("amount", type=int)
-@click.option("--reason", required=True, help="Why (kept in the ledger row, shown by `customers show`).")
+@click.option("--reason", default=None,
+              help="Why (optional; kept in the ledger row and shown to the customer with the movement).")
 @json_option
 def customers_credit(customer_id, amount, reason, as_json):
-    """Add AMOUNT credits (negative to take them back); writes a ledger row with the reason."""
+    """Add AMOUNT credits (negative to take them back); writes a ledger row, with the reason if given."""
     balance = run(as_json, lambda: accounts.add_credits(customer_id, amount, reason))
-    emit(as_json, {"customer_id": customer_id, "amount": amount, "balance": balance, "reason": reason.strip()},
+    reason = (reason or "").strip() or None
+    emit(as_json, {"customer_id": customer_id, "amount": amount, "balance": balance, "reason": reason},
          Table.record([("customer", customer_id), ("change", f"{amount:+d}"), ("balance", balance),
-                       ("reason", reason.strip())]))
+                       ("reason", reason or "")]))
 
 
 @customers_cli.command("tier")
@@ -337,11 +340,13 @@ def keys_roll_secret(key_id, overlap_hours, as_json):
     """Create the key's next webhook secret; printed now, never shown again."""
     rolled = run(as_json, lambda: webhooks.roll_secret(key_id, None, overlap_hours))
     switch_at = iso(rolled.switch_at)
-    emit(as_json, {"ok": True, "key_id": key_id, "webhook_secret": rolled.secret, "switch_at": switch_at,
-                   "overlap_hours": overlap_hours},
-         f"next webhook secret of {key_id} (shown once, store it now): {rolled.secret}\n"
-         + (f"both secrets sign until {switch_at}; then only the new one"
-            if overlap_hours else "it is the only secret from now on"))
+    overlap = overlap_hours if rolled.overlapping else 0
+    emit(as_json, {"key_id": key_id, "webhook_secret": rolled.secret, "switch_at": switch_at,
+                   "overlap_hours": overlap},
+         f"new webhook secret of {key_id} (shown once, store it now): {rolled.secret}\n"
+         + (f"both secrets sign until {switch_at}; then only the new one" if rolled.overlapping else
+            "the key had no usable secret: this one signs from now on, alone" if overlap_hours else
+            "it replaced the old secret at once and is the only one from now on"))
 
 
 @keys_cli.command("switch-secret")
@@ -350,7 +355,7 @@ def keys_roll_secret(key_id, overlap_hours, as_json):
 def keys_switch_secret(key_id, as_json):
     """End the key's secret rotation now: the next secret becomes the only one."""
     run(as_json, lambda: webhooks.switch_secret(key_id, None))
-    emit(as_json, {"ok": True, "key_id": key_id}, f"{key_id}: the next webhook secret is now the only one")
+    emit(as_json, {"key_id": key_id}, f"{key_id}: the next webhook secret is now the only one")
 
 
 @users_cli.command("create")
@@ -360,10 +365,7 @@ def keys_switch_secret(key_id, as_json):
 @json_option
 def users_create(customer_id, email, password_stdin, as_json):
     """Create a portal user; the password comes from a prompt or stdin, never an argument."""
-    if password_stdin:
-        password = sys.stdin.readline().rstrip("\n")
-    else:
-        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    password = _read_password(password_stdin, as_json)
     user = run(as_json, lambda: accounts.create_user(customer_id, email, password))
     emit(as_json, {"user_id": user.id, "customer_id": customer_id, "email": user.email},
          f"user {user.id} <{user.email}>")
@@ -385,10 +387,10 @@ def users_list(customer_id, as_json):
     """Portal users (of one customer when given), with their live sessions."""
     from app.services import portal_users
     rows = run(as_json, lambda: portal_users.list_users(customer_id))
-    table = [f"{'USER':<28} {'CUSTOMER':<28} {'STATE':<8} {'SESSIONS':>8}  {'LAST LOGIN':<20}  EMAIL"]
-    table += [f"{u['user_id']:<28} {u['customer_id']:<28} {'disabled' if u['disabled'] else 'active':<8} "
-              f"{u['sessions']:>8}  {u['last_login_at'] or 'never':<20}  {u['email']}" for u in rows]
-    emit(as_json, {"users": rows}, "\n".join(table) if rows else "no users")
+    emit(as_json, {"users": rows},
+         Table([(u["user_id"], u["customer_id"], "disabled" if u["disabled"] else "active", u["sessions"],
+                 u["last_login_at"] or "never", u["email"]) for u in rows],
+               headers=["user", "customer", "state", "sessions", "last login", "email"], empty="no users"))
 
 
 @users_cli.command("reset-password")
@@ -401,7 +403,7 @@ def users_reset_password(email, password_stdin, as_json):
     run(as_json, lambda: portal_users.get_user(email))  # an unknown e-mail fails before the prompt
     password = _read_password(password_stdin, as_json)
     user, ended = run(as_json, lambda: portal_users.reset_password(email, password))
-    emit(as_json, {"ok": True, **portal_users.user_dict(user), "sessions_ended": ended},
+    emit(as_json, {**portal_users.user_dict(user), "sessions_ended": ended},
          f"password of {user.email} reset; {ended} session(s) ended")
 
 
@@ -412,7 +414,7 @@ def users_disable(email, as_json):
     """Refuse the user's logins from now on and end their portal sessions."""
     from app.services import portal_users
     user, ended = run(as_json, lambda: portal_users.set_disabled(email, True))
-    emit(as_json, {"ok": True, **portal_users.user_dict(user), "sessions_ended": ended},
+    emit(as_json, {**portal_users.user_dict(user), "sessions_ended": ended},
          f"{user.email} disabled; {ended} session(s) ended")
 
 
@@ -423,7 +425,7 @@ def users_enable(email, as_json):
     """Let a disabled user log in again."""
     from app.services import portal_users
     user, _ = run(as_json, lambda: portal_users.set_disabled(email, False))
-    emit(as_json, {"ok": True, **portal_users.user_dict(user)}, f"{user.email} enabled")
+    emit(as_json, {**portal_users.user_dict(user)}, f"{user.email} enabled")
 
 
 @scans_cli.command("recover")
@@ -434,7 +436,7 @@ def scans_recover(as_json):
     RECOVERY_STALE_SECONDS)."""
     from app.services.recovery import sweep
     report = run(as_json, lambda: sweep(at_once=True))
-    emit(as_json, {"ok": True, **report}, Table(list(report.items()), headers=["recovered", "count"]))
+    emit(as_json, {**report}, Table(list(report.items()), headers=["recovered", "count"]))
 
 
 @deliveries_cli.command("redeliver")
@@ -444,7 +446,7 @@ def deliveries_redeliver(delivery_id, as_json):
     """Send a failed webhook delivery again, as the portal's redeliver button does."""
     def redeliver():
         delivery = webhooks.redeliver(delivery_id, webhooks.delivery_owner(delivery_id))
-        return {"ok": True, "delivery_id": delivery.id, "key_id": delivery.api_key_id, "event": delivery.event,
+        return {"delivery_id": delivery.id, "key_id": delivery.api_key_id, "event": delivery.event,
                 "status": delivery.status, "url": delivery.url, "attempts_before": delivery.series_start}
     data = run(as_json, redeliver)
     emit(as_json, data, Table.record([("delivery", data["delivery_id"]), ("key", data["key_id"]),

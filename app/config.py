@@ -7,19 +7,25 @@ Nothing else in the code base reads ``os.environ`` for settings.
 """
 from __future__ import annotations
 
+import math
 import os
+from datetime import UTC
 from pathlib import Path
 from urllib.parse import urlparse
 
 ENVIRONMENTS = ("development", "test", "production")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FORMATS = ("json", "text")
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+DAY = 86_400
 
 # Settings production refuses to start without (D10a): a default for any of these
-# would silently point a production API at a developer's SQLite file or engine.
+# would silently point a production API at a developer's embedded database or engine.
 REQUIRED_IN_PRODUCTION = ("SECRET_KEY", "DATABASE_URL", "REDIS_URL", "ENGINE_URL")
 # A SECRET_KEY signs portal sessions and encrypts webhook secrets: production wants one
 # long enough not to be guessed, and never a key published in this repository.
 MIN_SECRET_KEY_LENGTH = 32
-DATABASE_SCHEMES = ("sqlite", "postgres", "postgresql")
+DATABASE_SCHEMES = ("postgres", "postgresql")  # PostgreSQL is the only database
 
 DEV_SECRET_KEY = "dev-only-secret-key-do-not-use-in-production"
 DEV_ENGINE_URL = "http://127.0.0.1:8700"
@@ -32,36 +38,40 @@ class ConfigError(RuntimeError):
     """A setting is missing or malformed; the message is one line for the operator."""
 
 
-def _number(env, name, default, cast):
+def _number(env, name, default, low, high, cast=int, *, above_low=False):
+    """The setting ``name`` as a finite number from ``low`` to ``high`` (strictly above ``low``
+    with ``above_low``), or ``default`` when unset; anything else is one line naming the range."""
     raw = env.get(name)
     if raw in (None, ""):
         return default
+    kind = "a whole number" if cast is int else "a number"
+    bounds = f"{'more than ' if above_low else 'from '}{low:g} {'and at most' if above_low else 'to'} {high:g}"
     try:
-        return cast(raw)
+        value = cast(raw)
     except ValueError:
-        kind = "an integer" if cast is int else "a number"
-        raise ConfigError(f"{name} must be {kind}, got {raw!r}") from None
-
-
-def _int(env, name, default):
-    return _number(env, name, default, int)
-
-
-def _float(env, name, default):
-    return _number(env, name, default, float)
-
-
-def _count(env, name, default):
-    value = _int(env, name, default)
-    if value < 0:
-        raise ConfigError(f"{name} must not be negative, got {value}")
+        raise ConfigError(f"{name} must be {kind} {bounds}, got {raw!r}") from None
+    if not math.isfinite(value) or value < low or (above_low and value == low) or value > high:
+        raise ConfigError(f"{name} must be {kind} {bounds}, got {raw!r}")
     return value
 
 
-def _positive(env, name, default):
-    value = _float(env, name, default)
-    if not (value > 0 and value != float("inf")):
-        raise ConfigError(f"{name} must be a positive number of seconds, got {env.get(name)!r}")
+def _seconds(env, name, default, high):
+    return _number(env, name, default, 0, high, float, above_low=True)
+
+
+def _redis_url(url: str | None) -> str | None:
+    scheme = url.split("://", 1)[0].lower() if url and "://" in url else None
+    if url is not None and scheme not in REDIS_SCHEMES:
+        shown = scheme or url[:20]
+        raise ConfigError(f"REDIS_URL must be a redis://, rediss:// or unix:// URL, got {shown!r}")
+    return url
+
+
+def _choice(env, name, default, choices, *, upper=False):
+    raw = env.get(name) or default
+    value = raw.upper() if upper else raw.lower()
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
     return value
 
 
@@ -76,6 +86,27 @@ def parse_retry_schedule(raw: str) -> tuple[float, ...]:
     return delays
 
 
+def _duration_words(seconds: float) -> str:
+    if seconds == 0:
+        return "at once"
+    if seconds % 3600 == 0:
+        n, unit = int(seconds // 3600), "hour"
+    elif seconds % 60 == 0:
+        n, unit = int(seconds // 60), "minute"
+    else:
+        n, unit = seconds, "second"
+    return f"after {n:g} {unit}{'' if n == 1 else 's'}"
+
+
+def retry_schedule_words(delays: tuple[float, ...]) -> str:
+    """``(0, 30, 300)`` -> ``"3 times: at once, after 30 seconds, after 5 minutes"``: how customers read
+    the retry schedule (OpenAPI, the key's page). Rendered from the setting, never restated."""
+    if not delays:
+        return "never retried"
+    times = "once" if len(delays) == 1 else f"{len(delays)} times"
+    return f"retried {times}: " + ", ".join(_duration_words(d) for d in delays)
+
+
 def default_instance_path() -> Path:
     return Path(os.environ.get("INSTANCE_PATH") or Path(__file__).resolve().parent.parent / "instance")
 
@@ -83,11 +114,11 @@ def default_instance_path() -> Path:
 def load_settings(env=None) -> dict:
     """Read every setting from ``env`` (default ``os.environ``) into a config mapping."""
     env = os.environ if env is None else env
-    # Unset APP_ENV on a PostgreSQL database means production: an operator command run on the
+    # Unset APP_ENV with a DATABASE_URL means production: an operator command run on the
     # production host without APP_ENV must not skip the SSRF guard or encrypt webhook secrets
-    # with the development key. Development and tests on PostgreSQL set APP_ENV themselves.
-    on_postgres = "postgres" in (env.get("DATABASE_URL") or "").split(":", 1)[0].lower()
-    app_env = env.get("APP_ENV") or ("production" if on_postgres else "development")
+    # with the development key. Development and tests with a DATABASE_URL set APP_ENV
+    # themselves; without one (the embedded database) it is development.
+    app_env = env.get("APP_ENV") or ("production" if env.get("DATABASE_URL") else "development")
     if app_env not in ENVIRONMENTS:
         raise ConfigError(f"APP_ENV must be one of {', '.join(ENVIRONMENTS)}, got {app_env!r}")
     instance = default_instance_path()
@@ -96,45 +127,48 @@ def load_settings(env=None) -> dict:
         "INSTANCE_PATH": str(instance),
         "SECRET_KEY": env.get("SECRET_KEY") or None,
         "DATABASE_URL": env.get("DATABASE_URL") or None,
-        "REDIS_URL": env.get("REDIS_URL") or None,
+        "REDIS_URL": _redis_url(env.get("REDIS_URL") or None),
         "ENGINE_URL": (env.get("ENGINE_URL") or "").rstrip("/") or None,
         "ENGINE_TOKEN": env.get("ENGINE_TOKEN") or "",
         "PUBLIC_BASE_URL": (env.get("PUBLIC_BASE_URL") or "").rstrip("/") or None,
         "WEBHOOK_RETRY_SCHEDULE": parse_retry_schedule(env.get("WEBHOOK_RETRY_SCHEDULE") or "0,30,300"),
-        "WEBHOOK_TIMEOUT_SECONDS": _float(env, "WEBHOOK_TIMEOUT_SECONDS", 10.0),
-        # D18: how many deliveries one worker process has in flight at once, and how many of
-        # them may go to one receiver host (host name and port of the webhook URL).
-        "WEBHOOK_CONCURRENCY": _count(env, "WEBHOOK_CONCURRENCY", 100),
-        "WEBHOOK_HOST_CONCURRENCY": _count(env, "WEBHOOK_HOST_CONCURRENCY", 10),
+        "WEBHOOK_TIMEOUT_SECONDS": _seconds(env, "WEBHOOK_TIMEOUT_SECONDS", 10.0, 300),
+        # D18: how many deliveries one worker process has in flight at once, how many of them
+        # may go to one endpoint (a key's webhook URL), and, as politeness toward a receiver that
+        # many customers share, to one host (host name and port): larger than an endpoint's share.
+        "WEBHOOK_CONCURRENCY": _number(env, "WEBHOOK_CONCURRENCY", 100, 1, 10_000),
+        "WEBHOOK_ENDPOINT_CONCURRENCY": _number(env, "WEBHOOK_ENDPOINT_CONCURRENCY", 10, 0, 10_000),
+        "WEBHOOK_HOST_CONCURRENCY": _number(env, "WEBHOOK_HOST_CONCURRENCY", 50, 0, 10_000),
         # Test events a key may send from the portal per minute.
-        "WEBHOOK_TEST_EVENTS_PER_MINUTE": _count(env, "WEBHOOK_TEST_EVENTS_PER_MINUTE", 5),
-        "SCAN_TIMEOUT_SECONDS": _int(env, "SCAN_TIMEOUT_SECONDS", 900),
+        "WEBHOOK_TEST_EVENTS_PER_MINUTE": _number(env, "WEBHOOK_TEST_EVENTS_PER_MINUTE", 5, 0, 10_000),
+        "SCAN_TIMEOUT_SECONDS": _number(env, "SCAN_TIMEOUT_SECONDS", 900, 1, 7 * DAY),
         # How long a test-mode scan takes in the sandbox engine (D15); its timeout is 3 times that.
-        "SANDBOX_SCAN_SECONDS": _positive(env, "SANDBOX_SCAN_SECONDS", 5.0),
+        "SANDBOX_SCAN_SECONDS": _seconds(env, "SANDBOX_SCAN_SECONDS", 5.0, 3600),
         # Longest pause between two looks at one scan's engine state; shorter when the
         # engine's eta says the scan is nearly done.
-        "ENGINE_POLL_SECONDS": _float(env, "ENGINE_POLL_SECONDS", 10.0),
-        "ENGINE_SUBMIT_TIMEOUT_SECONDS": _float(env, "ENGINE_SUBMIT_TIMEOUT_SECONDS", 5.0),
-        "ENGINE_STATUS_TIMEOUT_SECONDS": _float(env, "ENGINE_STATUS_TIMEOUT_SECONDS", 5.0),
+        "ENGINE_POLL_SECONDS": _seconds(env, "ENGINE_POLL_SECONDS", 10.0, 3600),
+        "ENGINE_SUBMIT_TIMEOUT_SECONDS": _seconds(env, "ENGINE_SUBMIT_TIMEOUT_SECONDS", 5.0, 300),
+        "ENGINE_STATUS_TIMEOUT_SECONDS": _seconds(env, "ENGINE_STATUS_TIMEOUT_SECONDS", 5.0, 300),
         # How often a worker runs the recovery sweep (D13), and how long a scan may go
         # unlooked-at before the sweep suspects its tracking job was lost.
-        "RECOVERY_INTERVAL_SECONDS": _int(env, "RECOVERY_INTERVAL_SECONDS", 60),
-        "RECOVERY_STALE_SECONDS": _int(env, "RECOVERY_STALE_SECONDS", 120),
+        "RECOVERY_INTERVAL_SECONDS": _number(env, "RECOVERY_INTERVAL_SECONDS", 60, 1, DAY),
+        "RECOVERY_STALE_SECONDS": _number(env, "RECOVERY_STALE_SECONDS", 120, 1, DAY),
         # Request bodies above this many bytes answer 413 (a bulk of 100 fits easily).
-        "MAX_CONTENT_LENGTH": _int(env, "MAX_CONTENT_LENGTH", 256 * 1024),
-        "LOG_LEVEL": (env.get("LOG_LEVEL") or "INFO").upper(),
+        "MAX_CONTENT_LENGTH": _number(env, "MAX_CONTENT_LENGTH", 256 * 1024, 1024, 100 * 1024 * 1024),
+        "LOG_LEVEL": _choice(env, "LOG_LEVEL", "INFO", LOG_LEVELS, upper=True),
         # json for log shippers (production default), text for people at a terminal.
-        "LOG_FORMAT": (env.get("LOG_FORMAT") or ("json" if app_env == "production" else "text")).lower(),
+        "LOG_FORMAT": _choice(env, "LOG_FORMAT", "json" if app_env == "production" else "text", LOG_FORMATS),
         "METRICS_TOKEN": env.get("METRICS_TOKEN") or None,
         # How many reverse proxies in front of the app append to X-Forwarded-For (and set
         # X-Forwarded-Proto); 0 = the header is never believed (app/__init__.py, ProxyFix).
-        "TRUSTED_PROXIES": _count(env, "TRUSTED_PROXIES", 0),
+        "TRUSTED_PROXIES": _number(env, "TRUSTED_PROXIES", 0, 0, 10),
     }
 
 
 def finalize(config: dict) -> dict:
     """Fill development defaults and refuse an incomplete production config."""
     _check_database_url(config.get("DATABASE_URL"))
+    _check_delivery_shares(config)
     if config["APP_ENV"] == "production":
         missing = [name for name in REQUIRED_IN_PRODUCTION if not config.get(name)]
         if missing:
@@ -145,9 +179,19 @@ def finalize(config: dict) -> dict:
     if not config.get("SECRET_KEY"):
         config["SECRET_KEY"] = DEV_SECRET_KEY
     if not config.get("DATABASE_URL"):
+        # It stays unset: the app binds the embedded PostgreSQL of the instance folder
+        # (app.db.database_url), started only by a process that opens the database.
         instance.mkdir(parents=True, exist_ok=True)
-        config["DATABASE_URL"] = f"sqlite:///{instance / 'scan-api.sqlite3'}"
     return config
+
+
+def _check_delivery_shares(config: dict) -> None:
+    # A host ceiling below one endpoint's share would let a hanging endpoint hold its whole
+    # host, and so every other customer's endpoint there (D18 amended).
+    endpoint, host = config.get("WEBHOOK_ENDPOINT_CONCURRENCY", 0), config.get("WEBHOOK_HOST_CONCURRENCY", 0)
+    if endpoint and host and host <= endpoint:
+        raise ConfigError(f"WEBHOOK_HOST_CONCURRENCY ({host}) must be larger than WEBHOOK_ENDPOINT_CONCURRENCY "
+                          f"({endpoint}), or 0 for no ceiling per host")
 
 
 def _check_database_url(url: str | None) -> None:
@@ -156,7 +200,10 @@ def _check_database_url(url: str | None) -> None:
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme.split("+", 1)[0] not in DATABASE_SCHEMES:
         shown = scheme or url.split(":", 1)[0][:20]
-        raise ConfigError(f"DATABASE_URL has an unknown scheme {shown!r}: use postgresql://... or sqlite:///...")
+        if shown.lower().startswith("sqlite"):
+            raise ConfigError("DATABASE_URL: SQLite is no longer supported, PostgreSQL is the only database: "
+                              "use postgresql://... or leave it unset for the embedded PostgreSQL")
+        raise ConfigError(f"DATABASE_URL has an unknown scheme {shown!r}: use postgresql://...")
 
 
 def check_production(config: dict) -> None:
@@ -188,7 +235,7 @@ def startup_error_line(message: str, env=None) -> str:
     fmt = (env.get("LOG_FORMAT") or ("json" if app_env == "production" else "text")).lower()
     if fmt == "json":
         import json
-        from datetime import datetime, timezone
-        return json.dumps({"ts": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        from datetime import datetime
+        return json.dumps({"ts": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
                            "level": "CRITICAL", "logger": "startup", "message": f"error: {message}"})
     return f"error: {message}"

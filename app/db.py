@@ -1,32 +1,26 @@
-"""Database binding: one ``DatabaseProxy`` for SQLite (default) or PostgreSQL.
+"""Database binding: one ``DatabaseProxy`` bound to PostgreSQL, the only database.
 
-SQLite gets WAL (readers never block the single writer), foreign keys and a busy
-timeout, so concurrent gunicorn threads queue for the write lock instead of failing.
 PostgreSQL gets a connection pool so a request or job does not pay for a new
-connection each time.
+connection each time. With ``DATABASE_URL`` unset (development, tests) the URL is
+that of the embedded server in the instance folder (``app.embedded``).
 """
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
-from peewee import DatabaseError, DatabaseProxy, PostgresqlDatabase, SqliteDatabase
+from peewee import DatabaseError, DatabaseProxy, InterfaceError, OperationalError
 from playhouse.db_url import connect, parse
 from playhouse.pool import PooledPostgresqlDatabase
 
-# Bound to SQLite or PostgreSQL at start-up by ``init_db``. Defined here, not in
-# ``app.extensions`` (which holds Flask extensions), so that models and services
-# reach the database without importing Flask.
+# Bound to PostgreSQL at start-up by ``init_db``. Defined here, not in ``app.extensions``
+# (which holds Flask extensions), so that models and services reach the database without
+# importing Flask.
 db = DatabaseProxy()
-
-SQLITE_PRAGMAS = {
-    "journal_mode": "wal",
-    "foreign_keys": 1,
-    "busy_timeout": 30_000,
-    "synchronous": "normal",  # safe with WAL: a crash loses no committed transaction's integrity
-}
 
 
 UNKNOWN_PREPARED_STATEMENT = "26000"  # SQLSTATE invalid_sql_statement_name
@@ -112,9 +106,7 @@ class DatabaseUnreachable(Exception):
 def describe_url(url: str) -> str:
     """``scheme://host:port/name`` of a database URL, without its user or password."""
     parsed = urlparse(url)
-    if parsed.scheme.startswith("sqlite"):
-        return url
-    host = parsed.hostname or "localhost"
+    host = parsed.hostname or parse_qs(parsed.query).get("host", ["localhost"])[0]  # a socket's folder
     port = f":{parsed.port}" if parsed.port else ""
     return f"{parsed.scheme}://{host}{port}{parsed.path}"
 
@@ -122,11 +114,9 @@ def describe_url(url: str) -> str:
 def check_reachable(url: str, timeout: int = 5) -> None:
     """Open one connection to ``url`` and run ``SELECT 1``, outside the shared proxy (so a
     forking server holds no connection), or raise DatabaseUnreachable."""
-    scheme = urlparse(url).scheme
-    kwargs = {"connect_timeout": timeout} if scheme in ("postgres", "postgresql") else {}
     database = None
     try:
-        database = (connect(url, **kwargs) if kwargs else make_database(url))
+        database = connect(url, connect_timeout=timeout)
         database.connect()
         database.execute_sql("SELECT 1")
     except Exception as exc:  # any driver's failure: one line, never its traceback
@@ -138,13 +128,17 @@ def check_reachable(url: str, timeout: int = 5) -> None:
 
 
 def make_database(url: str):
-    scheme = urlparse(url).scheme
-    if scheme.startswith("sqlite"):
-        return connect(url, pragmas=SQLITE_PRAGMAS, check_same_thread=False)
-    if scheme in ("postgres", "postgresql"):
-        # Pooled: connections are returned to the pool on close() and reused.
-        return PostgresPool(**parse(url), max_connections=32, stale_timeout=300, timeout=10, connect_timeout=5)
-    return connect(url)
+    # Pooled: connections are returned to the pool on close() and reused.
+    return PostgresPool(**parse(url), max_connections=32, stale_timeout=300, timeout=10, connect_timeout=5)
+
+
+def database_url(settings: dict) -> str:
+    """``DATABASE_URL``, or when it is unset that of the embedded PostgreSQL of the instance
+    folder, started now if it is not running."""
+    if settings.get("DATABASE_URL"):
+        return settings["DATABASE_URL"]
+    from app import embedded
+    return embedded.postgres_url(settings["INSTANCE_PATH"])
 
 
 def init_db(url: str):
@@ -160,28 +154,50 @@ def init_db(url: str):
     return database
 
 
-def is_sqlite() -> bool:
-    return isinstance(db.obj, SqliteDatabase)
+@contextmanager
+def write_transaction():
+    """The transaction of a customer's admission: the caller serialises writers by locking
+    the customer's row with ``SELECT ... FOR UPDATE`` (``services.accounts.lock_customer``)."""
+    with db.atomic() as txn:
+        yield txn
 
 
-def is_postgres() -> bool:
-    return isinstance(db.obj, PostgresqlDatabase)
+log = logging.getLogger(__name__)
+CONNECTION_ERRORS = (OperationalError, InterfaceError)
 
 
 @contextmanager
-def write_transaction():
-    """A transaction that serialises writers for one customer's admission.
+def transaction_with_known_outcome(committed: Callable[[], bool]):
+    """``write_transaction``, whose COMMIT may be answered by a broken connection.
 
-    SQLite: ``BEGIN IMMEDIATE`` takes the write lock up front, so two admissions never
-    read the same counts. PostgreSQL: a plain transaction; the caller locks the
-    customer's row with ``SELECT ... FOR UPDATE`` (``services.accounts.lock_customer``).
+    When the connection breaks during COMMIT, the server may have committed (its answer was
+    lost on the way back) or not (the COMMIT never reached it). Answering 503 either way
+    charged a live key for a scan it was told had failed, and a retry made a duplicate. So
+    after a connection error at COMMIT, ``committed()`` looks on a fresh connection (for a
+    row the transaction wrote, by an id chosen before it) and the transaction ends as it
+    really did: normally if it committed, with the connection error if it did not.
     """
-    if is_sqlite():
-        with db.atomic("IMMEDIATE") as txn:
+    body_done = False
+    try:
+        with write_transaction() as txn:
             yield txn
-    else:
-        with db.atomic() as txn:
-            yield txn
+            body_done = True
+    except CONNECTION_ERRORS:
+        if not body_done:
+            raise
+        _reconnect()
+        if not committed():
+            raise
+        log.warning("the database connection broke during COMMIT; the transaction had committed")
+
+
+def _reconnect() -> None:
+    """Drop the broken connection (the pool discards it) and take a fresh one."""
+    try:
+        db.close()
+    except CONNECTION_ERRORS:
+        pass
+    db.connect(reuse_if_open=True)
 
 
 # --- Hot-path SQL -------------------------------------------------------------------
@@ -205,27 +221,15 @@ def execute(sql: str, params=()):
 
 
 def execute_prepared(sql: str, params=()):
-    """``execute``, as a server-side prepared statement where the database is the PostgreSQL pool."""
-    database = db.obj
-    if isinstance(database, PostgresPool):
-        return database.execute_prepared(sql, params)
-    return execute(sql, params)
+    """``execute``, as a server-side prepared statement (``PostgresPool.execute_prepared``)."""
+    return db.obj.execute_prepared(sql, params)
 
 
 def execute_prepared_batch(statements: list[tuple[str, object]]):
-    """Run ``statements`` (``(sql, params)``, in order) and return the last one's cursor.
-
-    On the PostgreSQL pool they go as one round trip of prepared statements (each still its
-    own statement: under READ COMMITTED each sees what the previous ones committed or
-    locked); elsewhere one after the other.
-    """
-    database = db.obj
-    if not isinstance(database, PostgresPool):
-        cursor = None
-        for sql, params in statements:
-            cursor = execute(sql, params)
-        return cursor
-    return database.execute_prepared_batch(statements)
+    """Run ``statements`` (``(sql, params)``, in order) and return the last one's cursor: one
+    round trip of prepared statements (each still its own statement: under READ COMMITTED
+    each sees what the previous ones committed or locked)."""
+    return db.obj.execute_prepared_batch(statements)
 
 
 _prepared_texts_cache: dict[str, tuple[str, str, str]] = {}
@@ -235,7 +239,7 @@ def _prepared_texts(sql: str) -> tuple[str, str, str]:
     """The name, ``PREPARE`` and ``EXECUTE`` texts of ``sql`` (``?`` placeholders become ``$n``)."""
     texts = _prepared_texts_cache.get(sql)
     if texts is None:
-        name = "hot_" + hashlib.sha1(sql.encode()).hexdigest()[:16]
+        name = "hot_" + hashlib.sha1(sql.encode(), usedforsecurity=False).hexdigest()[:16]  # a name, not a secret
         parts = sql.split("?")
         numbered = "".join(part + (f"${i}" if i < len(parts) else "") for i, part in enumerate(parts, 1))
         run = f"EXECUTE {name}" + (f" ({', '.join(['%s'] * (len(parts) - 1))})" if len(parts) > 1 else "")
@@ -270,7 +274,7 @@ def insert_rows_statement(model, rows: list[dict]) -> tuple[str, list]:
     params = []
     for row in rows:
         for field in fields:
-            value = row[field.name] if field.name in row else field.default
+            value = row.get(field.name, field.default)
             if callable(value):
                 value = value()
             params.append(field.db_value(value))

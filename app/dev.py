@@ -1,15 +1,24 @@
 """``make run``: the whole service on the embedded defaults, for a newcomer.
 
-Starts (or finds) the embedded Redis, creates the SQLite schema, makes a demo
-customer with a fresh key, prints a ready ``curl``, then runs the API (gunicorn), a
-worker and the simulator together under honcho until Ctrl-C.
+Starts (or finds) the embedded PostgreSQL and Redis (``app.embedded``), builds the schema,
+makes a demo customer with a fresh key, prints a ready ``curl``, then runs the API
+(gunicorn), a worker and the simulator together under honcho until it is stopped.
+
+However it is stopped, nothing is left running: Ctrl-C, or a SIGTERM to this process (or
+to ``make``, which passes it on), stops honcho and its processes first, then this process
+exits and the embedded servers stop with it. Should this process be killed outright,
+honcho gets a SIGTERM from the kernel (Linux) and the servers' guard stops them; should
+its parent (``make``) be killed, this process gets a SIGTERM and stops as above.
 """
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 from app import create_app, runtime
 from app.extensions import db
@@ -19,6 +28,7 @@ from app.redis_conn import redis_url_of
 from app.services import accounts
 
 DEMO_NAME = "Demo customer"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def prepare() -> tuple[str, str]:
@@ -34,7 +44,47 @@ def prepare() -> tuple[str, str]:
     return api_key, redis_url_of(redis_conn)
 
 
+def _signal_on_parent_death() -> bool:
+    """Ask the kernel for a SIGTERM when the parent ends (Linux); False where it cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+    return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) == 0
+
+
+def stop_with_parent() -> None:
+    """A SIGTERM to this process when the one that started it ends (``make`` killed)."""
+    parent = os.getppid()
+    if not _signal_on_parent_death():
+        def watch():  # elsewhere: look for the parent's end every half second
+            while os.getppid() == parent:
+                time.sleep(0.5)
+            os.kill(os.getpid(), signal.SIGTERM)
+        threading.Thread(target=watch, daemon=True).start()
+    elif os.getppid() != parent:  # it ended before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def run_until_stopped(argv: list[str], env: dict) -> int:
+    """Run ``argv`` (honcho) until it exits; SIGINT or SIGTERM here asks it to stop (honcho
+    stops its processes, SIGKILL after 5 s) and waits for it."""
+    process = subprocess.Popen(argv, env=env, preexec_fn=_signal_on_parent_death)
+    asked = []
+
+    def stop(signum, frame):
+        asked.append(signum)
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    status = process.wait()
+    return 0 if asked else status  # stopped as asked: not a failure
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # until honcho runs
+    stop_with_parent()
     api_key, redis_url = prepare()
     api_port = os.environ.get("API_PORT", "8000")
     sim_port = os.environ.get("SIM_PORT", "8700")
@@ -43,7 +93,10 @@ def main() -> int:
     metrics_dir = os.path.join(runtime.config["INSTANCE_PATH"], "prometheus")
     shutil.rmtree(metrics_dir, ignore_errors=True)
     os.makedirs(metrics_dir)
-    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", REDIS_URL=redis_url, ENGINE_URL=f"http://127.0.0.1:{sim_port}",
+    # The processes use the servers this one started (it owns them: they stop when it ends).
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", APP_ENV="development",
+               DATABASE_URL=runtime.config["DATABASE_URL"], REDIS_URL=redis_url,
+               ENGINE_URL=f"http://127.0.0.1:{sim_port}",
                API_PORT=api_port, SIM_PORT=sim_port, PUBLIC_BASE_URL=f"http://127.0.0.1:{api_port}",
                SIM_TIME_SCALE=os.environ.get("SIM_TIME_SCALE", "0.1"), PYTHONUNBUFFERED="1",
                PROMETHEUS_MULTIPROC_DIR=metrics_dir)
@@ -57,11 +110,7 @@ Demo key (shown once): {api_key}
 
 Then GET the poll_url it returns with the same header. Ctrl-C stops everything.
 """, flush=True)
-    honcho = os.path.join(bin_dir, "honcho")
-    try:
-        return subprocess.call([honcho, "-f", "Procfile.dev", "start"], env=env)
-    except KeyboardInterrupt:
-        return 0
+    return run_until_stopped([os.path.join(bin_dir, "honcho"), "-f", "Procfile.dev", "start"], env)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Services raise the domain errors of ``app.services.errors``; ``SERVICE_ERROR_STATUS``
 below is the one table of their HTTP statuses and headers. ``ApiError`` is what the
-HTTP layer itself raises. The handlers below turn both, webargs validation errors, werkzeug's HTTP errors (404, 405, 413...) and anything
+HTTP layer itself raises. The handlers below turn both, webargs validation errors, werkzeug's
+HTTP errors (404, 405, 413...) and anything
 unexpected into ``{"ok": false, "error", "message", "request_id"[, "details"]}``
 with ``Content-Type: application/json``. No stack trace or HTML page reaches a client.
 """
@@ -118,6 +119,9 @@ def handle_service_error(exc: domain.ServiceError):
 
 def handle_http_exception(exc: HTTPException):
     if isinstance(exc, CSRFError):
+        # Why, for the operator ("The referrer does not match the host.", "The CSRF token is missing."):
+        # the customer sees one message for all, as a form that cannot be trusted says no more.
+        log.warning("CSRF check failed: %s", exc.description)
         if current_app.config.get("SESSION_COOKIE_SECURE") and not request.is_secure:
             # The session cookie (and the CSRF secret in it) is Secure: over plain HTTP the
             # browser never sends it back, so every form fails. Say so rather than "reload".
@@ -154,7 +158,7 @@ def handle_unexpected(exc: BaseException):
     if isinstance(exc, DB_ERRORS):
         log.error("database unavailable: %s", exc.__class__.__name__)
         return service_unavailable()
-    log.exception("unexpected error (request %s)", g.get("request_id"), exc_info=exc)
+    log.error("unexpected error (request %s)", g.get("request_id"), exc_info=exc)
     return error_response(500, "internal_error", "an unexpected error occurred; it has been logged")
 
 

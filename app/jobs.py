@@ -126,7 +126,9 @@ def enqueue_tracking(job_ids: dict[str, str], delay_seconds: float | dict[str, f
         return False
 
 
-def enqueue_delivery(delivery_id: str, job_id: str, delay_seconds: float = 0) -> bool:
+def enqueue_delivery(delivery_id: str, job_id: str | None, delay_seconds: float = 0) -> bool:
+    if job_id is None:  # the row's column may be null in type only: a pending delivery always has its job
+        raise ValueError(f"delivery {delivery_id} has no job to enqueue")
     try:
         q = queue(WEBHOOK_QUEUE)
         if delay_seconds > 0:

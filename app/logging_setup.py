@@ -14,9 +14,12 @@ import json
 import logging
 import re
 import sys
-from datetime import datetime, timezone
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from types import MappingProxyType
 
-_context: contextvars.ContextVar[dict] = contextvars.ContextVar("log_context", default={})
+# Never mutated: log_context sets a new dict; the default is a read-only empty mapping.
+_context: contextvars.ContextVar[Mapping] = contextvars.ContextVar("log_context", default=MappingProxyType({}))
 _configured = False
 SECRET_RE = re.compile(r"(service_live_|service_test_|whsec_)[A-Za-z0-9_\-]{4,}")
 FIELDS = ("request_id", "customer_id", "scan_id", "delivery_id")
@@ -64,7 +67,7 @@ class RedactFilter(logging.Filter):
 class JsonFormatter(logging.Formatter):
     def format(self, record):
         entry = {
-            "ts": datetime.fromtimestamp(record.created, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "ts": datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             "level": record.levelname, "logger": record.name, "message": record.getMessage(),
         }
         for name in FIELDS:

@@ -21,8 +21,23 @@ import hmac
 import os
 import time
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client import generate_latest
+from app import events
+
+# The multiprocess folder is made if it does not exist yet (a first boot, a tmpfs after a
+# reboot): the first metric below writes its file there, and a missing folder was a
+# 60-line traceback at import.
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily
 
 LOOPBACK = {"127.0.0.1", "::1"}
@@ -53,6 +68,38 @@ SWEEP_RUNS = Counter("scan_api_recovery_sweeps_total", "Recovery sweeps run")
 SWEEP_ACTIONS = Counter("scan_api_recovery_actions_total", "What recovery sweeps did", ["action"])
 SWEEP_LAST = Gauge("scan_api_recovery_last_sweep_timestamp_seconds", "Unix time of the last recovery sweep",
                    multiprocess_mode="max")
+
+
+# Every series whose labels are known in advance exists from the start, at 0: a new deployment's
+# dashboard shows zeros rather than "No data", and a rate has its first point. (tests check these
+# lists against the services' own: kinds, tiers, failure codes, 429 codes, attempt errors.)
+KINDS = ("email", "phone", "username")
+TIERS = ("pro", "business", "enterprise")
+FAILURE_CODES = ("engine_failed", "engine_timeout", "engine_error")
+RATE_LIMIT_CODES = ("rate_limit_inflight", "rate_limit_hour", "rate_limit_day")
+ATTEMPT_FAILURES = ("timeout", "connection_error", "tls_error", "redirect_not_followed", "ssrf_refused",
+                    "request_error", "worker_lost", "http_4xx", "http_5xx")
+EVENTS = events.NAMES
+
+
+def _start_at_zero() -> None:
+    for kind in KINDS:
+        for tier in TIERS:
+            SCANS_CREATED.labels(kind=kind, tier=tier)
+        for status in ("completed", "failed"):
+            SCANS_FINISHED.labels(kind=kind, status=status)
+        for code in FAILURE_CODES:
+            SCANS_FAILED.labels(kind=kind, reason=code)
+    for code in RATE_LIMIT_CODES:
+        RATE_LIMITED.labels(code=code)
+    WEBHOOK_ATTEMPTS.labels(outcome="succeeded", reason="http_2xx")
+    for reason in ATTEMPT_FAILURES:
+        WEBHOOK_ATTEMPTS.labels(outcome="failed", reason=reason)
+    for event in EVENTS:
+        WEBHOOK_DELIVERY_LATENCY.labels(event=event)
+
+
+_start_at_zero()
 
 
 def observe_engine_call(call: str, seconds: float, error: str | None = None) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from app.db import db, is_postgres, table
+from app.db import db, table
 from app.models import ALL_MODELS, IdempotencyRecord, SchemaVersion
 
 log = logging.getLogger(__name__)
@@ -27,9 +27,7 @@ def _quota_counters(database):
     from app.models import QuotaMinute, Scan, utcnow
     from app.services.quotas import counted_from_scans
 
-    # Plain ALTER TABLE, not playhouse.migrate's add_column: for a NOT NULL column it
-    # rebuilds the table on SQLite, and dropping the old "customer" table cascades to
-    # every scan, key and ledger row (a test caught it emptying the scans).
+    # Plain ALTER TABLE with its default: existing rows get it in the same statement.
     database.execute_sql('ALTER TABLE "customer" ADD COLUMN "in_flight" INTEGER NOT NULL DEFAULT 0')
     database.create_tables([QuotaMinute], safe=True)
     for index in ("scan_customer_id", "scan_api_key_id", "scan_customer_id_status", "scan_status_last_checked_at"):
@@ -51,7 +49,7 @@ def _portal_sessions(database):
     Safe to run on a schema that has them already (a test re-runs every migration)."""
     from app.models import PortalSession
 
-    # Plain ALTER TABLE, as in _quota_counters: no table rebuild on SQLite.
+    # Plain ALTER TABLE, as in _quota_counters.
     if "disabled" not in {c.name for c in database.get_columns("portal_user")}:
         database.execute_sql('ALTER TABLE "portal_user" ADD COLUMN "disabled" BOOLEAN NOT NULL DEFAULT FALSE')
     database.create_tables([PortalSession], safe=True)
@@ -66,9 +64,7 @@ def _webhook_secret_rotation(database):
     if "webhook_next_secret_enc" not in columns:
         database.execute_sql('ALTER TABLE "api_key" ADD COLUMN "webhook_next_secret_enc" TEXT')
     if "webhook_secret_switch_at" not in columns:
-        from peewee import SqliteDatabase
-        kind = "DATETIME" if isinstance(database, SqliteDatabase) else "TIMESTAMP"  # peewee's DateTimeField
-        database.execute_sql(f'ALTER TABLE "api_key" ADD COLUMN "webhook_secret_switch_at" {kind}')
+        database.execute_sql('ALTER TABLE "api_key" ADD COLUMN "webhook_secret_switch_at" TIMESTAMP')  # DateTimeField
 
 
 def _test_mode(database):
@@ -99,10 +95,8 @@ def _test_mode(database):
 
 def _longer_idempotency_endpoint(database):
     """An Idempotency-Key's endpoint is the request's path, and a redelivery's path
-    (``/api/v1/deliveries/{id}/redeliver``) is longer than the 40 characters first allowed.
-    SQLite does not enforce a VARCHAR's length, so only PostgreSQL needs the change."""
-    if is_postgres():
-        database.execute_sql(f'ALTER TABLE {table(IdempotencyRecord)} ALTER COLUMN "endpoint" TYPE VARCHAR(255)')
+    (``/api/v1/deliveries/{id}/redeliver``) is longer than the 40 characters first allowed."""
+    database.execute_sql(f'ALTER TABLE {table(IdempotencyRecord)} ALTER COLUMN "endpoint" TYPE VARCHAR(255)')
 
 
 # (version, name, function(database)). Append only; never edit an applied one.

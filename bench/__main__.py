@@ -27,7 +27,7 @@ import shutil
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import phases, profile, report, wrk
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     if "http" in opts.phases and not wrk.wrk_available():
         print("error: wrk is not installed (apt-get install -y wrk)", file=sys.stderr)
         return 2
-    run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = opts.out or ROOT / "bench" / "results" / run_id
     out.mkdir(parents=True, exist_ok=True)
     logdir = Path(tempfile.mkdtemp(prefix=f"scan-bench-{run_id}-"))

@@ -30,7 +30,7 @@ def _processes():
 
 def snapshot(groups: dict[str, int]) -> dict[str, float]:
     """CPU seconds so far of each named process group, plus ``postgres`` and ``redis``."""
-    totals = {name: 0.0 for name in groups}
+    totals = dict.fromkeys(groups, 0.0)
     totals.update(postgres=0.0, redis=0.0)
     by_pgrp = {pgid: name for name, pgid in groups.items()}
     for _, comm, pgrp, cpu in _processes():

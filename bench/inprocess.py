@@ -77,9 +77,9 @@ def main(argv=None) -> int:
     if scan_id is None or floor_scan is None:
         raise SystemExit("no completed scan in the bench database: run an HTTP phase of `make bench` first")
     sys.stderr = open(os.devnull, "w")  # while the app is built: its log handler keeps this stream
+    from app import metrics_http
     from bench import floor_app
     from wsgi import app
-    from app import metrics_http
     sys.stderr = sys.__stderr__
     metrics_http.init_app(floor_app.app)  # before its first request; taken off again below
     from app.db import db

@@ -265,6 +265,7 @@ def http_phase(stack: Stack, opts, out: Path, log) -> dict:
 def query_counts(stack: Stack, sim: str, key: str, done_id: str, queued_id: str, batch_id: str, out: Path) -> dict:
     """SQL statements and Redis round trips per request (``bench.queries``, in its own process)."""
     import subprocess
+
     from bench.stack import BIN, ROOT
     proc = subprocess.run([str(BIN / "python"), "-m", "bench.queries", key, done_id, queued_id, batch_id],
                           cwd=ROOT, env=stack.env("production", ENGINE_URL=sim, LOG_LEVEL="WARNING"),
@@ -468,7 +469,7 @@ def scale_phase(stack: Stack, opts, out: Path, log) -> dict:
         "redis_memory_delta_peak_bytes": peak_memory - memory_before,
         "redis_memory_per_scan_in_flight_bytes": round((peak_memory - memory_before)
                                                        / max(1, max(in_flight, default=1))),
-        "database_bytes": {name: size for name, size in sizes},
+        "database_bytes": dict(sizes),
         "database_bytes_total": sum(size for _, size in sizes),
         "tracking_jobs": job_stats(jobs, "trk"),
         "looks_per_scan": round(sum(1 for r in jobs if r["kind"] == "trk") / n, 2),

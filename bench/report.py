@@ -187,7 +187,7 @@ def markdown(summary: dict) -> str:
         lines += ["## Growth: cost per call by stored scans", "",
                   "| Stored scans | Call | RPS | p50 ms | p99 ms | API CPU ms | PostgreSQL CPU ms | buffer accesses "
                   "| rows scanned | rows fetched |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for size, row in growth["sizes"].items():
+        for row in growth["sizes"].values():
             for name in ("read", "bulk_read", "create"):
                 f = row.get(name)
                 if not f:

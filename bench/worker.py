@@ -20,7 +20,7 @@ import functools
 import sys
 import threading
 import time
-from datetime import timezone
+from datetime import UTC
 
 _func_ms = threading.local()
 
@@ -54,7 +54,7 @@ def install(jobs_log: str) -> None:
         finally:
             exec_ms = (time.perf_counter() - started) * 1000
             enqueued = job.enqueued_at
-            wait_ms = ((started_wall - enqueued.replace(tzinfo=timezone.utc).timestamp()) * 1000
+            wait_ms = ((started_wall - enqueued.replace(tzinfo=UTC).timestamp()) * 1000
                        if enqueued is not None else float("nan"))
             kind = job.id.split("-", 1)[0]  # trk / dlv
             out.write(f"{kind},{started_wall:.3f},{exec_ms:.2f},{_func_ms.value:.2f},{wait_ms:.1f}\n")

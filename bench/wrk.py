@@ -73,9 +73,9 @@ def run(name: str, url: str, script: str, args: list[str], *, connections: int, 
 
 def parse(name, url, connections, threads, duration, raw: str) -> WrkResult:
     result = WrkResult(name=name, url=url, connections=connections, threads=threads, duration_s=duration, raw=raw)
-    status = re.search(r"^BENCH_STATUS (\{.*\})$", raw, re.M)
-    latency = re.search(r"^BENCH_LATENCY_US (.*)$", raw, re.M)
-    summary = re.search(r"^BENCH_SUMMARY (.*)$", raw, re.M)
+    status = re.search(r"^BENCH_STATUS (\{.*\})$", raw, re.MULTILINE)
+    latency = re.search(r"^BENCH_LATENCY_US (.*)$", raw, re.MULTILINE)
+    summary = re.search(r"^BENCH_SUMMARY (.*)$", raw, re.MULTILINE)
     if not (status and latency and summary):
         raise RuntimeError(f"wrk output for {name} lacks the BENCH_ lines:\n{raw[-2000:]}")
     lat = {k: float(v) for k, v in (p.split("=") for p in latency.group(1).split())}

@@ -43,7 +43,7 @@ def self_signed(directory: Path) -> tuple[Path, Path]:
     from cryptography.x509.oid import NameOID
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
             .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
@@ -62,8 +62,7 @@ def site_config(upstream: str, http_port: int, https_port: int, cert: Path, key:
     text = text.replace("listen 80;", f"listen 127.0.0.1:{http_port};")
     text = re.sub(r"listen 443 ssl( http2)?;", f"listen 127.0.0.1:{https_port} ssl;", text)
     text = text.replace("/etc/ssl/REPLACE_ME/fullchain.pem", str(cert))
-    text = text.replace("/etc/ssl/REPLACE_ME/privkey.pem", str(key))
-    return text
+    return text.replace("/etc/ssl/REPLACE_ME/privkey.pem", str(key))
 
 
 class Nginx:

@@ -21,8 +21,22 @@ from dataclasses import dataclass
 
 # Re-exported: the simulator's modules and tests import them from here.
 from app.simulated.conventions import (  # noqa: F401
-    FAIL, HANG, JUNK, KINDS, MAX_RECIPES, MIN_RECIPES, NORMAL, PENDING_FRACTION, SLOW, Plan, Progress,
-    behaviour_of, progress_at, recipes_for, target_digest)
+    FAIL,
+    HANG,
+    JUNK,
+    KINDS,
+    MAX_RECIPES,
+    MIN_RECIPES,
+    NORMAL,
+    PENDING_FRACTION,
+    SLOW,
+    Plan,
+    Progress,
+    behaviour_of,
+    progress_at,
+    recipes_for,
+    target_digest,
+)
 
 ID_PREFIX = "inv_"
 

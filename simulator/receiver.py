@@ -25,7 +25,7 @@ import hmac
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
@@ -64,7 +64,7 @@ def standard_key(secret: str) -> bytes:
 
 def standard_signature(secret: str, msg_id: str, timestamp: str, raw_body: bytes) -> str:
     """``v1,`` + base64 HMAC-SHA256 of ``"{id}.{timestamp}.{body}"`` keyed with ``standard_key``."""
-    signed = f"{msg_id}.{timestamp}.".encode("utf-8") + raw_body
+    signed = f"{msg_id}.{timestamp}.".encode() + raw_body
     return "v1," + base64.b64encode(hmac.new(standard_key(secret), signed, hashlib.sha256).digest()).decode()
 
 
@@ -227,5 +227,5 @@ def _hook_url(name: str) -> str:
 
 def _iso_ms(unix_ms: int) -> str:
     """ISO 8601 UTC with milliseconds, e.g. ``2025-01-31T12:00:00.123Z``."""
-    moment = datetime.fromtimestamp(unix_ms / 1000, tz=timezone.utc)
+    moment = datetime.fromtimestamp(unix_ms / 1000, tz=UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{unix_ms % 1000:03d}Z"

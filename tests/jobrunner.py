@@ -8,7 +8,7 @@ reach it, and goes on.
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from rq import Queue, SimpleWorker
 from rq.registry import ScheduledJobRegistry
@@ -23,7 +23,7 @@ class JobRunner:
         self.executed = 0
 
     def _promote_due(self) -> None:
-        now = datetime.now(timezone.utc).timestamp()
+        now = datetime.now(UTC).timestamp()
         for queue in self.queues:
             promote_due(queue, now)
 
@@ -54,6 +54,6 @@ class JobRunner:
             upcoming = self.next_scheduled()
             if upcoming is None or freezer is None:
                 break
-            now = datetime.now(timezone.utc).timestamp()
+            now = datetime.now(UTC).timestamp()
             freezer.tick(max(0.0, upcoming - now) + 0.001)
         return until() if until is not None else True

@@ -38,6 +38,16 @@ def service_env(app, engine_url: str, instance: Path, **extra) -> dict:
     return env
 
 
+def real_clock_env(env: dict | None = None) -> dict:
+    """``env`` (default: this process's) without libfaketime in ``LD_PRELOAD``: for the servers a
+    test starts that stand for other machines (redis-server, Chromium), whose clocks are not the
+    service's. Under ``make test-future`` they hang or fail on a faked clock; elsewhere a no-op."""
+    env = dict(os.environ if env is None else env)
+    if "LD_PRELOAD" in env:
+        env["LD_PRELOAD"] = " ".join(lib for lib in env["LD_PRELOAD"].split() if "faketime" not in lib)
+    return env
+
+
 class WorkerProcess:
     """``python -m workers`` in its own process group, so that a kill takes its scheduler child too."""
 

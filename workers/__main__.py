@@ -12,25 +12,27 @@ log line and no traceback (``STOPPING``).
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
-import logging
 import threading
 import time
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, TimeoutError as RedisTimeoutError
-from rq import Queue, SimpleWorker
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from rq import Queue, SimpleWorker, worker_registration
 from rq.defaults import DEFAULT_WORKER_TTL
-from rq.worker import WorkerStatus
 from rq.exceptions import StopRequested
-from rq import worker_registration
 from rq.scheduler import RQScheduler
+from rq.worker import WorkerStatus
 
 from app import create_app, runtime
 from app.config import startup_error_line
+from app.db import CONNECTION_ERRORS
 from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, promote_due
 from app.startup import StartupError, check
+from workers.database_gate import DatabaseGate
 
 log = logging.getLogger("workers")
 SWEEP_LOCK = "scan-api:recovery-sweep"
@@ -41,6 +43,8 @@ STOPPING = threading.Event()
 IDLE_QUEUE = "webhooks-pool-idle"
 # How long the scheduler waits after a Redis error before trying again.
 SCHEDULER_RETRY_SECONDS = 1.0
+# The process's one view of the database's health, shared by RQ's loop and the delivery pool.
+DATABASE = DatabaseGate(STOPPING)
 
 
 def run_sweep_once() -> dict | None:
@@ -162,10 +166,22 @@ class ScanWorker(SimpleWorker):
             else:
                 self.scheduler.start()
 
+    def execute_job(self, job, queue):
+        DATABASE.wait()  # while the database is down, hold the job rather than fail it
+        return super().execute_job(job, queue)
+
+    def handle_exception(self, job, *exc_info):
+        if isinstance(exc_info[1], CONNECTION_ERRORS):
+            DATABASE.connection_lost(exc_info[1])  # one line for the outage, not a traceback per job
+            return
+        super().handle_exception(job, *exc_info)
+
     def run_maintenance_tasks(self):
         try:
             super().run_maintenance_tasks()
             run_sweep_once()
+        except CONNECTION_ERRORS as exc:
+            DATABASE.connection_lost(exc)
         except RedisConnectionError as exc:  # see _outage_safe: one line, retried next turn
             log.warning("maintenance skipped: Redis unavailable (%s)", exc.__class__.__name__)
         except RedisError as exc:
@@ -288,8 +304,9 @@ def main(argv=None) -> int:
     pool = None
     if WEBHOOK_QUEUE in queues and not args.burst:  # a burst (tests, one-off drains) runs them on RQ's loop
         from workers.delivery_pool import DeliveryPool
-        pool = DeliveryPool(size=args.webhook_concurrency, stopping=STOPPING)  # started by _work
-        log.info("delivering webhooks %d at a time (at most %d per receiver host)", pool.size, pool.per_host)
+        pool = DeliveryPool(size=args.webhook_concurrency, stopping=STOPPING, database=DATABASE)  # started by _work
+        log.info("delivering webhooks %d at a time (at most %d per endpoint, %d per receiver host)",
+                 pool.size, pool.per_endpoint, pool.per_host)
     try:
         return _work(queues, args, pool)
     finally:

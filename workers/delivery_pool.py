@@ -10,12 +10,16 @@ deadline watches (``app.services.webhook_urls``), and the database calls around 
 synchronous service calls; a delivery spends its time waiting on a socket, where a thread
 costs no CPU.
 
-Isolation: at most ``WEBHOOK_HOST_CONCURRENCY`` of a process's threads send to one receiver
-host (host name and port of the URL) at a time. A job for a host already at its share is
-parked in memory, in order, and run by the next thread that finishes with that host; it
-holds no thread meanwhile, so other receivers' deliveries keep flowing. Past
-``MAX_PARKED_PER_HOST`` parked jobs, a job is put back on the schedule a second later
-(``deliveries.defer``). Engine tracking never waits here: it keeps RQ's loop in the main
+Isolation is per endpoint (D18 amended): at most ``WEBHOOK_ENDPOINT_CONCURRENCY`` of a
+process's threads send to one endpoint (a key's webhook URL) at a time, so an endpoint that
+hangs holds only its own share, even when other customers' endpoints are on the same host and
+port (a shared gateway, an automation platform). A larger ceiling per receiver host,
+``WEBHOOK_HOST_CONCURRENCY`` (host name and port), is politeness toward a shared receiver.
+A job refused by either is parked in memory, in order, under what refused it (its endpoint, or
+its host), and run by the next thread that finishes with that endpoint or host; it holds no
+thread meanwhile, so other endpoints' deliveries keep flowing. Past ``MAX_PARKED`` parked jobs
+in one line, a job is put back on the schedule a second later (``deliveries.defer``).
+Engine tracking never waits here: it keeps RQ's loop in the main
 thread, on its own queue.
 
 Durability is the RQ job's: a job is taken from Redis by a script that marks it started in
@@ -37,14 +41,17 @@ from redis.exceptions import RedisError
 from rq.job import Job, JobStatus
 
 from app import runtime
+from app.db import CONNECTION_ERRORS
 from app.jobs import WEBHOOK_QUEUE, queue
 from app.services import deliveries
 from workers import webhook_jobs
+from workers.database_gate import DatabaseGate
 
 log = logging.getLogger("workers.deliveries")
 
-# How many jobs one host may have parked in a process before more are put back on the schedule.
-MAX_PARKED_PER_HOST = 1000
+# How many jobs one endpoint (or host) may have parked in a process before more are put back on
+# the schedule.
+MAX_PARKED = 1000
 DEFER_SECONDS = 1.0
 # A job whose service call failed (the database refused a connection, a deadlock...) is put
 # back on the schedule this much later, under the same id: it never made its request, or, if
@@ -66,7 +73,7 @@ return ids
 
 
 def host_of(url: str) -> str:
-    """The receiver a URL names, for the per-host share: ``host:port``, lower case."""
+    """The receiver host a URL names, for the per-host ceiling: ``host:port``, lower case."""
     try:
         parts = urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -75,20 +82,32 @@ def host_of(url: str) -> str:
         return url
 
 
+def endpoint_of(key_id: str, url: str) -> str:
+    """The endpoint a delivery goes to, for the per-endpoint share: its key and URL."""
+    return f"{key_id} {url}"
+
+
 class DeliveryPool:
-    def __init__(self, connection=None, size: int | None = None, per_host: int | None = None,
-                 stopping: threading.Event | None = None):
+    def __init__(self, connection=None, size: int | None = None, per_endpoint: int | None = None,
+                 per_host: int | None = None, stopping: threading.Event | None = None,
+                 database: DatabaseGate | None = None):
         self.connection = connection or runtime.redis()
         self.size = max(1, size if size is not None else runtime.config["WEBHOOK_CONCURRENCY"])
+        # 0: no share (or ceiling) below the pool's own size.
+        per_endpoint = per_endpoint if per_endpoint is not None else runtime.config["WEBHOOK_ENDPOINT_CONCURRENCY"]
+        self.per_endpoint = per_endpoint if per_endpoint > 0 else self.size
         per_host = per_host if per_host is not None else runtime.config["WEBHOOK_HOST_CONCURRENCY"]
-        self.per_host = per_host if per_host > 0 else self.size  # 0: no share below the pool's
+        self.per_host = per_host if per_host > 0 else self.size
         self.stopping = stopping or threading.Event()
+        self.database = database or DatabaseGate(self.stopping)
         self.queue = queue(WEBHOOK_QUEUE)
         self._take = self.connection.register_script(TAKE_SCRIPT)
         self._free = threading.Semaphore(self.size)
         self._lock = threading.Lock()
-        self._busy: dict[str, int] = collections.Counter()  # host -> requests in flight
-        self._parked: dict[str, collections.deque] = {}  # host -> job ids waiting for it
+        # Requests in flight per endpoint and per host; job ids waiting, per endpoint or host.
+        self._busy: dict[str, int] = collections.Counter()
+        self._host_busy: dict[str, int] = collections.Counter()
+        self._parked: dict[tuple[str, str], collections.deque] = {}  # ("endpoint"|"host", name) -> ids
         # The threads share the process's database pool (32 connections by default) and wait for
         # a free connection: each holds one only around its service calls, never during the
         # request. A connection per thread (as before) took ~100 of PostgreSQL's default 100
@@ -103,7 +122,7 @@ class DeliveryPool:
     def started(self) -> bool:
         return self._thread is not None
 
-    def start(self) -> "DeliveryPool":
+    def start(self) -> DeliveryPool:
         self._thread = threading.Thread(target=self.run, name="delivery-dispatcher", daemon=True)
         self._thread.start()
         return self
@@ -149,41 +168,49 @@ class DeliveryPool:
     # --- one job --------------------------------------------------------------------------
 
     def _run_job(self, job_id: str) -> None:
-        """Run ``job_id``, then whatever was parked for the hosts it freed, on this thread.
+        """Run ``job_id``, then whatever was parked for the endpoint and host it freed, on this thread.
 
         A parked job that turns out to have nothing to send (its delivery succeeded meanwhile,
         or it was a duplicate the sweep enqueued: ``final``/``stale``) frees no share, but the
-        chain goes on with its host's next parked job all the same: stopping there left the
-        jobs parked behind it with no thread to run them until the sweep took them for lost."""
-        host = None
+        chain goes on with the next parked job all the same: stopping there left the jobs
+        parked behind it with no thread to run them until the sweep took them for lost."""
+        freed = None
         try:
             while job_id is not None and not self.stopping.is_set():
-                host = self._attempt(job_id) or host
-                job_id = self._next_parked(host) if host else None
+                freed = self._attempt(job_id) or freed
+                job_id = self._next_parked(*freed) if freed else None
             if job_id is not None:  # stopping: back to Redis rather than lost
                 self._put_back(job_id, 0)
         finally:
             self._free.release()
 
-    def _attempt(self, job_id: str) -> str | None:
-        """One job: returns the host it held a share of (now released), if any."""
+    def _attempt(self, job_id: str) -> tuple[str, str] | None:
+        """One job: returns the endpoint and host it held a share of (now released), if any."""
         delivery_id = job_id[len("dlv-"):].rsplit("-", 1)[0]
-        held: list[str] = []
+        held: list[tuple[str, str]] = []
 
-        def admit(url: str) -> bool:
-            host = host_of(url)
+        def admit(key_id: str, url: str) -> bool:
+            endpoint, host = endpoint_of(key_id, url), host_of(url)
             with self._lock:
-                if self._busy[host] >= self.per_host:
-                    self._park(host, job_id, delivery_id)
+                if self._busy[endpoint] >= self.per_endpoint:
+                    self._park(("endpoint", endpoint), job_id, delivery_id)
                     return False
-                self._busy[host] += 1
-            held.append(host)
+                if self._host_busy[host] >= self.per_host:
+                    self._park(("host", host), job_id, delivery_id)
+                    return False
+                self._busy[endpoint] += 1
+                self._host_busy[host] += 1
+            held.append((endpoint, host))
             return True
 
         try:
+            self.database.wait()
             result = webhook_jobs.run(delivery_id, job_id, admit)
             if result != "busy":
                 self._forget(job_id)
+        except CONNECTION_ERRORS as exc:
+            self.database.connection_lost(exc)  # one line for the outage, not one per job
+            self._put_back(job_id, ERROR_RETRY_SECONDS)
         except Exception as exc:
             # A database outage (or a bug): the job goes back on the schedule rather than being
             # dropped. Dropped, it was neither in the queue nor parked, its hash said "started",
@@ -194,28 +221,37 @@ class DeliveryPool:
             self._put_back(job_id, ERROR_RETRY_SECONDS)
         finally:
             if held:
+                endpoint, host = held[0]
                 with self._lock:
-                    self._busy[held[0]] -= 1
+                    self._busy[endpoint] -= 1
+                    self._host_busy[host] -= 1
                 self.completed += 1
         return held[0] if held else None
 
-    def _park(self, host: str, job_id: str, delivery_id: str) -> None:
-        """Under the lock: keep the job for the next thread done with ``host``, or reschedule it."""
-        parked = self._parked.setdefault(host, collections.deque())
-        if len(parked) < MAX_PARKED_PER_HOST:
+    def _park(self, line: tuple[str, str], job_id: str, delivery_id: str) -> None:
+        """Under the lock: keep the job for the next thread done with the endpoint or host that
+        refused it (``line``), or reschedule it."""
+        parked = self._parked.setdefault(line, collections.deque())
+        if len(parked) < MAX_PARKED:
             parked.append(job_id)
         else:
             threading.Thread(target=deliveries.defer, args=(delivery_id, job_id, DEFER_SECONDS),
                              daemon=True).start()
 
-    def _next_parked(self, host: str) -> str | None:
+    def _next_parked(self, endpoint: str, host: str) -> str | None:
+        """A job parked for the endpoint just freed, else one parked for its host's ceiling.
+        (A job parked for the host may still find its own endpoint busy: it parks there anew.)"""
         with self._lock:
-            parked = self._parked.get(host)
-            if parked and self._busy[host] < self.per_host:
-                job_id = parked.popleft()
-                if not parked:
-                    del self._parked[host]
-                return job_id
+            if self._host_busy[host] >= self.per_host:
+                return None
+            for line, room in ((("endpoint", endpoint), self._busy[endpoint] < self.per_endpoint),
+                               (("host", host), True)):
+                parked = self._parked.get(line)
+                if parked and room:
+                    job_id = parked.popleft()
+                    if not parked:
+                        del self._parked[line]
+                    return job_id
         return None
 
     def _forget(self, job_id: str) -> None:
@@ -236,7 +272,7 @@ class DeliveryPool:
 
     def in_flight(self) -> int:
         with self._lock:
-            return sum(self._busy.values())
+            return sum(self._host_busy.values())
 
     def stop(self, timeout: float | None = None) -> None:
         """Take no more jobs, put the parked ones back in Redis, let the requests in flight end."""

@@ -20,8 +20,8 @@ from app.logging_setup import log_context
 from app.models import Scan, utcnow
 from app.models.scans import FINAL
 from app.services import engine, scans, tracking
-from app.services.results import InvalidResult, normalize_result
 from app.services.reads import SCAN_BY_ID
+from app.services.results import InvalidResult, normalize_result
 
 log = logging.getLogger(__name__)
 

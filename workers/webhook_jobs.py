@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import requests
 from peewee import InterfaceError, OperationalError
 from playhouse.pool import MaxConnectionsExceeded
 from rq import get_current_job
 from urllib3.exceptions import HTTPError as Urllib3Error
+from urllib3.exceptions import ReadTimeoutError
 
 from app import runtime
 from app.extensions import db
@@ -50,12 +51,12 @@ def deliver(delivery_id: str) -> str:
     return run(delivery_id, job.id if job else None)
 
 
-def run(delivery_id: str, job_id: str | None, admit: Callable[[str], bool] | None = None) -> str:
+def run(delivery_id: str, job_id: str | None, admit: Callable[[str, str], bool] | None = None) -> str:
     """Make the attempt job ``job_id`` stands for: load it, send it, hand the outcome back.
 
     A database connection is held only around the two service calls, never during the
     HTTP request, so a hundred requests in flight do not need a hundred connections.
-    ``admit`` is the pool's per-receiver gate (``deliveries.start_attempt``)."""
+    ``admit`` is the pool's per-endpoint gate (``deliveries.start_attempt``)."""
     with log_context(delivery_id=delivery_id):
         with db.connection_context():
             attempt = deliveries.start_attempt(delivery_id, job_id, admit)
@@ -90,26 +91,34 @@ def _post(url: str, headers: dict, body: bytes) -> Outcome:
             response = session.post(url, data=body, headers=headers, allow_redirects=False, stream=True,
                                     timeout=runtime.config["WEBHOOK_TIMEOUT_SECONDS"])
             outcome.status_code = response.status_code
-            outcome.excerpt = _excerpt(response, deadline)
+            outcome.excerpt, body_timed_out = _excerpt(response, deadline)
+            if body_timed_out:
+                outcome.error = "timeout"
     except (UnsafeWebhookUrl, requests.RequestException) as exc:
         outcome.error = next(name for kind, name in REQUEST_ERRORS if isinstance(exc, kind))
-    if deadline.fired and outcome.status_code is None:
-        outcome.error = "timeout"  # no answer in time, however slowly it was being sent
+    if deadline.fired:
+        # No complete answer in time, however slowly it was being sent: a status line (even a
+        # 200) followed by a stall acknowledges nothing. The status seen, if any, is kept.
+        outcome.error = "timeout"
     if outcome.status_code is not None and 300 <= outcome.status_code < 400:
         outcome.error = "redirect_not_followed"
     outcome.duration_ms = int((time.monotonic() - started) * 1000)
     return outcome
 
 
-def _excerpt(response, deadline: AttemptDeadline) -> str:
-    """The first KiB of the body, made safe to store (``deliveries.response_excerpt``); a huge
-    answer is never downloaded, a dripped one is cut at the deadline."""
+def _excerpt(response, deadline: AttemptDeadline) -> tuple[str, bool]:
+    """The first KiB of the body, made safe to store (``deliveries.response_excerpt``), and
+    whether reading it timed out; a huge answer is never downloaded, a dripped one is cut at the
+    deadline. A body that stops coming within the timeout means the answer was not complete in
+    time: a timeout, whichever of the socket's timeout and the attempt's deadline came first."""
+    timed_out = False
     try:
         data = response.raw.read(EXCERPT_BYTES, decode_content=True) or b""
-    except (Urllib3Error, OSError):
-        # The status line arrived; a body cut short does not change the outcome.
+    except (Urllib3Error, OSError) as exc:
+        # A body cut short by the receiver's close does not change the outcome; one that stalls does.
+        timed_out = isinstance(exc, (ReadTimeoutError, TimeoutError))
         data = b""
     finally:
         deadline.finish()  # before the socket is closed
         response.close()
-    return response_excerpt(data)
+    return response_excerpt(data), timed_out

@@ -14,12 +14,15 @@ from html import escape
 from flask import Flask, request, send_from_directory, url_for
 from flask_smorest import Api
 
+from app import events
+from app.config import retry_schedule_words
 from app.portal.security import CSP as PORTAL_CSP
 from app.schemas.errors import ErrorSchema
 
 STATIC = os.path.join(os.path.dirname(__file__), "static")
 DOCS_CSP = PORTAL_CSP.replace("script-src 'none'", "script-src 'self'")
-assert DOCS_CSP != PORTAL_CSP, "the portal's CSP changed: review DOCS_CSP"
+if DOCS_CSP == PORTAL_CSP:  # the replace above found nothing: the docs page would run no script
+    raise RuntimeError("the portal's CSP changed: review DOCS_CSP")
 
 DOCS_PAGE = """<!DOCTYPE html>
 <html lang="en">
@@ -52,6 +55,21 @@ scans run in a sandbox with deterministic results (targets starting with `fail`,
 or `hang`, or phone numbers ending in 0000, 9999 or 8888, test the failure, slow and
 timeout paths), every body says `"livemode": false`, and test and live data never see
 each other.
+
+## Webhooks
+
+The service POSTs these events to the webhook URL of the API key that created the scan (set
+on the key's page):
+
+{events}
+
+Each is signed with the key's secret: the
+Standard Webhooks headers `webhook-id`, `webhook-timestamp` and `webhook-signature`, and
+`X-Service-Signature: sha256=<hex HMAC-SHA256 of the raw body>`. The bodies and headers are
+under **Callbacks** of "Create a scan" and "Create scans in bulk", and as the {schemas}
+schemas. A 2xx answer received whole within {timeout} seconds acknowledges;
+otherwise the delivery is {retries} (each delay counted from the previous failure), with the
+same delivery id and body. `GET /api/v1/deliveries` lists every delivery with its attempts.
 """
 
 
@@ -88,7 +106,12 @@ def register_api(app: Flask) -> Api:
     from app.api.base import ScanIdConverter
     app.url_map.converters["scan_id"] = ScanIdConverter
     api = ScanApi(app, spec_kwargs={
-        "info": {"description": API_DESCRIPTION},
+        # The settings customers read about are rendered from the configuration, never restated.
+        "info": {"description": API_DESCRIPTION
+                 .replace("{events}", "\n".join(f"- `{kind.name}`: {kind.fires}." for kind in events.EVENTS))
+                 .replace("{schemas}", " and ".join(f"`{kind.schema}`" for kind in events.EVENTS))
+                 .replace("{timeout}", f'{app.config["WEBHOOK_TIMEOUT_SECONDS"]:g}')
+                 .replace("{retries}", retry_schedule_words(app.config["WEBHOOK_RETRY_SCHEDULE"]))},
         # Relative to the document itself unless the public address is known.
         "servers": [{"url": app.config.get("PUBLIC_BASE_URL") or "/", "description": "This service"}],
         "tags": [{"name": "scans", "description": "Create scans, read them, list them, and do both in bulk."},
@@ -101,13 +124,14 @@ def register_api(app: Flask) -> Api:
         "type": "http", "scheme": "bearer", "bearerFormat": "service_live_<random> or service_test_<random>"})
 
     from app.api.scans import blp as scans_blp
-    from app.schemas.scans import BulkTargetSchema, WebhookCompletedSchema, WebhookFailedSchema
+    from app.schemas.scans import WEBHOOK_BODY_SCHEMAS, BulkTargetSchema
     api.spec.components.schema("BulkTarget", schema=BulkTargetSchema)
-    api.spec.components.schema("WebhookCompleted", schema=WebhookCompletedSchema)
-    api.spec.components.schema("WebhookFailed", schema=WebhookFailedSchema)
+    for kind in events.EVENTS:
+        api.spec.components.schema(kind.schema, schema=WEBHOOK_BODY_SCHEMAS[kind.schema])
     api.register_blueprint(scans_blp)
     from app.api.deliveries import blp as deliveries_blp
     api.register_blueprint(deliveries_blp)
+    _shape_schemas(api.spec)
     # The JSON API authenticates with bearer keys, never cookies: CSRF cannot apply.
     from app.extensions import csrf
     csrf.exempt(scans_blp)
@@ -133,3 +157,48 @@ def register_api(app: Flask) -> Api:
 
     app.extensions["scan_api"] = api
     return api
+
+
+KINDS = ("email", "phone", "username")
+REF = "#/components/schemas/{}"
+
+
+def _shape_schemas(spec) -> None:
+    """What marshmallow cannot say, said once in the document, so that a client generated from it
+    uses its own models:
+    - a bulk call's ``targets`` are ``BulkTarget`` items (the field stays loose on input, so that an
+      invalid target is a ``rejected`` entry, not a 400 for the whole call);
+    - a nullable nested object is a nullable reference, not an ``anyOf`` with an anonymous object
+      (generators made a ``ResultPhoneProfileType1Type0`` class of it);
+    - the kind of a target is one ``Kind`` enum, referenced wherever it appears.
+    """
+    schemas = spec.components.schemas
+    schemas["BulkCreate"]["properties"]["targets"]["items"] = {"$ref": REF.format("BulkTarget")}
+    spec.components.schema("Kind", {"type": "string", "enum": list(KINDS),
+                                    "description": "What a target is: an e-mail address, a phone number or a "
+                                                   "username."})
+    for schema in schemas.values():
+        for name, prop in schema.get("properties", {}).items():
+            if name == "kind" and prop.get("enum") == list(KINDS):
+                schema["properties"][name] = _ref_to("Kind", prop)
+            elif _nullable_ref(prop):
+                schema["properties"][name] = _ref_to(prop["anyOf"][0]["$ref"].rsplit("/", 1)[-1],
+                                                     {**prop, "nullable": True})
+    for operations in spec._paths.values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []) if isinstance(operation, dict) else []:
+                if parameter.get("name") == "kind" and parameter.get("schema", {}).get("enum") == list(KINDS):
+                    parameter["schema"] = {"$ref": REF.format("Kind")}
+
+
+def _nullable_ref(prop: dict) -> bool:
+    """apispec's shape of a nullable nested schema: ``anyOf: [{$ref}, {type: object, nullable: true}]``."""
+    parts = prop.get("anyOf", [])
+    return len(parts) == 2 and "$ref" in parts[0] and parts[1].get("nullable") is True
+
+
+def _ref_to(component: str, prop: dict) -> dict:
+    """``prop`` as a reference to ``component`` (through allOf, which keeps the property's own
+    description, example and nullability beside the reference in OpenAPI 3.0)."""
+    kept = {k: v for k, v in prop.items() if k in ("description", "example", "nullable", "readOnly")}
+    return {"allOf": [{"$ref": REF.format(component)}], **kept}

@@ -41,11 +41,13 @@ ERROR_EXAMPLES = {
 LIST_EXAMPLE = {"ok": True, "has_more": False, "data": [{
     "delivery_id": "dlv_T3JhbmdlIGp1aWNlIGJveA", "event": "scan.completed", "scan_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q",
     "livemode": True, "status": "pending", "created_at": "2026-11-21T12:03:05Z",
-    "attempts": [{"attempt": 1, "at": "2026-11-21T12:03:05Z", "http_status": 503, "error": None, "duration_ms": 87},
-                 {"attempt": 2, "at": "2026-11-21T12:03:06Z", "http_status": None, "error": "timeout",
-                  "duration_ms": 10002}],
+    "attempts": [{"attempt": 1, "at": "2026-11-21T12:03:05Z", "outcome": "failed", "http_status": 503,
+                  "error": None, "duration_ms": 87},
+                 {"attempt": 2, "at": "2026-11-21T12:03:06Z", "outcome": "failed", "http_status": None,
+                  "error": "timeout", "duration_ms": 10002}],
     "next_attempt_at": "2026-11-21T12:03:36Z",
-    "body": '{"event":"scan.completed","scan_id":"scn_3kT9wQ0vXl2mYp7aRz1b4Q","livemode":true,"target":"jane.doe@example.com",'
+    "body": '{"event":"scan.completed","scan_id":"scn_3kT9wQ0vXl2mYp7aRz1b4Q","livemode":true,'
+            '"target":"jane.doe@example.com",'
             '"kind":"email","status":"completed","completed_at":"2026-11-21T12:03:05Z","result":{}}'}]}
 REDELIVERED_EXAMPLE = {"ok": True, **{k: v for k, v in LIST_EXAMPLE["data"][0].items()
                                       if k != "next_attempt_at"},

@@ -6,17 +6,23 @@ authentication, charging and the limit headers are ``app.api.hooks``'s job.
 """
 from __future__ import annotations
 
-from datetime import timezone
-
 from flask import Response, current_app, g, request
 from flask.views import MethodView
 
-from app import rawjson
+from app import events, rawjson
 from app.api import auth, hooks
 from app.api.base import ApiBlueprint
 from app.schemas.errors import ErrorSchema
-from app.schemas.scans import (BulkCreatedSchema, BulkCreateSchema, BulkStateSchema, ScanCreatedSchema,
-                               ScanCreateSchema, ScanListQuerySchema, ScanListSchema, ScanSchema)
+from app.schemas.scans import (
+    BulkCreatedSchema,
+    BulkCreateSchema,
+    BulkStateSchema,
+    ScanCreatedSchema,
+    ScanCreateSchema,
+    ScanListQuerySchema,
+    ScanListSchema,
+    ScanSchema,
+)
 from app.services import reads, scans
 
 blp = ApiBlueprint("scans", __name__, url_prefix="/api/v1",
@@ -27,7 +33,8 @@ HEADERS = {
     "X-Credits-Remaining": {"description": "Balance after this call's charge.", "schema": {"type": "integer"}},
     "RateLimit-Policy": {"description": 'Quota policies, e.g. `"hour";q=100;w=3600, "day";q=1000;w=86400`.',
                          "schema": {"type": "string"}},
-    "RateLimit": {"description": 'Remaining quota and seconds to reset, e.g. `"hour";r=42;t=1200, "day";r=900;t=50000`.',
+    "RateLimit": {"description": 'Remaining quota and seconds to reset, e.g. '
+                                 '`"hour";r=42;t=1200, "day";r=900;t=50000`.',
                   "schema": {"type": "string"}},
     "X-Request-Id": {"description": "Also in error bodies and logs.", "schema": {"type": "string"}},
 }
@@ -124,7 +131,7 @@ def json_body(body: dict, status: int = 200) -> Response:
 
 SIGNATURE_PARAMETERS = [
     {"in": "header", "name": "X-Service-Event", "required": True,
-     "schema": {"type": "string", "enum": ["scan.completed", "scan.failed"]}},
+     "schema": {"type": "string", "enum": list(events.NAMES)}},
     {"in": "header", "name": "X-Service-Signature", "required": True, "schema": {"type": "string"},
      "description": "`sha256=` + lower-case hex HMAC-SHA256 of the raw body, keyed with the webhook secret.",
      "example": "sha256=5d41402abc4b2a76b9719d911017c592e5b1e0d2a1f9c7a3b6e8d4f2a1c3b5e7"},
@@ -143,7 +150,8 @@ SIGNATURE_PARAMETERS = [
                     "keyed with the base64-decoded part of the secret after `whsec_`; one entry per active "
                     "secret (two while a secret is being rotated), separated by spaces.",
      "example": "v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4="},
-    {"in": "header", "name": "User-Agent", "required": True, "schema": {"type": "string", "example": "Service-Webhook/1"}},
+    {"in": "header", "name": "User-Agent", "required": True,
+     "schema": {"type": "string", "example": "Service-Webhook/1"}},
 ]
 WEBHOOK_RESULT_EXAMPLE = {
     "risk": {"score": 62, "band": "high"}, "counts": {"cases": 2, "entities": 14, "findings": 9},
@@ -162,32 +170,32 @@ def webhook_callbacks(operation_id: str) -> dict:
 WEBHOOK_URL = "https://receiver.example.com/your-webhook-path"
 WEBHOOK_OPERATION = {
     "tags": ["webhooks"],
-    "summary": "scan.completed and scan.failed events",
+    "summary": " and ".join(events.NAMES) + " events",
     "description": "When a scan finishes, the service POSTs its event to the webhook URL set for the API key "
                    "that created it (on the key's page; the URL is not part of this request). Verify a signature "
-                   "on the raw body bytes before trusting the body. Any 2xx within 10 seconds acknowledges; "
-                   "otherwise the delivery is retried 3 times (at once, after 30 s, after 5 min) with the same "
-                   "delivery id and body. Missed events can be read with `GET /api/v1/deliveries`.",
+                   "on the raw body bytes before trusting the body. A 2xx answer received whole in time "
+                   "acknowledges; otherwise the delivery is retried with the same delivery id and body, as the "
+                   "Webhooks section at the top of this page says. Missed events can be read with "
+                   "`GET /api/v1/deliveries`.",
     "parameters": SIGNATURE_PARAMETERS,
     "requestBody": {"required": True, "content": {"application/json": {
-        "schema": {"oneOf": [{"$ref": "#/components/schemas/WebhookCompleted"},
-                             {"$ref": "#/components/schemas/WebhookFailed"}],
+        "schema": {"oneOf": [{"$ref": f"#/components/schemas/{kind.schema}"} for kind in events.EVENTS],
                    "discriminator": {"propertyName": "event", "mapping": {
-                       "scan.completed": "#/components/schemas/WebhookCompleted",
-                       "scan.failed": "#/components/schemas/WebhookFailed"}}},
+                       kind.name: f"#/components/schemas/{kind.schema}" for kind in events.EVENTS}}},
         "examples": {
             "scan.completed": {"summary": "scan.completed", "value": {
                 "event": "scan.completed", "scan_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q", "target": "jane.doe@example.com",
                 "kind": "email", "status": "completed", "completed_at": "2026-11-21T12:02:00Z",
                 "result": WEBHOOK_RESULT_EXAMPLE}},
             "scan.failed": {"summary": "scan.failed (a bulk scan)", "value": {
-                "event": "scan.failed", "scan_id": "scn_8aP2vR5nQx0wLk3mYt7c1d", "bulk_id": "blk_Q2x0mV8rLk1cYt6nWb3a9g",
+                "event": "scan.failed", "scan_id": "scn_8aP2vR5nQx0wLk3mYt7c1d",
+                "bulk_id": "blk_Q2x0mV8rLk1cYt6nWb3a9g",
                 "target": "fail.me@example.com", "kind": "email", "status": "failed",
                 "failed_at": "2026-11-21T12:01:40Z",
                 "failure": {"code": "engine_failed", "message": "the engine could not finish"}}}}}}},
     "responses": {"2XX": {"description": "Acknowledged: no more attempts."},
-                  "default": {"description": "Not acknowledged (also a timeout after 10 s or a refused "
-                                             "connection): the delivery is retried."}}}
+                  "default": {"description": "Not acknowledged (also a timeout or a refused connection): "
+                                             "the delivery is retried."}}}
 
 
 def base_url() -> str:
@@ -285,9 +293,6 @@ class ScanList(MethodView):
     def get(self, **query):
         """List your scans, newest first, 1 to 100 per page; `has_more` says whether to ask for the next page
         with `starting_after`. Each entry is as in a bulk batch's read. Costs 1 credit per page."""
-        for bound in ("created_after", "created_before"):
-            if query.get(bound) is not None:  # the columns hold naive UTC
-                query[bound] = query[bound].astimezone(timezone.utc).replace(tzinfo=None)
         return json_body(reads.list_scans(g.customer.id, livemode=g.api_key.livemode, **query))
 
 

@@ -3,11 +3,11 @@
 ``ALL_MODELS`` is in dependency order (referenced tables first); the migration
 runner creates them in that order.
 """
-from app.models.base import BaseModel, iso, new_id, utcnow
 from app.models.accounts import ApiKey, CreditLedger, Customer, PortalSession, PortalUser
+from app.models.base import BaseModel, iso, new_id, utcnow
 from app.models.scans import BulkBatch, IdempotencyRecord, QuotaMinute, Scan
-from app.models.webhooks import DeliveryAttempt, WebhookDelivery
 from app.models.schema_version import SchemaVersion
+from app.models.webhooks import DeliveryAttempt, WebhookDelivery
 
 ALL_MODELS = [
     SchemaVersion,
@@ -26,6 +26,7 @@ ALL_MODELS = [
 
 __all__ = [
     "ALL_MODELS", "ApiKey", "BaseModel", "BulkBatch", "CreditLedger", "Customer", "DeliveryAttempt",
-    "IdempotencyRecord", "PortalSession", "PortalUser", "QuotaMinute", "Scan", "SchemaVersion", "WebhookDelivery", "iso", "new_id",
+    "IdempotencyRecord", "PortalSession", "PortalUser", "QuotaMinute", "Scan", "SchemaVersion", "WebhookDelivery",
+    "iso", "new_id",
     "utcnow",
 ]

@@ -1,6 +1,15 @@
 """Customers, their API keys, portal users and the credit ledger."""
-from peewee import (SQL, AutoField, BigIntegerField, BooleanField, CharField, DateTimeField, ForeignKeyField,
-                    IntegerField, TextField)
+from peewee import (
+    SQL,
+    AutoField,
+    BigIntegerField,
+    BooleanField,
+    CharField,
+    DateTimeField,
+    ForeignKeyField,
+    IntegerField,
+    TextField,
+)
 
 from app.models.base import BaseModel, utcnow
 
@@ -33,6 +42,7 @@ class Customer(BaseModel):
 class ApiKey(BaseModel):
     id = CharField(primary_key=True, max_length=40)
     customer = ForeignKeyField(Customer, backref="keys", on_delete="CASCADE")
+    customer_id: str  # peewee's accessor of the foreign key, declared for the type checker
     name = CharField(max_length=200, default="")
     # SHA-256 hex of the plaintext; the plaintext itself is never stored (§5.3).
     digest = CharField(max_length=64, unique=True)
@@ -63,6 +73,7 @@ class ApiKey(BaseModel):
 class PortalUser(BaseModel):
     id = CharField(primary_key=True, max_length=40)
     customer = ForeignKeyField(Customer, backref="users", on_delete="CASCADE")
+    customer_id: str
     email = CharField(max_length=320, unique=True)
     password_hash = TextField()
     created_at = DateTimeField(default=utcnow)
@@ -80,6 +91,7 @@ class PortalSession(BaseModel):
 
     id = CharField(primary_key=True, max_length=64)  # SHA-256 hex of the cookie's token
     user = ForeignKeyField(PortalUser, backref="sessions", on_delete="CASCADE")
+    user_id: str
     created_at = DateTimeField(default=utcnow)
     expires_at = DateTimeField(index=True)
 
@@ -89,6 +101,7 @@ class CreditLedger(BaseModel):
 
     id = AutoField()
     customer = ForeignKeyField(Customer, backref="ledger", on_delete="CASCADE")
+    customer_id: str
     delta = BigIntegerField()
     balance_after = BigIntegerField()
     # grant | call | scan | bulk | refund

@@ -5,7 +5,8 @@ Times are naive UTC datetimes in the database; ``utcnow`` is the one clock the c
 uses, so freezegun moves all of it at once.
 """
 import secrets
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import Any
 
 from peewee import Model
 
@@ -13,7 +14,7 @@ from app.db import db
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def new_id(prefix: str) -> str:
@@ -26,6 +27,10 @@ def iso(dt: datetime | None) -> str | None:
 
 
 class BaseModel(Model):
+    # What peewee adds to every model at run time, declared for the type checker.
+    DoesNotExist: type[Exception]
+    id: Any
+
     class Meta:
         database = db
         legacy_table_names = False

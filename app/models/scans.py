@@ -1,5 +1,5 @@
 """Scans, bulk batches and idempotency records."""
-from peewee import (SQL, BooleanField, CharField, CompositeKey, DateTimeField, ForeignKeyField, IntegerField, TextField)
+from peewee import SQL, BooleanField, CharField, CompositeKey, DateTimeField, ForeignKeyField, IntegerField, TextField
 
 from app.models.accounts import ApiKey, Customer
 from app.models.base import BaseModel, utcnow
@@ -13,6 +13,8 @@ class BulkBatch(BaseModel):
     id = CharField(primary_key=True, max_length=40)
     customer = ForeignKeyField(Customer, backref="batches", on_delete="CASCADE")
     api_key = ForeignKeyField(ApiKey, on_delete="CASCADE")
+    customer_id: str
+    api_key_id: str
     total = IntegerField()
     created_at = DateTimeField(default=utcnow)
     # The mode of the key that created it (D15); test and live data never mix.
@@ -27,6 +29,9 @@ class Scan(BaseModel):
     customer = ForeignKeyField(Customer, backref="scans", on_delete="CASCADE", index=False)
     api_key = ForeignKeyField(ApiKey, on_delete="CASCADE", index=False)
     bulk = ForeignKeyField(BulkBatch, backref="scans", null=True, on_delete="CASCADE", index=False)
+    customer_id: str
+    api_key_id: str
+    bulk_id: str | None
     # Position of the target in the bulk request, so batch reads keep the request's order.
     bulk_index = IntegerField(null=True)
     kind = CharField(max_length=10)
@@ -75,6 +80,7 @@ class QuotaMinute(BaseModel):
     """
 
     customer = ForeignKeyField(Customer, on_delete="CASCADE", index=False)
+    customer_id: str
     # Live and test scans are counted apart (D15).
     livemode = BooleanField(default=True)
     minute = DateTimeField()
@@ -89,6 +95,7 @@ class IdempotencyRecord(BaseModel):
     """The first 202 answer to an ``Idempotency-Key`` (D9), per customer for 24 hours."""
 
     customer = ForeignKeyField(Customer, on_delete="CASCADE")
+    customer_id: str
     key = CharField(max_length=255)
     endpoint = CharField(max_length=255)  # the request's path
     request_hash = CharField(max_length=64)

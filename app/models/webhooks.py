@@ -11,6 +11,8 @@ class WebhookDelivery(BaseModel):
     id = CharField(primary_key=True, max_length=40)
     customer = ForeignKeyField(Customer, on_delete="CASCADE")
     api_key = ForeignKeyField(ApiKey, backref="deliveries", on_delete="CASCADE")
+    customer_id: str
+    api_key_id: str
     scan_id = CharField(max_length=40, null=True)
     event = CharField(max_length=40)
     url = TextField()
@@ -38,11 +40,13 @@ class WebhookDelivery(BaseModel):
 class DeliveryAttempt(BaseModel):
     id = AutoField()
     delivery = ForeignKeyField(WebhookDelivery, backref="attempt_rows", on_delete="CASCADE")
+    delivery_id: str
     number = IntegerField()
     started_at = DateTimeField(default=utcnow)
     url = TextField()
     status_code = IntegerField(null=True)
-    # Error class when no HTTP status came back: timeout, connection_error, redirect_not_followed, ssrf_refused, worker_lost, ...
+    # Error class when no HTTP status came back: timeout, connection_error, redirect_not_followed,
+    # ssrf_refused, worker_lost, ...
     error = CharField(max_length=80, null=True)
     duration_ms = IntegerField(null=True)
     response_excerpt = TextField(null=True)

@@ -55,4 +55,4 @@ def bar_chart(chart_id: str, title: str, description: str, labels: list[str], se
             parts.append(f'<text class="axis" x="{x0 + group_w * 0.4:.1f}" y="{HEIGHT - BOTTOM + 16}" '
                          f'text-anchor="middle">{escape(short[g])}</text>')
     parts.append("</svg>")
-    return Markup("".join(parts))
+    return Markup("".join(parts))  # noqa: S704 - every text in it went through escape() above

@@ -6,13 +6,27 @@ import io
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
-from flask import Blueprint, Response, abort, flash, g, redirect, render_template, request, stream_with_context, url_for
+from flask import (
+    Blueprint,
+    Response,
+    abort,
+    current_app,
+    flash,
+    g,
+    redirect,
+    render_template,
+    request,
+    stream_with_context,
+    url_for,
+)
 
+from app import events
+from app.config import retry_schedule_words
 from app.models import ApiKey, utcnow
-from app.portal import security
-from app.portal import charts
+from app.portal import charts, security
 from app.portal.forms import ActionForm, LedgerExportForm, LoginForm, RollSecretForm, WebhookForm
-from app.services import accounts, delivery_console, portal_users, quotas, reads, targets, usage as usage_service, webhooks
+from app.services import accounts, delivery_console, portal_users, quotas, reads, targets, webhooks
+from app.services import usage as usage_service
 from app.services.accounts import AccountError
 from app.services.crypto import decrypt_secret
 from app.services.errors import InvalidRequest, NotFound
@@ -27,7 +41,7 @@ def inject_logout_form():
     return {"logout_form": ActionForm()}
 
 STATUSES = ("pending", "succeeded", "failed")
-EVENTS = ("scan.completed", "scan.failed")
+EVENTS = events.NAMES
 
 
 def _moment(value) -> datetime | None:
@@ -152,7 +166,9 @@ def _key_page(key: ApiKey, *, form: WebhookForm | None = None, revealed: str | N
     html = render_template("portal/key.html", key=key, form=form, action=ActionForm(), deliveries=deliveries,
                            status=status, event=event, statuses=STATUSES, events=EVENTS, revealed=revealed,
                            secret_state=webhooks.secret_state(key), roll=roll or RollSecretForm(formdata=None),
-                           confirm_roll=confirm_roll)
+                           confirm_roll=confirm_roll,
+                           retry_schedule=retry_schedule_words(current_app.config["WEBHOOK_RETRY_SCHEDULE"]),
+                           webhook_timeout=f'{current_app.config["WEBHOOK_TIMEOUT_SECONDS"]:g}')
     return html, code
 
 

@@ -2,6 +2,8 @@
 import marshmallow as ma
 from marshmallow import EXCLUDE, fields, validate
 
+from app import events
+
 TIME_DOC = {"format": "date-time", "example": "2026-11-21T12:00:00Z"}
 BODY_EXAMPLE = ('{"event":"scan.completed","scan_id":"scn_3kT9wQ0vXl2mYp7aRz1b4Q","target":"jane.doe@example.com",'
                 '"kind":"email","status":"completed","completed_at":"2026-11-21T12:03:05Z","result":{...}}')
@@ -13,7 +15,7 @@ class DeliveryListArgs(ma.Schema):
 
     status = fields.String(validate=validate.OneOf(["pending", "succeeded", "failed"]), metadata={
         "description": "Only deliveries in this state."})
-    event = fields.String(validate=validate.OneOf(["scan.completed", "scan.failed"]), metadata={
+    event = fields.String(validate=validate.OneOf(events.NAMES), metadata={
         "description": "Only deliveries of this event."})
     scan_id = fields.String(validate=validate.Length(min=1, max=200), metadata={
         "description": "Only the deliveries of this scan.", "example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
@@ -29,12 +31,16 @@ class AttemptSchema(ma.Schema):
         "description": "1, 2, ... over the delivery's whole life (a redelivery continues the count).",
         "example": 1})
     at = fields.String(required=True, metadata={**TIME_DOC, "description": "When the request was sent."})
+    outcome = fields.String(required=True, metadata={
+        "enum": ["in_progress", "succeeded", "failed"],
+        "description": "`in_progress` while the request is under way (its status, error and duration are then "
+                       "still null), else how it ended.", "example": "succeeded"})
     http_status = fields.Integer(required=True, allow_none=True, metadata={
         "description": "The receiver's HTTP status; null when none came back.", "example": 200})
     error = fields.String(required=True, allow_none=True, metadata={
         "description": "Why the attempt failed without a usable answer: `timeout`, `connection_error`, "
                        "`tls_error`, `redirect_not_followed`, `ssrf_refused`, `request_error`, `worker_lost`; "
-                       "null otherwise. Both `http_status` and `error` are null while the request is under way.",
+                       "null otherwise.",
         "example": None})
     duration_ms = fields.Integer(required=True, allow_none=True, metadata={"example": 142})
 
@@ -43,7 +49,7 @@ class DeliverySchema(ma.Schema):
     delivery_id = fields.String(required=True, metadata={
         "description": "The same on every attempt (`webhook-id` and `X-Service-Delivery`): drop duplicates by it.",
         "example": "dlv_T3JhbmdlIGp1aWNlIGJveA"})
-    event = fields.String(required=True, metadata={"enum": ["scan.completed", "scan.failed"]})
+    event = fields.String(required=True, metadata={"enum": list(events.NAMES)})
     scan_id = fields.String(required=True, allow_none=True, metadata={
         "description": "null for a test event sent from the key's page.", "example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
     livemode = fields.Boolean(required=True, metadata={

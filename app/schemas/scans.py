@@ -4,10 +4,13 @@ Request schemas check only the body's shape (types, required fields): the semant
 checks (``target_too_short``, ``invalid_kind``, ``invalid_target``) run afterwards in
 ``services.targets`` in the order D2 fixes. Unknown fields are ignored.
 """
-from datetime import timezone
+from datetime import UTC
+from typing import ClassVar
 
 import marshmallow as ma
 from marshmallow import EXCLUDE, fields
+
+from app import events
 
 KIND_DOC = {"description": "email, phone or username. When absent it is inferred from the target: a leading "
                           "`@` marks a username (`@janedoe`), any other `@` an e-mail address, `+` followed by "
@@ -217,6 +220,26 @@ class BulkStateSchema(ma.Schema):
 
 # --- the scans list -----------------------------------------------------------------
 
+class UtcDateTime(fields.AwareDateTime):
+    """An ISO 8601 time (UTC when no offset is given), loaded as the naive UTC the columns hold.
+
+    A time at the very edge of the calendar with an offset (``0001-01-01T00:00:00+01:00``) has no
+    UTC equivalent: that is the client's bad input (400), not an overflow inside the service.
+    """
+
+    default_error_messages: ClassVar[dict[str, str]] = {"out_of_range": "Not a time that can be expressed in UTC."}
+
+    def __init__(self, **kwargs):
+        super().__init__(default_timezone=UTC, **kwargs)
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        moment = super()._deserialize(value, attr, data, **kwargs)
+        try:
+            return moment.astimezone(UTC).replace(tzinfo=None)
+        except OverflowError:
+            raise self.make_error("out_of_range") from None
+
+
 class ScanListQuerySchema(ma.Schema):
     class Meta:
         unknown = EXCLUDE
@@ -228,11 +251,13 @@ class ScanListQuerySchema(ma.Schema):
     # Ids are a prefix and URL-safe characters: anything else (a NUL byte PostgreSQL cannot even
     # compare) is a 400, not a query.
     bulk_id = fields.String(validate=[ma.validate.Length(min=1, max=40), ma.validate.Regexp(r"^[A-Za-z0-9_-]+$")],
-                            metadata={"pattern": "^[A-Za-z0-9_-]+$", "description": "Only the scans of this bulk batch.", "example": "blk_Q2x0mV8rLk1cYt6nWb3a9g"})
-    created_after = fields.AwareDateTime(default_timezone=timezone.utc, metadata={
+                            metadata={"pattern": "^[A-Za-z0-9_-]+$",
+                                      "description": "Only the scans of this bulk batch.",
+                                      "example": "blk_Q2x0mV8rLk1cYt6nWb3a9g"})
+    created_after = UtcDateTime(metadata={
         "description": "Only scans created after this time (ISO 8601; UTC when no offset is given).",
         "example": "2026-11-21T00:00:00Z"})
-    created_before = fields.AwareDateTime(default_timezone=timezone.utc, metadata={
+    created_before = UtcDateTime(metadata={
         "description": "Only scans created before this time (ISO 8601; UTC when no offset is given).",
         "example": "2026-11-22T00:00:00Z"})
     limit = fields.Integer(load_default=20, validate=ma.validate.Range(min=1, max=100), metadata={
@@ -260,7 +285,7 @@ class ScanListSchema(ma.Schema):
 # --- webhook bodies (documented only) -------------------------------------------------
 
 class WebhookCompletedSchema(ma.Schema):
-    event = fields.String(required=True, metadata={"enum": ["scan.completed"]})
+    event = fields.String(required=True, metadata={"enum": [events.SCAN_COMPLETED.name]})
     scan_id = fields.String(required=True)
     bulk_id = fields.String(metadata={"description": "Only for scans created by a bulk call."})
     target = fields.String(required=True)
@@ -271,7 +296,7 @@ class WebhookCompletedSchema(ma.Schema):
 
 
 class WebhookFailedSchema(ma.Schema):
-    event = fields.String(required=True, metadata={"enum": ["scan.failed"]})
+    event = fields.String(required=True, metadata={"enum": [events.SCAN_FAILED.name]})
     scan_id = fields.String(required=True)
     bulk_id = fields.String(metadata={"description": "Only for scans created by a bulk call."})
     target = fields.String(required=True)
@@ -279,3 +304,8 @@ class WebhookFailedSchema(ma.Schema):
     status = fields.String(required=True, metadata={"enum": ["failed"]})
     failed_at = fields.String(required=True, metadata=TIME_DOC)
     failure = fields.Nested(FailureSchema, required=True)
+
+
+# The body schema of each event kind (app.events names the component), for the OpenAPI document.
+WEBHOOK_BODY_SCHEMAS = {events.SCAN_COMPLETED.schema: WebhookCompletedSchema,
+                        events.SCAN_FAILED.schema: WebhookFailedSchema}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from werkzeug.security import generate_password_hash
 
-from app.db import columns, db, execute, execute_prepared, instance, is_postgres, table, write_transaction
+from app.db import columns, db, execute, execute_prepared, instance, table, write_transaction
 from app.models import ApiKey, CreditLedger, Customer, PortalUser, QuotaMinute, iso, new_id, utcnow
 from app.models.accounts import TIERS
 from app.services import billing, quotas, webhooks
@@ -11,10 +11,8 @@ from app.services.crypto import digest, new_api_key
 from app.services.errors import AccountError  # raised here; callers may catch it as accounts.AccountError
 from app.services.limits import limits_for
 
-
-
 # The columns' ranges: balances and ledger deltas are BIGINT, limit overrides INTEGER.
-# A number outside them would fail in the database (or, on SQLite, silently become a float).
+# A number outside them would fail in the database.
 BIGINT_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
 MAX_NAME_LENGTH = 200  # Customer.name, ApiKey.name
@@ -27,7 +25,7 @@ def _check_range(field: str, value: int, low: int, high: int) -> int:
     return value
 
 
-def _check_text(field: str, value: str, max_length: int, *, required: bool) -> str:
+def _check_text(field: str, value: str | None, max_length: int, *, required: bool) -> str:
     value = (value or "").strip()
     if required and not value:
         raise AccountError(f"{field} must not be empty")
@@ -56,16 +54,14 @@ def create_customer(name: str, tier: str, credits: int = 0) -> Customer:
 
 
 CUSTOMER_BY_ID = f"SELECT {columns(Customer)} FROM {table(Customer)} WHERE id = ?"
-# PostgreSQL: the customer's row, locked until the transaction ends (an admission's lock).
+# The customer's row, locked until the transaction ends (an admission's lock).
 LOCK_CUSTOMER = CUSTOMER_BY_ID + " FOR UPDATE"
 
 
 def lock_customer(customer_id: str) -> Customer:
     """The customer's row, locked until the transaction ends: this serialises a customer's
-    admissions (``SELECT ... FOR UPDATE`` on PostgreSQL; ``write_transaction`` is the
-    lock on SQLite). Call inside ``app.db.write_transaction``."""
-    sql = LOCK_CUSTOMER if is_postgres() else CUSTOMER_BY_ID
-    row = execute_prepared(sql, (customer_id,)).fetchone()
+    admissions (``SELECT ... FOR UPDATE``). Call inside ``app.db.write_transaction``."""
+    row = execute_prepared(LOCK_CUSTOMER, (customer_id,)).fetchone()
     if row is None:
         raise Customer.DoesNotExist(f"no customer {customer_id}")
     return instance(Customer, row)
@@ -101,19 +97,20 @@ def set_limits(customer_id: str, *, inflight=None, hour=None, day=None) -> Custo
     return get_customer(customer_id)
 
 
-def add_credits(customer_id: str, amount: int, reason: str) -> int:
-    """Add ``amount`` credits (negative: take them back) with the operator's ``reason``,
-    which the ledger row keeps (its ``note``); returns the new balance."""
+def add_credits(customer_id: str, amount: int, reason: str | None = None) -> int:
+    """Add ``amount`` credits (negative: take them back) with the operator's optional ``reason``,
+    which the ledger row keeps (its ``note``) and the customer sees with the movement; returns
+    the new balance. A credit is a ``grant``, a debit a ``debit`` (``usage.OPERATOR_KINDS``)."""
     customer = get_customer(customer_id)
     if amount == 0:
         raise AccountError("amount must not be zero")
     _check_range("amount", amount, -BIGINT_MAX, BIGINT_MAX)
-    reason = _check_text("reason", reason, MAX_REASON_LENGTH, required=True)
+    reason = _check_text("reason", reason, MAX_REASON_LENGTH, required=False) or None
     if amount > 0:
         if customer.balance > BIGINT_MAX - amount:
             raise AccountError(f"the balance would exceed {BIGINT_MAX}")
         return billing.credit(customer_id, amount, "grant", note=reason)
-    balance = billing.charge(customer_id, -amount, "grant", note=reason)
+    balance = billing.charge(customer_id, -amount, "debit", note=reason)
     if balance is None:
         raise AccountError("the balance is smaller than the debit")
     return balance

@@ -12,12 +12,10 @@ statement, so a read pays one round trip and one commit for all three.
 """
 from __future__ import annotations
 
-from app.db import execute_prepared, execute_prepared_batch, is_postgres, table
-from app.db import db
+from app.db import db, execute_prepared, execute_prepared_batch, table
 from app.models import CreditLedger, Customer, utcnow
 from app.services import quotas
 from app.services.errors import InsufficientBalance
-
 
 # What a call costs (D3). A served call costs 1 credit when its answer is one of these
 # statuses (2xx, 400, 403, 404; no 401, 402, 409, 429 or 5xx); a creation costs one
@@ -63,7 +61,7 @@ SELECT balance_after FROM ledger"""
 
 
 def apply_statement(customer_id: str, delta: int, reason: str, *, in_flight: int = 0, **ref) -> tuple[str, tuple]:
-    """PostgreSQL: the SQL and parameters of ``apply`` (one row, the new balance, or none), to run with others."""
+    """The SQL and parameters of ``apply`` (one row, the new balance, or none), to run with others."""
     unknown = set(ref) - LEDGER_REFS
     if unknown:
         raise TypeError(f"unknown ledger fields: {', '.join(sorted(unknown))}")
@@ -77,31 +75,17 @@ def apply(customer_id: str, delta: int, reason: str, *, in_flight: int = 0, **re
 
     Runs in the caller's transaction (``charge`` and ``credit`` open their own); returns
     the new balance, or None when a debit would overdraw it (nothing is written then)."""
-    if is_postgres():
-        # The conditional UPDATE and its ledger row in one statement (one round trip).
-        row = execute_prepared(*apply_statement(customer_id, delta, reason, in_flight=in_flight, **ref)).fetchone()
-        return row[0] if row else None
-    query = Customer.update(balance=Customer.balance + delta, in_flight=Customer.in_flight + in_flight).where(
-        Customer.id == customer_id)
-    if delta < 0:
-        query = query.where(Customer.balance >= -delta)
-    rows = list(query.returning(Customer.balance).tuples().execute())
-    if not rows:
-        return None
-    balance = rows[0][0]
-    CreditLedger.create(customer=customer_id, delta=delta, balance_after=balance, reason=reason, **ref)
-    return balance
+    # The conditional UPDATE and its ledger row in one statement (one round trip).
+    row = execute_prepared(*apply_statement(customer_id, delta, reason, in_flight=in_flight, **ref)).fetchone()
+    return row[0] if row else None
 
 
 def apply_after(statements: list, customer_id: str, delta: int, reason: str, *, in_flight: int = 0,
                 **ref) -> int | None:
-    """Run ``statements`` (``(sql, params)``), then ``apply``: on PostgreSQL in one round trip."""
-    if is_postgres():
-        row = execute_prepared_batch(statements + [apply_statement(customer_id, delta, reason, in_flight=in_flight,
-                                                                   **ref)]).fetchone()
-        return row[0] if row else None
-    execute_prepared_batch(statements)
-    return apply(customer_id, delta, reason, in_flight=in_flight, **ref)
+    """Run ``statements`` (``(sql, params)``), then ``apply``, in one round trip."""
+    row = execute_prepared_batch(statements + [apply_statement(customer_id, delta, reason, in_flight=in_flight,
+                                                               **ref)]).fetchone()
+    return row[0] if row else None
 
 
 def charge(customer_id: str, amount: int, reason: str, **ref) -> int | None:
@@ -150,10 +134,6 @@ def charge_call(customer_id: str, request_id: str | None, now, endpoint: str | N
     ``endpoint`` (method and path) is kept as the ledger row's note, so the customer's
     ledger says what each credit paid for."""
     endpoint = call_note(endpoint)
-    if not is_postgres():
-        with db.atomic():  # one transaction, as the one statement below: a failure leaves no charge
-            balance = apply(customer_id, -CALL_PRICE, "call", request_id=request_id, note=endpoint)
-            return balance, quotas.window_usage(customer_id, now)
     row = execute_prepared(CHARGE_AND_USAGE, (CALL_PRICE, customer_id, CALL_PRICE, customer_id, -CALL_PRICE, "call",
                                               request_id, endpoint, now) + quotas.window_params(customer_id, now)
                            ).fetchone()

@@ -18,19 +18,18 @@ place that decides whether and when a delivery is retried). The next job is enqu
 only after that commit; if Redis refuses it, the sweep enqueues it.
 
 A delivery pool makes hundreds of attempts a second in one process (``workers.delivery_pool``),
-so the statements of an attempt are written once as SQL below: on PostgreSQL an attempt is
-three prepared statements (load, claim, and on success close), on SQLite the claim and the
-close run their parts in turn inside a transaction.
+so the statements of an attempt are written once as SQL below: an attempt is three
+prepared statements (load, claim, and on success close).
 """
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Callable
 
 from app import metrics, runtime
-from app.db import columns, db, execute, execute_prepared, instance, is_postgres, repr_column, table
+from app.db import columns, db, execute, execute_prepared, instance, repr_column, table
 from app.jobs import DELIVERY_JOB_TIMEOUT, delivery_job_id, enqueue_delivery, job_attempt_number, live_job_ids
 from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, utcnow
 from app.models.webhooks import FAILED, PENDING, SUCCEEDED
@@ -85,9 +84,8 @@ CLAIM = (f"UPDATE {_D} SET {_col(WebhookDelivery.attempts)} = {_col(WebhookDeliv
 _ATTEMPT_FIELDS = (DeliveryAttempt.delivery, DeliveryAttempt.number, DeliveryAttempt.started_at, DeliveryAttempt.url,
                    DeliveryAttempt.outcome)
 _ATTEMPT_INSERT = f"INSERT INTO {_A} ({', '.join(_col(f) for f in _ATTEMPT_FIELDS)})"
-# The attempt's row, in progress. Parameters: delivery id, n, started at, url.
-LOG = f"{_ATTEMPT_INSERT} VALUES (?, ?, ?, ?, '{IN_PROGRESS}')"
-# PostgreSQL: the claim and the in-progress row in one statement (the row only if the claim took).
+# The claim and the attempt's row, in progress, in one statement (the row only if the claim
+# took). Parameters: delivery id, n - 1, job id, n, started at, url.
 CLAIM_AND_LOG = (f"WITH claimed AS ({CLAIM} RETURNING id) "
                  f"{_ATTEMPT_INSERT} SELECT id, ?, ?, ?, '{IN_PROGRESS}' FROM claimed RETURNING id")
 # Closing an attempt, once: the sweep may have closed it as lost already. Parameters:
@@ -100,19 +98,20 @@ CLOSE = (f"UPDATE {_A} SET {_col(DeliveryAttempt.outcome)} = ?, {_col(DeliveryAt
 FINISH = (f"UPDATE {_D} SET {_col(WebhookDelivery.status)} = ?, {_col(WebhookDelivery.finished_at)} = ?, "
           f"{_col(WebhookDelivery.next_attempt_at)} = NULL "
           f"WHERE id = ? AND {_col(WebhookDelivery.status)} = '{PENDING}' AND {_col(WebhookDelivery.attempts)} = ?")
-# PostgreSQL: a successful attempt closed and its delivery ended in one statement; says
+# A successful attempt closed and its delivery ended in one statement; says
 # whether the attempt was still open.
 CLOSE_SUCCEEDED = (f"WITH closed AS ({CLOSE} RETURNING id), "
                    f"finished AS ({FINISH} AND EXISTS (SELECT 1 FROM closed) RETURNING id) "
                    f"SELECT count(*) FROM closed")
 
 
-def start_attempt(delivery_id: str, job_id: str | None, admit: Callable[[str], bool] | None = None) -> Attempt | str:
+def start_attempt(delivery_id: str, job_id: str | None,
+                  admit: Callable[[str, str], bool] | None = None) -> Attempt | str:
     """Reserve the attempt job ``job_id`` stands for, or say why it makes none
     (``"final"``: the delivery is over; ``"stale"``: the job is not the current one;
-    ``"busy"``: ``admit(url)``, asked before anything is written, refused it).
+    ``"busy"``: ``admit(key_id, url)``, asked before anything is written, refused it).
 
-    ``admit`` is the worker's per-receiver gate (D18): a refused job has made no attempt
+    ``admit`` is the worker's per-endpoint gate (D18): a refused job has made no attempt
     and may be run again later under the same id (``defer``)."""
     row = execute_prepared(LOAD, (delivery_id,)).fetchone()
     delivery = instance(WebhookDelivery, row[:-_KEY_COLUMNS]) if row else None
@@ -122,7 +121,7 @@ def start_attempt(delivery_id: str, job_id: str | None, admit: Callable[[str], b
     if job_id is None or delivery.job_id != job_id or job_attempt_number(job_id) != number:
         log.info("delivery %s: job %s is not the current one, stopping", delivery_id, job_id)
         return "stale"
-    if admit is not None and not admit(delivery.url):
+    if admit is not None and not admit(delivery.api_key_id, delivery.url):
         return "busy"
     # Everything that could fail is done before the claim: a claimed attempt is always
     # followed by its request (or its worker died, which the sweep sees).
@@ -140,17 +139,10 @@ def start_attempt(delivery_id: str, job_id: str | None, admit: Callable[[str], b
 def reserve(delivery: WebhookDelivery, number: int, job_id: str, now) -> DeliveryAttempt | None:
     """Claim attempt ``number`` and log it as in progress, or None when another job has."""
     values = (number, now, delivery.url)
-    if is_postgres():
-        row = execute_prepared(CLAIM_AND_LOG, (delivery.id, number - 1, job_id) + values).fetchone()
-        attempt_id = row[0] if row else None
-    else:
-        with db.atomic():
-            if not execute(CLAIM, (delivery.id, number - 1, job_id)).rowcount:
-                return None
-            attempt_id = execute(LOG, (delivery.id,) + values).lastrowid
-    if attempt_id is None:
+    row = execute_prepared(CLAIM_AND_LOG, (delivery.id, number - 1, job_id) + values).fetchone()
+    if row is None:
         return None
-    return DeliveryAttempt(id=attempt_id, delivery=delivery.id, number=number, started_at=now, url=delivery.url,
+    return DeliveryAttempt(id=row[0], delivery=delivery.id, number=number, started_at=now, url=delivery.url,
                            outcome=IN_PROGRESS)
 
 
@@ -171,14 +163,13 @@ def record(delivery: WebhookDelivery, attempt: DeliveryAttempt, outcome: Outcome
     closing = (SUCCEEDED if outcome.succeeded else FAILED, outcome.status_code, outcome.error, outcome.duration_ms,
                outcome.excerpt, attempt.id)
     next_job = None
-    if outcome.succeeded and is_postgres():
-        closed = execute_prepared(CLOSE_SUCCEEDED, closing + (SUCCEEDED, now, delivery.id, attempt.number)).fetchone()[0]
+    if outcome.succeeded:
+        params = closing + (SUCCEEDED, now, delivery.id, attempt.number)
+        closed = execute_prepared(CLOSE_SUCCEEDED, params).fetchone()[0]
     else:
         with db.atomic():
             closed = execute(CLOSE, closing).rowcount
-            if closed and outcome.succeeded:
-                _finish(delivery.id, attempt.number, SUCCEEDED, now)
-            elif closed:
+            if closed:
                 next_job = _after_failure(delivery, attempt.number, now)
     if not closed:
         # The sweep took this attempt for lost and already went on with the schedule.

@@ -12,8 +12,8 @@ from datetime import datetime
 from app.models import DeliveryAttempt, WebhookDelivery
 from app.models.webhooks import PENDING
 from app.services import webhooks
-from app.webhook_signature import PREFIX, SIGNATURE_HEADER, STANDARD_SIGNATURE_HEADER, TIMESTAMP_HEADER
 from app.services.paging import Page
+from app.webhook_signature import PREFIX, SIGNATURE_HEADER, STANDARD_SIGNATURE_HEADER, TIMESTAMP_HEADER
 
 MASK = "••••••••"
 NOT_SENT = "(set when sent)"
@@ -41,7 +41,8 @@ def _entry(delivery: WebhookDelivery, attempts: list[DeliveryAttempt], signed: b
     last = attempts[0] if attempts else None
     return {
         "delivery_id": delivery.id, "event": delivery.event, "scan_id": delivery.scan_id,
-        "test": delivery.scan_id is None, "livemode": delivery.livemode, "status": delivery.status, "attempt_count": delivery.attempts,
+        "test": delivery.scan_id is None, "livemode": delivery.livemode, "status": delivery.status,
+        "attempt_count": delivery.attempts,
         "created_at": delivery.created_at, "finished_at": delivery.finished_at,
         "next_attempt_at": delivery.next_attempt_at if delivery.status == PENDING else None,
         "can_redeliver": delivery.status != PENDING,  # failed or succeeded

@@ -10,7 +10,9 @@ No flask here: the portal's views and the operator CLI both call these functions
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
 from datetime import timedelta
+from typing import cast
 
 from peewee import fn
 from werkzeug.security import check_password_hash, generate_password_hash
@@ -146,7 +148,7 @@ def live_sessions(user_ids: list[str]) -> dict[str, int]:
     rows = (PortalSession.select(PortalSession.user, fn.COUNT(PortalSession.id).alias("n"))
             .where(PortalSession.user.in_(user_ids) & (PortalSession.expires_at > utcnow()))
             .group_by(PortalSession.user).tuples())
-    return dict(rows)
+    return dict(cast(Iterable[tuple[str, int]], rows))  # peewee types rows as models
 
 
 def user_dict(user: PortalUser, sessions: int = 0) -> dict:

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import cast
 
 from peewee import fn
 
@@ -67,7 +69,7 @@ WINDOW_COLUMNS = ", ".join([_MINUTES, _MINUTES, _EDGE, _EDGE, _OLDEST, _OLDEST])
 WINDOW_USAGE = f"SELECT {WINDOW_COLUMNS}"
 
 
-def window_params(customer_id: str, now: datetime, livemode: bool = True) -> tuple:
+def window_params(customer_id: str | None, now: datetime, livemode: bool = True) -> tuple:
     """The parameters of ``WINDOW_COLUMNS`` for the windows ending at ``now`` (of one mode, D15)."""
     # Each window's start, and the first minute wholly inside it (the one after the cut minute).
     cuts = [(start, minute_of(start) + timedelta(minutes=1))
@@ -134,8 +136,10 @@ def counted_from_scans(now: datetime, customer_id: str | None = None,
         scans = scans.where(Scan.customer == customer_id)
     if livemode is not None:
         scans = scans.where(Scan.livemode == livemode)
-    in_flight, minutes = Counter(), Counter()
-    for customer, status, created_at in scans.tuples():
+    in_flight: Counter[str] = Counter()
+    minutes: Counter[tuple[str, datetime]] = Counter()
+    rows = cast(Iterable[tuple[str, str, datetime]], scans.tuples())  # peewee types rows as models
+    for customer, status, created_at in rows:
         if status in IN_FLIGHT:
             in_flight[customer] += 1
         if created_at > day_start:

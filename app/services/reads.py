@@ -18,7 +18,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from app.db import columns, execute, execute_prepared, instance, is_postgres, table
+from app.db import columns, execute, execute_prepared, instance, table
 from app.models import ApiKey, BulkBatch, CreditLedger, Customer, Scan, iso, utcnow
 from app.models.scans import COMPLETED, FAILED, QUEUED, RUNNING
 from app.rawjson import RawJSON
@@ -59,8 +59,8 @@ def final_fields(status: str, completed_at, result_json: str | None, failed_at, 
     """``completed_at`` and ``result`` of a completed scan, or ``failed_at`` and ``failure`` of a
     failed one, in that order; None for a scan in flight."""
     if status == COMPLETED:
-        return {"completed_at": iso(completed_at),
-                "result": RawJSON(result_json) if raw_result else json.loads(result_json)}
+        text = result_json or "null"  # a completed scan always has one; erased ones will not
+        return {"completed_at": iso(completed_at), "result": RawJSON(text) if raw_result else json.loads(text)}
     if status == FAILED:
         return {"failed_at": iso(failed_at), "failure": {"code": failure_code, "message": failure_message or ""}}
     return None
@@ -74,7 +74,8 @@ def final_state(scan, *, raw_result: bool = False) -> dict | None:
 
 def scan_view(scan, now, *, raw_result: bool = False) -> dict:
     """The read body of D5 for one scan in any state (``raw_result``: the result as RawJSON)."""
-    body = {"ok": True, "scan_id": scan.id, "livemode": scan.livemode, "status": scan.status, "target": scan.target, "kind": scan.kind,
+    body = {"ok": True, "scan_id": scan.id, "livemode": scan.livemode, "status": scan.status, "target": scan.target,
+            "kind": scan.kind,
             "created_at": iso(scan.created_at)}
     if scan.bulk_id:
         body["bulk_id"] = scan.bulk_id
@@ -109,7 +110,7 @@ def bulk_body(batch, scans) -> dict:
     counts = {QUEUED: 0, RUNNING: 0, COMPLETED: 0, FAILED: 0}
     entries = []
     all_done = True
-    as_time = Scan.completed_at.python_value  # raw rows: SQLite hands back text, PostgreSQL datetimes
+    as_time = Scan.completed_at.python_value  # raw rows, as the model would read them
     for (scan_id, status, target, kind, completed_at, result_json, failed_at, failure_code,
          failure_message) in scans:
         counts[status] += 1
@@ -128,7 +129,7 @@ def bulk_body(batch, scans) -> dict:
 def _list_entry(row, livemode: bool) -> dict:
     (scan_id, status, target, kind, bulk_id, created_at, completed_at, result_json, failed_at, failure_code,
      failure_message) = row
-    as_time = Scan.created_at.python_value  # raw rows: SQLite hands back text, PostgreSQL datetimes
+    as_time = Scan.created_at.python_value  # raw rows, as the model would read them
     entry = {"scan_id": scan_id, "livemode": livemode, "status": status, "target": target, "kind": kind,
              "created_at": iso(as_time(created_at))}
     if bulk_id:
@@ -204,6 +205,9 @@ def portal_scans(customer_id: str, *, status: str | None = None, kind: str | Non
     """The portal's scans list: newest first, a batch's scans in request order, numbered pages
     with a total, a key filter and a search in the target (the API's ``list_scans`` pages by
     cursor); filters that are not for this customer find nothing."""
+    for name, value in (("batch", bulk_id), ("search", search)):
+        if value and "\x00" in value:  # PostgreSQL refuses a NUL even in a comparison: a 400, not a 500
+            raise InvalidRequest(f"the {name} filter must not contain a NUL byte")
     page, per_page = max(1, page), min(MAX_PER_PAGE, max(1, per_page))
     query = Scan.select().where(Scan.customer == customer_id)
     if status:
@@ -242,7 +246,7 @@ def batch_detail(customer_id: str, bulk_id: str) -> dict:
         raise NotFound("no bulk batch with this id")
     now = utcnow()
     scans = [_summary(s, now) for s in Scan.select().where(Scan.bulk == batch.id).order_by(Scan.bulk_index)]
-    counts = {status: 0 for status in STATUSES}
+    counts = dict.fromkeys(STATUSES, 0)
     for scan in scans:
         counts[scan["status"]] += 1
     return {"bulk_id": batch.id, "livemode": batch.livemode, "created_at": batch.created_at, "total": batch.total,
@@ -253,11 +257,11 @@ def batch_detail(customer_id: str, bulk_id: str) -> dict:
 
 # --- served reads: authentication, charge and read in one statement ---------------------
 # A read is always charged once its key is live and its balance covers it (200, 403 and 404
-# are all charged, D3), so on PostgreSQL the key look-up, the conditional charge with its
+# are all charged, D3), so the key look-up, the conditional charge with its
 # ledger row, the quota windows the answer reports (D8) and the scan (or the batch and its
 # scans) are one statement, prepared once per connection: one round trip and one commit per
 # read, where authentication, read and charge took three. The rules stay those of ``keyauth``, ``billing`` and the
-# reads above; SQLite runs them one after the other, as before.
+# reads above; a test key's read runs them one after the other (``_serve_in_turn``).
 
 @dataclass
 class ServedRead:
@@ -296,8 +300,8 @@ READ_SCAN_CHARGED = (_charged(f"SELECT customer_id FROM {table(Scan)} WHERE id =
                      + f"SELECT k.*, w.*, {columns(Scan, 's')} FROM k CROSS JOIN w LEFT JOIN {table(Scan)} AS s "
                        f"ON s.id = ?")
 _BATCH_WIDTH = len(BulkBatch._meta.sorted_fields)
-_SCAN_ENTRY = "s.id, s.status, s.target, s.kind, s.completed_at, s.result_json, s.failed_at, s.failure_code, " \
-              "s.failure_message"  # the columns of BATCH_SCANS
+_SCAN_ENTRY = ("s.id, s.status, s.target, s.kind, s.completed_at, s.result_json, s.failed_at, s.failure_code, "
+               "s.failure_message")  # the columns of BATCH_SCANS
 # The key, charge and batch on the first row, then one row per scan with only its own
 # columns: the key's and windows' columns are not sent (nor decoded) a hundred times.
 READ_BULK_CHARGED = _charged(f"SELECT customer_id FROM {table(BulkBatch)} WHERE id = ? AND livemode") + (
@@ -323,8 +327,6 @@ def serve_bulk_read(token: str, bulk_id: str, request_id: str | None, notes: dic
 def _serve(token, object_id, request_id, notes, statement, body_of_rows, read) -> ServedRead:
     now = utcnow()
     token_digest = keyauth.digest_of(token)
-    if not is_postgres():
-        return _serve_in_turn(keyauth.authenticate(token), object_id, request_id, notes, read, now)
     notes = {status: billing.call_note(note) for status, note in notes.items()}
     rows = execute_prepared(statement, (token_digest, request_id, notes[404], notes[200], notes[403], object_id, now)
                             + quotas.window_times(now) + (object_id,)).fetchall()
@@ -345,7 +347,7 @@ def _serve(token, object_id, request_id, notes, statement, body_of_rows, read) -
 
 def _serve_in_turn(key, object_id, request_id, notes, read, now) -> ServedRead:
     """Authentication done: the balance check, the read and the charge one after the other
-    (SQLite, and test keys, which are charged nothing and read only test data: D15)."""
+    (test keys, which are charged nothing and read only test data: D15)."""
     if billing.is_billed(key.livemode) and key.customer.balance < billing.CALL_PRICE:
         return ServedRead(key, error=InsufficientBalance(key.customer.balance))
     served = ServedRead(key)

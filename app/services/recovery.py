@@ -28,7 +28,8 @@ timeout (amended D13).
 from __future__ import annotations
 
 import logging
-from datetime import timedelta, timezone
+from datetime import UTC, timedelta
+from typing import cast
 
 from app import metrics, runtime
 from app.db import db
@@ -48,7 +49,8 @@ def recover_scans(now, *, at_once: bool = False) -> int:
     if not at_once:
         where &= ((Scan.last_checked_at < stale_before)
                   | (Scan.last_checked_at.is_null() & (Scan.created_at < stale_before)))
-    candidates = list(Scan.select(Scan.id, Scan.tracking_job_id).where(where).tuples())
+    candidates = cast(list[tuple[str, str | None]],  # peewee types rows as models
+                      list(Scan.select(Scan.id, Scan.tracking_job_id).where(where).tuples()))
     alive = live_job_ids([job_id for _, job_id in candidates if job_id])
     redispatched = 0
     for scan_id, job_id in candidates:
@@ -72,7 +74,7 @@ def reverse_unsubmitted(now) -> int:
 def promote_overdue(now) -> int:
     """Enqueue scheduled jobs that RQ's scheduler should have enqueued long ago."""
     overdue = now - timedelta(seconds=runtime.config["RECOVERY_STALE_SECONDS"])
-    overdue_before = overdue.replace(tzinfo=timezone.utc).timestamp()  # ``now`` is naive UTC
+    overdue_before = overdue.replace(tzinfo=UTC).timestamp()  # ``now`` is naive UTC
     moved = sum(promote_due(queue(name), int(overdue_before)) for name in QUEUES)
     if moved:
         log.warning("moved %d overdue scheduled job(s) to their queues: is RQ's scheduler running?", moved)

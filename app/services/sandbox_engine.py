@@ -39,13 +39,12 @@ import hashlib
 import json
 import secrets
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from app import runtime
 from app.services.engine import EngineError
 from app.services.results import normalize_result
-from app.simulated.conventions import (FAIL, HANG, KINDS, NORMAL, SLOW, Plan, behaviour_of, progress_at,
-                                       recipes_for)
+from app.simulated.conventions import FAIL, HANG, KINDS, NORMAL, SLOW, Plan, behaviour_of, progress_at, recipes_for
 from app.simulated.results import result_for
 
 ID_PREFIX = "sbx_"
@@ -119,14 +118,14 @@ def status_of(kind: str, target: str, submitted_at: datetime | float) -> dict:
     _check(kind, target)
     if isinstance(submitted_at, datetime):
         if submitted_at.tzinfo is None:
-            submitted_at = submitted_at.replace(tzinfo=timezone.utc)
+            submitted_at = submitted_at.replace(tzinfo=UTC)
         submitted_at = submitted_at.timestamp()
     return _status(None, kind, target, float(submitted_at))
 
 
 def result(kind: str, target: str) -> dict:
     """The result of a finished sandbox scan of this target, in the service's result shape."""
-    digest = hashlib.sha256(f"sandbox-artifacts:{kind}:{target}".encode("utf-8")).hexdigest()[:32]
+    digest = hashlib.sha256(f"sandbox-artifacts:{kind}:{target}".encode()).hexdigest()[:32]
     raw = result_for(kind, target, ARTIFACT_BASE + digest, messy=False)
     return normalize_result(raw, kind)
 
@@ -134,7 +133,7 @@ def result(kind: str, target: str) -> dict:
 def _status(engine_id: str | None, kind: str, target: str, submitted_s: float) -> dict:
     plan = plan_for(kind, target)
     progress = progress_at(plan, time.time() - submitted_s)
-    body = {"id": engine_id, "status": progress.status, "recipes_total": plan.recipes,
+    body: dict[str, object] = {"id": engine_id, "status": progress.status, "recipes_total": plan.recipes,
             "recipes_done": progress.recipes_done, "result": None, "error": None}
     if progress.status == "done":
         body["result"] = result(kind, target)

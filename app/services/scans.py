@@ -3,8 +3,8 @@ the reversal of a reservation. Reads are ``services.reads``; bulk input validati
 ``services.bulk``; the price of a creation ``billing.admission_cost``.
 
 Admission follows D3, D7, D8 and D13:
-1. One write transaction serialises a customer's admissions (``BEGIN IMMEDIATE`` on
-   SQLite, ``SELECT ... FOR UPDATE`` of the customer row on PostgreSQL). Inside it:
+1. One write transaction serialises a customer's admissions (``SELECT ... FOR UPDATE``
+   of the customer row). Inside it:
    balance, in-flight, hour and day checks, the scan rows and the charge with its
    ledger row. The scans exist, ``queued``, before the engine is called, so the
    in-flight limit holds while that call is pending.
@@ -22,14 +22,21 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from app import runtime
-from app.metrics import SCANS_CREATED
-from app.db import (db, execute, execute_prepared_batch, insert_rows_statement, instance, is_postgres, table,
-                    write_transaction)
+from app.db import (
+    db,
+    execute,
+    execute_prepared_batch,
+    insert_rows_statement,
+    instance,
+    table,
+    transaction_with_known_outcome,
+)
 from app.jobs import enqueue_tracking, tracking_job_id
+from app.metrics import SCANS_CREATED
 from app.models import BulkBatch, Customer, Scan, new_id, utcnow
 from app.models.scans import QUEUED
 from app.services import billing, bulk, engine, quotas, sandbox_engine
-from app.services.accounts import LOCK_CUSTOMER, lock_customer
+from app.services.accounts import LOCK_CUSTOMER
 from app.services.errors import EngineUnavailable, InsufficientBalance, InvalidRequest
 from app.services.limits import Limits, limits_for
 from app.services.targets import TargetError, normalize
@@ -58,11 +65,9 @@ def engine_for(livemode: bool):
 
 def _lock_and_count(customer_id, now, livemode):
     """The customer's row, locked until the transaction ends, and its windows counted under
-    that lock: on PostgreSQL one round trip of two statements (each statement takes its own
-    snapshot under READ COMMITTED, so the counts see every admission committed before the
-    lock was granted)."""
-    if not is_postgres():
-        return lock_customer(customer_id), quotas.window_usage(customer_id, now, livemode)
+    that lock: one round trip of two statements (each statement takes its own snapshot
+    under READ COMMITTED, so the counts see every admission committed before the lock was
+    granted)."""
     row = execute_prepared_batch([
         (LOCK_CUSTOMER, (customer_id,)),
         (quotas.CUSTOMER_AND_WINDOWS, quotas.window_params(customer_id, now, livemode) + (customer_id,)),
@@ -77,11 +82,19 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
     """Step 1: check and reserve in one transaction. Returns (scans, batch, balance, limits, usage).
 
     Its round trips: BEGIN; the lock with the counts; the rows, the window counter and the
-    charge (on PostgreSQL one batch); COMMIT."""
+    charge (one batch); COMMIT."""
     now = utcnow()
     n = len(items)
     cost = billing.admission_cost(n, livemode)
-    with write_transaction():
+    rows: list[dict] = []
+    batch = None
+
+    def committed() -> bool:  # the first row written, looked up after a COMMIT whose answer was lost
+        if batch is not None:
+            return BulkBatch.select().where(BulkBatch.id == batch.id).exists()
+        return bool(rows) and Scan.select().where(Scan.id == rows[0]["id"]).exists()
+
+    with transaction_with_known_outcome(committed):
         customer, usage = _lock_and_count(customer_id, now, livemode)
         if customer.balance < cost:
             raise InsufficientBalance(customer.balance, cost if bulk_total is not None else 1)
@@ -89,14 +102,12 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
         if n:
             quotas.check(customer, limits, n, now, bulk=bulk_total is not None, livemode=livemode, usage=usage)
         writes = []
-        batch = None
         if bulk_total is not None:
             batch = BulkBatch(id=new_id("blk"), customer=customer_id, api_key=api_key_id, total=bulk_total,
                               created_at=now)
             writes.append(insert_rows_statement(BulkBatch, [{"id": batch.id, "customer": customer_id,
                                                              "api_key": api_key_id, "total": bulk_total,
                                                              "created_at": now, "livemode": livemode}]))
-        rows = []
         for index, (kind, target) in items:
             scan_id = new_id("scn")
             rows.append({
@@ -148,18 +159,11 @@ def _record_submissions(rows, answers) -> None:
                 (answers[0]["id"], answers[0]["recipes"], etas[0], rows[0]["id"]))
         return
     ids = [r["id"] for r in rows]
-    if is_postgres():  # a join with the new values: linear in the batch, where CASE is quadratic
-        values = ", ".join(["(?, ?, ?, ?)"] * len(ids))
-        execute(f"UPDATE {table(Scan)} AS s SET engine_id = v.engine_id, recipes_total = v.recipes, eta_at = v.eta "
-                f"FROM (VALUES {values}) AS v(id, engine_id, recipes, eta) WHERE s.id = v.id",
-                [v for i, a, eta in zip(ids, answers, etas) for v in (i, a["id"], a["recipes"], eta)])
-        return
-    cases = " ".join(["WHEN ? THEN ?"] * len(ids))
-    params = [v for pair in zip(ids, (a["id"] for a in answers)) for v in pair]
-    params += [v for pair in zip(ids, (a["recipes"] for a in answers)) for v in pair]
-    params += [v for pair in zip(ids, etas) for v in pair]
-    execute(f"UPDATE {table(Scan)} SET engine_id = CASE id {cases} END, recipes_total = CASE id {cases} END, "
-            f"eta_at = CASE id {cases} END WHERE id IN ({', '.join('?' * len(ids))})", params + ids)
+    # A join with the new values: linear in the batch, where CASE is quadratic.
+    values = ", ".join(["(?, ?, ?, ?)"] * len(ids))
+    execute(f"UPDATE {table(Scan)} AS s SET engine_id = v.engine_id, recipes_total = v.recipes, eta_at = v.eta "
+            f"FROM (VALUES {values}) AS v(id, engine_id, recipes, eta) WHERE s.id = v.id",
+            [v for i, a, eta in zip(ids, answers, etas) for v in (i, a["id"], a["recipes"], eta)])
 
 
 def _dispatch(rows, answers) -> None:
@@ -173,10 +177,7 @@ def _submit(customer_id, rows, batch, cost, request_id, livemode=True) -> list[d
     items = [{"target": r["target"], "kind": r["kind"], "reference": r["id"]} for r in rows]
     backend = engine_for(livemode)
     try:
-        if batch is None:
-            answers = [backend.submit(**items[0])]
-        else:
-            answers = backend.submit_batch(items)
+        answers = [backend.submit(**items[0])] if batch is None else backend.submit_batch(items)
     except engine.EngineError:  # the sandbox's errors are EngineErrors too
         _reverse(customer_id, rows, batch, cost, request_id, livemode)
         raise EngineUnavailable() from None
@@ -226,7 +227,8 @@ def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True) -> 
         _submit(customer.id, rows, batch, cost, request_id, livemode)
         _count_created(rows, customer, batch)
     body = {
-        "ok": True, "bulk_id": batch.id, "livemode": livemode, "total": len(targets), "queued": len(rows), "rejected": rejected,
+        "ok": True, "bulk_id": batch.id, "livemode": livemode, "total": len(targets), "queued": len(rows),
+        "rejected": rejected,
         "scans": [{"scan_id": r["id"], "livemode": livemode, "target": r["target"], "kind": r["kind"]} for r in rows],
     }
     return Outcome(body, balance, limits, usage)

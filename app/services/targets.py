@@ -64,7 +64,7 @@ def _phone(target: str) -> str:
 
 
 def _username(target: str) -> str:
-    handle = target[1:] if target.startswith("@") else target
+    handle = target.removeprefix("@")
     if not HANDLE_RE.match(handle):
         raise TargetError("invalid_target",
                           "target is not a valid username (3 to 64 of A-Z, a-z, 0-9, '.', '_', '-')", "username")

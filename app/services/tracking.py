@@ -14,7 +14,7 @@ from datetime import timedelta
 from peewee import Case
 
 from app import metrics, runtime
-from app.db import db, is_postgres
+from app.db import db
 from app.jobs import enqueue_tracking, tracking_generation, tracking_job_id
 from app.models import Scan, utcnow
 from app.models.scans import COMPLETED, FAILED, IN_FLIGHT, QUEUED, RUNNING
@@ -91,7 +91,7 @@ def hand_over(scan_id: str, current_job_id: str | None, delay: float, *, in_flig
         query = query.where(Scan.tracking_job_id == current_job_id)
     if in_flight_only:
         query = query.where(Scan.status.in_(IN_FLIGHT))
-    if durable or not is_postgres():
+    if durable:
         changed = query.execute()
     else:
         with db.atomic():

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 
-from app.db import execute, is_postgres, repr_column, table
+from app.db import execute, repr_column, table
 from app.models import CreditLedger, Scan, utcnow
 from app.services.errors import InvalidRequest
 from app.services.paging import Page
@@ -18,14 +18,13 @@ from app.services.paging import Page
 MAX_PER_PAGE = 100
 MAX_EXPORT_DAYS = 366
 EXPORT_CHUNK = 1000
-OPERATOR = "grant"  # the ledger reason of an operator's credit (its note is the reason given)
+# The ledger reasons of an operator's movements, a credit and a debit (the note is the reason given, if any).
+OPERATOR_KINDS = ("grant", "debit")
 
-# Bucket labels computed by the database, the same text on both engines.
+# Bucket labels computed by the database.
 _BUCKETS = {
-    ("sqlite", "day"): "strftime('%Y-%m-%d', {col})",
-    ("sqlite", "hour"): "strftime('%Y-%m-%d %H', {col})",
-    ("postgres", "day"): "to_char({col}, 'YYYY-MM-DD')",
-    ("postgres", "hour"): "to_char({col}, 'YYYY-MM-DD HH24')",
+    "day": "to_char({col}, 'YYYY-MM-DD')",
+    "hour": "to_char({col}, 'YYYY-MM-DD HH24')",
 }
 
 
@@ -38,7 +37,7 @@ class Bucket:
 
 
 def _bucket_sql(unit: str, column: str) -> str:
-    return _BUCKETS[("postgres" if is_postgres() else "sqlite", unit)].format(col=column)
+    return _BUCKETS[unit].format(col=column)
 
 
 def _grouped(model, value_sql: str, customer_id: str, since: datetime, unit: str, extra: str = "") -> dict:
@@ -68,7 +67,7 @@ def activity(customer_id: str, unit: str = "day", now: datetime | None = None) -
     # Live scans only: a test key's scans are free and count apart (D15).
     scans = _grouped(Scan, "COUNT(*)", customer_id, first, unit, f" AND {repr_column(Scan.livemode)} = TRUE")
     spent = _grouped(CreditLedger, f"SUM(-{repr_column(CreditLedger.delta)})", customer_id, first, unit,
-                     f" AND {repr_column(CreditLedger.reason)} <> '{OPERATOR}'")
+                     f" AND {repr_column(CreditLedger.reason)} NOT IN {OPERATOR_KINDS!r}")
     return [Bucket(start, start.strftime(label_of), scans.get(start.strftime(label_of), 0),
                    spent.get(start.strftime(label_of), 0)) for start in starts]
 
@@ -82,7 +81,7 @@ def describe(row: CreditLedger) -> dict:
     entry = {"id": row.id, "created_at": row.created_at, "delta": row.delta, "balance_after": row.balance_after,
              "kind": row.reason, "scan_id": row.scan_id, "bulk_id": row.bulk_id, "request_id": row.request_id,
              "endpoint": "", "what": "", "reason": ""}
-    if row.reason == OPERATOR:
+    if row.reason in OPERATOR_KINDS:
         entry["what"] = "Credits added by your account manager" if row.delta >= 0 else \
             "Credits taken back by your account manager"
         entry["reason"] = note

@@ -52,7 +52,7 @@ def _unwrap(ip):
 
 
 def is_public(address: str) -> bool:
-    ip = _unwrap(ipaddress.ip_address(address.split("%")[0]))
+    ip = _unwrap(ipaddress.ip_address(address.split("%", maxsplit=1)[0]))
     # is_global alone lets multicast and some reserved IPv6 blocks (NAT64, ::/8) through.
     return ip.is_global and not (ip.is_multicast or ip.is_reserved)
 
@@ -60,7 +60,7 @@ def is_public(address: str) -> bool:
 def resolve(host: str, port: int) -> list[str]:
     """The host's addresses in the resolver's order of preference; raises ``socket.gaierror``."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return list(dict.fromkeys(info[4][0] for info in infos))
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))  # an IP address, for TCP
 
 
 def public_addresses(host: str, port: int) -> list[str]:
@@ -165,7 +165,7 @@ class AttemptDeadline:
         self._timer = threading.Timer(seconds, self._fire)
         self._timer.daemon = True
 
-    def __enter__(self) -> "AttemptDeadline":
+    def __enter__(self) -> AttemptDeadline:
         _attempt.deadline = self
         self._timer.start()
         return self
@@ -201,8 +201,10 @@ class AttemptDeadline:
 class WatchedConnectionMixin:
     """Hands each connected socket to the thread's running ``AttemptDeadline``, if any."""
 
+    sock: socket.socket | None  # urllib3's connection attribute, which the classes below inherit
+
     def connect(self) -> None:
-        super().connect()
+        super().connect()  # type: ignore[misc]  # urllib3's HTTP(S)Connection, mixed in below
         deadline = getattr(_attempt, "deadline", None)
         if deadline is not None and self.sock is not None:
             deadline.watch(self.sock)
@@ -235,7 +237,7 @@ class PinnedHTTPSConnection(WatchedConnectionMixin, HTTPSConnection):
                 return urllib3_connection.create_connection(
                     (address, self.port), self.timeout, source_address=self.source_address,
                     socket_options=self.socket_options)
-            except socket.timeout as exc:
+            except TimeoutError as exc:
                 raise ConnectTimeoutError(self, f"Connection to {self.host} timed out") from exc
             except OSError as exc:
                 error = exc

@@ -30,22 +30,29 @@ import json
 import logging
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-from app import runtime
-from app.db import is_postgres, write_transaction
+from app import events, runtime
+from app.db import write_transaction
 from app.jobs import delivery_job_id, enqueue_delivery
 from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, iso, new_id, utcnow
 from app.models.scans import COMPLETED
 from app.models.webhooks import FAILED, PENDING, SUCCEEDED
 from app.services.crypto import decrypt_secret, encrypt_secret, new_webhook_secret
 from app.services.errors import AccountError, DeliveryNotFound, DeliveryPending, InvalidRequest, WebhookUrlMissing
+from app.services.paging import Page
 from app.services.reads import final_state
 from app.services.results import normalize_result
 from app.services.webhook_urls import check_webhook_url
-from app.services.paging import Page
-from app.webhook_signature import (ID_HEADER, SIGNATURE_HEADER, STANDARD_SIGNATURE_HEADER,
-                                   TIMESTAMP_HEADER, decode_secret, sign, sign_standard)
+from app.webhook_signature import (
+    ID_HEADER,
+    SIGNATURE_HEADER,
+    STANDARD_SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    decode_secret,
+    sign,
+    sign_standard,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +61,6 @@ USER_AGENT = "Service-Webhook/1"
 # A hand-set secret: whsec_ + base64 of this many bytes (a generated one has 32).
 MIN_SECRET_BYTES, MAX_SECRET_BYTES = 16, 128
 MAX_OVERLAP_HOURS, DEFAULT_OVERLAP_HOURS = 7 * 24, 24
-EVENTS = ("scan.completed", "scan.failed")
 STATUSES = (PENDING, SUCCEEDED, FAILED)
 # Test events are limited per key over this many seconds (WEBHOOK_TEST_EVENTS_PER_MINUTE).
 TEST_EVENT_WINDOW = 60
@@ -65,14 +71,14 @@ def encode_body(body: dict) -> str:
 
 
 def event_body(scan) -> dict:
-    """The body of ``scan.completed`` (§6.4) or ``scan.failed`` (D11)."""
-    event = "scan.completed" if scan.status == COMPLETED else "scan.failed"
-    body = {"event": event, "scan_id": scan.id}
+    """The body of the event the scan's final status fires (``app.events``): ``scan.completed``
+    (§6.4) or ``scan.failed`` (D11)."""
+    body = {"event": events.for_final_status(scan.status).name, "scan_id": scan.id}
     if scan.bulk_id:
         body["bulk_id"] = scan.bulk_id
     body["livemode"] = scan.livemode
     body.update(target=scan.target, kind=scan.kind, status=scan.status)
-    body.update(final_state(scan))
+    body.update(final_state(scan) or {})
     return body
 
 
@@ -166,11 +172,29 @@ def generate_secret(key_id: str, customer_id: str) -> str:
     """
     key = owned_key(key_id, customer_id)
     plaintext = new_webhook_secret()
-    (ApiKey.update(webhook_secret_enc=encrypt_secret(plaintext), webhook_next_secret_enc=None,
-                   webhook_secret_switch_at=None)
-     .where(ApiKey.id == key.id).execute())
+    _replace_secret(key, plaintext)
     log.info("key %s: webhook secret rotated", key.id)
     return plaintext
+
+
+def _replace_secret(key: ApiKey, plaintext: str) -> None:
+    """Make ``plaintext`` the key's only secret, if its secrets are still those ``key`` was read
+    with: compare-and-set, so of two requests racing (a double click on "Generate secret" or on
+    "Roll secret" with no overlap) one wins and the other is told, instead of both showing a
+    secret as in force when only the last one written signs."""
+    changed = (ApiKey.update(webhook_secret_enc=encrypt_secret(plaintext), webhook_next_secret_enc=None,
+                             webhook_secret_switch_at=None)
+               .where((ApiKey.id == key.id) & _is(ApiKey.webhook_secret_enc, key.webhook_secret_enc)
+                      & _is(ApiKey.webhook_next_secret_enc, key.webhook_next_secret_enc))
+               .execute())
+    if not changed:
+        raise AccountError("the key's secret was changed by another request meanwhile (a second click?): "
+                           "nothing was replaced; reload the page to see the secret in force")
+
+
+def _is(field, value):
+    """``field`` holds ``value`` (SQL's ``= NULL`` is never true)."""
+    return field.is_null() if value is None else field == value
 
 
 def delivery_owner(delivery_id: str) -> str:
@@ -226,10 +250,9 @@ def send_test_event(key_id: str, customer_id: str) -> WebhookDelivery:
     limit = runtime.config["WEBHOOK_TEST_EVENTS_PER_MINUTE"]
     body = sample_event_body(key.livemode)
     with write_transaction():
-        # The key's row locked (PostgreSQL; SQLite's write lock on its own): two clicks at once
-        # both count the other. Test deliveries are those without a scan.
-        if is_postgres():
-            list(ApiKey.select(ApiKey.id).where(ApiKey.id == key.id).for_update())
+        # The key's row locked: two clicks at once both count the other. Test deliveries
+        # are those without a scan.
+        list(ApiKey.select(ApiKey.id).where(ApiKey.id == key.id).for_update())
         now = utcnow()
         recent = list(WebhookDelivery.select(WebhookDelivery.created_at)
                       .where((WebhookDelivery.api_key == key.id) & WebhookDelivery.scan_id.is_null()
@@ -321,6 +344,7 @@ class SigningSecrets:
 class RolledSecret:
     secret: str  # the next secret's plaintext, to show once
     switch_at: datetime  # when it becomes the only one (now, for an overlap of 0 or a first secret)
+    overlapping: bool = False  # both secrets sign until switch_at (False: it replaced the old one at once)
 
 
 def _promote_if_due(key: ApiKey, now: datetime) -> None:
@@ -357,7 +381,7 @@ def signing_secrets(key: ApiKey, now: datetime) -> SigningSecrets:
 
 
 def _unix_ms(moment: datetime) -> int:
-    return int(moment.replace(tzinfo=timezone.utc).timestamp() * 1000)
+    return int(moment.replace(tzinfo=UTC).timestamp() * 1000)
 
 
 SIGNATURE_HEADERS = (SIGNATURE_HEADER, STANDARD_SIGNATURE_HEADER)
@@ -440,9 +464,7 @@ def roll_secret(key_id: str, customer_id: str | None, overlap_hours: int = DEFAU
         raise AccountError("a secret rotation is already under way: switch to the next secret first")
     plaintext = new_webhook_secret()
     if overlap_hours == 0 or decrypt_secret(key.webhook_secret_enc) is None:
-        (ApiKey.update(webhook_secret_enc=encrypt_secret(plaintext), webhook_next_secret_enc=None,
-                       webhook_secret_switch_at=None)
-         .where(ApiKey.id == key.id).execute())
+        _replace_secret(key, plaintext)
         log.info("key %s: webhook secret replaced (no overlap)", key.id)
         return RolledSecret(plaintext, now)
     switch_at = now + timedelta(hours=overlap_hours)
@@ -452,7 +474,7 @@ def roll_secret(key_id: str, customer_id: str | None, overlap_hours: int = DEFAU
     if not changed:
         raise AccountError("a secret rotation is already under way: switch to the next secret first")
     log.info("key %s: webhook secret rolled, both secrets sign until %s", key.id, iso(switch_at))
-    return RolledSecret(plaintext, switch_at)
+    return RolledSecret(plaintext, switch_at, overlapping=True)
 
 
 def switch_secret(key_id: str, customer_id: str | None, now: datetime | None = None) -> ApiKey:
@@ -476,8 +498,8 @@ def _deliveries_of(customer_id: str, livemode: bool = True):
 
 
 def api_attempt_dict(attempt: DeliveryAttempt) -> dict:
-    return {"attempt": attempt.number, "at": iso(attempt.started_at), "http_status": attempt.status_code,
-            "error": attempt.error, "duration_ms": attempt.duration_ms}
+    return {"attempt": attempt.number, "at": iso(attempt.started_at), "outcome": attempt.outcome,
+            "http_status": attempt.status_code, "error": attempt.error, "duration_ms": attempt.duration_ms}
 
 
 def api_delivery_dict(delivery: WebhookDelivery, attempts: list[DeliveryAttempt]) -> dict:
@@ -512,8 +534,8 @@ def customer_deliveries(customer_id: str, *, status: str | None = None, event: s
     """
     if status is not None and status not in STATUSES:
         raise InvalidRequest(f"status must be one of {', '.join(STATUSES)}")
-    if event is not None and event not in EVENTS:
-        raise InvalidRequest(f"event must be one of {', '.join(EVENTS)}")
+    if event is not None and event not in events.NAMES:
+        raise InvalidRequest(f"event must be one of {', '.join(events.NAMES)}")
     if not 1 <= limit <= MAX_PER_PAGE:
         raise InvalidRequest(f"limit must be from 1 to {MAX_PER_PAGE}")
     query = _deliveries_of(customer_id, livemode)

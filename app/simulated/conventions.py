@@ -59,7 +59,7 @@ class Progress:
 
 def target_digest(kind: str, target: str) -> bytes:
     """The seed of everything deterministic about a (kind, target)."""
-    return hashlib.sha256(f"{kind}:{target}".encode("utf-8")).digest()
+    return hashlib.sha256(f"{kind}:{target}".encode()).digest()
 
 
 def behaviour_of(kind: str, target: str) -> str:

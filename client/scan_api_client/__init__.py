@@ -7,24 +7,73 @@
 
 See ``docs/client.md`` in the service's repository.
 """
-from scan_api_client.client import (DEFAULT_BASE_URL, FINAL_STATUSES, LIVE_KEY_PREFIX, MAX_BULK_TARGETS,
-                                    TEST_KEY_PREFIX, ScanClient, parse_rate_limit)
-from scan_api_client.errors import (ApiError, AuthenticationError, Conflict, DeliveryPending, EngineUnavailable,
+from scan_api_client.client import (
+                                    DEFAULT_BASE_URL,
+                                    FINAL_STATUSES,
+                                    LIVE_KEY_PREFIX,
+                                    MAX_BULK_TARGETS,
+                                    TEST_KEY_PREFIX,
+                                    ScanClient,
+                                    parse_rate_limit,
+)
+from scan_api_client.errors import (
+                                    ApiError,
+                                    AuthenticationError,
+                                    Conflict,
+                                    DeliveryPending,
+                                    EngineUnavailable,
                                     Forbidden,
-                                    InsufficientBalance, NotFound, RateLimited, ScanClientError, ServerError,
-                                    ServiceUnavailable, TransportError, ValidationError, WaitTimeout,
-                                    WebhookVerificationError)
-from scan_api_client.models import (Batch, Delivery, DeliveryAttempt, Failure, Page, Rejected, Result, Scan,
-                                    WebhookEvent)
+                                    InsufficientBalance,
+                                    NotFound,
+                                    RateLimited,
+                                    ScanClientError,
+                                    ServerError,
+                                    ServiceUnavailable,
+                                    TransportError,
+                                    ValidationError,
+                                    WaitTimeout,
+                                    WebhookVerificationError,
+)
+from scan_api_client.models import Batch, Delivery, DeliveryAttempt, Failure, Page, Rejected, Result, Scan, WebhookEvent
 from scan_api_client.webhooks import SIGNATURE_HEADER, verify_signature, verify_standard, verify_webhook
 
 __version__ = "1.0.0"
 
 __all__ = [
-    "ScanClient", "parse_rate_limit", "verify_webhook", "verify_signature", "verify_standard", "SIGNATURE_HEADER",
-    "DEFAULT_BASE_URL", "FINAL_STATUSES", "MAX_BULK_TARGETS", "LIVE_KEY_PREFIX", "TEST_KEY_PREFIX",
-    "Scan", "Result", "Failure", "Batch", "Rejected", "Delivery", "DeliveryAttempt", "Page", "WebhookEvent",
-    "ScanClientError", "ApiError", "ValidationError", "AuthenticationError", "InsufficientBalance", "Forbidden",
-    "NotFound", "Conflict", "DeliveryPending", "RateLimited", "ServerError", "EngineUnavailable", "ServiceUnavailable",
-    "TransportError", "WaitTimeout", "WebhookVerificationError",
+                                    "DEFAULT_BASE_URL",
+                                    "FINAL_STATUSES",
+                                    "LIVE_KEY_PREFIX",
+                                    "MAX_BULK_TARGETS",
+                                    "SIGNATURE_HEADER",
+                                    "TEST_KEY_PREFIX",
+                                    "ApiError",
+                                    "AuthenticationError",
+                                    "Batch",
+                                    "Conflict",
+                                    "Delivery",
+                                    "DeliveryAttempt",
+                                    "DeliveryPending",
+                                    "EngineUnavailable",
+                                    "Failure",
+                                    "Forbidden",
+                                    "InsufficientBalance",
+                                    "NotFound",
+                                    "Page",
+                                    "RateLimited",
+                                    "Rejected",
+                                    "Result",
+                                    "Scan",
+                                    "ScanClient",
+                                    "ScanClientError",
+                                    "ServerError",
+                                    "ServiceUnavailable",
+                                    "TransportError",
+                                    "ValidationError",
+                                    "WaitTimeout",
+                                    "WebhookEvent",
+                                    "WebhookVerificationError",
+                                    "parse_rate_limit",
+                                    "verify_signature",
+                                    "verify_standard",
+                                    "verify_webhook",
 ]

@@ -23,8 +23,10 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
 from scan_api_client.client import DEFAULT_BASE_URL, MAX_BULK_TARGETS, ScanClient
 from scan_api_client.errors import ApiError, TransportError, WaitTimeout
@@ -138,7 +140,7 @@ def build_parser(out: TextIO, err: TextIO) -> argparse.ArgumentParser:
     redeliver = sub.add_parser("redeliver", parents=[common, output],
                                help="send a finished webhook delivery again (same id and body)")
     redeliver.add_argument("delivery_id")
-    for name, choice in sub.choices.items():
+    for choice in sub.choices.values():
         choice.epilog = parser.epilog
     return parser
 
@@ -288,6 +290,97 @@ def _wait_and_write(wait: Callable, progress: ProgressBar, write: Callable[[Any]
     write(final.raw)
 
 
+@dataclass
+class _Run:
+    """What a subcommand works with: its arguments, the client, the streams, and the progress
+    bar it may start (``main`` closes it when an error ends the command)."""
+
+    args: argparse.Namespace
+    client: ScanClient
+    out: TextIO
+    err: TextIO
+    now: Callable[[], float]
+    targets: list | None = None
+    progress: ProgressBar | None = None
+
+
+def _scan(run: _Run) -> None:
+    args, client = run.args, run.client
+    created = client.create(args.target, args.kind)
+    if not args.wait:
+        write_output(run.out, args.format, created.raw, [scan_row({**created.raw, "target": args.target})])
+        return
+    run.progress = ProgressBar(run.err, created.scan_id, run.now)
+    _wait_and_write(partial(client.wait, created.scan_id, timeout=args.timeout), run.progress,
+                    lambda state: write_output(run.out, args.format, state, [scan_row(state)]))
+
+
+def _bulk(run: _Run) -> None:
+    args, client = run.args, run.client
+    created = client.bulk(run.targets or []).raw
+    if not args.wait:
+        write_output(run.out, args.format, created, bulk_rows(created, created.get("scans") or []))
+        return
+    run.progress = ProgressBar(run.err, created["bulk_id"], run.now)
+    rejected = created.get("rejected") or []
+    _wait_and_write(partial(client.wait_bulk, created["bulk_id"], timeout=args.timeout), run.progress,
+                    lambda state: write_output(run.out, args.format, {**state, "rejected": rejected},
+                                               bulk_rows(created, state.get("scans") or [])))
+
+
+def _get(run: _Run) -> None:
+    scan = run.client.get(run.args.scan_id).raw
+    write_output(run.out, run.args.format, scan, [scan_row(scan)])
+
+
+def _get_bulk(run: _Run) -> None:
+    batch = run.client.get_bulk(run.args.bulk_id).raw
+    write_output(run.out, run.args.format, batch, [scan_row(s) for s in batch.get("scans") or []])
+
+
+def _list(run: _Run) -> None:
+    args = run.args
+    found = _take(run.client.iter_scans(
+        status=args.status, kind=args.kind, bulk_id=args.bulk_id, created_after=args.created_after,
+        created_before=args.created_before, page_size=_page_size(args),
+        max_items=None if args.all else args.limit))
+    document = [scan.raw for scan in found]
+    write_output(run.out, args.format, document, [scan_row(scan) for scan in document])
+
+
+def _deliveries(run: _Run) -> None:
+    args = run.args
+    found = _take(run.client.iter_deliveries(status=args.status, event=args.event, scan_id=args.scan_id,
+                                             page_size=_page_size(args),
+                                             max_items=None if args.all else args.limit))
+    document = [delivery.raw for delivery in found]
+    write_output(run.out, args.format, document, [delivery_row(d) for d in document], fields=DELIVERY_CSV_FIELDS)
+
+
+def _redeliver(run: _Run) -> None:
+    delivery = run.client.redeliver(run.args.delivery_id)
+    document = delivery.raw or {"delivery_id": delivery.delivery_id}
+    write_output(run.out, run.args.format, document, [delivery_row(document)], fields=DELIVERY_CSV_FIELDS)
+
+
+# One function per subcommand: a new one is a parser entry in build_parser and a line here.
+COMMANDS: dict[str, Callable[[_Run], None]] = {
+    "scan": _scan, "bulk": _bulk, "get": _get, "get-bulk": _get_bulk, "list": _list,
+    "deliveries": _deliveries, "redeliver": _redeliver,
+}
+
+
+def _check_usage(args: argparse.Namespace, key: str | None) -> None:
+    if not key:
+        raise UsageError(f"no API key: set {KEY_ENV} or pass --key")
+    if getattr(args, "poll_interval", 1) <= 0:
+        raise UsageError("--poll-interval must be positive")
+    if getattr(args, "timeout", None) is not None and args.timeout <= 0:
+        raise UsageError("--timeout must be positive")
+    if getattr(args, "limit", 1) < 1:
+        raise UsageError("--limit must be at least 1")
+
+
 def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: TextIO | None = None,
          stderr: TextIO | None = None, env: dict | None = None, sleep: Callable[[float], Any] | None = None,
          clock: Callable[[], float] | None = None, session=None) -> int:
@@ -296,7 +389,6 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: 
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
     env = os.environ if env is None else env
-    now = clock or time.monotonic
 
     parser = build_parser(out, err)
     try:
@@ -306,88 +398,38 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: 
 
     key = getattr(args, "key", None) or env.get(KEY_ENV)
     url = getattr(args, "url", None) or env.get(URL_ENV) or DEFAULT_BASE_URL
-    progress: ProgressBar | None = None
+    run: _Run | None = None
     try:
-        if not key:
-            raise UsageError(f"no API key: set {KEY_ENV} or pass --key")
-        if getattr(args, "poll_interval", 1) <= 0:
-            raise UsageError("--poll-interval must be positive")
-        if getattr(args, "timeout", None) is not None and args.timeout <= 0:
-            raise UsageError("--timeout must be positive")
-        if getattr(args, "limit", 1) < 1:
-            raise UsageError("--limit must be at least 1")
+        _check_usage(args, key)
         targets = load_targets(args.file, stdin) if args.command == "bulk" else None
         client = ScanClient(url, key, session=session, sleep=sleep, clock=clock,
                             poll_interval=getattr(args, "poll_interval", 12.0))
         with client:
-            if args.command == "scan":
-                created = client.create(args.target, args.kind)
-                if not args.wait:
-                    write_output(out, args.format, created.raw, [scan_row({**created.raw, "target": args.target})])
-                    return EXIT_OK
-                progress = ProgressBar(err, created.scan_id, now)
-                _wait_and_write(partial(client.wait, created.scan_id, timeout=args.timeout), progress,
-                                lambda state: write_output(out, args.format, state, [scan_row(state)]))
-            elif args.command == "bulk":
-                created = client.bulk(targets).raw
-                if not args.wait:
-                    write_output(out, args.format, created, bulk_rows(created, created.get("scans") or []))
-                    return EXIT_OK
-                progress = ProgressBar(err, created["bulk_id"], now)
-                rejected = created.get("rejected") or []
-                _wait_and_write(partial(client.wait_bulk, created["bulk_id"], timeout=args.timeout), progress,
-                                lambda state: write_output(out, args.format, {**state, "rejected": rejected},
-                                                           bulk_rows(created, state.get("scans") or [])))
-            elif args.command == "get":
-                scan = client.get(args.scan_id).raw
-                write_output(out, args.format, scan, [scan_row(scan)])
-            elif args.command == "get-bulk":
-                batch = client.get_bulk(args.bulk_id).raw
-                write_output(out, args.format, batch, [scan_row(s) for s in batch.get("scans") or []])
-            elif args.command == "list":
-                found = _take(client.iter_scans(
-                    status=args.status, kind=args.kind, bulk_id=args.bulk_id, created_after=args.created_after,
-                    created_before=args.created_before, page_size=_page_size(args),
-                    max_items=None if args.all else args.limit))
-                document = [scan.raw for scan in found]
-                write_output(out, args.format, document, [scan_row(scan) for scan in document])
-            elif args.command == "deliveries":
-                found = _take(client.iter_deliveries(status=args.status, event=args.event, scan_id=args.scan_id,
-                                                     page_size=_page_size(args),
-                                                     max_items=None if args.all else args.limit))
-                document = [delivery.raw for delivery in found]
-                write_output(out, args.format, document, [delivery_row(d) for d in document],
-                             fields=DELIVERY_CSV_FIELDS)
-            else:
-                delivery = client.redeliver(args.delivery_id)
-                write_output(out, args.format, delivery.raw or {"delivery_id": delivery.delivery_id},
-                             [delivery_row(delivery.raw or {"delivery_id": delivery.delivery_id})],
-                             fields=DELIVERY_CSV_FIELDS)
+            run = _Run(args, client, out, err, clock or time.monotonic, targets)
+            COMMANDS[args.command](run)
         return EXIT_OK
     except UsageError as exc:
         err.write(f"error: {exc}\n")
         return EXIT_USAGE
-    except ApiError as exc:
-        if progress is not None:
-            progress.close()
-        err.write(describe(exc) + "\n")
-        return EXIT_API_ERROR
-    except TransportError as exc:
-        if progress is not None:
-            progress.close()
-        err.write(f"error: {exc}\n")
+    except (ApiError, TransportError) as exc:
+        _close_progress(run)
+        err.write((describe(exc) if isinstance(exc, ApiError) else f"error: {exc}") + "\n")
         return EXIT_API_ERROR
     except WaitTimeout as exc:
         err.write(f"error: {exc}; it goes on: read it later with "
                   f"`{'get-bulk' if args.command == 'bulk' else 'get'} {exc.resource_id}`\n")
         return EXIT_TIMEOUT
     except KeyboardInterrupt:
-        if progress is not None:
-            progress.close()
+        _close_progress(run)
         err.write("interrupted\n")
         return 130
     finally:
         err.flush()
+
+
+def _close_progress(run: _Run | None) -> None:
+    if run is not None and run.progress is not None:
+        run.progress.close()
 
 
 def run() -> None:

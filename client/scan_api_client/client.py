@@ -18,8 +18,9 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import quote
 
 import requests
@@ -27,8 +28,15 @@ import requests
 from scan_api_client.errors import ApiError, TransportError, WaitTimeout, error_from_response
 from scan_api_client.models import Batch, Delivery, Page, Scan
 
-__all__ = ["ScanClient", "parse_rate_limit", "MAX_BULK_TARGETS", "FINAL_STATUSES", "DEFAULT_BASE_URL",
-           "LIVE_KEY_PREFIX", "TEST_KEY_PREFIX"]
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "FINAL_STATUSES",
+    "LIVE_KEY_PREFIX",
+    "MAX_BULK_TARGETS",
+    "TEST_KEY_PREFIX",
+    "ScanClient",
+    "parse_rate_limit",
+]
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 API_PREFIX = "/api/v1"
@@ -103,8 +111,7 @@ class ScanClient:
         if not api_key:
             raise ValueError("api_key is required")
         base = (base_url or DEFAULT_BASE_URL).rstrip("/")
-        if base.endswith(API_PREFIX):
-            base = base[: -len(API_PREFIX)]
+        base = base.removesuffix(API_PREFIX)
         self.base_url = base
         self.api_key = api_key
         self.session = session if session is not None else requests.Session()
@@ -124,7 +131,7 @@ class ScanClient:
 
     # --- plumbing -----------------------------------------------------------------
 
-    def __enter__(self) -> "ScanClient":
+    def __enter__(self) -> ScanClient:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -185,12 +192,7 @@ class ScanClient:
                 raise TransportError(f"{method} {url} failed: {_reason(exc)}") from exc
             self._record(response)
             if response.status_code < 400:
-                try:
-                    return response.json()
-                except ValueError:
-                    raise ApiError(response.status_code, "invalid_response",
-                                   f"HTTP {response.status_code} answer is not JSON",
-                                   response.headers.get("X-Request-Id"), headers=response.headers) from None
+                return _json_object(response)
             error = error_from_response(response)
             if response.status_code not in RETRY_STATUSES or attempt >= self.max_retries:
                 raise error
@@ -258,7 +260,7 @@ class ScanClient:
         return Page(items, bool(answer.get("has_more")), answer)
 
     def _all(self, page: Callable[..., Page], max_items: int | None) -> Iterator:
-        after, count = None, 0
+        after, count, seen = None, 0, set()
         while True:
             current = page(starting_after=after)
             for item in current.data:
@@ -270,6 +272,12 @@ class ScanClient:
                 return
             last = current.data[-1]
             after = getattr(last, "scan_id", None) if isinstance(last, Scan) else last.delivery_id
+            if after in seen:
+                # A page that ends where an earlier one did: asking again would loop for ever,
+                # paying for every page. The server is at fault; say so rather than spin.
+                raise ApiError(200, "invalid_response", f"the server's pages make no progress: it answered "
+                               f"has_more after {after} twice")
+            seen.add(after)
 
     def list_scans(self, *, status: str | None = None, kind: str | None = None, bulk_id: str | None = None,
                    created_after: datetime | str | None = None, created_before: datetime | str | None = None,
@@ -341,7 +349,7 @@ class ScanClient:
         (the scan itself goes on).
         """
         scan_id = scan_id.scan_id if isinstance(scan_id, Scan) else scan_id
-        with _bar(progress, scan_id, on_progress) as callback:
+        with _Bar(progress, scan_id, on_progress) as callback:
             return self._poll(lambda: self.get(scan_id), lambda s: s.done, scan_id, timeout, callback,
                               poll_interval)
 
@@ -350,7 +358,7 @@ class ScanClient:
                   progress: bool = False) -> Batch:
         """Read the batch every ``poll_interval`` s until ``all_done``; its final aggregate state."""
         bulk_id = bulk_id.bulk_id if isinstance(bulk_id, Batch) else bulk_id
-        with _bar(progress, bulk_id, on_progress) as callback:
+        with _Bar(progress, bulk_id, on_progress) as callback:
             return self._poll(lambda: self.get_bulk(bulk_id), lambda b: bool(b.all_done), bulk_id, timeout,
                               callback, poll_interval)
 
@@ -367,12 +375,12 @@ def _idempotency(given: str | None) -> str:
 def _param(value: Any) -> str:
     if isinstance(value, datetime):
         if value.tzinfo is not None:
-            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+            value = value.astimezone(UTC).replace(tzinfo=None)
         return value.strftime("%Y-%m-%dT%H:%M:%SZ")
     return str(value)
 
 
-class _bar:
+class _Bar:
     """``progress=True``: a tqdm bar on stderr fed by every read, then ``on_progress``."""
 
     def __init__(self, enabled: bool, label: str, on_progress: Callable | None):
@@ -382,8 +390,9 @@ class _bar:
     def __enter__(self):
         if not self.enabled:
             return self.on_progress
-        from scan_api_client.progress import ProgressBar
         import sys
+
+        from scan_api_client.progress import ProgressBar
         self.bar = ProgressBar(sys.stderr, self.label)
 
         def callback(state):
@@ -395,3 +404,19 @@ class _bar:
     def __exit__(self, *exc):
         if self.bar is not None:
             self.bar.close()
+
+
+def _json_object(response) -> dict:
+    """The answer's JSON object; anything else (no JSON, an array, a number) is the server's fault,
+    raised as ``ApiError`` with code ``invalid_response`` rather than a crash further on."""
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = None
+        what = "is not JSON"
+    else:
+        what = f"is a JSON {type(answer).__name__}, not an object"
+    if not isinstance(answer, dict):
+        raise ApiError(response.status_code, "invalid_response", f"HTTP {response.status_code} answer {what}",
+                       response.headers.get("X-Request-Id"), headers=response.headers)
+    return answer

@@ -12,11 +12,28 @@ import json
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Union
 
-__all__ = ["Risk", "Counts", "Profile", "Profiles", "Contacts", "Breach", "PhoneProfile", "Artifacts", "Result",
-           "Failure", "Progress", "Scan", "Rejected", "Batch", "DeliveryAttempt", "Delivery", "Page",
-           "WebhookEvent"]
+__all__ = [
+    "Artifacts",
+    "Batch",
+    "Breach",
+    "Contacts",
+    "Counts",
+    "Delivery",
+    "DeliveryAttempt",
+    "Failure",
+    "Page",
+    "PhoneProfile",
+    "Profile",
+    "Profiles",
+    "Progress",
+    "Rejected",
+    "Result",
+    "Risk",
+    "Scan",
+    "WebhookEvent",
+]
 
 
 def _build(tp: Any, value: Any) -> Any:
@@ -54,8 +71,8 @@ class _Model:
 
 @dataclass
 class Risk(_Model):
-    score: Optional[int] = None
-    band: Optional[str] = None  # low, medium, high, critical
+    score: int | None = None
+    band: str | None = None  # low, medium, high, critical
 
 
 @dataclass
@@ -97,8 +114,8 @@ class Breach(_Model):
 @dataclass
 class PhoneProfile(_Model):
     e164: str = ""
-    country_code: Optional[int] = None
-    region: Optional[str] = None
+    country_code: int | None = None
+    region: str | None = None
     carrier: str = ""
     line_type: str = ""
     valid: bool = False
@@ -120,7 +137,7 @@ class Result(_Model):
     profiles: Profiles = field(default_factory=Profiles)
     contacts: Contacts = field(default_factory=Contacts)
     breaches: list[Breach] = field(default_factory=list)
-    phone_profile: Optional[PhoneProfile] = None
+    phone_profile: PhoneProfile | None = None
     ai_summary: str = ""
     artifacts: Artifacts = field(default_factory=Artifacts)
     raw: dict = field(default_factory=dict, repr=False)
@@ -149,19 +166,19 @@ class Scan(_Model):
 
     scan_id: str = ""
     status: str = "queued"
-    target: Optional[str] = None
-    kind: Optional[str] = None
-    created_at: Optional[str] = None
-    bulk_id: Optional[str] = None
-    livemode: Optional[bool] = None
-    eta_seconds: Optional[int] = None
-    progress: Optional[Progress] = None
-    recipes_to_run: Optional[int] = None
-    poll_url: Optional[str] = None
-    completed_at: Optional[str] = None
-    result: Optional[Result] = None
-    failed_at: Optional[str] = None
-    failure: Optional[Failure] = None
+    target: str | None = None
+    kind: str | None = None
+    created_at: str | None = None
+    bulk_id: str | None = None
+    livemode: bool | None = None
+    eta_seconds: int | None = None
+    progress: Progress | None = None
+    recipes_to_run: int | None = None
+    poll_url: str | None = None
+    completed_at: str | None = None
+    result: Result | None = None
+    failed_at: str | None = None
+    failure: Failure | None = None
     raw: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -175,8 +192,8 @@ class Rejected(_Model):
     """A bulk target refused at creation; ``index`` is its position in the request."""
 
     index: int = 0
-    target: Optional[str] = None
-    kind: Optional[str] = None
+    target: str | None = None
+    kind: str | None = None
     error: str = ""
     message: str = ""
 
@@ -189,15 +206,15 @@ class Batch(_Model):
     bulk_id: str = ""
     total: int = 0
     queued: int = 0
-    running: Optional[int] = None
-    completed: Optional[int] = None
-    failed: Optional[int] = None
-    rejected_count: Optional[int] = None
-    all_done: Optional[bool] = None
-    livemode: Optional[bool] = None
+    running: int | None = None
+    completed: int | None = None
+    failed: int | None = None
+    rejected_count: int | None = None
+    all_done: bool | None = None
+    livemode: bool | None = None
     scans: list[Scan] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
-    aggregate_poll_url: Optional[str] = None
+    aggregate_poll_url: str | None = None
     raw: dict = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -212,10 +229,11 @@ class Batch(_Model):
 @dataclass
 class DeliveryAttempt(_Model):
     attempt: int = 0
-    at: Optional[str] = None
-    http_status: Optional[int] = None
-    error: Optional[str] = None
-    duration_ms: Optional[int] = None
+    at: str | None = None
+    outcome: str | None = None  # in_progress while the request is under way, then succeeded or failed
+    http_status: int | None = None
+    error: str | None = None
+    duration_ms: int | None = None
 
 
 @dataclass
@@ -229,13 +247,13 @@ class Delivery(_Model):
 
     delivery_id: str = ""
     event: str = ""
-    scan_id: Optional[str] = None
-    livemode: Optional[bool] = None
+    scan_id: str | None = None
+    livemode: bool | None = None
     status: str = ""  # pending, succeeded, failed
-    created_at: Optional[str] = None
+    created_at: str | None = None
     attempts: list[DeliveryAttempt] = field(default_factory=list)
-    next_attempt_at: Optional[str] = None
-    body: Optional[str] = None
+    next_attempt_at: str | None = None
+    body: str | None = None
     raw: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -271,7 +289,7 @@ class WebhookEvent:
     """A verified webhook: ``event`` (``scan.completed`` or ``scan.failed``), its delivery id and the scan."""
 
     event: str
-    delivery_id: Optional[str]
+    delivery_id: str | None
     scan: Scan
-    livemode: Optional[bool] = None
+    livemode: bool | None = None
     raw: dict = field(default_factory=dict, repr=False)

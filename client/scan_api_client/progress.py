@@ -3,7 +3,8 @@ so that logs and CI output stay readable."""
 from __future__ import annotations
 
 import time
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 from tqdm import tqdm
 
@@ -41,7 +42,8 @@ class ProgressBar:
         if self.tty:
             if self.bar is None:
                 self.bar = tqdm(total=total, desc=self.label, file=self.stream, unit="scan", leave=True,
-                                dynamic_ncols=True, bar_format="{desc} {bar:24} {n_fmt}/{total_fmt}{postfix}  {elapsed}")
+                                dynamic_ncols=True,
+                                bar_format="{desc} {bar:24} {n_fmt}/{total_fmt}{postfix}  {elapsed}")
             if self.bar.total != total:
                 self.bar.total = total
             self.bar.n = done

@@ -19,13 +19,20 @@ import hashlib
 import hmac
 import json
 import time
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from scan_api_client.errors import WebhookVerificationError
 from scan_api_client.models import Scan, WebhookEvent
 
-__all__ = ["SIGNATURE_HEADER", "TOLERANCE_SECONDS", "sign", "verify_signature", "sign_standard",
-           "verify_standard", "verify_webhook"]
+__all__ = [
+    "SIGNATURE_HEADER",
+    "TOLERANCE_SECONDS",
+    "sign",
+    "sign_standard",
+    "verify_signature",
+    "verify_standard",
+    "verify_webhook",
+]
 
 SIGNATURE_HEADER = "X-Service-Signature"
 TOLERANCE_SECONDS = 300
@@ -56,7 +63,7 @@ def verify_signature(secrets: str | Iterable[str], raw_body: bytes, header_value
 
 
 def _standard_key(secret: str) -> bytes:
-    text = secret[len("whsec_"):] if secret.startswith("whsec_") else secret
+    text = secret.removeprefix("whsec_")
     try:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
@@ -65,7 +72,7 @@ def _standard_key(secret: str) -> bytes:
 
 def sign_standard(secret: str, msg_id: str, timestamp: int | str, raw_body: bytes) -> str:
     """One ``webhook-signature`` entry, ``v1,<base64>``, as the service computes it."""
-    signed = f"{msg_id}.{timestamp}.".encode("utf-8") + raw_body
+    signed = f"{msg_id}.{timestamp}.".encode() + raw_body
     return "v1," + base64.b64encode(hmac.new(_standard_key(secret), signed, hashlib.sha256).digest()).decode()
 
 

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 from app.models.accounts import TIERS
 
 ENGINE_MODES = ("up", "down", "flaky")
@@ -113,7 +112,7 @@ class Step:
         """``label`` with the step's arguments as rendered for this run."""
         if self.name:
             return f"{self.action}: {self.name}"
-        if self.action in ("create",):
+        if self.action == "create":
             detail = args.get("target", "(body)")
         elif self.action == "bulk":
             targets = args.get("targets")
@@ -423,7 +422,7 @@ def _get(item, segment: str):
         if segment in item:
             return item[segment]
         lowered = segment.lower()  # header names are case-insensitive
-        for key in item.keys():
+        for key in item:
             if isinstance(key, str) and key.lower() == lowered:
                 return item[key]
     return MISSING

@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     # The service's own settings (DATABASE_URL or its default), but only the database is
     # bound: building the whole app would triple the cost of a query the runner polls.
     from app import config as app_config
-    from app.db import init_db
-    init_db(app_config.finalize(app_config.load_settings())["DATABASE_URL"])
+    from app.db import database_url, init_db
+    init_db(database_url(app_config.finalize(app_config.load_settings())))
     try:
         answer = attempt_log(args.key_id)
     except Exception as exc:  # one JSON line for the runner, like the operator CLI's --json

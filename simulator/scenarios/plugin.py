@@ -225,7 +225,7 @@ class ScenarioSession:
                 try:
                     with self._no_capture():
                         self.exit.close()
-                except Exception as exc:  # noqa: BLE001 - one line, not a stack trace
+                except Exception as exc:
                     print(f"stack: tearing down failed: {exc.__class__.__name__}: {exc}", file=sys.stderr)
                 self.exit = None
             self.stack = None
@@ -263,7 +263,7 @@ class ScenarioSession:
         for future in list(self.futures.values()):
             try:
                 future.result()
-            except Exception:  # noqa: BLE001 - its own item reports it
+            except Exception:
                 pass
 
     # --- hooks ------------------------------------------------------------------------------

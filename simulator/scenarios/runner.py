@@ -21,28 +21,42 @@ Python API (used by the plugin and the e2e tests)::
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import hmac
 import json
 import os
 import re
-import base64
 import secrets
 import shlex
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import quote
 
 import requests
 
 from simulator.receiver import standard_signed_by
 from simulator.scenarios import SCENARIO_DIR
-from simulator.scenarios.model import (DEFAULT_TIMEOUT, MAIN, MISSING, Check, Scenario, ScenarioError, check_path,
-                                       describe, load_scenario, render, resolve_names, resolve_path, short)
+from simulator.scenarios.model import (
+    DEFAULT_TIMEOUT,
+    MAIN,
+    MISSING,
+    Check,
+    Scenario,
+    ScenarioError,
+    check_path,
+    describe,
+    load_scenario,
+    render,
+    resolve_names,
+    resolve_path,
+    short,
+)
 from simulator.scenarios.operator import Operator
 
 SIGNATURE_HEADER = "X-Service-Signature"
@@ -115,9 +129,8 @@ def openapi_to_jsonschema(node):
         else:
             out[key] = openapi_to_jsonschema(value)
     for bound, limit in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
-        if isinstance(out.get(bound), bool):
-            if out.pop(bound) and limit in out:
-                out[bound] = out.pop(limit)
+        if isinstance(out.get(bound), bool) and out.pop(bound) and limit in out:
+            out[bound] = out.pop(limit)
     if node.get("nullable") is True:
         if "type" in out:
             types = out["type"] if isinstance(out["type"], list) else [out["type"]]
@@ -261,7 +274,7 @@ class ScenarioRun:
     def _run(self) -> None:
         try:
             self.setup()
-        except Exception as exc:  # noqa: BLE001 - anything here makes the scenario unrunnable
+        except Exception as exc:
             self.row("setup", "customers, keys and receivers are set up", False, _error_text(exc))
             return
         total = len(self.scenario.steps)
@@ -271,7 +284,7 @@ class ScenarioRun:
                 self.variables["i"] = iteration
                 try:
                     self.execute(step, label)
-                except Exception as exc:  # noqa: BLE001 - a step that cannot run stops this scenario only
+                except Exception as exc:
                     self.row(f"{label} {step.action}", "step runs", False, _error_text(exc))
                     skipped = total - step.number
                     if skipped:

@@ -85,7 +85,7 @@ ACTION_ARGS: dict[str, dict] = {
         "command": {"type": ["string", "array"], "minLength": 1, "minItems": 1, "items": _TEXT_OR_NUMBER}}},
 }
 for _action, _schema in ACTION_ARGS.items():
-    assert set(_schema["properties"] if "properties" in _schema else {}) == model.ACTIONS[_action], _action
+    assert set(_schema.get("properties", {})) == model.ACTIONS[_action], _action
     _schema["additionalProperties"] = False
 ACTION_ARGS["engine"]["allOf"] = [{"if": {"type": "string"}, "then": {"enum": list(model.ENGINE_MODES)}}]
 
@@ -97,7 +97,7 @@ EXPECT_VALUES: dict[str, dict] = {
     "delivery_status": _ANY, "balance": _ANY, "exit": _ANY,
 }
 
-_LIMITS = {"type": "object", "properties": {k: _NON_NEGATIVE for k in sorted(model.LIMIT_KEYS)},
+_LIMITS = {"type": "object", "properties": dict.fromkeys(sorted(model.LIMIT_KEYS), _NON_NEGATIVE),
            "additionalProperties": False}
 _RECEIVER = {"type": ["object", "boolean"], "properties": {
     "responses": _RESPONSES, "delay_ms": _NON_NEGATIVE}, "additionalProperties": False}

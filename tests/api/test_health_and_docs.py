@@ -2,6 +2,8 @@
 import pytest
 
 from app import create_app
+from app.services import accounts
+from tests.portal.test_portal import PASSWORD, login
 
 
 def test_healthz_and_readyz_answer_without_a_key(client):
@@ -82,7 +84,7 @@ def test_docs_page_has_the_portals_frame_and_csp_headers_and_no_inline_script(cl
     assert page.headers["Referrer-Policy"] == "same-origin"
     assert page.headers["Cache-Control"] == "no-store"
     html = page.get_data(as_text=True)
-    scripts = re.findall(r"<script([^>]*)>(.*?)</script>", html, re.S)
+    scripts = re.findall(r"<script([^>]*)>(.*?)</script>", html, re.DOTALL)
     assert scripts and all('src="' in attrs and not body.strip() for attrs, body in scripts)  # nothing inline
     assert "style=" not in html and "<style" not in html
     sources = re.findall(r'(?:src|href)="([^"]+)"', html)
@@ -124,3 +126,19 @@ def test_openapi_texts_cite_no_internal_rule_ids(client):
     assert not [t for t in texts if prose.search(t)]
     kind = json.loads(text)["components"]["schemas"]["ScanCreate"]["properties"]["kind"]["description"]
     assert "leading `@`" in kind  # the inference rule is spelled out instead of cited
+
+
+@pytest.mark.config(WEBHOOK_RETRY_SCHEDULE=(0.0, 90.0, 3600.0), WEBHOOK_TIMEOUT_SECONDS=7.0)
+def test_the_webhook_settings_customers_read_are_rendered_from_the_configuration(client, make_customer):
+    """The retry schedule and timeout are the configured ones, in the docs' Webhooks section and on
+    the key's page: a fourth retry or a new timeout is a setting, not text restated by hand."""
+    described = client.get("/api/v1/openapi.json").get_json()["info"]["description"]
+    assert "## Webhooks" in described
+    assert "retried 3 times: at once, after 90 seconds, after 1 hour" in described
+    assert "within 7 seconds" in described
+    account = make_customer()
+    accounts.create_user(account.id, "ops@acme.example", PASSWORD)
+    login(client)
+    page = client.get(f"/app/api-keys/{account.key.id}").get_data(as_text=True)
+    assert "retried 3 times: at once, after 90 seconds, after 1 hour" in page
+    assert "within 7 seconds" in page

@@ -83,6 +83,12 @@ def test_a_generated_client_creates_and_reads_a_scan(spec, served_app, account, 
                                 "--meta", "none"], capture_output=True, text=True, env=env, timeout=180)
     assert generated.returncode == 0, generated.stdout + generated.stderr
     assert "Warning" not in generated.stdout, generated.stdout
+    # Its own models, not anonymous ones: a nullable phone profile, bulk targets, one Kind enum.
+    models = {path.stem for path in (tmp_path / "generated_client" / "models").glob("*.py")}
+    assert not [name for name in models if "type_0" in name or "type_1" in name], sorted(models)
+    assert {"kind", "bulk_target", "phone_profile"} <= models
+    bulk_create = (tmp_path / "generated_client" / "models" / "bulk_create.py").read_text()
+    assert "list[BulkTarget]" in bulk_create
     script = textwrap.dedent(f"""
         import sys
         from generated_client import AuthenticatedClient
@@ -101,3 +107,16 @@ def test_a_generated_client_creates_and_reads_a_scan(spec, served_app, account, 
     assert ran.returncode == 0, ran.stdout + ran.stderr
     scan_id, status = ran.stdout.split()
     assert scan_id.startswith("scn_") and status == "queued"
+
+
+def test_references_a_generated_client_can_use(spec):
+    schemas = spec["components"]["schemas"]
+    assert schemas["BulkCreate"]["properties"]["targets"]["items"] == {"$ref": "#/components/schemas/BulkTarget"}
+    assert schemas["Result"]["properties"]["phone_profile"]["allOf"] == [{"$ref": "#/components/schemas/PhoneProfile"}]
+    assert schemas["Result"]["properties"]["phone_profile"]["nullable"] is True
+    assert schemas["Kind"]["enum"] == ["email", "phone", "username"]
+    kinds = {name: schema["properties"]["kind"] for name, schema in schemas.items()
+             if "kind" in schema.get("properties", {})}
+    inline = [name for name, prop in kinds.items() if "enum" in prop]
+    assert inline == []  # every enumerated kind is the one Kind component
+    assert kinds["ScanCreate"]["allOf"] == [{"$ref": "#/components/schemas/Kind"}]

@@ -6,8 +6,15 @@ from app.extensions import db
 from app.models import Scan
 from app.models.scans import IN_FLIGHT
 from app.services import accounts, tracking
-from tests.api.helpers import (assert_books_balance, balance, engine_mode, engine_stats, ledger,
-                               parse_ratelimit, scans_of)
+from tests.api.helpers import (
+    assert_books_balance,
+    balance,
+    engine_mode,
+    engine_stats,
+    ledger,
+    parse_ratelimit,
+    scans_of,
+)
 from tests.api.test_auth_and_errors import assert_error
 
 SCAN = "/api/v1/scan"

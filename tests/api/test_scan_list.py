@@ -90,12 +90,18 @@ def test_only_the_callers_scans(client, account, make_customer):
 def test_bad_parameters_are_400_with_details_and_charged(client, account):
     before = balance(account)
     for params in ({"limit": 0}, {"limit": 101}, {"limit": "x"}, {"status": "done"}, {"kind": "fax"},
-                   {"created_after": "yesterday"}, {"starting_after": "scn_\x00"}, {"bulk_id": "blk x"}):
+                   {"created_after": "yesterday"}, {"starting_after": "scn_\x00"}, {"bulk_id": "blk x"},
+                   # The calendar's edges with an offset have no UTC equivalent (was a 500).
+                   {"created_after": "0001-01-01T00:00:00+01:00"},
+                   {"created_before": "9999-12-31T23:59:59-01:00"}):
         answer = listing(client, account, **params)
         body = answer.get_json()
-        assert answer.status_code == 400 and body["ok"] is False and body["error"] == "invalid_request", params
-        assert body["details"] and body["request_id"]
-    assert balance(account) == before - 8  # a 400 is a served call
+        assert answer.status_code == 400, (params, body)
+        assert body["ok"] is False, params
+        assert body["error"] == "invalid_request", params
+        assert body["details"], params
+        assert body["request_id"], params
+    assert balance(account) == before - 10  # a 400 is a served call
 
 
 def test_each_page_costs_one_credit_and_needs_a_key(client, account):

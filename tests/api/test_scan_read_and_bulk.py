@@ -275,10 +275,7 @@ def test_read_answers_carry_the_balance_after_their_own_charge(client, account, 
 
 
 @pytest.mark.parametrize("what", ["scan", "bulk"])
-def test_a_read_is_one_statement_on_postgresql(client, account, what):
-    from app.db import is_postgres
-    if not is_postgres():
-        pytest.skip("one statement on PostgreSQL; SQLite runs authentication, read and charge in turn")
+def test_a_read_is_one_statement(client, account, what):
     bulk_id = bulk(client, account, [{"target": "jane@example.com"}, {"target": "joe@example.com"}]).json["bulk_id"]
     path = f"{BULK}/{bulk_id}" if what == "bulk" else f"{SCAN}/{scans_of(account)[0].id}"
     assert client.get(path, headers=account.headers).status_code == 200  # the key's use noted (once a minute)

@@ -12,6 +12,7 @@ import pytest
 
 from app.extensions import db
 from app.services import accounts
+from tests.processes import real_clock_env
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "browser"
@@ -24,13 +25,28 @@ if not os.path.exists(CHROMIUM):
 
 @pytest.fixture(scope="session")
 def browser():
+    """Chromium on the machine's real clock. Under ``make test-future`` (libfaketime preloaded)
+    the service runs a year ahead, but Chromium and Playwright's driver hang on a faked clock;
+    the browser stands for the customer, whose clock is not what that run tests. The driver is
+    started without the preload, and Chromium, its child, inherits that."""
     from playwright.sync_api import sync_playwright
-    with sync_playwright() as pw:
+    preload = os.environ.get("LD_PRELOAD")
+    if preload is not None:
+        os.environ["LD_PRELOAD"] = real_clock_env()["LD_PRELOAD"]
+    try:
+        pw_manager = sync_playwright()
+        pw = pw_manager.__enter__()
+    finally:
+        if preload is not None:
+            os.environ["LD_PRELOAD"] = preload
+    try:
         instance = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
             "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
             "--disable-component-update", "--disable-sync"])
         yield instance
         instance.close()
+    finally:
+        pw_manager.__exit__(None, None, None)
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import re
 
 import pytest
 from freezegun import freeze_time
-
 from scan_api_client.cli import main, read_targets
+
 from tests.api.helpers import balance, scans_of
 
 START = "2026-11-21 12:00:00"

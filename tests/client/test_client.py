@@ -9,11 +9,27 @@ import threading
 import pytest
 import requests
 from freezegun import freeze_time
-
-from scan_api_client import (ApiError, AuthenticationError, Batch, Conflict, EngineUnavailable, Forbidden,
-                             InsufficientBalance, NotFound, RateLimited, Scan, ScanClient, ServerError, TransportError,
-                             ValidationError, WaitTimeout, parse_rate_limit, verify_signature)
+from scan_api_client import (
+    ApiError,
+    AuthenticationError,
+    Batch,
+    Conflict,
+    EngineUnavailable,
+    Forbidden,
+    InsufficientBalance,
+    NotFound,
+    RateLimited,
+    Scan,
+    ScanClient,
+    ServerError,
+    TransportError,
+    ValidationError,
+    WaitTimeout,
+    parse_rate_limit,
+    verify_signature,
+)
 from scan_api_client.errors import parse_retry_after
+
 from app.webhook_signature import sign
 from tests.api.helpers import balance, engine_mode, scans_of
 

@@ -9,13 +9,22 @@ import time
 
 import pytest
 from freezegun import freeze_time
+from scan_api_client import (
+    Conflict,
+    Delivery,
+    DeliveryAttempt,
+    DeliveryPending,
+    NotFound,
+    ScanClient,
+    ValidationError,
+    WebhookVerificationError,
+    verify_webhook,
+)
+from scan_api_client.cli import main
 
 from app.extensions import db
 from app.models import WebhookDelivery
 from app.services import webhooks
-from scan_api_client import (Conflict, Delivery, DeliveryAttempt, DeliveryPending, NotFound, ScanClient,
-                             ValidationError, WebhookVerificationError, verify_webhook)
-from scan_api_client.cli import main
 from tests import factories
 from tests.api.helpers import balance
 
@@ -223,8 +232,8 @@ def test_verify_webhook_on_real_deliveries_through_a_secret_rotation(app, make_c
     sent = int(headers["Webhook-Timestamp"])
     assert abs(sent - time.time()) < 60
     verify_webhook(raw, headers, nxt, now=sent + 300)
-    with freeze_time(time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(sent + 301))):
-        with pytest.raises(WebhookVerificationError, match="away from now"):
+    with freeze_time(time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(sent + 301))), \
+            pytest.raises(WebhookVerificationError, match="away from now"):
             verify_webhook(raw, headers, [SECRET, nxt])
 
     with db.connection_context():

@@ -6,25 +6,25 @@ import hashlib
 import hmac
 import io
 import json
+import os
 import re
 import shlex
-import os
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 import requests
-from freezegun import freeze_time
-
 import scan_api_client.client as client_module
+from freezegun import freeze_time
 from scan_api_client.cli import main
+
 from app.extensions import db
 from tests import factories
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "client.md"
 HOOK_SECRET = "whsec_ZG9jcyBleGFtcGxlcyByZWNlaXZlciBzZWNyZXQgMDE="
-BLOCK = re.compile(r"```(python|bash)\n(.*?)```", re.S)
+BLOCK = re.compile(r"```(python|bash)\n(.*?)```", re.DOTALL)
 
 
 def blocks(language):

@@ -7,9 +7,16 @@ import time
 
 import pytest
 from freezegun import freeze_time
+from scan_api_client import (
+    Scan,
+    ScanClient,
+    ValidationError,
+    WebhookVerificationError,
+    verify_signature,
+    verify_standard,
+    verify_webhook,
+)
 
-from scan_api_client import (Scan, ScanClient, ValidationError, WebhookVerificationError, verify_signature,
-                             verify_standard, verify_webhook)
 from tests.api.helpers import balance
 
 
@@ -38,6 +45,7 @@ def test_iter_scans_walks_every_page_newest_first(served_app, account):
 
 def test_cli_list_prints_every_scan_with_all(served_app, account):
     import io
+
     from scan_api_client.cli import main
     api = ScanClient(served_app.url, account.api_key)
     ids = {api.create(f"user{i}@example.com").scan_id for i in range(3)}

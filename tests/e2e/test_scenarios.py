@@ -16,8 +16,7 @@ import sys
 
 import pytest
 
-from simulator.scenarios import SCENARIO_DIR
-from simulator.scenarios import model, runner
+from simulator.scenarios import SCENARIO_DIR, model, runner
 from simulator.scenarios.operator import PROJECT_ROOT
 
 SCENARIO_FILES = model.scenario_files(SCENARIO_DIR)

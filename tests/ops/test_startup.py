@@ -59,6 +59,13 @@ CASES = [
     ("unknown database scheme", {"DATABASE_URL": "mysql://u:pw@db.example/scans"}, "unknown scheme 'mysql'"),
     ("unreachable database", {"DATABASE_URL": "postgresql://scan:pw-xyz@127.0.0.1:{port}/scans"},
      "postgresql://127.0.0.1:{port}/scans is unreachable"),
+    # Each of these used to be accepted, or to crash one process with a traceback.
+    ("redis url of another scheme", {"REDIS_URL": "foo://bar"}, "REDIS_URL must be a redis://"),
+    ("negative webhook timeout", {"WEBHOOK_TIMEOUT_SECONDS": "-1"}, "WEBHOOK_TIMEOUT_SECONDS must be a number more than 0"),
+    ("poll interval not a number", {"ENGINE_POLL_SECONDS": "nan"}, "ENGINE_POLL_SECONDS must be a number"),
+    ("no delivery threads", {"WEBHOOK_CONCURRENCY": "0"}, "WEBHOOK_CONCURRENCY must be a whole number from 1"),
+    ("absurd delivery threads", {"WEBHOOK_CONCURRENCY": str(10**20)}, "WEBHOOK_CONCURRENCY must be a whole number"),
+    ("unknown log level", {"LOG_LEVEL": "LOUD"}, "LOG_LEVEL must be one of DEBUG, INFO"),
 ]
 
 
@@ -71,6 +78,14 @@ def test_production_refuses_to_start_with_one_json_line(production_env, command,
     entry = json.loads(line)  # production logs are JSON, this line too
     assert entry["level"] == "CRITICAL" and expected.format(port=port) in entry["message"]
     assert "pw-xyz" not in line  # the database password is never shown
+
+
+def test_a_sqlite_database_stops_every_process_with_one_line_naming_postgresql(production_env):
+    env = dict(production_env, APP_ENV="development", DATABASE_URL="sqlite:////tmp/scan-api.sqlite3")
+    for command in COMMANDS:
+        line = the_one_line(run(command, env))
+        assert line.startswith("error: DATABASE_URL: SQLite is no longer supported"), (command, line)
+        assert "PostgreSQL is the only database" in line, (command, line)
 
 
 def test_development_names_a_bad_setting_in_plain_text(production_env):

@@ -15,7 +15,7 @@ import os
 import platform
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -26,7 +26,8 @@ COLUMNS = ("requests", "concurrency", "faults", "inputs", "failures")
 
 
 def database_kind() -> str:
-    return "postgresql" if os.environ.get("TEST_DATABASE_URL", "").startswith("postgres") else "sqlite"
+    """``postgresql``: a server of the machine (TEST_DATABASE_URL); ``embedded``: the session's own."""
+    return "postgresql" if os.environ.get("TEST_DATABASE_URL") else "embedded"
 
 
 def figures_file(kind: str | None = None) -> Path:
@@ -62,7 +63,7 @@ def make_fixture():
             duration_s=round(time.monotonic() - started, 2),
             outcome=report.outcome if report is not None else "error",
             database=database_kind(),
-            finished_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            finished_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         )
         nodeid = request.node.nodeid
         if os.environ.get("FUZZ_EXAMPLES"):  # `make fuzz`: kept apart from the CI-sized run
@@ -90,7 +91,7 @@ def _cell(value) -> str:
     return str(value).replace("|", "\\|")
 
 
-def table(kinds=("sqlite", "postgresql")) -> str:
+def table(kinds=("embedded", "postgresql")) -> str:
     loaded = {}
     for kind in kinds:
         try:

@@ -21,6 +21,7 @@ from pathlib import Path
 import requests
 
 from simulator.procutil import free_port, wait_until
+from tests.processes import real_clock_env
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -84,11 +85,12 @@ class RedisServer:
         self.proc: subprocess.Popen | None = None
         self.starts = 0
 
-    def start(self) -> "RedisServer":
+    def start(self) -> RedisServer:
         self._log = open(self.workdir / f"redis-{self.starts}.log", "wb")
         self.proc = subprocess.Popen([self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
                                       "--save", "", "--appendonly", "no", "--dir", str(self.workdir)],
-                                     stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+                                     stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env=real_clock_env())
         self.starts += 1
 
         def answers():
@@ -112,10 +114,11 @@ class RedisServer:
 
 
 class TcpProxy:
-    """Forwards 127.0.0.1:<port> to ``upstream``; ``cut()`` drops every connection and refuses new
-    ones (the dependency is unreachable), ``restore()`` accepts again."""
+    """Forwards 127.0.0.1:<port> to ``upstream`` (host and port, or a unix socket's path);
+    ``cut()`` drops every connection and refuses new ones (the dependency is unreachable),
+    ``restore()`` accepts again."""
 
-    def __init__(self, upstream: tuple[str, int]):
+    def __init__(self, upstream: tuple[str, int] | str):
         self.upstream = upstream
         self.port = free_port()
         self._lock = threading.Lock()
@@ -132,6 +135,14 @@ class TcpProxy:
         self._listener = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
 
+    def _connect(self) -> socket.socket:
+        if isinstance(self.upstream, str):
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.settimeout(5)
+            server.connect(self.upstream)
+            return server
+        return socket.create_connection(self.upstream, timeout=5)
+
     def _accept(self, listener) -> None:
         while True:
             try:
@@ -139,7 +150,7 @@ class TcpProxy:
             except OSError:
                 return
             try:
-                server = socket.create_connection(self.upstream, timeout=5)
+                server = self._connect()
             except OSError:
                 client.close()
                 continue
@@ -147,15 +158,22 @@ class TcpProxy:
             with self._lock:
                 self._conns += [client, server]
                 self.connections += 1
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+            link: dict = {}  # what the two directions of one connection know of each other
+            for a, b, to_server in ((client, server, True), (server, client, False)):
+                threading.Thread(target=self._pipe, args=(a, b, to_server, link), daemon=True).start()
 
-    @staticmethod
-    def _pipe(src, dst) -> None:
+    def forward(self, data: bytes, to_server: bool, link: dict) -> bytes | None:
+        """What to send on of ``data``; None cuts this connection (both ways). Subclasses inject faults."""
+        return data
+
+    def _pipe(self, src, dst, to_server: bool, link: dict) -> None:
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
+                    break
+                data = self.forward(data, to_server, link)
+                if data is None:
                     break
                 dst.sendall(data)
         except OSError:
@@ -182,6 +200,36 @@ class TcpProxy:
 
     def close(self) -> None:
         self.cut()
+
+
+class CommitCutter(TcpProxy):
+    """A proxy to PostgreSQL that cuts the connection at the next COMMIT once ``arm(when)`` is
+    called: ``"before"`` the COMMIT reaches the server (it rolls back), or ``"after"`` the server
+    answered it (it committed; the answer is lost on the way back)."""
+
+    COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"  # the simple-query message psycopg2 sends
+
+    def __init__(self, upstream):
+        self.armed: str | None = None
+        self.cuts = 0
+        super().__init__(upstream)
+
+    def arm(self, when: str) -> None:
+        assert when in ("before", "after")
+        self.armed = when
+
+    def forward(self, data, to_server, link):
+        with self._lock:
+            if to_server and self.armed and self.COMMIT in data:
+                when, self.armed = self.armed, None
+                self.cuts += 1
+                if when == "before":
+                    return None
+                link["lose_answer"] = True
+                return data
+            if not to_server and link.pop("lose_answer", False):
+                return None  # the COMMIT's answer: the server has committed
+        return data
 
 
 class RawServer:

@@ -34,7 +34,7 @@ from tests.processes import WorkerProcess, service_env, wait_for
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 DEADLINE = 60
-POOL, PER_HOST = 8, 4  # the receiver is one host: PER_HOST requests in flight, the rest parked
+POOL, PER_ENDPOINT = 8, 4  # the receiver is one endpoint: PER_ENDPOINT requests in flight, the rest parked
 
 
 class HoldingReceiver:
@@ -97,7 +97,7 @@ def _hung_up(sock, wait: float = 0.05) -> bool:
 def worker_env(app, simulator, tmp_path, redis_url) -> dict:
     # The workers' own sweep is out of the way (RECOVERY_*): the recovery under test is the one run here.
     return service_env(app, simulator.url, tmp_path / "instance", REDIS_URL=redis_url, WEBHOOK_CONCURRENCY=POOL,
-                       WEBHOOK_HOST_CONCURRENCY=PER_HOST, WEBHOOK_TIMEOUT_SECONDS=60, RECOVERY_INTERVAL_SECONDS=300,
+                       WEBHOOK_ENDPOINT_CONCURRENCY=PER_ENDPOINT, WEBHOOK_TIMEOUT_SECONDS=60, RECOVERY_INTERVAL_SECONDS=300,
                        RECOVERY_STALE_SECONDS=300, WEBHOOK_RETRY_SCHEDULE="0,30,300", LOG_LEVEL="INFO",
                        LOG_FORMAT="text")
 
@@ -125,9 +125,9 @@ def in_progress(key_id: str) -> int:
 
 
 def in_flight_and_parked(receiver, account, redis_server) -> bool:
-    """PER_HOST requests held by the receiver, one attempt row each, and every other job taken
+    """PER_ENDPOINT requests held by the receiver, one attempt row each, and every other job taken
     from Redis by the pool (parked in its memory)."""
-    return (len(receiver.requests) == PER_HOST and in_progress(account.key.id) == PER_HOST
+    return (len(receiver.requests) == PER_ENDPOINT and in_progress(account.key.id) == PER_ENDPOINT
             and redis_lib.Redis.from_url(redis_server.url).llen("rq:queue:webhooks") == 0)
 
 
@@ -170,23 +170,23 @@ def test_a_worker_sigkilled_mid_delivery_loses_nothing_and_the_sweep_redelivers(
     try:
         bodies = send_test_events(account, n)
         workers.append(WorkerProcess(env, tmp_path / "worker-1.log", stop_seconds=20))
-        # PER_HOST requests held open by the receiver, the other deliveries parked in the pool.
+        # PER_ENDPOINT requests held open by the receiver, the other deliveries parked in the pool.
         wait_for(lambda: in_flight_and_parked(receiver, account, dedicated_redis), DEADLINE,
                  "the pool's requests in flight, the other jobs parked", workers)
 
         workers[0].kill(signal.SIGKILL)
         assert workers[0].proc.returncode == -signal.SIGKILL
         # The receiver sees its clients hang up: those requests were never answered.
-        wait_for(lambda: len(receiver.ended("abandoned")) == PER_HOST, 20, "the abandoned requests")
+        wait_for(lambda: len(receiver.ended("abandoned")) == PER_ENDPOINT, 20, "the abandoned requests")
         receiver.holding.clear()  # from now on it answers at once
-        assert in_progress(account.key.id) == PER_HOST
+        assert in_progress(account.key.id) == PER_ENDPOINT
         assert {d.status for d in rows(account.key.id)[0].values()} == {"pending"}
 
         workers.append(WorkerProcess(env, tmp_path / "worker-2.log", stop_seconds=20))
         # Nothing comes back by itself: the killed worker's jobs are gone (marked started in Redis).
         with freeze_time(utcnow() + timedelta(seconds=deliveries.ATTEMPT_DEADLINE_SECONDS + 5)):
             report = sweep(at_once=True)
-        assert report["attempts_closed"] == PER_HOST  # the abandoned rows, closed as worker_lost
+        assert report["attempts_closed"] == PER_ENDPOINT  # the abandoned rows, closed as worker_lost
         # Every delivery re-dispatched: the parked ones with their job again, the lost ones with the next.
         assert report["deliveries_redispatched"] == n
         wait_for(lambda: all_succeeded(account.key.id), DEADLINE, "every delivery to succeed", workers)
@@ -199,9 +199,9 @@ def test_a_worker_sigkilled_mid_delivery_loses_nothing_and_the_sweep_redelivers(
 
     attempts = assert_one_row_per_request(receiver, bodies, account.key.id)
     lost = [a for mine in attempts.values() for a in mine if a.outcome != "succeeded"]
-    assert len(lost) == PER_HOST and {(a.outcome, a.error, a.number) for a in lost} == {("failed", "worker_lost", 1)}
-    assert sorted(len(mine) for mine in attempts.values()) == [1] * (n - PER_HOST) + [2] * PER_HOST
-    assert len(receiver.ended(200)) == n and len(receiver.requests) == n + PER_HOST
+    assert len(lost) == PER_ENDPOINT and {(a.outcome, a.error, a.number) for a in lost} == {("failed", "worker_lost", 1)}
+    assert sorted(len(mine) for mine in attempts.values()) == [1] * (n - PER_ENDPOINT) + [2] * PER_ENDPOINT
+    assert len(receiver.ended(200)) == n and len(receiver.requests) == n + PER_ENDPOINT
     assert "Traceback" not in workers[1].output(), workers[1].output()[-3000:]
 
 
@@ -230,7 +230,7 @@ def test_redis_restarted_empty_under_the_pool_loses_no_delivery(
         report = json.loads(recover.stdout)
         # The parked jobs (their copies in Redis gone) and those dispatched while it was down; the
         # requests in flight are left to their worker (their attempt rows are recent).
-        assert report["deliveries_redispatched"] == n - PER_HOST + while_down and report["attempts_closed"] == 0
+        assert report["deliveries_redispatched"] == n - PER_ENDPOINT + while_down and report["attempts_closed"] == 0
         receiver.holding.clear()
         wait_for(lambda: all_succeeded(account.key.id), DEADLINE, "every delivery to succeed", [worker])
         assert worker.proc.poll() is None  # it rode out the restart

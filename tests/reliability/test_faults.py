@@ -10,37 +10,36 @@ a worker SIGKILLed mid-job (tests/workers/test_worker_process.py), Redis flushed
 """
 from __future__ import annotations
 
-import os
 import re
+import signal
 import socket
 import struct
 import threading
 import time
 from datetime import timedelta
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
+import freezegun.api as freezegun_api  # its real_monotonic: freezegun rewrites aliases elsewhere
 import pytest
 import requests
 from freezegun import freeze_time
-import freezegun.api as freezegun_api  # its real_monotonic: freezegun rewrites aliases elsewhere
 from peewee import OperationalError
 
 from app import create_app, runtime
 from app.extensions import db
 from app.models import BulkBatch, CreditLedger, DeliveryAttempt, Scan, WebhookDelivery, utcnow
 from app.services import billing
+from app.services.recovery import sweep
 from bench.load import Call, LoadDriver
 from tests.api.helpers import assert_counters_match
 from tests.conftest import ServerThread
 from tests.jobrunner import JobRunner
-from tests.reliability.servers import RawServer, TcpProxy, free_port, read_request_head
-from app.services.recovery import sweep
+from tests.reliability.servers import CommitCutter, RawServer, TcpProxy, free_port, read_request_head
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 SECRET = "whsec_ZmF1bHQgcmVjZWl2ZXIgc2VjcmV0IDAxMjM="
 STALE = 30
 START = "2026-11-21 12:00:00"
-ON_POSTGRES = os.environ.get("TEST_DATABASE_URL", "").startswith("postgres")
 FINAL = ("completed", "failed")
 
 
@@ -172,8 +171,8 @@ def test_redis_killed_during_creations_loses_no_scan_and_the_sweep_dispatches_th
                    faults="redis-server SIGKILLed after 10 of 40 concurrent creations; 20 more while down; "
                           "restarted empty",
                    inputs={"creations": len(answers), "reads_while_down": len(reads)},
-                   failures=sum(a.status != 202 for a in answers), answered=dict(
-                       (str(s), sum(a.status == s for a in answers)) for s in statuses),
+                   failures=sum(a.status != 202 for a in answers), answered={
+                       str(s): sum(a.status == s for a in answers) for s in statuses},
                    recovered=report["scans_redispatched"], end=end)
 
 
@@ -240,9 +239,7 @@ def test_redis_restarted_mid_run_loses_its_data_and_the_sweep_recovers_everythin
 # --- the database --------------------------------------------------------------------------------
 
 def unreachable_database_url() -> str:
-    if ON_POSTGRES:
-        return f"postgresql://postgres@127.0.0.1:{free_port()}/unreachable"
-    return "sqlite:////nonexistent-directory/unreachable.sqlite3"
+    return f"postgresql://postgres@127.0.0.1:{free_port()}/unreachable"
 
 
 CSRF_RE = re.compile(r'name="csrf_token" type="hidden" value="([^"]+)"')
@@ -305,7 +302,7 @@ def test_database_unreachable_is_503_on_every_route_that_needs_it_and_nothing_is
         assert Scan.select().count() == 0 and BulkBatch.select().count() == 0
         assert [r.delta for r in CreditLedger.select().where(CreditLedger.customer == acct.id)] == [100]
         assert billing.balance_of(acct.id) == 100
-    figures.update(requests=len(needs_db) + 6, concurrency=1, faults="database unreachable (closed port / no file)",
+    figures.update(requests=len(needs_db) + 6, concurrency=1, faults="database unreachable (closed port)",
                    inputs={"routes_needing_db": len(needs_db) + 1, "routes_without_db": 4}, failures=0,
                    answers=answers)
 
@@ -390,7 +387,7 @@ def test_the_database_failing_at_any_statement_leaves_nothing_half_written(app, 
         batches_with_scans = {s.bulk_id for s in Scan.select().where(Scan.customer == acct.id) if s.bulk_id}
     assert scans == created  # exactly the scans answered 202: nothing half-created survives
     expected = 1000 - 1 - 1  # the scan and the batch made first
-    for name, status, body in answers:
+    for _name, status, body in answers:
         if status in (200, 400):
             expected -= 1
         elif status == 202:
@@ -406,19 +403,20 @@ def test_the_database_failing_at_any_statement_leaves_nothing_half_written(app, 
                    answers={name: o["answers"] for name, o in outcomes.items()})
 
 
-@pytest.mark.skipif(not ON_POSTGRES, reason="SQLite is a local file: there is no connection to lose "
-                                            "(the statement-level faults above cover it)")
 def test_postgresql_lost_mid_run_answers_503_then_the_pool_recovers(app, base_config, make_customer, figures):
     acct = make_customer(tier="enterprise", credits=1000, inflight=1000, hour=1000, day=1000)
     url = urlsplit(base_config["DATABASE_URL"])
-    proxy = TcpProxy((url.hostname, url.port or 5432))
+    # The embedded server of the session listens on a unix socket only (?host=<its folder>).
+    socket_dir = parse_qs(url.query).get("host", [None])[0] if not url.hostname else None
+    proxy = TcpProxy(f"{socket_dir}/.s.PGSQL.{url.port or 5432}" if socket_dir else (url.hostname, url.port or 5432))
     netloc = f"{url.username}@127.0.0.1:{proxy.port}" if url.username else f"127.0.0.1:{proxy.port}"
-    proxied = create_app(dict(base_config, DATABASE_URL=urlunsplit(url._replace(netloc=netloc))))
+    proxied = create_app(dict(base_config, DATABASE_URL=urlunsplit(url._replace(netloc=netloc, query=""))))
     served = ServerThread(proxied)
     driver = LoadDriver(served.url, concurrency=8, timeout=30)
     try:
-        calls = lambda n: [Call("POST", SCAN, acct.headers, {"target": f"pg{i}@example.com"}) if i % 4 == 0 else
-                           Call("GET", f"{SCAN}/scn_unknown{i}", acct.headers) for i in range(n)]
+        def calls(n):
+            return [Call("POST", SCAN, acct.headers, {"target": f"pg{i}@example.com"}) if i % 4 == 0 else
+                                   Call("GET", f"{SCAN}/scn_unknown{i}", acct.headers) for i in range(n)]
         before = driver.run(calls(40))
         proxy.cut()
         started = time.monotonic()
@@ -449,6 +447,50 @@ def test_postgresql_lost_mid_run_answers_503_then_the_pool_recovers(app, base_co
                    faults="TCP link to PostgreSQL cut mid-run (every connection dropped), then restored",
                    inputs={"before": len(before), "during": len(during), "after": len(after)},
                    failures=0, stale_pool_503s_after_restore=len(stale))
+
+
+def _through(proxy, database_url: str) -> str:
+    url = urlsplit(database_url)
+    netloc = f"{url.username}@127.0.0.1:{proxy.port}" if url.username else f"127.0.0.1:{proxy.port}"
+    return urlunsplit(url._replace(netloc=netloc))
+
+
+@pytest.mark.parametrize("path, body", [
+    (SCAN, {"target": "lost.commit@example.com"}),
+    (BULK, {"targets": [{"target": "lost.one@example.com"}, {"target": "lost.two@example.com"}]}),
+], ids=["single", "bulk"])
+@pytest.mark.parametrize("cut", ["after", "before"])
+def test_a_creation_whose_commit_answer_is_lost_answers_what_happened(app, base_config, make_customer, jobs,
+                                                                     cut, path, body):
+    """The connection to PostgreSQL breaks at the creation's COMMIT. "after": the server committed
+    and its answer was lost: the creation is served (202), charged once, and its scans run.
+    "before": the COMMIT never arrived and the server rolled back: 503, nothing written or charged."""
+    acct = make_customer(tier="enterprise", credits=100)
+    url = urlsplit(base_config["DATABASE_URL"])
+    proxy = CommitCutter((url.hostname, url.port or 5432))
+    proxied = create_app(dict(base_config, DATABASE_URL=_through(proxy, base_config["DATABASE_URL"])))
+    try:
+        proxy.arm(cut)
+        answer = proxied.test_client().post(path, json=body, headers=acct.headers)
+    finally:
+        proxy.close()
+        create_app(base_config)
+    assert proxy.cuts == 1  # the fault really happened, at a COMMIT
+    with db.connection_context():
+        scans = list(Scan.select().where(Scan.customer == acct.id))
+        assert billing.ledger_sum(acct.id) == billing.balance_of(acct.id)
+        balance = billing.balance_of(acct.id)
+    if cut == "after":
+        assert answer.status_code == 202, answer.get_json()
+        created = [answer.get_json()["scan_id"]] if path == SCAN else [s["scan_id"] for s in answer.get_json()["scans"]]
+        assert sorted(s.id for s in scans) == sorted(created)
+        assert all(s.engine_id for s in scans)  # submitted to the engine, so they run
+        assert balance == 100 - len(created)
+    else:
+        assert answer.status_code == 503, answer.get_json()
+        assert answer.get_json()["error"] == "service_unavailable"
+        assert scans == []
+        assert balance == 100
 
 
 # --- the engine ------------------------------------------------------------------------------------
@@ -486,8 +528,7 @@ def assert_nothing_created(acct, credits):
         assert Scan.select().where(Scan.customer == acct.id).count() == 0
         assert BulkBatch.select().where(BulkBatch.customer == acct.id).count() == 0
         assert billing.balance_of(acct.id) == credits == billing.ledger_sum(acct.id)
-        reasons = [r.reason for r in CreditLedger.select().where(CreditLedger.customer == acct.id)]
-    return reasons
+        return [r.reason for r in CreditLedger.select().where(CreditLedger.customer == acct.id)]
 
 
 @pytest.mark.config(ENGINE_SUBMIT_TIMEOUT_SECONDS=0.5)
@@ -721,3 +762,43 @@ def test_a_hostile_receiver_costs_one_bounded_logged_attempt(client, make_custom
     figures.update(requests=1, concurrency=1, faults=f"receiver {behaviour}", inputs={"deliveries": 1},
                    failures=0, attempt={"outcome": attempt.outcome, "error": attempt.error},
                    worker_held_seconds=round(seconds, 2), end=end)
+
+
+@pytest.mark.processes
+@pytest.mark.config(ENGINE_POLL_SECONDS=0.5)
+def test_a_database_outage_costs_the_worker_one_line_per_reconnection_not_a_traceback_per_job(
+        app, base_config, client, make_customer, simulator, tmp_path):
+    """PostgreSQL cut under a working ``python -m workers`` for a few seconds, while it tracks scans
+    that never finish (each looked at every 0.5 s): the worker logs the outage, one line per
+    reconnection attempt with back-off, no traceback; then it resumes, and a new scan completes."""
+    from tests.processes import WorkerProcess, service_env, wait_for
+    acct = make_customer(tier="enterprise", credits=100, inflight=100, hour=100, day=100)
+    url = urlsplit(base_config["DATABASE_URL"])
+    proxy = TcpProxy((url.hostname, url.port or 5432))
+    env = service_env(app, simulator.url, tmp_path / "instance", ENGINE_POLL_SECONDS=0.5, LOG_FORMAT="text",
+                      DATABASE_URL=_through(proxy, base_config["DATABASE_URL"]))
+    for i in range(10):
+        assert client.post(SCAN, json={"target": f"hang{i}@example.com"}, headers=acct.headers).status_code == 202
+    worker = WorkerProcess(env, tmp_path / "worker.log")
+
+    def status_of(scan_id):
+        with db.connection_context():
+            return Scan.get_by_id(scan_id).status
+
+    try:
+        wait_for(lambda: worker.output().count("track_scan") >= 20, 30, "the worker tracking the scans", [worker])
+        proxy.cut()
+        wait_for(lambda: worker.output().count("retrying in") >= 3, 30, "three reconnection attempts", [worker])
+        proxy.restore()
+        wait_for(lambda: "database is back" in worker.output(), 30, "the database back", [worker])
+        after = client.post(SCAN, json={"target": "after.outage@example.com"}, headers=acct.headers).json["scan_id"]
+        wait_for(lambda: status_of(after) == "completed", 60, "a scan created after the outage completed", [worker])
+    finally:
+        worker.kill(signal.SIGTERM)
+        proxy.close()
+    log = worker.output()
+    assert "Traceback" not in log, log[-3000:]
+    assert log.count("database unavailable") == 1, log[-3000:]
+    attempts = log.count("retrying in")
+    assert 3 <= attempts <= 10, log[-3000:]  # back-off: 1, 2, 4, 8 ... s, one line each
+    assert "database is back" in log

@@ -1,6 +1,6 @@
 """Load: the API as production runs it (gunicorn, several workers x threads) under concurrent
-creations and reads, against the test session's database (SQLite, or PostgreSQL when
-TEST_DATABASE_URL is set) and Redis; the simulator is the engine.
+creations and reads, against the test session's database (the embedded PostgreSQL, or the server of
+TEST_DATABASE_URL) and Redis; the simulator is the engine.
 
 Per tier (limits at their defaults), 200 concurrent creations must admit exactly the in-flight
 limit (D8: atomic admission) while 2,000 mixed reads (own scans, own and foreign bulk batches,
@@ -124,7 +124,7 @@ def test_concurrent_creations_and_mixed_reads_under_gunicorn(app, simulator, mak
         for answer in answers1:
             if answer.call.tag[1] == "create" and answer.status == 202:
                 accepted[answer.call.tag[0]].append(answer.body["scan_id"])
-        own_scans = {tier: ids for tier, ids in accepted.items()}
+        own_scans = dict(accepted.items())
         own_scans["reader"] = reader_scans
         # Phase 2: the other half of the reads, now also of the scans just created.
         phase2 = read_calls(READS - READS // 2, own_scans)

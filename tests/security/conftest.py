@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.reliability.figures import make_fixture, stash_report
 from tests.processes import service_env
+from tests.reliability.figures import make_fixture, stash_report
 from tests.reliability.servers import Gunicorn
 
 figures = make_fixture()

@@ -2,11 +2,12 @@
 An admitted call changes the books together; a refused one changes nothing at all."""
 import pytest
 
-from app.services.errors import EngineUnavailable, ServiceError
 from app.models import Customer
 from app.services import accounts, quotas, scans
+from app.services.errors import EngineUnavailable, ServiceError
 from tests.api.helpers import assert_counters_match, engine_mode
 from tests.services.conftest import books_of
+
 
 def _customer(tier="business", credits=10, **limits):
     cust = accounts.create_customer("Admission", tier, credits)

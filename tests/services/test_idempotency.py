@@ -4,9 +4,9 @@ from datetime import datetime, timedelta
 import pytest
 from freezegun import freeze_time
 
-from app.services.errors import Conflict
 from app.models import IdempotencyRecord
 from app.services import accounts, idempotency
+from app.services.errors import Conflict
 
 START = datetime(2026, 11, 22, 12, 0, 0)
 SCAN = "POST /api/v1/scan"

@@ -3,10 +3,10 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from app.services.errors import RateLimited
 from app.api.hooks import rate_limit_headers
 from app.models import Customer, Scan, new_id
 from app.services import accounts, quotas
+from app.services.errors import RateLimited
 from app.services.limits import Limits
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, 500000)

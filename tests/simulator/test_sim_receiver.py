@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from simulator.app import create_sim_app
 from app.webhook_signature import sign_standard
+from simulator.app import create_sim_app
 from simulator.receiver import standard_signed_by, verify_signature
 
 SECRET = "whsec_test"

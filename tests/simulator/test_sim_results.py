@@ -3,8 +3,16 @@ import re
 
 import pytest
 
-from simulator.results import (EXTRA_FIELD, FULL_DATE, HIGH_SCORE, NO_BAND, band_for, messiness_of,
-                               phone_profile, result_for)
+from simulator.results import (
+    EXTRA_FIELD,
+    FULL_DATE,
+    HIGH_SCORE,
+    NO_BAND,
+    band_for,
+    messiness_of,
+    phone_profile,
+    result_for,
+)
 
 BASE = "http://sim.test/_sim/artifacts/inv_x"
 TOP_LEVEL = {"risk", "counts", "profiles", "contacts", "breaches", "phone_profile", "ai_summary", "artifacts"}

@@ -1,7 +1,15 @@
 """Settings from the environment (D10a)."""
 import pytest
 
-from app.config import DEV_SECRET_KEY, ConfigError, check_production, finalize, load_settings, parse_retry_schedule, startup_error_line
+from app.config import (
+    DEV_SECRET_KEY,
+    ConfigError,
+    check_production,
+    finalize,
+    load_settings,
+    parse_retry_schedule,
+    startup_error_line,
+)
 
 
 def test_defaults_match_the_decisions():
@@ -13,11 +21,22 @@ def test_defaults_match_the_decisions():
     assert settings["PUBLIC_BASE_URL"] is None
 
 
-def test_development_fills_a_sqlite_database_and_a_dev_secret(tmp_path, monkeypatch):
+def test_development_leaves_the_database_to_the_embedded_server_and_fills_a_dev_secret(tmp_path, monkeypatch):
     monkeypatch.setenv("INSTANCE_PATH", str(tmp_path))
     settings = finalize(load_settings({}))
-    assert settings["DATABASE_URL"] == f"sqlite:///{tmp_path / 'scan-api.sqlite3'}"
+    assert settings["DATABASE_URL"] is None  # app.db.database_url: the embedded PostgreSQL
     assert settings["SECRET_KEY"]
+
+
+@pytest.mark.parametrize("app_env", [None, "development", "test", "production"])
+@pytest.mark.parametrize("url", ["sqlite:////tmp/x.sqlite3", "sqlite:///scan.db", "SQLite:///x"])
+def test_a_sqlite_database_is_refused_in_one_line_that_names_postgresql(url, app_env):
+    env = {"DATABASE_URL": url, **({"APP_ENV": app_env} if app_env else {})}
+    with pytest.raises(ConfigError) as exc:
+        finalize(load_settings(env))
+    message = str(exc.value)
+    assert "\n" not in message
+    assert "PostgreSQL" in message and "SQLite" in message
 
 
 def test_production_refuses_to_start_naming_every_missing_setting():
@@ -89,10 +108,9 @@ def test_malformed_settings_are_refused(env):
     ({"DATABASE_URL": "postgres://scan@db/scan"}, "production"),
     ({"DATABASE_URL": "postgresql://scan@db/scan", "APP_ENV": "development"}, "development"),
     ({"DATABASE_URL": "postgresql://scan@db/scan", "APP_ENV": "test"}, "test"),
-    ({"DATABASE_URL": "sqlite:////tmp/x.sqlite3"}, "development"),
     ({}, "development"),
 ])
-def test_an_unset_app_env_on_postgresql_means_production(env, expected):
+def test_an_unset_app_env_with_a_database_url_means_production(env, expected):
     # An operator command run on the production host without APP_ENV keeps the SSRF guard
     # and refuses to run with the development SECRET_KEY.
     assert load_settings(env)["APP_ENV"] == expected

@@ -1,9 +1,8 @@
 """Versioned migrations: idempotent, and a later schema change keeps existing rows."""
-from playhouse.migrate import migrate, PostgresqlMigrator, SqliteMigrator
 from peewee import TextField
+from playhouse.migrate import PostgresqlMigrator, migrate
 
 from app import migrations
-from app.db import is_sqlite
 from app.extensions import db
 from app.models import Customer, SchemaVersion
 from app.services import accounts
@@ -21,7 +20,7 @@ def test_a_new_migration_is_applied_once_and_keeps_rows(app, monkeypatch):
         customer = accounts.create_customer("Kept", "pro", 5)
 
         def add_column(database):
-            migrator = SqliteMigrator(database) if is_sqlite() else PostgresqlMigrator(database)
+            migrator = PostgresqlMigrator(database)
             migrate(migrator.add_column("customer", "notes", TextField(null=True)))
 
         version = migrations.MIGRATIONS[-1][0] + 1
@@ -34,7 +33,7 @@ def test_a_new_migration_is_applied_once_and_keeps_rows(app, monkeypatch):
             assert Customer.get_by_id(customer.id).balance == 5
         finally:
             with db.atomic():
-                migrate((SqliteMigrator(db.obj) if is_sqlite() else PostgresqlMigrator(db.obj))
+                migrate(PostgresqlMigrator(db.obj)
                         .drop_column("customer", "notes"))
                 SchemaVersion.delete().where(SchemaVersion.version == version).execute()
 
@@ -57,7 +56,7 @@ def test_quota_counters_migration_fills_them_from_existing_scans(app):
             Scan.create(id=new_id("scn"), customer=customer.id, api_key=key.id, kind="email",
                         target="a@example.com", status=status, created_at=now - age)
         # Back to version 1: no counters, the old indexes.
-        migrator = SqliteMigrator(db.obj) if is_sqlite() else PostgresqlMigrator(db.obj)
+        migrator = PostgresqlMigrator(db.obj)
         with db.atomic():
             db.drop_tables([QuotaMinute])
             migrate(migrator.drop_column("customer", "in_flight"))
@@ -121,7 +120,6 @@ def test_test_mode_migration_marks_existing_rows_live_and_counts_windows_per_mod
                     status="completed", created_at=now)
         IdempotencyRecord.create(customer=customer.id, key="k1", endpoint="/api/v1/scan", request_hash="h")
         # Back to version 5: no mode anywhere, the counters keyed by (customer, minute).
-        time_type = "DATETIME" if is_sqlite() else "TIMESTAMP"
         with db.atomic():
             db.execute_sql('DROP INDEX "idempotency_record_customer_id_livemode_key"')
             db.execute_sql('CREATE UNIQUE INDEX "idempotency_record_customer_id_key" '
@@ -130,8 +128,8 @@ def test_test_mode_migration_marks_existing_rows_live_and_counts_windows_per_mod
                 db.execute_sql(f'ALTER TABLE "{name}" DROP COLUMN "livemode"')
             db.execute_sql('ALTER TABLE "customer" DROP COLUMN "test_in_flight"')
             db.drop_tables([QuotaMinute])
-            db.execute_sql(f'CREATE TABLE "quota_minute" ("customer_id" VARCHAR(40) NOT NULL, "minute" {time_type} '
-                           f'NOT NULL, "scans" INTEGER NOT NULL, PRIMARY KEY ("customer_id", "minute"))')
+            db.execute_sql('CREATE TABLE "quota_minute" ("customer_id" VARCHAR(40) NOT NULL, "minute" TIMESTAMP '
+                           'NOT NULL, "scans" INTEGER NOT NULL, PRIMARY KEY ("customer_id", "minute"))')
             SchemaVersion.delete().where(SchemaVersion.version == 6).execute()
 
         assert migrations.upgrade() == [6]
@@ -157,10 +155,9 @@ def test_the_idempotency_endpoint_holds_a_redelivery_path(app):
     path = "/api/v1/deliveries/dlv_" + "x" * 22 + "/redeliver"
     with db.connection_context():
         customer = accounts.create_customer("Old", "business", 5)
-        if not is_sqlite():
-            with db.atomic():
-                db.execute_sql('ALTER TABLE "idempotency_record" ALTER COLUMN "endpoint" TYPE VARCHAR(40)')
-                SchemaVersion.delete().where(SchemaVersion.version == 7).execute()
-            assert migrations.upgrade() == [7]
+        with db.atomic():
+            db.execute_sql('ALTER TABLE "idempotency_record" ALTER COLUMN "endpoint" TYPE VARCHAR(40)')
+            SchemaVersion.delete().where(SchemaVersion.version == 7).execute()
+        assert migrations.upgrade() == [7]
         IdempotencyRecord.create(customer=customer.id, key="k1", endpoint=path, request_hash="h")
         assert IdempotencyRecord.get(IdempotencyRecord.key == "k1").endpoint == path

@@ -1,7 +1,7 @@
 """Hot statements prepared once per PostgreSQL connection (``app.db.execute_prepared``)."""
 import pytest
 
-from app.db import _prepared_texts, execute_prepared, is_postgres
+from app.db import _prepared_texts, execute_prepared
 from app.extensions import db
 
 
@@ -13,12 +13,10 @@ def test_placeholders_become_numbered_parameters_and_the_name_follows_the_text()
     assert other != name and run_none == f"EXECUTE {other}"
 
 
-def test_runs_as_a_plain_statement_elsewhere_and_prepared_on_postgresql(app):
+def test_prepared_once_and_prepared_again_when_the_server_forgot_it(app):
     with db.connection_context():
         assert execute_prepared("SELECT ? + 1", (41,)).fetchone()[0] == 42
         assert execute_prepared("SELECT ? * 2", (1,)).fetchone()[0] == 2
-        if not is_postgres():
-            return
         # The server forgets it (a pooler's reset): prepared again, the caller sees nothing.
         db.execute_sql("DEALLOCATE ALL")
         assert execute_prepared("SELECT ? + 1", (1,)).fetchone()[0] == 2

@@ -7,9 +7,9 @@ from freezegun import freeze_time
 
 from app.models import Scan
 from app.rawjson import RawJSON, parsed, render
-from app.schemas.scans import (BulkCreatedSchema, BulkStateSchema, ScanCreatedSchema, ScanSchema)
-from app.services.results import normalize_result
+from app.schemas.scans import BulkCreatedSchema, BulkStateSchema, ScanCreatedSchema, ScanSchema
 from app.services.reads import scan_view
+from app.services.results import normalize_result
 from simulator.results import result_for
 
 
@@ -34,8 +34,8 @@ def test_render_splices_raw_text_and_leaves_look_alike_strings_alone():
 def test_scan_view_matches_the_schema_in_every_state():
     now = datetime(2026, 11, 21, 12, 0, 0)
     result = normalize_result(result_for("phone", "+14155552671", "http://127.0.0.1:1/_sim/artifacts/inv_x"), "phone")
-    base = dict(id="scn_x", customer="cus_x", api_key="key_x", kind="phone", target="+14155552671",
-                created_at=now, recipes_total=8, recipes_done=3, eta_at=now + timedelta(seconds=42))
+    base = {"id": "scn_x", "customer": "cus_x", "api_key": "key_x", "kind": "phone", "target": "+14155552671",
+                "created_at": now, "recipes_total": 8, "recipes_done": 3, "eta_at": now + timedelta(seconds=42)}
     scans = [
         Scan(status="queued", **base),
         Scan(status="running", bulk="blk_x", **base),

@@ -74,7 +74,7 @@ def test_missing_nested_fields_are_filled():
 
 
 def test_null_values_are_filled_like_missing_ones():
-    raw = {name: None for name in TOP_LEVEL}
+    raw = dict.fromkeys(TOP_LEVEL)
     assert normalize_result(raw, "email") == EMPTY
 
 

@@ -34,7 +34,7 @@ def test_verify_refuses_anything_else(header):
 
 # --- Standard Webhooks (D16) ----------------------------------------------------------------
 
-from datetime import datetime, timezone  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
 
 from standardwebhooks import Webhook  # noqa: E402
 
@@ -46,7 +46,7 @@ NOW = 1_800_000_000
 
 
 def test_sign_standard_matches_the_standardwebhooks_package():
-    moment = datetime.fromtimestamp(NOW, tz=timezone.utc)
+    moment = datetime.fromtimestamp(NOW, tz=UTC)
     assert sign_standard(WHSEC, "dlv_1", NOW, BODY) == Webhook(WHSEC).sign("dlv_1", moment, BODY.decode())
     both = sign_standard([WHSEC, OTHER], "dlv_1", NOW, BODY).split(" ")
     assert both == [sign_standard(WHSEC, "dlv_1", NOW, BODY), sign_standard(OTHER, "dlv_1", NOW, BODY)]

@@ -1,5 +1,5 @@
 """The delivery pool (D18): many deliveries at once in one worker process, a bounded share
-per receiver host, and engine tracking on its own loop.
+per endpoint (a larger ceiling per receiver host), and engine tracking on its own loop.
 
 Receivers are real HTTP servers on real threads; the pool runs its real threads against the
 test's Redis and database. Waits are bounded polls on the database, never fixed sleeps.
@@ -20,8 +20,8 @@ from app.models import DeliveryAttempt, WebhookDelivery
 from app.services import webhooks
 from simulator.procutil import wait_until
 from tests.conftest import ServerThread
-from workers.__main__ import build_worker
 from workers import delivery_pool, webhook_jobs
+from workers.__main__ import build_worker
 from workers.delivery_pool import DeliveryPool, host_of
 
 
@@ -79,7 +79,7 @@ def test_a_hanging_receiver_takes_its_share_and_the_others_keep_flowing(make_cus
         # The hanging receiver's deliveries first: one at a time, they would hold everything up.
         slow_ids = [webhooks.send_test_event(slow_account.key.id, slow_account.customer.id).id for _ in range(12)]
         fast_ids = [webhooks.send_test_event(fast_account.key.id, fast_account.customer.id).id for _ in range(30)]
-    pool = DeliveryPool(size=6, per_host=2).start()
+    pool = DeliveryPool(size=6, per_endpoint=2).start()
     try:
         wait_until(lambda: statuses(fast_account.key.id) == {"succeeded": 30}, 30, "the fast receiver's deliveries")
         # Meanwhile the hanging receiver held two requests, never more, and nothing else was sent to it.
@@ -105,6 +105,78 @@ def test_a_hanging_receiver_takes_its_share_and_the_others_keep_flowing(make_cus
     assert runtime.redis().keys("rq:job:dlv-*") == [] and Queue(WEBHOOK_QUEUE, connection=runtime.redis()).count == 0
 
 
+class PathReceiver(Receiver):
+    """One server (one host and port) for several endpoints: requests to ``/hang`` wait for
+    ``release``, the others are answered at once; records when each delivery arrived."""
+
+    def __init__(self):
+        super().__init__(hang=True)
+        self.arrived: dict[str, float] = {}
+
+    def __call__(self, environ, start_response):
+        if environ["PATH_INFO"] == "/hang":
+            return super().__call__(environ, start_response)
+        with self.lock:
+            self.arrived[environ.get("HTTP_X_SERVICE_DELIVERY")] = time.time()
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"ok"]
+
+
+@pytest.mark.config(WEBHOOK_TIMEOUT_SECONDS=60, WEBHOOK_TEST_EVENTS_PER_MINUTE=1000)
+def test_a_hanging_endpoint_does_not_hold_up_another_customers_endpoint_on_the_same_host(make_customer):
+    """Two customers' endpoints on one host and port (a shared gateway): the hanging one holds its
+    own share and nothing more; the other's deliveries arrive within a second of being made, while
+    the hanging endpoint still holds its requests. (With the share per host, they waited behind it.)"""
+    receiver = PathReceiver()
+    slow_account = make_customer(webhook_url=f"{receiver.server.url}/hang")
+    fast_account = make_customer(webhook_url=f"{receiver.server.url}/fast")
+    pool = DeliveryPool(size=8, per_endpoint=2, per_host=4).start()
+    try:
+        with db.connection_context():
+            for _ in range(10):
+                webhooks.send_test_event(slow_account.key.id, slow_account.customer.id)
+        wait_until(lambda: receiver.most == 2 and pool.parked() == 8, 30, "the hanging endpoint at its share")
+        made = {}
+        with db.connection_context():
+            for _ in range(20):
+                delivery = webhooks.send_test_event(fast_account.key.id, fast_account.customer.id)
+                made[delivery.id] = time.time()
+        wait_until(lambda: statuses(fast_account.key.id) == {"succeeded": 20}, 30, "the fast endpoint's deliveries")
+        assert statuses(slow_account.key.id) == {"pending": 10}  # still held: nothing waited for it to end
+        assert receiver.most == 2
+        assert set(receiver.arrived) == set(made)
+        delays = sorted(receiver.arrived[d] - made[d] for d in made)
+        assert delays[-1] < 1.0, delays
+    finally:
+        receiver.release.set()
+        pool.stop(timeout=10)
+        receiver.server.stop()
+
+
+@pytest.mark.config(WEBHOOK_TIMEOUT_SECONDS=60, WEBHOOK_TEST_EVENTS_PER_MINUTE=1000)
+def test_the_host_ceiling_bounds_one_host_across_its_endpoints(make_customer):
+    """Politeness toward a receiver many customers share: at most ``per_host`` requests to one
+    host and port whatever the endpoints; the others wait parked and are all sent in the end."""
+    receiver = Receiver(hang=True)
+    accounts = [make_customer(webhook_url=f"{receiver.server.url}/hook/{n}") for n in range(3)]
+    pool = DeliveryPool(size=8, per_endpoint=2, per_host=3).start()
+    try:
+        with db.connection_context():
+            for account in accounts:
+                for _ in range(2):
+                    webhooks.send_test_event(account.key.id, account.customer.id)
+        wait_until(lambda: receiver.now == 3 and pool.parked() == 3, 30, "three in flight, three parked")
+        receiver.release.set()
+        for account in accounts:
+            wait_until(lambda a=account: statuses(a.key.id) == {"succeeded": 2}, 30, "every delivery")
+        assert receiver.most == 3
+        assert len(receiver.ids) == 6
+    finally:
+        receiver.release.set()
+        pool.stop(timeout=10)
+        receiver.server.stop()
+
+
 @pytest.mark.config(WEBHOOK_TIMEOUT_SECONDS=60, WEBHOOK_TEST_EVENTS_PER_MINUTE=1000)
 def test_a_warm_stop_puts_the_parked_jobs_back_in_redis(make_customer):
     hanging = Receiver(hang=True)
@@ -112,7 +184,7 @@ def test_a_warm_stop_puts_the_parked_jobs_back_in_redis(make_customer):
     with db.connection_context():
         for _ in range(5):
             webhooks.send_test_event(account.key.id, account.customer.id)
-    pool = DeliveryPool(size=4, per_host=1).start()
+    pool = DeliveryPool(size=4, per_endpoint=1).start()
     try:
         wait_until(lambda: pool.parked() == 4 and len(hanging.ids) == 1, 30, "one request and four parked jobs")
         stopper = threading.Thread(target=pool.stop, kwargs={"timeout": 20})
@@ -143,7 +215,7 @@ def test_a_parked_job_with_nothing_to_send_does_not_strand_the_jobs_parked_behin
     parked job. It used to stop there: the jobs behind it waited for the sweep."""
     hanging = Receiver(hang=True)
     account = make_customer(webhook_url=f"{hanging.server.url}/hook")
-    pool = DeliveryPool(size=4, per_host=1).start()
+    pool = DeliveryPool(size=4, per_endpoint=1).start()
 
     def send():
         with db.connection_context():
@@ -173,7 +245,7 @@ def test_a_parked_job_with_nothing_to_send_does_not_strand_the_jobs_parked_behin
     ("http://hooks.example.com/a", "hooks.example.com:80"),
     ("https://hooks.example.com:8443/b?x=1", "hooks.example.com:8443"),
 ])
-def test_the_share_is_per_host_name_and_port(url, host):
+def test_the_host_ceiling_is_per_host_name_and_port(url, host):
     assert host_of(url) == host
 
 
@@ -217,7 +289,7 @@ def test_a_job_that_meets_a_database_error_is_retried_not_dropped(make_customer,
     monkeypatch.setattr(delivery_pool, "ERROR_RETRY_SECONDS", 0.2)
     monkeypatch.setattr(webhook_jobs, "RECORD_RETRY_PAUSES", (0.05, 0.05, 0.05))
     webhook_queue = Queue(WEBHOOK_QUEUE, connection=redis_conn)
-    pool = DeliveryPool(size=4, per_host=4).start()
+    pool = DeliveryPool(size=4, per_endpoint=4).start()
 
     def all_succeeded():
         promote_due(webhook_queue, time.time())  # the workers' scheduler, here
@@ -239,6 +311,7 @@ def test_the_pool_starts_once_rq_has_sized_the_redis_timeouts(app, redis_conn, m
     timeout kept the short one; RQ's loop, handed it, timed out in its long wait on the queue
     and quit, taking the process down. The pool starts after the worker is built."""
     import argparse
+
     from workers import __main__ as worker_main
 
     redis_conn.connection_pool.connection_kwargs["socket_timeout"] = 5  # as app.redis_conn sets it

@@ -15,12 +15,12 @@ from rq.registry import ScheduledJobRegistry
 
 from app import runtime
 from app.extensions import db
+from app.jobs import ENGINE_QUEUE, queue, tracking_job_id
 from app.models import BulkBatch, CreditLedger, Scan
 from app.services import billing
+from app.services.recovery import sweep
 from app.services.results import normalize_result
 from workers.engine_jobs import _track
-from app.jobs import ENGINE_QUEUE, queue, tracking_job_id
-from app.services.recovery import sweep
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 START = "2026-11-21 12:00:00"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from freezegun import freeze_time
@@ -31,7 +31,7 @@ def receiver(sim_receiver):
 
 
 def unix(moment: str) -> int:
-    return int(datetime.fromisoformat(moment).replace(tzinfo=timezone.utc).timestamp())
+    return int(datetime.fromisoformat(moment).replace(tzinfo=UTC).timestamp())
 
 
 def send(account, jobs) -> dict:
@@ -174,25 +174,33 @@ def cli(app, *args):
 
 def test_cli_roll_and_switch(app, make_customer, caplog):
     account = make_customer(webhook_secret=SECRET)
-    with freeze_time(START):
+    # The whole sequence runs on one frozen clock: the second roll must fall inside the 48-hour
+    # overlap that the first one opened, whatever today's date is.
+    with freeze_time(START) as clock:
         code, out = cli(app, "keys", "roll-secret", account.key.id, "--overlap-hours", "48", "--json")
-    assert code == 0, out
-    data = json.loads(out)
-    assert (data["key_id"], data["switch_at"], data["overlap_hours"]) == (account.key.id, "2026-11-23T12:00:00Z", 48)
-    assert decrypt_secret(ApiKey.get_by_id(account.key.id).webhook_next_secret_enc) == data["webhook_secret"]
-    assert data["webhook_secret"] not in caplog.text  # never logged
+        assert code == 0, out
+        data = json.loads(out)
+        assert (data["key_id"], data["switch_at"], data["overlap_hours"]) == (account.key.id, "2026-11-23T12:00:00Z", 48)
+        assert decrypt_secret(ApiKey.get_by_id(account.key.id).webhook_next_secret_enc) == data["webhook_secret"]
+        assert data["webhook_secret"] not in caplog.text  # never logged
 
-    code, out = cli(app, "keys", "roll-secret", account.key.id, "--json")
-    assert code == 1 and json.loads(out.splitlines()[0])["error"].startswith("a secret rotation is already under way")
-    code, out = cli(app, "keys", "switch-secret", account.key.id)
-    assert code == 0 and "now the only one" in out
-    assert decrypt_secret(ApiKey.get_by_id(account.key.id).webhook_secret_enc) == data["webhook_secret"]
-    code, out = cli(app, "keys", "switch-secret", account.key.id)
-    assert code == 1 and "no secret rotation" in out
-    code, out = cli(app, "keys", "roll-secret", "key_unknown", "--overlap-hours", "500")
-    assert code == 1 and "Traceback" not in out
-    code, out = cli(app, "keys", "roll-secret", "key_unknown")
-    assert code == 1 and "no key key_unknown" in out
+        clock.tick(47 * 3600)  # an hour before the overlap ends: still under way
+        code, out = cli(app, "keys", "roll-secret", account.key.id, "--json")
+        assert code == 1, out
+        assert json.loads(out.splitlines()[0])["error"].startswith("a secret rotation is already under way")
+        code, out = cli(app, "keys", "switch-secret", account.key.id)
+        assert code == 0, out
+        assert "now the only one" in out
+        assert decrypt_secret(ApiKey.get_by_id(account.key.id).webhook_secret_enc) == data["webhook_secret"]
+        code, out = cli(app, "keys", "switch-secret", account.key.id)
+        assert code == 1, out
+        assert "no secret rotation" in out
+        code, out = cli(app, "keys", "roll-secret", "key_unknown", "--overlap-hours", "500")
+        assert code == 1, out
+        assert "Traceback" not in out
+        code, out = cli(app, "keys", "roll-secret", "key_unknown")
+        assert code == 1, out
+        assert "no key key_unknown" in out
 
 
 # --- portal -----------------------------------------------------------------------------------
@@ -226,3 +234,69 @@ def test_portal_rolls_with_confirmation_then_switches_now(client, make_customer)
         key = ApiKey.get_by_id(account.key.id)
         assert decrypt_secret(key.webhook_secret_enc) == shown and key.webhook_next_secret_enc is None
         assert client.post(f"{page}/secret/switch", data={}).status_code in (302, 400)  # no CSRF: nothing happens
+
+
+# --- racing replacements ---------------------------------------------------------------------
+
+
+def _race(database_url, key_id, customer_id, replace):
+    """Run ``replace`` twice at once, both having read the key before either writes: a session
+    holds the key's row lock until both requests wait on their UPDATE, then lets them go."""
+    import threading
+
+    import psycopg2
+
+    from app.extensions import db
+    from simulator.procutil import wait_until
+
+    holder = psycopg2.connect(database_url)
+    holder.autocommit = False
+    with holder.cursor() as cursor:
+        cursor.execute(f'SELECT 1 FROM "{ApiKey._meta.table_name}" WHERE id = %s FOR UPDATE', (key_id,))
+    outcomes = []
+
+    def one():
+        with db.connection_context():
+            try:
+                outcomes.append(("ok", replace(key_id, customer_id)))
+            except AccountError as exc:
+                outcomes.append(("refused", str(exc)))
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+
+    watcher = psycopg2.connect(database_url)
+    watcher.autocommit = True  # pg_stat_activity is read once per transaction: a fresh look each time
+
+    def both_waiting():
+        with watcher.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                           "AND query LIKE 'UPDATE%%api_key%%'")
+            return cursor.fetchone()[0] == 2
+
+    try:
+        wait_until(both_waiting, 10, "both replacements waiting on the row lock")
+    finally:
+        holder.rollback()
+        holder.close()
+        watcher.close()
+    for thread in threads:
+        thread.join(10)
+    return outcomes
+
+
+@pytest.mark.parametrize("replace", [
+    lambda key_id, customer_id: webhooks.roll_secret(key_id, customer_id, 0).secret,
+    lambda key_id, customer_id: webhooks.generate_secret(key_id, customer_id),
+], ids=["roll with no overlap", "generate"])
+def test_a_double_click_leaves_one_secret_in_force_and_says_so(app, make_customer, replace):
+    """Two replacements that read the same secret: one wins, the other is refused, so no page
+    shows a secret as in force that never signs."""
+    account = make_customer(webhook_secret=SECRET)
+    outcomes = _race(app.config["DATABASE_URL"], account.key.id, account.customer.id, replace)
+    assert sorted(kind for kind, _ in outcomes) == ["ok", "refused"], outcomes
+    [winner] = [value for kind, value in outcomes if kind == "ok"]
+    [refusal] = [value for kind, value in outcomes if kind == "refused"]
+    assert "changed by another request" in refusal
+    assert decrypt_secret(ApiKey.get_by_id(account.key.id).webhook_secret_enc) == winner

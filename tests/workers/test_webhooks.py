@@ -6,20 +6,21 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import threading
 import uuid
-from datetime import timedelta, timezone
+from datetime import UTC, timedelta
 
 import pytest
 import requests
 from freezegun import freeze_time
 from rq.job import Job, JobStatus
 
+from app.jobs import ENGINE_QUEUE, enqueue_delivery
 from app.models import ApiKey, DeliveryAttempt, Scan, WebhookDelivery, utcnow
 from app.services import deliveries, webhooks
+from app.services.recovery import sweep
 from app.webhook_signature import sign, verify_signature
 from tests.jobrunner import JobRunner
-from app.jobs import ENGINE_QUEUE, enqueue_delivery
-from app.services.recovery import sweep
 
 SECRET = "whsec_cmVjZWl2ZXIgc2VjcmV0IDAxMjM0NTY3ODk="
 RESULT_FIELDS = {"risk", "counts", "profiles", "contacts", "breaches", "phone_profile", "ai_summary", "artifacts"}
@@ -33,7 +34,7 @@ class Receiver:
         self.base_url, self.name = base_url, name
         self.url = f"{base_url}/_sim/hooks/{name}"
 
-    def configure(self, responses=(200,), delay_ms=0, secret=SECRET) -> "Receiver":
+    def configure(self, responses=(200,), delay_ms=0, secret=SECRET) -> Receiver:
         r = requests.post(f"{self.base_url}/_sim/receivers/{self.name}",
                           json={"secret": secret, "responses": list(responses), "delay_ms": delay_ms}, timeout=5)
         assert r.status_code in (200, 201), r.text
@@ -95,7 +96,7 @@ def finish_scan_only(client, account, redis_conn, frozen, target="jane@example.c
 
 
 def unix_ms(moment) -> int:
-    return int(moment.replace(tzinfo=timezone.utc).timestamp() * 1000)
+    return int(moment.replace(tzinfo=UTC).timestamp() * 1000)
 
 
 # --- success --------------------------------------------------------------------------------
@@ -456,3 +457,58 @@ def test_a_2xx_with_any_body_is_recorded_once_as_succeeded(client, make_customer
     assert attempt.response_excerpt == kept
     assert "\x00" not in attempt.response_excerpt and len(attempt.response_excerpt.encode()) <= 4 * 1024
     assert app_.requests == 1
+
+
+class StallingReceiver:
+    """A raw socket server that reads the request, sends the first bytes of an answer, then
+    stalls (holds the connection open, sending nothing more) until ``stop``."""
+
+    def __init__(self, prefix: bytes):
+        self.prefix, self.requests = prefix, 0
+        self.released = threading.Event()
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while not self.released.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)  # the request (small: a test event)
+                self.requests += 1
+                conn.sendall(self.prefix)
+                self.released.wait(30)
+
+    def stop(self):
+        self.released.set()
+        self.listener.close()
+
+
+STALLS = {
+    "after the status line": b"HTTP/1.1 200 OK\r\n",
+    "after the headers": b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\nack",
+}
+
+
+@pytest.mark.config(WEBHOOK_RETRY_SCHEDULE=(), WEBHOOK_TIMEOUT_SECONDS=0.5)
+@pytest.mark.parametrize("stall", list(STALLS), ids=list(STALLS))
+def test_an_answer_not_complete_within_the_timeout_is_a_timeout(client, make_customer, jobs, stall):
+    """A 200 that starts in time but does not finish (the receiver stalls after its status line or
+    its headers) acknowledges nothing: the attempt is a timeout, not a success."""
+    receiver = StallingReceiver(STALLS[stall])
+    try:
+        account = make_customer(webhook_url=f"{receiver.url}/hook", webhook_secret=SECRET)
+        with freeze_time(START) as frozen:
+            delivery = scan_and_deliver(client, account, jobs, frozen)
+    finally:
+        receiver.stop()
+    [attempt] = attempts_of(delivery.id)
+    assert attempt.error == "timeout"
+    assert attempt.outcome == "failed"
+    assert delivery.status == "failed"
+    assert receiver.requests == 1

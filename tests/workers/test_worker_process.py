@@ -22,8 +22,8 @@ from app import runtime
 from app.extensions import db
 from app.models import Scan
 from app.services.results import band_for
-from tests.conftest import ServerThread
 from simulator.procutil import wait_until
+from tests.conftest import ServerThread
 from tests.processes import WorkerProcess, service_env, wait_for
 from workers.__main__ import SWEEP_LOCK, ScanWorker, build_worker, run_sweep_once
 

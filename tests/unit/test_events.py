@@ -1,0 +1,40 @@
+"""The event registry (app.events) is the one list of webhook events: the services, the OpenAPI
+document, the portal and the client all say what it says."""
+import sys
+from datetime import datetime
+
+from app import events
+from app.models import Scan
+from app.services import webhooks
+
+
+def test_every_event_has_its_body_schema_in_the_document(client):
+    spec = client.get("/api/v1/openapi.json").get_json()
+    schemas = spec["components"]["schemas"]
+    for kind in events.EVENTS:
+        assert schemas[kind.schema]["properties"]["event"]["enum"] == [kind.name]
+    callback = spec["paths"]["/api/v1/scan"]["post"]["callbacks"]["scanFinished"]
+    body = next(iter(callback.values()))["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert set(body["discriminator"]["mapping"]) == set(events.NAMES)
+    assert spec["components"]["schemas"]["Delivery"]["properties"]["event"]["enum"] == list(events.NAMES)
+
+
+def test_a_final_scan_sends_the_event_of_its_status():
+    assert events.for_final_status("completed") is events.SCAN_COMPLETED
+    assert events.for_final_status("failed") is events.SCAN_FAILED
+    moment = datetime(2026, 1, 2, 3, 4, 5)
+    failed = Scan(id="scn_x", status="failed", livemode=True, target="a@example.com", kind="email",
+                  failed_at=moment, failure_code="engine_failed", failure_message="no")
+    assert webhooks.event_body(failed)["event"] == "scan.failed"
+    done = Scan(id="scn_y", status="completed", livemode=True, target="a@example.com", kind="email",
+                completed_at=moment, result_json="{}")
+    assert webhooks.event_body(done)["event"] == "scan.completed"
+
+
+def test_the_clients_copy_is_the_registry():
+    sys.path.insert(0, "client")
+    from scan_api_client import cli
+    parser = cli.build_parser(sys.stdout, sys.stderr)
+    deliveries = parser._subparsers._group_actions[0].choices["deliveries"]
+    event = next(action for action in deliveries._actions if action.dest == "event")
+    assert tuple(event.choices) == events.NAMES
