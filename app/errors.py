@@ -13,9 +13,9 @@ import logging
 
 from flask import Flask, current_app, g, jsonify, request
 from flask_wtf.csrf import CSRFError
-from peewee import InterfaceError, OperationalError
 from werkzeug.exceptions import HTTPException
 
+from app.db import CONNECTION_ERRORS
 from app.services import errors as domain
 
 log = logging.getLogger("app.errors")
@@ -72,7 +72,6 @@ HTTP_CODES = {
     431: ("headers_too_large", "the request headers are too large"),
 }
 
-DB_ERRORS = (OperationalError, InterfaceError)
 
 
 def allow_header(methods) -> str:
@@ -155,7 +154,7 @@ def handle_unexpected(exc: BaseException):
         return handle_api_error(exc)
     if isinstance(exc, domain.ServiceError):
         return handle_service_error(exc)
-    if isinstance(exc, DB_ERRORS):
+    if isinstance(exc, CONNECTION_ERRORS):
         log.error("database unavailable: %s", exc.__class__.__name__)
         return service_unavailable()
     log.error("unexpected error (request %s)", g.get("request_id"), exc_info=exc)

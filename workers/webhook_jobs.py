@@ -11,13 +11,13 @@ import time
 from collections.abc import Callable
 
 import requests
-from peewee import InterfaceError, OperationalError
 from playhouse.pool import MaxConnectionsExceeded
 from rq import get_current_job
 from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.exceptions import ReadTimeoutError
 
 from app import runtime
+from app.db import CONNECTION_ERRORS
 from app.extensions import db
 from app.logging_setup import log_context
 from app.services import deliveries
@@ -41,7 +41,7 @@ REQUEST_ERRORS = (
 # sweep (the attempt row would stay in_progress for ATTEMPT_DEADLINE_SECONDS). ``record`` is
 # a compare-and-set on the row, so a try whose commit did land makes the next one a no-op.
 RECORD_RETRY_PAUSES = (0.2, 0.5, 1.0, 2.0, 4.0)
-TRANSIENT_DB_ERRORS = (OperationalError, InterfaceError, MaxConnectionsExceeded)
+TRANSIENT_DB_ERRORS = (*CONNECTION_ERRORS, MaxConnectionsExceeded)
 
 
 def deliver(delivery_id: str) -> str:

@@ -15,7 +15,8 @@ import re
 from flask import current_app, g, request
 
 from app.api.auth import authenticate
-from app.errors import DB_ERRORS, from_service_error, handle_api_error, service_unavailable
+from app.db import CONNECTION_ERRORS
+from app.errors import from_service_error, handle_api_error, service_unavailable
 from app.models import utcnow
 from app.services import billing, idempotency, quotas
 from app.services.errors import InsufficientBalance
@@ -62,7 +63,7 @@ def after_api_request(response):
         return response  # 401: no account is known, nothing to charge or report
     try:
         response = _charge(response, customer)
-    except DB_ERRORS:
+    except CONNECTION_ERRORS:
         # The call cannot be charged, so it is not served: D3 charges every 2xx/400/403/404
         # and no 5xx. (The charge is one transaction: nothing of it was written.)
         log.error("database unavailable while charging this call")  # noqa: TRY400 - an outage, not a bug: no traceback
