@@ -1,37 +1,47 @@
-"""The webhook events, in one registry: each kind's name, when it fires, the OpenAPI schema of
-its body and the sentence customers read. Services (who sends what), schemas and the OpenAPI
-document (enums, the callback's bodies), the portal (filters) and metrics all read it; the Python
-client keeps its own copy, which a test holds equal to this one.
+"""The webhook events, in one registry: each kind's name, when it fires, the scan status it
+reports and the fields of the scan its body carries. The body (``services.webhooks.event_body``
+picks those fields from the scan's read), the body's OpenAPI schema (``app.schemas.scans``
+builds it from the read's own fields), the document's text, the portal's filters and the
+metrics all come from here.
 
-A new kind is an entry here, its body's schema, and the place that fires it (a call to
-``services.webhooks.record_event``). The scan's final status says which final event fires
-(``for_final_status``). This module imports nothing of the app, so that every layer may use it.
+A new kind is one entry here and one call where it fires (``services.webhooks.record_event``
+with the kind). This module imports nothing of the app, so that every layer may use it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The fields of a scan's read every event body starts with, in this order (after ``event``).
+SCAN_FIELDS = ("scan_id", "bulk_id", "livemode", "target", "kind", "status")
+OPTIONAL_FIELDS = frozenset({"bulk_id"})  # absent unless the scan has one
+
 
 @dataclass(frozen=True)
 class EventKind:
-    name: str          # the ``event`` of the body and the X-Service-Event header
-    fires: str         # when it is sent, as customers read it
-    schema: str        # the OpenAPI component of its body
-    final_status: str  # the scan status it reports
+    name: str                # the ``event`` of the body and the X-Service-Event header
+    fires: str               # when it is sent, as customers read it
+    schema: str              # the OpenAPI component of its body
+    status: str              # the scan status it reports
+    fields: tuple[str, ...]  # the fields of the scan's read the body carries, in order
+
+    def body(self, scan_read: dict) -> dict:
+        """The event's body from a scan's read body (``services.reads.scan_view``)."""
+        picked = {name: scan_read[name] for name in self.fields if name in scan_read}
+        return {"event": self.name, **picked}
 
 
 SCAN_COMPLETED = EventKind("scan.completed", "a scan completed: the body carries its result", "WebhookCompleted",
-                           "completed")
+                           "completed", (*SCAN_FIELDS, "completed_at", "result"))
 SCAN_FAILED = EventKind("scan.failed", "a scan failed: the body carries the failure's code and message",
-                        "WebhookFailed", "failed")
+                        "WebhookFailed", "failed", (*SCAN_FIELDS, "failed_at", "failure"))
 
 EVENTS: tuple[EventKind, ...] = (SCAN_COMPLETED, SCAN_FAILED)
 NAMES: tuple[str, ...] = tuple(kind.name for kind in EVENTS)
 
 
-def for_final_status(status: str) -> EventKind:
+def for_status(status: str) -> EventKind:
     """The event a scan that just reached ``status`` sends."""
     for kind in EVENTS:
-        if kind.final_status == status:
+        if kind.status == status:
             return kind
     raise ValueError(f"no event reports a scan {status!r}")

@@ -4,6 +4,7 @@ Request schemas check only the body's shape (types, required fields): the semant
 checks (``target_too_short``, ``invalid_kind``, ``invalid_target``) run afterwards in
 ``services.targets`` in the order D2 fixes. Unknown fields are ignored.
 """
+import copy
 from datetime import UTC
 from typing import ClassVar
 
@@ -284,28 +285,19 @@ class ScanListSchema(ma.Schema):
 
 # --- webhook bodies (documented only) -------------------------------------------------
 
-class WebhookCompletedSchema(ma.Schema):
-    event = fields.String(required=True, metadata={"enum": [events.SCAN_COMPLETED.name]})
-    scan_id = fields.String(required=True)
-    bulk_id = fields.String(metadata={"description": "Only for scans created by a bulk call."})
-    target = fields.String(required=True)
-    kind = fields.String(required=True, metadata=KIND_DOC)
-    status = fields.String(required=True, metadata={"enum": ["completed"]})
-    completed_at = fields.String(required=True, metadata=TIME_DOC)
-    result = fields.Nested(ResultSchema, required=True, metadata={"description": "Exactly as in the read."})
-
-
-class WebhookFailedSchema(ma.Schema):
-    event = fields.String(required=True, metadata={"enum": [events.SCAN_FAILED.name]})
-    scan_id = fields.String(required=True)
-    bulk_id = fields.String(metadata={"description": "Only for scans created by a bulk call."})
-    target = fields.String(required=True)
-    kind = fields.String(required=True, metadata=KIND_DOC)
-    status = fields.String(required=True, metadata={"enum": ["failed"]})
-    failed_at = fields.String(required=True, metadata=TIME_DOC)
-    failure = fields.Nested(FailureSchema, required=True)
+def _webhook_body_schema(kind: events.EventKind) -> type[ma.Schema]:
+    """The body schema of an event kind: ``event``, then the registry's fields with the read's own
+    field definitions (ScanSchema), required unless optional, the status the event reports."""
+    read = ScanSchema._declared_fields
+    declared = {"event": fields.String(required=True, metadata={"enum": [kind.name]})}
+    for name in kind.fields:
+        field = copy.deepcopy(read[name])
+        field.required = name not in events.OPTIONAL_FIELDS
+        if name == "status":
+            field.metadata = {"enum": [kind.status]}
+        declared[name] = field
+    return ma.Schema.from_dict(declared, name=kind.schema)
 
 
 # The body schema of each event kind (app.events names the component), for the OpenAPI document.
-WEBHOOK_BODY_SCHEMAS = {events.SCAN_COMPLETED.schema: WebhookCompletedSchema,
-                        events.SCAN_FAILED.schema: WebhookFailedSchema}
+WEBHOOK_BODY_SCHEMAS = {kind.schema: _webhook_body_schema(kind) for kind in events.EVENTS}

@@ -41,7 +41,7 @@ from app.models.webhooks import FAILED, PENDING, SUCCEEDED
 from app.services.crypto import decrypt_secret, encrypt_secret, new_webhook_secret
 from app.services.errors import AccountError, DeliveryNotFound, DeliveryPending, InvalidRequest, WebhookUrlMissing
 from app.services.paging import Page
-from app.services.reads import final_state
+from app.services.reads import scan_view
 from app.services.results import normalize_result
 from app.services.webhook_urls import check_webhook_url
 from app.webhook_signature import (
@@ -70,16 +70,11 @@ def encode_body(body: dict) -> str:
     return json.dumps(body, separators=(",", ":"))
 
 
-def event_body(scan) -> dict:
-    """The body of the event the scan's final status fires (``app.events``): ``scan.completed``
-    (§6.4) or ``scan.failed`` (D11)."""
-    body = {"event": events.for_final_status(scan.status).name, "scan_id": scan.id}
-    if scan.bulk_id:
-        body["bulk_id"] = scan.bulk_id
-    body["livemode"] = scan.livemode
-    body.update(target=scan.target, kind=scan.kind, status=scan.status)
-    body.update(final_state(scan) or {})
-    return body
+def event_body(scan, kind: events.EventKind | None = None) -> dict:
+    """The body of event ``kind`` for ``scan`` (by default the event its status reports:
+    ``scan.completed``, §6.4, or ``scan.failed``, D11): the registry's fields of its read."""
+    kind = kind or events.for_status(scan.status)
+    return kind.body(scan_view(scan, utcnow()))
 
 
 def _create_delivery(key: ApiKey, event: str, body: dict, scan_id: str | None) -> WebhookDelivery:
@@ -90,12 +85,13 @@ def _create_delivery(key: ApiKey, event: str, body: dict, scan_id: str | None) -
         next_attempt_at=utcnow(), livemode=key.livemode)
 
 
-def record_event(scan) -> WebhookDelivery | None:
-    """Write the delivery row for a scan that just became final; None when the key has no URL."""
+def record_event(scan, kind: events.EventKind | None = None) -> WebhookDelivery | None:
+    """Write the delivery row of event ``kind`` for ``scan`` (by default the one its final status
+    fires); None when the key has no URL."""
     key = ApiKey.get_by_id(scan.api_key_id)
     if not key.webhook_url:
         return None
-    body = event_body(scan)
+    body = event_body(scan, kind)
     return _create_delivery(key, body["event"], body, scan.id)
 
 
@@ -237,9 +233,9 @@ def sample_event_body(livemode: bool = True) -> dict:
     ``livemode`` of the key it is sent for."""
     result = normalize_result({"ai_summary": "Test event sent from the key's management page; "
                                              "it describes no real scan."}, "email")
-    return {"event": "scan.completed", "scan_id": f"scn_test_{secrets.token_urlsafe(12)}", "livemode": livemode,
-            "target": "test@example.com", "kind": "email", "status": COMPLETED,
-            "completed_at": iso(utcnow()), "result": result, "test": True}
+    read = {"scan_id": f"scn_test_{secrets.token_urlsafe(12)}", "livemode": livemode, "target": "test@example.com",
+            "kind": "email", "status": COMPLETED, "completed_at": iso(utcnow()), "result": result}
+    return {**events.SCAN_COMPLETED.body(read), "test": True}
 
 
 def send_test_event(key_id: str, customer_id: str) -> WebhookDelivery:

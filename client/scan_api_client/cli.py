@@ -135,7 +135,7 @@ def build_parser(out: TextIO, err: TextIO) -> argparse.ArgumentParser:
     deliveries = sub.add_parser("deliveries", parents=[common, output, paging],
                                 help="list webhook deliveries and their attempts, newest first")
     deliveries.add_argument("--status", choices=("pending", "succeeded", "failed"))
-    deliveries.add_argument("--event", choices=("scan.completed", "scan.failed"))
+    deliveries.add_argument("--event", help="an event name, e.g. scan.completed (the service says which it knows)")
     deliveries.add_argument("--scan-id", metavar="SCAN_ID")
     redeliver = sub.add_parser("redeliver", parents=[common, output],
                                help="send a finished webhook delivery again (same id and body)")

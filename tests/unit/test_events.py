@@ -20,8 +20,8 @@ def test_every_event_has_its_body_schema_in_the_document(client):
 
 
 def test_a_final_scan_sends_the_event_of_its_status():
-    assert events.for_final_status("completed") is events.SCAN_COMPLETED
-    assert events.for_final_status("failed") is events.SCAN_FAILED
+    assert events.for_status("completed") is events.SCAN_COMPLETED
+    assert events.for_status("failed") is events.SCAN_FAILED
     moment = datetime(2026, 1, 2, 3, 4, 5)
     failed = Scan(id="scn_x", status="failed", livemode=True, target="a@example.com", kind="email",
                   failed_at=moment, failure_code="engine_failed", failure_message="no")
@@ -31,10 +31,20 @@ def test_a_final_scan_sends_the_event_of_its_status():
     assert webhooks.event_body(done)["event"] == "scan.completed"
 
 
-def test_the_clients_copy_is_the_registry():
+def test_the_client_keeps_no_copy_of_the_event_names():
+    """The service validates the filter; the client passes any name on, so a new kind needs no
+    client release."""
     sys.path.insert(0, "client")
     from scan_api_client import cli
     parser = cli.build_parser(sys.stdout, sys.stderr)
-    deliveries = parser._subparsers._group_actions[0].choices["deliveries"]
-    event = next(action for action in deliveries._actions if action.dest == "event")
-    assert tuple(event.choices) == events.NAMES
+    args = parser.parse_args(["deliveries", "--event", "scan.some_future_kind"])
+    assert args.event == "scan.some_future_kind"
+
+
+def test_a_kinds_body_is_its_fields_of_the_read_in_order():
+    read = {"ok": True, "scan_id": "scn_1", "livemode": False, "status": "failed", "target": "t", "kind": "email",
+            "created_at": "x", "failed_at": "y", "failure": {"code": "engine_failed", "message": ""}}
+    body = events.SCAN_FAILED.body(read)
+    assert list(body) == ["event", "scan_id", "livemode", "target", "kind", "status", "failed_at", "failure"]
+    assert body["event"] == "scan.failed"
+    assert "bulk_id" in events.SCAN_FAILED.body({**read, "bulk_id": "blk_1"})
