@@ -40,8 +40,8 @@ def _request_fields() -> dict:
         from flask import g, has_request_context
         if not has_request_context():
             return {}
-        customer = g.get("customer")
-        return {"request_id": g.get("request_id"), "customer_id": customer.id if customer is not None else None}
+        caller = g.get("caller")  # the authenticated key (app.api.hooks)
+        return {"request_id": g.get("request_id"), "customer_id": caller.customer_id if caller is not None else None}
     except Exception:  # logging must never fail the code that logs
         return {}
 

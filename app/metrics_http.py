@@ -42,11 +42,11 @@ def init_app(app) -> None:
         status = str(response.status_code)
         HTTP_REQUESTS.labels(method=request.method, route=rule, status=status).inc()
         HTTP_LATENCY.labels(method=request.method, route=rule, status=status).observe(seconds)
-        customer = g.get("customer")
+        caller = g.get("caller")  # the authenticated key (app.api.hooks)
         size = response.calculate_content_length()
         access_log.info("%s %s %s %.1f ms", request.method, rule, status, seconds * 1000, extra={
             "http": {"method": request.method, "route": rule, "status": response.status_code,
                      "duration_ms": round(seconds * 1000, 2), "bytes": size if size is not None else 0,
                      "request_id": g.get("request_id"),
-                     "customer_id": customer.id if customer is not None else None}})
+                     "customer_id": caller.customer_id if caller is not None else None}})
         return response

@@ -132,6 +132,8 @@ def register_api(app: Flask) -> Api:
     from app.api.deliveries import blp as deliveries_blp
     api.register_blueprint(deliveries_blp)
     _shape_schemas(api.spec)
+    from app.api.hooks import check_accounted
+    check_accounted(app)
     # The JSON API authenticates with bearer keys, never cookies: CSRF cannot apply.
     from app.extensions import csrf
     csrf.exempt(scans_blp)

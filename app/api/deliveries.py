@@ -3,11 +3,10 @@
 Views stay thin: ``services.webhooks`` owns the query and the rules and raises the domain
 errors (``DeliveryNotFound``, ``DeliveryPending``, ``WebhookUrlMissing``, ``InvalidRequest``)
 that ``app.errors`` maps to their statuses; authentication, charging (1 credit, as every
-call) and the limit headers are ``app.api.hooks``'s job.
+call) and the limit headers are ``app.api.hooks.api_call``'s job.
 """
 from __future__ import annotations
 
-from flask import g
 from flask.views import MethodView
 
 from app.api import hooks
@@ -19,7 +18,6 @@ from app.services import webhooks
 
 blp = ApiBlueprint("deliveries", __name__, url_prefix="/api/v1",
                    description="Webhook deliveries: catch up on the events a receiver missed, and send one again.")
-hooks.install(blp)
 
 ERRORS = {
     401: "`unauthorized` (header missing or malformed), `invalid_token` (unknown or revoked key)",
@@ -72,30 +70,32 @@ def documented_errors(statuses: dict):
 
 @blp.route("/deliveries")
 class DeliveryList(MethodView):
+    @hooks.api_call
     @blp.doc(security=SECURITY, summary="List webhook deliveries", operationId="listDeliveries")
     @blp.arguments(DeliveryListArgs, location="query", as_kwargs=True)
     @blp.response(200, DeliveryListSchema, headers=HEADERS, example=LIST_EXAMPLE,
                   description="One page of deliveries, newest first.")
     @documented_errors({400: "`invalid_request` (a filter, `limit` or `starting_after` refused, with `details` "
                              "for the query's shape)", **ERRORS})
-    def get(self, limit, **filters):
+    def get(self, key, limit, **filters):
         """The webhook deliveries of every key of the account, newest first, each with its attempts and
         the exact body sent. A receiver that was down reads here what it missed. Costs 1 credit."""
-        data, has_more = webhooks.customer_deliveries(g.customer.id, limit=limit, livemode=g.api_key.livemode,
+        data, has_more = webhooks.customer_deliveries(key.customer_id, limit=limit, livemode=key.livemode,
                                                       **filters)
         return {"ok": True, "data": data, "has_more": has_more}
 
 
 @blp.route("/deliveries/<string:delivery_id>/redeliver")
 class Redeliver(MethodView):
+    @hooks.api_call
     @blp.doc(security=SECURITY, summary="Redeliver a webhook", operationId="redeliverDelivery")
     @blp.response(202, RedeliveredSchema, headers=HEADERS, example=REDELIVERED_EXAMPLE,
                   description="A new series of attempts is queued.")
     @documented_errors({400: "`webhook_url_missing` (the key that sent it has no webhook URL now)", **ERRORS,
                         404: "`not_found` (no delivery of this account has this id)",
                         409: "`delivery_pending` (its attempts are still under way; free of charge)"})
-    def post(self, delivery_id):
+    def post(self, key, delivery_id):
         """Send a failed or succeeded delivery again: same `delivery_id`, same body, signed anew with the key's
         secrets of now, to the key's webhook URL of now, with the full retry schedule. Costs 1 credit."""
-        webhooks.redeliver(delivery_id, g.customer.id, livemode=g.api_key.livemode)
+        webhooks.redeliver(delivery_id, key.customer_id, livemode=key.livemode)
         return {"ok": True, **webhooks.customer_delivery(delivery_id)}

@@ -1,23 +1,29 @@
-"""What every authenticated API call goes through, before and after its view.
+"""What every authenticated API call goes through, around its view.
 
-Before: authenticate (401), claim or replay an ``Idempotency-Key`` (D9), and refuse a
-balance below 1 credit (402) before any validation, as D3 orders.
-After: charge the call's 1 credit when its answer is chargeable (D3: 2xx, 400, 403,
-404) unless the view already charged it inside its own transaction (creations) or
-it was a replay; then add ``X-Credits-Remaining`` and the RateLimit fields (D8), and
-store or release the idempotency claim.
+A view is wrapped by ``api_call`` (or ``served_read``, for the reads that authenticate in
+the statement that reads): authenticate (401), claim or replay an ``Idempotency-Key`` (D9),
+refuse a balance below 1 credit (402) before any validation, as D3 orders; run the view; charge
+the call's 1 credit when its answer is chargeable (D3: 2xx, 400, 403, 404) unless the view's
+service already charged it (creations, reads: their ``Charged`` goes with the response they
+render); then add ``X-Credits-Remaining`` and the RateLimit fields (D8), and store or release
+the idempotency claim. Nothing passes between the steps through ``flask.g``: the only thing
+kept there is who is calling (``g.caller``), for the log line and the metrics.
 """
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import wraps
 
-from flask import current_app, g, request
+from flask import Response, current_app, g, request
 
-from app.api.auth import authenticate
+from app import rawjson
+from app.api.auth import authenticate, bearer_token
 from app.db import CONNECTION_ERRORS
 from app.errors import from_service_error, handle_api_error, service_unavailable
-from app.models import utcnow
+from app.models import ApiKey, utcnow
 from app.services import billing, idempotency, quotas
 from app.services.errors import InsufficientBalance
 from app.services.limits import DAY, HOUR, Limits, limits_for
@@ -26,54 +32,123 @@ log = logging.getLogger(__name__)
 ROUTE_ARGUMENT = re.compile(r"<(?:[^:>]+:)?([^>]+)>")  # <scan_id:scan_id> -> {scan_id}
 
 
-# Views that authenticate and charge their call themselves, in the statement that reads
-# (``services.reads.serve_*``); they hand the outcome over with ``served_read``.
-AUTHENTICATED_IN_VIEW: set[str] = set()
+@dataclass(frozen=True)
+class Charged:
+    """What a service that charged the call inside its own transaction reports: the balance
+    after the charge, and the limits and window usage the answer's headers show (None: read
+    them)."""
+
+    balance: int
+    usage: quotas.Usage | None = None
+    limits: Limits | None = None
 
 
-def before_api_request():
-    if request.endpoint in AUTHENTICATED_IN_VIEW and request.method in ("GET", "HEAD"):
-        return None  # OPTIONS and the rest still authenticate here
-    key = authenticate()
-    g.api_key, g.customer = key, key.customer
-    if request.method == "POST" and "Idempotency-Key" in request.headers:
-        replay = _claim_idempotency(request.headers["Idempotency-Key"])
-        if replay is not None:
-            return replay
-    billing.check_can_pay(g.customer.balance, key.livemode)
-    return None
+def json_body(body: dict, status: int = 200) -> Response:
+    """The answer flask-smorest would make of ``body`` (schema dump, then ``jsonify``).
+
+    The services build these bodies with exactly their schema's fields, types and order
+    (tests/unit/test_response_bodies.py), so the dump would change nothing; skipping it,
+    and writing stored results as they are (``RawJSON``), gives the same bytes for a
+    fraction of the work.
+    """
+    provider = current_app.json
+    if (provider.compact is None and current_app.debug) or provider.compact is False:
+        response = provider.response(rawjson.parsed(body))  # indented output: no splicing
+    else:
+        text = rawjson.render(body, lambda obj: provider.dumps(obj, separators=(",", ":")))
+        response = current_app.response_class(f"{text}\n", mimetype=provider.mimetype)
+    response.status_code = status
+    return response
 
 
-def _claim_idempotency(key: str):
-    claim = idempotency.claim_request(g.customer.id, key, request.path, request.get_data(cache=True),
-                                      livemode=g.api_key.livemode)
-    if claim[0] == "new":
-        g.idempotency_record = claim[1]
-        return None
-    _, status, body = claim
-    g.free_call = True
+def render(body: dict, status: int = 200, *, charged: Charged | None = None) -> Response:
+    """The JSON answer of a view, carrying what its service charged (None: ``_charge`` charges it)."""
+    response = json_body(body, status)
+    response.charged = charged  # type: ignore[attr-defined] # read back by _charge
+    return response
+
+
+def refusal(exc: Exception, *, charged: Charged | None = None) -> Response:
+    """The app's error answer to ``exc`` (its one error table), carrying what was charged."""
+    response = current_app.make_response(current_app.handle_user_exception(exc))
+    response.charged = charged  # type: ignore[attr-defined] # read back by _charge
+    return response
+
+
+def api_call(view: Callable) -> Callable:
+    """Wrap a view (``view(self, key, ...)``): the key is authenticated before anything else."""
+    @wraps(view)
+    def call(self, *args, **kwargs):
+        key = authenticate()
+        return _account(key, lambda: view(self, key, *args, **kwargs), idempotent=request.method == "POST")
+    call.accounted = True  # type: ignore[attr-defined] # see check_accounted
+    return call
+
+
+def served_read(serve: Callable) -> Callable:
+    """Wrap a read whose service authenticates, charges and reads in one statement
+    (``services.reads.serve_*``: the key's rules are ``keyauth``'s, as on every path); the view
+    gets the ``ServedRead`` and renders it."""
+    def decorate(view: Callable) -> Callable:
+        @wraps(view)
+        def call(self, **route):
+            (object_id,) = route.values()
+            read = serve(bearer_token(), object_id, g.request_id, ledger_notes())
+            return _account(read.key, lambda: view(self, read), idempotent=False)
+        call.accounted = True  # type: ignore[attr-defined] # see check_accounted
+        return call
+    return decorate
+
+
+def check_accounted(app) -> None:
+    """Refuse to start when a view of the API is not wrapped by ``api_call`` or ``served_read``:
+    it would answer without authentication or charge (fail closed, at start, not per request)."""
+    for rule in app.url_map.iter_rules():
+        view_class = getattr(app.view_functions.get(rule.endpoint), "view_class", None)
+        if view_class is None or not rule.rule.startswith("/api/v1/"):
+            continue
+        for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
+            if not getattr(getattr(view_class, method.lower(), None), "accounted", False):
+                raise RuntimeError(f"{rule.endpoint} {method} is not wrapped by hooks.api_call or served_read")
+
+
+def _account(key: ApiKey, run: Callable[[], Response], *, idempotent: bool) -> Response:
+    g.caller = key
+    record = None
+    if idempotent and "Idempotency-Key" in request.headers:
+        claim = idempotency.claim_request(key.customer_id, request.headers["Idempotency-Key"], request.path,
+                                          request.get_data(cache=True), livemode=key.livemode)
+        if claim[0] != "new":
+            return _finish(_replay(*claim[1:]), key, None)  # a replay is free
+        record = claim[1]
+    try:
+        try:
+            billing.check_can_pay(key.customer.balance, key.livemode)
+            response = run()
+        except Exception as exc:  # the app's error table answers it (the unexpected ones as a logged 500)
+            response = refusal(exc)
+        response, charged = _charge(response, key)
+        response = _finish(response, key, charged)
+        if record is not None:
+            idempotency.settle(record, response.status_code, lambda: response.get_data(as_text=True))
+            record = None
+        return response
+    finally:
+        if record is not None:  # a claim must not outlive a call that died before it was settled
+            _release(record)
+
+
+def _replay(status: int, body: str) -> Response:
     response = current_app.response_class(body, status=status, mimetype="application/json")
     response.headers["Idempotent-Replayed"] = "true"
     return response
 
 
-def after_api_request(response):
-    customer = g.get("customer")
-    if customer is None:
-        return response  # 401: no account is known, nothing to charge or report
+def _release(record_id) -> None:
     try:
-        response = _charge(response, customer)
-    except CONNECTION_ERRORS:
-        # The call cannot be charged, so it is not served: D3 charges every 2xx/400/403/404
-        # and no 5xx. (The charge is one transaction: nothing of it was written.)
-        log.error("database unavailable while charging this call")  # noqa: TRY400 - an outage, not a bug: no traceback
-        response = service_unavailable()
-    try:
-        _report(response, customer)
-        _settle_idempotency(response)
-    except Exception:  # the answer is already decided; a reporting failure must not turn it into a 500
-        log.exception("could not finish the accounting of this call")
-    return response
+        idempotency.release(record_id)
+    except Exception:
+        log.exception("could not release idempotency claim %s", record_id)
 
 
 def _ledger_endpoint(status: int) -> str:
@@ -91,28 +166,40 @@ def ledger_notes() -> dict[int, str]:
     return {status: _ledger_endpoint(status) for status in (200, 403, 404)}
 
 
-def _charge(response, customer):
-    if not billing.call_is_charged(response.status_code, g.api_key.livemode) or g.get("charged") \
-            or g.get("free_call"):
-        return response
-    balance, g.usage = billing.charge_call(customer.id, g.get("request_id"), utcnow(),
+def _charge(response: Response, key: ApiKey) -> tuple[Response, Charged | None]:
+    """Charge the call unless its service did (``render``) or its answer is free (D3)."""
+    charged = getattr(response, "charged", None)
+    if charged is not None or not billing.call_is_charged(response.status_code, key.livemode):
+        return response, charged
+    try:
+        balance, usage = billing.charge_call(key.customer_id, g.get("request_id"), utcnow(),
                                              _ledger_endpoint(response.status_code))
+    except CONNECTION_ERRORS:
+        # The call cannot be charged, so it is not served: D3 charges every 2xx/400/403/404
+        # and no 5xx. (The charge is one transaction: nothing of it was written.)
+        log.error("database unavailable while charging this call")  # noqa: TRY400 - an outage, not a bug: no traceback
+        return service_unavailable(), None
     if balance is None:
         # The balance ran out between the check and this charge: the call is not served.
-        g.balance = billing.balance_of(customer.id)
-        return handle_api_error(from_service_error(InsufficientBalance(g.balance)))
-    g.balance, g.charged = balance, True
+        balance = billing.balance_of(key.customer_id)
+        return handle_api_error(from_service_error(InsufficientBalance(balance))), Charged(balance)
+    return response, Charged(balance, usage)
+
+
+def _finish(response: Response, key: ApiKey, charged: Charged | None) -> Response:
+    """``X-Credits-Remaining`` and the RateLimit fields; a failure to read them must not turn
+    the decided answer into a 500."""
+    try:
+        balance = charged.balance if charged is not None else billing.balance_of(key.customer_id)
+        response.headers["X-Credits-Remaining"] = str(balance)
+        # A test key's answers report its own windows (D15: counted apart from live scans).
+        usage = (charged.usage if charged is not None else None) \
+            or quotas.window_usage(key.customer_id, utcnow(), key.livemode)
+        limits = (charged.limits if charged is not None else None) or limits_for(key.customer)
+        response.headers.update(rate_limit_headers(limits, usage))
+    except Exception:
+        log.exception("could not finish the accounting of this call")
     return response
-
-
-def _report(response, customer):
-    balance = g.get("balance")
-    if balance is None:
-        balance = billing.balance_of(customer.id)
-    response.headers["X-Credits-Remaining"] = str(balance)
-    # A test key's answers report its own windows (D15: counted apart from live scans).
-    usage = g.get("usage") or quotas.window_usage(customer.id, utcnow(), g.api_key.livemode)
-    response.headers.update(rate_limit_headers(g.get("limits") or limits_for(customer), usage))
 
 
 def rate_limit_headers(limits: Limits, usage: quotas.Usage) -> dict:
@@ -123,46 +210,3 @@ def rate_limit_headers(limits: Limits, usage: quotas.Usage) -> dict:
         "RateLimit": (f'"hour";r={max(0, limits.hour - usage.hour)};t={hour_reset}, '
                       f'"day";r={max(0, limits.day - usage.day)};t={day_reset}'),
     }
-
-
-def _settle_idempotency(response):
-    record_id = g.pop("idempotency_record", None)
-    if record_id is None:
-        return
-    idempotency.settle(record_id, response.status_code, lambda: response.get_data(as_text=True))
-
-
-def teardown_api_request(exc):
-    """A claim must not outlive a request that died before after_request ran."""
-    record_id = g.pop("idempotency_record", None)
-    if record_id is not None:
-        try:
-            idempotency.release(record_id)
-        except Exception:
-            log.exception("could not release idempotency claim %s", record_id)
-
-
-def served(outcome):
-    """Note that a view charged inside its own transaction; hand over its balance and headers."""
-    g.charged = True
-    g.balance = outcome.balance
-    g.limits, g.usage = outcome.limits, outcome.usage
-    return outcome.body
-
-
-def served_read(read):
-    """Note what a view that authenticated and charged its own call found (``reads.ServedRead``),
-    as the hooks would have; raise its refusal (402, 403, 404), else return its body."""
-    g.api_key, g.customer = read.key, read.key.customer
-    if read.balance is not None:
-        g.charged, g.balance, g.usage = True, read.balance, read.usage
-    if read.error is not None:
-        raise read.error
-    return read.body
-
-
-def install(blueprint) -> None:
-    """Put an API blueprint's routes behind authentication and per-call accounting."""
-    blueprint.before_request(before_api_request)
-    blueprint.after_request(after_api_request)
-    blueprint.teardown_request(teardown_api_request)

@@ -6,11 +6,11 @@ authentication, charging and the limit headers are ``app.api.hooks``'s job.
 """
 from __future__ import annotations
 
-from flask import Response, current_app, g, request
+from flask import current_app, g, request
 from flask.views import MethodView
 
-from app import events, rawjson
-from app.api import auth, hooks
+from app import events
+from app.api import hooks
 from app.api.base import ApiBlueprint
 from app.schemas.errors import ErrorSchema
 from app.schemas.scans import (
@@ -27,7 +27,6 @@ from app.services import reads, scans
 
 blp = ApiBlueprint("scans", __name__, url_prefix="/api/v1",
                 description="Create scans, read them, and do both in bulk.")
-hooks.install(blp)
 
 HEADERS = {
     "X-Credits-Remaining": {"description": "Balance after this call's charge.", "schema": {"type": "integer"}},
@@ -109,24 +108,6 @@ def documented_errors(*statuses, overrides=None, codes=None):
                                     examples=error_examples((codes or {}).get(status, CODES[status])))(view)
         return view
     return decorate
-
-
-def json_body(body: dict, status: int = 200) -> Response:
-    """The answer flask-smorest would make of ``body`` (schema dump, then ``jsonify``).
-
-    The services build these bodies with exactly their schema's fields, types and order
-    (tests/unit/test_response_bodies.py), so the dump would change nothing; skipping it,
-    and writing stored results as they are (``RawJSON``), gives the same bytes for a
-    fraction of the work.
-    """
-    provider = current_app.json
-    if (provider.compact is None and current_app.debug) or provider.compact is False:
-        response = provider.response(rawjson.parsed(body))  # indented output: no splicing
-    else:
-        text = rawjson.render(body, lambda obj: provider.dumps(obj, separators=(",", ":")))
-        response = current_app.response_class(f"{text}\n", mimetype=provider.mimetype)
-    response.status_code = status
-    return response
 
 
 SIGNATURE_PARAMETERS = [
@@ -217,34 +198,50 @@ def with_poll_urls(body: dict) -> dict:
     return body
 
 
+def created(outcome: scans.Outcome):
+    """A creation's answer: its body with the URLs to poll, and what its admission charged."""
+    charged = hooks.Charged(outcome.balance, outcome.usage, outcome.limits)
+    return hooks.render(with_poll_urls(outcome.body), 202, charged=charged)
+
+
+def served(read: reads.ServedRead):
+    """A read's answer, or the refusal it found (402, 403, 404); charged in its statement."""
+    charged = hooks.Charged(read.balance, read.usage) if read.balance is not None else None
+    if read.error is not None:
+        return hooks.refusal(read.error, charged=charged)
+    return hooks.render(read.body, charged=charged)
+
+
 @blp.route("/scan")
 class ScanCreate(MethodView):
+    @hooks.api_call
     @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Create a scan", operationId="createScan",
              callbacks=webhook_callbacks("scanEvent"))
     @blp.arguments(ScanCreateSchema, example={"target": "jane.doe@example.com", "kind": "email"})
     @blp.response(202, ScanCreatedSchema, headers=HEADERS, description="The scan is queued.")
     @documented_errors(400, 401, 402, 409, 429, 502, 503)
-    def post(self, body):
+    def post(self, key, body):
         """Queue an investigation of one target. Costs 1 credit."""
-        outcome = scans.create_scan(g.customer, g.api_key.id, body["target"], body.get("kind"),
-                                    request_id=g.request_id, livemode=g.api_key.livemode)
-        return json_body(with_poll_urls(hooks.served(outcome)), 202)
+        outcome = scans.create_scan(key.customer, key.id, body["target"], body.get("kind"),
+                                    request_id=g.request_id, livemode=key.livemode)
+        return created(outcome)
 
 
 @blp.route("/scan/<scan_id:scan_id>")
 class ScanRead(MethodView):
+    @hooks.served_read(reads.serve_scan_read)
     @blp.doc(security=SECURITY, summary="Read a scan", operationId="getScan")
     @blp.response(200, ScanSchema, headers=HEADERS,
                   description="The scan in its current state; which fields appear depends on `status`.")
     @documented_errors(401, 402, 403, 404, 503)
-    def get(self, scan_id):
+    def get(self, read):
         """Read one scan. Poll every 10 to 15 seconds until it is completed or failed. Costs 1 credit."""
-        return json_body(hooks.served_read(reads.serve_scan_read(auth.bearer_token(), scan_id, g.request_id,
-                                                                     hooks.ledger_notes())))
+        return served(read)
 
 
 @blp.route("/scan/bulk")
 class BulkCreate(MethodView):
+    @hooks.api_call
     @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Create a bulk batch",
              operationId="createBulk", callbacks=webhook_callbacks("bulkScanEvent"))
     @blp.arguments(BulkCreateSchema, example={"targets": [
@@ -257,26 +254,27 @@ class BulkCreate(MethodView):
         429: "`rate_limit_inflight` (targets + scans in flight exceed the limit), `rate_limit_hour`, "
              "`rate_limit_day`; with `Retry-After`"},
         codes={400: ("invalid_request", "no_targets", "too_many_targets"), 403: ("bulk_not_allowed",)})
-    def post(self, body):
+    def post(self, key, body):
         """Queue up to 100 targets (Business and Enterprise). Costs 1 credit per queued scan, 1 if none."""
-        outcome = scans.create_bulk(g.customer, g.api_key.id, body["targets"], request_id=g.request_id,
-                                    livemode=g.api_key.livemode)
-        return json_body(with_poll_urls(hooks.served(outcome)), 202)
+        outcome = scans.create_bulk(key.customer, key.id, body["targets"], request_id=g.request_id,
+                                    livemode=key.livemode)
+        return created(outcome)
 
 
 @blp.route("/scan/bulk/<string:bulk_id>")
 class BulkRead(MethodView):
+    @hooks.served_read(reads.serve_bulk_read)
     @blp.doc(security=SECURITY, summary="Read a bulk batch", operationId="getBulk")
     @blp.response(200, BulkStateSchema, headers=HEADERS, description="Counts by status and every scan.")
     @documented_errors(401, 402, 403, 404, 503, codes={404: ("not_found",)})
-    def get(self, bulk_id):
+    def get(self, read):
         """Read every scan of a batch in one call. Costs 1 credit."""
-        return json_body(hooks.served_read(reads.serve_bulk_read(auth.bearer_token(), bulk_id, g.request_id,
-                                                                     hooks.ledger_notes())))
+        return served(read)
 
 
 @blp.route("/scans")
 class ScanList(MethodView):
+    @hooks.api_call
     @blp.doc(security=SECURITY, summary="List scans", operationId="listScans")
     @blp.arguments(ScanListQuerySchema, location="query", as_kwargs=True)
     @blp.response(200, ScanListSchema, headers=HEADERS, description="One page of scans, newest first.",
@@ -290,11 +288,8 @@ class ScanList(MethodView):
     @documented_errors(400, 401, 402, 503, overrides={
         400: "`invalid_request` (a filter, `limit` or `starting_after` is not valid; with `details`)"},
         codes={400: ("invalid_request",)})
-    def get(self, **query):
+    def get(self, key, **query):
         """List your scans, newest first, 1 to 100 per page; `has_more` says whether to ask for the next page
         with `starting_after`. Each entry is as in a bulk batch's read. Costs 1 credit per page."""
-        return json_body(reads.list_scans(g.customer.id, livemode=g.api_key.livemode, **query))
+        return hooks.render(reads.list_scans(key.customer_id, livemode=key.livemode, **query))
 
-
-# Both reads authenticate and charge in the statement that reads (services.reads.serve_*).
-hooks.AUTHENTICATED_IN_VIEW.update({f"{blp.name}.{ScanRead.__name__}", f"{blp.name}.{BulkRead.__name__}"})

@@ -1,0 +1,54 @@
+"""Every API view goes through the accounting wrapper (app.api.hooks): one that does not would
+answer without authentication or charge, so the app refuses to start with it."""
+import pytest
+from flask import Flask
+from flask.views import MethodView
+
+from app.api import hooks
+
+
+def _app_with(view_class) -> Flask:
+    app = Flask(__name__)
+    app.add_url_rule("/api/v1/thing", view_func=view_class.as_view("thing"))
+    return app
+
+
+def test_an_api_view_without_the_wrapper_stops_the_start():
+    class Bare(MethodView):
+        def get(self):
+            return {"ok": True}
+
+    with pytest.raises(RuntimeError, match="thing GET is not wrapped"):
+        hooks.check_accounted(_app_with(Bare))
+
+
+def test_wrapped_views_and_pages_outside_the_api_pass():
+    class Wrapped(MethodView):
+        @hooks.api_call
+        def get(self, key):
+            return {"ok": True}
+
+    hooks.check_accounted(_app_with(Wrapped))
+    app = Flask(__name__)
+
+    class Page(MethodView):
+        def get(self):
+            return "page"
+
+    app.add_url_rule("/app/page", view_func=Page.as_view("page"))
+    hooks.check_accounted(app)
+
+
+def test_the_served_app_has_every_api_method_wrapped(app):
+    routes = [rule for rule in app.url_map.iter_rules() if rule.rule.startswith("/api/v1/")
+              and getattr(app.view_functions[rule.endpoint], "view_class", None)]
+    assert len(routes) >= 7  # scans, reads, bulk, list, deliveries: the walk really saw them
+    hooks.check_accounted(app)
+
+
+def test_a_refused_body_is_charged_after_authentication_and_a_missing_key_first(client, account):
+    bad = client.post("/api/v1/scan", json={"kind": "email"})
+    assert bad.status_code == 401  # no key: 401 before the body is looked at (D3)
+    refused = client.post("/api/v1/scan", json={"kind": "email"}, headers=account.headers)
+    assert refused.status_code == 400
+    assert refused.headers["X-Credits-Remaining"] == "99"  # charged, and said so
