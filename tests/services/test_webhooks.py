@@ -100,10 +100,10 @@ def test_a_generated_secret_replaces_the_old_one(hooked):
     assert decrypt_secret(ApiKey.get_by_id(key.id).webhook_secret_enc) == plaintext
 
 
-def test_test_events_are_queued_and_limited_per_key_per_minute(hooked, monkeypatch):
-    cust, key = hooked
+def test_test_events_are_queued_and_limited_per_key_per_minute(conn, monkeypatch):
     monkeypatch.setitem(runtime.config, "WEBHOOK_TEST_EVENTS_PER_MINUTE", 2)
     with freeze_time(NOW) as frozen:
+        cust, key = new_customer(webhook_url=URL, webhook_secret=SECRET)
         first = webhooks.send_test_event(key.id, cust.id)
         frozen.tick(10)
         webhooks.send_test_event(key.id, cust.id)
@@ -161,11 +161,11 @@ def test_redelivery_refusals(hooked):
         webhooks.delivery_owner("dlv_unknown")
 
 
-def test_delivery_headers_carry_both_signatures_that_receivers_verify(hooked):
-    cust, key = hooked
-    delivery = webhooks.send_test_event(key.id, cust.id)
-    body = delivery.body.encode()
+def test_delivery_headers_carry_both_signatures_that_receivers_verify(conn):
     with freeze_time(NOW):
+        cust, key = new_customer(webhook_url=URL, webhook_secret=SECRET)
+        delivery = webhooks.send_test_event(key.id, cust.id)
+        body = delivery.body.encode()
         headers = webhooks.delivery_headers(delivery, body, NOW)
         assert verify_signature(SECRET, body, headers[SIGNATURE_HEADER])
         assert verify_standard(SECRET, body, headers)
@@ -183,9 +183,9 @@ def test_a_key_without_a_secret_sends_no_signature(conn):
     assert SIGNATURE_HEADER not in headers and STANDARD_SIGNATURE_HEADER not in headers
 
 
-def test_a_rolling_rotation_signs_with_both_until_the_switch(hooked):
-    cust, key = hooked
+def test_a_rolling_rotation_signs_with_both_until_the_switch(conn):
     with freeze_time(NOW) as frozen:
+        cust, key = new_customer(webhook_url=URL, webhook_secret=SECRET)
         rolled = webhooks.roll_secret(key.id, cust.id, overlap_hours=2)
         assert rolled.overlapping and rolled.switch_at == NOW + timedelta(hours=2)
         with pytest.raises(AccountError, match="already under way"):
@@ -237,10 +237,10 @@ def test_rolling_another_customers_key_is_refused(hooked):
 
 
 @pytest.mark.config(WEBHOOK_RETRY_SCHEDULE=())
-def test_the_keys_deliveries_page_newest_first_with_filters(hooked, monkeypatch):
-    cust, key = hooked
+def test_the_keys_deliveries_page_newest_first_with_filters(conn, monkeypatch):
     monkeypatch.setitem(runtime.config, "WEBHOOK_TEST_EVENTS_PER_MINUTE", 100)
     with freeze_time(NOW) as frozen:
+        cust, key = new_customer(webhook_url=URL, webhook_secret=SECRET)
         made = []
         for _ in range(3):
             made.append(webhooks.send_test_event(key.id, cust.id))
@@ -265,11 +265,11 @@ def test_a_scans_deliveries_are_the_customers_only(hooked):
     assert webhooks.scan_deliveries(scan.id, new_customer()[0].id) == []
 
 
-def test_the_api_list_of_deliveries_pages_by_cursor_per_mode(hooked, monkeypatch):
-    cust, key = hooked
+def test_the_api_list_of_deliveries_pages_by_cursor_per_mode(conn, monkeypatch):
     monkeypatch.setitem(runtime.config, "WEBHOOK_TEST_EVENTS_PER_MINUTE", 100)
-    test_key, _ = accounts.issue_key(cust.id, "sandbox", URL, livemode=False)
     with freeze_time(NOW) as frozen:
+        cust, key = new_customer(webhook_url=URL, webhook_secret=SECRET)
+        test_key, _ = accounts.issue_key(cust.id, "sandbox", URL, livemode=False)
         made = []
         for _ in range(3):
             made.append(webhooks.send_test_event(key.id, cust.id))
