@@ -1,11 +1,13 @@
 """webhooks: the event of a final scan, the key's webhook settings (URL, secrets, rolling
 rotation), test events within their limit, redeliveries, the signed headers of an attempt
 (D16), and the customer's deliveries as the portal and the API list them (D12, D17)."""
+import base64
 import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from freezegun import freeze_time
+from standardwebhooks import Webhook
 
 from app import runtime
 from app.jobs import live_job_ids
@@ -222,12 +224,6 @@ def test_an_overlap_of_zero_replaces_the_secret_at_once(hooked):
     assert decrypt_secret(ApiKey.get_by_id(key.id).webhook_secret_enc) == rolled.secret
 
 
-@pytest.mark.parametrize("hours", [-1, 169, 1.5, True, "24"])
-def test_an_overlap_outside_0_to_168_whole_hours_is_refused(hours):
-    with pytest.raises(AccountError):
-        webhooks.check_overlap_hours(hours)
-
-
 def test_rolling_another_customers_key_is_refused(hooked):
     _, key = hooked
     with pytest.raises(LookupError):
@@ -300,3 +296,37 @@ def test_a_sample_event_is_marked_as_a_test_of_its_mode():
     assert (body["test"], body["livemode"], body["completed_at"], body["status"]) == (
         True, False, "2026-11-22T12:00:00Z", "completed")
     assert webhooks.sample_event_body()["scan_id"] != body["scan_id"]
+
+
+# Moved from tests/workers/test_webhook_signatures.py (service calls, no worker).
+
+ROTATION_SECRET = "whsec_c2lnbmF0dXJlcyB0ZXN0IHNlY3JldCAwMTIzNDU2Nzg5"
+
+
+@pytest.mark.parametrize("hours", [-1, 169, 1.5, True, "24"])
+def test_the_overlap_is_0_to_168_whole_hours(conn, hours):
+    cust, key = new_customer(webhook_secret=ROTATION_SECRET)
+    with pytest.raises(AccountError, match="0 to 168"):
+        webhooks.roll_secret(key.id, cust.id, overlap_hours=hours)
+    assert ApiKey.get_by_id(key.id).webhook_next_secret_enc is None
+
+
+def test_only_the_owner_rolls_or_switches(conn):
+    cust, key = new_customer(webhook_secret=ROTATION_SECRET)
+    other, _ = new_customer()
+    for action in (lambda: webhooks.roll_secret(key.id, other.id),
+                   lambda: webhooks.switch_secret(key.id, other.id)):
+        with pytest.raises(LookupError):
+            action()
+    assert ApiKey.get_by_id(key.id).webhook_next_secret_enc is None
+
+
+def test_generated_and_hand_set_secrets_follow_the_standard_form(conn):
+    cust, key = new_customer()
+    generated = webhooks.generate_secret(key.id, cust.id)
+    assert Webhook(generated)._whsecret == base64.b64decode(generated[6:])
+    assert len(Webhook(generated)._whsecret) == 32
+    unpadded = ROTATION_SECRET.rstrip("=")
+    webhooks.set_webhook(key.id, cust.id, None, unpadded)  # padding is optional
+    with pytest.raises(AccountError, match="whsec_ followed by standard base64"):
+        accounts.issue_key(cust.id, "k", None, "not-a-whsec-secret-0123456789")
