@@ -78,54 +78,14 @@ def test_a_valid_secret_is_accepted_as_given():
     assert webhooks.check_secret(SECRET) == SECRET
 
 
-def test_setting_the_webhook_checks_url_and_secret_and_keeps_what_is_not_given(conn):
-    cust, key = new_customer()
-    updated = webhooks.set_webhook(key.id, cust.id, f"  {URL}  ", SECRET)
-    assert updated.webhook_url == URL and decrypt_secret(updated.webhook_secret_enc) == SECRET
-    assert webhooks.set_webhook(key.id, cust.id, "https://hooks.example.com/y").webhook_secret_enc == \
-        updated.webhook_secret_enc  # no secret given: the secret stays
-    with pytest.raises(AccountError):
-        webhooks.set_webhook(key.id, cust.id, "ftp://hooks.example.com/y")
-    with pytest.raises(AccountError):
-        webhooks.set_webhook(key.id, cust.id, URL, "whsec_short")
-    assert ApiKey.get_by_id(key.id).webhook_url == "https://hooks.example.com/y"
-    assert webhooks.set_webhook(key.id, cust.id, "").webhook_url is None  # removed
-    other, _ = new_customer()
-    with pytest.raises(LookupError):
-        webhooks.set_webhook(key.id, other.id, URL)
-
-
-def test_a_generated_secret_replaces_the_old_one(hooked):
-    cust, key = hooked
-    plaintext = webhooks.generate_secret(key.id, cust.id)
-    assert plaintext.startswith("whsec_") and plaintext != SECRET
-    assert decrypt_secret(ApiKey.get_by_id(key.id).webhook_secret_enc) == plaintext
-
-
-def test_test_events_are_queued_and_limited_per_key_per_minute(conn, monkeypatch):
-    monkeypatch.setitem(runtime.config, "WEBHOOK_TEST_EVENTS_PER_MINUTE", 2)
-    with freeze_time(NOW) as frozen:
-        cust, key = new_customer(webhook_url=URL, webhook_secret=SECRET)
-        first = webhooks.send_test_event(key.id, cust.id)
-        frozen.tick(10)
-        webhooks.send_test_event(key.id, cust.id)
-        with pytest.raises(AccountError, match="Try again in 50 seconds"):
-            webhooks.send_test_event(key.id, cust.id)
-        frozen.tick(50)
-        webhooks.send_test_event(key.id, cust.id)  # the first left the window
-    body = json.loads(first.body)
-    assert (body["test"], body["event"], first.scan_id) == (True, "scan.completed", None)
+def test_a_test_event_is_a_scan_completed_marked_test_and_dispatched(conn):
+    cust, key = new_customer(webhook_url=URL, webhook_secret=SECRET)
+    delivery = webhooks.send_test_event(key.id, cust.id)
+    body = json.loads(delivery.body)
+    assert (body["test"], body["event"], body["livemode"], delivery.scan_id) == (True, "scan.completed", True, None)
     assert body["scan_id"].startswith("scn_test_")
-    assert live_job_ids([first.job_id]) == {first.job_id}
-    assert WebhookDelivery.select().count() == 3
-
-
-def test_a_test_event_needs_a_url_and_the_customers_key(conn):
-    cust, key = new_customer()
-    with pytest.raises(AccountError, match="no webhook URL"):
-        webhooks.send_test_event(key.id, cust.id)
-    with pytest.raises(LookupError):
-        webhooks.send_test_event(key.id, new_customer()[0].id)
+    assert (delivery.url, delivery.status, delivery.livemode) == (URL, "pending", True)
+    assert live_job_ids([delivery.job_id]) == {delivery.job_id}
 
 
 @pytest.mark.config(WEBHOOK_RETRY_SCHEDULE=())
@@ -330,3 +290,84 @@ def test_generated_and_hand_set_secrets_follow_the_standard_form(conn):
     webhooks.set_webhook(key.id, cust.id, None, unpadded)  # padding is optional
     with pytest.raises(AccountError, match="whsec_ followed by standard base64"):
         accounts.issue_key(cust.id, "k", None, "not-a-whsec-secret-0123456789")
+
+
+# Moved from tests/workers/test_webhooks_portal.py (service calls, no worker).
+
+PORTAL_SECRET = "whsec_cG9ydGFsIHNlY3JldCAwMTIzNDU2Nzg5"
+PORTAL_START = "2026-11-21 12:00:00"
+
+
+def test_set_webhook_stores_the_url_and_the_secret_encrypted(conn):
+    cust, key = new_customer()
+    key = webhooks.set_webhook(key.id, cust.id, " https://hooks.example.com/x ", PORTAL_SECRET)
+    assert key.webhook_url == "https://hooks.example.com/x"
+    assert PORTAL_SECRET not in key.webhook_secret_enc and decrypt_secret(key.webhook_secret_enc) == PORTAL_SECRET
+
+    key = webhooks.set_webhook(key.id, cust.id, "https://hooks.example.com/y")
+    assert decrypt_secret(key.webhook_secret_enc) == PORTAL_SECRET  # no secret given: kept
+    key = webhooks.set_webhook(key.id, cust.id, "")
+    assert key.webhook_url is None
+
+
+@pytest.mark.parametrize("url, secret, message", [
+    ("ftp://hooks.example.com/x", None, "absolute"),
+    ("https://hooks.example.com/x", "short", "whsec_ followed by standard base64"),
+    ("https://hooks.example.com/x", f" {PORTAL_SECRET}", "whsec_ followed by standard base64"),
+    ("https://hooks.example.com/x", "0123456789abcdef0123456789abcdef", "whsec_ followed"),  # no prefix
+    ("https://hooks.example.com/x", "whsec_c2VjcmV0X3dpdGhfdXJsc2FmZV9hbHBoYWJldA-_", "standard base64"),
+    ("https://hooks.example.com/x", "whsec_c2hvcnQ=", "decode to 16 to 128 bytes, not 5"),
+])
+def test_set_webhook_refuses_bad_input(conn, url, secret, message):
+    cust, key = new_customer()
+    with pytest.raises(AccountError, match=message):
+        webhooks.set_webhook(key.id, cust.id, url, secret)
+
+
+def test_generate_secret_rotates_and_returns_the_new_secret_once(conn):
+    cust, key = new_customer(webhook_url="https://hooks.example.com/x", webhook_secret=PORTAL_SECRET)
+    plaintext = webhooks.generate_secret(key.id, cust.id)
+    assert plaintext.startswith("whsec_") and len(plaintext) >= 40
+    stored = ApiKey.get_by_id(key.id).webhook_secret_enc
+    assert plaintext not in stored and decrypt_secret(stored) == plaintext
+
+
+def test_another_customers_key_or_delivery_is_not_found(conn):
+    url = URL
+    cust, key = new_customer(webhook_url=url, webhook_secret=PORTAL_SECRET)
+    other, _ = new_customer()
+    delivery = webhooks.send_test_event(key.id, cust.id)
+    for call in (lambda: webhooks.set_webhook(key.id, other.id, url, PORTAL_SECRET),
+                 lambda: webhooks.generate_secret(key.id, other.id),
+                 lambda: webhooks.send_test_event(key.id, other.id),
+                 lambda: webhooks.list_deliveries(key.id, other.id),
+                 lambda: webhooks.redeliver(delivery.id, other.id),
+                 lambda: webhooks.redeliver("dlv_unknown", cust.id)):
+        with pytest.raises(LookupError):
+            call()
+    assert decrypt_secret(ApiKey.get_by_id(key.id).webhook_secret_enc) == PORTAL_SECRET
+
+
+def test_a_test_event_needs_a_webhook_url(conn):
+    cust, key = new_customer()
+    with pytest.raises(AccountError, match="no webhook URL"):
+        webhooks.send_test_event(key.id, cust.id)
+
+
+@pytest.mark.config(WEBHOOK_TEST_EVENTS_PER_MINUTE=3)
+def test_test_events_are_limited_per_key_with_a_clear_message(conn):
+    with freeze_time(PORTAL_START) as frozen:
+        cust, key = new_customer(webhook_url=URL, webhook_secret=PORTAL_SECRET)
+        neighbour, neighbour_key = new_customer(webhook_url=URL, webhook_secret=PORTAL_SECRET)
+        for _ in range(3):
+            webhooks.send_test_event(key.id, cust.id)
+            frozen.tick(10)
+        with pytest.raises(AccountError, match=r"at most 3 a minute per key\. Try again in 30 seconds"):
+            webhooks.send_test_event(key.id, cust.id)
+        assert WebhookDelivery.select().where(WebhookDelivery.api_key == key.id).count() == 3
+        webhooks.send_test_event(neighbour_key.id, neighbour.id)  # another key has its own allowance
+        frozen.tick(31)  # the first one is now more than a minute old
+        webhooks.send_test_event(key.id, cust.id)
+        with pytest.raises(AccountError, match="Too many test events"):
+            webhooks.send_test_event(key.id, cust.id)
+        assert WebhookDelivery.select().where(WebhookDelivery.api_key == key.id).count() == 4
