@@ -114,3 +114,18 @@ def test_the_export_is_the_periods_movements_oldest_first_across_chunks(conn):
         assert [r["delta"] for r in exported[:3]] == [10, 11, 12]
         ids = [r["id"] for r in exported]
         assert ids == sorted(ids) and len(set(ids)) == len(ids)  # no row twice at a chunk's edge
+
+
+def test_activity_buckets_by_day_and_hour_at_a_given_now(conn):
+    # Moved from tests/portal/test_portal_pages.py (a service call, no HTTP).
+    account, _ = new_customer(credits=0)
+    now = NOW
+    for delta, reason, when in ((-1, "scan", now - timedelta(days=3)), (-1, "call", now - timedelta(days=3)),
+                                (1, "refund", now - timedelta(days=3)), (-1, "scan", now - timedelta(hours=1)),
+                                (-5, "call", now - timedelta(days=40))):
+        CreditLedger.create(customer=account.id, delta=delta, balance_after=0, reason=reason, created_at=when)
+    days = usage.activity(account.id, "day", now)
+    hours = usage.activity(account.id, "hour", now)
+    assert days[-4].credits == 1 and days[-1].credits == 1 and sum(b.credits for b in days) == 2
+    assert hours[-2].credits == 1 and sum(b.credits for b in hours) == 1
+    assert all(b.credits == 0 for b in days if b.label == (now - timedelta(days=40)).strftime("%Y-%m-%d"))
