@@ -5,6 +5,7 @@ from datetime import datetime, timedelta
 
 import pytest
 from freezegun import freeze_time
+from rq.job import Job
 
 from app.jobs import DELIVER_JOB, WEBHOOK_QUEUE, enqueue_delivery, live_job_ids, queue, tracking_job_id
 from app.models import Customer, Scan
@@ -34,7 +35,7 @@ def test_the_operators_sweep_redispatches_at_once_but_not_a_live_chain(conn, red
     with freeze_time(NOW):
         cust, key = new_customer()
         lost, alive = new_scan(cust, key), new_scan(cust, key, "b@example.com")
-        redis_conn.delete(f"rq:job:{lost.tracking_job_id}")
+        Job.fetch(lost.tracking_job_id, connection=redis_conn).delete()  # its job is gone
         assert recovery.recover_scans(NOW, at_once=True) == 1
         assert Scan.get_by_id(lost.id).tracking_job_id == tracking_job_id(lost.id, 1)
         assert Scan.get_by_id(alive.id).tracking_job_id == tracking_job_id(alive.id, 0)
