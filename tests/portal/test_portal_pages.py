@@ -211,21 +211,6 @@ def test_usage_charts_are_svg_with_titles_and_count_in_sql(client, portal_accoun
     assert "2 scans created and 2 credits spent" in page
 
 
-def test_activity_buckets_by_day_and_hour(app, make_customer):
-    account = make_customer(credits=10)
-    with db.connection_context():
-        now = utcnow().replace(hour=12, minute=30)
-        for delta, reason, when in ((-1, "scan", now - timedelta(days=3)), (-1, "call", now - timedelta(days=3)),
-                                    (1, "refund", now - timedelta(days=3)), (-1, "scan", now - timedelta(hours=1)),
-                                    (-5, "call", now - timedelta(days=40))):
-            CreditLedger.create(customer=account.id, delta=delta, balance_after=0, reason=reason, created_at=when)
-        days = usage.activity(account.id, "day", now)
-        hours = usage.activity(account.id, "hour", now)
-    assert days[-4].credits == 1 and days[-1].credits == 1 and sum(b.credits for b in days) == 2
-    assert hours[-2].credits == 1 and sum(b.credits for b in hours) == 1
-    assert all(b.credits == 0 for b in days if b.label == (now - timedelta(days=40)).strftime("%Y-%m-%d"))
-
-
 def test_ledger_says_what_each_movement_was(client, portal_account):
     with db.connection_context():
         accounts.add_credits(portal_account.id, 5, "goodwill after the <b>outage</b>")

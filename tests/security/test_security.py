@@ -3,7 +3,7 @@ every route, timing-safe comparisons, SSRF refusals through the portal in produc
 cookie flags, and revocation that takes effect at once.
 
 Referenced rather than repeated: the SSRF guard's address ranges, DNS rebinding and pinning
-(tests/unit/test_ssrf.py); the portal's login, throttling, open redirects, CSRF on every form and
+(tests.services.test_webhook_urls.py); the portal's login, throttling, open redirects, CSRF on every form and
 404 for another customer's key (tests/portal/test_portal.py); keys stored only as digests
 (tests/api/test_auth_and_errors.py); idempotency keys scoped per customer
 (tests/api/test_idempotency.py); secrets redacted by the log filter (tests/api/test_operations.py).
@@ -30,7 +30,7 @@ from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, utcnow
 from app.services import accounts, webhooks
 from app.services.crypto import decrypt_secret
 from app.webhook_signature import sign, verify_signature
-from tests.unit.test_ssrf import FakeDns
+from tests.services.test_webhook_urls import FakeDns
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 PASSWORD = "correct horse battery staple"

@@ -43,3 +43,20 @@ def conn(app):
     """An open database connection for the test's body (services expect their caller to hold one)."""
     with db.connection_context():
         yield
+
+
+def new_customer(tier="business", credits=10, *, webhook_url=None, webhook_secret=None, livemode=True, **limits):
+    """A customer (with ``limits`` overrides) and one key of the mode asked: ``(Customer, ApiKey)``."""
+    from app.services import accounts
+    cust = accounts.create_customer("Service test", tier, credits)
+    if limits:
+        accounts.set_limits(cust.id, **limits)
+    key, _ = accounts.issue_key(cust.id, "k", webhook_url, webhook_secret, livemode=livemode)
+    return Customer.get_by_id(cust.id), key
+
+
+def new_scan(cust, key, target="jane@example.com", kind=None) -> Scan:
+    """A scan admitted and submitted through the service (to the simulator, or the sandbox for a test key)."""
+    from app.services import scans
+    outcome = scans.create_scan(cust, key.id, target, kind, request_id="req_svc", livemode=key.livemode)
+    return Scan.get_by_id(outcome.body["scan_id"])

@@ -1,11 +1,11 @@
-"""Admission: limits, balance, the scans and their charge in one transaction (D3, D7, D8, D13).
+"""scans (admission): limits, balance, the scans and their charge in one transaction (D3, D7, D8, D13).
 An admitted call changes the books together; a refused one changes nothing at all."""
 import pytest
 
-from app.models import Customer
-from app.services import accounts, quotas, scans
-from app.services.errors import EngineUnavailable, ServiceError
-from tests.api.helpers import assert_counters_match, engine_mode
+from app.models import Customer, Scan
+from app.services import accounts, engine, quotas, sandbox_engine, scans
+from app.services.errors import EngineUnavailable, Forbidden, InvalidRequest, ServiceError
+from tests.api.helpers import assert_counters_match, engine_mode, engine_stats
 from tests.services.conftest import books_of
 
 
@@ -84,4 +84,58 @@ def test_an_engine_that_cannot_take_the_scan_leaves_no_scan_and_no_net_charge(co
     # The reservation's charge and its refund are both in the ledger; nothing else remains.
     assert (books.balance, books.ledger_sum, books.scans, books.in_flight, books.quota_minutes) == (5, 5, 0, 0, 0)
     assert books.ledger_rows == 3  # grant, charge, refund
+    assert_counters_match(cust.id)
+
+
+def test_an_invalid_target_is_refused_before_anything_is_charged(conn):
+    cust, key = _customer(credits=5)
+    before = books_of(cust.id)
+    with pytest.raises(InvalidRequest) as refused:
+        _create(cust, key, "ab")
+    assert refused.value.code == "target_too_short"
+    assert books_of(cust.id) == before
+
+
+def test_a_bulk_call_on_a_tier_without_bulk_is_forbidden_and_free(conn):
+    cust, key = _customer(tier="pro", credits=5)
+    before = books_of(cust.id)
+    with pytest.raises(Forbidden) as refused:
+        scans.create_bulk(cust, key.id, [{"target": "a@example.com"}], request_id="req_b")
+    assert refused.value.code == "bulk_not_allowed"
+    assert books_of(cust.id) == before
+
+
+def test_a_bulk_call_with_every_target_rejected_costs_one_credit(conn):
+    cust, key = _customer(credits=5)
+    outcome = scans.create_bulk(cust, key.id, [{"target": "x"}, {"target": 3}], request_id="req_b")
+    assert (outcome.body["queued"], len(outcome.body["rejected"]), outcome.body["scans"]) == (0, 2, [])
+    books = books_of(cust.id)
+    assert (books.balance, books.batches, books.scans, books.in_flight) == (4, 1, 0, 0)
+
+
+def test_a_test_scan_runs_on_the_sandbox_free_and_counts_apart(conn, simulator):
+    cust, _ = _customer(credits=0)  # a test key needs no credit
+    key, _ = accounts.issue_key(cust.id, "sandbox", livemode=False)
+    assert scans.engine_for(False) is sandbox_engine and scans.engine_for(True) is engine
+    stats = engine_stats(simulator)["submit"]
+    outcome = scans.create_scan(cust, key.id, "jane@example.com", None, request_id="req_t", livemode=False)
+    assert (outcome.body["livemode"], outcome.balance) == (False, 0)
+    scan = Scan.get_by_id(outcome.body["scan_id"])
+    assert sandbox_engine.is_sandbox_id(scan.engine_id) and scan.livemode is False
+    assert engine_stats(simulator)["submit"] == stats  # the engine never saw it
+    row = Customer.get_by_id(cust.id)
+    assert (row.in_flight, row.test_in_flight, books_of(cust.id).ledger_rows) == (0, 1, 0)
+    assert_counters_match(cust.id)
+
+
+def test_reverse_reservation_undoes_only_an_unsubmitted_scan(conn):
+    cust, key = _customer(credits=5)
+    outcome = scans.create_bulk(cust, key.id, [{"target": "a@example.com"}], request_id="req_b")
+    scan = Scan.get_by_id(outcome.body["scans"][0]["scan_id"])
+    assert scans.reverse_reservation(scan) is False  # submitted: the engine has it
+    Scan.update(engine_id=None).where(Scan.id == scan.id).execute()
+    assert scans.reverse_reservation(Scan.get_by_id(scan.id)) is True
+    books = books_of(cust.id)
+    assert (books.scans, books.batches, books.balance, books.ledger_sum, books.in_flight) == (0, 0, 5, 5, 0)
+    assert scans.reverse_reservation(scan) is False  # once
     assert_counters_match(cust.id)
