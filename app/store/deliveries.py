@@ -139,7 +139,7 @@ def last_attempt(delivery_id: str) -> DeliveryAttempt | None:
 # --- Deliveries: writing, reading, redelivering ----------------------------------------
 
 
-def create(delivery_id: str, *, customer_id: str, api_key_id: str, scan_id: str | None, event: str, url: str,
+def create(delivery_id: str, *, customer_id: str, api_key_id: str, scan_id: str | None, event: str, url: str | None,
            body: str, job_id: str, next_attempt_at: datetime, livemode: bool) -> WebhookDelivery:
     return WebhookDelivery.create(
         id=delivery_id, customer=customer_id, api_key=api_key_id, scan_id=scan_id, event=event,
