@@ -162,6 +162,21 @@ def write_transaction():
         yield txn
 
 
+@contextmanager
+def transaction():
+    """A transaction (a savepoint inside one already open): for services, which own their
+    transactions but not the database handle (``app.store`` runs the statements)."""
+    with db.atomic() as txn:
+        yield txn
+
+
+@contextmanager
+def connection_context():
+    """A connection held for the block and returned to the pool after it (a job's, a sweep's)."""
+    with db.connection_context():
+        yield
+
+
 log = logging.getLogger(__name__)
 CONNECTION_ERRORS = (OperationalError, InterfaceError)
 

@@ -5,6 +5,8 @@ from app.models.accounts import ApiKey, Customer
 from app.models.base import BaseModel, utcnow
 
 PENDING, SUCCEEDED, FAILED = "pending", "succeeded", "failed"
+# An attempt's outcome while its request is under way (then SUCCEEDED or FAILED).
+IN_PROGRESS = "in_progress"
 
 
 class WebhookDelivery(BaseModel):

@@ -18,8 +18,8 @@ place that decides whether and when a delivery is retried). The next job is enqu
 only after that commit; if Redis refuses it, the sweep enqueues it.
 
 A delivery pool makes hundreds of attempts a second in one process (``workers.delivery_pool``),
-so the statements of an attempt are written once as SQL below: an attempt is three
-prepared statements (load, claim, and on success close).
+so an attempt is three prepared statements (load, claim, and on success close), written
+once as SQL in ``app.store.deliveries``.
 """
 from __future__ import annotations
 
@@ -29,15 +29,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from app import metrics, runtime
-from app.db import columns, db, execute, execute_prepared, instance, repr_column, table
+from app.db import transaction
 from app.jobs import DELIVERY_JOB_TIMEOUT, delivery_job_id, enqueue_delivery, job_attempt_number, live_job_ids
-from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, utcnow
-from app.models.webhooks import FAILED, PENDING, SUCCEEDED
+from app.models import DeliveryAttempt, WebhookDelivery, utcnow
+from app.models.webhooks import FAILED, IN_PROGRESS, PENDING, SUCCEEDED
 from app.services import webhooks
+from app.store import deliveries as store
 
 log = logging.getLogger(__name__)
 
-IN_PROGRESS = "in_progress"
 # RQ kills a delivery job after the job_timeout that app.jobs.enqueue_delivery
 # gives it (120 s): an attempt in progress for longer has certainly been abandoned.
 ATTEMPT_DEADLINE_SECONDS = DELIVERY_JOB_TIMEOUT
@@ -70,41 +70,6 @@ class Attempt:
     body: bytes
 
 
-_col = repr_column
-_D, _A = table(WebhookDelivery), table(DeliveryAttempt)
-_KEY_COLUMNS = len(ApiKey._meta.sorted_fields)
-# The delivery and its key (whose secrets sign the attempt), in one statement.
-LOAD = (f"SELECT {columns(WebhookDelivery, 'd')}, {columns(ApiKey, 'k')} FROM {_D} d "
-        f"JOIN {table(ApiKey)} k ON k.id = d.{_col(WebhookDelivery.api_key)} WHERE d.id = ?")
-# The claim: attempt ``n`` is this job's only while the delivery is pending, has had n - 1
-# attempts and names this job. Parameters: delivery id, n - 1, job id.
-CLAIM = (f"UPDATE {_D} SET {_col(WebhookDelivery.attempts)} = {_col(WebhookDelivery.attempts)} + 1 "
-         f"WHERE id = ? AND {_col(WebhookDelivery.attempts)} = ? AND {_col(WebhookDelivery.job_id)} = ? "
-         f"AND {_col(WebhookDelivery.status)} = '{PENDING}'")
-_ATTEMPT_FIELDS = (DeliveryAttempt.delivery, DeliveryAttempt.number, DeliveryAttempt.started_at, DeliveryAttempt.url,
-                   DeliveryAttempt.outcome)
-_ATTEMPT_INSERT = f"INSERT INTO {_A} ({', '.join(_col(f) for f in _ATTEMPT_FIELDS)})"
-# The claim and the attempt's row, in progress, in one statement (the row only if the claim
-# took). Parameters: delivery id, n - 1, job id, n, started at, url.
-CLAIM_AND_LOG = (f"WITH claimed AS ({CLAIM} RETURNING id) "
-                 f"{_ATTEMPT_INSERT} SELECT id, ?, ?, ?, '{IN_PROGRESS}' FROM claimed RETURNING id")
-# Closing an attempt, once: the sweep may have closed it as lost already. Parameters:
-# outcome, status code, error, duration, excerpt, attempt id.
-CLOSE = (f"UPDATE {_A} SET {_col(DeliveryAttempt.outcome)} = ?, {_col(DeliveryAttempt.status_code)} = ?, "
-         f"{_col(DeliveryAttempt.error)} = ?, {_col(DeliveryAttempt.duration_ms)} = ?, "
-         f"{_col(DeliveryAttempt.response_excerpt)} = ? "
-         f"WHERE id = ? AND {_col(DeliveryAttempt.outcome)} = '{IN_PROGRESS}'")
-# Ending a delivery after its attempt ``n``. Parameters: status, finished at, delivery id, n.
-FINISH = (f"UPDATE {_D} SET {_col(WebhookDelivery.status)} = ?, {_col(WebhookDelivery.finished_at)} = ?, "
-          f"{_col(WebhookDelivery.next_attempt_at)} = NULL "
-          f"WHERE id = ? AND {_col(WebhookDelivery.status)} = '{PENDING}' AND {_col(WebhookDelivery.attempts)} = ?")
-# A successful attempt closed and its delivery ended in one statement; says
-# whether the attempt was still open.
-CLOSE_SUCCEEDED = (f"WITH closed AS ({CLOSE} RETURNING id), "
-                   f"finished AS ({FINISH} AND EXISTS (SELECT 1 FROM closed) RETURNING id) "
-                   f"SELECT count(*) FROM closed")
-
-
 def start_attempt(delivery_id: str, job_id: str | None,
                   admit: Callable[[str, str], bool] | None = None) -> Attempt | str:
     """Reserve the attempt job ``job_id`` stands for, or say why it makes none
@@ -113,10 +78,10 @@ def start_attempt(delivery_id: str, job_id: str | None,
 
     ``admit`` is the worker's per-endpoint gate (D18): a refused job has made no attempt
     and may be run again later under the same id (``defer``)."""
-    row = execute_prepared(LOAD, (delivery_id,)).fetchone()
-    delivery = instance(WebhookDelivery, row[:-_KEY_COLUMNS]) if row else None
-    if delivery is None or delivery.status != PENDING:
+    loaded = store.load(delivery_id)
+    if loaded is None or loaded[0].status != PENDING:
         return "final"
+    delivery, key = loaded
     number = delivery.attempts + 1
     if job_id is None or delivery.job_id != job_id or job_attempt_number(job_id) != number:
         log.info("delivery %s: job %s is not the current one, stopping", delivery_id, job_id)
@@ -129,21 +94,16 @@ def start_attempt(delivery_id: str, job_id: str | None,
     now = utcnow()
     # Every header, both signature schemes, from the key's secrets as they are now (D16),
     # so a rotation also covers the retries of earlier deliveries.
-    headers = webhooks.delivery_headers(delivery, body, now, key=instance(ApiKey, row[-_KEY_COLUMNS:]))
-    row = reserve(delivery, number, job_id, now)
-    if row is None:
+    headers = webhooks.delivery_headers(delivery, body, now, key=key)
+    attempt = reserve(delivery, number, job_id, now)
+    if attempt is None:
         return "stale"
-    return Attempt(delivery, row, delivery.url, headers, body)
+    return Attempt(delivery, attempt, delivery.url, headers, body)
 
 
 def reserve(delivery: WebhookDelivery, number: int, job_id: str, now) -> DeliveryAttempt | None:
     """Claim attempt ``number`` and log it as in progress, or None when another job has."""
-    values = (number, now, delivery.url)
-    row = execute_prepared(CLAIM_AND_LOG, (delivery.id, number - 1, job_id) + values).fetchone()
-    if row is None:
-        return None
-    return DeliveryAttempt(id=row[0], delivery=delivery.id, number=number, started_at=now, url=delivery.url,
-                           outcome=IN_PROGRESS)
+    return store.claim_attempt(delivery, number=number, job_id=job_id, started_at=now)
 
 
 def response_excerpt(data: bytes | None) -> str:
@@ -160,15 +120,15 @@ def response_excerpt(data: bytes | None) -> str:
 
 def record(delivery: WebhookDelivery, attempt: DeliveryAttempt, outcome: Outcome) -> str:
     now = utcnow()
-    closing = (SUCCEEDED if outcome.succeeded else FAILED, outcome.status_code, outcome.error, outcome.duration_ms,
-               outcome.excerpt, attempt.id)
+    closing = store.Closing(SUCCEEDED if outcome.succeeded else FAILED, outcome.status_code, outcome.error,
+                            outcome.duration_ms, outcome.excerpt)
     next_job = None
     if outcome.succeeded:
-        params = closing + (SUCCEEDED, now, delivery.id, attempt.number)
-        closed = execute_prepared(CLOSE_SUCCEEDED, params).fetchone()[0]
+        closed = store.close_attempt_and_finish(attempt.id, closing, delivery_id=delivery.id, number=attempt.number,
+                                                status=SUCCEEDED, finished_at=now)
     else:
-        with db.atomic():
-            closed = execute(CLOSE, closing).rowcount
+        with transaction():
+            closed = store.close_attempt(attempt.id, closing)
             if closed:
                 next_job = _after_failure(delivery, attempt.number, now)
     if not closed:
@@ -191,10 +151,6 @@ def defer(delivery_id: str, job_id: str, delay_seconds: float) -> bool:
     return enqueue_delivery(delivery_id, job_id, delay_seconds)
 
 
-def _finish(delivery_id: str, number: int, status: str, now) -> None:
-    execute(FINISH, (status, now, delivery_id, number))
-
-
 def _after_failure(delivery: WebhookDelivery, number: int, now) -> tuple[str, float] | None:
     """Hand the delivery to the job of attempt ``number + 1`` (compare-and-set on the
     token), or fail it when its series has had every retry. Call inside the transaction
@@ -202,16 +158,13 @@ def _after_failure(delivery: WebhookDelivery, number: int, now) -> tuple[str, fl
     schedule = runtime.config["WEBHOOK_RETRY_SCHEDULE"]
     place = number - delivery.series_start
     if place > len(schedule):
-        _finish(delivery.id, number, FAILED, now)
+        store.finish(delivery.id, number=number, status=FAILED, finished_at=now)
         return None
     delay = float(schedule[place - 1])
     next_job = delivery_job_id(delivery.id, number + 1)
-    handed = (WebhookDelivery
-              .update(job_id=next_job, next_attempt_at=now + timedelta(seconds=delay))
-              .where((WebhookDelivery.id == delivery.id) & (WebhookDelivery.status == PENDING)
-                     & (WebhookDelivery.attempts == number)
-                     & (WebhookDelivery.job_id == delivery_job_id(delivery.id, number)))
-              .execute())
+    handed = store.hand_to_job(delivery.id, status=PENDING, attempts=number,
+                               current_job_id=delivery_job_id(delivery.id, number), next_job_id=next_job,
+                               next_attempt_at=now + timedelta(seconds=delay))
     return (next_job, delay) if handed else None
 
 
@@ -230,13 +183,7 @@ def recover_deliveries(now, *, at_once: bool = False) -> dict:
     out to be alive is harmless: only one of the two can claim the attempt.
     """
     stale_before = None if at_once else now - timedelta(seconds=runtime.config["RECOVERY_STALE_SECONDS"])
-    where = WebhookDelivery.status == PENDING
-    if stale_before is not None:
-        where &= WebhookDelivery.created_at < stale_before
-    candidates = list(WebhookDelivery
-                      .select(WebhookDelivery.id, WebhookDelivery.job_id, WebhookDelivery.attempts,
-                              WebhookDelivery.series_start, WebhookDelivery.next_attempt_at)
-                      .where(where))
+    candidates = store.in_state(PENDING, created_before=stale_before)
     alive = live_job_ids([d.job_id for d in candidates if d.job_id])
     report = {"deliveries_redispatched": 0, "attempts_closed": 0}
     for delivery in candidates:
@@ -250,8 +197,7 @@ def recover_deliveries(now, *, at_once: bool = False) -> dict:
 
 def _recover(delivery: WebhookDelivery, now, stale_before) -> tuple[bool, bool]:
     """Returns (an attempt was closed as lost, a job was enqueued)."""
-    last = (DeliveryAttempt.select().where(DeliveryAttempt.delivery == delivery.id)
-            .order_by(DeliveryAttempt.number.desc()).first())
+    last = store.last_attempt(delivery.id)
     if last is not None and last.outcome == IN_PROGRESS:
         if last.started_at >= now - timedelta(seconds=max(ATTEMPT_DEADLINE_SECONDS,
                                                           runtime.config["RECOVERY_STALE_SECONDS"])):
@@ -266,8 +212,8 @@ def _recover(delivery: WebhookDelivery, now, stale_before) -> tuple[bool, bool]:
 
 def _close_lost(delivery: WebhookDelivery, attempt: DeliveryAttempt, now) -> tuple[bool, bool]:
     """Close an abandoned attempt as failed (``worker_lost``) and go on with the schedule."""
-    with db.atomic():
-        closed = execute(CLOSE, (FAILED, None, "worker_lost", None, None, attempt.id)).rowcount
+    with transaction():
+        closed = store.close_attempt(attempt.id, store.Closing(FAILED, error="worker_lost"))
         if not closed:
             return False, False
         next_job = _after_failure(delivery, attempt.number, now)

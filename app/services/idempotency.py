@@ -13,11 +13,9 @@ import json
 import re
 from datetime import timedelta
 
-from peewee import IntegrityError
-
-from app.db import db
-from app.models import IdempotencyRecord, utcnow
+from app.models import utcnow
 from app.services.errors import Conflict, InvalidRequest
+from app.store import idempotency as records
 
 TTL = timedelta(hours=24)
 ABANDONED_AFTER = timedelta(minutes=2)
@@ -65,26 +63,19 @@ def _conflict(message: str) -> Conflict:
 
 
 def claim(customer_id: str, key: str, endpoint: str, body_hash: str, livemode: bool = True):
-    """Returns ``("new", record_id)`` or ``("replay", status, body)``; raises 409 on conflict."""
+    """Returns ``("new", record_id)`` or ``("replay", status, body)``; raises 409 (Conflict) when the key is taken."""
     for _ in range(3):
-        try:
-            with db.atomic():
-                record = IdempotencyRecord.create(customer=customer_id, key=key, endpoint=endpoint,
-                                                  request_hash=body_hash, livemode=livemode)
-            return ("new", record.id)
-        except IntegrityError:
-            pass
-        existing = IdempotencyRecord.get_or_none((IdempotencyRecord.customer == customer_id)
-                                                 & (IdempotencyRecord.livemode == livemode)
-                                                 & (IdempotencyRecord.key == key))
+        record_id = records.insert(customer_id, key, endpoint=endpoint, request_hash=body_hash, livemode=livemode)
+        if record_id is not None:
+            return ("new", record_id)
+        existing = records.find(customer_id, key, livemode)
         if existing is None:
             continue  # released between our insert and read: try again
         now = utcnow()
         expired = existing.created_at < now - TTL
         abandoned = not existing.done and existing.created_at < now - ABANDONED_AFTER
         if expired or abandoned:
-            IdempotencyRecord.delete().where((IdempotencyRecord.id == existing.id)
-                                             & (IdempotencyRecord.created_at == existing.created_at)).execute()
+            records.delete_if_unchanged(existing.id, existing.created_at)
             continue
         if existing.endpoint != endpoint or existing.request_hash != body_hash:
             raise _conflict("this Idempotency-Key was used with a different request")
@@ -95,14 +86,12 @@ def claim(customer_id: str, key: str, endpoint: str, body_hash: str, livemode: b
 
 
 def complete(record_id: int, status: int, body: str) -> None:
-    IdempotencyRecord.update(done=True, response_status=status, response_body=body).where(
-        IdempotencyRecord.id == record_id).execute()
+    records.complete(record_id, status=status, body=body)
 
 
 def release(record_id: int) -> None:
-    IdempotencyRecord.delete().where((IdempotencyRecord.id == record_id) & (IdempotencyRecord.done == False)  # noqa: E712
-                                     ).execute()
+    records.delete_unfinished(record_id)
 
 
 def purge_expired() -> int:
-    return IdempotencyRecord.delete().where(IdempotencyRecord.created_at < utcnow() - TTL).execute()
+    return records.delete_created_before(utcnow() - TTL)

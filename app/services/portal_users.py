@@ -10,18 +10,16 @@ No flask here: the portal's views and the operator CLI both call these functions
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable
 from datetime import timedelta
-from typing import cast
 
-from peewee import fn
 from werkzeug.security import check_password_hash, generate_password_hash
 
-from app.db import db
-from app.models import Customer, PortalSession, PortalUser, iso, utcnow
+from app.db import transaction
+from app.models import PortalUser, iso, utcnow
 from app.services import login_throttle
 from app.services.accounts import AccountError, get_customer
 from app.services.crypto import digest
+from app.store import users
 
 SESSION_LIFETIME = timedelta(hours=8)
 MIN_PASSWORD_LENGTH = 10
@@ -59,7 +57,7 @@ def authenticate(email: str, password: str, address: str | None) -> PortalUser:
     if not attempt.allowed:
         raise LoginThrottled(attempt.retry_after)
     try:
-        user = PortalUser.get_or_none(PortalUser.email == email)
+        user = users.by_email(email)
         valid = check_password_hash(user.password_hash if user else _DUMMY_HASH, password)
     except BaseException:
         login_throttle.abandoned(attempt)
@@ -74,10 +72,10 @@ def start_session(user: PortalUser) -> str:
     """A new session for ``user``; returns the token for the cookie (stored only as its digest)."""
     token = secrets.token_urlsafe(32)
     now = utcnow()
-    with db.atomic():
-        PortalSession.delete().where(PortalSession.expires_at <= now).execute()  # housekeeping
-        PortalSession.create(id=digest(token), user=user.id, created_at=now, expires_at=now + SESSION_LIFETIME)
-        PortalUser.update(last_login_at=now).where(PortalUser.id == user.id).execute()
+    with transaction():
+        users.delete_sessions_expired_by(now)  # housekeeping
+        users.create_session(digest(token), user.id, created_at=now, expires_at=now + SESSION_LIFETIME)
+        users.set_last_login(user.id, now)
     return token
 
 
@@ -85,27 +83,21 @@ def session_user(token) -> PortalUser | None:
     """The user (with its customer) of a live session, or None: unknown, ended, expired or disabled."""
     if not isinstance(token, str) or not token or len(token) > 200:
         return None
-    return (PortalUser.select(PortalUser, Customer)
-            .join(Customer)
-            .switch(PortalUser)
-            .join(PortalSession)
-            .where((PortalSession.id == digest(token)) & (PortalSession.expires_at > utcnow())
-                   & (PortalUser.disabled == False))  # noqa: E712 (peewee expression)
-            .get_or_none())
+    return users.session_user(digest(token), utcnow())
 
 
 def end_session(token) -> None:
     if isinstance(token, str) and token:
-        PortalSession.delete().where(PortalSession.id == digest(token)).execute()
+        users.delete_session(digest(token))
 
 
 def end_user_sessions(user_id: str) -> int:
     """End every session of the user; returns how many were live."""
-    return PortalSession.delete().where(PortalSession.user == user_id).execute()
+    return users.delete_user_sessions(user_id)
 
 
 def get_user(email: str) -> PortalUser:
-    user = PortalUser.get_or_none(PortalUser.email == normalize_email(email))
+    user = users.by_email(normalize_email(email))
     if user is None:
         raise AccountError(f"no user {normalize_email(email)}")
     return user
@@ -126,29 +118,26 @@ def reset_password(email: str, password: str) -> tuple[PortalUser, int]:
     """
     user = get_user(email)
     password_hash = generate_password_hash(check_password(password), method="scrypt")
-    with db.atomic():
-        PortalUser.update(password_hash=password_hash).where(PortalUser.id == user.id).execute()
+    with transaction():
+        users.set_password_hash(user.id, password_hash)
         ended = end_user_sessions(user.id)
     login_throttle.clear_account(user.email)
-    return PortalUser.get_by_id(user.id), ended
+    return users.get(user.id), ended
 
 
 def set_disabled(email: str, disabled: bool) -> tuple[PortalUser, int]:
     """Disable (ending every session) or enable a user; returns the user and the sessions ended."""
     user = get_user(email)
-    with db.atomic():
-        PortalUser.update(disabled=disabled).where(PortalUser.id == user.id).execute()
+    with transaction():
+        users.set_disabled(user.id, disabled)
         ended = end_user_sessions(user.id) if disabled else 0
-    return PortalUser.get_by_id(user.id), ended
+    return users.get(user.id), ended
 
 
 def live_sessions(user_ids: list[str]) -> dict[str, int]:
     if not user_ids:
         return {}
-    rows = (PortalSession.select(PortalSession.user, fn.COUNT(PortalSession.id).alias("n"))
-            .where(PortalSession.user.in_(user_ids) & (PortalSession.expires_at > utcnow()))
-            .group_by(PortalSession.user).tuples())
-    return dict(cast(Iterable[tuple[str, int]], rows))  # peewee types rows as models
+    return users.live_session_counts(user_ids, utcnow())
 
 
 def user_dict(user: PortalUser, sessions: int = 0) -> dict:
@@ -159,10 +148,8 @@ def user_dict(user: PortalUser, sessions: int = 0) -> dict:
 
 def list_users(customer_id: str | None = None) -> list[dict]:
     """Every portal user (of one customer when given), oldest first, with their live sessions."""
-    query = PortalUser.select().order_by(PortalUser.created_at, PortalUser.id)
     if customer_id:
         get_customer(customer_id)
-        query = query.where(PortalUser.customer == customer_id)
-    users = list(query)
-    sessions = live_sessions([u.id for u in users])
-    return [user_dict(u, sessions.get(u.id, 0)) for u in users]
+    found = users.all_users(customer_id)
+    sessions = live_sessions([u.id for u in found])
+    return [user_dict(u, sessions.get(u.id, 0)) for u in found]

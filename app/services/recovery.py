@@ -29,15 +29,15 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, timedelta
-from typing import cast
 
 from app import metrics, runtime
-from app.db import db
+from app.db import connection_context
 from app.jobs import QUEUES, live_job_ids, promote_due, queue
-from app.models import Scan, utcnow
+from app.models import utcnow
 from app.models.scans import IN_FLIGHT, QUEUED
 from app.services import deliveries, idempotency, quotas, tracking
 from app.services.scans import reverse_reservation
+from app.store import scan_states
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +45,7 @@ def recover_scans(now, *, at_once: bool = False) -> int:
     """Start a new chain for each submitted scan in flight whose tracking job is gone: only
     those not looked at for RECOVERY_STALE_SECONDS, or every one ``at_once``."""
     stale_before = now - timedelta(seconds=runtime.config["RECOVERY_STALE_SECONDS"])
-    where = Scan.status.in_(IN_FLIGHT) & Scan.engine_id.is_null(False)
-    if not at_once:
-        where &= ((Scan.last_checked_at < stale_before)
-                  | (Scan.last_checked_at.is_null() & (Scan.created_at < stale_before)))
-    candidates = cast(list[tuple[str, str | None]],  # peewee types rows as models
-                      list(Scan.select(Scan.id, Scan.tracking_job_id).where(where).tuples()))
+    candidates = scan_states.submitted_unwatched(statuses=IN_FLIGHT, stale_before=None if at_once else stale_before)
     alive = live_job_ids([job_id for _, job_id in candidates if job_id])
     redispatched = 0
     for scan_id, job_id in candidates:
@@ -64,8 +59,7 @@ def recover_scans(now, *, at_once: bool = False) -> int:
 
 def reverse_unsubmitted(now) -> int:
     stale_before = now - timedelta(seconds=runtime.config["RECOVERY_STALE_SECONDS"])
-    orphans = list(Scan.select().where((Scan.status == QUEUED) & Scan.engine_id.is_null()
-                                       & (Scan.created_at < stale_before)))
+    orphans = scan_states.unsubmitted(status=QUEUED, created_before=stale_before)
     for scan in orphans:
         reverse_reservation(scan)
     return len(orphans)
@@ -86,7 +80,7 @@ def sweep(at_once: bool = False) -> dict:
     reservation is reversed only after RECOVERY_STALE_SECONDS either way: until then its
     creator may still be in its engine call."""
     now = utcnow()
-    with db.connection_context():
+    with connection_context():
         report = {"scheduled_jobs_promoted": promote_overdue(now),
                   "scans_redispatched": recover_scans(now, at_once=at_once),
                   "reservations_reversed": reverse_unsubmitted(now)}

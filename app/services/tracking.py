@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 
-from peewee import Case
-
 from app import metrics, runtime
-from app.db import db
+from app.db import transaction
 from app.jobs import enqueue_tracking, tracking_generation, tracking_job_id
 from app.models import Scan, utcnow
 from app.models.scans import COMPLETED, FAILED, IN_FLIGHT, QUEUED, RUNNING
 from app.services import quotas, sandbox_engine, webhooks
+from app.store import scan_states
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def deadline(scan):
 
 
 def progress_changes(*, running: bool, recipes_total: int | None, recipes_done: int | None, now=None) -> dict:
-    """The columns a look at an unfinished scan updates (an UPDATE's keyword arguments):
+    """The columns a look at an unfinished scan updates (``hand_over``'s ``changes``):
     progress, and ``queued`` -> ``running`` with ``started_at`` when the engine runs it."""
     now = now or utcnow()
     changes = {"last_checked_at": now, "check_errors": 0}
@@ -68,8 +68,7 @@ def progress_changes(*, running: bool, recipes_total: int | None, recipes_done: 
     if recipes_done is not None:
         changes["recipes_done"] = recipes_done
     if running:
-        changes["status"] = Case(None, [(Scan.status == QUEUED, RUNNING)], Scan.status)
-        changes["started_at"] = Case(None, [(Scan.status == QUEUED, now)], Scan.started_at)
+        changes.update(scan_states.status_from(QUEUED, RUNNING, now))
     return changes
 
 
@@ -86,17 +85,15 @@ def hand_over(scan_id: str, current_job_id: str | None, delay: float, *, in_flig
     write again. Final states, charges and deliveries always wait for the disk.
     """
     new_job_id = tracking_job_id(scan_id, tracking_generation(current_job_id) + 1)
-    query = Scan.update(tracking_job_id=new_job_id, **changes).where(Scan.id == scan_id)
-    if current_job_id is not None:
-        query = query.where(Scan.tracking_job_id == current_job_id)
-    if in_flight_only:
-        query = query.where(Scan.status.in_(IN_FLIGHT))
+    statuses = IN_FLIGHT if in_flight_only else None
     if durable:
-        changed = query.execute()
+        changed = scan_states.hand_over(scan_id, current_job_id=current_job_id, new_job_id=new_job_id,
+                                        statuses=statuses, changes=changes)
     else:
-        with db.atomic():
-            db.execute_sql("SET LOCAL synchronous_commit = off")
-            changed = query.execute()
+        with transaction():
+            scan_states.commit_without_flush()
+            changed = scan_states.hand_over(scan_id, current_job_id=current_job_id, new_job_id=new_job_id,
+                                            statuses=statuses, changes=changes)
     if not changed:
         return False
     enqueue_tracking({scan_id: new_job_id}, delay_seconds=delay)
@@ -105,31 +102,32 @@ def hand_over(scan_id: str, current_job_id: str | None, delay: float, *, in_flig
 
 def record_progress(scan_id: str, *, running: bool, recipes_total: int | None, recipes_done: int | None) -> None:
     changes = progress_changes(running=running, recipes_total=recipes_total, recipes_done=recipes_done)
-    Scan.update(**changes).where((Scan.id == scan_id) & Scan.status.in_(IN_FLIGHT)).execute()
+    scan_states.update_if(scan_id, statuses=IN_FLIGHT, changes=changes)
 
 
-def _finish(scan_id: str, changes: dict) -> bool:
+def _finish(finish: Callable[[], Scan | None], failure_code: str | None = None) -> bool:
+    """Run ``finish`` (the compare-and-set to a final state, which gives the scan if it took) and,
+    in its transaction, take the scan out of flight and record its event."""
     delivery = None
-    with db.atomic():
-        changed = Scan.update(**changes).where((Scan.id == scan_id) & Scan.status.in_(IN_FLIGHT)).execute()
-        if changed:
-            scan = Scan.get_by_id(scan_id)
+    with transaction():
+        scan = finish()
+        if scan is not None:
             # Out of flight in the same transaction as the state (quotas: Customer.in_flight, or test_in_flight).
             quotas.move_in_flight(scan.customer_id, scan.livemode, -1)
             delivery = webhooks.record_event(scan)
-    if changed:
-        metrics.count_scan_finished(scan.kind, changes["status"], changes.get("failure_code"))
+    if scan is not None:
+        metrics.count_scan_finished(scan.kind, scan.status, failure_code)
     if delivery is not None:
         webhooks.dispatch(delivery)
-    return bool(changed)
+    return scan is not None
 
 
 def complete(scan_id: str, result: dict) -> bool:
     """Mark completed with ``result``; False when the scan was already final."""
     now = utcnow()
-    done = _finish(scan_id, {"status": COMPLETED, "completed_at": now, "last_checked_at": now,
-                             "result_json": json.dumps(result, separators=(",", ":")),
-                             "recipes_done": Scan.recipes_total})
+    result_json = json.dumps(result, separators=(",", ":"))
+    done = _finish(lambda: scan_states.complete(scan_id, statuses=IN_FLIGHT, status=COMPLETED, now=now,
+                                                result_json=result_json))
     if done:
         log.info("scan %s completed", scan_id)
     return done
@@ -137,8 +135,8 @@ def complete(scan_id: str, result: dict) -> bool:
 
 def fail(scan_id: str, code: str, message: str) -> bool:
     now = utcnow()
-    done = _finish(scan_id, {"status": FAILED, "failed_at": now, "last_checked_at": now,
-                             "failure_code": code, "failure_message": message[:500]})
+    done = _finish(lambda: scan_states.fail(scan_id, statuses=IN_FLIGHT, status=FAILED, now=now, code=code,
+                                            message=message[:500]), code)
     if done:
         log.info("scan %s failed: %s", scan_id, code)
     return done

@@ -22,7 +22,7 @@ one until ``webhook_secret_switch_at``; the switch is made lazily, by the first 
 or read that finds the overlap over (``_promote_if_due``).
 
 The customer's deliveries for the API (D17) are ``customer_deliveries``, whose one
-query is ``_deliveries_of``.
+query is ``app.store.deliveries``' ``customers_page``.
 """
 from __future__ import annotations
 
@@ -44,6 +44,8 @@ from app.services.paging import Page
 from app.services.reads import scan_view
 from app.services.results import normalize_result
 from app.services.webhook_urls import check_webhook_url
+from app.store import deliveries as delivery_store
+from app.store import webhooks as key_store
 from app.webhook_signature import (
     ID_HEADER,
     SIGNATURE_HEADER,
@@ -79,8 +81,8 @@ def event_body(scan, kind: events.EventKind | None = None) -> dict:
 
 def _create_delivery(key: ApiKey, event: str, body: dict, scan_id: str | None) -> WebhookDelivery:
     delivery_id = new_id("dlv")
-    return WebhookDelivery.create(
-        id=delivery_id, customer=key.customer_id, api_key=key.id, scan_id=scan_id, event=event,
+    return delivery_store.create(
+        delivery_id, customer_id=key.customer_id, api_key_id=key.id, scan_id=scan_id, event=event,
         url=key.webhook_url, body=encode_body(body), job_id=delivery_job_id(delivery_id, 1),
         next_attempt_at=utcnow(), livemode=key.livemode)
 
@@ -88,7 +90,7 @@ def _create_delivery(key: ApiKey, event: str, body: dict, scan_id: str | None) -
 def record_event(scan, kind: events.EventKind | None = None) -> WebhookDelivery | None:
     """Write the delivery row of event ``kind`` for ``scan`` (by default the one its final status
     fires); None when the key has no URL."""
-    key = ApiKey.get_by_id(scan.api_key_id)
+    key = key_store.key(scan.api_key_id)
     if not key.webhook_url:
         return None
     body = event_body(scan, kind)
@@ -104,7 +106,7 @@ def dispatch(delivery: WebhookDelivery, delay_seconds: float = 0) -> bool:
 
 def owned_key(key_id: str, customer_id: str) -> ApiKey:
     """The customer's key ``key_id``; ``LookupError`` for another customer's or none."""
-    key = ApiKey.get_or_none((ApiKey.id == key_id) & (ApiKey.customer == customer_id))
+    key = key_store.customers_key(key_id, customer_id)
     if key is None:
         raise LookupError(f"no key {key_id}")
     return key
@@ -115,10 +117,7 @@ def _owned_delivery(delivery_id: str, customer_id: str, livemode: bool | None = 
     mode's only, D15; the portal and the operator see both)."""
     delivery = None
     if "\x00" not in delivery_id and len(delivery_id) <= 40:  # PostgreSQL cannot compare a NUL
-        query = (WebhookDelivery.id == delivery_id) & (WebhookDelivery.customer == customer_id)
-        if livemode is not None:
-            query &= WebhookDelivery.livemode == livemode
-        delivery = WebhookDelivery.get_or_none(query)
+        delivery = delivery_store.of_customer(delivery_id, customer_id, livemode)
     if delivery is None:
         raise DeliveryNotFound(f"no delivery {delivery_id}")
     return delivery
@@ -151,12 +150,9 @@ def set_webhook(key_id: str, customer_id: str, url: str | None, secret: str | No
     url = (url or "").strip()
     if url:
         check_webhook_url(url)
-    changes = {"webhook_url": url or None}
-    if secret:
-        changes.update(webhook_secret_enc=encrypt_secret(check_secret(secret)), webhook_next_secret_enc=None,
-                       webhook_secret_switch_at=None)
-    ApiKey.update(**changes).where(ApiKey.id == key.id).execute()
-    return ApiKey.get_by_id(key.id)
+    key_store.set_webhook(key.id, url=url or None,
+                          secret_enc=encrypt_secret(check_secret(secret)) if secret else None)
+    return key_store.key(key.id)
 
 
 def generate_secret(key_id: str, customer_id: str) -> str:
@@ -178,25 +174,17 @@ def _replace_secret(key: ApiKey, plaintext: str) -> None:
     with: compare-and-set, so of two requests racing (a double click on "Generate secret" or on
     "Roll secret" with no overlap) one wins and the other is told, instead of both showing a
     secret as in force when only the last one written signs."""
-    changed = (ApiKey.update(webhook_secret_enc=encrypt_secret(plaintext), webhook_next_secret_enc=None,
-                             webhook_secret_switch_at=None)
-               .where((ApiKey.id == key.id) & _is(ApiKey.webhook_secret_enc, key.webhook_secret_enc)
-                      & _is(ApiKey.webhook_next_secret_enc, key.webhook_next_secret_enc))
-               .execute())
+    changed = key_store.replace_secret(key.id, secret_enc=encrypt_secret(plaintext),
+                                       was_secret_enc=key.webhook_secret_enc,
+                                       was_next_secret_enc=key.webhook_next_secret_enc)
     if not changed:
         raise AccountError("the key's secret was changed by another request meanwhile (a second click?): "
                            "nothing was replaced; reload the page to see the secret in force")
 
 
-def _is(field, value):
-    """``field`` holds ``value`` (SQL's ``= NULL`` is never true)."""
-    return field.is_null() if value is None else field == value
-
-
 def delivery_owner(delivery_id: str) -> str:
     """The id of the customer a delivery belongs to (for the operator CLI); ``DeliveryNotFound`` if none."""
-    customer_id = (WebhookDelivery.select(WebhookDelivery.customer).where(WebhookDelivery.id == delivery_id)
-                   .scalar() if "\x00" not in delivery_id else None)
+    customer_id = delivery_store.owner(delivery_id) if "\x00" not in delivery_id else None
     if customer_id is None:
         raise DeliveryNotFound(f"no delivery {delivery_id}")
     return customer_id
@@ -212,18 +200,14 @@ def redeliver(delivery_id: str, customer_id: str, livemode: bool | None = None) 
     delivery = _owned_delivery(delivery_id, customer_id, livemode)
     if delivery.status == PENDING:
         raise DeliveryPending("the delivery is pending: its attempts are still under way")
-    url = ApiKey.get_by_id(delivery.api_key_id).webhook_url
+    url = key_store.key(delivery.api_key_id).webhook_url
     if not url:
         raise WebhookUrlMissing("the key has no webhook URL")
-    changed = (WebhookDelivery
-               .update(status=PENDING, series_start=delivery.attempts, url=url, finished_at=None,
-                       next_attempt_at=utcnow(), job_id=delivery_job_id(delivery.id, delivery.attempts + 1))
-               .where((WebhookDelivery.id == delivery.id) & (WebhookDelivery.status == delivery.status)
-                      & (WebhookDelivery.attempts == delivery.attempts))
-               .execute())
+    changed = delivery_store.restart_series(delivery, status=PENDING, url=url, next_attempt_at=utcnow(),
+                                            job_id=delivery_job_id(delivery.id, delivery.attempts + 1))
     if not changed:
         raise DeliveryPending("the delivery is being redelivered already")
-    delivery = WebhookDelivery.get_by_id(delivery.id)
+    delivery = delivery_store.get(delivery.id)
     dispatch(delivery)
     return delivery
 
@@ -248,14 +232,11 @@ def send_test_event(key_id: str, customer_id: str) -> WebhookDelivery:
     with write_transaction():
         # The key's row locked: two clicks at once both count the other. Test deliveries
         # are those without a scan.
-        list(ApiKey.select(ApiKey.id).where(ApiKey.id == key.id).for_update())
+        key_store.lock_key(key.id)
         now = utcnow()
-        recent = list(WebhookDelivery.select(WebhookDelivery.created_at)
-                      .where((WebhookDelivery.api_key == key.id) & WebhookDelivery.scan_id.is_null()
-                             & (WebhookDelivery.created_at > now - timedelta(seconds=TEST_EVENT_WINDOW)))
-                      .order_by(WebhookDelivery.created_at))
+        recent = delivery_store.test_event_times(key.id, since=now - timedelta(seconds=TEST_EVENT_WINDOW))
         if len(recent) >= limit:
-            wait = TEST_EVENT_WINDOW - int((now - recent[len(recent) - limit].created_at).total_seconds())
+            wait = TEST_EVENT_WINDOW - int((now - recent[len(recent) - limit]).total_seconds())
             raise AccountError(f"Too many test events: at most {limit} a minute per key. "
                                f"Try again in {max(1, wait)} seconds.")
         delivery = _create_delivery(key, body["event"], body, scan_id=None)
@@ -288,20 +269,10 @@ def delivery_rows(key_id: str, customer_id: str, status: str | None = None, even
     attempts newest first)`` pairs (``list_deliveries`` and the portal's console shape them)."""
     key = owned_key(key_id, customer_id)
     page, per_page = max(1, page), min(MAX_PER_PAGE, max(1, per_page))
-    query = WebhookDelivery.select().where(WebhookDelivery.api_key == key.id)
-    if status:
-        query = query.where(WebhookDelivery.status == status)
-    if event:
-        query = query.where(WebhookDelivery.event == event)
-    total = query.count()
-    deliveries = list(query.order_by(WebhookDelivery.created_at.desc(), WebhookDelivery.id.desc())
-                      .paginate(page, per_page))
+    total, deliveries = delivery_store.page_of_key(key.id, status=status, event=event, page=page, per_page=per_page)
     attempts: dict[str, list[DeliveryAttempt]] = {d.id: [] for d in deliveries}
     if deliveries:
-        rows = (DeliveryAttempt.select()
-                .where(DeliveryAttempt.delivery.in_(list(attempts)))
-                .order_by(DeliveryAttempt.number.desc()))
-        for row in rows:
+        for row in delivery_store.attempts_of(attempts, newest_first=True):
             attempts[row.delivery_id].append(row)
     return key, Page([(d, attempts[d.id]) for d in deliveries], total, page, per_page)
 
@@ -316,9 +287,7 @@ def list_deliveries(key_id: str, customer_id: str, status: str | None = None, ev
 
 def scan_deliveries(scan_id: str, customer_id: str) -> list[dict]:
     """The deliveries of one of the customer's scans, newest first, without their attempts."""
-    rows = (WebhookDelivery.select()
-            .where((WebhookDelivery.scan_id == scan_id) & (WebhookDelivery.customer == customer_id))
-            .order_by(WebhookDelivery.created_at.desc()))
+    rows = delivery_store.of_scan(scan_id, customer_id)
     return [{"delivery_id": d.id, "event": d.event, "status": d.status, "attempts": d.attempts,
              "created_at": d.created_at, "key_id": d.api_key_id,
              "next_attempt_at": d.next_attempt_at if d.status == PENDING else None} for d in rows]
@@ -353,9 +322,7 @@ def _promote_if_due(key: ApiKey, now: datetime) -> None:
 
 def _switch(key: ApiKey) -> bool:
     nxt = key.webhook_next_secret_enc
-    changed = (ApiKey.update(webhook_secret_enc=nxt, webhook_next_secret_enc=None, webhook_secret_switch_at=None)
-               .where((ApiKey.id == key.id) & (ApiKey.webhook_next_secret_enc == nxt))
-               .execute())
+    changed = key_store.switch_to_next(key.id, nxt)
     key.webhook_secret_enc, key.webhook_next_secret_enc, key.webhook_secret_switch_at = nxt, None, None
     if changed:
         log.info("key %s: webhook secret rotation finished, the next secret is now the only one", key.id)
@@ -409,7 +376,7 @@ def delivery_headers(delivery: WebhookDelivery, body: bytes, now: datetime, key:
     """
     ms = _unix_ms(now)
     headers = unsigned_headers(delivery, now)
-    secrets_now = signing_secrets(key or ApiKey.get_by_id(delivery.api_key_id), now)
+    secrets_now = signing_secrets(key or key_store.key(delivery.api_key_id), now)
     if secrets_now.current:
         headers[SIGNATURE_HEADER] = sign(secrets_now.current, body)
     if secrets_now.active:
@@ -423,7 +390,7 @@ def _key_for(key_id: str, customer_id: str | None) -> ApiKey:
         raise LookupError(f"no key {key_id}")
     if customer_id is not None:
         return owned_key(key_id, customer_id)
-    key = ApiKey.get_or_none(ApiKey.id == key_id)
+    key = key_store.find_key(key_id)
     if key is None:
         raise LookupError(f"no key {key_id}")
     return key
@@ -464,9 +431,7 @@ def roll_secret(key_id: str, customer_id: str | None, overlap_hours: int = DEFAU
         log.info("key %s: webhook secret replaced (no overlap)", key.id)
         return RolledSecret(plaintext, now)
     switch_at = now + timedelta(hours=overlap_hours)
-    changed = (ApiKey.update(webhook_next_secret_enc=encrypt_secret(plaintext), webhook_secret_switch_at=switch_at)
-               .where((ApiKey.id == key.id) & ApiKey.webhook_next_secret_enc.is_null())
-               .execute())
+    changed = key_store.start_rotation(key.id, next_secret_enc=encrypt_secret(plaintext), switch_at=switch_at)
     if not changed:
         raise AccountError("a secret rotation is already under way: switch to the next secret first")
     log.info("key %s: webhook secret rolled, both secrets sign until %s", key.id, iso(switch_at))
@@ -480,17 +445,10 @@ def switch_secret(key_id: str, customer_id: str | None, now: datetime | None = N
     if not key.webhook_next_secret_enc:
         raise AccountError("no secret rotation is under way: roll the secret first")
     _switch(key)
-    return ApiKey.get_by_id(key.id)
+    return key_store.key(key.id)
 
 
 # --- The customer's deliveries over the API (D17) ---------------------------------------
-
-
-def _deliveries_of(customer_id: str, livemode: bool = True):
-    """The one query of a customer's deliveries (every key of theirs) of one mode, newest first."""
-    return (WebhookDelivery.select()
-            .where((WebhookDelivery.customer == customer_id) & (WebhookDelivery.livemode == livemode))
-            .order_by(WebhookDelivery.created_at.desc(), WebhookDelivery.id.desc()))
 
 
 def api_attempt_dict(attempt: DeliveryAttempt) -> dict:
@@ -512,9 +470,7 @@ def api_delivery_dict(delivery: WebhookDelivery, attempts: list[DeliveryAttempt]
 def _attempts_by_delivery(delivery_ids: list[str]) -> dict[str, list[DeliveryAttempt]]:
     attempts: dict[str, list[DeliveryAttempt]] = {d: [] for d in delivery_ids}
     if delivery_ids:
-        rows = (DeliveryAttempt.select().where(DeliveryAttempt.delivery.in_(delivery_ids))
-                .order_by(DeliveryAttempt.number))
-        for row in rows:
+        for row in delivery_store.attempts_of(delivery_ids):
             attempts[row.delivery_id].append(row)
     return attempts
 
@@ -534,30 +490,22 @@ def customer_deliveries(customer_id: str, *, status: str | None = None, event: s
         raise InvalidRequest(f"event must be one of {', '.join(events.NAMES)}")
     if not 1 <= limit <= MAX_PER_PAGE:
         raise InvalidRequest(f"limit must be from 1 to {MAX_PER_PAGE}")
-    query = _deliveries_of(customer_id, livemode)
-    if status:
-        query = query.where(WebhookDelivery.status == status)
-    if event:
-        query = query.where(WebhookDelivery.event == event)
-    if scan_id is not None:
-        if "\x00" in scan_id or len(scan_id) > 40:
-            return [], False  # no scan id holds a NUL (PostgreSQL cannot compare one) or is that long
-        query = query.where(WebhookDelivery.scan_id == scan_id)
+    if scan_id is not None and ("\x00" in scan_id or len(scan_id) > 40):
+        return [], False  # no scan id holds a NUL (PostgreSQL cannot compare one) or is that long
+    cursor = None
     if starting_after is not None:
-        cursor = None
         if "\x00" not in starting_after and len(starting_after) <= 40:
-            cursor = _deliveries_of(customer_id, livemode).where(WebhookDelivery.id == starting_after).first()
+            cursor = delivery_store.customers_delivery(customer_id, starting_after, livemode=livemode)
         if cursor is None:
             raise InvalidRequest(f"starting_after: no delivery {starting_after} of this account")
-        query = query.where((WebhookDelivery.created_at < cursor.created_at)
-                            | ((WebhookDelivery.created_at == cursor.created_at)
-                               & (WebhookDelivery.id < cursor.id)))
-    rows = list(query.limit(limit + 1))
+    # One more than the page, to tell whether older ones follow.
+    rows = delivery_store.customers_page(customer_id, livemode=livemode, status=status, event=event,
+                                         scan_id=scan_id, after=cursor, limit=limit + 1)
     page = rows[:limit]
     attempts = _attempts_by_delivery([d.id for d in page])
     return [api_delivery_dict(d, attempts[d.id]) for d in page], len(rows) > limit
 
 
 def customer_delivery(delivery_id: str) -> dict:
-    delivery = WebhookDelivery.get_by_id(delivery_id)
+    delivery = delivery_store.get(delivery_id)
     return api_delivery_dict(delivery, _attempts_by_delivery([delivery.id])[delivery.id])

@@ -1,0 +1,86 @@
+"""The statements that move a scan through its states (D5, D13): the tracking chain's
+hand-overs and progress, the final states, and the recovery sweep's finds.
+
+Every state change is a compare-and-set: the UPDATE names the states (``statuses``) and,
+for a hand-over, the tracking job (the fencing token) it expects, and says how many rows
+it changed. Which states count as in flight, and what a stale scan is, are the services'
+rules (``app.services.tracking``, ``app.services.recovery``), passed in here.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import cast
+
+from peewee import Case
+
+from app.db import db
+from app.models import Scan
+
+
+def status_from(queued: str, running: str, now: datetime) -> dict:
+    """The ``status`` and ``started_at`` of an UPDATE (``hand_over``'s ``changes``) that moves a
+    scan still ``queued`` to ``running``, started ``now``, and leaves any other as it is."""
+    return {"status": Case(None, [(Scan.status == queued, running)], Scan.status),
+            "started_at": Case(None, [(Scan.status == queued, now)], Scan.started_at)}
+
+
+def commit_without_flush() -> None:
+    """Inside a transaction: its COMMIT does not wait for PostgreSQL to flush it to disk."""
+    db.execute_sql("SET LOCAL synchronous_commit = off")
+
+
+def hand_over(scan_id: str, *, current_job_id: str | None, new_job_id: str, statuses: Iterable[str] | None = None,
+              changes: dict) -> int:
+    """Replace the scan's tracking job ``current_job_id`` (any, when None) by ``new_job_id``,
+    writing ``changes`` (column values) in the same UPDATE, only to a scan in one of
+    ``statuses`` when given; the rows changed (0 or 1)."""
+    query = Scan.update(tracking_job_id=new_job_id, **changes).where(Scan.id == scan_id)
+    if current_job_id is not None:
+        query = query.where(Scan.tracking_job_id == current_job_id)
+    if statuses is not None:
+        query = query.where(Scan.status.in_(statuses))
+    return query.execute()
+
+
+def update_if(scan_id: str, *, statuses: Iterable[str], changes: dict) -> int:
+    """Write ``changes`` to the scan if it is in one of ``statuses``; the rows changed."""
+    return Scan.update(**changes).where((Scan.id == scan_id) & Scan.status.in_(statuses)).execute()
+
+
+def _finish(scan_id: str, statuses: Iterable[str], changes: dict) -> Scan | None:
+    if not update_if(scan_id, statuses=statuses, changes=changes):
+        return None
+    return Scan.get_by_id(scan_id)
+
+
+def complete(scan_id: str, *, statuses: Iterable[str], status: str, now: datetime, result_json: str) -> Scan | None:
+    """Make the scan ``status`` (completed) with its result, every recipe done, if it is in one of
+    ``statuses``: the scan as it is now, or None when it was not."""
+    return _finish(scan_id, statuses, {"status": status, "completed_at": now, "last_checked_at": now,
+                                       "result_json": result_json, "recipes_done": Scan.recipes_total})
+
+
+def fail(scan_id: str, *, statuses: Iterable[str], status: str, now: datetime, code: str,
+         message: str) -> Scan | None:
+    """Make the scan ``status`` (failed) with ``code`` and ``message``, if it is in one of
+    ``statuses``: the scan as it is now, or None when it was not."""
+    return _finish(scan_id, statuses, {"status": status, "failed_at": now, "last_checked_at": now,
+                                       "failure_code": code, "failure_message": message})
+
+
+def submitted_unwatched(*, statuses: Iterable[str], stale_before: datetime | None) -> list[tuple[str, str | None]]:
+    """``(scan id, tracking job id)`` of each submitted scan in one of ``statuses`` not looked at
+    since ``stale_before`` (created before it, if never looked at); every one when None."""
+    where = Scan.status.in_(statuses) & Scan.engine_id.is_null(False)
+    if stale_before is not None:
+        where &= ((Scan.last_checked_at < stale_before)
+                  | (Scan.last_checked_at.is_null() & (Scan.created_at < stale_before)))
+    return cast(list[tuple[str, str | None]],  # peewee types rows as models
+                list(Scan.select(Scan.id, Scan.tracking_job_id).where(where).tuples()))
+
+
+def unsubmitted(*, status: str, created_before: datetime) -> list[Scan]:
+    """Scans in ``status`` (queued) never recorded as submitted, created before ``created_before``."""
+    return list(Scan.select().where((Scan.status == status) & Scan.engine_id.is_null()
+                                    & (Scan.created_at < created_before)))

@@ -1,0 +1,67 @@
+"""A key's webhook settings: its URL and its signing secrets (encrypted), with the rolling
+rotation's next secret and switch time (D12, D16).
+
+Changes of secrets are compare-and-set on the secrets the caller read, so of two requests
+racing one wins and the other is told (``app.services.webhooks`` decides what to say).
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from app.models import ApiKey
+
+
+def key(key_id: str) -> ApiKey:
+    return ApiKey.get_by_id(key_id)
+
+
+def find_key(key_id: str) -> ApiKey | None:
+    return ApiKey.get_or_none(ApiKey.id == key_id)
+
+
+def customers_key(key_id: str, customer_id: str) -> ApiKey | None:
+    """The key ``key_id`` if it is the customer's, else None."""
+    return ApiKey.get_or_none((ApiKey.id == key_id) & (ApiKey.customer == customer_id))
+
+
+def lock_key(key_id: str) -> None:
+    """Lock the key's row until the transaction ends (``SELECT ... FOR UPDATE``)."""
+    list(ApiKey.select(ApiKey.id).where(ApiKey.id == key_id).for_update())
+
+
+def set_webhook(key_id: str, *, url: str | None, secret_enc: str | None = None) -> None:
+    """Set the key's URL and, when ``secret_enc`` is given, make it the only secret (a rotation ends)."""
+    changes: dict = {"webhook_url": url}
+    if secret_enc is not None:
+        changes.update(webhook_secret_enc=secret_enc, webhook_next_secret_enc=None, webhook_secret_switch_at=None)
+    ApiKey.update(**changes).where(ApiKey.id == key_id).execute()
+
+
+def _is(field, value):
+    """``field`` holds ``value`` (SQL's ``= NULL`` is never true)."""
+    return field.is_null() if value is None else field == value
+
+
+def replace_secret(key_id: str, *, secret_enc: str, was_secret_enc: str | None, was_next_secret_enc: str | None
+                   ) -> int:
+    """Make ``secret_enc`` the key's only secret if its secrets are still ``was_secret_enc`` and
+    ``was_next_secret_enc``; the rows changed (0 or 1)."""
+    return (ApiKey.update(webhook_secret_enc=secret_enc, webhook_next_secret_enc=None, webhook_secret_switch_at=None)
+            .where((ApiKey.id == key_id) & _is(ApiKey.webhook_secret_enc, was_secret_enc)
+                   & _is(ApiKey.webhook_next_secret_enc, was_next_secret_enc))
+            .execute())
+
+
+def switch_to_next(key_id: str, next_secret_enc: str | None) -> int:
+    """Make the next secret the only one, if it is still ``next_secret_enc``; the rows changed."""
+    return (ApiKey.update(webhook_secret_enc=next_secret_enc, webhook_next_secret_enc=None,
+                          webhook_secret_switch_at=None)
+            .where((ApiKey.id == key_id) & (ApiKey.webhook_next_secret_enc == next_secret_enc))
+            .execute())
+
+
+def start_rotation(key_id: str, *, next_secret_enc: str, switch_at: datetime) -> int:
+    """Give the key the next secret ``next_secret_enc`` until ``switch_at``, if it has none; the rows changed."""
+    return (ApiKey.update(webhook_next_secret_enc=next_secret_enc, webhook_secret_switch_at=switch_at)
+            .where((ApiKey.id == key_id) & ApiKey.webhook_next_secret_enc.is_null())
+            .execute())
