@@ -155,6 +155,14 @@ def init_db(url: str):
 
 
 @contextmanager
+def transaction():
+    """A transaction (``db.atomic()``: a savepoint inside another), for a service that owns
+    one without reaching for the database object (SQL lives in ``app/store``)."""
+    with db.atomic() as txn:
+        yield txn
+
+
+@contextmanager
 def write_transaction():
     """The transaction of a customer's admission: the caller serialises writers by locking
     the customer's row with ``SELECT ... FOR UPDATE`` (``services.accounts.lock_customer``)."""
