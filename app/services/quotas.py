@@ -65,12 +65,12 @@ def usage_from(row, now: datetime) -> Usage:
 
 def window_usage(customer_id: str, now: datetime, livemode: bool = True) -> Usage:
     """The customer's hour and day windows of live scans (or of test scans: ``livemode=False``)."""
-    return usage_from(customer_store.windows(customer_id, window_starts(now), livemode), now)
+    return usage_from(customer_store.windows(customer_id, window_starts(now), livemode=livemode), now)
 
 
 def count_created_statement(customer_id: str, created_at: datetime, n: int, livemode: bool = True) -> tuple:
     """The SQL and parameters of ``count_created``, to run with others."""
-    return customer_store.count_created_statement(customer_id, created_at, n, livemode)
+    return customer_store.count_created_statement(customer_id, created_at=created_at, n=n, livemode=livemode)
 
 
 def count_created(customer_id: str, created_at: datetime, n: int, livemode: bool = True) -> None:
@@ -118,7 +118,7 @@ def inflight_count(customer_id: str, livemode: bool = True) -> int:
 
 def move_in_flight_statement(customer_id: str, livemode: bool, n: int) -> tuple:
     """The SQL and parameters of ``move_in_flight``, to run with others."""
-    return customer_store.move_in_flight_statement(customer_id, livemode, n)
+    return customer_store.move_in_flight_statement(customer_id, livemode=livemode, n=n)
 
 
 def move_in_flight(customer_id: str, livemode: bool, n: int) -> None:

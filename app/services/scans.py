@@ -61,7 +61,7 @@ def _lock_and_count(customer_id, now, livemode):
     that lock: one round trip of two statements (each statement takes its own snapshot
     under READ COMMITTED, so the counts see every admission committed before the lock was
     granted)."""
-    found = customer_store.lock_with_windows(customer_id, quotas.window_starts(now), livemode)
+    found = customer_store.lock_with_windows(customer_id, quotas.window_starts(now), livemode=livemode)
     if found is None:
         raise Customer.DoesNotExist(f"no customer {customer_id}")
     customer, windows = found

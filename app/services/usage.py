@@ -83,7 +83,7 @@ def describe(row: CreditLedger) -> dict:
 def ledger_page(customer_id: str, page: int = 1, per_page: int = 25) -> Page:
     page, per_page = max(1, page), min(MAX_PER_PAGE, max(1, per_page))
     total = customer_store.ledger_count(customer_id)
-    rows = customer_store.ledger_page(customer_id, page, per_page)
+    rows = customer_store.ledger_page(customer_id, page=page, per_page=per_page)
     return Page([describe(r) for r in rows], total, page, per_page)
 
 

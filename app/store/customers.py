@@ -59,7 +59,7 @@ def set_in_flight(customer_id: str, *, in_flight: int, test_in_flight: int) -> N
             (in_flight, test_in_flight, customer_id))
 
 
-def move_in_flight_statement(customer_id: str, livemode: bool, n: int) -> Statement:
+def move_in_flight_statement(customer_id: str, *, livemode: bool, n: int) -> Statement:
     """Move the customer's count of scans in flight of one mode (counted apart, D15) by ``n``."""
     column = repr_column(Customer.in_flight if livemode else Customer.test_in_flight)
     return f"UPDATE {table(Customer)} SET {column} = {column} + ? WHERE id = ?", (n, customer_id)
@@ -127,7 +127,7 @@ def ledger_count(customer_id: str) -> int:
     return CreditLedger.select().where(CreditLedger.customer == customer_id).count()
 
 
-def ledger_page(customer_id: str, page: int, per_page: int) -> list[CreditLedger]:
+def ledger_page(customer_id: str, *, page: int, per_page: int) -> list[CreditLedger]:
     """Page ``page`` (from 1) of the customer's ledger, newest first."""
     return list(CreditLedger.select().where(CreditLedger.customer == customer_id)
                 .order_by(CreditLedger.id.desc()).paginate(page, per_page))
@@ -194,7 +194,7 @@ WINDOW_USAGE = f"SELECT {WINDOW_COLUMNS}"
 WINDOW_WIDTH = 6
 
 
-def window_params(customer_id: str | None, starts: tuple[datetime, datetime], livemode: bool | None = True) -> tuple:
+def window_params(customer_id: str | None, starts: tuple[datetime, datetime], *, livemode: bool | None) -> tuple:
     """The parameters of ``WINDOW_COLUMNS`` for the windows starting at ``starts`` (the day's,
     then the hour's), of one mode (D15)."""
     # Each window's start, and the first minute wholly inside it (the one after the cut minute).
@@ -212,22 +212,22 @@ def window_columns_for(customer_sql: str) -> str:
     return WINDOW_COLUMNS.replace("customer_id = ?", f"customer_id = {customer_sql}")
 
 
-def window_times(starts: tuple[datetime, datetime], livemode: bool | None = True) -> tuple:
+def window_times(starts: tuple[datetime, datetime], *, livemode: bool | None) -> tuple:
     """The parameters of ``window_columns_for``: those of ``window_params`` without the customer
     (and without the mode when ``livemode`` is None: a statement that finds it itself too)."""
-    return tuple(v for v in window_params(None, starts, livemode) if v is not None)
+    return tuple(v for v in window_params(None, starts, livemode=livemode) if v is not None)
 
 
-def windows(customer_id: str, starts: tuple[datetime, datetime], livemode: bool = True) -> tuple:
+def windows(customer_id: str, starts: tuple[datetime, datetime], *, livemode: bool) -> tuple:
     """The six values of ``WINDOW_COLUMNS`` for the customer's windows starting at ``starts``."""
-    return tuple(execute_prepared(WINDOW_USAGE, window_params(customer_id, starts, livemode)).fetchone())
+    return tuple(execute_prepared(WINDOW_USAGE, window_params(customer_id, starts, livemode=livemode)).fetchone())
 
 
 # The customer's row and its windows on one row (the admission reads them under its lock).
 CUSTOMER_AND_WINDOWS = f"SELECT {columns(Customer)}, {WINDOW_COLUMNS} FROM {table(Customer)} WHERE id = ?"
 
 
-def lock_with_windows(customer_id: str, starts: tuple[datetime, datetime],
+def lock_with_windows(customer_id: str, starts: tuple[datetime, datetime], *,
                       livemode: bool) -> tuple[Customer, tuple] | None:
     """The customer's row, locked until the transaction ends, and its windows counted under
     that lock (the six values of ``WINDOW_COLUMNS``), or None: one round trip of two
@@ -235,7 +235,7 @@ def lock_with_windows(customer_id: str, starts: tuple[datetime, datetime],
     see every admission committed before the lock was granted)."""
     row = execute_prepared_batch([
         (LOCK_CUSTOMER, (customer_id,)),
-        (CUSTOMER_AND_WINDOWS, window_params(customer_id, starts, livemode) + (customer_id,)),
+        (CUSTOMER_AND_WINDOWS, window_params(customer_id, starts, livemode=livemode) + (customer_id,)),
     ]).fetchone()
     if row is None:
         return None
@@ -258,7 +258,7 @@ def charge_with_windows(*, customer_id: str, price: int, reason: str, request_id
     customer's live windows starting at ``starts``: one statement. Returns the new balance
     (None when it was short: nothing written) and the six window values."""
     row = execute_prepared(CHARGE_AND_USAGE, (price, customer_id, price, customer_id, -price, reason, request_id,
-                                              note, now) + window_params(customer_id, starts)).fetchone()
+                                              note, now) + window_params(customer_id, starts, livemode=True)).fetchone()
     return row[0], tuple(row[1:])
 
 
@@ -267,7 +267,7 @@ ADD_TO_MINUTE = (f"INSERT INTO {table(QuotaMinute)} (customer_id, livemode, minu
                  f"DO UPDATE SET scans = {table(QuotaMinute)}.scans + excluded.scans")
 
 
-def count_created_statement(customer_id: str, created_at: datetime, n: int, livemode: bool = True) -> Statement:
+def count_created_statement(customer_id: str, *, created_at: datetime, n: int, livemode: bool) -> Statement:
     """Add ``n`` scans created at ``created_at`` to their minute's counter (negative: take them back)."""
     return ADD_TO_MINUTE, (customer_id, livemode, minute_of(created_at), n)
 

@@ -234,7 +234,7 @@ def read_charged(*, bulk: bool, token_digest: str, object_id: str, price: int, b
     not_found, owned, other = notes
     # The windows' customer and mode are the key's, found by the statement itself.
     params = ((token_digest, price, list(billed_modes), price, -price, reason, request_id, not_found, owned, other,
-               object_id, now) + window_times(starts, None) + (object_id,))
+               object_id, now) + window_times(starts, livemode=None) + (object_id,))
     rows = execute_prepared(READ_BULK_CHARGED if bulk else READ_SCAN_CHARGED, params).fetchall()
     if not rows:
         return ChargedRead(None)
