@@ -155,19 +155,17 @@ def init_db(url: str):
 
 
 @contextmanager
+def transaction():
+    """A transaction (``db.atomic()``: a savepoint inside another), for a service that owns
+    one without reaching for the database object (SQL lives in ``app/store``)."""
+    with db.atomic() as txn:
+        yield txn
+
+
 def write_transaction():
     """The transaction of a customer's admission: the caller serialises writers by locking
     the customer's row with ``SELECT ... FOR UPDATE`` (``services.accounts.lock_customer``)."""
-    with db.atomic() as txn:
-        yield txn
-
-
-@contextmanager
-def transaction():
-    """A transaction (a savepoint inside one already open): for services, which own their
-    transactions but not the database handle (``app.store`` runs the statements)."""
-    with db.atomic() as txn:
-        yield txn
+    return transaction()
 
 
 @contextmanager

@@ -14,13 +14,11 @@ import logging
 from rq import get_current_job
 
 from app import runtime
-from app.db import execute, instance
 from app.extensions import db
 from app.logging_setup import log_context
-from app.models import Scan, utcnow
+from app.models import utcnow
 from app.models.scans import FINAL
-from app.services import engine, scans, tracking
-from app.services.reads import SCAN_BY_ID
+from app.services import engine, reads, scans, tracking
 from app.services.results import InvalidResult, normalize_result
 
 log = logging.getLogger(__name__)
@@ -51,8 +49,7 @@ def track_scan(scan_id: str) -> str:
 
 
 def _track(scan_id: str, job_id: str | None) -> str:
-    row = execute(SCAN_BY_ID, (scan_id,)).fetchone()
-    scan = instance(Scan, row) if row is not None else None
+    scan = reads.scan_by_id(scan_id)
     if scan is None or scan.status in FINAL:
         return "final"
     if job_id is not None and scan.tracking_job_id != job_id:

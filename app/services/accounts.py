@@ -3,13 +3,15 @@ from __future__ import annotations
 
 from werkzeug.security import generate_password_hash
 
-from app.db import columns, db, execute, execute_prepared, instance, table, write_transaction
-from app.models import ApiKey, CreditLedger, Customer, PortalUser, QuotaMinute, iso, new_id, utcnow
+from app.db import transaction, write_transaction
+from app.models import ApiKey, Customer, PortalUser, iso, new_id, utcnow
 from app.models.accounts import TIERS
 from app.services import billing, quotas, webhooks
 from app.services.crypto import digest, new_api_key
 from app.services.errors import AccountError  # raised here; callers may catch it as accounts.AccountError
 from app.services.limits import limits_for
+from app.store import customers as customer_store
+from app.store import keys as key_store
 
 # The columns' ranges: balances and ledger deltas are BIGINT, limit overrides INTEGER.
 # A number outside them would fail in the database.
@@ -46,43 +48,38 @@ def create_customer(name: str, tier: str, credits: int = 0) -> Customer:
         raise AccountError(f"tier must be one of {', '.join(TIERS)}")
     name = _check_text("name", name, MAX_NAME_LENGTH, required=True)
     _check_range("credits", credits, 0, BIGINT_MAX)
-    with db.atomic():
-        customer = Customer.create(id=new_id("cus"), name=name, tier=tier, balance=0)
+    with transaction():
+        customer = customer_store.insert(customer_id=new_id("cus"), name=name, tier=tier, balance=0)
         if credits:
             billing.credit(customer.id, credits, "grant", note="initial credits")
-    return Customer.get_by_id(customer.id)
-
-
-CUSTOMER_BY_ID = f"SELECT {columns(Customer)} FROM {table(Customer)} WHERE id = ?"
-# The customer's row, locked until the transaction ends (an admission's lock).
-LOCK_CUSTOMER = CUSTOMER_BY_ID + " FOR UPDATE"
+    return customer_store.get(customer.id)
 
 
 def lock_customer(customer_id: str) -> Customer:
     """The customer's row, locked until the transaction ends: this serialises a customer's
     admissions (``SELECT ... FOR UPDATE``). Call inside ``app.db.write_transaction``."""
-    row = execute_prepared(LOCK_CUSTOMER, (customer_id,)).fetchone()
-    if row is None:
+    customer = customer_store.lock(customer_id)
+    if customer is None:
         raise Customer.DoesNotExist(f"no customer {customer_id}")
-    return instance(Customer, row)
+    return customer
 
 
 def get_customer(customer_id: str) -> Customer:
-    customer = Customer.get_or_none(Customer.id == customer_id) if _known_id(customer_id) else None
+    customer = customer_store.find(customer_id) if _known_id(customer_id) else None
     if customer is None:
         raise AccountError(f"no customer {customer_id}")
     return customer
 
 
 def list_customers() -> list[Customer]:
-    return list(Customer.select().order_by(Customer.created_at))
+    return customer_store.all_oldest_first()
 
 
 def set_tier(customer_id: str, tier: str) -> Customer:
     if tier not in TIERS:
         raise AccountError(f"tier must be one of {', '.join(TIERS)}")
     get_customer(customer_id)
-    Customer.update(tier=tier).where(Customer.id == customer_id).execute()
+    customer_store.update(customer_id, {"tier": tier})
     return get_customer(customer_id)
 
 
@@ -93,7 +90,7 @@ def set_limits(customer_id: str, *, inflight=None, hour=None, day=None) -> Custo
         if value is not None:
             changes[field] = _check_range(field, value, 0, INT_MAX)
     if changes:
-        Customer.update(**changes).where(Customer.id == customer_id).execute()
+        customer_store.update(customer_id, changes)
     return get_customer(customer_id)
 
 
@@ -127,16 +124,16 @@ def issue_key(customer_id: str, name: str = "", webhook_url: str | None = None,
     get_customer(customer_id)
     name = _check_text("name", name, MAX_NAME_LENGTH, required=False)
     plaintext = new_api_key(livemode)
-    with db.atomic():
-        key = ApiKey.create(id=new_id("key"), customer=customer_id, name=name, digest=digest(plaintext),
-                            prefix=plaintext[:17], last4=plaintext[-4:], livemode=livemode)
+    with transaction():
+        key = key_store.insert(key_id=new_id("key"), customer_id=customer_id, name=name, digest=digest(plaintext),
+                               prefix=plaintext[:17], last4=plaintext[-4:], livemode=livemode)
         if webhook_url or webhook_secret is not None:
             key = webhooks.set_webhook(key.id, customer_id, webhook_url, webhook_secret)
     return key, plaintext
 
 
 def get_key(key_id: str) -> ApiKey:
-    key = ApiKey.get_or_none(ApiKey.id == key_id) if _known_id(key_id) else None
+    key = key_store.find(key_id) if _known_id(key_id) else None
     if key is None:
         raise AccountError(f"no key {key_id}")
     return key
@@ -144,23 +141,20 @@ def get_key(key_id: str) -> ApiKey:
 
 def list_keys(customer_id: str | None = None) -> list[ApiKey]:
     """Every key, oldest first, or one customer's (an unknown customer has none)."""
-    query = ApiKey.select().order_by(ApiKey.created_at)
-    if customer_id:
-        if not _known_id(customer_id):
-            return []
-        query = query.where(ApiKey.customer == customer_id)
-    return list(query)
+    if customer_id and not _known_id(customer_id):
+        return []
+    return key_store.all_oldest_first(customer_id)
 
 
 def customer_keys(customer_id: str) -> list[ApiKey]:
     """A customer's keys, newest first (the portal's list)."""
-    return list(ApiKey.select().where(ApiKey.customer == customer_id).order_by(ApiKey.created_at.desc()))
+    return key_store.of_customer_newest_first(customer_id)
 
 
 def revoke_key(key_id: str) -> ApiKey:
     get_key(key_id)  # an unknown key is refused before anything changes
-    ApiKey.update(revoked_at=utcnow()).where((ApiKey.id == key_id) & ApiKey.revoked_at.is_null()).execute()
-    return ApiKey.get_by_id(key_id)
+    key_store.revoke(key_id, utcnow())
+    return key_store.get(key_id)
 
 
 def create_user(customer_id: str, email: str, password: str) -> PortalUser:
@@ -170,10 +164,10 @@ def create_user(customer_id: str, email: str, password: str) -> PortalUser:
         raise AccountError("email must be an e-mail address")
     if len(password) < 10:
         raise AccountError("password must have at least 10 characters")
-    if PortalUser.get_or_none(PortalUser.email == email):
+    if customer_store.portal_user_by_email(email):
         raise AccountError(f"a user {email} exists already")
-    return PortalUser.create(id=new_id("usr"), customer=customer_id, email=email,
-                             password_hash=generate_password_hash(password, method="scrypt"))
+    return customer_store.insert_portal_user(user_id=new_id("usr"), customer_id=customer_id, email=email,
+                                             password_hash=generate_password_hash(password, method="scrypt"))
 
 
 def customer_dict(customer: Customer) -> dict:
@@ -192,9 +186,8 @@ def customer_overview(customer_id: str, now=None, ledger_rows: int = 10) -> dict
     customer = get_customer(customer_id)
     now = now or utcnow()
     window = quotas.window_usage(customer.id, now)
-    keys = ApiKey.select().where(ApiKey.customer == customer.id).order_by(ApiKey.created_at)
-    ledger = (CreditLedger.select().where(CreditLedger.customer == customer.id)
-              .order_by(CreditLedger.id.desc()).limit(ledger_rows))
+    keys = key_store.all_oldest_first(customer.id)
+    ledger = customer_store.latest_ledger(customer.id, ledger_rows)
     return {
         **customer_dict(customer),
         "created_at": iso(customer.created_at),
@@ -230,9 +223,8 @@ def recount(customer_id: str) -> dict:
         counted, minutes = quotas.counted_from_scans(now, customer_id)
         test_counted, test_minutes = quotas.counted_from_scans(now, customer_id, livemode=False)
         in_flight, test_in_flight = counted[customer_id], test_counted[customer_id]
-        execute(f"UPDATE {table(Customer)} SET in_flight = ?, test_in_flight = ? WHERE id = ?",
-                (in_flight, test_in_flight, customer_id))
-        QuotaMinute.delete().where(QuotaMinute.customer == customer_id).execute()
+        customer_store.set_in_flight(customer_id, in_flight=in_flight, test_in_flight=test_in_flight)
+        customer_store.delete_minutes(customer_id)
         for livemode, counts in ((True, minutes), (False, test_minutes)):
             for (_, minute), count in counts.items():
                 quotas.count_created(customer_id, minute, count, livemode)

@@ -1,10 +1,11 @@
 """Credits: every change is one conditional UPDATE plus a ledger row (D3).
 
-The balance is never read, changed and written back: ``UPDATE ... SET balance =
-balance - n WHERE id = ? AND balance >= n RETURNING balance`` either succeeds whole
-or touches no row, so concurrent calls can neither overdraw nor lose a credit.
-Callers run these inside their own transaction when the charge must commit together
-with other rows (a scan and its charge, D3/D13).
+The balance is never read, changed and written back: the update takes ``n`` only where
+the balance is at least ``n`` and returns the new one (``app.store.customers.APPLY``),
+so it either succeeds whole or touches no row, and concurrent calls can neither overdraw
+nor lose a credit. Callers run these inside their own transaction when the charge must
+commit together with other rows (a scan and its charge, D3/D13). The statements are the
+store's; the price, the reasons and which modes are billed are decided here.
 
 ``charge_call`` is the charge of every served read: on PostgreSQL the conditional
 UPDATE, its ledger row and the quota windows the answer reports (D8) are one
@@ -12,10 +13,11 @@ statement, so a read pays one round trip and one commit for all three.
 """
 from __future__ import annotations
 
-from app.db import db, execute_prepared, execute_prepared_batch, table
-from app.models import CreditLedger, Customer, utcnow
+from app.db import transaction
+from app.models import utcnow
 from app.services import quotas
 from app.services.errors import InsufficientBalance
+from app.store import customers as customer_store
 
 # What a call costs (D3). A served call costs 1 credit when its answer is one of these
 # statuses (2xx, 400, 403, 404; no 401, 402, 409, 429 or 5xx); a creation costs one
@@ -28,6 +30,12 @@ def is_billed(livemode: bool) -> bool:
     """Whether a key's calls and scans are paid for: live ones are, test ones never (D15:
     no charge, no credit needed, no ledger row). The one place that decides it."""
     return bool(livemode)
+
+
+def billed_modes() -> list[bool]:
+    """The key modes (``livemode`` values) whose calls are paid for, as ``is_billed`` decides:
+    for a statement that finds the key itself and charges it only if its mode is billed."""
+    return [mode for mode in (True, False) if is_billed(mode)]
 
 
 def call_is_charged(status: int, livemode: bool = True) -> bool:
@@ -49,15 +57,8 @@ def check_can_pay(balance: int, livemode: bool = True) -> None:
 
 MAX_ENDPOINT_NOTE = 300
 LEDGER_REFS = {"scan_id", "bulk_id", "request_id", "note"}
-APPLY = f"""
-WITH changed AS (
-    UPDATE {table(Customer)} SET balance = balance + ?, in_flight = in_flight + ?
-    WHERE id = ? AND (? OR balance >= ?) RETURNING balance),
-ledger AS (
-    INSERT INTO {table(CreditLedger)} (customer_id, delta, balance_after, reason, scan_id, bulk_id, request_id, note,
-                                       created_at)
-    SELECT ?, ?, balance, ?, ?, ?, ?, ?, ? FROM changed RETURNING balance_after)
-SELECT balance_after FROM ledger"""
+# The ledger reason of a served call's charge.
+CALL_REASON = "call"
 
 
 def apply_statement(customer_id: str, delta: int, reason: str, *, in_flight: int = 0, **ref) -> tuple[str, tuple]:
@@ -65,8 +66,9 @@ def apply_statement(customer_id: str, delta: int, reason: str, *, in_flight: int
     unknown = set(ref) - LEDGER_REFS
     if unknown:
         raise TypeError(f"unknown ledger fields: {', '.join(sorted(unknown))}")
-    return APPLY, (delta, in_flight, customer_id, delta >= 0, -delta, customer_id, delta, reason, ref.get("scan_id"),
-                   ref.get("bulk_id"), ref.get("request_id"), ref.get("note"), utcnow())
+    return customer_store.apply_statement(customer_id=customer_id, delta=delta, reason=reason, in_flight=in_flight,
+                                          scan_id=ref.get("scan_id"), bulk_id=ref.get("bulk_id"),
+                                          request_id=ref.get("request_id"), note=ref.get("note"), now=utcnow())
 
 
 def apply(customer_id: str, delta: int, reason: str, *, in_flight: int = 0, **ref) -> int | None:
@@ -76,27 +78,25 @@ def apply(customer_id: str, delta: int, reason: str, *, in_flight: int = 0, **re
     Runs in the caller's transaction (``charge`` and ``credit`` open their own); returns
     the new balance, or None when a debit would overdraw it (nothing is written then)."""
     # The conditional UPDATE and its ledger row in one statement (one round trip).
-    row = execute_prepared(*apply_statement(customer_id, delta, reason, in_flight=in_flight, **ref)).fetchone()
-    return row[0] if row else None
+    return customer_store.apply(apply_statement(customer_id, delta, reason, in_flight=in_flight, **ref))
 
 
 def apply_after(statements: list, customer_id: str, delta: int, reason: str, *, in_flight: int = 0,
                 **ref) -> int | None:
     """Run ``statements`` (``(sql, params)``), then ``apply``, in one round trip."""
-    row = execute_prepared_batch(statements + [apply_statement(customer_id, delta, reason, in_flight=in_flight,
-                                                               **ref)]).fetchone()
-    return row[0] if row else None
+    return customer_store.apply_after(statements, apply_statement(customer_id, delta, reason, in_flight=in_flight,
+                                                                  **ref))
 
 
 def charge(customer_id: str, amount: int, reason: str, **ref) -> int | None:
     """Take ``amount`` credits; the new balance, or None when the balance is short."""
-    with db.atomic():
+    with transaction():
         return apply(customer_id, -amount, reason, **ref)
 
 
 def credit(customer_id: str, amount: int, reason: str, **ref) -> int:
     """Give ``amount`` credits (a grant or a refund); returns the new balance."""
-    with db.atomic():
+    with transaction():
         balance = apply(customer_id, amount, reason, **ref)
     if balance is None:
         raise LookupError(f"no customer {customer_id}")
@@ -104,22 +104,11 @@ def credit(customer_id: str, amount: int, reason: str, **ref) -> int:
 
 
 def balance_of(customer_id: str) -> int:
-    return Customer.select(Customer.balance).where(Customer.id == customer_id).scalar()
+    return customer_store.balance_of(customer_id)
 
 
 def ledger_sum(customer_id: str) -> int:
-    from peewee import fn
-    return CreditLedger.select(fn.COALESCE(fn.SUM(CreditLedger.delta), 0)).where(
-        CreditLedger.customer == customer_id).scalar()
-
-
-CHARGE_AND_USAGE = f"""
-WITH charged AS (
-    UPDATE {table(Customer)} SET balance = balance - ? WHERE id = ? AND balance >= ? RETURNING balance),
-ledger AS (
-    INSERT INTO {table(CreditLedger)} (customer_id, delta, balance_after, reason, request_id, note, created_at)
-    SELECT ?, ?, balance, ?, ?, ?, ? FROM charged RETURNING balance_after)
-SELECT (SELECT balance_after FROM ledger), {quotas.WINDOW_COLUMNS}"""
+    return customer_store.ledger_sum(customer_id)
 
 
 def call_note(endpoint: str | None) -> str | None:
@@ -133,8 +122,7 @@ def charge_call(customer_id: str, request_id: str | None, now, endpoint: str | N
 
     ``endpoint`` (method and path) is kept as the ledger row's note, so the customer's
     ledger says what each credit paid for."""
-    endpoint = call_note(endpoint)
-    row = execute_prepared(CHARGE_AND_USAGE, (CALL_PRICE, customer_id, CALL_PRICE, customer_id, -CALL_PRICE, "call",
-                                              request_id, endpoint, now) + quotas.window_params(customer_id, now)
-                           ).fetchone()
-    return row[0], quotas.usage_from(row[1:], now)
+    balance, windows = customer_store.charge_with_windows(
+        customer_id=customer_id, price=CALL_PRICE, reason=CALL_REASON, request_id=request_id,
+        note=call_note(endpoint), now=now, starts=quotas.window_starts(now))
+    return balance, quotas.usage_from(windows, now)

@@ -18,25 +18,22 @@ Lock order: a transaction that changes both takes the customer's row before its
 ``QuotaMinute`` row (admission locks the customer first; a reversal that did the
 opposite deadlocked against it on PostgreSQL).
 
-Every call runs these, so they are written once as SQL (``app.db.execute``).
+Every call runs these, so they are written once as SQL (``app.store.customers``); the
+windows' lengths and which statuses are in flight are decided here.
 """
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import cast
 
-from peewee import fn
-
-from app.db import columns, execute_prepared, repr_column, table
 from app.metrics import RATE_LIMITED
-from app.models import Customer, QuotaMinute, Scan
 from app.models.scans import IN_FLIGHT
 from app.services.errors import RateLimited
 from app.services.limits import DAY, HOUR, Limits
+from app.store import customers as customer_store
+from app.store.customers import minute_of
 
 
 @dataclass
@@ -54,46 +51,13 @@ def _as_datetime(value):
     return datetime.fromisoformat(str(value))
 
 
-def minute_of(moment: datetime) -> datetime:
-    return moment.replace(second=0, microsecond=0)
-
-
-_MINUTES = (f"(SELECT coalesce(sum(scans), 0) FROM {table(QuotaMinute)} "
-            f"WHERE customer_id = ? AND livemode = ? AND minute >= ?)")
-_EDGE = (f"(SELECT count(*) FROM {table(Scan)} "
-         f"WHERE customer_id = ? AND livemode = ? AND created_at > ? AND created_at < ?)")
-_OLDEST = (f"(SELECT created_at FROM {table(Scan)} WHERE customer_id = ? AND livemode = ? AND created_at > ? "
-           f"ORDER BY created_at LIMIT 1)")
-# day minutes, hour minutes, day edge, hour edge, oldest in the day, oldest in the hour
-WINDOW_COLUMNS = ", ".join([_MINUTES, _MINUTES, _EDGE, _EDGE, _OLDEST, _OLDEST])
-WINDOW_USAGE = f"SELECT {WINDOW_COLUMNS}"
-
-
-def window_params(customer_id: str | None, now: datetime, livemode: bool = True) -> tuple:
-    """The parameters of ``WINDOW_COLUMNS`` for the windows ending at ``now`` (of one mode, D15)."""
-    # Each window's start, and the first minute wholly inside it (the one after the cut minute).
-    cuts = [(start, minute_of(start) + timedelta(minutes=1))
-            for start in (now - timedelta(seconds=DAY), now - timedelta(seconds=HOUR))]
-    who = (customer_id, livemode)
-    return (tuple(v for _, inside in cuts for v in (*who, inside))  # whole minutes
-            + tuple(v for start, inside in cuts for v in (*who, start, inside))  # the cut minute
-            + tuple(v for start, _ in cuts for v in (*who, start)))  # the oldest scan
-
-
-def window_columns_for(customer_sql: str) -> str:
-    """``WINDOW_COLUMNS`` with the customer given by an SQL expression (``(SELECT customer_id
-    FROM k)``) rather than a parameter, for a statement that finds the customer itself;
-    its parameters are ``window_times``."""
-    return WINDOW_COLUMNS.replace("customer_id = ?", f"customer_id = {customer_sql}")
-
-
-def window_times(now: datetime, livemode: bool = True) -> tuple:
-    """The parameters of ``window_columns_for``: those of ``window_params`` without the customer."""
-    return tuple(v for v in window_params(None, now, livemode) if v is not None)
+def window_starts(now: datetime) -> tuple[datetime, datetime]:
+    """Where the day's and the hour's windows ending at ``now`` start (the store's ``starts``)."""
+    return now - timedelta(seconds=DAY), now - timedelta(seconds=HOUR)
 
 
 def usage_from(row, now: datetime) -> Usage:
-    """A ``Usage`` from the six values of ``WINDOW_COLUMNS``."""
+    """A ``Usage`` from the six window values of ``app.store.customers.WINDOW_COLUMNS``."""
     day_minutes, hour_minutes, day_edge, hour_edge, day_oldest, hour_oldest = row
     return Usage(hour=int(hour_minutes) + int(hour_edge), day=int(day_minutes) + int(day_edge),
                  hour_oldest=_as_datetime(hour_oldest), day_oldest=_as_datetime(day_oldest), now=now)
@@ -101,27 +65,18 @@ def usage_from(row, now: datetime) -> Usage:
 
 def window_usage(customer_id: str, now: datetime, livemode: bool = True) -> Usage:
     """The customer's hour and day windows of live scans (or of test scans: ``livemode=False``)."""
-    return usage_from(execute_prepared(WINDOW_USAGE, window_params(customer_id, now, livemode)).fetchone(), now)
-
-
-ADD_TO_MINUTE = (f"INSERT INTO {table(QuotaMinute)} (customer_id, livemode, minute, scans) VALUES (?, ?, ?, ?) "
-                 f"ON CONFLICT (customer_id, livemode, minute) "
-                 f"DO UPDATE SET scans = {table(QuotaMinute)}.scans + excluded.scans")
-
-
-# The customer's row and its windows on one row (the admission reads them under its lock).
-CUSTOMER_AND_WINDOWS = f"SELECT {columns(Customer)}, {WINDOW_COLUMNS} FROM {table(Customer)} WHERE id = ?"
+    return usage_from(customer_store.windows(customer_id, window_starts(now), livemode=livemode), now)
 
 
 def count_created_statement(customer_id: str, created_at: datetime, n: int, livemode: bool = True) -> tuple:
     """The SQL and parameters of ``count_created``, to run with others."""
-    return ADD_TO_MINUTE, (customer_id, livemode, minute_of(created_at), n)
+    return customer_store.count_created_statement(customer_id, created_at=created_at, n=n, livemode=livemode)
 
 
 def count_created(customer_id: str, created_at: datetime, n: int, livemode: bool = True) -> None:
     """Add ``n`` scans created at ``created_at`` to the windows (negative: take them back)."""
     if n:
-        execute_prepared(*count_created_statement(customer_id, created_at, n, livemode))
+        customer_store.run(count_created_statement(customer_id, created_at, n, livemode))
 
 
 def counted_from_scans(now: datetime, customer_id: str | None = None,
@@ -130,15 +85,10 @@ def counted_from_scans(now: datetime, customer_id: str | None = None,
     all; of one mode, or with ``livemode=None`` all of them): scans in flight by customer,
     and the last day's scans by (customer, minute)."""
     day_start = now - timedelta(seconds=DAY)
-    scans = Scan.select(Scan.customer, Scan.status, Scan.created_at).where(
-        Scan.status.in_(IN_FLIGHT) | (Scan.created_at > day_start))
-    if customer_id is not None:
-        scans = scans.where(Scan.customer == customer_id)
-    if livemode is not None:
-        scans = scans.where(Scan.livemode == livemode)
+    rows = customer_store.scans_for_counting(statuses=IN_FLIGHT, since=day_start, customer_id=customer_id,
+                                             livemode=livemode)
     in_flight: Counter[str] = Counter()
     minutes: Counter[tuple[str, datetime]] = Counter()
-    rows = cast(Iterable[tuple[str, str, datetime]], scans.tuples())  # peewee types rows as models
     for customer, status, created_at in rows:
         if status in IN_FLIGHT:
             in_flight[customer] += 1
@@ -149,8 +99,7 @@ def counted_from_scans(now: datetime, customer_id: str | None = None,
 
 def prune_minutes(now: datetime) -> int:
     """Drop the minutes no window can reach any more (the sweep calls this)."""
-    horizon = minute_of(now - timedelta(seconds=DAY))
-    return QuotaMinute.delete().where(QuotaMinute.minute < horizon).execute()
+    return customer_store.delete_minutes_before(minute_of(now - timedelta(seconds=DAY)))
 
 
 def with_new_scans(usage: Usage, n: int, created_at: datetime) -> Usage:
@@ -164,20 +113,18 @@ def with_new_scans(usage: Usage, n: int, created_at: datetime) -> Usage:
 def inflight_count(customer_id: str, livemode: bool = True) -> int:
     """The scans in flight of one mode counted one by one (``Customer.in_flight``, or
     ``test_in_flight`` for test scans, keeps the same number)."""
-    return Scan.select().where((Scan.customer == customer_id) & (Scan.livemode == livemode)
-                               & Scan.status.in_(IN_FLIGHT)).count()
+    return customer_store.count_scans(customer_id, livemode=livemode, statuses=IN_FLIGHT)
 
 
 def move_in_flight_statement(customer_id: str, livemode: bool, n: int) -> tuple:
     """The SQL and parameters of ``move_in_flight``, to run with others."""
-    column = repr_column(Customer.in_flight if livemode else Customer.test_in_flight)
-    return f"UPDATE {table(Customer)} SET {column} = {column} + ? WHERE id = ?", (n, customer_id)
+    return customer_store.move_in_flight_statement(customer_id, livemode=livemode, n=n)
 
 
 def move_in_flight(customer_id: str, livemode: bool, n: int) -> None:
     """Move the customer's count of scans in flight of this mode (D15: counted apart) by ``n``.
     (A live admission moves it in ``billing.apply``'s UPDATE, with the charge.)"""
-    execute_prepared(*move_in_flight_statement(customer_id, livemode, n))
+    customer_store.run(move_in_flight_statement(customer_id, livemode, n))
 
 
 def _seconds_until(moment: datetime | None, now: datetime) -> int:
@@ -199,18 +146,13 @@ def _window_retry_after(customer_id: str, now: datetime, window: int, count: int
     if n > limit:
         return window  # can never fit in this window; the hint is the window itself
     must_leave = count + n - limit
-    created = (Scan.select(Scan.created_at)
-               .where((Scan.customer == customer_id) & (Scan.livemode == livemode)
-                      & (Scan.created_at > now - timedelta(seconds=window)))
-               .order_by(Scan.created_at).offset(must_leave - 1).limit(1).scalar())
-    created = _as_datetime(created)
+    created = _as_datetime(customer_store.nth_created_since(customer_id, livemode=livemode,
+                                                            since=now - timedelta(seconds=window), n=must_leave))
     return max(1, _seconds_until(created + timedelta(seconds=window), now)) if created else 1
 
 
 def _inflight_retry_after(customer_id: str, now: datetime, livemode: bool) -> int:
-    soonest = (Scan.select(fn.MIN(Scan.eta_at))
-               .where((Scan.customer == customer_id) & (Scan.livemode == livemode)
-                      & Scan.status.in_(IN_FLIGHT)).scalar())
+    soonest = customer_store.soonest_eta(customer_id, livemode=livemode, statuses=IN_FLIGHT)
     return max(1, min(_seconds_until(_as_datetime(soonest), now), 900)) if soonest else 30
 
 

@@ -2,7 +2,7 @@
 scans list ``GET /scans`` (D17), and the fields a scan's final state adds to any body
 (reads, bulk entries, list entries, webhook events).
 
-Every read runs these, so their statements are written once (``app.db.execute``), and
+Every read runs these, so their statements are written once (``app.store.scans``), and
 a completed scan's stored result goes into the body as its JSON text (``RawJSON``).
 The bodies have exactly the fields, types and order of ScanSchema / BulkStateSchema,
 which dump them unchanged (tests/unit/test_response_bodies.py holds them to it).
@@ -18,29 +18,27 @@ import json
 import math
 from dataclasses import dataclass
 
-from app.db import columns, execute, execute_prepared, instance, table
-from app.models import ApiKey, BulkBatch, CreditLedger, Customer, Scan, iso, utcnow
+from app.models import ApiKey, BulkBatch, Scan, iso, utcnow
 from app.models.scans import COMPLETED, FAILED, QUEUED, RUNNING
 from app.rawjson import RawJSON
 from app.services import billing, keyauth, quotas
 from app.services.errors import Forbidden, InsufficientBalance, InvalidRequest, NotFound, ServiceError
 from app.services.paging import Page
+from app.store import keys as key_store
+from app.store import scans as scan_store
 
-SCAN_BY_ID = f"SELECT {columns(Scan)} FROM {table(Scan)} WHERE id = ?"
-BATCH_BY_ID = f"SELECT {columns(BulkBatch)} FROM {table(BulkBatch)} WHERE id = ?"
-BATCH_SCANS = (f"SELECT id, status, target, kind, completed_at, result_json, failed_at, failure_code, "
-               f"failure_message FROM {table(Scan)} WHERE bulk_id = ? ORDER BY bulk_index")
-LIST_COLUMNS = ("id, status, target, kind, bulk_id, created_at, completed_at, result_json, failed_at, failure_code, "
-                "failure_message")
-LIST_CURSOR = f"SELECT created_at FROM {table(Scan)} WHERE id = ? AND customer_id = ? AND livemode = ?"
 LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT = 20, 100
 
 
+def scan_by_id(scan_id: str) -> Scan | None:
+    """The scan with this id, of any customer and mode (the tracking jobs' look), or None."""
+    return scan_store.scan_by_id(scan_id)
+
+
 def _owned(model, object_id: str, customer_id: str, what: str, livemode: bool):
-    row = execute(SCAN_BY_ID if model is Scan else BATCH_BY_ID, (object_id,)).fetchone()
+    row = scan_store.scan_by_id(object_id) if model is Scan else scan_store.batch_by_id(object_id)
     if row is None:
         raise NotFound(f"no {what} with this id")
-    row = instance(model, row)
     if row.livemode != livemode:  # test and live data never mix (D15): as if it did not exist
         raise NotFound(f"no {what} with this id")
     if row.customer_id != customer_id:
@@ -102,11 +100,12 @@ def read_bulk(customer_id: str, bulk_id: str, livemode: bool = True) -> dict:
     their difference, and ``total`` = queued + running + completed + failed + rejected_count.
     """
     batch = _owned(BulkBatch, bulk_id, customer_id, "bulk batch", livemode)
-    return bulk_body(batch, execute(BATCH_SCANS, (batch.id,)))
+    return bulk_body(batch, scan_store.batch_scan_rows(batch.id))
 
 
 def bulk_body(batch, scans) -> dict:
-    """The aggregate body of ``batch`` from its scans' rows (the columns of ``BATCH_SCANS``, in order)."""
+    """The aggregate body of ``batch`` from its scans' rows (the columns of
+    ``app.store.scans.BATCH_SCANS``, in order)."""
     counts = {QUEUED: 0, RUNNING: 0, COMPLETED: 0, FAILED: 0}
     entries = []
     all_done = True
@@ -152,27 +151,17 @@ def list_scans(customer_id: str, *, status: str | None = None, kind: str | None 
     is exact. The query walks the ``(customer, created_at)`` index and reads one row more than
     the page to know ``has_more`` without counting. Times are naive UTC, both bounds exclusive.
     """
-    where, params = ["customer_id = ?", "livemode = ?"], [customer_id, livemode]
-    for column, value in (("status", status), ("kind", kind), ("bulk_id", bulk_id)):
-        if value is not None:
-            where.append(f"{column} = ?")
-            params.append(value)
-    if created_after is not None:
-        where.append("created_at > ?")
-        params.append(created_after)
-    if created_before is not None:
-        where.append("created_at < ?")
-        params.append(created_before)
+    before = None
     if starting_after is not None:
-        cursor = execute(LIST_CURSOR, (starting_after, customer_id, livemode)).fetchone()
-        if cursor is None:  # unknown, another customer's or mode's: the same answer, nothing disclosed
+        created_at = scan_store.created_at_of(starting_after, customer_id=customer_id, livemode=livemode)
+        if created_at is None:  # unknown, another customer's or mode's: the same answer, nothing disclosed
             raise InvalidRequest("starting_after is not the id of one of your scans",
                                  details={"starting_after": ["no scan of yours has this id"]})
-        where.append("(created_at < ? OR (created_at = ? AND id < ?))")
-        params += [cursor[0], cursor[0], starting_after]
+        before = (created_at, starting_after)
     limit = max(1, min(LIST_MAX_LIMIT, int(limit)))
-    rows = execute(f"SELECT {LIST_COLUMNS} FROM {table(Scan)} WHERE {' AND '.join(where)} "
-                   f"ORDER BY created_at DESC, id DESC LIMIT ?", params + [limit + 1]).fetchall()
+    rows = scan_store.list_rows(customer_id, livemode=livemode, status=status, kind=kind, bulk_id=bulk_id,
+                                created_after=created_after, created_before=created_before, before=before,
+                                limit=limit + 1)
     return {"ok": True, "data": [_list_entry(row, livemode) for row in rows[:limit]], "has_more": len(rows) > limit}
 
 
@@ -195,7 +184,7 @@ def _summary(scan, now) -> dict:
 
 
 def _key_ref(key_id: str) -> dict:
-    key = ApiKey.get_by_id(key_id)
+    key = key_store.get(key_id)
     return {"key_id": key.id, "name": key.name, "display": key.display}
 
 
@@ -209,28 +198,16 @@ def portal_scans(customer_id: str, *, status: str | None = None, kind: str | Non
         if value and "\x00" in value:  # PostgreSQL refuses a NUL even in a comparison: a 400, not a 500
             raise InvalidRequest(f"the {name} filter must not contain a NUL byte")
     page, per_page = max(1, page), min(MAX_PER_PAGE, max(1, per_page))
-    query = Scan.select().where(Scan.customer == customer_id)
-    if status:
-        query = query.where(Scan.status == status)
-    if kind:
-        query = query.where(Scan.kind == kind)
-    if key_id:
-        query = query.where(Scan.api_key == key_id)
-    if bulk_id:
-        query = query.where(Scan.bulk == bulk_id)
     search = (search or "").strip()[:MAX_SEARCH]
-    if search:
-        query = query.where(Scan.target.contains(search))  # escaped LIKE: % and _ are literal
-    total = query.count()
-    # A batch's scans share one created_at: they follow the request's order.
-    rows = query.order_by(Scan.created_at.desc(), Scan.bulk_index, Scan.id.desc()).paginate(page, per_page)
+    total, rows = scan_store.portal_page(customer_id, status=status, kind=kind, key_id=key_id, bulk_id=bulk_id,
+                                         search=search or None, page=page, per_page=per_page)
     now = utcnow()
     return Page([_summary(s, now) for s in rows], total, page, per_page)
 
 
 def scan_detail(customer_id: str, scan_id: str) -> dict:
     """One scan in any state with its key, and its ``final_state`` (``result`` parsed, or ``failure``)."""
-    scan = Scan.get_or_none((Scan.id == scan_id) & (Scan.customer == customer_id))
+    scan = scan_store.owned_scan(scan_id, customer_id)
     if scan is None:
         raise NotFound("no scan with this id")
     detail = _summary(scan, utcnow())
@@ -241,11 +218,11 @@ def scan_detail(customer_id: str, scan_id: str) -> dict:
 
 def batch_detail(customer_id: str, bulk_id: str) -> dict:
     """A batch's counters and its scans in request order (``rejected_count`` as in ``read_bulk``)."""
-    batch = BulkBatch.get_or_none((BulkBatch.id == bulk_id) & (BulkBatch.customer == customer_id))
+    batch = scan_store.owned_batch(bulk_id, customer_id)
     if batch is None:
         raise NotFound("no bulk batch with this id")
     now = utcnow()
-    scans = [_summary(s, now) for s in Scan.select().where(Scan.bulk == batch.id).order_by(Scan.bulk_index)]
+    scans = [_summary(s, now) for s in scan_store.batch_scans(batch.id)]
     counts = dict.fromkeys(STATUSES, 0)
     for scan in scans:
         counts[scan["status"]] += 1
@@ -256,17 +233,20 @@ def batch_detail(customer_id: str, bulk_id: str) -> dict:
 
 
 # --- served reads: authentication, charge and read in one statement ---------------------
-# A read is always charged once its key is live and its balance covers it (200, 403 and 404
-# are all charged, D3), so the key look-up, the conditional charge with its
+# A read is always charged once its key is active, billed and its balance covers it (200,
+# 403 and 404 are all charged, D3), so the key look-up, the conditional charge with its
 # ledger row, the quota windows the answer reports (D8) and the scan (or the batch and its
-# scans) are one statement, prepared once per connection: one round trip and one commit per
-# read, where authentication, read and charge took three. The rules stay those of ``keyauth``, ``billing`` and the
-# reads above; a test key's read runs them one after the other (``_serve_in_turn``).
+# scans) are one statement (``app.store.scans.read_charged``), prepared once per connection:
+# one round trip and one commit per read, where authentication, read and charge took three.
+# The rules stay those of ``keyauth``, ``billing`` and the reads above, and come to the
+# statement as parameters (the price, the billed modes); a key whose mode is not billed (a
+# test key) is charged nothing by it and has its read run the rules one after the other
+# (``_serve_in_turn``).
 
 @dataclass
 class ServedRead:
-    """A read by a live key: its body, or the refusal it answers (402, 403, 404); with the
-    balance and quota usage after its charge (None when it was not charged)."""
+    """A read by a billed (live) key: its body, or the refusal it answers (402, 403, 404); with
+    the balance and quota usage after its charge (None when it was not charged)."""
 
     key: ApiKey
     body: dict | None = None
@@ -275,71 +255,33 @@ class ServedRead:
     usage: quotas.Usage | None = None
 
 
-def _charged(owner: str) -> str:
-    """The key, the charge with its ledger row and the live windows; ``owner`` selects the
-    customer of the live object read (none: 404), which picks the ledger row's note (200, 403
-    or 404). A test key is charged nothing here (D15): ``_serve`` reads for it as before."""
-    return f"""
-WITH k AS (SELECT {keyauth.KEY_COLUMNS} FROM {table(ApiKey)} AS k JOIN {table(Customer)} AS c
-           ON c.id = k.customer_id WHERE k.digest = ?),
-charged AS (
-    UPDATE {table(Customer)} SET balance = balance - {billing.CALL_PRICE}
-    WHERE id = (SELECT customer_id FROM k WHERE revoked_at IS NULL AND livemode) AND balance >= {billing.CALL_PRICE}
-    RETURNING id, balance),
-ledger AS (
-    INSERT INTO {table(CreditLedger)} (customer_id, delta, balance_after, reason, request_id, note, created_at)
-    SELECT id, -{billing.CALL_PRICE}, balance, 'call', ?,
-           (SELECT CASE WHEN o.owner IS NULL THEN ? WHEN o.owner = charged.id THEN ? ELSE ? END
-            FROM (SELECT ({owner}) AS owner) AS o), ?
-    FROM charged RETURNING balance_after),
-w AS MATERIALIZED (
-    SELECT (SELECT balance_after FROM ledger), {quotas.window_columns_for("(SELECT customer_id FROM k)")})
-"""
-_WINDOWS = 7  # the new balance, then the six window columns
-READ_SCAN_CHARGED = (_charged(f"SELECT customer_id FROM {table(Scan)} WHERE id = ? AND livemode")
-                     + f"SELECT k.*, w.*, {columns(Scan, 's')} FROM k CROSS JOIN w LEFT JOIN {table(Scan)} AS s "
-                       f"ON s.id = ?")
-_BATCH_WIDTH = len(BulkBatch._meta.sorted_fields)
-_SCAN_ENTRY = ("s.id, s.status, s.target, s.kind, s.completed_at, s.result_json, s.failed_at, s.failure_code, "
-               "s.failure_message")  # the columns of BATCH_SCANS
-# The key, charge and batch on the first row, then one row per scan with only its own
-# columns: the key's and windows' columns are not sent (nor decoded) a hundred times.
-READ_BULK_CHARGED = _charged(f"SELECT customer_id FROM {table(BulkBatch)} WHERE id = ? AND livemode") + (
-    f", b AS (SELECT {columns(BulkBatch)} FROM {table(BulkBatch)} WHERE id = ?)\n"
-    f"SELECT k.*, w.*, b.*, {', '.join(['NULL'] * 9)}, -1 AS position FROM k CROSS JOIN w LEFT JOIN b ON true\n"
-    f"UNION ALL\n"
-    f"SELECT {', '.join(['NULL'] * (keyauth.KEY_ROW_LENGTH + _WINDOWS + _BATCH_WIDTH))}, {_SCAN_ENTRY}, s.bulk_index "
-    f"FROM b JOIN {table(Scan)} AS s ON s.bulk_id = b.id WHERE b.customer_id = (SELECT customer_id FROM k)\n"
-    f"ORDER BY position")
-
-
 def serve_scan_read(token: str, scan_id: str, request_id: str | None, notes: dict[int, str]) -> ServedRead:
     """``GET /scan/{id}`` for the bearer ``token``: raises ``NotAuthenticated`` (401), else the read.
     ``notes``: the charge's ledger note for an answer 200, 403 and 404 (``billing.charge_call``)."""
-    return _serve(token, scan_id, request_id, notes, READ_SCAN_CHARGED, _scan_body, read_scan)
+    return _serve(token, scan_id, request_id, notes, False, "scan", _scan_body, read_scan)
 
 
 def serve_bulk_read(token: str, bulk_id: str, request_id: str | None, notes: dict[int, str]) -> ServedRead:
     """``GET /scan/bulk/{id}`` for the bearer ``token``: raises ``NotAuthenticated`` (401), else the read."""
-    return _serve(token, bulk_id, request_id, notes, READ_BULK_CHARGED, _bulk_body, read_bulk)
+    return _serve(token, bulk_id, request_id, notes, True, "bulk batch", _bulk_body, read_bulk)
 
 
-def _serve(token, object_id, request_id, notes, statement, body_of_rows, read) -> ServedRead:
+def _serve(token, object_id, request_id, notes, bulk, what, body_of, read) -> ServedRead:
     now = utcnow()
     token_digest = keyauth.digest_of(token)
     notes = {status: billing.call_note(note) for status, note in notes.items()}
-    rows = execute_prepared(statement, (token_digest, request_id, notes[404], notes[200], notes[403], object_id, now)
-                            + quotas.window_times(now) + (object_id,)).fetchall()
-    key = keyauth.live_key(keyauth.key_from_row(rows[0]) if rows else None, token_digest, now)
-    if not key.livemode:  # a test key: nothing was charged; its read as before (D15)
+    found = scan_store.read_charged(
+        bulk=bulk, token_digest=token_digest, object_id=object_id, price=billing.CALL_PRICE,
+        billed_modes=billing.billed_modes(), reason=billing.CALL_REASON, request_id=request_id,
+        notes=(notes[404], notes[200], notes[403]), now=now, starts=quotas.window_starts(now))
+    key = keyauth.live_key(found.key, token_digest, now)
+    if not billing.is_billed(key.livemode):  # a test key: nothing was charged; its read as before (D15)
         return _serve_in_turn(key, object_id, request_id, notes, read, now)
-    n = keyauth.KEY_ROW_LENGTH
-    balance = rows[0][n]
-    if balance is None:  # nothing was charged: the balance is short (read again: the row may have just changed)
+    if found.balance is None:  # nothing was charged: the balance is short (read again: the row may have just changed)
         return ServedRead(key, error=InsufficientBalance(billing.balance_of(key.customer_id)))
-    served = ServedRead(key, balance=balance, usage=quotas.usage_from(rows[0][n + 1:n + _WINDOWS], now))
+    served = ServedRead(key, balance=found.balance, usage=quotas.usage_from(found.windows, now))
     try:
-        served.body = body_of_rows([row[n + _WINDOWS:] for row in rows], key.customer_id, now)
+        served.body = body_of(_owned_row(found.found, key, what), found.entries, now)
     except (NotFound, Forbidden) as exc:
         served.error = exc
     return served
@@ -364,21 +306,19 @@ def _serve_in_turn(key, object_id, request_id, notes, read, now) -> ServedRead:
     return served
 
 
-def _owned_row(model, values, customer_id: str, what: str):
-    if values[0] is None:
+def _owned_row(row, key, what: str):
+    if row is None:
         raise NotFound(f"no {what} with this id")
-    row = instance(model, values)
-    if not row.livemode:  # a live key reads live data only (D15): the mode before the owner
+    if row.livemode != key.livemode:  # a key reads its own mode's data only (D15): the mode before the owner
         raise NotFound(f"no {what} with this id")
-    if row.customer_id != customer_id:
+    if row.customer_id != key.customer_id:
         raise Forbidden(f"this {what} belongs to another customer")
     return row
 
 
-def _scan_body(rows, customer_id: str, now) -> dict:
-    return scan_view(_owned_row(Scan, rows[0], customer_id, "scan"), now, raw_result=True)
+def _scan_body(scan, entries, now) -> dict:
+    return scan_view(scan, now, raw_result=True)
 
 
-def _bulk_body(rows, customer_id: str, now) -> dict:
-    batch = _owned_row(BulkBatch, rows[0][:_BATCH_WIDTH], customer_id, "bulk batch")
-    return bulk_body(batch, [row[_BATCH_WIDTH:-1] for row in rows[1:]])
+def _bulk_body(batch, entries, now) -> dict:
+    return bulk_body(batch, entries)

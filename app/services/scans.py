@@ -22,25 +22,18 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from app import runtime
-from app.db import (
-    db,
-    execute,
-    execute_prepared_batch,
-    insert_rows_statement,
-    instance,
-    table,
-    transaction_with_known_outcome,
-)
+from app.db import transaction, transaction_with_known_outcome
 from app.jobs import enqueue_tracking, tracking_job_id
 from app.metrics import SCANS_CREATED
-from app.models import BulkBatch, Customer, Scan, new_id, utcnow
+from app.models import BulkBatch, Customer, new_id, utcnow
 from app.models.scans import QUEUED
 from app.services import billing, bulk, engine, quotas, sandbox_engine
-from app.services.accounts import LOCK_CUSTOMER
 from app.services.errors import EngineUnavailable, InsufficientBalance, InvalidRequest
 from app.services.limits import Limits, limits_for
 from app.services.targets import TargetError, normalize
 from app.services.tracking import first_look_delay
+from app.store import customers as customer_store
+from app.store import scans as scan_store
 
 log = logging.getLogger(__name__)
 
@@ -68,14 +61,11 @@ def _lock_and_count(customer_id, now, livemode):
     that lock: one round trip of two statements (each statement takes its own snapshot
     under READ COMMITTED, so the counts see every admission committed before the lock was
     granted)."""
-    row = execute_prepared_batch([
-        (LOCK_CUSTOMER, (customer_id,)),
-        (quotas.CUSTOMER_AND_WINDOWS, quotas.window_params(customer_id, now, livemode) + (customer_id,)),
-    ]).fetchone()
-    if row is None:
+    found = customer_store.lock_with_windows(customer_id, quotas.window_starts(now), livemode=livemode)
+    if found is None:
         raise Customer.DoesNotExist(f"no customer {customer_id}")
-    n = len(Customer._meta.sorted_fields)
-    return instance(Customer, row[:n]), quotas.usage_from(row[n:], now)
+    customer, windows = found
+    return customer, quotas.usage_from(windows, now)
 
 
 def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livemode=True):
@@ -91,8 +81,8 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
 
     def committed() -> bool:  # the first row written, looked up after a COMMIT whose answer was lost
         if batch is not None:
-            return BulkBatch.select().where(BulkBatch.id == batch.id).exists()
-        return bool(rows) and Scan.select().where(Scan.id == rows[0]["id"]).exists()
+            return scan_store.batch_exists(batch.id)
+        return bool(rows) and scan_store.scan_exists(rows[0]["id"])
 
     with transaction_with_known_outcome(committed):
         customer, usage = _lock_and_count(customer_id, now, livemode)
@@ -105,9 +95,9 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
         if bulk_total is not None:
             batch = BulkBatch(id=new_id("blk"), customer=customer_id, api_key=api_key_id, total=bulk_total,
                               created_at=now)
-            writes.append(insert_rows_statement(BulkBatch, [{"id": batch.id, "customer": customer_id,
+            writes.append(scan_store.insert_batch_statement({"id": batch.id, "customer": customer_id,
                                                              "api_key": api_key_id, "total": bulk_total,
-                                                             "created_at": now, "livemode": livemode}]))
+                                                             "created_at": now, "livemode": livemode}))
         for index, (kind, target) in items:
             scan_id = new_id("scn")
             rows.append({
@@ -116,7 +106,7 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
                 "created_at": now, "tracking_job_id": tracking_job_id(scan_id, 0), "livemode": livemode,
             })
         if rows:
-            writes.append(insert_rows_statement(Scan, rows))
+            writes.append(scan_store.insert_scans_statement(rows))
             writes.append(quotas.count_created_statement(customer_id, now, n, livemode))
         if billing.is_billed(livemode):
             balance = billing.apply_after(writes, customer_id, -cost, "bulk" if batch else "scan", in_flight=n,
@@ -127,18 +117,18 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
                 raise InsufficientBalance(customer.balance, cost)
         else:  # test mode: no charge, no ledger row; the answer shows the live balance unchanged
             balance = customer.balance
-            execute_prepared_batch(writes + [quotas.move_in_flight_statement(customer_id, livemode, n)])
+            customer_store.run_together(writes + [quotas.move_in_flight_statement(customer_id, livemode, n)])
     # Counted under the lock, plus the scans this call created: ``r`` counts them (D8).
     return rows, batch, balance, limits, quotas.with_new_scans(usage, n, now)
 
 
 def _reverse(customer_id, rows, batch, cost, request_id, livemode=True) -> None:
     """Undo a reservation whose engine submission failed: no scan, no net charge (D13)."""
-    with db.atomic():
+    with transaction():
         if rows:
-            Scan.delete().where(Scan.id.in_([r["id"] for r in rows])).execute()
+            scan_store.delete_scans([r["id"] for r in rows])
         if batch:
-            BulkBatch.delete().where(BulkBatch.id == batch.id).execute()
+            scan_store.delete_batch(batch.id)
         if billing.is_billed(livemode):
             billing.apply(customer_id, cost, "refund", in_flight=-len(rows), request_id=request_id,
                            bulk_id=batch.id if batch else None,
@@ -153,17 +143,8 @@ def _reverse(customer_id, rows, batch, cost, request_id, livemode=True) -> None:
 def _record_submissions(rows, answers) -> None:
     """Store the engine's ids and etas for all scans in one UPDATE, whatever their number."""
     now = utcnow()
-    etas = [now + timedelta(seconds=a["eta_seconds"]) for a in answers]
-    if len(rows) == 1:
-        execute(f"UPDATE {table(Scan)} SET engine_id = ?, recipes_total = ?, eta_at = ? WHERE id = ?",
-                (answers[0]["id"], answers[0]["recipes"], etas[0], rows[0]["id"]))
-        return
-    ids = [r["id"] for r in rows]
-    # A join with the new values: linear in the batch, where CASE is quadratic.
-    values = ", ".join(["(?, ?, ?, ?)"] * len(ids))
-    execute(f"UPDATE {table(Scan)} AS s SET engine_id = v.engine_id, recipes_total = v.recipes, eta_at = v.eta "
-            f"FROM (VALUES {values}) AS v(id, engine_id, recipes, eta) WHERE s.id = v.id",
-            [v for i, a, eta in zip(ids, answers, etas) for v in (i, a["id"], a["recipes"], eta)])
+    scan_store.record_submissions([(r["id"], a["id"], a["recipes"], now + timedelta(seconds=a["eta_seconds"]))
+                                   for r, a in zip(rows, answers)])
 
 
 def _dispatch(rows, answers) -> None:
@@ -236,9 +217,8 @@ def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True) -> 
 
 def reverse_reservation(scan) -> bool:
     """Undo one scan reserved but never submitted (its creator died mid-call): delete, refund 1."""
-    with db.atomic():
-        deleted = Scan.delete().where((Scan.id == scan.id) & Scan.engine_id.is_null()
-                                      & (Scan.status == QUEUED)).execute()
+    with transaction():
+        deleted = scan_store.delete_unsubmitted(scan.id, QUEUED)
         if not deleted:
             return False
         if billing.is_billed(scan.livemode):
@@ -247,6 +227,6 @@ def reverse_reservation(scan) -> bool:
         else:
             quotas.move_in_flight(scan.customer_id, scan.livemode, -1)
         quotas.count_created(scan.customer_id, scan.created_at, -1, scan.livemode)  # after the customer's row
-        if scan.bulk_id and not Scan.select().where(Scan.bulk == scan.bulk_id).exists():
-            BulkBatch.delete().where(BulkBatch.id == scan.bulk_id).execute()
+        if scan.bulk_id and not scan_store.batch_has_scans(scan.bulk_id):
+            scan_store.delete_batch(scan.bulk_id)
     return True

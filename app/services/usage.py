@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 
-from app.db import execute, repr_column, table
-from app.models import CreditLedger, Scan, utcnow
+from app.models import CreditLedger, utcnow
 from app.services.errors import InvalidRequest
 from app.services.paging import Page
+from app.store import customers as customer_store
 
 MAX_PER_PAGE = 100
 MAX_EXPORT_DAYS = 366
@@ -21,30 +21,12 @@ EXPORT_CHUNK = 1000
 # The ledger reasons of an operator's movements, a credit and a debit (the note is the reason given, if any).
 OPERATOR_KINDS = ("grant", "debit")
 
-# Bucket labels computed by the database.
-_BUCKETS = {
-    "day": "to_char({col}, 'YYYY-MM-DD')",
-    "hour": "to_char({col}, 'YYYY-MM-DD HH24')",
-}
-
-
 @dataclass
 class Bucket:
     start: datetime
     label: str
     scans: int
     credits: int
-
-
-def _bucket_sql(unit: str, column: str) -> str:
-    return _BUCKETS[unit].format(col=column)
-
-
-def _grouped(model, value_sql: str, customer_id: str, since: datetime, unit: str, extra: str = "") -> dict:
-    created = repr_column(model.created_at)
-    sql = (f"SELECT {_bucket_sql(unit, created)}, {value_sql} FROM {table(model)} "
-           f"WHERE {repr_column(model.customer)} = ? AND {created} >= ?{extra} GROUP BY 1")
-    return {label: int(value or 0) for label, value in execute(sql, (customer_id, since))}
 
 
 def activity(customer_id: str, unit: str = "day", now: datetime | None = None) -> list[Bucket]:
@@ -65,9 +47,8 @@ def activity(customer_id: str, unit: str = "day", now: datetime | None = None) -
     else:
         raise ValueError(f"unknown unit {unit}")
     # Live scans only: a test key's scans are free and count apart (D15).
-    scans = _grouped(Scan, "COUNT(*)", customer_id, first, unit, f" AND {repr_column(Scan.livemode)} = TRUE")
-    spent = _grouped(CreditLedger, f"SUM(-{repr_column(CreditLedger.delta)})", customer_id, first, unit,
-                     f" AND {repr_column(CreditLedger.reason)} NOT IN {OPERATOR_KINDS!r}")
+    scans = customer_store.scans_by_bucket(customer_id, since=first, unit=unit, livemode=True)
+    spent = customer_store.spent_by_bucket(customer_id, since=first, unit=unit, except_reasons=OPERATOR_KINDS)
     return [Bucket(start, start.strftime(label_of), scans.get(start.strftime(label_of), 0),
                    spent.get(start.strftime(label_of), 0)) for start in starts]
 
@@ -101,9 +82,8 @@ def describe(row: CreditLedger) -> dict:
 
 def ledger_page(customer_id: str, page: int = 1, per_page: int = 25) -> Page:
     page, per_page = max(1, page), min(MAX_PER_PAGE, max(1, per_page))
-    query = CreditLedger.select().where(CreditLedger.customer == customer_id)
-    total = query.count()
-    rows = query.order_by(CreditLedger.id.desc()).paginate(page, per_page)
+    total = customer_store.ledger_count(customer_id)
+    rows = customer_store.ledger_page(customer_id, page=page, per_page=per_page)
     return Page([describe(r) for r in rows], total, page, per_page)
 
 
@@ -125,12 +105,8 @@ def ledger_export(customer_id: str, since: datetime, until: datetime):
     (keyset on created_at, id) so a long period never sits in memory at once."""
     last = None
     while True:
-        query = CreditLedger.select().where((CreditLedger.customer == customer_id)
-                                            & (CreditLedger.created_at >= since) & (CreditLedger.created_at < until))
-        if last is not None:
-            query = query.where((CreditLedger.created_at > last[0])
-                                | ((CreditLedger.created_at == last[0]) & (CreditLedger.id > last[1])))
-        rows = list(query.order_by(CreditLedger.created_at, CreditLedger.id).limit(EXPORT_CHUNK))
+        rows = customer_store.ledger_chunk(customer_id=customer_id, since=since, until=until, after=last,
+                                           limit=EXPORT_CHUNK)
         for row in rows:
             yield describe(row)
         if len(rows) < EXPORT_CHUNK:

@@ -1,0 +1,65 @@
+"""API keys. The look-up by digest is one statement, the key joined to its customer,
+written once and prepared (``app.db.execute_prepared``): every call runs it."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from app.db import columns, execute_prepared, instance, table
+from app.models import ApiKey, Customer
+
+_KEY_FIELDS = len(ApiKey._meta.sorted_fields)
+KEY_COLUMNS = f"{columns(ApiKey, 'k')}, {columns(Customer, 'c')}"
+KEY_ROW_LENGTH = _KEY_FIELDS + len(Customer._meta.sorted_fields)
+KEY_BY_DIGEST = (f"SELECT {KEY_COLUMNS} FROM {table(ApiKey)} AS k "
+                 f"JOIN {table(Customer)} AS c ON c.id = k.customer_id WHERE k.digest = ?")
+
+
+def by_digest(token_digest: str) -> ApiKey | None:
+    """The key with this digest, its ``customer`` loaded (one statement)."""
+    row = execute_prepared(KEY_BY_DIGEST, (token_digest,)).fetchone()
+    return None if row is None else key_from_row(row)
+
+
+def key_from_row(row) -> ApiKey:
+    """A key and its ``customer`` from the columns of ``KEY_COLUMNS`` (``KEY_ROW_LENGTH`` values)."""
+    key = instance(ApiKey, row[:_KEY_FIELDS])
+    key.customer = instance(Customer, row[_KEY_FIELDS:KEY_ROW_LENGTH])
+    key._dirty.clear()
+    return key
+
+
+def touch(key_id: str, now: datetime) -> None:
+    """Note the key's use at ``now``."""
+    ApiKey.update(last_used_at=now).where(ApiKey.id == key_id).execute()
+
+
+def insert(*, key_id: str, customer_id: str, name: str, digest: str, prefix: str, last4: str,
+           livemode: bool) -> ApiKey:
+    return ApiKey.create(id=key_id, customer=customer_id, name=name, digest=digest, prefix=prefix, last4=last4,
+                         livemode=livemode)
+
+
+def find(key_id: str) -> ApiKey | None:
+    return ApiKey.get_or_none(ApiKey.id == key_id)
+
+
+def get(key_id: str) -> ApiKey:
+    """The key (``ApiKey.DoesNotExist`` if there is none)."""
+    return ApiKey.get_by_id(key_id)
+
+
+def all_oldest_first(customer_id: str | None = None) -> list[ApiKey]:
+    """Every key, oldest first, or (``customer_id``) one customer's."""
+    query = ApiKey.select().order_by(ApiKey.created_at)
+    if customer_id:
+        query = query.where(ApiKey.customer == customer_id)
+    return list(query)
+
+
+def of_customer_newest_first(customer_id: str) -> list[ApiKey]:
+    return list(ApiKey.select().where(ApiKey.customer == customer_id).order_by(ApiKey.created_at.desc()))
+
+
+def revoke(key_id: str, now: datetime) -> None:
+    """Mark the key revoked at ``now``, unless it already is."""
+    ApiKey.update(revoked_at=now).where((ApiKey.id == key_id) & ApiKey.revoked_at.is_null()).execute()

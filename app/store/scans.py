@@ -1,0 +1,251 @@
+"""Scans and bulk batches: the admission's writes and their reversal, the reads of the API
+and of the portal, and the served read (key, charge, windows and object in one statement).
+
+Every read runs these, so their statements are written once as SQL (``app.db.execute``,
+prepared where hot). The rules (the price of a call, which key modes are billed, which
+status an unsubmitted scan has) are the services' and come in as parameters.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from app.db import columns, execute, execute_prepared, insert_rows_statement, instance, table
+from app.models import ApiKey, BulkBatch, CreditLedger, Customer, Scan
+from app.store.customers import Statement, window_columns_for, window_times
+from app.store.keys import KEY_COLUMNS, KEY_ROW_LENGTH, key_from_row
+
+# --- the admission's writes and their reversal ----------------------------------------------
+
+def insert_batch_statement(row: dict) -> Statement:
+    """The INSERT of one bulk batch (``row`` keyed by field name), to run with others."""
+    sql, params = insert_rows_statement(BulkBatch, [row])
+    return sql, tuple(params)
+
+
+def insert_scans_statement(rows: list[dict]) -> Statement:
+    """One INSERT of all ``rows`` (keyed by field name, a non-empty list), to run with others."""
+    sql, params = insert_rows_statement(Scan, rows)
+    return sql, tuple(params)
+
+
+def scan_exists(scan_id: str) -> bool:
+    return Scan.select().where(Scan.id == scan_id).exists()
+
+
+def batch_exists(bulk_id: str) -> bool:
+    return BulkBatch.select().where(BulkBatch.id == bulk_id).exists()
+
+
+def batch_has_scans(bulk_id: str) -> bool:
+    return Scan.select().where(Scan.bulk == bulk_id).exists()
+
+
+def delete_scans(scan_ids: list[str]) -> None:
+    Scan.delete().where(Scan.id.in_(scan_ids)).execute()
+
+
+def delete_batch(bulk_id: str) -> None:
+    BulkBatch.delete().where(BulkBatch.id == bulk_id).execute()
+
+
+def delete_unsubmitted(scan_id: str, status: str) -> int:
+    """Delete the scan if the engine never had it (no ``engine_id``) and it is still in
+    ``status``; how many rows went (0 or 1)."""
+    return Scan.delete().where((Scan.id == scan_id) & Scan.engine_id.is_null() & (Scan.status == status)).execute()
+
+
+def record_submissions(submissions: Sequence[tuple[str, str, int, datetime]]) -> None:
+    """Store ``(scan id, engine id, recipes, eta)`` for each scan in one UPDATE, whatever their number."""
+    if len(submissions) == 1:
+        scan_id, engine_id, recipes, eta = submissions[0]
+        execute(f"UPDATE {table(Scan)} SET engine_id = ?, recipes_total = ?, eta_at = ? WHERE id = ?",
+                (engine_id, recipes, eta, scan_id))
+        return
+    # A join with the new values: linear in the batch, where CASE is quadratic.
+    values = ", ".join(["(?, ?, ?, ?)"] * len(submissions))
+    execute(f"UPDATE {table(Scan)} AS s SET engine_id = v.engine_id, recipes_total = v.recipes, eta_at = v.eta "
+            f"FROM (VALUES {values}) AS v(id, engine_id, recipes, eta) WHERE s.id = v.id",
+            [v for submission in submissions for v in submission])
+
+
+# --- reads -----------------------------------------------------------------------------------
+
+SCAN_BY_ID = f"SELECT {columns(Scan)} FROM {table(Scan)} WHERE id = ?"
+BATCH_BY_ID = f"SELECT {columns(BulkBatch)} FROM {table(BulkBatch)} WHERE id = ?"
+BATCH_SCANS = (f"SELECT id, status, target, kind, completed_at, result_json, failed_at, failure_code, "
+               f"failure_message FROM {table(Scan)} WHERE bulk_id = ? ORDER BY bulk_index")
+LIST_COLUMNS = ("id, status, target, kind, bulk_id, created_at, completed_at, result_json, failed_at, failure_code, "
+                "failure_message")
+LIST_CURSOR = f"SELECT created_at FROM {table(Scan)} WHERE id = ? AND customer_id = ? AND livemode = ?"
+
+
+def scan_by_id(scan_id: str) -> Scan | None:
+    row = execute(SCAN_BY_ID, (scan_id,)).fetchone()
+    return None if row is None else instance(Scan, row)
+
+
+def batch_by_id(bulk_id: str) -> BulkBatch | None:
+    row = execute(BATCH_BY_ID, (bulk_id,)).fetchone()
+    return None if row is None else instance(BulkBatch, row)
+
+
+def batch_scan_rows(bulk_id: str) -> Iterable[tuple]:
+    """The batch's scans in request order, as raw rows of the columns of ``BATCH_SCANS``."""
+    return execute(BATCH_SCANS, (bulk_id,))
+
+
+def created_at_of(scan_id: str, *, customer_id: str, livemode: bool):
+    """The raw ``created_at`` of the customer's scan of this mode (a list's cursor), or None."""
+    row = execute(LIST_CURSOR, (scan_id, customer_id, livemode)).fetchone()
+    return None if row is None else row[0]
+
+
+def list_rows(customer_id: str, *, livemode: bool, status: str | None, kind: str | None, bulk_id: str | None,
+              created_after, created_before, before: tuple | None, limit: int) -> list[tuple]:
+    """Up to ``limit`` raw rows (the columns of ``LIST_COLUMNS``) of the customer's scans of one
+    mode, newest first by ``(created_at, id)``, filtered; ``before``: ``(created_at, id)`` of
+    the scan the page starts after. Both time bounds are exclusive."""
+    where, params = ["customer_id = ?", "livemode = ?"], [customer_id, livemode]
+    for column, value in (("status", status), ("kind", kind), ("bulk_id", bulk_id)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    if created_after is not None:
+        where.append("created_at > ?")
+        params.append(created_after)
+    if created_before is not None:
+        where.append("created_at < ?")
+        params.append(created_before)
+    if before is not None:
+        where.append("(created_at < ? OR (created_at = ? AND id < ?))")
+        params += [before[0], before[0], before[1]]
+    return execute(f"SELECT {LIST_COLUMNS} FROM {table(Scan)} WHERE {' AND '.join(where)} "
+                   f"ORDER BY created_at DESC, id DESC LIMIT ?", params + [limit]).fetchall()
+
+
+def portal_page(customer_id: str, *, status: str | None, kind: str | None, key_id: str | None,
+                bulk_id: str | None, search: str | None, page: int, per_page: int) -> tuple[int, list[Scan]]:
+    """The customer's scans matching the filters (``search``: in the target, literally):
+    their number, and page ``page`` of them, newest first, a batch's in request order."""
+    query = Scan.select().where(Scan.customer == customer_id)
+    if status:
+        query = query.where(Scan.status == status)
+    if kind:
+        query = query.where(Scan.kind == kind)
+    if key_id:
+        query = query.where(Scan.api_key == key_id)
+    if bulk_id:
+        query = query.where(Scan.bulk == bulk_id)
+    if search:
+        query = query.where(Scan.target.contains(search))  # escaped LIKE: % and _ are literal
+    total = query.count()
+    # A batch's scans share one created_at: they follow the request's order.
+    return total, list(query.order_by(Scan.created_at.desc(), Scan.bulk_index, Scan.id.desc()).paginate(page, per_page))
+
+
+def owned_scan(scan_id: str, customer_id: str) -> Scan | None:
+    return Scan.get_or_none((Scan.id == scan_id) & (Scan.customer == customer_id))
+
+
+def owned_batch(bulk_id: str, customer_id: str) -> BulkBatch | None:
+    return BulkBatch.get_or_none((BulkBatch.id == bulk_id) & (BulkBatch.customer == customer_id))
+
+
+def batch_scans(bulk_id: str) -> list[Scan]:
+    """The batch's scans in request order."""
+    return list(Scan.select().where(Scan.bulk == bulk_id).order_by(Scan.bulk_index))
+
+
+# --- served reads: authentication, charge and read in one statement ---------------------
+# The key look-up, the conditional charge with its ledger row, the quota windows the answer
+# reports (D8) and the scan (or the batch and its scans) are one statement, prepared once per
+# connection: one round trip and one commit per read. The key is charged only if its mode is
+# one of the billed modes and its balance covers the price, both parameters (the rule is
+# ``services.billing``'s); the object and the windows read are those of the key's mode (D15).
+
+_KEY_MODE = "(SELECT livemode FROM k)"
+
+
+def _charged(owner: str) -> str:
+    """The key, the charge with its ledger row and the key's windows; ``owner`` selects the
+    customer of the object read in the key's mode (none: 404), which picks the ledger row's
+    note (found and owned, another customer's, or not found)."""
+    windows = window_columns_for("(SELECT customer_id FROM k)").replace("livemode = ?", f"livemode = {_KEY_MODE}")
+    return f"""
+WITH k AS (SELECT {KEY_COLUMNS} FROM {table(ApiKey)} AS k JOIN {table(Customer)} AS c
+           ON c.id = k.customer_id WHERE k.digest = ?),
+charged AS (
+    UPDATE {table(Customer)} SET balance = balance - ?
+    WHERE id = (SELECT customer_id FROM k WHERE revoked_at IS NULL AND livemode = ANY(?::boolean[])) AND balance >= ?
+    RETURNING id, balance),
+ledger AS (
+    INSERT INTO {table(CreditLedger)} (customer_id, delta, balance_after, reason, request_id, note, created_at)
+    SELECT id, ?, balance, ?, ?,
+           (SELECT CASE WHEN o.owner IS NULL THEN ? WHEN o.owner = charged.id THEN ? ELSE ? END
+            FROM (SELECT ({owner}) AS owner) AS o), ?
+    FROM charged RETURNING balance_after),
+w AS MATERIALIZED (
+    SELECT (SELECT balance_after FROM ledger), {windows})
+"""
+
+
+_WINDOWS = 7  # the new balance, then the six window columns
+READ_SCAN_CHARGED = (_charged(f"SELECT customer_id FROM {table(Scan)} WHERE id = ? AND livemode = {_KEY_MODE}")
+                     + f"SELECT k.*, w.*, {columns(Scan, 's')} FROM k CROSS JOIN w LEFT JOIN {table(Scan)} AS s "
+                       f"ON s.id = ?")
+_BATCH_WIDTH = len(BulkBatch._meta.sorted_fields)
+_SCAN_ENTRY = ("s.id, s.status, s.target, s.kind, s.completed_at, s.result_json, s.failed_at, s.failure_code, "
+               "s.failure_message")  # the columns of BATCH_SCANS
+# The key, charge and batch on the first row, then one row per scan with only its own
+# columns: the key's and windows' columns are not sent (nor decoded) a hundred times.
+READ_BULK_CHARGED = _charged(f"SELECT customer_id FROM {table(BulkBatch)} WHERE id = ? AND livemode = {_KEY_MODE}") + (
+    f", b AS (SELECT {columns(BulkBatch)} FROM {table(BulkBatch)} WHERE id = ?)\n"
+    f"SELECT k.*, w.*, b.*, {', '.join(['NULL'] * 9)}, -1 AS position FROM k CROSS JOIN w LEFT JOIN b ON true\n"
+    f"UNION ALL\n"
+    f"SELECT {', '.join(['NULL'] * (KEY_ROW_LENGTH + _WINDOWS + _BATCH_WIDTH))}, {_SCAN_ENTRY}, s.bulk_index "
+    f"FROM b JOIN {table(Scan)} AS s ON s.bulk_id = b.id WHERE b.customer_id = (SELECT customer_id FROM k)\n"
+    f"ORDER BY position")
+
+
+@dataclass
+class ChargedRead:
+    """What a served read's statement found: the key (None: no key has the digest), the
+    balance after its charge (None: not charged), the six window values, and the object
+    (None: no such id, whatever its mode or customer) with, for a batch, its scans' rows
+    (the columns of ``BATCH_SCANS``)."""
+
+    key: ApiKey | None
+    balance: int | None = None
+    windows: tuple = ()
+    found: Scan | BulkBatch | None = None
+    entries: list[tuple] = field(default_factory=list)
+
+
+def read_charged(*, bulk: bool, token_digest: str, object_id: str, price: int, billed_modes: Sequence[bool],
+                 reason: str, request_id: str | None, notes: tuple[str | None, str | None, str | None],
+                 now: datetime, starts: tuple[datetime, datetime]) -> ChargedRead:
+    """Run ``READ_BULK_CHARGED`` (``bulk``) or ``READ_SCAN_CHARGED``: find the key by
+    ``token_digest``; charge ``price`` (a ledger row of ``reason`` and ``request_id``, created
+    at ``now``) if the key is active, its mode one of ``billed_modes`` and its balance covers
+    it; read its windows starting at ``starts`` and the object ``object_id``. ``notes``: the
+    ledger note when the object is not found, is the key's customer's, is another's."""
+    not_found, owned, other = notes
+    # The windows' customer and mode are the key's, found by the statement itself.
+    params = ((token_digest, price, list(billed_modes), price, -price, reason, request_id, not_found, owned, other,
+               object_id, now) + window_times(starts, livemode=None) + (object_id,))
+    rows = execute_prepared(READ_BULK_CHARGED if bulk else READ_SCAN_CHARGED, params).fetchall()
+    if not rows:
+        return ChargedRead(None)
+    n = KEY_ROW_LENGTH
+    first = rows[0]
+    read = ChargedRead(key_from_row(first), first[n], tuple(first[n + 1:n + _WINDOWS]))
+    if bulk:
+        values = first[n + _WINDOWS:n + _WINDOWS + _BATCH_WIDTH]
+        read.found = instance(BulkBatch, values) if values[0] is not None else None
+        read.entries = [row[n + _WINDOWS + _BATCH_WIDTH:-1] for row in rows[1:]]
+    else:
+        values = first[n + _WINDOWS:]
+        read.found = instance(Scan, values) if values[0] is not None else None
+    return read
