@@ -18,6 +18,7 @@ from app import events
 from app.config import retry_schedule_words
 from app.portal.security import CSP as PORTAL_CSP
 from app.schemas.errors import ErrorSchema
+from app.services import billing
 
 STATIC = os.path.join(os.path.dirname(__file__), "static")
 DOCS_CSP = PORTAL_CSP.replace("script-src 'none'", "script-src 'self'")
@@ -45,7 +46,7 @@ Queue an investigation of an e-mail address, phone number or username and get a
 structured result by polling or by a signed webhook.
 
 Every endpoint needs `Authorization: Bearer service_live_...`. Every authenticated
-call answered 2xx, 400, 403 or 404 costs 1 credit; 401, 402, 409, 429, 5xx and
+call answered 2xx, 400, 403 or 404 costs {call_price}; 401, 402, 409, 429, 5xx and
 idempotent replays cost nothing. Every authenticated answer carries
 `X-Credits-Remaining`, `RateLimit-Policy` and `RateLimit`. Every error has the body
 `{"ok": false, "error", "message", "request_id"}`.
@@ -110,6 +111,7 @@ def register_api(app: Flask) -> Api:
         "info": {"description": API_DESCRIPTION
                  .replace("{events}", "\n".join(f"- `{kind.name}`: {kind.fires}." for kind in events.EVENTS))
                  .replace("{schemas}", " and ".join(f"`{kind.schema}`" for kind in events.EVENTS))
+                 .replace("{call_price}", billing.PRICE_WORDS["call"])
                  .replace("{timeout}", f'{app.config["WEBHOOK_TIMEOUT_SECONDS"]:g}')
                  .replace("{retries}", retry_schedule_words(app.config["WEBHOOK_RETRY_SCHEDULE"]))},
         # Relative to the document itself unless the public address is known.

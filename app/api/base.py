@@ -1,4 +1,5 @@
 """The Blueprint class of the JSON API: validation errors answer 400 (D2), not webargs' 422."""
+import inspect
 import json
 
 from flask_smorest import Blueprint
@@ -7,6 +8,7 @@ from webargs.flaskparser import is_json_request
 from werkzeug.routing import BaseConverter
 
 from app.errors import ApiError
+from app.services import billing
 
 NOT_JSON_MESSAGE = "the request body must be JSON, sent with Content-Type: application/json"
 
@@ -33,6 +35,15 @@ class Parser(type(ArgumentsMixin.ARGUMENTS_PARSER)):
 
 class ApiBlueprint(Blueprint):
     ARGUMENTS_PARSER = Parser()
+
+    def priced(self, what: str):
+        """The view's docstring as its OpenAPI description, with the price of ``what``
+        (``billing.PRICE_WORDS``: call, scan, bulk) at ``{price}``: the document says what
+        billing charges. Put it right above the ``def``."""
+        def decorate(view):
+            view.__doc__ = (view.__doc__ or "").replace("{price}", billing.PRICE_WORDS[what])
+            return self.doc(description=inspect.cleandoc(view.__doc__))(view)
+        return decorate
 
 
 class ScanIdConverter(BaseConverter):

@@ -77,9 +77,10 @@ class DeliveryList(MethodView):
                   description="One page of deliveries, newest first.")
     @documented_errors({400: "`invalid_request` (a filter, `limit` or `starting_after` refused, with `details` "
                              "for the query's shape)", **ERRORS})
+    @blp.priced("call")
     def get(self, key, limit, **filters):
         """The webhook deliveries of every key of the account, newest first, each with its attempts and
-        the exact body sent. A receiver that was down reads here what it missed. Costs 1 credit."""
+        the exact body sent. A receiver that was down reads here what it missed. Costs {price}."""
         data, has_more = webhooks.customer_deliveries(key.customer_id, limit=limit, livemode=key.livemode,
                                                       **filters)
         return {"ok": True, "data": data, "has_more": has_more}
@@ -94,8 +95,9 @@ class Redeliver(MethodView):
     @documented_errors({400: "`webhook_url_missing` (the key that sent it has no webhook URL now)", **ERRORS,
                         404: "`not_found` (no delivery of this account has this id)",
                         409: "`delivery_pending` (its attempts are still under way; free of charge)"})
+    @blp.priced("call")
     def post(self, key, delivery_id):
         """Send a failed or succeeded delivery again: same `delivery_id`, same body, signed anew with the key's
-        secrets of now, to the key's webhook URL of now, with the full retry schedule. Costs 1 credit."""
+        secrets of now, to the key's webhook URL of now, with the full retry schedule. Costs {price}."""
         webhooks.redeliver(delivery_id, key.customer_id, livemode=key.livemode)
         return {"ok": True, **webhooks.customer_delivery(delivery_id)}

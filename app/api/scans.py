@@ -220,8 +220,9 @@ class ScanCreate(MethodView):
     @blp.arguments(ScanCreateSchema, example={"target": "jane.doe@example.com", "kind": "email"})
     @blp.response(202, ScanCreatedSchema, headers=HEADERS, description="The scan is queued.")
     @documented_errors(400, 401, 402, 409, 429, 502, 503)
+    @blp.priced("scan")
     def post(self, key, body):
-        """Queue an investigation of one target. Costs 1 credit."""
+        """Queue an investigation of one target. Costs {price}."""
         outcome = scans.create_scan(key.customer, key.id, body["target"], body.get("kind"),
                                     request_id=g.request_id, livemode=key.livemode)
         return created(outcome)
@@ -234,8 +235,9 @@ class ScanRead(MethodView):
     @blp.response(200, ScanSchema, headers=HEADERS,
                   description="The scan in its current state; which fields appear depends on `status`.")
     @documented_errors(401, 402, 403, 404, 503)
+    @blp.priced("call")
     def get(self, read):
-        """Read one scan. Poll every 10 to 15 seconds until it is completed or failed. Costs 1 credit."""
+        """Read one scan. Poll every 10 to 15 seconds until it is completed or failed. Costs {price}."""
         return served(read)
 
 
@@ -254,8 +256,9 @@ class BulkCreate(MethodView):
         429: "`rate_limit_inflight` (targets + scans in flight exceed the limit), `rate_limit_hour`, "
              "`rate_limit_day`; with `Retry-After`"},
         codes={400: ("invalid_request", "no_targets", "too_many_targets"), 403: ("bulk_not_allowed",)})
+    @blp.priced("bulk")
     def post(self, key, body):
-        """Queue up to 100 targets (Business and Enterprise). Costs 1 credit per queued scan, 1 if none."""
+        """Queue up to 100 targets (Business and Enterprise). Costs {price}."""
         outcome = scans.create_bulk(key.customer, key.id, body["targets"], request_id=g.request_id,
                                     livemode=key.livemode)
         return created(outcome)
@@ -267,8 +270,9 @@ class BulkRead(MethodView):
     @blp.doc(security=SECURITY, summary="Read a bulk batch", operationId="getBulk")
     @blp.response(200, BulkStateSchema, headers=HEADERS, description="Counts by status and every scan.")
     @documented_errors(401, 402, 403, 404, 503, codes={404: ("not_found",)})
+    @blp.priced("call")
     def get(self, read):
-        """Read every scan of a batch in one call. Costs 1 credit."""
+        """Read every scan of a batch in one call. Costs {price}."""
         return served(read)
 
 
@@ -288,8 +292,9 @@ class ScanList(MethodView):
     @documented_errors(400, 401, 402, 503, overrides={
         400: "`invalid_request` (a filter, `limit` or `starting_after` is not valid; with `details`)"},
         codes={400: ("invalid_request",)})
+    @blp.priced("call")
     def get(self, key, **query):
         """List your scans, newest first, 1 to 100 per page; `has_more` says whether to ask for the next page
-        with `starting_after`. Each entry is as in a bulk batch's read. Costs 1 credit per page."""
+        with `starting_after`. Each entry is as in a bulk batch's read. Costs {price} per page."""
         return hooks.render(reads.list_scans(key.customer_id, livemode=key.livemode, **query))
 

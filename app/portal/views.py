@@ -25,7 +25,7 @@ from app.config import retry_schedule_words
 from app.models import ApiKey, utcnow
 from app.portal import charts, security
 from app.portal.forms import ActionForm, LedgerExportForm, LoginForm, RollSecretForm, WebhookForm
-from app.services import accounts, delivery_console, portal_users, quotas, reads, targets, webhooks
+from app.services import accounts, billing, delivery_console, portal_users, quotas, reads, targets, webhooks
 from app.services import usage as usage_service
 from app.services.accounts import AccountError
 from app.services.crypto import decrypt_secret
@@ -356,7 +356,8 @@ def _usage_page(form: LedgerExportForm | None = None, code: int = 200):
         form = LedgerExportForm(formdata=None, start=(now - timedelta(days=29)).date(), end=now.date())
     ledger = usage_service.ledger_page(customer.id, _page_arg())
     return render_template("portal/usage.html", customer=customer, quota=quota, ledger=ledger,
-                           charts=_activity_charts(customer.id, now), export=form), code
+                           charts=_activity_charts(customer.id, now), export=form,
+                           prices=billing.PRICE_WORDS), code
 
 
 @bp.get("/usage")

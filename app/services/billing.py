@@ -19,10 +19,12 @@ from app.services import quotas
 from app.services.errors import InsufficientBalance
 from app.store import customers as customer_store
 
-# What a call costs (D3). A served call costs 1 credit when its answer is one of these
-# statuses (2xx, 400, 403, 404; no 401, 402, 409, 429 or 5xx); a creation costs one
-# credit per scan it queues (``admission_cost``), charged with the scans.
+# What a call costs (D3). A served call costs CALL_PRICE when its answer is one of these
+# statuses (2xx, 400, 403, 404; no 401, 402, 409, 429 or 5xx); a creation costs what
+# ``admission_cost`` says, charged with the scans. Prices live here and nowhere else: the
+# words customers read (OpenAPI, the portal) are rendered from them (``PRICE_WORDS``).
 CALL_PRICE = 1
+SCAN_PRICE = 1  # each scan a creation queues
 CHARGED_STATUSES = frozenset({200, 202, 400, 403, 404})
 
 
@@ -42,10 +44,30 @@ def call_is_charged(status: int, livemode: bool = True) -> bool:
     return is_billed(livemode) and status in CHARGED_STATUSES
 
 
-def admission_cost(queued: int, livemode: bool = True) -> int:
-    """The credits a creation of ``queued`` scans costs: one per scan, one for a bulk call that
-    queued none; nothing in test mode."""
-    return max(queued, 1) if is_billed(livemode) else 0
+def admission_cost(queued: int, *, bulk: bool = False, livemode: bool = True) -> int:
+    """The credits a creation of ``queued`` scans costs: a scan's price each, and a bulk call
+    that queued none one call's price; nothing in test mode."""
+    if not is_billed(livemode):
+        return 0
+    return max(queued * SCAN_PRICE, CALL_PRICE) if bulk else queued * SCAN_PRICE
+
+
+def unsubmitted_scan_refund(*, bulk: bool, livemode: bool) -> int:
+    """What one scan reserved but never submitted to the engine gives back: what it added to
+    its creation's cost (``bulk``: it was one of a bulk call's)."""
+    return SCAN_PRICE if is_billed(livemode) else 0
+
+
+def credits(n: int) -> str:
+    return f"{n} credit" if n == 1 else f"{n} credits"
+
+
+# The prices as customers read them, from the prices above.
+PRICE_WORDS = {
+    "call": credits(CALL_PRICE),
+    "scan": credits(SCAN_PRICE),
+    "bulk": f"{credits(SCAN_PRICE)} per queued scan, {credits(CALL_PRICE)} if none",
+}
 
 
 def check_can_pay(balance: int, livemode: bool = True) -> None:

@@ -75,7 +75,7 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
     charge (one batch); COMMIT."""
     now = utcnow()
     n = len(items)
-    cost = billing.admission_cost(n, livemode)
+    cost = billing.admission_cost(n, bulk=bulk_total is not None, livemode=livemode)
     rows: list[dict] = []
     batch = None
 
@@ -87,7 +87,7 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
     with transaction_with_known_outcome(committed):
         customer, usage = _lock_and_count(customer_id, now, livemode)
         if customer.balance < cost:
-            raise InsufficientBalance(customer.balance, cost if bulk_total is not None else 1)
+            raise InsufficientBalance(customer.balance, cost)
         limits = limits_for(customer)
         if n:
             quotas.check(customer, limits, n, now, bulk=bulk_total is not None, livemode=livemode, usage=usage)
@@ -189,7 +189,7 @@ def create_scan(customer, api_key_id, target, kind, *, request_id, livemode=True
         raise InvalidRequest(exc.message, code=exc.code) from None
     rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (kind, target))], request_id=request_id,
                                              livemode=livemode)
-    answer = _submit(customer.id, rows, None, billing.admission_cost(1, livemode), request_id, livemode)[0]
+    answer = _submit(customer.id, rows, None, billing.admission_cost(1, livemode=livemode), request_id, livemode)[0]
     _count_created(rows, customer)
     scan_id = rows[0]["id"]
     body = {"ok": True, "scan_id": scan_id, "livemode": livemode, "kind": kind, "recipes_to_run": answer["recipes"],
@@ -203,7 +203,7 @@ def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True) -> 
     accepted, rejected = bulk.split_targets(targets)
     rows, batch, balance, limits, usage = _admit(customer.id, api_key_id, accepted, request_id=request_id,
                                                  bulk_total=len(targets), livemode=livemode)
-    cost = billing.admission_cost(len(rows), livemode)
+    cost = billing.admission_cost(len(rows), bulk=True, livemode=livemode)
     if rows:
         _submit(customer.id, rows, batch, cost, request_id, livemode)
         _count_created(rows, customer, batch)
@@ -216,13 +216,15 @@ def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True) -> 
 
 
 def reverse_reservation(scan) -> bool:
-    """Undo one scan reserved but never submitted (its creator died mid-call): delete, refund 1."""
+    """Undo one scan reserved but never submitted (its creator died mid-call): delete it and
+    refund what it cost (``billing.unsubmitted_scan_refund``)."""
     with transaction():
         deleted = scan_store.delete_unsubmitted(scan.id, QUEUED)
         if not deleted:
             return False
         if billing.is_billed(scan.livemode):
-            billing.apply(scan.customer_id, billing.admission_cost(1), "refund", in_flight=-1, scan_id=scan.id,
+            refund = billing.unsubmitted_scan_refund(bulk=scan.bulk_id is not None, livemode=scan.livemode)
+            billing.apply(scan.customer_id, refund, "refund", in_flight=-1, scan_id=scan.id,
                            bulk_id=scan.bulk_id, note="reservation never submitted to the engine")
         else:
             quotas.move_in_flight(scan.customer_id, scan.livemode, -1)

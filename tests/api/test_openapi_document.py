@@ -9,6 +9,8 @@ import textwrap
 import pytest
 from openapi_spec_validator import validate
 
+from app.services import billing
+
 HTTP_METHODS = {"get", "post", "put", "patch", "delete"}
 
 
@@ -120,3 +122,13 @@ def test_references_a_generated_client_can_use(spec):
     inline = [name for name, prop in kinds.items() if "enum" in prop]
     assert inline == []  # every enumerated kind is the one Kind component
     assert kinds["ScanCreate"]["allOf"] == [{"$ref": "#/components/schemas/Kind"}]
+
+
+def test_the_prices_customers_read_are_billings(spec):
+    """Every operation says its price in billing's words (a new price is one change in billing)."""
+    by_id = {operation["operationId"]: operation for _, _, operation in operations(spec)}
+    assert by_id["createBulk"]["description"].endswith(f"Costs {billing.PRICE_WORDS['bulk']}.")
+    assert by_id["createScan"]["description"].endswith(f"Costs {billing.PRICE_WORDS['scan']}.")
+    assert by_id["getScan"]["description"].endswith(f"Costs {billing.PRICE_WORDS['call']}.")
+    assert "{price}" not in json.dumps(spec) and "{call_price}" not in json.dumps(spec)
+    assert f"costs {billing.PRICE_WORDS['call']};" in spec["info"]["description"]

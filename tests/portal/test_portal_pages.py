@@ -13,7 +13,7 @@ from freezegun import freeze_time
 
 from app.extensions import db
 from app.models import CreditLedger, Scan, WebhookDelivery, utcnow
-from app.services import accounts, tracking, usage, webhooks
+from app.services import accounts, billing, tracking, usage, webhooks
 from app.services.results import normalize_result
 from app.simulated.results import result_for
 from tests.portal.test_portal import PASSWORD, csrf, login
@@ -295,3 +295,10 @@ def test_a_refused_call_is_in_the_ledger_by_route_without_the_foreign_id(client,
     assert foreign not in page and "blk_nope" not in page
     assert "<code>GET /api/v1/scan/{scan_id} (403)</code>" in page
     assert "<code>GET /api/v1/scan/bulk/{bulk_id} (404)</code>" in page
+
+
+def test_the_usage_page_says_billings_prices(client, portal_account):
+    login(client)
+    page = text(client.get("/app/usage"))
+    assert f"a bulk call {billing.PRICE_WORDS['bulk']}." in page
+    assert f"costs {billing.PRICE_WORDS['call']};" in page

@@ -68,3 +68,19 @@ def test_credit_to_an_unknown_customer_is_refused(conn):
     with pytest.raises(LookupError):
         billing.credit("cus_missing", 5, "grant")
     assert CreditLedger.select().count() == 0
+
+
+def test_what_a_creation_costs_is_the_price_rules():
+    assert billing.admission_cost(1) == billing.SCAN_PRICE
+    assert billing.admission_cost(7, bulk=True) == 7 * billing.SCAN_PRICE
+    assert billing.admission_cost(0, bulk=True) == billing.CALL_PRICE  # a bulk call that queued nothing
+    assert billing.admission_cost(7, bulk=True, livemode=False) == 0  # test mode is free
+    assert billing.unsubmitted_scan_refund(bulk=True, livemode=True) == billing.SCAN_PRICE
+    assert billing.unsubmitted_scan_refund(bulk=False, livemode=False) == 0
+
+
+def test_the_price_words_say_the_prices():
+    assert billing.credits(1) == "1 credit"
+    assert billing.credits(3) == "3 credits"
+    assert billing.PRICE_WORDS["bulk"] == (f"{billing.credits(billing.SCAN_PRICE)} per queued scan, "
+                                           f"{billing.credits(billing.CALL_PRICE)} if none")
