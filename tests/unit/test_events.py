@@ -48,3 +48,19 @@ def test_a_kinds_body_is_its_fields_of_the_read_in_order():
     assert list(body) == ["event", "scan_id", "livemode", "target", "kind", "status", "failed_at", "failure"]
     assert body["event"] == "scan.failed"
     assert "bulk_id" in events.SCAN_FAILED.body({**read, "bulk_id": "blk_1"})
+
+
+def test_a_new_kind_needs_only_its_registry_entry():
+    """What a newcomer adds for a new event: the entry. Its body and its schema follow from it."""
+    from app.schemas.scans import _webhook_body_schema
+    running = events.EventKind("scan.running", "the engine started work on a scan", "WebhookRunning", "running",
+                               (*events.SCAN_FIELDS, "progress"))
+    scan = Scan(id="scn_r", status="running", livemode=True, target="a@example.com", kind="email",
+                created_at=datetime(2026, 1, 2, 3, 4, 5), recipes_total=8, recipes_done=3)
+    body = webhooks.event_body(scan, running)
+    assert body == {"event": "scan.running", "scan_id": "scn_r", "livemode": True, "target": "a@example.com",
+                    "kind": "email", "status": "running", "progress": {"recipes_total": 8, "recipes_done": 3}}
+    schema = _webhook_body_schema(running)()
+    assert set(schema.fields) == {"event", *events.SCAN_FIELDS, "progress"}
+    assert schema.fields["status"].metadata == {"enum": ["running"]}
+    assert schema.fields["progress"].required and not schema.fields["bulk_id"].required
