@@ -20,8 +20,9 @@ from flask.cli import AppGroup
 from app.extensions import db
 from app.models.accounts import TIERS, key_display
 from app.models.base import iso
-from app.services import accounts, webhooks
+from app.services import accounts, suppressions, webhooks
 from app.services.accounts import AccountError
+from app.services.errors import ServiceError
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ def run(as_json, action):
     try:
         with db.connection_context():
             return action()
-    except (AccountError, LookupError) as exc:
+    except (AccountError, ServiceError, LookupError) as exc:
         message = exc.args[0] if isinstance(exc, LookupError) and exc.args else str(exc)
         fail(as_json, message)
     except peewee.PeeweeException as exc:
@@ -169,6 +170,8 @@ keys_cli = OperatorGroup("keys", help="API keys and their webhook settings.")
 users_cli = OperatorGroup("users", help="Portal users.")
 scans_cli = OperatorGroup("scans", help="Scan maintenance.")
 deliveries_cli = OperatorGroup("deliveries", help="Webhook deliveries.")
+suppressions_cli = OperatorGroup("suppressions", help="Opt-outs of the people targets belong to (stored as keyed "
+                                                      "hashes, never as targets).")
 
 
 @db_cli.command("upgrade")
@@ -454,6 +457,41 @@ def deliveries_redeliver(delivery_id, as_json):
                                       ("attempts before", data["attempts_before"])], title="delivery queued again"))
 
 
+KIND = click.Choice(["email", "phone", "username"])
+
+
+@suppressions_cli.command("add")
+@click.argument("kind", type=KIND)
+@click.argument("target")
+@json_option
+def suppressions_add(kind, target, as_json):
+    """Record that the person TARGET belongs to opted out: creations for it are refused, free."""
+    data = run(as_json, lambda: suppressions.add(kind, target))
+    emit(as_json, data, Table.record([("kind", data["kind"]), ("hash", data["target_hash"])],
+                                     title="opt-out recorded" if data["added"] else "opt-out was recorded already"))
+
+
+@suppressions_cli.command("remove")
+@click.argument("kind", type=KIND)
+@click.argument("target")
+@json_option
+def suppressions_remove(kind, target, as_json):
+    """Withdraw the opt-out of TARGET."""
+    data = run(as_json, lambda: suppressions.remove(kind, target))
+    emit(as_json, data, Table.record([("kind", data["kind"]), ("hash", data["target_hash"])],
+                                     title="opt-out withdrawn" if data["removed"] else "no opt-out for this target"))
+
+
+@suppressions_cli.command("list")
+@json_option
+def suppressions_list(as_json):
+    """Every opt-out, newest first: kind, keyed hash and time (the targets are not stored)."""
+    rows = run(as_json, suppressions.list_all)
+    emit(as_json, {"suppressions": [{**row, "created_at": iso(row["created_at"])} for row in rows]},
+         Table([(row["kind"], row["target_hash"], iso(row["created_at"])) for row in rows],
+               headers=["kind", "hash", "since"], empty="no opt-outs"))
+
+
 def register_cli(app: Flask) -> None:
-    for group in (db_cli, customers_cli, keys_cli, users_cli, scans_cli, deliveries_cli):
+    for group in (db_cli, customers_cli, keys_cli, users_cli, scans_cli, deliveries_cli, suppressions_cli):
         app.cli.add_command(group)

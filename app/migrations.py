@@ -99,6 +99,13 @@ def _longer_idempotency_endpoint(database):
     database.execute_sql(f'ALTER TABLE {table(IdempotencyRecord)} ALTER COLUMN "endpoint" TYPE VARCHAR(255)')
 
 
+def _suppressions(database):
+    """Suppression: data subjects' opt-outs, as keyed hashes of their targets (D20)."""
+    from app.models import Suppression
+
+    database.create_tables([Suppression], safe=True)
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 MIGRATIONS = [
     (1, "initial schema", _initial),
@@ -107,6 +114,7 @@ MIGRATIONS = [
     (5, "webhook secret rotation", _webhook_secret_rotation),
     (6, "test mode", _test_mode),
     (7, "longer idempotency endpoint", _longer_idempotency_endpoint),
+    (8, "suppressions", _suppressions),
 ]
 
 

@@ -126,7 +126,8 @@ def _account(key: ApiKey, run: Callable[[], Response], *, idempotent: bool) -> R
             billing.check_can_pay(key.customer.balance, key.livemode)
             response = run()
         except Exception as exc:  # the app's error table answers it (the unexpected ones as a logged 500)
-            response = refusal(exc)
+            free = not billing.refusal_is_charged(getattr(exc, "code", None))
+            response = refusal(exc, charged=Charged(key.customer.balance) if free else None)
         response, charged = _charge(response, key)
         response = _finish(response, key, charged)
         if record is not None:

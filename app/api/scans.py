@@ -62,6 +62,7 @@ ERROR_EXAMPLES = {
     "insufficient_balance": (402, "the account balance is below 1 credit"),
     "forbidden": (403, "this scan belongs to another customer"),
     "bulk_not_allowed": (403, "bulk calls are available on the Business and Enterprise tiers"),
+    "target_suppressed": (403, "the person this target belongs to has opted out of lookups"),
     "not_found": (404, "no scan with this id"),
     "idempotency_conflict": (409, "this Idempotency-Key was used with a different request body"),
     "rate_limit_inflight": (429, "too many scans in flight (10 of 10); retry when one finishes"),
@@ -219,7 +220,9 @@ class ScanCreate(MethodView):
              callbacks=webhook_callbacks("scanEvent"))
     @blp.arguments(ScanCreateSchema, example={"target": "jane.doe@example.com", "kind": "email"})
     @blp.response(202, ScanCreatedSchema, headers=HEADERS, description="The scan is queued.")
-    @documented_errors(400, 401, 402, 409, 429, 502, 503)
+    @documented_errors(400, 401, 402, 403, 409, 429, 502, 503, overrides={
+        403: "`target_suppressed` (the person the target belongs to opted out of lookups; free of charge)"},
+        codes={403: ("target_suppressed",)})
     @blp.priced("scan")
     def post(self, key, body):
         """Queue an investigation of one target. Costs {price}."""
@@ -252,7 +255,8 @@ class BulkCreate(MethodView):
     @blp.response(202, BulkCreatedSchema, headers=HEADERS, description="Valid targets are queued.")
     @documented_errors(400, 401, 402, 403, 409, 429, 502, 503, overrides={
         400: "`invalid_request`, `no_targets`, `too_many_targets`",
-        403: "`bulk_not_allowed` (Pro tier)",
+        403: "`bulk_not_allowed` (Pro tier). A target whose person opted out of lookups is not refused "
+             "with 403: it is listed in `rejected` with `target_suppressed`, free of charge",
         429: "`rate_limit_inflight` (targets + scans in flight exceed the limit), `rate_limit_hour`, "
              "`rate_limit_day`; with `Retry-After`"},
         codes={400: ("invalid_request", "no_targets", "too_many_targets"), 403: ("bulk_not_allowed",)})

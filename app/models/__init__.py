@@ -5,6 +5,7 @@ runner creates them in that order.
 """
 from app.models.accounts import ApiKey, CreditLedger, Customer, PortalSession, PortalUser
 from app.models.base import BaseModel, iso, new_id, utcnow
+from app.models.privacy import Suppression
 from app.models.scans import BulkBatch, IdempotencyRecord, QuotaMinute, Scan
 from app.models.schema_version import SchemaVersion
 from app.models.webhooks import DeliveryAttempt, WebhookDelivery
@@ -22,11 +23,12 @@ ALL_MODELS = [
     IdempotencyRecord,
     WebhookDelivery,
     DeliveryAttempt,
+    Suppression,
 ]
 
 __all__ = [
     "ALL_MODELS", "ApiKey", "BaseModel", "BulkBatch", "CreditLedger", "Customer", "DeliveryAttempt",
-    "IdempotencyRecord", "PortalSession", "PortalUser", "QuotaMinute", "Scan", "SchemaVersion", "WebhookDelivery",
-    "iso", "new_id",
+    "IdempotencyRecord", "PortalSession", "PortalUser", "QuotaMinute", "Scan", "SchemaVersion", "Suppression",
+    "WebhookDelivery", "iso", "new_id",
     "utcnow",
 ]

@@ -164,7 +164,7 @@ class RejectedSchema(ma.Schema):
     target = fields.String(required=True, allow_none=True)
     kind = fields.String(required=True, allow_none=True)
     error = fields.String(required=True, metadata={
-        "enum": ["invalid_request", "target_too_short", "invalid_kind", "invalid_target"]})
+        "enum": ["invalid_request", "target_too_short", "invalid_kind", "invalid_target", "target_suppressed"]})
     message = fields.String(required=True)
 
 

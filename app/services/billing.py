@@ -44,6 +44,15 @@ def call_is_charged(status: int, livemode: bool = True) -> bool:
     return is_billed(livemode) and status in CHARGED_STATUSES
 
 
+# Refusals that cost nothing although their status is charged: a data subject's opt-out (D20)
+# must not cost the customer who ran into it.
+FREE_REFUSALS = frozenset({"target_suppressed"})
+
+
+def refusal_is_charged(code: str | None) -> bool:
+    return code not in FREE_REFUSALS
+
+
 def admission_cost(queued: int, *, bulk: bool = False, livemode: bool = True) -> int:
     """The credits a creation of ``queued`` scans costs: a scan's price each, and a bulk call
     that queued none one call's price; nothing in test mode."""

@@ -2,7 +2,8 @@
 
 Webhook secrets are Fernet-encrypted (AES-128-CBC + HMAC, from ``cryptography``)
 with a key derived from ``SECRET_KEY`` by HKDF, so a database dump alone reveals no
-secret (D11). API keys are stored only as SHA-256 digests (§5.3).
+secret (D11). API keys are stored only as SHA-256 digests (§5.3); targets, where only a
+match is needed, as keyed hashes (``target_hash``, D20).
 """
 from __future__ import annotations
 
@@ -43,6 +44,20 @@ def decrypt_secret(token: str | None) -> str | None:
     except InvalidToken:
         # SECRET_KEY changed without re-encrypting: the secret is unusable, not leaked.
         return None
+
+
+@lru_cache(maxsize=8)
+def _target_key(secret_key: str) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=b"public-scan-api",
+                info=b"target-hash").derive(secret_key.encode())
+
+
+def target_hash(kind: str, target: str) -> str:
+    """The keyed hash of a normalised target (D20): HMAC-SHA256 with a key derived from
+    ``SECRET_KEY``, so that a match can be found (an opt-out, "who looked this up") while the
+    stored value reveals nothing, even to someone who guesses targets without the key."""
+    message = f"{kind}:{target}".encode()
+    return hmac.new(_target_key(runtime.config["SECRET_KEY"]), message, hashlib.sha256).hexdigest()
 
 
 def digest(api_key: str) -> str:

@@ -51,6 +51,12 @@ class Forbidden(ServiceError):
     code = "forbidden"
 
 
+class TargetSuppressed(Forbidden):
+    """The person this target belongs to opted out (D20): no scan of it is made, free of charge."""
+
+    code = "target_suppressed"
+
+
 class NotFound(ServiceError):
     code = "not_found"
 

@@ -27,7 +27,7 @@ from app.jobs import enqueue_tracking, tracking_job_id
 from app.metrics import SCANS_CREATED
 from app.models import BulkBatch, Customer, new_id, utcnow
 from app.models.scans import QUEUED
-from app.services import billing, bulk, engine, quotas, sandbox_engine
+from app.services import billing, bulk, engine, quotas, sandbox_engine, suppressions
 from app.services.errors import EngineUnavailable, InsufficientBalance, InvalidRequest
 from app.services.limits import Limits, limits_for
 from app.services.targets import TargetError, normalize
@@ -187,6 +187,7 @@ def create_scan(customer, api_key_id, target, kind, *, request_id, livemode=True
         kind, target = normalize(target, kind)
     except TargetError as exc:
         raise InvalidRequest(exc.message, code=exc.code) from None
+    suppressions.check(kind, target)  # an opt-out: 403, before anything is reserved or charged
     rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (kind, target))], request_id=request_id,
                                              livemode=livemode)
     answer = _submit(customer.id, rows, None, billing.admission_cost(1, livemode=livemode), request_id, livemode)[0]
@@ -201,6 +202,8 @@ def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True) -> 
     """Queue a bulk batch; the body has no URLs (the HTTP layer adds the poll URLs)."""
     bulk.check_call(customer.tier, targets)
     accepted, rejected = bulk.split_targets(targets)
+    accepted, suppressed = suppressions.split_suppressed(accepted)
+    rejected = sorted(rejected + suppressed, key=lambda entry: entry["index"])
     rows, batch, balance, limits, usage = _admit(customer.id, api_key_id, accepted, request_id=request_id,
                                                  bulk_total=len(targets), livemode=livemode)
     cost = billing.admission_cost(len(rows), bulk=True, livemode=livemode)

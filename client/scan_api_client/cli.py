@@ -47,6 +47,7 @@ MESSAGES = {
     "forbidden": "that scan or batch belongs to another customer",
     "bulk_not_allowed": "bulk scans need the Business or Enterprise tier: scan targets one by one, "
                         "or ask your account manager to upgrade",
+    "target_suppressed": "the person this target belongs to has opted out of lookups: nothing was charged",
     "not_found": "no scan, batch or delivery has that id",
     "idempotency_conflict": "that Idempotency-Key was already used for another request (or is still in use)",
     "rate_limit_inflight": "too many scans in flight for your tier: retry {retry}",

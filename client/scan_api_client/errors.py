@@ -69,7 +69,8 @@ class InsufficientBalance(ApiError):
 
 
 class Forbidden(ApiError):
-    """403: ``forbidden`` (another customer's scan or batch) or ``bulk_not_allowed`` (Pro tier)."""
+    """403: ``forbidden`` (another customer's scan or batch), ``bulk_not_allowed`` (Pro tier) or
+    ``target_suppressed`` (the person the target belongs to opted out of lookups; not charged)."""
 
 
 class NotFound(ApiError):

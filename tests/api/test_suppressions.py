@@ -1,0 +1,66 @@
+"""Opt-outs over HTTP and from the operator CLI (D20): a suppressed target is 403
+``target_suppressed`` and free; in a bulk call a free ``rejected`` entry; the list holds hashes."""
+import json
+
+from app.extensions import db
+from app.models import CreditLedger, Scan, Suppression
+from app.services import billing, suppressions
+
+SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
+
+
+def opt_out(kind, target):
+    with db.connection_context():
+        suppressions.add(kind, target)
+
+
+def cli(app, *args):
+    return app.test_cli_runner().invoke(args=list(args))
+
+
+def test_a_suppressed_target_is_403_and_free(client, account):
+    opt_out("email", "jane.doe@example.com")
+    refused = client.post(SCAN, json={"target": "jane.doe@EXAMPLE.com"}, headers=account.headers)
+    assert refused.status_code == 403
+    assert refused.json["error"] == "target_suppressed"
+    assert "jane" not in refused.json["message"]
+    assert refused.headers["X-Credits-Remaining"] == "100"  # nothing charged, and said so
+    with db.connection_context():
+        assert Scan.select().count() == 0
+        assert billing.balance_of(account.id) == 100
+        assert CreditLedger.select().where(CreditLedger.reason == "call").count() == 0
+    other = client.post(SCAN, json={"target": "john.doe@example.com"}, headers=account.headers)
+    assert other.status_code == 202  # only that person
+
+
+def test_a_bulk_calls_suppressed_targets_are_free_rejected_entries(client, make_customer):
+    acct = make_customer(tier="enterprise", credits=100)
+    opt_out("username", "@janedoe")
+    targets = [{"target": "john@example.com"}, {"target": "ab"}, {"target": " @janedoe", "kind": "username"},
+               {"target": "+44 7700 900123"}]
+    answer = client.post(BULK, json={"targets": targets}, headers=acct.headers)
+    assert answer.status_code == 202, answer.json
+    assert answer.json["queued"] == 2
+    assert [(r["index"], r["error"]) for r in answer.json["rejected"]] == [(1, "target_too_short"),
+                                                                            (2, "target_suppressed")]
+    assert answer.headers["X-Credits-Remaining"] == "98"  # the two queued scans only
+
+
+def test_the_operator_records_lists_and_withdraws_opt_outs(app):
+    added = json.loads(cli(app, "suppressions", "add", "email", "jane.doe@example.com", "--json").output)
+    assert added["ok"] is True and added["added"] is True and len(added["target_hash"]) == 64
+    listed = cli(app, "suppressions", "list", "--json")
+    assert json.loads(listed.output)["suppressions"][0]["target_hash"] == added["target_hash"]
+    assert "jane" not in listed.output and "jane" not in cli(app, "suppressions", "list").output
+    removed = json.loads(cli(app, "suppressions", "remove", "email", "jane.doe@example.com", "--json").output)
+    assert removed["removed"] is True
+    with db.connection_context():
+        assert Suppression.select().count() == 0
+
+
+def test_a_target_that_is_not_one_is_one_line_and_exit_1(app):
+    result = cli(app, "suppressions", "add", "email", "nobody")
+    assert result.exit_code == 1
+    assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+    not_a_kind = cli(app, "suppressions", "add", "fax", "123456")
+    assert not_a_kind.exit_code != 0 and "Traceback" not in not_a_kind.output
