@@ -242,6 +242,20 @@ def customers_limits(customer_id, inflight, hour, day, as_json):
     emit(as_json, data, limits_table(data))
 
 
+@customers_cli.command("settings")
+@click.argument("customer_id")
+@click.option("--require-purpose", type=click.Choice(["on", "off"]),
+              help="on: every scan must say why (400 purpose_required without a purpose).")
+@json_option
+def customers_settings(customer_id, require_purpose, as_json):
+    """The customer's personal-data settings (without options: show them)."""
+    wanted = None if require_purpose is None else require_purpose == "on"
+    data = run(as_json, lambda: accounts.customer_dict(accounts.set_settings(customer_id,
+                                                                             require_purpose=wanted)))
+    emit(as_json, data, Table.record([("customer", data["customer_id"]),
+                                      ("require purpose", "on" if data["settings"]["require_purpose"] else "off")]))
+
+
 @customers_cli.command("show")
 @click.argument("customer_id")
 @json_option

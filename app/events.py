@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The fields of a scan's read every event body starts with, in this order (after ``event``).
-SCAN_FIELDS = ("scan_id", "bulk_id", "livemode", "target", "kind", "status")
+SCAN_FIELDS = ("scan_id", "bulk_id", "livemode", "target", "kind", "status", "purpose", "case_ref")
 OPTIONAL_FIELDS = frozenset({"bulk_id"})  # absent unless the scan has one
 
 

@@ -106,6 +106,16 @@ def _suppressions(database):
     database.create_tables([Suppression], safe=True)
 
 
+def _purpose(database):
+    """Scan and BulkBatch purpose and case_ref, Customer.require_purpose (D20). Existing scans
+    have none: NULL, as a creation without them."""
+    for name in ("scan", "bulk_batch"):
+        database.execute_sql(f'ALTER TABLE "{name}" ADD COLUMN IF NOT EXISTS "purpose" VARCHAR(32)')
+        database.execute_sql(f'ALTER TABLE "{name}" ADD COLUMN IF NOT EXISTS "case_ref" VARCHAR(128)')
+    database.execute_sql('ALTER TABLE "customer" ADD COLUMN IF NOT EXISTS "require_purpose" BOOLEAN NOT NULL '
+                         'DEFAULT FALSE')
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 MIGRATIONS = [
     (1, "initial schema", _initial),
@@ -115,6 +125,7 @@ MIGRATIONS = [
     (6, "test mode", _test_mode),
     (7, "longer idempotency endpoint", _longer_idempotency_endpoint),
     (8, "suppressions", _suppressions),
+    (9, "purpose and case reference", _purpose),
 ]
 
 

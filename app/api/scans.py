@@ -38,7 +38,8 @@ HEADERS = {
     "X-Request-Id": {"description": "Also in error bodies and logs.", "schema": {"type": "string"}},
 }
 ERROR_DOCS = {
-    400: "`invalid_request` (body shape, with `details`), `target_too_short`, `invalid_kind`, `invalid_target`",
+    400: "`invalid_request` (body shape, with `details`), `target_too_short`, `invalid_kind`, `invalid_target`, "
+         "`invalid_purpose`, `purpose_required` (your account asks for a purpose on every scan)",
     401: "`unauthorized` (header missing or malformed), `invalid_token` (unknown or revoked key)",
     402: "`insufficient_balance`",
     403: "`forbidden` (another customer's resource)",
@@ -55,6 +56,9 @@ ERROR_EXAMPLES = {
     "target_too_short": (400, "target must have at least 3 characters"),
     "invalid_kind": (400, "kind must be one of email, phone, username"),
     "invalid_target": (400, "target is not a valid e-mail address"),
+    "invalid_purpose": (400, "purpose must be one of fraud_prevention, kyc_aml, due_diligence, background_check, "
+                             "security_research, law_enforcement, other"),
+    "purpose_required": (400, "this account requires a purpose on every scan: one of fraud_prevention, ..."),
     "no_targets": (400, "targets must hold at least one target"),
     "too_many_targets": (400, "a bulk call takes at most 100 targets"),
     "unauthorized": (401, "the Authorization header must be 'Bearer <API key>'"),
@@ -72,7 +76,8 @@ ERROR_EXAMPLES = {
     "service_unavailable": (503, "the service is temporarily unavailable; retry later"),
 }
 CODES = {
-    400: ("invalid_request", "target_too_short", "invalid_kind", "invalid_target"),
+    400: ("invalid_request", "target_too_short", "invalid_kind", "invalid_target", "invalid_purpose",
+          "purpose_required"),
     401: ("unauthorized", "invalid_token"),
     402: ("insufficient_balance",),
     403: ("forbidden",),
@@ -227,7 +232,8 @@ class ScanCreate(MethodView):
     def post(self, key, body):
         """Queue an investigation of one target. Costs {price}."""
         outcome = scans.create_scan(key.customer, key.id, body["target"], body.get("kind"),
-                                    request_id=g.request_id, livemode=key.livemode)
+                                    request_id=g.request_id, livemode=key.livemode, purpose=body.get("purpose"),
+                                    case_ref=body.get("case_ref"))
         return created(outcome)
 
 
@@ -254,17 +260,19 @@ class BulkCreate(MethodView):
         {"target": "@janedoe", "kind": "username"}]})
     @blp.response(202, BulkCreatedSchema, headers=HEADERS, description="Valid targets are queued.")
     @documented_errors(400, 401, 402, 403, 409, 429, 502, 503, overrides={
-        400: "`invalid_request`, `no_targets`, `too_many_targets`",
+        400: "`invalid_request`, `no_targets`, `too_many_targets`, `invalid_purpose`, `purpose_required`",
         403: "`bulk_not_allowed` (Pro tier). A target whose person opted out of lookups is not refused "
              "with 403: it is listed in `rejected` with `target_suppressed`, free of charge",
         429: "`rate_limit_inflight` (targets + scans in flight exceed the limit), `rate_limit_hour`, "
              "`rate_limit_day`; with `Retry-After`"},
-        codes={400: ("invalid_request", "no_targets", "too_many_targets"), 403: ("bulk_not_allowed",)})
+        codes={400: ("invalid_request", "no_targets", "too_many_targets", "invalid_purpose", "purpose_required"),
+               403: ("bulk_not_allowed",)})
     @blp.priced("bulk")
     def post(self, key, body):
         """Queue up to 100 targets (Business and Enterprise). Costs {price}."""
         outcome = scans.create_bulk(key.customer, key.id, body["targets"], request_id=g.request_id,
-                                    livemode=key.livemode)
+                                    livemode=key.livemode, purpose=body.get("purpose"),
+                                    case_ref=body.get("case_ref"))
         return created(outcome)
 
 

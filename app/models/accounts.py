@@ -37,6 +37,8 @@ class Customer(BaseModel):
     # The same count for test-mode scans, which have limits of their own (D15).
     test_in_flight = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])
     created_at = DateTimeField(default=utcnow)
+    # Creations must say why (D20: ``purpose_required`` without one).
+    require_purpose = BooleanField(default=False, constraints=[SQL("DEFAULT FALSE")])
 
 
 class ApiKey(BaseModel):

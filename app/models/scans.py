@@ -19,6 +19,10 @@ class BulkBatch(BaseModel):
     created_at = DateTimeField(default=utcnow)
     # The mode of the key that created it (D15); test and live data never mix.
     livemode = BooleanField(default=True, constraints=[SQL("DEFAULT TRUE")])
+    # Why the customer looked these targets up, and their own reference (D20); every scan of
+    # the batch carries them too.
+    purpose = CharField(max_length=32, null=True)
+    case_ref = CharField(max_length=128, null=True)
 
 
 class Scan(BaseModel):
@@ -36,6 +40,9 @@ class Scan(BaseModel):
     bulk_index = IntegerField(null=True)
     kind = CharField(max_length=10)
     target = CharField(max_length=300)
+    # Why the customer looked this target up, and their own reference (D20), as created.
+    purpose = CharField(max_length=32, null=True)
+    case_ref = CharField(max_length=128, null=True)
     status = CharField(max_length=10, default=QUEUED)
     engine_id = CharField(max_length=2000, null=True)
     recipes_total = IntegerField(default=0)

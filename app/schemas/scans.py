@@ -12,12 +12,23 @@ import marshmallow as ma
 from marshmallow import EXCLUDE, fields
 
 from app import events
+from app.services.purposes import CASE_REF_MAX, PURPOSES
 
 KIND_DOC = {"description": "email, phone or username. When absent it is inferred from the target: a leading "
                           "`@` marks a username (`@janedoe`), any other `@` an e-mail address, `+` followed by "
                           "at least 7 digits, spaces, dashes or parentheses a phone number, anything else a "
                           "username.",
             "enum": ["email", "phone", "username"], "example": "email"}
+
+
+PURPOSE_DOC = {"description": "Why you look this person up. Required when your account asks for it "
+                              "(`purpose_required`).", "enum": list(PURPOSES), "example": "fraud_prevention"}
+CASE_REF_DOC = {"description": f"Your own reference for the case (1 to {CASE_REF_MAX} printable characters), "
+                               "shown with the scan everywhere.", "example": "CASE-2026-0042"}
+# Read back as a plain nullable string (no enum): generated clients make odd types of a nullable enum.
+READ_PURPOSE_DOC = {"description": "The purpose given at creation (" + ", ".join(PURPOSES) + "), or null.",
+                    "example": "fraud_prevention"}
+READ_CASE_REF_DOC = {**CASE_REF_DOC, "description": "The case reference given at creation, or null."}
 
 
 class ScanCreateSchema(ma.Schema):
@@ -28,10 +39,16 @@ class ScanCreateSchema(ma.Schema):
         "description": "E-mail address, E.164 phone number or username; at least 3 characters after trimming.",
         "example": "jane.doe@example.com"})
     kind = fields.String(allow_none=True, metadata=KIND_DOC)
+    # Raw: checked by the service, so that a wrong value is its own code (invalid_purpose).
+    purpose = fields.Raw(allow_none=True, metadata={**PURPOSE_DOC, "type": "string"})
+    case_ref = fields.Raw(allow_none=True, metadata={**CASE_REF_DOC, "type": "string"})
 
 
-class BulkTargetSchema(ScanCreateSchema):
+class BulkTargetSchema(ma.Schema):
     """One bulk target; documented only: each item is checked on its own, so a bad one is rejected, not fatal."""
+
+    target = ScanCreateSchema._declared_fields["target"]
+    kind = ScanCreateSchema._declared_fields["kind"]
 
 
 class BulkCreateSchema(ma.Schema):
@@ -44,6 +61,9 @@ class BulkCreateSchema(ma.Schema):
         "items": {"$ref": "#/components/schemas/BulkTarget"},
         "example": [{"target": "jane.doe@example.com", "kind": "email"}, {"target": "+447700900123"},
                     {"target": "@janedoe", "kind": "username"}]})
+    purpose = fields.Raw(allow_none=True, metadata={**PURPOSE_DOC, "type": "string",
+                                                    "description": "Why you look these people up (every target)."})
+    case_ref = fields.Raw(allow_none=True, metadata={**CASE_REF_DOC, "type": "string"})
 
 
 # --- result (D6) ------------------------------------------------------------------
@@ -149,6 +169,8 @@ class ScanSchema(ma.Schema):
     status = fields.String(required=True, metadata=STATUS_DOC)
     target = fields.String(required=True)
     kind = fields.String(required=True, metadata=KIND_DOC)
+    purpose = fields.String(required=True, allow_none=True, metadata=READ_PURPOSE_DOC)
+    case_ref = fields.String(required=True, allow_none=True, metadata=READ_CASE_REF_DOC)
     created_at = fields.String(required=True, metadata=TIME_DOC)
     bulk_id = fields.String(metadata={"description": "Only for scans created by a bulk call."})
     eta_seconds = fields.Integer(metadata={"description": "queued/running: remaining seconds, never negative."})
@@ -196,6 +218,8 @@ class BulkScanStateSchema(ma.Schema):
     status = fields.String(required=True, metadata=STATUS_DOC)
     target = fields.String(required=True)
     kind = fields.String(required=True, metadata=KIND_DOC)
+    purpose = fields.String(required=True, allow_none=True, metadata=READ_PURPOSE_DOC)
+    case_ref = fields.String(required=True, allow_none=True, metadata=READ_CASE_REF_DOC)
     completed_at = fields.String(metadata={**TIME_DOC, "description": "completed only."})
     result = fields.Nested(ResultSchema, metadata={"description": "completed only."})
     failed_at = fields.String(metadata={**TIME_DOC, "description": "failed only."})

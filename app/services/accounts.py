@@ -94,6 +94,14 @@ def set_limits(customer_id: str, *, inflight=None, hour=None, day=None) -> Custo
     return get_customer(customer_id)
 
 
+def set_settings(customer_id: str, *, require_purpose: bool | None = None) -> Customer:
+    """The customer's settings of D20 (``require_purpose``: creations must say why)."""
+    get_customer(customer_id)
+    if require_purpose is not None:
+        customer_store.update(customer_id, {"require_purpose": bool(require_purpose)})
+    return get_customer(customer_id)
+
+
 def add_credits(customer_id: str, amount: int, reason: str | None = None) -> int:
     """Add ``amount`` credits (negative: take them back) with the operator's optional ``reason``,
     which the ledger row keeps (its ``note``) and the customer sees with the movement; returns
@@ -176,6 +184,7 @@ def customer_dict(customer: Customer) -> dict:
         "customer_id": customer.id, "name": customer.name, "tier": customer.tier, "balance": customer.balance,
         "limits": {"inflight": limits.inflight, "hour": limits.hour, "day": limits.day},
         "overrides": {"inflight": customer.inflight_limit, "hour": customer.hour_limit, "day": customer.day_limit},
+        "settings": {"require_purpose": customer.require_purpose},
     }
 
 

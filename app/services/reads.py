@@ -73,7 +73,7 @@ def final_state(scan, *, raw_result: bool = False) -> dict | None:
 def scan_view(scan, now, *, raw_result: bool = False) -> dict:
     """The read body of D5 for one scan in any state (``raw_result``: the result as RawJSON)."""
     body = {"ok": True, "scan_id": scan.id, "livemode": scan.livemode, "status": scan.status, "target": scan.target,
-            "kind": scan.kind,
+            "kind": scan.kind, "purpose": scan.purpose, "case_ref": scan.case_ref,
             "created_at": iso(scan.created_at)}
     if scan.bulk_id:
         body["bulk_id"] = scan.bulk_id
@@ -110,10 +110,11 @@ def bulk_body(batch, scans) -> dict:
     entries = []
     all_done = True
     as_time = Scan.completed_at.python_value  # raw rows, as the model would read them
-    for (scan_id, status, target, kind, completed_at, result_json, failed_at, failure_code,
+    for (scan_id, status, target, kind, purpose, case_ref, completed_at, result_json, failed_at, failure_code,
          failure_message) in scans:
         counts[status] += 1
-        entry = {"scan_id": scan_id, "livemode": batch.livemode, "status": status, "target": target, "kind": kind}
+        entry = {"scan_id": scan_id, "livemode": batch.livemode, "status": status, "target": target, "kind": kind,
+                 "purpose": purpose, "case_ref": case_ref}
         final = final_fields(status, as_time(completed_at), result_json, as_time(failed_at), failure_code,
                              failure_message, raw_result=True)
         if final is None:
@@ -126,11 +127,11 @@ def bulk_body(batch, scans) -> dict:
 
 
 def _list_entry(row, livemode: bool) -> dict:
-    (scan_id, status, target, kind, bulk_id, created_at, completed_at, result_json, failed_at, failure_code,
-     failure_message) = row
+    (scan_id, status, target, kind, purpose, case_ref, bulk_id, created_at, completed_at, result_json, failed_at,
+     failure_code, failure_message) = row
     as_time = Scan.created_at.python_value  # raw rows, as the model would read them
     entry = {"scan_id": scan_id, "livemode": livemode, "status": status, "target": target, "kind": kind,
-             "created_at": iso(as_time(created_at))}
+             "purpose": purpose, "case_ref": case_ref, "created_at": iso(as_time(created_at))}
     if bulk_id:
         entry["bulk_id"] = bulk_id
     final = final_fields(status, as_time(completed_at), result_json, as_time(failed_at), failure_code,
@@ -177,7 +178,8 @@ def _summary(scan, now) -> dict:
     row = {"scan_id": scan.id, "status": scan.status, "kind": scan.kind, "target": scan.target,
            "created_at": scan.created_at, "completed_at": scan.completed_at, "failed_at": scan.failed_at,
            "failure_code": scan.failure_code, "bulk_id": scan.bulk_id, "key_id": scan.api_key_id,
-           "recipes_total": scan.recipes_total, "recipes_done": scan.recipes_done, "livemode": scan.livemode}
+           "recipes_total": scan.recipes_total, "recipes_done": scan.recipes_done, "livemode": scan.livemode,
+           "purpose": scan.purpose, "case_ref": scan.case_ref}
     if scan.status in (QUEUED, RUNNING):
         row["eta_seconds"] = remaining_eta(scan, now)
     return row

@@ -27,7 +27,7 @@ from app.jobs import enqueue_tracking, tracking_job_id
 from app.metrics import SCANS_CREATED
 from app.models import BulkBatch, Customer, new_id, utcnow
 from app.models.scans import QUEUED
-from app.services import billing, bulk, engine, quotas, sandbox_engine, suppressions
+from app.services import billing, bulk, engine, purposes, quotas, sandbox_engine, suppressions
 from app.services.errors import EngineUnavailable, InsufficientBalance, InvalidRequest
 from app.services.limits import Limits, limits_for
 from app.services.targets import TargetError, normalize
@@ -68,7 +68,8 @@ def _lock_and_count(customer_id, now, livemode):
     return customer, quotas.usage_from(windows, now)
 
 
-def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livemode=True):
+def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livemode=True, purpose=None,
+           case_ref=None):
     """Step 1: check and reserve in one transaction. Returns (scans, batch, balance, limits, usage).
 
     Its round trips: BEGIN; the lock with the counts; the rows, the window counter and the
@@ -97,13 +98,15 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
                               created_at=now)
             writes.append(scan_store.insert_batch_statement({"id": batch.id, "customer": customer_id,
                                                              "api_key": api_key_id, "total": bulk_total,
-                                                             "created_at": now, "livemode": livemode}))
+                                                             "created_at": now, "livemode": livemode,
+                                                             "purpose": purpose, "case_ref": case_ref}))
         for index, (kind, target) in items:
             scan_id = new_id("scn")
             rows.append({
                 "id": scan_id, "customer": customer_id, "api_key": api_key_id, "bulk": batch.id if batch else None,
                 "bulk_index": index if batch else None, "kind": kind, "target": target, "status": QUEUED,
                 "created_at": now, "tracking_job_id": tracking_job_id(scan_id, 0), "livemode": livemode,
+                "purpose": purpose, "case_ref": case_ref,
             })
         if rows:
             writes.append(scan_store.insert_scans_statement(rows))
@@ -180,16 +183,18 @@ def _count_created(rows, customer, batch=None) -> None:
                  ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())))
 
 
-def create_scan(customer, api_key_id, target, kind, *, request_id, livemode=True) -> Outcome:
-    """Queue one scan (a test scan when ``livemode`` is False, D15); the body has no URLs
-    (the HTTP layer adds ``poll_url``)."""
+def create_scan(customer, api_key_id, target, kind, *, request_id, livemode=True, purpose=None,
+                case_ref=None) -> Outcome:
+    """Queue one scan (a test scan when ``livemode`` is False, D15) with its purpose and case
+    reference (D20); the body has no URLs (the HTTP layer adds ``poll_url``)."""
     try:
         kind, target = normalize(target, kind)
     except TargetError as exc:
         raise InvalidRequest(exc.message, code=exc.code) from None
+    purpose, case_ref = purposes.check(purpose, case_ref, required=customer.require_purpose)
     suppressions.check(kind, target)  # an opt-out: 403, before anything is reserved or charged
     rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (kind, target))], request_id=request_id,
-                                             livemode=livemode)
+                                             livemode=livemode, purpose=purpose, case_ref=case_ref)
     answer = _submit(customer.id, rows, None, billing.admission_cost(1, livemode=livemode), request_id, livemode)[0]
     _count_created(rows, customer)
     scan_id = rows[0]["id"]
@@ -198,14 +203,18 @@ def create_scan(customer, api_key_id, target, kind, *, request_id, livemode=True
     return Outcome(body, balance, limits, usage)
 
 
-def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True) -> Outcome:
-    """Queue a bulk batch; the body has no URLs (the HTTP layer adds the poll URLs)."""
+def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True, purpose=None,
+                case_ref=None) -> Outcome:
+    """Queue a bulk batch, every scan with the call's purpose and case reference (D20); the
+    body has no URLs (the HTTP layer adds the poll URLs)."""
     bulk.check_call(customer.tier, targets)
+    purpose, case_ref = purposes.check(purpose, case_ref, required=customer.require_purpose)
     accepted, rejected = bulk.split_targets(targets)
     accepted, suppressed = suppressions.split_suppressed(accepted)
     rejected = sorted(rejected + suppressed, key=lambda entry: entry["index"])
     rows, batch, balance, limits, usage = _admit(customer.id, api_key_id, accepted, request_id=request_id,
-                                                 bulk_total=len(targets), livemode=livemode)
+                                                 bulk_total=len(targets), livemode=livemode, purpose=purpose,
+                                                 case_ref=case_ref)
     cost = billing.admission_cost(len(rows), bulk=True, livemode=livemode)
     if rows:
         _submit(customer.id, rows, batch, cost, request_id, livemode)

@@ -74,10 +74,10 @@ def record_submissions(submissions: Sequence[tuple[str, str, int, datetime]]) ->
 
 SCAN_BY_ID = f"SELECT {columns(Scan)} FROM {table(Scan)} WHERE id = ?"
 BATCH_BY_ID = f"SELECT {columns(BulkBatch)} FROM {table(BulkBatch)} WHERE id = ?"
-BATCH_SCANS = (f"SELECT id, status, target, kind, completed_at, result_json, failed_at, failure_code, "
-               f"failure_message FROM {table(Scan)} WHERE bulk_id = ? ORDER BY bulk_index")
-LIST_COLUMNS = ("id, status, target, kind, bulk_id, created_at, completed_at, result_json, failed_at, failure_code, "
-                "failure_message")
+BATCH_SCANS = (f"SELECT id, status, target, kind, purpose, case_ref, completed_at, result_json, failed_at, "
+               f"failure_code, failure_message FROM {table(Scan)} WHERE bulk_id = ? ORDER BY bulk_index")
+LIST_COLUMNS = ("id, status, target, kind, purpose, case_ref, bulk_id, created_at, completed_at, result_json, "
+                "failed_at, failure_code, failure_message")
 LIST_CURSOR = f"SELECT created_at FROM {table(Scan)} WHERE id = ? AND customer_id = ? AND livemode = ?"
 
 
@@ -196,13 +196,14 @@ READ_SCAN_CHARGED = (_charged(f"SELECT customer_id FROM {table(Scan)} WHERE id =
                      + f"SELECT k.*, w.*, {columns(Scan, 's')} FROM k CROSS JOIN w LEFT JOIN {table(Scan)} AS s "
                        f"ON s.id = ?")
 _BATCH_WIDTH = len(BulkBatch._meta.sorted_fields)
-_SCAN_ENTRY = ("s.id, s.status, s.target, s.kind, s.completed_at, s.result_json, s.failed_at, s.failure_code, "
-               "s.failure_message")  # the columns of BATCH_SCANS
+_SCAN_ENTRY = ("s.id, s.status, s.target, s.kind, s.purpose, s.case_ref, s.completed_at, s.result_json, s.failed_at, "
+               "s.failure_code, s.failure_message")  # the columns of BATCH_SCANS
+_NO_ENTRY = ", ".join(["NULL"] * len(_SCAN_ENTRY.split(",")))  # the first row has no scan's
 # The key, charge and batch on the first row, then one row per scan with only its own
 # columns: the key's and windows' columns are not sent (nor decoded) a hundred times.
 READ_BULK_CHARGED = _charged(f"SELECT customer_id FROM {table(BulkBatch)} WHERE id = ? AND livemode = {_KEY_MODE}") + (
     f", b AS (SELECT {columns(BulkBatch)} FROM {table(BulkBatch)} WHERE id = ?)\n"
-    f"SELECT k.*, w.*, b.*, {', '.join(['NULL'] * 9)}, -1 AS position FROM k CROSS JOIN w LEFT JOIN b ON true\n"
+    f"SELECT k.*, w.*, b.*, {_NO_ENTRY}, -1 AS position FROM k CROSS JOIN w LEFT JOIN b ON true\n"
     f"UNION ALL\n"
     f"SELECT {', '.join(['NULL'] * (KEY_ROW_LENGTH + _WINDOWS + _BATCH_WIDTH))}, {_SCAN_ENTRY}, s.bulk_index "
     f"FROM b JOIN {table(Scan)} AS s ON s.bulk_id = b.id WHERE b.customer_id = (SELECT customer_id FROM k)\n"

@@ -107,15 +107,20 @@ def build_parser(out: TextIO, err: TextIO) -> argparse.ArgumentParser:
     waiting.add_argument("--poll-interval", type=float, default=12.0, metavar="SECONDS",
                          help="with --wait: seconds between reads, each costs 1 credit (default 12)")
 
+    purposing = Parser(add_help=False)
+    purposing.add_argument("--purpose", help="why you look this up: fraud_prevention, kyc_aml, due_diligence, "
+                                             "background_check, security_research, law_enforcement or other")
+    purposing.add_argument("--case-ref", metavar="REF", help="your own reference for the case (1 to 128 characters)")
+
     parser = Parser(prog="scan-api", parents=[common],
                     description="Client of the Public Scan API. Every API call costs 1 credit.",
                     epilog="Exit codes: 0 ok, 1 API error, 2 usage error, 3 --wait timed out.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    scan = sub.add_parser("scan", parents=[common, output, waiting], help="scan one target")
+    scan = sub.add_parser("scan", parents=[common, output, waiting, purposing], help="scan one target")
     scan.add_argument("target", help="e-mail address, +E.164 phone number or username")
     scan.add_argument("--kind", choices=("email", "phone", "username"), help="default: inferred from the target")
-    bulk = sub.add_parser("bulk", parents=[common, output, waiting],
+    bulk = sub.add_parser("bulk", parents=[common, output, waiting, purposing],
                           help=f"scan up to {MAX_BULK_TARGETS} targets (Business and Enterprise tiers)")
     bulk.add_argument("file", metavar="FILE",
                       help="CSV with a 'target,kind' header, or one target per line; '-' reads stdin")
@@ -307,7 +312,7 @@ class _Run:
 
 def _scan(run: _Run) -> None:
     args, client = run.args, run.client
-    created = client.create(args.target, args.kind)
+    created = client.create(args.target, args.kind, purpose=args.purpose, case_ref=args.case_ref)
     if not args.wait:
         write_output(run.out, args.format, created.raw, [scan_row({**created.raw, "target": args.target})])
         return
@@ -318,7 +323,7 @@ def _scan(run: _Run) -> None:
 
 def _bulk(run: _Run) -> None:
     args, client = run.args, run.client
-    created = client.bulk(run.targets or []).raw
+    created = client.bulk(run.targets or [], purpose=args.purpose, case_ref=args.case_ref).raw
     if not args.wait:
         write_output(run.out, args.format, created, bulk_rows(created, created.get("scans") or []))
         return

@@ -85,6 +85,11 @@ def _reason(exc: Exception) -> str:
     return exc.__class__.__name__
 
 
+def _purpose_fields(purpose: str | None, case_ref: str | None) -> dict:
+    """The creation's purpose and case reference, only those given (the service checks them)."""
+    return {name: value for name, value in (("purpose", purpose), ("case_ref", case_ref)) if value is not None}
+
+
 def _target_item(item: dict | str) -> dict:
     if isinstance(item, str):
         return {"target": item}
@@ -210,10 +215,12 @@ class ScanClient:
 
     # --- endpoints -------------------------------------------------------------------
 
-    def create(self, target: str, kind: str | None = None, idempotency_key: str | None = None) -> Scan:
+    def create(self, target: str, kind: str | None = None, idempotency_key: str | None = None, *,
+               purpose: str | None = None, case_ref: str | None = None) -> Scan:
         """``POST /api/v1/scan``: queue a scan. The ``Scan`` has ``scan_id``, ``kind``, ``eta_seconds``,
-        ``recipes_to_run``, ``poll_url`` and status ``queued``."""
-        body = {"target": target}
+        ``recipes_to_run``, ``poll_url`` and status ``queued``. ``purpose`` (``fraud_prevention``,
+        ``kyc_aml``, ...) says why, ``case_ref`` is your own reference; both come back on reads."""
+        body = {"target": target, **_purpose_fields(purpose, case_ref)}
         if kind:
             body["kind"] = kind
         answer = self._request("POST", "/scan", json_body=body, idempotency_key=_idempotency(idempotency_key))
@@ -226,7 +233,8 @@ class ScanClient:
         """``GET /api/v1/scan/{id}``: the scan in its current state (1 credit)."""
         return Scan.from_dict(self._request("GET", f"/scan/{self._id(scan_id, 'scan_id')}"))
 
-    def bulk(self, targets: Iterable[dict | str], idempotency_key: str | None = None) -> Batch:
+    def bulk(self, targets: Iterable[dict | str], idempotency_key: str | None = None, *,
+             purpose: str | None = None, case_ref: str | None = None) -> Batch:
         """``POST /api/v1/scan/bulk``: 1 to 100 targets (``"a@b.c"`` or ``{"target", "kind"}``).
 
         Business and Enterprise tiers. The ``Batch`` lists the queued ``scans`` and the ``rejected`` targets."""
@@ -235,7 +243,8 @@ class ScanClient:
             raise ValueError("a bulk call needs at least one target")
         if len(items) > MAX_BULK_TARGETS:
             raise ValueError(f"a bulk call takes at most {MAX_BULK_TARGETS} targets, not {len(items)}")
-        return Batch.from_dict(self._request("POST", "/scan/bulk", json_body={"targets": items},
+        body = {"targets": items, **_purpose_fields(purpose, case_ref)}
+        return Batch.from_dict(self._request("POST", "/scan/bulk", json_body=body,
                                              idempotency_key=_idempotency(idempotency_key)))
 
     def get_bulk(self, bulk_id: str) -> Batch:

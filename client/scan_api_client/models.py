@@ -168,6 +168,8 @@ class Scan(_Model):
     status: str = "queued"
     target: str | None = None
     kind: str | None = None
+    purpose: str | None = None  # why the scan was made, as given at creation (or None)
+    case_ref: str | None = None  # the case reference given at creation (or None)
     created_at: str | None = None
     bulk_id: str | None = None
     livemode: bool | None = None

@@ -27,7 +27,8 @@ def test_read_in_every_state(client, account, jobs):
         scan_id = client.post(SCAN, json={"target": "jane@example.com"}, headers=account.headers).json["scan_id"]
         queued = client.get(f"{SCAN}/{scan_id}", headers=account.headers).json
         assert queued["status"] == "queued"
-        assert set(queued) == {"ok", "scan_id", "livemode", "status", "target", "kind", "created_at", "eta_seconds", "progress"}
+        assert set(queued) == {"ok", "scan_id", "livemode", "status", "target", "kind", "purpose", "case_ref",
+                               "created_at", "eta_seconds", "progress"}
         assert queued["created_at"] == "2026-11-21T12:00:00Z"
         assert queued["eta_seconds"] > 0 and set(queued["progress"]) == {"recipes_total", "recipes_done"}
         assert jobs.run(frozen, until=lambda: status_of(scan_id) == "running")
@@ -36,12 +37,14 @@ def test_read_in_every_state(client, account, jobs):
         assert running["progress"]["recipes_total"] > 0
         assert jobs.run(frozen, until=lambda: status_of(scan_id) == "completed")
         done = client.get(f"{SCAN}/{scan_id}", headers=account.headers).json
-        assert set(done) == {"ok", "scan_id", "livemode", "status", "target", "kind", "created_at", "completed_at", "result"}
+        assert set(done) == {"ok", "scan_id", "livemode", "status", "target", "kind", "purpose", "case_ref",
+                             "created_at", "completed_at", "result"}
         assert ISO.match(done["completed_at"])
         failed_id = client.post(SCAN, json={"target": "fail.me@example.com"}, headers=account.headers).json["scan_id"]
         assert jobs.run(frozen, until=lambda: status_of(failed_id) == "failed")
         failed = client.get(f"{SCAN}/{failed_id}", headers=account.headers).json
-        assert set(failed) == {"ok", "scan_id", "livemode", "status", "target", "kind", "created_at", "failed_at", "failure"}
+        assert set(failed) == {"ok", "scan_id", "livemode", "status", "target", "kind", "purpose", "case_ref",
+                               "created_at", "failed_at", "failure"}
         assert failed["failure"]["code"] == "engine_failed" and ISO.match(failed["failed_at"])
 
 
@@ -163,7 +166,8 @@ def test_aggregate_read_progresses_to_all_done(client, make_customer, jobs):
         assert set(first) == {"ok", "bulk_id", "livemode", "total", "queued", "running", "completed", "failed",
                               "rejected_count", "all_done", "scans"}
         assert (first["total"], first["queued"], first["rejected_count"], first["all_done"]) == (4, 3, 1, False)
-        assert all(set(s) == {"scan_id", "livemode", "status", "target", "kind"} for s in first["scans"])
+        assert all(set(s) == {"scan_id", "livemode", "status", "target", "kind", "purpose", "case_ref"}
+               for s in first["scans"])
         assert jobs.run(frozen, until=lambda: client.get(f"{BULK}/{body['bulk_id']}",
                                                          headers=acct.headers).json["all_done"])
         final = client.get(f"{BULK}/{body['bulk_id']}", headers=acct.headers).json
@@ -172,8 +176,10 @@ def test_aggregate_read_progresses_to_all_done(client, make_customer, jobs):
     assert final["total"] == sum(final[k] for k in ("queued", "running", "completed", "failed", "rejected_count"))
     assert [s["target"] for s in final["scans"]] == ["a.person@example.com", "fail.x@example.com", "+14155552671"]
     by_status = {s["status"]: s for s in final["scans"]}
-    assert set(by_status["completed"]) == {"scan_id", "livemode", "status", "target", "kind", "completed_at", "result"}
-    assert set(by_status["failed"]) == {"scan_id", "livemode", "status", "target", "kind", "failed_at", "failure"}
+    assert set(by_status["completed"]) == {"scan_id", "livemode", "status", "target", "kind", "purpose", "case_ref",
+                                           "completed_at", "result"}
+    assert set(by_status["failed"]) == {"scan_id", "livemode", "status", "target", "kind", "purpose", "case_ref",
+                                        "failed_at", "failure"}
     assert by_status["failed"]["failure"]["code"] == "engine_failed"
     for scan in final["scans"]:  # the same times as the scan's own read
         own = client.get(f"{SCAN}/{scan['scan_id']}", headers=acct.headers).json

@@ -64,3 +64,24 @@ def test_a_target_that_is_not_one_is_one_line_and_exit_1(app):
     assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
     not_a_kind = cli(app, "suppressions", "add", "fax", "123456")
     assert not_a_kind.exit_code != 0 and "Traceback" not in not_a_kind.output
+
+
+def test_purpose_and_case_ref_travel_with_the_scan_and_can_be_required(app, client, account):
+    created = client.post(SCAN, json={"target": "jane@example.com", "purpose": "kyc_aml", "case_ref": "C-7"},
+                          headers=account.headers)
+    assert created.status_code == 202
+    read = client.get(f"{SCAN}/{created.json['scan_id']}", headers=account.headers).json
+    assert (read["purpose"], read["case_ref"]) == ("kyc_aml", "C-7")
+    listed = client.get("/api/v1/scans", headers=account.headers).json["data"][0]
+    assert (listed["purpose"], listed["case_ref"]) == ("kyc_aml", "C-7")
+    wrong = client.post(SCAN, json={"target": "jane@example.com", "purpose": "curiosity"}, headers=account.headers)
+    assert (wrong.status_code, wrong.json["error"]) == (400, "invalid_purpose")
+    setting = json.loads(cli(app, "customers", "settings", account.id, "--require-purpose", "on", "--json").output)
+    assert setting["settings"]["require_purpose"] is True
+    missing = client.post(SCAN, json={"target": "jane@example.com"}, headers=account.headers)
+    assert (missing.status_code, missing.json["error"]) == (400, "purpose_required")
+    batch = client.post(BULK, json={"targets": [{"target": "john@example.com"}], "purpose": "other"},
+                        headers=account.headers)
+    assert batch.status_code == 202
+    aggregate = client.get(f"{BULK}/{batch.json['bulk_id']}", headers=account.headers).json
+    assert aggregate["scans"][0]["purpose"] == "other" and aggregate["scans"][0]["case_ref"] is None

@@ -386,3 +386,13 @@ def test_parse_rate_limit_and_retry_after():
                       "day": {"limit": 1000, "window": 86400, "remaining": 900, "reset": 50000}}
     assert parse_retry_after("30") == 30 and parse_retry_after(None) is None and parse_retry_after("soon") is None
     assert parse_retry_after("Sat, 21 Nov 2026 12:00:30 GMT", now=1795262400) == 30
+
+
+def test_purpose_and_case_ref_go_with_a_creation_and_come_back(served_app, make_customer):
+    api = make_client(served_app, make_customer(tier="enterprise"))
+    created = api.create("jane@example.com", purpose="kyc_aml", case_ref="C-9")
+    scan = api.get(created.scan_id)
+    assert (scan.purpose, scan.case_ref) == ("kyc_aml", "C-9")
+    batch = api.bulk(["john@example.com"], purpose="other")
+    entry = api.get_bulk(batch.bulk_id).scans[0]
+    assert (entry.purpose, entry.case_ref) == ("other", None)

@@ -46,6 +46,7 @@ def test_a_kinds_body_is_its_fields_of_the_read_in_order():
             "created_at": "x", "failed_at": "y", "failure": {"code": "engine_failed", "message": ""}}
     body = events.SCAN_FAILED.body(read)
     assert list(body) == ["event", "scan_id", "livemode", "target", "kind", "status", "failed_at", "failure"]
+    # purpose and case_ref are in every read (null when not given), so in every body: this read has none
     assert body["event"] == "scan.failed"
     assert "bulk_id" in events.SCAN_FAILED.body({**read, "bulk_id": "blk_1"})
 
@@ -59,7 +60,8 @@ def test_a_new_kind_needs_only_its_registry_entry():
                 created_at=datetime(2026, 1, 2, 3, 4, 5), recipes_total=8, recipes_done=3)
     body = webhooks.event_body(scan, running)
     assert body == {"event": "scan.running", "scan_id": "scn_r", "livemode": True, "target": "a@example.com",
-                    "kind": "email", "status": "running", "progress": {"recipes_total": 8, "recipes_done": 3}}
+                    "kind": "email", "status": "running", "purpose": None, "case_ref": None,
+                    "progress": {"recipes_total": 8, "recipes_done": 3}}
     schema = _webhook_body_schema(running)()
     assert set(schema.fields) == {"event", *events.SCAN_FIELDS, "progress"}
     assert schema.fields["status"].metadata == {"enum": ["running"]}

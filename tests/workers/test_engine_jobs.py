@@ -193,7 +193,8 @@ def test_a_scan_goes_queued_running_completed_with_current_progress(client, make
     assert [order[s] for s in seen] == sorted(order[s] for s in seen), seen  # never goes back
     in_flight = [(now, body, scan) for now, body, scan in reads if body["status"] in ("queued", "running")]
     for now, body, scan in in_flight:
-        assert set(body) == {"ok", "scan_id", "livemode", "status", "target", "kind", "created_at", "eta_seconds", "progress"}
+        assert set(body) == {"ok", "scan_id", "livemode", "status", "target", "kind", "purpose", "case_ref", "created_at",
+        "eta_seconds", "progress"}
         assert type(body["eta_seconds"]) is int and body["eta_seconds"] >= 0
         assert scan.eta_at == scan.created_at + timedelta(seconds=eta)
         assert body["eta_seconds"] == max(0, math.ceil((scan.eta_at - now).total_seconds()))  # what remains
@@ -208,7 +209,8 @@ def test_a_scan_goes_queued_running_completed_with_current_progress(client, make
     assert done == sorted(done) and max(done) > 0
 
     _, final, scan = reads[-1]
-    assert set(final) == {"ok", "scan_id", "livemode", "status", "target", "kind", "created_at", "completed_at", "result"}
+    assert set(final) == {"ok", "scan_id", "livemode", "status", "target", "kind", "purpose", "case_ref", "created_at",
+        "completed_at", "result"}
     assert final["target"] == target and final["kind"] == kind
     assert final["created_at"] == "2026-11-21T12:00:00Z" and ISO.match(final["completed_at"])
     assert epoch(scan.completed_at) - t0 >= plan.duration_s  # not before the engine was done
@@ -328,7 +330,8 @@ def test_an_engine_failure_fails_the_scan_with_engine_failed(client, make_custom
         scan_id = create(client, account, target, kind)["scan_id"]
         assert jobs.run(frozen, until=all_final([scan_id]))
         body = read(client, account, scan_id)
-    assert set(body) == {"ok", "scan_id", "livemode", "status", "target", "kind", "created_at", "failed_at", "failure"}
+    assert set(body) == {"ok", "scan_id", "livemode", "status", "target", "kind", "purpose", "case_ref", "created_at",
+        "failed_at", "failure"}
     assert body["status"] == "failed"
     assert body["failure"]["code"] == "engine_failed"
     assert isinstance(body["failure"]["message"], str) and body["failure"]["message"]

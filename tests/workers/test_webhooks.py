@@ -126,7 +126,8 @@ def test_first_attempt_succeeds_with_exact_headers_and_body(client, hooked, jobs
 
     body = json.loads(raw)
     read = client.get(f"/api/v1/scan/{delivery.scan_id}", headers=account.headers).json
-    assert list(body) == ["event", "scan_id", "livemode", "target", "kind", "status", "completed_at", "result"]
+    assert list(body) == ["event", "scan_id", "livemode", "target", "kind", "status", "purpose", "case_ref",
+                          "completed_at", "result"]
     assert body["event"] == "scan.completed" and body["status"] == "completed"
     assert (body["scan_id"], body["target"], body["kind"]) == (read["scan_id"], read["target"], read["kind"])
     assert body["completed_at"] == read["completed_at"]
@@ -165,7 +166,8 @@ def test_a_failed_scan_sends_scan_failed(client, hooked, jobs):
     assert received["headers"]["X-Service-Event"] == "scan.failed" and delivery.event == "scan.failed"
     body = json.loads(received["body"])
     read = client.get(f"/api/v1/scan/{delivery.scan_id}", headers=account.headers).json
-    assert list(body) == ["event", "scan_id", "livemode", "target", "kind", "status", "failed_at", "failure"]
+    assert list(body) == ["event", "scan_id", "livemode", "target", "kind", "status", "purpose", "case_ref",
+                          "failed_at", "failure"]
     assert (body["event"], body["status"]) == ("scan.failed", "failed")
     assert body["failed_at"] == read["failed_at"]
     assert body["failure"] == read["failure"] and body["failure"]["code"] == "engine_failed"

@@ -1,0 +1,28 @@
+"""Why a customer looks a person up (D20): a purpose from a fixed list and the customer's own
+case reference, checked at creation, stored with every scan and shown wherever the scan is.
+
+A customer may require a purpose (``customers settings CUSTOMER_ID --require-purpose on``):
+a creation without one is then 400 ``purpose_required``.
+"""
+from __future__ import annotations
+
+from app.services.errors import InvalidRequest
+
+PURPOSES = ("fraud_prevention", "kyc_aml", "due_diligence", "background_check", "security_research",
+            "law_enforcement", "other")
+CASE_REF_MAX = 128
+
+
+def check(purpose: object, case_ref: object, *, required: bool) -> tuple[str | None, str | None]:
+    """The creation's ``(purpose, case_ref)``, or the 400 that refuses them."""
+    if purpose is None:
+        if required:
+            raise InvalidRequest("this account requires a purpose on every scan: one of " + ", ".join(PURPOSES),
+                                 code="purpose_required")
+    elif purpose not in PURPOSES:
+        raise InvalidRequest("purpose must be one of " + ", ".join(PURPOSES), code="invalid_purpose")
+    if case_ref is not None and not (isinstance(case_ref, str) and 1 <= len(case_ref) <= CASE_REF_MAX
+                                     and case_ref.isprintable()):
+        raise InvalidRequest(f"case_ref must be 1 to {CASE_REF_MAX} printable characters",
+                             details={"case_ref": [f"1 to {CASE_REF_MAX} printable characters"]})
+    return purpose, case_ref
