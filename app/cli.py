@@ -314,11 +314,18 @@ def keys_issue(customer_id, name, webhook_url, webhook_secret, webhook_secret_st
 
 @keys_cli.command("set-webhook")
 @click.argument("key_id")
-@click.option("--url", required=True, help='The webhook URL; "" removes it (deliveries stop).')
+@click.option("--url", default=None, help='The webhook URL; "" removes it (deliveries stop).')
 @click.option("--secret-stdin", is_flag=True, help="Also set the signing secret, read from standard input.")
+@click.option("--payload", type=click.Choice(["full", "thin"]), default=None,
+              help="What each event's body carries: full (the scan and its result) or thin (ids, status, times "
+                   "and purpose only; the receiver reads the rest through the API).")
 @json_option
-def keys_set_webhook(key_id, url, secret_stdin, as_json):
-    """Set a key's webhook URL (and secret), by the same rules as the portal's key page."""
+def keys_set_webhook(key_id, url, secret_stdin, payload, as_json):
+    """Set a key's webhook URL (and secret) and what its bodies carry, by the portal's rules."""
+    if url is None and payload is None:
+        fail(as_json, "give --url, --payload or both")
+    if url is None and secret_stdin:
+        fail(as_json, "--secret-stdin goes with --url")
     secret = None
     if secret_stdin:
         secret = read_secret_line()
@@ -327,7 +334,11 @@ def keys_set_webhook(key_id, url, secret_stdin, as_json):
 
     def save():
         key = accounts.get_key(key_id)
-        return accounts.key_dict(webhooks.set_webhook(key.id, key.customer_id, url, secret))
+        if url is not None:
+            key = webhooks.set_webhook(key.id, key.customer_id, url, secret)
+        if payload is not None:
+            key = webhooks.set_payload(key.id, key.customer_id, payload)
+        return accounts.key_dict(key)
     data = run(as_json, save)
     emit(as_json, data, key_record(data))
 

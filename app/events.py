@@ -14,6 +14,11 @@ from dataclasses import dataclass
 # The fields of a scan's read every event body starts with, in this order (after ``event``).
 SCAN_FIELDS = ("scan_id", "bulk_id", "livemode", "target", "kind", "status", "purpose", "case_ref")
 OPTIONAL_FIELDS = frozenset({"bulk_id"})  # absent unless the scan has one
+# A thin body (D20: a key's ``webhook_payload`` "thin") carries no personal data: these fields of
+# the full one, and the receiver reads the rest through the API.
+THIN_FIELDS = frozenset({"scan_id", "bulk_id", "livemode", "status", "purpose", "case_ref", "completed_at",
+                         "failed_at"})
+PAYLOADS = ("full", "thin")
 
 
 @dataclass(frozen=True)
@@ -24,10 +29,15 @@ class EventKind:
     status: str              # the scan status it reports
     fields: tuple[str, ...]  # the fields of the scan's read the body carries, in order
 
-    def body(self, scan_read: dict) -> dict:
-        """The event's body from a scan's read body (``services.reads.scan_view``)."""
-        picked = {name: scan_read[name] for name in self.fields if name in scan_read}
+    def body(self, scan_read: dict, *, thin: bool = False) -> dict:
+        """The event's body from a scan's read body (``services.reads.scan_view``); ``thin``:
+        only its ``THIN_FIELDS``."""
+        picked = {name: scan_read[name] for name in self.thin_fields(thin) if name in scan_read}
         return {"event": self.name, **picked}
+
+    def thin_fields(self, thin: bool = True) -> tuple[str, ...]:
+        """The fields of its body, in order: all, or the thin body's."""
+        return tuple(name for name in self.fields if not thin or name in THIN_FIELDS)
 
 
 SCAN_COMPLETED = EventKind("scan.completed", "a scan completed: the body carries its result", "WebhookCompleted",

@@ -107,13 +107,15 @@ def _suppressions(database):
 
 
 def _purpose(database):
-    """Scan and BulkBatch purpose and case_ref, Customer.require_purpose (D20). Existing scans
-    have none: NULL, as a creation without them."""
+    """Scan and BulkBatch purpose and case_ref, Customer.require_purpose, ApiKey.webhook_payload
+    (D20). Existing scans have no purpose: NULL, as a creation without one; keys send full bodies."""
     for name in ("scan", "bulk_batch"):
         database.execute_sql(f'ALTER TABLE "{name}" ADD COLUMN IF NOT EXISTS "purpose" VARCHAR(32)')
         database.execute_sql(f'ALTER TABLE "{name}" ADD COLUMN IF NOT EXISTS "case_ref" VARCHAR(128)')
     database.execute_sql('ALTER TABLE "customer" ADD COLUMN IF NOT EXISTS "require_purpose" BOOLEAN NOT NULL '
                          'DEFAULT FALSE')
+    database.execute_sql('ALTER TABLE "api_key" ADD COLUMN IF NOT EXISTS "webhook_payload" VARCHAR(8) NOT NULL '
+                         "DEFAULT 'full'")
 
 
 # (version, name, function(database)). Append only; never edit an applied one.
@@ -125,7 +127,7 @@ MIGRATIONS = [
     (6, "test mode", _test_mode),
     (7, "longer idempotency endpoint", _longer_idempotency_endpoint),
     (8, "suppressions", _suppressions),
-    (9, "purpose and case reference", _purpose),
+    (9, "purpose, case reference, thin webhooks", _purpose),
 ]
 
 

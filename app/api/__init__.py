@@ -71,6 +71,10 @@ under **Callbacks** of "Create a scan" and "Create scans in bulk", and as the {s
 schemas. A 2xx answer received whole within {timeout} seconds acknowledges;
 otherwise the delivery is {retries} (each delay counted from the previous failure), with the
 same delivery id and body. `GET /api/v1/deliveries` lists every delivery with its attempts.
+A key set to send thin bodies (the key page, or your account manager) sends only the scan's
+ids, status, times, purpose and case reference: the {thin_schemas} schemas. No target, result
+or failure message leaves the service that way; your receiver reads them with
+`GET /api/v1/scan/{scan_id}`.
 """
 
 
@@ -111,6 +115,7 @@ def register_api(app: Flask) -> Api:
         "info": {"description": API_DESCRIPTION
                  .replace("{events}", "\n".join(f"- `{kind.name}`: {kind.fires}." for kind in events.EVENTS))
                  .replace("{schemas}", " and ".join(f"`{kind.schema}`" for kind in events.EVENTS))
+                 .replace("{thin_schemas}", " and ".join(f"`{kind.schema}Thin`" for kind in events.EVENTS))
                  .replace("{call_price}", billing.PRICE_WORDS["call"])
                  .replace("{timeout}", f'{app.config["WEBHOOK_TIMEOUT_SECONDS"]:g}')
                  .replace("{retries}", retry_schedule_words(app.config["WEBHOOK_RETRY_SCHEDULE"]))},
@@ -128,8 +133,8 @@ def register_api(app: Flask) -> Api:
     from app.api.scans import blp as scans_blp
     from app.schemas.scans import WEBHOOK_BODY_SCHEMAS, BulkTargetSchema
     api.spec.components.schema("BulkTarget", schema=BulkTargetSchema)
-    for kind in events.EVENTS:
-        api.spec.components.schema(kind.schema, schema=WEBHOOK_BODY_SCHEMAS[kind.schema])
+    for name, schema in WEBHOOK_BODY_SCHEMAS.items():
+        api.spec.components.schema(name, schema=schema)
     api.register_blueprint(scans_blp)
     from app.api.deliveries import blp as deliveries_blp
     api.register_blueprint(deliveries_blp)

@@ -54,6 +54,9 @@ class ApiKey(BaseModel):
     last_used_at = DateTimeField(null=True)
     revoked_at = DateTimeField(null=True)
     webhook_url = TextField(null=True)
+    # What each event's body carries (D20): "full" (the scan with its result) or "thin" (ids,
+    # status, times, purpose: no target, result or failure message; the receiver reads the rest).
+    webhook_payload = CharField(max_length=8, default="full", constraints=[SQL("DEFAULT 'full'")])
     # Fernet token of the signing secret, keyed from SECRET_KEY (D11: encrypted at rest).
     webhook_secret_enc = TextField(null=True)
     # Rolling rotation (D16): the next secret (Fernet token too) and when it replaces the

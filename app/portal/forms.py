@@ -1,6 +1,16 @@
 """Portal forms: WTForms classes, so every one carries and checks a CSRF token."""
 from flask_wtf import FlaskForm
-from wtforms import DateField, EmailField, HiddenField, IntegerField, PasswordField, StringField, URLField
+from wtforms import (
+    DateField,
+    EmailField,
+    HiddenField,
+    IntegerField,
+    PasswordField,
+    SelectField,
+    StringField,
+    URLField,
+)
+from wtforms.fields.choices import SelectChoice
 from wtforms.validators import DataRequired, Email, InputRequired, Length, NumberRange, Optional
 
 
@@ -17,6 +27,11 @@ class WebhookForm(FlaskForm):
     secret = StringField("Signing secret", validators=[Optional()],
                          description="whsec_ followed by base64 of 16 to 128 random bytes. Leave empty to keep the "
                                      "current secret; a secret set here replaces it at once.")
+    payload = SelectField("Body of each event", choices=[
+        SelectChoice("full", "Full: the scan with its target and result"),
+        SelectChoice("thin", "Thin: ids, status, times and purpose only (read the rest through the API)")],
+        default="full",
+        description="A thin body carries no personal data to your receiver; it reads the scan with its key.")
 
 
 class ActionForm(FlaskForm):

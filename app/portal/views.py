@@ -161,7 +161,7 @@ def _key_page(key: ApiKey, *, form: WebhookForm | None = None, revealed: str | N
     deliveries = delivery_console.key_deliveries(key.id, g.portal_customer.id, status=status, event=event,
                                                  page=_page_arg())
     if form is None:
-        form = WebhookForm(formdata=None, url=key.webhook_url or "")
+        form = WebhookForm(formdata=None, url=key.webhook_url or "", payload=key.webhook_payload)
     form.secret.data = ""  # a typed secret is not echoed back in the page
     html = render_template("portal/key.html", key=key, form=form, action=ActionForm(), deliveries=deliveries,
                            status=status, event=event, statuses=STATUSES, events=EVENTS, revealed=revealed,
@@ -199,6 +199,7 @@ def save_webhook(key_id):
         return _key_page(key, form=form, code=400)
     try:
         webhooks.set_webhook(key.id, g.portal_customer.id, form.url.data, form.secret.data or None)
+        webhooks.set_payload(key.id, g.portal_customer.id, form.payload.data)
     except LookupError:
         abort(404)
     except AccountError as exc:  # the URL or secret refused, with the reason: a form error

@@ -309,19 +309,22 @@ class ScanListSchema(ma.Schema):
 
 # --- webhook bodies (documented only) -------------------------------------------------
 
-def _webhook_body_schema(kind: events.EventKind) -> type[ma.Schema]:
-    """The body schema of an event kind: ``event``, then the registry's fields with the read's own
-    field definitions (ScanSchema), required unless optional, the status the event reports."""
+def _webhook_body_schema(kind: events.EventKind, *, thin: bool = False) -> type[ma.Schema]:
+    """The body schema of an event kind: ``event``, then the registry's fields (a thin body's
+    only) with the read's own field definitions (ScanSchema), required unless optional, the
+    status the event reports."""
     read = ScanSchema._declared_fields
     declared = {"event": fields.String(required=True, metadata={"enum": [kind.name]})}
-    for name in kind.fields:
+    for name in kind.thin_fields(thin):
         field = copy.deepcopy(read[name])
         field.required = name not in events.OPTIONAL_FIELDS
         if name == "status":
             field.metadata = {"enum": [kind.status]}
         declared[name] = field
-    return ma.Schema.from_dict(declared, name=kind.schema)
+    return ma.Schema.from_dict(declared, name=kind.schema + ("Thin" if thin else ""))
 
 
-# The body schema of each event kind (app.events names the component), for the OpenAPI document.
+# The body schema of each event kind (app.events names the component), full and thin, for the
+# OpenAPI document.
 WEBHOOK_BODY_SCHEMAS = {kind.schema: _webhook_body_schema(kind) for kind in events.EVENTS}
+WEBHOOK_BODY_SCHEMAS.update({f"{kind.schema}Thin": _webhook_body_schema(kind, thin=True) for kind in events.EVENTS})

@@ -215,6 +215,7 @@ def key_dict(key: ApiKey) -> dict:
         "revoked_at": iso(key.revoked_at), "status": "active" if key.is_live else "revoked",
         "mode": "live" if key.livemode else "test",
         "webhook_url": key.webhook_url, "has_webhook_secret": bool(key.webhook_secret_enc),
+        "webhook_payload": key.webhook_payload,
     }
 
 

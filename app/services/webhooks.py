@@ -72,11 +72,12 @@ def encode_body(body: dict) -> str:
     return json.dumps(body, separators=(",", ":"))
 
 
-def event_body(scan, kind: events.EventKind | None = None) -> dict:
+def event_body(scan, kind: events.EventKind | None = None, *, thin: bool = False) -> dict:
     """The body of event ``kind`` for ``scan`` (by default the event its status reports:
-    ``scan.completed``, §6.4, or ``scan.failed``, D11): the registry's fields of its read."""
+    ``scan.completed``, §6.4, or ``scan.failed``, D11): the registry's fields of its read, or
+    with ``thin`` only those that carry no personal data (D20)."""
     kind = kind or events.for_status(scan.status)
-    return kind.body(scan_view(scan, utcnow()))
+    return kind.body(scan_view(scan, utcnow()), thin=thin)
 
 
 def _create_delivery(key: ApiKey, event: str, body: dict, scan_id: str | None) -> WebhookDelivery:
@@ -93,7 +94,7 @@ def record_event(scan, kind: events.EventKind | None = None) -> WebhookDelivery 
     key = key_store.key(scan.api_key_id)
     if not key.webhook_url:
         return None
-    body = event_body(scan, kind)
+    body = event_body(scan, kind, thin=key.webhook_payload == "thin")
     return _create_delivery(key, body["event"], body, scan.id)
 
 
@@ -134,6 +135,15 @@ def check_secret(secret: str) -> str:
         raise AccountError(f"the base64 part of the webhook secret must decode to {MIN_SECRET_BYTES} to "
                            f"{MAX_SECRET_BYTES} bytes, not {len(key)}")
     return secret
+
+
+def set_payload(key_id: str, customer_id: str, payload: str) -> ApiKey:
+    """What the key's event bodies carry: ``full`` or ``thin`` (D20); later events only."""
+    if payload not in events.PAYLOADS:
+        raise AccountError(f"payload must be one of {', '.join(events.PAYLOADS)}")
+    key = owned_key(key_id, customer_id)
+    key_store.set_payload(key.id, payload)
+    return key_store.key(key.id)
 
 
 def set_webhook(key_id: str, customer_id: str, url: str | None, secret: str | None = None) -> ApiKey:

@@ -37,6 +37,10 @@ def set_webhook(key_id: str, *, url: str | None, secret_enc: str | None = None) 
     ApiKey.update(**changes).where(ApiKey.id == key_id).execute()
 
 
+def set_payload(key_id: str, payload: str) -> None:
+    ApiKey.update(webhook_payload=payload).where(ApiKey.id == key_id).execute()
+
+
 def _is(field, value):
     """``field`` holds ``value`` (SQL's ``= NULL`` is never true)."""
     return field.is_null() if value is None else field == value

@@ -85,3 +85,15 @@ def test_purpose_and_case_ref_travel_with_the_scan_and_can_be_required(app, clie
     assert batch.status_code == 202
     aggregate = client.get(f"{BULK}/{batch.json['bulk_id']}", headers=account.headers).json
     assert aggregate["scans"][0]["purpose"] == "other" and aggregate["scans"][0]["case_ref"] is None
+
+
+def test_the_operator_sets_a_keys_payload_and_the_document_shows_thin_bodies(app, client, account):
+    thin = json.loads(cli(app, "keys", "set-webhook", account.key.id, "--payload", "thin", "--json").output)
+    assert thin["webhook_payload"] == "thin"
+    nothing = cli(app, "keys", "set-webhook", account.key.id)
+    assert nothing.exit_code == 1 and "--url" in nothing.output
+    spec = client.get("/api/v1/openapi.json").get_json()
+    thin_body = spec["components"]["schemas"]["WebhookCompletedThin"]["properties"]
+    assert set(thin_body) == {"event", "scan_id", "bulk_id", "livemode", "status", "purpose", "case_ref",
+                              "completed_at"}
+    assert "WebhookFailedThin" in spec["info"]["description"]

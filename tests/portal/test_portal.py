@@ -110,6 +110,23 @@ def test_security_headers(client, portal_account):
     assert response.headers["X-Content-Type-Options"] == "nosniff"
 
 
+def test_the_key_page_sets_thin_bodies(client, portal_account):
+    login(client)
+    key_id = portal_account.key.id
+    page = f"/app/api-keys/{key_id}"
+    response = client.post(f"{page}/webhook", data={"csrf_token": csrf(client, page),
+                                                    "url": "https://hooks.acme.example/scans", "payload": "thin"})
+    assert response.status_code == 302
+    with db.connection_context():
+        assert ApiKey.get_by_id(key_id).webhook_payload == "thin"
+    assert '<option selected value="thin">' in client.get(page).get_data(as_text=True)
+    refused = client.post(f"{page}/webhook", data={"csrf_token": csrf(client, page),
+                                                   "url": "https://hooks.acme.example/scans", "payload": "fat"})
+    assert refused.status_code == 400
+    with db.connection_context():
+        assert ApiKey.get_by_id(key_id).webhook_payload == "thin"
+
+
 def test_set_webhook_generate_and_reveal_secret(client, portal_account):
     login(client)
     key_id = portal_account.key.id

@@ -60,6 +60,26 @@ def test_the_event_of_a_completed_scan_carries_its_result(hooked):
     assert delivery.body == webhooks.encode_body(body)  # compact JSON: the bytes every attempt sends
 
 
+def test_a_thin_key_sends_no_personal_data(hooked):
+    cust, key = hooked
+    webhooks.set_payload(key.id, cust.id, "thin")
+    done, failed = new_scan(cust, key), new_scan(cust, key, "fail.me@example.com")
+    tracking.complete(done.id, RESULT)
+    tracking.fail(failed.id, "engine_failed", "the engine could not finish jane@example.com")
+    bodies = {json.loads(d.body)["event"]: json.loads(d.body) for d in WebhookDelivery.select()}
+    assert list(bodies["scan.completed"]) == ["event", "scan_id", "livemode", "status", "purpose", "case_ref",
+                                              "completed_at"]
+    assert list(bodies["scan.failed"]) == ["event", "scan_id", "livemode", "status", "purpose", "case_ref",
+                                           "failed_at"]
+    assert "jane" not in json.dumps(bodies) and "fail.me" not in json.dumps(bodies)
+    with pytest.raises(AccountError):
+        webhooks.set_payload(key.id, cust.id, "medium")
+    webhooks.set_payload(key.id, cust.id, "full")  # later events carry everything again
+    again = new_scan(cust, key)
+    tracking.complete(again.id, RESULT)
+    assert json.loads(WebhookDelivery.get(WebhookDelivery.scan_id == again.id).body)["result"] == RESULT
+
+
 def test_no_event_for_a_key_without_a_url(conn):
     cust, key = new_customer()
     scan = new_scan(cust, key)
