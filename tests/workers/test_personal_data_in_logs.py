@@ -1,0 +1,49 @@
+"""No target, result field or webhook body in a log line, a metric label or an error message
+(D20): a run through creations (single and bulk), a failure, reads, lists, webhook deliveries
+(one refused by the receiver) and refusals, logged at DEBUG, then every line and /metrics
+searched for what it was about."""
+import json
+import logging
+
+from freezegun import freeze_time
+
+from app.extensions import db
+from app.models import WebhookDelivery
+from tests.workers.test_webhooks import START, hooked, receiver  # noqa: F401 - fixtures
+
+TARGETS = ("canary.one@example.com", "fail.canary@example.com", "+447700900555", "canaryhandle")
+
+
+def test_a_run_logs_and_counts_nothing_about_the_people_it_looked_up(client, hooked, jobs, caplog):  # noqa: F811
+    account, hook = hooked(responses=(500, 200))
+    caplog.set_level(logging.DEBUG)
+    with freeze_time(START) as frozen:
+        single = client.post("/api/v1/scan", json={"target": TARGETS[0]}, headers=account.headers).json
+        failing = client.post("/api/v1/scan", json={"target": TARGETS[1]}, headers=account.headers).json
+        batch = client.post("/api/v1/scan/bulk", headers=account.headers,
+                            json={"targets": [{"target": TARGETS[2]}, {"target": TARGETS[3]}, {"target": "zz"}]}).json
+        assert jobs.run(frozen, until=lambda: WebhookDelivery.select()
+                        .where(WebhookDelivery.status == "succeeded").count() == 4)
+        client.get(f"/api/v1/scan/{single['scan_id']}", headers=account.headers)
+        client.get(f"/api/v1/scan/{failing['scan_id']}", headers=account.headers)
+        client.get(f"/api/v1/scan/bulk/{batch['bulk_id']}", headers=account.headers)
+        client.get("/api/v1/scans", headers=account.headers)
+        client.get("/api/v1/deliveries", headers=account.headers)
+        refused = client.post("/api/v1/scan", json={"target": "canary!@@example.com"}, headers=account.headers)
+        assert refused.status_code == 400 and "canary" not in refused.json["message"]
+    with db.connection_context():
+        bodies = [d.body for d in WebhookDelivery.select()]
+    results = [json.loads(body)["result"] for body in bodies if '"result"' in body]
+    assert len(bodies) == 4 and results  # the run really made what is searched for
+    metrics = client.get("/metrics").get_data(as_text=True)
+    logged = "\n".join(record.getMessage() + " " + json.dumps(record.__dict__, default=str)
+                       for record in caplog.records)
+    assert len(caplog.records) > 20
+    for target in (*TARGETS, "canary!@@example.com"):
+        assert target not in logged, target
+        assert target not in metrics, target
+    for result in results:
+        summary = result.get("ai_summary")
+        assert summary and summary not in logged
+    for body in bodies:
+        assert body not in logged
