@@ -119,9 +119,9 @@ def test_walk_scans_batch_usage_and_delivery_console(logged_in, served_app, port
     email = create("jane.doe@example.com")
     phone = create("+442071838750")
     failed = create("fail.hard@example.com")
-    running = create("still.going@example.com")
+    running = create("hang.going@example.com")  # never finishes (the "hang" convention): in flight throughout
     bulk = requests.post(f"{api}/scan/bulk", headers=headers, timeout=10, json={"targets": [
-        {"target": "bulk.one@example.com"}, {"target": "no"}, {"target": "@bulk_two"}]}).json()
+        {"target": "bulk.one@example.com"}, {"target": "no"}, {"target": "@hang_two"}]}).json()  # in flight throughout
     for scan_id in (email, phone, bulk["scans"][0]["scan_id"]):
         _finish(scan_id)
     _finish(failed, fail=True)
