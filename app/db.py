@@ -24,6 +24,7 @@ db = DatabaseProxy()
 
 
 UNKNOWN_PREPARED_STATEMENT = "26000"  # SQLSTATE invalid_sql_statement_name
+DUPLICATE_PREPARED_STATEMENT = "42P05"  # SQLSTATE duplicate_prepared_statement
 
 
 class PostgresPool(PooledPostgresqlDatabase):
@@ -48,14 +49,42 @@ class PostgresPool(PooledPostgresqlDatabase):
         self._prepared.pop(self.conn_key(conn), None)
         return super()._close_raw(conn)
 
+    def _sqlstate_when_idle(self, exc, conn) -> str | None:
+        """The SQLSTATE of ``exc`` when the connection is outside a transaction (so that the
+        statement can be tried again on it), else None."""
+        original = getattr(exc, "orig", None) or exc.__context__  # peewee wraps the driver's error
+        if self._adapter.txn_status(conn) != self._adapter.txn_idle:
+            return None
+        return getattr(original, "pgcode", None)
+
+    def _prepare(self, conn, names: set[str], texts) -> None:
+        """PREPARE the statements of ``texts`` the connection has not prepared yet, in one round trip.
+
+        The server may have one already although ``names`` does not say so: a PREPARE it ran whose
+        answer was lost (a connection cut at that moment, then restored). The name is the hash of
+        the text, so the statement it holds is this one: taken as prepared, one by one."""
+        missing = [(name, prepare) for name, prepare, _ in texts if name not in names]
+        if not missing:
+            return
+        try:
+            self.execute_sql("; ".join(prepare for _, prepare in missing))
+        except DatabaseError as exc:
+            if self._sqlstate_when_idle(exc, conn) != DUPLICATE_PREPARED_STATEMENT:
+                raise
+            for name, prepare in missing:
+                try:
+                    self.execute_sql(prepare)
+                except DatabaseError as again:
+                    if self._sqlstate_when_idle(again, conn) != DUPLICATE_PREPARED_STATEMENT:
+                        raise
+                names.add(name)
+        names.update(name for name, _ in missing)
+
     def execute_prepared_batch(self, statements):
         conn = self.connection()
         names = self._prepared.setdefault(self.conn_key(conn), set())
         texts = [_prepared_texts(sql) for sql, _ in statements]
-        missing = [prepare for name, prepare, _ in texts if name not in names]
-        if missing:
-            self.execute_sql("; ".join(missing))
-            names.update(name for name, _, _ in texts)
+        self._prepare(conn, names, texts)
         params = [value for _, values in statements for value in values]
         return self.execute_sql("; ".join(run for _, _, run in texts), params)
 
@@ -69,15 +98,11 @@ class PostgresPool(PooledPostgresqlDatabase):
         name, prepare, run = _prepared_texts(sql)
         conn = self.connection()
         names = self._prepared.setdefault(self.conn_key(conn), set())
-        if name not in names:
-            self.execute_sql(prepare)
-            names.add(name)
+        self._prepare(conn, names, [(name, prepare, run)])
         try:
             return self.execute_sql(run, params)
         except DatabaseError as exc:
-            original = getattr(exc, "orig", None) or exc.__context__  # peewee wraps the driver's error
-            if (getattr(original, "pgcode", None) != UNKNOWN_PREPARED_STATEMENT
-                    or self._adapter.txn_status(conn) != self._adapter.txn_idle):
+            if self._sqlstate_when_idle(exc, conn) != UNKNOWN_PREPARED_STATEMENT:
                 raise
         names.clear()  # a server that forgot one forgot them all (DEALLOCATE ALL, a reset session)
         self.execute_sql(prepare)
