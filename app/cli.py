@@ -485,6 +485,11 @@ def deliveries_redeliver(delivery_id, as_json):
 KIND = click.Choice(["email", "phone", "username"])
 
 
+def opt_out_record(data: dict, title: str) -> Table:
+    """An opt-out as the operator sees it: its kind and keyed hash (the target is not kept)."""
+    return Table.record([("kind", data["kind"]), ("hash", data["target_hash"])], title=title)
+
+
 @suppressions_cli.command("add")
 @click.argument("kind", type=KIND)
 @click.argument("target")
@@ -492,8 +497,7 @@ KIND = click.Choice(["email", "phone", "username"])
 def suppressions_add(kind, target, as_json):
     """Record that the person TARGET belongs to opted out: creations for it are refused, free."""
     data = run(as_json, lambda: suppressions.add(kind, target))
-    emit(as_json, data, Table.record([("kind", data["kind"]), ("hash", data["target_hash"])],
-                                     title="opt-out recorded" if data["added"] else "opt-out was recorded already"))
+    emit(as_json, data, opt_out_record(data, "opt-out recorded" if data["added"] else "opt-out was recorded already"))
 
 
 @suppressions_cli.command("remove")
@@ -503,8 +507,7 @@ def suppressions_add(kind, target, as_json):
 def suppressions_remove(kind, target, as_json):
     """Withdraw the opt-out of TARGET."""
     data = run(as_json, lambda: suppressions.remove(kind, target))
-    emit(as_json, data, Table.record([("kind", data["kind"]), ("hash", data["target_hash"])],
-                                     title="opt-out withdrawn" if data["removed"] else "no opt-out for this target"))
+    emit(as_json, data, opt_out_record(data, "opt-out withdrawn" if data["removed"] else "no opt-out for this target"))
 
 
 @suppressions_cli.command("list")

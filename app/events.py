@@ -32,11 +32,11 @@ class EventKind:
     def body(self, scan_read: dict, *, thin: bool = False) -> dict:
         """The event's body from a scan's read body (``services.reads.scan_view``); ``thin``:
         only its ``THIN_FIELDS``."""
-        picked = {name: scan_read[name] for name in self.thin_fields(thin) if name in scan_read}
+        picked = {name: scan_read[name] for name in self.body_fields(thin=thin) if name in scan_read}
         return {"event": self.name, **picked}
 
-    def thin_fields(self, thin: bool = True) -> tuple[str, ...]:
-        """The fields of its body, in order: all, or the thin body's."""
+    def body_fields(self, *, thin: bool = False) -> tuple[str, ...]:
+        """The fields of its body, in order: all, or (``thin``) the thin body's."""
         return tuple(name for name in self.fields if not thin or name in THIN_FIELDS)
 
 

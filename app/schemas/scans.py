@@ -315,7 +315,7 @@ def _webhook_body_schema(kind: events.EventKind, *, thin: bool = False) -> type[
     status the event reports."""
     read = ScanSchema._declared_fields
     declared = {"event": fields.String(required=True, metadata={"enum": [kind.name]})}
-    for name in kind.thin_fields(thin):
+    for name in kind.body_fields(thin=thin):
         field = copy.deepcopy(read[name])
         field.required = name not in events.OPTIONAL_FIELDS
         if name == "status":
