@@ -405,12 +405,8 @@ def test_the_database_failing_at_any_statement_leaves_nothing_half_written(app, 
 
 def test_postgresql_lost_mid_run_answers_503_then_the_pool_recovers(app, base_config, make_customer, figures):
     acct = make_customer(tier="enterprise", credits=1000, inflight=1000, hour=1000, day=1000)
-    url = urlsplit(base_config["DATABASE_URL"])
-    # The embedded server of the session listens on a unix socket only (?host=<its folder>).
-    socket_dir = parse_qs(url.query).get("host", [None])[0] if not url.hostname else None
-    proxy = TcpProxy(f"{socket_dir}/.s.PGSQL.{url.port or 5432}" if socket_dir else (url.hostname, url.port or 5432))
-    netloc = f"{url.username}@127.0.0.1:{proxy.port}" if url.username else f"127.0.0.1:{proxy.port}"
-    proxied = create_app(dict(base_config, DATABASE_URL=urlunsplit(url._replace(netloc=netloc, query=""))))
+    proxy = TcpProxy(_upstream(base_config["DATABASE_URL"]))
+    proxied = create_app(dict(base_config, DATABASE_URL=_through(proxy, base_config["DATABASE_URL"])))
     served = ServerThread(proxied)
     driver = LoadDriver(served.url, concurrency=8, timeout=30)
     try:
@@ -449,10 +445,20 @@ def test_postgresql_lost_mid_run_answers_503_then_the_pool_recovers(app, base_co
                    failures=0, stale_pool_503s_after_restore=len(stale))
 
 
+def _upstream(database_url: str) -> tuple[str, int] | str:
+    """Where a proxy reaches the test database: its host and port, or the unix socket of the
+    session's embedded server (which listens on ``?host=<its folder>`` only)."""
+    url = urlsplit(database_url)
+    if url.hostname:
+        return url.hostname, url.port or 5432
+    return f"{parse_qs(url.query)['host'][0]}/.s.PGSQL.{url.port or 5432}"
+
+
 def _through(proxy, database_url: str) -> str:
+    """``database_url`` with the proxy's loopback port in place of the server's address."""
     url = urlsplit(database_url)
     netloc = f"{url.username}@127.0.0.1:{proxy.port}" if url.username else f"127.0.0.1:{proxy.port}"
-    return urlunsplit(url._replace(netloc=netloc))
+    return urlunsplit(url._replace(netloc=netloc, query=""))
 
 
 @pytest.mark.parametrize("path, body", [
@@ -466,8 +472,7 @@ def test_a_creation_whose_commit_answer_is_lost_answers_what_happened(app, base_
     and its answer was lost: the creation is served (202), charged once, and its scans run.
     "before": the COMMIT never arrived and the server rolled back: 503, nothing written or charged."""
     acct = make_customer(tier="enterprise", credits=100)
-    url = urlsplit(base_config["DATABASE_URL"])
-    proxy = CommitCutter((url.hostname, url.port or 5432))
+    proxy = CommitCutter(_upstream(base_config["DATABASE_URL"]))
     proxied = create_app(dict(base_config, DATABASE_URL=_through(proxy, base_config["DATABASE_URL"])))
     try:
         proxy.arm(cut)
@@ -528,7 +533,8 @@ def assert_nothing_created(acct, credits):
         assert Scan.select().where(Scan.customer == acct.id).count() == 0
         assert BulkBatch.select().where(BulkBatch.customer == acct.id).count() == 0
         assert billing.balance_of(acct.id) == credits == billing.ledger_sum(acct.id)
-        return [r.reason for r in CreditLedger.select().where(CreditLedger.customer == acct.id)]
+        return [r.reason for r in CreditLedger.select().where(CreditLedger.customer == acct.id)
+                .order_by(CreditLedger.id)]
 
 
 @pytest.mark.config(ENGINE_SUBMIT_TIMEOUT_SECONDS=0.5)
@@ -773,8 +779,7 @@ def test_a_database_outage_costs_the_worker_one_line_per_reconnection_not_a_trac
     reconnection attempt with back-off, no traceback; then it resumes, and a new scan completes."""
     from tests.processes import WorkerProcess, service_env, wait_for
     acct = make_customer(tier="enterprise", credits=100, inflight=100, hour=100, day=100)
-    url = urlsplit(base_config["DATABASE_URL"])
-    proxy = TcpProxy((url.hostname, url.port or 5432))
+    proxy = TcpProxy(_upstream(base_config["DATABASE_URL"]))
     env = service_env(app, simulator.url, tmp_path / "instance", ENGINE_POLL_SECONDS=0.5, LOG_FORMAT="text",
                       DATABASE_URL=_through(proxy, base_config["DATABASE_URL"]))
     for i in range(10):
