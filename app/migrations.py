@@ -118,6 +118,19 @@ def _purpose(database):
                          "DEFAULT 'full'")
 
 
+def _retention(database):
+    """Customer.result_retention_days, Scan.erased_at, a nullable Scan.target and
+    WebhookDelivery.body (erased with the scan), and the retention job's partial index (D20)."""
+    from app.models import Scan
+
+    database.execute_sql('ALTER TABLE "customer" ADD COLUMN IF NOT EXISTS "result_retention_days" INTEGER NOT NULL '
+                         'DEFAULT 90')
+    database.execute_sql('ALTER TABLE "scan" ADD COLUMN IF NOT EXISTS "erased_at" TIMESTAMP')
+    database.execute_sql('ALTER TABLE "scan" ALTER COLUMN "target" DROP NOT NULL')
+    database.execute_sql('ALTER TABLE "webhook_delivery" ALTER COLUMN "body" DROP NOT NULL')
+    Scan._schema.create_indexes(safe=True)
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 MIGRATIONS = [
     (1, "initial schema", _initial),
@@ -128,6 +141,7 @@ MIGRATIONS = [
     (7, "longer idempotency endpoint", _longer_idempotency_endpoint),
     (8, "suppressions", _suppressions),
     (9, "purpose, case reference, thin webhooks", _purpose),
+    (11, "retention and erasure", _retention),
 ]
 
 

@@ -24,12 +24,22 @@ from app import events
 from app.config import retry_schedule_words
 from app.models import ApiKey, utcnow
 from app.portal import charts, security
-from app.portal.forms import ActionForm, LedgerExportForm, LoginForm, RollSecretForm, WebhookForm
-from app.services import accounts, billing, delivery_console, portal_users, quotas, reads, targets, webhooks
+from app.portal.forms import ActionForm, EraseForm, LedgerExportForm, LoginForm, RollSecretForm, WebhookForm
+from app.services import (
+    accounts,
+    billing,
+    delivery_console,
+    erasure,
+    portal_users,
+    quotas,
+    reads,
+    targets,
+    webhooks,
+)
 from app.services import usage as usage_service
 from app.services.accounts import AccountError
 from app.services.crypto import decrypt_secret
-from app.services.errors import InvalidRequest, NotFound
+from app.services.errors import InvalidRequest, NotFound, ScanInFlight
 from app.services.limits import limits_for
 
 bp = Blueprint("portal", __name__, url_prefix="/app", template_folder="templates", static_folder="static")
@@ -40,7 +50,7 @@ bp.after_request(security.add_security_headers)
 def inject_logout_form():
     return {"logout_form": ActionForm()}
 
-STATUSES = ("pending", "succeeded", "failed")
+STATUSES = webhooks.STATUSES
 EVENTS = events.NAMES
 
 
@@ -309,8 +319,28 @@ def scan_page(scan_id):
         scan = reads.scan_detail(g.portal_customer.id, scan_id)
     except NotFound:
         abort(404)
-    return render_template("portal/scan.html", scan=scan,
+    return render_template("portal/scan.html", scan=scan, erase_form=EraseForm(),
+                           retention_days=g.portal_customer.result_retention_days,
                            deliveries=webhooks.scan_deliveries(scan["scan_id"], g.portal_customer.id))
+
+
+@bp.post("/scans/<scan_id>/erase")
+@security.login_required
+def erase_scan(scan_id):
+    try:
+        scan = reads.scan_detail(g.portal_customer.id, scan_id)
+    except NotFound:
+        abort(404)
+    form = EraseForm()
+    if not form.validate_on_submit():
+        flash("Tick the box to confirm the erasure.", "error")
+    else:
+        try:
+            erasure.erase_scan(customer_id=g.portal_customer.id, scan_id=scan_id, livemode=scan["livemode"])
+            flash("The scan's personal data was erased.", "ok")
+        except ScanInFlight as exc:
+            flash(exc.message, "error")
+    return redirect(url_for("portal.scan_page", scan_id=scan_id))
 
 
 @bp.get("/batches/<bulk_id>")

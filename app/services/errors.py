@@ -105,3 +105,15 @@ class WebhookUrlMissing(InvalidRequest, AccountError):
     """The key the delivery belongs to has no webhook URL to send it to now."""
 
     code = "webhook_url_missing"
+
+
+class ScanInFlight(Conflict):
+    """An erasure asked for while the scan is still queued or running: it has nothing final to erase yet."""
+
+    code = "scan_in_flight"
+
+
+class DeliveryErased(Conflict, AccountError):
+    """A redelivery asked for a delivery whose scan was erased: its body is gone."""
+
+    code = "delivery_erased"

@@ -140,12 +140,17 @@ def build_parser(out: TextIO, err: TextIO) -> argparse.ArgumentParser:
     listing.add_argument("--created-before", metavar="TIME", help="ISO 8601 UTC")
     deliveries = sub.add_parser("deliveries", parents=[common, output, paging],
                                 help="list webhook deliveries and their attempts, newest first")
-    deliveries.add_argument("--status", choices=("pending", "succeeded", "failed"))
+    deliveries.add_argument("--status", choices=("pending", "succeeded", "failed", "cancelled"))
     deliveries.add_argument("--event", help="an event name, e.g. scan.completed (the service says which it knows)")
     deliveries.add_argument("--scan-id", metavar="SCAN_ID")
     redeliver = sub.add_parser("redeliver", parents=[common, output],
                                help="send a finished webhook delivery again (same id and body)")
     redeliver.add_argument("delivery_id")
+    erase = sub.add_parser("erase", parents=[common], help="erase a finished scan's target and result now")
+    erase.add_argument("scan_id")
+    erase_bulk = sub.add_parser("erase-bulk", parents=[common],
+                                help="erase every finished scan of a bulk batch now")
+    erase_bulk.add_argument("bulk_id")
     for choice in sub.choices.values():
         choice.epilog = parser.epilog
     return parser
@@ -369,10 +374,18 @@ def _redeliver(run: _Run) -> None:
     write_output(run.out, run.args.format, document, [delivery_row(document)], fields=DELIVERY_CSV_FIELDS)
 
 
+def _erase(run: _Run) -> None:
+    write_output(run.out, "json", run.client.erase(run.args.scan_id), [])
+
+
+def _erase_bulk(run: _Run) -> None:
+    write_output(run.out, "json", run.client.erase_bulk(run.args.bulk_id), [])
+
+
 # One function per subcommand: a new one is a parser entry in build_parser and a line here.
 COMMANDS: dict[str, Callable[[_Run], None]] = {
     "scan": _scan, "bulk": _bulk, "get": _get, "get-bulk": _get_bulk, "list": _list,
-    "deliveries": _deliveries, "redeliver": _redeliver,
+    "deliveries": _deliveries, "redeliver": _redeliver, "erase": _erase, "erase-bulk": _erase_bulk,
 }
 
 

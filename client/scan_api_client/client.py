@@ -251,6 +251,19 @@ class ScanClient:
         """``GET /api/v1/scan/bulk/{bulk_id}``: counts by status, ``all_done`` and every scan (1 credit)."""
         return Batch.from_dict(self._request("GET", f"/scan/bulk/{self._id(bulk_id, 'bulk_id')}"))
 
+    # --- erasure -------------------------------------------------------------------------
+
+    def erase(self, scan_id: str) -> dict:
+        """``DELETE /api/v1/scan/{id}``: erase a completed or failed scan's target, result and webhook
+        bodies now: ``{ok, scan_id, erased_at}`` (1 credit). A scan still in flight is a ``Conflict``
+        (``scan_in_flight``); erasing it again answers the same."""
+        return self._request("DELETE", f"/scan/{self._id(scan_id, 'scan_id')}")
+
+    def erase_bulk(self, bulk_id: str) -> dict:
+        """``DELETE /api/v1/scan/bulk/{bulk_id}``: erase every completed or failed scan of the batch:
+        ``{ok, bulk_id, erased, in_flight}`` (1 credit); those in flight are counted and left."""
+        return self._request("DELETE", f"/scan/bulk/{self._id(bulk_id, 'bulk_id')}")
+
     # --- lists -------------------------------------------------------------------------
 
     def _page(self, path: str, model, filters: dict, limit: int | None, starting_after: str | None) -> Page:

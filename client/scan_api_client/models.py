@@ -181,6 +181,9 @@ class Scan(_Model):
     result: Result | None = None
     failed_at: str | None = None
     failure: Failure | None = None
+    # Set once the scan was erased (on request or when the account's retention ended): its
+    # target, result and failure are then None; ids, times and purpose stay.
+    erased_at: str | None = None
     raw: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -251,11 +254,11 @@ class Delivery(_Model):
     event: str = ""
     scan_id: str | None = None
     livemode: bool | None = None
-    status: str = ""  # pending, succeeded, failed
+    status: str = ""  # pending, succeeded, failed, cancelled (its scan was erased before it was sent)
     created_at: str | None = None
     attempts: list[DeliveryAttempt] = field(default_factory=list)
     next_attempt_at: str | None = None
-    body: str | None = None
+    body: str | None = None  # None once its scan was erased
     raw: dict = field(default_factory=dict, repr=False)
 
     @property
