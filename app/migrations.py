@@ -118,6 +118,14 @@ def _purpose(database):
                          "DEFAULT 'full'")
 
 
+def _activity_log(database):
+    """The activity log (D20): a table partitioned by day with its DEFAULT partition, built by
+    ``ActivityEntry.create_table`` exactly as on a fresh database (idempotent: IF NOT EXISTS)."""
+    from app.models import ActivityEntry
+
+    database.create_tables([ActivityEntry], safe=True)
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 MIGRATIONS = [
     (1, "initial schema", _initial),
@@ -128,6 +136,7 @@ MIGRATIONS = [
     (7, "longer idempotency endpoint", _longer_idempotency_endpoint),
     (8, "suppressions", _suppressions),
     (9, "purpose, case reference, thin webhooks", _purpose),
+    (10, "activity log, partitioned by day", _activity_log),
 ]
 
 

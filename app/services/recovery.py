@@ -35,7 +35,7 @@ from app.db import connection_context
 from app.jobs import QUEUES, live_job_ids, promote_due, queue
 from app.models import utcnow
 from app.models.scans import IN_FLIGHT, QUEUED
-from app.services import deliveries, idempotency, quotas, tracking
+from app.services import activity, deliveries, idempotency, quotas, tracking
 from app.services.scans import reverse_reservation
 from app.store import scan_states
 
@@ -75,6 +75,19 @@ def promote_overdue(now) -> int:
     return moved
 
 
+def activity_upkeep(now) -> dict:
+    """The activity log's day partitions (D20): the coming days' made, the expired ones dropped.
+    Here for now, as the periodic job every worker runs; a failure (a lock not granted in time)
+    is one log line and waits for the next sweep, it never stops the sweep's other parts."""
+    report = {"activity_partitions_made": 0, "activity_partitions_dropped": 0}
+    try:
+        report["activity_partitions_made"] = activity.prepare_partitions(now)
+        report["activity_partitions_dropped"] = activity.expire(now)
+    except Exception as exc:
+        log.warning("activity log upkeep postponed to the next sweep: %s", exc.__class__.__name__)
+    return report
+
+
 def sweep(at_once: bool = False) -> dict:
     """One recovery pass; ``at_once`` is the operator's (see the module's docstring). A
     reservation is reversed only after RECOVERY_STALE_SECONDS either way: until then its
@@ -87,5 +100,6 @@ def sweep(at_once: bool = False) -> dict:
         report.update(deliveries.recover_deliveries(now, at_once=at_once))
         report["idempotency_purged"] = idempotency.purge_expired()
         report["quota_minutes_pruned"] = quotas.prune_minutes(now)
+        report.update(activity_upkeep(now))
     metrics.count_sweep(report)
     return report

@@ -19,6 +19,7 @@ def test_defaults_match_the_decisions():
     assert settings["WEBHOOK_TIMEOUT_SECONDS"] == 10.0
     assert settings["SCAN_TIMEOUT_SECONDS"] == 900
     assert settings["PUBLIC_BASE_URL"] is None
+    assert settings["ACTIVITY_RETENTION_DAYS"] == 400
 
 
 def test_development_leaves_the_database_to_the_embedded_server_and_fills_a_dev_secret(tmp_path, monkeypatch):
@@ -97,7 +98,9 @@ def test_retry_schedule_parses(raw, expected):
 
 
 @pytest.mark.parametrize("env", [{"APP_ENV": "staging"}, {"SCAN_TIMEOUT_SECONDS": "soon"},
-                                 {"WEBHOOK_RETRY_SCHEDULE": "0,x"}, {"WEBHOOK_RETRY_SCHEDULE": "-1"}])
+                                 {"WEBHOOK_RETRY_SCHEDULE": "0,x"}, {"WEBHOOK_RETRY_SCHEDULE": "-1"},
+                                 {"ACTIVITY_RETENTION_DAYS": "0"}, {"ACTIVITY_RETENTION_DAYS": "a year"},
+                                 {"ACTIVITY_RETENTION_DAYS": "1.5"}])
 def test_malformed_settings_are_refused(env):
     with pytest.raises(ConfigError):
         load_settings(env)
