@@ -235,7 +235,8 @@ def _status_of(exc: Exception) -> int:
     """The status the app's error table gives an exception that left ``_answer``."""
     if isinstance(exc, ServiceError):
         return from_service_error(exc).status
-    return getattr(exc, "status", None) or getattr(exc, "code", None) or 500
+    status = getattr(exc, "status", None) or getattr(exc, "code", None)  # ApiError, werkzeug's HTTPException
+    return status if isinstance(status, int) else 500
 
 
 def _record(key: ApiKey, status: int, response: Response | None) -> None:
