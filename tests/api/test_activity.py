@@ -186,3 +186,26 @@ def test_a_failed_entry_never_changes_the_answer(client, account, caplog):
     failures = [r.getMessage() for r in caplog.records if "activity log entry" in r.getMessage()]
     assert len(failures) == 2 and not any("jane" in line for line in failures)
     assert entries(account) == []
+
+
+@pytest.mark.config(TRUSTED_PROXIES=1)
+def test_the_client_address_is_the_one_trusted_proxies_give(client, account):
+    client.get("/api/v1/scans", headers={**account.headers, "X-Forwarded-For": "198.51.100.7"})
+    assert [r.client_address for r in entries(account)] == ["198.51.100.7"]
+
+
+def test_without_trusted_proxies_a_forwarded_address_is_not_believed(client, account):
+    client.get("/api/v1/scans", headers={**account.headers, "X-Forwarded-For": "198.51.100.7"})
+    assert [r.client_address for r in entries(account)] == ["127.0.0.1"]
+
+
+def test_the_operation_is_documented_with_examples(client):
+    document = client.get("/api/v1/openapi.json").get_json()
+    operation = document["paths"]["/api/v1/activity"]["get"]
+    assert operation["operationId"] == "listActivity" and "activity" in operation["tags"]
+    assert operation["responses"]["200"]["content"]["application/json"]["example"]["data"][0]["action"] == "scan.read"
+    assert {"invalid_target", "target_too_short", "invalid_request"} <= set(
+        operation["responses"]["400"]["content"]["application/json"]["examples"])
+    assert {p["name"] for p in operation["parameters"]} >= {"action", "key_id", "resource_id", "target",
+                                                            "created_after", "created_before", "limit",
+                                                            "starting_after"}

@@ -122,3 +122,10 @@ def test_an_unset_app_env_with_a_database_url_means_production(env, expected):
 def test_an_operator_shell_without_app_env_on_postgresql_must_name_the_production_settings():
     with pytest.raises(ConfigError, match="SECRET_KEY"):
         finalize(load_settings({"DATABASE_URL": "postgresql://scan@db/scan"}))
+
+
+def test_a_bad_activity_retention_is_one_line_naming_the_setting():
+    with pytest.raises(ConfigError) as refused:
+        load_settings({"ACTIVITY_RETENTION_DAYS": "-5"})
+    assert str(refused.value) == "ACTIVITY_RETENTION_DAYS must be a whole number from 1 to 36500, got '-5'"
+    assert load_settings({"ACTIVITY_RETENTION_DAYS": "30"})["ACTIVITY_RETENTION_DAYS"] == 30
