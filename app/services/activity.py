@@ -30,7 +30,9 @@ log = logging.getLogger(__name__)
 
 LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT = 20, 100
 PARTITION_DAYS_AHEAD = 7  # partitions made ahead of need: a week without a sweep loses nothing either way
-LOCK_TIMEOUT_MS = 2000  # how long a partition change waits for its table locks before trying next time
+# How long a partition change waits for a table lock before it gives up until the next sweep: a
+# DROP waiting for the parent's lock holds up the inserts queued behind it, so not long.
+LOCK_TIMEOUT_MS = 1000
 FIELD_LIMITS = {"resource_id": 64, "client_address": 64, "request_id": 64, "action": 64, "user_email": 320}
 
 

@@ -124,6 +124,10 @@ def create_day_partition(day: date) -> bool:
     start, end = datetime.combine(day, datetime.min.time()), datetime.combine(day + timedelta(days=1),
                                                                               datetime.min.time())
     execute(f'CREATE TABLE "{name}" (LIKE {table(ActivityEntry)} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)')
+    # No entry may reach the DEFAULT partition between the move and the ATTACH (which would then
+    # refuse): inserts routed there wait for this transaction. Only days without a partition are
+    # routed there, and they are made a week ahead, so nothing waits in practice.
+    execute(f'LOCK TABLE "{DEFAULT_PARTITION}" IN SHARE ROW EXCLUSIVE MODE')
     # The DEFAULT partition holds only the entries of days that had no partition: small.
     execute(f'WITH moved AS (DELETE FROM "{DEFAULT_PARTITION}" WHERE created_at >= ? AND created_at < ? '
             f'RETURNING {", ".join(COLUMNS)}) INSERT INTO "{name}" ({", ".join(COLUMNS)}) '

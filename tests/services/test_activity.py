@@ -178,3 +178,22 @@ def test_the_sweep_makes_and_drops_partitions(no_day_partitions, redis_conn):
     assert report["activity_partitions_made"] == activity.PARTITION_DAYS_AHEAD + 1
     assert report["activity_partitions_dropped"] == 1
     assert store.day_partitions()[0] == T.date()
+
+
+def test_upkeep_that_cannot_get_its_locks_waits_for_the_next_sweep(no_day_partitions, database_url, caplog):
+    """Another transaction holds the log's table: the partition change gives up after its lock
+    timeout (it would hold up every insert queued behind it), and the next sweep does it."""
+    import psycopg2
+
+    from app.services import recovery
+
+    other = psycopg2.connect(database_url)
+    try:
+        other.cursor().execute('LOCK TABLE "activity_entry" IN ACCESS EXCLUSIVE MODE')  # in its transaction
+        assert recovery.activity_upkeep(T) == {"activity_partitions_made": 0, "activity_partitions_dropped": 0}
+    finally:
+        other.rollback()
+        other.close()
+    assert "activity log upkeep postponed to the next sweep: OperationalError" in caplog.text
+    assert store.day_partitions() == []
+    assert recovery.activity_upkeep(T)["activity_partitions_made"] == activity.PARTITION_DAYS_AHEAD + 1
