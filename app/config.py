@@ -164,6 +164,8 @@ def load_settings(env=None) -> dict:
         # How many reverse proxies in front of the app append to X-Forwarded-For (and set
         # X-Forwarded-Proto); 0 = the header is never believed (app/__init__.py, ProxyFix).
         "TRUSTED_PROXIES": _number(env, "TRUSTED_PROXIES", 0, 0, 10),
+        # How long the activity log keeps an entry (D20), in days; a day's entries go together.
+        "ACTIVITY_RETENTION_DAYS": _number(env, "ACTIVITY_RETENTION_DAYS", 400, 1, 36_500),
     }
 
 

@@ -118,6 +118,14 @@ def _purpose(database):
                          "DEFAULT 'full'")
 
 
+def _activity_log(database):
+    """The activity log (D20): a table partitioned by day with its DEFAULT partition, built by
+    ``ActivityEntry.create_table`` exactly as on a fresh database (idempotent: IF NOT EXISTS)."""
+    from app.models import ActivityEntry
+
+    database.create_tables([ActivityEntry], safe=True)
+
+
 def _retention(database):
     """Customer.result_retention_days, Scan.erased_at, a nullable Scan.target and
     WebhookDelivery.body (erased with the scan), and the retention job's partial index (D20)."""
@@ -141,6 +149,7 @@ MIGRATIONS = [
     (7, "longer idempotency endpoint", _longer_idempotency_endpoint),
     (8, "suppressions", _suppressions),
     (9, "purpose, case reference, thin webhooks", _purpose),
+    (10, "activity log, partitioned by day", _activity_log),
     (11, "retention and erasure", _retention),
 ]
 

@@ -209,13 +209,13 @@ def with_poll_urls(body: dict) -> dict:
 
 def created(outcome: scans.Outcome):
     """A creation's answer: its body with the URLs to poll, and what its admission charged."""
-    charged = hooks.Charged(outcome.balance, outcome.usage, outcome.limits)
-    return hooks.render(with_poll_urls(outcome.body), 202, charged=charged)
+    charged = hooks.Charged(outcome.balance, outcome.usage, outcome.limits, credits=outcome.cost)
+    return hooks.render(with_poll_urls(outcome.body), 202, charged=charged, subject=outcome.subject)
 
 
 def served(read: reads.ServedRead):
     """A read's answer, or the refusal it found (402, 403, 404); charged in its statement."""
-    charged = hooks.Charged(read.balance, read.usage) if read.balance is not None else None
+    charged = hooks.Charged(read.balance, read.usage, credits=read.credits) if read.balance is not None else None
     if read.error is not None:
         return hooks.refusal(read.error, charged=charged)
     return hooks.render(read.body, charged=charged)

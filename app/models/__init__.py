@@ -4,6 +4,7 @@
 runner creates them in that order.
 """
 from app.models.accounts import ApiKey, CreditLedger, Customer, PortalSession, PortalUser
+from app.models.activity import ActivityEntry
 from app.models.base import BaseModel, iso, new_id, utcnow
 from app.models.privacy import Suppression
 from app.models.scans import BulkBatch, IdempotencyRecord, QuotaMinute, Scan
@@ -24,10 +25,11 @@ ALL_MODELS = [
     WebhookDelivery,
     DeliveryAttempt,
     Suppression,
+    ActivityEntry,
 ]
 
 __all__ = [
-    "ALL_MODELS", "ApiKey", "BaseModel", "BulkBatch", "CreditLedger", "Customer", "DeliveryAttempt",
+    "ALL_MODELS", "ActivityEntry", "ApiKey", "BaseModel", "BulkBatch", "CreditLedger", "Customer", "DeliveryAttempt",
     "IdempotencyRecord", "PortalSession", "PortalUser", "QuotaMinute", "Scan", "SchemaVersion", "Suppression",
     "WebhookDelivery", "iso", "new_id",
     "utcnow",

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from app import metrics, runtime
-from app.db import CONNECTION_ERRORS
-from app.services import erasure, recovery
+from app.db import CONNECTION_ERRORS, connection_context
+from app.services import activity, erasure, recovery
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,13 @@ class PeriodicJob:
 
 
 def _retention() -> dict:
-    return {"scans_erased": erasure.erase_past_retention()}
+    with connection_context():
+        return {"scans_erased": erasure.erase_past_retention()}
+
+
+def _activity_log() -> dict:
+    with connection_context():
+        return activity.upkeep()
 
 
 SCHEDULE = (
@@ -47,6 +53,8 @@ SCHEDULE = (
     PeriodicJob("recovery", "RECOVERY_INTERVAL_SECONDS", recovery.sweep),
     # Personal data kept no longer than each customer's result_retention_days (D20).
     PeriodicJob("retention", "RETENTION_INTERVAL_SECONDS", _retention),
+    # The activity log's day partitions: the coming days' made, those past ACTIVITY_RETENTION_DAYS dropped.
+    PeriodicJob("activity_log", "RETENTION_INTERVAL_SECONDS", _activity_log),
 )
 BY_NAME = {job.name: job for job in SCHEDULE}
 

@@ -270,6 +270,11 @@ class ServedRead:
     balance: int | None = None
     usage: quotas.Usage | None = None
 
+    @property
+    def credits(self) -> int:
+        """What the read cost: a call's price when it was charged (its balance is known)."""
+        return billing.CALL_PRICE if self.balance is not None else 0
+
 
 def serve_scan_read(token: str, scan_id: str, request_id: str | None, notes: dict[int, str]) -> ServedRead:
     """``GET /scan/{id}`` for the bearer ``token``: raises ``NotAuthenticated`` (401), else the read.

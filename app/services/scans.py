@@ -27,7 +27,7 @@ from app.jobs import enqueue_tracking, tracking_job_id
 from app.metrics import SCANS_CREATED
 from app.models import BulkBatch, Customer, new_id, utcnow
 from app.models.scans import QUEUED
-from app.services import billing, bulk, engine, purposes, quotas, sandbox_engine, suppressions
+from app.services import activity, billing, bulk, engine, purposes, quotas, sandbox_engine, suppressions
 from app.services.errors import EngineUnavailable, InsufficientBalance, InvalidRequest
 from app.services.limits import Limits, limits_for
 from app.services.targets import TargetError, normalize
@@ -47,6 +47,8 @@ class Outcome:
     balance: int
     limits: Limits
     usage: quotas.Usage
+    cost: int = 0  # what the admission charged
+    subject: activity.Subject | None = None  # what the activity log's entry says about it (D20)
 
 
 def engine_for(livemode: bool):
@@ -200,7 +202,8 @@ def create_scan(customer, api_key_id, target, kind, *, request_id, livemode=True
     scan_id = rows[0]["id"]
     body = {"ok": True, "scan_id": scan_id, "livemode": livemode, "kind": kind, "recipes_to_run": answer["recipes"],
             "eta_seconds": answer["eta_seconds"]}
-    return Outcome(body, balance, limits, usage)
+    subject = activity.Subject(scan_id, activity.hashes_of([(kind, target)]), purpose, case_ref)
+    return Outcome(body, balance, limits, usage, billing.admission_cost(1, livemode=livemode), subject)
 
 
 def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True, purpose=None,
@@ -224,7 +227,9 @@ def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True, pur
         "rejected": rejected,
         "scans": [{"scan_id": r["id"], "livemode": livemode, "target": r["target"], "kind": r["kind"]} for r in rows],
     }
-    return Outcome(body, balance, limits, usage)
+    # The one entry of the call carries the hashes of every target it queued (D20).
+    subject = activity.Subject(batch.id, activity.hashes_of((r["kind"], r["target"]) for r in rows), purpose, case_ref)
+    return Outcome(body, balance, limits, usage, cost, subject)
 
 
 def reverse_reservation(scan) -> bool:

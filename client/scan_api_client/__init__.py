@@ -34,7 +34,18 @@ from scan_api_client.errors import (
                                     WaitTimeout,
                                     WebhookVerificationError,
 )
-from scan_api_client.models import Batch, Delivery, DeliveryAttempt, Failure, Page, Rejected, Result, Scan, WebhookEvent
+from scan_api_client.models import (
+                                    ActivityEntry,
+                                    Batch,
+                                    Delivery,
+                                    DeliveryAttempt,
+                                    Failure,
+                                    Page,
+                                    Rejected,
+                                    Result,
+                                    Scan,
+                                    WebhookEvent,
+)
 from scan_api_client.webhooks import SIGNATURE_HEADER, verify_signature, verify_standard, verify_webhook
 
 __version__ = "1.0.0"
@@ -46,6 +57,7 @@ __all__ = [
                                     "MAX_BULK_TARGETS",
                                     "SIGNATURE_HEADER",
                                     "TEST_KEY_PREFIX",
+                                    "ActivityEntry",
                                     "ApiError",
                                     "AuthenticationError",
                                     "Batch",

@@ -275,6 +275,28 @@ class Delivery(_Model):
 
 
 @dataclass
+class ActivityEntry(_Model):
+    """One entry of the activity log: an API call (``key_id``) or a portal action (``user_email``),
+    its ``status``, the ``credits`` it cost, where it came from and the object it named."""
+
+    activity_id: str = ""
+    created_at: str | None = None
+    livemode: bool | None = None
+    action: str = ""  # scan.create, scan.read, scans.list, portal.login, ...
+    key_id: str | None = None
+    user_id: str | None = None
+    user_email: str | None = None
+    resource_id: str | None = None
+    status: int = 0
+    credits: int = 0
+    client_address: str | None = None
+    request_id: str | None = None
+    purpose: str | None = None
+    case_ref: str | None = None
+    raw: dict = field(default_factory=dict, repr=False)
+
+
+@dataclass
 class Page:
     """One page of a list: ``data`` and whether more follow (``has_more``)."""
 
