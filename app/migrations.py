@@ -118,6 +118,18 @@ def _purpose(database):
                          "DEFAULT 'full'")
 
 
+def _key_access(database):
+    """ApiKey.scopes, expires_at, allowed_ips (D21). Existing keys keep doing what they did: every
+    scope, no expiry, no allowlist."""
+    from app.services.access import SCOPES
+
+    database.execute_sql('ALTER TABLE "api_key" ADD COLUMN IF NOT EXISTS "scopes" TEXT[]')
+    database.execute_sql(f'UPDATE "api_key" SET "scopes" = {database.param} WHERE "scopes" IS NULL', (list(SCOPES),))
+    database.execute_sql('ALTER TABLE "api_key" ALTER COLUMN "scopes" SET NOT NULL')
+    database.execute_sql('ALTER TABLE "api_key" ADD COLUMN IF NOT EXISTS "expires_at" TIMESTAMP')
+    database.execute_sql('ALTER TABLE "api_key" ADD COLUMN IF NOT EXISTS "allowed_ips" TEXT[]')
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 MIGRATIONS = [
     (1, "initial schema", _initial),
@@ -128,6 +140,7 @@ MIGRATIONS = [
     (7, "longer idempotency endpoint", _longer_idempotency_endpoint),
     (8, "suppressions", _suppressions),
     (9, "purpose, case reference, thin webhooks", _purpose),
+    (12, "key scopes, expiry, IP allowlist", _key_access),
 ]
 
 

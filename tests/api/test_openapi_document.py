@@ -54,10 +54,19 @@ def test_every_error_status_shows_the_codes_it_carries(spec):
                 assert example["value"]["error"] == code and example["value"]["ok"] is False
                 assert f"`{code}`" in response["description"], (path, method, status, code)
                 seen.setdefault(status, set()).add(code)
-    assert seen["401"] == {"unauthorized", "invalid_token"}
+    assert seen["401"] == {"unauthorized", "invalid_token", "key_expired"}
     assert "target_too_short" not in seen["401"] | seen["402"] | seen["404"]
     assert seen["402"] == {"insufficient_balance"} and seen["503"] == {"service_unavailable"}
     assert {"no_targets", "too_many_targets", "target_too_short"} <= seen["400"]
+
+
+def test_every_operation_names_the_refusals_of_the_key(spec):
+    """D21: any endpoint can refuse an expired key (401), a call from outside the key's allowlist or
+    without the scope it needs (403), and says so with an example of each."""
+    for path, method, op in operations(spec):
+        assert {"key_expired"} <= set(op["responses"]["401"]["content"]["application/json"]["examples"]), path
+        assert {"ip_not_allowed", "insufficient_scope"} <= set(
+            op["responses"]["403"]["content"]["application/json"]["examples"]), (path, method)
 
 
 def test_webhook_events_and_their_signature_headers(spec):
