@@ -161,3 +161,26 @@ def test_the_idempotency_endpoint_holds_a_redelivery_path(app):
         assert migrations.upgrade() == [7]
         IdempotencyRecord.create(customer=customer.id, key="k1", endpoint=path, request_hash="h")
         assert IdempotencyRecord.get(IdempotencyRecord.key == "k1").endpoint == path
+
+
+def test_key_access_migration_gives_existing_keys_every_scope_no_expiry_and_no_allowlist(app):
+    """A database from before version 12 (D21): its keys keep doing what they did."""
+    from app.models import ApiKey
+    from app.services import access
+
+    with db.connection_context():
+        customer = accounts.create_customer("Old", "pro", 0)
+        key, _ = accounts.issue_key(customer.id, "old key")
+        with db.atomic():
+            for column in ("scopes", "expires_at", "allowed_ips"):
+                db.execute_sql(f'ALTER TABLE "api_key" DROP COLUMN "{column}"')
+            SchemaVersion.delete().where(SchemaVersion.version == 12).execute()
+
+        assert migrations.upgrade() == [12]
+        assert migrations.upgrade() == []
+
+        key = ApiKey.get_by_id(key.id)
+        assert (key.scopes, key.expires_at, key.allowed_ips) == (list(access.SCOPES), None, None)
+        # and a new key is still issued as the operator says
+        narrow, _ = accounts.issue_key(customer.id, "new key", scopes="scans:read")
+        assert ApiKey.get_by_id(narrow.id).scopes == ["scans:read"]
