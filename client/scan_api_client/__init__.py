@@ -34,7 +34,20 @@ from scan_api_client.errors import (
                                     WaitTimeout,
                                     WebhookVerificationError,
 )
-from scan_api_client.models import Batch, Delivery, DeliveryAttempt, Failure, Page, Rejected, Result, Scan, WebhookEvent
+from scan_api_client.models import (
+    Account,
+    Batch,
+    Delivery,
+    DeliveryAttempt,
+    Failure,
+    KeyAccess,
+    Page,
+    Rejected,
+    Result,
+    Scan,
+    WebhookEvent,
+    Windows,
+)
 from scan_api_client.webhooks import SIGNATURE_HEADER, verify_signature, verify_standard, verify_webhook
 
 __version__ = "1.0.0"
@@ -46,6 +59,7 @@ __all__ = [
                                     "MAX_BULK_TARGETS",
                                     "SIGNATURE_HEADER",
                                     "TEST_KEY_PREFIX",
+                                    "Account",
                                     "ApiError",
                                     "AuthenticationError",
                                     "Batch",
@@ -57,6 +71,7 @@ __all__ = [
                                     "Failure",
                                     "Forbidden",
                                     "InsufficientBalance",
+                                    "KeyAccess",
                                     "NotFound",
                                     "Page",
                                     "RateLimited",
@@ -72,6 +87,7 @@ __all__ = [
                                     "WaitTimeout",
                                     "WebhookEvent",
                                     "WebhookVerificationError",
+                                    "Windows",
                                     "parse_rate_limit",
                                     "verify_signature",
                                     "verify_standard",
