@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import date, datetime, time, timedelta
 
 from app.models import ApiKey, iso, utcnow
 from app.services.errors import AccountError, InsufficientScope, IpNotAllowed, KeyExpired
@@ -141,6 +141,16 @@ def expiry_in_days(days: int, now: datetime) -> datetime:
     if not isinstance(days, int) or not 1 <= days <= MAX_EXPIRY_DAYS:
         raise AccountError(f"the expiry must be a whole number of days from 1 to {MAX_EXPIRY_DAYS}")
     return now + timedelta(days=days)
+
+
+def expiry_on(day: date | None, current: datetime | None) -> datetime | None:
+    """The expiry a day picked in the portal means: the start of that day (UTC), except the day of
+    the ``current`` expiry, which keeps it as it is (a form sent back unchanged changes nothing)."""
+    if day is None:
+        return None
+    if current is not None and current.date() == day:
+        return current
+    return datetime.combine(day, time())  # naive UTC, as every time in the database
 
 
 def access_of(key: ApiKey) -> dict:

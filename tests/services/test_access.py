@@ -128,3 +128,11 @@ def test_access_of_is_what_the_account_call_shows():
     key = ApiKey(scopes=["scans:read"], expires_at=NOW, allowed_ips=["10.0.0.0/8"])
     assert access.access_of(key) == {"scopes": ["scans:read"], "expires_at": "2026-11-21T12:00:00Z",
                                      "allowed_ips": ["10.0.0.0/8"]}
+
+
+def test_a_day_picked_in_the_portal_is_its_start_unless_it_is_the_current_expirys():
+    from datetime import date
+    assert access.expiry_on(None, NOW) is None
+    assert access.expiry_on(date(2026, 11, 30), None) == datetime(2026, 11, 30)
+    assert access.expiry_on(date(2026, 11, 21), NOW) == NOW  # sent back unchanged: kept as it is
+    assert access.expiry_on(date(2026, 11, 20), NOW) == datetime(2026, 11, 20)
