@@ -146,7 +146,9 @@ def logout():
 @bp.get("/api-keys")
 @security.login_required
 def keys():
-    return render_template("portal/keys.html", keys=accounts.customer_keys(g.portal_customer.id), action=ActionForm())
+    found, now = accounts.customer_keys(g.portal_customer.id), utcnow()
+    return render_template("portal/keys.html", keys=found, action=ActionForm(),
+                           expired={key.id for key in found if access.is_expired(key, now)})
 
 
 def _owned_key_or_404(key_id: str) -> ApiKey:

@@ -45,6 +45,18 @@ def test_the_key_page_shows_scopes_expiry_and_allowlist(client, portal_account):
     assert 'id="key-expiry">never' in plain and 'id="key-allowlist">anywhere' in plain
 
 
+def test_the_keys_list_shows_each_keys_expiry_and_an_expired_one_as_such(client, portal_account):  # noqa: F811
+    with freeze_time(FROZEN) as frozen:
+        key = _restricted(portal_account, expires_in_days=1)
+        frozen.move_to("2026-11-22 12:00:00")
+        login(client)
+        html = client.get("/app/api-keys").get_data(as_text=True)
+    row = html[html.index(key.id):]
+    row = row[:row.index("</tr>")]
+    assert "2026-11-22 12:00" in row and "expired" in row
+    assert ">active<" in html  # the fixture's key, which never expires
+
+
 def test_narrowing_an_earlier_expiry_and_a_new_allowlist_are_saved(client, portal_account):  # noqa: F811
     with freeze_time(FROZEN):
         key = _restricted(portal_account, scopes="scans:read,scans:write,webhooks", expires_in_days=30)
