@@ -1,13 +1,16 @@
 """What every authenticated API call goes through, around its view.
 
 A view is wrapped by ``api_call`` (or ``served_read``, for the reads that authenticate in
-the statement that reads): authenticate (401), claim or replay an ``Idempotency-Key`` (D9),
+the statement that reads): authenticate (401), check what the key may do for the scope the
+view declares (D21: 401 ``key_expired``, 403 ``ip_not_allowed``, 403 ``insufficient_scope``,
+free like a 401), claim or replay an ``Idempotency-Key`` (D9),
 refuse a balance below 1 credit (402) before any validation, as D3 orders; run the view; charge
 the call's 1 credit when its answer is chargeable (D3: 2xx, 400, 403, 404) unless the view's
 service already charged it (creations, reads: their ``Charged`` goes with the response they
 render); then add ``X-Credits-Remaining`` and the RateLimit fields (D8), and store or release
 the idempotency claim. Nothing passes between the steps through ``flask.g``: the only thing
-kept there is who is calling (``g.caller``), for the log line and the metrics.
+kept there is who is calling (``g.caller``) and, for a key D21 refused, why (``g.refused``),
+for the log line and the metrics.
 """
 from __future__ import annotations
 

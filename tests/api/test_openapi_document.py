@@ -69,6 +69,23 @@ def test_every_operation_names_the_refusals_of_the_key(spec):
             op["responses"]["403"]["content"]["application/json"]["examples"]), (path, method)
 
 
+def test_every_operation_says_the_scope_its_view_declares(app, spec):
+    from app.api.hooks import ROUTE_ARGUMENT, declared_scope
+    from app.services import access
+
+    seen = 0
+    for rule in app.url_map.iter_rules():
+        for method in rule.methods - {"HEAD", "OPTIONS"}:
+            scope = declared_scope(app, rule, method)
+            if scope is None:
+                continue
+            description = spec["paths"][ROUTE_ARGUMENT.sub(r"{\1}", rule.rule)][method.lower()]["description"]
+            assert description.endswith("Any key may call it, whatever its scopes." if scope == access.ANY_SCOPE
+                                        else f"Needs the key scope `{scope}`."), (rule.rule, method)
+            seen += 1
+    assert seen >= 8
+
+
 def test_webhook_events_and_their_signature_headers(spec):
     callbacks = spec["paths"]["/api/v1/scan"]["post"]["callbacks"]
     [(url, item)] = callbacks["scanFinished"].items()
@@ -134,10 +151,11 @@ def test_references_a_generated_client_can_use(spec):
 
 
 def test_the_prices_customers_read_are_billings(spec):
-    """Every operation says its price in billing's words (a new price is one change in billing)."""
+    """Every operation says its price in billing's words (a new price is one change in billing), at the
+    end of its first paragraph (the scope it needs follows)."""
     by_id = {operation["operationId"]: operation for _, _, operation in operations(spec)}
-    assert by_id["createBulk"]["description"].endswith(f"Costs {billing.PRICE_WORDS['bulk']}.")
-    assert by_id["createScan"]["description"].endswith(f"Costs {billing.PRICE_WORDS['scan']}.")
-    assert by_id["getScan"]["description"].endswith(f"Costs {billing.PRICE_WORDS['call']}.")
+    assert by_id["createBulk"]["description"].split("\n\n")[0].endswith(f"Costs {billing.PRICE_WORDS['bulk']}.")
+    assert by_id["createScan"]["description"].split("\n\n")[0].endswith(f"Costs {billing.PRICE_WORDS['scan']}.")
+    assert by_id["getScan"]["description"].split("\n\n")[0].endswith(f"Costs {billing.PRICE_WORDS['call']}.")
     assert "{price}" not in json.dumps(spec) and "{call_price}" not in json.dumps(spec)
     assert f"costs {billing.PRICE_WORDS['call']};" in spec["info"]["description"]
