@@ -203,7 +203,9 @@ def narrow_access(key_id: str, customer_id: str, *, scopes: Iterable[str], expir
         if expires_at <= now:
             raise AccountError("the expiry must be in the future (revoke the key to stop it now)")
     blocks = parse_allowlist(allowed_ips)
-    key_store.set_access(key.id, {"scopes": new_scopes, "expires_at": expires_at, "allowed_ips": blocks})
+    changes = {"scopes": new_scopes, "expires_at": expires_at, "allowed_ips": blocks}
+    if not key_store.narrow_access(key.id, changes, scopes=list(key.scopes or ()), expires_at=key.expires_at):
+        raise AccountError("the key's access changed meanwhile: nothing was saved, look at it again")
     return key_store.get(key.id)
 
 

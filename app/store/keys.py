@@ -47,6 +47,14 @@ def insert(*, key_id: str, customer_id: str, name: str, digest: str, prefix: str
                          livemode=livemode, scopes=scopes, expires_at=expires_at, allowed_ips=allowed_ips)
 
 
+def narrow_access(key_id: str, changes: dict, *, scopes: list[str], expires_at: datetime | None) -> bool:
+    """Write ``changes`` (as ``set_access``) only if the key still has ``scopes`` and ``expires_at``
+    (compare-and-set: two narrowings at once cannot undo each other); whether it did."""
+    unchanged = ApiKey.expires_at.is_null() if expires_at is None else ApiKey.expires_at == expires_at
+    query = ApiKey.update({getattr(ApiKey, name): value for name, value in changes.items()})
+    return query.where((ApiKey.id == key_id) & (ApiKey.scopes == scopes) & unchanged).execute() == 1
+
+
 def set_access(key_id: str, changes: dict) -> None:
     """Write the key's ``scopes``, ``expires_at`` and/or ``allowed_ips`` (the keys of ``changes``)."""
     ApiKey.update({getattr(ApiKey, name): value for name, value in changes.items()}).where(

@@ -136,3 +136,17 @@ def test_a_day_picked_in_the_portal_is_its_start_unless_it_is_the_current_expiry
     assert access.expiry_on(date(2026, 11, 30), None) == datetime(2026, 11, 30)
     assert access.expiry_on(date(2026, 11, 21), NOW) == NOW  # sent back unchanged: kept as it is
     assert access.expiry_on(date(2026, 11, 20), NOW) == datetime(2026, 11, 20)
+
+
+def test_a_narrowing_based_on_what_changed_meanwhile_is_refused(conn, monkeypatch):
+    """Two admins at once: the second narrowing, checked against the key as it was, must not write
+    back a scope the first took away."""
+    key = _key(scopes="scans:read,scans:write,webhooks")
+    stale = ApiKey.get_by_id(key.id)
+    access.narrow_access(key.id, key.customer_id, scopes=["scans:read", "scans:write"], expires_at=None,
+                         allowed_ips=None)
+    monkeypatch.setattr(access, "_key", lambda key_id: stale)  # the second admin read the key before the first
+    with pytest.raises(AccountError, match="changed meanwhile"):
+        access.narrow_access(key.id, key.customer_id, scopes=["scans:read", "webhooks"], expires_at=None,
+                             allowed_ips=None)
+    assert ApiKey.get_by_id(key.id).scopes == ["scans:write", "scans:read"]
