@@ -21,7 +21,7 @@ from app import runtime
 from app.extensions import db
 from app.models.accounts import TIERS, key_display
 from app.models.base import iso
-from app.services import accounts, suppressions, webhooks
+from app.services import access, accounts, suppressions, webhooks
 from app.services.accounts import AccountError
 from app.services.errors import ServiceError
 
@@ -150,19 +150,43 @@ def limits_table(data: dict) -> Table:
                  headers=["limit", "value", "source"], title=f"limits of {data['customer_id']}")
 
 
+def scopes_cell(data: dict) -> str:
+    return "all" if data["scopes"] == list(access.SCOPES) else ",".join(data["scopes"])
+
+
+def allowlist_cell(data: dict) -> str:
+    return "anywhere" if data["allowed_ips"] is None else ",".join(data["allowed_ips"])
+
+
 def key_record(data: dict) -> Table:
     return Table.record([("key", data["key_id"]), ("customer", data["customer_id"]), ("name", data["name"]),
                          ("key shown as", key_display(data['prefix'], data['last4'])), ("mode", data["mode"]),
                          ("status", data["status"]),
                          ("created", data["created_at"]), ("last used", data["last_used_at"]),
+                         ("scopes", ",".join(data["scopes"])), ("expires", data["expires_at"] or "never"),
+                         ("allowed IPs", allowlist_cell(data)),
                          ("webhook URL", data["webhook_url"]), ("webhook secret", data["has_webhook_secret"])])
 
 
 def keys_table(rows: list[dict], title: str | None = None) -> Table:
     return Table([(k["key_id"], k["customer_id"], key_display(k["prefix"], k["last4"]), k["mode"], k["status"],
-                   k["last_used_at"], k["webhook_url"], k["name"]) for k in rows],
-                 headers=["key", "customer", "shown as", "mode", "status", "last used", "webhook URL", "name"],
+                   k["last_used_at"], scopes_cell(k), k["expires_at"] or "never", allowlist_cell(k),
+                   k["webhook_url"], k["name"]) for k in rows],
+                 headers=["key", "customer", "shown as", "mode", "status", "last used", "scopes", "expires",
+                          "allowed IPs", "webhook URL", "name"],
                  title=title, empty="no keys")
+
+
+scopes_option = click.option(
+    "--scopes", default=None, metavar="LIST",
+    help=f"Comma-separated scopes: {', '.join(access.SCOPES)} (default when issued: all).")
+expires_option = click.option(
+    "--expires-in-days", type=int, default=None, metavar="N",
+    help=f"The key stops working N days from now (1 to {access.MAX_EXPIRY_DAYS}; default when issued: never).")
+allowed_ips_option = click.option(
+    "--allowed-ips", default=None, metavar="CIDR[,CIDR...]",
+    help=f"The IP addresses or CIDR blocks (IPv4, IPv6; at most {access.MAX_ALLOWED_BLOCKS}) the key may be used "
+         f"from; '{access.NO_ALLOWLIST}' removes the allowlist (default when issued: anywhere).")
 
 
 db_cli = OperatorGroup("db", help="Database schema.")
@@ -302,17 +326,23 @@ def customers_recount(customer_id, as_json):
 @click.option("--webhook-secret-stdin", is_flag=True, help="Read the webhook secret from standard input.")
 @click.option("--test", "test_mode", is_flag=True,
               help="Issue a test key (service_test_…): free, sandbox engine, data apart from live keys.")
+@scopes_option
+@expires_option
+@allowed_ips_option
 @json_option
-def keys_issue(customer_id, name, webhook_url, webhook_secret, webhook_secret_stdin, test_mode, as_json):
-    """Issue a key. Its plaintext is printed now and can never be shown again."""
+def keys_issue(customer_id, name, webhook_url, webhook_secret, webhook_secret_stdin, test_mode, scopes,
+               expires_in_days, allowed_ips, as_json):
+    """Issue a key. Its plaintext is printed now and can never be shown again. By default it has every
+    scope, never expires and works from anywhere."""
     if webhook_secret_stdin:
         if webhook_secret is not None:
             fail(as_json, "give --webhook-secret or --webhook-secret-stdin, not both")
         webhook_secret = read_secret_line()
         if not webhook_secret:
             fail(as_json, "no webhook secret on standard input")
-    key, plaintext = run(as_json, lambda: accounts.issue_key(customer_id, name, webhook_url, webhook_secret,
-                                                             livemode=not test_mode))
+    key, plaintext = run(as_json, lambda: accounts.issue_key(
+        customer_id, name, webhook_url, webhook_secret, livemode=not test_mode, scopes=scopes,
+        expires_in_days=expires_in_days, allowed_ips=allowed_ips))
     data = accounts.key_dict(key)
     emit(as_json, {**data, "api_key": plaintext}, key_record(data), f"api key (shown once, store it now): {plaintext}")
 
@@ -345,6 +375,30 @@ def keys_set_webhook(key_id, url, secret_stdin, payload, as_json):
             key = webhooks.set_payload(key.id, key.customer_id, payload)
         return accounts.key_dict(key)
     data = run(as_json, save)
+    emit(as_json, data, key_record(data))
+
+
+@keys_cli.command("set-access")
+@click.argument("key_id")
+@scopes_option
+@expires_option
+@allowed_ips_option
+@json_option
+def keys_set_access(key_id, scopes, expires_in_days, allowed_ips, as_json):
+    """Change what a key may do (D21): its scopes, its expiry (counted from now) and its IP allowlist
+    (``none`` removes it); what is not given stays."""
+    changes = {} if allowed_ips is None else {"allowed_ips": allowed_ips}
+    data = run(as_json, lambda: accounts.key_dict(access.set_access(key_id, scopes=scopes,
+                                                                    expires_in_days=expires_in_days, **changes)))
+    emit(as_json, data, key_record(data))
+
+
+@keys_cli.command("show")
+@click.argument("key_id")
+@json_option
+def keys_show(key_id, as_json):
+    """One key: its mode, status, scopes, expiry, allowlist and webhook settings."""
+    data = run(as_json, lambda: accounts.key_dict(accounts.get_key(key_id)))
     emit(as_json, data, key_record(data))
 
 

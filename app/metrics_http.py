@@ -48,5 +48,7 @@ def init_app(app) -> None:
             "http": {"method": request.method, "route": rule, "status": response.status_code,
                      "duration_ms": round(seconds * 1000, 2), "bytes": size if size is not None else 0,
                      "request_id": g.get("request_id"),
-                     "customer_id": caller.customer_id if caller is not None else None}})
+                     "customer_id": caller.customer_id if caller is not None else None,
+                     # D21: why the key was refused (key_expired, ip_not_allowed, insufficient_scope)
+                     "refused": g.get("refused")}})
         return response

@@ -137,6 +137,16 @@ def _retention(database):
     database.execute_sql('ALTER TABLE "scan" ALTER COLUMN "target" DROP NOT NULL')
     database.execute_sql('ALTER TABLE "webhook_delivery" ALTER COLUMN "body" DROP NOT NULL')
     Scan._schema.create_indexes(safe=True)
+def _key_access(database):
+    """ApiKey.scopes, expires_at, allowed_ips (D21). Existing keys keep doing what they did: every
+    scope, no expiry, no allowlist."""
+    from app.services.access import SCOPES
+
+    database.execute_sql('ALTER TABLE "api_key" ADD COLUMN IF NOT EXISTS "scopes" TEXT[]')
+    database.execute_sql(f'UPDATE "api_key" SET "scopes" = {database.param} WHERE "scopes" IS NULL', (list(SCOPES),))
+    database.execute_sql('ALTER TABLE "api_key" ALTER COLUMN "scopes" SET NOT NULL')
+    database.execute_sql('ALTER TABLE "api_key" ADD COLUMN IF NOT EXISTS "expires_at" TIMESTAMP')
+    database.execute_sql('ALTER TABLE "api_key" ADD COLUMN IF NOT EXISTS "allowed_ips" TEXT[]')
 
 
 # (version, name, function(database)). Append only; never edit an applied one.
@@ -151,6 +161,7 @@ MIGRATIONS = [
     (9, "purpose, case reference, thin webhooks", _purpose),
     (10, "activity log, partitioned by day", _activity_log),
     (11, "retention and erasure", _retention),
+    (12, "key scopes, expiry, IP allowlist", _key_access),
 ]
 
 

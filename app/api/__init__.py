@@ -18,7 +18,7 @@ from app import events
 from app.config import retry_schedule_words
 from app.portal.security import CSP as PORTAL_CSP
 from app.schemas.errors import ErrorSchema
-from app.services import billing
+from app.services import access, billing
 
 STATIC = os.path.join(os.path.dirname(__file__), "static")
 DOCS_CSP = PORTAL_CSP.replace("script-src 'none'", "script-src 'self'")
@@ -50,6 +50,15 @@ call answered 2xx, 400, 403 or 404 costs {call_price}; 401, 402, 409, 429, 5xx a
 idempotent replays cost nothing. Every authenticated answer carries
 `X-Credits-Remaining`, `RateLimit-Policy` and `RateLimit`. Every error has the body
 `{"ok": false, "error", "message", "request_id"}`.
+
+Each key carries scopes, and each operation says the one it needs:
+
+{scopes}
+
+A call without that scope answers 403 `insufficient_scope` (its message names the scope). A key
+may also expire (then 401 `key_expired`) and be limited to IP addresses or CIDR blocks (a call
+from elsewhere: 403 `ip_not_allowed`). These refusals cost nothing. `GET /api/v1/account` shows
+the calling key's scopes, expiry and allowed addresses, with the balance, limits and usage.
 
 Test keys (`service_test_...`) work on every endpoint without spending credits: their
 scans run in a sandbox with deterministic results (targets starting with `fail`, `slow`
@@ -117,6 +126,8 @@ def register_api(app: Flask) -> Api:
                  .replace("{schemas}", " and ".join(f"`{kind.schema}`" for kind in events.EVENTS))
                  .replace("{thin_schemas}", " and ".join(f"`{kind.schema}Thin`" for kind in events.EVENTS))
                  .replace("{call_price}", billing.PRICE_WORDS["call"])
+                 .replace("{scopes}", "\n".join(f"- `{scope}`: {words}." for scope, words
+                                                 in access.SCOPE_WORDS.items()))
                  .replace("{timeout}", f'{app.config["WEBHOOK_TIMEOUT_SECONDS"]:g}')
                  .replace("{retries}", retry_schedule_words(app.config["WEBHOOK_RETRY_SCHEDULE"]))},
         # Relative to the document itself unless the public address is known.
@@ -126,6 +137,8 @@ def register_api(app: Flask) -> Api:
                                                        "missed, and send one again."},
                  {"name": "activity", "description": "The activity log: who called the API or acted in the "
                                                      "portal, when, from where, and at what cost."},
+                 {"name": "account", "description": "Your balance, limits and usage, and what the calling key "
+                                                    "may do."},
                  {"name": "webhooks", "description": "Events the service sends to your webhook URL when a scan "
                                                      "finishes, signed two ways."}]})
     api.register_converter(ScanIdConverter, lambda converter: {"type": "string"})
@@ -142,14 +155,18 @@ def register_api(app: Flask) -> Api:
     api.register_blueprint(deliveries_blp)
     from app.api.activity import blp as activity_blp
     api.register_blueprint(activity_blp)
+    from app.api.account import blp as account_blp
+    api.register_blueprint(account_blp)
     _shape_schemas(api.spec)
     from app.api.hooks import check_accounted
     check_accounted(app)
+    _document_scopes(app, api.spec)
     # The JSON API authenticates with bearer keys, never cookies: CSRF cannot apply.
     from app.extensions import csrf
     csrf.exempt(scans_blp)
     csrf.exempt(deliveries_blp)
     csrf.exempt(activity_blp)
+    csrf.exempt(account_blp)
 
     assets = swagger_ui_bundle.swagger_ui_path
 
@@ -171,6 +188,24 @@ def register_api(app: Flask) -> Api:
 
     app.extensions["scan_api"] = api
     return api
+
+
+def _document_scopes(app: Flask, spec) -> None:
+    """Each operation's description ends with the scope its view declares (``hooks.api_call``'s
+    ``scope=``), so the document says what its code checks, never a copy of it."""
+    from app.api.actions import route_of
+    from app.api.hooks import declared_scope
+    from app.services import access
+
+    for rule in app.url_map.iter_rules():
+        operations = spec._paths.get(route_of(rule.rule), {})
+        for method in rule.methods - {"HEAD", "OPTIONS"}:
+            operation, scope = operations.get(method.lower()), declared_scope(app, rule, method)
+            if not isinstance(operation, dict) or scope is None:
+                continue
+            needs = ("Any key may call it, whatever its scopes." if scope == access.ANY_SCOPE
+                     else f"Needs the key scope `{scope}`.")
+            operation["description"] = f"{operation.get('description', '').rstrip()}\n\n{needs}".lstrip()
 
 
 KINDS = ("email", "phone", "username")

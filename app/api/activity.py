@@ -12,7 +12,7 @@ from app.api import hooks
 from app.api.base import ApiBlueprint
 from app.api.scans import HEADERS, SECURITY, documented_errors
 from app.schemas.activity import ActivityListQuerySchema, ActivityListSchema
-from app.services import activity
+from app.services import access, activity
 
 blp = ApiBlueprint("activity", __name__, url_prefix="/api/v1",
                    description="The activity log: every call of your keys and every action in the portal.")
@@ -30,7 +30,7 @@ LIST_EXAMPLE = {"ok": True, "has_more": True, "data": [
 
 @blp.route("/activity")
 class ActivityList(MethodView):
-    @hooks.api_call
+    @hooks.api_call(scope=access.ACTIVITY_READ)
     @blp.doc(security=SECURITY, summary="List the activity log", operationId="listActivity", tags=["activity"])
     @blp.arguments(ActivityListQuerySchema, location="query", as_kwargs=True)
     @blp.response(200, ActivityListSchema, headers=HEADERS, example=LIST_EXAMPLE,

@@ -23,3 +23,10 @@ def bearer_token() -> str:
 def authenticate() -> ApiKey:
     """The live key of the request (its ``customer`` loaded), or raise ``NotAuthenticated`` (401)."""
     return keyauth.authenticate(bearer_token())
+
+
+def client_address() -> str | None:
+    """The client's address: ``remote_addr``, which ProxyFix has set from ``X-Forwarded-For``
+    through ``TRUSTED_PROXIES`` proxies and only those (``app/__init__.py``), the one place
+    the app decides which proxies to believe. Never read the header here."""
+    return request.remote_addr

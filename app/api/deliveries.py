@@ -11,10 +11,10 @@ from flask.views import MethodView
 
 from app.api import hooks
 from app.api.base import ApiBlueprint
-from app.api.scans import HEADERS, SECURITY
+from app.api.scans import HEADERS, SECURITY, with_key_refusals
 from app.schemas.deliveries import DeliveryListArgs, DeliveryListSchema, RedeliveredSchema
 from app.schemas.errors import ErrorSchema
-from app.services import webhooks
+from app.services import access, webhooks
 
 blp = ApiBlueprint("deliveries", __name__, url_prefix="/api/v1",
                    description="Webhook deliveries: catch up on the events a receiver missed, and send one again.")
@@ -30,6 +30,9 @@ ERROR_EXAMPLES = {
     "webhook_url_missing": "the key has no webhook URL",
     "unauthorized": "the Authorization header must be 'Bearer <API key>'",
     "invalid_token": "the API key is unknown or revoked",
+    "key_expired": "this API key has expired",
+    "ip_not_allowed": "this API key may not be used from your address",
+    "insufficient_scope": "this API key lacks the scope webhooks, which this call needs",
     "insufficient_balance": "the account balance is below 1 credit",
     "not_found": "no delivery dlv_T3JhbmdlIGp1aWNlIGJveA",
     "delivery_pending": "the delivery is pending: its attempts are still under way",
@@ -61,6 +64,8 @@ def error_examples(text: str) -> dict:
 
 
 def documented_errors(statuses: dict):
+    statuses, _ = with_key_refusals(statuses, {})
+
     def decorate(view):
         for status, text in reversed(list(statuses.items())):
             view = blp.alt_response(status, schema=ErrorSchema, description=f"Error codes: {text}.",
@@ -71,7 +76,7 @@ def documented_errors(statuses: dict):
 
 @blp.route("/deliveries")
 class DeliveryList(MethodView):
-    @hooks.api_call
+    @hooks.api_call(scope=access.WEBHOOKS)
     @blp.doc(security=SECURITY, summary="List webhook deliveries", operationId="listDeliveries")
     @blp.arguments(DeliveryListArgs, location="query", as_kwargs=True)
     @blp.response(200, DeliveryListSchema, headers=HEADERS, example=LIST_EXAMPLE,
@@ -89,7 +94,7 @@ class DeliveryList(MethodView):
 
 @blp.route("/deliveries/<string:delivery_id>/redeliver")
 class Redeliver(MethodView):
-    @hooks.api_call
+    @hooks.api_call(scope=access.WEBHOOKS)
     @blp.doc(security=SECURITY, summary="Redeliver a webhook", operationId="redeliverDelivery")
     @blp.response(202, RedeliveredSchema, headers=HEADERS, example=REDELIVERED_EXAMPLE,
                   description="A new series of attempts is queued.")

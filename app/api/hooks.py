@@ -1,7 +1,9 @@
 """What every authenticated API call goes through, around its view.
 
 A view is wrapped by ``api_call`` (or ``served_read``, for the reads that authenticate in
-the statement that reads): authenticate (401), claim or replay an ``Idempotency-Key`` (D9),
+the statement that reads): authenticate (401), check what the key may do for the scope the
+view declares (D21: 401 ``key_expired``, 403 ``ip_not_allowed``, 403 ``insufficient_scope``,
+free like a 401), claim or replay an ``Idempotency-Key`` (D9),
 refuse a balance below 1 credit (402) before any validation, as D3 orders; run the view; charge
 the call's 1 credit when its answer is chargeable (D3: 2xx, 400, 403, 404) unless the view's
 service already charged it (creations, reads: their ``Charged`` goes with the response they
@@ -9,8 +11,9 @@ render); then add ``X-Credits-Remaining`` and the RateLimit fields (D8), and sto
 the idempotency claim; last, write the call's activity log entry (D20: one INSERT, its
 action named by ``app.api.actions``). Nothing passes between the steps through ``flask.g``:
 what the view's service charged (``Charged``) and what the entry says about its object
-(``activity.Subject``) travel as attributes of the response; the only thing kept in ``g`` is
-who is calling (``g.caller``), for the log line and the metrics.
+(``activity.Subject``) travel as attributes of the response; the only things kept in ``g`` are
+who is calling (``g.caller``) and, for a key D21 refused, why (``g.refused``), for the log line
+and the metrics.
 """
 from __future__ import annotations
 
@@ -23,12 +26,12 @@ from flask import Response, current_app, g, request
 
 from app import rawjson
 from app.api.actions import action_for, check_named, route_of
-from app.api.auth import authenticate, bearer_token
+from app.api.auth import authenticate, bearer_token, client_address
 from app.db import CONNECTION_ERRORS
 from app.errors import from_service_error, handle_api_error, service_unavailable
 from app.models import ApiKey, utcnow
-from app.services import activity, billing, idempotency, quotas
-from app.services.errors import InsufficientBalance, ServiceError
+from app.services import access, activity, billing, idempotency, quotas, reads
+from app.services.errors import InsufficientBalance, KeyRefused, ServiceError
 from app.services.limits import DAY, HOUR, Limits, limits_for
 
 log = logging.getLogger(__name__)
@@ -81,34 +84,77 @@ def refusal(exc: Exception, *, charged: Charged | None = None) -> Response:
     return response
 
 
-def api_call(view: Callable) -> Callable:
-    """Wrap a view (``view(self, key, ...)``): the key is authenticated before anything else."""
+def api_call(view: Callable | None = None, *, scope: str | None = None) -> Callable:
+    """Wrap a view (``view(self, key, ...)``): the key is authenticated before anything else,
+    then D21's check of the key for ``scope``, the one place the view declares the scope it
+    needs (``access.SCOPES``, or ``access.ANY_SCOPE``): ``@hooks.api_call(scope=access.SCANS_READ)``.
+    A bare ``@hooks.api_call`` declares none, and the app refuses to start (``check_accounted``)."""
+    if view is None:
+        return lambda wrapped: _api_call(wrapped, scope)
+    return _api_call(view, None)
+
+
+def _api_call(view: Callable, scope: str | None) -> Callable:
     @wraps(view)
     def call(self, *args, **kwargs):
         key = authenticate()
+        _check_access(key, scope)
         return _account(key, lambda: view(self, key, *args, **kwargs), idempotent=request.method == "POST")
     call.accounted = True  # type: ignore[attr-defined] # see check_accounted
+    call.scope = scope  # type: ignore[attr-defined]
     return call
 
 
-def served_read(serve: Callable) -> Callable:
+def served_read(serve: Callable, *, scope: str | None = None) -> Callable:
     """Wrap a read whose service authenticates, charges and reads in one statement
-    (``services.reads.serve_*``: the key's rules are ``keyauth``'s, as on every path); the view
-    gets the ``ServedRead`` and renders it."""
+    (``services.reads.serve_*``: the key's rules are ``keyauth``'s and ``access``'s, as on every
+    path, ``scope`` declared as for ``api_call``); the view gets the ``ServedRead`` and renders it."""
     def decorate(view: Callable) -> Callable:
         @wraps(view)
         def call(self, **route):
             (object_id,) = route.values()
-            read = serve(bearer_token(), object_id, g.request_id, ledger_notes())
+            try:
+                read = serve(bearer_token(), object_id, g.request_id, ledger_notes(),
+                             caller=reads.Caller(scope or "", client_address()))
+            except KeyRefused as exc:
+                _note_refusal(exc)
+                raise
             return _account(read.key, lambda: view(self, read), idempotent=False)
         call.accounted = True  # type: ignore[attr-defined] # see check_accounted
+        call.scope = scope  # type: ignore[attr-defined]
         return call
     return decorate
 
 
+def _check_access(key: ApiKey, scope: str | None) -> None:
+    """D21's refusals of the key (expired, outside its allowlist, lacking ``scope``): raised
+    before anything is claimed or charged, so they cost nothing (``access.check`` says in which
+    order)."""
+    try:
+        access.check(key, scope=scope or "", client_address=client_address(), now=utcnow())
+    except KeyRefused as exc:
+        _note_refusal(exc)
+        raise
+
+
+def _note_refusal(exc: KeyRefused) -> None:
+    """The request's log line names the refused key's customer and the refusal (no address),
+    and the activity log has the refused call (D20, D21), free."""
+    g.caller = exc.key
+    g.refused = exc.code
+    _record(exc.key, _status_of(exc), None)
+
+
+def declared_scope(app, rule, method: str) -> str | None:
+    """The scope the view of ``rule`` and ``method`` declares (None: none, or not wrapped)."""
+    view_class = getattr(app.view_functions.get(rule.endpoint), "view_class", None)
+    return getattr(getattr(view_class, method.lower(), None), "scope", None)
+
+
 def check_accounted(app) -> None:
-    """Refuse to start when a view of the API is not wrapped by ``api_call`` or ``served_read``:
-    it would answer without authentication or charge (fail closed, at start, not per request)."""
+    """Refuse to start when a view of the API is not wrapped by ``api_call`` or ``served_read``,
+    or declares no scope (D21): it would answer without authentication, access check or charge
+    (fail closed, at start, not per request)."""
     for rule in app.url_map.iter_rules():
         view_class = getattr(app.view_functions.get(rule.endpoint), "view_class", None)
         if view_class is None or not rule.rule.startswith("/api/v1/"):
@@ -116,6 +162,11 @@ def check_accounted(app) -> None:
         for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
             if not getattr(getattr(view_class, method.lower(), None), "accounted", False):
                 raise RuntimeError(f"{rule.endpoint} {method} is not wrapped by hooks.api_call or served_read")
+            scope = declared_scope(app, rule, method)
+            if scope != access.ANY_SCOPE and scope not in access.SCOPES:
+                raise RuntimeError(f"{rule.endpoint} {method} declares no scope: give its hooks.api_call or "
+                                   f"served_read scope=access.<SCOPE> (one of {', '.join(access.SCOPES)}) "
+                                   f"or access.ANY_SCOPE")
     check_named(app)  # and every call has its activity log action
 
 
@@ -258,8 +309,3 @@ def _route_object() -> str | None:
     values = list((request.view_args or {}).values())
     return str(values[-1]) if values else None
 
-
-def client_address() -> str | None:
-    """The client's address: ``remote_addr``, which ProxyFix (app/__init__.py) has taken from
-    X-Forwarded-For through TRUSTED_PROXIES proxies, and only those."""
-    return request.remote_addr

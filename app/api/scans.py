@@ -25,7 +25,7 @@ from app.schemas.scans import (
     ScanListSchema,
     ScanSchema,
 )
-from app.services import erasure, reads, scans
+from app.services import access, erasure, reads, scans
 
 blp = ApiBlueprint("scans", __name__, url_prefix="/api/v1",
                 description="Create scans, read them, and do both in bulk.")
@@ -65,6 +65,9 @@ ERROR_EXAMPLES = {
     "too_many_targets": (400, "a bulk call takes at most 100 targets"),
     "unauthorized": (401, "the Authorization header must be 'Bearer <API key>'"),
     "invalid_token": (401, "the API key is unknown or revoked"),
+    "key_expired": (401, "this API key has expired"),
+    "ip_not_allowed": (403, "this API key may not be used from your address"),
+    "insufficient_scope": (403, "this API key lacks the scope scans:write, which this call needs"),
     "insufficient_balance": (402, "the account balance is below 1 credit"),
     "forbidden": (403, "this scan belongs to another customer"),
     "bulk_not_allowed": (403, "bulk calls are available on the Business and Enterprise tiers"),
@@ -108,13 +111,35 @@ IDEMPOTENCY_HEADER = {"in": "header", "name": "Idempotency-Key", "required": Fal
 SECURITY = [{"bearerAuth": []}]
 
 
-def documented_errors(*statuses, overrides=None, codes=None):
-    """Stack an ``alt_response`` per error status, naming the codes each can carry, with an example of each."""
+# D21's refusals of the key, which every endpoint can answer, free of charge.
+KEY_REFUSAL_DOCS = {
+    401: "`key_expired` (the key's expiry has passed)",
+    403: "`ip_not_allowed` (the key's IP allowlist does not hold your address), `insufficient_scope` (the key "
+         "lacks the scope this call needs; the message names it); both free of charge",
+}
+KEY_REFUSAL_CODES = {401: ("key_expired",), 403: ("ip_not_allowed", "insufficient_scope")}
+
+
+def with_key_refusals(docs: dict[int, str], codes: dict[int, tuple]) -> tuple[dict[int, str], dict[int, tuple]]:
+    """``docs`` (status: the codes' words) and ``codes`` (status: codes) with D21's refusals added."""
+    docs, codes = dict(docs), dict(codes)
+    for status, text in KEY_REFUSAL_DOCS.items():
+        docs[status] = f"{docs[status]}, {text}" if status in docs else text
+        codes[status] = tuple(codes.get(status, ())) + KEY_REFUSAL_CODES[status]
+    return dict(sorted(docs.items())), codes
+
+
+def documented_errors(*statuses, overrides=None, codes=None, blueprint=None):
+    """Stack an ``alt_response`` per error status, naming the codes each can carry, with an example of each;
+    every endpoint also names D21's refusals of the key (401, 403)."""
+    docs, all_codes = with_key_refusals(
+        {status: (overrides or {}).get(status, ERROR_DOCS[status]) for status in statuses},
+        {status: (codes or {}).get(status, CODES[status]) for status in statuses})
+
     def decorate(view):
-        for status in reversed(statuses):
-            text = (overrides or {}).get(status, ERROR_DOCS[status])
-            view = blp.alt_response(status, schema=ErrorSchema, description=f"Error codes: {text}.",
-                                    examples=error_examples((codes or {}).get(status, CODES[status])))(view)
+        for status, text in reversed(list(docs.items())):
+            view = (blueprint or blp).alt_response(status, schema=ErrorSchema, description=f"Error codes: {text}.",
+                                                   examples=error_examples(all_codes[status]))(view)
         return view
     return decorate
 
@@ -223,7 +248,7 @@ def served(read: reads.ServedRead):
 
 @blp.route("/scan")
 class ScanCreate(MethodView):
-    @hooks.api_call
+    @hooks.api_call(scope=access.SCANS_WRITE)
     @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Create a scan", operationId="createScan",
              callbacks=webhook_callbacks("scanEvent"))
     @blp.arguments(ScanCreateSchema, example={"target": "jane.doe@example.com", "kind": "email"})
@@ -242,7 +267,7 @@ class ScanCreate(MethodView):
 
 @blp.route("/scan/<scan_id:scan_id>")
 class ScanRead(MethodView):
-    @hooks.served_read(reads.serve_scan_read)
+    @hooks.served_read(reads.serve_scan_read, scope=access.SCANS_READ)
     @blp.doc(security=SECURITY, summary="Read a scan", operationId="getScan")
     @blp.response(200, ScanSchema, headers=HEADERS,
                   description="The scan in its current state; which fields appear depends on `status`.")
@@ -252,7 +277,7 @@ class ScanRead(MethodView):
         """Read one scan. Poll every 10 to 15 seconds until it is completed or failed. Costs {price}."""
         return served(read)
 
-    @hooks.api_call
+    @hooks.api_call(scope=access.SCANS_ERASE)
     @blp.doc(security=SECURITY, summary="Erase a scan", operationId="eraseScan")
     @blp.response(200, ScanErasedSchema, headers=HEADERS, description="The scan is erased.",
                   example={"ok": True, "scan_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q", "erased_at": "2026-11-21T09:30:00Z"})
@@ -270,7 +295,7 @@ class ScanRead(MethodView):
 
 @blp.route("/scan/bulk")
 class BulkCreate(MethodView):
-    @hooks.api_call
+    @hooks.api_call(scope=access.SCANS_WRITE)
     @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Create a bulk batch",
              operationId="createBulk", callbacks=webhook_callbacks("bulkScanEvent"))
     @blp.arguments(BulkCreateSchema, example={"targets": [
@@ -296,7 +321,7 @@ class BulkCreate(MethodView):
 
 @blp.route("/scan/bulk/<string:bulk_id>")
 class BulkRead(MethodView):
-    @hooks.served_read(reads.serve_bulk_read)
+    @hooks.served_read(reads.serve_bulk_read, scope=access.SCANS_READ)
     @blp.doc(security=SECURITY, summary="Read a bulk batch", operationId="getBulk")
     @blp.response(200, BulkStateSchema, headers=HEADERS, description="Counts by status and every scan.")
     @documented_errors(401, 402, 403, 404, 503, codes={404: ("not_found",)})
@@ -305,7 +330,7 @@ class BulkRead(MethodView):
         """Read every scan of a batch in one call. Costs {price}."""
         return served(read)
 
-    @hooks.api_call
+    @hooks.api_call(scope=access.SCANS_ERASE)
     @blp.doc(security=SECURITY, summary="Erase a bulk batch", operationId="eraseBulk")
     @blp.response(200, BulkErasedSchema, headers=HEADERS, description="Every completed or failed scan of the "
                   "batch is erased.", example={"ok": True, "bulk_id": "blk_Q2x0mV8rLk1cYt6nWb3a9g", "erased": 98,
@@ -320,7 +345,7 @@ class BulkRead(MethodView):
 
 @blp.route("/scans")
 class ScanList(MethodView):
-    @hooks.api_call
+    @hooks.api_call(scope=access.SCANS_READ)
     @blp.doc(security=SECURITY, summary="List scans", operationId="listScans")
     @blp.arguments(ScanListQuerySchema, location="query", as_kwargs=True)
     @blp.response(200, ScanListSchema, headers=HEADERS, description="One page of scans, newest first.",

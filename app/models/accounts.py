@@ -10,6 +10,7 @@ from peewee import (
     IntegerField,
     TextField,
 )
+from playhouse.postgres_ext import ArrayField
 
 from app.models.base import BaseModel, utcnow
 
@@ -67,6 +68,13 @@ class ApiKey(BaseModel):
     webhook_secret_switch_at = DateTimeField(null=True)
     # False for a test key (``service_test_``, D15): its scans go to the sandbox engine, free.
     livemode = BooleanField(default=True, constraints=[SQL("DEFAULT TRUE")])
+    # What the key may do (D21): the scopes it carries (``app.services.access.SCOPES``; every
+    # key is issued with an explicit list), when it stops working (NULL: never), and the CIDR
+    # blocks it may be used from (NULL: anywhere), as text in PostgreSQL's own notation: the
+    # served read tests them in its statement with ``<<=`` (``app.store.keys.ACCESS_ALLOWED``).
+    scopes = ArrayField(TextField)
+    expires_at = DateTimeField(null=True)
+    allowed_ips = ArrayField(TextField, null=True)
 
     @property
     def is_live(self) -> bool:

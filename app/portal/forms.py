@@ -8,11 +8,14 @@ from wtforms import (
     IntegerField,
     PasswordField,
     SelectField,
+    SelectMultipleField,
     StringField,
+    TextAreaField,
     URLField,
 )
 from wtforms.fields.choices import SelectChoice
 from wtforms.validators import DataRequired, Email, InputRequired, Length, NumberRange, Optional
+from wtforms.widgets import CheckboxInput, ListWidget
 
 
 class LoginForm(FlaskForm):
@@ -33,6 +36,22 @@ class WebhookForm(FlaskForm):
         SelectChoice("thin", "Thin: ids, status, times and purpose only (read the rest through the API)")],
         default="full",
         description="A thin body carries no personal data to your receiver; it reads the scan with its key.")
+
+
+class AccessForm(FlaskForm):
+    """What a key may do (D21): its scopes narrowed, its expiry made earlier, its IP allowlist edited.
+    The rules (never wider, never later) are ``services.access.narrow_access``'s."""
+
+    scopes = SelectMultipleField("Scopes", choices=[], option_widget=CheckboxInput(),
+                                 widget=ListWidget(prefix_label=False),
+                                 description="Untick a scope to take it away. A scope taken away cannot be given "
+                                             "back here: issue a new key instead.")
+    expires_on = DateField("Expires on", validators=[Optional()],
+                           description="The key stops working at the start of this day (UTC). It can be made "
+                                       "earlier, never later. Empty: never expires (only while it has no expiry).")
+    allowed_ips = TextAreaField("Allowed IP addresses", validators=[Optional(), Length(max=4000)],
+                                description="One address or CIDR block per line (IPv4 or IPv6, at most 50), e.g. "
+                                            "203.0.113.0/24. Empty: the key works from anywhere.")
 
 
 class ActionForm(FlaskForm):

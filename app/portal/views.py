@@ -26,8 +26,9 @@ from app.api import actions as api_actions
 from app.config import retry_schedule_words
 from app.models import ApiKey, utcnow
 from app.portal import audit, charts, security
-from app.portal.forms import ActionForm, EraseForm, LedgerExportForm, LoginForm, RollSecretForm, WebhookForm
+from app.portal.forms import AccessForm, ActionForm, EraseForm, LedgerExportForm, LoginForm, RollSecretForm, WebhookForm
 from app.services import (
+    access,
     accounts,
     activity,
     billing,
@@ -150,7 +151,9 @@ def logout():
 @bp.get("/api-keys")
 @security.login_required
 def keys():
-    return render_template("portal/keys.html", keys=accounts.customer_keys(g.portal_customer.id), action=ActionForm())
+    found, now = accounts.customer_keys(g.portal_customer.id), utcnow()
+    return render_template("portal/keys.html", keys=found, action=ActionForm(),
+                           expired={key.id for key in found if access.is_expired(key, now)})
 
 
 def _owned_key_or_404(key_id: str) -> ApiKey:
@@ -167,7 +170,8 @@ def key_page(key_id):
 
 
 def _key_page(key: ApiKey, *, form: WebhookForm | None = None, revealed: str | None = None, code: int = 200,
-              roll: RollSecretForm | None = None, confirm_roll: datetime | None = None):
+              roll: RollSecretForm | None = None, confirm_roll: datetime | None = None,
+              access_form: AccessForm | None = None):
     """The key's page. A POST that reveals a secret or refuses the webhook form answers with it
     directly: the secret then lives only in that one response (no-store), never in the cookie."""
     status = request.args.get("status") if request.args.get("status") in STATUSES else None
@@ -177,10 +181,16 @@ def _key_page(key: ApiKey, *, form: WebhookForm | None = None, revealed: str | N
     if form is None:
         form = WebhookForm(formdata=None, url=key.webhook_url or "", payload=key.webhook_payload)
     form.secret.data = ""  # a typed secret is not echoed back in the page
+    if access_form is None:
+        access_form = AccessForm(formdata=None, scopes=list(key.scopes),
+                                 expires_on=key.expires_at.date() if key.expires_at else None,
+                                 allowed_ips="\n".join(key.allowed_ips or ()))
+    _scope_choices(access_form, key)
     html = render_template("portal/key.html", key=key, form=form, action=ActionForm(), deliveries=deliveries,
                            status=status, event=event, statuses=STATUSES, events=EVENTS, revealed=revealed,
                            secret_state=webhooks.secret_state(key), roll=roll or RollSecretForm(formdata=None),
-                           confirm_roll=confirm_roll,
+                           confirm_roll=confirm_roll, access_form=access_form, scope_words=access.SCOPE_WORDS,
+                           expired=access.is_expired(key, utcnow()),
                            retry_schedule=retry_schedule_words(current_app.config["WEBHOOK_RETRY_SCHEDULE"]),
                            webhook_timeout=f'{current_app.config["WEBHOOK_TIMEOUT_SECONDS"]:g}')
     return html, code
@@ -220,6 +230,36 @@ def save_webhook(key_id):
         flash(str(exc), "error")
         return _key_page(key, form=form, code=400)
     flash("Webhook settings saved.", "ok")
+    return _back(key.id)
+
+
+def _scope_choices(form: AccessForm, key: ApiKey) -> None:
+    """The scopes the form offers: every scope, those the key lacks shown but not offered."""
+    form.scopes.choices = [(scope, scope) for scope in access.SCOPES if scope in key.scopes]
+
+
+@bp.post("/api-keys/<key_id>/access")
+@security.login_required
+def save_access(key_id):
+    """Narrow the key's scopes, make its expiry earlier, edit its allowlist (D21): a wider set of
+    scopes or a later expiry is refused whole, nothing changed."""
+    key = _owned_key_or_404(key_id)
+    form = AccessForm()
+    _scope_choices(form, key)
+    form.scopes.pre_validate = lambda _form: None  # a scope the key lacks is the service's refusal, said plainly
+    if not form.validate_on_submit():
+        flash("; ".join(f"{form[name].label.text}: {', '.join(errs)}" for name, errs in form.errors.items()), "error")
+        return _key_page(key, access_form=form, code=400)
+    try:
+        access.narrow_access(key.id, g.portal_customer.id, scopes=form.scopes.data or [],
+                             expires_at=access.expiry_on(form.expires_on.data, key.expires_at),
+                             allowed_ips=form.allowed_ips.data or None)
+    except LookupError:
+        abort(404)
+    except AccountError as exc:
+        flash(str(exc), "error")
+        return _key_page(key, access_form=form, code=400)
+    flash("Access of the key saved.", "ok")
     return _back(key.id)
 
 

@@ -1,15 +1,20 @@
 """Customers, API keys and portal users: what the operator CLI and the portal manage."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from werkzeug.security import generate_password_hash
 
 from app.db import transaction, write_transaction
 from app.models import ApiKey, Customer, PortalUser, iso, new_id, utcnow
 from app.models.accounts import TIERS
-from app.services import billing, erasure, quotas, webhooks
+from app.services import access, billing, erasure, quotas, webhooks
 from app.services.crypto import digest, new_api_key
-from app.services.errors import AccountError  # raised here; callers may catch it as accounts.AccountError
-from app.services.limits import limits_for
+from app.services.errors import (
+    AccountError,  # raised here; callers may catch it as accounts.AccountError
+    InsufficientBalance,
+)
+from app.services.limits import Limits, limits_for
 from app.store import customers as customer_store
 from app.store import keys as key_store
 
@@ -130,19 +135,26 @@ def add_credits(customer_id: str, amount: int, reason: str | None = None) -> int
 
 
 def issue_key(customer_id: str, name: str = "", webhook_url: str | None = None,
-              webhook_secret: str | None = None, *, livemode: bool = True) -> tuple[ApiKey, str]:
+              webhook_secret: str | None = None, *, livemode: bool = True, scopes=None,
+              expires_in_days: int | None = None, allowed_ips=None) -> tuple[ApiKey, str]:
     """A new key (a test key, ``service_test_…``, when ``livemode`` is False: D15); returns the
-    row and the plaintext, which is never stored or shown again.
+    row and the plaintext, which is never stored or shown again. D21: ``scopes`` (default:
+    all), ``expires_in_days`` (default: never), ``allowed_ips`` (default: anywhere), checked
+    by ``app.services.access`` before anything is written.
 
     The webhook URL and secret go through ``webhooks.set_webhook``, the portal's own
     rules, in the key's transaction: a refused one leaves no key behind.
     """
     get_customer(customer_id)
     name = _check_text("name", name, MAX_NAME_LENGTH, required=False)
+    key_scopes = access.parse_scopes(scopes) if scopes is not None else list(access.SCOPES)
+    expires_at = access.expiry_in_days(expires_in_days, utcnow()) if expires_in_days is not None else None
+    blocks = access.parse_allowlist(allowed_ips)
     plaintext = new_api_key(livemode)
     with transaction():
         key = key_store.insert(key_id=new_id("key"), customer_id=customer_id, name=name, digest=digest(plaintext),
-                               prefix=plaintext[:17], last4=plaintext[-4:], livemode=livemode)
+                               prefix=plaintext[:17], last4=plaintext[-4:], livemode=livemode,
+                               scopes=key_scopes, expires_at=expires_at, allowed_ips=blocks)
         if webhook_url or webhook_secret is not None:
             key = webhooks.set_webhook(key.id, customer_id, webhook_url, webhook_secret)
     return key, plaintext
@@ -221,11 +233,17 @@ def key_dict(key: ApiKey) -> dict:
     return {
         "key_id": key.id, "customer_id": key.customer_id, "name": key.name, "prefix": key.prefix,
         "last4": key.last4, "created_at": iso(key.created_at), "last_used_at": iso(key.last_used_at),
-        "revoked_at": iso(key.revoked_at), "status": "active" if key.is_live else "revoked",
+        "revoked_at": iso(key.revoked_at), "status": _status(key),
         "mode": "live" if key.livemode else "test",
         "webhook_url": key.webhook_url, "has_webhook_secret": bool(key.webhook_secret_enc),
-        "webhook_payload": key.webhook_payload,
+        "webhook_payload": key.webhook_payload, **access.access_of(key),
     }
+
+
+def _status(key: ApiKey) -> str:
+    if not key.is_live:
+        return "revoked"
+    return "expired" if access.is_expired(key, utcnow()) else "active"
 
 
 def recount(customer_id: str) -> dict:
@@ -249,3 +267,36 @@ def recount(customer_id: str) -> dict:
                 quotas.count_created(customer_id, minute, count, livemode)
     return {"customer_id": customer_id, "in_flight": {"was": customer.in_flight, "now": in_flight},
             "day": sum(minutes.values())}
+
+
+@dataclass(frozen=True)
+class AccountView:
+    """The answer of ``GET /api/v1/account``: its body, and the balance after its charge with the
+    limits and window usage the answer's headers report."""
+
+    body: dict
+    balance: int
+    limits: Limits
+    usage: quotas.Usage
+
+
+def account_view(key: ApiKey, *, request_id: str | None, endpoint: str | None) -> AccountView:
+    """The calling key's account (D21): customer, tier, balance, limits, usage of the key's mode,
+    and what the key may do. It costs one call like any other, charged here so that the
+    balance shown is the one after it (``endpoint``: the ledger row's note); a test key pays
+    nothing and sees the live balance and its own windows (D15)."""
+    now = utcnow()
+    customer = key.customer
+    if billing.is_billed(key.livemode):
+        balance, usage = billing.charge_call(customer.id, request_id, now, endpoint)
+        if balance is None:  # the balance ran out since the key was read: not served
+            raise InsufficientBalance(billing.balance_of(customer.id))
+    else:
+        balance, usage = billing.balance_of(customer.id), quotas.window_usage(customer.id, now, key.livemode)
+    limits = limits_for(customer)
+    inflight = customer.in_flight if key.livemode else customer.test_in_flight
+    body = {"ok": True, "customer_id": customer.id, "tier": customer.tier, "balance": balance,
+            "limits": {"inflight": limits.inflight, "hour": limits.hour, "day": limits.day},
+            "usage": {"inflight": inflight, "hour": usage.hour, "day": usage.day},
+            "key": {"key_id": key.id, "livemode": key.livemode, **access.access_of(key)}}
+    return AccountView(body, balance, limits, usage)

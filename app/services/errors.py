@@ -32,6 +32,20 @@ class NotAuthenticated(ServiceError):
     code = "unauthorized"
 
 
+class KeyRefused(ServiceError):
+    """A refusal of the key itself (D21: expired, outside its allowlist, lacking the scope):
+    free, checked right after authentication. ``key`` is the key refused, for the request's
+    log line (its customer), set by ``app.services.access.check``."""
+
+    key: object | None = None
+
+
+class KeyExpired(KeyRefused, NotAuthenticated):
+    """The key's expiry (D21) has passed: the credential no longer authenticates."""
+
+    code = "key_expired"
+
+
 class InsufficientBalance(ServiceError):
     code = "insufficient_balance"
 
@@ -55,6 +69,22 @@ class TargetSuppressed(Forbidden):
     """The person this target belongs to opted out (D20): no scan of it is made, free of charge."""
 
     code = "target_suppressed"
+
+
+class IpNotAllowed(KeyRefused, Forbidden):
+    """The call comes from an address outside the key's allowlist (D21)."""
+
+    code = "ip_not_allowed"
+
+
+class InsufficientScope(KeyRefused, Forbidden):
+    """The key lacks the scope the call needs (D21); ``scope`` names it."""
+
+    code = "insufficient_scope"
+
+    def __init__(self, scope: str):
+        super().__init__(f"this API key lacks the scope {scope}, which this call needs")
+        self.scope = scope
 
 
 class NotFound(ServiceError):

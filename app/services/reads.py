@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from app.models import ApiKey, BulkBatch, Scan, iso, utcnow
 from app.models.scans import COMPLETED, FAILED, QUEUED, RUNNING
 from app.rawjson import RawJSON
-from app.services import billing, keyauth, quotas
+from app.services import access, billing, keyauth, quotas
 from app.services.errors import Forbidden, InsufficientBalance, InvalidRequest, NotFound, ServiceError
 from app.services.paging import Page
 from app.store import keys as key_store
@@ -276,26 +276,42 @@ class ServedRead:
         return billing.CALL_PRICE if self.balance is not None else 0
 
 
-def serve_scan_read(token: str, scan_id: str, request_id: str | None, notes: dict[int, str]) -> ServedRead:
-    """``GET /scan/{id}`` for the bearer ``token``: raises ``NotAuthenticated`` (401), else the read.
+@dataclass(frozen=True)
+class Caller:
+    """Who presents the key, for D21's check: the scope the call needs and the client's address."""
+
+    scope: str
+    address: str | None
+
+
+def serve_scan_read(token: str, scan_id: str, request_id: str | None, notes: dict[int, str], *,
+                    caller: Caller) -> ServedRead:
+    """``GET /scan/{id}`` for the bearer ``token``: raises ``NotAuthenticated`` (401) and D21's
+    refusals (``access.check``), else the read.
     ``notes``: the charge's ledger note for an answer 200, 403 and 404 (``billing.charge_call``)."""
-    return _serve(token, scan_id, request_id, notes, False, "scan", _scan_body, read_scan)
+    return _serve(token, scan_id, request_id, notes, False, "scan", _scan_body, read_scan, caller)
 
 
-def serve_bulk_read(token: str, bulk_id: str, request_id: str | None, notes: dict[int, str]) -> ServedRead:
-    """``GET /scan/bulk/{id}`` for the bearer ``token``: raises ``NotAuthenticated`` (401), else the read."""
-    return _serve(token, bulk_id, request_id, notes, True, "bulk batch", _bulk_body, read_bulk)
+def serve_bulk_read(token: str, bulk_id: str, request_id: str | None, notes: dict[int, str], *,
+                    caller: Caller) -> ServedRead:
+    """``GET /scan/bulk/{id}`` for the bearer ``token``: raises ``NotAuthenticated`` (401) and
+    D21's refusals, else the read."""
+    return _serve(token, bulk_id, request_id, notes, True, "bulk batch", _bulk_body, read_bulk, caller)
 
 
-def _serve(token, object_id, request_id, notes, bulk, what, body_of, read) -> ServedRead:
+def _serve(token, object_id, request_id, notes, bulk, what, body_of, read, caller: Caller) -> ServedRead:
     now = utcnow()
     token_digest = keyauth.digest_of(token)
     notes = {status: billing.call_note(note) for status, note in notes.items()}
+    # The statement charges only a key that D21 lets make the call; ``access.check`` then
+    # names the refusal of one it did not charge for that reason (free, like a 401).
     found = scan_store.read_charged(
         bulk=bulk, token_digest=token_digest, object_id=object_id, price=billing.CALL_PRICE,
         billed_modes=billing.billed_modes(), reason=billing.CALL_REASON, request_id=request_id,
-        notes=(notes[404], notes[200], notes[403]), now=now, starts=quotas.window_starts(now))
+        notes=(notes[404], notes[200], notes[403]), now=now, starts=quotas.window_starts(now),
+        scope=caller.scope, client_address=access.statement_address(caller.address))
     key = keyauth.live_key(found.key, token_digest, now)
+    access.check(key, scope=caller.scope, client_address=caller.address, now=now)
     if not billing.is_billed(key.livemode):  # a test key: nothing was charged; its read as before (D15)
         return _serve_in_turn(key, object_id, request_id, notes, read, now)
     if found.balance is None:  # nothing was charged: the balance is short (read again: the row may have just changed)

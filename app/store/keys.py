@@ -14,6 +14,14 @@ KEY_BY_DIGEST = (f"SELECT {KEY_COLUMNS} FROM {table(ApiKey)} AS k "
                  f"JOIN {table(Customer)} AS c ON c.id = k.customer_id WHERE k.digest = ?")
 
 
+# D21's rules of a key row (``services.access.check``), as the served read's statement tests them
+# before it charges: not expired at ``now``, carrying ``scope``, and (an allowlist) used from an
+# address in one of its blocks. Parameters: now, scope, the client's address (NULL when it is
+# not one: outside every block). Columns unqualified: the key's CTE of that statement.
+ACCESS_ALLOWED = ("(expires_at IS NULL OR expires_at > ?) AND ?::text = ANY(scopes) "
+                  "AND (allowed_ips IS NULL OR ?::inet <<= ANY(allowed_ips::cidr[]))")
+
+
 def by_digest(token_digest: str) -> ApiKey | None:
     """The key with this digest, its ``customer`` loaded (one statement)."""
     row = execute_prepared(KEY_BY_DIGEST, (token_digest,)).fetchone()
@@ -34,9 +42,23 @@ def touch(key_id: str, now: datetime) -> None:
 
 
 def insert(*, key_id: str, customer_id: str, name: str, digest: str, prefix: str, last4: str,
-           livemode: bool) -> ApiKey:
+           livemode: bool, scopes: list[str], expires_at: datetime | None, allowed_ips: list[str] | None) -> ApiKey:
     return ApiKey.create(id=key_id, customer=customer_id, name=name, digest=digest, prefix=prefix, last4=last4,
-                         livemode=livemode)
+                         livemode=livemode, scopes=scopes, expires_at=expires_at, allowed_ips=allowed_ips)
+
+
+def narrow_access(key_id: str, changes: dict, *, scopes: list[str], expires_at: datetime | None) -> bool:
+    """Write ``changes`` (as ``set_access``) only if the key still has ``scopes`` and ``expires_at``
+    (compare-and-set: two narrowings at once cannot undo each other); whether it did."""
+    unchanged = ApiKey.expires_at.is_null() if expires_at is None else ApiKey.expires_at == expires_at
+    query = ApiKey.update({getattr(ApiKey, name): value for name, value in changes.items()})
+    return query.where((ApiKey.id == key_id) & (ApiKey.scopes == scopes) & unchanged).execute() == 1
+
+
+def set_access(key_id: str, changes: dict) -> None:
+    """Write the key's ``scopes``, ``expires_at`` and/or ``allowed_ips`` (the keys of ``changes``)."""
+    ApiKey.update({getattr(ApiKey, name): value for name, value in changes.items()}).where(
+        ApiKey.id == key_id).execute()
 
 
 def find(key_id: str) -> ApiKey | None:

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from app.db import columns, execute, execute_prepared, insert_rows_statement, instance, table
 from app.models import ApiKey, BulkBatch, CreditLedger, Customer, Scan
 from app.store.customers import Statement, window_columns_for, window_times
-from app.store.keys import KEY_COLUMNS, KEY_ROW_LENGTH, key_from_row
+from app.store.keys import ACCESS_ALLOWED, KEY_COLUMNS, KEY_ROW_LENGTH, key_from_row
 
 # --- the admission's writes and their reversal ----------------------------------------------
 
@@ -163,7 +163,8 @@ def batch_scans(bulk_id: str) -> list[Scan]:
 # reports (D8) and the scan (or the batch and its scans) are one statement, prepared once per
 # connection: one round trip and one commit per read. The key is charged only if its mode is
 # one of the billed modes and its balance covers the price, both parameters (the rule is
-# ``services.billing``'s); the object and the windows read are those of the key's mode (D15).
+# ``services.billing``'s), and only if D21 lets it make the call (``ACCESS_ALLOWED``: a key
+# refused there is not charged); the object and the windows read are those of the key's mode (D15).
 
 _KEY_MODE = "(SELECT livemode FROM k)"
 
@@ -178,7 +179,9 @@ WITH k AS (SELECT {KEY_COLUMNS} FROM {table(ApiKey)} AS k JOIN {table(Customer)}
            ON c.id = k.customer_id WHERE k.digest = ?),
 charged AS (
     UPDATE {table(Customer)} SET balance = balance - ?
-    WHERE id = (SELECT customer_id FROM k WHERE revoked_at IS NULL AND livemode = ANY(?::boolean[])) AND balance >= ?
+    WHERE id = (SELECT customer_id FROM k WHERE revoked_at IS NULL AND livemode = ANY(?::boolean[])
+                AND {ACCESS_ALLOWED})
+      AND balance >= ?
     RETURNING id, balance),
 ledger AS (
     INSERT INTO {table(CreditLedger)} (customer_id, delta, balance_after, reason, request_id, note, created_at)
@@ -226,15 +229,19 @@ class ChargedRead:
 
 def read_charged(*, bulk: bool, token_digest: str, object_id: str, price: int, billed_modes: Sequence[bool],
                  reason: str, request_id: str | None, notes: tuple[str | None, str | None, str | None],
-                 now: datetime, starts: tuple[datetime, datetime]) -> ChargedRead:
+                 now: datetime, starts: tuple[datetime, datetime], scope: str,
+                 client_address: str | None) -> ChargedRead:
     """Run ``READ_BULK_CHARGED`` (``bulk``) or ``READ_SCAN_CHARGED``: find the key by
     ``token_digest``; charge ``price`` (a ledger row of ``reason`` and ``request_id``, created
-    at ``now``) if the key is active, its mode one of ``billed_modes`` and its balance covers
-    it; read its windows starting at ``starts`` and the object ``object_id``. ``notes``: the
-    ledger note when the object is not found, is the key's customer's, is another's."""
+    at ``now``) if the key is active, its mode one of ``billed_modes``, D21 allows it the call
+    (unexpired at ``now``, carrying ``scope``, used from ``client_address``: an IP address or
+    None) and its balance covers it; read its windows starting at ``starts`` and the object
+    ``object_id``. ``notes``: the ledger note when the object is not found, is the key's
+    customer's, is another's."""
     not_found, owned, other = notes
     # The windows' customer and mode are the key's, found by the statement itself.
-    params = ((token_digest, price, list(billed_modes), price, -price, reason, request_id, not_found, owned, other,
+    params = ((token_digest, price, list(billed_modes), now, scope, client_address, price, -price, reason,
+               request_id, not_found, owned, other,
                object_id, now) + window_times(starts, livemode=None) + (object_id,))
     rows = execute_prepared(READ_BULK_CHARGED if bulk else READ_SCAN_CHARGED, params).fetchall()
     if not rows:

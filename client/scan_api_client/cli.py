@@ -38,11 +38,15 @@ CSV_FIELDS = ["scan_id", "target", "kind", "status", "risk_score", "risk_band", 
               "finished_at", "error", "message"]
 DELIVERY_CSV_FIELDS = ["delivery_id", "event", "scan_id", "status", "attempts", "last_http_status", "last_error",
                        "next_attempt_at"]
+ACCOUNT_CSV_FIELDS = ["customer_id", "tier", "balance", "usage_inflight", "usage_hour", "usage_day", "limit_inflight",
+                      "limit_hour", "limit_day", "key_id", "scopes", "expires_at", "allowed_ips"]
 
 # One line per error code: what happened and what to do about it. {retry} is "in N s" or "later".
 MESSAGES = {
     "unauthorized": "no valid Authorization header was sent: set SCAN_API_KEY or pass --key",
     "invalid_token": "the API key is unknown or revoked: check SCAN_API_KEY / --key",
+    "key_expired": "the API key has expired: ask for a new one (or for a later expiry)",
+    "ip_not_allowed": "the API key may not be used from this address (its IP allowlist): nothing was charged",
     "insufficient_balance": "your balance is below 1 credit: ask your account manager to add credits",
     "forbidden": "that scan or batch belongs to another customer",
     "bulk_not_allowed": "bulk scans need the Business or Enterprise tier: scan targets one by one, "
@@ -64,7 +68,8 @@ MESSAGES = {
     "webhook_url_missing": "the key that sent that delivery has no webhook URL now: set one on the key's page",
 }
 # Codes whose server message is more precise than anything generic (it names the field or target).
-SERVER_WORDED = {"invalid_request", "target_too_short", "invalid_kind", "invalid_target"}
+SERVER_WORDED = {"invalid_request", "target_too_short", "invalid_kind", "invalid_target",
+                 "insufficient_scope"}  # its message names the scope the call needs
 
 
 class UsageError(Exception):
@@ -159,6 +164,8 @@ def build_parser(out: TextIO, err: TextIO) -> argparse.ArgumentParser:
     erase_bulk = sub.add_parser("erase-bulk", parents=[common],
                                 help="erase every finished scan of a bulk batch now")
     erase_bulk.add_argument("bulk_id")
+    sub.add_parser("account", parents=[common, output],
+                   help="your balance, limits and usage, and what the key may do (scopes, expiry, IP allowlist)")
     for choice in sub.choices.values():
         choice.epilog = parser.epilog
     return parser
@@ -406,11 +413,22 @@ def _erase_bulk(run: _Run) -> None:
     write_output(run.out, "json", run.client.erase_bulk(run.args.bulk_id), [])
 
 
+def _account(run: _Run) -> None:
+    account = run.client.account().raw
+    limits, usage, key = account.get("limits") or {}, account.get("usage") or {}, account.get("key") or {}
+    row = {"customer_id": account.get("customer_id"), "tier": account.get("tier"), "balance": account.get("balance"),
+           **{f"{what}_{window}": figures.get(window) for what, figures in (("usage", usage), ("limit", limits))
+              for window in ("inflight", "hour", "day")},
+           "key_id": key.get("key_id"), "scopes": " ".join(key.get("scopes") or []),
+           "expires_at": key.get("expires_at"), "allowed_ips": " ".join(key.get("allowed_ips") or [])}
+    write_output(run.out, run.args.format, account, [row], fields=ACCOUNT_CSV_FIELDS)
+
+
 # One function per subcommand: a new one is a parser entry in build_parser and a line here.
 COMMANDS: dict[str, Callable[[_Run], None]] = {
     "scan": _scan, "bulk": _bulk, "get": _get, "get-bulk": _get_bulk, "list": _list,
     "deliveries": _deliveries, "redeliver": _redeliver, "erase": _erase, "erase-bulk": _erase_bulk,
-    "activity": _activity,
+    "activity": _activity, "account": _account,
 }
 
 

@@ -26,7 +26,7 @@ from urllib.parse import quote
 import requests
 
 from scan_api_client.errors import ApiError, TransportError, WaitTimeout, error_from_response
-from scan_api_client.models import ActivityEntry, Batch, Delivery, Page, Scan
+from scan_api_client.models import Account, ActivityEntry, Batch, Delivery, Page, Scan
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -357,6 +357,11 @@ class ScanClient:
         delivery = Delivery.from_dict(answer)
         delivery.delivery_id = delivery.delivery_id or delivery_id
         return delivery
+
+    def account(self) -> Account:
+        """``GET /api/v1/account``: the balance (after this call's 1 credit), the limits and usage, and
+        what this key may do (scopes, expiry, IP allowlist). Any key may call it, whatever its scopes."""
+        return Account.from_dict(self._request("GET", "/account"))
 
     # --- waiting ---------------------------------------------------------------------
 

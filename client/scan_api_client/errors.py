@@ -61,7 +61,8 @@ class ValidationError(ApiError):
 
 
 class AuthenticationError(ApiError):
-    """401: ``unauthorized`` (no or malformed key) or ``invalid_token`` (unknown or revoked key)."""
+    """401: ``unauthorized`` (no or malformed key), ``invalid_token`` (unknown or revoked key) or
+    ``key_expired`` (the key's expiry has passed)."""
 
 
 class InsufficientBalance(ApiError):
@@ -69,8 +70,10 @@ class InsufficientBalance(ApiError):
 
 
 class Forbidden(ApiError):
-    """403: ``forbidden`` (another customer's scan or batch), ``bulk_not_allowed`` (Pro tier) or
-    ``target_suppressed`` (the person the target belongs to opted out of lookups; not charged)."""
+    """403: ``forbidden`` (another customer's scan or batch), ``bulk_not_allowed`` (Pro tier),
+    ``target_suppressed`` (the person the target belongs to opted out of lookups; not charged),
+    ``ip_not_allowed`` (the key's IP allowlist does not hold your address; not charged) or
+    ``insufficient_scope`` (the key lacks the scope the call needs, which the message names; not charged)."""
 
 
 class NotFound(ApiError):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 __all__ = [
+    "Account",
     "Artifacts",
     "Batch",
     "Breach",
@@ -23,6 +24,7 @@ __all__ = [
     "Delivery",
     "DeliveryAttempt",
     "Failure",
+    "KeyAccess",
     "Page",
     "PhoneProfile",
     "Profile",
@@ -33,6 +35,7 @@ __all__ = [
     "Risk",
     "Scan",
     "WebhookEvent",
+    "Windows",
 ]
 
 
@@ -293,6 +296,42 @@ class ActivityEntry(_Model):
     request_id: str | None = None
     purpose: str | None = None
     case_ref: str | None = None
+    raw: dict = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class Windows(_Model):
+    """Scans in flight, created in the last hour and in the last 24 hours (or the limits of each)."""
+
+    inflight: int = 0
+    hour: int = 0
+    day: int = 0
+
+
+@dataclass
+class KeyAccess(_Model):
+    """What the key that made the call may do: its ``scopes`` (``scans:write``, ``scans:read``,
+    ``scans:erase``, ``webhooks``, ``activity:read``), ``expires_at`` (None: never) and
+    ``allowed_ips`` (CIDR blocks; None: anywhere)."""
+
+    key_id: str = ""
+    livemode: bool | None = None
+    scopes: list[str] = field(default_factory=list)
+    expires_at: str | None = None
+    allowed_ips: list[str] | None = None
+
+
+@dataclass
+class Account(_Model):
+    """``GET /api/v1/account``: the balance after that call, the limits and the usage against them
+    (a test key: its own test scans), and the calling key's access."""
+
+    customer_id: str = ""
+    tier: str = ""
+    balance: int = 0
+    limits: Windows | None = None
+    usage: Windows | None = None
+    key: KeyAccess | None = None
     raw: dict = field(default_factory=dict, repr=False)
 
 

@@ -5,6 +5,7 @@ from flask import Flask
 from flask.views import MethodView
 
 from app.api import actions, hooks
+from app.services import access
 
 
 def _app_with(view_class) -> Flask:
@@ -22,13 +23,37 @@ def test_an_api_view_without_the_wrapper_stops_the_start():
         hooks.check_accounted(_app_with(Bare))
 
 
-def test_wrapped_views_and_pages_outside_the_api_pass(monkeypatch):
-    class Wrapped(MethodView):
+def test_an_api_view_that_declares_no_scope_stops_the_start():
+    """D21: every endpoint says which scope it needs, in its wrapper; a bare one does not start."""
+    class Unscoped(MethodView):
         @hooks.api_call
         def get(self, key):
             return {"ok": True}
 
+    with pytest.raises(RuntimeError, match="thing GET declares no scope"):
+        hooks.check_accounted(_app_with(Unscoped))
+
+    class Unknown(MethodView):
+        @hooks.api_call(scope="scans:everything")
+        def get(self, key):
+            return {"ok": True}
+
+    with pytest.raises(RuntimeError, match="thing GET declares no scope"):
+        hooks.check_accounted(_app_with(Unknown))
+
+
+def test_wrapped_views_and_pages_outside_the_api_pass(monkeypatch):
+    class Wrapped(MethodView):
+        @hooks.api_call(scope=access.SCANS_READ)
+        def get(self, key):
+            return {"ok": True}
+
+        @hooks.api_call(scope=access.ANY_SCOPE)
+        def post(self, key):
+            return {"ok": True}
+
     monkeypatch.setitem(actions.ACTIONS, "GET /api/v1/thing", "thing.read")
+    monkeypatch.setitem(actions.ACTIONS, "POST /api/v1/thing", "thing.create")
     hooks.check_accounted(_app_with(Wrapped))
     app = Flask(__name__)
 
@@ -42,11 +67,11 @@ def test_wrapped_views_and_pages_outside_the_api_pass(monkeypatch):
 
 def test_an_api_route_without_an_activity_log_action_stops_the_start():
     class Wrapped(MethodView):
-        @hooks.api_call
+        @hooks.api_call(scope=access.SCANS_READ)
         def get(self, key):
             return {"ok": True}
 
-        @hooks.api_call
+        @hooks.api_call(scope=access.SCANS_ERASE)
         def delete(self, key):
             return {"ok": True}
 

@@ -54,10 +54,37 @@ def test_every_error_status_shows_the_codes_it_carries(spec):
                 assert example["value"]["error"] == code and example["value"]["ok"] is False
                 assert f"`{code}`" in response["description"], (path, method, status, code)
                 seen.setdefault(status, set()).add(code)
-    assert seen["401"] == {"unauthorized", "invalid_token"}
+    assert seen["401"] == {"unauthorized", "invalid_token", "key_expired"}
     assert "target_too_short" not in seen["401"] | seen["402"] | seen["404"]
     assert seen["402"] == {"insufficient_balance"} and seen["503"] == {"service_unavailable"}
     assert {"no_targets", "too_many_targets", "target_too_short"} <= seen["400"]
+
+
+def test_every_operation_names_the_refusals_of_the_key(spec):
+    """D21: any endpoint can refuse an expired key (401), a call from outside the key's allowlist or
+    without the scope it needs (403), and says so with an example of each."""
+    for path, method, op in operations(spec):
+        assert {"key_expired"} <= set(op["responses"]["401"]["content"]["application/json"]["examples"]), path
+        assert {"ip_not_allowed", "insufficient_scope"} <= set(
+            op["responses"]["403"]["content"]["application/json"]["examples"]), (path, method)
+
+
+def test_every_operation_says_the_scope_its_view_declares(app, spec):
+    from app.api.actions import route_of
+    from app.api.hooks import declared_scope
+    from app.services import access
+
+    seen = 0
+    for rule in app.url_map.iter_rules():
+        for method in rule.methods - {"HEAD", "OPTIONS"}:
+            scope = declared_scope(app, rule, method)
+            if scope is None:
+                continue
+            description = spec["paths"][route_of(rule.rule)][method.lower()]["description"]
+            assert description.endswith("Any key may call it, whatever its scopes." if scope == access.ANY_SCOPE
+                                        else f"Needs the key scope `{scope}`."), (rule.rule, method)
+            seen += 1
+    assert seen >= 8
 
 
 def test_webhook_events_and_their_signature_headers(spec):
@@ -125,10 +152,11 @@ def test_references_a_generated_client_can_use(spec):
 
 
 def test_the_prices_customers_read_are_billings(spec):
-    """Every operation says its price in billing's words (a new price is one change in billing)."""
+    """Every operation says its price in billing's words (a new price is one change in billing), at the
+    end of its first paragraph (the scope it needs follows)."""
     by_id = {operation["operationId"]: operation for _, _, operation in operations(spec)}
-    assert by_id["createBulk"]["description"].endswith(f"Costs {billing.PRICE_WORDS['bulk']}.")
-    assert by_id["createScan"]["description"].endswith(f"Costs {billing.PRICE_WORDS['scan']}.")
-    assert by_id["getScan"]["description"].endswith(f"Costs {billing.PRICE_WORDS['call']}.")
+    assert by_id["createBulk"]["description"].split("\n\n")[0].endswith(f"Costs {billing.PRICE_WORDS['bulk']}.")
+    assert by_id["createScan"]["description"].split("\n\n")[0].endswith(f"Costs {billing.PRICE_WORDS['scan']}.")
+    assert by_id["getScan"]["description"].split("\n\n")[0].endswith(f"Costs {billing.PRICE_WORDS['call']}.")
     assert "{price}" not in json.dumps(spec) and "{call_price}" not in json.dumps(spec)
     assert f"costs {billing.PRICE_WORDS['call']};" in spec["info"]["description"]

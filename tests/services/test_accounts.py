@@ -177,3 +177,22 @@ def test_recount_rebuilds_the_counters_from_the_scans(conn):
         assert report == {"customer_id": cust.id, "in_flight": {"was": 9, "now": 2}, "day": 3}
         assert Customer.get_by_id(cust.id).in_flight == 2
         assert quotas.window_usage(cust.id, NOW).hour == 3
+
+
+def test_the_account_view_charges_its_call_and_shows_the_balance_after_it(conn):
+    from app.services import access
+    from app.services.errors import InsufficientBalance
+    from tests.services.conftest import books_of, new_customer
+
+    cust, key = new_customer(credits=2)
+    before = books_of(cust.id)
+    view = accounts.account_view(key, request_id="req_a", endpoint="GET /api/v1/account")
+    assert view.balance == view.body["balance"] == 1 == books_of(cust.id).balance
+    assert books_of(cust.id).ledger_rows == before.ledger_rows + 1
+    assert view.body["key"] == {"key_id": key.id, "livemode": True, "scopes": list(access.SCOPES),
+                                "expires_at": None, "allowed_ips": None}
+    assert (view.limits.inflight, view.usage.hour) == (10, 0)
+    accounts.account_view(key, request_id="req_b", endpoint=None)
+    with pytest.raises(InsufficientBalance):  # the balance ran out between the check and the charge
+        accounts.account_view(key, request_id="req_c", endpoint=None)
+    assert books_of(cust.id).balance == 0

@@ -20,7 +20,7 @@ HEADING = re.compile(r"^#{1,6}\s+(§\d+(?:\.\d+)*|D\d{1,2}a?|E\d)\b", re.MULTILI
 OUTSIDE = re.compile(r"\b(?:engine|decisions|public-scan-api)\.md\b|\bspec(?:ification)?:?\s*§")
 
 CUSTOMER_DOCS = ("docs/client.md", "docs/webhooks.md")
-CUSTOMER_README_SECTIONS = ("Calling the API", "Webhooks", "Python client and command line")
+CUSTOMER_README_SECTIONS = ("Calling the API", "Keys and access", "Webhooks", "Python client and command line")
 
 
 def _cited_ids(text: str) -> set[str]:

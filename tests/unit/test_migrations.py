@@ -205,3 +205,24 @@ def test_the_activity_log_migration_builds_the_table_a_fresh_database_has(app):
         assert _activity_table_shape() == fresh
         entry_id = activity.record(customer_id="cus_x", livemode=True, action="scan.read", status=200)
         assert store.partition_of(entry_id) == "activity_entry_default"  # no day partition yet: nothing lost
+def test_key_access_migration_gives_existing_keys_every_scope_no_expiry_and_no_allowlist(app):
+    """A database from before version 12 (D21): its keys keep doing what they did."""
+    from app.models import ApiKey
+    from app.services import access
+
+    with db.connection_context():
+        customer = accounts.create_customer("Old", "pro", 0)
+        key, _ = accounts.issue_key(customer.id, "old key")
+        with db.atomic():
+            for column in ("scopes", "expires_at", "allowed_ips"):
+                db.execute_sql(f'ALTER TABLE "api_key" DROP COLUMN "{column}"')
+            SchemaVersion.delete().where(SchemaVersion.version == 12).execute()
+
+        assert migrations.upgrade() == [12]
+        assert migrations.upgrade() == []
+
+        key = ApiKey.get_by_id(key.id)
+        assert (key.scopes, key.expires_at, key.allowed_ips) == (list(access.SCOPES), None, None)
+        # and a new key is still issued as the operator says
+        narrow, _ = accounts.issue_key(customer.id, "new key", scopes="scans:read")
+        assert ApiKey.get_by_id(narrow.id).scopes == ["scans:read"]
