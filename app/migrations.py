@@ -118,6 +118,21 @@ def _purpose(database):
                          "DEFAULT 'full'")
 
 
+def _portal_roles_and_two_factor(database):
+    """PortalUser.role (existing users are owners: they were the customer's only kind of user),
+    the one-time set-password link, TOTP; Customer.require_2fa; PortalRecoveryCode (D21)."""
+    from app.models import PortalRecoveryCode
+
+    user = '"portal_user"'
+    for column in ("\"role\" VARCHAR(16) NOT NULL DEFAULT 'owner'", '"password_token_digest" VARCHAR(64) UNIQUE',
+                   '"password_token_expires_at" TIMESTAMP', '"totp_secret_enc" TEXT',
+                   '"totp_enabled_at" TIMESTAMP', '"totp_last_step" BIGINT'):
+        database.execute_sql(f"ALTER TABLE {user} ADD COLUMN IF NOT EXISTS {column}")
+    database.execute_sql('ALTER TABLE "customer" ADD COLUMN IF NOT EXISTS "require_2fa" BOOLEAN NOT NULL '
+                         "DEFAULT FALSE")
+    database.create_tables([PortalRecoveryCode], safe=True)
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 MIGRATIONS = [
     (1, "initial schema", _initial),
@@ -128,6 +143,7 @@ MIGRATIONS = [
     (7, "longer idempotency endpoint", _longer_idempotency_endpoint),
     (8, "suppressions", _suppressions),
     (9, "purpose, case reference, thin webhooks", _purpose),
+    (14, "portal roles and two-factor login", _portal_roles_and_two_factor),
 ]
 
 

@@ -94,11 +94,15 @@ def set_limits(customer_id: str, *, inflight=None, hour=None, day=None) -> Custo
     return get_customer(customer_id)
 
 
-def set_settings(customer_id: str, *, require_purpose: bool | None = None) -> Customer:
-    """The customer's settings of D20 (``require_purpose``: creations must say why)."""
+def set_settings(customer_id: str, *, require_purpose: bool | None = None,
+                 require_2fa: bool | None = None) -> Customer:
+    """The customer's settings: ``require_purpose`` (D20: creations must say why),
+    ``require_2fa`` (D21: every portal user logs in with a second factor)."""
     get_customer(customer_id)
     if require_purpose is not None:
         customer_store.update(customer_id, {"require_purpose": bool(require_purpose)})
+    if require_2fa is not None:
+        customer_store.update(customer_id, {"require_2fa": bool(require_2fa)})
     return get_customer(customer_id)
 
 
@@ -184,7 +188,7 @@ def customer_dict(customer: Customer) -> dict:
         "customer_id": customer.id, "name": customer.name, "tier": customer.tier, "balance": customer.balance,
         "limits": {"inflight": limits.inflight, "hour": limits.hour, "day": limits.day},
         "overrides": {"inflight": customer.inflight_limit, "hour": customer.hour_limit, "day": customer.day_limit},
-        "settings": {"require_purpose": customer.require_purpose},
+        "settings": {"require_purpose": customer.require_purpose, "require_2fa": customer.require_2fa},
     }
 
 
