@@ -161,3 +161,28 @@ def test_the_idempotency_endpoint_holds_a_redelivery_path(app):
         assert migrations.upgrade() == [7]
         IdempotencyRecord.create(customer=customer.id, key="k1", endpoint=path, request_hash="h")
         assert IdempotencyRecord.get(IdempotencyRecord.key == "k1").endpoint == path
+
+
+def test_roles_and_two_factor_migration_makes_existing_users_owners(app):
+    """A database from before version 14: its users become owners without a second factor, and
+    customers do not require one."""
+    from app.models import PortalRecoveryCode, PortalUser
+
+    with db.connection_context():
+        customer = accounts.create_customer("Old", "pro", 0)
+        user = accounts.create_user(customer.id, "old@acme.example", "long enough password")
+        with db.atomic():
+            db.drop_tables([PortalRecoveryCode])
+            for column in ("role", "password_token_digest", "password_token_expires_at", "totp_secret_enc",
+                           "totp_enabled_at", "totp_last_step"):
+                db.execute_sql(f'ALTER TABLE "portal_user" DROP COLUMN "{column}"')
+            db.execute_sql('ALTER TABLE "customer" DROP COLUMN "require_2fa"')
+            SchemaVersion.delete().where(SchemaVersion.version == 14).execute()
+
+        assert migrations.upgrade() == [14]
+        assert migrations.upgrade() == []
+
+        migrated = PortalUser.get_by_id(user.id)
+        assert migrated.role == "owner" and migrated.totp_enabled_at is None
+        assert Customer.get_by_id(customer.id).require_2fa is False
+        assert "portal_recovery_code" in db.get_tables()
