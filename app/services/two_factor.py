@@ -56,9 +56,15 @@ def pending_secret(user: PortalUser) -> str:
     if enabled(user):
         raise AccountError("two-factor login is on already")
     secret = decrypt_secret(user.totp_secret_enc)
+    if secret:
+        return secret
+    if user.totp_secret_enc:  # not readable (SECRET_KEY changed): draw a new one
+        users.set_totp(user.id, secret_enc=None, enabled_at=None)
+    users.set_pending_totp(user.id, encrypt_secret(pyotp.random_base32()))
+    stored = users.get(user.id).totp_secret_enc  # the first of two requests at once wins
+    secret = decrypt_secret(stored)
     if not secret:
-        secret = pyotp.random_base32()
-        users.set_totp(user.id, secret_enc=encrypt_secret(secret), enabled_at=None)
+        raise AccountError("two-factor enrolment could not start: try again")
     return secret
 
 
@@ -139,7 +145,9 @@ def _check(user: PortalUser, code: str, *, recovery: bool) -> str | None:
 def verify_login(user_id: str, code: str, address: str | None) -> PortalUser:
     """The second step of a login: the user, when ``code`` is a current TOTP code not used
     before or one of its unused recovery codes (spent now). Throttled like passwords."""
-    user = users.get(user_id)
+    user = users.get_or_none(user_id)
+    if user is None:  # removed between the two steps
+        raise LoginRefused()
     attempt = _throttled(user.id, address)
     how = None if user.disabled else _check(user, code, recovery=True)
     if how is None:

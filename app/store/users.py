@@ -120,6 +120,16 @@ def use_password_token(token_digest: str, now: datetime, password_hash: str) -> 
     return found[0].id if found else None
 
 
+def get_or_none(user_id: str) -> PortalUser | None:
+    return PortalUser.get_or_none(PortalUser.id == user_id)
+
+
+def set_pending_totp(user_id: str, secret_enc: str) -> None:
+    """Store an enrolment's secret unless one is there already (two tabs opened at once keep the first)."""
+    PortalUser.update(totp_secret_enc=secret_enc, totp_enabled_at=None, totp_last_step=None).where(
+        (PortalUser.id == user_id) & PortalUser.totp_secret_enc.is_null()).execute()
+
+
 def set_totp(user_id: str, *, secret_enc: str | None, enabled_at: datetime | None) -> None:
     PortalUser.update(totp_secret_enc=secret_enc, totp_enabled_at=enabled_at, totp_last_step=None).where(
         PortalUser.id == user_id).execute()

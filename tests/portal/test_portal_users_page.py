@@ -126,3 +126,19 @@ def test_forms_of_the_users_page_need_their_csrf_token(app, owner_account):
     assert client.post("/app/users", data={"email": "dev@acme.example", "role": "viewer"}).status_code == 400
     with db.connection_context():
         assert PortalUser.get_or_none(PortalUser.email == "dev@acme.example") is None
+
+
+def user_row(client, user_id: str):
+    return re.search(rf'<tr id="user-{user_id}">.*?</tr>', client.get("/app/users").get_data(as_text=True), re.DOTALL)
+
+
+def test_the_users_page_marks_a_user_who_has_not_set_a_password_yet(app, owner_account):
+    client = app.test_client()
+    login(client)
+    link = LINK_RE.search(invite(client).get_data(as_text=True)).group(1)
+    dev = user("dev@acme.example")
+    row = user_row(client, dev.id)
+    assert ">invited<" in row.group(0)
+    set_password(app.test_client(), link)
+    row = user_row(client, dev.id)
+    assert ">active<" in row.group(0)
