@@ -4,6 +4,7 @@ each, and the customer setting that requires it."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -179,3 +180,33 @@ def test_the_operator_requires_it_from_the_cli(app, portal_account):
     assert client.get("/app/api-keys").headers["Location"].endswith("/app/account/two-factor")
     assert cli(app, "customers", "settings", portal_account.id, "--require-2fa", "off").exit_code == 0
     assert client.get("/app/api-keys").status_code == 200
+
+
+def test_role_and_two_factor_changes_and_refusals_are_json_log_lines_with_the_user_id_only(app, portal_account,
+                                                                                           caplog):
+    from app.logging_setup import JsonFormatter
+    with freeze_time(NOW) as clock, caplog.at_level(logging.INFO):
+        client = app.test_client()
+        login(client)
+        link_page = client.post("/app/users", data={"csrf_token": csrf(client, "/app/users"),
+                                                    "email": "dev@acme.example", "role": "viewer"})
+        assert link_page.status_code == 200
+        with db.connection_context():
+            owner = PortalUser.get(PortalUser.email == "ops@acme.example")
+            dev = PortalUser.get(PortalUser.email == "dev@acme.example")
+        token = csrf(client, "/app/users")
+        client.post(f"/app/users/{dev.id}/role", data={f"{dev.id}-csrf_token": token, f"{dev.id}-role": "admin"})
+        secret, _ = enrol(client, NOW)
+        clock.tick(timedelta(seconds=30))
+        client.post("/app/account/two-factor/disable", data={"csrf_token": csrf(client, "/app/account/two-factor"),
+                                                             "code": code(secret, NOW + timedelta(seconds=30))})
+        client.post(f"/app/users/{dev.id}/state", data={"csrf_token": token, "disabled": "1"})
+    lines = [json.loads(JsonFormatter().format(r)) for r in caplog.records
+             if r.name.startswith(("app.services", "app.portal"))]
+    messages = [line["message"] for line in lines]
+    assert any(f"{dev.id} added with role viewer by {owner.id}" in m for m in messages)
+    assert any(f"{dev.id} role changed from viewer to admin by {owner.id}" in m for m in messages)
+    assert any(f"{owner.id}: two-factor login enabled" in m for m in messages)
+    assert any(f"{owner.id}: two-factor login disabled" in m for m in messages)
+    assert any(f"{dev.id} disabled by {owner.id}" in m for m in messages)
+    assert not any("@" in m for m in messages)  # ids, never e-mail addresses
