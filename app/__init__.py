@@ -81,7 +81,9 @@ def create_app(config: dict | None = None) -> Flask:
     app.register_blueprint(health_bp)
 
     from app.portal import bp as portal_bp
+    from app.portal.security import check_declared
     app.register_blueprint(portal_bp)
+    check_declared(app)  # every portal view says which role it needs
 
     from app import metrics_http
     metrics_http.init_app(app)  # /metrics, and a log line and counters per request

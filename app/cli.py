@@ -273,16 +273,24 @@ def customers_limits(customer_id, inflight, hour, day, as_json):
               help="on: every scan must say why (400 purpose_required without a purpose).")
 @click.option("--result-retention-days", type=int, metavar="N",
               help="Days a completed or failed scan's target and result are kept (1 to 3650; default 90).")
+@click.option("--require-2fa", "require_2fa", type=click.Choice(["on", "off"]),
+              help="on: every portal user of the customer logs in with a second factor (those without one "
+                   "enrol before anything else).")
 @json_option
-def customers_settings(customer_id, require_purpose, result_retention_days, as_json):
-    """The customer's personal-data settings (without options: show them)."""
+def customers_settings(customer_id, require_purpose, result_retention_days, require_2fa, as_json):
+    """The customer's settings (without options: show them)."""
+    from app.services import two_factor
     wanted = None if require_purpose is None else require_purpose == "on"
     data = run(as_json, lambda: accounts.customer_dict(accounts.set_settings(
         customer_id, require_purpose=wanted, result_retention_days=result_retention_days)))
+    if require_2fa is not None:
+        run(as_json, lambda: two_factor.set_required(customer_id, require_2fa == "on", by="operator"))
+        data = run(as_json, lambda: accounts.customer_dict(accounts.get_customer(customer_id)))
     settings = data["settings"]
     emit(as_json, data, Table.record([("customer", data["customer_id"]),
                                       ("require purpose", "on" if settings["require_purpose"] else "off"),
-                                      ("result retention", f"{settings['result_retention_days']} days")]))
+                                      ("result retention", f"{settings['result_retention_days']} days"),
+                                      ("require 2fa", "on" if settings["require_2fa"] else "off")]))
 
 
 @customers_cli.command("show")
@@ -451,10 +459,11 @@ def keys_switch_secret(key_id, as_json):
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
 @json_option
 def users_create(customer_id, email, password_stdin, as_json):
-    """Create a portal user; the password comes from a prompt or stdin, never an argument."""
+    """Create a portal user, an owner of the customer (owners add the others in the portal);
+    the password comes from a prompt or stdin, never an argument."""
     password = _read_password(password_stdin, as_json)
     user = run(as_json, lambda: accounts.create_user(customer_id, email, password))
-    emit(as_json, {"user_id": user.id, "customer_id": customer_id, "email": user.email},
+    emit(as_json, {"user_id": user.id, "customer_id": customer_id, "email": user.email, "role": user.role},
          f"user {user.id} <{user.email}>")
 
 
@@ -475,9 +484,11 @@ def users_list(customer_id, as_json):
     from app.services import portal_users
     rows = run(as_json, lambda: portal_users.list_users(customer_id))
     emit(as_json, {"users": rows},
-         Table([(u["user_id"], u["customer_id"], "disabled" if u["disabled"] else "active", u["sessions"],
-                 u["last_login_at"] or "never", u["email"]) for u in rows],
-               headers=["user", "customer", "state", "sessions", "last login", "email"], empty="no users"))
+         Table([(u["user_id"], u["customer_id"], u["role"], "disabled" if u["disabled"] else "active",
+                 "on" if u["two_factor"] else "off", u["sessions"], u["last_login_at"] or "never", u["email"])
+                for u in rows],
+               headers=["user", "customer", "role", "state", "2fa", "sessions", "last login", "email"],
+               empty="no users"))
 
 
 @users_cli.command("reset-password")

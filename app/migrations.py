@@ -137,6 +137,8 @@ def _retention(database):
     database.execute_sql('ALTER TABLE "scan" ALTER COLUMN "target" DROP NOT NULL')
     database.execute_sql('ALTER TABLE "webhook_delivery" ALTER COLUMN "body" DROP NOT NULL')
     Scan._schema.create_indexes(safe=True)
+
+
 def _key_access(database):
     """ApiKey.scopes, expires_at, allowed_ips (D21). Existing keys keep doing what they did: every
     scope, no expiry, no allowlist."""
@@ -147,6 +149,21 @@ def _key_access(database):
     database.execute_sql('ALTER TABLE "api_key" ALTER COLUMN "scopes" SET NOT NULL')
     database.execute_sql('ALTER TABLE "api_key" ADD COLUMN IF NOT EXISTS "expires_at" TIMESTAMP')
     database.execute_sql('ALTER TABLE "api_key" ADD COLUMN IF NOT EXISTS "allowed_ips" TEXT[]')
+
+
+def _portal_roles_and_two_factor(database):
+    """PortalUser.role (existing users are owners: they were the customer's only kind of user),
+    the one-time set-password link, TOTP; Customer.require_2fa; PortalRecoveryCode (D21)."""
+    from app.models import PortalRecoveryCode
+
+    user = '"portal_user"'
+    for column in ("\"role\" VARCHAR(16) NOT NULL DEFAULT 'owner'", '"password_token_digest" VARCHAR(64) UNIQUE',
+                   '"password_token_expires_at" TIMESTAMP', '"totp_secret_enc" TEXT',
+                   '"totp_enabled_at" TIMESTAMP', '"totp_last_step" BIGINT'):
+        database.execute_sql(f"ALTER TABLE {user} ADD COLUMN IF NOT EXISTS {column}")
+    database.execute_sql('ALTER TABLE "customer" ADD COLUMN IF NOT EXISTS "require_2fa" BOOLEAN NOT NULL '
+                         "DEFAULT FALSE")
+    database.create_tables([PortalRecoveryCode], safe=True)
 
 
 # (version, name, function(database)). Append only; never edit an applied one.
@@ -162,6 +179,7 @@ MIGRATIONS = [
     (10, "activity log, partitioned by day", _activity_log),
     (11, "retention and erasure", _retention),
     (12, "key scopes, expiry, IP allowlist", _key_access),
+    (14, "portal roles and two-factor login", _portal_roles_and_two_factor),
 ]
 
 

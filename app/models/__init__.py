@@ -3,7 +3,7 @@
 ``ALL_MODELS`` is in dependency order (referenced tables first); the migration
 runner creates them in that order.
 """
-from app.models.accounts import ApiKey, CreditLedger, Customer, PortalSession, PortalUser
+from app.models.accounts import ApiKey, CreditLedger, Customer, PortalRecoveryCode, PortalSession, PortalUser
 from app.models.activity import ActivityEntry
 from app.models.base import BaseModel, iso, new_id, utcnow
 from app.models.privacy import Suppression
@@ -17,6 +17,7 @@ ALL_MODELS = [
     ApiKey,
     PortalUser,
     PortalSession,
+    PortalRecoveryCode,
     CreditLedger,
     BulkBatch,
     Scan,
@@ -30,7 +31,8 @@ ALL_MODELS = [
 
 __all__ = [
     "ALL_MODELS", "ActivityEntry", "ApiKey", "BaseModel", "BulkBatch", "CreditLedger", "Customer", "DeliveryAttempt",
-    "IdempotencyRecord", "PortalSession", "PortalUser", "QuotaMinute", "Scan", "SchemaVersion", "Suppression",
+    "IdempotencyRecord", "PortalRecoveryCode", "PortalSession", "PortalUser", "QuotaMinute", "Scan", "SchemaVersion",
+    "Suppression",
     "WebhookDelivery", "iso", "new_id",
     "utcnow",
 ]

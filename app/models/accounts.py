@@ -42,6 +42,8 @@ class Customer(BaseModel):
     require_purpose = BooleanField(default=False, constraints=[SQL("DEFAULT FALSE")])
     # Days a final scan's personal data is kept after it ended (D20: 1 to 3650).
     result_retention_days = IntegerField(default=90, constraints=[SQL("DEFAULT 90")])
+    # Every portal user must log in with a second factor (D21); set by an owner or an operator.
+    require_2fa = BooleanField(default=False, constraints=[SQL("DEFAULT FALSE")])
 
 
 class ApiKey(BaseModel):
@@ -95,6 +97,31 @@ class PortalUser(BaseModel):
     last_login_at = DateTimeField(null=True)
     # Set by an operator (``users disable``): no login, and every session ended.
     disabled = BooleanField(default=False, constraints=[SQL("DEFAULT FALSE")])
+    # What the user may do in the portal (D21, app.services.portal_roles): owner, admin, developer, viewer.
+    role = CharField(max_length=16, default="owner", constraints=[SQL("DEFAULT 'owner'")])
+    # A user added by an owner sets a password through a one-time link: only its token's
+    # SHA-256 digest is stored, with its end; both cleared when the link is used.
+    password_token_digest = CharField(max_length=64, null=True, unique=True)
+    password_token_expires_at = DateTimeField(null=True)
+    # TOTP (RFC 6238): the secret Fernet-encrypted like webhook secrets; in force once
+    # ``totp_enabled_at`` is set (before that it is an enrolment waiting for its first code).
+    # ``totp_last_step`` is the last time step accepted, so a code is never accepted twice.
+    totp_secret_enc = TextField(null=True)
+    totp_enabled_at = DateTimeField(null=True)
+    totp_last_step = BigIntegerField(null=True)
+
+
+class PortalRecoveryCode(BaseModel):
+    """One of a user's ten one-time recovery codes, stored as its SHA-256 digest only."""
+
+    id = AutoField()
+    user = ForeignKeyField(PortalUser, backref="recovery_codes", on_delete="CASCADE")
+    user_id: str
+    digest = CharField(max_length=64)
+    used_at = DateTimeField(null=True)
+
+    class Meta:
+        indexes = ((("user", "digest"), True),)
 
 
 class PortalSession(BaseModel):

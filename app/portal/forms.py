@@ -14,8 +14,10 @@ from wtforms import (
     URLField,
 )
 from wtforms.fields.choices import SelectChoice
-from wtforms.validators import DataRequired, Email, InputRequired, Length, NumberRange, Optional
+from wtforms.validators import DataRequired, Email, EqualTo, InputRequired, Length, NumberRange, Optional
 from wtforms.widgets import CheckboxInput, ListWidget
+
+from app.services.portal_roles import ROLE_WORDS, ROLES
 
 
 class LoginForm(FlaskForm):
@@ -81,3 +83,43 @@ class LedgerExportForm(FlaskForm):
 
     start = DateField("First day", validators=[InputRequired(message="a date is needed (YYYY-MM-DD)")])
     end = DateField("Last day", validators=[InputRequired(message="a date is needed (YYYY-MM-DD)")])
+
+
+def _role_field(label: str = "Role"):
+    return SelectField(label, choices=[SelectChoice(role, ROLE_WORDS[role]) for role in ROLES], default="developer")
+
+
+class InviteForm(FlaskForm):
+    """An owner adds a user: e-mail and role; the answer shows a one-time set-password link."""
+
+    email = EmailField("E-mail", validators=[DataRequired(), Email(check_deliverability=False), Length(max=320)])
+    role = _role_field()
+
+
+class RoleForm(FlaskForm):
+    role = _role_field()
+
+
+class UserStateForm(FlaskForm):
+    """Disable or enable a user: ``disabled`` is "1" or "0"."""
+
+    disabled = HiddenField(validators=[DataRequired()])
+
+
+class SetPasswordForm(FlaskForm):
+    password = PasswordField("New password", validators=[DataRequired(), Length(min=10, max=1000)])
+    confirm = PasswordField("Repeat it", validators=[DataRequired(), EqualTo("password", "the passwords differ")])
+
+
+class CodeForm(FlaskForm):
+    """A six-digit code from the authenticator app (or, at login, a recovery code)."""
+
+    code = StringField("Code", validators=[DataRequired(), Length(max=64)])
+
+
+class SettingsForm(FlaskForm):
+    require_2fa = BooleanField("Require two-factor login for every user")
+    require_purpose = BooleanField("Require a purpose on every scan")
+    # No range rule here: services.accounts.set_settings owns it for every entry point.
+    result_retention_days = IntegerField("Keep finished scans' targets and results for (days)",
+                                         validators=[InputRequired(message="a number of days is needed")])

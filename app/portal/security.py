@@ -4,16 +4,29 @@ The session cookie (signed, HttpOnly) carries only ``sid``, a random token; the 
 itself is a database row (``app.services.portal_users``), looked up on every request, so
 logout, a password reset or a disabled user ends it at once. Login throttling is
 ``app.services.login_throttle``.
+
+Every portal view declares, in one place, what it needs: ``@requires(permission)`` (a
+permission of ``app.services.portal_roles``; it also asks for a login) or ``@public``.
+``check_declared`` refuses to start the app when a portal view declares neither, so a new
+page cannot forget its role. A refusal is a 403 page, logged, before the view runs:
+nothing is changed.
 """
 from __future__ import annotations
 
 import functools
+import logging
+from datetime import UTC
 from urllib.parse import urlsplit
 
-from flask import g, redirect, request, session, url_for
+from flask import g, redirect, render_template, request, session, url_for
 
-from app.models import PortalUser
-from app.services import portal_users
+from app.models import PortalUser, utcnow
+from app.services import portal_roles, portal_users, two_factor
+
+log = logging.getLogger(__name__)
+PUBLIC = "public"  # no login needed: the login pages, the set-password link
+# The pages a user whose customer requires two-factor login may reach before enrolling.
+ENROLMENT_ENDPOINTS = frozenset({"portal.two_factor", "portal.two_factor_confirm"})
 
 SESSION_KEY = "sid"
 MAX_NEXT_LENGTH = 2048
@@ -39,6 +52,34 @@ def begin_session(user: PortalUser) -> None:
     session[SESSION_KEY] = portal_users.start_session(user)
 
 
+SECOND_STEP_KEY = "second_step"
+SECOND_STEP_SECONDS = 300
+
+
+def _now_seconds() -> int:
+    return int(utcnow().replace(tzinfo=UTC).timestamp())
+
+
+def begin_second_step(user: PortalUser, next_path: str | None) -> None:
+    """The password was right and the user has two-factor login: remember who, for a few
+    minutes, in the signed cookie. No session exists until the code is right (``sid`` unset)."""
+    portal_users.end_session(session.get(SESSION_KEY))
+    session.clear()
+    session[SECOND_STEP_KEY] = {"user": user.id, "at": _now_seconds(), "next": next_path or ""}
+
+
+def second_step() -> tuple[str, str] | None:
+    """(user id, next path) of a password checked in the last few minutes, or None."""
+    pending = session.get(SECOND_STEP_KEY)
+    if not isinstance(pending, dict) or not isinstance(pending.get("user"), str):
+        return None
+    at = pending.get("at")
+    if not isinstance(at, int) or not 0 <= _now_seconds() - at <= SECOND_STEP_SECONDS:
+        session.pop(SECOND_STEP_KEY, None)
+        return None
+    return pending["user"], pending.get("next") or ""
+
+
 def end_session() -> None:
     g.actor = current_user()  # who logs out, for the activity log (app.portal.audit)
     portal_users.end_session(session.get(SESSION_KEY))
@@ -46,6 +87,7 @@ def end_session() -> None:
 
 
 def login_required(view):
+    """A login, and no role check: not a declaration (``check_declared`` still asks for one)."""
     @functools.wraps(view)
     def wrapped(*args, **kwargs):
         user = current_user()
@@ -55,6 +97,60 @@ def login_required(view):
         g.actor = user  # the activity log's actor of this request (app.portal.audit)
         return view(*args, **kwargs)
     return wrapped
+
+
+def can(permission: str) -> bool:
+    """Whether the logged-in user's role holds ``permission`` (templates show only what it may do)."""
+    user = g.get("user")
+    return user is not None and portal_roles.allows(user.role, permission)
+
+
+def refuse(permission: str):
+    user = g.user
+    log.warning("portal: user %s (role %s) refused %s %s: needs %s", user.id, user.role, request.method,
+                request.endpoint, permission)
+    return render_template("portal/forbidden.html", permission=permission), 403
+
+
+def requires(permission: str):
+    """The view needs a login and a role holding ``permission``; else a 403 before it runs.
+
+    When the user's customer requires two-factor login and the user has none yet, every
+    page but the enrolment sends the user there first.
+    """
+    portal_roles.check_permission(permission)
+
+    def decorate(view):
+        @functools.wraps(view)
+        def wrapped(*args, **kwargs):
+            user = current_user()
+            if user is None:
+                return redirect(url_for("portal.login", next=request.path))
+            g.user, g.portal_customer = user, user.customer
+            if request.endpoint not in ENROLMENT_ENDPOINTS and two_factor.required(user):
+                return redirect(url_for("portal.two_factor"))
+            if not portal_roles.allows(user.role, permission):
+                return refuse(permission)
+            return view(*args, **kwargs)
+        wrapped.portal_permission = permission  # type: ignore[attr-defined] # see check_declared
+        return wrapped
+    return decorate
+
+
+def public(view):
+    """The view is open without a login (it checks what it needs itself)."""
+    view.portal_permission = PUBLIC
+    return view
+
+
+def check_declared(app) -> None:
+    """Refuse to start when a portal view declares no permission (``requires``) nor ``public``:
+    it would be open to every role (fail closed, at start, not per request)."""
+    for endpoint, view in app.view_functions.items():
+        if endpoint.startswith("portal.") and endpoint != "portal.static" \
+                and not getattr(view, "portal_permission", None):
+            raise RuntimeError(f"portal view {endpoint} declares no role: decorate it with "
+                               "security.requires(permission) or security.public")
 
 
 def add_security_headers(response):

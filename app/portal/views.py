@@ -26,7 +26,21 @@ from app.api import actions as api_actions
 from app.config import retry_schedule_words
 from app.models import ApiKey, utcnow
 from app.portal import audit, charts, security
-from app.portal.forms import AccessForm, ActionForm, EraseForm, LedgerExportForm, LoginForm, RollSecretForm, WebhookForm
+from app.portal.forms import (
+    AccessForm,
+    ActionForm,
+    CodeForm,
+    EraseForm,
+    InviteForm,
+    LedgerExportForm,
+    LoginForm,
+    RoleForm,
+    RollSecretForm,
+    SetPasswordForm,
+    SettingsForm,
+    UserStateForm,
+    WebhookForm,
+)
 from app.services import (
     access,
     accounts,
@@ -38,8 +52,10 @@ from app.services import (
     quotas,
     reads,
     targets,
+    two_factor,
     webhooks,
 )
+from app.services import portal_roles as roles
 from app.services import usage as usage_service
 from app.services.accounts import AccountError
 from app.services.crypto import decrypt_secret
@@ -53,7 +69,7 @@ bp.after_request(audit.record_action)  # every portal action is an activity log 
 
 @bp.context_processor
 def inject_logout_form():
-    return {"logout_form": ActionForm()}
+    return {"logout_form": ActionForm(), "can": security.can, "perm": roles}
 
 STATUSES = webhooks.STATUSES
 EVENTS = events.NAMES
@@ -111,11 +127,13 @@ def _choice(name: str, allowed) -> str | None:
 
 
 @bp.get("/")
+@security.requires(roles.READ)
 def home():
     return redirect(url_for("portal.keys"))
 
 
 @bp.route("/login", methods=["GET", "POST"])
+@security.public
 def login():
     form = LoginForm()
     status, headers = 200, {}
@@ -133,14 +151,19 @@ def login():
             flash("E-mail or password is wrong.", "error")
             status = 401
         else:
+            next_path = security.safe_next(form.next.data)
+            if two_factor.enabled(user):
+                security.begin_second_step(user, next_path)  # no session yet: the code first
+                return redirect(url_for("portal.login_code"))
             security.begin_session(user)
-            return redirect(security.safe_next(form.next.data) or url_for("portal.keys"))
+            return redirect(next_path or url_for("portal.keys"))
     elif request.method == "GET":
         form.next.data = security.safe_next(request.args.get("next")) or ""
     return render_template("portal/login.html", form=form), status, headers
 
 
 @bp.post("/logout")
+@security.public
 def logout():
     form = ActionForm()
     if form.validate_on_submit():
@@ -149,7 +172,7 @@ def logout():
 
 
 @bp.get("/api-keys")
-@security.login_required
+@security.requires(roles.READ)
 def keys():
     found, now = accounts.customer_keys(g.portal_customer.id), utcnow()
     return render_template("portal/keys.html", keys=found, action=ActionForm(),
@@ -164,7 +187,7 @@ def _owned_key_or_404(key_id: str) -> ApiKey:
 
 
 @bp.get("/api-keys/<key_id>")
-@security.login_required
+@security.requires(roles.READ)
 def key_page(key_id):
     return _key_page(_owned_key_or_404(key_id))
 
@@ -214,7 +237,7 @@ def _run(key_id, action, success: str):
 
 
 @bp.post("/api-keys/<key_id>/webhook")
-@security.login_required
+@security.requires(roles.WEBHOOKS)
 def save_webhook(key_id):
     key = _owned_key_or_404(key_id)
     form = WebhookForm()
@@ -239,7 +262,7 @@ def _scope_choices(form: AccessForm, key: ApiKey) -> None:
 
 
 @bp.post("/api-keys/<key_id>/access")
-@security.login_required
+@security.requires(roles.KEY_ACCESS)
 def save_access(key_id):
     """Narrow the key's scopes, make its expiry earlier, edit its allowlist (D21): a wider set of
     scopes or a later expiry is refused whole, nothing changed."""
@@ -264,7 +287,7 @@ def save_access(key_id):
 
 
 @bp.post("/api-keys/<key_id>/secret")
-@security.login_required
+@security.requires(roles.WEBHOOKS)
 def new_secret(key_id):
     key = _owned_key_or_404(key_id)
     if ActionForm().validate_on_submit():
@@ -276,7 +299,7 @@ def new_secret(key_id):
 
 
 @bp.post("/api-keys/<key_id>/secret/roll")
-@security.login_required
+@security.requires(roles.WEBHOOKS)
 def roll_secret(key_id):
     """Rolling rotation, in two steps: the first POST shows when the overlap would end and
     asks to confirm; the confirmed one creates the next secret and shows it once."""
@@ -298,7 +321,7 @@ def roll_secret(key_id):
 
 
 @bp.post("/api-keys/<key_id>/secret/switch")
-@security.login_required
+@security.requires(roles.WEBHOOKS)
 def switch_secret(key_id):
     key = _owned_key_or_404(key_id)
     if ActionForm().validate_on_submit():
@@ -308,7 +331,7 @@ def switch_secret(key_id):
 
 
 @bp.post("/api-keys/<key_id>/secret/reveal")
-@security.login_required
+@security.requires(roles.WEBHOOKS)
 def reveal_secret(key_id):
     key = _owned_key_or_404(key_id)
     if ActionForm().validate_on_submit():
@@ -320,7 +343,7 @@ def reveal_secret(key_id):
 
 
 @bp.post("/api-keys/<key_id>/test-event")
-@security.login_required
+@security.requires(roles.WEBHOOKS)
 def test_event(key_id):
     key = _owned_key_or_404(key_id)
     if ActionForm().validate_on_submit():
@@ -330,7 +353,7 @@ def test_event(key_id):
 
 
 @bp.post("/api-keys/<key_id>/deliveries/<delivery_id>/redeliver")
-@security.login_required
+@security.requires(roles.DELIVERIES)
 def redeliver(key_id, delivery_id):
     key = _owned_key_or_404(key_id)
     if ActionForm().validate_on_submit():
@@ -342,7 +365,7 @@ def redeliver(key_id, delivery_id):
 # --- scans and batches ------------------------------------------------------------------
 
 @bp.get("/scans")
-@security.login_required
+@security.requires(roles.READ)
 def scans():
     customer_id = g.portal_customer.id
     keys = accounts.customer_keys(customer_id)
@@ -357,7 +380,7 @@ def scans():
 
 
 @bp.get("/scans/<scan_id>")
-@security.login_required
+@security.requires(roles.READ)
 def scan_page(scan_id):
     try:
         scan = reads.scan_detail(g.portal_customer.id, scan_id)
@@ -369,7 +392,7 @@ def scan_page(scan_id):
 
 
 @bp.post("/scans/<scan_id>/erase")
-@security.login_required
+@security.requires(roles.SCANS)
 def erase_scan(scan_id):
     try:
         scan = reads.scan_detail(g.portal_customer.id, scan_id)
@@ -388,7 +411,7 @@ def erase_scan(scan_id):
 
 
 @bp.get("/batches/<bulk_id>")
-@security.login_required
+@security.requires(roles.READ)
 def batch_page(bulk_id):
     try:
         batch = reads.batch_detail(g.portal_customer.id, bulk_id)
@@ -436,7 +459,7 @@ def _usage_page(form: LedgerExportForm | None = None, code: int = 200):
 
 
 @bp.get("/usage")
-@security.login_required
+@security.requires(roles.READ)
 def usage():
     return _usage_page()
 
@@ -452,7 +475,7 @@ def _csv_cell(value) -> str:
 
 
 @bp.get("/usage/ledger.csv")
-@security.login_required
+@security.requires(roles.READ)
 def ledger_csv():
     form = LedgerExportForm(formdata=request.args)
     period = None
@@ -530,7 +553,7 @@ def _activity_filters() -> tuple[dict, dict, list[str]]:
 
 
 @bp.get("/activity")
-@security.login_required
+@security.requires(roles.READ)
 def activity_log():
     shown, query, errors = _activity_filters()
     cursor = request.args.get("after")
@@ -550,7 +573,7 @@ def activity_log():
 
 
 @bp.get("/activity.csv")
-@security.login_required
+@security.requires(roles.READ)
 def activity_csv():
     shown, query, errors = _activity_filters()
     if not errors:
@@ -579,3 +602,240 @@ def activity_csv():
     filename = f"activity-{utcnow():%Y%m%dT%H%M%SZ}.csv"
     return Response(stream_with_context(rows()), mimetype="text/csv",
                     headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+
+
+# --- second login step, set-password links (D21) ------------------------------------------------
+
+def _form_errors(form) -> str:
+    return "; ".join(f"{form[name].label.text}: {', '.join(errs)}" for name, errs in form.errors.items())
+
+
+@bp.route("/login/code", methods=["GET", "POST"])
+@security.public
+def login_code():
+    """After the password, the code: the session starts only when it is right."""
+    pending = security.second_step()
+    if pending is None:
+        return redirect(url_for("portal.login"))
+    user_id, next_path = pending
+    form = CodeForm()
+    status, headers = 200, {}
+    if form.validate_on_submit():
+        try:
+            user = two_factor.verify_login(user_id, form.code.data, request.remote_addr)
+        except portal_users.LoginThrottled as exc:
+            minutes = -(-exc.retry_after // 60)
+            flash(f"Too many wrong codes. Wait {minutes} minute{'s' if minutes > 1 else ''} and try again.", "error")
+            status, headers = 429, {"Retry-After": str(exc.retry_after)}
+        except portal_users.LoginRefused:
+            flash("The code is wrong or was used already.", "error")
+            status = 401
+        else:
+            security.begin_session(user)
+            return redirect(next_path or url_for("portal.keys"))
+    return render_template("portal/login_code.html", form=form), status, headers
+
+
+@bp.route("/set-password/<token>", methods=["GET", "POST"])
+@security.public
+def set_password(token):
+    """The one-time link an owner gave a new user (or a user who needed a new password)."""
+    if portal_users.password_link_user(token) is None:
+        return render_template("portal/set_password.html", form=None), 404
+    form = SetPasswordForm()
+    if form.validate_on_submit():
+        try:
+            portal_users.use_password_link(token, form.password.data)
+        except LookupError:
+            return render_template("portal/set_password.html", form=None), 404
+        except AccountError as exc:
+            flash(str(exc), "error")
+        else:
+            security.end_session()
+            flash("Your password is set: log in with it.", "ok")
+            return redirect(url_for("portal.login"))
+    elif request.method == "POST":
+        flash(_form_errors(form), "error")
+    return render_template("portal/set_password.html", form=form), 400 if request.method == "POST" else 200
+
+
+# --- the user's own two-factor login -------------------------------------------------------------
+
+def _qr_svg(uri: str) -> str:
+    """The QR code as inline SVG, drawn here: the secret never goes to another service."""
+    import segno
+    return segno.make(uri, error="m").svg_inline(scale=5, dark="#000", light="#fff", omitsize=False)
+
+
+def _two_factor_page(form: CodeForm | None = None, code: int = 200, recovery: list[str] | None = None):
+    user = g.user
+    if recovery is not None:  # shown once, in this response only (no-store)
+        return render_template("portal/two_factor.html", recovery=recovery, enabled=True), code
+    if two_factor.enabled(user):
+        return render_template("portal/two_factor.html", enabled=True, form=form or CodeForm(formdata=None),
+                               left=two_factor.recovery_codes_left(user),
+                               required=bool(g.portal_customer.require_2fa)), code
+    secret = two_factor.pending_secret(user)
+    uri = two_factor.provisioning_uri(secret, user.email)
+    return render_template("portal/two_factor.html", enabled=False, secret=secret, qr=_qr_svg(uri),
+                           form=form or CodeForm(formdata=None), required=bool(g.portal_customer.require_2fa)), code
+
+
+@bp.get("/account/two-factor", endpoint="two_factor")  # named in security.ENROLMENT_ENDPOINTS
+@security.requires(roles.ACCOUNT)
+def two_factor_page():
+    return _two_factor_page()
+
+
+@bp.post("/account/two-factor/confirm")
+@security.requires(roles.ACCOUNT)
+def two_factor_confirm():
+    form = CodeForm()
+    if not form.validate_on_submit():
+        flash(_form_errors(form) or "The form expired: try again.", "error")
+        return _two_factor_page(form, 400)
+    try:
+        codes = two_factor.confirm_enrolment(g.user, form.code.data, request.remote_addr)
+    except portal_users.LoginThrottled as exc:
+        flash(f"Too many wrong codes. Wait {-(-exc.retry_after // 60)} minutes and try again.", "error")
+        return _two_factor_page(form, 429)
+    except AccountError as exc:
+        flash(f"{exc}. Check your phone's clock and type the code your app shows now.", "error")
+        return _two_factor_page(form, 400)
+    flash("Two-factor login is on.", "ok")
+    return _two_factor_page(recovery=codes)
+
+
+@bp.post("/account/two-factor/disable")
+@security.requires(roles.ACCOUNT)
+def two_factor_disable():
+    form = CodeForm()
+    if form.validate_on_submit():
+        try:
+            two_factor.disable(g.user, form.code.data, request.remote_addr)
+        except portal_users.LoginThrottled as exc:
+            flash(f"Too many wrong codes. Wait {-(-exc.retry_after // 60)} minutes and try again.", "error")
+            return _two_factor_page(form, 429)
+        except AccountError as exc:
+            flash(str(exc), "error")
+            return _two_factor_page(form, 400)
+        flash("Two-factor login is off.", "ok")
+    return redirect(url_for("portal.two_factor"))
+
+
+# --- users and settings (owners) -----------------------------------------------------------------
+
+def _users_page(invite: InviteForm | None = None, link: str | None = None, link_user=None, code: int = 200):
+    listed = portal_users.customer_users(g.portal_customer.id)
+    return render_template("portal/users.html", users=listed, invite=invite or InviteForm(formdata=None),
+                           role_forms={u.id: RoleForm(formdata=None, role=u.role, prefix=u.id) for u in listed},
+                           action=ActionForm(), state=UserStateForm(formdata=None), link=link, link_user=link_user,
+                           role_words=roles.ROLE_WORDS, no_password=portal_users.NO_PASSWORD, link_hours=int(
+                               portal_users.SET_PASSWORD_LINK_LIFETIME.total_seconds() // 3600)), code
+
+
+def _link_url(token: str) -> str:
+    return url_for("portal.set_password", token=token, _external=True)
+
+
+@bp.get("/users")
+@security.requires(roles.USERS)
+def users():
+    return _users_page()
+
+
+@bp.post("/users")
+@security.requires(roles.USERS)
+def invite_user():
+    form = InviteForm()
+    if not form.validate_on_submit():
+        flash(_form_errors(form) or "The form expired: try again.", "error")
+        return _users_page(invite=form, code=400)
+    try:
+        user, token = portal_users.invite_user(g.portal_customer.id, email=form.email.data, role=form.role.data,
+                                               by_user_id=g.user.id)
+    except AccountError as exc:
+        flash(str(exc), "error")
+        return _users_page(invite=form, code=400)
+    flash("User added. Give them the link below: it is shown only now.", "ok")
+    return _users_page(link=_link_url(token), link_user=user)
+
+
+def _customer_user_or_404(user_id: str):
+    try:
+        return portal_users.customer_user(g.portal_customer.id, user_id)
+    except LookupError:
+        abort(404)
+
+
+@bp.post("/users/<user_id>/role")
+@security.requires(roles.USERS)
+def user_role(user_id):
+    user = _customer_user_or_404(user_id)
+    form = RoleForm(prefix=user.id)
+    if form.validate_on_submit():
+        try:
+            portal_users.change_role(g.portal_customer.id, user.id, form.role.data, by_user_id=g.user.id)
+        except AccountError as exc:
+            flash(str(exc), "error")
+            return _users_page(code=400)
+        flash(f"{user.email} is now {form.role.data}.", "ok")
+    else:
+        flash(_form_errors(form) or "The form expired: try again.", "error")
+        return _users_page(code=400)
+    return redirect(url_for("portal.users"))
+
+
+@bp.post("/users/<user_id>/state")
+@security.requires(roles.USERS)
+def user_state(user_id):
+    user = _customer_user_or_404(user_id)
+    form = UserStateForm()
+    if form.validate_on_submit() and form.disabled.data in ("0", "1"):
+        disabled = form.disabled.data == "1"
+        try:
+            portal_users.set_user_disabled(g.portal_customer.id, user.id, disabled, by_user_id=g.user.id)
+        except AccountError as exc:
+            flash(str(exc), "error")
+            return _users_page(code=400)
+        flash(f"{user.email} is {'disabled: their sessions have ended' if disabled else 'enabled'}.", "ok")
+        return redirect(url_for("portal.users"))
+    flash("The form expired: try again.", "error")
+    return _users_page(code=400)
+
+
+@bp.post("/users/<user_id>/link")
+@security.requires(roles.USERS)
+def user_link(user_id):
+    """A new one-time set-password link (a user who lost theirs, or their password)."""
+    user = _customer_user_or_404(user_id)
+    if not ActionForm().validate_on_submit():
+        flash("The form expired: try again.", "error")
+        return _users_page(code=400)
+    token = portal_users.new_password_link(g.portal_customer.id, user.id, by_user_id=g.user.id)
+    flash("A new link is ready. Give it to the user: it is shown only now.", "ok")
+    return _users_page(link=_link_url(token), link_user=user)
+
+
+@bp.route("/settings", methods=["GET", "POST"])
+@security.requires(roles.SETTINGS)
+def settings():
+    customer = g.portal_customer
+    form = SettingsForm(formdata=None if request.method == "GET" else request.form,
+                        require_2fa=customer.require_2fa, require_purpose=customer.require_purpose,
+                        result_retention_days=customer.result_retention_days)
+    if request.method == "POST":
+        if not form.validate():
+            flash(_form_errors(form) or "The form expired: try again.", "error")
+            return render_template("portal/settings.html", form=form), 400
+        try:
+            accounts.set_settings(customer.id, require_purpose=bool(form.require_purpose.data),
+                                  result_retention_days=form.result_retention_days.data)
+        except AccountError as exc:
+            flash(str(exc), "error")
+            return render_template("portal/settings.html", form=form), 400
+        if bool(form.require_2fa.data) != customer.require_2fa:
+            two_factor.set_required(customer.id, bool(form.require_2fa.data), by=g.user.id)
+        flash("Settings saved.", "ok")
+        return redirect(url_for("portal.settings"))
+    return render_template("portal/settings.html", form=form)

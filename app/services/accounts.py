@@ -100,9 +100,10 @@ def set_limits(customer_id: str, *, inflight=None, hour=None, day=None) -> Custo
 
 
 def set_settings(customer_id: str, *, require_purpose: bool | None = None,
-                 result_retention_days: int | None = None) -> Customer:
-    """The customer's settings of D20 (``require_purpose``: creations must say why;
-    ``result_retention_days``: how long a final scan's personal data is kept)."""
+                 result_retention_days: int | None = None, require_2fa: bool | None = None) -> Customer:
+    """The customer's settings: ``require_purpose`` (D20: creations must say why),
+    ``result_retention_days`` (D20: how long a final scan's personal data is kept),
+    ``require_2fa`` (D21: every portal user logs in with a second factor)."""
     get_customer(customer_id)
     changes: dict = {}
     if require_purpose is not None:
@@ -110,6 +111,8 @@ def set_settings(customer_id: str, *, require_purpose: bool | None = None,
     if result_retention_days is not None:
         changes["result_retention_days"] = _check_range("result_retention_days", result_retention_days,
                                                         *erasure.RETENTION_DAYS_RANGE)
+    if require_2fa is not None:
+        changes["require_2fa"] = bool(require_2fa)
     if changes:
         customer_store.update(customer_id, changes)
     return get_customer(customer_id)
@@ -205,7 +208,7 @@ def customer_dict(customer: Customer) -> dict:
         "limits": {"inflight": limits.inflight, "hour": limits.hour, "day": limits.day},
         "overrides": {"inflight": customer.inflight_limit, "hour": customer.hour_limit, "day": customer.day_limit},
         "settings": {"require_purpose": customer.require_purpose,
-                     "result_retention_days": customer.result_retention_days},
+                     "result_retention_days": customer.result_retention_days, "require_2fa": customer.require_2fa},
     }
 
 

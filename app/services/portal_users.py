@@ -9,19 +9,25 @@ No flask here: the portal's views and the operator CLI both call these functions
 """
 from __future__ import annotations
 
+import logging
 import secrets
 from datetime import timedelta
 
 from werkzeug.security import check_password_hash, generate_password_hash
 
 from app.db import transaction
-from app.models import PortalUser, iso, utcnow
-from app.services import login_throttle
+from app.models import PortalUser, iso, new_id, utcnow
+from app.services import login_throttle, portal_roles
 from app.services.accounts import AccountError, get_customer
 from app.services.crypto import digest
 from app.store import users
 
+log = logging.getLogger(__name__)
+
 SESSION_LIFETIME = timedelta(hours=8)
+SET_PASSWORD_LINK_LIFETIME = timedelta(hours=24)
+# The password of a user who has not used the set-password link yet: no hash matches it.
+NO_PASSWORD = "!"  # noqa: S105 (not a password: a hash nothing matches)
 MIN_PASSWORD_LENGTH = 10
 MAX_PASSWORD_LENGTH = 1000
 
@@ -142,7 +148,8 @@ def live_sessions(user_ids: list[str]) -> dict[str, int]:
 
 def user_dict(user: PortalUser, sessions: int = 0) -> dict:
     return {"user_id": user.id, "customer_id": user.customer_id, "email": user.email,
-            "disabled": bool(user.disabled), "created_at": iso(user.created_at),
+            "role": user.role, "disabled": bool(user.disabled), "two_factor": user.totp_enabled_at is not None,
+            "created_at": iso(user.created_at),
             "last_login_at": iso(user.last_login_at), "sessions": sessions}
 
 
@@ -153,3 +160,109 @@ def list_users(customer_id: str | None = None) -> list[dict]:
     found = users.all_users(customer_id)
     sessions = live_sessions([u.id for u in found])
     return [user_dict(u, sessions.get(u.id, 0)) for u in found]
+
+
+# --- users managed by the customer's owners (D21) -----------------------------------------
+
+class LastOwner(AccountError):
+    """The change would leave the customer without an enabled owner."""
+
+    def __init__(self):
+        super().__init__("the account must keep at least one enabled owner")
+
+
+def customer_users(customer_id: str) -> list[PortalUser]:
+    return users.all_users(customer_id)
+
+
+def customer_user(customer_id: str, user_id: str) -> PortalUser:
+    """The customer's user ``user_id``; another customer's user is as unknown as a missing one."""
+    user = users.customer_user(customer_id, user_id) if isinstance(user_id, str) else None
+    if user is None:
+        raise LookupError(user_id)
+    return user
+
+
+def _new_link(user_id: str) -> str:
+    token = secrets.token_urlsafe(32)
+    users.set_password_token(user_id, digest(token), utcnow() + SET_PASSWORD_LINK_LIFETIME)
+    return token
+
+
+def invite_user(customer_id: str, *, email: str, role: str, by_user_id: str) -> tuple[PortalUser, str]:
+    """Add a user without a password; returns it and the token of its one-time set-password
+    link (valid ``SET_PASSWORD_LINK_LIFETIME``, stored as its digest only, shown once)."""
+    email = normalize_email(email)
+    if "@" not in email or len(email) > 320:
+        raise AccountError("email must be an e-mail address")
+    portal_roles.check_role(role)
+    with transaction():
+        if users.by_email(email) is not None:
+            raise AccountError("a user with this e-mail exists already")
+        user = users.insert_user(user_id=new_id("usr"), customer_id=customer_id, email=email,
+                                 password_hash=NO_PASSWORD, role=role)
+        token = _new_link(user.id)
+    log.info("portal user %s added with role %s by %s", user.id, role, by_user_id)
+    return users.get(user.id), token
+
+
+def new_password_link(customer_id: str, user_id: str, *, by_user_id: str) -> str:
+    """A new one-time set-password link for the customer's user (the previous one stops working)."""
+    user = customer_user(customer_id, user_id)
+    token = _new_link(user.id)
+    log.info("portal user %s: set-password link issued by %s", user.id, by_user_id)
+    return token
+
+
+def password_link_user(token) -> PortalUser | None:
+    """The user whose live set-password link this is, or None (unknown, used or expired)."""
+    if not isinstance(token, str) or not token or len(token) > 200:
+        return None
+    return users.by_password_token(digest(token), utcnow())
+
+
+def use_password_link(token, password: str) -> PortalUser:
+    """Set the password through the link and spend it (once: a second use finds nothing)."""
+    password_hash = generate_password_hash(check_password(password), method="scrypt")
+    user_id = None
+    if isinstance(token, str) and token and len(token) <= 200:
+        with transaction():
+            user_id = users.use_password_token(digest(token), utcnow(), password_hash)
+            if user_id:
+                end_user_sessions(user_id)
+    if user_id is None:
+        raise LookupError("link")
+    log.info("portal user %s set a password through a one-time link", user_id)
+    user = users.get(user_id)
+    login_throttle.clear_account(user.email)
+    return user
+
+
+def _keeps_an_owner(customer_id: str) -> None:
+    if users.enabled_owner_count(customer_id) < 1:
+        raise LastOwner()
+
+
+def change_role(customer_id: str, user_id: str, role: str, *, by_user_id: str) -> PortalUser:
+    portal_roles.check_role(role)
+    with transaction():
+        users.lock_customer(customer_id)  # two owners demoting each other at once: one waits, then fails
+        user = customer_user(customer_id, user_id)
+        before = user.role
+        users.set_role(user.id, role)
+        _keeps_an_owner(customer_id)  # raising rolls the change back
+    if before != role:
+        log.info("portal user %s role changed from %s to %s by %s", user.id, before, role, by_user_id)
+    return users.get(user.id)
+
+
+def set_user_disabled(customer_id: str, user_id: str, disabled: bool, *, by_user_id: str) -> tuple[PortalUser, int]:
+    """Disable (every session ends) or enable the customer's user; the last enabled owner stays."""
+    with transaction():
+        users.lock_customer(customer_id)
+        user = customer_user(customer_id, user_id)
+        users.set_disabled(user.id, disabled)
+        _keeps_an_owner(customer_id)
+        ended = end_user_sessions(user.id) if disabled else 0
+    log.info("portal user %s %s by %s", user.id, "disabled" if disabled else "enabled", by_user_id)
+    return users.get(user.id), ended

@@ -321,5 +321,6 @@ def portal_user_by_email(email: str) -> PortalUser | None:
     return PortalUser.get_or_none(PortalUser.email == email)
 
 
-def insert_portal_user(*, user_id: str, customer_id: str, email: str, password_hash: str) -> PortalUser:
-    return PortalUser.create(id=user_id, customer=customer_id, email=email, password_hash=password_hash)
+def insert_portal_user(*, user_id: str, customer_id: str, email: str, password_hash: str,
+                       role: str = "owner") -> PortalUser:
+    return PortalUser.create(id=user_id, customer=customer_id, email=email, password_hash=password_hash, role=role)

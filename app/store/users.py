@@ -11,7 +11,7 @@ from typing import cast
 
 from peewee import fn
 
-from app.models import Customer, PortalSession, PortalUser
+from app.models import Customer, PortalRecoveryCode, PortalSession, PortalUser
 
 
 def by_email(email: str) -> PortalUser | None:
@@ -75,3 +75,96 @@ def all_users(customer_id: str | None = None) -> list[PortalUser]:
     if customer_id:
         query = query.where(PortalUser.customer == customer_id)
     return list(query)
+
+
+def insert_user(*, user_id: str, customer_id: str, email: str, password_hash: str, role: str) -> PortalUser:
+    return PortalUser.create(id=user_id, customer=customer_id, email=email, password_hash=password_hash, role=role)
+
+
+def customer_user(customer_id: str, user_id: str) -> PortalUser | None:
+    return PortalUser.get_or_none((PortalUser.id == user_id) & (PortalUser.customer == customer_id))
+
+
+def lock_customer(customer_id: str) -> None:
+    """Serialise changes to the customer's users until the transaction ends (the last owner rule)."""
+    Customer.select(Customer.id).where(Customer.id == customer_id).for_update().execute()
+
+
+def enabled_owner_count(customer_id: str) -> int:
+    return (PortalUser.select().where((PortalUser.customer == customer_id) & (PortalUser.role == "owner")
+                                      & (PortalUser.disabled == False))  # noqa: E712 (peewee expression)
+            .count())
+
+
+def set_role(user_id: str, role: str) -> None:
+    PortalUser.update(role=role).where(PortalUser.id == user_id).execute()
+
+
+def set_password_token(user_id: str, token_digest: str | None, expires_at: datetime | None) -> None:
+    PortalUser.update(password_token_digest=token_digest, password_token_expires_at=expires_at).where(
+        PortalUser.id == user_id).execute()
+
+
+def by_password_token(token_digest: str, now: datetime) -> PortalUser | None:
+    return PortalUser.get_or_none((PortalUser.password_token_digest == token_digest)
+                                  & (PortalUser.password_token_expires_at > now))
+
+
+def use_password_token(token_digest: str, now: datetime, password_hash: str) -> str | None:
+    """Set the password of the user whose live link this is and spend the link, in one
+    conditional UPDATE (two uses at once: one wins); returns the user's id or None."""
+    row = (PortalUser.update(password_hash=password_hash, password_token_digest=None, password_token_expires_at=None)
+           .where((PortalUser.password_token_digest == token_digest) & (PortalUser.password_token_expires_at > now))
+           .returning(PortalUser.id).execute())
+    found = list(row)
+    return found[0].id if found else None
+
+
+def get_or_none(user_id: str) -> PortalUser | None:
+    return PortalUser.get_or_none(PortalUser.id == user_id)
+
+
+def set_pending_totp(user_id: str, secret_enc: str) -> None:
+    """Store an enrolment's secret unless one is there already (two tabs opened at once keep the first)."""
+    PortalUser.update(totp_secret_enc=secret_enc, totp_enabled_at=None, totp_last_step=None).where(
+        (PortalUser.id == user_id) & PortalUser.totp_secret_enc.is_null()).execute()
+
+
+def set_totp(user_id: str, *, secret_enc: str | None, enabled_at: datetime | None) -> None:
+    PortalUser.update(totp_secret_enc=secret_enc, totp_enabled_at=enabled_at, totp_last_step=None).where(
+        PortalUser.id == user_id).execute()
+
+
+def enable_totp(user_id: str, enabled_at: datetime, step: int) -> bool:
+    """Put the pending enrolment in force, once; False when it was already (or is gone)."""
+    return bool(PortalUser.update(totp_enabled_at=enabled_at, totp_last_step=step)
+                .where((PortalUser.id == user_id) & PortalUser.totp_enabled_at.is_null()
+                       & PortalUser.totp_secret_enc.is_null(False)).execute())
+
+
+def claim_totp_step(user_id: str, step: int) -> bool:
+    """Record ``step`` as the last accepted code's, only when it is later than the last one:
+    a code (or an earlier one) accepted once is never accepted again, even by two requests at once."""
+    return bool(PortalUser.update(totp_last_step=step)
+                .where((PortalUser.id == user_id)
+                       & (PortalUser.totp_last_step.is_null() | (PortalUser.totp_last_step < step))).execute())
+
+
+def replace_recovery_codes(user_id: str, digests: list[str]) -> None:
+    PortalRecoveryCode.delete().where(PortalRecoveryCode.user == user_id).execute()
+    PortalRecoveryCode.insert_many([{"user": user_id, "digest": d} for d in digests]).execute()
+
+
+def use_recovery_code(user_id: str, code_digest: str, now: datetime) -> bool:
+    return bool(PortalRecoveryCode.update(used_at=now)
+                .where((PortalRecoveryCode.user == user_id) & (PortalRecoveryCode.digest == code_digest)
+                       & PortalRecoveryCode.used_at.is_null()).execute())
+
+
+def unused_recovery_codes(user_id: str) -> int:
+    return PortalRecoveryCode.select().where((PortalRecoveryCode.user == user_id)
+                                             & PortalRecoveryCode.used_at.is_null()).count()
+
+
+def delete_recovery_codes(user_id: str) -> None:
+    PortalRecoveryCode.delete().where(PortalRecoveryCode.user == user_id).execute()

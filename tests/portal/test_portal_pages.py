@@ -324,3 +324,23 @@ def test_a_finished_scan_is_erased_from_its_page_once_the_box_is_ticked(client, 
     assert "erase.me@example.com" not in text(client.get("/app/scans"))
     with db.connection_context():
         assert Scan.get_by_id(scan_id).target is None
+
+
+def test_owners_set_the_personal_data_settings(client, portal_account):
+    from app.models import Customer
+    login(client)
+    page = text(client.get("/app/settings"))
+    assert 'value="90"' in page and "Require a purpose" in page
+    token = csrf(client, "/app/settings")
+    refused = client.post("/app/settings", data={"csrf_token": token, "result_retention_days": "0",
+                                                 "require_purpose": "y"})
+    assert refused.status_code == 400 and "from 1 to 3650" in text(refused)
+    with db.connection_context():
+        unchanged = Customer.get_by_id(portal_account.id)
+    assert (unchanged.result_retention_days, unchanged.require_purpose) == (90, False)
+    saved = client.post("/app/settings", data={"csrf_token": token, "result_retention_days": "30",
+                                               "require_purpose": "y"})
+    assert saved.status_code == 302
+    with db.connection_context():
+        changed = Customer.get_by_id(portal_account.id)
+    assert (changed.result_retention_days, changed.require_purpose, changed.require_2fa) == (30, True, False)

@@ -203,9 +203,10 @@ def test_users_list_as_json_and_as_a_table(app, client, portal_account, make_cus
     assert set(users) == {"ops@acme.example", "dev@acme.example"}
     assert users["ops@acme.example"]["sessions"] == 1 and users["ops@acme.example"]["last_login_at"]
     assert users["dev@acme.example"]["disabled"] is True and users["dev@acme.example"]["last_login_at"] is None
+    assert users["dev@acme.example"]["role"] == "owner" and users["dev@acme.example"]["two_factor"] is False
     assert all("password" not in key for u in users.values() for key in u)
     table = cli(app, "users", "list").output.splitlines()
-    assert table[0].split() == ["user", "customer", "state", "sessions", "last", "login", "email"]
+    assert table[0].split() == ["user", "customer", "role", "state", "2fa", "sessions", "last", "login", "email"]
     assert set(table[1].replace(" ", "")) == {"-"}  # the rule under the headers, as every CLI table
     assert len(table) == 5 and any("disabled" in line and "dev@acme.example" in line for line in table)
     missing = cli(app, "users", "list", "cus_nope")

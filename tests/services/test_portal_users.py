@@ -148,3 +148,91 @@ def test_users_are_listed_with_their_live_sessions(conn):
         assert portal_users.live_sessions([first.id]) == {}
         with pytest.raises(AccountError):
             portal_users.list_users("cus_unknown")
+
+
+# --- users added by owners (D21) -------------------------------------------------------------
+
+
+@pytest.fixture
+def owner(user):
+    return user  # accounts.create_user (the operator's `users create`) makes an owner
+
+
+def test_the_operator_makes_owners(owner):
+    assert owner.role == "owner"
+
+
+def test_an_invited_user_sets_a_password_through_a_link_that_works_once(owner):
+    with freeze_time(NOW):
+        invited, token = portal_users.invite_user(owner.customer_id, email=" Dev@Acme.example ", role="developer",
+                                                  by_user_id=owner.id)
+        assert invited.email == "dev@acme.example" and invited.role == "developer"
+        stored = PortalUser.get_by_id(invited.id)
+        assert stored.password_token_digest == digest(token) and token not in stored.password_token_digest
+        with pytest.raises(LoginRefused):  # no password yet: nothing logs in
+            portal_users.authenticate("dev@acme.example", "!", "10.0.0.1")
+        assert portal_users.password_link_user(token).id == invited.id
+        portal_users.use_password_link(token, "a new password here")
+        assert portal_users.authenticate("dev@acme.example", "a new password here", "10.0.0.1").id == invited.id
+        assert portal_users.password_link_user(token) is None
+        with pytest.raises(LookupError):
+            portal_users.use_password_link(token, "another password!")
+        assert portal_users.authenticate("dev@acme.example", "a new password here", "10.0.0.1").id == invited.id
+
+
+def test_a_link_expires_after_24_hours(owner):
+    with freeze_time(NOW) as clock:
+        _, token = portal_users.invite_user(owner.customer_id, email="dev@acme.example", role="viewer",
+                                            by_user_id=owner.id)
+        clock.tick(timedelta(hours=23, minutes=59))
+        assert portal_users.password_link_user(token) is not None
+        clock.tick(timedelta(minutes=1))
+        assert portal_users.password_link_user(token) is None
+        with pytest.raises(LookupError):
+            portal_users.use_password_link(token, "a new password here")
+
+
+def test_a_new_link_replaces_the_previous_one(owner):
+    with freeze_time(NOW):
+        invited, first = portal_users.invite_user(owner.customer_id, email="dev@acme.example", role="viewer",
+                                                  by_user_id=owner.id)
+        second = portal_users.new_password_link(owner.customer_id, invited.id, by_user_id=owner.id)
+        assert portal_users.password_link_user(first) is None
+        assert portal_users.password_link_user(second).id == invited.id
+
+
+@pytest.mark.parametrize("email, role, message", [("not-an-address", "viewer", "e-mail"),
+                                                  (EMAIL, "viewer", "exists already"),
+                                                  ("new@acme.example", "root", "role must be")])
+def test_an_invitation_is_refused_with_its_reason(owner, email, role, message):
+    with pytest.raises(AccountError, match=message):
+        portal_users.invite_user(owner.customer_id, email=email, role=role, by_user_id=owner.id)
+
+
+def test_the_last_enabled_owner_cannot_be_demoted_or_disabled(owner):
+    with pytest.raises(portal_users.LastOwner):
+        portal_users.change_role(owner.customer_id, owner.id, "admin", by_user_id=owner.id)
+    with pytest.raises(portal_users.LastOwner):
+        portal_users.set_user_disabled(owner.customer_id, owner.id, True, by_user_id=owner.id)
+    stored = PortalUser.get_by_id(owner.id)
+    assert stored.role == "owner" and not stored.disabled
+    second, _ = portal_users.invite_user(owner.customer_id, email="two@acme.example", role="owner",
+                                         by_user_id=owner.id)
+    portal_users.change_role(owner.customer_id, owner.id, "viewer", by_user_id=second.id)
+    assert PortalUser.get_by_id(owner.id).role == "viewer"
+    with pytest.raises(portal_users.LastOwner):
+        portal_users.set_user_disabled(owner.customer_id, second.id, True, by_user_id=second.id)
+
+
+def test_disabling_a_user_ends_their_sessions_and_another_customers_user_is_unknown(owner):
+    other = accounts.create_customer("Other", "business")
+    stranger = accounts.create_user(other.id, "x@other.example", PASSWORD)
+    with pytest.raises(LookupError):
+        portal_users.change_role(owner.customer_id, stranger.id, "viewer", by_user_id=owner.id)
+    invited, _ = portal_users.invite_user(owner.customer_id, email="dev@acme.example", role="developer",
+                                          by_user_id=owner.id)
+    token = portal_users.start_session(invited)
+    _, ended = portal_users.set_user_disabled(owner.customer_id, invited.id, True, by_user_id=owner.id)
+    assert ended == 1 and portal_users.session_user(token) is None
+    portal_users.set_user_disabled(owner.customer_id, invited.id, False, by_user_id=owner.id)
+    assert not PortalUser.get_by_id(invited.id).disabled

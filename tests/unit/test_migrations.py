@@ -205,6 +205,8 @@ def test_the_activity_log_migration_builds_the_table_a_fresh_database_has(app):
         assert _activity_table_shape() == fresh
         entry_id = activity.record(customer_id="cus_x", livemode=True, action="scan.read", status=200)
         assert store.partition_of(entry_id) == "activity_entry_default"  # no day partition yet: nothing lost
+
+
 def test_key_access_migration_gives_existing_keys_every_scope_no_expiry_and_no_allowlist(app):
     """A database from before version 12 (D21): its keys keep doing what they did."""
     from app.models import ApiKey
@@ -226,3 +228,28 @@ def test_key_access_migration_gives_existing_keys_every_scope_no_expiry_and_no_a
         # and a new key is still issued as the operator says
         narrow, _ = accounts.issue_key(customer.id, "new key", scopes="scans:read")
         assert ApiKey.get_by_id(narrow.id).scopes == ["scans:read"]
+
+
+def test_roles_and_two_factor_migration_makes_existing_users_owners(app):
+    """A database from before version 14: its users become owners without a second factor, and
+    customers do not require one."""
+    from app.models import PortalRecoveryCode, PortalUser
+
+    with db.connection_context():
+        customer = accounts.create_customer("Old", "pro", 0)
+        user = accounts.create_user(customer.id, "old@acme.example", "long enough password")
+        with db.atomic():
+            db.drop_tables([PortalRecoveryCode])
+            for column in ("role", "password_token_digest", "password_token_expires_at", "totp_secret_enc",
+                           "totp_enabled_at", "totp_last_step"):
+                db.execute_sql(f'ALTER TABLE "portal_user" DROP COLUMN "{column}"')
+            db.execute_sql('ALTER TABLE "customer" DROP COLUMN "require_2fa"')
+            SchemaVersion.delete().where(SchemaVersion.version == 14).execute()
+
+        assert migrations.upgrade() == [14]
+        assert migrations.upgrade() == []
+
+        migrated = PortalUser.get_by_id(user.id)
+        assert migrated.role == "owner" and migrated.totp_enabled_at is None
+        assert Customer.get_by_id(customer.id).require_2fa is False
+        assert "portal_recovery_code" in db.get_tables()
