@@ -141,14 +141,40 @@ SIGNATURE_PARAMETERS = [
      "schema": {"type": "string", "example": "Service-Webhook/1"}},
 ]
 WEBHOOK_RESULT_EXAMPLE = {
-    "risk": {"score": 62, "band": "high"}, "counts": {"cases": 2, "entities": 14, "findings": 9},
+    "risk": {"score": 62, "band": "high", "reasons": [
+        {"code": "breaches", "points": 12, "description": "Appears in 1 known breach.",
+         "finding_ids": ["fnd_75Ml5C0uCxYLlJdzJ7o9"]},
+        {"code": "verified_profiles", "points": 6, "description": "Linked to 1 verified online profile.",
+         "finding_ids": ["fnd_xkbJCSOE9oL-xMQk4e0X"]},
+        {"code": "other_signals", "points": 44, "description": "Other signals seen by the engine.",
+         "finding_ids": []}]},
+    "counts": {"cases": 2, "entities": 14, "findings": 9},
     "profiles": {"verified": [{"platform": "github", "url": "https://github.com/janedoe", "handle": "janedoe",
                                "display_name": "Jane Doe", "confidence": 0.92}], "weak": []},
     "contacts": {"emails": ["j.doe@example.org"], "phones": []},
     "breaches": [{"name": "ExampleForum", "date": "2021-06", "accounts": 1200000, "classes": ["emails", "passwords"]}],
     "phone_profile": None, "ai_summary": "Jane Doe has a public developer profile and one old breach.",
     "artifacts": {"pdf": "https://engine.example/artifacts/inv_1.pdf",
-                  "person_card": "https://engine.example/artifacts/inv_1.card"}}
+                  "person_card": "https://engine.example/artifacts/inv_1.card"},
+    "sources": [
+        {"id": "github", "name": "GitHub", "status": "found", "checked_at": "2026-11-21T12:01:58Z", "latency_ms": 230},
+        {"id": "breach_index", "name": "Breach Index", "status": "found", "checked_at": "2026-11-21T12:01:58Z",
+         "latency_ms": 412},
+        {"id": "mailbox_verifier", "name": "Mailbox Verifier", "status": "found",
+         "checked_at": "2026-11-21T12:01:58Z", "latency_ms": 180},
+        {"id": "paste_monitor", "name": "Paste Monitor", "status": "rate_limited",
+         "checked_at": "2026-11-21T12:01:58Z", "latency_ms": 95}],
+    "coverage": {"checked": 4, "found": 3, "failed": 1, "ratio": 0.75},
+    "partial": True,
+    "findings": [
+        {"id": "fnd_xkbJCSOE9oL-xMQk4e0X", "path": "profiles.verified[0]", "source_ids": ["github"],
+         "feedback": None},
+        {"id": "fnd_Tk4AfyWcO25EB_XyH-Ff", "path": "contacts.emails[0]", "source_ids": ["mailbox_verifier"],
+         "feedback": {"verdict": "confirmed", "note": "", "at": "2026-11-21T12:30:00Z"}},
+        {"id": "fnd_75Ml5C0uCxYLlJdzJ7o9", "path": "breaches[0]", "source_ids": ["breach_index"],
+         "feedback": None}]}
+
+
 def webhook_callbacks(operation_id: str) -> dict:
     """The events a creation leads to, as an OpenAPI 3.0 callback (operation ids must be unique)."""
     return {"scanFinished": {WEBHOOK_URL: {"post": {**WEBHOOK_OPERATION, "operationId": operation_id}}}}

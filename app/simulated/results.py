@@ -265,7 +265,7 @@ def _explain(result: dict, kind: str, target: str, *, only: list[str] | None, ch
         skipped.add(MAILBOX)
     # Ten to twenty sources: every one that backs an item, the others drawn.
     others = [s for s in SOURCE_IDS if s not in cited]
-    count = max(len(cited), rng.randint(10, len(SOURCE_IDS)))
+    count = max(len(cited), rng.randint(10, len(SOURCE_IDS) - 3))  # room for a partial's failures
     used = set(cited) | set(rng.sample(others, max(0, min(len(others), count - len(cited)))))
     statuses = {s: "found" if s in cited else "skipped" if s in skipped else "not_found" for s in used}
     if only is None and behaviour_of(kind, target) == PARTIAL:
@@ -282,10 +282,10 @@ def _explain(result: dict, kind: str, target: str, *, only: list[str] | None, ch
 
 
 def _fail_some(statuses: dict[str, str], rng: random.Random) -> None:
-    """Two or three sources rate-limited or timed out: those that found nothing first, so that
-    every item keeps a source behind it."""
+    """Two or three sources rate-limited or timed out, among those that found nothing (every
+    item keeps the sources behind it), asking more of the catalogue when too few were asked."""
     candidates = sorted(s for s, status in statuses.items() if status == "not_found")
-    candidates += sorted(s for s, status in statuses.items() if status == "found")
+    candidates += [s for s in SOURCE_IDS if s not in statuses]  # at least six: items cite at most 14
     for source_id in candidates[:rng.randint(2, 3)]:
         statuses[source_id] = rng.choice(FAILED_STATUSES)
 
