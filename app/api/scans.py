@@ -17,13 +17,15 @@ from app.schemas.scans import (
     BulkCreatedSchema,
     BulkCreateSchema,
     BulkStateSchema,
+    FeedbackCreateSchema,
+    FeedbackGivenSchema,
     ScanCreatedSchema,
     ScanCreateSchema,
     ScanListQuerySchema,
     ScanListSchema,
     ScanSchema,
 )
-from app.services import reads, scans
+from app.services import findings, reads, scans
 
 blp = ApiBlueprint("scans", __name__, url_prefix="/api/v1",
                 description="Create scans, read them, and do both in bulk.")
@@ -68,6 +70,7 @@ ERROR_EXAMPLES = {
     "bulk_not_allowed": (403, "bulk calls are available on the Business and Enterprise tiers"),
     "target_suppressed": (403, "the person this target belongs to has opted out of lookups"),
     "not_found": (404, "no scan with this id"),
+    "nothing_to_rerun": (409, "this scan has no source to re-run: it is not completed, or every source answered"),
     "idempotency_conflict": (409, "this Idempotency-Key was used with a different request body"),
     "rate_limit_inflight": (429, "too many scans in flight (10 of 10); retry when one finishes"),
     "rate_limit_hour": (429, "hourly scan quota reached (100 per hour)"),
@@ -274,6 +277,48 @@ class ScanRead(MethodView):
     def get(self, read):
         """Read one scan. Poll every 10 to 15 seconds until it is completed or failed. Costs {price}."""
         return served(read)
+
+
+@blp.route("/scan/<scan_id:scan_id>/rerun")
+class ScanRerun(MethodView):
+    @hooks.api_call
+    @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Re-run a scan's failed sources",
+             operationId="rerunScan", callbacks=webhook_callbacks("rerunScanEvent"))
+    @blp.response(202, ScanCreatedSchema, headers=HEADERS, description="The re-run is queued as a new scan.")
+    @documented_errors(401, 402, 403, 404, 409, 429, 502, 503, overrides={
+        403: "`forbidden` (another customer's scan), `target_suppressed` (the person opted out of lookups "
+             "since; free of charge)",
+        409: "`nothing_to_rerun` (the scan is not completed, or every source answered; free of charge), "
+             "`idempotency_conflict`"},
+        codes={403: ("forbidden", "target_suppressed"), 409: ("nothing_to_rerun", "idempotency_conflict")})
+    @blp.priced("scan")
+    def post(self, key, scan_id):
+        """Ask again the sources that could not answer for a completed scan (`result.partial`): a new scan
+        of the same target, with `rerun_of` naming this one, its own result and its own webhook event.
+        Limited and charged as a creation: costs {price}."""
+        return created(scans.create_rerun(key.customer, key.id, scan_id, request_id=g.request_id,
+                                          livemode=key.livemode))
+
+
+@blp.route("/scan/<scan_id:scan_id>/findings/<string:finding_id>/feedback")
+class FindingFeedback(MethodView):
+    @hooks.api_call
+    @blp.doc(security=SECURITY, summary="Give feedback on a finding", operationId="giveFeedback")
+    @blp.arguments(FeedbackCreateSchema, example={"verdict": "false_positive",
+                                                  "note": "Another person with the same name."})
+    @blp.response(200, FeedbackGivenSchema, headers=HEADERS, description="The feedback is recorded.")
+    @documented_errors(400, 401, 402, 403, 404, 409, 503, overrides={
+        400: "`invalid_request` (verdict or note not valid; with `details`)",
+        404: "`not_found` (no such scan, or no such finding in its result)"},
+        codes={400: ("invalid_request",)})
+    @blp.priced("call")
+    def post(self, key, body, scan_id, finding_id):
+        """Say whether a finding of a completed scan is about the person (`confirmed`) or not
+        (`false_positive`). Later reads of the scan show it on the finding (`feedback`); giving it again
+        replaces it. Costs {price}."""
+        return hooks.render(findings.give_feedback(key.customer_id, scan_id, finding_id, verdict=body.get("verdict"),
+                                                   note=body.get("note"), livemode=key.livemode,
+                                                   api_key_id=key.id))
 
 
 @blp.route("/scan/bulk")

@@ -6,7 +6,7 @@ runner creates them in that order.
 from app.models.accounts import ApiKey, CreditLedger, Customer, PortalSession, PortalUser
 from app.models.base import BaseModel, iso, new_id, utcnow
 from app.models.privacy import Suppression
-from app.models.scans import BulkBatch, IdempotencyRecord, QuotaMinute, Scan
+from app.models.scans import BulkBatch, FindingFeedback, IdempotencyRecord, QuotaMinute, Scan
 from app.models.schema_version import SchemaVersion
 from app.models.webhooks import DeliveryAttempt, WebhookDelivery
 
@@ -24,10 +24,11 @@ ALL_MODELS = [
     WebhookDelivery,
     DeliveryAttempt,
     Suppression,
+    FindingFeedback,
 ]
 
 __all__ = [
-    "ALL_MODELS", "ApiKey", "BaseModel", "BulkBatch", "CreditLedger", "Customer", "DeliveryAttempt",
+    "ALL_MODELS", "ApiKey", "BaseModel", "BulkBatch", "CreditLedger", "Customer", "DeliveryAttempt", "FindingFeedback",
     "IdempotencyRecord", "PortalSession", "PortalUser", "QuotaMinute", "Scan", "SchemaVersion", "Suppression",
     "WebhookDelivery", "iso", "new_id",
     "utcnow",

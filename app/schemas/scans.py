@@ -223,6 +223,10 @@ STATUS_DOC = {"enum": ["queued", "running", "completed", "failed"]}
 TIME_DOC = {"format": "date-time", "example": "2026-11-21T12:00:00Z"}
 
 
+RERUN_OF_DOC = {"description": "Only for a re-run: the scan whose failed sources it asks again.",
+                "example": "scn_8aP2vR5nQx0wLk3mYt7c1d"}
+
+
 class ScanCreatedSchema(ma.Schema):
     ok = fields.Boolean(required=True, metadata={"example": True})
     scan_id = fields.String(required=True, metadata={"example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
@@ -231,6 +235,7 @@ class ScanCreatedSchema(ma.Schema):
     kind = fields.String(required=True, metadata=KIND_DOC)
     recipes_to_run = fields.Integer(required=True, metadata={"example": 8})
     eta_seconds = fields.Integer(required=True, metadata={"example": 120})
+    rerun_of = fields.String(metadata=RERUN_OF_DOC)
     poll_url = fields.String(required=True, metadata={
         "format": "uri", "example": "https://api.example.com/api/v1/scan/scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
 
@@ -249,6 +254,7 @@ class ScanSchema(ma.Schema):
     case_ref = fields.String(required=True, allow_none=True, metadata=READ_CASE_REF_DOC)
     created_at = fields.String(required=True, metadata=TIME_DOC)
     bulk_id = fields.String(metadata={"description": "Only for scans created by a bulk call."})
+    rerun_of = fields.String(metadata=RERUN_OF_DOC)
     eta_seconds = fields.Integer(metadata={"description": "queued/running: remaining seconds, never negative."})
     progress = fields.Nested(ProgressSchema, metadata={"description": "queued/running only."})
     completed_at = fields.String(metadata={**TIME_DOC, "description": "completed only."})
@@ -317,6 +323,29 @@ class BulkStateSchema(ma.Schema):
                        "failed + rejected_count."})
     all_done = fields.Boolean(required=True, metadata={"description": "Every scan is completed or failed."})
     scans = fields.List(fields.Nested(BulkScanStateSchema), required=True)
+
+
+# --- feedback on a finding -------------------------------------------------------------
+
+class FeedbackCreateSchema(ma.Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    # Raw: checked by the service, so that every problem is named in one 400 with details.
+    verdict = fields.Raw(required=True, metadata={"type": "string", "enum": ["false_positive", "confirmed"],
+                                                  "description": "false_positive: this is not the person; "
+                                                                 "confirmed: it is.",
+                                                  "example": "false_positive"})
+    note = fields.Raw(allow_none=True, metadata={"type": "string", "maxLength": 1000,
+                                                 "description": "Why, in your words (at most 1000 characters).",
+                                                 "example": "Another person with the same name."})
+
+
+class FeedbackGivenSchema(ma.Schema):
+    ok = fields.Boolean(required=True, metadata={"example": True})
+    scan_id = fields.String(required=True, metadata={"example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
+    finding = fields.Nested(FindingSchema, required=True, metadata={
+        "description": "The finding with your feedback, as reads of the scan now show it."})
 
 
 # --- the scans list -----------------------------------------------------------------

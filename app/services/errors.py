@@ -105,3 +105,9 @@ class WebhookUrlMissing(InvalidRequest, AccountError):
     """The key the delivery belongs to has no webhook URL to send it to now."""
 
     code = "webhook_url_missing"
+
+
+class NothingToRerun(Conflict):
+    """A re-run asked of a scan that is not completed or whose sources all answered (D23)."""
+
+    code = "nothing_to_rerun"

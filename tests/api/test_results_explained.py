@@ -1,6 +1,7 @@
 """Results a customer can check (D23/E6): the result's sources, coverage, partial flag, findings and
 the score's reasons on every read (single, aggregate, list) and in the webhook body."""
 import json
+import re
 
 import pytest
 from freezegun import freeze_time
@@ -11,6 +12,7 @@ from app.models import Scan, WebhookDelivery
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 START = "2026-11-21 12:00:00"
 FAILED = ("rate_limited", "timeout")
+ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 
 
 def status_of(scan_id):
@@ -75,3 +77,115 @@ def test_the_webhook_body_carries_the_explanation(client, make_customer, jobs):
     body = json.loads(bytes(delivery.body) if not isinstance(delivery.body, str) else delivery.body)
     assert body["result"] == read
     assert body["result"]["partial"] is True and body["result"]["findings"]
+
+
+# --- feedback on a finding --------------------------------------------------------------------
+
+def feedback(client, account, scan_id, finding_id, **body):
+    return client.post(f"{SCAN}/{scan_id}/findings/{finding_id}/feedback", json=body, headers=account.headers)
+
+
+@pytest.mark.config(ENGINE_POLL_SECONDS=1)
+def test_feedback_shows_on_later_reads_costs_a_credit_and_is_counted_per_source(client, account, jobs):
+    from tests.api.helpers import assert_books_balance, balance
+    with freeze_time(START) as frozen:
+        scan_id = complete(client, account, jobs, frozen, "jane@example.com")
+        finding = client.get(f"{SCAN}/{scan_id}", headers=account.headers).json["result"]["findings"][0]
+        before, counted = balance(account), _feedback_count(finding["source_ids"][0], "false_positive")
+        frozen.tick(60)
+        answer = feedback(client, account, scan_id, finding["id"], verdict="false_positive", note=" not her ")
+        assert answer.status_code == 200, answer.json
+        given = answer.json["finding"]["feedback"]
+        assert answer.json == {"ok": True, "scan_id": scan_id, "finding": {
+            **finding, "feedback": {"verdict": "false_positive", "note": "not her", "at": given["at"]}}}
+        assert ISO.match(given["at"]) and given["at"] > "2026-11-21T12:01:00Z"
+        assert balance(account) == before - 1
+        read = client.get(f"{SCAN}/{scan_id}", headers=account.headers).json["result"]
+        assert read["findings"][0]["feedback"]["verdict"] == "false_positive"
+        assert read["findings"][1:] == client.get(f"{SCAN}/{scan_id}", headers=account.headers).json["result"][
+            "findings"][1:]
+        # Given again: replaced.
+        assert feedback(client, account, scan_id, finding["id"], verdict="confirmed").status_code == 200
+        read = client.get(f"{SCAN}/{scan_id}", headers=account.headers).json["result"]
+        assert read["findings"][0]["feedback"]["verdict"] == "confirmed" and read["findings"][0]["feedback"]["note"] == ""
+    assert _feedback_count(finding["source_ids"][0], "false_positive") == counted + 1
+    assert_books_balance(account)
+
+
+def _feedback_count(source, verdict):
+    from app.metrics import FINDING_FEEDBACK
+    return FINDING_FEEDBACK.labels(source=source, verdict=verdict)._value.get()
+
+
+@pytest.mark.config(ENGINE_POLL_SECONDS=1)
+def test_feedback_on_an_unknown_finding_or_scan_is_404_and_a_bad_verdict_400(client, account, make_customer, jobs):
+    from tests.api.test_auth_and_errors import assert_error
+    with freeze_time(START) as frozen:
+        scan_id = complete(client, account, jobs, frozen, "jane@example.com")
+        finding_id = client.get(f"{SCAN}/{scan_id}", headers=account.headers).json["result"]["findings"][0]["id"]
+        assert_error(feedback(client, account, scan_id, "fnd_nope", verdict="confirmed"), 404, "not_found")
+        assert_error(feedback(client, account, "scn_nope", finding_id, verdict="confirmed"), 404, "not_found")
+        bad = feedback(client, account, scan_id, finding_id, verdict="maybe", note=5)
+        assert_error(bad, 400, "invalid_request")
+        assert set(bad.json["details"]) == {"verdict", "note"}
+        assert_error(feedback(client, make_customer(), scan_id, finding_id, verdict="confirmed"), 403, "forbidden")
+        queued = client.post(SCAN, json={"target": "hang.x@example.com"}, headers=account.headers).json["scan_id"]
+        assert_error(feedback(client, account, queued, finding_id, verdict="confirmed"), 404, "not_found")
+
+
+# --- re-run of the failed sources ---------------------------------------------------------------
+
+def rerun(client, account, scan_id, **headers):
+    return client.post(f"{SCAN}/{scan_id}/rerun", headers={**account.headers, **headers})
+
+
+@pytest.mark.config(ENGINE_POLL_SECONDS=1)
+def test_a_partial_scan_is_rerun_on_its_failed_sources_charged_as_a_creation(client, account, jobs):
+    from tests.api.helpers import assert_books_balance, balance, ledger
+    with freeze_time(START) as frozen:
+        first_id = complete(client, account, jobs, frozen, "partial.jane@example.com")
+        first = client.get(f"{SCAN}/{first_id}", headers=account.headers).json
+        failed = [s["id"] for s in first["result"]["sources"] if s["status"] in FAILED]
+        before = balance(account)
+        answer = rerun(client, account, first_id)
+        assert answer.status_code == 202, answer.json
+        body = answer.json
+        assert body["rerun_of"] == first_id and body["scan_id"] != first_id and body["kind"] == "email"
+        assert body["poll_url"].endswith(f"/api/v1/scan/{body['scan_id']}")
+        assert list(body) == ["ok", "scan_id", "livemode", "kind", "recipes_to_run", "eta_seconds", "rerun_of",
+                              "poll_url"]
+        assert "RateLimit" in answer.headers and int(answer.headers["X-Credits-Remaining"]) == before - 1
+        assert ledger(account)[-1] == (-1, "scan")
+        assert jobs.run(frozen, until=lambda: status_of(body["scan_id"]) == "completed")
+        second = client.get(f"{SCAN}/{body['scan_id']}", headers=account.headers).json
+    assert second["rerun_of"] == first_id and second["target"] == first["target"]
+    assert [s["id"] for s in second["result"]["sources"]] == failed
+    assert second["result"]["partial"] is False
+    assert "rerun_of" not in first
+    assert_books_balance(account)
+
+
+@pytest.mark.config(ENGINE_POLL_SECONDS=1)
+def test_nothing_to_rerun_is_409_and_free(client, account, jobs):
+    from tests.api.helpers import balance
+    from tests.api.test_auth_and_errors import assert_error
+    with freeze_time(START) as frozen:
+        whole_id = complete(client, account, jobs, frozen, "jane@example.com")
+        queued = client.post(SCAN, json={"target": "hang.x@example.com"}, headers=account.headers).json["scan_id"]
+        before = balance(account)
+        assert_error(rerun(client, account, whole_id), 409, "nothing_to_rerun")
+        assert_error(rerun(client, account, queued), 409, "nothing_to_rerun")
+        assert balance(account) == before
+        assert_error(rerun(client, account, "scn_nope"), 404, "not_found")
+
+
+@pytest.mark.config(ENGINE_POLL_SECONDS=1)
+def test_a_rerun_is_limited_like_a_creation(client, make_customer, jobs):
+    from tests.api.test_auth_and_errors import assert_error
+    account = make_customer(inflight=1)
+    with freeze_time(START) as frozen:
+        first_id = complete(client, account, jobs, frozen, "partial.jane@example.com")
+        client.post(SCAN, json={"target": "hang.x@example.com"}, headers=account.headers)
+        answer = rerun(client, account, first_id)
+        assert_error(answer, 429, "rate_limit_inflight")
+        assert "Retry-After" in answer.headers

@@ -161,3 +161,35 @@ def test_the_idempotency_endpoint_holds_a_redelivery_path(app):
         assert migrations.upgrade() == [7]
         IdempotencyRecord.create(customer=customer.id, key="k1", endpoint=path, request_hash="h")
         assert IdempotencyRecord.get(IdempotencyRecord.key == "k1").endpoint == path
+
+
+def test_the_results_explained_migration_adds_rerun_of_feedback_and_explains_stored_results(app):
+    """Version 13 (D23): a result stored before it gains an empty explanation and its findings, once."""
+    import json
+
+    from app.models import FindingFeedback, Scan, new_id, utcnow
+
+    old_result = {"risk": {"score": 12, "band": "low"}, "counts": {"cases": 1, "entities": 1, "findings": 1},
+                  "profiles": {"verified": [], "weak": []}, "contacts": {"emails": ["a@example.com"], "phones": []},
+                  "breaches": [], "phone_profile": None, "ai_summary": "", "artifacts": {"pdf": "", "person_card": ""}}
+    with db.connection_context():
+        customer = accounts.create_customer("Old", "business", 5)
+        key, _ = accounts.issue_key(customer.id, "k")
+        scan_id = new_id("scn")
+        Scan.create(id=scan_id, customer=customer.id, api_key=key.id, kind="email", target="a@example.com",
+                    status="completed", created_at=utcnow(), result_json=json.dumps(old_result))
+        with db.atomic():
+            db.drop_tables([FindingFeedback])
+            db.execute_sql('ALTER TABLE "scan" DROP COLUMN "rerun_of"')
+            SchemaVersion.delete().where(SchemaVersion.version == 13).execute()
+
+        assert migrations.upgrade() == [13]
+        stored = Scan.get_by_id(scan_id).result_json
+        assert migrations.upgrade() == []
+
+        result = json.loads(stored)
+        assert result["sources"] == [] and result["partial"] is False and result["risk"]["reasons"] == []
+        assert result["coverage"] == {"checked": 0, "found": 0, "failed": 0, "ratio": 1.0}
+        assert [f["path"] for f in result["findings"]] == ["contacts.emails[0]"]
+        assert {k: result[k] for k in old_result if k != "risk"} == {k: v for k, v in old_result.items() if k != "risk"}
+        assert Scan.get_by_id(scan_id).rerun_of is None and FindingFeedback.select().count() == 0
