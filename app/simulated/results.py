@@ -75,6 +75,7 @@ _MAIL_DOMAINS = ("gmail.com", "outlook.com", "proton.me", "yahoo.com", "example.
 _PHONE_PATTERNS = ("+44770090{:04d}", "+1415555{:04d}")
 
 
+_PLATFORM_NAMES = {"github": "GitHub", "x": "X", "linkedin": "LinkedIn", "tiktok": "TikTok", "gitlab": "GitLab"}
 # The sources an investigation consults (E6): (id, name). Profile platforms are sources of
 # their own; the others back contacts and breaches.
 BREACH_INDEX, PASTE_MONITOR, MAILBOX, GRAVATAR, CARRIER, CALLER_ID = (
@@ -82,7 +83,7 @@ BREACH_INDEX, PASTE_MONITOR, MAILBOX, GRAVATAR, CARRIER, CALLER_ID = (
 SOURCES = (
     (BREACH_INDEX, "Breach Index"), (PASTE_MONITOR, "Paste Monitor"), (MAILBOX, "Mailbox Verifier"),
     (GRAVATAR, "Gravatar"), (CARRIER, "Carrier Lookup"), (CALLER_ID, "Caller ID Directory"),
-    *((name, name.capitalize() if name != "x" else "X") for name, _ in _PLATFORMS),
+    *((name, _PLATFORM_NAMES.get(name, name.capitalize())) for name, _ in _PLATFORMS),
 )
 SOURCE_IDS = tuple(source_id for source_id, _ in SOURCES)
 FAILED_STATUSES = ("rate_limited", "timeout")
@@ -274,7 +275,7 @@ def _explain(result: dict, kind: str, target: str, *, only: list[str] | None, ch
         statuses = {s: statuses.get(s, "not_found") for s in SOURCE_IDS if s in only}
     failed = {s for s, status in statuses.items() if status in FAILED_STATUSES}
     result["sources"] = [{"id": s, "name": name, "status": statuses[s], "checked_at": checked_at,
-                          "latency_ms": rng.randint(40, 1500) if statuses[s] != "skipped" else 0}
+                          "latency_ms": rng.randint(40, 1500) if statuses[s] != "skipped" else None}
                          for s, name in SOURCES if s in statuses]
     result["evidence"] = [{"path": path, "source_ids": [s for s in ids if s in statuses and s not in failed]}
                           for path, ids in evidence]
