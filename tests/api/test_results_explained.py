@@ -189,3 +189,38 @@ def test_a_rerun_is_limited_like_a_creation(client, make_customer, jobs):
         answer = rerun(client, account, first_id)
         assert_error(answer, 429, "rate_limit_inflight")
         assert "Retry-After" in answer.headers
+
+
+@pytest.mark.config(ENGINE_POLL_SECONDS=1)
+def test_a_rerun_replays_under_its_idempotency_key(client, account, jobs):
+    from tests.api.helpers import balance
+    with freeze_time(START) as frozen:
+        first_id = complete(client, account, jobs, frozen, "partial.jane@example.com")
+        before = balance(account)
+        once = rerun(client, account, first_id, **{"Idempotency-Key": "rerun-1"})
+        again = rerun(client, account, first_id, **{"Idempotency-Key": "rerun-1"})
+    assert once.status_code == again.status_code == 202
+    assert again.headers.get("Idempotent-Replayed") == "true" and again.json == once.json
+    assert balance(account) == before - 1
+    with db.connection_context():
+        assert Scan.select().where(Scan.rerun_of == first_id).count() == 1
+
+
+@pytest.mark.config(SANDBOX_SCAN_SECONDS=0.5, ENGINE_POLL_SECONDS=1)
+def test_a_test_key_reruns_on_the_sandbox_free(client, account, jobs):
+    from tests import factories
+    from tests.api.helpers import balance
+    with db.connection_context():
+        test = factories.sandbox_key(account)
+    with freeze_time(START) as frozen:
+        first_id = complete(client, test, jobs, frozen, "partial.jane@example.com")
+        first = client.get(f"{SCAN}/{first_id}", headers=test.headers).json
+        assert first["livemode"] is False and first["result"]["partial"] is True
+        before = balance(account)
+        answer = rerun(client, test, first_id)
+        assert answer.status_code == 202 and answer.json["livemode"] is False
+        assert jobs.run(frozen, until=lambda: status_of(answer.json["scan_id"]) == "completed")
+        second = client.get(f"{SCAN}/{answer.json['scan_id']}", headers=test.headers).json
+        assert balance(account) == before
+        assert rerun(client, account, first_id).status_code == 404  # a live key does not see test scans
+    assert second["result"]["partial"] is False and second["rerun_of"] == first_id
