@@ -44,6 +44,7 @@ MESSAGES = {
     "unauthorized": "no valid Authorization header was sent: set SCAN_API_KEY or pass --key",
     "invalid_token": "the API key is unknown or revoked: check SCAN_API_KEY / --key",
     "insufficient_balance": "your balance is below 1 credit: ask your account manager to add credits",
+    "nothing_to_rerun": "nothing to re-run: the scan is not completed, or every source answered (nothing charged)",
     "forbidden": "that scan or batch belongs to another customer",
     "bulk_not_allowed": "bulk scans need the Business or Enterprise tier: scan targets one by one, "
                         "or ask your account manager to upgrade",
@@ -146,6 +147,15 @@ def build_parser(out: TextIO, err: TextIO) -> argparse.ArgumentParser:
     redeliver = sub.add_parser("redeliver", parents=[common, output],
                                help="send a finished webhook delivery again (same id and body)")
     redeliver.add_argument("delivery_id")
+    rerun = sub.add_parser("rerun", parents=[common, output, waiting],
+                           help="ask again the sources a completed scan could not reach (a new scan, 1 credit)")
+    rerun.add_argument("scan_id")
+    feedback = sub.add_parser("feedback", parents=[common, output],
+                              help="say whether a finding of a scan is about the person (1 credit)")
+    feedback.add_argument("scan_id")
+    feedback.add_argument("finding_id", help="a finding's id (fnd_...), from the scan's result")
+    feedback.add_argument("verdict", choices=("confirmed", "false_positive"))
+    feedback.add_argument("--note", help="why, in your words (at most 1000 characters)")
     for choice in sub.choices.values():
         choice.epilog = parser.epilog
     return parser
@@ -369,10 +379,34 @@ def _redeliver(run: _Run) -> None:
     write_output(run.out, run.args.format, document, [delivery_row(document)], fields=DELIVERY_CSV_FIELDS)
 
 
+def _rerun(run: _Run) -> None:
+    args, client = run.args, run.client
+    created = client.rerun(args.scan_id)
+    if not args.wait:
+        write_output(run.out, args.format, created.raw, [scan_row(created.raw)])
+        return
+    run.progress = ProgressBar(run.err, created.scan_id, run.now)
+    _wait_and_write(partial(client.wait, created.scan_id, timeout=args.timeout), run.progress,
+                    lambda state: write_output(run.out, args.format, state, [scan_row(state)]))
+
+
+def _feedback(run: _Run) -> None:
+    args = run.args
+    finding = run.client.feedback(args.scan_id, args.finding_id, args.verdict, note=args.note)
+    given = finding.feedback
+    row = {"finding_id": finding.id, "path": finding.path, "source_ids": " ".join(finding.source_ids),
+           "verdict": given.verdict if given else "", "note": given.note if given else "",
+           "at": given.at if given else ""}
+    write_output(run.out, args.format, {"scan_id": args.scan_id, "finding": finding.raw}, [row],
+                 fields=FEEDBACK_CSV_FIELDS)
+
+
+FEEDBACK_CSV_FIELDS = ["finding_id", "path", "source_ids", "verdict", "note", "at"]
+
 # One function per subcommand: a new one is a parser entry in build_parser and a line here.
 COMMANDS: dict[str, Callable[[_Run], None]] = {
     "scan": _scan, "bulk": _bulk, "get": _get, "get-bulk": _get_bulk, "list": _list,
-    "deliveries": _deliveries, "redeliver": _redeliver,
+    "deliveries": _deliveries, "redeliver": _redeliver, "rerun": _rerun, "feedback": _feedback,
 }
 
 

@@ -187,6 +187,7 @@ class Finding(_Model):
     path: str = ""
     source_ids: list[str] = field(default_factory=list)
     feedback: Feedback | None = None
+    raw: dict = field(default_factory=dict, repr=False)
 
 
 @dataclass
