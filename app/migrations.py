@@ -138,7 +138,7 @@ def _results_explained(database):
         if not rows:
             return
         for scan_id, kind, text in rows:
-            result = normalize_result(json.loads(text), kind, scan_id=scan_id)
+            result = normalize_result(json.loads(text), kind, scan_id=scan_id, stored=True)
             database.execute_sql(f'UPDATE "scan" SET result_json = {p} WHERE id = {p}',
                                  (json.dumps(result, separators=(",", ":")), scan_id))
         after = rows[-1][0]

@@ -162,9 +162,12 @@ def _phone(value):
     return phone if E164_RE.match(phone) else None
 
 
-def normalize_result(raw, kind: str, *, scan_id: str | None = None) -> dict:
+def normalize_result(raw, kind: str, *, scan_id: str | None = None, stored: bool = False) -> dict:
     """The result of §2.2 / D6 with the parts of E6 (D23); ``scan_id`` seeds the findings' ids,
-    so that normalising one scan's result again gives the same ids."""
+    so that normalising one scan's result again gives the same ids. ``stored``: ``raw`` is a
+    result this service normalised before, whose findings (their sources and the customer's
+    feedback) and reasons by finding id are kept; an engine's ``findings`` are never read, so
+    no engine can write a customer's feedback."""
     if not isinstance(raw, dict):
         raise InvalidResult("the result is not an object")
     try:
@@ -185,7 +188,7 @@ def normalize_result(raw, kind: str, *, scan_id: str | None = None) -> dict:
             "artifacts": {name: _absolute_url(artifacts.get(name)) for name in ("pdf", "person_card")},
         }
         moves = {"contacts.emails": email_moves, "contacts.phones": phone_moves}
-        _add_explanation(result, raw, moves, scan_id)
+        _add_explanation(result, raw, moves, scan_id, stored=stored)
         return result
     except InvalidResult:
         raise
@@ -195,16 +198,17 @@ def normalize_result(raw, kind: str, *, scan_id: str | None = None) -> dict:
 
 # --- E6: sources, evidence, reasons (D23) ---------------------------------------------
 
-def _add_explanation(result: dict, raw: dict, moves: dict[str, dict[int, int]], scan_id: str | None) -> None:
+def _add_explanation(result: dict, raw: dict, moves: dict[str, dict[int, int]], scan_id: str | None, *,
+                     stored: bool) -> None:
     """Add ``sources``, ``coverage``, ``partial``, ``findings`` and ``risk.reasons`` to ``result``.
 
-    A result this function already normalised (findings in place of evidence, reasons naming
-    finding ids) comes through unchanged, feedback included: normalising is idempotent."""
+    A result this function already normalised (``stored``: findings in place of evidence,
+    reasons naming finding ids) comes through unchanged, feedback included."""
     sources = _sources(raw.get("sources"))
     known = {source["id"] for source in sources}
     findings = _findings(result, scan_id)
     by_path = {finding["path"]: finding for finding in findings}
-    earlier = _earlier_findings(raw.get("findings"))
+    earlier = _earlier_findings(raw.get("findings")) if stored else {}
     evidence = raw.get("evidence") if "evidence" in raw else [
         {"path": path, "source_ids": item.get("source_ids")} for path, item in earlier.items()]
     for path, source_ids in _evidence(evidence, moves):

@@ -430,7 +430,15 @@ def test_reasons_are_checked_against_the_clamped_score():
     assert normalize_result(raw, "phone")["risk"]["reasons"] == []
 
 
-def test_normalising_a_normalised_result_changes_nothing_feedback_included():
+def test_normalising_a_stored_result_changes_nothing_feedback_included():
     once = normalize_result(explained(), "phone", scan_id="scn_1")
     once["findings"][0]["feedback"] = {"verdict": "false_positive", "note": "not her", "at": "2026-11-21T12:00:00Z"}
-    assert normalize_result(json.loads(json.dumps(once)), "phone", scan_id="scn_1") == once
+    assert normalize_result(json.loads(json.dumps(once)), "phone", scan_id="scn_1", stored=True) == once
+
+
+def test_an_engine_cannot_give_findings_or_feedback():
+    raw = explained(findings=[{"id": "fnd_x", "path": "breaches[0]", "source_ids": ["github"],
+                               "feedback": {"verdict": "confirmed", "note": "", "at": None}}])
+    out = normalize_result(raw, "phone", scan_id="scn_1")
+    assert all(f["feedback"] is None for f in out["findings"])
+    assert next(f for f in out["findings"] if f["path"] == "breaches[0]")["source_ids"] == ["breach_index"]
