@@ -17,6 +17,7 @@ import peewee
 from flask import Flask
 from flask.cli import AppGroup
 
+from app import runtime
 from app.extensions import db
 from app.models.accounts import TIERS, key_display
 from app.models.base import iso
@@ -246,14 +247,18 @@ def customers_limits(customer_id, inflight, hour, day, as_json):
 @click.argument("customer_id")
 @click.option("--require-purpose", type=click.Choice(["on", "off"]),
               help="on: every scan must say why (400 purpose_required without a purpose).")
+@click.option("--result-retention-days", type=int, metavar="N",
+              help="Days a completed or failed scan's target and result are kept (1 to 3650; default 90).")
 @json_option
-def customers_settings(customer_id, require_purpose, as_json):
+def customers_settings(customer_id, require_purpose, result_retention_days, as_json):
     """The customer's personal-data settings (without options: show them)."""
     wanted = None if require_purpose is None else require_purpose == "on"
-    data = run(as_json, lambda: accounts.customer_dict(accounts.set_settings(customer_id,
-                                                                             require_purpose=wanted)))
+    data = run(as_json, lambda: accounts.customer_dict(accounts.set_settings(
+        customer_id, require_purpose=wanted, result_retention_days=result_retention_days)))
+    settings = data["settings"]
     emit(as_json, data, Table.record([("customer", data["customer_id"]),
-                                      ("require purpose", "on" if data["settings"]["require_purpose"] else "off")]))
+                                      ("require purpose", "on" if settings["require_purpose"] else "off"),
+                                      ("result retention", f"{settings['result_retention_days']} days")]))
 
 
 @customers_cli.command("show")
@@ -465,6 +470,40 @@ def scans_recover(as_json):
     from app.services.recovery import sweep
     report = run(as_json, lambda: sweep(at_once=True))
     emit(as_json, {**report}, Table(list(report.items()), headers=["recovered", "count"]))
+
+
+@scans_cli.command("erase")
+@click.argument("scan_id")
+@json_option
+def scans_erase(scan_id, as_json):
+    """Erase a completed or failed scan's target, result and webhook bodies now (any customer's),
+    as the customer's DELETE /api/v1/scan/{id} would."""
+    from app.services import erasure
+    data = run(as_json, lambda: erasure.erase_any_scan(scan_id))
+    emit(as_json, data, Table.record([("scan", data["scan_id"]), ("erased at", data["erased_at"])]))
+
+
+@scans_cli.command("erase-expired")
+@click.option("--days-ahead", type=click.IntRange(0, 3650), default=0, metavar="N",
+              help="QA only (refused in production): erase as if it were N days from now.")
+@json_option
+def scans_erase_expired(days_ahead, as_json):
+    """Erase now every scan past its customer's result retention, as the workers' periodic job does."""
+    from datetime import timedelta
+
+    from app.models import utcnow
+    from app.services import erasure
+    if days_ahead and runtime.config["APP_ENV"] == "production":
+        fail(as_json, "--days-ahead moves the clock for QA and is refused in production")
+    now = utcnow() + timedelta(days=days_ahead)
+
+    def erase():
+        if as_json:
+            return erasure.erase_past_retention(now)
+        with click.progressbar(length=erasure.due_for_retention(now), label="erasing", file=sys.stderr) as bar:
+            return erasure.erase_past_retention(now, progress=bar.update)
+    erased = run(as_json, erase)
+    emit(as_json, {"erased": erased}, f"{erased} scan(s) erased")
 
 
 @deliveries_cli.command("redeliver")

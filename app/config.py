@@ -153,6 +153,8 @@ def load_settings(env=None) -> dict:
         # unlooked-at before the sweep suspects its tracking job was lost.
         "RECOVERY_INTERVAL_SECONDS": _number(env, "RECOVERY_INTERVAL_SECONDS", 60, 1, DAY),
         "RECOVERY_STALE_SECONDS": _number(env, "RECOVERY_STALE_SECONDS", 120, 1, DAY),
+        # How often a worker erases the scans past their customer's retention (D20).
+        "RETENTION_INTERVAL_SECONDS": _number(env, "RETENTION_INTERVAL_SECONDS", 3600, 1, DAY),
         # Request bodies above this many bytes answer 413 (a bulk of 100 fits easily).
         "MAX_CONTENT_LENGTH": _number(env, "MAX_CONTENT_LENGTH", 256 * 1024, 1024, 100 * 1024 * 1024),
         "LOG_LEVEL": _choice(env, "LOG_LEVEL", "INFO", LOG_LEVELS, upper=True),
@@ -162,6 +164,8 @@ def load_settings(env=None) -> dict:
         # How many reverse proxies in front of the app append to X-Forwarded-For (and set
         # X-Forwarded-Proto); 0 = the header is never believed (app/__init__.py, ProxyFix).
         "TRUSTED_PROXIES": _number(env, "TRUSTED_PROXIES", 0, 0, 10),
+        # How long the activity log keeps an entry (D20), in days; a day's entries go together.
+        "ACTIVITY_RETENTION_DAYS": _number(env, "ACTIVITY_RETENTION_DAYS", 400, 1, 36_500),
     }
 
 

@@ -72,6 +72,10 @@ SWEEP_RUNS = Counter("scan_api_recovery_sweeps_total", "Recovery sweeps run")
 SWEEP_ACTIONS = Counter("scan_api_recovery_actions_total", "What recovery sweeps did", ["action"])
 SWEEP_LAST = Gauge("scan_api_recovery_last_sweep_timestamp_seconds", "Unix time of the last recovery sweep",
                    multiprocess_mode="max")
+SCANS_ERASED = Counter("scan_api_scans_erased_total", "Scans whose personal data was erased, by why",
+                       ["reason"])
+PERIODIC_LAST = Gauge("scan_api_periodic_job_last_run_timestamp_seconds",
+                      "Unix time each periodic job last ran to its end", ["job"], multiprocess_mode="max")
 
 
 # Every series whose labels are known in advance exists from the start, at 0: a new deployment's
@@ -84,6 +88,7 @@ RATE_LIMIT_CODES = ("rate_limit_inflight", "rate_limit_hour", "rate_limit_day")
 ATTEMPT_FAILURES = ("timeout", "connection_error", "tls_error", "redirect_not_followed", "ssrf_refused",
                     "request_error", "worker_lost", "http_4xx", "http_5xx")
 EVENTS = events.NAMES
+ERASURE_REASONS = ("request", "retention")
 FEEDBACK_VERDICTS = ("false_positive", "confirmed")
 # A source label is the engine's id of the source, when it looks like one; anything else is
 # counted as "other", so that no engine can put arbitrary text (or personal data) in a label.
@@ -105,6 +110,8 @@ def _start_at_zero() -> None:
         WEBHOOK_ATTEMPTS.labels(outcome="failed", reason=reason)
     for event in EVENTS:
         WEBHOOK_DELIVERY_LATENCY.labels(event=event)
+    for reason in ERASURE_REASONS:
+        SCANS_ERASED.labels(reason=reason)
     for verdict in FEEDBACK_VERDICTS:  # the sources are the engine's: only "none" is known in advance
         FINDING_FEEDBACK.labels(source="none", verdict=verdict)
 
@@ -134,6 +141,14 @@ def count_feedback(source_ids: list[str], verdict: str) -> None:
 def count_webhook_attempt(succeeded: bool, error: str | None, status_code: int | None) -> None:
     reason = error or (f"http_{status_code // 100}xx" if status_code else "unknown")
     WEBHOOK_ATTEMPTS.labels(outcome="succeeded" if succeeded else "failed", reason=reason).inc()
+
+
+def count_erased(reason: str, count: int) -> None:
+    SCANS_ERASED.labels(reason=reason).inc(count)
+
+
+def periodic_job_ran(job: str) -> None:
+    PERIODIC_LAST.labels(job=job).set(time.time())
 
 
 def observe_delivery_acknowledged(event: str, seconds: float) -> None:

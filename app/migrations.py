@@ -118,6 +118,27 @@ def _purpose(database):
                          "DEFAULT 'full'")
 
 
+def _activity_log(database):
+    """The activity log (D20): a table partitioned by day with its DEFAULT partition, built by
+    ``ActivityEntry.create_table`` exactly as on a fresh database (idempotent: IF NOT EXISTS)."""
+    from app.models import ActivityEntry
+
+    database.create_tables([ActivityEntry], safe=True)
+
+
+def _retention(database):
+    """Customer.result_retention_days, Scan.erased_at, a nullable Scan.target and
+    WebhookDelivery.body (erased with the scan), and the retention job's partial index (D20)."""
+    from app.models import Scan
+
+    database.execute_sql('ALTER TABLE "customer" ADD COLUMN IF NOT EXISTS "result_retention_days" INTEGER NOT NULL '
+                         'DEFAULT 90')
+    database.execute_sql('ALTER TABLE "scan" ADD COLUMN IF NOT EXISTS "erased_at" TIMESTAMP')
+    database.execute_sql('ALTER TABLE "scan" ALTER COLUMN "target" DROP NOT NULL')
+    database.execute_sql('ALTER TABLE "webhook_delivery" ALTER COLUMN "body" DROP NOT NULL')
+    Scan._schema.create_indexes(safe=True)
+
+
 def _results_explained(database):
     """Scan.rerun_of and the FindingFeedback table (D23); completed scans' stored results gain
     the explanation every result now carries (no sources, nothing checked, not partial, their
@@ -154,6 +175,8 @@ MIGRATIONS = [
     (7, "longer idempotency endpoint", _longer_idempotency_endpoint),
     (8, "suppressions", _suppressions),
     (9, "purpose, case reference, thin webhooks", _purpose),
+    (10, "activity log, partitioned by day", _activity_log),
+    (11, "retention and erasure", _retention),
     (13, "results explained: re-runs, finding feedback", _results_explained),
 ]
 

@@ -4,8 +4,9 @@ Jobs run in the worker process (``SimpleWorker``): tracking and delivery jobs ar
 short HTTP calls, and forking per job would cost more than the job. RQ's job timeout
 still bounds each one. The scheduler is RQ's, made precise (``PreciseScheduler``):
 due times are kept to the millisecond and it looks for due jobs every 0.2 s. Every
-``RECOVERY_INTERVAL_SECONDS`` a worker runs the recovery sweep, one worker at a time
-under a Redis lock. If Redis goes away the worker waits and reconnects instead of
+``RECOVERY_INTERVAL_SECONDS`` a worker runs the periodic jobs that are due
+(``app.services.periodic.SCHEDULE``: the recovery sweep, retention), each one worker at a
+time under a Redis lock. If Redis goes away the worker waits and reconnects instead of
 exiting; the first SIGTERM (or Ctrl+C) stops it within seconds all the same, with one
 log line and no traceback (``STOPPING``).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -31,11 +33,11 @@ from app import create_app, runtime
 from app.config import startup_error_line
 from app.db import CONNECTION_ERRORS
 from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, promote_due
+from app.services import periodic
 from app.startup import StartupError, check
 from workers.database_gate import DatabaseGate
 
 log = logging.getLogger("workers")
-SWEEP_LOCK = "scan-api:recovery-sweep"
 # Set by the first SIGTERM/SIGINT, whoever receives it (the worker or ``main`` between
 # two workers): from then on nothing reconnects to Redis, and ``main`` returns.
 STOPPING = threading.Event()
@@ -45,18 +47,6 @@ IDLE_QUEUE = "webhooks-pool-idle"
 SCHEDULER_RETRY_SECONDS = 1.0
 # The process's one view of the database's health, shared by RQ's loop and the delivery pool.
 DATABASE = DatabaseGate(STOPPING)
-
-
-def run_sweep_once() -> dict | None:
-    """Run the sweep unless another worker holds the lock for this interval."""
-    interval = int(runtime.config["RECOVERY_INTERVAL_SECONDS"])
-    if not runtime.redis().set(SWEEP_LOCK, "1", nx=True, ex=max(1, interval - 1)):
-        return None
-    from app.services.recovery import sweep
-    report = sweep()
-    if any(v for k, v in report.items() if k != "idempotency_purged"):
-        log.info("recovery sweep: %s", report)
-    return report
 
 
 # How often the scheduler moves due jobs to their queue (RQ's default: every second).
@@ -123,7 +113,8 @@ class PreciseScheduler(RQScheduler):
 
 
 class ScanWorker(SimpleWorker):
-    """SimpleWorker with the precise scheduler, that also runs the recovery sweep as a maintenance task.
+    """SimpleWorker with the precise scheduler, that also runs the periodic jobs (recovery,
+    retention) as a maintenance task.
 
     Queues named in ``pooled`` are scheduled (their due jobs promoted) and listed as this
     worker's, but their jobs are taken by the delivery pool (``workers.delivery_pool``),
@@ -179,15 +170,15 @@ class ScanWorker(SimpleWorker):
     def run_maintenance_tasks(self):
         try:
             super().run_maintenance_tasks()
-            run_sweep_once()
+            periodic.run_due()
         except CONNECTION_ERRORS as exc:
             DATABASE.connection_lost(exc)
         except RedisConnectionError as exc:  # see _outage_safe: one line, retried next turn
             log.warning("maintenance skipped: Redis unavailable (%s)", exc.__class__.__name__)
         except RedisError as exc:
-            log.warning("recovery sweep failed: Redis answered %s", exc.__class__.__name__)
-        except Exception:  # a failed sweep is retried next interval; the worker keeps working
-            log.exception("recovery sweep failed")
+            log.warning("periodic jobs failed: Redis answered %s", exc.__class__.__name__)
+        except Exception:  # a failed turn is retried next interval; the worker keeps working
+            log.exception("periodic jobs failed")
 
     # --- riding out a Redis outage ------------------------------------------------------
     # RQ retries a lost connection only inside its dequeue loop; the same error one step
@@ -251,13 +242,27 @@ class ScanWorker(SimpleWorker):
             super().request_stop(signum, frame)
         except StopRequested:  # idle: stop now
             self._stop_requested = True
-            raise StopNow() from None
+            self._stop_now(frame)
         except RedisError:
             # Only a busy worker writes to Redis here (to record the request): like RQ,
             # it stops once its job is done.
             self._stop_requested = True
             if self.scheduler:
                 self.stop_scheduler()
+
+    def _stop_now(self, frame):
+        """Raise ``StopNow`` where the main thread is, unless it is inside a finalizer: an
+        exception raised in a ``__del__`` (RQ's scheduler drops a Redis connection pool on
+        every look, and the garbage collector may finalize it just then) is printed as a
+        traceback and dropped. Then the stop is raised again a moment later (SIGUSR1)."""
+        inner = frame
+        while inner is not None:
+            if inner.f_code.co_name == "__del__":
+                signal.signal(signal.SIGUSR1, lambda signum, later: self._stop_now(later))
+                threading.Timer(0.02, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+                return
+            inner = inner.f_back
+        raise StopNow() from None
 
     def teardown(self):
         try:

@@ -124,6 +124,8 @@ def register_api(app: Flask) -> Api:
         "tags": [{"name": "scans", "description": "Create scans, read them, list them, and do both in bulk."},
                  {"name": "deliveries", "description": "Webhook deliveries: catch up on the events a receiver "
                                                        "missed, and send one again."},
+                 {"name": "activity", "description": "The activity log: who called the API or acted in the "
+                                                     "portal, when, from where, and at what cost."},
                  {"name": "webhooks", "description": "Events the service sends to your webhook URL when a scan "
                                                      "finishes, signed two ways."}]})
     api.register_converter(ScanIdConverter, lambda converter: {"type": "string"})
@@ -138,6 +140,8 @@ def register_api(app: Flask) -> Api:
     api.register_blueprint(scans_blp)
     from app.api.deliveries import blp as deliveries_blp
     api.register_blueprint(deliveries_blp)
+    from app.api.activity import blp as activity_blp
+    api.register_blueprint(activity_blp)
     _shape_schemas(api.spec)
     from app.api.hooks import check_accounted
     check_accounted(app)
@@ -145,6 +149,7 @@ def register_api(app: Flask) -> Api:
     from app.extensions import csrf
     csrf.exempt(scans_blp)
     csrf.exempt(deliveries_blp)
+    csrf.exempt(activity_blp)
 
     assets = swagger_ui_bundle.swagger_ui_path
 

@@ -33,6 +33,7 @@ ERROR_EXAMPLES = {
     "insufficient_balance": "the account balance is below 1 credit",
     "not_found": "no delivery dlv_T3JhbmdlIGp1aWNlIGJveA",
     "delivery_pending": "the delivery is pending: its attempts are still under way",
+    "delivery_erased": "the scan of this delivery was erased: there is nothing left to send",
     "service_unavailable": "the database cannot be reached; try again shortly",
 }
 
@@ -94,7 +95,8 @@ class Redeliver(MethodView):
                   description="A new series of attempts is queued.")
     @documented_errors({400: "`webhook_url_missing` (the key that sent it has no webhook URL now)", **ERRORS,
                         404: "`not_found` (no delivery of this account has this id)",
-                        409: "`delivery_pending` (its attempts are still under way; free of charge)"})
+                        409: "`delivery_pending` (its attempts are still under way), `delivery_erased` (its scan was "
+                             "erased, and its body with it); free of charge"})
     @blp.priced("call")
     def post(self, key, delivery_id):
         """Send a failed or succeeded delivery again: same `delivery_id`, same body, signed anew with the key's

@@ -6,13 +6,15 @@ refuse a balance below 1 credit (402) before any validation, as D3 orders; run t
 the call's 1 credit when its answer is chargeable (D3: 2xx, 400, 403, 404) unless the view's
 service already charged it (creations, reads: their ``Charged`` goes with the response they
 render); then add ``X-Credits-Remaining`` and the RateLimit fields (D8), and store or release
-the idempotency claim. Nothing passes between the steps through ``flask.g``: the only thing
-kept there is who is calling (``g.caller``), for the log line and the metrics.
+the idempotency claim; last, write the call's activity log entry (D20: one INSERT, its
+action named by ``app.api.actions``). Nothing passes between the steps through ``flask.g``:
+what the view's service charged (``Charged``) and what the entry says about its object
+(``activity.Subject``) travel as attributes of the response; the only thing kept in ``g`` is
+who is calling (``g.caller``), for the log line and the metrics.
 """
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import wraps
@@ -20,27 +22,28 @@ from functools import wraps
 from flask import Response, current_app, g, request
 
 from app import rawjson
+from app.api.actions import action_for, check_named, route_of
 from app.api.auth import authenticate, bearer_token
 from app.db import CONNECTION_ERRORS
 from app.errors import from_service_error, handle_api_error, service_unavailable
 from app.models import ApiKey, utcnow
-from app.services import billing, idempotency, quotas
-from app.services.errors import InsufficientBalance
+from app.services import activity, billing, idempotency, quotas
+from app.services.errors import InsufficientBalance, ServiceError
 from app.services.limits import DAY, HOUR, Limits, limits_for
 
 log = logging.getLogger(__name__)
-ROUTE_ARGUMENT = re.compile(r"<(?:[^:>]+:)?([^>]+)>")  # <scan_id:scan_id> -> {scan_id}
 
 
 @dataclass(frozen=True)
 class Charged:
     """What a service that charged the call inside its own transaction reports: the balance
     after the charge, and the limits and window usage the answer's headers show (None: read
-    them)."""
+    them); ``credits``: what the call cost (the activity log's entry says it)."""
 
     balance: int
     usage: quotas.Usage | None = None
     limits: Limits | None = None
+    credits: int = 0
 
 
 def json_body(body: dict, status: int = 200) -> Response:
@@ -61,10 +64,13 @@ def json_body(body: dict, status: int = 200) -> Response:
     return response
 
 
-def render(body: dict, status: int = 200, *, charged: Charged | None = None) -> Response:
-    """The JSON answer of a view, carrying what its service charged (None: ``_charge`` charges it)."""
+def render(body: dict, status: int = 200, *, charged: Charged | None = None,
+           subject: activity.Subject | None = None) -> Response:
+    """The JSON answer of a view, carrying what its service charged (None: ``_charge`` charges it)
+    and what the activity log's entry says about its object (a creation's)."""
     response = json_body(body, status)
     response.charged = charged  # type: ignore[attr-defined] # read back by _charge
+    response.subject = subject  # type: ignore[attr-defined] # read back by _record
     return response
 
 
@@ -110,10 +116,21 @@ def check_accounted(app) -> None:
         for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
             if not getattr(getattr(view_class, method.lower(), None), "accounted", False):
                 raise RuntimeError(f"{rule.endpoint} {method} is not wrapped by hooks.api_call or served_read")
+    check_named(app)  # and every call has its activity log action
 
 
 def _account(key: ApiKey, run: Callable[[], Response], *, idempotent: bool) -> Response:
     g.caller = key
+    try:
+        response = _answer(key, run, idempotent=idempotent)
+    except Exception as exc:  # answered by the app's error table (an Idempotency-Key refused): logged too
+        _record(key, _status_of(exc), None)
+        raise
+    _record(key, response.status_code, response)
+    return response
+
+
+def _answer(key: ApiKey, run: Callable[[], Response], *, idempotent: bool) -> Response:
     record = None
     if idempotent and "Idempotency-Key" in request.headers:
         claim = idempotency.claim_request(key.customer_id, request.headers["Idempotency-Key"], request.path,
@@ -129,6 +146,7 @@ def _account(key: ApiKey, run: Callable[[], Response], *, idempotent: bool) -> R
             free = not billing.refusal_is_charged(getattr(exc, "code", None))
             response = refusal(exc, charged=Charged(key.customer.balance) if free else None)
         response, charged = _charge(response, key)
+        response.charged = charged  # type: ignore[attr-defined] # what the call cost, for _record
         response = _finish(response, key, charged)
         if record is not None:
             idempotency.settle(record, response.status_code, lambda: response.get_data(as_text=True))
@@ -158,7 +176,7 @@ def _ledger_endpoint(status: int) -> str:
     so the customer's ledger never repeats an id that was not theirs."""
     if 200 <= status < 300 or request.url_rule is None:
         return f"{request.method} {request.path}"
-    route = ROUTE_ARGUMENT.sub(r"{\1}", request.url_rule.rule)
+    route = route_of(request.url_rule.rule)
     return f"{request.method} {route} ({status})"
 
 
@@ -184,7 +202,7 @@ def _charge(response: Response, key: ApiKey) -> tuple[Response, Charged | None]:
         # The balance ran out between the check and this charge: the call is not served.
         balance = billing.balance_of(key.customer_id)
         return handle_api_error(from_service_error(InsufficientBalance(balance))), Charged(balance)
-    return response, Charged(balance, usage)
+    return response, Charged(balance, usage, credits=billing.CALL_PRICE)
 
 
 def _finish(response: Response, key: ApiKey, charged: Charged | None) -> Response:
@@ -211,3 +229,37 @@ def rate_limit_headers(limits: Limits, usage: quotas.Usage) -> dict:
         "RateLimit": (f'"hour";r={max(0, limits.hour - usage.hour)};t={hour_reset}, '
                       f'"day";r={max(0, limits.day - usage.day)};t={day_reset}'),
     }
+
+
+def _status_of(exc: Exception) -> int:
+    """The status the app's error table gives an exception that left ``_answer``."""
+    if isinstance(exc, ServiceError):
+        return from_service_error(exc).status
+    status = getattr(exc, "status", None) or getattr(exc, "code", None)  # ApiError, werkzeug's HTTPException
+    return status if isinstance(status, int) else 500
+
+
+def _record(key: ApiKey, status: int, response: Response | None) -> None:
+    """The call's activity log entry: one INSERT. The answer is decided: a failure here is one
+    log line (no personal data, not even the driver's message), never a changed answer."""
+    charged = getattr(response, "charged", None)
+    try:
+        activity.record(customer_id=key.customer_id, livemode=key.livemode, key_id=key.id,
+                        action=action_for(request.method, request.url_rule.rule if request.url_rule else request.path),
+                        status=status, credits=charged.credits if charged is not None else 0,
+                        resource_id=_route_object(), client_address=client_address(),
+                        request_id=g.get("request_id"), subject=getattr(response, "subject", None))
+    except Exception as exc:
+        log.error("could not write this call's activity log entry: %s", exc.__class__.__name__)  # noqa: TRY400
+
+
+def _route_object() -> str | None:
+    """The object a route names (``/scan/{scan_id}``, ``/deliveries/{delivery_id}/...``), or None."""
+    values = list((request.view_args or {}).values())
+    return str(values[-1]) if values else None
+
+
+def client_address() -> str | None:
+    """The client's address: ``remote_addr``, which ProxyFix (app/__init__.py) has taken from
+    X-Forwarded-For through TRUSTED_PROXIES proxies, and only those."""
+    return request.remote_addr

@@ -16,16 +16,18 @@ from app.schemas.errors import ErrorSchema
 from app.schemas.scans import (
     BulkCreatedSchema,
     BulkCreateSchema,
+    BulkErasedSchema,
     BulkStateSchema,
     FeedbackCreateSchema,
     FeedbackGivenSchema,
     ScanCreatedSchema,
     ScanCreateSchema,
+    ScanErasedSchema,
     ScanListQuerySchema,
     ScanListSchema,
     ScanSchema,
 )
-from app.services import findings, reads, scans
+from app.services import erasure, findings, reads, scans
 
 blp = ApiBlueprint("scans", __name__, url_prefix="/api/v1",
                 description="Create scans, read them, and do both in bulk.")
@@ -72,6 +74,7 @@ ERROR_EXAMPLES = {
     "not_found": (404, "no scan with this id"),
     "nothing_to_rerun": (409, "this scan has no source to re-run: it is not completed, or every source answered"),
     "idempotency_conflict": (409, "this Idempotency-Key was used with a different request body"),
+    "scan_in_flight": (409, "this scan is still in flight: erase it once it is completed or failed"),
     "rate_limit_inflight": (429, "too many scans in flight (10 of 10); retry when one finishes"),
     "rate_limit_hour": (429, "hourly scan quota reached (100 per hour)"),
     "rate_limit_day": (429, "daily scan quota reached (1000 per day)"),
@@ -235,13 +238,13 @@ def with_poll_urls(body: dict) -> dict:
 
 def created(outcome: scans.Outcome):
     """A creation's answer: its body with the URLs to poll, and what its admission charged."""
-    charged = hooks.Charged(outcome.balance, outcome.usage, outcome.limits)
-    return hooks.render(with_poll_urls(outcome.body), 202, charged=charged)
+    charged = hooks.Charged(outcome.balance, outcome.usage, outcome.limits, credits=outcome.cost)
+    return hooks.render(with_poll_urls(outcome.body), 202, charged=charged, subject=outcome.subject)
 
 
 def served(read: reads.ServedRead):
     """A read's answer, or the refusal it found (402, 403, 404); charged in its statement."""
-    charged = hooks.Charged(read.balance, read.usage) if read.balance is not None else None
+    charged = hooks.Charged(read.balance, read.usage, credits=read.credits) if read.balance is not None else None
     if read.error is not None:
         return hooks.refusal(read.error, charged=charged)
     return hooks.render(read.body, charged=charged)
@@ -277,6 +280,21 @@ class ScanRead(MethodView):
     def get(self, read):
         """Read one scan. Poll every 10 to 15 seconds until it is completed or failed. Costs {price}."""
         return served(read)
+
+    @hooks.api_call
+    @blp.doc(security=SECURITY, summary="Erase a scan", operationId="eraseScan")
+    @blp.response(200, ScanErasedSchema, headers=HEADERS, description="The scan is erased.",
+                  example={"ok": True, "scan_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q", "erased_at": "2026-11-21T09:30:00Z"})
+    @documented_errors(401, 402, 403, 404, 409, 503, overrides={
+        409: "`scan_in_flight` (the scan is still queued or running; free of charge)"},
+        codes={409: ("scan_in_flight",)})
+    @blp.priced("call")
+    def delete(self, key, scan_id):
+        """Erase a completed or failed scan now: its target, result and failure message, and the bodies of its
+        webhook deliveries, are deleted; a delivery still waiting to be sent is cancelled. Its id, times, purpose,
+        case reference and charges stay, and its reads answer them with `erased_at`. Erasing it again answers
+        the same. Costs {price}."""
+        return hooks.render(erasure.erase_scan(customer_id=key.customer_id, scan_id=scan_id, livemode=key.livemode))
 
 
 @blp.route("/scan/<scan_id:scan_id>/rerun")
@@ -357,6 +375,18 @@ class BulkRead(MethodView):
     def get(self, read):
         """Read every scan of a batch in one call. Costs {price}."""
         return served(read)
+
+    @hooks.api_call
+    @blp.doc(security=SECURITY, summary="Erase a bulk batch", operationId="eraseBulk")
+    @blp.response(200, BulkErasedSchema, headers=HEADERS, description="Every completed or failed scan of the "
+                  "batch is erased.", example={"ok": True, "bulk_id": "blk_Q2x0mV8rLk1cYt6nWb3a9g", "erased": 98,
+                                               "in_flight": 2})
+    @documented_errors(401, 402, 403, 404, 503, codes={404: ("not_found",)})
+    @blp.priced("call")
+    def delete(self, key, bulk_id):
+        """Erase every completed or failed scan of a batch now, as erasing each scan would; scans still queued or
+        running are counted in `in_flight` and left as they are. Costs {price}."""
+        return hooks.render(erasure.erase_batch(customer_id=key.customer_id, bulk_id=bulk_id, livemode=key.livemode))
 
 
 @blp.route("/scans")

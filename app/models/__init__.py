@@ -4,6 +4,7 @@
 runner creates them in that order.
 """
 from app.models.accounts import ApiKey, CreditLedger, Customer, PortalSession, PortalUser
+from app.models.activity import ActivityEntry
 from app.models.base import BaseModel, iso, new_id, utcnow
 from app.models.privacy import Suppression
 from app.models.scans import BulkBatch, FindingFeedback, IdempotencyRecord, QuotaMinute, Scan
@@ -24,11 +25,13 @@ ALL_MODELS = [
     WebhookDelivery,
     DeliveryAttempt,
     Suppression,
+    ActivityEntry,
     FindingFeedback,
 ]
 
 __all__ = [
-    "ALL_MODELS", "ApiKey", "BaseModel", "BulkBatch", "CreditLedger", "Customer", "DeliveryAttempt", "FindingFeedback",
+    "ALL_MODELS", "ActivityEntry", "ApiKey", "BaseModel", "BulkBatch", "CreditLedger", "Customer", "DeliveryAttempt",
+    "FindingFeedback",
     "IdempotencyRecord", "PortalSession", "PortalUser", "QuotaMinute", "Scan", "SchemaVersion", "Suppression",
     "WebhookDelivery", "iso", "new_id",
     "utcnow",

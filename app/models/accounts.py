@@ -39,6 +39,8 @@ class Customer(BaseModel):
     created_at = DateTimeField(default=utcnow)
     # Creations must say why (D20: ``purpose_required`` without one).
     require_purpose = BooleanField(default=False, constraints=[SQL("DEFAULT FALSE")])
+    # Days a final scan's personal data is kept after it ended (D20: 1 to 3650).
+    result_retention_days = IntegerField(default=90, constraints=[SQL("DEFAULT 90")])
 
 
 class ApiKey(BaseModel):

@@ -49,7 +49,9 @@ class Scan(BaseModel):
     # Position of the target in the bulk request, so batch reads keep the request's order.
     bulk_index = IntegerField(null=True)
     kind = CharField(max_length=10)
-    target = CharField(max_length=300)
+    # NULL once the scan is erased (D20: retention or a customer's request), with its result,
+    # failure message and webhook bodies; ids, times, purpose and charges stay.
+    target = CharField(max_length=300, null=True)
     # Why the customer looked this target up, and their own reference (D20), as created.
     purpose = CharField(max_length=32, null=True)
     case_ref = CharField(max_length=128, null=True)
@@ -72,6 +74,8 @@ class Scan(BaseModel):
     check_errors = IntegerField(default=0)
     # The mode of the key that created it (D15): which engine answers, whether it was charged.
     livemode = BooleanField(default=True, constraints=[SQL("DEFAULT TRUE")])
+    # When its personal data was erased (D20); NULL while it is kept.
+    erased_at = DateTimeField(null=True)
     # The scan whose failed sources this one re-runs (D23); a plain id, so that erasing the
     # first scan leaves its re-run alone.
     rerun_of = CharField(max_length=40, null=True)
@@ -88,6 +92,11 @@ class Scan(BaseModel):
 # what is in flight, and the planner never mistakes them for the windows' (customer, created_at).
 Scan.add_index(Scan.index(Scan.customer, name="scan_in_flight_customer", where=Scan.status.in_(IN_FLIGHT)))
 Scan.add_index(Scan.index(Scan.last_checked_at, name="scan_in_flight_last_checked", where=Scan.status.in_(IN_FLIGHT)))
+# The retention job's look (D20): final scans not yet erased, by when they ended. Partial, so
+# erased scans leave it and the job's cost follows what is still to erase, not the table.
+FINISHED_AT = SQL("(COALESCE(completed_at, failed_at))")
+Scan.add_index(Scan.index(FINISHED_AT, name="scan_erasable_finished_at",
+                          where=Scan.erased_at.is_null() & Scan.status.in_(FINAL)))
 
 
 class QuotaMinute(BaseModel):

@@ -5,6 +5,8 @@ from app.models.accounts import ApiKey, Customer
 from app.models.base import BaseModel, utcnow
 
 PENDING, SUCCEEDED, FAILED = "pending", "succeeded", "failed"
+# A pending delivery of a scan that was erased (D20): its body is gone, it is never sent.
+CANCELLED = "cancelled"
 # An attempt's outcome while its request is under way (then SUCCEEDED or FAILED).
 IN_PROGRESS = "in_progress"
 
@@ -18,8 +20,8 @@ class WebhookDelivery(BaseModel):
     scan_id = CharField(max_length=40, null=True)
     event = CharField(max_length=40)
     url = TextField()
-    # The exact bytes sent on every attempt (D11), as UTF-8 text.
-    body = TextField()
+    # The exact bytes sent on every attempt (D11), as UTF-8 text; NULL once its scan is erased (D20).
+    body = TextField(null=True)
     status = CharField(max_length=12, default=PENDING)
     attempts = IntegerField(default=0)
     # Attempts already made before the current series (a redelivery starts a new series).

@@ -1,6 +1,7 @@
 """Portal forms: WTForms classes, so every one carries and checks a CSRF token."""
 from flask_wtf import FlaskForm
 from wtforms import (
+    BooleanField,
     DateField,
     EmailField,
     HiddenField,
@@ -36,6 +37,13 @@ class WebhookForm(FlaskForm):
 
 class ActionForm(FlaskForm):
     """A button that changes something (logout, generate, reveal, test event, redeliver): CSRF only."""
+
+
+class EraseForm(FlaskForm):
+    """Erase a scan's personal data: the box must be ticked (the page has no script to ask)."""
+
+    confirm = BooleanField("I understand that the target and result are deleted for good",
+                           validators=[DataRequired(message="tick the box to confirm")])
 
 
 class RollSecretForm(FlaskForm):

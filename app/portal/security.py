@@ -32,6 +32,7 @@ def current_user() -> PortalUser | None:
 
 
 def begin_session(user: PortalUser) -> None:
+    g.actor = user  # the activity log's actor of this request (app.portal.audit)
     portal_users.end_session(session.get(SESSION_KEY))  # a login in this browser replaces its session
     session.clear()  # a fresh session: no fixation across the login
     session.permanent = True
@@ -39,6 +40,7 @@ def begin_session(user: PortalUser) -> None:
 
 
 def end_session() -> None:
+    g.actor = current_user()  # who logs out, for the activity log (app.portal.audit)
     portal_users.end_session(session.get(SESSION_KEY))
     session.clear()
 
@@ -50,6 +52,7 @@ def login_required(view):
         if user is None:
             return redirect(url_for("portal.login", next=request.path))
         g.user, g.portal_customer = user, user.customer
+        g.actor = user  # the activity log's actor of this request (app.portal.audit)
         return view(*args, **kwargs)
     return wrapped
 

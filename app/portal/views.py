@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import datetime, timedelta
+import re
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
 from flask import (
@@ -21,14 +22,17 @@ from flask import (
 )
 
 from app import events
+from app.api import actions as api_actions
 from app.config import retry_schedule_words
 from app.models import ApiKey, utcnow
-from app.portal import charts, security
-from app.portal.forms import ActionForm, LedgerExportForm, LoginForm, RollSecretForm, WebhookForm
+from app.portal import audit, charts, security
+from app.portal.forms import ActionForm, EraseForm, LedgerExportForm, LoginForm, RollSecretForm, WebhookForm
 from app.services import (
     accounts,
+    activity,
     billing,
     delivery_console,
+    erasure,
     findings,
     portal_users,
     quotas,
@@ -39,18 +43,19 @@ from app.services import (
 from app.services import usage as usage_service
 from app.services.accounts import AccountError
 from app.services.crypto import decrypt_secret
-from app.services.errors import Forbidden, InvalidRequest, NotFound
+from app.services.errors import Forbidden, InvalidRequest, NotFound, ScanInFlight
 from app.services.limits import limits_for
 
 bp = Blueprint("portal", __name__, url_prefix="/app", template_folder="templates", static_folder="static")
 bp.after_request(security.add_security_headers)
+bp.after_request(audit.record_action)  # every portal action is an activity log entry (D20)
 
 
 @bp.context_processor
 def inject_logout_form():
     return {"logout_form": ActionForm()}
 
-STATUSES = ("pending", "succeeded", "failed")
+STATUSES = webhooks.STATUSES
 EVENTS = events.NAMES
 
 
@@ -320,7 +325,8 @@ def scan_page(scan_id):
     except NotFound:
         abort(404)
     return render_template("portal/scan.html", scan=scan, explained=_explained(scan.get("result")),
-                           action=ActionForm(),
+                           action=ActionForm(), erase_form=EraseForm(),
+                           retention_days=g.portal_customer.result_retention_days,
                            deliveries=webhooks.scan_deliveries(scan["scan_id"], g.portal_customer.id))
 
 
@@ -354,6 +360,25 @@ def finding_feedback(scan_id, finding_id):
             flash("Thank you: the finding is marked " + ("not this person." if verdict == "false_positive"
                                                          else "confirmed."), "ok")
     return redirect(url_for("portal.scan_page", scan_id=scan_id, _anchor=finding_id))
+
+
+@bp.post("/scans/<scan_id>/erase")
+@security.login_required
+def erase_scan(scan_id):
+    try:
+        scan = reads.scan_detail(g.portal_customer.id, scan_id)
+    except NotFound:
+        abort(404)
+    form = EraseForm()
+    if not form.validate_on_submit():
+        flash("Tick the box to confirm the erasure.", "error")
+    else:
+        try:
+            erasure.erase_scan(customer_id=g.portal_customer.id, scan_id=scan_id, livemode=scan["livemode"])
+            flash("The scan's personal data was erased.", "ok")
+        except ScanInFlight as exc:
+            flash(exc.message, "error")
+    return redirect(url_for("portal.scan_page", scan_id=scan_id))
 
 
 @bp.get("/batches/<bulk_id>")
@@ -452,5 +477,99 @@ def ledger_csv():
         yield buffer.getvalue()
 
     filename = f"ledger-{form.start.data.isoformat()}-to-{form.end.data.isoformat()}.csv"
+    return Response(stream_with_context(rows()), mimetype="text/csv",
+                    headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+
+
+# --- the activity log ---------------------------------------------------------------------
+
+ACTIVITY_MODES = {"live": True, "test": False}
+ACTIVITY_CSV_COLUMNS = ("time_utc", "mode", "action", "key_id", "user_email", "resource_id", "status", "credits",
+                        "client_address", "request_id", "purpose", "case_ref")
+ID_ARG = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+ACTION_ARG = re.compile(r"^[a-z_]+\.[a-z_]+$")
+
+
+def _moment_arg(name: str, errors: list[str]) -> datetime | None:
+    """A time filter (``YYYY-MM-DD`` or ``YYYY-MM-DDTHH:MM[:SS]``, UTC), as the page's inputs send it."""
+    raw = (request.args.get(name) or "").strip()
+    if not raw:
+        return None
+    try:
+        moment = datetime.fromisoformat(raw[:32])
+    except ValueError:
+        errors.append(f"{name.replace('_', ' ')}: not a date and time (YYYY-MM-DD HH:MM)")
+        return None
+    return moment.replace(tzinfo=None) if moment.tzinfo is None else moment.astimezone(UTC).replace(tzinfo=None)
+
+
+def _activity_filters() -> tuple[dict, dict, list[str]]:
+    """The activity page's filters as typed (for the form and links) and as the service takes
+    them, with the errors of those that are not valid (such a filter is not applied)."""
+    errors: list[str] = []
+    shown = {name: (request.args.get(name) or "").strip()[:1000]
+             for name in ("action", "key", "resource", "target", "created_after", "created_before", "mode")}
+    query: dict = {"livemode": ACTIVITY_MODES.get(shown["mode"])}
+    for name, column, rule in (("action", "action", ACTION_ARG), ("key", "key_id", ID_ARG),
+                               ("resource", "resource_id", ID_ARG)):
+        if shown[name] and not rule.match(shown[name]):
+            errors.append(f"{name}: not a valid {'action name' if name == 'action' else 'id'}")
+        elif shown[name]:
+            query[column] = shown[name]
+    for name in ("created_after", "created_before"):
+        query[name] = _moment_arg(name, errors)
+    if shown["target"]:
+        query["target"] = shown["target"]
+    return shown, query, errors
+
+
+@bp.get("/activity")
+@security.login_required
+def activity_log():
+    shown, query, errors = _activity_filters()
+    cursor = request.args.get("after")
+    code = 400 if errors else 200
+    page = {"entries": [], "next": None}
+    if not errors:
+        try:
+            page = activity.portal_entries(g.portal_customer.id, starting_after=cursor if cursor and
+                                           ID_ARG.match(cursor) else None, **query)
+        except InvalidRequest as exc:
+            errors, code = [str(exc)], 400
+    for error in errors:
+        flash(f"Activity filter: {error}", "error")
+    return render_template("portal/activity.html", page=page, filters=shown, keys=accounts.customer_keys(
+        g.portal_customer.id), actions=sorted(set(audit.ACTIONS.values()) | set(api_actions.ACTIONS.values())),
+        modes=ACTIVITY_MODES, export_args={k: v for k, v in shown.items() if v}), code
+
+
+@bp.get("/activity.csv")
+@security.login_required
+def activity_csv():
+    shown, query, errors = _activity_filters()
+    if not errors:
+        try:
+            entries = activity.export_entries(g.portal_customer.id, **query)
+        except InvalidRequest as exc:
+            errors = [str(exc)]
+    if errors:
+        for error in errors:
+            flash(f"Activity export: {error}", "error")
+        return redirect(url_for("portal.activity_log", **{k: v for k, v in shown.items() if v}))
+
+    def rows():
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        writer.writerow(ACTIVITY_CSV_COLUMNS)
+        for entry in entries:
+            writer.writerow([entry["created_at"], "live" if entry["livemode"] else "test"]
+                            + [_csv_cell(entry[name]) for name in ACTIVITY_CSV_COLUMNS[2:]])
+            if buffer.tell() > 16384:
+                yield buffer.getvalue()
+                buffer.seek(0)
+                buffer.truncate()
+        yield buffer.getvalue()
+
+    filename = f"activity-{utcnow():%Y%m%dT%H%M%SZ}.csv"
     return Response(stream_with_context(rows()), mimetype="text/csv",
                     headers={"Content-Disposition": f'attachment; filename="{filename}"'})

@@ -3,6 +3,7 @@ import marshmallow as ma
 from marshmallow import EXCLUDE, fields, validate
 
 from app import events
+from app.services.webhooks import STATUSES
 
 TIME_DOC = {"format": "date-time", "example": "2026-11-21T12:00:00Z"}
 BODY_EXAMPLE = ('{"event":"scan.completed","scan_id":"scn_3kT9wQ0vXl2mYp7aRz1b4Q","target":"jane.doe@example.com",'
@@ -13,7 +14,7 @@ class DeliveryListArgs(ma.Schema):
     class Meta:
         unknown = EXCLUDE
 
-    status = fields.String(validate=validate.OneOf(["pending", "succeeded", "failed"]), metadata={
+    status = fields.String(validate=validate.OneOf(STATUSES), metadata={
         "description": "Only deliveries in this state."})
     event = fields.String(validate=validate.OneOf(events.NAMES), metadata={
         "description": "Only deliveries of this event."})
@@ -54,12 +55,15 @@ class DeliverySchema(ma.Schema):
         "description": "null for a test event sent from the key's page.", "example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
     livemode = fields.Boolean(required=True, metadata={
         "description": "false for the deliveries of a test key (`service_test_…`), true otherwise.", "example": True})
-    status = fields.String(required=True, metadata={"enum": ["pending", "succeeded", "failed"]})
+    status = fields.String(required=True, metadata={
+        "enum": list(STATUSES), "description": "`cancelled`: it was waiting to be sent when its scan was erased; "
+                                               "it will not be sent."})
     created_at = fields.String(required=True, metadata=TIME_DOC)
     attempts = fields.List(fields.Nested(AttemptSchema), required=True, metadata={"description": "Oldest first."})
     next_attempt_at = fields.String(metadata={**TIME_DOC, "description": "pending only: when the next attempt is due."})
-    body = fields.String(required=True, metadata={
-        "description": "The exact body every attempt sends, as a JSON text.", "example": BODY_EXAMPLE})
+    body = fields.String(required=True, allow_none=True, metadata={
+        "description": "The exact body every attempt sends, as a JSON text; null once its scan was erased.",
+        "example": BODY_EXAMPLE})
 
 
 class DeliveryListSchema(ma.Schema):

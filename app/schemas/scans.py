@@ -29,6 +29,12 @@ CASE_REF_DOC = {"description": f"Your own reference for the case (1 to {CASE_REF
 READ_PURPOSE_DOC = {"description": "The purpose given at creation (" + ", ".join(PURPOSES) + "), or null.",
                     "example": "fraud_prevention"}
 READ_CASE_REF_DOC = {**CASE_REF_DOC, "description": "The case reference given at creation, or null."}
+READ_TARGET_DOC = {"description": "The target as normalised. Absent once the scan was erased.",
+                   "example": "jane.doe@example.com"}
+ERASED_AT_DOC = {"format": "date-time", "example": "2026-11-21T09:30:00Z",
+                 "description": "Only once the scan was erased (on your request or when your retention period "
+                                "ended): its target, result and failure message are gone; its ids, times, purpose "
+                                "and charges stay."}
 
 
 class ScanCreateSchema(ma.Schema):
@@ -248,7 +254,7 @@ class ScanSchema(ma.Schema):
     livemode = fields.Boolean(required=True, metadata={
         "description": "false for a scan made with a test key (`service_test_…`), true otherwise.", "example": True})
     status = fields.String(required=True, metadata=STATUS_DOC)
-    target = fields.String(required=True)
+    target = fields.String(metadata=READ_TARGET_DOC)
     kind = fields.String(required=True, metadata=KIND_DOC)
     purpose = fields.String(required=True, allow_none=True, metadata=READ_PURPOSE_DOC)
     case_ref = fields.String(required=True, allow_none=True, metadata=READ_CASE_REF_DOC)
@@ -260,7 +266,8 @@ class ScanSchema(ma.Schema):
     completed_at = fields.String(metadata={**TIME_DOC, "description": "completed only."})
     result = fields.Nested(ResultSchema, metadata={"description": "completed only."})
     failed_at = fields.String(metadata={**TIME_DOC, "description": "failed only."})
-    failure = fields.Nested(FailureSchema, metadata={"description": "failed only."})
+    failure = fields.Nested(FailureSchema, metadata={"description": "failed only, until erased."})
+    erased_at = fields.String(metadata=ERASED_AT_DOC)
 
 
 class RejectedSchema(ma.Schema):
@@ -298,14 +305,15 @@ class BulkScanStateSchema(ma.Schema):
     livemode = fields.Boolean(required=True, metadata={
         "description": "false for a scan made with a test key (`service_test_…`), true otherwise.", "example": True})
     status = fields.String(required=True, metadata=STATUS_DOC)
-    target = fields.String(required=True)
+    target = fields.String(metadata=READ_TARGET_DOC)
     kind = fields.String(required=True, metadata=KIND_DOC)
     purpose = fields.String(required=True, allow_none=True, metadata=READ_PURPOSE_DOC)
     case_ref = fields.String(required=True, allow_none=True, metadata=READ_CASE_REF_DOC)
     completed_at = fields.String(metadata={**TIME_DOC, "description": "completed only."})
     result = fields.Nested(ResultSchema, metadata={"description": "completed only."})
     failed_at = fields.String(metadata={**TIME_DOC, "description": "failed only."})
-    failure = fields.Nested(FailureSchema, metadata={"description": "failed only."})
+    failure = fields.Nested(FailureSchema, metadata={"description": "failed only, until erased."})
+    erased_at = fields.String(metadata=ERASED_AT_DOC)
 
 
 class BulkStateSchema(ma.Schema):
@@ -346,6 +354,26 @@ class FeedbackGivenSchema(ma.Schema):
     scan_id = fields.String(required=True, metadata={"example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
     finding = fields.Nested(FindingSchema, required=True, metadata={
         "description": "The finding with your feedback, as reads of the scan now show it."})
+
+
+# --- erasure --------------------------------------------------------------------------
+
+class ScanErasedSchema(ma.Schema):
+    ok = fields.Boolean(required=True, metadata={"example": True})
+    scan_id = fields.String(required=True, metadata={"example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
+    erased_at = fields.String(required=True, metadata={
+        "format": "date-time", "example": "2026-11-21T09:30:00Z",
+        "description": "When the scan was erased (the first time, when it is erased again)."})
+
+
+class BulkErasedSchema(ma.Schema):
+    ok = fields.Boolean(required=True, metadata={"example": True})
+    bulk_id = fields.String(required=True, metadata={"example": "blk_Q2x0mV8rLk1cYt6nWb3a9g"})
+    erased = fields.Integer(required=True, metadata={
+        "description": "The batch's scans that are erased now (by this call or before).", "example": 98})
+    in_flight = fields.Integer(required=True, metadata={
+        "description": "The batch's scans still queued or running: not erased; erase the batch again once they "
+                       "are done.", "example": 2})
 
 
 # --- the scans list -----------------------------------------------------------------

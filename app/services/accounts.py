@@ -6,7 +6,7 @@ from werkzeug.security import generate_password_hash
 from app.db import transaction, write_transaction
 from app.models import ApiKey, Customer, PortalUser, iso, new_id, utcnow
 from app.models.accounts import TIERS
-from app.services import billing, quotas, webhooks
+from app.services import billing, erasure, quotas, webhooks
 from app.services.crypto import digest, new_api_key
 from app.services.errors import AccountError  # raised here; callers may catch it as accounts.AccountError
 from app.services.limits import limits_for
@@ -94,11 +94,19 @@ def set_limits(customer_id: str, *, inflight=None, hour=None, day=None) -> Custo
     return get_customer(customer_id)
 
 
-def set_settings(customer_id: str, *, require_purpose: bool | None = None) -> Customer:
-    """The customer's settings of D20 (``require_purpose``: creations must say why)."""
+def set_settings(customer_id: str, *, require_purpose: bool | None = None,
+                 result_retention_days: int | None = None) -> Customer:
+    """The customer's settings of D20 (``require_purpose``: creations must say why;
+    ``result_retention_days``: how long a final scan's personal data is kept)."""
     get_customer(customer_id)
+    changes: dict = {}
     if require_purpose is not None:
-        customer_store.update(customer_id, {"require_purpose": bool(require_purpose)})
+        changes["require_purpose"] = bool(require_purpose)
+    if result_retention_days is not None:
+        changes["result_retention_days"] = _check_range("result_retention_days", result_retention_days,
+                                                        *erasure.RETENTION_DAYS_RANGE)
+    if changes:
+        customer_store.update(customer_id, changes)
     return get_customer(customer_id)
 
 
@@ -184,7 +192,8 @@ def customer_dict(customer: Customer) -> dict:
         "customer_id": customer.id, "name": customer.name, "tier": customer.tier, "balance": customer.balance,
         "limits": {"inflight": limits.inflight, "hour": limits.hour, "day": limits.day},
         "overrides": {"inflight": customer.inflight_limit, "hour": customer.hour_limit, "day": customer.day_limit},
-        "settings": {"require_purpose": customer.require_purpose},
+        "settings": {"require_purpose": customer.require_purpose,
+                     "result_retention_days": customer.result_retention_days},
     }
 
 

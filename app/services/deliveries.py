@@ -82,6 +82,8 @@ def start_attempt(delivery_id: str, job_id: str | None,
     if loaded is None or loaded[0].status != PENDING:
         return "final"
     delivery, key = loaded
+    if delivery.body is None:  # never pending: erasing its scan cancels it in the same statement
+        return "final"
     number = delivery.attempts + 1
     if job_id is None or delivery.job_id != job_id or job_attempt_number(job_id) != number:
         log.info("delivery %s: job %s is not the current one, stopping", delivery_id, job_id)

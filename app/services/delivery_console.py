@@ -45,7 +45,7 @@ def _entry(delivery: WebhookDelivery, attempts: list[DeliveryAttempt], signed: b
         "attempt_count": delivery.attempts,
         "created_at": delivery.created_at, "finished_at": delivery.finished_at,
         "next_attempt_at": delivery.next_attempt_at if delivery.status == PENDING else None,
-        "can_redeliver": delivery.status != PENDING,  # failed or succeeded
+        "can_redeliver": webhooks.can_redeliver(delivery),
         "last": _attempt(last) if last else None,
         "attempts": [_attempt(a) for a in attempts],
         "request": {"method": "POST", "url": last.url if last else delivery.url,

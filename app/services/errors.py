@@ -107,6 +107,18 @@ class WebhookUrlMissing(InvalidRequest, AccountError):
     code = "webhook_url_missing"
 
 
+class ScanInFlight(Conflict):
+    """An erasure asked for while the scan is still queued or running: it has nothing final to erase yet."""
+
+    code = "scan_in_flight"
+
+
+class DeliveryErased(Conflict, AccountError):
+    """A redelivery asked for a delivery whose scan was erased: its body is gone."""
+
+    code = "delivery_erased"
+
+
 class NothingToRerun(Conflict):
     """A re-run asked of a scan that is not completed or whose sources all answered (D23)."""
 

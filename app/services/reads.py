@@ -35,11 +35,15 @@ def scan_by_id(scan_id: str) -> Scan | None:
     return scan_store.scan_by_id(scan_id)
 
 
-def _owned(model, object_id: str, customer_id: str, what: str, livemode: bool):
+def owned(model, object_id: str, customer_id: str, what: str, livemode: bool):
+    """The customer's scan or batch (``model``) of this mode: ``NotFound`` when there is none
+    of this mode (D15: as if it did not exist), ``Forbidden`` when it is another customer's."""
     row = scan_store.scan_by_id(object_id) if model is Scan else scan_store.batch_by_id(object_id)
-    if row is None:
-        raise NotFound(f"no {what} with this id")
-    if row.livemode != livemode:  # test and live data never mix (D15): as if it did not exist
+    return _owned_by(row, what, customer_id=customer_id, livemode=livemode)
+
+
+def _owned_by(row, what: str, *, customer_id: str, livemode: bool):
+    if row is None or row.livemode != livemode:  # the mode before the owner
         raise NotFound(f"no {what} with this id")
     if row.customer_id != customer_id:
         raise Forbidden(f"this {what} belongs to another customer")
@@ -53,13 +57,18 @@ def remaining_eta(scan, now) -> int:
 
 
 def final_fields(status: str, completed_at, result_json: str | None, failed_at, failure_code: str | None,
-                 failure_message: str | None, *, raw_result: bool = False) -> dict | None:
+                 failure_message: str | None, *, raw_result: bool = False, erased_at=None) -> dict | None:
     """``completed_at`` and ``result`` of a completed scan, or ``failed_at`` and ``failure`` of a
-    failed one, in that order; None for a scan in flight."""
+    failed one, in that order; None for a scan in flight. An erased scan (D20) has its time and
+    ``erased_at`` in their place: its result and failure message are gone."""
     if status == COMPLETED:
-        text = result_json or "null"  # a completed scan always has one; erased ones will not
+        if erased_at is not None:
+            return {"completed_at": iso(completed_at), "erased_at": iso(erased_at)}
+        text = result_json or "null"  # a completed scan always has one until it is erased
         return {"completed_at": iso(completed_at), "result": RawJSON(text) if raw_result else json.loads(text)}
     if status == FAILED:
+        if erased_at is not None:
+            return {"failed_at": iso(failed_at), "erased_at": iso(erased_at)}
         return {"failed_at": iso(failed_at), "failure": {"code": failure_code, "message": failure_message or ""}}
     return None
 
@@ -67,14 +76,15 @@ def final_fields(status: str, completed_at, result_json: str | None, failed_at, 
 def final_state(scan, *, raw_result: bool = False) -> dict | None:
     """``final_fields`` of a scan row."""
     return final_fields(scan.status, scan.completed_at, scan.result_json, scan.failed_at, scan.failure_code,
-                        scan.failure_message, raw_result=raw_result)
+                        scan.failure_message, raw_result=raw_result, erased_at=scan.erased_at)
 
 
 def scan_view(scan, now, *, raw_result: bool = False) -> dict:
     """The read body of D5 for one scan in any state (``raw_result``: the result as RawJSON)."""
-    body = {"ok": True, "scan_id": scan.id, "livemode": scan.livemode, "status": scan.status, "target": scan.target,
-            "kind": scan.kind, "purpose": scan.purpose, "case_ref": scan.case_ref,
-            "created_at": iso(scan.created_at)}
+    body = {"ok": True, "scan_id": scan.id, "livemode": scan.livemode, "status": scan.status}
+    if scan.target is not None:  # None once erased (D20)
+        body["target"] = scan.target
+    body.update(kind=scan.kind, purpose=scan.purpose, case_ref=scan.case_ref, created_at=iso(scan.created_at))
     if scan.bulk_id:
         body["bulk_id"] = scan.bulk_id
     if scan.rerun_of:
@@ -91,7 +101,7 @@ def scan_view(scan, now, *, raw_result: bool = False) -> dict:
 def read_scan(customer_id: str, scan_id: str, livemode: bool = True) -> dict:
     """The body of ``GET /scan/{id}``; a completed scan's result is ``RawJSON``. A scan of the
     other mode than the calling key's is not found (D15)."""
-    return scan_view(_owned(Scan, scan_id, customer_id, "scan", livemode), utcnow(), raw_result=True)
+    return scan_view(owned(Scan, scan_id, customer_id, "scan", livemode), utcnow(), raw_result=True)
 
 
 def read_bulk(customer_id: str, bulk_id: str, livemode: bool = True) -> dict:
@@ -101,7 +111,7 @@ def read_bulk(customer_id: str, bulk_id: str, livemode: bool = True) -> dict:
     the number submitted (``total``) and has a scan for every target it queued, so it is
     their difference, and ``total`` = queued + running + completed + failed + rejected_count.
     """
-    batch = _owned(BulkBatch, bulk_id, customer_id, "bulk batch", livemode)
+    batch = owned(BulkBatch, bulk_id, customer_id, "bulk batch", livemode)
     return bulk_body(batch, scan_store.batch_scan_rows(batch.id))
 
 
@@ -113,12 +123,14 @@ def bulk_body(batch, scans) -> dict:
     all_done = True
     as_time = Scan.completed_at.python_value  # raw rows, as the model would read them
     for (scan_id, status, target, kind, purpose, case_ref, completed_at, result_json, failed_at, failure_code,
-         failure_message) in scans:
+         failure_message, erased_at) in scans:
         counts[status] += 1
-        entry = {"scan_id": scan_id, "livemode": batch.livemode, "status": status, "target": target, "kind": kind,
-                 "purpose": purpose, "case_ref": case_ref}
+        entry = {"scan_id": scan_id, "livemode": batch.livemode, "status": status}
+        if target is not None:  # None once erased (D20)
+            entry["target"] = target
+        entry.update(kind=kind, purpose=purpose, case_ref=case_ref)
         final = final_fields(status, as_time(completed_at), result_json, as_time(failed_at), failure_code,
-                             failure_message, raw_result=True)
+                             failure_message, raw_result=True, erased_at=as_time(erased_at))
         if final is None:
             all_done = False
         else:
@@ -130,14 +142,16 @@ def bulk_body(batch, scans) -> dict:
 
 def _list_entry(row, livemode: bool) -> dict:
     (scan_id, status, target, kind, purpose, case_ref, bulk_id, created_at, completed_at, result_json, failed_at,
-     failure_code, failure_message) = row
+     failure_code, failure_message, erased_at) = row
     as_time = Scan.created_at.python_value  # raw rows, as the model would read them
-    entry = {"scan_id": scan_id, "livemode": livemode, "status": status, "target": target, "kind": kind,
-             "purpose": purpose, "case_ref": case_ref, "created_at": iso(as_time(created_at))}
+    entry = {"scan_id": scan_id, "livemode": livemode, "status": status}
+    if target is not None:  # None once erased (D20)
+        entry["target"] = target
+    entry.update(kind=kind, purpose=purpose, case_ref=case_ref, created_at=iso(as_time(created_at)))
     if bulk_id:
         entry["bulk_id"] = bulk_id
     final = final_fields(status, as_time(completed_at), result_json, as_time(failed_at), failure_code,
-                         failure_message, raw_result=True)
+                         failure_message, raw_result=True, erased_at=as_time(erased_at))
     if final is not None:
         entry.update(final)
     return entry
@@ -181,7 +195,7 @@ def _summary(scan, now) -> dict:
            "created_at": scan.created_at, "completed_at": scan.completed_at, "failed_at": scan.failed_at,
            "failure_code": scan.failure_code, "bulk_id": scan.bulk_id, "key_id": scan.api_key_id,
            "recipes_total": scan.recipes_total, "recipes_done": scan.recipes_done, "livemode": scan.livemode,
-           "purpose": scan.purpose, "case_ref": scan.case_ref, "rerun_of": scan.rerun_of}
+           "purpose": scan.purpose, "case_ref": scan.case_ref, "erased_at": scan.erased_at, "rerun_of": scan.rerun_of}
     if scan.status in (QUEUED, RUNNING):
         row["eta_seconds"] = remaining_eta(scan, now)
     return row
@@ -258,6 +272,11 @@ class ServedRead:
     balance: int | None = None
     usage: quotas.Usage | None = None
 
+    @property
+    def credits(self) -> int:
+        """What the read cost: a call's price when it was charged (its balance is known)."""
+        return billing.CALL_PRICE if self.balance is not None else 0
+
 
 def serve_scan_read(token: str, scan_id: str, request_id: str | None, notes: dict[int, str]) -> ServedRead:
     """``GET /scan/{id}`` for the bearer ``token``: raises ``NotAuthenticated`` (401), else the read.
@@ -311,13 +330,7 @@ def _serve_in_turn(key, object_id, request_id, notes, read, now) -> ServedRead:
 
 
 def _owned_row(row, key, what: str):
-    if row is None:
-        raise NotFound(f"no {what} with this id")
-    if row.livemode != key.livemode:  # a key reads its own mode's data only (D15): the mode before the owner
-        raise NotFound(f"no {what} with this id")
-    if row.customer_id != key.customer_id:
-        raise Forbidden(f"this {what} belongs to another customer")
-    return row
+    return _owned_by(row, what, customer_id=key.customer_id, livemode=key.livemode)
 
 
 def _scan_body(scan, entries, now) -> dict:

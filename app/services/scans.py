@@ -28,7 +28,7 @@ from app.jobs import enqueue_tracking, tracking_job_id
 from app.metrics import SCANS_CREATED
 from app.models import BulkBatch, Customer, new_id, utcnow
 from app.models.scans import COMPLETED, QUEUED
-from app.services import billing, bulk, engine, purposes, quotas, sandbox_engine, suppressions
+from app.services import activity, billing, bulk, engine, purposes, quotas, sandbox_engine, suppressions
 from app.services.errors import (
     EngineUnavailable,
     Forbidden,
@@ -56,6 +56,8 @@ class Outcome:
     balance: int
     limits: Limits
     usage: quotas.Usage
+    cost: int = 0  # what the admission charged
+    subject: activity.Subject | None = None  # what the activity log's entry says about it (D20)
 
 
 def engine_for(livemode: bool):
@@ -213,7 +215,8 @@ def create_scan(customer, api_key_id, target, kind, *, request_id, livemode=True
     scan_id = rows[0]["id"]
     body = {"ok": True, "scan_id": scan_id, "livemode": livemode, "kind": kind, "recipes_to_run": answer["recipes"],
             "eta_seconds": answer["eta_seconds"]}
-    return Outcome(body, balance, limits, usage)
+    subject = activity.Subject(scan_id, activity.hashes_of([(kind, target)]), purpose, case_ref)
+    return Outcome(body, balance, limits, usage, billing.admission_cost(1, livemode=livemode), subject)
 
 
 def create_rerun(customer, api_key_id, scan_id, *, request_id, livemode=True) -> Outcome:
@@ -228,11 +231,12 @@ def create_rerun(customer, api_key_id, scan_id, *, request_id, livemode=True) ->
         raise Forbidden("this scan belongs to another customer")
     result = json.loads(original.result_json) if original.status == COMPLETED and original.result_json else None
     sources = failed_source_ids(result)
-    if not sources:
+    target = original.target  # None once erased (D20), when it has no result either
+    if not sources or target is None:
         raise NothingToRerun("this scan has no source to re-run: it is not completed, or every source answered")
     purpose, case_ref = purposes.check(original.purpose, original.case_ref, required=customer.require_purpose)
-    suppressions.check(original.kind, original.target)  # opted out since: 403, free, as a creation
-    rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (original.kind, original.target))],
+    suppressions.check(original.kind, target)  # opted out since: 403, free, as a creation
+    rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (original.kind, target))],
                                              request_id=request_id, livemode=livemode, purpose=purpose,
                                              case_ref=case_ref, rerun_of=original.id)
     answer = _submit(customer.id, rows, None, billing.admission_cost(1, livemode=livemode), request_id, livemode,
@@ -240,7 +244,8 @@ def create_rerun(customer, api_key_id, scan_id, *, request_id, livemode=True) ->
     _count_created(rows, customer)
     body = {"ok": True, "scan_id": rows[0]["id"], "livemode": livemode, "kind": original.kind,
             "recipes_to_run": answer["recipes"], "eta_seconds": answer["eta_seconds"], "rerun_of": original.id}
-    return Outcome(body, balance, limits, usage)
+    subject = activity.Subject(rows[0]["id"], activity.hashes_of([(original.kind, target)]), purpose, case_ref)
+    return Outcome(body, balance, limits, usage, billing.admission_cost(1, livemode=livemode), subject)
 
 
 def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True, purpose=None,
@@ -264,7 +269,9 @@ def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True, pur
         "rejected": rejected,
         "scans": [{"scan_id": r["id"], "livemode": livemode, "target": r["target"], "kind": r["kind"]} for r in rows],
     }
-    return Outcome(body, balance, limits, usage)
+    # The one entry of the call carries the hashes of every target it queued (D20).
+    subject = activity.Subject(batch.id, activity.hashes_of((r["kind"], r["target"]) for r in rows), purpose, case_ref)
+    return Outcome(body, balance, limits, usage, cost, subject)
 
 
 def reverse_reservation(scan) -> bool:

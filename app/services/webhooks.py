@@ -37,9 +37,16 @@ from app.db import write_transaction
 from app.jobs import delivery_job_id, enqueue_delivery
 from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, iso, new_id, utcnow
 from app.models.scans import COMPLETED
-from app.models.webhooks import FAILED, PENDING, SUCCEEDED
+from app.models.webhooks import CANCELLED, FAILED, PENDING, SUCCEEDED
 from app.services.crypto import decrypt_secret, encrypt_secret, new_webhook_secret
-from app.services.errors import AccountError, DeliveryNotFound, DeliveryPending, InvalidRequest, WebhookUrlMissing
+from app.services.errors import (
+    AccountError,
+    DeliveryErased,
+    DeliveryNotFound,
+    DeliveryPending,
+    InvalidRequest,
+    WebhookUrlMissing,
+)
 from app.services.paging import Page
 from app.services.reads import scan_view
 from app.services.results import normalize_result
@@ -63,7 +70,7 @@ USER_AGENT = "Service-Webhook/1"
 # A hand-set secret: whsec_ + base64 of this many bytes (a generated one has 32).
 MIN_SECRET_BYTES, MAX_SECRET_BYTES = 16, 128
 MAX_OVERLAP_HOURS, DEFAULT_OVERLAP_HOURS = 7 * 24, 24
-STATUSES = (PENDING, SUCCEEDED, FAILED)
+STATUSES = (PENDING, SUCCEEDED, FAILED, CANCELLED)
 # Test events are limited per key over this many seconds (WEBHOOK_TEST_EVENTS_PER_MINUTE).
 TEST_EVENT_WINDOW = 60
 
@@ -200,14 +207,22 @@ def delivery_owner(delivery_id: str) -> str:
     return customer_id
 
 
+def can_redeliver(delivery: WebhookDelivery) -> bool:
+    """Whether ``redeliver`` would take it: its attempts are over and its body was not erased."""
+    return delivery.status != PENDING and delivery.body is not None
+
+
 def redeliver(delivery_id: str, customer_id: str, livemode: bool | None = None) -> WebhookDelivery:
     """Start a new attempt series for a failed or succeeded delivery: same id, same body
     bytes, signed anew, the full retry schedule again, sent to the key's current webhook URL.
 
-    A pending delivery raises ``DeliveryPending``: its own attempts are still to come; a key
+    A pending delivery raises ``DeliveryPending``: its own attempts are still to come; one whose
+    scan was erased (its body is gone, D20), ``DeliveryErased``; a key
     without a webhook URL now raises ``WebhookUrlMissing``. ``livemode``: the calling API key's
     mode, whose deliveries only it may redeliver (D15); None for the portal and the operator."""
     delivery = _owned_delivery(delivery_id, customer_id, livemode)
+    if delivery.body is None:
+        raise DeliveryErased("the scan of this delivery was erased: there is nothing left to send")
     if delivery.status == PENDING:
         raise DeliveryPending("the delivery is pending: its attempts are still under way")
     url = key_store.key(delivery.api_key_id).webhook_url
@@ -269,7 +284,7 @@ def delivery_dict(delivery: WebhookDelivery, attempts: list[DeliveryAttempt]) ->
         "attempts": [attempt_dict(a) for a in attempts], "created_at": iso(delivery.created_at),
         "finished_at": iso(delivery.finished_at),
         "next_attempt_at": iso(delivery.next_attempt_at) if delivery.status == PENDING else None,
-        "can_redeliver": delivery.status != PENDING,
+        "can_redeliver": can_redeliver(delivery),
     }
 
 

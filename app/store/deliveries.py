@@ -39,8 +39,10 @@ CLAIM_AND_LOG = (f"WITH claimed AS ({CLAIM} RETURNING id) "
 # outcome, status code, error, duration, excerpt, attempt id.
 CLOSE = (f"UPDATE {_A} SET {_col(DeliveryAttempt.outcome)} = ?, {_col(DeliveryAttempt.status_code)} = ?, "
          f"{_col(DeliveryAttempt.error)} = ?, {_col(DeliveryAttempt.duration_ms)} = ?, "
-         f"{_col(DeliveryAttempt.response_excerpt)} = ? "
+         f"{_col(DeliveryAttempt.response_excerpt)} = (SELECT CASE WHEN d.body IS NULL THEN NULL ELSE ?::text END "
+         f"FROM {_D} d WHERE d.id = {_A}.{_col(DeliveryAttempt.delivery)}) "
          f"WHERE id = ? AND {_col(DeliveryAttempt.outcome)} = '{IN_PROGRESS}'")
+# (An attempt under way when its scan was erased keeps no excerpt: the receiver may echo the body.)
 # Ending a delivery after its attempt ``n``. Parameters: status, finished at, delivery id, n.
 FINISH = (f"UPDATE {_D} SET {_col(WebhookDelivery.status)} = ?, {_col(WebhookDelivery.finished_at)} = ?, "
           f"{_col(WebhookDelivery.next_attempt_at)} = NULL "
@@ -167,12 +169,12 @@ def restart_series(delivery: WebhookDelivery, *, status: str, url: str, next_att
                    job_id: str) -> int:
     """Start a new attempt series (``status``, from the attempts made so far, to ``url``, under
     ``job_id``) if the delivery is still in the status and at the attempts ``delivery`` was read
-    with; the rows changed (0 or 1)."""
+    with, and still has its body (its scan was not erased meanwhile); the rows changed (0 or 1)."""
     return (WebhookDelivery
             .update(status=status, series_start=delivery.attempts, url=url, finished_at=None,
                     next_attempt_at=next_attempt_at, job_id=job_id)
             .where((WebhookDelivery.id == delivery.id) & (WebhookDelivery.status == delivery.status)
-                   & (WebhookDelivery.attempts == delivery.attempts))
+                   & (WebhookDelivery.attempts == delivery.attempts) & WebhookDelivery.body.is_null(False))
             .execute())
 
 
@@ -240,3 +242,27 @@ def customers_page(customer_id: str, *, livemode: bool, status: str | None, even
                             | ((WebhookDelivery.created_at == after.created_at)
                                & (WebhookDelivery.id < after.id)))
     return list(query.limit(limit))
+
+
+# --- erasure (D20) ---------------------------------------------------------------------
+
+
+def erase_for_scans(scan_ids: list[str], *, pending: str, cancelled: str, now: datetime) -> int:
+    """Forget the bodies of the deliveries of these scans and their attempts' response excerpts;
+    a delivery still ``pending`` becomes ``cancelled`` (its jobs find it so and stop). Returns
+    how many were cancelled."""
+    rows = execute(
+        f"WITH erased AS (UPDATE {_D} SET body = NULL, "
+        f"{_col(WebhookDelivery.status)} = CASE WHEN {_col(WebhookDelivery.status)} = ? THEN ? "
+        f"ELSE {_col(WebhookDelivery.status)} END, "
+        f"{_col(WebhookDelivery.finished_at)} = COALESCE({_col(WebhookDelivery.finished_at)}, ?), "
+        f"{_col(WebhookDelivery.next_attempt_at)} = NULL "
+        f"WHERE {_col(WebhookDelivery.scan_id)} = ANY(?) "
+        f"RETURNING id, {_col(WebhookDelivery.status)} AS status), "
+        f"excerpts AS (UPDATE {_A} SET {_col(DeliveryAttempt.response_excerpt)} = NULL "
+        f"WHERE {_col(DeliveryAttempt.delivery)} IN (SELECT id FROM erased) "
+        f"AND {_col(DeliveryAttempt.response_excerpt)} IS NOT NULL) "
+        f"SELECT count(*) FILTER (WHERE status = ?) FROM erased",
+        (pending, cancelled, now, list(scan_ids), cancelled)).fetchone()
+    return int(rows[0])
+

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from app.db import columns, execute, execute_prepared, insert_rows_statement, instance, table
 from app.models import ApiKey, BulkBatch, CreditLedger, Customer, FindingFeedback, Scan
@@ -75,9 +75,9 @@ def record_submissions(submissions: Sequence[tuple[str, str, int, datetime]]) ->
 SCAN_BY_ID = f"SELECT {columns(Scan)} FROM {table(Scan)} WHERE id = ?"
 BATCH_BY_ID = f"SELECT {columns(BulkBatch)} FROM {table(BulkBatch)} WHERE id = ?"
 BATCH_SCANS = (f"SELECT id, status, target, kind, purpose, case_ref, completed_at, result_json, failed_at, "
-               f"failure_code, failure_message FROM {table(Scan)} WHERE bulk_id = ? ORDER BY bulk_index")
+               f"failure_code, failure_message, erased_at FROM {table(Scan)} WHERE bulk_id = ? ORDER BY bulk_index")
 LIST_COLUMNS = ("id, status, target, kind, purpose, case_ref, bulk_id, created_at, completed_at, result_json, "
-                "failed_at, failure_code, failure_message")
+                "failed_at, failure_code, failure_message, erased_at")
 LIST_CURSOR = f"SELECT created_at FROM {table(Scan)} WHERE id = ? AND customer_id = ? AND livemode = ?"
 
 
@@ -166,6 +166,11 @@ def insert_feedback(row: dict) -> None:
     FindingFeedback.insert(**row).execute()
 
 
+def erase_feedback(scan_ids: Sequence[str]) -> None:
+    """Delete the feedback given on these scans' findings (its notes are about the person)."""
+    FindingFeedback.delete().where(FindingFeedback.scan.in_(list(scan_ids))).execute()
+
+
 def feedback_rows(scan_id: str) -> list[FindingFeedback]:
     """Every feedback given on the scan's findings, oldest first."""
     return list(FindingFeedback.select().where(FindingFeedback.scan == scan_id).order_by(FindingFeedback.id))
@@ -215,7 +220,7 @@ READ_SCAN_CHARGED = (_charged(f"SELECT customer_id FROM {table(Scan)} WHERE id =
                        f"ON s.id = ?")
 _BATCH_WIDTH = len(BulkBatch._meta.sorted_fields)
 _SCAN_ENTRY = ("s.id, s.status, s.target, s.kind, s.purpose, s.case_ref, s.completed_at, s.result_json, s.failed_at, "
-               "s.failure_code, s.failure_message")  # the columns of BATCH_SCANS
+               "s.failure_code, s.failure_message, s.erased_at")  # the columns of BATCH_SCANS
 _NO_ENTRY = ", ".join(["NULL"] * len(_SCAN_ENTRY.split(",")))  # the first row has no scan's
 # The key, charge and batch on the first row, then one row per scan with only its own
 # columns: the key's and windows' columns are not sent (nor decoded) a hundred times.
@@ -268,3 +273,48 @@ def read_charged(*, bulk: bool, token_digest: str, object_id: str, price: int, b
         values = first[n + _WINDOWS:]
         read.found = instance(Scan, values) if values[0] is not None else None
     return read
+
+
+# --- erasure (D20) ---------------------------------------------------------------------------
+
+def erase(scan_ids: Sequence[str], *, final: Sequence[str], now: datetime) -> list[str]:
+    """Remove the target, result and failure message of those of ``scan_ids`` that are in a
+    ``final`` status and not yet erased, stamping ``erased_at``; the ids erased now."""
+    rows = execute(f"UPDATE {table(Scan)} SET target = NULL, result_json = NULL, failure_message = NULL, "
+                   f"erased_at = ? WHERE id = ANY(?) AND erased_at IS NULL AND status = ANY(?) RETURNING id",
+                   (now, list(scan_ids), list(final))).fetchall()
+    return [row[0] for row in rows]
+
+
+def batch_states(bulk_id: str) -> list[tuple[str, str, datetime | None]]:
+    """``(scan id, status, erased_at)`` of each scan of the batch."""
+    as_time = Scan.erased_at.python_value
+    return [(scan_id, status, as_time(erased_at)) for scan_id, status, erased_at in
+            execute(f"SELECT id, status, erased_at FROM {table(Scan)} WHERE bulk_id = ?", (bulk_id,)).fetchall()]
+
+
+# The retention job's look (parameters: final statuses, now - 1 day, now; then the limit); see past_retention.
+_PAST_RETENTION_FROM = (
+    f"FROM {table(Scan)} s JOIN {table(Customer)} c ON c.id = s.customer_id "
+    f"WHERE s.erased_at IS NULL AND s.status = ANY(?) AND COALESCE(s.completed_at, s.failed_at) < ? "
+    f"AND COALESCE(s.completed_at, s.failed_at) < ?::timestamp - make_interval(days => c.result_retention_days)")
+PAST_RETENTION = f"SELECT s.id {_PAST_RETENTION_FROM} ORDER BY COALESCE(s.completed_at, s.failed_at) LIMIT ?"
+# How many scans the look would find, whatever the limit (the operator's progress bar).
+PAST_RETENTION_COUNT = f"SELECT count(*) {_PAST_RETENTION_FROM}"
+
+
+def count_past_retention(*, final: Sequence[str], now: datetime) -> int:
+    return int(execute(PAST_RETENTION_COUNT, past_retention_params(final=final, now=now, limit=0)[:-1]).fetchone()[0])
+
+
+def past_retention_params(*, final: Sequence[str], now: datetime, limit: int) -> tuple:
+    return list(final), now - timedelta(days=1), now, limit
+
+
+def past_retention(*, final: Sequence[str], now: datetime, limit: int) -> list[str]:
+    """Up to ``limit`` ids of final scans not yet erased whose end (``completed_at`` or
+    ``failed_at``) is more than their customer's ``result_retention_days`` before ``now``,
+    the oldest first. The partial index ``scan_erasable_finished_at`` serves it: every
+    retention is at least a day, so only scans that ended before ``now - 1 day`` are read."""
+    rows = execute(PAST_RETENTION, past_retention_params(final=final, now=now, limit=limit)).fetchall()
+    return [row[0] for row in rows]

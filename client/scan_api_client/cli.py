@@ -5,7 +5,7 @@
     scan-api bulk targets.csv --wait --format csv > results.csv
     scan-api get scn_...        scan-api get-bulk blk_...
     scan-api list --status completed --all        scan-api deliveries --status failed
-    scan-api redeliver dlv_...
+    scan-api redeliver dlv_...                    scan-api activity --target jane.doe@example.com
 
 stdout carries only the JSON or CSV answer; progress and errors go to stderr (a live bar
 when stderr is a terminal, a plain line per change otherwise). Exit codes: 0 done,
@@ -141,9 +141,17 @@ def build_parser(out: TextIO, err: TextIO) -> argparse.ArgumentParser:
     listing.add_argument("--created-before", metavar="TIME", help="ISO 8601 UTC")
     deliveries = sub.add_parser("deliveries", parents=[common, output, paging],
                                 help="list webhook deliveries and their attempts, newest first")
-    deliveries.add_argument("--status", choices=("pending", "succeeded", "failed"))
+    deliveries.add_argument("--status", choices=("pending", "succeeded", "failed", "cancelled"))
     deliveries.add_argument("--event", help="an event name, e.g. scan.completed (the service says which it knows)")
     deliveries.add_argument("--scan-id", metavar="SCAN_ID")
+    activity = sub.add_parser("activity", parents=[common, output, paging],
+                              help="list your account's activity log (API calls and portal actions), newest first")
+    activity.add_argument("--action", help="e.g. scan.create, scan.read, scans.list, portal.login")
+    activity.add_argument("--key-id", metavar="KEY_ID", help="only the calls of this API key")
+    activity.add_argument("--resource-id", metavar="ID", help="only the entries about this scan, batch or delivery")
+    activity.add_argument("--target", help="only the creations that looked up this target (who looked it up)")
+    activity.add_argument("--created-after", metavar="TIME", help="ISO 8601 UTC, e.g. 2026-11-21T12:00:00Z")
+    activity.add_argument("--created-before", metavar="TIME", help="ISO 8601 UTC")
     redeliver = sub.add_parser("redeliver", parents=[common, output],
                                help="send a finished webhook delivery again (same id and body)")
     redeliver.add_argument("delivery_id")
@@ -156,6 +164,11 @@ def build_parser(out: TextIO, err: TextIO) -> argparse.ArgumentParser:
     feedback.add_argument("finding_id", help="a finding's id (fnd_...), from the scan's result")
     feedback.add_argument("verdict", choices=("confirmed", "false_positive"))
     feedback.add_argument("--note", help="why, in your words (at most 1000 characters)")
+    erase = sub.add_parser("erase", parents=[common], help="erase a finished scan's target and result now")
+    erase.add_argument("scan_id")
+    erase_bulk = sub.add_parser("erase-bulk", parents=[common],
+                                help="erase every finished scan of a bulk batch now")
+    erase_bulk.add_argument("bulk_id")
     for choice in sub.choices.values():
         choice.epilog = parser.epilog
     return parser
@@ -373,6 +386,22 @@ def _deliveries(run: _Run) -> None:
     write_output(run.out, args.format, document, [delivery_row(d) for d in document], fields=DELIVERY_CSV_FIELDS)
 
 
+ACTIVITY_CSV_FIELDS = ["activity_id", "created_at", "action", "key_id", "user_email", "resource_id", "status",
+                       "credits", "client_address", "request_id", "purpose", "case_ref"]
+
+
+def _activity(run: _Run) -> None:
+    args = run.args
+    found = _take(run.client.iter_activity(action=args.action, key_id=args.key_id, resource_id=args.resource_id,
+                                           target=args.target, created_after=args.created_after,
+                                           created_before=args.created_before, page_size=_page_size(args),
+                                           max_items=None if args.all else args.limit))
+    document = [entry.raw for entry in found]
+    write_output(run.out, args.format, document,
+                 [{name: entry.get(name) if entry.get(name) is not None else "" for name in ACTIVITY_CSV_FIELDS}
+                  for entry in document], fields=ACTIVITY_CSV_FIELDS)
+
+
 def _redeliver(run: _Run) -> None:
     delivery = run.client.redeliver(run.args.delivery_id)
     document = delivery.raw or {"delivery_id": delivery.delivery_id}
@@ -403,10 +432,19 @@ def _feedback(run: _Run) -> None:
 
 FEEDBACK_CSV_FIELDS = ["finding_id", "path", "source_ids", "verdict", "note", "at"]
 
+def _erase(run: _Run) -> None:
+    write_output(run.out, "json", run.client.erase(run.args.scan_id), [])
+
+
+def _erase_bulk(run: _Run) -> None:
+    write_output(run.out, "json", run.client.erase_bulk(run.args.bulk_id), [])
+
+
 # One function per subcommand: a new one is a parser entry in build_parser and a line here.
 COMMANDS: dict[str, Callable[[_Run], None]] = {
     "scan": _scan, "bulk": _bulk, "get": _get, "get-bulk": _get_bulk, "list": _list,
-    "deliveries": _deliveries, "redeliver": _redeliver, "rerun": _rerun, "feedback": _feedback,
+    "deliveries": _deliveries, "redeliver": _redeliver, "erase": _erase, "erase-bulk": _erase_bulk,
+    "activity": _activity, "rerun": _rerun, "feedback": _feedback,
 }
 
 

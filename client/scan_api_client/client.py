@@ -26,7 +26,7 @@ from urllib.parse import quote
 import requests
 
 from scan_api_client.errors import ApiError, TransportError, WaitTimeout, error_from_response
-from scan_api_client.models import FEEDBACK_VERDICTS, Batch, Delivery, Finding, Page, Scan
+from scan_api_client.models import FEEDBACK_VERDICTS, ActivityEntry, Batch, Delivery, Finding, Page, Scan
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -277,6 +277,19 @@ class ScanClient:
                                        f"{self._id(finding_id, 'finding_id')}/feedback", json_body=body)
         return Finding.from_dict(answer.get("finding") or {})
 
+    # --- erasure -------------------------------------------------------------------------
+
+    def erase(self, scan_id: str) -> dict:
+        """``DELETE /api/v1/scan/{id}``: erase a completed or failed scan's target, result and webhook
+        bodies now: ``{ok, scan_id, erased_at}`` (1 credit). A scan still in flight is a ``Conflict``
+        (``scan_in_flight``); erasing it again answers the same."""
+        return self._request("DELETE", f"/scan/{self._id(scan_id, 'scan_id')}")
+
+    def erase_bulk(self, bulk_id: str) -> dict:
+        """``DELETE /api/v1/scan/bulk/{bulk_id}``: erase every completed or failed scan of the batch:
+        ``{ok, bulk_id, erased, in_flight}`` (1 credit); those in flight are counted and left."""
+        return self._request("DELETE", f"/scan/bulk/{self._id(bulk_id, 'bulk_id')}")
+
     # --- lists -------------------------------------------------------------------------
 
     def _page(self, path: str, model, filters: dict, limit: int | None, starting_after: str | None) -> Page:
@@ -306,7 +319,8 @@ class ScanClient:
             if not current.has_more or not current.data:
                 return
             last = current.data[-1]
-            after = getattr(last, "scan_id", None) if isinstance(last, Scan) else last.delivery_id
+            after = (last.scan_id if isinstance(last, Scan) else last.activity_id if isinstance(last, ActivityEntry)
+                     else last.delivery_id)
             if after in seen:
                 # A page that ends where an earlier one did: asking again would loop for ever,
                 # paying for every page. The server is at fault; say so rather than spin.
@@ -342,6 +356,24 @@ class ScanClient:
         """Every delivery matching ``filters`` (those of ``list_deliveries``), newest first, page after page."""
         return self._all(lambda starting_after: self.list_deliveries(limit=page_size, starting_after=starting_after,
                                                                      **filters), max_items)
+
+    def list_activity(self, *, action: str | None = None, key_id: str | None = None, resource_id: str | None = None,
+                      target: str | None = None, created_after: datetime | str | None = None,
+                      created_before: datetime | str | None = None, limit: int | None = None,
+                      starting_after: str | None = None) -> Page:
+        """``GET /api/v1/activity``: one page of your account's activity log, newest first (1 credit):
+        every call of your keys (of this key's mode) and every portal action. ``target`` finds the
+        creations that looked that target up (written as in a creation). ``Page.data`` holds
+        ``ActivityEntry``s."""
+        return self._page("/activity", ActivityEntry, {
+            "action": action, "key_id": key_id, "resource_id": resource_id, "target": target,
+            "created_after": created_after, "created_before": created_before}, limit, starting_after)
+
+    def iter_activity(self, *, max_items: int | None = None, page_size: int = MAX_PAGE,
+                      **filters) -> Iterator[ActivityEntry]:
+        """Every entry matching ``filters`` (those of ``list_activity``), newest first, page after page."""
+        return self._all(lambda starting_after: self.list_activity(limit=page_size, starting_after=starting_after,
+                                                                   **filters), max_items)
 
     def redeliver(self, delivery_id: str, idempotency_key: str | None = None) -> Delivery:
         """``POST /api/v1/deliveries/{id}/redeliver``: queue a new attempt of a finished delivery

@@ -266,6 +266,9 @@ class Scan(_Model):
     result: Result | None = None
     failed_at: str | None = None
     failure: Failure | None = None
+    # Set once the scan was erased (on request or when the account's retention ended): its
+    # target, result and failure are then None; ids, times and purpose stay.
+    erased_at: str | None = None
     raw: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -336,11 +339,11 @@ class Delivery(_Model):
     event: str = ""
     scan_id: str | None = None
     livemode: bool | None = None
-    status: str = ""  # pending, succeeded, failed
+    status: str = ""  # pending, succeeded, failed, cancelled (its scan was erased before it was sent)
     created_at: str | None = None
     attempts: list[DeliveryAttempt] = field(default_factory=list)
     next_attempt_at: str | None = None
-    body: str | None = None
+    body: str | None = None  # None once its scan was erased
     raw: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -354,6 +357,28 @@ class Delivery(_Model):
     def scan(self) -> Scan:
         """The scan the body describes (its final state when the event was sent)."""
         return Scan.from_dict(self.payload)
+
+
+@dataclass
+class ActivityEntry(_Model):
+    """One entry of the activity log: an API call (``key_id``) or a portal action (``user_email``),
+    its ``status``, the ``credits`` it cost, where it came from and the object it named."""
+
+    activity_id: str = ""
+    created_at: str | None = None
+    livemode: bool | None = None
+    action: str = ""  # scan.create, scan.read, scans.list, portal.login, ...
+    key_id: str | None = None
+    user_id: str | None = None
+    user_email: str | None = None
+    resource_id: str | None = None
+    status: int = 0
+    credits: int = 0
+    client_address: str | None = None
+    request_id: str | None = None
+    purpose: str | None = None
+    case_ref: str | None = None
+    raw: dict = field(default_factory=dict, repr=False)
 
 
 @dataclass

@@ -4,7 +4,7 @@ import pytest
 from flask import Flask
 from flask.views import MethodView
 
-from app.api import hooks
+from app.api import actions, hooks
 
 
 def _app_with(view_class) -> Flask:
@@ -22,12 +22,13 @@ def test_an_api_view_without_the_wrapper_stops_the_start():
         hooks.check_accounted(_app_with(Bare))
 
 
-def test_wrapped_views_and_pages_outside_the_api_pass():
+def test_wrapped_views_and_pages_outside_the_api_pass(monkeypatch):
     class Wrapped(MethodView):
         @hooks.api_call
         def get(self, key):
             return {"ok": True}
 
+    monkeypatch.setitem(actions.ACTIONS, "GET /api/v1/thing", "thing.read")
     hooks.check_accounted(_app_with(Wrapped))
     app = Flask(__name__)
 
@@ -37,6 +38,29 @@ def test_wrapped_views_and_pages_outside_the_api_pass():
 
     app.add_url_rule("/app/page", view_func=Page.as_view("page"))
     hooks.check_accounted(app)
+
+
+def test_an_api_route_without_an_activity_log_action_stops_the_start():
+    class Wrapped(MethodView):
+        @hooks.api_call
+        def get(self, key):
+            return {"ok": True}
+
+        @hooks.api_call
+        def delete(self, key):
+            return {"ok": True}
+
+    with pytest.raises(RuntimeError, match=r"no activity log action for DELETE /api/v1/thing, GET /api/v1/thing"):
+        hooks.check_accounted(_app_with(Wrapped))
+
+
+def test_every_served_api_route_has_its_action(app):
+    named = {f"{method} {actions.route_of(rule.rule)}": actions.action_for(method, rule.rule)
+             for rule in app.url_map.iter_rules() if rule.rule.startswith("/api/v1/")
+             and getattr(app.view_functions[rule.endpoint], "view_class", None)
+             for method in rule.methods - {"HEAD", "OPTIONS"}}
+    assert named["POST /api/v1/scan"] == "scan.create" and named["GET /api/v1/activity"] == "activity.list"
+    assert all(name == actions.ACTIONS[route] for route, name in named.items())
 
 
 def test_the_served_app_has_every_api_method_wrapped(app):

@@ -72,7 +72,7 @@ def test_unknown_path_is_404_before_authentication_and_free(client, account):
 
 
 def test_wrong_method_is_405_with_allow(client, account):
-    body = assert_error(client.delete(f"{SCAN}/scn_x", headers=account.headers), 405, "method_not_allowed")
+    body = assert_error(client.put(f"{SCAN}/scn_x", headers=account.headers), 405, "method_not_allowed")
     assert body["error"] == "method_not_allowed"
     response = client.put(SCAN, headers=account.headers)
     assert response.status_code == 405 and "POST" in response.headers["Allow"]

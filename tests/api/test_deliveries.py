@@ -197,7 +197,8 @@ def test_the_endpoints_are_in_the_openapi_document(client):
                 assert examples, status
                 for code, example in examples.items():
                     assert example["value"]["error"] == code and f"`{code}`" in response["description"]
-    assert set(redeliver["responses"]["409"]["content"]["application/json"]["examples"]) == {"delivery_pending"}
+    assert set(redeliver["responses"]["409"]["content"]["application/json"]["examples"]) == {"delivery_pending",
+                                                                                        "delivery_erased"}
 
 
 def test_the_service_raises_domain_errors_the_portal_and_cli_still_catch(make_customer, receiver, jobs):

@@ -40,14 +40,14 @@ def test_scan_ids_and_the_bulk_path_still_route_as_before(client, account):
     assert_error(client.get(f"{SCAN}/bulkx", headers=account.headers), 404, "not_found")
     assert_error(client.get(f"{SCAN}/xbulk", headers=account.headers), 404, "not_found")
     assert_error(client.get(f"{BULK}/blk_x", headers=account.headers), 404, "not_found")
-    response = client.delete(f"{SCAN}/scn_x", headers=account.headers)
+    response = client.put(f"{SCAN}/scn_x", headers=account.headers)
     assert_error(response, 405, "method_not_allowed")
-    assert response.headers["Allow"] == "GET, HEAD"
+    assert response.headers["Allow"] == "DELETE, GET, HEAD"
     assert client.put(SCAN, headers=account.headers).headers["Allow"] == "POST"
 
 
-@pytest.mark.parametrize("path,allow", [(SCAN, "POST"), (BULK, "POST"), (f"{SCAN}/scn_x", "GET, HEAD"),
-                                        (f"{BULK}/blk_x", "GET, HEAD"), ("/api/v1/openapi.json", "GET, HEAD")])
+@pytest.mark.parametrize("path,allow", [(SCAN, "POST"), (BULK, "POST"), (f"{SCAN}/scn_x", "DELETE, GET, HEAD"),
+                                        (f"{BULK}/blk_x", "DELETE, GET, HEAD"), ("/api/v1/openapi.json", "GET, HEAD")])
 def test_options_is_free_empty_and_names_the_methods(client, account, path, allow):
     for headers in (account.headers, {}, {"Authorization": "Bearer service_live_unknown"}):
         response = client.options(path, headers=headers)

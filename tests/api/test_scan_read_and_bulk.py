@@ -6,9 +6,11 @@ from contextlib import contextmanager
 import pytest
 from freezegun import freeze_time
 
+from app.db import _prepared_texts
 from app.extensions import db
 from app.models import BulkBatch, Scan
 from app.services import accounts
+from app.store.activity import INSERT as ACTIVITY_INSERT
 from tests.api.helpers import assert_books_balance, balance, engine_mode, ledger, scans_of
 from tests.api.test_auth_and_errors import assert_error
 
@@ -289,4 +291,6 @@ def test_a_read_is_one_statement(client, account, what):
         response = client.get(path, headers=account.headers)
     assert response.status_code == 200 and response.headers["X-Credits-Remaining"] == str(balance(account))
     # (A connection new to the statement prepares it first: once per connection, not per read.)
-    assert len([sql for sql in read if not sql.startswith("PREPARE")]) == 1, read
+    statements = [sql for sql in read if not sql.startswith("PREPARE")]
+    # The read's one statement, then the activity log's one INSERT (D20), once the answer is decided.
+    assert len(statements) == 2 and statements[1].startswith(f"EXECUTE {_prepared_texts(ACTIVITY_INSERT)[0]} "), read

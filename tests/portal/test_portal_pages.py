@@ -302,3 +302,25 @@ def test_the_usage_page_says_billings_prices(client, portal_account):
     page = text(client.get("/app/usage"))
     assert f"a bulk call {billing.PRICE_WORDS['bulk']}." in page
     assert f"costs {billing.PRICE_WORDS['call']};" in page
+
+
+def test_a_finished_scan_is_erased_from_its_page_once_the_box_is_ticked(client, portal_account):
+    login(client)
+    scan_id = create(client, portal_account, "erase.me@example.com")
+    page = text(client.get(f"/app/scans/{scan_id}"))
+    assert "Erase this scan" not in page  # in flight: nothing to erase yet
+    complete(scan_id)
+    token = csrf(client, f"/app/scans/{scan_id}")
+    refused = client.post(f"/app/scans/{scan_id}/erase", data={"csrf_token": token}, follow_redirects=True)
+    assert "Tick the box" in text(refused)
+    with db.connection_context():
+        assert Scan.get_by_id(scan_id).erased_at is None
+    no_token = client.post(f"/app/scans/{scan_id}/erase", data={"confirm": "y"})
+    assert no_token.status_code == 400  # CSRF
+    erased = client.post(f"/app/scans/{scan_id}/erase", data={"csrf_token": token, "confirm": "y"},
+                         follow_redirects=True)
+    shown = text(erased)
+    assert "personal data was erased" in shown and "Erased scan" in shown and "erase.me@example.com" not in shown
+    assert "erase.me@example.com" not in text(client.get("/app/scans"))
+    with db.connection_context():
+        assert Scan.get_by_id(scan_id).target is None

@@ -94,3 +94,14 @@ def test_the_metrics_count_per_source_and_never_carry_other_text(scan):
     count_feedback([], "false_positive")
     count_feedback(["Jane Doe <a@example.com>"], "false_positive")
     assert {s: value(s) - before[s] for s in before} == {"gravatar": 1, "breach_index": 1, "none": 1, "other": 1}
+
+
+def test_an_erased_scan_loses_its_feedback_and_takes_no_more(scan):
+    from app.services import erasure
+    account, row, result = scan
+    finding_id = result["findings"][0]["id"]
+    findings.give_feedback(account.id, row.id, finding_id, verdict="false_positive", note="not her")
+    erasure.erase_scan(customer_id=account.id, scan_id=row.id, livemode=True)
+    assert FindingFeedback.select().count() == 0
+    with pytest.raises(NotFound):
+        findings.give_feedback(account.id, row.id, finding_id, verdict="confirmed")

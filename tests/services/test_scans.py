@@ -206,3 +206,13 @@ def test_a_rerun_in_test_mode_runs_on_the_sandbox_with_its_sources(conn):
     rerun = Scan.get_by_id(outcome.body["scan_id"])
     assert sandbox_engine.is_sandbox_id(rerun.engine_id) and outcome.balance == 10
     assert sandbox_engine._decode_id(rerun.engine_id)[3] == ["github"]
+
+
+def test_an_erased_scan_has_nothing_to_rerun(conn):
+    from app.services import erasure
+    from app.services.errors import NothingToRerun
+    cust, key = _customer(credits=10)
+    first = _completed(cust, key, "partial.jane@example.com", {"github": "timeout"})
+    erasure.erase_scan(customer_id=cust.id, scan_id=first, livemode=True)
+    with pytest.raises(NothingToRerun):
+        scans.create_rerun(cust, key.id, first, request_id="req_r")

@@ -19,6 +19,7 @@ def test_defaults_match_the_decisions():
     assert settings["WEBHOOK_TIMEOUT_SECONDS"] == 10.0
     assert settings["SCAN_TIMEOUT_SECONDS"] == 900
     assert settings["PUBLIC_BASE_URL"] is None
+    assert settings["ACTIVITY_RETENTION_DAYS"] == 400
 
 
 def test_development_leaves_the_database_to_the_embedded_server_and_fills_a_dev_secret(tmp_path, monkeypatch):
@@ -97,7 +98,9 @@ def test_retry_schedule_parses(raw, expected):
 
 
 @pytest.mark.parametrize("env", [{"APP_ENV": "staging"}, {"SCAN_TIMEOUT_SECONDS": "soon"},
-                                 {"WEBHOOK_RETRY_SCHEDULE": "0,x"}, {"WEBHOOK_RETRY_SCHEDULE": "-1"}])
+                                 {"WEBHOOK_RETRY_SCHEDULE": "0,x"}, {"WEBHOOK_RETRY_SCHEDULE": "-1"},
+                                 {"ACTIVITY_RETENTION_DAYS": "0"}, {"ACTIVITY_RETENTION_DAYS": "a year"},
+                                 {"ACTIVITY_RETENTION_DAYS": "1.5"}])
 def test_malformed_settings_are_refused(env):
     with pytest.raises(ConfigError):
         load_settings(env)
@@ -119,3 +122,10 @@ def test_an_unset_app_env_with_a_database_url_means_production(env, expected):
 def test_an_operator_shell_without_app_env_on_postgresql_must_name_the_production_settings():
     with pytest.raises(ConfigError, match="SECRET_KEY"):
         finalize(load_settings({"DATABASE_URL": "postgresql://scan@db/scan"}))
+
+
+def test_a_bad_activity_retention_is_one_line_naming_the_setting():
+    with pytest.raises(ConfigError) as refused:
+        load_settings({"ACTIVITY_RETENTION_DAYS": "-5"})
+    assert str(refused.value) == "ACTIVITY_RETENTION_DAYS must be a whole number from 1 to 36500, got '-5'"
+    assert load_settings({"ACTIVITY_RETENTION_DAYS": "30"})["ACTIVITY_RETENTION_DAYS"] == 30

@@ -163,6 +163,50 @@ def test_the_idempotency_endpoint_holds_a_redelivery_path(app):
         assert IdempotencyRecord.get(IdempotencyRecord.key == "k1").endpoint == path
 
 
+def _activity_table_shape() -> dict:
+    """What makes the activity log's table: partitioned by range on created_at with a DEFAULT
+    partition, its columns and the indexes of the parent (every partition gets them)."""
+    def rows(sql):
+        return db.execute_sql(sql).fetchall()
+
+    return {
+        "kind": rows("SELECT c.relkind, p.partstrat, pg_get_partkeydef(c.oid) FROM pg_class c "
+                     "JOIN pg_partitioned_table p ON p.partrelid = c.oid WHERE c.relname = 'activity_entry'"),
+        "default": rows("SELECT d.relname FROM pg_partitioned_table p JOIN pg_class c ON c.oid = p.partrelid "
+                        "JOIN pg_class d ON d.oid = p.partdefid WHERE c.relname = 'activity_entry'"),
+        "columns": rows("SELECT column_name, data_type, is_nullable FROM information_schema.columns "
+                        "WHERE table_name = 'activity_entry' ORDER BY ordinal_position"),
+        "indexes": sorted(rows("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'activity_entry'")),
+    }
+
+
+def test_the_activity_log_migration_builds_the_table_a_fresh_database_has(app):
+    """Version 10 on a database from before it: the same partitioned table, DEFAULT partition and
+    indexes as ``create_tables(ALL_MODELS)`` made for the test session's fresh schema."""
+    from app.models import ActivityEntry
+    from app.services import activity
+    from app.store import activity as store
+
+    with db.connection_context():
+        fresh = _activity_table_shape()
+        assert fresh["kind"] == [("p", "r", "RANGE (created_at)")]
+        assert fresh["default"] == [("activity_entry_default",)]
+        assert {name for name, _ in fresh["indexes"]} == {
+            "activity_entry_pkey", "activity_entry_customer_id_livemode_created_at_id",
+            "activity_entry_target_hashes", "activity_entry_resource"}
+        with db.atomic():
+            db.drop_tables([ActivityEntry], cascade=True)
+            SchemaVersion.delete().where(SchemaVersion.version == 10).execute()
+        assert "activity_entry" not in db.get_tables()
+
+        assert migrations.upgrade() == [10]
+        assert migrations.upgrade() == []
+
+        assert _activity_table_shape() == fresh
+        entry_id = activity.record(customer_id="cus_x", livemode=True, action="scan.read", status=200)
+        assert store.partition_of(entry_id) == "activity_entry_default"  # no day partition yet: nothing lost
+
+
 def test_the_results_explained_migration_adds_rerun_of_feedback_and_explains_stored_results(app):
     """Version 13 (D23): a result stored before it gains an empty explanation and its findings, once."""
     import json

@@ -25,7 +25,7 @@ from app.services.results import band_for
 from simulator.procutil import wait_until
 from tests.conftest import ServerThread
 from tests.processes import WorkerProcess, service_env, wait_for
-from workers.__main__ import SWEEP_LOCK, ScanWorker, build_worker, run_sweep_once
+from workers.__main__ import ScanWorker, build_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_SECONDS = 60
@@ -109,16 +109,6 @@ def test_a_worker_killed_mid_job_and_restarted_still_completes_the_scan(app, cli
 
 
 # --- the worker's pieces, in-process -----------------------------------------------------
-
-@pytest.mark.config(RECOVERY_INTERVAL_SECONDS=30)
-def test_one_sweep_per_interval_among_all_workers(app, redis_conn):
-    first = run_sweep_once()
-    assert first is not None and {"scans_redispatched", "reservations_reversed"} <= set(first)
-    assert run_sweep_once() is None  # another worker (or this one) swept within the interval
-    assert 0 < redis_conn.ttl(SWEEP_LOCK) <= 29
-    redis_conn.delete(SWEEP_LOCK)  # the interval is over
-    assert run_sweep_once() is not None
-
 
 @pytest.mark.config(RECOVERY_INTERVAL_SECONDS=5)
 def test_an_idle_worker_still_wakes_up_to_sweep(app):

@@ -1,0 +1,49 @@
+"""The activity log endpoint (D20): the account's entries of the calling key's mode.
+
+The view stays thin: ``services.activity`` owns the query, the target's normalisation and
+hashing, and raises ``InvalidRequest`` (400) for a bad target or cursor; authentication,
+charging (1 credit, as every call) and the limit headers are ``app.api.hooks``'s.
+"""
+from __future__ import annotations
+
+from flask.views import MethodView
+
+from app.api import hooks
+from app.api.base import ApiBlueprint
+from app.api.scans import HEADERS, SECURITY, documented_errors
+from app.schemas.activity import ActivityListQuerySchema, ActivityListSchema
+from app.services import activity
+
+blp = ApiBlueprint("activity", __name__, url_prefix="/api/v1",
+                   description="The activity log: every call of your keys and every action in the portal.")
+
+LIST_EXAMPLE = {"ok": True, "has_more": True, "data": [
+    {"activity_id": "act_Wq3nV7xL0bKp2mYt9cR4sA", "created_at": "2026-11-21T12:00:05Z", "livemode": True,
+     "action": "scan.read", "key_id": "key_9aK2mQ7vXt1bLp4nRw8c3d", "user_id": None, "user_email": None,
+     "resource_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q", "status": 200, "credits": 1, "client_address": "203.0.113.7",
+     "request_id": "req_9b2e1c7d4a6f8e0b3c5d7a1f", "purpose": None, "case_ref": None},
+    {"activity_id": "act_Pz8kT1mW5vXn3bLq0cY7dE", "created_at": "2026-11-21T12:00:00Z", "livemode": True,
+     "action": "scan.create", "key_id": "key_9aK2mQ7vXt1bLp4nRw8c3d", "user_id": None, "user_email": None,
+     "resource_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q", "status": 202, "credits": 1, "client_address": "203.0.113.7",
+     "request_id": "req_4f1c2a9e0b7d3c5a6e8f9a1b", "purpose": "fraud_prevention", "case_ref": "CASE-2026-0042"}]}
+
+
+@blp.route("/activity")
+class ActivityList(MethodView):
+    @hooks.api_call
+    @blp.doc(security=SECURITY, summary="List the activity log", operationId="listActivity", tags=["activity"])
+    @blp.arguments(ActivityListQuerySchema, location="query", as_kwargs=True)
+    @blp.response(200, ActivityListSchema, headers=HEADERS, example=LIST_EXAMPLE,
+                  description="One page of entries, newest first.")
+    @documented_errors(400, 401, 402, 503, overrides={
+        400: "`invalid_request` (a filter, `limit` or `starting_after` is not valid; with `details`), "
+             "`target_too_short`, `invalid_target` (the `target` filter, checked as in a creation)"},
+        codes={400: ("invalid_request", "target_too_short", "invalid_target")})
+    @blp.priced("call")
+    def get(self, key, **query):
+        """Who did what with your account: one entry per call of your API keys (of the calling key's mode:
+        a test key sees test calls) and per action in the portal, with its status, cost, address and request
+        id, newest first. `target` answers "who looked up this person": the creations of that target. Entries
+        are removed once older than the service's retention period (400 days unless agreed otherwise). Costs
+        {price} per page."""
+        return hooks.render(activity.list_entries(key.customer_id, livemode=key.livemode, **query))

@@ -1,0 +1,218 @@
+"""The activity log (D20): who did what, when, from where, at what cost.
+
+Every authenticated API call (``app.api.hooks``) and every portal action (the portal's
+after-request hook) is one entry, written with one INSERT once its answer is decided. A
+creation's targets are kept only as keyed hashes (``crypto.target_hash`` of the
+normalised target), so the log names nobody, yet "who looked up this target" is one
+indexed query: the filter ``target`` is normalised and hashed as a creation would be.
+
+Entries are kept ``ACTIVITY_RETENTION_DAYS``. The table is partitioned by day
+(``app.models.activity``): ``prepare_partitions`` makes the coming days' partitions and
+``expire`` drops those whose every entry is older than the retention, a DDL drop, never a
+DELETE walking the log. ``upkeep`` runs both as a periodic job (``app.services.periodic``).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+
+from app import runtime
+from app.db import transaction
+from app.models import iso, new_id, utcnow
+from app.services import crypto
+from app.services.errors import InvalidRequest
+from app.services.targets import TargetError, normalize
+from app.store import activity as store
+
+log = logging.getLogger(__name__)
+
+LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT = 20, 100
+PARTITION_DAYS_AHEAD = 7  # partitions made ahead of need: a week without a sweep loses nothing either way
+# How long a partition change waits for a table lock before it gives up until the next sweep: a
+# DROP waiting for the parent's lock holds up the inserts queued behind it, so not long.
+LOCK_TIMEOUT_MS = 1000
+FIELD_LIMITS = {"resource_id": 64, "client_address": 64, "request_id": 64, "action": 64, "user_email": 320}
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What an entry says about the object of a call, as the service that served it knows it:
+    the object it created, the keyed hashes of the targets it queued, purpose and case_ref."""
+
+    resource_id: str | None = None
+    target_hashes: tuple[str, ...] = ()
+    purpose: str | None = None
+    case_ref: str | None = None
+
+
+def hashes_of(targets: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    """The keyed hashes of normalised ``(kind, target)`` pairs, in order, without repeats."""
+    return tuple(dict.fromkeys(crypto.target_hash(kind, target) for kind, target in targets))
+
+
+def _clip(name: str, value):
+    """Text fields within their columns (a route's id, a client's request id may be long);
+    controls go (PostgreSQL's text refuses NUL)."""
+    if not isinstance(value, str):
+        return value
+    return "".join(c if c.isprintable() else "?" for c in value[:FIELD_LIMITS.get(name, len(value))])
+
+
+def record(*, customer_id: str, livemode: bool, action: str, status: int, credits: int = 0,
+           key_id: str | None = None, user_id: str | None = None, user_email: str | None = None,
+           resource_id: str | None = None, client_address: str | None = None, request_id: str | None = None,
+           subject: Subject | None = None, now: datetime | None = None) -> str:
+    """Write one entry (one INSERT, outside any transaction of the call); returns its id.
+    ``subject`` adds the created object, the targets' hashes, purpose and case_ref."""
+    entry_id = new_id("act")
+    row = {"id": entry_id, "created_at": now or utcnow(), "customer_id": customer_id, "livemode": livemode,
+           "key_id": key_id, "user_id": user_id, "user_email": _clip("user_email", user_email),
+           "action": _clip("action", action), "resource_id": _clip("resource_id", resource_id),
+           "status": status, "credits": credits, "client_address": _clip("client_address", client_address),
+           "request_id": _clip("request_id", request_id)}
+    if subject is not None:
+        row.update(purpose=subject.purpose, case_ref=subject.case_ref,
+                   target_hashes=list(subject.target_hashes) or None)
+        if subject.resource_id is not None:
+            row["resource_id"] = _clip("resource_id", subject.resource_id)
+    store.insert(row)
+    return entry_id
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+def target_filter(target: str | None) -> list[str] | None:
+    """The hashes the ``target`` filter looks for: the target normalised as a creation without
+    ``kind`` would (the kind a valid target has is the one inferred from it), then hashed; an
+    invalid target is refused as a creation refuses it."""
+    if target is None:
+        return None
+    try:
+        kind, normalized = normalize(target, None)
+    except TargetError as exc:
+        raise InvalidRequest(exc.message, code=exc.code, details={"target": [exc.message]}) from None
+    return [crypto.target_hash(kind, normalized)]
+
+
+def _entry(row) -> dict:
+    (entry_id, created_at, _customer, livemode, key_id, user_id, user_email, action, resource_id, status, credits,
+     client_address, request_id, purpose, case_ref) = row
+    return {"activity_id": entry_id, "created_at": iso(created_at), "livemode": livemode, "action": action,
+            "key_id": key_id, "user_id": user_id, "user_email": user_email, "resource_id": resource_id,
+            "status": status, "credits": credits, "client_address": client_address, "request_id": request_id,
+            "purpose": purpose, "case_ref": case_ref}
+
+
+def _page(customer_id: str, *, livemode: bool | None, limit: int, starting_after: str | None,
+          target: str | None, **filters) -> tuple[list[tuple], bool]:
+    hashes = target_filter(target)
+    before = None
+    if starting_after is not None:
+        created_at = store.created_at_of(starting_after, customer_id=customer_id, livemode=livemode)
+        if created_at is None:  # unknown, another customer's or mode's: one answer, nothing disclosed
+            raise InvalidRequest("starting_after is not the id of one of your activity entries",
+                                 details={"starting_after": ["no activity entry of yours has this id"]})
+        before = (created_at, starting_after)
+    limit = max(1, min(LIST_MAX_LIMIT, int(limit)))
+    rows = store.list_rows(customer_id, livemode=livemode, target_hashes=hashes, before=before, limit=limit + 1,
+                           **filters)
+    return rows[:limit], len(rows) > limit
+
+
+def list_entries(customer_id: str, *, livemode: bool, action: str | None = None, key_id: str | None = None,
+                 resource_id: str | None = None, created_after=None, created_before=None,
+                 target: str | None = None, limit: int = LIST_DEFAULT_LIMIT,
+                 starting_after: str | None = None) -> dict:
+    """The body of ``GET /activity``: ``{ok, data, has_more}``, newest first by ``(created_at,
+    id)`` (D17's cursor: ``starting_after`` is the last ``activity_id`` of the previous page),
+    the customer's entries of the calling key's mode only. Time bounds are exclusive."""
+    rows, has_more = _page(customer_id, livemode=livemode, limit=limit, starting_after=starting_after,
+                           target=target, action=action, key_id=key_id, resource_id=resource_id,
+                           created_after=created_after, created_before=created_before)
+    return {"ok": True, "data": [_entry(row) for row in rows], "has_more": has_more}
+
+
+def portal_entries(customer_id: str, *, livemode: bool | None = None, limit: int = 50,
+                   starting_after: str | None = None, target: str | None = None, **filters) -> dict:
+    """The portal's page: the same filters, both modes unless one is asked for; ``next`` is the
+    cursor of the following page (None on the last)."""
+    rows, has_more = _page(customer_id, livemode=livemode, limit=limit, starting_after=starting_after,
+                           target=target, **filters)
+    entries = [_entry(row) for row in rows]
+    return {"entries": entries, "next": entries[-1]["activity_id"] if has_more and entries else None}
+
+
+def export_entries(customer_id: str, *, livemode: bool | None = None, target: str | None = None,
+                   **filters) -> Iterator[dict]:
+    """Every entry matching the filters, newest first (the portal's CSV), read a batch at a time.
+    The filters are checked before the first row is read (an invalid target raises here)."""
+    hashes = target_filter(target)
+
+    def entries():
+        for row in store.all_rows(customer_id, livemode=livemode, target_hashes=hashes, **filters):
+            yield _entry(row)
+    return entries()
+
+
+# --- retention -------------------------------------------------------------------------------
+
+def retention_days() -> int:
+    return int(runtime.config["ACTIVITY_RETENTION_DAYS"])
+
+
+def prepare_partitions(now: datetime, days_ahead: int = PARTITION_DAYS_AHEAD) -> int:
+    """Make the partitions of today and the ``days_ahead`` next days that do not exist yet;
+    how many were made. An entry of a day without one goes to the DEFAULT partition (nothing
+    is lost) and moves into the day's partition when it is made."""
+    wanted = [now.date() + timedelta(days=n) for n in range(days_ahead + 1)]
+    if set(wanted) <= set(store.day_partitions()):  # the usual sweep: one catalog read
+        return 0
+    made = 0
+    with transaction():
+        store.lock_partitions(LOCK_TIMEOUT_MS)
+        for day in wanted:
+            made += store.create_day_partition(day)
+    if made:
+        log.info("activity log: %d day partition(s) made", made)
+    return made
+
+
+def expired_days(days: Iterable[date], now: datetime) -> list[date]:
+    """The days whose every entry is older than the retention: a partition holds ``[day,
+    day + 1)``, so it goes once ``day + 1 <= now - ACTIVITY_RETENTION_DAYS`` (entries are kept
+    at least the retention, at most a day more)."""
+    cutoff = now - timedelta(days=retention_days())
+    return [day for day in days if datetime.combine(day + timedelta(days=1), datetime.min.time()) <= cutoff]
+
+
+def expire(now: datetime) -> int:
+    """Drop the day partitions past the retention (whole, a DDL drop) and remove the DEFAULT
+    partition's entries past it; how many partitions were dropped."""
+    cutoff = now - timedelta(days=retention_days())
+    with transaction():
+        store.lock_partitions(LOCK_TIMEOUT_MS)
+        days = expired_days(store.day_partitions(), now)
+        for day in days:
+            store.drop_day_partition(day)
+        stray = store.delete_default_before(cutoff)
+    if days or stray:
+        log.info("activity log: %d day partition(s) dropped, %d entries without a partition removed",
+                 len(days), stray)
+    return len(days)
+
+
+def upkeep(now: datetime | None = None) -> dict:
+    """The periodic job (``app.services.periodic``): the coming days' partitions made, the
+    expired ones dropped. A failure (a table lock not granted in time) is one log line and
+    waits for the job's next turn."""
+    now = now or utcnow()
+    report = {"activity_partitions_made": 0, "activity_partitions_dropped": 0}
+    try:
+        report["activity_partitions_made"] = prepare_partitions(now)
+        report["activity_partitions_dropped"] = expire(now)
+    except Exception as exc:
+        log.warning("activity log upkeep postponed to its next turn: %s", exc.__class__.__name__)
+    return report
+

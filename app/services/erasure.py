@@ -1,0 +1,105 @@
+"""Erasing a scan's personal data (D20): on the customer's request and when retention ends.
+
+Erasing a final scan removes its target, result and failure message, the bodies of its
+webhook deliveries and their attempts' response excerpts; a delivery still pending is
+cancelled (its jobs find it so and stop). What billing and the customer's records need stays:
+the scan's id, kind, status, times, batch, purpose, case reference and mode, and every charge
+and ledger row. A scan in flight has nothing final to erase yet (``ScanInFlight``, 409).
+
+One operation serves both callers: ``DELETE /api/v1/scan/{id}`` and ``/scan/bulk/{id}``
+(``erase_scan``, ``erase_batch``), and the periodic retention job (``erase_past_retention``),
+which erases every final scan that ended more than its customer's ``result_retention_days``
+ago, in batches of one transaction each so that a long backlog shows progress and holds no
+lock for long.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from app import metrics
+from app.db import transaction
+from app.models import BulkBatch, Scan, iso, utcnow
+from app.models.scans import FINAL
+from app.models.webhooks import CANCELLED, PENDING
+from app.services.errors import NotFound, ScanInFlight
+from app.services.reads import owned
+from app.store import deliveries as delivery_store
+from app.store import scans as scan_store
+
+# Scans erased per transaction by the retention job.
+RETENTION_BATCH = 500
+# What a customer's ``result_retention_days`` may be (the default, 90, is the model's).
+RETENTION_DAYS_RANGE = (1, 3650)
+
+
+def _erase(scan_ids: Sequence[str], now: datetime, *, reason: str) -> list[str]:
+    """Erase those of ``scan_ids`` that are final and not yet erased, with their deliveries'
+    bodies, in one transaction; the ids erased now. ``reason``: request or retention (metrics)."""
+    with transaction():
+        erased = scan_store.erase(scan_ids, final=FINAL, now=now)
+        if erased:
+            delivery_store.erase_for_scans(erased, pending=PENDING, cancelled=CANCELLED, now=now)
+            scan_store.erase_feedback(erased)  # notes on findings are about the person too (D23)
+    metrics.count_erased(reason, len(erased))
+    return erased
+
+
+def erase_scan(*, customer_id: str, scan_id: str, livemode: bool) -> dict:
+    """Erase one final scan of the customer (of the calling key's mode) at once:
+    ``{ok, scan_id, erased_at}``; erasing it again answers the first erasure's time."""
+    scan = owned(Scan, scan_id, customer_id, "scan", livemode)
+    if scan.erased_at is None:
+        if scan.status not in FINAL:
+            raise ScanInFlight("this scan is still in flight: erase it once it is completed or failed")
+        now = utcnow()
+        if _erase([scan.id], now, reason="request"):
+            return {"ok": True, "scan_id": scan.id, "erased_at": iso(now)}
+        scan = owned(Scan, scan_id, customer_id, "scan", livemode)  # erased meanwhile by another call
+    return {"ok": True, "scan_id": scan.id, "erased_at": iso(scan.erased_at)}
+
+
+def erase_batch(*, customer_id: str, bulk_id: str, livemode: bool) -> dict:
+    """Erase every final scan of the customer's batch: ``{ok, bulk_id, erased, in_flight}``,
+    ``erased`` counting the batch's scans erased now or before, ``in_flight`` those not final yet."""
+    batch = owned(BulkBatch, bulk_id, customer_id, "bulk batch", livemode)
+    states = scan_store.batch_states(batch.id)
+    to_erase = [scan_id for scan_id, status, erased_at in states if status in FINAL and erased_at is None]
+    if to_erase:
+        _erase(to_erase, utcnow(), reason="request")
+    states = scan_store.batch_states(batch.id)  # a scan may have become final meanwhile: count what is
+    return {"ok": True, "bulk_id": batch.id,
+            "erased": sum(1 for _, _, erased_at in states if erased_at is not None),
+            "in_flight": sum(1 for _, status, _ in states if status not in FINAL)}
+
+
+def due_for_retention(now: datetime | None = None) -> int:
+    """How many final scans are past their customer's retention now (what the job would erase)."""
+    return scan_store.count_past_retention(final=FINAL, now=now or utcnow())
+
+
+def erase_any_scan(scan_id: str) -> dict:
+    """The operator's erasure of any customer's final scan (a data subject's request that
+    reached us), as its customer's own erasure would do it."""
+    scan = scan_store.scan_by_id(scan_id)
+    if scan is None:
+        raise NotFound("no scan with this id")
+    return erase_scan(customer_id=scan.customer_id, scan_id=scan.id, livemode=scan.livemode)
+
+
+def erase_past_retention(now: datetime | None = None, *, batch: int = RETENTION_BATCH,
+                         progress: Callable[[int], None] | None = None) -> int:
+    """The retention job: erase every final scan past its customer's retention, ``batch``
+    scans per transaction, until none is left; how many were erased. ``progress`` is told
+    each batch's count (the operator's command shows a bar)."""
+    now = now or utcnow()
+    total = 0
+    while True:
+        due = scan_store.past_retention(final=FINAL, now=now, limit=batch)
+        if not due:
+            return total
+        erased = len(_erase(due, now, reason="retention"))
+        total += erased
+        if progress is not None:
+            progress(erased)
+

@@ -1,0 +1,162 @@
+"""The activity log's statements (D20): one INSERT per entry, the lists, and the day
+partitions (made ahead, dropped whole when they expire: no DELETE walks the log).
+
+The table and its DEFAULT partition are ``app.models.activity``'s. A day's partition is
+``activity_entry_pYYYYMMDD`` and holds ``[day, day + 1)``.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import date, datetime, timedelta
+
+from app.db import db, execute, execute_prepared, table
+from app.models import ActivityEntry
+from app.models.activity import DEFAULT_PARTITION, TABLE
+
+# The columns an entry is written with and read back in, in this order.
+COLUMNS = ("id", "created_at", "customer_id", "livemode", "key_id", "user_id", "user_email", "action",
+           "resource_id", "status", "credits", "client_address", "request_id", "purpose", "case_ref",
+           "target_hashes")
+READ_COLUMNS = COLUMNS[:-1]  # the hashes are for matching, never shown
+INSERT = (f"INSERT INTO {table(ActivityEntry)} ({', '.join(COLUMNS)}) "
+          f"VALUES ({', '.join('?' * len(COLUMNS))})")
+CURSOR = f"SELECT created_at FROM {table(ActivityEntry)} WHERE id = ? AND customer_id = ? AND livemode = ? LIMIT 1"
+CURSOR_ANY_MODE = f"SELECT created_at FROM {table(ActivityEntry)} WHERE id = ? AND customer_id = ? LIMIT 1"
+PARTITION_NAME = re.compile(rf"^{TABLE}_p(\d{{8}})$")
+# Serialises the partition changes of concurrent sweeps (two workers, an operator's command).
+PARTITION_LOCK = 0x61637476  # "actv"
+
+
+def insert(row: dict) -> None:
+    """One entry (``row`` keyed by ``COLUMNS``): one prepared INSERT, one round trip."""
+    execute_prepared(INSERT, tuple(row.get(column) for column in COLUMNS))
+
+
+def created_at_of(entry_id: str, *, customer_id: str, livemode: bool | None) -> datetime | None:
+    """The ``created_at`` of the customer's entry (of this mode; None: of either), a list's cursor."""
+    if livemode is None:
+        row = execute(CURSOR_ANY_MODE, (entry_id, customer_id)).fetchone()
+    else:
+        row = execute(CURSOR, (entry_id, customer_id, livemode)).fetchone()
+    return None if row is None else row[0]
+
+
+def list_rows(customer_id: str, *, livemode: bool | None, action: str | None = None, key_id: str | None = None,
+              resource_id: str | None = None, created_after=None, created_before=None,
+              target_hashes: list[str] | None = None, before: tuple | None = None, limit: int) -> list[tuple]:
+    """Up to ``limit`` rows (``READ_COLUMNS``) of the customer's entries, of one mode (None:
+    both), newest first by ``(created_at, id)``; ``target_hashes``: entries whose targets
+    include any of them; ``before``: ``(created_at, id)`` of the entry the page starts after.
+    Both time bounds are exclusive."""
+    where: list[str] = ["customer_id = ?"]
+    params: list[object] = [customer_id]
+    for column, value in (("livemode", livemode), ("action", action), ("key_id", key_id),
+                          ("resource_id", resource_id)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    if created_after is not None:
+        where.append("created_at > ?")
+        params.append(created_after)
+    if created_before is not None:
+        where.append("created_at < ?")
+        params.append(created_before)
+    if target_hashes is not None:
+        where.append("target_hashes && ?::varchar(64)[]")
+        params.append(list(target_hashes))
+    if before is not None:
+        where.append("(created_at < ? OR (created_at = ? AND id < ?))")
+        params += [before[0], before[0], before[1]]
+    return execute(f"SELECT {', '.join(READ_COLUMNS)} FROM {table(ActivityEntry)} WHERE {' AND '.join(where)} "
+                   f"ORDER BY created_at DESC, id DESC LIMIT ?", params + [limit]).fetchall()
+
+
+def all_rows(customer_id: str, *, batch: int = 1000, **filters) -> Iterator[tuple]:
+    """Every row ``list_rows`` would page through, newest first, read ``batch`` at a time (an export)."""
+    before = None
+    while True:
+        rows = list_rows(customer_id, before=before, limit=batch, **filters)
+        yield from rows
+        if len(rows) < batch:
+            return
+        before = (rows[-1][1], rows[-1][0])
+
+
+# --- day partitions -------------------------------------------------------------------------
+
+def partition_name(day: date) -> str:
+    return f"{TABLE}_p{day:%Y%m%d}"
+
+
+def day_partitions() -> list[date]:
+    """The days that have a partition, oldest first (the DEFAULT one is not a day's)."""
+    rows = execute("SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                   "JOIN pg_class p ON p.oid = i.inhparent "
+                   "WHERE p.relname = ? AND p.relnamespace = to_regnamespace(current_schema())::oid",
+                   (TABLE,)).fetchall()
+    days = []
+    for (name,) in rows:
+        match = PARTITION_NAME.match(name)
+        if match:
+            days.append(datetime.strptime(match.group(1), "%Y%m%d").date())
+    return sorted(days)
+
+
+def lock_partitions(lock_timeout_ms: int) -> None:
+    """Inside a transaction: wait for any other partition change to finish, and give up on a
+    table lock not granted within ``lock_timeout_ms`` (a DROP waiting behind a long export would
+    hold every insert queued behind it)."""
+    execute("SELECT pg_advisory_xact_lock(?)", (PARTITION_LOCK,))
+    execute(f"SET LOCAL lock_timeout = {int(lock_timeout_ms)}")
+
+
+def create_day_partition(day: date) -> bool:
+    """Make ``day``'s partition (in the caller's transaction, under ``lock_partitions``);
+    False when it exists. Entries of that day already in the DEFAULT partition move into it.
+
+    Made as a plain table, then attached: ATTACH PARTITION takes a lock on the parent that
+    lets inserts go on (CREATE TABLE ... PARTITION OF would block them), and it creates the
+    partition's indexes from the parent's."""
+    name = partition_name(day)
+    if execute("SELECT to_regclass(?)", (f'"{name}"',)).fetchone()[0] is not None:
+        return False
+    start, end = datetime.combine(day, datetime.min.time()), datetime.combine(day + timedelta(days=1),
+                                                                              datetime.min.time())
+    execute(f'CREATE TABLE "{name}" (LIKE {table(ActivityEntry)} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)')
+    # No entry may reach the DEFAULT partition between the move and the ATTACH (which would then
+    # refuse): inserts routed there wait for this transaction. Only days without a partition are
+    # routed there, and they are made a week ahead, so nothing waits in practice.
+    execute(f'LOCK TABLE "{DEFAULT_PARTITION}" IN SHARE ROW EXCLUSIVE MODE')
+    # The DEFAULT partition holds only the entries of days that had no partition: small.
+    execute(f'WITH moved AS (DELETE FROM "{DEFAULT_PARTITION}" WHERE created_at >= ? AND created_at < ? '
+            f'RETURNING {", ".join(COLUMNS)}) INSERT INTO "{name}" ({", ".join(COLUMNS)}) '
+            f'SELECT {", ".join(COLUMNS)} FROM moved', (start, end))
+    db.execute_sql(f"ALTER TABLE {table(ActivityEntry)} ATTACH PARTITION \"{name}\" "
+                   f"FOR VALUES FROM ('{start:%Y-%m-%d}') TO ('{end:%Y-%m-%d}')")
+    return True
+
+
+def drop_day_partition(day: date) -> None:
+    """Drop ``day``'s partition with its entries: a DDL drop, whatever their number."""
+    execute(f'DROP TABLE IF EXISTS "{partition_name(day)}"')
+
+
+def delete_default_before(moment: datetime) -> int:
+    """Remove entries older than ``moment`` from the DEFAULT partition (only days that had no
+    partition land there, so it stays small); how many went."""
+    return execute(f'DELETE FROM "{DEFAULT_PARTITION}" WHERE created_at < ?', (moment,)).rowcount
+
+
+def default_partition_count() -> int:
+    return execute(f'SELECT count(*) FROM "{DEFAULT_PARTITION}"').fetchone()[0]
+
+
+def partition_of(entry_id: str) -> str | None:
+    """Which partition holds the entry (tests, the operator's checks)."""
+    row = execute(f"SELECT tableoid::regclass::text FROM {table(ActivityEntry)} WHERE id = ?", (entry_id,)).fetchone()
+    return None if row is None else row[0].strip('"')
+
+
+def exists(entry_id: str) -> bool:
+    return execute(f"SELECT 1 FROM {table(ActivityEntry)} WHERE id = ?", (entry_id,)).fetchone() is not None

@@ -1,0 +1,141 @@
+"""The portal and the activity log (D20): every portal action is an entry (recorded in one
+place, after the request), and the Activity page lists the account's entries with the API's
+filters and exports them as CSV, escaped."""
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+
+from app.extensions import db
+from app.models import ActivityEntry
+from app.services import accounts, activity
+from tests.portal.test_portal import PASSWORD, csrf, login
+
+HOSTILE = "<script>alert(1)</script>"
+
+
+@pytest.fixture
+def portal_account(make_customer, app):
+    acct = make_customer(tier="business", credits=100)
+    with db.connection_context():
+        acct.user = accounts.create_user(acct.id, "ops@acme.example", PASSWORD)
+    return acct
+
+
+def entries(account) -> list[ActivityEntry]:
+    with db.connection_context():
+        return list(ActivityEntry.select().where(ActivityEntry.customer_id == account.id)
+                    .order_by(ActivityEntry.created_at, ActivityEntry.id))
+
+
+def text(response) -> str:
+    return response.get_data(as_text=True)
+
+
+def test_portal_actions_are_entries_and_pages_are_not(client, portal_account):
+    key_id = portal_account.key.id
+    assert login(client, password="wrong wrong wrong").status_code == 401  # nobody to name: no entry
+    assert login(client).status_code == 302
+    client.get("/app/api-keys")
+    client.get(f"/app/api-keys/{key_id}")
+    token = csrf(client, f"/app/api-keys/{key_id}")
+    saved = client.post(f"/app/api-keys/{key_id}/webhook", data={"csrf_token": token, "url": "", "secret": "",
+                                                                 "payload": "thin"})
+    assert saved.status_code == 302
+    client.post(f"/app/api-keys/{key_id}/test-event", data={})  # no CSRF token: refused, still an action
+    client.get("/app/usage/ledger.csv?start=2026-01-01&end=2026-01-02")
+    client.post("/app/logout", data={"csrf_token": csrf(client, "/app/api-keys")})
+    rows = entries(portal_account)
+    assert [(r.action, r.resource_id) for r in rows] == [
+        ("portal.login", None), ("key.webhook_update", key_id), ("key.test_event", key_id),
+        ("usage.ledger_export", None), ("portal.logout", None)]
+    assert {(r.user_id, r.user_email, r.key_id, r.livemode, r.client_address) for r in rows} == {
+        (portal_account.user.id, "ops@acme.example", None, True, "127.0.0.1")}
+    assert [r.status for r in rows] == [302, 302, 400, 200, 302]
+    assert all(r.request_id and r.request_id.startswith("req_") for r in rows)
+
+
+def test_the_activity_page_lists_filters_and_escapes(client, portal_account):
+    created = client.post("/api/v1/scan", json={"target": "jane@example.com", "purpose": "other",
+                                                "case_ref": HOSTILE}, headers=portal_account.headers).get_json()
+    client.get("/api/v1/scans", headers=portal_account.headers)
+    login(client)
+    page = client.get("/app/activity")
+    assert page.status_code == 200
+    body = text(page)
+    assert 'href="/app/activity"' in body and 'aria-current="page">Activity' in body  # in the navigation
+    assert "scans.list" in body and created["scan_id"] in body and "portal.login" in body
+    assert HOSTILE not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+    assert "jane@example.com" not in body.replace('placeholder="jane@example.com"', "")
+    by_action = text(client.get("/app/activity?action=scan.create"))
+    assert created["scan_id"] in by_action and "scans.list</code>" not in by_action
+    by_target = text(client.get("/app/activity?target=jane@EXAMPLE.com"))
+    assert created["scan_id"] in by_target and "portal.login</code>" not in by_target
+    nobody = text(client.get("/app/activity?target=joe@example.com"))
+    assert created["scan_id"] not in nobody and "No activity matches these filters." in nobody
+    assert text(client.get(f"/app/activity?key={portal_account.key.id}&mode=live")).count("<tr>") == 3  # head + 2
+
+
+@pytest.mark.parametrize("query, message", [
+    ("target=jane@", "not a valid e-mail address"),
+    ("created_after=yesterday", "not a date and time"),
+    ("resource=scn%20x", "not a valid id"),
+])
+def test_a_bad_filter_is_a_400_page_that_says_why(client, portal_account, query, message):
+    login(client)
+    response = client.get(f"/app/activity?{query}")
+    assert response.status_code == 400 and message in text(response)
+
+
+def test_the_csv_export_has_the_filtered_entries_and_is_an_action(client, portal_account):
+    client.post("/api/v1/scan", json={"target": "jane@example.com", "case_ref": "=HYPERLINK(\"http://evil\")"},
+                headers=portal_account.headers)
+    client.post("/api/v1/scan", json={"target": "joe@example.com"}, headers=portal_account.headers)
+    client.get("/api/v1/scans", headers=portal_account.headers)
+    login(client)
+    response = client.get("/app/activity.csv?action=scan.create&target=jane@example.COM")
+    assert response.status_code == 200 and response.mimetype == "text/csv"
+    assert "attachment" in response.headers["Content-Disposition"]
+    rows = list(csv.DictReader(io.StringIO(text(response))))
+    assert len(rows) == 1 and rows[0]["action"] == "scan.create" and rows[0]["mode"] == "live"
+    assert rows[0]["case_ref"].startswith("'=")  # a formula is neutralised
+    assert rows[0]["key_id"] == portal_account.key.id and rows[0]["status"] == "202" and rows[0]["credits"] == "1"
+    assert "jane" not in text(response)
+    everything = list(csv.DictReader(io.StringIO(text(client.get("/app/activity.csv")))))
+    # This export's own entry is written before its rows are read: it is in them.
+    assert [r["action"] for r in everything] == ["activity.export", "activity.export", "portal.login", "scans.list",
+                                                 "scan.create", "scan.create"]
+    exports = [r for r in entries(portal_account) if r.action == "activity.export"]
+    assert len(exports) == 2 and exports[0].user_email == "ops@acme.example"
+    refused = client.get("/app/activity.csv?target=ab")
+    assert refused.status_code == 302 and "/app/activity" in refused.headers["Location"]
+
+
+def test_the_page_pages_by_cursor(client, portal_account):
+    with db.connection_context():
+        for i in range(55):
+            activity.record(customer_id=portal_account.id, livemode=True, action="scan.read", status=200,
+                            resource_id=f"scn_{i:03d}")
+    login(client)
+    first = text(client.get("/app/activity"))  # 50 a page: the login and the 49 newest reads
+    assert "Older →" in first and "scn_054" in first and "scn_006" in first and "scn_005" not in first
+    nxt = first.split('/app/activity?after=')[1].split('"')[0]
+    second = text(client.get(f"/app/activity?after={nxt}"))
+    assert "scn_005" in second and "scn_000" in second and "scn_006" not in second
+    assert "Older →" not in second and "← Newest" in second
+
+
+def test_another_customers_entries_never_show(client, portal_account, make_customer):
+    stranger = make_customer()
+    client.get("/api/v1/deliveries", headers=stranger.headers)
+    login(client)
+    assert "<code>deliveries.list</code>" not in text(client.get("/app/activity"))
+    assert "deliveries.list" not in text(client.get("/app/activity.csv"))
+
+
+def test_the_pages_need_a_login(client, portal_account):
+    for path in ("/app/activity", "/app/activity.csv"):
+        response = client.get(path)
+        assert response.status_code == 302 and "/app/login" in response.headers["Location"]
