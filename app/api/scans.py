@@ -27,7 +27,7 @@ from app.schemas.scans import (
     ScanListSchema,
     ScanSchema,
 )
-from app.services import erasure, findings, reads, scans
+from app.services import activity, erasure, findings, reads, scans
 
 blp = ApiBlueprint("scans", __name__, url_prefix="/api/v1",
                 description="Create scans, read them, and do both in bulk.")
@@ -334,9 +334,10 @@ class FindingFeedback(MethodView):
         """Say whether a finding of a completed scan is about the person (`confirmed`) or not
         (`false_positive`). Later reads of the scan show it on the finding (`feedback`); giving it again
         replaces it. Costs {price}."""
-        return hooks.render(findings.give_feedback(key.customer_id, scan_id, finding_id, verdict=body.get("verdict"),
-                                                   note=body.get("note"), livemode=key.livemode,
-                                                   api_key_id=key.id))
+        given = findings.give_feedback(key.customer_id, scan_id, finding_id, verdict=body.get("verdict"),
+                                       note=body.get("note"), livemode=key.livemode, api_key_id=key.id)
+        # The activity log's entry names the scan, not the finding (the route's last argument).
+        return hooks.render(given, subject=activity.Subject(scan_id))
 
 
 @blp.route("/scan/bulk")

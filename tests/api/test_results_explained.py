@@ -224,3 +224,18 @@ def test_a_test_key_reruns_on_the_sandbox_free(client, account, jobs):
         assert balance(account) == before
         assert rerun(client, account, first_id).status_code == 404  # a live key does not see test scans
     assert second["result"]["partial"] is False and second["rerun_of"] == first_id
+
+
+@pytest.mark.config(ENGINE_POLL_SECONDS=1)
+def test_feedback_and_reruns_are_activity_log_entries_naming_the_scan(client, account, jobs):
+    from app.models import ActivityEntry
+    with freeze_time(START) as frozen:
+        first_id = complete(client, account, jobs, frozen, "partial.jane@example.com")
+        finding_id = client.get(f"{SCAN}/{first_id}", headers=account.headers).json["result"]["findings"][0]["id"]
+        assert feedback(client, account, first_id, finding_id, verdict="confirmed").status_code == 200
+        rerun_id = rerun(client, account, first_id).json["scan_id"]
+    with db.connection_context():
+        rows = {r.action: r for r in ActivityEntry.select().where(ActivityEntry.customer_id == account.id)}
+    assert rows["finding.feedback"].resource_id == first_id and rows["finding.feedback"].credits == 1
+    assert rows["scan.rerun"].resource_id == rerun_id and rows["scan.rerun"].credits == 1
+    assert len(rows["scan.rerun"].target_hashes) == 1  # who looked the target up again, as a keyed hash
