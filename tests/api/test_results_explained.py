@@ -74,9 +74,17 @@ def test_the_webhook_body_carries_the_explanation(client, make_customer, jobs):
         read = client.get(f"{SCAN}/{scan_id}", headers=account.headers).json["result"]
     with db.connection_context():
         delivery = WebhookDelivery.get(WebhookDelivery.scan_id == scan_id)
-    body = json.loads(bytes(delivery.body) if not isinstance(delivery.body, str) else delivery.body)
-    assert body["result"] == read
+    body = json.loads(delivery.body)
+    assert body["result"] == read and "rerun_of" not in body
     assert body["result"]["partial"] is True and body["result"]["findings"]
+    with freeze_time(START) as frozen:
+        frozen.tick(600)
+        rerun_id = rerun(client, account, scan_id).json["scan_id"]
+        assert jobs.run(frozen, until=lambda: status_of(rerun_id) == "completed")
+    with db.connection_context():
+        again = json.loads(WebhookDelivery.get(WebhookDelivery.scan_id == rerun_id).body)
+    assert list(again)[:3] == ["event", "scan_id", "rerun_of"] and again["rerun_of"] == scan_id
+    assert again["result"]["partial"] is False
 
 
 # --- feedback on a finding --------------------------------------------------------------------
