@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hmac
 import os
+import re
 import time
 
 from app import events
@@ -64,6 +65,9 @@ WEBHOOK_DELIVERY_LATENCY = Histogram(
     "scan_api_webhook_delivery_seconds",
     "From the event (the scan's final state) to the receiver's 2xx, retries included",
     ["event"], buckets=DELIVERY_BUCKETS)
+FINDING_FEEDBACK = Counter("scan_api_finding_feedback_total",
+                           "Customers' feedback on findings, by each source that found the finding and verdict "
+                           "(source \"none\": a finding no source was named for)", ["source", "verdict"])
 SWEEP_RUNS = Counter("scan_api_recovery_sweeps_total", "Recovery sweeps run")
 SWEEP_ACTIONS = Counter("scan_api_recovery_actions_total", "What recovery sweeps did", ["action"])
 SWEEP_LAST = Gauge("scan_api_recovery_last_sweep_timestamp_seconds", "Unix time of the last recovery sweep",
@@ -85,6 +89,10 @@ ATTEMPT_FAILURES = ("timeout", "connection_error", "tls_error", "redirect_not_fo
                     "request_error", "worker_lost", "http_4xx", "http_5xx")
 EVENTS = events.NAMES
 ERASURE_REASONS = ("request", "retention")
+FEEDBACK_VERDICTS = ("false_positive", "confirmed")
+# A source label is the engine's id of the source, when it looks like one; anything else is
+# counted as "other", so that no engine can put arbitrary text (or personal data) in a label.
+SOURCE_LABEL = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
 
 def _start_at_zero() -> None:
@@ -104,6 +112,8 @@ def _start_at_zero() -> None:
         WEBHOOK_DELIVERY_LATENCY.labels(event=event)
     for reason in ERASURE_REASONS:
         SCANS_ERASED.labels(reason=reason)
+    for verdict in FEEDBACK_VERDICTS:  # the sources are the engine's: only "none" is known in advance
+        FINDING_FEEDBACK.labels(source="none", verdict=verdict)
 
 
 _start_at_zero()
@@ -119,6 +129,13 @@ def count_scan_finished(kind: str, status: str, reason: str | None = None) -> No
     SCANS_FINISHED.labels(kind=kind, status=status).inc()
     if status == "failed":
         SCANS_FAILED.labels(kind=kind, reason=reason or "unknown").inc()
+
+
+def count_feedback(source_ids: list[str], verdict: str) -> None:
+    """One feedback on a finding, counted for each source that found it."""
+    labels = {s if SOURCE_LABEL.match(s) else "other" for s in source_ids} or {"none"}
+    for source in sorted(labels):
+        FINDING_FEEDBACK.labels(source=source, verdict=verdict).inc()
 
 
 def count_webhook_attempt(succeeded: bool, error: str | None, status_code: int | None) -> None:

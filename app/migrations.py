@@ -166,6 +166,32 @@ def _portal_roles_and_two_factor(database):
     database.create_tables([PortalRecoveryCode], safe=True)
 
 
+def _results_explained(database):
+    """Scan.rerun_of and the FindingFeedback table (D23); completed scans' stored results gain
+    the explanation every result now carries (no sources, nothing checked, not partial, their
+    findings with ids), so that reads stay a copy of the stored text."""
+    import json
+
+    from app.models import FindingFeedback
+    from app.services.results import normalize_result
+
+    database.execute_sql('ALTER TABLE "scan" ADD COLUMN IF NOT EXISTS "rerun_of" VARCHAR(40)')
+    database.create_tables([FindingFeedback], safe=True)
+    p = database.param
+    after = ""
+    while True:  # in pages, by id: a large table is never held in memory whole
+        rows = database.execute_sql(
+            f'SELECT id, kind, result_json FROM "scan" WHERE id > {p} AND status = {p} AND result_json IS NOT NULL '
+            f"AND result_json NOT LIKE {p} ORDER BY id LIMIT 500", (after, "completed", '%"coverage":%')).fetchall()
+        if not rows:
+            return
+        for scan_id, kind, text in rows:
+            result = normalize_result(json.loads(text), kind, scan_id=scan_id, stored=True)
+            database.execute_sql(f'UPDATE "scan" SET result_json = {p} WHERE id = {p}',
+                                 (json.dumps(result, separators=(",", ":")), scan_id))
+        after = rows[-1][0]
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 MIGRATIONS = [
     (1, "initial schema", _initial),
@@ -179,6 +205,7 @@ MIGRATIONS = [
     (10, "activity log, partitioned by day", _activity_log),
     (11, "retention and erasure", _retention),
     (12, "key scopes, expiry, IP allowlist", _key_access),
+    (13, "results explained: re-runs, finding feedback", _results_explained),
     (14, "portal roles and two-factor login", _portal_roles_and_two_factor),
 ]
 

@@ -8,10 +8,18 @@ API (``Authorization: Bearer <ENGINE_TOKEN>`` required when ``ENGINE_TOKEN`` is 
   → 201 ``{"items": [{"id", "recipes", "eta_seconds"}, ...]}`` in request order
 - ``GET /v1/investigations/<id>``
   → 200 ``{"id", "status", "recipes_total", "recipes_done", "result", "error"}``
+- ``POST /v1/investigations/status`` ``{"ids": [...]}`` (1 to 100 ids: the batch look of E6)
+  → 200 ``{"items": [...]}``, each as the single look answers, in the order asked; an id this
+  engine never issued is ``{"id", "status": "error", "error": {"code": "not_found"}}``
+
+Submissions (single and batch items) accept ``"sources": [ids]``: a re-run of those sources
+only (E6). Results carry ``sources``, ``evidence`` and ``risk.reasons`` (see
+``app.simulated.results``); ``partial…`` targets (phones ending ``7777``) end with some
+sources rate-limited or timed out.
 
 Investigations are stateless (see ``simulator.investigations``), so the results and the
-``fail``/``slow``/``hang``/``junk`` target conventions documented there hold across restarts.
-A ``junk`` investigation ends ``done`` with ``"result": "not an object"``.
+``fail``/``slow``/``hang``/``partial``/``junk`` target conventions documented there hold across
+restarts. A ``junk`` investigation (phones ending ``6666``) ends ``done`` with ``"result": "not an object"``.
 
 Controls (no auth, for tests and QA): ``POST /_sim/engine/mode`` with ``{"mode": "up"}``,
 ``{"mode": "down"}`` (every ``/v1`` call answers 503) or ``{"mode": "flaky", "every": N}``
@@ -36,12 +44,13 @@ from simulator.results import result_for
 MAX_BATCH = 100
 JUNK_RESULT = "not an object"
 MODES = ("up", "down", "flaky")
-STAT_NAMES = ("submit", "batch", "status")
+STAT_NAMES = ("submit", "batch", "status", "looks")
 
 engine_bp = Blueprint("engine", __name__)
 
 # Which stats counter each API view feeds; also the set of views that mode and auth apply to.
-_STAT_OF_ENDPOINT = {"engine.submit": "submit", "engine.submit_batch": "batch", "engine.status": "status"}
+_STAT_OF_ENDPOINT = {"engine.submit": "submit", "engine.submit_batch": "batch", "engine.status": "status",
+                     "engine.status_batch": "looks"}
 
 
 class EngineControl:
@@ -141,14 +150,36 @@ def submit_batch():
             parsed.append(_parse_item(item))
         except InvalidBody as exc:
             raise InvalidBody(f"items[{index}]: {exc}") from exc
-    return jsonify({"items": [_submission(kind, target) for kind, target in parsed]}), 201
+    return jsonify({"items": [_submission(*item) for item in parsed]}), 201
 
 
 @engine_bp.get("/v1/investigations/<engine_id>")
 def status(engine_id: str):
+    body = _look(engine_id)
+    if body is None:
+        return json_error(404, "not_found", "No such investigation.")
+    return jsonify(body)
+
+
+@engine_bp.post("/v1/investigations/status")
+def status_batch():
+    """The batch look (E6): each id as the single look answers it, in the order asked."""
+    ids = _json_body().get("ids")
+    if not isinstance(ids, list) or not 1 <= len(ids) <= MAX_BATCH or not all(isinstance(i, str) for i in ids):
+        raise InvalidBody(f"ids must be a list of 1 to {MAX_BATCH} investigation ids")
+    return jsonify({"items": [_look(engine_id) or _unknown(engine_id) for engine_id in ids]})
+
+
+def _unknown(engine_id: str) -> dict:
+    return {"id": engine_id, "status": "error", "recipes_total": 0, "recipes_done": 0, "result": None,
+            "error": {"code": "not_found", "message": "No such investigation."}}
+
+
+def _look(engine_id: str) -> dict | None:
+    """What ``GET /v1/investigations/<id>`` answers, or None for an id this engine never issued."""
     investigation = decode_id(engine_id)
     if investigation is None:
-        return json_error(404, "not_found", "No such investigation.")
+        return None
     kind, target = investigation.kind, investigation.target
     plan = plan_for(kind, target, _time_scale())
     progress = progress_at(plan, time.time() - investigation.created_ms / 1000)
@@ -156,10 +187,13 @@ def status(engine_id: str):
             "recipes_done": progress.recipes_done, "result": None, "error": None}
     if progress.status == "done":
         artifact_base = f"{request.host_url}_sim/artifacts/{engine_id}"
-        body["result"] = JUNK_RESULT if plan.behaviour == JUNK else result_for(kind, target, artifact_base)
+        finished = time.gmtime(investigation.created_ms / 1000 + plan.duration_s)
+        sources = None if investigation.sources is None else list(investigation.sources)
+        body["result"] = JUNK_RESULT if plan.behaviour == JUNK else result_for(
+            kind, target, artifact_base, sources=sources, checked_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", finished))
     elif progress.status == "error":
         body["error"] = {"code": "engine_failed", "message": f"Recipe {progress.recipes_done + 1} failed (simulated)."}
-    return jsonify(body)
+    return body
 
 
 @engine_bp.get("/_sim/engine/mode")
@@ -216,7 +250,7 @@ def _json_body() -> dict:
     return body
 
 
-def _parse_item(item) -> tuple[str, str]:
+def _parse_item(item) -> tuple[str, str, list[str] | None]:
     if not isinstance(item, dict):
         raise InvalidBody("an investigation must be a JSON object")
     kind, target, reference = item.get("kind"), item.get("target"), item.get("reference")
@@ -226,12 +260,16 @@ def _parse_item(item) -> tuple[str, str]:
         raise InvalidBody("target must be a non-empty string")
     if reference is not None and not isinstance(reference, str):
         raise InvalidBody("reference must be a string")
-    return kind, target
+    sources = item.get("sources")
+    if sources is not None and not (isinstance(sources, list) and sources
+                                    and all(isinstance(s, str) and s for s in sources)):
+        raise InvalidBody("sources must be a non-empty list of source ids")
+    return kind, target, sources
 
 
-def _submission(kind: str, target: str) -> dict:
+def _submission(kind: str, target: str, sources: list[str] | None = None) -> dict:
     plan = plan_for(kind, target, _time_scale())
-    return {"id": encode_id(kind, target), "recipes": plan.recipes, "eta_seconds": plan.eta_seconds}
+    return {"id": encode_id(kind, target, sources=sources), "recipes": plan.recipes, "eta_seconds": plan.eta_seconds}
 
 
 def _time_scale() -> float:

@@ -1,12 +1,13 @@
 """Stateless investigations: ids that carry their own state, progress computed from the clock.
 
 The simulator keeps no table of investigations. An engine id is ``inv_`` followed by the
-URL-safe base64 (unpadded) of ``{"k": kind, "t": target, "c": created_unix_ms, "n": nonce}``,
+URL-safe base64 (unpadded) of ``{"k": kind, "t": target, "c": created_unix_ms, "n": nonce}``
+(with ``"s": [source ids]`` for a re-run of some sources, E6),
 so any simulator process, restarted or not, answers the same for the same id, and the
 random nonce keeps two submissions of one target apart. Everything else (duration, number
 of recipes, behaviour) is derived from ``sha256("kind:target")``.
 
-The target conventions (``fail``/``slow``/``hang``/``junk``), the recipe count and the
+The target conventions (``fail``/``slow``/``hang``/``partial``/``junk``), the recipe count and the
 progress over time are shared with the service's sandbox engine and documented in
 ``app.simulated.conventions``; here ``slow`` takes the longest duration (180 s x time
 scale). ``junk`` is an extension of E3, there to exercise the service's
@@ -28,6 +29,7 @@ from app.simulated.conventions import (  # noqa: F401
     MAX_RECIPES,
     MIN_RECIPES,
     NORMAL,
+    PARTIAL,
     PENDING_FRACTION,
     SLOW,
     Plan,
@@ -51,6 +53,7 @@ class Investigation:
     kind: str
     target: str
     created_ms: int
+    sources: tuple[str, ...] | None = None  # a re-run of these sources only
 
 
 def now_ms() -> int:
@@ -59,14 +62,17 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def encode_id(kind: str, target: str, created_ms: int | None = None) -> str:
-    """Create a new engine id for an investigation submitted now (or at ``created_ms``)."""
-    payload = {
+def encode_id(kind: str, target: str, created_ms: int | None = None, sources: list[str] | None = None) -> str:
+    """Create a new engine id for an investigation submitted now (or at ``created_ms``);
+    ``sources``: a re-run of those only."""
+    payload: dict[str, object] = {
         "k": kind,
         "t": target,
         "c": now_ms() if created_ms is None else created_ms,
         "n": secrets.token_hex(4),
     }
+    if sources is not None:
+        payload["s"] = list(sources)
     raw = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     return ID_PREFIX + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
@@ -88,7 +94,11 @@ def decode_id(engine_id: str) -> Investigation | None:
         return None
     if not isinstance(created, int) or isinstance(created, bool):
         return None
-    return Investigation(kind=kind, target=target, created_ms=created)
+    sources = payload.get("s")
+    if sources is not None and not (isinstance(sources, list) and all(isinstance(s, str) for s in sources)):
+        return None
+    return Investigation(kind=kind, target=target, created_ms=created,
+                         sources=None if sources is None else tuple(sources))
 
 
 def plan_for(kind: str, target: str, time_scale: float) -> Plan:

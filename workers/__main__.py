@@ -113,7 +113,8 @@ class PreciseScheduler(RQScheduler):
 
 
 class ScanWorker(SimpleWorker):
-    """SimpleWorker with the precise scheduler, that also runs the periodic jobs (recovery, retention) as a maintenance task.
+    """SimpleWorker with the precise scheduler, that also runs the periodic jobs (recovery,
+    retention) as a maintenance task.
 
     Queues named in ``pooled`` are scheduled (their due jobs promoted) and listed as this
     worker's, but their jobs are taken by the delivery pool (``workers.delivery_pool``),

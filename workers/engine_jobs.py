@@ -97,7 +97,7 @@ def _apply(scan, state: dict, *, past_deadline: bool = False) -> str | dict:
     status = state.get("status")
     if status == "done":
         try:
-            result = normalize_result(state.get("result"), scan.kind)
+            result = normalize_result(state.get("result"), scan.kind, scan_id=scan.id)
         except InvalidResult as exc:
             log.warning("scan %s: invalid engine result: %s", scan.id, exc)
             tracking.fail(scan.id, "engine_failed", "the engine returned a result that is not valid")

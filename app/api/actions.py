@@ -15,6 +15,8 @@ ACTIONS = {
     "POST /api/v1/scan": "scan.create",
     "GET /api/v1/scan/{scan_id}": "scan.read",
     "DELETE /api/v1/scan/{scan_id}": "scan.erase",
+    "POST /api/v1/scan/{scan_id}/rerun": "scan.rerun",
+    "POST /api/v1/scan/{scan_id}/findings/{finding_id}/feedback": "finding.feedback",
     "POST /api/v1/scan/bulk": "bulk.create",
     "GET /api/v1/scan/bulk/{bulk_id}": "bulk.read",
     "DELETE /api/v1/scan/bulk/{bulk_id}": "bulk.erase",

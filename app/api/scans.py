@@ -18,6 +18,8 @@ from app.schemas.scans import (
     BulkCreateSchema,
     BulkErasedSchema,
     BulkStateSchema,
+    FeedbackCreateSchema,
+    FeedbackGivenSchema,
     ScanCreatedSchema,
     ScanCreateSchema,
     ScanErasedSchema,
@@ -25,7 +27,7 @@ from app.schemas.scans import (
     ScanListSchema,
     ScanSchema,
 )
-from app.services import access, erasure, reads, scans
+from app.services import access, activity, erasure, findings, reads, scans
 
 blp = ApiBlueprint("scans", __name__, url_prefix="/api/v1",
                 description="Create scans, read them, and do both in bulk.")
@@ -73,6 +75,7 @@ ERROR_EXAMPLES = {
     "bulk_not_allowed": (403, "bulk calls are available on the Business and Enterprise tiers"),
     "target_suppressed": (403, "the person this target belongs to has opted out of lookups"),
     "not_found": (404, "no scan with this id"),
+    "nothing_to_rerun": (409, "this scan has no source to re-run: it is not completed, or every source answered"),
     "idempotency_conflict": (409, "this Idempotency-Key was used with a different request body"),
     "scan_in_flight": (409, "this scan is still in flight: erase it once it is completed or failed"),
     "rate_limit_inflight": (429, "too many scans in flight (10 of 10); retry when one finishes"),
@@ -169,14 +172,40 @@ SIGNATURE_PARAMETERS = [
      "schema": {"type": "string", "example": "Service-Webhook/1"}},
 ]
 WEBHOOK_RESULT_EXAMPLE = {
-    "risk": {"score": 62, "band": "high"}, "counts": {"cases": 2, "entities": 14, "findings": 9},
+    "risk": {"score": 62, "band": "high", "reasons": [
+        {"code": "breaches", "points": 12, "description": "Appears in 1 known breach.",
+         "finding_ids": ["fnd_75Ml5C0uCxYLlJdzJ7o9"]},
+        {"code": "verified_profiles", "points": 6, "description": "Linked to 1 verified online profile.",
+         "finding_ids": ["fnd_xkbJCSOE9oL-xMQk4e0X"]},
+        {"code": "other_signals", "points": 44, "description": "Other signals seen by the engine.",
+         "finding_ids": []}]},
+    "counts": {"cases": 2, "entities": 14, "findings": 9},
     "profiles": {"verified": [{"platform": "github", "url": "https://github.com/janedoe", "handle": "janedoe",
                                "display_name": "Jane Doe", "confidence": 0.92}], "weak": []},
     "contacts": {"emails": ["j.doe@example.org"], "phones": []},
     "breaches": [{"name": "ExampleForum", "date": "2021-06", "accounts": 1200000, "classes": ["emails", "passwords"]}],
     "phone_profile": None, "ai_summary": "Jane Doe has a public developer profile and one old breach.",
     "artifacts": {"pdf": "https://engine.example/artifacts/inv_1.pdf",
-                  "person_card": "https://engine.example/artifacts/inv_1.card"}}
+                  "person_card": "https://engine.example/artifacts/inv_1.card"},
+    "sources": [
+        {"id": "github", "name": "GitHub", "status": "found", "checked_at": "2026-11-21T12:01:58Z", "latency_ms": 230},
+        {"id": "breach_index", "name": "Breach Index", "status": "found", "checked_at": "2026-11-21T12:01:58Z",
+         "latency_ms": 412},
+        {"id": "mailbox_verifier", "name": "Mailbox Verifier", "status": "found",
+         "checked_at": "2026-11-21T12:01:58Z", "latency_ms": 180},
+        {"id": "paste_monitor", "name": "Paste Monitor", "status": "rate_limited",
+         "checked_at": "2026-11-21T12:01:58Z", "latency_ms": 95}],
+    "coverage": {"checked": 4, "found": 3, "failed": 1, "ratio": 0.75},
+    "partial": True,
+    "findings": [
+        {"id": "fnd_xkbJCSOE9oL-xMQk4e0X", "path": "profiles.verified[0]", "source_ids": ["github"],
+         "feedback": None},
+        {"id": "fnd_Tk4AfyWcO25EB_XyH-Ff", "path": "contacts.emails[0]", "source_ids": ["mailbox_verifier"],
+         "feedback": {"verdict": "confirmed", "note": "", "at": "2026-11-21T12:30:00Z"}},
+        {"id": "fnd_75Ml5C0uCxYLlJdzJ7o9", "path": "breaches[0]", "source_ids": ["breach_index"],
+         "feedback": None}]}
+
+
 def webhook_callbacks(operation_id: str) -> dict:
     """The events a creation leads to, as an OpenAPI 3.0 callback (operation ids must be unique)."""
     return {"scanFinished": {WEBHOOK_URL: {"post": {**WEBHOOK_OPERATION, "operationId": operation_id}}}}
@@ -291,6 +320,49 @@ class ScanRead(MethodView):
         case reference and charges stay, and its reads answer them with `erased_at`. Erasing it again answers
         the same. Costs {price}."""
         return hooks.render(erasure.erase_scan(customer_id=key.customer_id, scan_id=scan_id, livemode=key.livemode))
+
+
+@blp.route("/scan/<scan_id:scan_id>/rerun")
+class ScanRerun(MethodView):
+    @hooks.api_call(scope=access.SCANS_WRITE)
+    @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Re-run a scan's failed sources",
+             operationId="rerunScan", callbacks=webhook_callbacks("rerunScanEvent"))
+    @blp.response(202, ScanCreatedSchema, headers=HEADERS, description="The re-run is queued as a new scan.")
+    @documented_errors(401, 402, 403, 404, 409, 429, 502, 503, overrides={
+        403: "`forbidden` (another customer's scan), `target_suppressed` (the person opted out of lookups "
+             "since; free of charge)",
+        409: "`nothing_to_rerun` (the scan is not completed, or every source answered; free of charge), "
+             "`idempotency_conflict`"},
+        codes={403: ("forbidden", "target_suppressed"), 409: ("nothing_to_rerun", "idempotency_conflict")})
+    @blp.priced("scan")
+    def post(self, key, scan_id):
+        """Ask again the sources that could not answer for a completed scan (`result.partial`): a new scan
+        of the same target, with `rerun_of` naming this one, its own result and its own webhook event.
+        Limited and charged as a creation: costs {price}."""
+        return created(scans.create_rerun(key.customer, key.id, scan_id, request_id=g.request_id,
+                                          livemode=key.livemode))
+
+
+@blp.route("/scan/<scan_id:scan_id>/findings/<string:finding_id>/feedback")
+class FindingFeedback(MethodView):
+    @hooks.api_call(scope=access.SCANS_WRITE)
+    @blp.doc(security=SECURITY, summary="Give feedback on a finding", operationId="giveFeedback")
+    @blp.arguments(FeedbackCreateSchema, example={"verdict": "false_positive",
+                                                  "note": "Another person with the same name."})
+    @blp.response(200, FeedbackGivenSchema, headers=HEADERS, description="The feedback is recorded.")
+    @documented_errors(400, 401, 402, 403, 404, 409, 503, overrides={
+        400: "`invalid_request` (verdict or note not valid; with `details`)",
+        404: "`not_found` (no such scan, or no such finding in its result)"},
+        codes={400: ("invalid_request",)})
+    @blp.priced("call")
+    def post(self, key, body, scan_id, finding_id):
+        """Say whether a finding of a completed scan is about the person (`confirmed`) or not
+        (`false_positive`). Later reads of the scan show it on the finding (`feedback`); giving it again
+        replaces it. Costs {price}."""
+        given = findings.give_feedback(key.customer_id, scan_id, finding_id, verdict=body.get("verdict"),
+                                       note=body.get("note"), livemode=key.livemode, api_key_id=key.id)
+        # The activity log's entry names the scan, not the finding (the route's last argument).
+        return hooks.render(given, subject=activity.Subject(scan_id))
 
 
 @blp.route("/scan/bulk")

@@ -7,7 +7,7 @@ from app.models.accounts import ApiKey, CreditLedger, Customer, PortalRecoveryCo
 from app.models.activity import ActivityEntry
 from app.models.base import BaseModel, iso, new_id, utcnow
 from app.models.privacy import Suppression
-from app.models.scans import BulkBatch, IdempotencyRecord, QuotaMinute, Scan
+from app.models.scans import BulkBatch, FindingFeedback, IdempotencyRecord, QuotaMinute, Scan
 from app.models.schema_version import SchemaVersion
 from app.models.webhooks import DeliveryAttempt, WebhookDelivery
 
@@ -27,10 +27,12 @@ ALL_MODELS = [
     DeliveryAttempt,
     Suppression,
     ActivityEntry,
+    FindingFeedback,
 ]
 
 __all__ = [
     "ALL_MODELS", "ActivityEntry", "ApiKey", "BaseModel", "BulkBatch", "CreditLedger", "Customer", "DeliveryAttempt",
+    "FindingFeedback",
     "IdempotencyRecord", "PortalRecoveryCode", "PortalSession", "PortalUser", "QuotaMinute", "Scan", "SchemaVersion",
     "Suppression",
     "WebhookDelivery", "iso", "new_id",

@@ -1,5 +1,15 @@
 """Scans, bulk batches and idempotency records."""
-from peewee import SQL, BooleanField, CharField, CompositeKey, DateTimeField, ForeignKeyField, IntegerField, TextField
+from peewee import (
+    SQL,
+    AutoField,
+    BooleanField,
+    CharField,
+    CompositeKey,
+    DateTimeField,
+    ForeignKeyField,
+    IntegerField,
+    TextField,
+)
 
 from app.models.accounts import ApiKey, Customer
 from app.models.base import BaseModel, utcnow
@@ -66,6 +76,9 @@ class Scan(BaseModel):
     livemode = BooleanField(default=True, constraints=[SQL("DEFAULT TRUE")])
     # When its personal data was erased (D20); NULL while it is kept.
     erased_at = DateTimeField(null=True)
+    # The scan whose failed sources this one re-runs (D23); a plain id, so that erasing the
+    # first scan leaves its re-run alone.
+    rerun_of = CharField(max_length=40, null=True)
 
     class Meta:
         indexes = (
@@ -125,3 +138,23 @@ class IdempotencyRecord(BaseModel):
 
     class Meta:
         indexes = ((("customer", "livemode", "key"), True),)
+
+
+FEEDBACK_VERDICTS = ("false_positive", "confirmed")
+
+
+class FindingFeedback(BaseModel):
+    """Each feedback a customer gave on a finding of a scan's result (D23), oldest first; the
+    latest is also written into the stored result, so reads show it at no cost. Goes with its
+    scan (erasure, D20)."""
+
+    id = AutoField()
+    scan = ForeignKeyField(Scan, backref="feedback", on_delete="CASCADE")
+    scan_id: str
+    finding_id = CharField(max_length=40)
+    verdict = CharField(max_length=20)
+    note = TextField(default="")
+    # The sources that found the finding when the feedback was given (a JSON list of ids).
+    source_ids = TextField(default="[]")
+    api_key_id = CharField(max_length=40, null=True)  # who gave it: the key, or None from the portal
+    created_at = DateTimeField(default=utcnow)

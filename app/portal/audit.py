@@ -32,6 +32,18 @@ ACTIONS = {
     "portal.redeliver": "delivery.redeliver",
     "portal.ledger_csv": "usage.ledger_export",
     "portal.activity_csv": "activity.export",
+    "portal.erase_scan": "scan.erase",
+    "portal.finding_feedback": "finding.feedback",
+    "portal.save_access": "key.access_update",
+    "portal.settings": "customer.settings_update",
+    "portal.invite_user": "user.invite",
+    "portal.user_role": "user.role_change",
+    "portal.user_state": "user.state_change",
+    "portal.user_link": "user.password_link",
+    "portal.two_factor_confirm": "user.two_factor_enable",
+    "portal.two_factor_disable": "user.two_factor_disable",
+    "portal.login_code": "portal.login_code",
+    "portal.set_password": "user.password_set",
 }
 # Reads that are actions all the same: what leaves the portal in bulk.
 EXPORTS = frozenset({"portal.ledger_csv", "portal.activity_csv"})

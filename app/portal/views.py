@@ -48,6 +48,7 @@ from app.services import (
     billing,
     delivery_console,
     erasure,
+    findings,
     portal_users,
     quotas,
     reads,
@@ -59,7 +60,7 @@ from app.services import portal_roles as roles
 from app.services import usage as usage_service
 from app.services.accounts import AccountError
 from app.services.crypto import decrypt_secret
-from app.services.errors import InvalidRequest, NotFound, ScanInFlight
+from app.services.errors import Forbidden, InvalidRequest, NotFound, ScanInFlight
 from app.services.limits import limits_for
 
 bp = Blueprint("portal", __name__, url_prefix="/app", template_folder="templates", static_folder="static")
@@ -386,9 +387,42 @@ def scan_page(scan_id):
         scan = reads.scan_detail(g.portal_customer.id, scan_id)
     except NotFound:
         abort(404)
-    return render_template("portal/scan.html", scan=scan, erase_form=EraseForm(),
+    return render_template("portal/scan.html", scan=scan, explained=_explained(scan.get("result")),
+                           action=ActionForm(), erase_form=EraseForm(),
                            retention_days=g.portal_customer.result_retention_days,
                            deliveries=webhooks.scan_deliveries(scan["scan_id"], g.portal_customer.id))
+
+
+# What the scan page shows for each failed, found or silent source.
+SOURCE_BADGES = {"found": "ok", "not_found": "", "skipped": "", "error": "failed", "rate_limited": "failed",
+                 "timeout": "failed"}
+
+
+def _explained(result: dict | None) -> dict:
+    """The result's findings by path and sources by id, for the scan page's tables and links."""
+    if not result:
+        return {"by_path": {}, "sources": {}, "badges": SOURCE_BADGES}
+    return {"by_path": {f["path"]: f for f in result.get("findings") or []},
+            "sources": {s["id"]: s for s in result.get("sources") or []}, "badges": SOURCE_BADGES}
+
+
+@bp.post("/scans/<scan_id>/findings/<finding_id>/feedback")
+@security.requires(roles.SCANS)
+def finding_feedback(scan_id, finding_id):
+    """The feedback buttons of a finding: the API's feedback, for either mode, free of charge."""
+    if ActionForm().validate_on_submit():
+        verdict = request.form.get("verdict")
+        try:
+            findings.give_feedback(g.portal_customer.id, scan_id, finding_id, verdict=verdict,
+                                   note=request.form.get("note") or None, livemode=None)
+        except (NotFound, Forbidden):  # another customer's scan is a 404 here, as on the scan page
+            abort(404)
+        except InvalidRequest as exc:
+            flash(exc.message, "error")
+        else:
+            flash("Thank you: the finding is marked " + ("not this person." if verdict == "false_positive"
+                                                         else "confirmed."), "ok")
+    return redirect(url_for("portal.scan_page", scan_id=scan_id, _anchor=finding_id))
 
 
 @bp.post("/scans/<scan_id>/erase")

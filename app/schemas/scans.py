@@ -74,9 +74,27 @@ class BulkCreateSchema(ma.Schema):
 
 # --- result (D6) ------------------------------------------------------------------
 
+FINDING_ID_DOC = {"description": "A finding's id: the same on every read of the scan.",
+                  "example": "fnd_75Ml5C0uCxYLlJdzJ7o9"}
+
+
+class ReasonSchema(ma.Schema):
+    code = fields.String(required=True, metadata={"description": "What raised the score, as a stable code.",
+                                                  "example": "breaches"})
+    points = fields.Integer(required=True, metadata={
+        "description": "Its share of the score: the points of all reasons add up to the score.", "example": 24})
+    description = fields.String(required=True, metadata={"example": "Appears in 2 known breaches."})
+    finding_ids = fields.List(fields.String(), required=True, metadata={
+        "description": "The findings behind this reason (`findings[].id`); empty for signals that name no item.",
+        "example": ["fnd_75Ml5C0uCxYLlJdzJ7o9"]})
+
+
 class RiskSchema(ma.Schema):
     score = fields.Integer(required=True, metadata={"minimum": 0, "maximum": 100, "example": 62})
     band = fields.String(required=True, metadata={"enum": ["low", "medium", "high", "critical"], "example": "high"})
+    reasons = fields.List(fields.Nested(ReasonSchema), required=True, metadata={
+        "description": "The score explained: points that add up to it, each naming its findings. Empty when the "
+                       "engine gave no explanation (or one that did not add up)."})
 
 
 class CountsSchema(ma.Schema):
@@ -125,6 +143,53 @@ class ArtifactsSchema(ma.Schema):
     person_card = fields.String(required=True, metadata={"example": "https://engine.example/artifacts/inv_1.card"})
 
 
+SOURCE_STATUSES = ["found", "not_found", "error", "rate_limited", "timeout", "skipped"]
+
+
+class SourceSchema(ma.Schema):
+    id = fields.String(required=True, metadata={"example": "breach_index"})
+    name = fields.String(required=True, metadata={"example": "Breach Index"})
+    status = fields.String(required=True, metadata={
+        "enum": SOURCE_STATUSES, "example": "found",
+        "description": "found: it found something; not_found: it answered with nothing; error, rate_limited, "
+                       "timeout: it could not answer (the result is partial; re-run the scan to ask it again); "
+                       "skipped: not asked for this kind of target."})
+    checked_at = fields.String(required=True, allow_none=True, metadata={"format": "date-time",
+                                                                       "example": "2026-11-21T12:01:40Z"})
+    latency_ms = fields.Integer(required=True, allow_none=True, metadata={"example": 412})
+
+
+class CoverageSchema(ma.Schema):
+    checked = fields.Integer(required=True, metadata={"description": "Sources asked (not skipped).",
+                                                      "example": 14})
+    found = fields.Integer(required=True, metadata={"description": "Sources that found something.", "example": 6})
+    failed = fields.Integer(required=True, metadata={
+        "description": "Sources that could not answer (error, rate-limited, timed out).", "example": 2})
+    ratio = fields.Float(required=True, metadata={
+        "minimum": 0, "maximum": 1, "example": 0.8571,
+        "description": "(checked - failed) / checked: the share of sources that answered; 1 when none was asked."})
+
+
+class FeedbackSchema(ma.Schema):
+    verdict = fields.String(required=True, metadata={"enum": ["false_positive", "confirmed"],
+                                                     "example": "false_positive"})
+    note = fields.String(required=True, metadata={"example": "Another person with the same name."})
+    at = fields.String(required=True, allow_none=True, metadata={"format": "date-time",
+                                                                 "example": "2026-11-21T12:30:00Z"})
+
+
+class FindingSchema(ma.Schema):
+    id = fields.String(required=True, metadata=FINDING_ID_DOC)
+    path = fields.String(required=True, metadata={
+        "description": "The item of the result this finding is: `profiles.verified[0]`, `profiles.weak[1]`, "
+                       "`contacts.emails[0]`, `contacts.phones[0]` or `breaches[2]`.",
+        "example": "breaches[0]"})
+    source_ids = fields.List(fields.String(), required=True, metadata={
+        "description": "The sources that found it (`sources[].id`).", "example": ["breach_index"]})
+    feedback = fields.Nested(FeedbackSchema, required=True, allow_none=True, metadata={
+        "description": "Your latest feedback on this finding, or null."})
+
+
 class ResultSchema(ma.Schema):
     risk = fields.Nested(RiskSchema, required=True)
     counts = fields.Nested(CountsSchema, required=True)
@@ -135,6 +200,17 @@ class ResultSchema(ma.Schema):
                                   metadata={"description": "null unless the target is a phone with a profile"})
     ai_summary = fields.String(required=True)
     artifacts = fields.Nested(ArtifactsSchema, required=True)
+    sources = fields.List(fields.Nested(SourceSchema), required=True, metadata={
+        "description": "The sources the engine asked, with what each answered; empty when the engine does not "
+                       "report them."})
+    coverage = fields.Nested(CoverageSchema, required=True, metadata={
+        "description": "How many sources were asked, found something or could not answer."})
+    partial = fields.Boolean(required=True, metadata={
+        "description": "Some sources could not answer: the result may miss what they would have found. "
+                       "`POST /api/v1/scan/{scan_id}/rerun` asks them again.", "example": False})
+    findings = fields.List(fields.Nested(FindingSchema), required=True, metadata={
+        "description": "One per item of `profiles.verified`, `profiles.weak`, `contacts.emails`, "
+                       "`contacts.phones` and `breaches`, in that order: its id (for feedback), path and sources."})
 
 
 class FailureSchema(ma.Schema):
@@ -153,6 +229,10 @@ STATUS_DOC = {"enum": ["queued", "running", "completed", "failed"]}
 TIME_DOC = {"format": "date-time", "example": "2026-11-21T12:00:00Z"}
 
 
+RERUN_OF_DOC = {"description": "Only for a re-run: the scan whose failed sources it asks again.",
+                "example": "scn_8aP2vR5nQx0wLk3mYt7c1d"}
+
+
 class ScanCreatedSchema(ma.Schema):
     ok = fields.Boolean(required=True, metadata={"example": True})
     scan_id = fields.String(required=True, metadata={"example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
@@ -161,6 +241,7 @@ class ScanCreatedSchema(ma.Schema):
     kind = fields.String(required=True, metadata=KIND_DOC)
     recipes_to_run = fields.Integer(required=True, metadata={"example": 8})
     eta_seconds = fields.Integer(required=True, metadata={"example": 120})
+    rerun_of = fields.String(metadata=RERUN_OF_DOC)
     poll_url = fields.String(required=True, metadata={
         "format": "uri", "example": "https://api.example.com/api/v1/scan/scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
 
@@ -179,6 +260,7 @@ class ScanSchema(ma.Schema):
     case_ref = fields.String(required=True, allow_none=True, metadata=READ_CASE_REF_DOC)
     created_at = fields.String(required=True, metadata=TIME_DOC)
     bulk_id = fields.String(metadata={"description": "Only for scans created by a bulk call."})
+    rerun_of = fields.String(metadata=RERUN_OF_DOC)
     eta_seconds = fields.Integer(metadata={"description": "queued/running: remaining seconds, never negative."})
     progress = fields.Nested(ProgressSchema, metadata={"description": "queued/running only."})
     completed_at = fields.String(metadata={**TIME_DOC, "description": "completed only."})
@@ -249,6 +331,29 @@ class BulkStateSchema(ma.Schema):
                        "failed + rejected_count."})
     all_done = fields.Boolean(required=True, metadata={"description": "Every scan is completed or failed."})
     scans = fields.List(fields.Nested(BulkScanStateSchema), required=True)
+
+
+# --- feedback on a finding -------------------------------------------------------------
+
+class FeedbackCreateSchema(ma.Schema):
+    class Meta:
+        unknown = EXCLUDE
+
+    # Raw: checked by the service, so that every problem is named in one 400 with details.
+    verdict = fields.Raw(required=True, metadata={"type": "string", "enum": ["false_positive", "confirmed"],
+                                                  "description": "false_positive: this is not the person; "
+                                                                 "confirmed: it is.",
+                                                  "example": "false_positive"})
+    note = fields.Raw(allow_none=True, metadata={"type": "string", "maxLength": 1000,
+                                                 "description": "Why, in your words (at most 1000 characters).",
+                                                 "example": "Another person with the same name."})
+
+
+class FeedbackGivenSchema(ma.Schema):
+    ok = fields.Boolean(required=True, metadata={"example": True})
+    scan_id = fields.String(required=True, metadata={"example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
+    finding = fields.Nested(FindingSchema, required=True, metadata={
+        "description": "The finding with your feedback, as reads of the scan now show it."})
 
 
 # --- erasure --------------------------------------------------------------------------

@@ -14,12 +14,15 @@ the scope, the client's address and ``now``), and ``check`` then names the refus
 from __future__ import annotations
 
 import ipaddress
+import logging
 from collections.abc import Iterable
 from datetime import date, datetime, time, timedelta
 
 from app.models import ApiKey, iso, utcnow
 from app.services.errors import AccountError, InsufficientScope, IpNotAllowed, KeyExpired
 from app.store import keys as key_store
+
+log = logging.getLogger(__name__)
 
 SCANS_WRITE = "scans:write"
 SCANS_READ = "scans:read"
@@ -30,7 +33,7 @@ ACTIVITY_READ = "activity:read"
 SCOPES = (SCANS_WRITE, SCANS_READ, SCANS_ERASE, WEBHOOKS, ACTIVITY_READ)
 # What each allows, in the words the README, the OpenAPI document and the portal show.
 SCOPE_WORDS = {
-    SCANS_WRITE: "create scans, one at a time and in bulk",
+    SCANS_WRITE: "create scans, one at a time and in bulk, re-run them, and give feedback on their findings",
     SCANS_READ: "read scans and bulk batches, list scans",
     SCANS_ERASE: "erase scans and bulk batches",
     WEBHOOKS: "list webhook deliveries and send them again, manage webhook endpoints",
@@ -178,6 +181,7 @@ def set_access(key_id: str, *, scopes: str | Iterable[str] | None = None, expire
     if not changes:
         raise AccountError("give --scopes, --expires-in-days or --allowed-ips")
     key_store.set_access(key.id, changes)
+    _log_change(key.id, changes, by="operator")
     return key_store.get(key.id)
 
 
@@ -206,7 +210,19 @@ def narrow_access(key_id: str, customer_id: str, *, scopes: Iterable[str], expir
     changes = {"scopes": new_scopes, "expires_at": expires_at, "allowed_ips": blocks}
     if not key_store.narrow_access(key.id, changes, scopes=list(key.scopes or ()), expires_at=key.expires_at):
         raise AccountError("the key's access changed meanwhile: nothing was saved, look at it again")
+    _log_change(key.id, changes, by="portal")
     return key_store.get(key.id)
+
+
+def _log_change(key_id: str, changes: dict, *, by: str) -> None:
+    """One JSON log line per change of a key's access (D21): the scopes and expiry as set, and
+    how many allowlist blocks (the portal's activity log has who; addresses stay out of logs)."""
+    blocks = changes.get("allowed_ips", UNCHANGED)
+    log.info("key %s access changed by the %s: scopes %s, expires %s, allowlist %s", key_id, by,
+             ",".join(changes["scopes"]) if "scopes" in changes else "unchanged",
+             iso(changes["expires_at"]) if changes.get("expires_at") else
+             ("never" if "expires_at" in changes else "unchanged"),
+             "unchanged" if blocks is UNCHANGED else "none" if blocks is None else f"{len(blocks)} block(s)")
 
 
 def _key(key_id: str) -> ApiKey:

@@ -78,8 +78,12 @@ def _submission(item) -> dict:
     }
 
 
-def submit(target: str, kind: str, reference: str) -> dict:
-    body = _call("POST", "/v1/investigations", json={"target": target, "kind": kind, "reference": reference},
+def submit(target: str, kind: str, reference: str, sources: list[str] | None = None) -> dict:
+    """Submit one investigation; ``sources``: a re-run of those sources only (E6)."""
+    item: dict[str, object] = {"target": target, "kind": kind, "reference": reference}
+    if sources is not None:
+        item["sources"] = sources
+    body = _call("POST", "/v1/investigations", json=item,
                  timeout=runtime.config["ENGINE_SUBMIT_TIMEOUT_SECONDS"], expect=(200, 201))
     return _submission(body)
 

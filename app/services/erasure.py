@@ -40,6 +40,7 @@ def _erase(scan_ids: Sequence[str], now: datetime, *, reason: str) -> list[str]:
         erased = scan_store.erase(scan_ids, final=FINAL, now=now)
         if erased:
             delivery_store.erase_for_scans(erased, pending=PENDING, cancelled=CANCELLED, now=now)
+            scan_store.erase_feedback(erased)  # notes on findings are about the person too (D23)
     metrics.count_erased(reason, len(erased))
     return erased
 

@@ -147,3 +147,9 @@ class DeliveryErased(Conflict, AccountError):
     """A redelivery asked for a delivery whose scan was erased: its body is gone."""
 
     code = "delivery_erased"
+
+
+class NothingToRerun(Conflict):
+    """A re-run asked of a scan that is not completed or whose sources all answered (D23)."""
+
+    code = "nothing_to_rerun"

@@ -87,6 +87,8 @@ def scan_view(scan, now, *, raw_result: bool = False) -> dict:
     body.update(kind=scan.kind, purpose=scan.purpose, case_ref=scan.case_ref, created_at=iso(scan.created_at))
     if scan.bulk_id:
         body["bulk_id"] = scan.bulk_id
+    if scan.rerun_of:
+        body["rerun_of"] = scan.rerun_of
     final = final_state(scan, raw_result=raw_result)
     if final is not None:
         body.update(final)
@@ -193,7 +195,7 @@ def _summary(scan, now) -> dict:
            "created_at": scan.created_at, "completed_at": scan.completed_at, "failed_at": scan.failed_at,
            "failure_code": scan.failure_code, "bulk_id": scan.bulk_id, "key_id": scan.api_key_id,
            "recipes_total": scan.recipes_total, "recipes_done": scan.recipes_done, "livemode": scan.livemode,
-           "purpose": scan.purpose, "case_ref": scan.case_ref, "erased_at": scan.erased_at}
+           "purpose": scan.purpose, "case_ref": scan.case_ref, "erased_at": scan.erased_at, "rerun_of": scan.rerun_of}
     if scan.status in (QUEUED, RUNNING):
         row["eta_seconds"] = remaining_eta(scan, now)
     return row

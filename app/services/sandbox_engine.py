@@ -3,15 +3,16 @@
 Test keys' scans never reach ``ENGINE_URL``. This module answers the two questions the
 engine client (``app.services.engine``) answers, with the same shapes, and no network:
 
-- ``submit(target, kind, reference)`` -> ``{"id", "recipes", "eta_seconds"}``
-  (and ``submit_batch(items)``, like the client's);
+- ``submit(target, kind, reference, sources=None)`` -> ``{"id", "recipes", "eta_seconds"}``
+  (and ``submit_batch(items)``, like the client's; ``sources``: a re-run of those only, E6);
 - ``status(engine_id)`` -> ``{"id", "status", "recipes_total", "recipes_done", "result", "error"}``,
   or ``status_of(kind, target, submitted_at)`` for a caller that prefers the scan row.
 
 It keeps no state, so any worker answers any look alike: a sandbox engine id is ``sbx_``
 followed by the URL-safe base64 (unpadded) of ``{"k": kind, "t": target, "c":
-submitted_unix_ms, "n": nonce}``, and everything else is derived from the kind, the
-target and the time elapsed since submission (``time.time()``, which freezegun moves).
+submitted_unix_ms, "n": nonce}`` (and ``"s": [source ids]`` for a re-run), and everything
+else is derived from the kind, the target and the time elapsed since submission
+(``time.time()``, which freezegun moves).
 
 Timing and behaviour follow E3's target conventions (``app.simulated.conventions``):
 a scan takes ``SANDBOX_SCAN_SECONDS`` (``pending`` for its first 5 %, then ``running`` with
@@ -24,8 +25,10 @@ so that it can finish). The simulator's extra ``junk…`` convention is not part
 such targets run normally.
 
 Results come from the simulator's own generator (``app.simulated.results``), without its
-deliberate mess, already in the service's normalised shape (``normalize_result``), so a
-sandbox result is what a customer would see for a clean live result of the same target.
+deliberate mess, in the engine's shape with sources, evidence and reasons (E6): the worker
+normalises them as it does a live engine's (``normalize_result``, which also gives the
+findings their ids), so a sandbox result is what a customer would see for a clean live
+result of the same target. ``partial…`` / ``…7777`` targets end with some sources failed.
 Artifact URLs point at the reserved, never-resolving host ``sandbox.invalid`` (RFC 2606):
 absolute https URLs, as D6 wants, that nobody can mistake for a real report.
 
@@ -88,19 +91,21 @@ def timeout_seconds(kind: str, target: str) -> float:
     return plan_for(kind, target).duration_s * TIMEOUT_FACTOR
 
 
-def submit(target: str, kind: str, reference: str | None = None) -> dict:
+def submit(target: str, kind: str, reference: str | None = None, sources: list[str] | None = None) -> dict:
     """Start a sandbox investigation now: ``{"id", "recipes", "eta_seconds"}``, like
-    ``engine.submit``. ``reference`` (the scan id) is accepted for symmetry and not kept."""
+    ``engine.submit``. ``reference`` (the scan id) is accepted for symmetry and not kept;
+    ``sources``: a re-run of those sources only."""
     _check(kind, target)
     plan = plan_for(kind, target)
-    return {"id": _encode_id(kind, target, _now_ms()), "recipes": plan.recipes, "eta_seconds": plan.eta_seconds}
+    return {"id": _encode_id(kind, target, _now_ms(), sources), "recipes": plan.recipes,
+            "eta_seconds": plan.eta_seconds}
 
 
 def submit_batch(items: list[dict]) -> list[dict]:
-    """``engine.submit_batch``: one submission per ``{"target", "kind", "reference"}``, in order."""
+    """``engine.submit_batch``: one submission per ``{"target", "kind", "reference", "sources"?}``, in order."""
     for item in items:
         _check(item.get("kind"), item.get("target"))
-    return [submit(item["target"], item["kind"], item.get("reference")) for item in items]
+    return [submit(item["target"], item["kind"], item.get("reference"), item.get("sources")) for item in items]
 
 
 def status(engine_id: str) -> dict:
@@ -108,8 +113,8 @@ def status(engine_id: str) -> dict:
     decoded = _decode_id(engine_id)
     if decoded is None:
         raise SandboxError("not a sandbox engine id")
-    kind, target, submitted_ms = decoded
-    return _status(engine_id, kind, target, submitted_ms / 1000)
+    kind, target, submitted_ms, sources = decoded
+    return _status(engine_id, kind, target, submitted_ms / 1000, sources)
 
 
 def status_of(kind: str, target: str, submitted_at: datetime | float) -> dict:
@@ -123,20 +128,29 @@ def status_of(kind: str, target: str, submitted_at: datetime | float) -> dict:
     return _status(None, kind, target, float(submitted_at))
 
 
-def result(kind: str, target: str) -> dict:
-    """The result of a finished sandbox scan of this target, in the service's result shape."""
+def engine_result(kind: str, target: str, *, sources: list[str] | None = None,
+                  finished_s: float | None = None) -> dict:
+    """The engine's result of a finished sandbox scan of this target (E6 shape: sources,
+    evidence, reasons by path), as a look answers it; ``finished_s``: when it finished."""
     digest = hashlib.sha256(f"sandbox-artifacts:{kind}:{target}".encode()).hexdigest()[:32]
-    raw = result_for(kind, target, ARTIFACT_BASE + digest, messy=False)
-    return normalize_result(raw, kind)
+    checked_at = None if finished_s is None else datetime.fromtimestamp(finished_s, UTC).strftime(
+        "%Y-%m-%dT%H:%M:%SZ")
+    return result_for(kind, target, ARTIFACT_BASE + digest, messy=False, sources=sources, checked_at=checked_at)
 
 
-def _status(engine_id: str | None, kind: str, target: str, submitted_s: float) -> dict:
+def result(kind: str, target: str, *, scan_id: str | None = None) -> dict:
+    """The result a customer reads for a finished sandbox scan of this target (normalised)."""
+    return normalize_result(engine_result(kind, target), kind, scan_id=scan_id)
+
+
+def _status(engine_id: str | None, kind: str, target: str, submitted_s: float,
+            sources: list[str] | None = None) -> dict:
     plan = plan_for(kind, target)
     progress = progress_at(plan, time.time() - submitted_s)
     body: dict[str, object] = {"id": engine_id, "status": progress.status, "recipes_total": plan.recipes,
             "recipes_done": progress.recipes_done, "result": None, "error": None}
     if progress.status == "done":
-        body["result"] = result(kind, target)
+        body["result"] = engine_result(kind, target, sources=sources, finished_s=submitted_s + plan.duration_s)
     elif progress.status == "error":
         body["error"] = {"code": "engine_failed",
                          "message": f"Test mode: recipe {progress.recipes_done + 1} of {plan.recipes} failed, "
@@ -156,13 +170,15 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _encode_id(kind: str, target: str, submitted_ms: int) -> str:
-    payload = {"k": kind, "t": target, "c": submitted_ms, "n": secrets.token_hex(4)}
+def _encode_id(kind: str, target: str, submitted_ms: int, sources: list[str] | None = None) -> str:
+    payload: dict[str, object] = {"k": kind, "t": target, "c": submitted_ms, "n": secrets.token_hex(4)}
+    if sources is not None:
+        payload["s"] = [str(s) for s in sources]
     raw = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     return ID_PREFIX + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
-def _decode_id(engine_id) -> tuple[str, str, int] | None:
+def _decode_id(engine_id) -> tuple[str, str, int, list[str] | None] | None:
     if not is_sandbox_id(engine_id):
         return None
     encoded = engine_id[len(ID_PREFIX):]
@@ -177,4 +193,7 @@ def _decode_id(engine_id) -> tuple[str, str, int] | None:
         return None
     if not isinstance(submitted, int) or isinstance(submitted, bool):
         return None
-    return kind, target, submitted
+    sources = payload.get("s")
+    if sources is not None and not (isinstance(sources, list) and all(isinstance(s, str) for s in sources)):
+        return None
+    return kind, target, submitted, sources

@@ -16,6 +16,7 @@ Admission follows D3, D7, D8 and D13:
 """
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter
 from dataclasses import dataclass
@@ -26,10 +27,18 @@ from app.db import transaction, transaction_with_known_outcome
 from app.jobs import enqueue_tracking, tracking_job_id
 from app.metrics import SCANS_CREATED
 from app.models import BulkBatch, Customer, new_id, utcnow
-from app.models.scans import QUEUED
+from app.models.scans import COMPLETED, QUEUED
 from app.services import activity, billing, bulk, engine, purposes, quotas, sandbox_engine, suppressions
-from app.services.errors import EngineUnavailable, InsufficientBalance, InvalidRequest
+from app.services.errors import (
+    EngineUnavailable,
+    Forbidden,
+    InsufficientBalance,
+    InvalidRequest,
+    NotFound,
+    NothingToRerun,
+)
 from app.services.limits import Limits, limits_for
+from app.services.results import failed_source_ids
 from app.services.targets import TargetError, normalize
 from app.services.tracking import first_look_delay
 from app.store import customers as customer_store
@@ -71,7 +80,7 @@ def _lock_and_count(customer_id, now, livemode):
 
 
 def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livemode=True, purpose=None,
-           case_ref=None):
+           case_ref=None, rerun_of=None):
     """Step 1: check and reserve in one transaction. Returns (scans, batch, balance, limits, usage).
 
     Its round trips: BEGIN; the lock with the counts; the rows, the window counter and the
@@ -108,7 +117,7 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
                 "id": scan_id, "customer": customer_id, "api_key": api_key_id, "bulk": batch.id if batch else None,
                 "bulk_index": index if batch else None, "kind": kind, "target": target, "status": QUEUED,
                 "created_at": now, "tracking_job_id": tracking_job_id(scan_id, 0), "livemode": livemode,
-                "purpose": purpose, "case_ref": case_ref,
+                "purpose": purpose, "case_ref": case_ref, "rerun_of": rerun_of,
             })
         if rows:
             writes.append(scan_store.insert_scans_statement(rows))
@@ -159,8 +168,12 @@ def _dispatch(rows, answers) -> None:
                      delay_seconds={r["id"]: first_look_delay(a["eta_seconds"], poll) for r, a in zip(rows, answers)})
 
 
-def _submit(customer_id, rows, batch, cost, request_id, livemode=True) -> list[dict]:
+def _submit(customer_id, rows, batch, cost, request_id, livemode=True, sources=None) -> list[dict]:
+    """``sources``: a re-run of those sources only (E6)."""
     items = [{"target": r["target"], "kind": r["kind"], "reference": r["id"]} for r in rows]
+    if sources is not None:
+        for item in items:
+            item["sources"] = sources
     backend = engine_for(livemode)
     try:
         answers = [backend.submit(**items[0])] if batch is None else backend.submit_batch(items)
@@ -203,6 +216,35 @@ def create_scan(customer, api_key_id, target, kind, *, request_id, livemode=True
     body = {"ok": True, "scan_id": scan_id, "livemode": livemode, "kind": kind, "recipes_to_run": answer["recipes"],
             "eta_seconds": answer["eta_seconds"]}
     subject = activity.Subject(scan_id, activity.hashes_of([(kind, target)]), purpose, case_ref)
+    return Outcome(body, balance, limits, usage, billing.admission_cost(1, livemode=livemode), subject)
+
+
+def create_rerun(customer, api_key_id, scan_id, *, request_id, livemode=True) -> Outcome:
+    """Queue a new scan of a completed scan's target, restricted to the sources that could not
+    answer (D23), with its purpose and case reference; admitted, charged and limited exactly as
+    a creation. A scan of another mode is not found (D15), another customer's is forbidden; one
+    not completed, or whose sources all answered, is ``NothingToRerun`` (409), free of charge."""
+    original = scan_store.scan_by_id(scan_id)
+    if original is None or original.livemode != livemode:
+        raise NotFound("no scan with this id")
+    if original.customer_id != customer.id:
+        raise Forbidden("this scan belongs to another customer")
+    result = json.loads(original.result_json) if original.status == COMPLETED and original.result_json else None
+    sources = failed_source_ids(result)
+    target = original.target  # None once erased (D20), when it has no result either
+    if not sources or target is None:
+        raise NothingToRerun("this scan has no source to re-run: it is not completed, or every source answered")
+    purpose, case_ref = purposes.check(original.purpose, original.case_ref, required=customer.require_purpose)
+    suppressions.check(original.kind, target)  # opted out since: 403, free, as a creation
+    rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (original.kind, target))],
+                                             request_id=request_id, livemode=livemode, purpose=purpose,
+                                             case_ref=case_ref, rerun_of=original.id)
+    answer = _submit(customer.id, rows, None, billing.admission_cost(1, livemode=livemode), request_id, livemode,
+                     sources=sources)[0]
+    _count_created(rows, customer)
+    body = {"ok": True, "scan_id": rows[0]["id"], "livemode": livemode, "kind": original.kind,
+            "recipes_to_run": answer["recipes"], "eta_seconds": answer["eta_seconds"], "rerun_of": original.id}
+    subject = activity.Subject(rows[0]["id"], activity.hashes_of([(original.kind, target)]), purpose, case_ref)
     return Outcome(body, balance, limits, usage, billing.admission_cost(1, livemode=livemode), subject)
 
 

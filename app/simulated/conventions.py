@@ -11,7 +11,8 @@ text prefix   phone end   behaviour
 ``fail``      ``0000``    ends in ``error`` ``engine_failed`` after its duration
 ``slow``      ``9999``    takes the longest duration
 ``hang``      ``8888``    stays ``running`` for ever, ``recipes_done`` below the total
-``junk``      ``7777``    (simulator only) ends ``done`` with a result no validator accepts
+``partial``   ``7777``    ends ``done``, some of its sources rate-limited or timed out (E6)
+``junk``      ``6666``    (simulator only) ends ``done`` with a result no validator accepts
 ============  ==========  ==========================================================
 
 How long an investigation takes is the caller's choice (a ``Plan``): the simulator runs
@@ -30,9 +31,9 @@ PENDING_FRACTION = 0.05
 MIN_RECIPES = 4
 MAX_RECIPES = 12
 
-NORMAL, FAIL, SLOW, HANG, JUNK = "normal", "fail", "slow", "hang", "junk"
+NORMAL, FAIL, SLOW, HANG, PARTIAL, JUNK = "normal", "fail", "slow", "hang", "partial", "junk"
 # Marker for text targets (a prefix) and for phone targets (a suffix of the digits).
-MARKERS = {FAIL: "0000", SLOW: "9999", HANG: "8888", JUNK: "7777"}
+MARKERS = {FAIL: "0000", SLOW: "9999", HANG: "8888", PARTIAL: "7777", JUNK: "6666"}
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,19 @@ Artifact URLs are the only part that depends on the investigation rather than th
 
 The simulator serves these results as they come (mess included); the service's sandbox
 engine asks for them without the mess (``messy=False``).
+
+Each result also explains itself (E6): ``sources`` (ten to twenty of ``SOURCES``, each found,
+not found or skipped; a ``partial…`` target has some rate-limited or timed out),
+``evidence`` (the sources behind each item, by its path) and ``risk.reasons`` (points that
+add up to the score and name the items behind them). A re-run asks for some sources only
+(``sources=``): its result lists those, none of them failing.
 """
 import random
 
 import phonenumbers
 from phonenumbers import carrier, timezone
 
-from app.simulated.conventions import target_digest
+from app.simulated.conventions import PARTIAL, behaviour_of, target_digest
 
 # One result in MESSY_ONE_IN is messy.
 MESSY_ONE_IN = 5
@@ -69,12 +75,28 @@ _MAIL_DOMAINS = ("gmail.com", "outlook.com", "proton.me", "yahoo.com", "example.
 _PHONE_PATTERNS = ("+44770090{:04d}", "+1415555{:04d}")
 
 
-def result_for(kind: str, target: str, artifact_base: str, *, messy: bool = True) -> dict:
+_PLATFORM_NAMES = {"github": "GitHub", "x": "X", "linkedin": "LinkedIn", "tiktok": "TikTok", "gitlab": "GitLab"}
+# The sources an investigation consults (E6): (id, name). Profile platforms are sources of
+# their own; the others back contacts and breaches.
+BREACH_INDEX, PASTE_MONITOR, MAILBOX, GRAVATAR, CARRIER, CALLER_ID = (
+    "breach_index", "paste_monitor", "mailbox_verifier", "gravatar", "carrier_lookup", "caller_id")
+SOURCES = (
+    (BREACH_INDEX, "Breach Index"), (PASTE_MONITOR, "Paste Monitor"), (MAILBOX, "Mailbox Verifier"),
+    (GRAVATAR, "Gravatar"), (CARRIER, "Carrier Lookup"), (CALLER_ID, "Caller ID Directory"),
+    *((name, _PLATFORM_NAMES.get(name, name.capitalize())) for name, _ in _PLATFORMS),
+)
+SOURCE_IDS = tuple(source_id for source_id, _ in SOURCES)
+FAILED_STATUSES = ("rate_limited", "timeout")
+
+
+def result_for(kind: str, target: str, artifact_base: str, *, messy: bool = True,
+               sources: list[str] | None = None, checked_at: str | None = None) -> dict:
     """The engine result of a completed investigation.
 
     ``artifact_base`` is the absolute URL prefix of this investigation's artifacts,
     e.g. ``http://127.0.0.1:8700/_sim/artifacts/inv_...``. With ``messy=False`` the
-    result never carries the flaw ``messiness_of`` names for its target.
+    result never carries the flaw ``messiness_of`` names for its target. ``sources``:
+    a re-run of these sources only; ``checked_at``: when the sources answered.
     """
     rng = random.Random(target_digest(kind, target))
     person = _person(rng)
@@ -94,6 +116,7 @@ def result_for(kind: str, target: str, artifact_base: str, *, messy: bool = True
         "ai_summary": _summary(kind, target, score, verified, weak, breaches),
         "artifacts": {"pdf": f"{artifact_base}.pdf", "person_card": f"{artifact_base}.card.json"},
     }
+    _explain(result, kind, target, only=sources, checked_at=checked_at)
     mess = messiness_of(kind, target) if messy else None
     if mess:
         _roughen(result, mess)
@@ -232,14 +255,89 @@ def _summary(kind: str, target: str, score: int, verified: list, weak: list, bre
             f"Overall risk is {band_for(score)} ({score}/100).")
 
 
+def _explain(result: dict, kind: str, target: str, *, only: list[str] | None, checked_at: str | None) -> None:
+    """Add ``sources``, ``evidence`` and ``risk.reasons`` (E6) to a result. Drawn from a
+    random generator of their own, so that the rest of the result is as it always was."""
+    rng = random.Random(target_digest(kind, target) + b"sources")
+    evidence = _evidence(result, kind)
+    cited = {source_id for _, ids in evidence for source_id in ids}
+    skipped = {CARRIER} if kind != "phone" else set()
+    if kind == "username":
+        skipped.add(MAILBOX)
+    # Ten to twenty sources: every one that backs an item, the others drawn.
+    others = [s for s in SOURCE_IDS if s not in cited]
+    count = max(len(cited), rng.randint(10, len(SOURCE_IDS) - 3))  # room for a partial's failures
+    used = set(cited) | set(rng.sample(others, max(0, min(len(others), count - len(cited)))))
+    statuses = {s: "found" if s in cited else "skipped" if s in skipped else "not_found" for s in used}
+    if only is None and behaviour_of(kind, target) == PARTIAL:
+        _fail_some(statuses, rng)
+    elif only is not None:  # a re-run: the sources asked for (that this engine knows), none failing
+        statuses = {s: statuses.get(s, "not_found") for s in SOURCE_IDS if s in only}
+    failed = {s for s, status in statuses.items() if status in FAILED_STATUSES}
+    result["sources"] = [{"id": s, "name": name, "status": statuses[s], "checked_at": checked_at,
+                          "latency_ms": rng.randint(40, 1500) if statuses[s] != "skipped" else None}
+                         for s, name in SOURCES if s in statuses]
+    result["evidence"] = [{"path": path, "source_ids": [s for s in ids if s in statuses and s not in failed]}
+                          for path, ids in evidence]
+    result["risk"]["reasons"] = _reasons(result)
+
+
+def _fail_some(statuses: dict[str, str], rng: random.Random) -> None:
+    """Two or three sources rate-limited or timed out, among those that found nothing (every
+    item keeps the sources behind it), asking more of the catalogue when too few were asked."""
+    candidates = sorted(s for s, status in statuses.items() if status == "not_found")
+    candidates += [s for s in SOURCE_IDS if s not in statuses]  # at least six: items cite at most 14
+    for source_id in candidates[:rng.randint(2, 3)]:
+        statuses[source_id] = rng.choice(FAILED_STATUSES)
+
+
+def _evidence(result: dict, kind: str) -> list[tuple[str, list[str]]]:
+    """The sources behind each item, by its path."""
+    pairs = []
+    for group in ("verified", "weak"):
+        for index, profile in enumerate(result["profiles"][group]):
+            pairs.append((f"profiles.{group}[{index}]", [profile["platform"]]))
+    for index, _ in enumerate(result["contacts"]["emails"]):
+        pairs.append((f"contacts.emails[{index}]", [GRAVATAR] if kind == "username" else [MAILBOX, GRAVATAR]))
+    for index, _ in enumerate(result["contacts"]["phones"]):
+        pairs.append((f"contacts.phones[{index}]", [CARRIER] if kind == "phone" and index == 0 else [CALLER_ID]))
+    for index, _ in enumerate(result["breaches"]):
+        pairs.append((f"breaches[{index}]", [BREACH_INDEX] if index % 2 == 0 else [BREACH_INDEX, PASTE_MONITOR]))
+    return pairs
+
+
+def _reasons(result: dict) -> list[dict]:
+    """The score as its parts, which add up to it: the weights of ``_risk_score`` for each
+    item behind it, the rest as other signals; trimmed from the end where the score was capped."""
+    breaches, verified = result["breaches"], result["profiles"]["verified"]
+    phones = result["contacts"]["phones"]
+    parts = [
+        ("breaches", 12 * len(breaches), f"Appears in {len(breaches)} known breach(es).",
+         [f"breaches[{i}]" for i in range(len(breaches))]),
+        ("verified_profiles", 6 * len(verified), f"Linked to {len(verified)} verified online profile(s).",
+         [f"profiles.verified[{i}]" for i in range(len(verified))]),
+        ("phone_numbers", 3 * len(phones), f"{len(phones)} phone number(s) found.",
+         [f"contacts.phones[{i}]" for i in range(len(phones))]),
+    ]
+    score = result["risk"]["score"]
+    parts.append(("other_signals", score - sum(p[1] for p in parts), "Other signals seen by the engine.", []))
+    reasons, left = [], score
+    for code, points, description, paths in parts:
+        points = min(points, left)
+        left -= max(0, points)
+        if points > 0:
+            reasons.append({"code": code, "points": points, "description": description, "paths": paths})
+    return reasons
+
+
 def _roughen(result: dict, mess: str) -> None:
     """Introduce one flaw the service's normaliser must repair (E2)."""
     if mess == FULL_DATE and result["breaches"]:
         result["breaches"][0]["date"] += "-15"
     elif mess == NO_BAND:
         del result["risk"]["band"]
-    elif mess == HIGH_SCORE:
-        result["risk"] = {"score": result["risk"]["score"] + 100, "band": "critical"}
+    elif mess == HIGH_SCORE:  # the reasons no longer add up to it either: the service drops them
+        result["risk"] = {**result["risk"], "score": result["risk"]["score"] + 100, "band": "critical"}
     else:
         # EXTRA_FIELD, and FULL_DATE when there is no breach to hold the date.
         result["engine_build"] = {"version": "sim-1", "node": "sim-a"}

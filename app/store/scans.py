@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from app.db import columns, execute, execute_prepared, insert_rows_statement, instance, table
-from app.models import ApiKey, BulkBatch, CreditLedger, Customer, Scan
+from app.models import ApiKey, BulkBatch, CreditLedger, Customer, FindingFeedback, Scan
 from app.store.customers import Statement, window_columns_for, window_times
 from app.store.keys import ACCESS_ALLOWED, KEY_COLUMNS, KEY_ROW_LENGTH, key_from_row
 
@@ -151,6 +151,29 @@ def owned_scan(scan_id: str, customer_id: str) -> Scan | None:
 
 def owned_batch(bulk_id: str, customer_id: str) -> BulkBatch | None:
     return BulkBatch.get_or_none((BulkBatch.id == bulk_id) & (BulkBatch.customer == customer_id))
+
+
+def lock_scan(scan_id: str) -> Scan | None:
+    """The scan's row, locked until the transaction ends (a change of its stored result)."""
+    return Scan.select().where(Scan.id == scan_id).for_update().first()
+
+
+def set_result_json(scan_id: str, result_json: str) -> None:
+    Scan.update(result_json=result_json).where(Scan.id == scan_id).execute()
+
+
+def insert_feedback(row: dict) -> None:
+    FindingFeedback.insert(**row).execute()
+
+
+def erase_feedback(scan_ids: Sequence[str]) -> None:
+    """Delete the feedback given on these scans' findings (its notes are about the person)."""
+    FindingFeedback.delete().where(FindingFeedback.scan.in_(list(scan_ids))).execute()
+
+
+def feedback_rows(scan_id: str) -> list[FindingFeedback]:
+    """Every feedback given on the scan's findings, oldest first."""
+    return list(FindingFeedback.select().where(FindingFeedback.scan == scan_id).order_by(FindingFeedback.id))
 
 
 def batch_scans(bulk_id: str) -> list[Scan]:

@@ -48,6 +48,7 @@ MESSAGES = {
     "key_expired": "the API key has expired: ask for a new one (or for a later expiry)",
     "ip_not_allowed": "the API key may not be used from this address (its IP allowlist): nothing was charged",
     "insufficient_balance": "your balance is below 1 credit: ask your account manager to add credits",
+    "nothing_to_rerun": "nothing to re-run: the scan is not completed, or every source answered (nothing charged)",
     "forbidden": "that scan or batch belongs to another customer",
     "bulk_not_allowed": "bulk scans need the Business or Enterprise tier: scan targets one by one, "
                         "or ask your account manager to upgrade",
@@ -159,6 +160,15 @@ def build_parser(out: TextIO, err: TextIO) -> argparse.ArgumentParser:
     redeliver = sub.add_parser("redeliver", parents=[common, output],
                                help="send a finished webhook delivery again (same id and body)")
     redeliver.add_argument("delivery_id")
+    rerun = sub.add_parser("rerun", parents=[common, output, waiting],
+                           help="ask again the sources a completed scan could not reach (a new scan, 1 credit)")
+    rerun.add_argument("scan_id")
+    feedback = sub.add_parser("feedback", parents=[common, output],
+                              help="say whether a finding of a scan is about the person (1 credit)")
+    feedback.add_argument("scan_id")
+    feedback.add_argument("finding_id", help="a finding's id (fnd_...), from the scan's result")
+    feedback.add_argument("verdict", choices=("confirmed", "false_positive"))
+    feedback.add_argument("--note", help="why, in your words (at most 1000 characters)")
     erase = sub.add_parser("erase", parents=[common], help="erase a finished scan's target and result now")
     erase.add_argument("scan_id")
     erase_bulk = sub.add_parser("erase-bulk", parents=[common],
@@ -405,6 +415,30 @@ def _redeliver(run: _Run) -> None:
     write_output(run.out, run.args.format, document, [delivery_row(document)], fields=DELIVERY_CSV_FIELDS)
 
 
+def _rerun(run: _Run) -> None:
+    args, client = run.args, run.client
+    created = client.rerun(args.scan_id)
+    if not args.wait:
+        write_output(run.out, args.format, created.raw, [scan_row(created.raw)])
+        return
+    run.progress = ProgressBar(run.err, created.scan_id, run.now)
+    _wait_and_write(partial(client.wait, created.scan_id, timeout=args.timeout), run.progress,
+                    lambda state: write_output(run.out, args.format, state, [scan_row(state)]))
+
+
+def _feedback(run: _Run) -> None:
+    args = run.args
+    finding = run.client.feedback(args.scan_id, args.finding_id, args.verdict, note=args.note)
+    given = finding.feedback
+    row = {"finding_id": finding.id, "path": finding.path, "source_ids": " ".join(finding.source_ids),
+           "verdict": given.verdict if given else "", "note": given.note if given else "",
+           "at": given.at if given else ""}
+    write_output(run.out, args.format, {"scan_id": args.scan_id, "finding": finding.raw}, [row],
+                 fields=FEEDBACK_CSV_FIELDS)
+
+
+FEEDBACK_CSV_FIELDS = ["finding_id", "path", "source_ids", "verdict", "note", "at"]
+
 def _erase(run: _Run) -> None:
     write_output(run.out, "json", run.client.erase(run.args.scan_id), [])
 
@@ -428,7 +462,7 @@ def _account(run: _Run) -> None:
 COMMANDS: dict[str, Callable[[_Run], None]] = {
     "scan": _scan, "bulk": _bulk, "get": _get, "get-bulk": _get_bulk, "list": _list,
     "deliveries": _deliveries, "redeliver": _redeliver, "erase": _erase, "erase-bulk": _erase_bulk,
-    "activity": _activity, "account": _account,
+    "activity": _activity, "account": _account, "rerun": _rerun, "feedback": _feedback,
 }
 
 

@@ -26,7 +26,7 @@ from urllib.parse import quote
 import requests
 
 from scan_api_client.errors import ApiError, TransportError, WaitTimeout, error_from_response
-from scan_api_client.models import Account, ActivityEntry, Batch, Delivery, Page, Scan
+from scan_api_client.models import FEEDBACK_VERDICTS, Account, ActivityEntry, Batch, Delivery, Finding, Page, Scan
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -250,6 +250,32 @@ class ScanClient:
     def get_bulk(self, bulk_id: str) -> Batch:
         """``GET /api/v1/scan/bulk/{bulk_id}``: counts by status, ``all_done`` and every scan (1 credit)."""
         return Batch.from_dict(self._request("GET", f"/scan/bulk/{self._id(bulk_id, 'bulk_id')}"))
+
+    def rerun(self, scan: str | Scan, idempotency_key: str | None = None) -> Scan:
+        """``POST /api/v1/scan/{id}/rerun``: ask again the sources that could not answer for a completed
+        scan (its ``result.partial``). A new scan of the same target, with ``rerun_of`` naming the first;
+        limited and charged as a creation. ``ApiError`` 409 ``nothing_to_rerun`` when every source
+        answered, or the scan is not completed (free of charge)."""
+        scan_id = scan.scan_id if isinstance(scan, Scan) else scan
+        answer = self._request("POST", f"/scan/{self._id(scan_id, 'scan_id')}/rerun",
+                               idempotency_key=_idempotency(idempotency_key))
+        rerun = Scan.from_dict(answer)
+        if isinstance(scan, Scan) and rerun.target is None:
+            rerun.target = scan.target
+        return rerun
+
+    def feedback(self, scan_id: str, finding_id: str, verdict: str, note: str | None = None) -> Finding:
+        """``POST /api/v1/scan/{id}/findings/{finding_id}/feedback``: say whether a finding is about the
+        person (``confirmed``) or not (``false_positive``), with an optional note (1 credit). Later
+        reads show it on the finding; giving it again replaces it."""
+        if verdict not in FEEDBACK_VERDICTS:
+            raise ValueError(f"verdict must be one of {', '.join(FEEDBACK_VERDICTS)}")
+        body: dict[str, Any] = {"verdict": verdict}
+        if note is not None:
+            body["note"] = note
+        answer = self._request("POST", f"/scan/{self._id(scan_id, 'scan_id')}/findings/"
+                                       f"{self._id(finding_id, 'finding_id')}/feedback", json_body=body)
+        return Finding.from_dict(answer.get("finding") or {})
 
     # --- erasure -------------------------------------------------------------------------
 

@@ -82,12 +82,16 @@ class NotFound(ApiError):
 
 class Conflict(ApiError):
     """409 ``idempotency_conflict``: the Idempotency-Key was used with another body, or is in use;
-    ``delivery_pending`` (raised as ``DeliveryPending``)."""
+    ``delivery_pending`` (raised as ``DeliveryPending``), ``nothing_to_rerun`` (``NothingToRerun``)."""
 
 
 class DeliveryPending(Conflict):
     """409 ``delivery_pending``: a redelivery was asked for a delivery whose attempts are still under
     way (nothing was charged); ask again once it is ``succeeded`` or ``failed``."""
+
+
+class NothingToRerun(Conflict):
+    """409 ``nothing_to_rerun``: the scan is not completed, or every source answered (nothing was charged)."""
 
 
 class RateLimited(ApiError):
@@ -141,7 +145,7 @@ _BY_STATUS = {400: ValidationError, 401: AuthenticationError, 402: InsufficientB
 
 
 # Codes with a class of their own, more precise than their status's.
-_BY_CODE = {"delivery_pending": DeliveryPending}
+_BY_CODE: dict[str, type[ApiError]] = {"delivery_pending": DeliveryPending, "nothing_to_rerun": NothingToRerun}
 
 
 def error_class(status: int, code: str | None = None) -> type[ApiError]:

@@ -21,19 +21,24 @@ __all__ = [
     "Breach",
     "Contacts",
     "Counts",
+    "Coverage",
     "Delivery",
     "DeliveryAttempt",
     "Failure",
+    "Feedback",
+    "Finding",
     "KeyAccess",
     "Page",
     "PhoneProfile",
     "Profile",
     "Profiles",
     "Progress",
+    "Reason",
     "Rejected",
     "Result",
     "Risk",
     "Scan",
+    "Source",
     "WebhookEvent",
     "Windows",
 ]
@@ -73,9 +78,20 @@ class _Model:
 
 
 @dataclass
+class Reason(_Model):
+    """One part of the score: its points (all reasons add up to the score) and the findings behind it."""
+
+    code: str = ""
+    points: int = 0
+    description: str = ""
+    finding_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Risk(_Model):
     score: int | None = None
     band: str | None = None  # low, medium, high, critical
+    reasons: list[Reason] = field(default_factory=list)  # empty when the engine explained nothing
 
 
 @dataclass
@@ -131,9 +147,59 @@ class Artifacts(_Model):
     person_card: str = ""
 
 
+FAILED_SOURCE_STATUSES = ("error", "rate_limited", "timeout")
+FEEDBACK_VERDICTS = ("false_positive", "confirmed")
+
+
+@dataclass
+class Source(_Model):
+    """A source the engine asked: ``status`` is found, not_found, error, rate_limited, timeout or skipped."""
+
+    id: str = ""
+    name: str = ""
+    status: str = ""
+    checked_at: str | None = None
+    latency_ms: int | None = None
+
+    @property
+    def failed(self) -> bool:
+        """It could not answer: a re-run asks it again."""
+        return self.status in FAILED_SOURCE_STATUSES
+
+
+@dataclass
+class Coverage(_Model):
+    checked: int = 0  # sources asked (not skipped)
+    found: int = 0
+    failed: int = 0  # error, rate-limited or timed out
+    ratio: float = 1.0  # (checked - failed) / checked; 1 when none was asked
+
+
+@dataclass
+class Feedback(_Model):
+    verdict: str = ""  # false_positive or confirmed
+    note: str = ""
+    at: str | None = None
+
+
+@dataclass
+class Finding(_Model):
+    """One item of the result (``path``, e.g. ``breaches[0]``), with the sources that found it."""
+
+    id: str = ""
+    path: str = ""
+    source_ids: list[str] = field(default_factory=list)
+    feedback: Feedback | None = None
+    raw: dict = field(default_factory=dict, repr=False)
+
+
 @dataclass
 class Result(_Model):
-    """The investigation's result: always complete once the scan is ``completed``."""
+    """The investigation's result: always complete once the scan is ``completed``.
+
+    ``sources``, ``coverage``, ``partial``, ``findings`` and ``risk.reasons`` explain it: empty
+    (and ``partial`` False) when the engine reports no sources.
+    """
 
     risk: Risk = field(default_factory=Risk)
     counts: Counts = field(default_factory=Counts)
@@ -143,7 +209,25 @@ class Result(_Model):
     phone_profile: PhoneProfile | None = None
     ai_summary: str = ""
     artifacts: Artifacts = field(default_factory=Artifacts)
+    sources: list[Source] = field(default_factory=list)
+    coverage: Coverage = field(default_factory=Coverage)
+    partial: bool = False
+    findings: list[Finding] = field(default_factory=list)
     raw: dict = field(default_factory=dict, repr=False)
+
+    def finding(self, finding_id: str) -> Finding | None:
+        return next((f for f in self.findings if f.id == finding_id), None)
+
+    def item(self, finding: Finding) -> Any:
+        """The item of the result a finding names (a Profile, an e-mail, a phone or a Breach)."""
+        name, _, index = finding.path.rstrip("]").partition("[")
+        group, _, member = name.partition(".")
+        items = getattr(getattr(self, group), member) if member else getattr(self, group)
+        return items[int(index)]
+
+    @property
+    def failed_sources(self) -> list[Source]:
+        return [s for s in self.sources if s.failed]
 
 
 @dataclass
@@ -175,6 +259,7 @@ class Scan(_Model):
     case_ref: str | None = None  # the case reference given at creation (or None)
     created_at: str | None = None
     bulk_id: str | None = None
+    rerun_of: str | None = None  # the scan this one re-runs the failed sources of
     livemode: bool | None = None
     eta_seconds: int | None = None
     progress: Progress | None = None

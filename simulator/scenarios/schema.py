@@ -40,6 +40,7 @@ TAGS: dict[str, str] = {
     "operator": "steps that run operator CLI commands",
     "testmode": "test keys: the sandbox engine, livemode false, nothing charged, apart from live data",
     "privacy": "personal data: purpose, erasure on request, retention, opt-outs",
+    "results": "a result's sources, coverage, findings and reasons; feedback on findings; re-runs",
 }
 
 _ANY: dict = {}

@@ -102,6 +102,49 @@ def test_webhook_events_and_their_signature_headers(spec):
     assert "callbacks" in spec["paths"]["/api/v1/scan/bulk"]["post"]
 
 
+EXPLANATION_SCHEMAS = ("Result", "Risk", "Reason", "Source", "Coverage", "Finding", "Feedback")
+
+
+def _resolve(spec, schema):
+    ref = schema.get("$ref") or (schema.get("allOf") or [{}])[0].get("$ref")
+    return spec["components"]["schemas"][ref.rsplit("/", 1)[1]] if ref else schema
+
+
+def _matches(spec, schema, value, where="result"):
+    """``value`` has exactly the properties of ``schema`` (all required), at every level."""
+    if value is None:
+        assert schema.get("nullable"), where
+        return
+    schema = _resolve(spec, schema)
+    if schema.get("type") == "object" or "properties" in schema:
+        assert set(value) == set(schema["properties"]) == set(schema.get("required", [])), where
+        for name, item in value.items():
+            _matches(spec, schema["properties"][name], item, f"{where}.{name}")
+    elif schema.get("type") == "array":
+        for index, item in enumerate(value):
+            _matches(spec, schema["items"], item, f"{where}[{index}]")
+
+
+def test_the_result_explanation_documents_every_field_with_an_example(spec):
+    """Sources, coverage, partial, findings and the score's reasons: each leaf field has an example, and the
+    webhook's example result shows every field of the result."""
+    schemas = spec["components"]["schemas"]
+    for name in EXPLANATION_SCHEMAS[1:]:
+        for field, prop in schemas[name]["properties"].items():
+            leaf = "$ref" not in prop and "allOf" not in prop and prop.get("type") != "array"
+            assert not leaf or "example" in prop or prop.get("type") == "boolean", (name, field)
+    for field in ("sources", "coverage", "partial", "findings"):
+        assert field in schemas["Result"]["required"] and schemas["Result"]["properties"][field]["description"]
+    assert schemas["Source"]["properties"]["status"]["enum"] == ["found", "not_found", "error", "rate_limited",
+                                                                 "timeout", "skipped"]
+    callbacks = spec["paths"]["/api/v1/scan"]["post"]["callbacks"]["scanFinished"]
+    [item] = callbacks.values()
+    example = item["post"]["requestBody"]["content"]["application/json"]["examples"]["scan.completed"]["value"]
+    _matches(spec, schemas["Result"], example["result"])
+    reasons = example["result"]["risk"]["reasons"]
+    assert sum(r["points"] for r in reasons) == example["result"]["risk"]["score"]
+
+
 @pytest.mark.processes
 def test_a_generated_client_creates_and_reads_a_scan(spec, served_app, account, tmp_path):
     (tmp_path / "openapi.json").write_text(json.dumps(spec))

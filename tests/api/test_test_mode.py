@@ -217,7 +217,16 @@ def test_results_are_deterministic_by_target(client, sandbox, jobs):
         ids = [create(client, test, target="jane@example.com").json["scan_id"] for _ in range(2)]
         run_until_final(jobs, frozen, *ids)
     first, second = (client.get(f"/api/v1/scan/{i}", headers=test.headers).json["result"] for i in ids)
-    assert first == second
+    assert _ids_as_paths(first) == _ids_as_paths(second)
+    assert {f["id"] for f in first["findings"]}.isdisjoint(f["id"] for f in second["findings"])  # each scan's own
+
+
+def _ids_as_paths(result):
+    """The result with each finding id replaced by its path: finding ids belong to their scan."""
+    path_of = {f["id"]: f["path"] for f in result["findings"]}
+    reasons = [{**r, "finding_ids": [path_of[i] for i in r["finding_ids"]]} for r in result["risk"]["reasons"]]
+    return {**result, "risk": {**result["risk"], "reasons": reasons},
+            "findings": [{**f, "id": f["path"]} for f in result["findings"]]}
 
 
 # --- test and live data never mix -------------------------------------------------------------

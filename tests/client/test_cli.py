@@ -219,3 +219,25 @@ def test_usage_errors_exit_2(served_app, account):
     code, out, _ = cli("--help")
     assert code == 0 and "scan" in out and "get-bulk" in out
     assert scans_of(account) == []
+
+
+# --- re-run and feedback ----------------------------------------------------------------------
+
+def test_rerun_a_partial_scan_and_give_feedback_from_the_command_line(cli, jobs):
+    with freeze_time(START) as frozen:
+        code, out, err = cli("scan", "partial.jane@example.com", "--wait", frozen=frozen, jobs=jobs)
+        first = json.loads(out)
+        assert code == 0 and first["result"]["partial"] is True
+        code, out, err = cli("rerun", first["scan_id"], "--wait", frozen=frozen, jobs=jobs)
+        assert code == 0, err
+        second = json.loads(out)
+        assert second["rerun_of"] == first["scan_id"] and second["result"]["partial"] is False
+        code, out, err = cli("rerun", second["scan_id"])
+        assert code == 1 and "nothing to re-run" in err and "nothing_to_rerun, HTTP 409" in err
+        finding = first["result"]["findings"][0]
+        code, out, err = cli("feedback", first["scan_id"], finding["id"], "false_positive", "--note", "not her",
+                             "--format", "csv")
+    assert code == 0, err
+    [row] = rows(out)
+    assert (row["finding_id"], row["path"], row["verdict"], row["note"]) == \
+        (finding["id"], finding["path"], "false_positive", "not her")

@@ -57,7 +57,7 @@ def docs_env(served_app, make_customer, simulator, jobs, monkeypatch, tmp_path):
 def test_the_doc_has_examples_of_every_topic():
     text = DOC.read_text()
     for topic in ("## Install", "## Your first scan", "## Waiting", "## Bulk from a CSV", "## Listing",
-                  "## Webhooks", "### Deliveries", "## Test mode", "## Errors"):
+                  "## Webhooks", "### Deliveries", "## Test mode", "## Errors", "## Checking a result"):
         assert topic in text
     assert len(blocks("python")) >= 6 and not re.search(r"\bD\d+\b|§", text)
 

@@ -150,3 +150,14 @@ def test_a_narrowing_based_on_what_changed_meanwhile_is_refused(conn, monkeypatc
         access.narrow_access(key.id, key.customer_id, scopes=["scans:read", "webhooks"], expires_at=None,
                              allowed_ips=None)
     assert ApiKey.get_by_id(key.id).scopes == ["scans:write", "scans:read"]
+
+
+def test_every_change_of_a_keys_access_is_one_log_line_without_addresses(conn, caplog):
+    import logging
+    _, key = new_customer()
+    with caplog.at_level(logging.INFO, logger="app.services.access"):
+        access.set_access(key.id, scopes="scans:read", allowed_ips="203.0.113.0/24")
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [f"key {key.id} access changed by the operator: scopes scans:read, expires unchanged, "
+                     f"allowlist 1 block(s)"]
+    assert "203.0.113" not in caplog.text

@@ -4,13 +4,17 @@ import math
 
 import pytest
 
-from app.services.results import InvalidResult, band_for, normalize_result
+from app.services.results import InvalidResult, band_for, failed_source_ids, finding_id, normalize_result
 
-TOP_LEVEL = {"risk", "counts", "profiles", "contacts", "breaches", "phone_profile", "ai_summary", "artifacts"}
+D6_FIELDS = ("risk", "counts", "profiles", "contacts", "breaches", "phone_profile", "ai_summary", "artifacts")
+E6_FIELDS = ("sources", "coverage", "partial", "findings")
+TOP_LEVEL = {*D6_FIELDS, *E6_FIELDS}
+NO_EXPLANATION = {"sources": [], "coverage": {"checked": 0, "found": 0, "failed": 0, "ratio": 1.0},
+                  "partial": False}
 PHONE_PROFILE_KEYS = {"e164", "country_code", "region", "carrier", "line_type", "valid", "timezones"}
 
 EMPTY = {
-    "risk": {"score": 0, "band": "low"},
+    "risk": {"score": 0, "band": "low", "reasons": []},
     "counts": {"cases": 0, "entities": 0, "findings": 0},
     "profiles": {"verified": [], "weak": []},
     "contacts": {"emails": [], "phones": []},
@@ -18,7 +22,16 @@ EMPTY = {
     "phone_profile": None,
     "ai_summary": "",
     "artifacts": {"pdf": "", "person_card": ""},
+    **NO_EXPLANATION,
+    "findings": [],
 }
+
+
+def d6(result: dict) -> dict:
+    """The fields of D6 only, ``risk`` without its reasons: what an engine without E6 sends."""
+    out = {name: result[name] for name in D6_FIELDS}
+    out["risk"] = {k: v for k, v in result["risk"].items() if k != "reasons"}
+    return out
 
 
 def full_result(**overrides):
@@ -45,12 +58,12 @@ def full_result(**overrides):
 
 def test_a_clean_result_comes_through_unchanged_for_a_phone():
     raw = full_result()
-    assert normalize_result(raw, "phone") == raw
+    assert d6(normalize_result(raw, "phone")) == raw
 
 
 @pytest.mark.parametrize("kind", ["email", "username"])
 def test_a_clean_result_loses_only_its_phone_profile_for_other_kinds(kind):
-    out = normalize_result(full_result(), kind)
+    out = d6(normalize_result(full_result(), kind))
     assert out["phone_profile"] is None
     assert {k: v for k, v in out.items() if k != "phone_profile"} == \
         {k: v for k, v in full_result().items() if k != "phone_profile"}
@@ -64,7 +77,7 @@ def test_an_empty_object_is_filled_with_every_field(kind):
 def test_missing_nested_fields_are_filled():
     out = normalize_result({"risk": {}, "counts": {"cases": 3}, "profiles": {"verified": [{}]},
                             "contacts": {}, "breaches": [{}], "artifacts": {}}, "email")
-    assert out["risk"] == {"score": 0, "band": "low"}
+    assert out["risk"] == {"score": 0, "band": "low", "reasons": []}
     assert out["counts"] == {"cases": 3, "entities": 0, "findings": 0}
     assert out["profiles"] == {"verified": [{"platform": "", "url": "", "handle": "", "display_name": "",
                                              "confidence": 0.0}], "weak": []}
@@ -83,6 +96,7 @@ def test_null_values_are_filled_like_missing_ones():
 def test_score_is_clamped_to_0_100_and_made_an_integer(score, expected):
     out = normalize_result({"risk": {"score": score}}, "email")["risk"]
     assert out["score"] == expected
+    assert out["reasons"] == []
     assert type(out["score"]) is int
     assert out["band"] == band_for(expected)
 
@@ -90,13 +104,14 @@ def test_score_is_clamped_to_0_100_and_made_an_integer(score, expected):
 @pytest.mark.parametrize("score, band", [(0, "low"), (24, "low"), (25, "medium"), (49, "medium"), (50, "high"),
                                          (74, "high"), (75, "critical"), (100, "critical")])
 def test_band_is_derived_from_the_score_when_absent_at_every_boundary(score, band):
-    assert normalize_result({"risk": {"score": score}}, "email")["risk"] == {"score": score, "band": band}
+    assert normalize_result({"risk": {"score": score}}, "email")["risk"] == {"score": score, "band": band,
+                                                                             "reasons": []}
 
 
 @pytest.mark.parametrize("band", ["severe", "", None, 3, "LOW", ["low"]])
 def test_an_unknown_band_is_replaced_by_the_one_of_the_score(band):
     assert normalize_result({"risk": {"score": 80, "band": band}}, "email")["risk"] == \
-        {"score": 80, "band": "critical"}
+        {"score": 80, "band": "critical", "reasons": []}
 
 
 @pytest.mark.parametrize("score, band, expected", [(10, "critical", "low"), (90, "low", "critical"),
@@ -176,7 +191,7 @@ def test_unknown_fields_are_dropped_at_every_level():
     raw["breaches"][0]["source"] = "forum dump"
     raw["phone_profile"]["raw_lookup"] = {"x": 1}
     raw["artifacts"]["debug_log"] = "https://engine.example/log"
-    assert normalize_result(raw, "phone") == full_result()
+    assert normalize_result(raw, "phone") == normalize_result(full_result(), "phone")
 
 
 def test_counts_are_non_negative_integers():
@@ -278,3 +293,152 @@ def test_the_input_is_not_modified():
     snapshot = json.loads(json.dumps(raw))
     normalize_result(raw, "phone")
     assert raw == snapshot
+
+
+# --- E6: sources, evidence, reasons, findings (D23) ----------------------------------------
+
+def explained(**overrides):
+    """A full result with the E6 parts: three sources (one timed out), evidence and reasons."""
+    result = full_result(
+        sources=[{"id": "github", "name": "GitHub", "status": "found", "checked_at": "2026-11-21T12:00:03Z",
+                  "latency_ms": 120},
+                 {"id": "breach_index", "name": "Breach Index", "status": "found",
+                  "checked_at": "2026-11-21T13:00:03+01:00", "latency_ms": 300},
+                 {"id": "caller_id", "name": "Caller ID", "status": "timeout", "checked_at": None,
+                  "latency_ms": 5000},
+                 {"id": "carrier", "name": "Carrier", "status": "skipped"}],
+        evidence=[{"path": "profiles.verified[0]", "source_ids": ["github"]},
+                  {"path": "breaches[0]", "source_ids": ["breach_index", "nobody"]}],
+        **overrides)
+    result["risk"]["reasons"] = [
+        {"code": "breaches", "points": 40, "description": "Appears in a breach.", "paths": ["breaches[0]"]},
+        {"code": "profiles", "points": 22, "description": "A verified profile.", "paths": ["profiles.verified[0]"]}]
+    return result
+
+
+def test_an_engine_without_sources_reads_as_nothing_checked_and_not_partial():
+    out = normalize_result(full_result(), "phone", scan_id="scn_1")
+    assert {k: out[k] for k in NO_EXPLANATION} == NO_EXPLANATION
+    assert out["risk"]["reasons"] == []
+    assert [f["path"] for f in out["findings"]] == ["profiles.verified[0]", "profiles.weak[0]", "contacts.emails[0]",
+                                                    "contacts.phones[0]", "breaches[0]"]
+    assert all(f["source_ids"] == [] and f["feedback"] is None for f in out["findings"])
+    assert list(out) == [*D6_FIELDS, *E6_FIELDS]
+
+
+def test_sources_give_coverage_and_partial():
+    out = normalize_result(explained(), "phone", scan_id="scn_1")
+    assert [s["status"] for s in out["sources"]] == ["found", "found", "timeout", "skipped"]
+    assert out["sources"][1]["checked_at"] == "2026-11-21T12:00:03Z"  # made UTC
+    assert out["sources"][3] == {"id": "carrier", "name": "Carrier", "status": "skipped", "checked_at": None,
+                                 "latency_ms": None}
+    assert out["coverage"] == {"checked": 3, "found": 2, "failed": 1, "ratio": 0.6667}
+    assert out["partial"] is True
+    assert failed_source_ids(out) == ["caller_id"]
+
+
+def test_a_result_whose_sources_all_answered_is_not_partial():
+    raw = explained()
+    raw["sources"][2]["status"] = "not_found"
+    out = normalize_result(raw, "phone")
+    assert out["partial"] is False and out["coverage"]["ratio"] == 1.0 and failed_source_ids(out) == []
+
+
+def test_sources_are_shaped_once_each_and_an_unknown_status_counts_as_failed():
+    out = normalize_result({"sources": [{"id": "a", "status": "found"}, {"id": "a", "status": "timeout"},
+                                        {"name": "no id", "status": "found"}, "github", {"id": "b", "status": "odd",
+                                        "latency_ms": -4, "checked_at": "yesterday"}]}, "email")
+    assert out["sources"] == [{"id": "a", "name": "a", "status": "found", "checked_at": None, "latency_ms": None},
+                              {"id": "b", "name": "b", "status": "error", "checked_at": None, "latency_ms": None}]
+    assert out["partial"] is True
+
+
+@pytest.mark.parametrize("part", ["sources", "evidence"])
+def test_e6_parts_of_the_wrong_type_are_ignored_not_fatal(part):
+    out = normalize_result({part: "everything", "breaches": [{"name": "x"}]}, "email")
+    assert out["sources"] == [] and out["findings"][0]["source_ids"] == []
+
+
+def test_findings_carry_the_sources_of_their_evidence_known_ones_only():
+    out = normalize_result(explained(), "phone", scan_id="scn_1")
+    by_path = {f["path"]: f for f in out["findings"]}
+    assert by_path["profiles.verified[0]"]["source_ids"] == ["github"]
+    assert by_path["breaches[0]"]["source_ids"] == ["breach_index"]
+    assert by_path["contacts.emails[0]"]["source_ids"] == []
+
+
+def test_finding_ids_are_stable_per_scan_and_path_and_differ_between_scans():
+    first = normalize_result(explained(), "phone", scan_id="scn_1")["findings"]
+    again = normalize_result(explained(), "phone", scan_id="scn_1")["findings"]
+    other = normalize_result(explained(), "phone", scan_id="scn_2")["findings"]
+    assert [f["id"] for f in first] == [f["id"] for f in again]
+    assert all(f["id"].startswith("fnd_") for f in first)
+    assert len({f["id"] for f in first}) == len(first)
+    assert not {f["id"] for f in first} & {f["id"] for f in other}
+    assert first[0]["id"] == finding_id("scn_1", "profiles.verified[0]")
+
+
+def test_reasons_that_add_up_name_their_findings_by_id():
+    out = normalize_result(explained(), "phone", scan_id="scn_1")
+    assert out["risk"]["reasons"] == [
+        {"code": "breaches", "points": 40, "description": "Appears in a breach.",
+         "finding_ids": [finding_id("scn_1", "breaches[0]")]},
+        {"code": "profiles", "points": 22, "description": "A verified profile.",
+         "finding_ids": [finding_id("scn_1", "profiles.verified[0]")]}]
+    assert sum(r["points"] for r in out["risk"]["reasons"]) == out["risk"]["score"]
+
+
+def test_evidence_and_reasons_follow_items_the_normaliser_dropped_or_moved():
+    raw = full_result(contacts={"emails": ["not an address", "jane@example.com"], "phones": []},
+                      evidence=[{"path": "contacts.emails[1]", "source_ids": ["gravatar"]},
+                                {"path": "contacts.emails[0]", "source_ids": ["gravatar"]}],
+                      sources=[{"id": "gravatar", "status": "found"}])
+    raw["risk"]["reasons"] = [{"code": "email", "points": 62, "paths": ["contacts.emails[1]"]}]
+    out = normalize_result(raw, "email", scan_id="scn_1")
+    email = next(f for f in out["findings"] if f["path"] == "contacts.emails[0]")
+    assert email["source_ids"] == ["gravatar"]
+    assert out["risk"]["reasons"][0]["finding_ids"] == [email["id"]]
+    raw["risk"]["reasons"] = [{"code": "email", "points": 62, "paths": ["contacts.emails[0]"]}]  # the dropped one
+    assert normalize_result(raw, "email")["risk"]["reasons"] == []
+
+
+@pytest.mark.parametrize("reasons", [
+    [{"code": "a", "points": 40, "paths": ["breaches[0]"]}],                                  # short of the score
+    [{"code": "a", "points": 62, "paths": ["breaches[3]"]}],                                  # no such item
+    [{"code": "a", "points": 62, "paths": ["phone_profile"]}],                                # not an item
+    [{"code": "a", "points": 62.0, "paths": []}],                                             # not whole
+    [{"code": "a", "points": True, "paths": []}],
+    [{"code": "", "points": 62, "paths": []}],                                                # no code
+    [{"code": "a", "points": 62, "paths": "breaches[0]"}],
+    ["a reason"],
+    "reasons",
+])
+def test_reasons_that_do_not_add_up_or_name_nothing_are_dropped_and_the_result_kept(reasons, caplog):
+    raw = explained()
+    raw["risk"]["reasons"] = reasons
+    out = normalize_result(raw, "phone", scan_id="scn_1")
+    assert out["risk"] == {"score": 62, "band": "high", "reasons": []}
+    assert out["partial"] is True and len(out["findings"]) == 5  # the rest of the explanation stays
+    assert "reasons were dropped" in caplog.text and "scn_1" in caplog.text
+    assert "jane" not in caplog.text.lower()  # nothing of the result in the log
+
+
+def test_reasons_are_checked_against_the_clamped_score():
+    raw = explained()
+    raw["risk"]["score"] = 162  # clamped to 100: reasons adding up to 162 no longer explain it
+    raw["risk"]["reasons"][0]["points"] = 140
+    assert normalize_result(raw, "phone")["risk"]["reasons"] == []
+
+
+def test_normalising_a_stored_result_changes_nothing_feedback_included():
+    once = normalize_result(explained(), "phone", scan_id="scn_1")
+    once["findings"][0]["feedback"] = {"verdict": "false_positive", "note": "not her", "at": "2026-11-21T12:00:00Z"}
+    assert normalize_result(json.loads(json.dumps(once)), "phone", scan_id="scn_1", stored=True) == once
+
+
+def test_an_engine_cannot_give_findings_or_feedback():
+    raw = explained(findings=[{"id": "fnd_x", "path": "breaches[0]", "source_ids": ["github"],
+                               "feedback": {"verdict": "confirmed", "note": "", "at": None}}])
+    out = normalize_result(raw, "phone", scan_id="scn_1")
+    assert all(f["feedback"] is None for f in out["findings"])
+    assert next(f for f in out["findings"] if f["path"] == "breaches[0]")["source_ids"] == ["breach_index"]

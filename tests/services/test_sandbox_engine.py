@@ -201,9 +201,16 @@ def test_the_simulators_junk_convention_is_not_part_of_test_mode():
 
 # --- results ------------------------------------------------------------------------------
 
+def _but_times(result):
+    """The result without the sources' ``checked_at`` (when the look found it finished)."""
+    return {**result, "sources": [{**s, "checked_at": None} for s in result["sources"]]}
+
+
 def test_the_same_target_gives_the_same_result_in_every_submission():
     assert look_after(5, "dave@example.com")[1]["result"] == look_after(6, "dave@example.com")[1]["result"]
-    assert sandbox.result("email", "dave@example.com") == look_after(5, "dave@example.com")[1]["result"]
+    looked = normalize_result(look_after(5, "dave@example.com")[1]["result"], "email", scan_id="scn_1")
+    assert sandbox.result("email", "dave@example.com", scan_id="scn_1") == _but_times(looked)
+    assert {s["checked_at"] for s in looked["sources"]} == {"2025-03-01T12:00:05Z"}  # when it finished
 
 
 def test_different_targets_give_varied_results():
@@ -224,13 +231,22 @@ def test_phone_targets_get_a_phone_profile_and_others_none():
 
 @pytest.mark.parametrize("kind,make", [("email", "person{}@example.com"), ("phone", "+4420794601{:02d}"),
                                        ("username", "handle_{}")])
-def test_results_pass_the_services_normaliser_unchanged(kind, make):
+def test_results_are_clean_and_their_reasons_add_up(kind, make):
+    """What the normaliser does to a sandbox result is only E6's reshaping: no repair, and the
+    reasons are never dropped (they add up to the score and name real items)."""
     targets = [make.format(i) for i in range(40)]
     # Including targets whose simulator result is deliberately messy.
     assert any(messiness_of(kind, t) for t in targets)
     for target in targets:
-        result = sandbox.result(kind, target)
-        assert normalize_result(result, kind) == result
+        raw = sandbox.engine_result(kind, target)
+        result = normalize_result(raw, kind)
+        assert {k: result[k] for k in ("counts", "profiles", "contacts", "breaches", "ai_summary")} == \
+            {k: raw[k] for k in ("counts", "profiles", "contacts", "breaches", "ai_summary")}
+        assert result["risk"]["score"] == raw["risk"]["score"]
+        assert len(result["risk"]["reasons"]) == len(raw["risk"]["reasons"]) >= (1 if raw["risk"]["score"] else 0)
+        assert sum(r["points"] for r in result["risk"]["reasons"]) == result["risk"]["score"]
+        assert all(f["source_ids"] for f in result["findings"])  # every item has a source behind it
+        assert result["partial"] is False
 
 
 def test_artifacts_are_absolute_https_urls_on_a_reserved_fake_host():
@@ -259,7 +275,7 @@ def _but_artifacts(result):
 def test_the_simulator_and_the_sandbox_give_identical_results_for_a_target():
     target = next(f"twin{i}@example.com" for i in range(50) if messiness_of("email", f"twin{i}@example.com") is None)
     simulated, sandboxed = _simulated(target, "email"), final_result(target)
-    assert _but_artifacts(simulated) == _but_artifacts(sandboxed)
+    assert _but_times(_but_artifacts(simulated)) == _but_times(_but_artifacts(sandboxed))
     assert simulated["breaches"] or simulated["profiles"]["verified"]  # a result with substance
 
 
@@ -269,7 +285,30 @@ def test_the_sandbox_result_is_the_simulators_once_the_service_has_normalised_it
                  if messiness_of("email", f"messy{i}@example.com") in ("full_date", "no_band", "extra_field"))
     for target, kind in (("+14155552671", "phone"), (messy, "email")):
         simulated = normalize_result(_simulated(target, kind), kind)
-        assert _but_artifacts(simulated) == _but_artifacts(final_result(target, kind))
+        sandboxed = normalize_result(final_result(target, kind), kind)
+        assert _but_times(_but_artifacts(simulated)) == _but_times(_but_artifacts(sandboxed))
+
+
+@pytest.mark.parametrize("target,kind", [("partial.kim@example.com", "email"), ("+447700907777", "phone"),
+                                         ("partial_lee", "username")])
+def test_partial_targets_end_done_with_some_sources_failed(target, kind):
+    result = normalize_result(final_result(target, kind), kind)
+    failed = [s for s in result["sources"] if s["status"] in ("rate_limited", "timeout")]
+    assert 2 <= len(failed) <= 3
+    assert result["partial"] is True and result["coverage"]["failed"] == len(failed)
+    assert 10 <= len(result["sources"]) <= 20
+    assert not {s["id"] for s in failed} & {i for f in result["findings"] for i in f["source_ids"]}
+
+
+def test_a_rerun_of_the_failed_sources_runs_those_only_and_none_fails():
+    first = normalize_result(final_result("partial.kim@example.com"), "email")
+    failed = [s["id"] for s in first["sources"] if s["status"] in ("rate_limited", "timeout")]
+    with freeze_time(START) as frozen:
+        engine_id = sandbox.submit("partial.kim@example.com", "email", "scn_test", sources=failed)["id"]
+        frozen.tick(sandbox.SLOW_SECONDS)
+        rerun = normalize_result(sandbox.status(engine_id)["result"], "email")
+    assert [s["id"] for s in rerun["sources"]] == failed
+    assert rerun["partial"] is False and rerun["coverage"]["checked"] == len(failed)
 
 
 # --- setting ------------------------------------------------------------------------------

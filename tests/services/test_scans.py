@@ -139,3 +139,80 @@ def test_reverse_reservation_undoes_only_an_unsubmitted_scan(conn):
     assert (books.scans, books.batches, books.balance, books.ledger_sum, books.in_flight) == (0, 0, 5, 5, 0)
     assert scans.reverse_reservation(scan) is False  # once
     assert_counters_match(cust.id)
+
+
+# --- re-runs (D23) ---------------------------------------------------------------------------
+
+def _completed(cust, key, target, sources, *, livemode=True):
+    """A completed scan of ``target`` whose result names ``sources`` (id: status)."""
+    import json
+
+    from app.models import new_id, utcnow
+    from app.services.results import normalize_result
+    scan_id = new_id("scn")
+    result = normalize_result({"sources": [{"id": s, "status": st} for s, st in sources.items()]}, "email",
+                              scan_id=scan_id)
+    Scan.create(id=scan_id, customer=cust.id, api_key=key.id, kind="email", target=target, status="completed",
+                created_at=utcnow(), completed_at=utcnow(), result_json=json.dumps(result), livemode=livemode,
+                purpose="kyc_aml", case_ref="CASE-1")
+    return scan_id
+
+
+def test_a_rerun_asks_the_failed_sources_only_and_is_admitted_as_a_creation(conn, simulator):
+    cust, key = _customer(credits=10)
+    first = _completed(cust, key, "partial.jane@example.com",
+                       {"github": "found", "breach_index": "timeout", "gravatar": "rate_limited", "x": "error",
+                        "carrier_lookup": "skipped"})
+    outcome = scans.create_rerun(cust, key.id, first, request_id="req_r")
+    assert outcome.body["rerun_of"] == first and outcome.balance == 9
+    rerun = Scan.get_by_id(outcome.body["scan_id"])
+    assert (rerun.rerun_of, rerun.target, rerun.kind, rerun.purpose, rerun.case_ref) == \
+        (first, "partial.jane@example.com", "email", "kyc_aml", "CASE-1")
+    from simulator.investigations import decode_id
+    assert decode_id(rerun.engine_id).sources == ("breach_index", "gravatar", "x")
+    books = books_of(cust.id)
+    assert (books.balance, books.ledger_sum, books.in_flight) == (9, 9, 1)
+    assert outcome.usage.hour == 1  # counted in the windows as a creation (the first scan was made by hand)
+
+
+def test_nothing_to_rerun_changes_nothing(conn):
+    from app.services.errors import NothingToRerun
+    cust, key = _customer(credits=10)
+    whole = _completed(cust, key, "jane@example.com", {"github": "found", "x": "not_found", "y": "skipped"})
+    bare = _completed(cust, key, "john@example.com", {})
+    before = books_of(cust.id)
+    for scan_id in (whole, bare):
+        with pytest.raises(NothingToRerun):
+            scans.create_rerun(cust, key.id, scan_id, request_id="req_r")
+    assert books_of(cust.id) == before
+
+
+def test_a_rerun_of_another_customers_or_another_modes_scan_is_refused(conn):
+    from app.services.errors import NotFound
+    cust, key = _customer(credits=10)
+    other, other_key = _customer(credits=10)
+    first = _completed(cust, key, "partial.jane@example.com", {"github": "timeout"})
+    with pytest.raises(Forbidden):
+        scans.create_rerun(other, other_key.id, first, request_id="req_r")
+    with pytest.raises(NotFound):
+        scans.create_rerun(cust, key.id, first, request_id="req_r", livemode=False)
+
+
+def test_a_rerun_in_test_mode_runs_on_the_sandbox_with_its_sources(conn):
+    cust, key = _customer(credits=10)
+    test_key, _ = accounts.issue_key(cust.id, "t", livemode=False)
+    first = _completed(cust, test_key, "partial.jane@example.com", {"github": "timeout"}, livemode=False)
+    outcome = scans.create_rerun(cust, test_key.id, first, request_id="req_r", livemode=False)
+    rerun = Scan.get_by_id(outcome.body["scan_id"])
+    assert sandbox_engine.is_sandbox_id(rerun.engine_id) and outcome.balance == 10
+    assert sandbox_engine._decode_id(rerun.engine_id)[3] == ["github"]
+
+
+def test_an_erased_scan_has_nothing_to_rerun(conn):
+    from app.services import erasure
+    from app.services.errors import NothingToRerun
+    cust, key = _customer(credits=10)
+    first = _completed(cust, key, "partial.jane@example.com", {"github": "timeout"})
+    erasure.erase_scan(customer_id=cust.id, scan_id=first, livemode=True)
+    with pytest.raises(NothingToRerun):
+        scans.create_rerun(cust, key.id, first, request_id="req_r")

@@ -100,7 +100,7 @@ def test_batch_answers_items_in_request_order(client):
 
 
 def test_batch_outcomes_follow_the_request_order(client):
-    items = [{"target": t, "kind": "phone", "reference": t} for t in ("+14155557777", "+14155550000", "+14155552671")]
+    items = [{"target": t, "kind": "phone", "reference": t} for t in ("+14155556666", "+14155550000", "+14155552671")]
     with freeze_time(START) as frozen:
         answered = client.post("/v1/investigations/batch", json={"items": items}).get_json()["items"]
         frozen.tick(max(a["eta_seconds"] for a in answered) + 1)
@@ -244,7 +244,7 @@ def test_hang_targets_stay_running_for_ever(client, target, kind):
 
 
 @pytest.mark.parametrize("target,kind", [("junk.dan@example.com", "email"), ("junkyard", "username"),
-                                         ("+14155557777", "phone")])
+                                         ("+14155556666", "phone")])
 def test_junk_targets_end_done_with_an_invalid_result(client, target, kind):
     _, final = run_to_end(client, target, kind)
     assert final["status"] == "done"
@@ -385,7 +385,7 @@ def test_stats_count_calls_by_endpoint_including_refused_ones(client):
     client.post("/v1/investigations/batch", json={"items": [{"target": "c@example.com", "kind": "email"}]})
     set_mode(client, mode="down")
     client.get(f"/v1/investigations/{engine_id}")
-    assert client.get("/_sim/engine/stats").get_json() == {"submit": 2, "batch": 1, "status": 2, "total": 5}
+    assert client.get("/_sim/engine/stats").get_json() == {"submit": 2, "batch": 1, "status": 2, "looks": 0, "total": 5}
 
 
 def test_reset_restores_up_mode_and_zero_stats(client):
@@ -394,7 +394,7 @@ def test_reset_restores_up_mode_and_zero_stats(client):
     response = client.post("/_sim/engine/reset")
     assert response.status_code == 200
     assert client.get("/_sim/engine/mode").get_json() == {"mode": "up", "every": None}
-    assert client.get("/_sim/engine/stats").get_json() == {"submit": 0, "batch": 0, "status": 0, "total": 0}
+    assert client.get("/_sim/engine/stats").get_json() == {"submit": 0, "batch": 0, "status": 0, "looks": 0, "total": 0}
     assert submit(client, "alice@example.com").status_code == 201
 
 
@@ -410,3 +410,43 @@ def test_unknown_paths_and_methods_answer_json(client):
     wrong_method = client.delete("/v1/investigations")
     assert wrong_method.status_code == 405 and wrong_method.is_json
     assert "POST" in wrong_method.headers["Allow"]
+
+
+# --- E6: re-run submissions and the batch look ------------------------------------------------
+
+def test_a_submission_with_sources_runs_those_only(client):
+    with freeze_time(START) as frozen:
+        answer = client.post("/v1/investigations", json={"target": "partial.ann@example.com", "kind": "email",
+                                                         "reference": "r", "sources": ["github", "breach_index"]})
+        assert answer.status_code == 201
+        frozen.tick(answer.get_json()["eta_seconds"] + 1)
+        result = status_of(client, answer.get_json()["id"])["result"]
+    assert [s["id"] for s in result["sources"]] == ["breach_index", "github"]  # in the engine's order
+    assert all(s["status"] not in ("rate_limited", "timeout") for s in result["sources"])
+    assert all(s["checked_at"] and s["checked_at"].endswith("Z") for s in result["sources"])
+
+
+@pytest.mark.parametrize("sources", [[], "github", [1], [""]])
+def test_sources_that_are_not_a_list_of_ids_answer_400(client, sources):
+    answer = client.post("/v1/investigations", json={"target": "ann@example.com", "kind": "email",
+                                                     "reference": "r", "sources": sources})
+    assert answer.status_code == 400
+
+
+def test_the_batch_look_answers_each_id_as_the_single_look_in_order(client):
+    with freeze_time(START) as frozen:
+        ids = [submit(client, t, "email").get_json()["id"] for t in ("a@example.com", "fail.b@example.com")]
+        frozen.tick(200)
+        response = client.post("/v1/investigations/status", json={"ids": [ids[1], "inv_nope", ids[0]]})
+        singles = [status_of(client, i) for i in ids]
+    assert response.status_code == 200
+    items = response.get_json()["items"]
+    assert items[0] == singles[1] and items[2] == singles[0]
+    assert items[1]["id"] == "inv_nope" and items[1]["status"] == "error"
+    assert items[1]["error"]["code"] == "not_found"
+    assert client.get("/_sim/engine/stats").get_json()["looks"] == 1
+
+
+@pytest.mark.parametrize("ids", [[], ["x"] * 101, "inv_a", [1]])
+def test_a_batch_look_outside_1_to_100_ids_answers_400(client, ids):
+    assert client.post("/v1/investigations/status", json={"ids": ids}).status_code == 400

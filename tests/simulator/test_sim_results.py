@@ -15,7 +15,8 @@ from simulator.results import (
 )
 
 BASE = "http://sim.test/_sim/artifacts/inv_x"
-TOP_LEVEL = {"risk", "counts", "profiles", "contacts", "breaches", "phone_profile", "ai_summary", "artifacts"}
+TOP_LEVEL = {"risk", "counts", "profiles", "contacts", "breaches", "phone_profile", "ai_summary", "artifacts",
+             "sources", "evidence"}
 PROFILE_KEYS = {"platform", "url", "handle", "display_name", "confidence"}
 BREACH_KEYS = {"name", "date", "accounts", "classes"}
 E164 = re.compile(r"^\+[1-9]\d{6,14}$")
@@ -43,7 +44,7 @@ def test_clean_results_have_exactly_the_documented_shape(kind):
     for target in clean_targets(kind, 40):
         result = result_for(kind, target, BASE)
         assert set(result) == TOP_LEVEL
-        assert set(result["risk"]) == {"score", "band"}
+        assert set(result["risk"]) == {"score", "band", "reasons"}
         assert 0 <= result["risk"]["score"] <= 100
         assert result["risk"]["band"] == band_for(result["risk"]["score"])
         assert set(result["counts"]) == {"cases", "entities", "findings"}
@@ -151,9 +152,67 @@ def test_each_kind_of_mess_is_repairable():
         elif mess == NO_BAND:
             assert "band" not in result["risk"] and 0 <= result["risk"]["score"] <= 100
         elif mess == HIGH_SCORE:
-            assert result["risk"] == {"score": result["risk"]["score"], "band": "critical"}
+            assert result["risk"]["band"] == "critical"
             assert result["risk"]["score"] > 100
         else:
             assert set(result) == TOP_LEVEL | {"engine_build"}
         seen.add(mess)
     assert seen == {FULL_DATE, EXTRA_FIELD, NO_BAND, HIGH_SCORE}
+
+
+# --- E6: sources, evidence and reasons that add up ------------------------------------------
+
+ORDER = ("profiles.verified", "profiles.weak", "contacts.emails", "contacts.phones", "breaches")
+
+
+def _order(path):
+    name, _, index = path.rstrip("]").partition("[")
+    return ORDER.index(name), int(index)
+
+
+def _items(result):
+    lists = {"profiles.verified": result["profiles"]["verified"], "profiles.weak": result["profiles"]["weak"],
+             "contacts.emails": result["contacts"]["emails"], "contacts.phones": result["contacts"]["phones"],
+             "breaches": result["breaches"]}
+    return {f"{name}[{i}]" for name, items in lists.items() for i in range(len(items))}
+
+
+@pytest.mark.parametrize("kind", ["email", "phone", "username"])
+def test_sources_evidence_and_reasons_add_up(kind):
+    for target in clean_targets(kind, 40):
+        result = result_for(kind, target, BASE, checked_at="2026-11-21T12:00:00Z")
+        sources = {s["id"]: s for s in result["sources"]}
+        assert 10 <= len(sources) <= 20 and len(sources) == len(result["sources"])
+        assert all(s["name"] and s["checked_at"] == "2026-11-21T12:00:00Z" for s in result["sources"])
+        assert {s["status"] for s in result["sources"]} <= {"found", "not_found", "skipped"}
+        # One evidence entry per item, each backed by sources that found something.
+        assert [e["path"] for e in result["evidence"]] == sorted(_items(result), key=_order)
+        for entry in result["evidence"]:
+            assert entry["source_ids"] and all(sources[i]["status"] == "found" for i in entry["source_ids"])
+        reasons = result["risk"]["reasons"]
+        assert sum(r["points"] for r in reasons) == result["risk"]["score"]
+        assert all(r["points"] > 0 and r["code"] and r["description"] for r in reasons)
+        assert all(set(r["paths"]) <= _items(result) for r in reasons)
+
+
+def test_a_high_score_mess_has_reasons_that_do_not_add_up():
+    target = next(t for t in targets("email", 300) if messiness_of("email", t) == HIGH_SCORE)
+    result = result_for("email", target, BASE)
+    assert sum(r["points"] for r in result["risk"]["reasons"]) != result["risk"]["score"]
+
+
+def test_partial_targets_have_some_sources_rate_limited_or_timed_out():
+    for target, kind in (("partial.one@example.com", "email"), ("+14155557777", "phone"), ("partialjo", "username")):
+        result = result_for(kind, target, BASE)
+        failed = {s["id"] for s in result["sources"] if s["status"] in ("rate_limited", "timeout")}
+        assert 2 <= len(failed) <= 3, target
+        assert not failed & {i for e in result["evidence"] for i in e["source_ids"]}
+
+
+def test_a_rerun_lists_the_sources_asked_for_none_failing():
+    first = result_for("email", "partial.one@example.com", BASE)
+    failed = [s["id"] for s in first["sources"] if s["status"] in ("rate_limited", "timeout")]
+    rerun = result_for("email", "partial.one@example.com", BASE, sources=[*failed, "no_such_source"])
+    assert [s["id"] for s in rerun["sources"]] == failed
+    assert {s["status"] for s in rerun["sources"]} <= {"found", "not_found", "skipped"}
+    assert rerun["breaches"] == first["breaches"]

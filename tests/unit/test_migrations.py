@@ -253,3 +253,35 @@ def test_roles_and_two_factor_migration_makes_existing_users_owners(app):
         assert migrated.role == "owner" and migrated.totp_enabled_at is None
         assert Customer.get_by_id(customer.id).require_2fa is False
         assert "portal_recovery_code" in db.get_tables()
+
+
+def test_the_results_explained_migration_adds_rerun_of_feedback_and_explains_stored_results(app):
+    """Version 13 (D23): a result stored before it gains an empty explanation and its findings, once."""
+    import json
+
+    from app.models import FindingFeedback, Scan, new_id, utcnow
+
+    old_result = {"risk": {"score": 12, "band": "low"}, "counts": {"cases": 1, "entities": 1, "findings": 1},
+                  "profiles": {"verified": [], "weak": []}, "contacts": {"emails": ["a@example.com"], "phones": []},
+                  "breaches": [], "phone_profile": None, "ai_summary": "", "artifacts": {"pdf": "", "person_card": ""}}
+    with db.connection_context():
+        customer = accounts.create_customer("Old", "business", 5)
+        key, _ = accounts.issue_key(customer.id, "k")
+        scan_id = new_id("scn")
+        Scan.create(id=scan_id, customer=customer.id, api_key=key.id, kind="email", target="a@example.com",
+                    status="completed", created_at=utcnow(), result_json=json.dumps(old_result))
+        with db.atomic():
+            db.drop_tables([FindingFeedback])
+            db.execute_sql('ALTER TABLE "scan" DROP COLUMN "rerun_of"')
+            SchemaVersion.delete().where(SchemaVersion.version == 13).execute()
+
+        assert migrations.upgrade() == [13]
+        stored = Scan.get_by_id(scan_id).result_json
+        assert migrations.upgrade() == []
+
+        result = json.loads(stored)
+        assert result["sources"] == [] and result["partial"] is False and result["risk"]["reasons"] == []
+        assert result["coverage"] == {"checked": 0, "found": 0, "failed": 0, "ratio": 1.0}
+        assert [f["path"] for f in result["findings"]] == ["contacts.emails[0]"]
+        assert {k: result[k] for k in old_result if k != "risk"} == {k: v for k, v in old_result.items() if k != "risk"}
+        assert Scan.get_by_id(scan_id).rerun_of is None and FindingFeedback.select().count() == 0

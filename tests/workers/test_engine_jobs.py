@@ -33,7 +33,8 @@ START = "2026-11-21 12:00:00"
 ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 YEAR_MONTH = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 E164 = re.compile(r"^\+[1-9][0-9]{6,14}$")
-TOP_LEVEL = {"risk", "counts", "profiles", "contacts", "breaches", "phone_profile", "ai_summary", "artifacts"}
+TOP_LEVEL = {"risk", "counts", "profiles", "contacts", "breaches", "phone_profile", "ai_summary", "artifacts",
+             "sources", "coverage", "partial", "findings"}
 SIM_SCALE = 0.01  # tests/conftest.py: the simulator's SIM_TIME_SCALE
 
 
@@ -89,10 +90,16 @@ def no_tracking_job_left(jobs) -> bool:
 
 
 def assert_d6_result(result: dict, kind: str) -> None:
-    """Every §2.2 field, with the types of D6."""
+    """Every §2.2 field, with the types of D6, and the explanation of E6 (reasons adding up)."""
     assert set(result) == TOP_LEVEL
+    assert set(result["coverage"]) == {"checked", "found", "failed", "ratio"}
+    assert result["partial"] is (result["coverage"]["failed"] > 0)
+    finding_ids = {f["id"] for f in result["findings"]}
+    assert all(set(r["finding_ids"]) <= finding_ids for r in result["risk"]["reasons"])
+    if result["risk"]["reasons"]:
+        assert sum(r["points"] for r in result["risk"]["reasons"]) == result["risk"]["score"]
     risk = result["risk"]
-    assert set(risk) == {"score", "band"}
+    assert set(risk) == {"score", "band", "reasons"}
     assert type(risk["score"]) is int and 0 <= risk["score"] <= 100
     assert risk["band"] == band_for(risk["score"])
     assert set(result["counts"]) == {"cases", "entities", "findings"}
@@ -151,9 +158,14 @@ def track_calls(monkeypatch):
 
 
 def expected_result(simulator, scan) -> dict:
-    """What the simulator answered for this scan, normalised: the pipeline must store exactly that."""
-    raw = result_for(scan.kind, scan.target, f"{simulator.url}/_sim/artifacts/{scan.engine_id}")
-    return normalize_result(raw, scan.kind)
+    """What the simulator answered for this scan, normalised: the pipeline must store exactly that
+    (its sources checked when the engine finished it)."""
+    stored = json.loads(scan.result_json)
+    checked_at = stored["sources"][0]["checked_at"] if stored["sources"] else None
+    assert checked_at is None or ISO.match(checked_at)
+    raw = result_for(scan.kind, scan.target, f"{simulator.url}/_sim/artifacts/{scan.engine_id}",
+                     checked_at=checked_at)
+    return normalize_result(raw, scan.kind, scan_id=scan.id)
 
 
 # --- 1. one scan of each kind, queued -> running -> completed ------------------------------
@@ -251,7 +263,8 @@ def test_messy_engine_results_are_repaired_before_they_are_stored(client, make_c
         assert body["status"] == "completed", body
         assert_d6_result(body["result"], "email")
     raw = {mess: result_for("email", messy[mess], "http://x") for mess in messy}
-    assert results[HIGH_SCORE]["result"]["risk"] == {"score": 100, "band": "critical"}
+    # Its reasons added up to the score before the cap: dropped, the scan completed all the same.
+    assert results[HIGH_SCORE]["result"]["risk"] == {"score": 100, "band": "critical", "reasons": []}
     assert raw[HIGH_SCORE]["risk"]["score"] > 100
     assert "band" not in raw[NO_BAND]["risk"]
     assert results[NO_BAND]["result"]["risk"]["band"] == band_for(raw[NO_BAND]["risk"]["score"])
@@ -277,7 +290,7 @@ def bulk_targets() -> list[dict]:
     targets[20] = {"target": "+4915123450000", "kind": "phone"}
     targets[30] = {"target": "failing_thirty", "kind": "username"}
     targets[40] = {"target": "junk.forty@example.com", "kind": "email"}
-    targets[50] = {"target": "+4915123457777", "kind": "phone"}
+    targets[50] = {"target": "+4915123456666", "kind": "phone"}
     return targets
 
 
@@ -322,7 +335,7 @@ def test_a_bulk_of_100_completes_and_its_counts_add_up(client, make_customer, jo
     ("phone", "+4915123450000"),
     ("username", "failbot"),
     ("email", "junk.bob@example.com"),     # done, but with a result that cannot be made valid
-    ("phone", "+4915123457777"),
+    ("phone", "+4915123456666"),
 ])
 def test_an_engine_failure_fails_the_scan_with_engine_failed(client, make_customer, jobs, kind, target):
     account = make_customer(credits=1000)
@@ -619,7 +632,7 @@ def test_two_jobs_racing_to_finish_a_scan_finish_it_once(client, make_customer, 
         assert tracking.fail(scan_id, "engine_timeout", "too late") is False
     after = row(scan_id)
     assert after.status == "completed" and after.completed_at == first.completed_at
-    assert json.loads(after.result_json)["risk"] == {"score": 30, "band": "medium"}
+    assert json.loads(after.result_json)["risk"] == {"score": 30, "band": "medium", "reasons": []}
     with db.connection_context():
         deliveries = list(WebhookDelivery.select().where(WebhookDelivery.scan_id == scan_id))
     assert [d.event for d in deliveries] == ["scan.completed"]

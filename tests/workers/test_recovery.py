@@ -351,7 +351,8 @@ def test_after_a_long_outage_a_finished_scan_completes_and_an_unfinished_one_tim
     assert engine_stats(simulator)["status"] == 2
     assert after[done].status == "completed" and after[done].failure_code is None
     assert after[done].completed_at - after[done].created_at > timedelta(seconds=TIMEOUT)
-    assert normalize_result(json.loads(after[done].result_json), "email") == json.loads(after[done].result_json)
+    assert normalize_result(json.loads(after[done].result_json), "email", scan_id=done, stored=True) == \
+        json.loads(after[done].result_json)
     assert (after[hanging].status, after[hanging].failure_code) == ("failed", "engine_timeout")
     assert books(account)[0] == 98  # both charged; nothing refunded by the late verdicts
 

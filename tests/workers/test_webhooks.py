@@ -23,7 +23,8 @@ from app.webhook_signature import sign, verify_signature
 from tests.jobrunner import JobRunner
 
 SECRET = "whsec_cmVjZWl2ZXIgc2VjcmV0IDAxMjM0NTY3ODk="
-RESULT_FIELDS = {"risk", "counts", "profiles", "contacts", "breaches", "phone_profile", "ai_summary", "artifacts"}
+RESULT_FIELDS = {"risk", "counts", "profiles", "contacts", "breaches", "phone_profile", "ai_summary", "artifacts",
+                 "sources", "coverage", "partial", "findings"}
 START = "2026-11-21 12:00:00"
 
 
