@@ -14,6 +14,7 @@ lock for long.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
@@ -25,6 +26,7 @@ from app.models.webhooks import CANCELLED, PENDING
 from app.services.errors import NotFound, ScanInFlight
 from app.services.reads import owned
 from app.store import deliveries as delivery_store
+from app.store import idempotency as idempotency_store
 from app.store import scans as scan_store
 
 # Scans erased per transaction by the retention job.
@@ -33,16 +35,32 @@ RETENTION_BATCH = 500
 RETENTION_DAYS_RANGE = (1, 3650)
 
 
-def _erase(scan_ids: Sequence[str], now: datetime, *, reason: str) -> list[str]:
+def _erase(scan_ids: Sequence[str], now: datetime, *, reason: str, owner: tuple[str, bool] | None = None) -> list[str]:
     """Erase those of ``scan_ids`` that are final and not yet erased, with their deliveries'
-    bodies, in one transaction; the ids erased now. ``reason``: request or retention (metrics)."""
+    bodies, in one transaction; the ids erased now. ``reason``: request or retention (metrics).
+    ``owner`` (customer id, mode), for an erasure on request: the stored answers its
+    Idempotency-Keys replay lose the erased targets too (retention comes long after those
+    answers expired: a day after the creation, D9)."""
     with transaction():
         erased = scan_store.erase(scan_ids, final=FINAL, now=now)
         if erased:
             delivery_store.erase_for_scans(erased, pending=PENDING, cancelled=CANCELLED, now=now)
             scan_store.erase_feedback(erased)  # notes on findings are about the person too (D23)
+            if owner is not None:
+                _forget_replayed_targets(*owner, set(erased))
     metrics.count_erased(reason, len(erased))
     return erased
+
+
+def _forget_replayed_targets(customer_id: str, livemode: bool, erased: set[str]) -> None:
+    """A creation's stored answer (a bulk call's lists each scan's target) without the targets
+    of ``erased`` scans, as their reads are."""
+    for record_id, body in idempotency_store.answers_naming(customer_id, livemode, sorted(erased)):
+        answer = json.loads(body)
+        for entry in answer.get("scans") or []:
+            if entry.get("scan_id") in erased:
+                entry.pop("target", None)
+        idempotency_store.replace_answer(record_id, json.dumps(answer, separators=(",", ":")))
 
 
 def erase_scan(*, customer_id: str, scan_id: str, livemode: bool) -> dict:
@@ -53,7 +71,7 @@ def erase_scan(*, customer_id: str, scan_id: str, livemode: bool) -> dict:
         if scan.status not in FINAL:
             raise ScanInFlight("this scan is still in flight: erase it once it is completed or failed")
         now = utcnow()
-        if _erase([scan.id], now, reason="request"):
+        if _erase([scan.id], now, reason="request", owner=(customer_id, livemode)):
             return {"ok": True, "scan_id": scan.id, "erased_at": iso(now)}
         scan = owned(Scan, scan_id, customer_id, "scan", livemode)  # erased meanwhile by another call
     return {"ok": True, "scan_id": scan.id, "erased_at": iso(scan.erased_at)}
@@ -66,7 +84,7 @@ def erase_batch(*, customer_id: str, bulk_id: str, livemode: bool) -> dict:
     states = scan_store.batch_states(batch.id)
     to_erase = [scan_id for scan_id, status, erased_at in states if status in FINAL and erased_at is None]
     if to_erase:
-        _erase(to_erase, utcnow(), reason="request")
+        _erase(to_erase, utcnow(), reason="request", owner=(customer_id, livemode))
     states = scan_store.batch_states(batch.id)  # a scan may have become final meanwhile: count what is
     return {"ok": True, "bulk_id": batch.id,
             "erased": sum(1 for _, _, erased_at in states if erased_at is not None),

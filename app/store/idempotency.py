@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from peewee import IntegrityError
+from peewee import Expression, IntegrityError, Value, fn
 
 from app.db import db
 from app.models import IdempotencyRecord
@@ -53,3 +53,19 @@ def delete_unfinished(record_id: int) -> int:
 
 def delete_created_before(cutoff: datetime) -> int:
     return IdempotencyRecord.delete().where(IdempotencyRecord.created_at < cutoff).execute()
+
+
+def answers_naming(customer_id: str, livemode: bool, scan_ids: list[str]) -> list[tuple[int, str]]:
+    """``(record id, stored answer)`` of the customer's settled records (of one mode) whose answer
+    names one of ``scan_ids``: the customer's own records only, which its index finds."""
+    patterns = [f'%"{scan_id}"%' for scan_id in scan_ids]
+    return list(IdempotencyRecord.select(IdempotencyRecord.id, IdempotencyRecord.response_body)
+                .where((IdempotencyRecord.customer == customer_id) & (IdempotencyRecord.livemode == livemode)
+                       & (IdempotencyRecord.done == True)  # noqa: E712
+                       & Expression(IdempotencyRecord.response_body, "LIKE",
+                                    fn.ANY(Value(patterns, converter=False, unpack=False))))
+                .tuples())
+
+
+def replace_answer(record_id: int, body: str) -> None:
+    IdempotencyRecord.update(response_body=body).where(IdempotencyRecord.id == record_id).execute()

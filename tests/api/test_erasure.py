@@ -95,3 +95,23 @@ def test_the_operator_erases_a_scan_and_everything_past_retention(app, client, a
     assert ["erased_at" in read for read in reads] == [True, True, False]
     missing = runner.invoke(args=["scans", "erase", "scn_nope"])
     assert missing.exit_code != 0 and "no scan with this id" in missing.output
+
+
+def test_nothing_of_an_erased_batch_is_left_anywhere_not_even_in_a_replayed_creation(client, make_customer):
+    """A hostile look after erasure: every table's text, and the stored answer an Idempotency-Key
+    replays, searched for the targets."""
+    from app.models import ALL_MODELS
+    acct = make_customer(tier="enterprise", credits=100)
+    headers = {**acct.headers, "Idempotency-Key": "erase-me-1"}
+    body = {"targets": [{"target": "hidden.one@example.com"}, {"target": "hidden.two@example.com"}]}
+    created = client.post(BULK, json=body, headers=headers).json
+    for entry in created["scans"]:
+        complete(entry["scan_id"])
+    assert client.delete(f"{BULK}/{created['bulk_id']}", headers=acct.headers).json["erased"] == 2
+    with db.connection_context():
+        stored = "\n".join(repr(row) for model in ALL_MODELS for row in model.select().tuples())
+    assert "hidden." not in stored
+    replay = client.post(BULK, json=body, headers=headers)
+    assert replay.status_code == 202 and replay.headers["Idempotent-Replayed"] == "true"
+    assert replay.json["bulk_id"] == created["bulk_id"] and "hidden." not in replay.get_data(as_text=True)
+    assert [entry.get("target") for entry in replay.json["scans"]] == [None, None]

@@ -1,6 +1,6 @@
 """No target, result field or webhook body in a log line, a metric label or an error message
 (D20): a run through creations (single and bulk), a failure, reads, lists, webhook deliveries
-(one refused by the receiver) and refusals, logged at DEBUG, then every line and /metrics
+(one refused by the receiver), the activity log searched by target, the account, an erasure and refusals, logged at DEBUG, then every line and /metrics
 searched for what it was about."""
 import json
 import logging
@@ -24,15 +24,19 @@ def test_a_run_logs_and_counts_nothing_about_the_people_it_looked_up(client, hoo
                             json={"targets": [{"target": TARGETS[2]}, {"target": TARGETS[3]}, {"target": "zz"}]}).json
         assert jobs.run(frozen, until=lambda: WebhookDelivery.select()
                         .where(WebhookDelivery.status == "succeeded").count() == 4)
+        with db.connection_context():  # before the erasure below, which removes one
+            bodies = [d.body for d in WebhookDelivery.select()]
         client.get(f"/api/v1/scan/{single['scan_id']}", headers=account.headers)
         client.get(f"/api/v1/scan/{failing['scan_id']}", headers=account.headers)
         client.get(f"/api/v1/scan/bulk/{batch['bulk_id']}", headers=account.headers)
         client.get("/api/v1/scans", headers=account.headers)
         client.get("/api/v1/deliveries", headers=account.headers)
+        found = client.get("/api/v1/activity", query_string={"target": TARGETS[0]}, headers=account.headers)
+        assert [e["action"] for e in found.json["data"]] == ["scan.create"]
+        client.get("/api/v1/account", headers=account.headers)
+        assert client.delete(f"/api/v1/scan/{failing['scan_id']}", headers=account.headers).status_code == 200
         refused = client.post("/api/v1/scan", json={"target": "canary!@@example.com"}, headers=account.headers)
         assert refused.status_code == 400 and "canary" not in refused.json["message"]
-    with db.connection_context():
-        bodies = [d.body for d in WebhookDelivery.select()]
     results = [json.loads(body)["result"] for body in bodies if '"result"' in body]
     assert len(bodies) == 4 and results  # the run really made what is searched for
     metrics = client.get("/metrics").get_data(as_text=True)
