@@ -86,19 +86,6 @@ def end_session() -> None:
     session.clear()
 
 
-def login_required(view):
-    """A login, and no role check: not a declaration (``check_declared`` still asks for one)."""
-    @functools.wraps(view)
-    def wrapped(*args, **kwargs):
-        user = current_user()
-        if user is None:
-            return redirect(url_for("portal.login", next=request.path))
-        g.user, g.portal_customer = user, user.customer
-        g.actor = user  # the activity log's actor of this request (app.portal.audit)
-        return view(*args, **kwargs)
-    return wrapped
-
-
 def can(permission: str) -> bool:
     """Whether the logged-in user's role holds ``permission`` (templates show only what it may do)."""
     user = g.get("user")

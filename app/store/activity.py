@@ -13,6 +13,7 @@ from datetime import date, datetime, timedelta
 from app.db import db, execute, execute_prepared, table
 from app.models import ActivityEntry
 from app.models.activity import DEFAULT_PARTITION, TABLE
+from app.store.cursor_pages import newest_first_where
 
 # The columns an entry is written with and read back in, in this order.
 COLUMNS = ("id", "created_at", "customer_id", "livemode", "key_id", "user_id", "user_email", "action",
@@ -49,25 +50,12 @@ def list_rows(customer_id: str, *, livemode: bool | None, action: str | None = N
     both), newest first by ``(created_at, id)``; ``target_hashes``: entries whose targets
     include any of them; ``before``: ``(created_at, id)`` of the entry the page starts after.
     Both time bounds are exclusive."""
-    where: list[str] = ["customer_id = ?"]
-    params: list[object] = [customer_id]
-    for column, value in (("livemode", livemode), ("action", action), ("key_id", key_id),
-                          ("resource_id", resource_id)):
-        if value is not None:
-            where.append(f"{column} = ?")
-            params.append(value)
-    if created_after is not None:
-        where.append("created_at > ?")
-        params.append(created_after)
-    if created_before is not None:
-        where.append("created_at < ?")
-        params.append(created_before)
+    where, params = newest_first_where({"customer_id": customer_id, "livemode": livemode, "action": action,
+                                        "key_id": key_id, "resource_id": resource_id},
+                                       created_after=created_after, created_before=created_before, before=before)
     if target_hashes is not None:
         where.append("target_hashes && ?::varchar(64)[]")
         params.append(list(target_hashes))
-    if before is not None:
-        where.append("(created_at < ? OR (created_at = ? AND id < ?))")
-        params += [before[0], before[0], before[1]]
     return execute(f"SELECT {', '.join(READ_COLUMNS)} FROM {table(ActivityEntry)} WHERE {' AND '.join(where)} "
                    f"ORDER BY created_at DESC, id DESC LIMIT ?", params + [limit]).fetchall()
 

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 
 from app.db import columns, execute, execute_prepared, insert_rows_statement, instance, table
 from app.models import ApiKey, BulkBatch, CreditLedger, Customer, FindingFeedback, Scan
+from app.store.cursor_pages import newest_first_where
 from app.store.customers import Statement, window_columns_for, window_times
 from app.store.keys import ACCESS_ALLOWED, KEY_COLUMNS, KEY_ROW_LENGTH, key_from_row
 
@@ -107,20 +108,9 @@ def list_rows(customer_id: str, *, livemode: bool, status: str | None, kind: str
     """Up to ``limit`` raw rows (the columns of ``LIST_COLUMNS``) of the customer's scans of one
     mode, newest first by ``(created_at, id)``, filtered; ``before``: ``(created_at, id)`` of
     the scan the page starts after. Both time bounds are exclusive."""
-    where, params = ["customer_id = ?", "livemode = ?"], [customer_id, livemode]
-    for column, value in (("status", status), ("kind", kind), ("bulk_id", bulk_id)):
-        if value is not None:
-            where.append(f"{column} = ?")
-            params.append(value)
-    if created_after is not None:
-        where.append("created_at > ?")
-        params.append(created_after)
-    if created_before is not None:
-        where.append("created_at < ?")
-        params.append(created_before)
-    if before is not None:
-        where.append("(created_at < ? OR (created_at = ? AND id < ?))")
-        params += [before[0], before[0], before[1]]
+    where, params = newest_first_where({"customer_id": customer_id, "livemode": livemode, "status": status,
+                                        "kind": kind, "bulk_id": bulk_id},
+                                       created_after=created_after, created_before=created_before, before=before)
     return execute(f"SELECT {LIST_COLUMNS} FROM {table(Scan)} WHERE {' AND '.join(where)} "
                    f"ORDER BY created_at DESC, id DESC LIMIT ?", params + [limit]).fetchall()
 

@@ -132,7 +132,6 @@ def test_the_app_refuses_to_start_with_a_portal_view_that_declares_nothing():
         return "ok"
 
     @bp.get("/forgotten")
-    @security.login_required
     def forgotten():
         return "ok"
 
