@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from peewee import Expression, IntegrityError, Value, fn
+from peewee import IntegrityError
 
-from app.db import db
+from app.db import db, execute, table
 from app.models import IdempotencyRecord
 
 
@@ -59,12 +59,9 @@ def answers_naming(customer_id: str, livemode: bool, scan_ids: list[str]) -> lis
     """``(record id, stored answer)`` of the customer's settled records (of one mode) whose answer
     names one of ``scan_ids``: the customer's own records only, which its index finds."""
     patterns = [f'%"{scan_id}"%' for scan_id in scan_ids]
-    return list(IdempotencyRecord.select(IdempotencyRecord.id, IdempotencyRecord.response_body)
-                .where((IdempotencyRecord.customer == customer_id) & (IdempotencyRecord.livemode == livemode)
-                       & (IdempotencyRecord.done == True)  # noqa: E712
-                       & Expression(IdempotencyRecord.response_body, "LIKE",
-                                    fn.ANY(Value(patterns, converter=False, unpack=False))))
-                .tuples())
+    rows = execute(f"SELECT id, response_body FROM {table(IdempotencyRecord)} WHERE customer_id = ? AND livemode = ? "
+                   f"AND done AND response_body LIKE ANY(?)", (customer_id, livemode, patterns)).fetchall()
+    return [(int(record_id), str(body)) for record_id, body in rows]
 
 
 def replace_answer(record_id: int, body: str) -> None:
