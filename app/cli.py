@@ -308,7 +308,7 @@ def customers_show(customer_id, as_json):
                headers=["quota", "now", "limit"], title="usage"),
          keys_table(data["keys"], title="keys"),
          Table([(r["created_at"], f"{r['delta']:+d}", r["balance_after"],
-                 r["kind"] if r["reads"] is None else f"{r['kind']} ({billing.reads_words(r['reads'])})", r["note"],
+                 r["kind"] if r["reads"] is None else billing.reads_words(r["reads"]), r["note"],
                  r["scan_id"])
                 for r in data["ledger"]],
                headers=["time", "change", "balance", "kind", "note / reason", "reference"],
