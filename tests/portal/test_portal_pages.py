@@ -229,6 +229,7 @@ def test_ledger_says_what_each_movement_was(client, portal_account):
                       r"<td><code>([^<]+)</code>", page)
     assert sorted(rows) == [("-1", "1 read", "GET /api/v1/account"), ("-4", "4 reads", "GET /api/v1/scan/{scan_id}")]
     assert "scn_nope" not in page
+    assert "the reads of one endpoint in one minute are one movement" in page
 
 
 def test_ledger_csv_for_a_period(client, portal_account):
@@ -248,8 +249,9 @@ def test_ledger_csv_for_a_period(client, portal_account):
     assert [r["kind"] for r in rows] == ["grant", "grant", "scan", "reads"]
     assert rows[1]["reason"].startswith("'=")  # a formula is neutralised
     assert rows[2]["scan_id"] == scan_id and rows[2]["change"] == "-1" and rows[2]["endpoint"] == "POST /api/v1/scan"
-    assert (rows[3]["what"], rows[3]["change"], rows[3]["endpoint"], rows[3]["request_id"]) == (
-        "3 reads", "-3", "GET /api/v1/scan/{scan_id}", "")
+    assert (rows[3]["what"], rows[3]["change"], rows[3]["endpoint"], rows[3]["request_id"], rows[3]["reads"]) == (
+        "3 reads", "-3", "GET /api/v1/scan/{scan_id}", "", "3")
+    assert rows[2]["reads"] == ""  # a movement of its own
     assert int(rows[3]["balance_after"]) == balance_of(portal_account)
     assert sum(int(r["change"]) for r in rows) == balance_of(portal_account)  # the export adds up to the balance
     yesterday = (utcnow().date() - timedelta(days=1)).isoformat()
