@@ -145,3 +145,6 @@ def test_a_row_of_summed_reads_says_how_many_reads_it_holds(conn):
         ("reads", "1 read", "GET /api/v1/account", -1, 1, datetime(2026, 11, 22, 12, 30), None),
         ("reads", "2 reads", "GET /api/v1/scan/{scan_id}", -2, 2, datetime(2026, 11, 22, 12, 31), None)]
     assert described[1]["balance_after"] == 2 == billing.balance_of(cust.id)
+    # The charts count a summed row's credits in its hour, like any charge.
+    [hour] = [h for h in usage.activity(cust.id, "hour", now=at) if h.credits]
+    assert (hour.label, hour.credits) == ("2026-11-22 12", 3)
