@@ -21,7 +21,7 @@ from app import runtime
 from app.extensions import db
 from app.models.accounts import TIERS, key_display
 from app.models.base import iso
-from app.services import access, accounts, suppressions, webhooks
+from app.services import access, accounts, billing, suppressions, webhooks
 from app.services.accounts import AccountError
 from app.services.errors import ServiceError
 
@@ -307,7 +307,9 @@ def customers_show(customer_id, as_json):
                 ("created in the last 24 hours", usage["day"], limits["day"])],
                headers=["quota", "now", "limit"], title="usage"),
          keys_table(data["keys"], title="keys"),
-         Table([(r["created_at"], f"{r['delta']:+d}", r["balance_after"], r["kind"], r["note"], r["scan_id"])
+         Table([(r["created_at"], f"{r['delta']:+d}", r["balance_after"],
+                 r["kind"] if r["reads"] is None else billing.reads_words(r["reads"]), r["note"],
+                 r["scan_id"])
                 for r in data["ledger"]],
                headers=["time", "change", "balance", "kind", "note / reason", "reference"],
                title="latest credit movements", empty="no credit movements"))

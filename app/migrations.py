@@ -192,6 +192,16 @@ def _results_explained(database):
         after = rows[-1][0]
 
 
+def _summed_reads(database):
+    """CreditLedger.livemode, minute and reads, and the unique index of a minute's row of summed
+    reads (D24): the charges of reads become one row per customer, mode, endpoint and minute."""
+    from app.models import CreditLedger
+
+    for column in ('"livemode" BOOLEAN', '"minute" TIMESTAMP', '"reads" INTEGER'):
+        database.execute_sql(f'ALTER TABLE "credit_ledger" ADD COLUMN IF NOT EXISTS {column}')
+    CreditLedger._schema.create_indexes(safe=True)  # IF NOT EXISTS: the existing ones stay
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 MIGRATIONS = [
     (1, "initial schema", _initial),
@@ -207,6 +217,7 @@ MIGRATIONS = [
     (12, "key scopes, expiry, IP allowlist", _key_access),
     (13, "results explained: re-runs, finding feedback", _results_explained),
     (14, "portal roles and two-factor login", _portal_roles_and_two_factor),
+    (16, "read charges summed per minute", _summed_reads),
 ]
 
 

@@ -224,10 +224,15 @@ def _release(record_id) -> None:
 def _ledger_endpoint(status: int) -> str:
     """What the ledger row of a charged call says it paid for: the method and path of a
     served call; for a refused one the route (``/api/v1/scan/{scan_id}``) and the status,
-    so the customer's ledger never repeats an id that was not theirs."""
-    if 200 <= status < 300 or request.url_rule is None:
+    so the customer's ledger never repeats an id that was not theirs. A read's is its route
+    whatever its answer: its minute's reads of that endpoint are summed in one row (D24)."""
+    if request.url_rule is None:
         return f"{request.method} {request.path}"
     route = route_of(request.url_rule.rule)
+    if billing.is_read(request.method):
+        return f"{request.method} {route}"
+    if 200 <= status < 300:
+        return f"{request.method} {request.path}"
     return f"{request.method} {route} ({status})"
 
 
@@ -243,7 +248,8 @@ def _charge(response: Response, key: ApiKey) -> tuple[Response, Charged | None]:
         return response, charged
     try:
         balance, usage = billing.charge_call(key.customer_id, g.get("request_id"), utcnow(),
-                                             _ledger_endpoint(response.status_code))
+                                             _ledger_endpoint(response.status_code),
+                                             read_of=key.livemode if billing.is_read(request.method) else None)
     except CONNECTION_ERRORS:
         # The call cannot be charged, so it is not served: D3 charges every 2xx/400/403/404
         # and no 5xx. (The charge is one transaction: nothing of it was written.)

@@ -146,13 +146,27 @@ class CreditLedger(BaseModel):
     customer_id: str
     delta = BigIntegerField()
     balance_after = BigIntegerField()
-    # grant | call | scan | bulk | refund
+    # grant | debit | call | reads | scan | bulk | refund
     reason = CharField(max_length=20)
     scan_id = CharField(max_length=40, null=True)
     bulk_id = CharField(max_length=40, null=True)
     request_id = CharField(max_length=64, null=True)
     note = TextField(null=True)
     created_at = DateTimeField(default=utcnow)
+    # A row of summed reads (D24, reason "reads"): the charges of one customer's reads of one
+    # mode and endpoint (``note``) in one ``minute``; ``reads`` of them, ``delta`` their sum.
+    # NULL on every other row: each is one movement.
+    livemode = BooleanField(null=True)
+    minute = DateTimeField(null=True)
+    reads = IntegerField(null=True)
 
     class Meta:
         indexes = ((("customer", "created_at"), False),)
+
+
+# The minute's row of summed reads a read's charge is added to (``ON CONFLICT`` of this index);
+# partial: the other rows are each their own movement and need no entry.
+READS_MINUTE_INDEX = "credit_ledger_reads_minute"
+CreditLedger.add_index(CreditLedger.index(CreditLedger.customer, CreditLedger.livemode, CreditLedger.note,
+                                          CreditLedger.minute, unique=True, name=READS_MINUTE_INDEX,
+                                          where=SQL("minute IS NOT NULL")))

@@ -498,8 +498,10 @@ def usage():
     return _usage_page()
 
 
+# "reads": how many reads a row of summed reads holds (empty on other rows); last, so that
+# readers of the earlier columns by position keep working.
 CSV_COLUMNS = ("time_utc", "change", "balance_after", "kind", "what", "endpoint", "scan_id", "bulk_id",
-               "request_id", "reason")
+               "request_id", "reason", "reads")
 
 
 def _csv_cell(value) -> str:
@@ -532,7 +534,8 @@ def ledger_csv():
             writer.writerow([entry["created_at"].strftime("%Y-%m-%dT%H:%M:%SZ"), entry["delta"],
                              entry["balance_after"], entry["kind"]]
                             + [_csv_cell(entry[name]) for name in ("what", "endpoint", "scan_id", "bulk_id",
-                                                                    "request_id", "reason")])
+                                                                    "request_id", "reason")]
+                            + [entry["reads"] or ""])
             if buffer.tell() > 16384:
                 yield buffer.getvalue()
                 buffer.seek(0)

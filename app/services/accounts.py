@@ -227,7 +227,8 @@ def customer_overview(customer_id: str, now=None, ledger_rows: int = 10) -> dict
         "usage": {"in_flight": quotas.inflight_count(customer.id), "hour": window.hour, "day": window.day},
         "keys": [key_dict(k) for k in keys],
         "ledger": [{"created_at": iso(row.created_at), "delta": row.delta, "balance_after": row.balance_after,
-                    "kind": row.reason, "note": row.note, "scan_id": row.scan_id or row.bulk_id}
+                    "kind": row.reason, "note": row.note, "scan_id": row.scan_id or row.bulk_id,
+                    "reads": row.reads}
                    for row in ledger],
     }
 
@@ -291,7 +292,7 @@ def account_view(key: ApiKey, *, request_id: str | None, endpoint: str | None) -
     now = utcnow()
     customer = key.customer
     if billing.is_billed(key.livemode):
-        balance, usage = billing.charge_call(customer.id, request_id, now, endpoint)
+        balance, usage = billing.charge_call(customer.id, request_id, now, endpoint, read_of=key.livemode)
         if balance is None:  # the balance ran out since the key was read: not served
             raise InsufficientBalance(billing.balance_of(customer.id))
     else:

@@ -7,9 +7,11 @@ nor lose a credit. Callers run these inside their own transaction when the charg
 commit together with other rows (a scan and its charge, D3/D13). The statements are the
 store's; the price, the reasons and which modes are billed are decided here.
 
-``charge_call`` is the charge of every served read: on PostgreSQL the conditional
+``charge_call`` is the charge of every served call: on PostgreSQL the conditional
 UPDATE, its ledger row and the quota windows the answer reports (D8) are one
-statement, so a read pays one round trip and one commit for all three.
+statement, so a read pays one round trip and one commit for all three. A read's charge
+does not add a row: it grows its minute's row of summed reads (D24, ``READS_REASON``), in
+the same statement as the UPDATE, so the ledger still sums to the balance.
 """
 from __future__ import annotations
 
@@ -90,6 +92,22 @@ MAX_ENDPOINT_NOTE = 300
 LEDGER_REFS = {"scan_id", "bulk_id", "request_id", "note"}
 # The ledger reason of a served call's charge.
 CALL_REASON = "call"
+# The ledger reason of a row of summed reads (D24): the charges of one customer's reads of one
+# mode and endpoint in one minute are one row, its ``reads`` their count, its delta their sum.
+# Reads are the calls that look and change nothing (GET); every other call (a refused creation,
+# an erasure, a redelivery, feedback) keeps a row of its own, with its path and request id.
+READS_REASON = "reads"
+READ_METHODS = frozenset({"GET"})
+
+
+def is_read(method: str) -> bool:
+    """Whether a call by ``method`` is a read, whose charge is summed into its minute's row (D24)."""
+    return method in READ_METHODS
+
+
+def reads_words(n: int) -> str:
+    """A row of summed reads as customers read it: "1 read", "12 reads"."""
+    return f"{n} read" if n == 1 else f"{n} reads"
 
 
 def apply_statement(customer_id: str, delta: int, reason: str, *, in_flight: int = 0, **ref) -> tuple[str, tuple]:
@@ -148,12 +166,16 @@ def call_note(endpoint: str | None) -> str | None:
     return "".join(c if c.isprintable() else "?" for c in endpoint[:MAX_ENDPOINT_NOTE]) if endpoint else None
 
 
-def charge_call(customer_id: str, request_id: str | None, now, endpoint: str | None = None):
+def charge_call(customer_id: str, request_id: str | None, now, endpoint: str | None = None, *,
+                read_of: bool | None = None):
     """Charge one served call: ``(new balance or None when short, quotas.Usage at ``now``)``.
 
     ``endpoint`` (method and path) is kept as the ledger row's note, so the customer's
-    ledger says what each credit paid for."""
+    ledger says what each credit paid for. ``read_of``: the mode of the key when the call is a
+    read (``is_read``; ``endpoint`` then its route, e.g. ``GET /api/v1/scan/{scan_id}``): its
+    charge is added to the minute's row of summed reads (D24) rather than a row of its own."""
     balance, windows = customer_store.charge_with_windows(
-        customer_id=customer_id, price=CALL_PRICE, reason=CALL_REASON, request_id=request_id,
-        note=call_note(endpoint), now=now, starts=quotas.window_starts(now))
+        customer_id=customer_id, price=CALL_PRICE, reason=CALL_REASON if read_of is None else READS_REASON,
+        request_id=request_id, note=call_note(endpoint), now=now, starts=quotas.window_starts(now),
+        read_of=read_of)
     return balance, quotas.usage_from(windows, now)

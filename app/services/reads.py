@@ -309,7 +309,7 @@ def _serve(token, object_id, request_id, notes, bulk, what, body_of, read, calle
     # names the refusal of one it did not charge for that reason (free, like a 401).
     found = scan_store.read_charged(
         bulk=bulk, token_digest=token_digest, object_id=object_id, price=billing.CALL_PRICE,
-        billed_modes=billing.billed_modes(), reason=billing.CALL_REASON, request_id=request_id,
+        billed_modes=billing.billed_modes(), reason=billing.READS_REASON,
         notes=(notes[404], notes[200], notes[403]), now=now, starts=quotas.window_starts(now),
         scope=caller.scope, client_address=access.statement_address(caller.address))
     key = keyauth.live_key(found.key, token_digest, now)
@@ -339,7 +339,8 @@ def _serve_in_turn(key, object_id, request_id, notes, read, now) -> ServedRead:
     if not billing.is_billed(key.livemode):
         return served  # the hooks report the live balance and the test windows, as for any test call
     status = 200 if served.error is None else 404 if isinstance(served.error, NotFound) else 403
-    served.balance, served.usage = billing.charge_call(key.customer_id, request_id, now, notes[status])
+    served.balance, served.usage = billing.charge_call(key.customer_id, request_id, now, notes[status],
+                                                       read_of=key.livemode)
     if served.balance is None:  # the balance ran out since the key was read: not served
         return ServedRead(key, error=InsufficientBalance(billing.balance_of(key.customer_id)))
     return served

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 
 from app.models import CreditLedger, utcnow
+from app.services import billing
 from app.services.errors import InvalidRequest
 from app.services.paging import Page
 from app.store import customers as customer_store
@@ -61,8 +62,12 @@ def describe(row: CreditLedger) -> dict:
     note = row.note or ""
     entry = {"id": row.id, "created_at": row.created_at, "delta": row.delta, "balance_after": row.balance_after,
              "kind": row.reason, "scan_id": row.scan_id, "bulk_id": row.bulk_id, "request_id": row.request_id,
-             "endpoint": "", "what": "", "reason": ""}
-    if row.reason in OPERATOR_KINDS:
+             "endpoint": "", "what": "", "reason": "", "reads": row.reads}
+    if row.reason == billing.READS_REASON:
+        # A minute's reads of one endpoint, summed (D24): dated by their minute, the balance
+        # after the latest; each read is in the activity log.
+        entry.update(what=billing.reads_words(row.reads or 0), endpoint=note, created_at=row.minute or row.created_at)
+    elif row.reason in OPERATOR_KINDS:
         entry["what"] = "Credits added by your account manager" if row.delta >= 0 else \
             "Credits taken back by your account manager"
         entry["reason"] = note

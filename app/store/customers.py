@@ -252,13 +252,48 @@ ledger AS (
 SELECT (SELECT balance_after FROM ledger), {WINDOW_COLUMNS}"""
 
 
+def add_read(*, source: str, note_sql: str, livemode_sql: str) -> str:
+    """The INSERT that adds one read's charge to its minute's row of summed reads (D24): the
+    row of the customer, mode, endpoint (the note) and minute is created by its first read and
+    grown by the next ones (``delta`` their sum, ``reads`` their count, ``balance_after`` the
+    balance after the latest), so a read adds no row. ``source`` is the CTE of the charged
+    customer (``id``, ``balance``); its parameters: the delta, the reason, those of
+    ``note_sql``, the time, those of ``livemode_sql``, the minute. Returns ``balance_after``.
+
+    Run in the statement that took the credit: the customer's row is locked first by that
+    UPDATE, so two reads of one minute queue there, never on this row (no deadlock)."""
+    return f"""
+    INSERT INTO {table(CreditLedger)} AS l (customer_id, delta, balance_after, reason, note, created_at, livemode,
+                                            minute, reads)
+    SELECT id, ?, balance, ?, {note_sql}, ?, {livemode_sql}, ?, 1 FROM {source}
+    ON CONFLICT (customer_id, livemode, note, minute) WHERE minute IS NOT NULL
+    DO UPDATE SET delta = l.delta + excluded.delta, balance_after = excluded.balance_after, reads = l.reads + 1
+    RETURNING balance_after"""
+
+
+SUM_READ_AND_USAGE = f"""
+WITH charged AS (
+    UPDATE {table(Customer)} SET balance = balance - ? WHERE id = ? AND balance >= ? RETURNING id, balance),
+ledger AS ({add_read(source="charged", note_sql="?", livemode_sql="?")})
+SELECT (SELECT balance_after FROM ledger), {WINDOW_COLUMNS}"""
+
+
 def charge_with_windows(*, customer_id: str, price: int, reason: str, request_id: str | None, note: str | None,
-                        now: datetime, starts: tuple[datetime, datetime]) -> tuple[int | None, tuple]:
+                        now: datetime, starts: tuple[datetime, datetime],
+                        read_of: bool | None = None) -> tuple[int | None, tuple]:
     """Take ``price`` credits if the balance covers it, with its ledger row, and read the
     customer's live windows starting at ``starts``: one statement. Returns the new balance
-    (None when it was short: nothing written) and the six window values."""
-    row = execute_prepared(CHARGE_AND_USAGE, (price, customer_id, price, customer_id, -price, reason, request_id,
-                                              note, now) + window_params(customer_id, starts, livemode=True)).fetchone()
+    (None when it was short: nothing written) and the six window values.
+
+    ``read_of``: the mode of the key whose read this is (``add_read``: summed into its minute's
+    row, ``note`` its endpoint, no request id); None: a row of its own."""
+    windows = window_params(customer_id, starts, livemode=True)
+    if read_of is None:
+        row = execute_prepared(CHARGE_AND_USAGE, (price, customer_id, price, customer_id, -price, reason, request_id,
+                                                  note, now) + windows).fetchone()
+    else:
+        row = execute_prepared(SUM_READ_AND_USAGE, (price, customer_id, price, -price, reason, note, now, read_of,
+                                                    minute_of(now)) + windows).fetchone()
     return row[0], tuple(row[1:])
 
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from app.db import columns, execute, execute_prepared, insert_rows_statement, instance, table
-from app.models import ApiKey, BulkBatch, CreditLedger, Customer, FindingFeedback, Scan
+from app.models import ApiKey, BulkBatch, Customer, FindingFeedback, Scan
 from app.store.cursor_pages import newest_first_where
-from app.store.customers import Statement, window_columns_for, window_times
+from app.store.customers import Statement, add_read, minute_of, window_columns_for, window_times
 from app.store.keys import ACCESS_ALLOWED, KEY_COLUMNS, KEY_ROW_LENGTH, key_from_row
 
 # --- the admission's writes and their reversal ----------------------------------------------
@@ -183,10 +183,13 @@ _KEY_MODE = "(SELECT livemode FROM k)"
 
 
 def _charged(owner: str) -> str:
-    """The key, the charge with its ledger row and the key's windows; ``owner`` selects the
-    customer of the object read in the key's mode (none: 404), which picks the ledger row's
-    note (found and owned, another customer's, or not found)."""
+    """The key, the charge added to its minute's ledger row of summed reads (D24) and the key's
+    windows; ``owner`` selects the customer of the object read in the key's mode (none: 404),
+    which picks the ledger row's note, its endpoint (found and owned, another customer's, or
+    not found: the API gives one endpoint for the three, so a minute's reads are one row)."""
     windows = window_columns_for("(SELECT customer_id FROM k)").replace("livemode = ?", f"livemode = {_KEY_MODE}")
+    note = (f"(SELECT CASE WHEN o.owner IS NULL THEN ? WHEN o.owner = charged.id THEN ? ELSE ? END "
+            f"FROM (SELECT ({owner}) AS owner) AS o)")
     return f"""
 WITH k AS (SELECT {KEY_COLUMNS} FROM {table(ApiKey)} AS k JOIN {table(Customer)} AS c
            ON c.id = k.customer_id WHERE k.digest = ?),
@@ -196,12 +199,7 @@ charged AS (
                 AND {ACCESS_ALLOWED})
       AND balance >= ?
     RETURNING id, balance),
-ledger AS (
-    INSERT INTO {table(CreditLedger)} (customer_id, delta, balance_after, reason, request_id, note, created_at)
-    SELECT id, ?, balance, ?, ?,
-           (SELECT CASE WHEN o.owner IS NULL THEN ? WHEN o.owner = charged.id THEN ? ELSE ? END
-            FROM (SELECT ({owner}) AS owner) AS o), ?
-    FROM charged RETURNING balance_after),
+ledger AS ({add_read(source="charged", note_sql=note, livemode_sql=_KEY_MODE)}),
 w AS MATERIALIZED (
     SELECT (SELECT balance_after FROM ledger), {windows})
 """
@@ -241,21 +239,21 @@ class ChargedRead:
 
 
 def read_charged(*, bulk: bool, token_digest: str, object_id: str, price: int, billed_modes: Sequence[bool],
-                 reason: str, request_id: str | None, notes: tuple[str | None, str | None, str | None],
+                 reason: str, notes: tuple[str | None, str | None, str | None],
                  now: datetime, starts: tuple[datetime, datetime], scope: str,
                  client_address: str | None) -> ChargedRead:
     """Run ``READ_BULK_CHARGED`` (``bulk``) or ``READ_SCAN_CHARGED``: find the key by
-    ``token_digest``; charge ``price`` (a ledger row of ``reason`` and ``request_id``, created
-    at ``now``) if the key is active, its mode one of ``billed_modes``, D21 allows it the call
-    (unexpired at ``now``, carrying ``scope``, used from ``client_address``: an IP address or
-    None) and its balance covers it; read its windows starting at ``starts`` and the object
-    ``object_id``. ``notes``: the ledger note when the object is not found, is the key's
-    customer's, is another's."""
+    ``token_digest``; charge ``price`` (added to the row of ``reason``, the key's mode, the note
+    and the minute of ``now``: ``customers.add_read``) if the key is active, its mode one of
+    ``billed_modes``, D21 allows it the call (unexpired at ``now``, carrying ``scope``, used
+    from ``client_address``: an IP address or None) and its balance covers it; read its
+    windows starting at ``starts`` and the object ``object_id``. ``notes``: the ledger note
+    when the object is not found, is the key's customer's, is another's."""
     not_found, owned, other = notes
     # The windows' customer and mode are the key's, found by the statement itself.
     params = ((token_digest, price, list(billed_modes), now, scope, client_address, price, -price, reason,
-               request_id, not_found, owned, other,
-               object_id, now) + window_times(starts, livemode=None) + (object_id,))
+               not_found, owned, other, object_id, now, minute_of(now))
+              + window_times(starts, livemode=None) + (object_id,))
     rows = execute_prepared(READ_BULK_CHARGED if bulk else READ_SCAN_CHARGED, params).fetchall()
     if not rows:
         return ChargedRead(None)

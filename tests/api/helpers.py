@@ -18,12 +18,24 @@ def ledger(account) -> list[tuple[int, str]]:
 
 
 def assert_books_balance(account) -> None:
-    """D3: the ledger always sums to the balance, and the balance is never negative; the
-    quota counters agree with the scans themselves (in flight, both windows)."""
+    """D3: the ledger always sums to the balance, and the balance is never negative; a row of
+    summed reads (D24) took one call's price per read it counts, one row per mode, endpoint and
+    minute; the quota counters agree with the scans themselves (in flight, both windows)."""
     with db.connection_context():
         total, current = billing.ledger_sum(account.id), billing.balance_of(account.id)
+        reads = read_rows(account)
         assert_counters_match(account.id)
     assert total == current >= 0
+    assert all(r.reads >= 1 and r.delta == -r.reads * billing.CALL_PRICE for r in reads)
+    assert len({(r.livemode, r.note, r.minute) for r in reads}) == len(reads)
+
+
+def read_rows(account) -> list[CreditLedger]:
+    """The customer's ledger rows of summed reads (D24), oldest first."""
+    with db.connection_context():
+        return list(CreditLedger.select().where((CreditLedger.customer == account.id)
+                                                & (CreditLedger.reason == billing.READS_REASON))
+                    .order_by(CreditLedger.id))
 
 
 def assert_counters_match(customer_id: str) -> None:

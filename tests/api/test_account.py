@@ -29,7 +29,7 @@ def test_the_account_call_shows_the_account_and_the_key_and_costs_one_credit(cli
     assert response.headers["X-Credits-Remaining"] == str(before - 1) == str(balance(account))
     with db.connection_context():
         last = CreditLedger.select().where(CreditLedger.customer == account.id).order_by(CreditLedger.id.desc()).get()
-    assert (last.delta, last.reason, last.note) == (-1, "call", "GET /api/v1/account")
+    assert (last.delta, last.reason, last.note, last.reads) == (-1, "reads", "GET /api/v1/account", 1)
     assert_books_balance(account)
 
 

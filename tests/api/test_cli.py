@@ -5,9 +5,10 @@ import uuid
 
 import pytest
 import requests
+from freezegun import freeze_time
 
 from app.extensions import db
-from app.models import ApiKey, CreditLedger, Customer, PortalUser, Scan, WebhookDelivery
+from app.models import ApiKey, CreditLedger, Customer, PortalUser, Scan, WebhookDelivery, utcnow
 from app.services import accounts, billing, webhooks
 from app.services.crypto import decrypt_secret
 from tests.api.helpers import assert_counters_match
@@ -262,6 +263,23 @@ def test_customers_show_tells_balance_tier_limits_usage_keys_and_reasons(app, cl
     for expected in ("balance", "48", "in flight now", "created in the last hour", "refund for incident 77",
                      account.key.id, "(override)"):
         assert expected in text, expected
+
+
+
+def test_customers_show_says_how_many_reads_a_summed_row_holds(app, client, make_customer):
+    account = make_customer(tier="pro", credits=20)
+    with freeze_time(utcnow()):  # one minute: the three reads are one row (D24)
+        for path in ("/api/v1/account", "/api/v1/scan/scn_nope", "/api/v1/account"):
+            client.get(path, headers=account.headers)
+    shown = run_json(app, "customers", "show", account.id)
+    reads = [r for r in shown["ledger"] if r["kind"] == "reads"]
+    assert sorted((r["note"], r["reads"], r["delta"]) for r in reads) == [
+        ("GET /api/v1/account", 2, -2), ("GET /api/v1/scan/{scan_id}", 1, -1)]
+    assert shown["balance"] == 17
+    text = run(app, "customers", "show", account.id).stdout
+    lines = text.splitlines()
+    assert [line for line in lines if " 2 reads " in line and "GET /api/v1/account" in line]
+    assert [line for line in lines if " 1 read " in line and "GET /api/v1/scan/{scan_id}" in line]
 
 
 # --- webhook settings: the portal's rules in every entry point ----------------------------------

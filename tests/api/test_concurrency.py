@@ -5,7 +5,7 @@ import requests
 
 from app.extensions import db
 from app.models import Scan
-from tests.api.helpers import assert_books_balance, balance, scans_of
+from tests.api.helpers import assert_books_balance, balance, read_rows, scans_of
 
 SCAN = "/api/v1/scan"
 
@@ -82,4 +82,57 @@ def test_concurrent_reads_charge_exactly_once_each(served_app, make_customer):
         t.join()
     assert answers.count(404) == 20 and answers.count(402) == 5
     assert balance(acct) == 0
+    assert_books_balance(acct)
+
+
+def read_in_parallel(url: str, headers: dict, paths: list[str]) -> list[int]:
+    """GET every path at once, one thread each: the statuses answered."""
+    barrier = threading.Barrier(len(paths))
+    answers, lock = [], threading.Lock()
+
+    def one(path):
+        barrier.wait()
+        try:
+            status = requests.get(f"{url}{path}", headers=headers, timeout=60).status_code
+        except requests.RequestException:  # a dropped connection must fail the test, visibly
+            status = 0
+        with lock:
+            answers.append(status)
+
+    threads = [threading.Thread(target=one, args=(path,)) for path in paths]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return answers
+
+
+def test_40_parallel_readers_are_summed_and_the_ledger_adds_up(served_app, make_customer):
+    """D24: each read's charge grows its minute's row in the statement that takes the credit;
+    under 40 parallel readers of four endpoints no read is lost or counted twice."""
+    acct = make_customer(tier="enterprise", credits=1000)
+    created = requests.post(f"{served_app.url}{SCAN}", json={"target": "jane@example.com"}, headers=acct.headers,
+                            timeout=60)
+    scan_id = created.json()["scan_id"]
+    routes = {f"{SCAN}/{scan_id}": "GET /api/v1/scan/{scan_id}", f"{SCAN}/scn_missing": "GET /api/v1/scan/{scan_id}",
+              "/api/v1/account": "GET /api/v1/account", "/api/v1/scans": "GET /api/v1/scans"}
+    paths = [path for path in routes for _ in range(10)]
+    answers = read_in_parallel(served_app.url, acct.headers, paths)
+    assert sorted(answers) == [200] * 30 + [404] * 10
+    assert balance(acct) == 1000 - 1 - 40
+    rows = read_rows(acct)
+    counted: dict[str, int] = {}
+    for row in rows:
+        counted[row.note] = counted.get(row.note, 0) + row.reads
+    assert counted == {"GET /api/v1/scan/{scan_id}": 20, "GET /api/v1/account": 10, "GET /api/v1/scans": 10}
+    assert len(rows) <= 2 * len(counted)  # one row per endpoint and minute (the reads may straddle two)
+    assert_books_balance(acct)
+
+
+def test_parallel_readers_beyond_the_balance_are_refused_and_not_counted(served_app, make_customer):
+    acct = make_customer(tier="enterprise", credits=15)
+    answers = read_in_parallel(served_app.url, acct.headers, ["/api/v1/account", f"{SCAN}/scn_missing"] * 20)
+    assert answers.count(402) == 25 and answers.count(200) + answers.count(404) == 15
+    assert balance(acct) == 0
+    assert sum(row.reads for row in read_rows(acct)) == 15
     assert_books_balance(acct)

@@ -8,7 +8,7 @@ from freezegun import freeze_time
 
 from app.db import _prepared_texts
 from app.extensions import db
-from app.models import BulkBatch, Scan
+from app.models import BulkBatch, CreditLedger, Scan, utcnow
 from app.services import accounts
 from app.store.activity import INSERT as ACTIVITY_INSERT
 from tests.api.helpers import assert_books_balance, balance, engine_mode, ledger, scans_of
@@ -272,25 +272,40 @@ def test_a_revoked_key_reads_nothing_and_is_not_charged(client, account):
 def test_read_answers_carry_the_balance_after_their_own_charge(client, account, make_customer):
     scan_id = client.post(SCAN, json={"target": "jane@example.com"}, headers=account.headers).json["scan_id"]
     other = make_customer()
-    for path, status in ((f"{SCAN}/{scan_id}", 200), (f"{SCAN}/scn_unknown", 404)):
-        before = balance(account)
-        response = client.get(path, headers=account.headers)
-        assert response.status_code == status
-        assert response.headers["X-Credits-Remaining"] == str(before - 1) == str(balance(account))
-        assert ledger(account)[-1] == (-1, "call")
-    response = client.get(f"{SCAN}/{scan_id}", headers=other.headers)
+    with freeze_time(utcnow()):  # one minute: the reads of one endpoint are one ledger row (D24)
+        for n, (path, status) in enumerate(((f"{SCAN}/{scan_id}", 200), (f"{SCAN}/scn_unknown", 404)), start=1):
+            before = balance(account)
+            response = client.get(path, headers=account.headers)
+            assert response.status_code == status
+            assert response.headers["X-Credits-Remaining"] == str(before - 1) == str(balance(account))
+            assert ledger(account)[-1] == (-n, "reads")
+        response = client.get(f"{SCAN}/{scan_id}", headers=other.headers)
     assert response.status_code == 403 and response.headers["X-Credits-Remaining"] == str(balance(other))
+    assert ledger(other)[-1] == (-1, "reads")
+    assert_books_balance(account)
 
 
 @pytest.mark.parametrize("what", ["scan", "bulk"])
 def test_a_read_is_one_statement(client, account, what):
     bulk_id = bulk(client, account, [{"target": "jane@example.com"}, {"target": "joe@example.com"}]).json["bulk_id"]
     path = f"{BULK}/{bulk_id}" if what == "bulk" else f"{SCAN}/{scans_of(account)[0].id}"
-    assert client.get(path, headers=account.headers).status_code == 200  # the key's use noted (once a minute)
-    with count_queries() as read:
-        response = client.get(path, headers=account.headers)
+    with freeze_time(utcnow()):  # one minute: both reads are summed in one ledger row (D24)
+        rows = ledger_rows(account)
+        assert client.get(path, headers=account.headers).status_code == 200  # the key's use noted (once a minute)
+        with count_queries() as read:
+            response = client.get(path, headers=account.headers)
     assert response.status_code == 200 and response.headers["X-Credits-Remaining"] == str(balance(account))
     # (A connection new to the statement prepares it first: once per connection, not per read.)
     statements = [sql for sql in read if not sql.startswith("PREPARE")]
     # The read's one statement, then the activity log's one INSERT (D20), once the answer is decided.
     assert len(statements) == 2 and statements[1].startswith(f"EXECUTE {_prepared_texts(ACTIVITY_INSERT)[0]} "), read
+    # The statement added the read to the minute's row that the first read began: no row of its own.
+    [row] = ledger_rows(account)[len(rows):]
+    assert (row.reason, row.reads, row.delta, row.balance_after) == ("reads", 2, -2, balance(account))
+    assert row.note == ("GET /api/v1/scan/bulk/{bulk_id}" if what == "bulk" else "GET /api/v1/scan/{scan_id}")
+    assert_books_balance(account)
+
+
+def ledger_rows(account) -> list[CreditLedger]:
+    with db.connection_context():
+        return list(CreditLedger.select().where(CreditLedger.customer == account.id).order_by(CreditLedger.id))

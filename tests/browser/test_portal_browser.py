@@ -126,7 +126,7 @@ def test_walk_scans_batch_usage_and_delivery_console(logged_in, served_app, port
         _finish(scan_id)
     _finish(failed, fail=True)
     jobs.run()  # the webhook deliveries: 503, then 200 on the immediate retry
-    requests.get(f"{api}/scan/{email}", headers=headers, timeout=10)  # a read: an "API call" in the ledger
+    requests.get(f"{api}/scan/{email}", headers=headers, timeout=10)  # a read: "1 read" in the ledger
 
     # Scans: the list, keyboard to a scan, the filters.
     page.get_by_role("link", name="Scans").click()
@@ -194,7 +194,8 @@ def test_walk_scans_batch_usage_and_delivery_console(logged_in, served_app, port
     page.get_by_role("link", name="Usage").click()
     page.get_by_role("heading", name="Activity").wait_for()
     assert page.locator("svg.chart[role=img] > title").count() == 2
-    assert "API call" in page.inner_text("table.ledger") and "GET /api/v1/scan/" in page.inner_text("table.ledger")
+    ledger_text = page.inner_text("table.ledger")
+    assert "1 read" in ledger_text and "GET /api/v1/scan/{scan_id}" in ledger_text
     _shot(page, "portal_usage")
     with page.expect_download() as download:
         page.get_by_role("button", name="Download CSV").click()

@@ -215,27 +215,45 @@ def test_ledger_says_what_each_movement_was(client, portal_account):
     with db.connection_context():
         accounts.add_credits(portal_account.id, 5, "goodwill after the <b>outage</b>")
     scan_id = create(client, portal_account, "noah@example.com")
-    client.get(f"/api/v1/scan/{scan_id}", headers=portal_account.headers)
+    with freeze_time(utcnow()):  # one minute: its reads of one endpoint are one row (D24)
+        for _ in range(3):
+            client.get(f"/api/v1/scan/{scan_id}", headers=portal_account.headers)
+        client.get("/api/v1/scan/scn_nope", headers=portal_account.headers)
+        client.get("/api/v1/account", headers=portal_account.headers)
     login(client)
     page = text(client.get("/app/usage"))
     assert "Credits added by your account manager" in page and "goodwill after the &lt;b&gt;outage&lt;/b&gt;" in page
-    assert "<code>POST /api/v1/scan</code>" in page and f"<code>GET /api/v1/scan/{scan_id}</code>" in page
-    assert f'href="/app/scans/{scan_id}"' in page
+    assert "<code>POST /api/v1/scan</code>" in page and f'href="/app/scans/{scan_id}"' in page
+    # Reads are summed per endpoint and minute (a 404 is a read of the same endpoint), ids left out.
+    rows = re.findall(r'<td class="num minus">(-\d+)</td>\s*<td class="num">\d+</td>\s*<td>(\d+ reads?)</td>\s*'
+                      r"<td><code>([^<]+)</code>", page)
+    assert sorted(rows) == [("-1", "1 read", "GET /api/v1/account"), ("-4", "4 reads", "GET /api/v1/scan/{scan_id}")]
+    assert "scn_nope" not in page
+    assert "the reads of one endpoint in one minute are one movement" in page
 
 
 def test_ledger_csv_for_a_period(client, portal_account):
     with db.connection_context():
         accounts.add_credits(portal_account.id, 3, "=HYPERLINK(\"http://evil\")")
-    scan_id = create(client, portal_account, "olivia@example.com")
-    login(client)
-    today = utcnow().date().isoformat()
-    response = client.get(f"/app/usage/ledger.csv?start={today}&end={today}")
+    with freeze_time(utcnow()):  # one minute: its reads are one row (D24)
+        scan_id = create(client, portal_account, "olivia@example.com")
+        for _ in range(3):
+            client.get(f"/api/v1/scan/{scan_id}", headers=portal_account.headers)
+        login(client)
+        today = utcnow().date().isoformat()
+        response = client.get(f"/app/usage/ledger.csv?start={today}&end={today}")
     assert response.status_code == 200 and response.mimetype == "text/csv"
     assert "attachment" in response.headers["Content-Disposition"]
     rows = list(csv.DictReader(io.StringIO(text(response))))
-    assert [r["kind"] for r in rows] == ["grant", "grant", "scan"]  # oldest first: initial credits, the grant, the scan
+    # oldest first: initial credits, the grant, the scan, the minute's reads
+    assert [r["kind"] for r in rows] == ["grant", "grant", "scan", "reads"]
     assert rows[1]["reason"].startswith("'=")  # a formula is neutralised
     assert rows[2]["scan_id"] == scan_id and rows[2]["change"] == "-1" and rows[2]["endpoint"] == "POST /api/v1/scan"
+    assert (rows[3]["what"], rows[3]["change"], rows[3]["endpoint"], rows[3]["request_id"], rows[3]["reads"]) == (
+        "3 reads", "-3", "GET /api/v1/scan/{scan_id}", "", "3")
+    assert rows[2]["reads"] == ""  # a movement of its own
+    assert int(rows[3]["balance_after"]) == balance_of(portal_account)
+    assert sum(int(r["change"]) for r in rows) == balance_of(portal_account)  # the export adds up to the balance
     yesterday = (utcnow().date() - timedelta(days=1)).isoformat()
     empty = list(csv.DictReader(io.StringIO(text(client.get(f"/app/usage/ledger.csv?start={yesterday}&end={yesterday}")))))
     assert empty == []
@@ -293,8 +311,8 @@ def test_a_refused_call_is_in_the_ledger_by_route_without_the_foreign_id(client,
     login(client)
     page = text(client.get("/app/usage"))
     assert foreign not in page and "blk_nope" not in page
-    assert "<code>GET /api/v1/scan/{scan_id} (403)</code>" in page
-    assert "<code>GET /api/v1/scan/bulk/{bulk_id} (404)</code>" in page
+    assert "<code>GET /api/v1/scan/{scan_id}</code>" in page  # reads are summed by route (D24)
+    assert "<code>GET /api/v1/scan/bulk/{bulk_id}</code>" in page
 
 
 def test_the_usage_page_says_billings_prices(client, portal_account):
@@ -344,3 +362,8 @@ def test_owners_set_the_personal_data_settings(client, portal_account):
     with db.connection_context():
         changed = Customer.get_by_id(portal_account.id)
     assert (changed.result_retention_days, changed.require_purpose, changed.require_2fa) == (30, True, False)
+
+
+def balance_of(account) -> int:
+    with db.connection_context():
+        return billing.balance_of(account.id)

@@ -84,3 +84,56 @@ def test_the_price_words_say_the_prices():
     assert billing.credits(3) == "3 credits"
     assert billing.PRICE_WORDS["bulk"] == (f"{billing.credits(billing.SCAN_PRICE)} per queued scan, "
                                            f"{billing.credits(billing.CALL_PRICE)} if none")
+
+
+def _read_rows(customer_id: str) -> list[tuple]:
+    return [(r.reason, r.note, r.livemode, r.minute, r.reads, r.delta, r.balance_after, r.request_id)
+            for r in CreditLedger.select().where((CreditLedger.customer == customer_id)
+                                                 & (CreditLedger.reason == billing.READS_REASON))
+            .order_by(CreditLedger.id)]
+
+
+def test_reads_of_one_endpoint_and_minute_are_one_row_that_grows(conn):
+    customer = accounts.create_customer("Summed", "business", 10)
+    minute = datetime(2026, 11, 22, 12, 0)
+    scan_read = "GET /api/v1/scan/{scan_id}"
+    for second in (0, 20, 59):
+        balance, _ = billing.charge_call(customer.id, f"req_{second}", minute.replace(second=second), scan_read,
+                                         read_of=True)
+    assert balance == 7
+    assert _read_rows(customer.id) == [("reads", scan_read, True, minute, 3, -3, 7, None)]
+    # Another endpoint, the next minute and the other mode are rows of their own.
+    billing.charge_call(customer.id, "req_a", minute, "GET /api/v1/account", read_of=True)
+    billing.charge_call(customer.id, "req_n", minute.replace(minute=1), scan_read, read_of=True)
+    billing.charge_call(customer.id, "req_t", minute, scan_read, read_of=False)
+    assert [(note, mode, at.minute, reads, delta) for _, note, mode, at, reads, delta, _, _ in
+            _read_rows(customer.id)] == [(scan_read, True, 0, 3, -3), ("GET /api/v1/account", True, 0, 1, -1),
+                                         (scan_read, True, 1, 1, -1), (scan_read, False, 0, 1, -1)]
+    # The row's balance is the one after its latest read; the ledger sums to the balance.
+    billing.charge_call(customer.id, "req_61", minute.replace(second=30), scan_read, read_of=True)
+    assert _read_rows(customer.id)[0][4:7] == (4, -4, 3)
+    books = books_of(customer.id)
+    assert books.balance == books.ledger_sum == 3 and books.ledger_rows == 5
+
+
+def test_a_read_the_balance_cannot_pay_changes_nothing(conn):
+    customer = accounts.create_customer("Short reads", "pro", 1)
+    minute = datetime(2026, 11, 22, 12, 0)
+    assert billing.charge_call(customer.id, "req_1", minute, "GET /api/v1/scans", read_of=True)[0] == 0
+    assert billing.charge_call(customer.id, "req_2", minute, "GET /api/v1/scans", read_of=True)[0] is None
+    assert _read_rows(customer.id) == [("reads", "GET /api/v1/scans", True, minute, 1, -1, 0, None)]
+    books = books_of(customer.id)
+    assert books.balance == books.ledger_sum == 0
+
+
+def test_only_reads_are_summed_and_other_calls_keep_a_row_each(conn):
+    assert billing.is_read("GET") and not billing.is_read("POST") and not billing.is_read("DELETE")
+    customer = accounts.create_customer("Calls", "business", 10)
+    now = datetime(2026, 11, 22, 12, 0)
+    for n in range(2):
+        billing.charge_call(customer.id, f"req_{n}", now, "POST /api/v1/scan (400)")
+    rows = [(r.reason, r.reads, r.request_id) for r in
+            CreditLedger.select().where((CreditLedger.customer == customer.id) & (CreditLedger.reason != "grant"))
+            .order_by(CreditLedger.id)]
+    assert rows == [("call", None, "req_0"), ("call", None, "req_1")]
+    assert (billing.reads_words(1), billing.reads_words(12)) == ("1 read", "12 reads")

@@ -129,3 +129,22 @@ def test_activity_buckets_by_day_and_hour_at_a_given_now(conn):
     assert days[-4].credits == 1 and days[-1].credits == 1 and sum(b.credits for b in days) == 2
     assert hours[-2].credits == 1 and sum(b.credits for b in hours) == 1
     assert all(b.credits == 0 for b in days if b.label == (now - timedelta(days=40)).strftime("%Y-%m-%d"))
+
+
+def test_a_row_of_summed_reads_says_how_many_reads_it_holds(conn):
+    cust, _ = new_customer(credits=5)
+    at = datetime(2026, 11, 22, 12, 30, 41)
+    billing.charge_call(cust.id, "req_1", at, "GET /api/v1/account", read_of=True)
+    billing.charge_call(cust.id, "req_2", at.replace(minute=31), "GET /api/v1/scan/{scan_id}", read_of=True)
+    billing.charge_call(cust.id, "req_3", at.replace(minute=31, second=50), "GET /api/v1/scan/{scan_id}",
+                        read_of=True)
+    rows = CreditLedger.select().where((CreditLedger.customer == cust.id) & (CreditLedger.reason == "reads"))
+    described = [usage.describe(r) for r in rows.order_by(CreditLedger.id)]
+    assert [(d["kind"], d["what"], d["endpoint"], d["delta"], d["reads"], d["created_at"], d["request_id"])
+            for d in described] == [
+        ("reads", "1 read", "GET /api/v1/account", -1, 1, datetime(2026, 11, 22, 12, 30), None),
+        ("reads", "2 reads", "GET /api/v1/scan/{scan_id}", -2, 2, datetime(2026, 11, 22, 12, 31), None)]
+    assert described[1]["balance_after"] == 2 == billing.balance_of(cust.id)
+    # The charts count a summed row's credits in its hour, like any charge.
+    [hour] = [h for h in usage.activity(cust.id, "hour", now=at) if h.credits]
+    assert (hour.label, hour.credits) == ("2026-11-22 12", 3)

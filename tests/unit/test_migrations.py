@@ -285,3 +285,35 @@ def test_the_results_explained_migration_adds_rerun_of_feedback_and_explains_sto
         assert [f["path"] for f in result["findings"]] == ["contacts.emails[0]"]
         assert {k: result[k] for k in old_result if k != "risk"} == {k: v for k, v in old_result.items() if k != "risk"}
         assert Scan.get_by_id(scan_id).rerun_of is None and FindingFeedback.select().count() == 0
+
+
+def test_the_summed_reads_migration_adds_the_columns_and_the_minute_index(app):
+    """A database from before version 16: its ledger rows stay movements of their own, and the
+    next reads are summed into their minute's row (D24). Running it again changes nothing."""
+    from app.models import CreditLedger, utcnow
+    from app.models.accounts import READS_MINUTE_INDEX
+    from app.services import billing
+
+    with db.connection_context():
+        customer = accounts.create_customer("Old", "pro", 5)
+        with db.atomic():
+            db.execute_sql(f'DROP INDEX "{READS_MINUTE_INDEX}"')
+            for column in ("livemode", "minute", "reads"):
+                db.execute_sql(f'ALTER TABLE "credit_ledger" DROP COLUMN "{column}"')
+            SchemaVersion.delete().where(SchemaVersion.version == 16).execute()
+
+        assert migrations.upgrade() == [16]
+        assert migrations.upgrade() == []
+        with db.atomic():
+            migrations._summed_reads(db.obj)  # idempotent on its own too
+
+        assert {"livemode", "minute", "reads"} <= {c.name for c in db.get_columns("credit_ledger")}
+        [index] = [i for i in db.get_indexes("credit_ledger") if i.name == READS_MINUTE_INDEX]
+        assert index.unique and index.columns == ["customer_id", "livemode", "note", "minute"]
+        now = utcnow()
+        for _ in range(2):
+            billing.charge_call(customer.id, None, now, "GET /api/v1/account", read_of=True)
+        rows = [(r.reason, r.reads, r.delta) for r in
+                CreditLedger.select().where(CreditLedger.customer == customer.id).order_by(CreditLedger.id)]
+        assert rows == [("grant", None, 5), ("reads", 2, -2)]
+        assert billing.ledger_sum(customer.id) == billing.balance_of(customer.id) == 3
