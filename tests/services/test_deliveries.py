@@ -67,8 +67,9 @@ def test_a_job_that_is_not_the_current_one_or_a_final_delivery_makes_no_attempt(
 
 def test_a_busy_endpoint_defers_the_job_without_an_attempt(delivery):
     asked = []
-    result = _start(delivery.id, admit=lambda key_id, url: asked.append((key_id, url)) or False)
-    assert result == "busy" and asked == [(delivery.api_key_id, URL)]
+    result = _start(delivery.id, admit=lambda endpoint_id, url: asked.append((endpoint_id, url)) or False)
+    # The share is the endpoint's (D22): the key's first endpoint here.
+    assert result == "busy" and asked == [(webhooks.first_endpoint_id(delivery.api_key_id), URL)]
     assert (_row(delivery.id).attempts, DeliveryAttempt.select().count()) == (0, 0)
     job_id = _row(delivery.id).job_id
     assert deliveries.defer(delivery.id, job_id, 5) is True
