@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from app import metrics, runtime
 from app.db import transaction
@@ -170,6 +170,25 @@ def _after_failure(delivery: WebhookDelivery, number: int, now) -> tuple[str, fl
                                current_job_id=delivery_job_id(delivery.id, number), next_job_id=next_job,
                                next_attempt_at=now + timedelta(seconds=delay))
     return (next_job, delay) if handed else None
+
+
+# --- Retention (D22) ------------------------------------------------------------------
+
+RETENTION_BATCH = 1000
+
+
+def remove_past_retention(now: datetime | None = None) -> int:
+    """Remove the deliveries (bodies and attempts with them) created more than
+    ``DELIVERY_RETENTION_DAYS`` ago, in batches so no statement holds many rows; a delivery still
+    pending is left to finish. Returns how many were removed."""
+    cutoff = (now or utcnow()) - timedelta(days=runtime.config["DELIVERY_RETENTION_DAYS"])
+    removed = 0
+    while True:
+        with transaction():
+            count = store.delete_created_before(cutoff, keep_status=PENDING, batch=RETENTION_BATCH)
+        removed += count
+        if count < RETENTION_BATCH:
+            return removed
 
 
 # --- Recovery (D13) -------------------------------------------------------------------

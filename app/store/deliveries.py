@@ -279,3 +279,12 @@ def erase_for_scans(scan_ids: list[str], *, pending: str, cancelled: str, now: d
         (pending, cancelled, now, list(scan_ids), cancelled)).fetchone()
     return int(rows[0])
 
+
+
+def delete_created_before(cutoff: datetime, *, keep_status: str, batch: int) -> int:
+    """Delete up to ``batch`` deliveries created before ``cutoff`` (their attempts go with them),
+    but those in ``keep_status``; how many were deleted."""
+    ids = (WebhookDelivery.select(WebhookDelivery.id)
+           .where((WebhookDelivery.created_at < cutoff) & (WebhookDelivery.status != keep_status)).limit(batch))
+    DeliveryAttempt.delete().where(DeliveryAttempt.delivery.in_(ids)).execute()
+    return WebhookDelivery.delete().where(WebhookDelivery.id.in_(ids)).execute()

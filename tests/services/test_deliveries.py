@@ -149,3 +149,20 @@ def test_a_lost_job_is_enqueued_again_once_the_delivery_is_stale(delivery, redis
     assert live_job_ids([job_id]) == {job_id}
     # Alive now: the next sweep leaves it alone.
     assert deliveries.recover_deliveries(created + timedelta(seconds=600))["deliveries_redispatched"] == 0
+
+
+@pytest.mark.config(DELIVERY_RETENTION_DAYS=30)
+def test_deliveries_past_retention_are_removed_with_their_attempts_but_pending_ones_wait(conn):
+    with freeze_time(NOW) as frozen:
+        old = new_delivery()
+        attempt = _start(old.id)
+        deliveries.record(attempt.delivery, attempt.row, Outcome(status_code=200))
+        still_pending = new_delivery()
+        frozen.tick(timedelta(days=29))
+        recent = new_delivery()
+        frozen.tick(timedelta(days=1, seconds=1))  # the first two are 30 days and a second old
+        assert deliveries.remove_past_retention() == 1
+        assert not WebhookDelivery.select().where(WebhookDelivery.id == old.id).exists()
+        assert not DeliveryAttempt.select().where(DeliveryAttempt.delivery == old.id).exists()
+        assert {d.id for d in WebhookDelivery.select()} == {still_pending.id, recent.id}
+        assert deliveries.remove_past_retention() == 0
