@@ -30,6 +30,7 @@ from app.portal.forms import (
     AccessForm,
     ActionForm,
     CodeForm,
+    EndpointForm,
     EraseForm,
     InviteForm,
     LedgerExportForm,
@@ -47,6 +48,7 @@ from app.services import (
     activity,
     billing,
     delivery_console,
+    endpoints,
     erasure,
     findings,
     portal_users,
@@ -195,7 +197,7 @@ def key_page(key_id):
 
 def _key_page(key: ApiKey, *, form: WebhookForm | None = None, revealed: str | None = None, code: int = 200,
               roll: RollSecretForm | None = None, confirm_roll: datetime | None = None,
-              access_form: AccessForm | None = None):
+              access_form: AccessForm | None = None, endpoint_form: EndpointForm | None = None):
     """The key's page. A POST that reveals a secret or refuses the webhook form answers with it
     directly: the secret then lives only in that one response (no-store), never in the cookie."""
     status = request.args.get("status") if request.args.get("status") in STATUSES else None
@@ -214,10 +216,89 @@ def _key_page(key: ApiKey, *, form: WebhookForm | None = None, revealed: str | N
                            status=status, event=event, statuses=STATUSES, events=EVENTS, revealed=revealed,
                            secret_state=webhooks.secret_state(key), roll=roll or RollSecretForm(formdata=None),
                            confirm_roll=confirm_roll, access_form=access_form, scope_words=access.SCOPE_WORDS,
+                           endpoints=_endpoint_rows(key), endpoint_form=endpoint_form or EndpointForm(formdata=None),
+                           max_endpoints=endpoints.MAX_ENDPOINTS,
                            expired=access.is_expired(key, utcnow()),
                            retry_schedule=retry_schedule_words(current_app.config["WEBHOOK_RETRY_SCHEDULE"]),
                            webhook_timeout=f'{current_app.config["WEBHOOK_TIMEOUT_SECONDS"]:g}')
     return html, code
+
+
+def _endpoint_rows(key: ApiKey) -> list[dict]:
+    """The key's endpoints for its page: each with its edit form and, when auto-disable stopped it,
+    since when its deliveries failed and how many (D22)."""
+    rows = []
+    for endpoint in endpoints.list_endpoints(key):
+        form = EndpointForm(formdata=None, prefix=endpoint["endpoint_id"], url=endpoint["url"],
+                            events=endpoint["events"], payload=endpoint["payload"],
+                            description=endpoint["description"])
+        failing = endpoints.failing_since(endpoint["endpoint_id"]) if endpoint["disabled_at"] else None
+        rows.append({**endpoint, "form": form, "failed": failing[0] if failing else None,
+                     "failing_since": failing[1] if failing else None})
+    return rows
+
+
+def _endpoint_action(key_id: str, action, success: str):
+    """Run an endpoint change for the key's owner: a refused input is flashed (400 to the page)."""
+    try:
+        result = action()
+    except LookupError:
+        abort(404)
+    except InvalidRequest as exc:
+        flash(str(exc), "error")
+        return None
+    flash(success, "ok")
+    return result
+
+
+@bp.post("/api-keys/<key_id>/endpoints")
+@security.requires(roles.ENDPOINTS)
+def add_endpoint(key_id):
+    key = _owned_key_or_404(key_id)
+    form = EndpointForm()
+    if not form.validate_on_submit():
+        flash(_form_errors(form), "error")
+        return _key_page(key, endpoint_form=form, code=400)
+    created = _endpoint_action(key.id, lambda: endpoints.create(
+        key, url=form.url.data, events=form.events.data, payload=form.payload.data,
+        description=form.description.data or ""), "Endpoint added. Copy its signing secret to your receiver.")
+    if created is None:
+        return _key_page(key, endpoint_form=form, code=400)
+    return _key_page(_owned_key_or_404(key.id), revealed=created[1])
+
+
+@bp.post("/api-keys/<key_id>/endpoints/<endpoint_id>")
+@security.requires(roles.ENDPOINTS)
+def update_endpoint(key_id, endpoint_id):
+    key = _owned_key_or_404(key_id)
+    form = EndpointForm(prefix=endpoint_id)
+    if not form.validate_on_submit():
+        flash(_form_errors(form), "error")
+        return _key_page(key, code=400)
+    done = _endpoint_action(key.id, lambda: endpoints.update(
+        key, endpoint_id, url=form.url.data, events=form.events.data, payload=form.payload.data,
+        description=form.description.data or ""), "Endpoint saved.")
+    return _back(key.id) if done is not None else _key_page(key, code=400)
+
+
+@bp.post("/api-keys/<key_id>/endpoints/<endpoint_id>/enabled")
+@security.requires(roles.ENDPOINTS)
+def set_endpoint_enabled(key_id, endpoint_id):
+    key = _owned_key_or_404(key_id)
+    if ActionForm().validate_on_submit():
+        enable = request.form.get("enabled") == "yes"
+        _endpoint_action(key.id, lambda: endpoints.set_enabled(key, endpoint_id, enable),
+                         "Endpoint enabled: events are sent to it again." if enable else "Endpoint disabled.")
+    return _back(key.id)
+
+
+@bp.post("/api-keys/<key_id>/endpoints/<endpoint_id>/delete")
+@security.requires(roles.ENDPOINTS)
+def delete_endpoint(key_id, endpoint_id):
+    key = _owned_key_or_404(key_id)
+    if ActionForm().validate_on_submit():
+        _endpoint_action(key.id, lambda: endpoints.delete(key, endpoint_id), "Endpoint deleted.")
+    return _back(key.id)
 
 
 def _back(key_id, **args):
