@@ -19,7 +19,7 @@ from app import events, metrics, runtime
 from app.db import write_transaction
 from app.jobs import delivery_job_id
 from app.models import ApiKey, WebhookDelivery, iso, new_id, utcnow
-from app.models.webhooks import FAILED, PENDING, SKIPPED
+from app.models.webhooks import CANCELLED, FAILED, PENDING, SKIPPED
 from app.services.crypto import encrypt_secret, new_webhook_secret
 from app.services.errors import AccountError, EndpointNotFound, InvalidRequest
 from app.services.webhook_urls import check_webhook_url
@@ -188,14 +188,17 @@ def _save(endpoint: Endpoint, **fields) -> None:
 
 def delete(key: ApiKey, endpoint_id: str) -> None:
     """Remove the endpoint: no later event goes there; its deliveries stay listed. Deleting the
-    first endpoint removes the key's webhook URL and secret (as ``keys set-webhook`` with no URL)."""
+    first endpoint removes the key's webhook URL and secret (as ``keys set-webhook`` with no URL).
+    A further endpoint's pending deliveries are cancelled with it: no secret is left to sign them."""
     endpoint = find(key, endpoint_id)
-    if endpoint.first:
-        store.update_key(key.id, webhook_url=None, webhook_secret_enc=None, webhook_next_secret_enc=None,
-                         webhook_secret_switch_at=None, webhook_events=None, webhook_enabled=True,
-                         webhook_description="", webhook_disabled_at=None, webhook_payload="full")
-    else:
-        store.delete(endpoint.id)
+    with write_transaction():
+        if endpoint.first:
+            store.update_key(key.id, webhook_url=None, webhook_secret_enc=None, webhook_next_secret_enc=None,
+                             webhook_secret_switch_at=None, webhook_events=None, webhook_enabled=True,
+                             webhook_description="", webhook_disabled_at=None, webhook_payload="full")
+        else:
+            store.delete(endpoint.id)
+            store.cancel_pending(endpoint.id, pending=PENDING, cancelled=CANCELLED, now=utcnow())
     log.info("key %s: endpoint %s deleted", key.id, endpoint_id)
 
 

@@ -40,6 +40,12 @@ def delete(endpoint_id: str) -> None:
     WebhookEndpoint.delete().where(WebhookEndpoint.id == endpoint_id).execute()
 
 
+def cancel_pending(endpoint_id: str, *, pending: str, cancelled: str, now: datetime) -> int:
+    """End the endpoint's pending deliveries as ``cancelled`` (its job then finds it final); how many."""
+    return (WebhookDelivery.update(status=cancelled, finished_at=now, next_attempt_at=None)
+            .where((WebhookDelivery.endpoint_id == endpoint_id) & (WebhookDelivery.status == pending)).execute())
+
+
 def lock(model: type[ApiKey] | type[WebhookEndpoint], row_id: str) -> None:
     """Lock the endpoint's row (the key's for the first endpoint) until the transaction ends."""
     list(model.select(model.id).where(model.id == row_id).for_update())

@@ -6,16 +6,21 @@ from datetime import datetime, timedelta
 import pytest
 from freezegun import freeze_time
 
-from app.models import ApiKey, WebhookDelivery, WebhookEndpoint
-from app.services import endpoints, webhooks
+from app.models import ApiKey, Customer, WebhookDelivery, WebhookEndpoint
+from app.services import endpoints, tracking, webhooks
 from app.services.crypto import decrypt_secret
 from app.services.errors import EndpointNotFound, InvalidRequest
-from tests.services.conftest import new_customer
+from tests.services.conftest import new_customer, new_scan
 
 URL = "https://hooks.example.com/x"
 OTHER = "https://hooks.example.com/y"
 SECRET = "whsec_MDEyMzQ1Njc4OWFiY2RlZg=="
 NOW = datetime(2026, 11, 22, 12, 0, 0)
+RESULT = {"risk": {"score": 10, "band": "low"}}
+
+
+def _customer_and_key(key):
+    return Customer.get_by_id(key.customer_id), key
 
 
 @pytest.fixture
@@ -133,3 +138,14 @@ def test_recover_needs_a_window_that_ends_after_it_starts(key):
     assert endpoints.recover(key, webhooks.first_endpoint_id(key.id), since=NOW - timedelta(days=1),
                              until=NOW) == 0
     assert WebhookDelivery.select().count() == 0
+
+
+def test_deleting_an_endpoint_cancels_its_pending_deliveries(key):
+    created, _ = endpoints.create(key, url=OTHER, events=["scan.completed"])
+    scan = new_scan(*_customer_and_key(key))
+    tracking.complete(scan.id, RESULT)
+    rows = {d.endpoint_id: d for d in WebhookDelivery.select()}
+    assert rows[created["endpoint_id"]].status == "pending"
+    endpoints.delete(key, created["endpoint_id"])
+    assert WebhookDelivery.get_by_id(rows[created["endpoint_id"]].id).status == "cancelled"
+    assert WebhookDelivery.get_by_id(rows[webhooks.first_endpoint_id(key.id)].id).status == "pending"
