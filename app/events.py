@@ -51,6 +51,10 @@ SCAN_RUNNING = EventKind("scan.running", "the engine started work on a scan (sen
 
 EVENTS: tuple[EventKind, ...] = (SCAN_COMPLETED, SCAN_FAILED, SCAN_RUNNING)
 NAMES: tuple[str, ...] = tuple(kind.name for kind in EVENTS)
+# D22: an event about the key's endpoints, not about a scan (its body is ``services.endpoints``').
+ENDPOINT_DISABLED = "endpoint.disabled"
+# Every event a delivery may carry: what an endpoint may list and the deliveries' filters take.
+DELIVERY_EVENTS: tuple[str, ...] = (*NAMES, ENDPOINT_DISABLED)
 
 
 def for_status(status: str) -> EventKind:

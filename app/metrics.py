@@ -89,7 +89,7 @@ FAILURE_CODES = ("engine_failed", "engine_timeout", "engine_error")
 RATE_LIMIT_CODES = ("rate_limit_inflight", "rate_limit_hour", "rate_limit_day")
 ATTEMPT_FAILURES = ("timeout", "connection_error", "tls_error", "redirect_not_followed", "ssrf_refused",
                     "request_error", "worker_lost", "http_4xx", "http_5xx")
-EVENTS = events.NAMES
+EVENTS = events.DELIVERY_EVENTS
 ERASURE_REASONS = ("request", "retention")
 FEEDBACK_VERDICTS = ("false_positive", "confirmed")
 # A source label is the engine's id of the source, when it looks like one; anything else is

@@ -75,7 +75,7 @@ def inject_logout_form():
     return {"logout_form": ActionForm(), "can": security.can, "perm": roles}
 
 STATUSES = webhooks.STATUSES
-EVENTS = events.NAMES
+EVENTS = events.DELIVERY_EVENTS
 
 
 def _moment(value) -> datetime | None:

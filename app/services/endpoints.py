@@ -45,8 +45,8 @@ log = logging.getLogger(__name__)
 MAX_ENDPOINTS = 10
 MAX_DESCRIPTION = 500
 # What an endpoint may list: the scan events and the event about the key's endpoints.
-ENDPOINT_DISABLED = "endpoint.disabled"
-EVENT_NAMES = (*events.NAMES, ENDPOINT_DISABLED)
+ENDPOINT_DISABLED = events.ENDPOINT_DISABLED
+EVENT_NAMES = events.DELIVERY_EVENTS
 # Auto-disable needs at least this many failed deliveries in the failing time (D22).
 MIN_FAILURES_TO_DISABLE = 10
 # Recovering sends these again: what failed, and what a disabled endpoint did not get.

@@ -115,3 +115,11 @@ def test_recover_queues_nothing_in_an_empty_window_and_refuses_a_reversed_one(cl
     assert r.status_code == 400 and r.json["error"] == "invalid_request"
     r = client.post(f"{ENDPOINTS}/{first}/recover", headers=hooked.headers, json={})
     assert r.status_code == 400
+
+
+def test_the_deliveries_list_filters_by_endpoint_and_takes_the_endpoint_event(client, hooked):
+    first = webhooks.first_endpoint_id(hooked.key.id)
+    for query in (f"endpoint_id={first}", "event=endpoint.disabled", "event=scan.running", "status=skipped"):
+        r = client.get(f"/api/v1/deliveries?{query}", headers=hooked.headers)
+        assert r.status_code == 200 and r.json["data"] == [], (query, r.json)
+    assert client.get("/api/v1/deliveries?event=endpoint.exploded", headers=hooked.headers).status_code == 400

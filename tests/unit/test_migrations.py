@@ -285,3 +285,29 @@ def test_the_results_explained_migration_adds_rerun_of_feedback_and_explains_sto
         assert [f["path"] for f in result["findings"]] == ["contacts.emails[0]"]
         assert {k: result[k] for k in old_result if k != "risk"} == {k: v for k, v in old_result.items() if k != "risk"}
         assert Scan.get_by_id(scan_id).rerun_of is None and FindingFeedback.select().count() == 0
+
+
+def test_the_webhook_endpoints_migration_makes_each_keys_url_its_first_endpoint(app):
+    """Version 15 (D22): the endpoints table, the first endpoint's columns on the key, and each
+    delivery written before naming its key's first endpoint."""
+    from app.models import ApiKey, WebhookDelivery, WebhookEndpoint
+    from app.services import webhooks
+
+    with db.connection_context():
+        customer = accounts.create_customer("Old", "business", 5)
+        key, _ = accounts.issue_key(customer.id, "k", "https://hooks.example.com/a")
+        delivery = webhooks.send_test_event(key.id, customer.id)
+        with db.atomic():
+            db.drop_tables([WebhookEndpoint])
+            db.execute_sql('DROP INDEX "webhook_delivery_endpoint_id_created_at"')
+            db.execute_sql('ALTER TABLE "webhook_delivery" DROP COLUMN "endpoint_id"')
+            for column in ("webhook_events", "webhook_enabled", "webhook_description", "webhook_disabled_at"):
+                db.execute_sql(f'ALTER TABLE "api_key" DROP COLUMN "{column}"')
+            SchemaVersion.delete().where(SchemaVersion.version == 15).execute()
+
+        assert migrations.upgrade() == [15]
+        assert migrations.upgrade() == []
+        assert WebhookDelivery.get_by_id(delivery.id).endpoint_id == webhooks.first_endpoint_id(key.id)
+        migrated = ApiKey.get_by_id(key.id)
+        assert (migrated.webhook_events, migrated.webhook_enabled, migrated.webhook_description) == (None, True, "")
+        assert WebhookEndpoint.select().count() == 0
