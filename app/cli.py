@@ -471,7 +471,7 @@ def keys_endpoints(key_id, as_json):
 @json_option
 def keys_enable_endpoint(key_id, endpoint_id, as_json):
     """Enable a key's endpoint again (after auto-disable stopped it): its later events are sent."""
-    data = run(as_json, lambda: endpoints.set_enabled(accounts.get_key(key_id), endpoint_id, True))
+    data = run(as_json, lambda: endpoints.set_enabled(accounts.get_key(key_id), endpoint_id, enabled=True))
     emit(as_json, data, f"{endpoint_id}: enabled; later events of {key_id} are sent to it again")
 
 

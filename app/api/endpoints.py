@@ -151,7 +151,7 @@ class EndpointRollSecret(MethodView):
         """Create the endpoint's next secret, shown in this answer only. Until `switch_at` both secrets sign
         (`webhook-signature` carries both), so receivers can install it without missing an event. Costs
         {price}."""
-        rolled = endpoints.roll_secret(key, endpoint_id, body["overlap_hours"])
+        rolled = endpoints.roll_secret(key, endpoint_id, overlap_hours=body["overlap_hours"])
         return {"ok": True, "endpoint_id": endpoint_id, "secret": rolled.secret, "switch_at": iso(rolled.switch_at)}
 
 

@@ -287,7 +287,7 @@ def set_endpoint_enabled(key_id, endpoint_id):
     key = _owned_key_or_404(key_id)
     if ActionForm().validate_on_submit():
         enable = request.form.get("enabled") == "yes"
-        _endpoint_action(key.id, lambda: endpoints.set_enabled(key, endpoint_id, enable),
+        _endpoint_action(key.id, lambda: endpoints.set_enabled(key, endpoint_id, enabled=enable),
                          "Endpoint enabled: events are sent to it again." if enable else "Endpoint disabled.")
     return _back(key.id)
 

@@ -175,7 +175,7 @@ def update(key: ApiKey, endpoint_id: str, **changes) -> dict:
     return read(key_store.key(key.id), endpoint_id)
 
 
-def set_enabled(key: ApiKey, endpoint_id: str, enabled: bool) -> dict:
+def set_enabled(key: ApiKey, endpoint_id: str, *, enabled: bool) -> dict:
     return update(key, endpoint_id, enabled=enabled)
 
 
@@ -202,7 +202,7 @@ def delete(key: ApiKey, endpoint_id: str) -> None:
     log.info("key %s: endpoint %s deleted", key.id, endpoint_id)
 
 
-def roll_secret(key: ApiKey, endpoint_id: str, overlap_hours: int = DEFAULT_OVERLAP_HOURS,
+def roll_secret(key: ApiKey, endpoint_id: str, *, overlap_hours: int = DEFAULT_OVERLAP_HOURS,
                 now: datetime | None = None) -> RolledSecret:
     """The endpoint's next secret (to show once), with a rolling overlap as the key's (D16)."""
     try:
