@@ -12,7 +12,10 @@ ENDPOINT_ID = {"example": "ep_Q2hlcnJ5IHRvbWF0b2Vz"}
 
 
 def _events(**kwargs):
-    return fields.List(fields.String(validate=validate.OneOf(EVENT_NAMES)), validate=validate.Length(min=1), metadata={
+    # The items are checked by the service (``endpoints.check_events``), so that a refused item is one
+    # flat message like every other field's, not an error nested by position.
+    return fields.List(fields.Raw(metadata={"type": "string", "enum": list(EVENT_NAMES)}),
+                       validate=validate.Length(min=1), metadata={
         "description": "The events sent to it: " + ", ".join(f"`{n}`" for n in EVENT_NAMES) + ".",
         "example": ["scan.completed", "scan.failed"]}, **kwargs)
 
