@@ -34,6 +34,7 @@ ACTIONS = {
     "portal.update_endpoint": "endpoint.update",
     "portal.set_endpoint_enabled": "endpoint.enable",
     "portal.delete_endpoint": "endpoint.delete",
+    "portal.roll_endpoint_secret": "endpoint.roll_secret",
     "portal.ledger_csv": "usage.ledger_export",
     "portal.activity_csv": "activity.export",
     "portal.erase_scan": "scan.erase",

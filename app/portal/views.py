@@ -197,7 +197,8 @@ def key_page(key_id):
 
 def _key_page(key: ApiKey, *, form: WebhookForm | None = None, revealed: str | None = None, code: int = 200,
               roll: RollSecretForm | None = None, confirm_roll: datetime | None = None,
-              access_form: AccessForm | None = None, endpoint_form: EndpointForm | None = None):
+              access_form: AccessForm | None = None, endpoint_form: EndpointForm | None = None,
+              endpoint_roll: dict | None = None):
     """The key's page. A POST that reveals a secret or refuses the webhook form answers with it
     directly: the secret then lives only in that one response (no-store), never in the cookie."""
     status = request.args.get("status") if request.args.get("status") in STATUSES else None
@@ -217,7 +218,8 @@ def _key_page(key: ApiKey, *, form: WebhookForm | None = None, revealed: str | N
                            secret_state=webhooks.secret_state(key), roll=roll or RollSecretForm(formdata=None),
                            confirm_roll=confirm_roll, access_form=access_form, scope_words=access.SCOPE_WORDS,
                            endpoints=_endpoint_rows(key), endpoint_form=endpoint_form or EndpointForm(formdata=None),
-                           max_endpoints=endpoints.MAX_ENDPOINTS,
+                           max_endpoints=endpoints.MAX_ENDPOINTS, endpoint_roll=endpoint_roll,
+                           first_endpoint_id=webhooks.first_endpoint_id(key.id),
                            expired=access.is_expired(key, utcnow()),
                            retry_schedule=retry_schedule_words(current_app.config["WEBHOOK_RETRY_SCHEDULE"]),
                            webhook_timeout=f'{current_app.config["WEBHOOK_TIMEOUT_SECONDS"]:g}')
@@ -289,6 +291,28 @@ def set_endpoint_enabled(key_id, endpoint_id):
         enable = request.form.get("enabled") == "yes"
         _endpoint_action(key.id, lambda: endpoints.set_enabled(key, endpoint_id, enabled=enable),
                          "Endpoint enabled: events are sent to it again." if enable else "Endpoint disabled.")
+    return _back(key.id)
+
+
+@bp.post("/api-keys/<key_id>/endpoints/<endpoint_id>/roll-secret")
+@security.requires(roles.ENDPOINTS)
+def roll_endpoint_secret(key_id, endpoint_id):
+    """A further endpoint's rolling rotation (D16), in two steps as the key's: the first POST shows
+    when the overlap would end and asks to confirm; the confirmed one shows the next secret once."""
+    key = _owned_key_or_404(key_id)
+    form = RollSecretForm()
+    if not form.validate_on_submit():
+        flash(_form_errors(form), "error")
+        return _key_page(key, code=400)
+    hours = form.overlap_hours.data
+    if form.confirm.data != "yes":
+        return _key_page(key, endpoint_roll={"endpoint_id": endpoint_id, "hours": hours,
+                                             "ends": utcnow() + timedelta(hours=hours)})
+    rolled = _endpoint_action(key.id, lambda: endpoints.roll_secret(key, endpoint_id, overlap_hours=hours),
+                              "The endpoint's next signing secret is ready. Install it in its receiver before the "
+                              "overlap ends." if hours else "A new signing secret is in force for the endpoint.")
+    if rolled:
+        return _key_page(_owned_key_or_404(key.id), revealed=rolled.secret)
     return _back(key.id)
 
 

@@ -80,3 +80,25 @@ def test_an_auto_disabled_endpoint_shows_why_and_since_when(client, portal_accou
                 ApiKey.id == portal_account.key.id).execute()
         body = client.get(f"/app/api-keys/{portal_account.key.id}").get_data(as_text=True)
     assert "Disabled on" in body and "2026-11-26 13:00" in body and ">Enable<" in body
+
+
+def test_a_further_endpoint_rolls_its_secret_after_confirming(client, portal_account):  # noqa: F811
+    with freeze_time("2026-11-21 12:00:00"):
+        login(client)
+        page = f"/app/api-keys/{portal_account.key.id}"
+        client.post(f"{page}/endpoints", data={"csrf_token": csrf(client, page), "url": URL,
+                                               "events": ["scan.completed"], "payload": "full"})
+        client.post(f"{page}/endpoints", data={"csrf_token": csrf(client, page), "url": URL + "/2",
+                                               "events": ["scan.completed"], "payload": "full"})
+        endpoint = _endpoint(portal_account.key.id)
+        before = endpoint.webhook_secret_enc
+        asked = client.post(f"{page}/endpoints/{endpoint.id}/roll-secret",
+                            data={"csrf_token": csrf(client, page), "overlap_hours": "2"})
+        assert asked.status_code == 200 and "2026-11-21 14:00" in asked.get_data(as_text=True)
+        assert _endpoint(portal_account.key.id).webhook_next_secret_enc is None  # nothing before confirming
+        done = client.post(f"{page}/endpoints/{endpoint.id}/roll-secret",
+                           data={"csrf_token": csrf(client, page), "overlap_hours": "2", "confirm": "yes"})
+        shown = re.search(r'id="revealed-secret">([^<]+)<', done.get_data(as_text=True)).group(1)
+        rolled = _endpoint(portal_account.key.id)
+        assert decrypt_secret(rolled.webhook_next_secret_enc) == shown and rolled.webhook_secret_enc == before
+        assert rolled.webhook_secret_switch_at == datetime(2026, 11, 21, 14, 0)
