@@ -35,6 +35,7 @@ ACTIONS = {
     "portal.set_endpoint_enabled": "endpoint.enable",
     "portal.delete_endpoint": "endpoint.delete",
     "portal.roll_endpoint_secret": "endpoint.roll_secret",
+    "portal.switch_endpoint_secret": "endpoint.switch_secret",
     "portal.ledger_csv": "usage.ledger_export",
     "portal.activity_csv": "activity.export",
     "portal.erase_scan": "scan.erase",

@@ -316,6 +316,16 @@ def roll_endpoint_secret(key_id, endpoint_id):
     return _back(key.id)
 
 
+@bp.post("/api-keys/<key_id>/endpoints/<endpoint_id>/switch-secret")
+@security.requires(roles.ENDPOINTS)
+def switch_endpoint_secret(key_id, endpoint_id):
+    key = _owned_key_or_404(key_id)
+    if ActionForm().validate_on_submit():
+        _endpoint_action(key.id, lambda: endpoints.switch_secret(key, endpoint_id),
+                         "The endpoint's next signing secret is now its only one.")
+    return _back(key.id)
+
+
 @bp.post("/api-keys/<key_id>/endpoints/<endpoint_id>/delete")
 @security.requires(roles.ENDPOINTS)
 def delete_endpoint(key_id, endpoint_id):

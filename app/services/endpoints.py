@@ -35,6 +35,7 @@ from app.services.webhooks import (
     record_key_event,
     roll_secret_of,
     secret_state,
+    switch_secret_of,
 )
 from app.store import deliveries as delivery_store
 from app.store import endpoints as store
@@ -209,6 +210,15 @@ def roll_secret(key: ApiKey, endpoint_id: str, *, overlap_hours: int = DEFAULT_O
         return roll_secret_of(find(key, endpoint_id).row, overlap_hours, now or utcnow())
     except AccountError as refused:
         raise InvalidRequest(str(refused)) from None
+
+
+def switch_secret(key: ApiKey, endpoint_id: str, *, now: datetime | None = None) -> dict:
+    """End the endpoint's rotation now: its next secret becomes the only one."""
+    try:
+        switch_secret_of(find(key, endpoint_id).row, now or utcnow())
+    except AccountError as refused:
+        raise InvalidRequest(str(refused)) from None
+    return read(key, endpoint_id)
 
 
 # --- Auto-disable (D22) -----------------------------------------------------------------

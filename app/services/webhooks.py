@@ -578,11 +578,16 @@ def roll_secret_of(key: ApiKey | WebhookEndpoint, overlap_hours: int, now: datet
 def switch_secret(key_id: str, customer_id: str | None, now: datetime | None = None) -> ApiKey:
     """End the rotation under way now: the next secret becomes the only one."""
     key = _key_for(key_id, customer_id)
-    _promote_if_due(key, now or utcnow())
+    switch_secret_of(key, now or utcnow())
+    return key_store.key(key.id)
+
+
+def switch_secret_of(key: ApiKey | WebhookEndpoint, now: datetime) -> None:
+    """``switch_secret`` of a key or an endpoint row (D22: each endpoint rotates its own secret)."""
+    _promote_if_due(key, now)
     if not key.webhook_next_secret_enc:
         raise AccountError("no secret rotation is under way: roll the secret first")
     _switch(key)
-    return key_store.key(key.id)
 
 
 # --- The customer's deliveries over the API (D17) ---------------------------------------

@@ -102,3 +102,7 @@ def test_a_further_endpoint_rolls_its_secret_after_confirming(client, portal_acc
         rolled = _endpoint(portal_account.key.id)
         assert decrypt_secret(rolled.webhook_next_secret_enc) == shown and rolled.webhook_secret_enc == before
         assert rolled.webhook_secret_switch_at == datetime(2026, 11, 21, 14, 0)
+        switched = client.post(f"{page}/endpoints/{endpoint.id}/switch-secret", data={"csrf_token": csrf(client, page)})
+        assert switched.status_code == 302
+        now_only = _endpoint(portal_account.key.id)
+        assert decrypt_secret(now_only.webhook_secret_enc) == shown and now_only.webhook_next_secret_enc is None

@@ -33,7 +33,7 @@ EXPECTED = {
     "portal.test_event": roles.WEBHOOKS, "portal.redeliver": roles.DELIVERIES,
     "portal.add_endpoint": roles.ENDPOINTS, "portal.update_endpoint": roles.ENDPOINTS,
     "portal.set_endpoint_enabled": roles.ENDPOINTS, "portal.delete_endpoint": roles.ENDPOINTS,
-    "portal.roll_endpoint_secret": roles.ENDPOINTS,
+    "portal.roll_endpoint_secret": roles.ENDPOINTS, "portal.switch_endpoint_secret": roles.ENDPOINTS,
     "portal.two_factor": roles.ACCOUNT, "portal.two_factor_confirm": roles.ACCOUNT,
     "portal.two_factor_disable": roles.ACCOUNT,
     "portal.users": roles.USERS, "portal.invite_user": roles.USERS, "portal.user_role": roles.USERS,

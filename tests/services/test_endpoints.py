@@ -132,6 +132,16 @@ def test_each_endpoint_rolls_its_own_secret_with_an_overlap(key):
     assert webhooks.signing_secrets(row, NOW + timedelta(hours=25)).active == [rolled.secret]
 
 
+def test_switch_ends_an_endpoints_rotation_now(key):
+    created, secret = endpoints.create(key, url=OTHER)
+    with pytest.raises(InvalidRequest, match="no secret rotation"):
+        endpoints.switch_secret(key, created["endpoint_id"], now=NOW)
+    rolled = endpoints.roll_secret(key, created["endpoint_id"], overlap_hours=24, now=NOW)
+    assert endpoints.switch_secret(key, created["endpoint_id"], now=NOW)["secret_rotation_ends_at"] is None
+    row = WebhookEndpoint.get_by_id(created["endpoint_id"])
+    assert decrypt_secret(row.webhook_secret_enc) == rolled.secret != secret and row.webhook_next_secret_enc is None
+
+
 def test_recover_needs_a_window_that_ends_after_it_starts(key):
     with pytest.raises(InvalidRequest, match="before"):
         endpoints.recover(key, webhooks.first_endpoint_id(key.id), since=NOW, until=NOW)
