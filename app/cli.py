@@ -21,7 +21,7 @@ from app import runtime
 from app.extensions import db
 from app.models.accounts import TIERS, key_display
 from app.models.base import iso
-from app.services import access, accounts, billing, suppressions, webhooks
+from app.services import access, accounts, billing, endpoints, suppressions, webhooks
 from app.services.accounts import AccountError
 from app.services.errors import ServiceError
 
@@ -453,6 +453,28 @@ def keys_switch_secret(key_id, as_json):
     """End the key's secret rotation now: the next secret becomes the only one."""
     run(as_json, lambda: webhooks.switch_secret(key_id, None))
     emit(as_json, {"key_id": key_id}, f"{key_id}: the next webhook secret is now the only one")
+
+
+@keys_cli.command("endpoints")
+@click.argument("key_id")
+@json_option
+def keys_endpoints(key_id, as_json):
+    """A key's webhook endpoints (D22): id, URL, events, body, enabled or since when disabled."""
+    rows = run(as_json, lambda: endpoints.list_endpoints(accounts.get_key(key_id)))
+    emit(as_json, {"key_id": key_id, "endpoints": rows},
+         "\n".join(f"{e['endpoint_id']}  {'enabled' if e['enabled'] else 'disabled'}"
+                   f"{' since ' + e['disabled_at'] if e['disabled_at'] else ''}  {e['url']}  "
+                   f"{','.join(e['events'])}  {e['payload']}" for e in rows) or f"{key_id} has no endpoint")
+
+
+@keys_cli.command("enable-endpoint")
+@click.argument("key_id")
+@click.argument("endpoint_id")
+@json_option
+def keys_enable_endpoint(key_id, endpoint_id, as_json):
+    """Enable a key's endpoint again (after auto-disable stopped it): its later events are sent."""
+    data = run(as_json, lambda: endpoints.set_enabled(accounts.get_key(key_id), endpoint_id, enabled=True))
+    emit(as_json, data, f"{endpoint_id}: enabled; later events of {key_id} are sent to it again")
 
 
 @users_cli.command("create")

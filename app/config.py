@@ -166,6 +166,10 @@ def load_settings(env=None) -> dict:
         "TRUSTED_PROXIES": _number(env, "TRUSTED_PROXIES", 0, 0, 10),
         # How long the activity log keeps an entry (D20), in days; a day's entries go together.
         "ACTIVITY_RETENTION_DAYS": _number(env, "ACTIVITY_RETENTION_DAYS", 400, 1, 36_500),
+        # Webhook endpoints (D22): an endpoint whose every delivery failed this long (and at least
+        # 10 of them) is disabled; deliveries are removed after DELIVERY_RETENTION_DAYS.
+        "WEBHOOK_DISABLE_AFTER_HOURS": _number(env, "WEBHOOK_DISABLE_AFTER_HOURS", 120, 1, 24 * 365),
+        "DELIVERY_RETENTION_DAYS": _number(env, "DELIVERY_RETENTION_DAYS", 30, 1, 36_500),
     }
 
 

@@ -36,6 +36,7 @@ class ApiError(Exception):
 # Each domain error's HTTP status (the first class that matches, so subclasses first).
 SERVICE_ERROR_STATUS = (
     (domain.DeliveryNotFound, 404),
+    (domain.EndpointNotFound, 404),
     (domain.DeliveryPending, 409),
     (domain.WebhookUrlMissing, 400),
     (domain.InvalidRequest, 400),

@@ -17,7 +17,7 @@ OPTIONAL_FIELDS = frozenset({"bulk_id", "rerun_of"})  # absent unless the scan h
 # A thin body (D20: a key's ``webhook_payload`` "thin") carries no personal data: these fields of
 # the full one, and the receiver reads the rest through the API.
 THIN_FIELDS = frozenset({"scan_id", "bulk_id", "rerun_of", "livemode", "status", "purpose", "case_ref", "completed_at",
-                         "failed_at"})
+                         "failed_at", "created_at"})
 PAYLOADS = ("full", "thin")
 
 
@@ -45,8 +45,16 @@ SCAN_COMPLETED = EventKind("scan.completed", "a scan completed: the body carries
 SCAN_FAILED = EventKind("scan.failed", "a scan failed: the body carries the failure's code and message",
                         "WebhookFailed", "failed", (*SCAN_FIELDS, "failed_at", "failure"))
 
-EVENTS: tuple[EventKind, ...] = (SCAN_COMPLETED, SCAN_FAILED)
+# D22: sent once, when the engine starts work; only to the endpoints that list it.
+SCAN_RUNNING = EventKind("scan.running", "the engine started work on a scan (sent only to endpoints that list it)",
+                         "WebhookRunning", "running", (*SCAN_FIELDS, "created_at", "eta_seconds"))
+
+EVENTS: tuple[EventKind, ...] = (SCAN_COMPLETED, SCAN_FAILED, SCAN_RUNNING)
 NAMES: tuple[str, ...] = tuple(kind.name for kind in EVENTS)
+# D22: an event about the key's endpoints, not about a scan (its body is ``services.endpoints``').
+ENDPOINT_DISABLED = "endpoint.disabled"
+# Every event a delivery may carry: what an endpoint may list and the deliveries' filters take.
+DELIVERY_EVENTS: tuple[str, ...] = (*NAMES, ENDPOINT_DISABLED)
 
 
 def for_status(status: str) -> EventKind:

@@ -68,6 +68,8 @@ WEBHOOK_DELIVERY_LATENCY = Histogram(
 FINDING_FEEDBACK = Counter("scan_api_finding_feedback_total",
                            "Customers' feedback on findings, by each source that found the finding and verdict "
                            "(source \"none\": a finding no source was named for)", ["source", "verdict"])
+ENDPOINTS_DISABLED = Counter("scan_api_webhook_endpoints_disabled_total",
+                             "Webhook endpoints disabled after failing for days")
 SWEEP_RUNS = Counter("scan_api_recovery_sweeps_total", "Recovery sweeps run")
 SWEEP_ACTIONS = Counter("scan_api_recovery_actions_total", "What recovery sweeps did", ["action"])
 SWEEP_LAST = Gauge("scan_api_recovery_last_sweep_timestamp_seconds", "Unix time of the last recovery sweep",
@@ -87,7 +89,7 @@ FAILURE_CODES = ("engine_failed", "engine_timeout", "engine_error")
 RATE_LIMIT_CODES = ("rate_limit_inflight", "rate_limit_hour", "rate_limit_day")
 ATTEMPT_FAILURES = ("timeout", "connection_error", "tls_error", "redirect_not_followed", "ssrf_refused",
                     "request_error", "worker_lost", "http_4xx", "http_5xx")
-EVENTS = events.NAMES
+EVENTS = events.DELIVERY_EVENTS
 ERASURE_REASONS = ("request", "retention")
 FEEDBACK_VERDICTS = ("false_positive", "confirmed")
 # A source label is the engine's id of the source, when it looks like one; anything else is
@@ -141,6 +143,10 @@ def count_feedback(source_ids: list[str], verdict: str) -> None:
 def count_webhook_attempt(succeeded: bool, error: str | None, status_code: int | None) -> None:
     reason = error or (f"http_{status_code // 100}xx" if status_code else "unknown")
     WEBHOOK_ATTEMPTS.labels(outcome="succeeded" if succeeded else "failed", reason=reason).inc()
+
+
+def count_endpoint_disabled() -> None:
+    ENDPOINTS_DISABLED.inc()
 
 
 def count_erased(reason: str, count: int) -> None:

@@ -192,6 +192,22 @@ def _results_explained(database):
         after = rows[-1][0]
 
 
+def _webhook_endpoints(database):
+    """Webhook endpoints (D22): the table of a key's further endpoints, the first endpoint's new
+    columns on the key, and each delivery's endpoint; a delivery written before names its key's
+    first endpoint, whose id is ``ep_`` and the key id after its ``key_`` prefix."""
+    from app.models import WebhookEndpoint
+    database.create_tables([WebhookEndpoint], safe=True)
+    for ddl in ('"webhook_events" TEXT[]', '"webhook_enabled" BOOLEAN NOT NULL DEFAULT TRUE',
+                '"webhook_description" TEXT NOT NULL DEFAULT \'\'', '"webhook_disabled_at" TIMESTAMP'):
+        database.execute_sql(f'ALTER TABLE "api_key" ADD COLUMN IF NOT EXISTS {ddl}')
+    database.execute_sql('ALTER TABLE "webhook_delivery" ADD COLUMN IF NOT EXISTS "endpoint_id" VARCHAR(40)')
+    database.execute_sql('CREATE INDEX IF NOT EXISTS "webhook_delivery_endpoint_id_created_at" '
+                         'ON "webhook_delivery" ("endpoint_id", "created_at")')
+    database.execute_sql("""UPDATE "webhook_delivery" SET "endpoint_id" = 'ep_' || substr("api_key_id", 5) """
+                         'WHERE "endpoint_id" IS NULL')
+
+
 def _summed_reads(database):
     """CreditLedger.livemode, minute and reads, and the unique index of a minute's row of summed
     reads (D24): the charges of reads become one row per customer, mode, endpoint and minute."""
@@ -217,6 +233,7 @@ MIGRATIONS = [
     (12, "key scopes, expiry, IP allowlist", _key_access),
     (13, "results explained: re-runs, finding feedback", _results_explained),
     (14, "portal roles and two-factor login", _portal_roles_and_two_factor),
+    (15, "webhook endpoints", _webhook_endpoints),
     (16, "read charges summed per minute", _summed_reads),
 ]
 

@@ -11,7 +11,7 @@ synchronous service calls; a delivery spends its time waiting on a socket, where
 costs no CPU.
 
 Isolation is per endpoint (D18 amended): at most ``WEBHOOK_ENDPOINT_CONCURRENCY`` of a
-process's threads send to one endpoint (a key's webhook URL) at a time, so an endpoint that
+process's threads send to one endpoint (D22: one of a key's endpoints, by its id) at a time, so an endpoint that
 hangs holds only its own share, even when other customers' endpoints are on the same host and
 port (a shared gateway, an automation platform). A larger ceiling per receiver host,
 ``WEBHOOK_HOST_CONCURRENCY`` (host name and port), is politeness toward a shared receiver.
@@ -82,9 +82,11 @@ def host_of(url: str) -> str:
         return url
 
 
-def endpoint_of(key_id: str, url: str) -> str:
-    """The endpoint a delivery goes to, for the per-endpoint share: its key and URL."""
-    return f"{key_id} {url}"
+def endpoint_of(endpoint_id: str, url: str) -> str:
+    """The endpoint a delivery goes to, for the per-endpoint share: its id (D22), so two endpoints
+    of one key, or of two keys, at the same URL hold separate shares, and an endpoint whose URL
+    changes keeps its own."""
+    return endpoint_id
 
 
 class DeliveryPool:
@@ -189,8 +191,8 @@ class DeliveryPool:
         delivery_id = job_id[len("dlv-"):].rsplit("-", 1)[0]
         held: list[tuple[str, str]] = []
 
-        def admit(key_id: str, url: str) -> bool:
-            endpoint, host = endpoint_of(key_id, url), host_of(url)
+        def admit(endpoint_id: str, url: str) -> bool:
+            endpoint, host = endpoint_of(endpoint_id, url), host_of(url)
             with self._lock:
                 if self._busy[endpoint] >= self.per_endpoint:
                     self._park(("endpoint", endpoint), job_id, delivery_id)

@@ -135,6 +135,8 @@ def register_api(app: Flask) -> Api:
         "tags": [{"name": "scans", "description": "Create scans, read them, list them, and do both in bulk."},
                  {"name": "deliveries", "description": "Webhook deliveries: catch up on the events a receiver "
                                                        "missed, and send one again."},
+                 {"name": "endpoints", "description": "Webhook endpoints: where a key's events are sent, which "
+                                                      "ones, in what shape, signed with which secret."},
                  {"name": "activity", "description": "The activity log: who called the API or acted in the "
                                                      "portal, when, from where, and at what cost."},
                  {"name": "account", "description": "Your balance, limits and usage, and what the calling key "
@@ -153,6 +155,8 @@ def register_api(app: Flask) -> Api:
     api.register_blueprint(scans_blp)
     from app.api.deliveries import blp as deliveries_blp
     api.register_blueprint(deliveries_blp)
+    from app.api.endpoints import blp as endpoints_blp
+    api.register_blueprint(endpoints_blp)
     from app.api.activity import blp as activity_blp
     api.register_blueprint(activity_blp)
     from app.api.account import blp as account_blp
@@ -165,6 +169,7 @@ def register_api(app: Flask) -> Api:
     from app.extensions import csrf
     csrf.exempt(scans_blp)
     csrf.exempt(deliveries_blp)
+    csrf.exempt(endpoints_blp)
     csrf.exempt(activity_blp)
     csrf.exempt(account_blp)
 

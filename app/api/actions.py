@@ -23,6 +23,13 @@ ACTIONS = {
     "GET /api/v1/scans": "scans.list",
     "GET /api/v1/deliveries": "deliveries.list",
     "POST /api/v1/deliveries/{delivery_id}/redeliver": "delivery.redeliver",
+    "GET /api/v1/endpoints": "endpoints.list",
+    "POST /api/v1/endpoints": "endpoint.create",
+    "GET /api/v1/endpoints/{endpoint_id}": "endpoint.read",
+    "PATCH /api/v1/endpoints/{endpoint_id}": "endpoint.update",
+    "DELETE /api/v1/endpoints/{endpoint_id}": "endpoint.delete",
+    "POST /api/v1/endpoints/{endpoint_id}/roll-secret": "endpoint.roll_secret",
+    "POST /api/v1/endpoints/{endpoint_id}/recover": "endpoint.recover",
     "GET /api/v1/activity": "activity.list",
     "GET /api/v1/account": "account.read",
 }

@@ -41,7 +41,8 @@ ERROR_EXAMPLES = {
 }
 
 LIST_EXAMPLE = {"ok": True, "has_more": False, "data": [{
-    "delivery_id": "dlv_T3JhbmdlIGp1aWNlIGJveA", "event": "scan.completed", "scan_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q",
+    "delivery_id": "dlv_T3JhbmdlIGp1aWNlIGJveA", "endpoint_id": "ep_Q2hlcnJ5IHRvbWF0b2Vz", "event": "scan.completed",
+    "scan_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q",
     "livemode": True, "status": "pending", "created_at": "2026-11-21T12:03:05Z",
     "attempts": [{"attempt": 1, "at": "2026-11-21T12:03:05Z", "outcome": "failed", "http_status": 503,
                   "error": None, "duration_ms": 87},

@@ -9,7 +9,7 @@ from app.models.base import BaseModel, iso, new_id, utcnow
 from app.models.privacy import Suppression
 from app.models.scans import BulkBatch, FindingFeedback, IdempotencyRecord, QuotaMinute, Scan
 from app.models.schema_version import SchemaVersion
-from app.models.webhooks import DeliveryAttempt, WebhookDelivery
+from app.models.webhooks import DeliveryAttempt, WebhookDelivery, WebhookEndpoint
 
 ALL_MODELS = [
     SchemaVersion,
@@ -23,6 +23,7 @@ ALL_MODELS = [
     Scan,
     QuotaMinute,
     IdempotencyRecord,
+    WebhookEndpoint,
     WebhookDelivery,
     DeliveryAttempt,
     Suppression,
@@ -35,6 +36,6 @@ __all__ = [
     "FindingFeedback",
     "IdempotencyRecord", "PortalRecoveryCode", "PortalSession", "PortalUser", "QuotaMinute", "Scan", "SchemaVersion",
     "Suppression",
-    "WebhookDelivery", "iso", "new_id",
+    "WebhookDelivery", "WebhookEndpoint", "iso", "new_id",
     "utcnow",
 ]

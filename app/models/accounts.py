@@ -68,6 +68,14 @@ class ApiKey(BaseModel):
     # current one. Both NULL when no rotation is under way (app.services.webhooks).
     webhook_next_secret_enc = TextField(null=True)
     webhook_secret_switch_at = DateTimeField(null=True)
+    # The key's first webhook endpoint (D22) is the columns above and these four; its id is
+    # ``services.endpoints.first_endpoint_id`` (derived from the key's). NULL events: the
+    # defaults (scan.completed and scan.failed). ``webhook_disabled_at``: when auto-disable
+    # stopped it (NULL while enabled, or when a person disabled it).
+    webhook_events = ArrayField(TextField, null=True)
+    webhook_enabled = BooleanField(default=True, constraints=[SQL("DEFAULT TRUE")])
+    webhook_description = TextField(default="", constraints=[SQL("DEFAULT ''")])
+    webhook_disabled_at = DateTimeField(null=True)
     # False for a test key (``service_test_``, D15): its scans go to the sandbox engine, free.
     livemode = BooleanField(default=True, constraints=[SQL("DEFAULT TRUE")])
     # What the key may do (D21): the scopes it carries (``app.services.access.SCOPES``; every

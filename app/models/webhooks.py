@@ -1,5 +1,6 @@
-"""Webhook deliveries and their attempts (§6.5, D11)."""
+"""Webhook endpoints, deliveries and their attempts (§6.5, D11, D22)."""
 from peewee import SQL, AutoField, BooleanField, CharField, DateTimeField, ForeignKeyField, IntegerField, TextField
+from playhouse.postgres_ext import ArrayField
 
 from app.models.accounts import ApiKey, Customer
 from app.models.base import BaseModel, utcnow
@@ -7,6 +8,8 @@ from app.models.base import BaseModel, utcnow
 PENDING, SUCCEEDED, FAILED = "pending", "succeeded", "failed"
 # A pending delivery of a scan that was erased (D20): its body is gone, it is never sent.
 CANCELLED = "cancelled"
+# An event for an endpoint that auto-disable stopped (D22): recorded, not sent; ``recover`` sends it.
+SKIPPED = "skipped"
 # An attempt's outcome while its request is under way (then SUCCEEDED or FAILED).
 IN_PROGRESS = "in_progress"
 
@@ -32,13 +35,41 @@ class WebhookDelivery(BaseModel):
     finished_at = DateTimeField(null=True)
     # The mode of the key (D15): a test scan's delivery, or a test key's test event.
     livemode = BooleanField(default=True, constraints=[SQL("DEFAULT TRUE")])
+    # The endpoint it is addressed to (D22): a ``WebhookEndpoint`` or the key's first endpoint (whose
+    # data is the key's own columns); no foreign key, so a deleted endpoint's history stays readable.
+    endpoint_id = CharField(max_length=40, null=True)
 
     class Meta:
         indexes = (
             (("api_key", "created_at"), False),
+            (("endpoint_id", "created_at"), False),
             (("status", "next_attempt_at"), False),
             (("scan_id", "event"), False),
         )
+
+
+class WebhookEndpoint(BaseModel):
+    """A key's endpoint after its first (D22). Its fields are named as the key's own webhook
+    columns, so signing and rolling rotation (``services.webhooks``) work on either row."""
+
+    id = CharField(primary_key=True, max_length=40)
+    customer = ForeignKeyField(Customer, on_delete="CASCADE")
+    api_key = ForeignKeyField(ApiKey, backref="endpoints", on_delete="CASCADE")
+    customer_id: str
+    api_key_id: str
+    webhook_url = TextField()
+    webhook_events = ArrayField(TextField)
+    webhook_payload = CharField(max_length=8, default="full")
+    webhook_enabled = BooleanField(default=True)
+    webhook_description = TextField(default="")
+    webhook_disabled_at = DateTimeField(null=True)
+    webhook_secret_enc = TextField(null=True)
+    webhook_next_secret_enc = TextField(null=True)
+    webhook_secret_switch_at = DateTimeField(null=True)
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        indexes = ((("api_key", "created_at"), False),)
 
 
 class DeliveryAttempt(BaseModel):

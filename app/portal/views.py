@@ -20,6 +20,7 @@ from flask import (
     stream_with_context,
     url_for,
 )
+from wtforms.fields.choices import SelectChoice
 
 from app import events
 from app.api import actions as api_actions
@@ -30,6 +31,7 @@ from app.portal.forms import (
     AccessForm,
     ActionForm,
     CodeForm,
+    EndpointForm,
     EraseForm,
     InviteForm,
     LedgerExportForm,
@@ -47,6 +49,7 @@ from app.services import (
     activity,
     billing,
     delivery_console,
+    endpoints,
     erasure,
     findings,
     portal_users,
@@ -73,7 +76,7 @@ def inject_logout_form():
     return {"logout_form": ActionForm(), "can": security.can, "perm": roles}
 
 STATUSES = webhooks.STATUSES
-EVENTS = events.NAMES
+EVENTS = events.DELIVERY_EVENTS
 
 
 def _moment(value) -> datetime | None:
@@ -195,7 +198,8 @@ def key_page(key_id):
 
 def _key_page(key: ApiKey, *, form: WebhookForm | None = None, revealed: str | None = None, code: int = 200,
               roll: RollSecretForm | None = None, confirm_roll: datetime | None = None,
-              access_form: AccessForm | None = None):
+              access_form: AccessForm | None = None, endpoint_form: EndpointForm | None = None,
+              endpoint_roll: dict | None = None):
     """The key's page. A POST that reveals a secret or refuses the webhook form answers with it
     directly: the secret then lives only in that one response (no-store), never in the cookie."""
     status = request.args.get("status") if request.args.get("status") in STATUSES else None
@@ -214,10 +218,122 @@ def _key_page(key: ApiKey, *, form: WebhookForm | None = None, revealed: str | N
                            status=status, event=event, statuses=STATUSES, events=EVENTS, revealed=revealed,
                            secret_state=webhooks.secret_state(key), roll=roll or RollSecretForm(formdata=None),
                            confirm_roll=confirm_roll, access_form=access_form, scope_words=access.SCOPE_WORDS,
+                           endpoints=_endpoint_rows(key), endpoint_form=endpoint_form or EndpointForm(formdata=None),
+                           max_endpoints=endpoints.MAX_ENDPOINTS, endpoint_roll=endpoint_roll,
+                           first_endpoint_id=webhooks.first_endpoint_id(key.id),
                            expired=access.is_expired(key, utcnow()),
                            retry_schedule=retry_schedule_words(current_app.config["WEBHOOK_RETRY_SCHEDULE"]),
                            webhook_timeout=f'{current_app.config["WEBHOOK_TIMEOUT_SECONDS"]:g}')
     return html, code
+
+
+def _endpoint_rows(key: ApiKey) -> list[dict]:
+    """The key's endpoints for its page: each with its edit form and, when auto-disable stopped it,
+    since when its deliveries failed and how many (D22)."""
+    rows = []
+    for endpoint in endpoints.list_endpoints(key):
+        form = EndpointForm(formdata=None, prefix=endpoint["endpoint_id"], url=endpoint["url"],
+                            events=endpoint["events"], payload=endpoint["payload"],
+                            description=endpoint["description"])
+        failing = endpoints.failing_since(endpoint["endpoint_id"]) if endpoint["disabled_at"] else None
+        rows.append({**endpoint, "form": form, "failed": failing[0] if failing else None,
+                     "failing_since": failing[1] if failing else None})
+    return rows
+
+
+def _endpoint_action(key_id: str, action, success: str):
+    """Run an endpoint change for the key's owner: a refused input is flashed (400 to the page)."""
+    try:
+        result = action()
+    except LookupError:
+        abort(404)
+    except InvalidRequest as exc:
+        flash(str(exc), "error")
+        return None
+    flash(success, "ok")
+    return result
+
+
+@bp.post("/api-keys/<key_id>/endpoints")
+@security.requires(roles.ENDPOINTS)
+def add_endpoint(key_id):
+    key = _owned_key_or_404(key_id)
+    form = EndpointForm()
+    if not form.validate_on_submit():
+        flash(_form_errors(form), "error")
+        return _key_page(key, endpoint_form=form, code=400)
+    created = _endpoint_action(key.id, lambda: endpoints.create(
+        key, url=form.url.data, events=form.events.data, payload=form.payload.data,
+        description=form.description.data or ""), "Endpoint added. Copy its signing secret to your receiver.")
+    if created is None:
+        return _key_page(key, endpoint_form=form, code=400)
+    return _key_page(_owned_key_or_404(key.id), revealed=created[1])
+
+
+@bp.post("/api-keys/<key_id>/endpoints/<endpoint_id>")
+@security.requires(roles.ENDPOINTS)
+def update_endpoint(key_id, endpoint_id):
+    key = _owned_key_or_404(key_id)
+    form = EndpointForm(prefix=endpoint_id)
+    if not form.validate_on_submit():
+        flash(_form_errors(form), "error")
+        return _key_page(key, code=400)
+    done = _endpoint_action(key.id, lambda: endpoints.update(
+        key, endpoint_id, url=form.url.data, events=form.events.data, payload=form.payload.data,
+        description=form.description.data or ""), "Endpoint saved.")
+    return _back(key.id) if done is not None else _key_page(key, code=400)
+
+
+@bp.post("/api-keys/<key_id>/endpoints/<endpoint_id>/enabled")
+@security.requires(roles.ENDPOINTS)
+def set_endpoint_enabled(key_id, endpoint_id):
+    key = _owned_key_or_404(key_id)
+    if ActionForm().validate_on_submit():
+        enable = request.form.get("enabled") == "yes"
+        _endpoint_action(key.id, lambda: endpoints.set_enabled(key, endpoint_id, enabled=enable),
+                         "Endpoint enabled: events are sent to it again." if enable else "Endpoint disabled.")
+    return _back(key.id)
+
+
+@bp.post("/api-keys/<key_id>/endpoints/<endpoint_id>/roll-secret")
+@security.requires(roles.ENDPOINTS)
+def roll_endpoint_secret(key_id, endpoint_id):
+    """A further endpoint's rolling rotation (D16), in two steps as the key's: the first POST shows
+    when the overlap would end and asks to confirm; the confirmed one shows the next secret once."""
+    key = _owned_key_or_404(key_id)
+    form = RollSecretForm()
+    if not form.validate_on_submit():
+        flash(_form_errors(form), "error")
+        return _key_page(key, code=400)
+    hours = form.overlap_hours.data
+    if form.confirm.data != "yes":
+        return _key_page(key, endpoint_roll={"endpoint_id": endpoint_id, "hours": hours,
+                                             "ends": utcnow() + timedelta(hours=hours)})
+    rolled = _endpoint_action(key.id, lambda: endpoints.roll_secret(key, endpoint_id, overlap_hours=hours),
+                              "The endpoint's next signing secret is ready. Install it in its receiver before the "
+                              "overlap ends." if hours else "A new signing secret is in force for the endpoint.")
+    if rolled:
+        return _key_page(_owned_key_or_404(key.id), revealed=rolled.secret)
+    return _back(key.id)
+
+
+@bp.post("/api-keys/<key_id>/endpoints/<endpoint_id>/switch-secret")
+@security.requires(roles.ENDPOINTS)
+def switch_endpoint_secret(key_id, endpoint_id):
+    key = _owned_key_or_404(key_id)
+    if ActionForm().validate_on_submit():
+        _endpoint_action(key.id, lambda: endpoints.switch_secret(key, endpoint_id),
+                         "The endpoint's next signing secret is now its only one.")
+    return _back(key.id)
+
+
+@bp.post("/api-keys/<key_id>/endpoints/<endpoint_id>/delete")
+@security.requires(roles.ENDPOINTS)
+def delete_endpoint(key_id, endpoint_id):
+    key = _owned_key_or_404(key_id)
+    if ActionForm().validate_on_submit():
+        _endpoint_action(key.id, lambda: endpoints.delete(key, endpoint_id), "Endpoint deleted.")
+    return _back(key.id)
 
 
 def _back(key_id, **args):
@@ -259,7 +375,7 @@ def save_webhook(key_id):
 
 def _scope_choices(form: AccessForm, key: ApiKey) -> None:
     """The scopes the form offers: every scope, those the key lacks shown but not offered."""
-    form.scopes.choices = [(scope, scope) for scope in access.SCOPES if scope in key.scopes]
+    form.scopes.choices = [SelectChoice(scope, scope) for scope in access.SCOPES if scope in key.scopes]
 
 
 @bp.post("/api-keys/<key_id>/access")

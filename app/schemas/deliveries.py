@@ -16,10 +16,12 @@ class DeliveryListArgs(ma.Schema):
 
     status = fields.String(validate=validate.OneOf(STATUSES), metadata={
         "description": "Only deliveries in this state."})
-    event = fields.String(validate=validate.OneOf(events.NAMES), metadata={
+    event = fields.String(validate=validate.OneOf(events.DELIVERY_EVENTS), metadata={
         "description": "Only deliveries of this event."})
     scan_id = fields.String(validate=validate.Length(min=1, max=200), metadata={
         "description": "Only the deliveries of this scan.", "example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
+    endpoint_id = fields.String(validate=validate.Length(min=1, max=200), metadata={
+        "description": "Only the deliveries to this endpoint.", "example": "ep_Q2hlcnJ5IHRvbWF0b2Vz"})
     limit = fields.Integer(load_default=20, validate=validate.Range(min=1, max=100), metadata={
         "description": "Deliveries per page, 1 to 100."})
     starting_after = fields.String(validate=validate.Length(min=1, max=200), metadata={
@@ -50,14 +52,18 @@ class DeliverySchema(ma.Schema):
     delivery_id = fields.String(required=True, metadata={
         "description": "The same on every attempt (`webhook-id` and `X-Service-Delivery`): drop duplicates by it.",
         "example": "dlv_T3JhbmdlIGp1aWNlIGJveA"})
-    event = fields.String(required=True, metadata={"enum": list(events.NAMES)})
+    endpoint_id = fields.String(required=True, metadata={
+        "description": "The endpoint it is addressed to (each endpoint gets its own delivery of an event).",
+        "example": "ep_Q2hlcnJ5IHRvbWF0b2Vz"})
+    event = fields.String(required=True, metadata={"enum": list(events.DELIVERY_EVENTS)})
     scan_id = fields.String(required=True, allow_none=True, metadata={
         "description": "null for a test event sent from the key's page.", "example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
     livemode = fields.Boolean(required=True, metadata={
         "description": "false for the deliveries of a test key (`service_test_…`), true otherwise.", "example": True})
     status = fields.String(required=True, metadata={
         "enum": list(STATUSES), "description": "`cancelled`: it was waiting to be sent when its scan was erased; "
-                                               "it will not be sent."})
+                                               "it will not be sent. `skipped`: its endpoint was disabled after "
+                                               "failing for days; recovering the endpoint sends it."})
     created_at = fields.String(required=True, metadata=TIME_DOC)
     attempts = fields.List(fields.Nested(AttemptSchema), required=True, metadata={"description": "Oldest first."})
     next_attempt_at = fields.String(metadata={**TIME_DOC, "description": "pending only: when the next attempt is due."})

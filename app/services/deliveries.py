@@ -26,14 +26,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from app import metrics, runtime
 from app.db import transaction
 from app.jobs import DELIVERY_JOB_TIMEOUT, delivery_job_id, enqueue_delivery, job_attempt_number, live_job_ids
 from app.models import DeliveryAttempt, WebhookDelivery, utcnow
 from app.models.webhooks import FAILED, IN_PROGRESS, PENDING, SUCCEEDED
-from app.services import webhooks
+from app.services import endpoints, webhooks
 from app.store import deliveries as store
 
 log = logging.getLogger(__name__)
@@ -74,21 +74,21 @@ def start_attempt(delivery_id: str, job_id: str | None,
                   admit: Callable[[str, str], bool] | None = None) -> Attempt | str:
     """Reserve the attempt job ``job_id`` stands for, or say why it makes none
     (``"final"``: the delivery is over; ``"stale"``: the job is not the current one;
-    ``"busy"``: ``admit(key_id, url)``, asked before anything is written, refused it).
+    ``"busy"``: ``admit(endpoint_id, url)``, asked before anything is written, refused it).
 
     ``admit`` is the worker's per-endpoint gate (D18): a refused job has made no attempt
     and may be run again later under the same id (``defer``)."""
     loaded = store.load(delivery_id)
     if loaded is None or loaded[0].status != PENDING:
         return "final"
-    delivery, key = loaded
+    delivery, signer = loaded  # the key, or the endpoint (D22) whose secrets sign
     if delivery.body is None:  # never pending: erasing its scan cancels it in the same statement
         return "final"
     number = delivery.attempts + 1
     if job_id is None or delivery.job_id != job_id or job_attempt_number(job_id) != number:
         log.info("delivery %s: job %s is not the current one, stopping", delivery_id, job_id)
         return "stale"
-    if admit is not None and not admit(delivery.api_key_id, delivery.url):
+    if admit is not None and not admit(delivery.endpoint_id or delivery.api_key_id, delivery.url):
         return "busy"
     # Everything that could fail is done before the claim: a claimed attempt is always
     # followed by its request (or its worker died, which the sweep sees).
@@ -96,7 +96,7 @@ def start_attempt(delivery_id: str, job_id: str | None,
     now = utcnow()
     # Every header, both signature schemes, from the key's secrets as they are now (D16),
     # so a rotation also covers the retries of earlier deliveries.
-    headers = webhooks.delivery_headers(delivery, body, now, key=key)
+    headers = webhooks.delivery_headers(delivery, body, now, key=signer)
     attempt = reserve(delivery, number, job_id, now)
     if attempt is None:
         return "stale"
@@ -143,6 +143,8 @@ def record(delivery: WebhookDelivery, attempt: DeliveryAttempt, outcome: Outcome
         metrics.observe_delivery_acknowledged(delivery.event, (now - delivery.created_at).total_seconds())
     if next_job is not None:
         enqueue_delivery(delivery.id, *next_job)
+    elif not outcome.succeeded:  # its last attempt failed: is its endpoint failing for days? (D22)
+        endpoints.after_failure(delivery, now)
     return SUCCEEDED if outcome.succeeded else FAILED
 
 
@@ -168,6 +170,25 @@ def _after_failure(delivery: WebhookDelivery, number: int, now) -> tuple[str, fl
                                current_job_id=delivery_job_id(delivery.id, number), next_job_id=next_job,
                                next_attempt_at=now + timedelta(seconds=delay))
     return (next_job, delay) if handed else None
+
+
+# --- Retention (D22) ------------------------------------------------------------------
+
+RETENTION_BATCH = 1000
+
+
+def remove_past_retention(now: datetime | None = None) -> int:
+    """Remove the deliveries (bodies and attempts with them) created more than
+    ``DELIVERY_RETENTION_DAYS`` ago, in batches so no statement holds many rows; a delivery still
+    pending is left to finish. Returns how many were removed."""
+    cutoff = (now or utcnow()) - timedelta(days=runtime.config["DELIVERY_RETENTION_DAYS"])
+    removed = 0
+    while True:
+        with transaction():
+            count = store.delete_created_before(cutoff, keep_status=PENDING, batch=RETENTION_BATCH)
+        removed += count
+        if count < RETENTION_BATCH:
+            return removed
 
 
 # --- Recovery (D13) -------------------------------------------------------------------

@@ -125,6 +125,10 @@ class DeliveryNotFound(NotFound, LookupError):
     """No delivery of this customer has the id (another customer's is not told apart)."""
 
 
+class EndpointNotFound(NotFound, LookupError):
+    """No webhook endpoint of this key has the id (another key's is not told apart)."""
+
+
 class DeliveryPending(Conflict, AccountError):
     """A redelivery asked for while the delivery's own attempts are still under way."""
 

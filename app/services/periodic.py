@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from app import metrics, runtime
 from app.db import CONNECTION_ERRORS, connection_context
-from app.services import activity, erasure, recovery
+from app.services import activity, deliveries, erasure, recovery
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,11 @@ def _retention() -> dict:
         return {"scans_erased": erasure.erase_past_retention()}
 
 
+def _delivery_retention() -> dict:
+    with connection_context():
+        return {"deliveries_removed": deliveries.remove_past_retention()}
+
+
 def _activity_log() -> dict:
     with connection_context():
         return activity.upkeep()
@@ -55,6 +60,8 @@ SCHEDULE = (
     PeriodicJob("retention", "RETENTION_INTERVAL_SECONDS", _retention),
     # The activity log's day partitions: the coming days' made, those past ACTIVITY_RETENTION_DAYS dropped.
     PeriodicJob("activity_log", "RETENTION_INTERVAL_SECONDS", _activity_log),
+    # Webhook deliveries and their bodies kept DELIVERY_RETENTION_DAYS, then removed (D22).
+    PeriodicJob("delivery_retention", "RETENTION_INTERVAL_SECONDS", _delivery_retention),
 )
 BY_NAME = {job.name: job for job in SCHEDULE}
 

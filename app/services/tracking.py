@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from datetime import timedelta
 
-from app import metrics, runtime
+from app import events, metrics, runtime
 from app.db import transaction
 from app.jobs import enqueue_tracking, tracking_generation, tracking_job_id
 from app.models import Scan, utcnow
@@ -84,6 +84,8 @@ def hand_over(scan_id: str, current_job_id: str | None, delay: float, *, in_flig
     sweep starts a new chain (D13), so nothing is lost that the next look would not
     write again. Final states, charges and deliveries always wait for the disk.
     """
+    if "status" in changes:  # the look found the engine running a queued scan (``progress_changes``)
+        _start_running(scan_id)
     new_job_id = tracking_job_id(scan_id, tracking_generation(current_job_id) + 1)
     statuses = IN_FLIGHT if in_flight_only else None
     if durable:
@@ -100,7 +102,20 @@ def hand_over(scan_id: str, current_job_id: str | None, delay: float, *, in_flig
     return True
 
 
+def _start_running(scan_id: str) -> None:
+    """``queued`` -> ``running`` once (compare-and-set), with its ``scan.running`` event (D22) in
+    the same durable transaction: a replayed look finds the scan running already and sends none."""
+    deliveries = None
+    with transaction():
+        scan = scan_states.start_running(scan_id, queued=QUEUED, running=RUNNING, now=utcnow())
+        if scan is not None:
+            deliveries = webhooks.record_event(scan, events.SCAN_RUNNING)
+    webhooks.dispatch(deliveries)
+
+
 def record_progress(scan_id: str, *, running: bool, recipes_total: int | None, recipes_done: int | None) -> None:
+    if running:
+        _start_running(scan_id)
     changes = progress_changes(running=running, recipes_total=recipes_total, recipes_done=recipes_done)
     scan_states.update_if(scan_id, statuses=IN_FLIGHT, changes=changes)
 

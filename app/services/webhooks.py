@@ -35,9 +35,9 @@ from datetime import UTC, datetime, timedelta
 from app import events, runtime
 from app.db import write_transaction
 from app.jobs import delivery_job_id, enqueue_delivery
-from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, iso, new_id, utcnow
+from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, WebhookEndpoint, iso, new_id, utcnow
 from app.models.scans import COMPLETED
-from app.models.webhooks import CANCELLED, FAILED, PENDING, SUCCEEDED
+from app.models.webhooks import CANCELLED, FAILED, PENDING, SKIPPED, SUCCEEDED
 from app.services.crypto import decrypt_secret, encrypt_secret, new_webhook_secret
 from app.services.errors import (
     AccountError,
@@ -52,6 +52,7 @@ from app.services.reads import scan_view
 from app.services.results import normalize_result
 from app.services.webhook_urls import check_webhook_url
 from app.store import deliveries as delivery_store
+from app.store import endpoints as endpoint_store
 from app.store import webhooks as key_store
 from app.webhook_signature import (
     ID_HEADER,
@@ -70,7 +71,7 @@ USER_AGENT = "Service-Webhook/1"
 # A hand-set secret: whsec_ + base64 of this many bytes (a generated one has 32).
 MIN_SECRET_BYTES, MAX_SECRET_BYTES = 16, 128
 MAX_OVERLAP_HOURS, DEFAULT_OVERLAP_HOURS = 7 * 24, 24
-STATUSES = (PENDING, SUCCEEDED, FAILED, CANCELLED)
+STATUSES = (PENDING, SUCCEEDED, FAILED, CANCELLED, SKIPPED)
 # Test events are limited per key over this many seconds (WEBHOOK_TEST_EVENTS_PER_MINUTE).
 TEST_EVENT_WINDOW = 60
 
@@ -87,25 +88,120 @@ def event_body(scan, kind: events.EventKind | None = None, *, thin: bool = False
     return kind.body(scan_view(scan, utcnow()), thin=thin)
 
 
-def _create_delivery(key: ApiKey, event: str, body: dict, scan_id: str | None) -> WebhookDelivery:
+# --- Endpoints (D22) --------------------------------------------------------------------
+
+# The events of the key's first endpoint when none were chosen, as before endpoints existed.
+DEFAULT_EVENTS = ("scan.completed", "scan.failed")
+
+
+@dataclass
+class Endpoint:
+    """One of a key's webhook endpoints: the key itself (its first endpoint, whose data is the
+    key's own columns, so ``keys set-webhook`` and the key page keep working) or a
+    ``WebhookEndpoint`` row. ``row`` holds the URL and the secrets under the same names."""
+
+    id: str
+    key: ApiKey
+    row: ApiKey | WebhookEndpoint
+
+    @property
+    def first(self) -> bool:
+        return self.row is self.key
+
+    @property
+    def url(self) -> str:
+        return self.row.webhook_url or ""
+
+    @property
+    def events(self) -> list[str]:
+        return list(self.row.webhook_events or DEFAULT_EVENTS)
+
+    @property
+    def payload(self) -> str:
+        return self.row.webhook_payload
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.row.webhook_enabled)
+
+    @property
+    def disabled_at(self) -> datetime | None:
+        """When auto-disable stopped it (None: enabled, or disabled by a person)."""
+        return self.row.webhook_disabled_at
+
+    @property
+    def description(self) -> str:
+        return self.row.webhook_description or ""
+
+
+def first_endpoint_id(key_id: str) -> str:
+    """The id of the key's first endpoint: ``ep_`` and the key id's random part, so the deliveries
+    written before endpoints existed name it without a row of their own."""
+    return "ep_" + key_id.split("_", 1)[1]
+
+
+def key_endpoints(key: ApiKey) -> list[Endpoint]:
+    """The key's endpoints, first first: the key's own URL (when set), then the further ones."""
+    first = [Endpoint(first_endpoint_id(key.id), key, key)] if key.webhook_url else []
+    return first + [Endpoint(row.id, key, row) for row in endpoint_store.of_key(key.id)]
+
+
+def endpoint_of_delivery(delivery: WebhookDelivery, key: ApiKey) -> Endpoint | None:
+    """The endpoint a delivery is addressed to now (None: deleted, or the key's URL removed)."""
+    endpoint_id = delivery.endpoint_id or first_endpoint_id(key.id)
+    if endpoint_id == first_endpoint_id(key.id):
+        return Endpoint(endpoint_id, key, key) if key.webhook_url else None
+    row = endpoint_store.get(endpoint_id)
+    return Endpoint(row.id, key, row) if row is not None else None
+
+
+def _create_delivery(key: ApiKey, event: str, body: dict, scan_id: str | None, endpoint: Endpoint | None = None,
+                     status: str = PENDING) -> WebhookDelivery:
+    """Write one delivery to ``endpoint`` (by default the key's first); ``SKIPPED``: recorded for an
+    endpoint auto-disable stopped, never sent unless recovered."""
     delivery_id = new_id("dlv")
+    endpoint = endpoint or Endpoint(first_endpoint_id(key.id), key, key)
+    pending = status == PENDING
     return delivery_store.create(
         delivery_id, customer_id=key.customer_id, api_key_id=key.id, scan_id=scan_id, event=event,
-        url=key.webhook_url, body=encode_body(body), job_id=delivery_job_id(delivery_id, 1),
-        next_attempt_at=utcnow(), livemode=key.livemode)
+        url=endpoint.url, body=encode_body(body), job_id=delivery_job_id(delivery_id, 1) if pending else None,
+        next_attempt_at=utcnow() if pending else None, livemode=key.livemode, endpoint_id=endpoint.id,
+        status=status)
 
 
-def record_event(scan, kind: events.EventKind | None = None) -> WebhookDelivery | None:
-    """Write the delivery row of event ``kind`` for ``scan`` (by default the one its final status
-    fires); None when the key has no URL."""
+def record_event(scan, kind: events.EventKind | None = None) -> list[WebhookDelivery] | None:
+    """Write the delivery rows of event ``kind`` for ``scan`` (by default the one its final status
+    fires): one per enabled endpoint of its key whose events list it, each with its own body (full
+    or thin) and id, and a ``skipped`` one per endpoint auto-disable stopped (D22). Returns those to
+    dispatch (the pending ones); None when no endpoint takes the event."""
     key = key_store.key(scan.api_key_id)
-    if not key.webhook_url:
-        return None
-    body = event_body(scan, kind, thin=key.webhook_payload == "thin")
-    return _create_delivery(key, body["event"], body, scan.id)
+    kind = kind or events.for_status(scan.status)
+    written = []
+    for endpoint in key_endpoints(key):
+        if kind.name not in endpoint.events or not (endpoint.enabled or endpoint.disabled_at):
+            continue
+        body = event_body(scan, kind, thin=endpoint.payload == "thin")
+        status = PENDING if endpoint.enabled else SKIPPED
+        written.append(_create_delivery(key, body["event"], body, scan.id, endpoint, status))
+    pending = [d for d in written if d.status == PENDING]
+    return pending or None
 
 
-def dispatch(delivery: WebhookDelivery, delay_seconds: float = 0) -> bool:
+def record_key_event(key: ApiKey, body: dict, *, leave_out: str) -> list[WebhookDelivery]:
+    """Write a delivery of an event about the key itself (``endpoint.disabled``) to each of its
+    enabled endpoints that lists it, but ``leave_out``; the caller dispatches them after its commit."""
+    return [_create_delivery(key, body["event"], body, None, endpoint)
+            for endpoint in key_endpoints(key)
+            if endpoint.id != leave_out and endpoint.enabled and body["event"] in endpoint.events]
+
+
+def dispatch(delivery: WebhookDelivery | list[WebhookDelivery] | None, delay_seconds: float = 0) -> bool:
+    """Enqueue the delivery's (or each delivery's) job; False when Redis refused one (the sweep retries)."""
+    if delivery is None:
+        return True
+    if isinstance(delivery, list):
+        outcomes = [dispatch(one, delay_seconds) for one in delivery]  # every one, even after a refusal
+        return all(outcomes)
     return enqueue_delivery(delivery.id, delivery.job_id, delay_seconds)
 
 
@@ -186,14 +282,14 @@ def generate_secret(key_id: str, customer_id: str) -> str:
     return plaintext
 
 
-def _replace_secret(key: ApiKey, plaintext: str) -> None:
+def _replace_secret(key: ApiKey | WebhookEndpoint, plaintext: str) -> None:
     """Make ``plaintext`` the key's only secret, if its secrets are still those ``key`` was read
     with: compare-and-set, so of two requests racing (a double click on "Generate secret" or on
     "Roll secret" with no overlap) one wins and the other is told, instead of both showing a
     secret as in force when only the last one written signs."""
     changed = key_store.replace_secret(key.id, secret_enc=encrypt_secret(plaintext),
                                        was_secret_enc=key.webhook_secret_enc,
-                                       was_next_secret_enc=key.webhook_next_secret_enc)
+                                       was_next_secret_enc=key.webhook_next_secret_enc, model=type(key))
     if not changed:
         raise AccountError("the key's secret was changed by another request meanwhile (a second click?): "
                            "nothing was replaced; reload the page to see the secret in force")
@@ -225,9 +321,11 @@ def redeliver(delivery_id: str, customer_id: str, livemode: bool | None = None) 
         raise DeliveryErased("the scan of this delivery was erased: there is nothing left to send")
     if delivery.status == PENDING:
         raise DeliveryPending("the delivery is pending: its attempts are still under way")
-    url = key_store.key(delivery.api_key_id).webhook_url
+    endpoint = endpoint_of_delivery(delivery, key_store.key(delivery.api_key_id))
+    url = endpoint.url if endpoint is not None else None
     if not url:
-        raise WebhookUrlMissing("the key has no webhook URL")
+        raise WebhookUrlMissing("the key has no webhook URL" if endpoint is None or endpoint.first
+                                else "the delivery's endpoint was deleted")
     changed = delivery_store.restart_series(delivery, status=PENDING, url=url, next_attempt_at=utcnow(),
                                             job_id=delivery_job_id(delivery.id, delivery.attempts + 1))
     if not changed:
@@ -337,7 +435,7 @@ class RolledSecret:
     overlapping: bool = False  # both secrets sign until switch_at (False: it replaced the old one at once)
 
 
-def _promote_if_due(key: ApiKey, now: datetime) -> None:
+def _promote_if_due(key: ApiKey | WebhookEndpoint, now: datetime) -> None:
     """End the key's rotation when its overlap is over: the next secret becomes current and
     the old one is gone. Compare-and-set, so concurrent callers switch once."""
     if not key.webhook_next_secret_enc or key.webhook_secret_switch_at is None or key.webhook_secret_switch_at > now:
@@ -345,16 +443,16 @@ def _promote_if_due(key: ApiKey, now: datetime) -> None:
     _switch(key)
 
 
-def _switch(key: ApiKey) -> bool:
+def _switch(key: ApiKey | WebhookEndpoint) -> bool:
     nxt = key.webhook_next_secret_enc
-    changed = key_store.switch_to_next(key.id, nxt)
+    changed = key_store.switch_to_next(key.id, nxt, type(key))
     key.webhook_secret_enc, key.webhook_next_secret_enc, key.webhook_secret_switch_at = nxt, None, None
     if changed:
         log.info("key %s: webhook secret rotation finished, the next secret is now the only one", key.id)
     return bool(changed)
 
 
-def signing_secrets(key: ApiKey, now: datetime) -> SigningSecrets:
+def signing_secrets(key: ApiKey | WebhookEndpoint, now: datetime) -> SigningSecrets:
     """The secrets that sign an attempt made ``now``, as they are now, so a rotation also
     covers the retries of earlier deliveries. A secret that cannot be decrypted
     (``SECRET_KEY`` changed) is left out, with a warning."""
@@ -391,7 +489,8 @@ def unsigned_headers(delivery: WebhookDelivery, now: datetime) -> dict:
     }
 
 
-def delivery_headers(delivery: WebhookDelivery, body: bytes, now: datetime, key: ApiKey | None = None) -> dict:
+def delivery_headers(delivery: WebhookDelivery, body: bytes, now: datetime,
+                     key: ApiKey | WebhookEndpoint | None = None) -> dict:
     """Every header of one attempt of ``delivery`` made ``now``, with ``body`` its exact bytes.
 
     ``unsigned_headers``, ``X-Service-Signature`` from the current secret, and
@@ -401,12 +500,21 @@ def delivery_headers(delivery: WebhookDelivery, body: bytes, now: datetime, key:
     """
     ms = _unix_ms(now)
     headers = unsigned_headers(delivery, now)
-    secrets_now = signing_secrets(key or key_store.key(delivery.api_key_id), now)
+    secrets_now = signing_secrets(key or _signer(delivery), now)
     if secrets_now.current:
         headers[SIGNATURE_HEADER] = sign(secrets_now.current, body)
     if secrets_now.active:
         headers[STANDARD_SIGNATURE_HEADER] = sign_standard(secrets_now.active, delivery.id, ms // 1000, body)
     return headers
+
+
+def _signer(delivery: WebhookDelivery) -> ApiKey | WebhookEndpoint:
+    """The row whose secrets sign the delivery: its endpoint's, or its key's (the first endpoint, D22)."""
+    if delivery.endpoint_id and delivery.endpoint_id != first_endpoint_id(delivery.api_key_id):
+        row = endpoint_store.get(delivery.endpoint_id)
+        if row is not None:
+            return row
+    return key_store.key(delivery.api_key_id)
 
 
 def _key_for(key_id: str, customer_id: str | None) -> ApiKey:
@@ -421,7 +529,7 @@ def _key_for(key_id: str, customer_id: str | None) -> ApiKey:
     return key
 
 
-def secret_state(key: ApiKey, now: datetime | None = None) -> dict:
+def secret_state(key: ApiKey | WebhookEndpoint, now: datetime | None = None) -> dict:
     """Whether the key has a secret and a rotation under way (ending when), for pages and the CLI."""
     _promote_if_due(key, now or utcnow())
     return {"has_secret": bool(key.webhook_secret_enc), "rotating": bool(key.webhook_next_secret_enc),
@@ -444,9 +552,12 @@ def roll_secret(key_id: str, customer_id: str | None, overlap_hours: int = DEFAU
     refused: switch it first, so a next secret a receiver may have installed is never
     silently replaced.
     """
+    return roll_secret_of(_key_for(key_id, customer_id), overlap_hours, now or utcnow())
+
+
+def roll_secret_of(key: ApiKey | WebhookEndpoint, overlap_hours: int, now: datetime) -> RolledSecret:
+    """``roll_secret`` of a key or an endpoint row (D22: each endpoint rotates its own secret)."""
     overlap_hours = check_overlap_hours(overlap_hours)
-    now = now or utcnow()
-    key = _key_for(key_id, customer_id)
     _promote_if_due(key, now)
     if key.webhook_next_secret_enc:
         raise AccountError("a secret rotation is already under way: switch to the next secret first")
@@ -456,7 +567,8 @@ def roll_secret(key_id: str, customer_id: str | None, overlap_hours: int = DEFAU
         log.info("key %s: webhook secret replaced (no overlap)", key.id)
         return RolledSecret(plaintext, now)
     switch_at = now + timedelta(hours=overlap_hours)
-    changed = key_store.start_rotation(key.id, next_secret_enc=encrypt_secret(plaintext), switch_at=switch_at)
+    changed = key_store.start_rotation(key.id, next_secret_enc=encrypt_secret(plaintext), switch_at=switch_at,
+                                       model=type(key))
     if not changed:
         raise AccountError("a secret rotation is already under way: switch to the next secret first")
     log.info("key %s: webhook secret rolled, both secrets sign until %s", key.id, iso(switch_at))
@@ -466,11 +578,16 @@ def roll_secret(key_id: str, customer_id: str | None, overlap_hours: int = DEFAU
 def switch_secret(key_id: str, customer_id: str | None, now: datetime | None = None) -> ApiKey:
     """End the rotation under way now: the next secret becomes the only one."""
     key = _key_for(key_id, customer_id)
-    _promote_if_due(key, now or utcnow())
+    switch_secret_of(key, now or utcnow())
+    return key_store.key(key.id)
+
+
+def switch_secret_of(key: ApiKey | WebhookEndpoint, now: datetime) -> None:
+    """``switch_secret`` of a key or an endpoint row (D22: each endpoint rotates its own secret)."""
+    _promote_if_due(key, now)
     if not key.webhook_next_secret_enc:
         raise AccountError("no secret rotation is under way: roll the secret first")
     _switch(key)
-    return key_store.key(key.id)
 
 
 # --- The customer's deliveries over the API (D17) ---------------------------------------
@@ -483,7 +600,9 @@ def api_attempt_dict(attempt: DeliveryAttempt) -> dict:
 
 def api_delivery_dict(delivery: WebhookDelivery, attempts: list[DeliveryAttempt]) -> dict:
     """A delivery as the API shows it: attempts oldest first, the exact body sent."""
-    entry = {"delivery_id": delivery.id, "event": delivery.event, "scan_id": delivery.scan_id,
+    entry = {"delivery_id": delivery.id,
+             "endpoint_id": delivery.endpoint_id or first_endpoint_id(delivery.api_key_id),
+             "event": delivery.event, "scan_id": delivery.scan_id,
              "livemode": delivery.livemode, "status": delivery.status, "created_at": iso(delivery.created_at),
              "attempts": [api_attempt_dict(a) for a in attempts]}
     if delivery.status == PENDING:
@@ -501,7 +620,7 @@ def _attempts_by_delivery(delivery_ids: list[str]) -> dict[str, list[DeliveryAtt
 
 
 def customer_deliveries(customer_id: str, *, status: str | None = None, event: str | None = None,
-                        scan_id: str | None = None, limit: int = 20,
+                        scan_id: str | None = None, endpoint_id: str | None = None, limit: int = 20,
                         starting_after: str | None = None, livemode: bool = True) -> tuple[list[dict], bool]:
     """One page of the customer's deliveries of the calling key's mode (D15), newest first, and
     whether older ones follow.
@@ -511,12 +630,13 @@ def customer_deliveries(customer_id: str, *, status: str | None = None, event: s
     """
     if status is not None and status not in STATUSES:
         raise InvalidRequest(f"status must be one of {', '.join(STATUSES)}")
-    if event is not None and event not in events.NAMES:
-        raise InvalidRequest(f"event must be one of {', '.join(events.NAMES)}")
+    if event is not None and event not in events.DELIVERY_EVENTS:
+        raise InvalidRequest(f"event must be one of {', '.join(events.DELIVERY_EVENTS)}")
     if not 1 <= limit <= MAX_PER_PAGE:
         raise InvalidRequest(f"limit must be from 1 to {MAX_PER_PAGE}")
-    if scan_id is not None and ("\x00" in scan_id or len(scan_id) > 40):
-        return [], False  # no scan id holds a NUL (PostgreSQL cannot compare one) or is that long
+    for given in (scan_id, endpoint_id):
+        if given is not None and ("\x00" in given or len(given) > 40):
+            return [], False  # no id holds a NUL (PostgreSQL cannot compare one) or is that long
     cursor = None
     if starting_after is not None:
         if "\x00" not in starting_after and len(starting_after) <= 40:
@@ -525,7 +645,8 @@ def customer_deliveries(customer_id: str, *, status: str | None = None, event: s
             raise InvalidRequest(f"starting_after: no delivery {starting_after} of this account")
     # One more than the page, to tell whether older ones follow.
     rows = delivery_store.customers_page(customer_id, livemode=livemode, status=status, event=event,
-                                         scan_id=scan_id, after=cursor, limit=limit + 1)
+                                         scan_id=scan_id, endpoint_id=endpoint_id, after=cursor,
+                                         limit=limit + 1)
     page = rows[:limit]
     attempts = _attempts_by_delivery([d.id for d in page])
     return [api_delivery_dict(d, attempts[d.id]) for d in page], len(rows) > limit

@@ -14,15 +14,18 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from app.db import columns, execute, execute_prepared, instance, repr_column, table
-from app.models import ApiKey, DeliveryAttempt, WebhookDelivery
+from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, WebhookEndpoint
 from app.models.webhooks import IN_PROGRESS, PENDING
 
 _col = repr_column
 _D, _A = table(WebhookDelivery), table(DeliveryAttempt)
 _KEY_COLUMNS = len(ApiKey._meta.sorted_fields)
-# The delivery and its key (whose secrets sign the attempt), in one statement.
-LOAD = (f"SELECT {columns(WebhookDelivery, 'd')}, {columns(ApiKey, 'k')} FROM {_D} d "
-        f"JOIN {table(ApiKey)} k ON k.id = d.{_col(WebhookDelivery.api_key)} WHERE d.id = ?")
+_ENDPOINT_COLUMNS = len(WebhookEndpoint._meta.sorted_fields)
+# The delivery, its key and its endpoint when that is not the key's first (D22): the secrets of
+# one of them sign the attempt. One statement.
+LOAD = (f"SELECT {columns(WebhookDelivery, 'd')}, {columns(ApiKey, 'k')}, {columns(WebhookEndpoint, 'e')} "
+        f"FROM {_D} d JOIN {table(ApiKey)} k ON k.id = d.{_col(WebhookDelivery.api_key)} "
+        f"LEFT JOIN {table(WebhookEndpoint)} e ON e.id = d.{_col(WebhookDelivery.endpoint_id)} WHERE d.id = ?")
 # The claim: attempt ``n`` is this job's only while the delivery is pending, has had n - 1
 # attempts and names this job. Parameters: delivery id, n - 1, job id.
 CLAIM = (f"UPDATE {_D} SET {_col(WebhookDelivery.attempts)} = {_col(WebhookDelivery.attempts)} + 1 "
@@ -57,12 +60,17 @@ CLOSE_SUCCEEDED = (f"WITH closed AS ({CLOSE} RETURNING id), "
 # --- An attempt ------------------------------------------------------------------------
 
 
-def load(delivery_id: str) -> tuple[WebhookDelivery, ApiKey] | None:
-    """The delivery and its key, or None (one prepared statement)."""
+def load(delivery_id: str) -> tuple[WebhookDelivery, ApiKey | WebhookEndpoint] | None:
+    """The delivery and the row whose secrets sign it (its endpoint's, or its key's for the key's
+    first endpoint), or None (one prepared statement)."""
     row = execute_prepared(LOAD, (delivery_id,)).fetchone()
     if row is None:
         return None
-    return instance(WebhookDelivery, row[:-_KEY_COLUMNS]), instance(ApiKey, row[-_KEY_COLUMNS:])
+    split = len(row) - _KEY_COLUMNS - _ENDPOINT_COLUMNS
+    delivery = instance(WebhookDelivery, row[:split])
+    if row[-_ENDPOINT_COLUMNS] is not None:  # the endpoint's id: a further endpoint's row was found
+        return delivery, instance(WebhookEndpoint, row[-_ENDPOINT_COLUMNS:])
+    return delivery, instance(ApiKey, row[split:split + _KEY_COLUMNS])
 
 
 def claim_attempt(delivery: WebhookDelivery, *, number: int, job_id: str, started_at: datetime
@@ -142,10 +150,12 @@ def last_attempt(delivery_id: str) -> DeliveryAttempt | None:
 
 
 def create(delivery_id: str, *, customer_id: str, api_key_id: str, scan_id: str | None, event: str, url: str | None,
-           body: str, job_id: str, next_attempt_at: datetime, livemode: bool) -> WebhookDelivery:
+           body: str, job_id: str | None, next_attempt_at: datetime | None, livemode: bool,
+           endpoint_id: str | None = None, status: str = PENDING) -> WebhookDelivery:
     return WebhookDelivery.create(
         id=delivery_id, customer=customer_id, api_key=api_key_id, scan_id=scan_id, event=event,
-        url=url, body=body, job_id=job_id, next_attempt_at=next_attempt_at, livemode=livemode)
+        url=url, body=body, job_id=job_id, next_attempt_at=next_attempt_at, livemode=livemode,
+        endpoint_id=endpoint_id, status=status)
 
 
 def get(delivery_id: str) -> WebhookDelivery:
@@ -227,7 +237,8 @@ def customers_delivery(customer_id: str, delivery_id: str, *, livemode: bool) ->
 
 
 def customers_page(customer_id: str, *, livemode: bool, status: str | None, event: str | None,
-                   scan_id: str | None, after: WebhookDelivery | None, limit: int) -> list[WebhookDelivery]:
+                   scan_id: str | None, after: WebhookDelivery | None, limit: int,
+                   endpoint_id: str | None = None) -> list[WebhookDelivery]:
     """Up to ``limit`` of the customer's deliveries of that mode (with ``status``, ``event``,
     ``scan_id`` when given), newest first, starting after the delivery ``after`` when given."""
     query = _customers(customer_id, livemode)
@@ -237,6 +248,8 @@ def customers_page(customer_id: str, *, livemode: bool, status: str | None, even
         query = query.where(WebhookDelivery.event == event)
     if scan_id is not None:
         query = query.where(WebhookDelivery.scan_id == scan_id)
+    if endpoint_id is not None:
+        query = query.where(WebhookDelivery.endpoint_id == endpoint_id)
     if after is not None:
         query = query.where((WebhookDelivery.created_at < after.created_at)
                             | ((WebhookDelivery.created_at == after.created_at)
@@ -266,3 +279,12 @@ def erase_for_scans(scan_ids: list[str], *, pending: str, cancelled: str, now: d
         (pending, cancelled, now, list(scan_ids), cancelled)).fetchone()
     return int(rows[0])
 
+
+
+def delete_created_before(cutoff: datetime, *, keep_status: str, batch: int) -> int:
+    """Delete up to ``batch`` deliveries created before ``cutoff`` (their attempts go with them),
+    but those in ``keep_status``; how many were deleted."""
+    ids = (WebhookDelivery.select(WebhookDelivery.id)
+           .where((WebhookDelivery.created_at < cutoff) & (WebhookDelivery.status != keep_status)).limit(batch))
+    DeliveryAttempt.delete().where(DeliveryAttempt.delivery.in_(ids)).execute()
+    return WebhookDelivery.delete().where(WebhookDelivery.id.in_(ids)).execute()

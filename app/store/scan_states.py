@@ -48,6 +48,12 @@ def update_if(scan_id: str, *, statuses: Iterable[str], changes: dict) -> int:
     return Scan.update(**changes).where((Scan.id == scan_id) & Scan.status.in_(statuses)).execute()
 
 
+def start_running(scan_id: str, *, queued: str, running: str, now: datetime) -> Scan | None:
+    """Move the scan from ``queued`` to ``running``, started ``now``: the scan, or None when it was
+    not queued (another look moved it already)."""
+    return _finish(scan_id, (queued,), {"status": running, "started_at": now})
+
+
 def _finish(scan_id: str, statuses: Iterable[str], changes: dict) -> Scan | None:
     if not update_if(scan_id, statuses=statuses, changes=changes):
         return None

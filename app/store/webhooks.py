@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from app.models import ApiKey
+from app.models import ApiKey, WebhookEndpoint
+
+# The rows that hold a webhook URL and secrets: the key (its first endpoint, D22) or a further endpoint.
+Holder = ApiKey | WebhookEndpoint
 
 
 def key(key_id: str) -> ApiKey:
@@ -46,26 +49,27 @@ def _is(field, value):
     return field.is_null() if value is None else field == value
 
 
-def replace_secret(key_id: str, *, secret_enc: str, was_secret_enc: str | None, was_next_secret_enc: str | None
-                   ) -> int:
-    """Make ``secret_enc`` the key's only secret if its secrets are still ``was_secret_enc`` and
-    ``was_next_secret_enc``; the rows changed (0 or 1)."""
-    return (ApiKey.update(webhook_secret_enc=secret_enc, webhook_next_secret_enc=None, webhook_secret_switch_at=None)
-            .where((ApiKey.id == key_id) & _is(ApiKey.webhook_secret_enc, was_secret_enc)
-                   & _is(ApiKey.webhook_next_secret_enc, was_next_secret_enc))
+def replace_secret(key_id: str, *, secret_enc: str, was_secret_enc: str | None, was_next_secret_enc: str | None,
+                   model: type[Holder] = ApiKey) -> int:
+    """Make ``secret_enc`` the only secret of the key (or the endpoint of ``model``) if its secrets
+    are still ``was_secret_enc`` and ``was_next_secret_enc``; the rows changed (0 or 1)."""
+    return (model.update(webhook_secret_enc=secret_enc, webhook_next_secret_enc=None, webhook_secret_switch_at=None)
+            .where((model.id == key_id) & _is(model.webhook_secret_enc, was_secret_enc)
+                   & _is(model.webhook_next_secret_enc, was_next_secret_enc))
             .execute())
 
 
-def switch_to_next(key_id: str, next_secret_enc: str | None) -> int:
+def switch_to_next(key_id: str, next_secret_enc: str | None, model: type[Holder] = ApiKey) -> int:
     """Make the next secret the only one, if it is still ``next_secret_enc``; the rows changed."""
-    return (ApiKey.update(webhook_secret_enc=next_secret_enc, webhook_next_secret_enc=None,
-                          webhook_secret_switch_at=None)
-            .where((ApiKey.id == key_id) & (ApiKey.webhook_next_secret_enc == next_secret_enc))
+    return (model.update(webhook_secret_enc=next_secret_enc, webhook_next_secret_enc=None,
+                         webhook_secret_switch_at=None)
+            .where((model.id == key_id) & (model.webhook_next_secret_enc == next_secret_enc))
             .execute())
 
 
-def start_rotation(key_id: str, *, next_secret_enc: str, switch_at: datetime) -> int:
-    """Give the key the next secret ``next_secret_enc`` until ``switch_at``, if it has none; the rows changed."""
-    return (ApiKey.update(webhook_next_secret_enc=next_secret_enc, webhook_secret_switch_at=switch_at)
-            .where((ApiKey.id == key_id) & ApiKey.webhook_next_secret_enc.is_null())
+def start_rotation(key_id: str, *, next_secret_enc: str, switch_at: datetime, model: type[Holder] = ApiKey) -> int:
+    """Give the key (or endpoint) the next secret ``next_secret_enc`` until ``switch_at``, if it has
+    none; the rows changed."""
+    return (model.update(webhook_next_secret_enc=next_secret_enc, webhook_secret_switch_at=switch_at)
+            .where((model.id == key_id) & model.webhook_next_secret_enc.is_null())
             .execute())

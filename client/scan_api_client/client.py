@@ -26,7 +26,17 @@ from urllib.parse import quote
 import requests
 
 from scan_api_client.errors import ApiError, TransportError, WaitTimeout, error_from_response
-from scan_api_client.models import FEEDBACK_VERDICTS, Account, ActivityEntry, Batch, Delivery, Finding, Page, Scan
+from scan_api_client.models import (
+    FEEDBACK_VERDICTS,
+    Account,
+    ActivityEntry,
+    Batch,
+    Delivery,
+    Endpoint,
+    Finding,
+    Page,
+    Scan,
+)
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -343,13 +353,14 @@ class ScanClient:
                                                                 **filters), max_items)
 
     def list_deliveries(self, *, status: str | None = None, event: str | None = None, scan_id: str | None = None,
-                        limit: int | None = None, starting_after: str | None = None) -> Page:
+                        limit: int | None = None, starting_after: str | None = None,
+                        endpoint_id: str | None = None) -> Page:
         """``GET /api/v1/deliveries``: one page of webhook deliveries, newest first (1 credit).
 
         ``status`` is ``pending``, ``succeeded`` or ``failed``; ``Page.data`` holds ``Delivery``s, each with
         its attempts and the exact body sent: a receiver that was down reads what it missed here."""
-        return self._page("/deliveries", Delivery, {"status": status, "event": event, "scan_id": scan_id},
-                          limit, starting_after)
+        return self._page("/deliveries", Delivery, {"status": status, "event": event, "scan_id": scan_id,
+                                                    "endpoint_id": endpoint_id}, limit, starting_after)
 
     def iter_deliveries(self, *, max_items: int | None = None, page_size: int = MAX_PAGE,
                         **filters) -> Iterator[Delivery]:
@@ -383,6 +394,57 @@ class ScanClient:
         delivery = Delivery.from_dict(answer)
         delivery.delivery_id = delivery.delivery_id or delivery_id
         return delivery
+
+    # --- webhook endpoints --------------------------------------------------------------
+
+    def list_endpoints(self) -> list[Endpoint]:
+        """``GET /api/v1/endpoints``: this key's webhook endpoints, its webhook URL first (1 credit)."""
+        return [Endpoint.from_dict(e) for e in self._request("GET", "/endpoints").get("data", [])]
+
+    def create_endpoint(self, url: str, *, events: list[str] | None = None, payload: str | None = None,
+                        enabled: bool | None = None, description: str | None = None, secret: str | None = None,
+                        idempotency_key: str | None = None) -> Endpoint:
+        """``POST /api/v1/endpoints``: a new endpoint of this key (at most 10). The answer's ``secret``
+        is its signing secret (``secret`` when given, else generated): shown this once."""
+        body = _given({"url": url, "events": events, "payload": payload, "enabled": enabled,
+                       "description": description, "secret": secret})
+        return Endpoint.from_dict(self._request("POST", "/endpoints", json_body=body,
+                                                idempotency_key=_idempotency(idempotency_key)))
+
+    def get_endpoint(self, endpoint_id: str) -> Endpoint:
+        """``GET /api/v1/endpoints/{id}``: one endpoint (never its secret)."""
+        return Endpoint.from_dict(self._request("GET", f"/endpoints/{self._id(endpoint_id, 'endpoint_id')}"))
+
+    def update_endpoint(self, endpoint_id: str, *, url: str | None = None, events: list[str] | None = None,
+                        payload: str | None = None, enabled: bool | None = None,
+                        description: str | None = None) -> Endpoint:
+        """``PATCH /api/v1/endpoints/{id}``: change the fields given. ``enabled=True`` resumes an
+        endpoint that was disabled after failing for days."""
+        body = _given({"url": url, "events": events, "payload": payload, "enabled": enabled,
+                       "description": description})
+        return Endpoint.from_dict(self._request("PATCH", f"/endpoints/{self._id(endpoint_id, 'endpoint_id')}",
+                                                json_body=body))
+
+    def delete_endpoint(self, endpoint_id: str) -> None:
+        """``DELETE /api/v1/endpoints/{id}``: no later event goes there."""
+        self._request("DELETE", f"/endpoints/{self._id(endpoint_id, 'endpoint_id')}")
+
+    def roll_endpoint_secret(self, endpoint_id: str, *, overlap_hours: int = 24,
+                             idempotency_key: str | None = None) -> dict:
+        """``POST /api/v1/endpoints/{id}/roll-secret``: ``{endpoint_id, secret, switch_at}``: the next
+        secret, shown this once; both secrets sign until ``switch_at``."""
+        return self._request("POST", f"/endpoints/{self._id(endpoint_id, 'endpoint_id')}/roll-secret",
+                             json_body={"overlap_hours": overlap_hours},
+                             idempotency_key=_idempotency(idempotency_key))
+
+    def recover_endpoint(self, endpoint_id: str, since: datetime | str, until: datetime | str | None = None,
+                         idempotency_key: str | None = None) -> int:
+        """``POST /api/v1/endpoints/{id}/recover``: send again, once each and oldest first, every failed or
+        skipped delivery to the endpoint created in [since, until); returns how many were queued."""
+        body = _given({"since": _param(since), "until": _param(until) if until is not None else None})
+        answer = self._request("POST", f"/endpoints/{self._id(endpoint_id, 'endpoint_id')}/recover",
+                               json_body=body, idempotency_key=_idempotency(idempotency_key))
+        return int(answer.get("queued", 0))
 
     def account(self) -> Account:
         """``GET /api/v1/account``: the balance (after this call's 1 credit), the limits and usage, and
@@ -437,6 +499,11 @@ class ScanClient:
 
 def _default_sleep(seconds: float) -> None:
     time.sleep(seconds)
+
+
+def _given(fields: dict) -> dict:
+    """The fields that were given (None: left out of the body, so the server keeps its value)."""
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 def _idempotency(given: str | None) -> str:

@@ -339,10 +339,13 @@ class Delivery(_Model):
     """
 
     delivery_id: str = ""
+    endpoint_id: str | None = None  # the webhook endpoint it was sent to
     event: str = ""
     scan_id: str | None = None
     livemode: bool | None = None
-    status: str = ""  # pending, succeeded, failed, cancelled (its scan was erased before it was sent)
+    # pending, succeeded, failed, skipped (its endpoint was disabled; recover sends it), cancelled (its
+    # scan was erased, or its endpoint deleted, before it was sent)
+    status: str = ""
     created_at: str | None = None
     attempts: list[DeliveryAttempt] = field(default_factory=list)
     next_attempt_at: str | None = None
@@ -360,6 +363,23 @@ class Delivery(_Model):
     def scan(self) -> Scan:
         """The scan the body describes (its final state when the event was sent)."""
         return Scan.from_dict(self.payload)
+
+
+@dataclass
+class Endpoint(_Model):
+    """A webhook endpoint of the key: where its events go, which ones, in what body. ``secret`` is
+    set only in the answer that created it (or rolled its secret), never on a read."""
+
+    endpoint_id: str = ""
+    url: str = ""
+    events: list[str] = field(default_factory=list)
+    payload: str = "full"  # full, or thin (no target, result or failure message)
+    enabled: bool = True
+    description: str = ""
+    disabled_at: str | None = None  # when it was disabled after failing for days
+    secret_rotation_ends_at: str | None = None
+    secret: str | None = None
+    raw: dict = field(default_factory=dict, repr=False)
 
 
 @dataclass

@@ -2,6 +2,7 @@
 import hashlib
 import json
 import uuid
+from datetime import datetime
 
 import pytest
 import requests
@@ -432,3 +433,20 @@ def test_rolling_a_key_without_a_secret_says_what_it_did(app, make_customer):
     fresh = make_customer()
     text = run(app, "keys", "roll-secret", fresh.key.id).stdout
     assert "the key had no usable secret" in text
+
+
+def test_keys_endpoints_and_enable_endpoint(app, make_customer):
+    account = make_customer(webhook_url="https://hooks.example.com/a")
+    first = webhooks.first_endpoint_id(account.key.id)
+    with db.connection_context():
+        ApiKey.update(webhook_enabled=False, webhook_disabled_at=datetime(2026, 11, 26, 13, 0)).where(
+            ApiKey.id == account.key.id).execute()
+    listed = run_json(app, "keys", "endpoints", account.key.id)
+    assert [(e["endpoint_id"], e["enabled"], e["disabled_at"]) for e in listed["endpoints"]] == [
+        (first, False, "2026-11-26T13:00:00Z")]
+    enabled = run_json(app, "keys", "enable-endpoint", account.key.id, first)
+    assert (enabled["enabled"], enabled["disabled_at"]) == (True, None)
+    with db.connection_context():
+        assert ApiKey.get_by_id(account.key.id).webhook_enabled is True
+    missing = run(app, "keys", "enable-endpoint", account.key.id, "ep_nobody")
+    assert missing.exit_code != 0 and "no endpoint ep_nobody" in missing.output

@@ -64,8 +64,8 @@ def test_the_list_is_the_customers_newest_first_with_attempts_and_the_exact_body
     assert json.loads(newest["body"])["scan_id"] == scan_id
     assert (oldest["delivery_id"], oldest["status"], oldest["scan_id"]) == (ok.id, "succeeded", None)
     assert "next_attempt_at" not in oldest
-    assert list(newest) == ["delivery_id", "event", "scan_id", "livemode", "status", "created_at", "attempts",
-                            "next_attempt_at", "body"]
+    assert list(newest) == ["delivery_id", "endpoint_id", "event", "scan_id", "livemode", "status", "created_at",
+                            "attempts", "next_attempt_at", "body"]
 
 
 def test_filters_and_cursor_pages(client, make_customer, receiver, jobs):

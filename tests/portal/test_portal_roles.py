@@ -31,6 +31,9 @@ EXPECTED = {
     "portal.save_webhook": roles.WEBHOOKS, "portal.new_secret": roles.WEBHOOKS, "portal.roll_secret": roles.WEBHOOKS,
     "portal.switch_secret": roles.WEBHOOKS, "portal.reveal_secret": roles.WEBHOOKS,
     "portal.test_event": roles.WEBHOOKS, "portal.redeliver": roles.DELIVERIES,
+    "portal.add_endpoint": roles.ENDPOINTS, "portal.update_endpoint": roles.ENDPOINTS,
+    "portal.set_endpoint_enabled": roles.ENDPOINTS, "portal.delete_endpoint": roles.ENDPOINTS,
+    "portal.roll_endpoint_secret": roles.ENDPOINTS, "portal.switch_endpoint_secret": roles.ENDPOINTS,
     "portal.two_factor": roles.ACCOUNT, "portal.two_factor_confirm": roles.ACCOUNT,
     "portal.two_factor_disable": roles.ACCOUNT,
     "portal.users": roles.USERS, "portal.invite_user": roles.USERS, "portal.user_role": roles.USERS,
@@ -76,7 +79,7 @@ def walk(make_customer, app):
 
 def url_for_rule(rule: str, acct, target) -> str:
     values = {"key_id": acct.key.id, "user_id": target.id, "delivery_id": "dlv_walk", "scan_id": "scan_walk", "finding_id": "fnd_walk",
-              "bulk_id": "bulk_walk", "token": "walk-token"}
+              "bulk_id": "bulk_walk", "token": "walk-token", "endpoint_id": "ep_walk"}
     for name, value in values.items():
         rule = rule.replace(f"<{name}>", value)
     assert "<" not in rule, f"the walk has no value for a parameter of {rule}: add one to url_for_rule"

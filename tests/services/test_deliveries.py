@@ -67,8 +67,9 @@ def test_a_job_that_is_not_the_current_one_or_a_final_delivery_makes_no_attempt(
 
 def test_a_busy_endpoint_defers_the_job_without_an_attempt(delivery):
     asked = []
-    result = _start(delivery.id, admit=lambda key_id, url: asked.append((key_id, url)) or False)
-    assert result == "busy" and asked == [(delivery.api_key_id, URL)]
+    result = _start(delivery.id, admit=lambda endpoint_id, url: asked.append((endpoint_id, url)) or False)
+    # The share is the endpoint's (D22): the key's first endpoint here.
+    assert result == "busy" and asked == [(webhooks.first_endpoint_id(delivery.api_key_id), URL)]
     assert (_row(delivery.id).attempts, DeliveryAttempt.select().count()) == (0, 0)
     job_id = _row(delivery.id).job_id
     assert deliveries.defer(delivery.id, job_id, 5) is True
@@ -148,3 +149,20 @@ def test_a_lost_job_is_enqueued_again_once_the_delivery_is_stale(delivery, redis
     assert live_job_ids([job_id]) == {job_id}
     # Alive now: the next sweep leaves it alone.
     assert deliveries.recover_deliveries(created + timedelta(seconds=600))["deliveries_redispatched"] == 0
+
+
+@pytest.mark.config(DELIVERY_RETENTION_DAYS=30)
+def test_deliveries_past_retention_are_removed_with_their_attempts_but_pending_ones_wait(conn):
+    with freeze_time(NOW) as frozen:
+        old = new_delivery()
+        attempt = _start(old.id)
+        deliveries.record(attempt.delivery, attempt.row, Outcome(status_code=200))
+        still_pending = new_delivery()
+        frozen.tick(timedelta(days=29))
+        recent = new_delivery()
+        frozen.tick(timedelta(days=1, seconds=1))  # the first two are 30 days and a second old
+        assert deliveries.remove_past_retention() == 1
+        assert not WebhookDelivery.select().where(WebhookDelivery.id == old.id).exists()
+        assert not DeliveryAttempt.select().where(DeliveryAttempt.delivery == old.id).exists()
+        assert {d.id for d in WebhookDelivery.select()} == {still_pending.id, recent.id}
+        assert deliveries.remove_past_retention() == 0

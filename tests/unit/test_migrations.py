@@ -317,3 +317,29 @@ def test_the_summed_reads_migration_adds_the_columns_and_the_minute_index(app):
                 CreditLedger.select().where(CreditLedger.customer == customer.id).order_by(CreditLedger.id)]
         assert rows == [("grant", None, 5), ("reads", 2, -2)]
         assert billing.ledger_sum(customer.id) == billing.balance_of(customer.id) == 3
+
+
+def test_the_webhook_endpoints_migration_makes_each_keys_url_its_first_endpoint(app):
+    """Version 15 (D22): the endpoints table, the first endpoint's columns on the key, and each
+    delivery written before naming its key's first endpoint."""
+    from app.models import ApiKey, WebhookDelivery, WebhookEndpoint
+    from app.services import webhooks
+
+    with db.connection_context():
+        customer = accounts.create_customer("Old", "business", 5)
+        key, _ = accounts.issue_key(customer.id, "k", "https://hooks.example.com/a")
+        delivery = webhooks.send_test_event(key.id, customer.id)
+        with db.atomic():
+            db.drop_tables([WebhookEndpoint])
+            db.execute_sql('DROP INDEX "webhook_delivery_endpoint_id_created_at"')
+            db.execute_sql('ALTER TABLE "webhook_delivery" DROP COLUMN "endpoint_id"')
+            for column in ("webhook_events", "webhook_enabled", "webhook_description", "webhook_disabled_at"):
+                db.execute_sql(f'ALTER TABLE "api_key" DROP COLUMN "{column}"')
+            SchemaVersion.delete().where(SchemaVersion.version == 15).execute()
+
+        assert migrations.upgrade() == [15]
+        assert migrations.upgrade() == []
+        assert WebhookDelivery.get_by_id(delivery.id).endpoint_id == webhooks.first_endpoint_id(key.id)
+        migrated = ApiKey.get_by_id(key.id)
+        assert (migrated.webhook_events, migrated.webhook_enabled, migrated.webhook_description) == (None, True, "")
+        assert WebhookEndpoint.select().count() == 0

@@ -16,8 +16,8 @@ from rq import Queue
 from app import runtime
 from app.extensions import db
 from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, enqueue_delivery, enqueue_tracking, promote_due
-from app.models import DeliveryAttempt, WebhookDelivery
-from app.services import webhooks
+from app.models import ApiKey, DeliveryAttempt, WebhookDelivery
+from app.services import endpoints, webhooks
 from simulator.procutil import wait_until
 from tests.conftest import ServerThread
 from workers import delivery_pool, webhook_jobs
@@ -147,6 +147,33 @@ def test_a_hanging_endpoint_does_not_hold_up_another_customers_endpoint_on_the_s
         assert set(receiver.arrived) == set(made)
         delays = sorted(receiver.arrived[d] - made[d] for d in made)
         assert delays[-1] < 1.0, delays
+    finally:
+        receiver.release.set()
+        pool.stop(timeout=10)
+        receiver.server.stop()
+
+
+@pytest.mark.config(WEBHOOK_TIMEOUT_SECONDS=60, WEBHOOK_TEST_EVENTS_PER_MINUTE=1000)
+def test_two_endpoints_of_one_key_at_the_same_url_hold_a_share_each(make_customer):
+    """The share is the endpoint's (D22), not the key's URL's: two endpoints of one key posting to the
+    same hanging URL hold ``per_endpoint`` requests each (keyed by key and URL they would share one)."""
+    receiver = Receiver(hang=True)
+    account = make_customer(webhook_url=receiver.server.url)
+    pool = DeliveryPool(size=8, per_endpoint=2, per_host=8).start()
+    try:
+        with db.connection_context():
+            key = ApiKey.get_by_id(account.key.id)
+            second, _ = endpoints.create(key, url=receiver.server.url, events=["endpoint.disabled"])
+            for _ in range(4):
+                webhooks.send_test_event(key.id, account.customer.id)  # to the first endpoint
+                webhooks.dispatch(webhooks.record_key_event(key, {"event": "endpoint.disabled"},
+                                                            leave_out=webhooks.first_endpoint_id(key.id)))
+        wait_until(lambda: receiver.most == 4 and pool.parked() == 4, 30, "each endpoint at its own share")
+        receiver.release.set()
+        wait_until(lambda: statuses(account.key.id) == {"succeeded": 8}, 30, "every delivery sent")
+        assert receiver.most == 4
+        with db.connection_context():
+            assert WebhookDelivery.select().where(WebhookDelivery.endpoint_id == second["endpoint_id"]).count() == 4
     finally:
         receiver.release.set()
         pool.stop(timeout=10)
