@@ -11,9 +11,8 @@ from flask.views import MethodView
 
 from app.api import hooks
 from app.api.base import ApiBlueprint
-from app.api.scans import HEADERS, SECURITY, with_key_refusals
+from app.api.scans import HEADERS, SECURITY, error_documenter
 from app.schemas.deliveries import DeliveryListArgs, DeliveryListSchema, RedeliveredSchema
-from app.schemas.errors import ErrorSchema
 from app.services import access, webhooks
 
 blp = ApiBlueprint("deliveries", __name__, url_prefix="/api/v1",
@@ -57,22 +56,7 @@ REDELIVERED_EXAMPLE = {"ok": True, **{k: v for k, v in LIST_EXAMPLE["data"][0].i
                        "status": "pending", "next_attempt_at": "2026-11-21T13:00:00Z"}
 
 
-def error_examples(text: str) -> dict:
-    """An example body for every code a status's description names."""
-    return {code: {"summary": code, "value": {"ok": False, "error": code, "message": message,
-                                              "request_id": "req_4f1c2a9e0b7d3c5a6e8f9a1b"}}
-            for code, message in ERROR_EXAMPLES.items() if f"`{code}`" in text}
-
-
-def documented_errors(statuses: dict):
-    statuses, _ = with_key_refusals(statuses, {})
-
-    def decorate(view):
-        for status, text in reversed(list(statuses.items())):
-            view = blp.alt_response(status, schema=ErrorSchema, description=f"Error codes: {text}.",
-                                    examples=error_examples(text))(view)
-        return view
-    return decorate
+documented_errors = error_documenter(blp, ERROR_EXAMPLES)
 
 
 @blp.route("/deliveries")

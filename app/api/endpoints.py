@@ -11,7 +11,7 @@ from flask.views import MethodView
 
 from app.api import hooks
 from app.api.base import ApiBlueprint
-from app.api.scans import HEADERS, SECURITY, with_key_refusals
+from app.api.scans import HEADERS, SECURITY, error_documenter
 from app.models import iso
 from app.schemas.endpoints import (
     EndpointCreatedSchema,
@@ -25,7 +25,6 @@ from app.schemas.endpoints import (
     RolledSecretSchema,
     RollSecretSchema,
 )
-from app.schemas.errors import ErrorSchema
 from app.services import access, endpoints
 
 blp = ApiBlueprint("endpoints", __name__, url_prefix="/api/v1",
@@ -56,21 +55,7 @@ ENDPOINT_EXAMPLE = {"endpoint_id": "ep_Q2hlcnJ5IHRvbWF0b2Vz", "url": "https://ho
 SECRET_EXAMPLE = "whsec_MDEyMzQ1Njc4OWFiY2RlZg=="  # noqa: S105 - a documentation example
 
 
-def _error_examples(text: str) -> dict:
-    return {code: {"summary": code, "value": {"ok": False, "error": code, "message": message,
-                                              "request_id": "req_4f1c2a9e0b7d3c5a6e8f9a1b"}}
-            for code, message in ERROR_EXAMPLES.items() if f"`{code}`" in text}
-
-
-def documented_errors(statuses: dict):
-    statuses, _ = with_key_refusals(statuses, {})
-
-    def decorate(view):
-        for status, text in reversed(list(statuses.items())):
-            view = blp.alt_response(status, schema=ErrorSchema, description=f"Error codes: {text}.",
-                                    examples=_error_examples(text))(view)
-        return view
-    return decorate
+documented_errors = error_documenter(blp, ERROR_EXAMPLES)
 
 
 @blp.route("/endpoints")

@@ -132,6 +132,27 @@ def with_key_refusals(docs: dict[int, str], codes: dict[int, tuple]) -> tuple[di
     return dict(sorted(docs.items())), codes
 
 
+def error_documenter(blueprint, examples: dict[str, str]):
+    """The ``documented_errors`` of a blueprint whose statuses are described in words: each
+    status's description names its codes in backticks, and every code named gets an example
+    body with ``examples``' message; D21's refusals are added to every operation."""
+    def examples_for(text: str) -> dict:
+        return {code: {"summary": code, "value": {"ok": False, "error": code, "message": message,
+                                                  "request_id": "req_4f1c2a9e0b7d3c5a6e8f9a1b"}}
+                for code, message in examples.items() if f"`{code}`" in text}
+
+    def documented_errors(statuses: dict):
+        statuses, _ = with_key_refusals(statuses, {})
+
+        def decorate(view):
+            for status, text in reversed(list(statuses.items())):
+                view = blueprint.alt_response(status, schema=ErrorSchema, description=f"Error codes: {text}.",
+                                              examples=examples_for(text))(view)
+            return view
+        return decorate
+    return documented_errors
+
+
 def documented_errors(*statuses, overrides=None, codes=None, blueprint=None):
     """Stack an ``alt_response`` per error status, naming the codes each can carry, with an example of each;
     every endpoint also names D21's refusals of the key (401, 403)."""
