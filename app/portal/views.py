@@ -241,19 +241,6 @@ def _endpoint_rows(key: ApiKey) -> list[dict]:
     return rows
 
 
-def _endpoint_action(key_id: str, action, success: str):
-    """Run an endpoint change for the key's owner: a refused input is flashed (400 to the page)."""
-    try:
-        result = action()
-    except LookupError:
-        abort(404)
-    except InvalidRequest as exc:
-        flash(str(exc), "error")
-        return None
-    flash(success, "ok")
-    return result
-
-
 @bp.post("/api-keys/<key_id>/endpoints")
 @security.requires(roles.ENDPOINTS)
 def add_endpoint(key_id):
@@ -262,9 +249,10 @@ def add_endpoint(key_id):
     if not form.validate_on_submit():
         flash(_form_errors(form), "error")
         return _key_page(key, endpoint_form=form, code=400)
-    created = _endpoint_action(key.id, lambda: endpoints.create(
+    created = _run(key.id, lambda: endpoints.create(
         key, url=form.url.data, events=form.events.data, payload=form.payload.data,
-        description=form.description.data or ""), "Endpoint added. Copy its signing secret to your receiver.")
+        description=form.description.data or ""), "Endpoint added. Copy its signing secret to your receiver.",
+        refused=InvalidRequest)
     if created is None:
         return _key_page(key, endpoint_form=form, code=400)
     return _key_page(_owned_key_or_404(key.id), revealed=created[1])
@@ -278,9 +266,9 @@ def update_endpoint(key_id, endpoint_id):
     if not form.validate_on_submit():
         flash(_form_errors(form), "error")
         return _key_page(key, code=400)
-    done = _endpoint_action(key.id, lambda: endpoints.update(
+    done = _run(key.id, lambda: endpoints.update(
         key, endpoint_id, url=form.url.data, events=form.events.data, payload=form.payload.data,
-        description=form.description.data or ""), "Endpoint saved.")
+        description=form.description.data or ""), "Endpoint saved.", refused=InvalidRequest)
     return _back(key.id) if done is not None else _key_page(key, code=400)
 
 
@@ -290,8 +278,9 @@ def set_endpoint_enabled(key_id, endpoint_id):
     key = _owned_key_or_404(key_id)
     if ActionForm().validate_on_submit():
         enable = request.form.get("enabled") == "yes"
-        _endpoint_action(key.id, lambda: endpoints.set_enabled(key, endpoint_id, enabled=enable),
-                         "Endpoint enabled: events are sent to it again." if enable else "Endpoint disabled.")
+        _run(key.id, lambda: endpoints.set_enabled(key, endpoint_id, enabled=enable),
+             "Endpoint enabled: events are sent to it again." if enable else "Endpoint disabled.",
+             refused=InvalidRequest)
     return _back(key.id)
 
 
@@ -309,9 +298,10 @@ def roll_endpoint_secret(key_id, endpoint_id):
     if form.confirm.data != "yes":
         return _key_page(key, endpoint_roll={"endpoint_id": endpoint_id, "hours": hours,
                                              "ends": utcnow() + timedelta(hours=hours)})
-    rolled = _endpoint_action(key.id, lambda: endpoints.roll_secret(key, endpoint_id, overlap_hours=hours),
-                              "The endpoint's next signing secret is ready. Install it in its receiver before the "
-                              "overlap ends." if hours else "A new signing secret is in force for the endpoint.")
+    rolled = _run(key.id, lambda: endpoints.roll_secret(key, endpoint_id, overlap_hours=hours),
+                  "The endpoint's next signing secret is ready. Install it in its receiver before the "
+                  "overlap ends." if hours else "A new signing secret is in force for the endpoint.",
+                  refused=InvalidRequest)
     if rolled:
         return _key_page(_owned_key_or_404(key.id), revealed=rolled.secret)
     return _back(key.id)
@@ -322,8 +312,8 @@ def roll_endpoint_secret(key_id, endpoint_id):
 def switch_endpoint_secret(key_id, endpoint_id):
     key = _owned_key_or_404(key_id)
     if ActionForm().validate_on_submit():
-        _endpoint_action(key.id, lambda: endpoints.switch_secret(key, endpoint_id),
-                         "The endpoint's next signing secret is now its only one.")
+        _run(key.id, lambda: endpoints.switch_secret(key, endpoint_id),
+             "The endpoint's next signing secret is now its only one.", refused=InvalidRequest)
     return _back(key.id)
 
 
@@ -332,7 +322,7 @@ def switch_endpoint_secret(key_id, endpoint_id):
 def delete_endpoint(key_id, endpoint_id):
     key = _owned_key_or_404(key_id)
     if ActionForm().validate_on_submit():
-        _endpoint_action(key.id, lambda: endpoints.delete(key, endpoint_id), "Endpoint deleted.")
+        _run(key.id, lambda: endpoints.delete(key, endpoint_id), "Endpoint deleted.", refused=InvalidRequest)
     return _back(key.id)
 
 
@@ -340,13 +330,14 @@ def _back(key_id, **args):
     return redirect(url_for("portal.key_page", key_id=key_id, **args))
 
 
-def _run(key_id, action, success: str):
-    """Run a service action for the key's owner and flash its outcome."""
+def _run(key_id, action, success: str, *, refused: type[Exception] = AccountError):
+    """Run a service action for the key's owner and flash its outcome: an unknown object is a 404,
+    a ``refused`` input (the endpoints service raises ``InvalidRequest``) a flashed error."""
     try:
         result = action()
     except LookupError:
         abort(404)
-    except AccountError as exc:
+    except refused as exc:
         flash(str(exc), "error")
         return None
     flash(success, "ok")
@@ -359,7 +350,7 @@ def save_webhook(key_id):
     key = _owned_key_or_404(key_id)
     form = WebhookForm()
     if not form.validate_on_submit():
-        flash("; ".join(f"{form[name].label.text}: {', '.join(errs)}" for name, errs in form.errors.items()), "error")
+        flash(_form_errors(form), "error")
         return _key_page(key, form=form, code=400)
     try:
         webhooks.set_webhook(key.id, g.portal_customer.id, form.url.data, form.secret.data or None)
@@ -388,7 +379,7 @@ def save_access(key_id):
     _scope_choices(form, key)
     form.scopes.pre_validate = lambda _form: None  # a scope the key lacks is the service's refusal, said plainly
     if not form.validate_on_submit():
-        flash("; ".join(f"{form[name].label.text}: {', '.join(errs)}" for name, errs in form.errors.items()), "error")
+        flash(_form_errors(form), "error")
         return _key_page(key, access_form=form, code=400)
     try:
         access.narrow_access(key.id, g.portal_customer.id, scopes=form.scopes.data or [],
@@ -423,7 +414,7 @@ def roll_secret(key_id):
     key = _owned_key_or_404(key_id)
     form = RollSecretForm()
     if not form.validate_on_submit():
-        flash("; ".join(f"{form[name].label.text}: {', '.join(errs)}" for name, errs in form.errors.items()), "error")
+        flash(_form_errors(form), "error")
         return _key_page(key, roll=form, code=400)
     hours = form.overlap_hours.data
     if form.confirm.data != "yes":
@@ -637,8 +628,7 @@ def ledger_csv():
         except InvalidRequest as exc:
             form.end.errors = list(form.end.errors) + [str(exc)]
     if period is None:
-        flash("Ledger export: " + "; ".join(f"{form[name].label.text}: {', '.join(errs)}"
-                                            for name, errs in form.errors.items()), "error")
+        flash("Ledger export: " + _form_errors(form), "error")
         return _usage_page(form, 400)
     customer_id = g.portal_customer.id
 
