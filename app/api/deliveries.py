@@ -11,18 +11,15 @@ from flask.views import MethodView
 
 from app.api import hooks
 from app.api.base import ApiBlueprint
-from app.api.scans import HEADERS, SECURITY, error_documenter
+from app.api.scans import ERROR_DOCS, HEADERS, SECURITY, error_documenter
 from app.schemas.deliveries import DeliveryListArgs, DeliveryListSchema, RedeliveredSchema
 from app.services import access, webhooks
 
 blp = ApiBlueprint("deliveries", __name__, url_prefix="/api/v1",
                    description="Webhook deliveries: catch up on the events a receiver missed, and send one again.")
 
-ERRORS = {
-    401: "`unauthorized` (header missing or malformed), `invalid_token` (unknown or revoked key)",
-    402: "`insufficient_balance`",
-    503: "`service_unavailable` (database unreachable); with `Retry-After`",
-}
+# What every call of these endpoints may answer, in the scans blueprint's words.
+ERRORS = {status: ERROR_DOCS[status] for status in (401, 402, 503)}
 # One example per code a status carries on these endpoints, as the services word it.
 ERROR_EXAMPLES = {
     "invalid_request": "starting_after: no delivery dlv_T3JhbmdlIGp1aWNlIGJveA of this account",

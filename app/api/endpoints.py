@@ -11,7 +11,7 @@ from flask.views import MethodView
 
 from app.api import hooks
 from app.api.base import ApiBlueprint
-from app.api.scans import HEADERS, SECURITY, error_documenter
+from app.api.scans import ERROR_DOCS, HEADERS, SECURITY, error_documenter
 from app.models import iso
 from app.schemas.endpoints import (
     EndpointCreatedSchema,
@@ -30,11 +30,8 @@ from app.services import access, endpoints
 blp = ApiBlueprint("endpoints", __name__, url_prefix="/api/v1",
                    description="Webhook endpoints: where events are sent, which ones, and how.")
 
-ERRORS = {
-    401: "`unauthorized` (header missing or malformed), `invalid_token` (unknown or revoked key)",
-    402: "`insufficient_balance`",
-    503: "`service_unavailable` (database unreachable); with `Retry-After`",
-}
+# What every call of these endpoints may answer, in the scans blueprint's words.
+ERRORS = {status: ERROR_DOCS[status] for status in (401, 402, 503)}
 NOT_FOUND = {404: "`not_found` (the calling key has no endpoint with this id)"}
 INVALID = {400: "`invalid_request` (a field refused, with its reason: a URL that is not https or not public, an "
                 "unknown event, an 11th endpoint...)"}
