@@ -23,7 +23,7 @@ from app.db import transaction
 from app.models import iso, new_id, utcnow
 from app.services import crypto
 from app.services.errors import InvalidRequest
-from app.services.targets import TargetError, normalize
+from app.services.targets import normalize_or_refuse
 from app.store import activity as store
 
 log = logging.getLogger(__name__)
@@ -89,10 +89,7 @@ def target_filter(target: str | None) -> list[str] | None:
     invalid target is refused as a creation refuses it."""
     if target is None:
         return None
-    try:
-        kind, normalized = normalize(target, None)
-    except TargetError as exc:
-        raise InvalidRequest(exc.message, code=exc.code, details={"target": [exc.message]}) from None
+    kind, normalized = normalize_or_refuse(target, None, field="target")
     return [crypto.target_hash(kind, normalized)]
 
 

@@ -33,13 +33,12 @@ from app.services.errors import (
     EngineUnavailable,
     Forbidden,
     InsufficientBalance,
-    InvalidRequest,
     NotFound,
     NothingToRerun,
 )
 from app.services.limits import Limits, limits_for
 from app.services.results import failed_source_ids
-from app.services.targets import TargetError, normalize
+from app.services.targets import normalize_or_refuse
 from app.services.tracking import first_look_delay
 from app.store import customers as customer_store
 from app.store import scans as scan_store
@@ -202,10 +201,7 @@ def create_scan(customer, api_key_id, target, kind, *, request_id, livemode=True
                 case_ref=None) -> Outcome:
     """Queue one scan (a test scan when ``livemode`` is False, D15) with its purpose and case
     reference (D20); the body has no URLs (the HTTP layer adds ``poll_url``)."""
-    try:
-        kind, target = normalize(target, kind)
-    except TargetError as exc:
-        raise InvalidRequest(exc.message, code=exc.code) from None
+    kind, target = normalize_or_refuse(target, kind)
     purpose, case_ref = purposes.check(purpose, case_ref, required=customer.require_purpose)
     suppressions.check(kind, target)  # an opt-out: 403, before anything is reserved or charged
     rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (kind, target))], request_id=request_id,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from app.models import utcnow
 from app.services import crypto
-from app.services.errors import InvalidRequest, TargetSuppressed
-from app.services.targets import TargetError, normalize
+from app.services.errors import TargetSuppressed
+from app.services.targets import normalize_or_refuse
 from app.store import suppressions as store
 
 SUPPRESSED_MESSAGE = "the person this target belongs to has opted out of lookups"
@@ -19,10 +19,7 @@ SUPPRESSED_MESSAGE = "the person this target belongs to has opted out of lookups
 
 def _hash_of(kind: str | None, target: str) -> tuple[str, str]:
     """``(kind, keyed hash)`` of a target as a creation would normalise it."""
-    try:
-        kind, normalized = normalize(target, kind)
-    except TargetError as exc:
-        raise InvalidRequest(exc.message, code=exc.code) from None
+    kind, normalized = normalize_or_refuse(target, kind)
     return kind, crypto.target_hash(kind, normalized)
 
 

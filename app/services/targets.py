@@ -11,6 +11,8 @@ import re
 
 from email_validator import EmailNotValidError, validate_email
 
+from app.services.errors import InvalidRequest
+
 KINDS = ("email", "phone", "username")
 MIN_LENGTH = 3
 MAX_LENGTH = 256
@@ -84,3 +86,14 @@ def normalize(target: str, kind: str | None) -> tuple[str, str]:
     if len(text) > MAX_LENGTH:
         raise TargetError("invalid_target", f"target must have at most {MAX_LENGTH} characters", kind)
     return kind, NORMALIZERS[kind](text)
+
+
+def normalize_or_refuse(target: str, kind: str | None, *, field: str | None = None) -> tuple[str, str]:
+    """``normalize``, a refused target raised as the 400 a creation answers (``InvalidRequest``
+    with the target's own code; ``field``: the request field named in its ``details`` too)."""
+    try:
+        return normalize(target, kind)
+    except TargetError as exc:
+        details = {field: [exc.message]} if field else None
+        raise InvalidRequest(exc.message, code=exc.code, details=details) from None
+
