@@ -149,6 +149,12 @@ def load_settings(env=None) -> dict:
         "ENGINE_POLL_SECONDS": _seconds(env, "ENGINE_POLL_SECONDS", 10.0, 3600),
         "ENGINE_SUBMIT_TIMEOUT_SECONDS": _seconds(env, "ENGINE_SUBMIT_TIMEOUT_SECONDS", 5.0, 300),
         "ENGINE_STATUS_TIMEOUT_SECONDS": _seconds(env, "ENGINE_STATUS_TIMEOUT_SECONDS", 5.0, 300),
+        # D24: ``auto`` tracks scans in flight by due times in the database, looked at in batches
+        # (one engine request for up to ENGINE_BATCH_SIZE scans when the engine offers it, single
+        # looks otherwise) by ENGINE_LOOK_THREADS threads per worker; ``off``: an RQ job per scan.
+        "ENGINE_BATCH_LOOK": _choice(env, "ENGINE_BATCH_LOOK", "auto", ("auto", "off")),
+        "ENGINE_BATCH_SIZE": _number(env, "ENGINE_BATCH_SIZE", 100, 1, 100),
+        "ENGINE_LOOK_THREADS": _number(env, "ENGINE_LOOK_THREADS", 2, 1, 64),
         # How often a worker runs the recovery sweep (D13), and how long a scan may go
         # unlooked-at before the sweep suspects its tracking job was lost.
         "RECOVERY_INTERVAL_SECONDS": _number(env, "RECOVERY_INTERVAL_SECONDS", 60, 1, DAY),

@@ -57,6 +57,9 @@ SCANS_FINISHED = Counter("scan_api_scans_finished_total", "Scans that reached a 
 SCANS_FAILED = Counter("scan_api_scans_failed_total", "Scans failed, by failure code", ["kind", "reason"])
 RATE_LIMITED = Counter("scan_api_rate_limited_total", "Requests refused with 429", ["code"])
 ENGINE_LATENCY = Histogram("scan_engine_call_seconds", "Engine HTTP call latency", ["call"])
+# How late the batch looks (D24) take a scan past its due time: the workers keep up while it stays small.
+LOOK_LAG = Histogram("scan_engine_look_lag_seconds", "How long past its due time a scan in flight was looked at",
+                     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300))
 ENGINE_ERRORS = Counter("scan_engine_call_errors_total", "Engine calls that failed, by kind of failure",
                         ["call", "error"])
 WEBHOOK_ATTEMPTS = Counter("scan_api_webhook_attempts_total", "Webhook delivery attempts (HTTP requests made)",
@@ -125,6 +128,10 @@ def observe_engine_call(call: str, seconds: float, error: str | None = None) -> 
     ENGINE_LATENCY.labels(call=call).observe(seconds)
     if error:
         ENGINE_ERRORS.labels(call=call, error=error).inc()
+
+
+def observe_look_lag(seconds: float) -> None:
+    LOOK_LAG.observe(seconds)
 
 
 def count_scan_finished(kind: str, status: str, reason: str | None = None) -> None:

@@ -218,6 +218,14 @@ def _summed_reads(database):
     CreditLedger._schema.create_indexes(safe=True)  # IF NOT EXISTS: the existing ones stay
 
 
+def _batch_looks(database):
+    from app.models import Scan
+
+    database.execute_sql('ALTER TABLE "scan" ADD COLUMN IF NOT EXISTS "next_look_at" TIMESTAMP')
+    database.execute_sql('ALTER TABLE "scan" ADD COLUMN IF NOT EXISTS "look_generation" INTEGER NOT NULL DEFAULT 0')
+    Scan._schema.create_indexes(safe=True)  # IF NOT EXISTS: the existing ones stay
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 MIGRATIONS = [
     (1, "initial schema", _initial),
@@ -235,6 +243,7 @@ MIGRATIONS = [
     (14, "portal roles and two-factor login", _portal_roles_and_two_factor),
     (15, "webhook endpoints", _webhook_endpoints),
     (16, "read charges summed per minute", _summed_reads),
+    (17, "batch looks at the engine", _batch_looks),
 ]
 
 

@@ -23,7 +23,8 @@ restarts. A ``junk`` investigation (phones ending ``6666``) ends ``done`` with `
 
 Controls (no auth, for tests and QA): ``POST /_sim/engine/mode`` with ``{"mode": "up"}``,
 ``{"mode": "down"}`` (every ``/v1`` call answers 503) or ``{"mode": "flaky", "every": N}``
-(every N-th ``/v1`` call since the mode was set answers 500); ``GET /_sim/engine/mode``;
+(every N-th ``/v1`` call since the mode was set answers 500), each with ``"batch_look": false`` to
+answer the batch look with 404 as an engine without it does (default true); ``GET /_sim/engine/mode``;
 ``GET /_sim/engine/stats`` → ``{"submit", "batch", "status", "total"}`` calls received,
 counted before mode and auth are applied; ``POST /_sim/engine/reset`` → mode up, stats zero.
 
@@ -63,15 +64,21 @@ class EngineControl:
     def reset(self) -> None:
         with self._lock:
             self._mode, self._every, self._calls_in_mode = "up", None, 0
+            self._batch_look = True
             self._stats = Counter()
 
-    def set_mode(self, mode: str, every: int | None) -> None:
+    def set_mode(self, mode: str, every: int | None, batch_look: bool = True) -> None:
         with self._lock:
             self._mode, self._every, self._calls_in_mode = mode, every, 0
+            self._batch_look = batch_look
 
     def mode(self) -> dict:
         with self._lock:
-            return {"mode": self._mode, "every": self._every}
+            return {"mode": self._mode, "every": self._every, "batch_look": self._batch_look}
+
+    def batch_look(self) -> bool:
+        with self._lock:
+            return self._batch_look
 
     def stats(self) -> dict:
         with self._lock:
@@ -163,7 +170,10 @@ def status(engine_id: str):
 
 @engine_bp.post("/v1/investigations/status")
 def status_batch():
-    """The batch look (E6): each id as the single look answers it, in the order asked."""
+    """The batch look (E6): each id as the single look answers it, in the order asked. With
+    ``batch_look`` off (``/_sim/engine/mode``) it answers 404, as an engine without it would."""
+    if not control().batch_look():
+        return json_error(404, "not_found", "This engine does not offer the batch look (simulated).")
     ids = _json_body().get("ids")
     if not isinstance(ids, list) or not 1 <= len(ids) <= MAX_BATCH or not all(isinstance(i, str) for i in ids):
         raise InvalidBody(f"ids must be a list of 1 to {MAX_BATCH} investigation ids")
@@ -212,7 +222,10 @@ def set_mode():
             raise InvalidBody("flaky mode needs every: a positive integer")
     else:
         every = None
-    control().set_mode(mode, every)
+    batch_look = body.get("batch_look", True)
+    if not isinstance(batch_look, bool):
+        raise InvalidBody("batch_look must be true or false")
+    control().set_mode(mode, every, batch_look)
     return jsonify(control().mode())
 
 

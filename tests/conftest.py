@@ -136,11 +136,19 @@ def _empty_tables():
                 model.delete().execute()
 
 
+def marked_config(request) -> dict:
+    """The settings of a test's ``@pytest.mark.config(...)`` marks: a module's ``pytestmark``, a
+    test's own and its parameter's merge, the closest winning."""
+    config: dict = {}
+    for marker in reversed(list(request.node.iter_markers("config"))):
+        config.update(marker.kwargs)
+    return config
+
+
 @pytest.fixture
 def app(_schema, base_config, request):
     """A fresh app bound to emptied tables and a flushed Redis; ``@pytest.mark.config(...)`` overrides."""
-    marker = request.node.get_closest_marker("config")
-    config = dict(base_config, **(marker.kwargs if marker else {}))
+    config = dict(base_config, **marked_config(request))
     application = create_app(config)
     _empty_tables()
     runtime.redis().flushdb()

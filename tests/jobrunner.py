@@ -1,10 +1,11 @@
-"""Runs RQ jobs in the test process on scheduled time, never on wall-clock sleeps.
+"""Runs RQ jobs and batch looks in the test process on scheduled time, never on wall-clock sleeps.
 
 Jobs scheduled with ``enqueue_in`` wait in RQ's ScheduledJobRegistry. ``run`` moves
 the due ones to their queue and works the queues in burst mode with a real
-``SimpleWorker``; when only future jobs are left and a freezegun ``freezer`` is
-given, it moves frozen time to the next scheduled job, as RQ's scheduler would
-reach it, and goes on.
+``SimpleWorker``, and runs the batch looks that are due (``app.services.looks``, as a
+worker's lookers do, when the engine queue is among its queues); when only future work is
+left and a freezegun ``freezer`` is given, it moves frozen time to the next scheduled job
+or due look, as RQ's scheduler and the lookers would reach it, and goes on.
 """
 from __future__ import annotations
 
@@ -14,13 +15,16 @@ from rq import Queue, SimpleWorker
 from rq.registry import ScheduledJobRegistry
 
 from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, promote_due
+from app.services import looks
 
 
 class JobRunner:
     def __init__(self, connection, queue_names=(ENGINE_QUEUE, WEBHOOK_QUEUE)):
         self.connection = connection
         self.queues = [Queue(name, connection=connection) for name in queue_names]
+        self.looks = ENGINE_QUEUE in queue_names
         self.executed = 0
+        self.looked = 0  # scans the batch looks took
 
     def _promote_due(self) -> None:
         now = datetime.now(UTC).timestamp()
@@ -34,7 +38,21 @@ class JobRunner:
             first = self.connection.zrange(registry.key, 0, 0, withscores=True)
             if first:
                 times.append(first[0][1])
+        due = looks.next_due() if self.looks else None
+        if due is not None:
+            times.append(due.replace(tzinfo=UTC).timestamp())
         return min(times) if times else None
+
+    def _look_due(self) -> bool:
+        """Run the due batch looks; whether any scan was looked at."""
+        looked = 0
+        while self.looks:
+            claimed = looks.look_due()["claimed"]
+            if not claimed:
+                break
+            looked += claimed
+        self.looked += looked
+        return looked > 0
 
     def pending(self) -> int:
         return sum(q.count for q in self.queues)
@@ -50,6 +68,8 @@ class JobRunner:
                 before = worker.successful_job_count + worker.failed_job_count
                 worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
                 self.executed += worker.successful_job_count + worker.failed_job_count - before
+                continue
+            if self._look_due():
                 continue
             upcoming = self.next_scheduled()
             if upcoming is None or freezer is None:

@@ -1,5 +1,9 @@
 """``python -m workers``: an RQ worker with its scheduler on ``engine`` and ``webhooks``.
 
+With the engine queue it also runs the batch looks (``workers.looker``, D24): threads that
+look at the scans in flight due in the database, many per engine request; the engine queue
+then carries only the RQ jobs of scans tracked the older way (``ENGINE_BATCH_LOOK=off``).
+
 Jobs run in the worker process (``SimpleWorker``): tracking and delivery jobs are
 short HTTP calls, and forking per job would cost more than the job. RQ's job timeout
 still bounds each one. The scheduler is RQ's, made precise (``PreciseScheduler``):
@@ -33,7 +37,7 @@ from app import create_app, runtime
 from app.config import startup_error_line
 from app.db import CONNECTION_ERRORS
 from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, promote_due
-from app.services import periodic
+from app.services import looks, periodic
 from app.startup import StartupError, check
 from workers.database_gate import DatabaseGate
 
@@ -306,6 +310,12 @@ def main(argv=None) -> int:
         return 1
     queues = [q for q in args.queues.split(",") if q]
     _trap_signals()
+    lookers = None
+    if ENGINE_QUEUE in queues and not args.burst and looks.enabled():  # D24: scans in flight hold no job
+        from workers.looker import Lookers
+        lookers = Lookers(stopping=STOPPING, database=DATABASE).start()
+        log.info("looking at scans in flight in batches of up to %d (%d threads)",
+                 runtime.config["ENGINE_BATCH_SIZE"], lookers.size)
     pool = None
     if WEBHOOK_QUEUE in queues and not args.burst:  # a burst (tests, one-off drains) runs them on RQ's loop
         from workers.delivery_pool import DeliveryPool
@@ -317,6 +327,8 @@ def main(argv=None) -> int:
     finally:
         if pool is not None:
             pool.stop()
+        if lookers is not None:
+            lookers.stop()
 
 
 def _work(queues, args, pool) -> int:

@@ -72,6 +72,11 @@ class Scan(BaseModel):
     tracking_job_id = CharField(max_length=80, null=True)
     last_checked_at = DateTimeField(null=True)
     check_errors = IntegerField(default=0)
+    # Batch looks (D24): when the scan is next due to be looked at (NULL while an RQ job tracks
+    # it), and the fencing token of the looks: a claim adds one, and only the look that holds
+    # the current number may write what it saw.
+    next_look_at = DateTimeField(null=True)
+    look_generation = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])
     # The mode of the key that created it (D15): which engine answers, whether it was charged.
     livemode = BooleanField(default=True, constraints=[SQL("DEFAULT TRUE")])
     # When its personal data was erased (D20); NULL while it is kept.
@@ -92,6 +97,10 @@ class Scan(BaseModel):
 # what is in flight, and the planner never mistakes them for the windows' (customer, created_at).
 Scan.add_index(Scan.index(Scan.customer, name="scan_in_flight_customer", where=Scan.status.in_(IN_FLIGHT)))
 Scan.add_index(Scan.index(Scan.last_checked_at, name="scan_in_flight_last_checked", where=Scan.status.in_(IN_FLIGHT)))
+# The due looks (D24): scans in flight that the batch looks track, by due time. Partial, so the
+# claim's ORDER BY ... LIMIT reads only what is due, however many scans were ever made.
+Scan.add_index(Scan.index(Scan.next_look_at, name="scan_due_look",
+                          where=Scan.status.in_(IN_FLIGHT) & Scan.next_look_at.is_null(False)))
 # The retention job's look (D20): final scans not yet erased, by when they ended. Partial, so
 # erased scans leave it and the job's cost follows what is still to erase, not the table.
 FINISHED_AT = SQL("(COALESCE(completed_at, failed_at))")

@@ -23,6 +23,10 @@ class EngineError(Exception):
     pass
 
 
+class BatchLookUnsupported(EngineError):
+    """The engine answered the batch look with 404 or 405: it does not offer it (E6)."""
+
+
 def _session() -> requests.Session:
     url = runtime.config["ENGINE_URL"]
     session = getattr(_local, "session", None)
@@ -55,7 +59,8 @@ def _call(method: str, path: str, *, timeout: float, json=None, expect=(200, 201
     seconds = time.perf_counter() - started
     if response.status_code not in expect:
         metrics.observe_engine_call(call, seconds, f"http_{response.status_code // 100}xx")
-        raise EngineError(f"{method} {path}: HTTP {response.status_code}")
+        unsupported = path == BATCH_LOOK_PATH and response.status_code in (404, 405)
+        raise (BatchLookUnsupported if unsupported else EngineError)(f"{method} {path}: HTTP {response.status_code}")
     try:
         body = response.json()
     except ValueError:
@@ -95,6 +100,21 @@ def submit_batch(items: list[dict]) -> list[dict]:
     if not isinstance(answers, list) or len(answers) != len(items):
         raise EngineError("batch answer does not match the request")
     return [_submission(item) for item in answers]
+
+
+BATCH_LOOK_PATH = "/v1/investigations/status"
+
+
+def status_batch(engine_ids: list[str]) -> list[dict]:
+    """The batch look (E6): each id's state as ``status`` answers it, in the order asked (at most
+    100 ids). ``BatchLookUnsupported`` when the engine does not offer it. An id the engine does
+    not know is an item with ``"status": "error"`` and ``error.code`` ``not_found``."""
+    body = _call("POST", BATCH_LOOK_PATH, json={"ids": engine_ids},
+                 timeout=runtime.config["ENGINE_STATUS_TIMEOUT_SECONDS"], expect=(200,))
+    items = body.get("items")
+    if not isinstance(items, list) or len(items) != len(engine_ids) or not all(isinstance(i, dict) for i in items):
+        raise EngineError("batch look answer does not match the request")
+    return items
 
 
 def status(engine_id: str) -> dict:

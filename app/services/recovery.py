@@ -35,23 +35,31 @@ from app.db import connection_context
 from app.jobs import QUEUES, live_job_ids, promote_due, queue
 from app.models import utcnow
 from app.models.scans import IN_FLIGHT, QUEUED
-from app.services import deliveries, idempotency, quotas, tracking
+from app.services import deliveries, idempotency, looks, quotas, tracking
 from app.services.scans import reverse_reservation
 from app.store import scan_states
 
 log = logging.getLogger(__name__)
 
 def recover_scans(now, *, at_once: bool = False) -> int:
-    """Start a new chain for each submitted scan in flight whose tracking job is gone: only
-    those not looked at for RECOVERY_STALE_SECONDS, or every one ``at_once``."""
+    """Track again each submitted scan in flight whose tracking job is gone: only those not
+    looked at for RECOVERY_STALE_SECONDS, or every one ``at_once``. With batch looks on (D24)
+    it is handed to them, due now; otherwise a new chain starts for it, and so does one for
+    each scan the batch looks tracked before they were switched off."""
     stale_before = now - timedelta(seconds=runtime.config["RECOVERY_STALE_SECONDS"])
-    candidates = scan_states.submitted_unwatched(statuses=IN_FLIGHT, stale_before=None if at_once else stale_before)
+    batch = looks.enabled()
+    candidates = scan_states.submitted_unwatched(statuses=IN_FLIGHT, stale_before=None if at_once else stale_before,
+                                                 chained_only=batch)
     alive = live_job_ids([job_id for _, job_id in candidates if job_id])
     redispatched = 0
     for scan_id, job_id in candidates:
         if job_id in alive:
             continue
-        if tracking.hand_over(scan_id, job_id, 0, last_checked_at=now):
+        if batch:
+            moved = scan_states.adopt(scan_id, current_job_id=job_id, statuses=IN_FLIGHT, due=now)
+        else:
+            moved = tracking.hand_over(scan_id, job_id, 0, last_checked_at=now)
+        if moved:
             redispatched += 1
             log.info("scan %s: tracking job %s was lost, re-dispatched", scan_id, job_id)
     return redispatched

@@ -117,6 +117,19 @@ def status(engine_id: str) -> dict:
     return _status(engine_id, kind, target, submitted_ms / 1000, sources)
 
 
+def status_batch(engine_ids: list[str]) -> list[dict]:
+    """``engine.status_batch``: each id's document in order; an id that is not the sandbox's is
+    the batch look's ``not_found`` item, as the engine answers it (E6)."""
+    items = []
+    for engine_id in engine_ids:
+        try:
+            items.append(status(engine_id))
+        except SandboxError:
+            items.append({"id": engine_id, "status": "error", "recipes_total": 0, "recipes_done": 0,
+                          "result": None, "error": {"code": "not_found", "message": "No such investigation."}})
+    return items
+
+
 def status_of(kind: str, target: str, submitted_at: datetime | float) -> dict:
     """The same document computed from a scan's kind, target and submission time (a naive
     UTC ``datetime`` as the models store it, an aware one, or Unix seconds)."""

@@ -28,7 +28,7 @@ from app.jobs import enqueue_tracking, tracking_job_id
 from app.metrics import SCANS_CREATED
 from app.models import BulkBatch, Customer, new_id, utcnow
 from app.models.scans import COMPLETED, QUEUED
-from app.services import activity, billing, bulk, engine, purposes, quotas, sandbox_engine, suppressions
+from app.services import activity, billing, bulk, engine, looks, purposes, quotas, sandbox_engine, suppressions
 from app.services.errors import (
     EngineUnavailable,
     Forbidden,
@@ -115,7 +115,9 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
             rows.append({
                 "id": scan_id, "customer": customer_id, "api_key": api_key_id, "bulk": batch.id if batch else None,
                 "bulk_index": index if batch else None, "kind": kind, "target": target, "status": QUEUED,
-                "created_at": now, "tracking_job_id": tracking_job_id(scan_id, 0), "livemode": livemode,
+                "created_at": now, "livemode": livemode,
+                # The chain's first token, unless batch looks track it (D24: a due time, set on submission).
+                "tracking_job_id": None if looks.enabled() else tracking_job_id(scan_id, 0),
                 "purpose": purpose, "case_ref": case_ref, "rerun_of": rerun_of,
             })
         if rows:
@@ -154,14 +156,18 @@ def _reverse(customer_id, rows, batch, cost, request_id, livemode=True) -> None:
 
 
 def _record_submissions(rows, answers) -> None:
-    """Store the engine's ids and etas for all scans in one UPDATE, whatever their number."""
+    """Store the engine's ids and etas for all scans in one UPDATE, whatever their number, with
+    each one's first look when batch looks track them (D24)."""
     now = utcnow()
-    scan_store.record_submissions([(r["id"], a["id"], a["recipes"], now + timedelta(seconds=a["eta_seconds"]))
-                                   for r, a in zip(rows, answers)])
+    scan_store.record_submissions([(r["id"], a["id"], a["recipes"], now + timedelta(seconds=a["eta_seconds"]),
+                                    looks.first_look_at(now, a["eta_seconds"])) for r, a in zip(rows, answers)])
 
 
 def _dispatch(rows, answers) -> None:
-    """Each scan's first look: half a second before its eta, at most ENGINE_POLL_SECONDS away."""
+    """Each scan's first look, when an RQ job tracks it (batch looks need none): half a second
+    before its eta, at most ENGINE_POLL_SECONDS away."""
+    if looks.enabled():
+        return
     poll = runtime.config["ENGINE_POLL_SECONDS"]
     enqueue_tracking({r["id"]: r["tracking_job_id"] for r in rows},
                      delay_seconds={r["id"]: first_look_delay(a["eta_seconds"], poll) for r, a in zip(rows, answers)})

@@ -1,4 +1,5 @@
-"""Scan state transitions (D5), shared by the tracking jobs and the sweep.
+"""Scan state transitions (D5) and the rules of a look, shared by the tracking jobs (an RQ job
+per scan), the batch looks (``app.services.looks``, D24) and the sweep.
 
 A final state is set by compare-and-set: ``UPDATE ... WHERE status IN ('queued',
 'running')``. Only the first writer sees one row changed, so a duplicate or replayed
@@ -17,7 +18,8 @@ from app.db import transaction
 from app.jobs import enqueue_tracking, tracking_generation, tracking_job_id
 from app.models import Scan, utcnow
 from app.models.scans import COMPLETED, FAILED, IN_FLIGHT, QUEUED, RUNNING
-from app.services import quotas, sandbox_engine, webhooks
+from app.services import engine, quotas, sandbox_engine, webhooks
+from app.services.results import InvalidResult, normalize_result
 from app.store import scan_states
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,26 @@ def look_delay(eta_at, now, poll: float) -> float:
     half a second before the eta, then at the eta; past the eta, ``poll``."""
     remaining = (eta_at - now).total_seconds() if eta_at else 0
     return max(MIN_DELAY, min(_until_eta(remaining) if remaining > 0 else poll, poll))
+
+
+def poll_seconds() -> float:
+    return float(runtime.config["ENGINE_POLL_SECONDS"])
+
+
+def next_interval(scan, now) -> float:
+    """Until the engine's eta (half a second before it, then at it), at most ENGINE_POLL_SECONDS."""
+    return look_delay(scan.eta_at, now, poll_seconds())
+
+
+def backoff(errors: int) -> float:
+    """Engine errors back off exponentially from 1 s, up to three poll intervals."""
+    return max(1.0, min(poll_seconds() * 3, 2.0 ** (errors - 1)))
+
+
+def until_deadline(delay: float, deadline, now) -> float:
+    """``delay``, but no later than the deadline while it is ahead (the look that may time the scan out)."""
+    remaining = (deadline - now).total_seconds()
+    return max(MIN_DELAY, min(delay, remaining)) if remaining > 0 else max(MIN_DELAY, delay)
 
 
 def deadline(scan):
@@ -85,8 +107,9 @@ def hand_over(scan_id: str, current_job_id: str | None, delay: float, *, in_flig
     write again. Final states, charges and deliveries always wait for the disk.
     """
     if "status" in changes:  # the look found the engine running a queued scan (``progress_changes``)
-        _start_running(scan_id)
+        start_running(scan_id)
     new_job_id = tracking_job_id(scan_id, tracking_generation(current_job_id) + 1)
+    changes["next_look_at"] = None  # a chain tracks it now, not the batch looks (a sweep may switch)
     statuses = IN_FLIGHT if in_flight_only else None
     if durable:
         changed = scan_states.hand_over(scan_id, current_job_id=current_job_id, new_job_id=new_job_id,
@@ -102,7 +125,7 @@ def hand_over(scan_id: str, current_job_id: str | None, delay: float, *, in_flig
     return True
 
 
-def _start_running(scan_id: str) -> None:
+def start_running(scan_id: str) -> None:
     """``queued`` -> ``running`` once (compare-and-set), with its ``scan.running`` event (D22) in
     the same durable transaction: a replayed look finds the scan running already and sends none."""
     deliveries = None
@@ -115,7 +138,7 @@ def _start_running(scan_id: str) -> None:
 
 def record_progress(scan_id: str, *, running: bool, recipes_total: int | None, recipes_done: int | None) -> None:
     if running:
-        _start_running(scan_id)
+        start_running(scan_id)
     changes = progress_changes(running=running, recipes_total=recipes_total, recipes_done=recipes_done)
     scan_states.update_if(scan_id, statuses=IN_FLIGHT, changes=changes)
 
@@ -155,3 +178,37 @@ def fail(scan_id: str, code: str, message: str) -> bool:
     if done:
         log.info("scan %s failed: %s", scan_id, code)
     return done
+
+
+def apply_look(scan, state: dict, *, past_deadline: bool = False) -> str | dict:
+    """Act on what the engine said of ``scan``: the outcome (``completed``, ``failed``, ``timeout``),
+    or for an unfinished scan the progress to record (``progress_changes``); past the deadline,
+    an unfinished scan fails with ``engine_timeout``. An answer that says nothing usable is an
+    ``EngineError`` (the caller backs off and looks again)."""
+    status = state.get("status")
+    if status == "done":
+        try:
+            result = normalize_result(state.get("result"), scan.kind, scan_id=scan.id)
+        except InvalidResult as exc:
+            log.warning("scan %s: invalid engine result: %s", scan.id, exc)
+            fail(scan.id, "engine_failed", "the engine returned a result that is not valid")
+            return "failed"
+        complete(scan.id, result)
+        return "completed"
+    if status == "error":
+        error: dict = state["error"] if isinstance(state.get("error"), dict) else {}
+        if error.get("code") == "not_found":  # the batch look's unknown id: a single look's 404
+            raise engine.EngineError("the engine does not know this investigation")
+        message = error.get("message") if isinstance(error.get("message"), str) else ""
+        fail(scan.id, "engine_failed", message or "the engine could not complete the investigation")
+        return "failed"
+    if status in ("pending", "running"):
+        if past_deadline:
+            fail(scan.id, "engine_timeout", "the engine did not finish the scan in time")
+            return "timeout"
+        total, done = state.get("recipes_total"), state.get("recipes_done")
+        return progress_changes(
+            running=status == "running",
+            recipes_total=total if isinstance(total, int) and total >= 0 else None,
+            recipes_done=done if isinstance(done, int) and done >= 0 else None)
+    raise engine.EngineError(f"unknown engine status {status!r}")

@@ -1,5 +1,6 @@
 """The statements that move a scan through its states (D5, D13): the tracking chain's
-hand-overs and progress, the final states, and the recovery sweep's finds.
+hand-overs and progress, the batch looks' claims and records (D24), the final states, and
+the recovery sweep's finds.
 
 Every state change is a compare-and-set: the UPDATE names the states (``statuses``) and,
 for a hand-over, the tracking job (the fencing token) it expects, and says how many rows
@@ -8,13 +9,13 @@ rules (``app.services.tracking``, ``app.services.recovery``), passed in here.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import cast
 
-from peewee import Case
+from peewee import Case, fn
 
-from app.db import db
+from app.db import columns, db, execute, instance, table
 from app.models import Scan
 
 
@@ -75,10 +76,14 @@ def fail(scan_id: str, *, statuses: Iterable[str], status: str, now: datetime, c
                                        "failure_code": code, "failure_message": message})
 
 
-def submitted_unwatched(*, statuses: Iterable[str], stale_before: datetime | None) -> list[tuple[str, str | None]]:
+def submitted_unwatched(*, statuses: Iterable[str], stale_before: datetime | None,
+                        chained_only: bool = False) -> list[tuple[str, str | None]]:
     """``(scan id, tracking job id)`` of each submitted scan in one of ``statuses`` not looked at
-    since ``stale_before`` (created before it, if never looked at); every one when None."""
+    since ``stale_before`` (created before it, if never looked at); every one when None. Only
+    those a chain tracks (no due look) if ``chained_only``."""
     where = Scan.status.in_(statuses) & Scan.engine_id.is_null(False)
+    if chained_only:
+        where &= Scan.next_look_at.is_null()
     if stale_before is not None:
         where &= ((Scan.last_checked_at < stale_before)
                   | (Scan.last_checked_at.is_null() & (Scan.created_at < stale_before)))
@@ -90,3 +95,61 @@ def unsubmitted(*, status: str, created_before: datetime) -> list[Scan]:
     """Scans in ``status`` (queued) never recorded as submitted, created before ``created_before``."""
     return list(Scan.select().where((Scan.status == status) & Scan.engine_id.is_null()
                                     & (Scan.created_at < created_before)))
+
+
+# --- batch looks (D24) ------------------------------------------------------------------------
+
+CLAIM_DUE = f"""
+UPDATE {table(Scan)} AS s SET next_look_at = ?, look_generation = s.look_generation + 1
+FROM (SELECT id, next_look_at AS due_at FROM {table(Scan)}
+      WHERE status IN %s AND next_look_at IS NOT NULL AND next_look_at <= ?
+      ORDER BY next_look_at LIMIT ? FOR UPDATE SKIP LOCKED) AS due
+WHERE s.id = due.id
+RETURNING due.due_at, {columns(Scan, "s")}"""
+
+
+def claim_due(*, statuses: Sequence[str], now: datetime, until: datetime, limit: int) -> list[tuple[datetime, Scan]]:
+    """Claim up to ``limit`` scans in ``statuses`` due by ``now``, earliest first: each one's due
+    time and row, its next look moved to ``until`` (so a claim whose looker dies is due again
+    then) and its ``look_generation`` one higher (the claim's fencing token). Rows another
+    claim holds are skipped, not waited for: any number of lookers share the due scans."""
+    sql = CLAIM_DUE % ("(" + ", ".join(["?"] * len(statuses)) + ")")
+    rows = execute(sql, (until, *statuses, now, limit)).fetchall()
+    return [(row[0], instance(Scan, row[1:])) for row in rows]
+
+
+LOOK_COLUMNS = ("next_look_at", "last_checked_at", "check_errors", "recipes_total", "recipes_done")
+RECORD_LOOKS = f"""
+UPDATE {table(Scan)} AS s SET next_look_at = v.next_look_at, last_checked_at = v.checked_at,
+       check_errors = v.check_errors, recipes_total = COALESCE(v.recipes_total, s.recipes_total),
+       recipes_done = COALESCE(v.recipes_done, s.recipes_done)
+FROM (VALUES %s) AS v(id, generation, next_look_at, checked_at, check_errors, recipes_total, recipes_done)
+WHERE s.id = v.id AND s.look_generation = v.generation AND s.next_look_at IS NOT NULL AND s.status IN %s"""
+RECORD_ROW = "(?, ?::integer, ?::timestamp, ?::timestamp, ?::integer, ?::integer, ?::integer)"
+
+
+def record_looks(looks: Sequence[tuple], *, statuses: Sequence[str]) -> int:
+    """Write what each look saw in one UPDATE: ``(scan id, generation, next_look_at, checked_at,
+    check_errors, recipes_total or None, recipes_done or None)``, each only to a scan still in
+    ``statuses`` whose ``look_generation`` is still the claim's (a later claim's look wins) and
+    that a chain has not taken over; the rows changed."""
+    if not looks:
+        return 0
+    sql = RECORD_LOOKS % (", ".join([RECORD_ROW] * len(looks)), "(" + ", ".join(["?"] * len(statuses)) + ")")
+    return execute(sql, [v for look in looks for v in look] + list(statuses)).rowcount
+
+
+def next_due(*, statuses: Sequence[str]) -> datetime | None:
+    """The earliest due look of a scan in ``statuses`` (the partial index's first entry)."""
+    return (Scan.select(fn.MIN(Scan.next_look_at))
+            .where(Scan.status.in_(statuses) & Scan.next_look_at.is_null(False)).scalar())
+
+
+def adopt(scan_id: str, *, current_job_id: str | None, statuses: Sequence[str], due: datetime) -> int:
+    """Hand a scan tracked by a chain (``current_job_id``, any when None) to the batch looks, due
+    ``due``: its chain's token is cleared, so a late job of that chain stops; the rows changed."""
+    query = Scan.update(tracking_job_id=None, next_look_at=due).where(
+        (Scan.id == scan_id) & Scan.status.in_(statuses))
+    if current_job_id is not None:
+        query = query.where(Scan.tracking_job_id == current_job_id)
+    return query.execute()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from app import create_app
+from tests.conftest import marked_config
 from tests.reliability.figures import make_fixture, stash_report
 from tests.reliability.servers import RedisServer
 
@@ -27,5 +28,4 @@ def dedicated_redis(tmp_path):
 @pytest.fixture
 def redis_app(app, base_config, dedicated_redis, request):
     """The app of this test, bound to the dedicated redis-server (tables emptied by ``app``)."""
-    marker = request.node.get_closest_marker("config")
-    return create_app(dict(base_config, REDIS_URL=dedicated_redis.url, **(marker.kwargs if marker else {})))
+    return create_app(dict(base_config, REDIS_URL=dedicated_redis.url, **marked_config(request)))

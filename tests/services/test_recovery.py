@@ -13,6 +13,10 @@ from app.services import recovery, tracking
 from tests.api.helpers import assert_counters_match
 from tests.services.conftest import books_of, new_customer, new_scan
 
+# These tests are about the tracking chains (an RQ job per scan): batch looks off (D24's
+# ``ENGINE_BATCH_LOOK=off``); tests/services/test_looks.py tests the batch looks.
+pytestmark = pytest.mark.config(ENGINE_BATCH_LOOK="off")
+
 NOW = datetime(2026, 11, 22, 12, 0, 0)
 STALE = 60  # RECOVERY_STALE_SECONDS of the tests' config
 

@@ -344,13 +344,13 @@ def set_mode(client, **body):
 
 def test_down_mode_answers_503_to_every_engine_call(client):
     engine_id = submit(client, "alice@example.com").get_json()["id"]
-    assert set_mode(client, mode="down") == {"mode": "down", "every": None}
+    assert set_mode(client, mode="down") == {"mode": "down", "every": None, "batch_look": True}
     batch = {"items": [{"target": "a@example.com", "kind": "email", "reference": "r"}]}
     for response in (submit(client, "bob@example.com"), client.get(f"/v1/investigations/{engine_id}"),
                      client.post("/v1/investigations/batch", json=batch)):
         assert response.status_code == 503
         assert response.get_json()["error"]["code"] == "engine_unavailable"
-    assert client.get("/_sim/engine/mode").get_json() == {"mode": "down", "every": None}
+    assert client.get("/_sim/engine/mode").get_json() == {"mode": "down", "every": None, "batch_look": True}
     set_mode(client, mode="up")
     assert submit(client, "bob@example.com").status_code == 201
 
@@ -393,7 +393,7 @@ def test_reset_restores_up_mode_and_zero_stats(client):
     set_mode(client, mode="down")
     response = client.post("/_sim/engine/reset")
     assert response.status_code == 200
-    assert client.get("/_sim/engine/mode").get_json() == {"mode": "up", "every": None}
+    assert client.get("/_sim/engine/mode").get_json() == {"mode": "up", "every": None, "batch_look": True}
     assert client.get("/_sim/engine/stats").get_json() == {"submit": 0, "batch": 0, "status": 0, "looks": 0, "total": 0}
     assert submit(client, "alice@example.com").status_code == 201
 

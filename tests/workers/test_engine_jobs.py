@@ -28,6 +28,10 @@ from simulator.results import EXTRA_FIELD, FULL_DATE, HIGH_SCORE, NO_BAND, messi
 from tests.conftest import ServerThread
 from workers.engine_jobs import backoff, track_scan
 
+# These tests are about the tracking chains (an RQ job per scan): batch looks off (D24's
+# ``ENGINE_BATCH_LOOK=off``); tests/services/test_looks.py tests the batch looks.
+pytestmark = pytest.mark.config(ENGINE_BATCH_LOOK="off")
+
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 START = "2026-11-21 12:00:00"
 ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")

@@ -22,6 +22,10 @@ from app.services.recovery import sweep
 from app.services.results import normalize_result
 from workers.engine_jobs import _track
 
+# These tests are about the tracking chains (an RQ job per scan): batch looks off (D24's
+# ``ENGINE_BATCH_LOOK=off``); tests/services/test_looks.py tests the batch looks.
+pytestmark = pytest.mark.config(ENGINE_BATCH_LOOK="off")
+
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 START = "2026-11-21 12:00:00"
 STALE = 30

@@ -32,9 +32,11 @@ DEADLINE_SECONDS = 60
 
 
 class HoldingEngine:
-    """Forwards to the simulator, but holds the first status call until released.
+    """Forwards to the simulator, but holds the first status call (a single look or a batch look)
+    until released.
 
-    While it is held, the worker that made it is inside a tracking job: the moment to kill it.
+    While it is held, the worker that made it is inside a tracking job or a batch look: the
+    moment to kill it.
     """
 
     def __init__(self, upstream: str):
@@ -45,15 +47,18 @@ class HoldingEngine:
 
     def __call__(self, environ, start_response):
         path = environ.get("PATH_INFO", "")
-        if environ["REQUEST_METHOD"] == "GET" and path.startswith("/v1/investigations/"):
+        method = environ["REQUEST_METHOD"]
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        if (method == "GET" and path.startswith("/v1/investigations/")) or path == "/v1/investigations/status":
             with self._lock:
                 self.status_calls += 1
                 first = self.status_calls == 1
             if first:
                 self.arrived.set()
                 self.release.wait(30)
-        forwarded = requests.request(environ["REQUEST_METHOD"], f"{self.upstream}{path}",
-                                     headers={"Authorization": environ.get("HTTP_AUTHORIZATION", "")}, timeout=5)
+        forwarded = requests.request(method, f"{self.upstream}{path}", data=body or None, timeout=5,
+                                     headers={"Authorization": environ.get("HTTP_AUTHORIZATION", ""),
+                                              "Content-Type": "application/json"})
         start_response(f"{forwarded.status_code} X", [("Content-Type", "application/json")])
         return [forwarded.content]
 
@@ -65,11 +70,12 @@ def scan_row(scan_id) -> Scan:
 
 @pytest.mark.config(ENGINE_POLL_SECONDS=0.5, RECOVERY_STALE_SECONDS=2, RECOVERY_INTERVAL_SECONDS=1)
 @pytest.mark.processes
+@pytest.mark.config(ENGINE_BATCH_LOOK="off")
 def test_a_worker_killed_mid_job_and_restarted_still_completes_the_scan(app, client, account, simulator, tmp_path):
     engine = HoldingEngine(simulator.url)
     proxy = ServerThread(engine)
     env = service_env(app, proxy.url, tmp_path / "instance", RECOVERY_INTERVAL_SECONDS=1, RECOVERY_STALE_SECONDS=2,
-                      ENGINE_POLL_SECONDS=0.5, LOG_LEVEL="INFO")
+                      ENGINE_POLL_SECONDS=0.5, LOG_LEVEL="INFO", ENGINE_BATCH_LOOK="off")
     workers = []
     try:
         response = client.post("/api/v1/scan", json={"target": "slow.sue@example.com"}, headers=account.headers)
@@ -101,6 +107,41 @@ def test_a_worker_killed_mid_job_and_restarted_still_completes_the_scan(app, cli
         result = json.loads(scan.result_json)
         assert result["risk"]["band"] == band_for(result["risk"]["score"])
         assert workers[1].proc.poll() is None  # still working
+    finally:
+        engine.release.set()
+        for worker in workers:
+            worker.kill(signal.SIGTERM)
+        proxy.stop()
+
+
+def test_a_worker_killed_inside_its_batch_look_loses_no_scan(app, client, account, simulator, tmp_path):
+    """Batch looks (D24): the scan holds no job; the killed worker's claim ends with its lease and
+    the next worker's look completes it."""
+    engine = HoldingEngine(simulator.url)
+    proxy = ServerThread(engine)
+    env = service_env(app, proxy.url, tmp_path / "instance", ENGINE_POLL_SECONDS=0.5, LOG_LEVEL="INFO",
+                      ENGINE_STATUS_TIMEOUT_SECONDS=1)
+    workers = []
+    try:
+        response = client.post("/api/v1/scan", json={"target": "slow.sue@example.com"}, headers=account.headers)
+        assert response.status_code == 202, response.json
+        scan_id = response.json["scan_id"]
+        assert scan_row(scan_id).tracking_job_id is None and runtime.redis().zcard("rq:scheduled:engine") == 0
+
+        workers.append(WorkerProcess(env, tmp_path / "worker-1.log"))
+        wait_for(engine.arrived.is_set, 30, "the worker's first batch look at the engine", workers)
+        workers[0].kill(signal.SIGKILL)  # inside its batch look, the scan claimed
+        engine.release.set()
+        claimed = scan_row(scan_id)
+        assert claimed.status == "queued" and claimed.look_generation == 1
+
+        workers.append(WorkerProcess(env, tmp_path / "worker-2.log"))
+        wait_for(lambda: scan_row(scan_id).status in ("completed", "failed"), DEADLINE_SECONDS,
+                 "the scan to finish", workers)
+        scan = scan_row(scan_id)
+        assert scan.status == "completed", (scan.failure_code, scan.failure_message, workers[1].output()[-4000:])
+        assert scan.look_generation >= 2  # claimed again once the lease ended
+        assert "Traceback" not in workers[1].output()
     finally:
         engine.release.set()
         for worker in workers:

@@ -1,0 +1,171 @@
+"""Batch looks (D24): scans in flight tracked by due times in the database, not by a job each.
+
+With ``ENGINE_BATCH_LOOK=auto`` (the default) a submitted scan gets ``next_look_at``, the
+time of its first look, in the UPDATE that records its engine id, and no RQ job. Lookers
+(threads of the worker processes, ``workers.looker``; any number, on any number of hosts)
+each run ``look_due`` in a loop:
+
+1. claim: one statement takes up to ``ENGINE_BATCH_SIZE`` due scans, earliest first, with
+   ``FOR UPDATE SKIP LOCKED`` (two lookers never take the same scan), moves their next look
+   to the end of a lease and adds one to their ``look_generation`` (the fencing token), and
+   commits. A looker that dies after its claim loses nothing: the scans are due again when
+   the lease ends, whoever looks then.
+2. look: one engine request for the whole claim (E6's batch look); an engine that answers it
+   with 404 or 405 does not offer it, and is asked scan by scan (single looks) for
+   ``UNSUPPORTED_RECHECK_SECONDS`` before the batch look is tried again. A test-mode scan's
+   look is the sandbox's, in process.
+3. apply, with the rules of ``app.services.tracking`` (the same as an RQ job's): a final
+   answer completes or fails the scan (compare-and-set on its status, its charge-free move out
+   of flight and its webhook event in one durable transaction each); a scan the engine started
+   becomes ``running`` once, with its ``scan.running`` event; past its deadline an unfinished
+   scan fails with ``engine_timeout`` (only after a look: amended D13). Every unfinished scan's
+   progress and next due time go in one UPDATE for the whole claim, written only where the
+   claim's token still holds, committed without waiting for the disk flush (as a chain's
+   hand-over: a crash loses at most a progress the next look writes again).
+
+Nothing lives in Redis: emptying it loses no look. ``ENGINE_BATCH_LOOK=off`` keeps an RQ job
+per scan (``workers.engine_jobs``); the recovery sweep moves scans between the two when the
+setting changes (``app.services.recovery``).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import datetime, timedelta
+
+from app import metrics, runtime
+from app.db import transaction
+from app.models import Scan, utcnow
+from app.models.scans import IN_FLIGHT
+from app.services import engine, sandbox_engine, tracking
+from app.store import scan_states
+
+log = logging.getLogger(__name__)
+
+# A claim's lease beyond the engine's status timeout: a scan whose looker died is due again
+# this long after its claim (its look then may come up to this late; nothing is lost).
+LEASE_MARGIN_SECONDS = 5.0
+# After an engine answered the batch look with 404/405, how long to use single looks before
+# asking it again (an engine upgraded to offer it is noticed within this).
+UNSUPPORTED_RECHECK_SECONDS = 300.0
+
+_unsupported_until = 0.0  # time.monotonic() until which the engine is asked scan by scan
+_unsupported_lock = threading.Lock()
+
+
+def enabled() -> bool:
+    """Whether new scans are tracked by batch looks (else by an RQ job each)."""
+    return runtime.config["ENGINE_BATCH_LOOK"] != "off"
+
+
+def first_look_at(now: datetime, eta_seconds: float) -> datetime | None:
+    """The ``next_look_at`` of a scan just submitted (None when an RQ job tracks it): half a
+    second before its eta, at most ENGINE_POLL_SECONDS away (as a chain's first job)."""
+    if not enabled():
+        return None
+    return now + timedelta(seconds=tracking.first_look_delay(eta_seconds, tracking.poll_seconds()))
+
+
+def lease_seconds() -> float:
+    return float(runtime.config["ENGINE_STATUS_TIMEOUT_SECONDS"]) + LEASE_MARGIN_SECONDS
+
+
+def next_due() -> datetime | None:
+    """The earliest due look (naive UTC), or None when no scan is tracked by looks."""
+    return scan_states.next_due(statuses=IN_FLIGHT)
+
+
+def look_due(*, limit: int | None = None) -> dict:
+    """Claim the due scans (up to ``limit``, default ENGINE_BATCH_SIZE), look at them and record
+    what the engine said. Returns what it did: ``claimed``, ``lags`` (seconds each claimed scan
+    was past its due time), ``engine_requests``, and per outcome ``completed``, ``failed``
+    (timeouts included), ``unfinished`` and ``engine_errors``."""
+    now = utcnow()
+    limit = limit or runtime.config["ENGINE_BATCH_SIZE"]
+    until = now + timedelta(seconds=lease_seconds())
+    with transaction():
+        claimed = scan_states.claim_due(statuses=IN_FLIGHT, now=now, until=until, limit=limit)
+    lags = [max(0.0, (now - due).total_seconds()) for due, _ in claimed]
+    report: dict = {"claimed": len(claimed), "lags": lags, "engine_requests": 0, "completed": 0, "failed": 0,
+                    "unfinished": 0, "engine_errors": 0}
+    if not claimed:
+        return report
+    for lag in lags:
+        metrics.observe_look_lag(lag)
+    scans = [scan for _, scan in claimed]
+    states, report["engine_requests"] = _look(scans)
+    records, errors = [], []
+    for scan in scans:
+        outcome, record = _apply(scan, states.get(scan.id), now)
+        report[outcome] += 1
+        if outcome == "engine_errors":
+            errors.append(scan.id)
+        if record is not None:
+            records.append(record)
+    if errors:  # one line per batch, not a line per scan: an engine outage is one line per try
+        first = states.get(errors[0])
+        log.warning("engine error for %d of %d scans looked at (%s), e.g. scan %s; looking again with back-off",
+                    len(errors), len(scans), first if isinstance(first, Exception) else "unusable answer", errors[0])
+    with transaction():
+        # As a chain's hand-over after an unfinished look: no wait for the disk flush.
+        scan_states.commit_without_flush()
+        scan_states.record_looks(records, statuses=IN_FLIGHT)
+    return report
+
+
+def _apply(scan: Scan, state: dict | Exception | None, now: datetime) -> tuple[str, tuple | None]:
+    """One scan's outcome and, when it stays in flight, its row for ``record_looks``."""
+    deadline = tracking.deadline(scan)
+    try:
+        if isinstance(state, Exception) or state is None:
+            raise state or engine.EngineError("no answer")
+        outcome = tracking.apply_look(scan, state, past_deadline=now >= deadline)
+    except engine.EngineError:
+        errors = scan.check_errors + 1
+        due = now + timedelta(seconds=tracking.until_deadline(tracking.backoff(errors), deadline, now))
+        return "engine_errors", (scan.id, scan.look_generation, due, now, errors, None, None)
+    if not isinstance(outcome, dict):
+        return ("completed" if outcome == "completed" else "failed"), None
+    if "status" in outcome:  # the engine runs a queued scan: ``running`` once, with its event
+        tracking.start_running(scan.id)
+    due = now + timedelta(seconds=tracking.until_deadline(tracking.next_interval(scan, now), deadline, now))
+    return "unfinished", (scan.id, scan.look_generation, due, now, 0, outcome.get("recipes_total"),
+                          outcome.get("recipes_done"))
+
+
+def _look(scans: list[Scan]) -> tuple[dict[str, dict | Exception], int]:
+    """What the engine says of each scan (an ``EngineError`` for one it could not tell about),
+    by scan id, and the number of requests made to ENGINE_URL."""
+    states: dict[str, dict | Exception] = {}
+    live = [s for s in scans if s.livemode]  # every claimed scan was submitted: its engine_id is set
+    sandbox = [s for s in scans if not s.livemode]
+    if sandbox:  # the sandbox's (D15), in process
+        states.update(zip([s.id for s in sandbox], sandbox_engine.status_batch([str(s.engine_id) for s in sandbox])))
+    requests = 0
+    if live and time.monotonic() >= _unsupported_until:
+        requests += 1
+        try:
+            states.update(zip([s.id for s in live], engine.status_batch([str(s.engine_id) for s in live])))
+            return states, requests
+        except engine.BatchLookUnsupported:
+            _mark_unsupported()
+        except engine.EngineError as exc:  # the whole request failed: every scan backs off
+            states.update((s.id, exc) for s in live)
+            return states, requests
+    for scan in live:  # single looks: an engine without the batch look
+        requests += 1
+        try:
+            states[scan.id] = engine.status(str(scan.engine_id))
+        except engine.EngineError as exc:
+            states[scan.id] = exc
+    return states, requests
+
+
+def _mark_unsupported() -> None:
+    global _unsupported_until
+    with _unsupported_lock:
+        if time.monotonic() >= _unsupported_until:
+            log.info("the engine does not offer the batch look (404/405): looking scan by scan for %.0f s",
+                     UNSUPPORTED_RECHECK_SECONDS)
+        _unsupported_until = time.monotonic() + UNSUPPORTED_RECHECK_SECONDS

@@ -1,0 +1,254 @@
+"""Batch looks (D24): scans in flight hold no RQ job; due looks are claimed in batches from the
+database (FOR UPDATE SKIP LOCKED), looked at in one engine request, and recorded under a fencing
+token. Every guarantee of the chains holds: nothing lost when a looker dies or Redis is emptied,
+the timeout only after a look, progress, ``running`` once with its event."""
+import threading
+from datetime import datetime, timedelta
+
+import pytest
+import requests
+from freezegun import freeze_time
+
+from app import runtime
+from app.db import transaction
+from app.jobs import ENGINE_QUEUE, queue
+from app.models import Customer, Scan, WebhookDelivery, utcnow
+from app.models.scans import IN_FLIGHT
+from app.services import looks, recovery, tracking
+from app.store import scan_states
+from tests.api.helpers import assert_counters_match
+from tests.jobrunner import JobRunner
+from tests.services.conftest import new_customer, new_scan
+
+NOW = datetime(2026, 11, 22, 12, 0, 0)
+
+
+def engine_stats(simulator) -> dict:
+    return requests.get(f"{simulator.url}/_sim/engine/stats", timeout=5).json()
+
+
+def engine_mode(simulator, mode="up", **extra):
+    requests.post(f"{simulator.url}/_sim/engine/mode", json={"mode": mode, **extra}, timeout=5).raise_for_status()
+
+
+def rows(ids) -> dict[str, Scan]:
+    return {s.id: s for s in Scan.select().where(Scan.id.in_(list(ids)))}
+
+
+def make_scans(n, *, livemode=True, target="jane@example.com"):
+    cust, key = new_customer(credits=1000, livemode=livemode, inflight=1000, hour=10_000, day=10_000)
+    return cust, [new_scan(cust, key, target=target) for _ in range(n)]
+
+
+def no_engine_job() -> bool:
+    engine = queue(ENGINE_QUEUE)
+    return engine.count == 0 and engine.scheduled_job_registry.count == 0
+
+
+def test_a_submitted_scan_gets_its_first_look_due_and_no_rq_job(conn):
+    with freeze_time(NOW):
+        _, [scan] = make_scans(1)
+    assert scan.tracking_job_id is None
+    assert scan.engine_id is not None
+    # Half a second before the engine's eta, at most ENGINE_POLL_SECONDS (10 s) away.
+    eta = (scan.eta_at - NOW).total_seconds()
+    assert scan.next_look_at == NOW + timedelta(seconds=tracking.first_look_delay(eta, 10.0))
+    assert no_engine_job()
+
+
+def test_one_engine_request_looks_at_a_whole_claim_and_completes_every_scan(conn, simulator):
+    with freeze_time(NOW) as frozen:
+        cust, scans = make_scans(30)
+        ids = [s.id for s in scans]
+        before = engine_stats(simulator)
+        runner = JobRunner(runtime.redis())
+        assert runner.run(frozen, until=lambda: all(s.status == "completed" for s in rows(ids).values()))
+    after = engine_stats(simulator)
+    assert after["status"] == before["status"]  # never a single look
+    # Every scan was looked at at least twice (half a second before its eta, then at it), yet each
+    # round of looks was one request for up to 100 of them.
+    assert runner.looked >= 2 * len(ids)
+    assert after["looks"] - before["looks"] <= runner.looked / 10
+    assert no_engine_job()
+    assert Customer.get_by_id(cust.id).in_flight == 0
+    assert_counters_match(cust.id)
+
+
+def test_a_claim_takes_the_due_scans_earliest_first_up_to_the_limit_and_fences_them(conn):
+    with freeze_time(NOW) as frozen:
+        _, scans = make_scans(5)
+        frozen.tick(60)  # all due
+        with transaction():
+            claimed = scan_states.claim_due(statuses=IN_FLIGHT, now=utcnow(),
+                                            until=utcnow() + timedelta(seconds=10), limit=3)
+    assert len(claimed) == 3
+    dues = [due for due, _ in claimed]
+    assert dues == sorted(dues)
+    held = rows([s.id for _, s in claimed])
+    assert all(s.look_generation == 1 and s.next_look_at == NOW + timedelta(seconds=70) for s in held.values())
+    # A look recorded with an older token writes nothing (a later claim's look wins).
+    scan = claimed[0][1]
+    stale = (scan.id, scan.look_generation - 1, NOW, NOW, 0, 9, 9)
+    assert scan_states.record_looks([stale], statuses=IN_FLIGHT) == 0
+    assert scan_states.record_looks([(scan.id, scan.look_generation, NOW, NOW, 0, 9, 9)], statuses=IN_FLIGHT) == 1
+
+
+def test_two_lookers_never_claim_the_same_scan(app):
+    """SKIP LOCKED: a claim not yet committed holds its rows; another claim takes the others."""
+    from app.extensions import db
+    with db.connection_context(), freeze_time(NOW) as frozen:
+        _, scans = make_scans(6)
+        frozen.tick(60)
+    first_claimed, release, done = [], threading.Event(), threading.Event()
+
+    def first_looker():
+        with db.connection_context(), transaction():
+            first_claimed.extend(s.id for _, s in scan_states.claim_due(
+                statuses=IN_FLIGHT, now=NOW + timedelta(seconds=60), until=NOW + timedelta(seconds=70), limit=4))
+            done.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=first_looker)
+    thread.start()
+    assert done.wait(10)
+    try:
+        with db.connection_context(), transaction():
+            second = [s.id for _, s in scan_states.claim_due(
+                statuses=IN_FLIGHT, now=NOW + timedelta(seconds=60), until=NOW + timedelta(seconds=70), limit=10)]
+    finally:
+        release.set()
+        thread.join(10)
+    assert len(first_claimed) == 4 and len(second) == 2
+    assert not set(first_claimed) & set(second)
+    assert set(first_claimed) | set(second) == {s.id for s in scans}
+
+
+def test_a_looker_that_dies_after_its_claim_loses_nothing(conn):
+    with freeze_time(NOW) as frozen:
+        cust, [scan] = make_scans(1)
+        frozen.tick(60)
+        with transaction():  # a claim whose looker dies before it looks
+            [(_, claimed)] = scan_states.claim_due(statuses=IN_FLIGHT, now=utcnow(),
+                                                   until=utcnow() + timedelta(seconds=looks.lease_seconds()),
+                                                   limit=10)
+        assert looks.look_due()["claimed"] == 0  # held by the lease
+        frozen.tick(looks.lease_seconds())
+        report = looks.look_due()
+    assert report["claimed"] == 1 and report["completed"] == 1
+    assert report["lags"] == [pytest.approx(0.0)]
+    assert Scan.get_by_id(scan.id).status == "completed"
+    assert_counters_match(cust.id)
+
+
+def test_emptying_redis_loses_no_look(conn):
+    with freeze_time(NOW) as frozen:
+        _, scans = make_scans(3)
+        runtime.redis().flushdb()
+        frozen.tick(60)
+        assert looks.look_due()["completed"] == 3
+    assert {s.status for s in rows([s.id for s in scans]).values()} == {"completed"}
+
+
+def test_progress_and_running_once_with_its_event(conn, simulator, sim_receiver):
+    url, _ = sim_receiver("whsec_ZGVsaXZlcmllcyBhcGkgc2VjcmV0IDAxMjM0NQ==")
+    with freeze_time(NOW) as frozen:
+        cust, key = new_customer(credits=100, webhook_url=url, webhook_secret="whsec_ZGVsaXZlcmllcyBhcGkgc2VjcmV0IDAxMjM0NQ==")
+        from app.services import endpoints
+        endpoint = endpoints.list_endpoints(key)[0]
+        endpoints.update(key, endpoint["endpoint_id"], events=["scan.running", "scan.completed", "scan.failed"])
+        scan = new_scan(cust, key, target="slowpoke@example.com")
+        # Looks until the engine runs it and some of its recipes are done.
+        for _ in range(40):
+            frozen.tick(0.5)
+            looks.look_due()
+            current = Scan.get_by_id(scan.id)
+            if current.status == "running" and 0 < current.recipes_done < current.recipes_total:
+                break
+        assert current.status == "running" and current.started_at is not None
+        assert 0 < current.recipes_done < current.recipes_total
+        assert current.last_checked_at is not None and current.next_look_at > utcnow()
+        frozen.tick(0.5)
+        looks.look_due()
+    running = WebhookDelivery.select().where((WebhookDelivery.scan_id == scan.id)
+                                             & (WebhookDelivery.event == "scan.running")).count()
+    assert running == 1
+
+
+def test_the_timeout_comes_only_after_a_look(conn, simulator):
+    with freeze_time(NOW) as frozen:
+        cust, [scan] = make_scans(1, target="hang@example.com")  # the simulator never finishes it
+        engine_mode(simulator, "down")
+        try:
+            frozen.tick(runtime.config["SCAN_TIMEOUT_SECONDS"] + 60)
+            report = looks.look_due()
+            assert report["engine_errors"] == 1
+            assert Scan.get_by_id(scan.id).status in IN_FLIGHT  # no verdict from the engine: still in flight
+        finally:
+            engine_mode(simulator, "up")
+        frozen.tick(tracking.backoff(1) + 0.01)
+        report = looks.look_due()
+    assert report["failed"] == 1
+    assert Scan.get_by_id(scan.id).failure_code == "engine_timeout"
+    assert_counters_match(cust.id)
+
+
+def test_an_engine_without_the_batch_look_gets_single_looks(conn, simulator, monkeypatch):
+    monkeypatch.setattr(looks, "_unsupported_until", 0.0)
+    engine_mode(simulator, batch_look=False)
+    try:
+        with freeze_time(NOW) as frozen:
+            _, scans = make_scans(4)
+            before = engine_stats(simulator)
+            frozen.tick(60)
+            report = looks.look_due()
+            assert report["completed"] == 4 and report["engine_requests"] == 5  # the refused batch, then 4 single
+            after = engine_stats(simulator)
+            assert after["status"] - before["status"] == 4
+            # It is remembered: the next claim goes scan by scan straight away.
+            _, more = make_scans(2)
+            frozen.tick(60)
+            assert looks.look_due()["engine_requests"] == 2
+    finally:
+        engine_mode(simulator)
+        monkeypatch.setattr(looks, "_unsupported_until", 0.0)
+    assert {s.status for s in rows([s.id for s in scans + more]).values()} == {"completed"}
+
+
+def test_test_mode_scans_are_looked_at_in_the_sandbox(conn, simulator):
+    with freeze_time(NOW) as frozen:
+        before = engine_stats(simulator)
+        cust, scans = make_scans(2, livemode=False)
+        assert all(s.next_look_at is not None for s in scans)
+        frozen.tick(runtime.config["SANDBOX_SCAN_SECONDS"] + 1)
+        report = looks.look_due()
+    assert report["completed"] == 2 and report["engine_requests"] == 0
+    assert engine_stats(simulator)["total"] == before["total"]
+
+
+@pytest.mark.config(ENGINE_BATCH_LOOK="off")
+def test_with_batch_looks_off_a_scan_has_its_rq_job(conn):
+    with freeze_time(NOW):
+        _, [scan] = make_scans(1)
+    assert scan.next_look_at is None and scan.tracking_job_id is not None
+    assert queue(ENGINE_QUEUE).scheduled_job_registry.count == 1
+
+
+def test_the_sweep_hands_a_lost_chain_to_the_batch_looks_and_back(conn):
+    with freeze_time(NOW) as frozen:
+        _, [scan] = make_scans(1)
+        # A scan a chain tracked (batch looks were off when it was made), whose job is gone.
+        Scan.update(next_look_at=None, tracking_job_id=f"trk-{scan.id}-0").where(Scan.id == scan.id).execute()
+        frozen.tick(runtime.config["RECOVERY_STALE_SECONDS"] + 1)
+        assert recovery.sweep()["scans_redispatched"] == 1
+        adopted = Scan.get_by_id(scan.id)
+        assert adopted.tracking_job_id is None and adopted.next_look_at == utcnow()
+        # Switched off: the scan the looks track goes to a chain once it has not been looked at.
+        runtime.config["ENGINE_BATCH_LOOK"] = "off"
+        try:
+            frozen.tick(runtime.config["RECOVERY_STALE_SECONDS"] + 1)
+            assert recovery.sweep()["scans_redispatched"] == 1
+        finally:
+            runtime.config["ENGINE_BATCH_LOOK"] = "auto"
+        chained = Scan.get_by_id(scan.id)
+    assert chained.next_look_at is None and chained.tracking_job_id == f"trk-{scan.id}-1"
+    assert queue(ENGINE_QUEUE).count == 1  # due now

@@ -1,0 +1,77 @@
+"""The worker's lookers: threads that run the batch looks (``app.services.looks``, D24).
+
+Each thread claims the due scans, looks at them and records what it saw, again and again
+while scans are due; with none due it waits until the earliest due time, at most
+``IDLE_WAIT`` (a scan created meanwhile, by another process, is due at the earliest about
+half a second after its creation). Any number of threads, processes and hosts share the due
+scans: the claim skips the rows another claim holds. A lost database connection costs one
+log line per reconnection attempt (the process's ``DatabaseGate``), never a traceback per
+turn; the scans wait in the database meanwhile and are looked at when it answers.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+from app import runtime
+from app.db import CONNECTION_ERRORS, connection_context
+from app.models import utcnow
+from app.services import looks
+
+log = logging.getLogger("workers.looker")
+
+# The longest wait between two turns while nothing is due.
+IDLE_WAIT = 0.2
+# After an unexpected error, the wait before the next turn doubles from 1 s up to this (one line
+# each time, without the traceback: the error's class only, as its text may quote a row).
+MAX_ERROR_WAIT = 30.0
+
+
+class Lookers:
+    def __init__(self, *, size: int | None = None, stopping: threading.Event, database):
+        self.size = size or runtime.config["ENGINE_LOOK_THREADS"]
+        self.stopping, self.database = stopping, database
+        self.threads: list[threading.Thread] = []
+        self._failures = threading.local()
+
+    def start(self) -> Lookers:
+        for number in range(self.size):
+            thread = threading.Thread(target=self.run, name=f"looker-{number}", daemon=True)
+            thread.start()
+            self.threads.append(thread)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(timeout)
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            self.database.wait()
+            if self.stopping.is_set():
+                break
+            self.stopping.wait(self.turn())
+
+    def turn(self) -> float:
+        """Look at what is due; the seconds to wait before the next turn."""
+        try:
+            with connection_context():
+                claimed = looks.look_due()["claimed"]
+                due = None if claimed else looks.next_due()
+        except CONNECTION_ERRORS as exc:
+            self.database.connection_lost(exc)
+            return 0.0
+        except Exception as exc:
+            failures = getattr(self._failures, "count", 0) + 1
+            self._failures.count = failures
+            wait = min(MAX_ERROR_WAIT, 2.0 ** (failures - 1))
+            log.error("batch look failed (%s); trying again in %.0f s",  # noqa: TRY400 - no row in the log
+                      exc.__class__.__name__, wait)
+            return wait
+        self._failures.count = 0
+        if claimed:
+            return 0.0
+        if due is None:
+            return IDLE_WAIT
+        return min(IDLE_WAIT, max(0.0, (due - utcnow()).total_seconds()))
