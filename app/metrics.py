@@ -1,7 +1,8 @@
 """Prometheus metrics at ``/metrics``, and one log line per request.
 
 Every figure is a process counter or histogram (prometheus-client), so a scrape costs
-the same however large the tables grow: it reads no table, only ``SELECT 1`` and a
+the same however large the tables grow: it reads no table, only the first entry of the
+due looks' partial index (which also says whether the database answers) and a
 handful of Redis keys (queue depths, the oldest job's age, scheduled jobs). The API's
 gunicorn workers and the RQ workers of a host add their counters up through
 prometheus-client's multiprocess mode: point ``PROMETHEUS_MULTIPROC_DIR`` of all of them
@@ -192,6 +193,9 @@ class LiveCollector:
         overdue = GaugeMetricFamily("scan_api_scheduled_overdue_seconds",
                                     "How far past its due time the most overdue scheduled job is (0: none)",
                                     labels=["queue"])
+        looks_overdue = GaugeMetricFamily(
+            "scan_api_looks_overdue_seconds",
+            "How far past its due time the most overdue batch look at a scan in flight is (0: none)")
         redis_up = GaugeMetricFamily("scan_api_redis_up", "1 when Redis answered this scrape")
         db_up = GaugeMetricFamily("scan_api_database_up", "1 when the database answered this scrape")
         try:
@@ -210,8 +214,10 @@ class LiveCollector:
             redis_up.add_metric([], 1)
         except Exception:  # Redis down: say so, and still report the rest
             redis_up.add_metric([], 0)
-        db_up.add_metric([], 1 if _database_answers() else 0)
-        yield from (depth, oldest, scheduled, overdue, redis_up, db_up)
+        due = _earliest_due_look()
+        db_up.add_metric([], 0 if due is False else 1)
+        looks_overdue.add_metric([], max(0.0, time.time() - due) if isinstance(due, float) else 0.0)
+        yield from (depth, oldest, scheduled, overdue, looks_overdue, redis_up, db_up)
 
 
 def _job_age(conn, job_id, now: float) -> float:
@@ -228,14 +234,20 @@ def _job_age(conn, job_id, now: float) -> float:
         return 0.0
 
 
-def _database_answers() -> bool:
+def _earliest_due_look() -> float | bool | None:
+    """The earliest due look's Unix time (the first entry of a partial index: as cheap as
+    ``SELECT 1``), None when no scan is due for one, False when the database does not answer."""
+    from datetime import UTC
+
     from app.db import db
+    from app.models.scans import IN_FLIGHT
+    from app.store.scan_states import next_due
     try:
         with db.connection_context():
-            db.execute_sql("SELECT 1")
-        return True
+            due = next_due(statuses=IN_FLIGHT)
     except Exception:
         return False
+    return None if due is None else due.replace(tzinfo=UTC).timestamp()
 
 
 _live = LiveCollector()

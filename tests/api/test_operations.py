@@ -1,10 +1,13 @@
 """Operators' view: /metrics (internal, uncharged) and structured, redacted logs."""
 import json
 import logging
+from datetime import timedelta
 
 import pytest
 
+from app.extensions import db
 from app.logging_setup import ContextFilter, JsonFormatter, RedactFilter, log_context
+from app.models import Scan, utcnow
 from tests.api.helpers import balance
 
 
@@ -33,10 +36,20 @@ def test_metrics_count_requests_and_scans_and_are_free(client, account):
     assert moved("scan_api_http_request_duration_seconds_count", method="POST", route="/api/v1/scan",
                  status="202") == 1
     assert after[("scan_api_queue_depth", (("queue", "engine"),))] == 0
-    assert after[("scan_api_scheduled_jobs", (("queue", "engine"),))] == 1  # the new scan's first look
+    # The new scan's first look is a due time in the database, not a scheduled job; not yet overdue.
+    assert after[("scan_api_scheduled_jobs", (("queue", "engine"),))] == 0
+    assert after[("scan_api_looks_overdue_seconds", ())] == 0
     assert after[("scan_api_database_up", ())] == 1 and after[("scan_api_redis_up", ())] == 1
     assert any(name == "scan_engine_call_seconds_count" for name, _ in after)
     assert balance(account) == 98  # the scrapes cost nothing
+
+
+def test_metrics_say_how_overdue_the_batch_looks_are(client, account):
+    scan_id = client.post("/api/v1/scan", json={"target": "jane@example.com"}, headers=account.headers).json["scan_id"]
+    with db.connection_context():  # as if no worker had looked for an hour
+        Scan.update(next_look_at=utcnow() - timedelta(hours=1)).where(Scan.id == scan_id).execute()
+    overdue = _samples(client)[("scan_api_looks_overdue_seconds", ())]
+    assert 3600 <= overdue < 3660
 
 
 def test_metrics_are_internal_by_default(client):

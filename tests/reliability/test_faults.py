@@ -512,7 +512,8 @@ def test_a_creation_whose_commit_answer_is_lost_answers_what_happened(app, base_
 # --- the engine ------------------------------------------------------------------------------------
 
 class SlowEngine:
-    """Forwards to the simulator after ``delay`` seconds (on the calls ``which`` selects)."""
+    """Forwards to the simulator after ``delay`` seconds (on the calls ``which`` selects: ``LOOK`` for
+    a look at a scan, single or batch, else the HTTP method, e.g. ``POST`` for submissions)."""
 
     def __init__(self, upstream, delay, which=("POST",), first=None):
         self.upstream, self.delay, self.which, self.first = upstream, delay, which, first
@@ -523,7 +524,8 @@ class SlowEngine:
         method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
         length = int(environ.get("CONTENT_LENGTH") or 0)
         body = environ["wsgi.input"].read(length) if length else None
-        if method in self.which:
+        look = method == "GET" or path == "/v1/investigations/status"
+        if ("LOOK" if look else method) in self.which:
             with self._lock:
                 self.calls += 1
                 slow = self.first is None or self.calls <= self.first
@@ -693,7 +695,7 @@ def test_garbage_from_the_engine_on_submission_is_502_with_no_scan(client, make_
 @pytest.mark.config(ENGINE_POLL_SECONDS=1, ENGINE_STATUS_TIMEOUT_SECONDS=0.3)
 def test_an_engine_hanging_while_tracking_is_retried_until_it_answers(client, make_customer, simulator, monkeypatch,
                                                                       jobs, figures):
-    hanging = ServerThread(SlowEngine(simulator.url, delay=1.0, which=("GET",), first=3))
+    hanging = ServerThread(SlowEngine(simulator.url, delay=1.0, which=("LOOK",), first=3))
     use_engine(monkeypatch, hanging.url)
     hook = Receiver(simulator, "tracking-hang")
     acct = make_customer(tier="business", credits=20, webhook_url=hook.url, webhook_secret=SECRET)
