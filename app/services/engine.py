@@ -45,8 +45,11 @@ def _headers() -> dict:
     return headers
 
 
-def _call(method: str, path: str, *, timeout: float, json=None, expect=(200, 201)) -> dict:
+def _call(method: str, path: str, *, timeout: float, json=None, expect=(200, 201), shown: str | None = None) -> dict:
+    """``shown``: the path as errors name it (logged), when ``path`` holds an engine id: an id may
+    encode its target (the simulator's do), and a target is never logged."""
     url = f"{runtime.config['ENGINE_URL']}{path}"
+    where = f"{method} {shown or path}"
     started = time.perf_counter()
     call = path.split("/")[2] if path.count("/") >= 2 else path
     try:
@@ -55,19 +58,19 @@ def _call(method: str, path: str, *, timeout: float, json=None, expect=(200, 201
     except requests.RequestException as exc:
         metrics.observe_engine_call(call, time.perf_counter() - started,
                                     "timeout" if isinstance(exc, requests.Timeout) else "connection")
-        raise EngineError(f"{method} {path}: {exc.__class__.__name__}") from exc
+        raise EngineError(f"{where}: {exc.__class__.__name__}") from exc
     seconds = time.perf_counter() - started
     if response.status_code not in expect:
         metrics.observe_engine_call(call, seconds, f"http_{response.status_code // 100}xx")
         unsupported = path == BATCH_LOOK_PATH and response.status_code in (404, 405)
-        raise (BatchLookUnsupported if unsupported else EngineError)(f"{method} {path}: HTTP {response.status_code}")
+        raise (BatchLookUnsupported if unsupported else EngineError)(f"{where}: HTTP {response.status_code}")
     try:
         body = response.json()
     except ValueError:
         body = None
     if not isinstance(body, dict):
         metrics.observe_engine_call(call, seconds, "malformed")
-        raise EngineError(f"{method} {path}: " + ("malformed JSON" if body is None else "answer is not an object"))
+        raise EngineError(f"{where}: " + ("malformed JSON" if body is None else "answer is not an object"))
     metrics.observe_engine_call(call, seconds)
     return body
 
@@ -119,5 +122,5 @@ def status_batch(engine_ids: list[str]) -> list[dict]:
 
 def status(engine_id: str) -> dict:
     from urllib.parse import quote
-    return _call("GET", f"/v1/investigations/{quote(engine_id, safe='')}",
+    return _call("GET", f"/v1/investigations/{quote(engine_id, safe='')}", shown="/v1/investigations/<id>",
                  timeout=runtime.config["ENGINE_STATUS_TIMEOUT_SECONDS"], expect=(200,))

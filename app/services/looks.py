@@ -95,9 +95,10 @@ def look_due(*, limit: int | None = None) -> dict:
         metrics.observe_look_lag(lag)
     scans = [scan for _, scan in claimed]
     states, report["engine_requests"] = _look(scans)
+    looked = utcnow()  # what the engine said is as of now: the deadline and the next look count from it
     records, errors = [], []
     for scan in scans:
-        outcome, record = _apply(scan, states.get(scan.id), now)
+        outcome, record = _apply(scan, states.get(scan.id), looked)
         report[outcome] += 1
         if outcome == "engine_errors":
             errors.append(scan.id)

@@ -64,3 +64,22 @@ def test_an_id_the_engine_does_not_know_is_an_engine_error_and_stays_in_its_path
     engine_mode(simulator, "up")
     with pytest.raises(EngineError, match="HTTP 404"):
         engine.status(engine_id)
+
+
+def test_a_failed_look_names_no_engine_id(app, simulator):
+    """An engine id may encode its target (the simulator's do): errors, which are logged, name the call."""
+    answer = engine.submit("jane@example.com", "email", "scn_ref")
+    engine_mode(simulator, "down")
+    with pytest.raises(EngineError) as failed:
+        engine.status(answer["id"])
+    assert answer["id"] not in str(failed.value) and "/v1/investigations/<id>" in str(failed.value)
+
+
+def test_the_batch_look_answers_each_id_in_order_or_says_it_is_not_offered(app, simulator):
+    first, second = (engine.submit(t, "email", "scn_ref")["id"] for t in ("a@example.com", "b@example.com"))
+    items = engine.status_batch([second, "inv_unknown", first])
+    assert [i["id"] for i in items] == [second, "inv_unknown", first]
+    assert items[1]["status"] == "error" and items[1]["error"]["code"] == "not_found"
+    engine_mode(simulator, "up", batch_look=False)
+    with pytest.raises(engine.BatchLookUnsupported):
+        engine.status_batch([first])
