@@ -85,6 +85,8 @@ def look_due(*, limit: int | None = None) -> dict:
     limit = limit or runtime.config["ENGINE_BATCH_SIZE"]
     until = now + timedelta(seconds=lease_seconds())
     with transaction():
+        # Not waiting for the disk flush: a claim lost in a crash leaves the scans due, as they were.
+        scan_states.commit_without_flush()
         claimed = scan_states.claim_due(statuses=IN_FLIGHT, now=now, until=until, limit=limit)
     lags = [max(0.0, (now - due).total_seconds()) for due, _ in claimed]
     report: dict = {"claimed": len(claimed), "lags": lags, "engine_requests": 0, "completed": 0, "failed": 0,
@@ -125,13 +127,13 @@ def _apply(scan: Scan, state: dict | Exception | None, now: datetime) -> tuple[s
     except engine.EngineError:
         errors = scan.check_errors + 1
         due = now + timedelta(seconds=tracking.until_deadline(tracking.backoff(errors), deadline, now))
-        return "engine_errors", (scan.id, scan.look_generation, due, now, errors, None, None)
+        return "engine_errors", (scan.id, scan.look_generation, due, errors, None, None)
     if not isinstance(outcome, dict):
         return ("completed" if outcome == "completed" else "failed"), None
     if "status" in outcome:  # the engine runs a queued scan: ``running`` once, with its event
         tracking.start_running(scan.id)
     due = now + timedelta(seconds=tracking.until_deadline(tracking.next_interval(scan, now), deadline, now))
-    return "unfinished", (scan.id, scan.look_generation, due, now, 0, outcome.get("recipes_total"),
+    return "unfinished", (scan.id, scan.look_generation, due, 0, outcome.get("recipes_total"),
                           outcome.get("recipes_done"))
 
 

@@ -118,21 +118,22 @@ def claim_due(*, statuses: Sequence[str], now: datetime, until: datetime, limit:
     return [(row[0], instance(Scan, row[1:])) for row in rows]
 
 
-LOOK_COLUMNS = ("next_look_at", "last_checked_at", "check_errors", "recipes_total", "recipes_done")
+# ``last_checked_at`` is the chains' (the sweep's sign of a lost job); the looks leave it, and its
+# index, alone: ``next_look_at`` says all a look needs, and one index written per look is the cost.
 RECORD_LOOKS = f"""
-UPDATE {table(Scan)} AS s SET next_look_at = v.next_look_at, last_checked_at = v.checked_at,
-       check_errors = v.check_errors, recipes_total = COALESCE(v.recipes_total, s.recipes_total),
+UPDATE {table(Scan)} AS s SET next_look_at = v.next_look_at, check_errors = v.check_errors,
+       recipes_total = COALESCE(v.recipes_total, s.recipes_total),
        recipes_done = COALESCE(v.recipes_done, s.recipes_done)
-FROM (VALUES %s) AS v(id, generation, next_look_at, checked_at, check_errors, recipes_total, recipes_done)
+FROM (VALUES %s) AS v(id, generation, next_look_at, check_errors, recipes_total, recipes_done)
 WHERE s.id = v.id AND s.look_generation = v.generation AND s.next_look_at IS NOT NULL AND s.status IN %s"""
-RECORD_ROW = "(?, ?::integer, ?::timestamp, ?::timestamp, ?::integer, ?::integer, ?::integer)"
+RECORD_ROW = "(?, ?::integer, ?::timestamp, ?::integer, ?::integer, ?::integer)"
 
 
 def record_looks(looks: Sequence[tuple], *, statuses: Sequence[str]) -> int:
-    """Write what each look saw in one UPDATE: ``(scan id, generation, next_look_at, checked_at,
-    check_errors, recipes_total or None, recipes_done or None)``, each only to a scan still in
-    ``statuses`` whose ``look_generation`` is still the claim's (a later claim's look wins) and
-    that a chain has not taken over; the rows changed."""
+    """Write what each look saw in one UPDATE: ``(scan id, generation, next_look_at, check_errors,
+    recipes_total or None, recipes_done or None)``, each only to a scan still in ``statuses``
+    whose ``look_generation`` is still the claim's (a later claim's look wins) and that a chain
+    has not taken over; the rows changed."""
     if not looks:
         return 0
     sql = RECORD_LOOKS % (", ".join([RECORD_ROW] * len(looks)), "(" + ", ".join(["?"] * len(statuses)) + ")")

@@ -88,9 +88,9 @@ def test_a_claim_takes_the_due_scans_earliest_first_up_to_the_limit_and_fences_t
     assert all(s.look_generation == 1 and s.next_look_at == NOW + timedelta(seconds=70) for s in held.values())
     # A look recorded with an older token writes nothing (a later claim's look wins).
     scan = claimed[0][1]
-    stale = (scan.id, scan.look_generation - 1, NOW, NOW, 0, 9, 9)
+    stale = (scan.id, scan.look_generation - 1, NOW, 0, 9, 9)
     assert scan_states.record_looks([stale], statuses=IN_FLIGHT) == 0
-    assert scan_states.record_looks([(scan.id, scan.look_generation, NOW, NOW, 0, 9, 9)], statuses=IN_FLIGHT) == 1
+    assert scan_states.record_looks([(scan.id, scan.look_generation, NOW, 0, 9, 9)], statuses=IN_FLIGHT) == 1
 
 
 def test_two_lookers_never_claim_the_same_scan(app):
@@ -166,7 +166,7 @@ def test_progress_and_running_once_with_its_event(conn, simulator, sim_receiver)
                 break
         assert current.status == "running" and current.started_at is not None
         assert 0 < current.recipes_done < current.recipes_total
-        assert current.last_checked_at is not None and current.next_look_at > utcnow()
+        assert current.next_look_at > utcnow()
         frozen.tick(0.5)
         looks.look_due()
     running = WebhookDelivery.select().where((WebhookDelivery.scan_id == scan.id)
