@@ -147,6 +147,9 @@ def test_matchers_and_wildcards():
     assert model.check_path(body, "a.b.*", {"gte": 1, "lte": 3}).met
     assert not model.check_path(body, "a.b.*", {"lt": 3}).met
     assert model.check_path(body, "items.*.k", {"all_equal": True}).met
+    assert not model.check_path(body, "items.*.k", {"all_distinct": True}).met  # "x" twice
+    assert model.check_path(body, "a.b.*", {"all_distinct": True, "count": 3}).met
+    assert model.check_path(body, "items.*.k", {"all_distinct": False}).met
     assert model.check_path(body, "s", {"matches": "^scn_"}).met
     assert model.check_path(body, "n", None).met
     assert model.check_path(body, "missing", {"present": False}).met
