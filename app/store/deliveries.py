@@ -200,10 +200,12 @@ def test_event_times(api_key_id: str, *, since: datetime) -> list[datetime]:
 
 
 def page_of_key(api_key_id: str, *, status: str | None, event: str | None, page: int,
-                per_page: int) -> tuple[int, list[WebhookDelivery]]:
-    """How many deliveries of the key (with ``status``, ``event`` when given) there are, and
-    page ``page`` of them, newest first."""
+                per_page: int, endpoint_id: str | None = None) -> tuple[int, list[WebhookDelivery]]:
+    """How many deliveries of the key (with ``status``, ``event``, ``endpoint_id`` when given)
+    there are, and page ``page`` of them, newest first."""
     query = WebhookDelivery.select().where(WebhookDelivery.api_key == api_key_id)
+    if endpoint_id:
+        query = query.where(WebhookDelivery.endpoint_id == endpoint_id)
     if status:
         query = query.where(WebhookDelivery.status == status)
     if event:
