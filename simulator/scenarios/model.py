@@ -128,8 +128,8 @@ class Step:
         elif self.action == "engine":
             detail = str(args.get("mode", ""))
         elif self.action == "webhooks":
-            detail = (f"{args.get('count', 1)}" if "count" in args else "") + (
-                f" at {args['receiver']}" if args.get("receiver") else "")
+            detail = " ".join(part for part in (str(args["count"]) if "count" in args else "",
+                                                f"at {args['receiver']}" if args.get("receiver") else "") if part)
         elif self.action == "operator":
             command = args.get("command")
             words = command.split() if isinstance(command, str) else [str(w) for w in command or []]
