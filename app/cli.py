@@ -477,6 +477,22 @@ def keys_enable_endpoint(key_id, endpoint_id, as_json):
     emit(as_json, data, f"{endpoint_id}: enabled; later events of {key_id} are sent to it again")
 
 
+@keys_cli.command("check-endpoints")
+@click.argument("key_id")
+@click.option("--hours-ahead", type=click.IntRange(0, 24 * 365), default=0, metavar="N",
+              help="QA only (refused in production): judge as if it were N hours from now.")
+@json_option
+def keys_check_endpoints(key_id, hours_ahead, as_json):
+    """Judge the auto-disable rule for the key's enabled endpoints now, as the workers do after
+    each delivery that failed for good; prints the endpoints it disabled."""
+    if hours_ahead and runtime.config["APP_ENV"] == "production":
+        fail(as_json, "--hours-ahead moves the clock for QA and is refused in production")
+    disabled = run(as_json, lambda: endpoints.check_endpoints(accounts.get_key(key_id), hours_ahead=hours_ahead))
+    emit(as_json, {"key_id": key_id, "disabled": disabled},
+         "\n".join(f"{e}: disabled; its later events are recorded as skipped" for e in disabled)
+         or f"{key_id}: no endpoint disabled")
+
+
 @users_cli.command("create")
 @click.argument("customer_id")
 @click.argument("email")

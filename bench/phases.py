@@ -594,8 +594,10 @@ def webhooks_phase(stack: Stack, opts, out: Path, log) -> dict:
 
     args = ["--out", str(out / "webhooks.json")]
     if opts.quick:
-        args += ["--deliveries", "300", "--hanging", "50", "--fast", "200", "--seconds", "3", "--timeout", "120"]
-    log("webhooks: deliveries/s at 0, 50, 200 ms; a hanging receiver beside fast ones")
+        args += ["--deliveries", "300", "--hanging", "50", "--fast", "200", "--seconds", "3", "--timeout", "120",
+                 "--endpoints", "1000"]
+    log("webhooks: deliveries/s at 0, 50, 200 ms; a hanging receiver beside fast ones; 1,000 endpoints on one "
+        "host, one hanging, against a single endpoint")
     done = subprocess.run([sys.executable, "-m", "bench.webhooks", *args], cwd=Path(__file__).resolve().parent.parent,
                           capture_output=True, text=True, timeout=1800)
     (out / "webhooks.log").write_text(done.stdout + done.stderr)

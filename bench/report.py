@@ -26,6 +26,8 @@ GOALS = {
     "webhook_p95_ms": ("<", 1000.0, "webhook received < 1 s after the engine is done (p95)"),
     "deliveries_per_s_200ms": (">=", 200.0, "one worker: deliveries/s with receivers answering in 200 ms"),
     "fast_beside_hanging_p95_ms": ("<", 1000.0, "fast receivers beside a hanging one: created-to-received p95"),
+    "endpoints_one_host_p95_ratio": ("<=", 2.0, "1,000 endpoints on one host, one hanging: the others' p95 "
+                                                "<= 2x a single endpoint's"),
 }
 
 CPU_COLUMNS = ("api", "floor", "floor_observed", "baseline", "postgres", "redis", "engine", "simulator", "wrk")
@@ -124,6 +126,7 @@ def goals(summary: dict) -> list[dict]:
         (t["per_second"] for t in webhooks.get("throughput", []) if t["delay_ms"] == 200), None)
     steady = webhooks.get("isolation_steady") or {}
     values["fast_beside_hanging_p95_ms"] = steady["p95_s"] * 1000 if steady.get("p95_s") is not None else None
+    values["endpoints_one_host_p95_ratio"] = (webhooks.get("endpoints_one_host") or {}).get("p95_ratio")
     rows = []
     for key, (op, target, text) in GOALS.items():
         value = values[key]

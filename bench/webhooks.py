@@ -16,8 +16,16 @@ Redis db 12, so it can run beside the other phases' ``bench`` / db 11.
   worker starts: for the fast ones, p50/p95 from the worker's first request to their arrival,
   and the drain time (that first request to the last fast delivery received).
 
+- endpoints on one host (D22): ``--endpoints`` endpoints (10 per key, the most a key may have)
+  all on one receiver host and port, one of them hanging with ``--hanging`` deliveries held;
+  then fast deliveries at ``--rate`` for ``--seconds`` to the others in turn, and for them
+  created-to-received p50/p95/max, beside the same steady run to a single endpoint on that host
+  with nothing hanging (the baseline): the per-endpoint share keeps the hanging one from
+  slowing the others although they share its host.
+
 Deliveries are made by the service as test events would be (row, then job), so the module
-runs unchanged on the code before the pool (for the "before" figures).
+runs unchanged on the code before the pool (for the "before" figures); the endpoints run needs
+the endpoints of D22.
 """
 from __future__ import annotations
 
@@ -140,6 +148,68 @@ with db.connection_context():
             ids.append((delivery.id, url))
 print(json.dumps({"ids": ids}))
 """
+
+
+MAKE_ENDPOINTS = """
+import json, sys
+from app import create_app
+from app.db import db
+from app.services import accounts, endpoints
+create_app()
+urls = json.loads(sys.argv[1])
+made = []
+with db.connection_context():
+    for start in range(0, len(urls), endpoints.MAX_ENDPOINTS):  # a key holds at most 10
+        customer = accounts.create_customer("bench", "enterprise", 10)
+        key, _ = accounts.issue_key(customer.id, "bench", None, None)
+        for url in urls[start:start + endpoints.MAX_ENDPOINTS]:
+            created, _ = endpoints.create(key, url=url, events=["scan.completed"])
+            made.append((key.id, created["endpoint_id"], url))
+print(json.dumps({"endpoints": made}))
+"""
+
+ENDPOINT_DELIVERIES = """
+import json, sys, time
+from app import create_app
+from app.db import db
+from app.models import ApiKey
+from app.services import webhooks
+create_app()
+plan, rate = json.loads(sys.argv[1]), float(sys.argv[2])
+ids = []
+with db.connection_context():
+    found = {}
+    for key_id in dict.fromkeys(k for k, _, _ in plan):
+        for endpoint in webhooks.key_endpoints(ApiKey.get_by_id(key_id)):
+            found[endpoint.id] = endpoint
+    order = [(found[e], url) for _, e, url in plan]
+    start = time.monotonic()
+    for i, (endpoint, url) in enumerate(order):
+        if rate > 0:  # one delivery (row, then job) every 1/rate s
+            pause = start + i / rate - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+        body = webhooks.sample_event_body()
+        delivery = webhooks._create_delivery(endpoint.key, body["event"], body, None, endpoint)
+        webhooks.dispatch(delivery)
+        ids.append((delivery.id, url))
+print(json.dumps({"ids": ids}))
+"""
+
+
+def make_endpoints(urls: list[str]) -> list[tuple[str, str, str]]:
+    """An endpoint per URL, 10 to a key: ``[(key id, endpoint id, url)]``."""
+    out = subprocess.run([sys.executable, "-c", MAKE_ENDPOINTS, json.dumps(urls)], cwd=ROOT, env=env(),
+                         check=True, capture_output=True, text=True)
+    return [tuple(e) for e in json.loads(out.stdout.strip().splitlines()[-1])["endpoints"]]
+
+
+def endpoint_deliveries(plan: list[tuple[str, str, str]], rate: float = 0) -> list[tuple[str, str]]:
+    """A delivery to each ``(key id, endpoint id, url)`` of ``plan``, in order, all at once or one
+    every 1/rate s; returns ``[(delivery id, url)]``."""
+    out = subprocess.run([sys.executable, "-c", ENDPOINT_DELIVERIES, json.dumps(plan), str(rate)], cwd=ROOT,
+                         env=env(), check=True, capture_output=True, text=True)
+    return [tuple(d) for d in json.loads(out.stdout.strip().splitlines()[-1])["ids"]]
 
 
 def make_deliveries(plan: list[tuple[str, int]], rate: float = 0) -> list[tuple[str, str]]:
@@ -266,6 +336,37 @@ def isolation_burst(receivers, hanging: int, fast: int, timeout: float) -> dict:
     return {"hanging": hanging, **figures, "drain_s": figures["max_s"]}
 
 
+def endpoints_on_one_host(receivers, endpoints: int, hanging: int, rate: float, seconds: float,
+                          timeout: float) -> dict:
+    """``endpoints`` endpoints on one receiver host, the last one hanging when ``hanging`` > 0 (that
+    many deliveries queued to it first, and held), then ``rate``/s fast deliveries for ``seconds`` to
+    the others in turn: for those, created-to-received p50/p95/max."""
+    reset()
+    site = 0  # one host and port for every endpoint
+    urls = [receivers.url(f"ep{i}", 0, site) for i in range(endpoints - (1 if hanging else 0))]
+    made = make_endpoints(urls + ([receivers.url("hang", 0, site)] if hanging else []))
+    fast_endpoints = [e for e in made if "/hang" not in e[2]]
+    proc = start_worker(WEBHOOK_TIMEOUT_SECONDS=10)
+    try:
+        held = 0
+        if hanging:
+            endpoint_deliveries([made[-1]] * hanging)
+            wait(lambda: receivers.arrivals, min(timeout, 60))
+            time.sleep(1.0)  # the hanging endpoint's share fills up
+            held = len(receivers.arrivals)
+        total = int(rate * seconds)
+        plan = [fast_endpoints[i % len(fast_endpoints)] for i in range(total)]
+        fast_ids = [d for d, _ in endpoint_deliveries(plan, rate)]
+        wait(lambda: all(d in receivers.arrivals for d in fast_ids), timeout)
+        created = dict(sql("SELECT id, extract(epoch from created_at) FROM webhook_delivery"))
+    finally:
+        stop(proc)
+    figures = _fast_figures(receivers, fast_ids, created)
+    receivers.arrivals.clear()
+    return {"endpoints": len(made), "on_one_host": True, "hanging_deliveries": hanging, "hanging_held": held,
+            "rate_per_s": rate, "seconds": seconds, **figures}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.webhooks", description=__doc__.splitlines()[0])
     p.add_argument("--deliveries", type=int, default=2000)
@@ -274,20 +375,33 @@ def main(argv=None) -> int:
     p.add_argument("--fast", type=int, default=1000, help="fast deliveries of the burst run")
     p.add_argument("--rate", type=float, default=100, help="fast deliveries per second of the steady run")
     p.add_argument("--seconds", type=float, default=10, help="length of the steady run")
+    p.add_argument("--endpoints", type=int, default=1000,
+                   help="endpoints on one receiver host, one hanging, for the endpoints run (0: skip it)")
+    p.add_argument("--only", default=None, help="run only these parts: throughput,steady,burst,endpoints")
     p.add_argument("--timeout", type=float, default=300)
     p.add_argument("--out", default=None, help="write the figures as JSON here")
     opts = p.parse_args(argv)
+    parts = set((opts.only or "throughput,steady,burst,endpoints").split(","))
     receivers = Receivers()
-    result = {"throughput": [], "isolation_steady": None, "isolation_burst": None}
-    for delay in (int(d) for d in opts.delays.split(",") if d):
+    result: dict = {"throughput": [], "isolation_steady": None, "isolation_burst": None, "endpoints_one_host": None}
+    for delay in (int(d) for d in opts.delays.split(",") if d and "throughput" in parts):
         result["throughput"].append(throughput(receivers, delay, opts.deliveries, opts.timeout))
         print(json.dumps(result["throughput"][-1]), flush=True)
-    if opts.rate and opts.seconds:
+    if opts.rate and opts.seconds and "steady" in parts:
         result["isolation_steady"] = isolation_steady(receivers, opts.hanging, opts.rate, opts.seconds, opts.timeout)
         print(json.dumps({"isolation_steady": result["isolation_steady"]}), flush=True)
-    if opts.fast:
+    if opts.fast and "burst" in parts:
         result["isolation_burst"] = isolation_burst(receivers, opts.hanging, opts.fast, opts.timeout)
         print(json.dumps({"isolation_burst": result["isolation_burst"]}), flush=True)
+    if opts.endpoints and opts.rate and opts.seconds and "endpoints" in parts:
+        single = endpoints_on_one_host(receivers, 1, 0, opts.rate, opts.seconds, opts.timeout)
+        many = endpoints_on_one_host(receivers, opts.endpoints, opts.hanging, opts.rate, opts.seconds, opts.timeout)
+        result["endpoints_one_host"] = {
+            "single_endpoint": single, "many_endpoints": many,
+            # How much slower the others are beside a hanging endpoint than one endpoint alone.
+            "p50_ratio": round(many["p50_s"] / single["p50_s"], 2) if single["p50_s"] else None,
+            "p95_ratio": round(many["p95_s"] / single["p95_s"], 2) if single["p95_s"] else None}
+        print(json.dumps({"endpoints_one_host": result["endpoints_one_host"]}), flush=True)
     if opts.out:
         Path(opts.out).write_text(json.dumps(result, indent=2))
     return 0

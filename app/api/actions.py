@@ -29,6 +29,7 @@ ACTIONS = {
     "PATCH /api/v1/endpoints/{endpoint_id}": "endpoint.update",
     "DELETE /api/v1/endpoints/{endpoint_id}": "endpoint.delete",
     "POST /api/v1/endpoints/{endpoint_id}/roll-secret": "endpoint.roll_secret",
+    "POST /api/v1/endpoints/{endpoint_id}/switch-secret": "endpoint.switch_secret",
     "POST /api/v1/endpoints/{endpoint_id}/recover": "endpoint.recover",
     "GET /api/v1/activity": "activity.list",
     "GET /api/v1/account": "account.read",

@@ -137,6 +137,21 @@ class EndpointRollSecret(MethodView):
         return {"ok": True, "endpoint_id": endpoint_id, "secret": rolled.secret, "switch_at": iso(rolled.switch_at)}
 
 
+@blp.route("/endpoints/<string:endpoint_id>/switch-secret")
+class EndpointSwitchSecret(MethodView):
+    @hooks.api_call(scope=access.WEBHOOKS)
+    @blp.doc(security=SECURITY, summary="End an endpoint's secret rotation now", operationId="switchEndpointSecret")
+    @blp.response(200, EndpointOneSchema, headers=HEADERS, example={"ok": True, **ENDPOINT_EXAMPLE})
+    @documented_errors({400: "`invalid_request` (no rotation is under way: roll the secret first)",
+                        **ERRORS, **NOT_FOUND})
+    @blp.priced("call")
+    def post(self, key, endpoint_id):
+        """Switch now, before `switch_at`: the rolled secret becomes the only one and the old one stops
+        signing at once (`secret_rotation_ends_at` is null again). Install it at every receiver first.
+        Costs {price}."""
+        return {"ok": True, **endpoints.switch_secret(key, endpoint_id)}
+
+
 @blp.route("/endpoints/<string:endpoint_id>/recover")
 class EndpointRecover(MethodView):
     @hooks.api_call(scope=access.WEBHOOKS)

@@ -204,8 +204,12 @@ def _key_page(key: ApiKey, *, form: WebhookForm | None = None, revealed: str | N
     directly: the secret then lives only in that one response (no-store), never in the cookie."""
     status = request.args.get("status") if request.args.get("status") in STATUSES else None
     event = request.args.get("event") if request.args.get("event") in EVENTS else None
+    endpoint_rows = _endpoint_rows(key)
+    # An endpoint of this key's (a deleted one's deliveries stay listed, unfiltered); never another key's.
+    endpoint = request.args.get("endpoint_id") if request.args.get("endpoint_id") in {
+        e["endpoint_id"] for e in endpoint_rows} else None
     deliveries = delivery_console.key_deliveries(key.id, g.portal_customer.id, status=status, event=event,
-                                                 page=_page_arg())
+                                                 endpoint_id=endpoint, page=_page_arg())
     if form is None:
         form = WebhookForm(formdata=None, url=key.webhook_url or "", payload=key.webhook_payload)
     form.secret.data = ""  # a typed secret is not echoed back in the page
@@ -215,10 +219,13 @@ def _key_page(key: ApiKey, *, form: WebhookForm | None = None, revealed: str | N
                                  allowed_ips="\n".join(key.allowed_ips or ()))
     _scope_choices(access_form, key)
     html = render_template("portal/key.html", key=key, form=form, action=ActionForm(), deliveries=deliveries,
-                           status=status, event=event, statuses=STATUSES, events=EVENTS, revealed=revealed,
+                           status=status, event=event, endpoint=endpoint, statuses=STATUSES, events=EVENTS,
+                           revealed=revealed,
                            secret_state=webhooks.secret_state(key), roll=roll or RollSecretForm(formdata=None),
                            confirm_roll=confirm_roll, access_form=access_form, scope_words=access.SCOPE_WORDS,
-                           endpoints=_endpoint_rows(key), endpoint_form=endpoint_form or EndpointForm(formdata=None),
+                           endpoints=endpoint_rows,
+                           endpoint_labels={e["endpoint_id"]: e["description"] or e["url"] for e in endpoint_rows},
+                           endpoint_form=endpoint_form or EndpointForm(formdata=None),
                            max_endpoints=endpoints.MAX_ENDPOINTS, endpoint_roll=endpoint_roll,
                            first_endpoint_id=webhooks.first_endpoint_id(key.id),
                            expired=access.is_expired(key, utcnow()),

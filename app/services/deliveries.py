@@ -15,7 +15,8 @@ the delivery on: ``succeeded`` on any 2xx; otherwise the next job is scheduled
 ``WEBHOOK_RETRY_SCHEDULE[k-1]`` seconds later (k = the attempt's place in its series),
 or the delivery is ``failed`` when the schedule is used up (``_after_failure``: the one
 place that decides whether and when a delivery is retried). The next job is enqueued
-only after that commit; if Redis refuses it, the sweep enqueues it.
+only after that commit (``_go_on``, which also asks the auto-disable rule of D22 about a
+delivery that failed for good); if Redis refuses it, the sweep enqueues it.
 
 A delivery pool makes hundreds of attempts a second in one process (``workers.delivery_pool``),
 so an attempt is three prepared statements (load, claim, and on success close), written
@@ -141,10 +142,8 @@ def record(delivery: WebhookDelivery, attempt: DeliveryAttempt, outcome: Outcome
     metrics.count_webhook_attempt(outcome.succeeded, outcome.error, outcome.status_code)
     if outcome.succeeded and not delivery.series_start:  # a redelivery's wait is the customer's choice
         metrics.observe_delivery_acknowledged(delivery.event, (now - delivery.created_at).total_seconds())
-    if next_job is not None:
-        enqueue_delivery(delivery.id, *next_job)
-    elif not outcome.succeeded:  # its last attempt failed: is its endpoint failing for days? (D22)
-        endpoints.after_failure(delivery, now)
+    if not outcome.succeeded:
+        _go_on(delivery, next_job, now)
     return SUCCEEDED if outcome.succeeded else FAILED
 
 
@@ -153,6 +152,17 @@ def defer(delivery_id: str, job_id: str, delay_seconds: float) -> bool:
     same job, so the same attempt, ``delay_seconds`` later. If Redis refuses, the sweep
     enqueues it."""
     return enqueue_delivery(delivery_id, job_id, delay_seconds)
+
+
+def _go_on(delivery: WebhookDelivery, next_job: tuple[str, float] | None, now) -> bool:
+    """After the commit that closed a failed attempt (answered, or closed as lost by the sweep):
+    enqueue the next attempt's job, or, when the delivery has failed for good, ask whether its
+    endpoint has been failing long enough to be disabled (D22). Returns whether a job was enqueued.
+    Both ways a failed attempt ends come here, so the auto-disable rule is never skipped."""
+    if next_job is not None:
+        return enqueue_delivery(delivery.id, *next_job)
+    endpoints.after_failure(delivery, now)
+    return False
 
 
 def _after_failure(delivery: WebhookDelivery, number: int, now) -> tuple[str, float] | None:
@@ -242,4 +252,4 @@ def _close_lost(delivery: WebhookDelivery, attempt: DeliveryAttempt, now) -> tup
         next_job = _after_failure(delivery, attempt.number, now)
     log.warning("delivery %s attempt %d: the worker was lost", delivery.id, attempt.number)
     metrics.count_webhook_attempt(False, "worker_lost", None)
-    return True, next_job is not None and enqueue_delivery(delivery.id, *next_job)
+    return True, _go_on(delivery, next_job, now)

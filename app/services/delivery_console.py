@@ -41,6 +41,7 @@ def _entry(delivery: WebhookDelivery, attempts: list[DeliveryAttempt], signed: b
     last = attempts[0] if attempts else None
     return {
         "delivery_id": delivery.id, "event": delivery.event, "scan_id": delivery.scan_id,
+        "endpoint_id": delivery.endpoint_id or webhooks.first_endpoint_id(delivery.api_key_id),
         "test": delivery.scan_id is None, "livemode": delivery.livemode, "status": delivery.status,
         "attempt_count": delivery.attempts,
         "created_at": delivery.created_at, "finished_at": delivery.finished_at,
@@ -56,9 +57,13 @@ def _entry(delivery: WebhookDelivery, attempts: list[DeliveryAttempt], signed: b
 
 
 def key_deliveries(key_id: str, customer_id: str, *, status: str | None = None, event: str | None = None,
-                   page: int = 1, per_page: int = 20) -> Page:
-    """The key's deliveries, newest first, each with its attempts (newest first)."""
-    key, rows = webhooks.delivery_rows(key_id, customer_id, status, event, page, per_page)
-    signed = bool(key.webhook_secret_enc)
-    rows.items = [_entry(d, attempts, signed) for d, attempts in rows.items]
+                   endpoint_id: str | None = None, page: int = 1, per_page: int = 20) -> Page:
+    """The key's deliveries (to ``endpoint_id`` when given), newest first, each with its endpoint
+    and its attempts (newest first)."""
+    key, rows = webhooks.delivery_rows(key_id, customer_id, status, event, page, per_page, endpoint_id)
+    # Each endpoint signs with its own secret (D22); a deleted endpoint's deliveries show the masks
+    # as they were sent (a further endpoint always has a secret).
+    signed = {e.id: bool(e.row.webhook_secret_enc) for e in webhooks.key_endpoints(key)}
+    rows.items = [_entry(d, attempts, signed.get(d.endpoint_id or webhooks.first_endpoint_id(key.id), True))
+                  for d, attempts in rows.items]
     return rows

@@ -230,17 +230,29 @@ def failing_since(endpoint_id: str) -> tuple[int, datetime | None]:
 
 
 def after_failure(delivery: WebhookDelivery, now: datetime | None = None) -> bool:
-    """Called when a delivery failed for good: disable its endpoint when every delivery to it has
-    failed for ``WEBHOOK_DISABLE_AFTER_HOURS`` and at least 10 did; returns whether it did."""
-    now = now or utcnow()
+    """Called when a delivery failed for good (its last attempt failed, or the recovery sweep
+    closed it as lost): disable its endpoint if the rule of ``disable_if_dead`` holds; returns
+    whether it did."""
     key = key_store.key(delivery.api_key_id)
     endpoint = next((e for e in key_endpoints(key) if e.id == delivery.endpoint_id), None)
-    if endpoint is None or not endpoint.enabled:
+    return endpoint is not None and disable_if_dead(endpoint, now or utcnow())
+
+
+def disable_if_dead(endpoint: Endpoint, now: datetime, *, as_of: datetime | None = None) -> bool:
+    """The auto-disable rule, in this one place (D22): an enabled endpoint to which every delivery
+    has failed for ``WEBHOOK_DISABLE_AFTER_HOURS``, with at least 10 failed, is disabled; its later
+    events are recorded as ``skipped``, an ``endpoint.disabled`` event goes to the key's other
+    enabled endpoints that list it, and the metric counts it. Returns whether it disabled it.
+
+    ``as_of`` judges the rule at another moment than ``now`` (the operator's QA clock,
+    ``keys check-endpoints --hours-ahead``); the disabling itself is dated ``now``."""
+    if not endpoint.enabled:
         return False
     count, since = failing_since(endpoint.id)
     hours = runtime.config["WEBHOOK_DISABLE_AFTER_HOURS"]
-    if since is None or count < MIN_FAILURES_TO_DISABLE or since > now - timedelta(hours=hours):
+    if since is None or count < MIN_FAILURES_TO_DISABLE or since > (as_of or now) - timedelta(hours=hours):
         return False
+    key = endpoint.key
     with write_transaction():
         store.lock(type(endpoint.row), endpoint.row.id)
         if not find(key_store.key(key.id), endpoint.id).enabled:  # another worker disabled it meanwhile
@@ -254,6 +266,15 @@ def after_failure(delivery: WebhookDelivery, now: datetime | None = None) -> boo
     metrics.count_endpoint_disabled()
     dispatch(notices)
     return True
+
+
+def check_endpoints(key: ApiKey, *, now: datetime | None = None, hours_ahead: int = 0) -> list[str]:
+    """Judge the auto-disable rule for each of the key's enabled endpoints, as if ``hours_ahead``
+    hours had passed (the operator's QA clock: the workers judge it after each delivery that
+    failed for good); returns the ids of those it disabled."""
+    now = now or utcnow()
+    as_of = now + timedelta(hours=hours_ahead)
+    return [e.id for e in key_endpoints(key_store.key(key.id)) if disable_if_dead(e, now, as_of=as_of)]
 
 
 # --- Recovery ---------------------------------------------------------------------------

@@ -387,12 +387,14 @@ def delivery_dict(delivery: WebhookDelivery, attempts: list[DeliveryAttempt]) ->
 
 
 def delivery_rows(key_id: str, customer_id: str, status: str | None = None, event: str | None = None,
-                  page: int = 1, per_page: int = 20) -> tuple[ApiKey, Page]:
-    """The customer's key and a page of its deliveries, newest first, as ``(delivery,
-    attempts newest first)`` pairs (``list_deliveries`` and the portal's console shape them)."""
+                  page: int = 1, per_page: int = 20, endpoint_id: str | None = None) -> tuple[ApiKey, Page]:
+    """The customer's key and a page of its deliveries (to ``endpoint_id`` when given), newest
+    first, as ``(delivery, attempts newest first)`` pairs (``list_deliveries`` and the portal's
+    console shape them)."""
     key = owned_key(key_id, customer_id)
     page, per_page = max(1, page), min(MAX_PER_PAGE, max(1, per_page))
-    total, deliveries = delivery_store.page_of_key(key.id, status=status, event=event, page=page, per_page=per_page)
+    total, deliveries = delivery_store.page_of_key(key.id, status=status, event=event, page=page, per_page=per_page,
+                                                   endpoint_id=endpoint_id)
     attempts: dict[str, list[DeliveryAttempt]] = {d.id: [] for d in deliveries}
     if deliveries:
         for row in delivery_store.attempts_of(attempts, newest_first=True):

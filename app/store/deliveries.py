@@ -131,13 +131,15 @@ def hand_to_job(delivery_id: str, *, status: str, attempts: int, current_job_id:
 
 def in_state(status: str, *, created_before: datetime | None) -> list[WebhookDelivery]:
     """The deliveries in ``status`` created before ``created_before`` (every one when None),
-    with only what the recovery sweep reads: id, job, attempts, series start, due time."""
+    with only what the recovery sweep reads: id, job, attempts, series start, due time, and the key
+    and endpoint the auto-disable rule judges when it fails one for good."""
     where = WebhookDelivery.status == status
     if created_before is not None:
         where &= WebhookDelivery.created_at < created_before
     return list(WebhookDelivery
                 .select(WebhookDelivery.id, WebhookDelivery.job_id, WebhookDelivery.attempts,
-                        WebhookDelivery.series_start, WebhookDelivery.next_attempt_at)
+                        WebhookDelivery.series_start, WebhookDelivery.next_attempt_at,
+                        WebhookDelivery.api_key, WebhookDelivery.endpoint_id)
                 .where(where))
 
 
@@ -198,10 +200,12 @@ def test_event_times(api_key_id: str, *, since: datetime) -> list[datetime]:
 
 
 def page_of_key(api_key_id: str, *, status: str | None, event: str | None, page: int,
-                per_page: int) -> tuple[int, list[WebhookDelivery]]:
-    """How many deliveries of the key (with ``status``, ``event`` when given) there are, and
-    page ``page`` of them, newest first."""
+                per_page: int, endpoint_id: str | None = None) -> tuple[int, list[WebhookDelivery]]:
+    """How many deliveries of the key (with ``status``, ``event``, ``endpoint_id`` when given)
+    there are, and page ``page`` of them, newest first."""
     query = WebhookDelivery.select().where(WebhookDelivery.api_key == api_key_id)
+    if endpoint_id:
+        query = query.where(WebhookDelivery.endpoint_id == endpoint_id)
     if status:
         query = query.where(WebhookDelivery.status == status)
     if event:

@@ -437,6 +437,12 @@ class ScanClient:
                              json_body={"overlap_hours": overlap_hours},
                              idempotency_key=_idempotency(idempotency_key))
 
+    def switch_endpoint_secret(self, endpoint_id: str) -> Endpoint:
+        """``POST /api/v1/endpoints/{id}/switch-secret``: end a rotation now: the rolled secret is the
+        only one from now on (``ValidationError`` when none is under way)."""
+        return Endpoint.from_dict(self._request(
+            "POST", f"/endpoints/{self._id(endpoint_id, 'endpoint_id')}/switch-secret"))
+
     def recover_endpoint(self, endpoint_id: str, since: datetime | str, until: datetime | str | None = None,
                          idempotency_key: str | None = None) -> int:
         """``POST /api/v1/endpoints/{id}/recover``: send again, once each and oldest first, every failed or

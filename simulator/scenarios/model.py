@@ -45,10 +45,10 @@ ACTIONS: dict[str, set[str]] = {
     "request": {"method", "path", "json", "headers", "authorization"},
     "wait": {"scan", "bulk", "status", "all_done", "until", "timeout", "interval"},
     "engine": {"mode", "every"},
-    "webhooks": {"count", "timeout", "interval", "secrets"},
+    "webhooks": {"count", "timeout", "interval", "secrets", "receiver"},
     "attempts": {"deliveries", "final", "until", "timeout", "interval"},
     "credits": set(),
-    "receiver": {"responses", "delay_ms", "secrets"},
+    "receiver": {"responses", "delay_ms", "secrets", "name"},
     "operator": {"command"},
 }
 # Arguments given as a bare value instead of a mapping: ``read: "{{scan.scan_id}}"``.
@@ -128,14 +128,15 @@ class Step:
         elif self.action == "engine":
             detail = str(args.get("mode", ""))
         elif self.action == "webhooks":
-            detail = f"{args.get('count', 1)}" if "count" in args else ""
+            detail = " ".join(part for part in (str(args["count"]) if "count" in args else "",
+                                                f"at {args['receiver']}" if args.get("receiver") else "") if part)
         elif self.action == "operator":
             command = args.get("command")
             words = command.split() if isinstance(command, str) else [str(w) for w in command or []]
             detail = " ".join(words[:2])
         elif self.action == "receiver":
-            detail = "/".join(map(str, args.get("responses", [200]))) + (
-                f" +{args['delay_ms']}ms" if args.get("delay_ms") else "")
+            detail = (f"{args['name']} " if args.get("name") else "") + "/".join(
+                map(str, args.get("responses", [200]))) + (f" +{args['delay_ms']}ms" if args.get("delay_ms") else "")
         else:
             detail = ""
         who = f" [{self.customer}]" if self.customer != MAIN else ""
@@ -462,10 +463,10 @@ TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool,
          "object": dict, "null": type(None)}
 # Operators of a matcher mapping; a mapping with any other key is a literal object.
 OPERATORS = ("eq", "ne", "in", "not_in", "matches", "gt", "gte", "lt", "lte", "type", "present",
-             "length", "contains", "all_equal", "count")
+             "length", "contains", "all_equal", "all_distinct", "count")
 SYMBOLS = {"eq": "==", "ne": "!=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 # Operators that judge the list a ``*`` path collects, not each element.
-LIST_OPERATORS = {"all_equal", "count"}
+LIST_OPERATORS = {"all_equal", "all_distinct", "count"}
 
 
 def is_matcher(value) -> bool:
@@ -497,6 +498,8 @@ def describe(matcher) -> str:
             parts.append(f"{op} {describe(arg)}")
         elif op == "all_equal":
             parts.append("all equal" if arg else "not all equal")
+        elif op == "all_distinct":
+            parts.append("all distinct" if arg else "not all distinct")
         else:
             symbol = SYMBOLS.get(op, op.replace("_", " "))
             parts.append(f"{symbol} {short(arg, 50)}")
@@ -592,6 +595,12 @@ def _apply(op: str, actual, arg, as_text: bool) -> bool:
             return False
         equal = all(_same(item, actual[0]) for item in actual)
         return equal if arg else not equal
+    if op == "all_distinct":  # e.g. each delivery id received once
+        if not isinstance(actual, list) or not actual:
+            return False
+        texts = [json.dumps(item, sort_keys=True, default=str) for item in actual]
+        distinct = len(set(texts)) == len(texts)
+        return distinct if arg else not distinct
     raise ValueError(f"unknown operator {op}")
 
 
@@ -606,7 +615,7 @@ class Check:
 
 def check_path(obj, path: str, matcher, *, prefix: str = "", as_text: bool = False) -> Check:
     """Apply ``matcher`` to the value(s) at ``path``: for a ``*`` path, to each element
-    (``all_equal`` and ``count`` judge the collected list instead)."""
+    (``all_equal``, ``all_distinct`` and ``count`` judge the collected list instead)."""
     multi, values = resolve_path(obj, path)
     shown = f"{prefix}{path}" if path not in ("", "$") else (prefix.rstrip(".") or "$")
     expectation = f"{shown} {describe(matcher)}"

@@ -267,7 +267,8 @@ class ScenarioRun:
                 self._restore_engine()
             self.http.close()
             self.result.duration = time.monotonic() - started
-            self.result.accounts = {name: {k: v for k, v in account.items() if k not in ("api_key", "receiver_secrets")}
+            self.result.accounts = {name: {k: v for k, v in account.items()
+                                           if k not in ("api_key", "receiver_secrets", "receivers", "tag")}
                                     for name, account in self.accounts.items()}
         return self.result
 
@@ -317,6 +318,8 @@ class ScenarioRun:
                 "key_id": key["key_id"], "api_key": key["api_key"], "key_mode": setup.key_mode,
                 "receiver": receiver, "webhook_url": webhook_url, "webhook_secret": secret,
                 "receiver_secrets": [secret] if receiver else [],
+                # Further receivers by the name a step gave them (``receiver: {name: ...}``).
+                "tag": re.sub(r"[^A-Za-z0-9_.-]", "-", tag), "receivers": {},
             }
         self.variables["customers"] = self.accounts
         self.variables["customer"] = self.accounts[MAIN]
@@ -440,25 +443,44 @@ class ScenarioRun:
     def do_engine(self, args, account, label, expect) -> Observation:
         return self.set_engine(args)
 
-    def _receiver(self, account: dict) -> str:
+    def _receiver(self, account: dict, name: str | None = None) -> str:
+        if name is not None:
+            if name not in account["receivers"]:
+                raise StepError(f"customer {self._name_of(account)} has no receiver {name!r} "
+                                f"(a receiver step with name: {name} creates it)")
+            return account["receivers"][name]["receiver"]
         if not account["receiver"]:
             raise StepError(f"customer {self._name_of(account)} has no receiver (add receiver: to its setup)")
         return account["receiver"]
 
+    def _receiver_secrets(self, account: dict, name: str | None) -> list[str]:
+        return account["receivers"][name]["secrets"] if name is not None else account["receiver_secrets"]
+
     def do_receiver(self, args, account, label, expect) -> Observation:
         """Reconfigure the customer's receiver (it forgets what it received): another answer, a
-        delay, or the secrets it verifies with (default: the ones it has)."""
-        receiver = self._receiver(account)
-        secrets_ = _secret_list(args.get("secrets", account["receiver_secrets"]))
+        delay, or the secrets it verifies with (default: the ones it has). With ``name``, a further
+        receiver of the customer, created on first use (default secrets: the customer's), whose
+        ``hook_url`` the step's body gives, e.g. for a second webhook endpoint."""
+        name = args.get("name")
+        if name is not None and name not in account["receivers"]:
+            account["receivers"][name] = {"receiver": f"{account['tag']}-{name}",
+                                          "secrets": list(account["receiver_secrets"] or [account["tag"]])}
+        receiver = self._receiver(account, name)
+        secrets_ = _secret_list(args.get("secrets", self._receiver_secrets(account, name)))
         body = {"secrets": secrets_, "responses": args.get("responses", [200]), "delay_ms": args.get("delay_ms", 0)}
         response = self.http.post(f"{self.config.sim_url}/_sim/receivers/{receiver}", json=body,
                                   timeout=self.config.http_timeout)
         if response.status_code not in (200, 201):
             raise StepError(f"simulator refused receiver {receiver}: {response.status_code} {response.text[:200]}")
-        account["receiver_secrets"] = secrets_
+        if name is None:
+            account["receiver_secrets"] = secrets_
+        else:
+            account["receivers"][name]["secrets"] = secrets_
         self.row(label, "receiver reconfigured (its deliveries cleared)", True,
                  f"responses {body['responses']}, delay {body['delay_ms']} ms, {_count(len(secrets_), 'secret', 'secrets')}")
-        return Observation(response.status_code, response.headers, response.json())
+        # Where the service's workers reach it (the simulator names itself as this runner reaches it).
+        return Observation(response.status_code, response.headers,
+                           {**response.json(), "hook_url": f"{self.config.hook_base_url}/_sim/hooks/{receiver}"})
 
     def do_operator(self, args, account, label, expect) -> Observation:
         """An operator CLI command (``--json`` added); the body is its JSON answer."""
@@ -470,10 +492,12 @@ class ScenarioRun:
         return Observation(code, {}, answer if answer is not None else {"output": output})
 
     def do_webhooks(self, args, account, label, expect) -> Observation:
-        receiver = self._receiver(account)
+        name = args.get("receiver")
+        receiver = self._receiver(account, name)
         # The secrets in force, current first: X-Service-Signature is recomputed with the first,
         # and webhook-signature must carry an entry for each.
-        secrets_ = _secret_list(args.get("secrets", [account["webhook_secret"]]))
+        default = [account["webhook_secret"]] if name is None else account["receivers"][name]["secrets"][:1]
+        secrets_ = _secret_list(args.get("secrets", default))
         wanted = args.get("count", expect.get("count") if isinstance(expect.get("count"), int) else 1)
         if not isinstance(wanted, int) or isinstance(wanted, bool):
             raise StepError("webhooks: count must be an integer")

@@ -50,6 +50,8 @@ _SECONDS = {"type": ["number", "string"], "minimum": 0}  # a number, or a {{vari
 _PATHS = {"type": "object"}  # {dotted path: matcher}; matchers are checked by model
 _SECRETS = {"type": ["array", "string"], "minItems": 1, "items": {"type": "string"}}  # a list, or a {{variable}}
 _RESPONSES = {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 200, "maximum": 599}}
+# A further receiver of the customer (beside the one its setup gives its key), e.g. for a second endpoint.
+_RECEIVER_NAME = {"type": "string", "pattern": "^[A-Za-z0-9_-]+$"}
 _HTTP_ARGS = {"headers": {"type": "object"}, "authorization": {"type": ["string", "null"]}}
 
 # The arguments of each action. ``type`` lists a scalar where the action takes a bare
@@ -76,13 +78,13 @@ ACTION_ARGS: dict[str, dict] = {
         "required": ["mode"]},
     "webhooks": {"type": ["integer", "object", "null"], "properties": {
         "count": {"type": "integer", "minimum": 0}, "timeout": _SECONDS, "interval": _SECONDS,
-        "secrets": _SECRETS}},
+        "secrets": _SECRETS, "receiver": _RECEIVER_NAME}},
     "attempts": {"type": ["object", "null"], "properties": {
         "deliveries": {"type": "integer", "minimum": 0}, "final": {"type": "boolean"}, "until": _PATHS,
         "timeout": _SECONDS, "interval": _SECONDS}},
     "credits": {"type": ["object", "null"]},
     "receiver": {"type": ["object", "null"], "properties": {
-        "responses": _RESPONSES, "delay_ms": _NON_NEGATIVE, "secrets": _SECRETS}},
+        "responses": _RESPONSES, "delay_ms": _NON_NEGATIVE, "secrets": _SECRETS, "name": _RECEIVER_NAME}},
     "operator": {"type": ["string", "array", "object"], "items": _TEXT_OR_NUMBER, "properties": {
         "command": {"type": ["string", "array"], "minLength": 1, "minItems": 1, "items": _TEXT_OR_NUMBER}}},
 }

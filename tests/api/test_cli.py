@@ -450,3 +450,29 @@ def test_keys_endpoints_and_enable_endpoint(app, make_customer):
         assert ApiKey.get_by_id(account.key.id).webhook_enabled is True
     missing = run(app, "keys", "enable-endpoint", account.key.id, "ep_nobody")
     assert missing.exit_code != 0 and "no endpoint ep_nobody" in missing.output
+
+
+@pytest.mark.config(WEBHOOK_DISABLE_AFTER_HOURS=120)
+def test_keys_check_endpoints_judges_auto_disable_with_a_qa_clock(app, make_customer):
+    account = make_customer(webhook_url="https://hooks.example.com/a")
+    first = webhooks.first_endpoint_id(account.key.id)
+    with db.connection_context():
+        key = ApiKey.get_by_id(account.key.id)
+        for _ in range(10):
+            body = webhooks.sample_event_body()
+            webhooks._create_delivery(key, body["event"], body, None, status="failed")
+    assert run_json(app, "keys", "check-endpoints", account.key.id)["disabled"] == []
+    text = run(app, "keys", "check-endpoints", account.key.id).stdout
+    assert "no endpoint disabled" in text
+    answer = run_json(app, "keys", "check-endpoints", account.key.id, "--hours-ahead", "121")
+    assert (answer["key_id"], answer["disabled"]) == (account.key.id, [first])
+    with db.connection_context():
+        assert ApiKey.get_by_id(account.key.id).webhook_enabled is False
+
+
+@pytest.mark.config(APP_ENV="production")
+def test_keys_check_endpoints_refuses_the_qa_clock_in_production(app, make_customer):
+    account = make_customer()
+    refused = run(app, "keys", "check-endpoints", account.key.id, "--hours-ahead", "121")
+    assert refused.exit_code != 0 and "refused in production" in refused.output
+    assert run_json(app, "keys", "check-endpoints", account.key.id)["disabled"] == []

@@ -59,6 +59,17 @@ def test_create_read_update_roll_and_delete(client, hooked):
         r = client.post(f"{ENDPOINTS}/{endpoint_id}/roll-secret", headers=hooked.headers, json={"overlap_hours": 2})
     assert r.status_code == 200, r.json
     assert r.json["switch_at"] == "2026-11-21T14:00:00Z" and r.json["secret"] != secret
+    rolled = r.json["secret"]
+    with freeze_time("2026-11-21 12:30:00"):
+        during = client.get(f"{ENDPOINTS}/{endpoint_id}", headers=hooked.headers).json
+        r = client.post(f"{ENDPOINTS}/{endpoint_id}/switch-secret", headers=hooked.headers)
+        assert r.status_code == 200, r.json
+        assert during["secret_rotation_ends_at"] == "2026-11-21T14:00:00Z" and r.json["secret_rotation_ends_at"] is None
+        with db.connection_context():  # switched now, not at 14:00: the rolled secret alone
+            row = WebhookEndpoint.get_by_id(endpoint_id)
+            assert decrypt_secret(row.webhook_secret_enc) == rolled and row.webhook_next_secret_enc is None
+        again = client.post(f"{ENDPOINTS}/{endpoint_id}/switch-secret", headers=hooked.headers)
+        assert again.status_code == 400 and "no secret rotation" in again.json["message"]
 
     r = client.delete(f"{ENDPOINTS}/{endpoint_id}", headers=hooked.headers)
     assert r.status_code == 200 and r.json == {"ok": True, "endpoint_id": endpoint_id, "deleted": True}
@@ -66,7 +77,9 @@ def test_create_read_update_roll_and_delete(client, hooked):
     # (The roll's entry was written at frozen time: compared as a set, not in order.)
     assert sorted(actions(hooked)) == sorted([
         ("endpoint.create", None, 201), ("endpoint.read", endpoint_id, 200), ("endpoint.update", endpoint_id, 200),
-        ("endpoint.roll_secret", endpoint_id, 200), ("endpoint.delete", endpoint_id, 200),
+        ("endpoint.roll_secret", endpoint_id, 200), ("endpoint.read", endpoint_id, 200),
+        ("endpoint.switch_secret", endpoint_id, 200), ("endpoint.switch_secret", endpoint_id, 400),
+        ("endpoint.delete", endpoint_id, 200),
         ("endpoint.read", endpoint_id, 404)])
 
 

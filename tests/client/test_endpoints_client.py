@@ -31,6 +31,12 @@ def test_the_endpoints_calls(served_app, make_customer):
     assert (changed.enabled, changed.events, changed.url) == (False, ["scan.running", "scan.failed"], OTHER)
     rolled = api.roll_endpoint_secret(created.endpoint_id, overlap_hours=0)
     assert rolled["secret"] != created.secret and rolled["endpoint_id"] == created.endpoint_id
+    with pytest.raises(ValidationError, match="no secret rotation"):  # an overlap of 0 switched at once
+        api.switch_endpoint_secret(created.endpoint_id)
+    overlapping = api.roll_endpoint_secret(created.endpoint_id, overlap_hours=24)
+    assert overlapping["switch_at"] and api.get_endpoint(created.endpoint_id).secret_rotation_ends_at
+    switched = api.switch_endpoint_secret(created.endpoint_id)
+    assert isinstance(switched, Endpoint) and switched.secret_rotation_ends_at is None
     assert api.recover_endpoint(created.endpoint_id, since="2026-11-01T00:00:00Z") == 0
     api.delete_endpoint(created.endpoint_id)
     with pytest.raises(NotFound):

@@ -147,6 +147,9 @@ def test_matchers_and_wildcards():
     assert model.check_path(body, "a.b.*", {"gte": 1, "lte": 3}).met
     assert not model.check_path(body, "a.b.*", {"lt": 3}).met
     assert model.check_path(body, "items.*.k", {"all_equal": True}).met
+    assert not model.check_path(body, "items.*.k", {"all_distinct": True}).met  # "x" twice
+    assert model.check_path(body, "a.b.*", {"all_distinct": True, "count": 3}).met
+    assert model.check_path(body, "items.*.k", {"all_distinct": False}).met
     assert model.check_path(body, "s", {"matches": "^scn_"}).met
     assert model.check_path(body, "n", None).met
     assert model.check_path(body, "missing", {"present": False}).met
@@ -197,3 +200,20 @@ def test_table_and_missed_text():
     text = bad.missed_text()
     assert text.splitlines()[0] == "scenario bad (bad.yaml): 2 of 2 expectations MISSED, 0 met, in 1.2s"
     assert f"  observed  {long_body}" in text  # never cut
+
+
+def test_a_further_receiver_is_named_by_its_steps_and_an_unknown_one_stops_the_scenario():
+    scenario = model.parse_scenario({"steps": [
+        {"receiver": {"name": "oncall"}, "save": "oncall"},
+        {"webhooks": {"receiver": "oncall", "count": 1}},
+        {"webhooks": {"receiver": "nobody"}}]}, default_name="t")
+    assert [s.label for s in scenario.steps] == ["receiver oncall 200", "webhooks 1 at oncall", "webhooks at nobody"]
+    run = runner.ScenarioRun(scenario, runner.RunConfig(base_url="http://127.0.0.1:9", sim_url="http://127.0.0.1:9"))
+    account = {"receiver": "t-main-1", "receivers": {"oncall": {"receiver": "t-main-1-oncall", "secrets": ["s"]}}}
+    assert run._receiver(account) == "t-main-1" and run._receiver(account, "oncall") == "t-main-1-oncall"
+    run.accounts = {"main": account}
+    with pytest.raises(runner.StepError, match=r"no receiver 'nobody' \(a receiver step with name: nobody creates it"):
+        run._receiver(account, "nobody")
+    from simulator.scenarios.schema import validate
+    with pytest.raises(model.ScenarioError, match=r"receiver\.name must match"):  # a plain word: it names a URL path
+        validate("description: d\nsteps:\n  - receiver: {name: 'a/b'}\n", "s.yaml")

@@ -106,3 +106,33 @@ def test_a_further_endpoint_rolls_its_secret_after_confirming(client, portal_acc
         assert switched.status_code == 302
         now_only = _endpoint(portal_account.key.id)
         assert decrypt_secret(now_only.webhook_secret_enc) == shown and now_only.webhook_next_secret_enc is None
+
+
+def test_the_delivery_list_shows_each_deliverys_endpoint_and_filters_by_it(client, portal_account, make_customer):  # noqa: F811
+    from app.services import endpoints
+    stranger = make_customer(webhook_url=URL + "/stranger")
+    with db.connection_context():
+        ApiKey.update(webhook_url=URL, webhook_description="Case system").where(
+            ApiKey.id == portal_account.key.id).execute()
+        key = ApiKey.get_by_id(portal_account.key.id)
+        second, _ = endpoints.create(key, url=URL + "/2", description="On-call tool")
+        made = {}
+        for endpoint in webhooks.key_endpoints(ApiKey.get_by_id(key.id)):
+            body = webhooks.sample_event_body()
+            made[endpoint.id] = webhooks._create_delivery(key, body["event"], body, None, endpoint).id
+    first = webhooks.first_endpoint_id(key.id)
+    login(client)
+    page = f"/app/api-keys/{key.id}"
+    everything = client.get(page).get_data(as_text=True)
+    assert made[first] in everything and made[second["endpoint_id"]] in everything
+    assert '<span title="' + first + '">Case system</span>' in everything
+    assert '<span title="' + second["endpoint_id"] + '">On-call tool</span>' in everything
+    assert 'name="endpoint_id"' in everything
+
+    only_second = client.get(f"{page}?endpoint_id={second['endpoint_id']}").get_data(as_text=True)
+    assert made[second["endpoint_id"]] in only_second and made[first] not in only_second
+    only_first = client.get(f"{page}?endpoint_id={first}").get_data(as_text=True)
+    assert made[first] in only_first and made[second["endpoint_id"]] not in only_first
+    # Another key's endpoint is no filter of this page: everything is listed.
+    other = client.get(f"{page}?endpoint_id={webhooks.first_endpoint_id(stranger.key.id)}").get_data(as_text=True)
+    assert made[first] in other and made[second["endpoint_id"]] in other

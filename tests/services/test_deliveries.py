@@ -138,6 +138,29 @@ def test_the_sweep_closes_an_abandoned_attempt_and_goes_on(conn, redis_conn):
         assert _row(delivery.id).status == "pending"
 
 
+@pytest.mark.config(WEBHOOK_RETRY_SCHEDULE=(), WEBHOOK_DISABLE_AFTER_HOURS=120)
+def test_a_lost_last_attempt_closed_by_the_sweep_is_judged_by_the_auto_disable_rule(conn, redis_conn):
+    """The sweep failing a delivery for good asks the same auto-disable rule as an answered failure (D22)."""
+    from app.models import ApiKey
+    from app.services import endpoints
+    cust, key = new_customer(webhook_url=URL, webhook_secret=SECRET)
+    first = webhooks.first_endpoint_id(key.id)
+    with freeze_time(NOW) as frozen:
+        for _ in range(10):  # ten failures, the oldest 121 hours before the lost attempt
+            body = webhooks.sample_event_body()
+            webhooks._create_delivery(key, body["event"], body, None, status="failed")
+        frozen.tick(timedelta(hours=121))
+        lost = webhooks.send_test_event(key.id, cust.id)
+        _start(lost.id)  # its worker dies during the request
+        redis_conn.flushdb()
+        frozen.tick(deliveries.ATTEMPT_DEADLINE_SECONDS + 1)
+        assert endpoints.read(ApiKey.get_by_id(key.id), first)["enabled"] is True
+        report = deliveries.recover_deliveries(NOW + timedelta(hours=121, seconds=deliveries.ATTEMPT_DEADLINE_SECONDS + 1))
+        assert report == {"deliveries_redispatched": 0, "attempts_closed": 1}
+    assert _row(lost.id).status == "failed"
+    assert endpoints.read(ApiKey.get_by_id(key.id), first)["enabled"] is False
+
+
 def test_a_lost_job_is_enqueued_again_once_the_delivery_is_stale(delivery, redis_conn):
     redis_conn.flushdb()
     job_id = delivery.job_id

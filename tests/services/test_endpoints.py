@@ -159,3 +159,47 @@ def test_deleting_an_endpoint_cancels_its_pending_deliveries(key):
     endpoints.delete(key, created["endpoint_id"])
     assert WebhookDelivery.get_by_id(rows[created["endpoint_id"]].id).status == "cancelled"
     assert WebhookDelivery.get_by_id(rows[webhooks.first_endpoint_id(key.id)].id).status == "pending"
+
+
+# --- Auto-disable: the rule judged by the operator's QA clock (keys check-endpoints) ----------
+
+
+def _delivered(key, status: str, endpoint_id: str | None = None) -> WebhookDelivery:
+    """A delivery to the key's endpoint (its first by default) already ``status``, created now."""
+    endpoint = next(e for e in webhooks.key_endpoints(ApiKey.get_by_id(key.id))
+                    if e.id == (endpoint_id or webhooks.first_endpoint_id(key.id)))
+    body = webhooks.sample_event_body()
+    return webhooks._create_delivery(key, body["event"], body, None, endpoint, status)
+
+
+@pytest.mark.config(WEBHOOK_DISABLE_AFTER_HOURS=120)
+def test_check_endpoints_judges_the_rule_as_if_hours_had_passed_and_dates_the_disabling_now(key):
+    first = webhooks.first_endpoint_id(key.id)
+    watcher, _ = endpoints.create(key, url=OTHER, events=["endpoint.disabled"])
+    with freeze_time(NOW):
+        for _ in range(9):
+            _delivered(key, "failed")
+        assert endpoints.check_endpoints(key, hours_ahead=1000) == []  # 9 failures are not enough
+        _delivered(key, "failed")
+        assert endpoints.check_endpoints(key) == []
+        assert endpoints.check_endpoints(key, hours_ahead=119) == []  # failing for 119 hours only
+        assert endpoints.read(key, first)["enabled"] is True
+        assert WebhookDelivery.select().where(WebhookDelivery.event == "endpoint.disabled").count() == 0
+        assert endpoints.check_endpoints(key, hours_ahead=121) == [first]
+        assert endpoints.check_endpoints(key, hours_ahead=121) == []  # once
+    state = endpoints.read(key, first)
+    assert (state["enabled"], state["disabled_at"]) == (False, "2026-11-22T12:00:00Z")  # now, not the QA clock's
+    [notice] = WebhookDelivery.select().where(WebhookDelivery.event == "endpoint.disabled")
+    assert (notice.endpoint_id, notice.status) == (watcher["endpoint_id"], "pending")
+    assert '"failed_deliveries":10' in notice.body and f'"endpoint_id":"{first}"' in notice.body
+
+
+@pytest.mark.config(WEBHOOK_DISABLE_AFTER_HOURS=120)
+def test_a_success_after_the_failures_keeps_the_endpoint_enabled(key):
+    with freeze_time(NOW) as frozen:
+        for _ in range(10):
+            _delivered(key, "failed")
+        frozen.tick(timedelta(minutes=1))
+        _delivered(key, "succeeded")
+        assert endpoints.check_endpoints(key, hours_ahead=200) == []
+    assert endpoints.read(key, webhooks.first_endpoint_id(key.id))["enabled"] is True
