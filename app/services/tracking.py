@@ -167,7 +167,7 @@ def complete(scan_id: str, result: dict) -> bool:
     done = _finish(lambda: scan_states.complete(scan_id, statuses=IN_FLIGHT, status=COMPLETED, now=now,
                                                 result_json=result_json))
     if done:
-        log.info("scan %s completed", scan_id)
+        log.info("scan %s completed", scan_id, extra={"scan_id": scan_id})
     return done
 
 
@@ -176,7 +176,7 @@ def fail(scan_id: str, code: str, message: str) -> bool:
     done = _finish(lambda: scan_states.fail(scan_id, statuses=IN_FLIGHT, status=FAILED, now=now, code=code,
                                             message=message[:500]), code)
     if done:
-        log.info("scan %s failed: %s", scan_id, code)
+        log.info("scan %s failed: %s", scan_id, code, extra={"scan_id": scan_id})
     return done
 
 

@@ -356,7 +356,7 @@ def test_down_mode_answers_503_to_every_engine_call(client):
 
 
 def test_flaky_mode_fails_every_nth_call(client):
-    assert set_mode(client, mode="flaky", every=3) == {"mode": "flaky", "every": 3}
+    assert set_mode(client, mode="flaky", every=3) == {"mode": "flaky", "every": 3, "batch_look": True}
     codes = [submit(client, f"u{i}@example.com").status_code for i in range(7)]
     assert codes == [201, 201, 500, 201, 201, 500, 201]
     set_mode(client, mode="up")
