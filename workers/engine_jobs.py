@@ -54,16 +54,16 @@ def _track(scan_id: str, job_id: str | None) -> str:
     try:
         state = scans.engine_for(scan.livemode).status(scan.engine_id)
         outcome = tracking.apply_look(scan, state, past_deadline=now >= deadline)
-        if isinstance(outcome, dict):  # unfinished: the progress to record
-            progress, outcome = outcome, "unfinished"
     except engine.EngineError as exc:
         errors = scan.check_errors + 1
         log.warning("scan %s: engine error %d (%s), retrying", scan_id, errors, exc)
         tracking.hand_over(scan_id, job_id, tracking.until_deadline(backoff(errors), deadline, now),
                            check_errors=errors, last_checked_at=now)
         return "engine_error"
-    if outcome == "unfinished":
-        # The progress and the hand-over to the next look: one UPDATE, one commit.
-        delay = tracking.until_deadline(tracking.next_interval(scan, now), deadline, now)
-        tracking.hand_over(scan_id, job_id, delay, in_flight_only=True, durable=False, **progress)
-    return outcome
+    if isinstance(outcome, tracking.Final):
+        tracking.finish([outcome])
+        return outcome.outcome
+    # Unfinished: the progress and the hand-over to the next look, in one UPDATE, one commit.
+    delay = tracking.until_deadline(tracking.next_interval(scan, now), deadline, now)
+    tracking.hand_over(scan_id, job_id, delay, in_flight_only=True, durable=False, **outcome)
+    return "unfinished"

@@ -14,10 +14,10 @@ each run ``look_due`` in a loop:
    with 404 or 405 does not offer it, and is asked scan by scan (single looks) for
    ``UNSUPPORTED_RECHECK_SECONDS`` before the batch look is tried again. A test-mode scan's
    look is the sandbox's, in process.
-3. apply, with the rules of ``app.services.tracking`` (the same as an RQ job's): a final
-   answer completes or fails the scan (compare-and-set on its status, its charge-free move out
-   of flight and its webhook event in one durable transaction each); a scan the engine started
-   becomes ``running`` once, with its ``scan.running`` event; past its deadline an unfinished
+3. apply, with the rules of ``app.services.tracking`` (the same as an RQ job's): final answers
+   complete or fail their scans (compare-and-set on each status, the moves out of flight and the
+   webhook events: one durable transaction for the batch's finals); scans the engine started
+   become ``running`` once, with their ``scan.running`` events (one transaction too); past its deadline an unfinished
    scan fails with ``engine_timeout`` (only after a look: amended D13). Every unfinished scan's
    progress and next due time go in one UPDATE for the whole claim, written only where the
    claim's token still holds, committed without waiting for the disk flush (as a chain's
@@ -37,7 +37,7 @@ from datetime import datetime, timedelta
 from app import metrics, runtime
 from app.db import transaction
 from app.models import Scan, utcnow
-from app.models.scans import IN_FLIGHT
+from app.models.scans import COMPLETED, IN_FLIGHT
 from app.services import engine, sandbox_engine, tracking
 from app.store import scan_states
 
@@ -98,14 +98,25 @@ def look_due(*, limit: int | None = None) -> dict:
     scans = [scan for _, scan in claimed]
     states, report["engine_requests"] = _look(scans)
     looked = utcnow()  # what the engine said is as of now: the deadline and the next look count from it
-    records, errors = [], []
+    records, errors, finals, started = [], [], [], []
     for scan in scans:
-        outcome, record = _apply(scan, states.get(scan.id), looked)
-        report[outcome] += 1
-        if outcome == "engine_errors":
+        outcome = _apply(scan, states.get(scan.id), looked)
+        if isinstance(outcome, tracking.Final):
+            finals.append(outcome)
+            report["completed" if outcome.status == COMPLETED else "failed"] += 1
+            continue
+        kind, record, running = outcome
+        report[kind] += 1
+        records.append(record)
+        if kind == "engine_errors":
             errors.append(scan.id)
-        if record is not None:
-            records.append(record)
+        if running:
+            started.append(scan.id)
+    # Each a transaction for the whole batch: the ``running`` moves and the final states are durable.
+    if started:
+        tracking.start_running(started)
+    if finals:
+        tracking.finish(finals)
     if errors:  # one line per batch, not a line per scan: an engine outage is one line per try
         first = states.get(errors[0])
         log.warning("engine error for %d of %d scans looked at (%s), e.g. scan %s; looking again with back-off",
@@ -117,8 +128,9 @@ def look_due(*, limit: int | None = None) -> dict:
     return report
 
 
-def _apply(scan: Scan, state: dict | Exception | None, now: datetime) -> tuple[str, tuple | None]:
-    """One scan's outcome and, when it stays in flight, its row for ``record_looks``."""
+def _apply(scan: Scan, state: dict | Exception | None, now: datetime) -> tracking.Final | tuple[str, tuple, bool]:
+    """One scan's final state, or when it stays in flight ``(unfinished or engine_errors, its row
+    for record_looks, whether the engine started running it)``."""
     deadline = tracking.deadline(scan)
     try:
         if isinstance(state, Exception) or state is None:
@@ -127,14 +139,13 @@ def _apply(scan: Scan, state: dict | Exception | None, now: datetime) -> tuple[s
     except engine.EngineError:
         errors = scan.check_errors + 1
         due = now + timedelta(seconds=tracking.until_deadline(tracking.backoff(errors), deadline, now))
-        return "engine_errors", (scan.id, scan.look_generation, due, errors, None, None)
-    if not isinstance(outcome, dict):
-        return ("completed" if outcome == "completed" else "failed"), None
-    if "status" in outcome:  # the engine runs a queued scan: ``running`` once, with its event
-        tracking.start_running(scan.id)
+        return "engine_errors", (scan.id, scan.look_generation, due, errors, None, None), False
+    if isinstance(outcome, tracking.Final):
+        return outcome
     due = now + timedelta(seconds=tracking.until_deadline(tracking.next_interval(scan, now), deadline, now))
+    # ``status`` in the changes: the engine runs a queued scan (``running`` once, with its event).
     return "unfinished", (scan.id, scan.look_generation, due, 0, outcome.get("recipes_total"),
-                          outcome.get("recipes_done"))
+                          outcome.get("recipes_done")), "status" in outcome
 
 
 def _look(scans: list[Scan]) -> tuple[dict[str, dict | Exception], int]:

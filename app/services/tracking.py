@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections import Counter
+from dataclasses import dataclass
 from datetime import timedelta
 
 from app import events, metrics, runtime
 from app.db import transaction
 from app.jobs import enqueue_tracking, tracking_generation, tracking_job_id
-from app.models import Scan, utcnow
+from app.models import utcnow
 from app.models.scans import COMPLETED, FAILED, IN_FLIGHT, QUEUED, RUNNING
 from app.services import engine, quotas, sandbox_engine, webhooks
 from app.services.results import InvalidResult, normalize_result
@@ -107,7 +108,7 @@ def hand_over(scan_id: str, current_job_id: str | None, delay: float, *, in_flig
     write again. Final states, charges and deliveries always wait for the disk.
     """
     if "status" in changes:  # the look found the engine running a queued scan (``progress_changes``)
-        start_running(scan_id)
+        start_running([scan_id])
     new_job_id = tracking_job_id(scan_id, tracking_generation(current_job_id) + 1)
     changes["next_look_at"] = None  # a chain tracks it now, not the batch looks (a sweep may switch)
     statuses = IN_FLIGHT if in_flight_only else None
@@ -125,65 +126,94 @@ def hand_over(scan_id: str, current_job_id: str | None, delay: float, *, in_flig
     return True
 
 
-def start_running(scan_id: str) -> None:
-    """``queued`` -> ``running`` once (compare-and-set), with its ``scan.running`` event (D22) in
-    the same durable transaction: a replayed look finds the scan running already and sends none."""
-    deliveries = None
+def start_running(scan_ids: list[str]) -> None:
+    """``queued`` -> ``running`` once for each (compare-and-set), with its ``scan.running`` event
+    (D22), all in one durable transaction: a replayed look finds the scan running already and
+    sends none."""
     with transaction():
-        scan = scan_states.start_running(scan_id, queued=QUEUED, running=RUNNING, now=utcnow())
-        if scan is not None:
-            deliveries = webhooks.record_event(scan, events.SCAN_RUNNING)
+        scans = scan_states.start_running(scan_ids, queued=QUEUED, running=RUNNING, now=utcnow())
+        deliveries = webhooks.record_events(scans, events.SCAN_RUNNING)
     webhooks.dispatch(deliveries)
 
 
 def record_progress(scan_id: str, *, running: bool, recipes_total: int | None, recipes_done: int | None) -> None:
     if running:
-        start_running(scan_id)
+        start_running([scan_id])
     changes = progress_changes(running=running, recipes_total=recipes_total, recipes_done=recipes_done)
     scan_states.update_if(scan_id, statuses=IN_FLIGHT, changes=changes)
 
 
-def _finish(finish: Callable[[], Scan | None], failure_code: str | None = None) -> bool:
-    """Run ``finish`` (the compare-and-set to a final state, which gives the scan if it took) and,
-    in its transaction, take the scan out of flight and record its event."""
-    delivery = None
+@dataclass(frozen=True)
+class Final:
+    """A final state a look decided for a scan, written by ``finish``."""
+    scan_id: str
+    status: str  # COMPLETED or FAILED
+    result_json: str | None = None
+    code: str | None = None
+    message: str = ""
+
+    @property
+    def outcome(self) -> str:
+        """``completed``, ``timeout`` or ``failed``: what a look reports."""
+        if self.status == COMPLETED:
+            return "completed"
+        return "timeout" if self.code == "engine_timeout" else "failed"
+
+
+def completed(scan_id: str, result: dict) -> Final:
+    return Final(scan_id, COMPLETED, result_json=json.dumps(result, separators=(",", ":")))
+
+
+def failed(scan_id: str, code: str, message: str) -> Final:
+    return Final(scan_id, FAILED, code=code, message=message[:500])
+
+
+def finish(finals: list[Final]) -> int:
+    """Write each final state once (compare-and-set: a scan already final is left alone), take
+    the scans out of flight and record their events, all in one durable transaction (a batch
+    look's finals share its commit); then dispatch the deliveries. Returns how many took.
+
+    Scans, then customers, are written in id order, so two lookers whose batches share one never
+    wait on each other in a circle."""
+    now = utcnow()
     with transaction():
-        scan = finish()
-        if scan is not None:
-            # Out of flight in the same transaction as the state (quotas: Customer.in_flight, or test_in_flight).
-            quotas.move_in_flight(scan.customer_id, scan.livemode, -1)
-            delivery = webhooks.record_event(scan)
-    if scan is not None:
-        metrics.count_scan_finished(scan.kind, scan.status, failure_code)
-    if delivery is not None:
-        webhooks.dispatch(delivery)
-    return scan is not None
+        scans = []
+        for final in sorted(finals, key=lambda f: f.scan_id):
+            if final.status == COMPLETED:
+                scan = scan_states.complete(final.scan_id, statuses=IN_FLIGHT, status=COMPLETED, now=now,
+                                            result_json=final.result_json or "{}")
+            else:
+                scan = scan_states.fail(final.scan_id, statuses=IN_FLIGHT, status=FAILED, now=now,
+                                        code=final.code or "engine_failed", message=final.message)
+            if scan is not None:
+                scans.append(scan)
+        # Out of flight in the same transaction as the states (quotas: Customer.in_flight, or test_in_flight).
+        for (customer_id, livemode), n in sorted(Counter((s.customer_id, s.livemode) for s in scans).items()):
+            quotas.move_in_flight(customer_id, livemode, -n)
+        deliveries = webhooks.record_events(scans)
+    for scan in scans:
+        metrics.count_scan_finished(scan.kind, scan.status, scan.failure_code)
+        if scan.status == COMPLETED:
+            log.info("scan %s completed", scan.id, extra={"scan_id": scan.id})
+        else:
+            log.info("scan %s failed: %s", scan.id, scan.failure_code, extra={"scan_id": scan.id})
+    webhooks.dispatch(deliveries)
+    return len(scans)
 
 
 def complete(scan_id: str, result: dict) -> bool:
     """Mark completed with ``result``; False when the scan was already final."""
-    now = utcnow()
-    result_json = json.dumps(result, separators=(",", ":"))
-    done = _finish(lambda: scan_states.complete(scan_id, statuses=IN_FLIGHT, status=COMPLETED, now=now,
-                                                result_json=result_json))
-    if done:
-        log.info("scan %s completed", scan_id, extra={"scan_id": scan_id})
-    return done
+    return finish([completed(scan_id, result)]) == 1
 
 
 def fail(scan_id: str, code: str, message: str) -> bool:
-    now = utcnow()
-    done = _finish(lambda: scan_states.fail(scan_id, statuses=IN_FLIGHT, status=FAILED, now=now, code=code,
-                                            message=message[:500]), code)
-    if done:
-        log.info("scan %s failed: %s", scan_id, code, extra={"scan_id": scan_id})
-    return done
+    return finish([failed(scan_id, code, message)]) == 1
 
 
-def apply_look(scan, state: dict, *, past_deadline: bool = False) -> str | dict:
-    """Act on what the engine said of ``scan``: the outcome (``completed``, ``failed``, ``timeout``),
-    or for an unfinished scan the progress to record (``progress_changes``); past the deadline,
-    an unfinished scan fails with ``engine_timeout``. An answer that says nothing usable is an
+def apply_look(scan, state: dict, *, past_deadline: bool = False) -> Final | dict:
+    """What the engine said of ``scan``: its final state, for the caller to ``finish``, or for an
+    unfinished scan the progress to record (``progress_changes``); past the deadline, an
+    unfinished scan fails with ``engine_timeout``. An answer that says nothing usable is an
     ``EngineError`` (the caller backs off and looks again)."""
     status = state.get("status")
     if status == "done":
@@ -191,21 +221,17 @@ def apply_look(scan, state: dict, *, past_deadline: bool = False) -> str | dict:
             result = normalize_result(state.get("result"), scan.kind, scan_id=scan.id)
         except InvalidResult as exc:
             log.warning("scan %s: invalid engine result: %s", scan.id, exc)
-            fail(scan.id, "engine_failed", "the engine returned a result that is not valid")
-            return "failed"
-        complete(scan.id, result)
-        return "completed"
+            return failed(scan.id, "engine_failed", "the engine returned a result that is not valid")
+        return completed(scan.id, result)
     if status == "error":
         error: dict = state["error"] if isinstance(state.get("error"), dict) else {}
         if error.get("code") == "not_found":  # the batch look's unknown id: a single look's 404
             raise engine.EngineError("the engine does not know this investigation")
         message = error.get("message") if isinstance(error.get("message"), str) else ""
-        fail(scan.id, "engine_failed", message or "the engine could not complete the investigation")
-        return "failed"
+        return failed(scan.id, "engine_failed", message or "the engine could not complete the investigation")
     if status in ("pending", "running"):
         if past_deadline:
-            fail(scan.id, "engine_timeout", "the engine did not finish the scan in time")
-            return "timeout"
+            return failed(scan.id, "engine_timeout", "the engine did not finish the scan in time")
         total, done = state.get("recipes_total"), state.get("recipes_done")
         return progress_changes(
             running=status == "running",

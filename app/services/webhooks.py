@@ -174,17 +174,27 @@ def record_event(scan, kind: events.EventKind | None = None) -> list[WebhookDeli
     fires): one per enabled endpoint of its key whose events list it, each with its own body (full
     or thin) and id, and a ``skipped`` one per endpoint auto-disable stopped (D22). Returns those to
     dispatch (the pending ones); None when no endpoint takes the event."""
-    key = key_store.key(scan.api_key_id)
-    kind = kind or events.for_status(scan.status)
-    written = []
-    for endpoint in key_endpoints(key):
-        if kind.name not in endpoint.events or not (endpoint.enabled or endpoint.disabled_at):
-            continue
-        body = event_body(scan, kind, thin=endpoint.payload == "thin")
-        status = PENDING if endpoint.enabled else SKIPPED
-        written.append(_create_delivery(key, body["event"], body, scan.id, endpoint, status))
-    pending = [d for d in written if d.status == PENDING]
-    return pending or None
+    return record_events([scan], kind) or None
+
+
+def record_events(scans, kind: events.EventKind | None = None) -> list[WebhookDelivery]:
+    """``record_event`` for each of ``scans`` (a batch look's), each key's endpoints read once;
+    the deliveries to dispatch."""
+    endpoints_of: dict[str, list[Endpoint]] = {}
+    pending = []
+    for scan in scans:
+        if scan.api_key_id not in endpoints_of:
+            endpoints_of[scan.api_key_id] = key_endpoints(key_store.key(scan.api_key_id))
+        event = kind or events.for_status(scan.status)
+        for endpoint in endpoints_of[scan.api_key_id]:
+            if event.name not in endpoint.events or not (endpoint.enabled or endpoint.disabled_at):
+                continue
+            body = event_body(scan, event, thin=endpoint.payload == "thin")
+            status = PENDING if endpoint.enabled else SKIPPED
+            delivery = _create_delivery(endpoint.key, body["event"], body, scan.id, endpoint, status)
+            if delivery.status == PENDING:
+                pending.append(delivery)
+    return pending
 
 
 def record_key_event(key: ApiKey, body: dict, *, leave_out: str) -> list[WebhookDelivery]:
