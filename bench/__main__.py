@@ -74,6 +74,9 @@ def parse_args(argv):
     p.add_argument("--scale-max-s", type=float,
                    help="stop a scale run this long after its creation began even if scans are in flight "
                         "(default 180 x time scale + 240)")
+    p.add_argument("--scale-off-max-s", type=float, default=150.0,
+                   help="stop the off run this long after its creation began (default 150; its per-scan and per-look "
+                        "figures are what it is for: two processes fall far behind a job per scan)")
     p.add_argument("--scale-ledger-reads", type=int,
                    help="reads a shape for the ledger's bytes per read after the scale runs (default 20000; quick "
                         "2000; 0: skip)")
