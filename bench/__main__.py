@@ -77,6 +77,10 @@ def parse_args(argv):
     p.add_argument("--scale-off-max-s", type=float, default=150.0,
                    help="stop the off run this long after its creation began (default 150; its per-scan and per-look "
                         "figures are what it is for: two processes fall far behind a job per scan)")
+    p.add_argument("--scale-profile", type=float, default=0.0,
+                   help="py-spy the two workers for this many seconds from the end of the creation: worker 0 by "
+                        "wall clock (profile-scale-MODE-wall.txt), worker 1 by CPU (-cpu.txt); python -m bench.profile "
+                        "reads them (default 0: off)")
     p.add_argument("--scale-ledger-reads", type=int,
                    help="reads a shape for the ledger's bytes per read after the scale runs (default 20000; quick "
                         "2000; 0: skip)")

@@ -223,6 +223,17 @@ def run(stack: Stack, opts, out: Path, log, mode: str, n: int) -> dict:
     else:
         created_s = seed_sql(sim, customer_id, n, poll, max(4, opts.scale_seed_threads), f"scale-{mode}")
     created_at = time.time()
+    spies = []
+    if opts.scale_profile:
+        # Worker 0 by wall clock (idle frames too: where the looker threads wait), worker 1 by CPU
+        # (holding the GIL), over the steady window's start.
+        exe = str(BIN / "py-spy")
+        for worker, what in zip(workers, ("wall", "cpu")):
+            spies.append(subprocess.Popen(
+                [exe, "record", "--pid", str(worker.pid), "--nonblocking", "--rate", "100",
+                 "--duration", str(int(opts.scale_profile)), "--format", "raw",
+                 "--output", str(out / f"profile-scale-{mode}-{what}.txt"), *(["--idle"] if what == "wall" else ["--gil"])],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     log(f"[{mode}] {n} scans created in {created_s:.1f} s ({n / created_s:.0f}/s); waiting until all are final")
     stack.stop(api_proc)
 
@@ -237,6 +248,8 @@ def run(stack: Stack, opts, out: Path, log, mode: str, n: int) -> dict:
         timed_out = True
         log(f"[{mode}] not every scan final {limit:g} s after the creation began: stopping there")
     finished_s = time.time() - started
+    for spy in spies:
+        spy.wait(opts.scale_profile + 30)
     time.sleep(SAMPLE_S * 1.5)
     sampler.stop()
     stop_workers(stack, workers)
