@@ -11,8 +11,8 @@ Phases (``--phases``, default all):
   workers  tracking looks completed per second and webhook deliveries per second, one
            worker process each
   latency  engine done -> webhook received, two workers
-  scale    many scans in flight tracked by two workers: queue depth, job durations,
-           Redis memory and database size
+  scale    many scans in flight tracked by two workers, batch looks (auto) beside today's job
+           per scan (off): look lag, engine requests/s, Redis memory, worker CPU; ledger bytes per read
   growth   reads and creations at 1k, 100k and 1M stored scans (filled by SQL): rate,
            CPU and database work per call, bytes per stored scan
 
@@ -55,11 +55,37 @@ def parse_args(argv):
     p.add_argument("--latency-scans", type=int, help="scans for the latency phase (default 300)")
     p.add_argument("--latency-rate", type=float, default=10.0, help="scans created per second (default 10)")
     p.add_argument("--latency-time-scale", type=float, default=0.05, help="simulator time scale (default 0.05)")
-    p.add_argument("--scale-scans", type=int, help="scans in flight for the scale phase (default 10000)")
+    p.add_argument("--scale-scans", type=int, help="scans in flight for the scale phase (default 100000; quick 5000)")
+    p.add_argument("--scale-mode", choices=("auto", "off", "both"), default="both",
+                   help="ENGINE_BATCH_LOOK of the scale phase: auto (batch looks), off (a job per scan, today's) or "
+                        "both: off at --scale-off-scans, then auto at --scale-scans (default both)")
+    p.add_argument("--scale-off-scans", type=int,
+                   help="scans in flight of the off run when --scale-mode both (default 10000; quick 1000)")
     p.add_argument("--scale-time-scale", type=float,
                    help="simulator time scale of the scale phase (default 1: scans of 60 to 180 s; quick 0.1)")
-    p.add_argument("--scale-poll", type=float, default=60.0,
-                   help="ENGINE_POLL_SECONDS for the scale phase (default 60; the service's default is 10)")
+    p.add_argument("--scale-poll", type=float, default=10.0,
+                   help="ENGINE_POLL_SECONDS for the scale phase (default 10, the service's default)")
+    p.add_argument("--scale-batch-size", type=int, default=100, help="ENGINE_BATCH_SIZE (default 100)")
+    p.add_argument("--scale-seed", choices=("sql", "api"), default="sql",
+                   help="how the auto run creates its scans: sql (real engine submissions, rows by COPY; default) or "
+                        "api (bulk creation calls; about 1,000 scans/s here); the off run always uses api")
+    p.add_argument("--scale-seed-threads", type=int, default=4,
+                   help="bulk creation calls at a time while the scale phase creates its scans (default 4)")
+    p.add_argument("--scale-max-s", type=float,
+                   help="stop a scale run this long after its creation began even if scans are in flight "
+                        "(default 180 x time scale + 240)")
+    p.add_argument("--scale-off-max-s", type=float, default=150.0,
+                   help="stop the off run this long after its creation began (default 150; its per-scan and per-look "
+                        "figures are what it is for: two processes fall far behind a job per scan)")
+    p.add_argument("--scale-profile", type=float, default=0.0,
+                   help="py-spy the two workers for this many seconds from the end of the creation: worker 0 by "
+                        "wall clock (profile-scale-MODE-wall.txt), worker 1 by CPU (-cpu.txt); python -m bench.profile "
+                        "reads them (default 0: off)")
+    p.add_argument("--scale-ledger-reads", type=int,
+                   help="reads a shape for the ledger's bytes per read after the scale runs (default 20000; quick "
+                        "2000; 0: skip)")
+    p.add_argument("--scale-ledger-per-minute", type=int, default=100,
+                   help="reads of one endpoint a minute for the summed ledger shape (default 100)")
     p.add_argument("--growth-sizes", help="stored scans of the growth phase (default 1000,100000,1000000; "
                    "quick 1000,20000)")
     p.add_argument("--growth-duration", type=float, default=5.0, help="seconds per growth target (default 5)")
@@ -78,8 +104,12 @@ def parse_args(argv):
     opts.single_duration = max(2.0, opts.duration / 2)
     opts.worker_scans = opts.worker_scans or (500 if quick else 2000)
     opts.latency_scans = opts.latency_scans or (100 if quick else 300)
-    opts.scale_scans = opts.scale_scans or (1000 if quick else 10000)
+    opts.scale_scans = opts.scale_scans or (5000 if quick else 100000)
+    opts.scale_off_scans = opts.scale_off_scans or (1000 if quick else 10000)
     opts.scale_time_scale = opts.scale_time_scale or (0.1 if quick else 1.0)
+    opts.scale_max_s = opts.scale_max_s or 180 * opts.scale_time_scale + 240
+    if opts.scale_ledger_reads is None:
+        opts.scale_ledger_reads = 2000 if quick else 20000
     opts.growth_sizes = [int(v) for v in (opts.growth_sizes or ("1000,20000" if quick else "1000,100000,1000000"))
                          .split(",")]
     opts.targets = [name.strip() for name in opts.targets.split(",") if name.strip()]

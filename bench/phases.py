@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -385,96 +384,11 @@ def latency_phase(stack: Stack, opts, out: Path, log) -> dict:
     }
 
 
-# --- 4. scale: many scans in flight ----------------------------------------------------------
-
-class Sampler(threading.Thread):
-    """Every ``interval`` s: queue depths, scheduled jobs, scans by status, Redis memory."""
-
-    def __init__(self, stack: Stack, interval: float = 0.5):
-        super().__init__(daemon=True)
-        self.stack, self.interval = stack, interval
-        self.rows: list[dict] = []
-        self.stopping = threading.Event()
-
-    def sample(self) -> dict:
-        conn = self.stack.redis()
-        counts = status_counts(self.stack)
-        return {"t": time.time(), "engine_queue": conn.llen("rq:queue:engine"),
-                "engine_scheduled": conn.zcard("rq:scheduled:engine"),
-                "webhooks_queue": conn.llen("rq:queue:webhooks"),
-                "queued": counts.get("queued", 0), "running": counts.get("running", 0),
-                "completed": counts.get("completed", 0), "failed": counts.get("failed", 0),
-                "redis_used_memory": conn.info("memory")["used_memory"]}
-
-    def run(self):
-        while not self.stopping.is_set():
-            try:
-                self.rows.append(self.sample())
-            except Exception:  # a sample lost is no reason to stop sampling
-                pass
-            self.stopping.wait(self.interval)
-
-    def stop(self):
-        self.stopping.set()
-        self.join(10)
-
+# --- 4. scale: many scans in flight (bench/scale.py) ------------------------------------------
 
 def scale_phase(stack: Stack, opts, out: Path, log) -> dict:
-    scale, n = opts.scale_time_scale, opts.scale_scans
-    stack.reset_database()
-    stack.flush_redis()
-    sim = stack.start_simulator(scale, "sim-scale")
-    extra = {"ENGINE_POLL_SECONDS": opts.scale_poll} if opts.scale_poll else {}
-    api_url, api_proc = stack.start_api(sim, "api-scale", **extra)
-    _, key = stack.customer("bench-scale")
-    job_logs = [stack.logdir / f"jobs-scale-{i}.csv" for i in range(2)]
-    workers = [stack.start_worker(sim, f"worker-scale-{i}", jobs_log=job_logs[i], **extra) for i in range(2)]
-    wait_for_workers(stack, 2)
-    time.sleep(1)
-    memory_before = stack.redis().info("memory")["used_memory"]
-    sampler = Sampler(stack)
-    sampler.start()
-    log(f"creating {n} scans of {60 * scale:g} to {180 * scale:g} s (bulk calls of 100, 4 at a time), "
-        f"2 workers tracking them")
-    started = time.time()
-    _, _, created_s = create_scans(Api(api_url, key), "scale", n, threads=4)
-    stack.stop(api_proc)
-    wait_until(lambda: sum(v for k, v in status_counts(stack).items() if k in ("completed", "failed")) >= n,
-               180 * scale + 60 + n / 10, "every scan final", 1.0)
-    finished_s = time.time() - started
-    time.sleep(1.5)
-    sampler.stop()
-    stop_workers(stack, workers)
-    rows = sampler.rows
-    keys = list(rows[0]) if rows else []
-    (out / "scale-timeseries.csv").write_text(
-        ",".join(keys) + "\n" + "\n".join(",".join(f"{r[k]:.3f}" if k == "t" else str(r[k]) for k in keys)
-                                          for r in rows) + "\n")
-    sizes = stack.sql("SELECT relname, pg_total_relation_size(relid) FROM pg_stat_user_tables "
-                      "WHERE schemaname = 'public' ORDER BY 2 DESC")  # not the floor's tables
-    scans = stack.sql("SELECT engine_id, extract(epoch from completed_at) * 1000 FROM scan "
-                      "WHERE completed_at IS NOT NULL")
-    lateness = [float(done_at) - engine_done_ms(engine_id, scale) for engine_id, done_at in scans]
-    jobs = [r for path in job_logs for r in jobs_from_log(path)]
-    in_flight = [r["queued"] + r["running"] for r in rows]
-    peak_memory = max((r["redis_used_memory"] for r in rows), default=memory_before)
-    return {
-        "scans": n, "time_scale": scale, "engine_poll_seconds": opts.scale_poll, "worker_processes": 2,
-        "creation_s": round(created_s, 1), "all_final_s": round(finished_s, 1),
-        "final": status_counts(stack), "peak_in_flight": max(in_flight, default=0),
-        "peak_engine_queue": max((r["engine_queue"] for r in rows), default=0),
-        "engine_queue_at_end": rows[-1]["engine_queue"] if rows else None,
-        "peak_scheduled": max((r["engine_scheduled"] for r in rows), default=0),
-        "redis_used_memory_before": memory_before, "redis_used_memory_peak_sampled": peak_memory,
-        "redis_memory_delta_peak_bytes": peak_memory - memory_before,
-        "redis_memory_per_scan_in_flight_bytes": round((peak_memory - memory_before)
-                                                       / max(1, max(in_flight, default=1))),
-        "database_bytes": dict(sizes),
-        "database_bytes_total": sum(size for _, size in sizes),
-        "tracking_jobs": job_stats(jobs, "trk"),
-        "looks_per_scan": round(sum(1 for r in jobs if r["kind"] == "trk") / n, 2),
-        "completed_after_engine_done_ms": summary(lateness, 0),
-    }
+    from bench import scale
+    return scale.scale_phase(stack, opts, out, log)
 
 
 # --- 5. cost as the stored work grows ---------------------------------------------------------

@@ -202,9 +202,12 @@ def markdown(summary: dict) -> str:
         lines += ["", f"Bytes per stored scan (table `scan` with its indexes and TOAST): "
                       f"{growth['bytes_per_stored_scan']}; per ledger row: {growth['ledger_bytes_per_row']} "
                       f"({growth['note']}).", ""]
-    for key, title in (("workers", "Workers"), ("latency", "Webhook latency"), ("scale", "Scale")):
+    for key, title in (("workers", "Workers"), ("latency", "Webhook latency")):
         if summary.get(key):
             lines += [f"## {title}", "", "```json", json.dumps(summary[key], indent=2), "```", ""]
+    if summary.get("scale"):
+        from bench import scale
+        lines += scale.markdown(summary["scale"])
     flushed = [k for k in ("http", "workers", "latency", "scale", "growth") if (summary.get(k) or {}).get("redis_flushed")]
     if flushed:
         lines += [f"**Warning**: Redis db 11 was flushed by another process during: {', '.join(flushed)}; "

@@ -263,7 +263,7 @@ class Stack:
         return url, proc
 
     def start_worker(self, engine_url: str, name: str, queues: str = "engine,webhooks", burst: bool = False,
-                     jobs_log: Path | None = None, **extra) -> Proc:
+                     jobs_log: Path | None = None, looks_log: Path | None = None, **extra) -> Proc:
         """``python -m workers`` through ``bench.worker``, which only adds a per-job timing log.
 
         Development mode: the SSRF guard of production refuses plain-http webhooks to
@@ -274,6 +274,8 @@ class Stack:
             cmd.append("--burst")
         if jobs_log is not None:
             cmd += ["--jobs-log", str(jobs_log)]
+        if looks_log is not None:
+            cmd += ["--looks-log", str(looks_log)]
         return self.start(name, cmd, self.env("development", ENGINE_URL=local_only(engine_url), **extra))
 
     def _ready(self, proc: Proc, check, timeout: float) -> None:

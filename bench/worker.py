@@ -11,7 +11,13 @@ Each job appends one line to ``--jobs-log``:
 time from the job's ``enqueued_at`` (the scheduler moving it to its queue, or an
 immediate enqueue) to the start of its execution.
 
-    python -m bench.worker --queues engine,webhooks --jobs-log /tmp/jobs.csv [--burst] [--name N]
+With ``--looks-log``, ``app.services.looks.look_due`` (the batch look, D24, run by the
+worker's looker thread) is wrapped too, before the worker's modules import it: each call
+that claimed scans appends
+``started_unix,exec_ms,claimed,engine_requests,completed,failed,unfinished,LAGS`` where LAGS
+is each claimed scan's lag past its due time in integer milliseconds, space-separated.
+
+    python -m bench.worker --queues engine,webhooks --jobs-log /tmp/jobs.csv [--looks-log F] [--burst] [--name N]
 """
 from __future__ import annotations
 
@@ -62,10 +68,40 @@ def install(jobs_log: str) -> None:
     ScanWorker.execute_job = execute_job
 
 
+def install_looks(looks_log: str) -> bool:
+    """Wrap ``look_due`` when this code base has it (False when not: no batch look yet)."""
+    try:
+        import app.services.looks as looks
+    except ImportError:
+        return False
+    out = open(looks_log, "a", buffering=1)
+    lock = threading.Lock()
+    original = looks.look_due
+
+    @functools.wraps(original)
+    def look_due(*args, **kwargs):
+        started_wall, started = time.time(), time.perf_counter()
+        answer = original(*args, **kwargs)
+        exec_ms = (time.perf_counter() - started) * 1000
+        if answer.get("claimed"):
+            lags = " ".join(str(max(0, round(lag * 1000))) for lag in answer.get("lags", ()))
+            line = (f"{started_wall:.3f},{exec_ms:.2f},{answer['claimed']},{answer.get('engine_requests', 0)},"
+                    f"{answer.get('completed', 0)},{answer.get('failed', 0)},{answer.get('unfinished', 0)},{lags}\n")
+            with lock:  # several looker threads may share the file
+                out.write(line)
+        return answer
+
+    looks.look_due = look_due
+    return True
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.worker")
     parser.add_argument("--jobs-log", default=None)
+    parser.add_argument("--looks-log", default=None)
     args, rest = parser.parse_known_args(argv)
+    if args.looks_log:
+        install_looks(args.looks_log)  # first: the worker's modules may import look_due by name
     if args.jobs_log:
         install(args.jobs_log)
     from workers.__main__ import main as worker_main

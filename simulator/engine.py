@@ -25,8 +25,16 @@ Controls (no auth, for tests and QA): ``POST /_sim/engine/mode`` with ``{"mode":
 ``{"mode": "down"}`` (every ``/v1`` call answers 503) or ``{"mode": "flaky", "every": N}``
 (every N-th ``/v1`` call since the mode was set answers 500), each with ``"batch_look": false`` to
 answer the batch look with 404 as an engine without it does (default true); ``GET /_sim/engine/mode``;
-``GET /_sim/engine/stats`` → ``{"submit", "batch", "status", "total"}`` calls received,
-counted before mode and auth are applied; ``POST /_sim/engine/reset`` → mode up, stats zero.
+``GET /_sim/engine/stats`` → ``{"submit", "batch", "status", "looks", "total"}`` calls received,
+counted before mode and auth are applied; ``GET /_sim/engine/volume`` → ``{"submitted", "looked"}``
+investigations submitted (single and batch items) and ids asked in batch looks, counted once
+answered (the load behind the calls: a benchmark divides it by the calls); ``POST
+/_sim/engine/reset`` → mode up, stats and volume zero.
+
+Decoded ids and their plans are kept (up to ``PLAN_CACHE_SIZE``, then forgotten all at once): a
+scan in flight is looked at many times, and decoding its id again each time was most of a batch
+look's cost (100,000 scans in flight at a 10 s poll are 10,000 ids a second). Ids still carry all
+their state: a restarted simulator answers the same.
 
 Artifacts named in results are served at ``GET /_sim/artifacts/<id>.pdf`` and ``.card.json``.
 """
@@ -46,6 +54,8 @@ MAX_BATCH = 100
 JUNK_RESULT = "not an object"
 MODES = ("up", "down", "flaky")
 STAT_NAMES = ("submit", "batch", "status", "looks")
+VOLUME_NAMES = ("submitted", "looked")
+PLAN_CACHE_SIZE = 400_000  # about 300 bytes an entry: 120 MB at most
 
 engine_bp = Blueprint("engine", __name__)
 
@@ -66,6 +76,8 @@ class EngineControl:
             self._mode, self._every, self._calls_in_mode = "up", None, 0
             self._batch_look = True
             self._stats = Counter()
+            self._volume = Counter()
+        self.plans: dict[str, tuple] = {}  # engine id -> (Investigation, Plan); see the module's docstring
 
     def set_mode(self, mode: str, every: int | None, batch_look: bool = True) -> None:
         with self._lock:
@@ -84,6 +96,14 @@ class EngineControl:
         with self._lock:
             counts = {name: self._stats[name] for name in STAT_NAMES}
         return {**counts, "total": sum(counts.values())}
+
+    def volume(self) -> dict:
+        with self._lock:
+            return {name: self._volume[name] for name in VOLUME_NAMES}
+
+    def add_volume(self, name: str, n: int) -> None:
+        with self._lock:
+            self._volume[name] += n
 
     def admit(self, stat: str) -> int | None:
         """Count one API call; the error status the current mode imposes on it, if any."""
@@ -142,7 +162,9 @@ def _invalid_body(exc: InvalidBody):
 
 @engine_bp.post("/v1/investigations")
 def submit():
-    return jsonify(_submission(*_parse_item(_json_body()))), 201
+    body = _submission(*_parse_item(_json_body()))
+    control().add_volume("submitted", 1)
+    return jsonify(body), 201
 
 
 @engine_bp.post("/v1/investigations/batch")
@@ -157,7 +179,9 @@ def submit_batch():
             parsed.append(_parse_item(item))
         except InvalidBody as exc:
             raise InvalidBody(f"items[{index}]: {exc}") from exc
-    return jsonify({"items": [_submission(*item) for item in parsed]}), 201
+    answers = [_submission(*item) for item in parsed]
+    control().add_volume("submitted", len(answers))
+    return jsonify({"items": answers}), 201
 
 
 @engine_bp.get("/v1/investigations/<engine_id>")
@@ -177,7 +201,9 @@ def status_batch():
     ids = _json_body().get("ids")
     if not isinstance(ids, list) or not 1 <= len(ids) <= MAX_BATCH or not all(isinstance(i, str) for i in ids):
         raise InvalidBody(f"ids must be a list of 1 to {MAX_BATCH} investigation ids")
-    return jsonify({"items": [_look(engine_id) or _unknown(engine_id) for engine_id in ids]})
+    items = [_look(engine_id) or _unknown(engine_id) for engine_id in ids]
+    control().add_volume("looked", len(items))
+    return jsonify({"items": items})
 
 
 def _unknown(engine_id: str) -> dict:
@@ -187,11 +213,11 @@ def _unknown(engine_id: str) -> dict:
 
 def _look(engine_id: str) -> dict | None:
     """What ``GET /v1/investigations/<id>`` answers, or None for an id this engine never issued."""
-    investigation = decode_id(engine_id)
-    if investigation is None:
+    known = _decoded(engine_id)
+    if known is None:
         return None
+    investigation, plan = known
     kind, target = investigation.kind, investigation.target
-    plan = plan_for(kind, target, _time_scale())
     progress = progress_at(plan, time.time() - investigation.created_ms / 1000)
     body = {"id": engine_id, "status": progress.status, "recipes_total": plan.recipes,
             "recipes_done": progress.recipes_done, "result": None, "error": None}
@@ -204,6 +230,21 @@ def _look(engine_id: str) -> dict | None:
     elif progress.status == "error":
         body["error"] = {"code": "engine_failed", "message": f"Recipe {progress.recipes_done + 1} failed (simulated)."}
     return body
+
+
+def _decoded(engine_id: str) -> tuple | None:
+    """``(Investigation, Plan)`` of an id this engine issued, from the cache when looked at before."""
+    plans = control().plans
+    known = plans.get(engine_id)
+    if known is None:
+        investigation = decode_id(engine_id)
+        if investigation is None:
+            return None
+        known = (investigation, plan_for(investigation.kind, investigation.target, _time_scale()))
+        if len(plans) >= PLAN_CACHE_SIZE:
+            plans.clear()  # cheaper than an LRU's bookkeeping on every look; the next looks decode again
+        plans[engine_id] = known  # a dict's item assignment is atomic under the GIL: threads may race, harmlessly
+    return known
 
 
 @engine_bp.get("/_sim/engine/mode")
@@ -232,6 +273,11 @@ def set_mode():
 @engine_bp.get("/_sim/engine/stats")
 def get_stats():
     return jsonify(control().stats())
+
+
+@engine_bp.get("/_sim/engine/volume")
+def get_volume():
+    return jsonify(control().volume())
 
 
 @engine_bp.post("/_sim/engine/reset")

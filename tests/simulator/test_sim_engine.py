@@ -450,3 +450,28 @@ def test_the_batch_look_answers_each_id_as_the_single_look_in_order(client):
 @pytest.mark.parametrize("ids", [[], ["x"] * 101, "inv_a", [1]])
 def test_a_batch_look_outside_1_to_100_ids_answers_400(client, ids):
     assert client.post("/v1/investigations/status", json={"ids": ids}).status_code == 400
+
+
+def test_volume_counts_submitted_investigations_and_ids_looked_at_in_batches(client):
+    engine_id = submit(client, "alice@example.com").get_json()["id"]
+    client.post("/v1/investigations/batch", json={"items": [{"target": f"{n}@example.com", "kind": "email"}
+                                                            for n in "abc"]})
+    client.post("/v1/investigations/status", json={"ids": [engine_id, "inv_nope"]})
+    client.post("/v1/investigations/status", json={"ids": [engine_id]})
+    client.get(f"/v1/investigations/{engine_id}")  # a single look is a call, not batch volume
+    assert client.get("/_sim/engine/volume").get_json() == {"submitted": 4, "looked": 3}
+    client.post("/_sim/engine/reset")
+    assert client.get("/_sim/engine/volume").get_json() == {"submitted": 0, "looked": 0}
+
+
+def test_an_id_looked_at_again_answers_its_progress_at_the_new_time(client):
+    """The decoded ids the engine keeps must not freeze an investigation's answer."""
+    with freeze_time(START) as frozen:
+        engine_id = submit(client, "alice@example.com").get_json()
+        frozen.tick(1)
+        first = client.post("/v1/investigations/status", json={"ids": [engine_id["id"]]}).get_json()["items"][0]
+        frozen.tick(engine_id["eta_seconds"] + 1)
+        again = client.post("/v1/investigations/status", json={"ids": [engine_id["id"]]}).get_json()["items"][0]
+        single = status_of(client, engine_id["id"])
+    assert first["status"] in ("pending", "running") and first["result"] is None
+    assert again == single and again["status"] == "done" and again["result"] is not None
