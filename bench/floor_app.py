@@ -20,13 +20,14 @@ Per call:
 - creation ``POST /api/v1/scan``: one admission statement (key -> customer; balance >= 1
   and in flight below the limit; balance - 1, in flight + 1; the scan row; the ledger
   row; the activity log entry with the targets' keyed hashes), committed; the engine call
-  (E1); one UPDATE storing the engine id and eta; one Redis ZADD scheduling the first look.
+  (E1); one UPDATE storing the engine id, eta and the first look's due time (D24's batch
+  looks claim due scans from the database: no Redis, no job per scan).
 
 The activity entry (D20) is durable work of every authenticated call, so each statement
 writes it (a CTE), into a table partitioned by day with the service's indexes; a creation's
 says 202 before the engine answers (the floor is never measured failing).
 - bulk creation ``POST /api/v1/scan/bulk``: the same with n scans and a batch row in the
-  admission statement, one batch engine call, one ``UPDATE ... FROM (VALUES ...)``, one ZADD.
+  admission statement, one batch engine call, one ``UPDATE ... FROM (VALUES ...)``.
 
     gunicorn --config gunicorn.conf.py bench.floor_app:app   (FLOOR_DSN, REDIS_URL, ENGINE_URL, ENGINE_TOKEN)
 """
@@ -38,7 +39,6 @@ import json
 import os
 import secrets
 import threading
-import time
 
 import psycopg2
 import redis
@@ -57,8 +57,11 @@ CREATE TABLE floor.batch (id text PRIMARY KEY, customer_id text NOT NULL REFEREN
 CREATE TABLE floor.scan (id text PRIMARY KEY, customer_id text NOT NULL REFERENCES floor.customer (id),
                          bulk_id text REFERENCES floor.batch (id), bulk_index integer, kind text NOT NULL,
                          target text NOT NULL, status text NOT NULL, created_at timestamptz NOT NULL,
-                         engine_id text, eta_at timestamptz, body text, entry text);
+                         engine_id text, eta_at timestamptz, next_look_at timestamptz, body text, entry text);
 CREATE INDEX floor_scan_bulk ON floor.scan (bulk_id, bulk_index) WHERE bulk_id IS NOT NULL;
+-- Due looks, claimed in batches (D24's batch look, as the service's scan_due_look index).
+CREATE INDEX floor_scan_due ON floor.scan (next_look_at)
+    WHERE status IN ('queued', 'running') AND next_look_at IS NOT NULL;
 CREATE TABLE floor.ledger (id bigserial PRIMARY KEY, customer_id text NOT NULL REFERENCES floor.customer (id),
                            delta integer NOT NULL, balance_after bigint NOT NULL, reason text NOT NULL,
                            scan_id text, bulk_id text, created_at timestamptz NOT NULL,
@@ -131,8 +134,12 @@ a AS (INSERT INTO floor.activity (id, created_at, customer_id, livemode, key_id,
              %(address)s, %(request_id)s, CASE WHEN c.id IS NULL THEN NULL ELSE %(hashes)s::text[] END
       FROM k LEFT JOIN c ON true)
 SELECT balance FROM c"""
-RECORD_ONE = "UPDATE floor.scan SET engine_id = %s, eta_at = now() + make_interval(secs => %s) WHERE id = %s"
-RECORD_MANY = ("UPDATE floor.scan AS s SET engine_id = v.engine_id, eta_at = now() + make_interval(secs => v.eta) "
+# The engine's id and eta, and the first look's due time (half a second before the eta): batch
+# looks claim due scans from the database (D24), so no Redis schedule and no job per scan.
+RECORD_ONE = ("UPDATE floor.scan SET engine_id = %s, eta_at = now() + make_interval(secs => %s), "
+              "next_look_at = now() + make_interval(secs => greatest(%s - 0.5, 0)) WHERE id = %s")
+RECORD_MANY = ("UPDATE floor.scan AS s SET engine_id = v.engine_id, eta_at = now() + make_interval(secs => v.eta), "
+               "next_look_at = now() + make_interval(secs => greatest(v.eta - 0.5, 0)) "
                "FROM (VALUES {}) AS v(id, engine_id, eta) WHERE s.id = v.id")
 KINDS = ("email", "phone", "username")
 # The key of the targets' keyed hashes in a creation's entry (the service derives its own from SECRET_KEY).
@@ -259,16 +266,15 @@ def _admit(digest, items, bulk_total=None):
 
 
 def _schedule(ids, answers) -> None:
-    """The engine's ids stored (one UPDATE), then each scan's first look scheduled (one ZADD)."""
+    """The engine's ids stored with each scan's first look due (one UPDATE)."""
     with Connection() as cur:
         if len(ids) == 1:
-            cur.execute(RECORD_ONE, (answers[0]["id"], answers[0]["eta_seconds"], ids[0]))
+            eta = answers[0]["eta_seconds"]
+            cur.execute(RECORD_ONE, (answers[0]["id"], eta, eta, ids[0]))
         else:
-            values = ",".join(["(%s, %s, %s)"] * len(ids))
+            values = ",".join(["(%s, %s, %s::float8)"] * len(ids))
             cur.execute(RECORD_MANY.format(values),
                         [v for i, a in zip(ids, answers) for v in (i, a["id"], a["eta_seconds"])])
-    now = time.time()
-    _redis.zadd("floor:scheduled", {i: now + a["eta_seconds"] for i, a in zip(ids, answers)})
 
 
 def _item(item):
