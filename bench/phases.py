@@ -505,9 +505,10 @@ def growth_phase(stack: Stack, opts, out: Path, log) -> dict:
     (reader_id, read_key), (creator_id, create_key), _ = customers
     reader = Api(api_url, read_key)
     ids, batches, _ = create_scans(reader, "growth", 100, threads=1)
-    time.sleep(1.6)
-    worker = stack.start_worker(sim, "worker-growth", burst=True)
-    worker.wait(300)
+    worker = stack.start_worker(sim, "worker-growth")  # not a burst one: batch looks (D24), as the HTTP phase's
+    deadline = time.monotonic() + 300
+    while status_counts(stack).get("completed", 0) < len(ids) and time.monotonic() < deadline:
+        time.sleep(0.5)
     stack.stop(worker)
     if status_counts(stack).get("completed", 0) < len(ids):
         raise RuntimeError(f"seeding did not complete the scans: {status_counts(stack)}")
