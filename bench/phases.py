@@ -160,14 +160,13 @@ def http_phase(stack: Stack, opts, out: Path, log) -> dict:
         ids, _, _ = create_scans(Api(api_url, key), f"seed-many{i}", per_many, threads=1)
         many_pairs += [(key, scan_id) for scan_id in ids]
     seeded = 300 + len(many_pairs)
-    time.sleep(1.6)  # the first looks are due within a second of creation; the simulator is done in < 0.2 s
-    for _ in range(5):
-        worker = stack.start_worker(sim, "worker-seed", burst=True)
-        worker.wait(300)
-        stack.stop(worker)
-        if status_counts(stack).get("completed", 0) >= seeded:
-            break
-        time.sleep(1.1)
+    # A worker that stays until every seeded scan is completed: batch looks (D24, the default)
+    # run only in a worker that is not a burst one, and scans in flight hold no RQ job to drain.
+    worker = stack.start_worker(sim, "worker-seed")
+    deadline = time.monotonic() + 300
+    while status_counts(stack).get("completed", 0) < seeded and time.monotonic() < deadline:
+        time.sleep(0.5)
+    stack.stop(worker)
     counts = status_counts(stack)
     if counts.get("completed", 0) < seeded:
         raise RuntimeError(f"seeding did not complete the scans: {counts}")
@@ -420,9 +419,10 @@ def growth_phase(stack: Stack, opts, out: Path, log) -> dict:
     (reader_id, read_key), (creator_id, create_key), _ = customers
     reader = Api(api_url, read_key)
     ids, batches, _ = create_scans(reader, "growth", 100, threads=1)
-    time.sleep(1.6)
-    worker = stack.start_worker(sim, "worker-growth", burst=True)
-    worker.wait(300)
+    worker = stack.start_worker(sim, "worker-growth")  # not a burst one: batch looks (D24), as the HTTP phase's
+    deadline = time.monotonic() + 300
+    while status_counts(stack).get("completed", 0) < len(ids) and time.monotonic() < deadline:
+        time.sleep(0.5)
     stack.stop(worker)
     if status_counts(stack).get("completed", 0) < len(ids):
         raise RuntimeError(f"seeding did not complete the scans: {status_counts(stack)}")

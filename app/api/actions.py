@@ -36,6 +36,7 @@ ACTIONS = {
 }
 
 
+@lru_cache(maxsize=256)
 def route_of(rule: str) -> str:
     return ROUTE_ARGUMENT.sub(r"{\1}", rule)
 

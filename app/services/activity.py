@@ -81,6 +81,48 @@ def record(*, customer_id: str, livemode: bool, action: str, status: int, credit
     return entry_id
 
 
+# --- a served read's entry, written by the read's own statement -------------------------------
+
+@dataclass(frozen=True)
+class ReadEntry:
+    """The entry of a served read (``services.reads.serve_*``), written by the read's one
+    statement (``app.store.scans.read_charged``) rather than by an INSERT of its own: a read
+    stays one round trip. What the caller knows is here, clipped as ``record`` clips it; the
+    customer, mode and key are those the statement finds, the status is picked from
+    ``statuses`` (the object not found, the key's customer's, another's; the balance short)
+    by what it finds and charges, the credits are what it charged. The statement writes it only
+    for a key it may charge (active, billed mode, allowed by D21); the other calls' entries are
+    ``record``'s."""
+
+    id: str
+    action: str
+    resource_id: str | None
+    client_address: str | None
+    request_id: str | None
+    statuses: tuple[int, int, int, int]
+
+
+def read_entry(*, action: str, resource_id: str | None, client_address: str | None, request_id: str | None,
+               statuses: tuple[int, int, int, int]) -> ReadEntry:
+    return ReadEntry(new_id("act"), _clip("action", action), _clip("resource_id", resource_id),
+                     _clip("client_address", client_address), _clip("request_id", request_id), statuses)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """An entry a read's statement wrote: its key (id, time) and the status it says."""
+
+    id: str
+    created_at: datetime
+    status: int
+
+
+def restate(recorded: Recorded, status: int) -> None:
+    """The read's answer is not the one its statement decided (its body failed to render: a
+    500): the entry says the answer's status, as ``record`` would have written it."""
+    store.set_status(recorded.id, recorded.created_at, status)
+
+
 # --- reading ---------------------------------------------------------------------------------
 
 def target_filter(target: str | None) -> list[str] | None:

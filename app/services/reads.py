@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from app.models import ApiKey, BulkBatch, Scan, iso, utcnow
 from app.models.scans import COMPLETED, FAILED, QUEUED, RUNNING
 from app.rawjson import RawJSON
-from app.services import access, billing, keyauth, quotas
+from app.services import access, activity, billing, keyauth, quotas
 from app.services.errors import Forbidden, InsufficientBalance, InvalidRequest, NotFound, ServiceError
 from app.services.paging import Page
 from app.store import keys as key_store
@@ -253,9 +253,10 @@ def batch_detail(customer_id: str, bulk_id: str) -> dict:
 # --- served reads: authentication, charge and read in one statement ---------------------
 # A read is always charged once its key is active, billed and its balance covers it (200,
 # 403 and 404 are all charged, D3), so the key look-up, the conditional charge with its
-# ledger row, the quota windows the answer reports (D8) and the scan (or the batch and its
-# scans) are one statement (``app.store.scans.read_charged``), prepared once per connection:
-# one round trip and one commit per read, where authentication, read and charge took three.
+# ledger row, the call's activity log entry (D20), the quota windows the answer reports (D8)
+# and the scan (or the batch and its scans) are one statement
+# (``app.store.scans.read_charged``), prepared once per connection: one round trip and one
+# commit per read, where authentication, read, charge and entry took four.
 # The rules stay those of ``keyauth``, ``billing`` and the reads above, and come to the
 # statement as parameters (the price, the billed modes); a key whose mode is not billed (a
 # test key) is charged nothing by it and has its read run the rules one after the other
@@ -271,6 +272,7 @@ class ServedRead:
     error: ServiceError | None = None
     balance: int | None = None
     usage: quotas.Usage | None = None
+    recorded: activity.Recorded | None = None  # the entry the statement wrote (None: the caller writes one)
 
     @property
     def credits(self) -> int:
@@ -287,21 +289,24 @@ class Caller:
 
 
 def serve_scan_read(token: str, scan_id: str, request_id: str | None, notes: dict[int, str], *,
-                    caller: Caller) -> ServedRead:
+                    caller: Caller, entry: activity.ReadEntry) -> ServedRead:
     """``GET /scan/{id}`` for the bearer ``token``: raises ``NotAuthenticated`` (401) and D21's
     refusals (``access.check``), else the read.
-    ``notes``: the charge's ledger note for an answer 200, 403 and 404 (``billing.charge_call``)."""
-    return _serve(token, scan_id, request_id, notes, False, "scan", _scan_body, read_scan, caller)
+    ``notes``: the charge's ledger note for an answer 200, 403 and 404 (``billing.charge_call``);
+    ``entry``: the call's activity entry, written by the statement when it may charge the key
+    (``ServedRead.recorded``)."""
+    return _serve(token, scan_id, request_id, notes, False, "scan", _scan_body, read_scan, caller, entry)
 
 
 def serve_bulk_read(token: str, bulk_id: str, request_id: str | None, notes: dict[int, str], *,
-                    caller: Caller) -> ServedRead:
+                    caller: Caller, entry: activity.ReadEntry) -> ServedRead:
     """``GET /scan/bulk/{id}`` for the bearer ``token``: raises ``NotAuthenticated`` (401) and
-    D21's refusals, else the read."""
-    return _serve(token, bulk_id, request_id, notes, True, "bulk batch", _bulk_body, read_bulk, caller)
+    D21's refusals, else the read (``entry`` as for ``serve_scan_read``)."""
+    return _serve(token, bulk_id, request_id, notes, True, "bulk batch", _bulk_body, read_bulk, caller, entry)
 
 
-def _serve(token, object_id, request_id, notes, bulk, what, body_of, read, caller: Caller) -> ServedRead:
+def _serve(token, object_id, request_id, notes, bulk, what, body_of, read, caller: Caller,
+           entry: activity.ReadEntry) -> ServedRead:
     now = utcnow()
     token_digest = keyauth.digest_of(token)
     notes = {status: billing.call_note(note) for status, note in notes.items()}
@@ -311,14 +316,17 @@ def _serve(token, object_id, request_id, notes, bulk, what, body_of, read, calle
         bulk=bulk, token_digest=token_digest, object_id=object_id, price=billing.CALL_PRICE,
         billed_modes=billing.billed_modes(), reason=billing.READS_REASON,
         notes=(notes[404], notes[200], notes[403]), now=now, starts=quotas.window_starts(now),
-        scope=caller.scope, client_address=access.statement_address(caller.address))
+        scope=caller.scope, client_address=access.statement_address(caller.address),
+        entry=(entry.id, entry.action, entry.resource_id, entry.client_address, entry.request_id),
+        statuses=entry.statuses)
     key = keyauth.live_key(found.key, token_digest, now)
     access.check(key, scope=caller.scope, client_address=caller.address, now=now)
     if not billing.is_billed(key.livemode):  # a test key: nothing was charged; its read as before (D15)
         return _serve_in_turn(key, object_id, request_id, notes, read, now)
+    recorded = None if found.entry_status is None else activity.Recorded(entry.id, now, found.entry_status)
     if found.balance is None:  # nothing was charged: the balance is short (read again: the row may have just changed)
-        return ServedRead(key, error=InsufficientBalance(billing.balance_of(key.customer_id)))
-    served = ServedRead(key, balance=found.balance, usage=quotas.usage_from(found.windows, now))
+        return ServedRead(key, error=InsufficientBalance(billing.balance_of(key.customer_id)), recorded=recorded)
+    served = ServedRead(key, balance=found.balance, usage=quotas.usage_from(found.windows, now), recorded=recorded)
     try:
         served.body = body_of(_owned_row(found.found, key, what), found.entries, now)
     except (NotFound, Forbidden) as exc:

@@ -34,6 +34,18 @@ def insert(row: dict) -> None:
     execute_prepared(INSERT, tuple(row.get(column) for column in COLUMNS))
 
 
+def insert_select(select_sql: str) -> str:
+    """The INSERT of entries whose values (``COLUMNS``, in order) ``select_sql`` selects: a
+    CTE of a statement that finds the entry's customer itself (a served read's)."""
+    return f"INSERT INTO {table(ActivityEntry)} ({', '.join(COLUMNS)}) {select_sql}"
+
+
+def set_status(entry_id: str, created_at: datetime, status: int) -> None:
+    """Correct the status of one entry (``created_at`` finds its partition)."""
+    execute(f"UPDATE {table(ActivityEntry)} SET status = ? WHERE id = ? AND created_at = ?",
+            (status, entry_id, created_at))
+
+
 def created_at_of(entry_id: str, *, customer_id: str, livemode: bool | None) -> datetime | None:
     """The ``created_at`` of the customer's entry (of this mode; None: of either), a list's cursor."""
     if livemode is None:

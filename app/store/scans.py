@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 
 from app.db import columns, execute, execute_prepared, insert_rows_statement, instance, table
 from app.models import ApiKey, BulkBatch, Customer, FindingFeedback, Scan
+from app.store import activity as activity_store
 from app.store.cursor_pages import newest_first_where
 from app.store.customers import Statement, add_read, minute_of, window_columns_for, window_times
 from app.store.keys import ACCESS_ALLOWED, KEY_COLUMNS, KEY_ROW_LENGTH, key_from_row
@@ -173,40 +174,54 @@ def batch_scans(bulk_id: str) -> list[Scan]:
 
 
 # --- served reads: authentication, charge and read in one statement ---------------------
-# The key look-up, the conditional charge with its ledger row, the quota windows the answer
-# reports (D8) and the scan (or the batch and its scans) are one statement, prepared once per
-# connection: one round trip and one commit per read. The key is charged only if its mode is
-# one of the billed modes and its balance covers the price, both parameters (the rule is
-# ``services.billing``'s), and only if D21 lets it make the call (``ACCESS_ALLOWED``: a key
-# refused there is not charged); the object and the windows read are those of the key's mode (D15).
+# The key look-up, the conditional charge with its ledger row, the call's activity log entry
+# (D20), the quota windows the answer reports (D8) and the scan (or the batch and its scans)
+# are one statement, prepared once per connection: one round trip and one commit per read.
+# The key is charged only if its mode is one of the billed modes and its balance covers the
+# price, both parameters (the rule is ``services.billing``'s), and only if D21 lets it make the
+# call (``ACCESS_ALLOWED``: a key refused there is not charged); the object and the windows
+# read are those of the key's mode (D15). The entry is written for a key that may be charged
+# (``allowed``): the other calls' entries (a test key's, a refused key's) are written apart.
 
 _KEY_MODE = "(SELECT livemode FROM k)"
+# The key's id is k's first column (ApiKey's first field); the customer's is named "id" too, so
+# ``allowed`` names it by position.
+if ApiKey._meta.sorted_fields[0].column_name != "id":
+    raise RuntimeError("the served read's statement takes the key's id as the first column of api_key")
 
 
 def _charged(owner: str) -> str:
-    """The key, the charge added to its minute's ledger row of summed reads (D24) and the key's
-    windows; ``owner`` selects the customer of the object read in the key's mode (none: 404),
-    which picks the ledger row's note, its endpoint (found and owned, another customer's, or
-    not found: the API gives one endpoint for the three, so a minute's reads are one row)."""
+    """The key; ``owner``'s customer, the object read in the key's mode (none: 404); the charge
+    added to its minute's ledger row of summed reads (D24) and the call's activity entry, both
+    naming the answer the owner decides (found and owned, another customer's, or not found: the
+    ledger's note is one endpoint for the three, so a minute's reads are one row); the key's
+    windows, after the new balance and the entry's status (None: no entry written)."""
     windows = window_columns_for("(SELECT customer_id FROM k)").replace("livemode = ?", f"livemode = {_KEY_MODE}")
-    note = (f"(SELECT CASE WHEN o.owner IS NULL THEN ? WHEN o.owner = charged.id THEN ? ELSE ? END "
-            f"FROM (SELECT ({owner}) AS owner) AS o)")
+    note = "(SELECT CASE WHEN o.owner IS NULL THEN ? WHEN o.owner = charged.id THEN ? ELSE ? END FROM o)"
+    entry = activity_store.insert_select(
+        "SELECT ?::text, ?::timestamp, allowed.customer_id, allowed.livemode, allowed.key_id, NULL, NULL, ?::text, "
+        "?::text, CASE WHEN charged.id IS NULL THEN ?::smallint WHEN o.owner IS NULL THEN ?::smallint "
+        "WHEN o.owner = charged.id THEN ?::smallint ELSE ?::smallint END, "
+        "CASE WHEN charged.id IS NULL THEN 0 ELSE ?::integer END, ?::text, ?::text, NULL, NULL, NULL "
+        "FROM allowed CROSS JOIN o LEFT JOIN charged ON true RETURNING status")
     return f"""
 WITH k AS (SELECT {KEY_COLUMNS} FROM {table(ApiKey)} AS k JOIN {table(Customer)} AS c
            ON c.id = k.customer_id WHERE k.digest = ?),
+allowed AS (SELECT key_id, customer_id, livemode FROM k AS key(key_id)
+            WHERE revoked_at IS NULL AND livemode = ANY(?::boolean[]) AND {ACCESS_ALLOWED}),
+o AS (SELECT ({owner}) AS owner),
 charged AS (
     UPDATE {table(Customer)} SET balance = balance - ?
-    WHERE id = (SELECT customer_id FROM k WHERE revoked_at IS NULL AND livemode = ANY(?::boolean[])
-                AND {ACCESS_ALLOWED})
-      AND balance >= ?
+    WHERE id = (SELECT customer_id FROM allowed) AND balance >= ?
     RETURNING id, balance),
 ledger AS ({add_read(source="charged", note_sql=note, livemode_sql=_KEY_MODE)}),
+entry AS ({entry}),
 w AS MATERIALIZED (
-    SELECT (SELECT balance_after FROM ledger), {windows})
+    SELECT (SELECT balance_after FROM ledger), (SELECT status FROM entry), {windows})
 """
 
 
-_WINDOWS = 7  # the new balance, then the six window columns
+_WINDOWS = 8  # the new balance, the entry's status, then the six window columns
 READ_SCAN_CHARGED = (_charged(f"SELECT customer_id FROM {table(Scan)} WHERE id = ? AND livemode = {_KEY_MODE}")
                      + f"SELECT k.*, w.*, {columns(Scan, 's')} FROM k CROSS JOIN w LEFT JOIN {table(Scan)} AS s "
                        f"ON s.id = ?")
@@ -228,12 +243,13 @@ READ_BULK_CHARGED = _charged(f"SELECT customer_id FROM {table(BulkBatch)} WHERE 
 @dataclass
 class ChargedRead:
     """What a served read's statement found: the key (None: no key has the digest), the
-    balance after its charge (None: not charged), the six window values, and the object
-    (None: no such id, whatever its mode or customer) with, for a batch, its scans' rows
-    (the columns of ``BATCH_SCANS``)."""
+    balance after its charge (None: not charged), the status its activity entry says (None:
+    none written), the six window values, and the object (None: no such id, whatever its mode
+    or customer) with, for a batch, its scans' rows (the columns of ``BATCH_SCANS``)."""
 
     key: ApiKey | None
     balance: int | None = None
+    entry_status: int | None = None
     windows: tuple = ()
     found: Scan | BulkBatch | None = None
     entries: list[tuple] = field(default_factory=list)
@@ -242,25 +258,34 @@ class ChargedRead:
 def read_charged(*, bulk: bool, token_digest: str, object_id: str, price: int, billed_modes: Sequence[bool],
                  reason: str, notes: tuple[str | None, str | None, str | None],
                  now: datetime, starts: tuple[datetime, datetime], scope: str,
-                 client_address: str | None) -> ChargedRead:
+                 client_address: str | None, entry: tuple[str, str, str | None, str | None, str | None],
+                 statuses: tuple[int, int, int, int]) -> ChargedRead:
     """Run ``READ_BULK_CHARGED`` (``bulk``) or ``READ_SCAN_CHARGED``: find the key by
     ``token_digest``; charge ``price`` (added to the row of ``reason``, the key's mode, the note
     and the minute of ``now``: ``customers.add_read``) if the key is active, its mode one of
     ``billed_modes``, D21 allows it the call (unexpired at ``now``, carrying ``scope``, used
     from ``client_address``: an IP address or None) and its balance covers it; read its
     windows starting at ``starts`` and the object ``object_id``. ``notes``: the ledger note
-    when the object is not found, is the key's customer's, is another's."""
+    when the object is not found, is the key's customer's, is another's.
+
+    For such a key (charged or short of credit) it writes the call's activity entry at ``now``:
+    ``entry`` is its id, action, resource id, client address and request id; its status is one
+    of ``statuses`` (not found, the customer's, another's, as ``notes``; the balance short)."""
     not_found, owned, other = notes
+    entry_id, action, resource_id, entry_address, request_id = entry
+    status_missing, status_owned, status_other, status_short = statuses
     # The windows' customer and mode are the key's, found by the statement itself.
-    params = ((token_digest, price, list(billed_modes), now, scope, client_address, price, -price, reason,
-               not_found, owned, other, object_id, now, minute_of(now))
+    params = ((token_digest, list(billed_modes), now, scope, client_address, object_id, price, price,
+               -price, reason, not_found, owned, other, now, minute_of(now),
+               entry_id, now, action, resource_id, status_short, status_missing, status_owned, status_other, price,
+               entry_address, request_id)
               + window_times(starts, livemode=None) + (object_id,))
     rows = execute_prepared(READ_BULK_CHARGED if bulk else READ_SCAN_CHARGED, params).fetchall()
     if not rows:
         return ChargedRead(None)
     n = KEY_ROW_LENGTH
     first = rows[0]
-    read = ChargedRead(key_from_row(first), first[n], tuple(first[n + 1:n + _WINDOWS]))
+    read = ChargedRead(key_from_row(first), first[n], first[n + 1], tuple(first[n + 2:n + _WINDOWS]))
     if bulk:
         values = first[n + _WINDOWS:n + _WINDOWS + _BATCH_WIDTH]
         read.found = instance(BulkBatch, values) if values[0] is not None else None

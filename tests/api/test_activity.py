@@ -8,6 +8,7 @@ import pytest
 from app.extensions import db
 from app.models import ActivityEntry
 from app.models.activity import DEFAULT_PARTITION
+from app.services import accounts
 from app.store import activity as activity_store
 from tests import factories
 from tests.api.helpers import balance
@@ -169,7 +170,9 @@ def test_no_target_is_stored_in_clear(client, account):
 
 def test_a_failed_entry_never_changes_the_answer(client, account, caplog):
     """No partition can take the entry (the DEFAULT one detached, no day's): the INSERT fails,
-    the answer is the one decided, with one log line that names no target."""
+    the answer is the one decided, with one log line that names no target. A served read's
+    entry is written by its one statement with its charge (D24: the entry is the read's
+    per-call record): that read is not served and not charged, as when its charge fails."""
     with db.connection_context():
         days = activity_store.day_partitions()
         for day in days:
@@ -181,10 +184,11 @@ def test_a_failed_entry_never_changes_the_answer(client, account, caplog):
     finally:
         with db.connection_context():
             db.execute_sql(f'ALTER TABLE "activity_entry" ATTACH PARTITION "{DEFAULT_PARTITION}" DEFAULT')
-    assert response.status_code == 202 and read.status_code == 200
-    assert response.headers["X-Credits-Remaining"] == "99" and read.headers["X-Credits-Remaining"] == "98"
+    assert response.status_code == 202 and response.headers["X-Credits-Remaining"] == "99"
+    assert read.status_code == 500 and balance(account) == 99
     failures = [r.getMessage() for r in caplog.records if "activity log entry" in r.getMessage()]
-    assert len(failures) == 2 and not any("jane" in line for line in failures)
+    assert len(failures) == 1 and not any("jane" in line for line in failures)
+    assert not any("jane" in r.getMessage() for r in caplog.records)
     assert entries(account) == []
 
 
@@ -209,3 +213,24 @@ def test_the_operation_is_documented_with_examples(client):
     assert {p["name"] for p in operation["parameters"]} >= {"action", "key_id", "resource_id", "target",
                                                             "created_after", "created_before", "limit",
                                                             "starting_after"}
+
+
+def test_a_read_s_entry_is_written_by_its_statement_with_the_answer_it_decided(client, account, make_customer):
+    """A served read writes its entry in its one statement (no INSERT of its own): the status is
+    the answer's (200, 403, 404, 402), the credits what it charged; a test key's read, which the
+    statement does not charge, has its entry written by the hooks as before."""
+    scan_id = client.post(SCAN, json={"target": "jane@example.com"}, headers=account.headers).get_json()["scan_id"]
+    poor = make_customer(credits=1)
+    with db.connection_context():
+        test_key, test_token = accounts.issue_key(account.id, "sandbox", livemode=False)
+    answers = [client.get(f"{SCAN}/{scan_id}", headers=account.headers).status_code,
+               client.get(f"{SCAN}/{scan_id}", headers=poor.headers).status_code,  # another's: its last credit
+               client.get(f"{SCAN}/{scan_id}", headers=poor.headers).status_code,  # no credit left
+               client.get(f"{BULK}/blk_unknown", headers=account.headers).status_code,
+               client.get(f"{SCAN}/{scan_id}", headers={"Authorization": f"Bearer {test_token}"}).status_code]
+    assert answers == [200, 403, 402, 404, 404]
+    mine = [(r.action, r.status, r.credits, r.key_id, r.livemode, r.resource_id) for r in entries(account)[1:]]
+    assert mine == [("scan.read", 200, 1, account.key.id, True, scan_id),
+                    ("bulk.read", 404, 1, account.key.id, True, "blk_unknown"),
+                    ("scan.read", 404, 0, test_key.id, False, scan_id)]
+    assert [(r.status, r.credits, r.key_id) for r in entries(poor)] == [(403, 1, poor.key.id), (402, 0, poor.key.id)]

@@ -8,9 +8,9 @@ from freezegun import freeze_time
 
 from app.db import _prepared_texts
 from app.extensions import db
-from app.models import BulkBatch, CreditLedger, Scan, utcnow
+from app.models import ActivityEntry, BulkBatch, CreditLedger, Scan, utcnow
 from app.services import accounts
-from app.store.activity import INSERT as ACTIVITY_INSERT
+from app.store.scans import READ_BULK_CHARGED, READ_SCAN_CHARGED
 from tests.api.helpers import assert_books_balance, balance, engine_mode, ledger, scans_of
 from tests.api.test_auth_and_errors import assert_error
 
@@ -289,6 +289,7 @@ def test_read_answers_carry_the_balance_after_their_own_charge(client, account, 
 def test_a_read_is_one_statement(client, account, what):
     bulk_id = bulk(client, account, [{"target": "jane@example.com"}, {"target": "joe@example.com"}]).json["bulk_id"]
     path = f"{BULK}/{bulk_id}" if what == "bulk" else f"{SCAN}/{scans_of(account)[0].id}"
+    charged = READ_BULK_CHARGED if what == "bulk" else READ_SCAN_CHARGED
     with freeze_time(utcnow()):  # one minute: both reads are summed in one ledger row (D24)
         rows = ledger_rows(account)
         assert client.get(path, headers=account.headers).status_code == 200  # the key's use noted (once a minute)
@@ -297,13 +298,22 @@ def test_a_read_is_one_statement(client, account, what):
     assert response.status_code == 200 and response.headers["X-Credits-Remaining"] == str(balance(account))
     # (A connection new to the statement prepares it first: once per connection, not per read.)
     statements = [sql for sql in read if not sql.startswith("PREPARE")]
-    # The read's one statement, then the activity log's one INSERT (D20), once the answer is decided.
-    assert len(statements) == 2 and statements[1].startswith(f"EXECUTE {_prepared_texts(ACTIVITY_INSERT)[0]} "), read
+    # The read's one statement, which writes the activity log's entry (D20) too: one round trip.
+    assert len(statements) == 1 and statements[0].startswith(f"EXECUTE {_prepared_texts(charged)[0]} "), read
+    [entry] = activity_entries(account)[-1:]
+    assert (entry.action, entry.status, entry.credits, entry.key_id, entry.resource_id) == (
+        "bulk.read" if what == "bulk" else "scan.read", 200, 1, account.key.id, path.rsplit("/", 1)[1])
     # The statement added the read to the minute's row that the first read began: no row of its own.
     [row] = ledger_rows(account)[len(rows):]
     assert (row.reason, row.reads, row.delta, row.balance_after) == ("reads", 2, -2, balance(account))
     assert row.note == ("GET /api/v1/scan/bulk/{bulk_id}" if what == "bulk" else "GET /api/v1/scan/{scan_id}")
     assert_books_balance(account)
+
+
+def activity_entries(account) -> list[ActivityEntry]:
+    with db.connection_context():
+        return list(ActivityEntry.select().where(ActivityEntry.customer_id == account.id)
+                    .order_by(ActivityEntry.created_at, ActivityEntry.id))
 
 
 def ledger_rows(account) -> list[CreditLedger]:
