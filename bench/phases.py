@@ -15,7 +15,7 @@ from pathlib import Path
 import requests
 
 from bench import cpu, floor_app, profile, wrk
-from bench.stack import ENGINE_TOKEN, PG_DSN, Stack, local_only, wait_until
+from bench.stack import ENGINE_TOKEN, PG_DSN, Stack, jobs_from_log, local_only, wait_until
 from simulator.investigations import decode_id, plan_for
 
 WEBHOOK_SECRET = "whsec_YmVuY2ggd2ViaG9vayBzZWNyZXQgMDEyMzQ1Njc4OQ=="
@@ -75,17 +75,6 @@ def create_scans(api: Api, tag: str, n: int, threads: int = 4) -> tuple[list[str
 
 def status_counts(stack: Stack) -> dict:
     return dict(stack.sql("SELECT status, count(*) FROM scan GROUP BY status"))
-
-
-def jobs_from_log(path: Path) -> list[dict]:
-    rows = []
-    if not path.exists():
-        return rows
-    for line in path.read_text().splitlines():
-        kind, started, exec_ms, func_ms, wait_ms = line.split(",")
-        rows.append({"kind": kind, "started": float(started), "exec_ms": float(exec_ms),
-                     "func_ms": float(func_ms), "wait_ms": float(wait_ms)})
-    return rows
 
 
 def job_stats(rows: list[dict], kind: str | None = None) -> dict:

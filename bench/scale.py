@@ -60,7 +60,18 @@ import psycopg2
 import requests
 
 from bench import cpu
-from bench.stack import BIN, DATABASE_URL, ENGINE_TOKEN, PG_DSN, REDIS_URL, ROOT, Stack, local_only, wait_until
+from bench.stack import (
+    BIN,
+    DATABASE_URL,
+    ENGINE_TOKEN,
+    PG_DSN,
+    REDIS_URL,
+    ROOT,
+    Stack,
+    jobs_from_log,
+    local_only,
+    wait_until,
+)
 
 SAMPLE_S = 1.0
 STEADY_FRACTION = 0.9
@@ -136,17 +147,6 @@ def looks_from_log(path: Path) -> list[dict]:
                      "requests": int(fields[3]), "completed": int(fields[4]), "failed": int(fields[5]),
                      "unfinished": int(fields[6]),
                      "lags": [int(v) / 1000 for v in fields[7].split()] if fields[7] else []})
-    return rows
-
-
-def jobs_from_log(path: Path) -> list[dict]:
-    rows: list[dict] = []
-    if not path.exists():
-        return rows
-    for line in path.read_text().splitlines():
-        kind, started, exec_ms, func_ms, wait_ms = line.split(",")
-        rows.append({"kind": kind, "started": float(started), "exec_ms": float(exec_ms),
-                     "func_ms": float(func_ms), "wait_ms": float(wait_ms)})
     return rows
 
 

@@ -284,3 +284,15 @@ class Stack:
                 raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.tail()}")
             return check()
         wait_until(ready, timeout, f"{proc.name} to be ready")
+
+
+def jobs_from_log(path: Path) -> list[dict]:
+    """The rows of a worker's job log (``bench.worker --jobs-log``): kind, start, and its times in ms."""
+    rows: list[dict] = []
+    if not path.exists():
+        return rows
+    for line in path.read_text().splitlines():
+        kind, started, exec_ms, func_ms, wait_ms = line.split(",")
+        rows.append({"kind": kind, "started": float(started), "exec_ms": float(exec_ms),
+                     "func_ms": float(func_ms), "wait_ms": float(wait_ms)})
+    return rows

@@ -288,6 +288,19 @@ def _fast_figures(receivers, fast_ids, since) -> dict:
             "max_s": round(max(waits), 3) if waits else None}
 
 
+def _all_received(receivers, fast_ids, timeout: float) -> dict:
+    """Wait until every one of ``fast_ids`` arrived; each delivery's creation time by id."""
+    wait(lambda: all(d in receivers.arrivals for d in fast_ids), timeout)
+    return dict(sql("SELECT id, extract(epoch from created_at) FROM webhook_delivery"))
+
+
+def _taken_figures(receivers, fast_ids, since) -> dict:
+    """``_fast_figures``, the arrivals then cleared for the next run."""
+    figures = _fast_figures(receivers, fast_ids, since)
+    receivers.arrivals.clear()
+    return figures
+
+
 def hanging_then(receivers, hanging: int, timeout: float):
     """Reset, queue ``hanging`` deliveries to the hanging receiver, start the worker and wait
     until the receiver holds requests (the worker's slots it may take are taken)."""
@@ -308,12 +321,10 @@ def isolation_steady(receivers, hanging: int, rate: float, seconds: float, timeo
         ids = make_deliveries([(receivers.url(f"fast{i}", 0, i), int(rate * seconds) // 10) for i in range(10)],
                               rate)
         fast_ids = [d for d, _ in ids]
-        wait(lambda: all(d in receivers.arrivals for d in fast_ids), timeout)
-        created = dict(sql("SELECT id, extract(epoch from created_at) FROM webhook_delivery"))
+        created = _all_received(receivers, fast_ids, timeout)
     finally:
         stop(proc)
-    figures = _fast_figures(receivers, fast_ids, created)
-    receivers.arrivals.clear()
+    figures = _taken_figures(receivers, fast_ids, created)
     return {"hanging": hanging, "hanging_held": held, "rate_per_s": rate, "seconds": seconds, **figures}
 
 
@@ -331,8 +342,7 @@ def isolation_burst(receivers, hanging: int, fast: int, timeout: float) -> dict:
     finally:
         stop(proc)
     first = min(receivers.arrivals.values(), default=0.0)
-    figures = _fast_figures(receivers, fast_ids, first)
-    receivers.arrivals.clear()
+    figures = _taken_figures(receivers, fast_ids, first)
     return {"hanging": hanging, **figures, "drain_s": figures["max_s"]}
 
 
@@ -357,12 +367,10 @@ def endpoints_on_one_host(receivers, endpoints: int, hanging: int, rate: float, 
         total = int(rate * seconds)
         plan = [fast_endpoints[i % len(fast_endpoints)] for i in range(total)]
         fast_ids = [d for d, _ in endpoint_deliveries(plan, rate)]
-        wait(lambda: all(d in receivers.arrivals for d in fast_ids), timeout)
-        created = dict(sql("SELECT id, extract(epoch from created_at) FROM webhook_delivery"))
+        created = _all_received(receivers, fast_ids, timeout)
     finally:
         stop(proc)
-    figures = _fast_figures(receivers, fast_ids, created)
-    receivers.arrivals.clear()
+    figures = _taken_figures(receivers, fast_ids, created)
     return {"endpoints": len(made), "on_one_host": True, "hanging_deliveries": hanging, "hanging_held": held,
             "rate_per_s": rate, "seconds": seconds, **figures}
 
