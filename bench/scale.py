@@ -23,7 +23,7 @@ after the submission, as ``app.services.tracking.first_look_delay``) and the cus
 in-flight counter; the admission's charge, quota counter and ledger row are left out (they
 are not tracking's). ``off`` always uses ``api``: its scans need their RQ jobs.
 
-A sampler records every ``SAMPLE_S`` s: scans by status, Redis ``used_memory`` and queue sizes,
+A sampler records every ``SAMPLE_S`` s: the scans in flight (the customers' counters), Redis ``used_memory`` and queue sizes,
 the simulator's call counters (``/_sim/engine/stats``) and batch-look volume
 (``/_sim/engine/volume``), and the CPU seconds of the workers, API, simulator, PostgreSQL and
 Redis (``bench.cpu``). The run ends when every scan is final (or ``--scale-max-s``).
@@ -108,11 +108,12 @@ class ScaleSampler(threading.Thread):
     def sample(self) -> dict:
         conn = self.stack.redis()
         t = time.time()
-        counts = dict(self.stack.sql("SELECT status, count(*) FROM scan GROUP BY status"))
+        # The customers' in-flight counters (kept by creation and by the final states), not a
+        # count of ``scan``: counting 100,000 rows every second cost PostgreSQL 0.12 of a core.
+        [(in_flight,)] = self.stack.sql("SELECT COALESCE(sum(in_flight), 0) FROM customer")
         stats = self.http.get(f"{self.sim}/_sim/engine/stats", timeout=5).json()
         volume = self.http.get(f"{self.sim}/_sim/engine/volume", timeout=5).json()
-        row = {"t": t, "in_flight": counts.get("queued", 0) + counts.get("running", 0),
-               "completed": counts.get("completed", 0), "failed": counts.get("failed", 0),
+        row = {"t": t, "in_flight": int(in_flight),
                "redis_used_memory": conn.info("memory")["used_memory"], "redis_keys": conn.dbsize(),
                "engine_queue": conn.llen("rq:queue:engine"), "engine_scheduled": conn.zcard("rq:scheduled:engine"),
                "sim_submit_calls": stats["submit"] + stats["batch"],
