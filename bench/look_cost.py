@@ -1,13 +1,13 @@
-"""What a batch look costs per scan, by part: the claim, the per-scan ``queued`` -> ``running``
-transition, and the one UPDATE recording the looks (D24; the scale phase's profile, isolated).
+"""What a batch look costs per scan, by part: the claim and the one UPDATE recording the looks
+(D24; the scale phase's profile, isolated).
 
 On a scratch database (it must be at the current schema, e.g. ``flask db upgrade``; its scans
 are emptied, and it needs one API key: ``python -m bench.accounts 1 x``), inserts ``-n`` queued
 scans all due, then runs ``--batches`` claims of 100 from one thread without any engine:
-first claim + record only, then with the ``queued`` -> ``running`` moves a first look at running
-scans makes: one durable transaction per scan (as the first batch looks did), then one for the
-whole batch (``tracking.start_running`` of the claim, as now). Prints looks per second and
-milliseconds per batch of each part. Not a timed goal; a figure for the analysis.
+first claim + record of progress only (one transaction, as ``look_due``: the claim is its row
+locks), then with the record also moving each (queued) scan to ``running``, as a first look at
+a running scan does. Prints looks per second and milliseconds per batch of each part. Not a
+timed goal; a figure for the analysis.
 
     DATABASE_URL=postgresql://.../scratch REDIS_URL=redis://.../N python -m bench.look_cost [-n 100000]
 """
@@ -29,7 +29,6 @@ def main(argv=None) -> int:
     from app.extensions import db
     from app.models import utcnow
     from app.models.scans import IN_FLIGHT
-    from app.services import tracking
     from app.store import scan_states
     create_app()
     with db.connection_context():
@@ -43,36 +42,29 @@ def main(argv=None) -> int:
                    now() AT TIME ZONE 'utc' - interval '1 s', 0
             FROM generate_series(1, %s) AS g""", (customer_id, key_id, opts.n))
         db.execute_sql("ANALYZE scan")
-        shapes = (("claim + record", None), ("claim + running moves one transaction each + record", "each"),
-                  ("claim + running moves in one transaction per batch + record", "batch"))
-        for label, transitions in shapes:
-            claim_s = running_s = record_s = 0.0
+        shapes = (("claim + record", False), ("claim + record moving each scan to running", True))
+        for label, moving in shapes:
+            claim_s = record_s = 0.0
             looks = 0
             started = time.perf_counter()
             for _ in range(opts.batches):
                 now = utcnow()
                 a = time.perf_counter()
-                with transaction():
-                    claimed = scan_states.claim_due(statuses=IN_FLIGHT, now=now, until=now + timedelta(seconds=15),
-                                                    limit=100)
-                b = time.perf_counter()
-                if transitions == "each":  # before: what each scan's first look seen running cost
-                    for _, scan in claimed:
-                        tracking.start_running([scan.id])
-                elif transitions == "batch":  # now: the batch look's one UPDATE ... RETURNING
-                    tracking.start_running([scan.id for _, scan in claimed])
-                c = time.perf_counter()
-                with transaction():
-                    scan_states.commit_without_flush()
-                    scan_states.record_looks([(s.id, s.look_generation, now + timedelta(seconds=10), 0, 6, 1)
-                                              for _, s in claimed], statuses=IN_FLIGHT)
+                with transaction():  # as look_due: the claim's locks last until the record commits
+                    claimed = scan_states.claim_due(statuses=IN_FLIGHT, now=now, limit=100, hold_seconds=30)
+                    b = time.perf_counter()
+                    if not moving:
+                        scan_states.commit_without_flush()
+                    scan_states.record_looks([(s.id, s.look_generation, now + timedelta(seconds=10), 0, 6, 1, moving)
+                                              for _, s in claimed], statuses=IN_FLIGHT, queued="queued",
+                                             running="running", now=now)
                 d = time.perf_counter()
-                claim_s, running_s, record_s = claim_s + b - a, running_s + c - b, record_s + d - c
+                claim_s, record_s = claim_s + b - a, record_s + d - b
                 looks += len(claimed)
             elapsed = time.perf_counter() - started
             per = 1000 / opts.batches
             print(f"{label}: {looks / elapsed:.0f} looks/s; per batch of 100: claim {claim_s * per:.1f} ms, "
-                  f"start_running {running_s * per:.1f} ms, record_looks {record_s * per:.1f} ms")
+                  f"record_looks {record_s * per:.1f} ms")
         db.execute_sql("TRUNCATE scan CASCADE")
     return 0
 

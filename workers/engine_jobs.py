@@ -65,5 +65,5 @@ def _track(scan_id: str, job_id: str | None) -> str:
         return outcome.outcome
     # Unfinished: the progress and the hand-over to the next look, in one UPDATE, one commit.
     delay = tracking.until_deadline(tracking.next_interval(scan, now), deadline, now)
-    tracking.hand_over(scan_id, job_id, delay, in_flight_only=True, durable=False, **outcome)
+    tracking.hand_over(scan_id, job_id, delay, in_flight_only=True, durable=False, **outcome.changes())
     return "unfinished"

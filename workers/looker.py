@@ -22,6 +22,9 @@ log = logging.getLogger("workers.looker")
 
 # The longest wait between two turns while nothing is due.
 IDLE_WAIT = 0.2
+# The wait when the due scans are all claimed by other lookers (their claims end with their
+# looks; the due times stay as they were meanwhile, so waiting "until the earliest" would spin).
+HELD_WAIT = 0.05
 # After an unexpected error, the wait before the next turn doubles from 1 s up to this (one line
 # each time, without the traceback: the error's class only, as its text may quote a row).
 MAX_ERROR_WAIT = 30.0
@@ -74,4 +77,5 @@ class Lookers:
             return 0.0
         if due is None:
             return IDLE_WAIT
-        return min(IDLE_WAIT, max(0.0, (due - utcnow()).total_seconds()))
+        until_due = (due - utcnow()).total_seconds()
+        return HELD_WAIT if until_due <= 0 else min(IDLE_WAIT, until_due)

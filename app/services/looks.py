@@ -5,23 +5,26 @@ time of its first look, in the UPDATE that records its engine id, and no RQ job.
 (threads of the worker processes, ``workers.looker``; any number, on any number of hosts)
 each run ``look_due`` in a loop:
 
-1. claim: one statement takes up to ``ENGINE_BATCH_SIZE`` due scans, earliest first, with
-   ``FOR UPDATE SKIP LOCKED`` (two lookers never take the same scan), moves their next look
-   to the end of a lease and adds one to their ``look_generation`` (the fencing token), and
-   commits. A looker that dies after its claim loses nothing: the scans are due again when
-   the lease ends, whoever looks then.
+1. claim: one statement locks up to ``ENGINE_BATCH_SIZE`` due scans, earliest first, with
+   ``FOR UPDATE SKIP LOCKED`` (two lookers never take the same scan), in a transaction that
+   lasts until the look is recorded. The claim writes nothing: its row locks are the claim. A
+   looker that dies after its claim loses nothing: its connection ends, so does its
+   transaction, and the scans are due again at once, whoever looks then; PostgreSQL ends the
+   session of a looker that hangs (``idle_in_transaction_session_timeout``, the engine's
+   status timeout per request plus a margin).
 2. look: one engine request for the whole claim (E6's batch look); an engine that answers it
    with 404 or 405 does not offer it, and is asked scan by scan (single looks) for
    ``UNSUPPORTED_RECHECK_SECONDS`` before the batch look is tried again. A test-mode scan's
    look is the sandbox's, in process.
 3. apply, with the rules of ``app.services.tracking`` (the same as an RQ job's): final answers
    complete or fail their scans (compare-and-set on each status, the moves out of flight and the
-   webhook events: one durable transaction for the batch's finals); scans the engine started
-   become ``running`` once, with their ``scan.running`` events (one transaction too); past its deadline an unfinished
-   scan fails with ``engine_timeout`` (only after a look: amended D13). Every unfinished scan's
-   progress and next due time go in one UPDATE for the whole claim, written only where the
-   claim's token still holds, committed without waiting for the disk flush (as a chain's
-   hand-over: a crash loses at most a progress the next look writes again).
+   webhook events); scans the engine started become ``running`` once, with their
+   ``scan.running`` events; past its deadline an unfinished scan fails with ``engine_timeout``
+   (only after a look: amended D13). Every unfinished scan's progress, next due time and
+   ``look_generation`` (the looks recorded) go in one UPDATE for the whole claim. All of it
+   commits with the claim, in one transaction: durable when a scan moved to ``running`` or
+   ended, else without waiting for the disk flush (as a chain's hand-over: a crash loses at
+   most a progress the next look writes again). The deliveries are dispatched after the commit.
 
 Nothing lives in Redis: emptying it loses no look. ``ENGINE_BATCH_LOOK=off`` keeps an RQ job
 per scan (``workers.engine_jobs``); the recovery sweep moves scans between the two when the
@@ -37,15 +40,15 @@ from datetime import datetime, timedelta
 from app import metrics, runtime
 from app.db import transaction
 from app.models import Scan, utcnow
-from app.models.scans import COMPLETED, IN_FLIGHT
+from app.models.scans import COMPLETED, IN_FLIGHT, QUEUED, RUNNING
 from app.services import engine, sandbox_engine, tracking
 from app.store import scan_states
 
 log = logging.getLogger(__name__)
 
-# A claim's lease beyond the engine's status timeout: a scan whose looker died is due again
-# this long after its claim (its look then may come up to this late; nothing is lost).
-LEASE_MARGIN_SECONDS = 5.0
+# How long a claim may sit idle in its transaction beyond the engine's status timeout before
+# PostgreSQL ends the session (a looker that hangs); its scans are then due again at once.
+HOLD_MARGIN_SECONDS = 5.0
 # After an engine answered the batch look with 404/405, how long to use single looks before
 # asking it again (an engine upgraded to offer it is noticed within this).
 UNSUPPORTED_RECHECK_SECONDS = 300.0
@@ -67,8 +70,9 @@ def first_look_at(now: datetime, eta_seconds: float) -> datetime | None:
     return now + timedelta(seconds=tracking.first_look_delay(eta_seconds, tracking.poll_seconds()))
 
 
-def lease_seconds() -> float:
-    return float(runtime.config["ENGINE_STATUS_TIMEOUT_SECONDS"]) + LEASE_MARGIN_SECONDS
+def hold_seconds(*, requests: int = 1) -> float:
+    """How long a claim may wait on ``requests`` engine requests, each up to the status timeout."""
+    return float(runtime.config["ENGINE_STATUS_TIMEOUT_SECONDS"]) * requests + HOLD_MARGIN_SECONDS
 
 
 def next_due() -> datetime | None:
@@ -83,54 +87,67 @@ def look_due(*, limit: int | None = None) -> dict:
     (timeouts included), ``unfinished`` and ``engine_errors``."""
     now = utcnow()
     limit = limit or runtime.config["ENGINE_BATCH_SIZE"]
-    until = now + timedelta(seconds=lease_seconds())
-    with transaction():
-        # Not waiting for the disk flush: a claim lost in a crash leaves the scans due, as they were.
-        scan_states.commit_without_flush()
-        claimed = scan_states.claim_due(statuses=IN_FLIGHT, now=now, until=until, limit=limit)
-    lags = [max(0.0, (now - due).total_seconds()) for due, _ in claimed]
-    report: dict = {"claimed": len(claimed), "lags": lags, "engine_requests": 0, "completed": 0, "failed": 0,
+    report: dict = {"claimed": 0, "lags": [], "engine_requests": 0, "completed": 0, "failed": 0,
                     "unfinished": 0, "engine_errors": 0}
-    if not claimed:
-        return report
-    for lag in lags:
-        metrics.observe_look_lag(lag)
-    scans = [scan for _, scan in claimed]
-    states, report["engine_requests"] = _look(scans)
-    looked = utcnow()  # what the engine said is as of now: the deadline and the next look count from it
-    records, errors, finals, started = [], [], [], []
-    for scan in scans:
-        outcome = _apply(scan, states.get(scan.id), looked)
-        if isinstance(outcome, tracking.Final):
-            finals.append(outcome)
-            report["completed" if outcome.status == COMPLETED else "failed"] += 1
-            continue
-        kind, record, running = outcome
-        report[kind] += 1
-        records.append(record)
-        if kind == "engine_errors":
-            errors.append(scan.id)
-        if running:
-            started.append(scan.id)
-    # Each a transaction for the whole batch: the ``running`` moves and the final states are durable.
-    if started:
-        tracking.start_running(started)
-    if finals:
-        tracking.finish(finals)
+    finished: list = []
+    deliveries: list = []
+    # One transaction from the claim to the record: its row locks are the claim (a looker that
+    # dies releases them with its connection: the scans are due again at once, nothing lost).
+    with transaction():
+        # One request for the claim, or one per scan from an engine without the batch look. (An
+        # engine found without it during this look may outlast the hold: the session ends, the
+        # look is lost, the scans are due again at once and claimed for single looks.)
+        requests = 1 if time.monotonic() >= _unsupported_until else limit
+        claimed = scan_states.claim_due(statuses=IN_FLIGHT, now=now, limit=limit,
+                                        hold_seconds=hold_seconds(requests=requests))
+        if not claimed:
+            return report
+        report["claimed"] = len(claimed)
+        report["lags"] = [max(0.0, (now - due).total_seconds()) for due, _ in claimed]
+        for lag in report["lags"]:
+            metrics.observe_look_lag(lag)
+        scans = [scan for _, scan in claimed]
+        states, report["engine_requests"] = _look(scans)
+        looked = utcnow()  # what the engine said is as of now: the deadline and the next look count from it
+        records, errors, finals = [], [], []
+        for scan in scans:
+            outcome = _apply(scan, states.get(scan.id), looked)
+            if isinstance(outcome, tracking.Final):
+                finals.append(outcome)
+                report["completed" if outcome.status == COMPLETED else "failed"] += 1
+                continue
+            kind, record = outcome
+            report[kind] += 1
+            records.append(record)
+            if kind == "engine_errors":
+                errors.append(scan.id)
+        written = scan_states.record_looks(records, statuses=IN_FLIGHT, queued=QUEUED, running=RUNNING, now=looked)
+        moved_ids = {scan_id for scan_id, moved_now in written if moved_now}
+        moved = [scan for scan in scans if scan.id in moved_ids]
+        for scan in moved:  # as written: the events are of the scan now running
+            scan.status, scan.started_at = RUNNING, looked
+        if moved:
+            deliveries += tracking.running_events(moved)
+        # The finals last: they lock their customers' rows (the in-flight counts), which every
+        # look ending a scan of theirs waits for, so the lock is held only until the commit.
+        if finals:
+            finished, final_deliveries = tracking.record_finals(finals)
+            deliveries += final_deliveries
+        if not moved and not finals:
+            # Progress and due times only: a crash may lose them, and the scans are looked at
+            # again (as a chain's hand-over). Moves to ``running`` and final states are durable.
+            scan_states.commit_without_flush()
     if errors:  # one line per batch, not a line per scan: an engine outage is one line per try
         first = states.get(errors[0])
         log.warning("engine error for %d of %d scans looked at (%s), e.g. scan %s; looking again with back-off",
                     len(errors), len(scans), first if isinstance(first, Exception) else "unusable answer", errors[0])
-    with transaction():
-        # As a chain's hand-over after an unfinished look: no wait for the disk flush.
-        scan_states.commit_without_flush()
-        scan_states.record_looks(records, statuses=IN_FLIGHT)
+    tracking.announce(finished, deliveries)
     return report
 
 
-def _apply(scan: Scan, state: dict | Exception | None, now: datetime) -> tracking.Final | tuple[str, tuple, bool]:
+def _apply(scan: Scan, state: dict | Exception | None, now: datetime) -> tracking.Final | tuple[str, tuple]:
     """One scan's final state, or when it stays in flight ``(unfinished or engine_errors, its row
-    for record_looks, whether the engine started running it)``."""
+    for record_looks)``."""
     deadline = tracking.deadline(scan)
     try:
         if isinstance(state, Exception) or state is None:
@@ -139,13 +156,13 @@ def _apply(scan: Scan, state: dict | Exception | None, now: datetime) -> trackin
     except engine.EngineError:
         errors = scan.check_errors + 1
         due = now + timedelta(seconds=tracking.until_deadline(tracking.backoff(errors), deadline, now))
-        return "engine_errors", (scan.id, scan.look_generation, due, errors, None, None), False
+        return "engine_errors", (scan.id, scan.look_generation, due, errors, None, None, False)
     if isinstance(outcome, tracking.Final):
         return outcome
     due = now + timedelta(seconds=tracking.until_deadline(tracking.next_interval(scan, now), deadline, now))
-    # ``status`` in the changes: the engine runs a queued scan (``running`` once, with its event).
-    return "unfinished", (scan.id, scan.look_generation, due, 0, outcome.get("recipes_total"),
-                          outcome.get("recipes_done")), "status" in outcome
+    # ``running``: a queued scan moves to ``running`` (once, with its event).
+    return "unfinished", (scan.id, scan.look_generation, due, 0, outcome.recipes_total, outcome.recipes_done,
+                          outcome.running)
 
 
 def _look(scans: list[Scan]) -> tuple[dict[str, dict | Exception], int]:

@@ -81,6 +81,20 @@ def deadline(scan):
     return scan.created_at + timedelta(seconds=seconds)
 
 
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What a look at an unfinished scan saw: whether the engine runs it, and its recipes (None
+    where the engine said nothing usable). Plain values: a batch look writes them with
+    ``record_looks``, a chain's job as ``hand_over``'s ``changes()``."""
+    running: bool
+    recipes_total: int | None
+    recipes_done: int | None
+
+    def changes(self, now=None) -> dict:
+        return progress_changes(running=self.running, recipes_total=self.recipes_total,
+                                recipes_done=self.recipes_done, now=now)
+
+
 def progress_changes(*, running: bool, recipes_total: int | None, recipes_done: int | None, now=None) -> dict:
     """The columns a look at an unfinished scan updates (``hand_over``'s ``changes``):
     progress, and ``queued`` -> ``running`` with ``started_at`` when the engine runs it."""
@@ -131,9 +145,14 @@ def start_running(scan_ids: list[str]) -> None:
     (D22), all in one durable transaction: a replayed look finds the scan running already and
     sends none."""
     with transaction():
-        scans = scan_states.start_running(scan_ids, queued=QUEUED, running=RUNNING, now=utcnow())
-        deliveries = webhooks.record_events(scans, events.SCAN_RUNNING)
+        deliveries = running_events(scan_states.start_running(scan_ids, queued=QUEUED, running=RUNNING, now=utcnow()))
     webhooks.dispatch(deliveries)
+
+
+def running_events(scans: list) -> list:
+    """The ``scan.running`` events of scans that have just moved to ``running`` (in the caller's
+    transaction): the deliveries to dispatch once it has committed."""
+    return webhooks.record_events(scans, events.SCAN_RUNNING)
 
 
 def record_progress(scan_id: str, *, running: bool, recipes_total: int | None, recipes_done: int | None) -> None:
@@ -170,27 +189,40 @@ def failed(scan_id: str, code: str, message: str) -> Final:
 
 def finish(finals: list[Final]) -> int:
     """Write each final state once (compare-and-set: a scan already final is left alone), take
-    the scans out of flight and record their events, all in one durable transaction (a batch
-    look's finals share its commit); then dispatch the deliveries. Returns how many took.
+    the scans out of flight and record their events, all in one durable transaction; then
+    announce them (``announce``). Returns how many took."""
+    with transaction():
+        scans, deliveries = record_finals(finals)
+    announce(scans, deliveries)
+    return len(scans)
+
+
+def record_finals(finals: list[Final]) -> tuple[list, list]:
+    """``finish``'s writes, in the caller's transaction (a batch look's finals share its
+    commit): the scans that took and the deliveries to dispatch once it has committed.
 
     Scans, then customers, are written in id order, so two lookers whose batches share one never
     wait on each other in a circle."""
     now = utcnow()
-    with transaction():
-        scans = []
-        for final in sorted(finals, key=lambda f: f.scan_id):
-            if final.status == COMPLETED:
-                scan = scan_states.complete(final.scan_id, statuses=IN_FLIGHT, status=COMPLETED, now=now,
-                                            result_json=final.result_json or "{}")
-            else:
-                scan = scan_states.fail(final.scan_id, statuses=IN_FLIGHT, status=FAILED, now=now,
-                                        code=final.code or "engine_failed", message=final.message)
-            if scan is not None:
-                scans.append(scan)
-        # Out of flight in the same transaction as the states (quotas: Customer.in_flight, or test_in_flight).
-        for (customer_id, livemode), n in sorted(Counter((s.customer_id, s.livemode) for s in scans).items()):
-            quotas.move_in_flight(customer_id, livemode, -n)
-        deliveries = webhooks.record_events(scans)
+    scans = []
+    for final in sorted(finals, key=lambda f: f.scan_id):
+        if final.status == COMPLETED:
+            scan = scan_states.complete(final.scan_id, statuses=IN_FLIGHT, status=COMPLETED, now=now,
+                                        result_json=final.result_json or "{}")
+        else:
+            scan = scan_states.fail(final.scan_id, statuses=IN_FLIGHT, status=FAILED, now=now,
+                                    code=final.code or "engine_failed", message=final.message)
+        if scan is not None:
+            scans.append(scan)
+    # Out of flight in the same transaction as the states (quotas: Customer.in_flight, or test_in_flight).
+    for (customer_id, livemode), n in sorted(Counter((s.customer_id, s.livemode) for s in scans).items()):
+        quotas.move_in_flight(customer_id, livemode, -n)
+    return scans, webhooks.record_events(scans)
+
+
+def announce(scans: list, deliveries: list) -> None:
+    """After the commit of ``record_finals``: the metrics and log lines of the scans that ended,
+    and their deliveries dispatched."""
     for scan in scans:
         metrics.count_scan_finished(scan.kind, scan.status, scan.failure_code)
         if scan.status == COMPLETED:
@@ -198,7 +230,6 @@ def finish(finals: list[Final]) -> int:
         else:
             log.info("scan %s failed: %s", scan.id, scan.failure_code, extra={"scan_id": scan.id})
     webhooks.dispatch(deliveries)
-    return len(scans)
 
 
 def complete(scan_id: str, result: dict) -> bool:
@@ -210,9 +241,9 @@ def fail(scan_id: str, code: str, message: str) -> bool:
     return finish([failed(scan_id, code, message)]) == 1
 
 
-def apply_look(scan, state: dict, *, past_deadline: bool = False) -> Final | dict:
+def apply_look(scan, state: dict, *, past_deadline: bool = False) -> Final | Progress:
     """What the engine said of ``scan``: its final state, for the caller to ``finish``, or for an
-    unfinished scan the progress to record (``progress_changes``); past the deadline, an
+    unfinished scan the progress to record (``Progress``); past the deadline, an
     unfinished scan fails with ``engine_timeout``. An answer that says nothing usable is an
     ``EngineError`` (the caller backs off and looks again)."""
     status = state.get("status")
@@ -233,8 +264,7 @@ def apply_look(scan, state: dict, *, past_deadline: bool = False) -> Final | dic
         if past_deadline:
             return failed(scan.id, "engine_timeout", "the engine did not finish the scan in time")
         total, done = state.get("recipes_total"), state.get("recipes_done")
-        return progress_changes(
-            running=status == "running",
-            recipes_total=total if isinstance(total, int) and total >= 0 else None,
-            recipes_done=done if isinstance(done, int) and done >= 0 else None)
+        return Progress(running=status == "running",
+                        recipes_total=total if isinstance(total, int) and total >= 0 else None,
+                        recipes_done=done if isinstance(done, int) and done >= 0 else None)
     raise engine.EngineError(f"unknown engine status {status!r}")

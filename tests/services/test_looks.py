@@ -74,23 +74,81 @@ def test_one_engine_request_looks_at_a_whole_claim_and_completes_every_scan(conn
     assert_counters_match(cust.id)
 
 
-def test_a_claim_takes_the_due_scans_earliest_first_up_to_the_limit_and_fences_them(conn):
+def claim(limit, *, now=None, hold_seconds=30.0):
+    return scan_states.claim_due(statuses=IN_FLIGHT, now=now or utcnow(), limit=limit, hold_seconds=hold_seconds)
+
+
+def test_a_claim_takes_the_due_scans_earliest_first_up_to_the_limit_and_writes_nothing(conn):
     with freeze_time(NOW) as frozen:
         _, scans = make_scans(5)
+        before = rows([s.id for s in scans])
         frozen.tick(60)  # all due
         with transaction():
-            claimed = scan_states.claim_due(statuses=IN_FLIGHT, now=utcnow(),
-                                            until=utcnow() + timedelta(seconds=10), limit=3)
+            claimed = claim(3)
     assert len(claimed) == 3
     dues = [due for due, _ in claimed]
-    assert dues == sorted(dues)
-    held = rows([s.id for _, s in claimed])
-    assert all(s.look_generation == 1 and s.next_look_at == NOW + timedelta(seconds=70) for s in held.values())
-    # A look recorded with an older token writes nothing (a later claim's look wins).
+    assert dues == sorted(dues) and dues == sorted(s.next_look_at for s in before.values())[:3]
+    # The claim is its transaction's row locks: once it ended, the rows are as they were.
+    after = rows([s.id for s in scans])
+    assert all((s.next_look_at, s.look_generation) == (before[s.id].next_look_at, 0) for s in after.values())
+    # A record carries the generation it claimed: a stale one writes nothing (a later look won),
+    # the current one writes and counts the look.
     scan = claimed[0][1]
-    stale = (scan.id, scan.look_generation - 1, NOW, 0, 9, 9)
-    assert scan_states.record_looks([stale], statuses=IN_FLIGHT) == 0
-    assert scan_states.record_looks([(scan.id, scan.look_generation, NOW, 0, 9, 9)], statuses=IN_FLIGHT) == 1
+    stale = (scan.id, scan.look_generation - 1, NOW, 0, 9, 9, False)
+    assert record(stale) == []
+    assert record((scan.id, scan.look_generation, NOW, 0, 9, 9, False)) == [(scan.id, False)]
+    assert Scan.get_by_id(scan.id).look_generation == 1
+    assert record((scan.id, scan.look_generation, NOW, 0, 9, 9, False)) == []
+
+
+def record(*looks):
+    return scan_states.record_looks(looks, statuses=IN_FLIGHT, queued="queued", running="running", now=utcnow())
+
+
+def test_a_record_moves_the_scans_the_engine_runs_to_running_once(conn):
+    """The move to ``running`` is part of the look's one row write, and says which scans moved."""
+    with freeze_time(NOW):
+        _, (first, second) = make_scans(2)
+    later = NOW + timedelta(seconds=5)
+    written = scan_states.record_looks([(first.id, 0, later, 0, 6, 1, True), (second.id, 0, later, 0, 6, 0, False)],
+                                       statuses=IN_FLIGHT, queued="queued", running="running", now=later)
+    assert sorted(written) == sorted([(first.id, True), (second.id, False)])
+    now_running, still_queued = Scan.get_by_id(first.id), Scan.get_by_id(second.id)
+    assert (now_running.status, now_running.started_at, now_running.recipes_done) == ("running", later, 1)
+    assert (still_queued.status, still_queued.started_at) == ("queued", None)
+    # A later look at a running scan writes its progress and moves nothing.
+    again = scan_states.record_looks([(first.id, 1, later, 0, 6, 2, True)], statuses=IN_FLIGHT, queued="queued",
+                                     running="running", now=later + timedelta(seconds=5))
+    assert again == [(first.id, False)]
+    assert Scan.get_by_id(first.id).started_at == later
+
+
+def hold_a_claim(limit, *, close_when: threading.Event, claimed: list, done: threading.Event,
+                 hold_seconds=30.0, die=False):
+    """Another looker, on its own connection: claims ``limit`` scans (their ids go in
+    ``claimed``), then waits for ``close_when``; it then commits, or with ``die`` drops its
+    connection as a killed process's (the error of its commit then goes in ``claimed`` too)."""
+    from app.extensions import db
+
+    def looker():
+        with db.connection_context():
+            try:
+                with transaction():
+                    claimed.extend(s.id for _, s in claim(limit, now=NOW + timedelta(seconds=60),
+                                                          hold_seconds=hold_seconds))
+                    done.set()
+                    close_when.wait(10)
+                    if die:
+                        db.connection().close()  # the server sees the connection end mid-transaction
+            except Exception as exc:  # the ended connection's commit: the server has rolled back
+                claimed.append(exc)
+            finally:
+                done.set()
+
+    thread = threading.Thread(target=looker)
+    thread.start()
+    assert done.wait(10)
+    return thread
 
 
 def test_two_lookers_never_claim_the_same_scan(app):
@@ -100,21 +158,10 @@ def test_two_lookers_never_claim_the_same_scan(app):
         _, scans = make_scans(6)
         frozen.tick(60)
     first_claimed, release, done = [], threading.Event(), threading.Event()
-
-    def first_looker():
-        with db.connection_context(), transaction():
-            first_claimed.extend(s.id for _, s in scan_states.claim_due(
-                statuses=IN_FLIGHT, now=NOW + timedelta(seconds=60), until=NOW + timedelta(seconds=70), limit=4))
-            done.set()
-            release.wait(10)
-
-    thread = threading.Thread(target=first_looker)
-    thread.start()
-    assert done.wait(10)
+    thread = hold_a_claim(4, close_when=release, claimed=first_claimed, done=done)
     try:
         with db.connection_context(), transaction():
-            second = [s.id for _, s in scan_states.claim_due(
-                statuses=IN_FLIGHT, now=NOW + timedelta(seconds=60), until=NOW + timedelta(seconds=70), limit=10)]
+            second = [s.id for _, s in claim(10, now=NOW + timedelta(seconds=60))]
     finally:
         release.set()
         thread.join(10)
@@ -123,30 +170,54 @@ def test_two_lookers_never_claim_the_same_scan(app):
     assert set(first_claimed) | set(second) == {s.id for s in scans}
 
 
-def test_a_looker_that_dies_after_its_claim_loses_nothing(conn):
-    with freeze_time(NOW) as frozen:
+def test_a_looker_that_dies_after_its_claim_loses_nothing(app):
+    """Its connection ends with it, and so does its claim: the scan is due again at once."""
+    from app.extensions import db
+    with db.connection_context(), freeze_time(NOW) as frozen:
         cust, [scan] = make_scans(1)
         frozen.tick(60)
-        with transaction():  # a claim whose looker dies before it looks
-            [(_, claimed)] = scan_states.claim_due(statuses=IN_FLIGHT, now=utcnow(),
-                                                   until=utcnow() + timedelta(seconds=looks.lease_seconds()),
-                                                   limit=10)
-        assert looks.look_due()["claimed"] == 0  # held by the lease
-        frozen.tick(looks.lease_seconds())
+    held, die, done = [], threading.Event(), threading.Event()
+    thread = hold_a_claim(10, close_when=die, claimed=held, done=done, die=True)
+    try:
+        assert held == [scan.id]
+        with db.connection_context(), freeze_time(NOW + timedelta(seconds=60)):
+            assert looks.look_due()["claimed"] == 0  # held by the other looker
+    finally:
+        die.set()
+        thread.join(10)
+    assert isinstance(held[-1], Exception)  # its connection ended inside the claim's transaction
+    with db.connection_context(), freeze_time(NOW + timedelta(seconds=60)):
         report = looks.look_due()
-    assert report["claimed"] == 1 and report["completed"] == 1
-    assert report["lags"] == [pytest.approx(0.0)]
-    assert Scan.get_by_id(scan.id).status == "completed"
-    assert_counters_match(cust.id)
+        assert report["claimed"] == 1 and report["completed"] == 1
+        # At once: late only by what the test's clock skipped, from its first due time.
+        assert report["lags"] == [pytest.approx((NOW + timedelta(seconds=60) - scan.next_look_at).total_seconds())]
+        assert Scan.get_by_id(scan.id).status == "completed"
+        assert_counters_match(cust.id)
 
 
-def test_emptying_redis_loses_no_look(conn):
-    with freeze_time(NOW) as frozen:
-        _, scans = make_scans(3)
-        runtime.redis().flushdb()
+def test_a_looker_that_hangs_in_its_claim_loses_it_when_the_hold_ends(app):
+    """PostgreSQL ends a session idle in its claim's transaction past the hold; its scans are
+    free again (waited for by polling: the server's timer cannot be frozen)."""
+    from app.extensions import db
+    with db.connection_context(), freeze_time(NOW) as frozen:
+        _, [scan] = make_scans(1)
         frozen.tick(60)
-        assert looks.look_due()["completed"] == 3
-    assert {s.status for s in rows([s.id for s in scans]).values()} == {"completed"}
+    held, never, done = [], threading.Event(), threading.Event()
+    thread = hold_a_claim(10, close_when=never, claimed=held, done=done, hold_seconds=0.2)
+    try:
+        assert held == [scan.id]
+        claimed_again: list = []
+        for _ in range(100):
+            with db.connection_context(), transaction():
+                claimed_again = [s.id for _, s in claim(10, now=NOW + timedelta(seconds=60))]
+            if claimed_again:
+                break
+            never.wait(0.1)
+        assert claimed_again == [scan.id]
+    finally:
+        never.set()
+        thread.join(10)
+    assert isinstance(held[-1], Exception)  # its session was ended: its commit could not be made
 
 
 def test_progress_and_running_once_with_its_event(conn, simulator, sim_receiver):

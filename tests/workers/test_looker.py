@@ -1,0 +1,31 @@
+"""The worker's looker threads (``workers.looker``): how long a turn waits before the next."""
+import threading
+from datetime import timedelta
+
+from freezegun import freeze_time
+
+from app.extensions import db
+from tests.services.test_looks import NOW, hold_a_claim, make_scans
+from workers.looker import HELD_WAIT, IDLE_WAIT, Lookers
+
+
+def test_a_turn_waits_a_little_while_the_due_scans_are_claimed_by_another_looker(app, simulator):
+    """Their due times stay in the past while another claim holds them: waiting "until the
+    earliest due time" would be no wait at all, and the looker would spin on the database."""
+    with db.connection_context(), freeze_time(NOW) as frozen:
+        _, scans = make_scans(2)
+        frozen.tick(60)
+    lookers = Lookers(size=1, stopping=threading.Event(), database=None)
+    held, release, done = [], threading.Event(), threading.Event()
+    thread = hold_a_claim(10, close_when=release, claimed=held, done=done)
+    try:
+        assert sorted(held) == sorted(s.id for s in scans)
+        with freeze_time(NOW + timedelta(seconds=60)):
+            assert lookers.turn() == HELD_WAIT
+    finally:
+        release.set()
+        thread.join(10)
+    with freeze_time(NOW + timedelta(seconds=60)):
+        assert lookers.turn() == 0.0  # claimed and looked at: straight to the next turn
+        wait = lookers.turn()  # nothing due now: until the next due look, at most IDLE_WAIT
+    assert 0 < wait <= IDLE_WAIT
