@@ -69,6 +69,10 @@ def parse_args(argv):
     p.add_argument("--scale-seed", choices=("sql", "api"), default="sql",
                    help="how the auto run creates its scans: sql (real engine submissions, rows by COPY; default) or "
                         "api (bulk creation calls; about 1,000 scans/s here); the off run always uses api")
+    p.add_argument("--scale-spread", action="store_true",
+                   help="sql seeding: each scan's first look at a random point of one poll interval, as a steady "
+                        "stream of creations spreads them, instead of min(eta - 0.5 s, poll) after the submission "
+                        "(which makes all 100,000 first looks fall due together)")
     p.add_argument("--scale-seed-threads", type=int, default=4,
                    help="bulk creation calls at a time while the scale phase creates its scans (default 4)")
     p.add_argument("--scale-max-s", type=float,

@@ -48,6 +48,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import random
 import secrets
 import subprocess
 import threading
@@ -215,14 +216,16 @@ def run(stack: Stack, opts, out: Path, log, mode: str, n: int) -> dict:
     sampler = ScaleSampler(stack, sim, groups)
     sampler.start()
     how = (f"through the API (bulk calls of 100, {opts.scale_seed_threads} at a time)" if seed == "api" else
-           f"by batch submissions to the simulator and COPY in chunks of {SEED_CHUNK}")
+           f"by batch submissions to the simulator and COPY in chunks of {SEED_CHUNK}"
+           + (", first looks spread over one poll" if opts.scale_spread else ""))
     log(f"[{mode}] creating {n} scans of {60 * scale:g} to {180 * scale:g} s {how}, poll {poll:g} s, "
         f"{MAX_WORKERS} workers")
     started = time.time()
     if seed == "api":
         _, _, created_s = create_scans(Api(api_url, key), f"scale-{mode}", n, threads=opts.scale_seed_threads)
     else:
-        created_s = seed_sql(sim, customer_id, n, poll, max(4, opts.scale_seed_threads), f"scale-{mode}")
+        created_s = seed_sql(sim, customer_id, n, poll, max(4, opts.scale_seed_threads), f"scale-{mode}",
+                             spread=opts.scale_spread)
     created_at = time.time()
     spies = []
     if opts.scale_profile:
@@ -325,9 +328,11 @@ def _has_column(table: str, column: str) -> bool:
         conn.close()
 
 
-def seed_sql(sim: str, customer_id: str, n: int, poll: float, threads: int, tag: str) -> float:
+def seed_sql(sim: str, customer_id: str, n: int, poll: float, threads: int, tag: str, *, spread: bool = False) -> float:
     """``n`` scans in flight: real batch submissions to the simulator, rows written with COPY
-    (see the module's docstring). Returns the seconds it took."""
+    (see the module's docstring). With ``spread``, each first look falls at a random point of
+    the next ``poll`` seconds (scans created in a steady stream, not all in a few seconds).
+    Returns the seconds it took."""
     from app.services.tracking import first_look_delay
     conn = psycopg2.connect(PG_DSN)
     with conn.cursor() as cur:
@@ -356,7 +361,8 @@ def seed_sql(sim: str, customer_id: str, n: int, poll: float, threads: int, tag:
             row = [scan_id, customer_id, key_id, "email", target, "queued", item["id"], str(item["recipes"]), "0",
                    (now + timedelta(seconds=eta)).isoformat(), now.isoformat(), "0", "t"]
             if with_next_look:
-                row.append((now + timedelta(seconds=first_look_delay(eta, poll))).isoformat())
+                delay = random.uniform(0, poll) if spread else first_look_delay(eta, poll)  # noqa: S311 - a spread, not a secret
+                row.append((now + timedelta(seconds=delay)).isoformat())
             lines.append("\t".join(row))
         return lines
 
