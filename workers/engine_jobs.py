@@ -57,13 +57,13 @@ def _track(scan_id: str, job_id: str | None) -> str:
     except engine.EngineError as exc:
         errors = scan.check_errors + 1
         log.warning("scan %s: engine error %d (%s), retrying", scan_id, errors, exc)
-        tracking.hand_over(scan_id, job_id, tracking.until_deadline(backoff(errors), deadline, now),
+        tracking.hand_over(scan_id, job_id, tracking.look_again_in(scan, now, deadline, errors=errors),
                            check_errors=errors, last_checked_at=now)
         return "engine_error"
     if isinstance(outcome, tracking.Final):
         tracking.finish([outcome])
         return outcome.outcome
     # Unfinished: the progress and the hand-over to the next look, in one UPDATE, one commit.
-    delay = tracking.until_deadline(tracking.next_interval(scan, now), deadline, now)
-    tracking.hand_over(scan_id, job_id, delay, in_flight_only=True, durable=False, **outcome.changes())
+    tracking.hand_over(scan_id, job_id, tracking.look_again_in(scan, now, deadline), in_flight_only=True,
+                       durable=False, **outcome.changes())
     return "unfinished"

@@ -155,11 +155,11 @@ def _apply(scan: Scan, state: dict | Exception | None, now: datetime) -> trackin
         outcome = tracking.apply_look(scan, state, past_deadline=now >= deadline)
     except engine.EngineError:
         errors = scan.check_errors + 1
-        due = now + timedelta(seconds=tracking.until_deadline(tracking.backoff(errors), deadline, now))
+        due = now + timedelta(seconds=tracking.look_again_in(scan, now, deadline, errors=errors))
         return "engine_errors", (scan.id, scan.look_generation, due, errors, None, None, False)
     if isinstance(outcome, tracking.Final):
         return outcome
-    due = now + timedelta(seconds=tracking.until_deadline(tracking.next_interval(scan, now), deadline, now))
+    due = now + timedelta(seconds=tracking.look_again_in(scan, now, deadline))
     # ``running``: a queued scan moves to ``running`` (once, with its event).
     return "unfinished", (scan.id, scan.look_generation, due, 0, outcome.recipes_total, outcome.recipes_done,
                           outcome.running)

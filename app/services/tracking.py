@@ -71,6 +71,13 @@ def until_deadline(delay: float, deadline, now) -> float:
     return max(MIN_DELAY, min(delay, remaining)) if remaining > 0 else max(MIN_DELAY, delay)
 
 
+def look_again_in(scan, now, deadline, *, errors: int = 0) -> float:
+    """Seconds from ``now`` until the next look at a scan still in flight: the cadence
+    (``next_interval``), or after ``errors`` engine errors in a row the back-off, never past its
+    ``deadline`` while that is ahead. The chains' and the batch looks' one rule."""
+    return until_deadline(backoff(errors) if errors else next_interval(scan, now), deadline, now)
+
+
 def deadline(scan):
     """When an unfinished scan fails with ``engine_timeout`` (D5): ``SCAN_TIMEOUT_SECONDS`` after
     its creation, or for a test scan the sandbox's timeout for its target (D15)."""
