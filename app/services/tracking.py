@@ -97,9 +97,9 @@ class Progress:
     recipes_total: int | None
     recipes_done: int | None
 
-    def changes(self, now=None) -> dict:
+    def changes(self) -> dict:
         return progress_changes(running=self.running, recipes_total=self.recipes_total,
-                                recipes_done=self.recipes_done, now=now)
+                                recipes_done=self.recipes_done)
 
 
 def progress_changes(*, running: bool, recipes_total: int | None, recipes_done: int | None, now=None) -> dict:
@@ -129,7 +129,7 @@ def hand_over(scan_id: str, current_job_id: str | None, delay: float, *, in_flig
     write again. Final states, charges and deliveries always wait for the disk.
     """
     if "status" in changes:  # the look found the engine running a queued scan (``progress_changes``)
-        start_running([scan_id])
+        start_running(scan_id)
     new_job_id = tracking_job_id(scan_id, tracking_generation(current_job_id) + 1)
     changes["next_look_at"] = None  # a chain tracks it now, not the batch looks (a sweep may switch)
     statuses = IN_FLIGHT if in_flight_only else None
@@ -147,12 +147,12 @@ def hand_over(scan_id: str, current_job_id: str | None, delay: float, *, in_flig
     return True
 
 
-def start_running(scan_ids: list[str]) -> None:
-    """``queued`` -> ``running`` once for each (compare-and-set), with its ``scan.running`` event
-    (D22), all in one durable transaction: a replayed look finds the scan running already and
-    sends none."""
+def start_running(scan_id: str) -> None:
+    """``queued`` -> ``running`` once (compare-and-set), with its ``scan.running`` event (D22) in
+    the same durable transaction: a replayed look finds the scan running already and sends none."""
     with transaction():
-        deliveries = running_events(scan_states.start_running(scan_ids, queued=QUEUED, running=RUNNING, now=utcnow()))
+        scan = scan_states.start_running(scan_id, queued=QUEUED, running=RUNNING, now=utcnow())
+        deliveries = running_events([scan]) if scan is not None else []
     webhooks.dispatch(deliveries)
 
 
@@ -164,7 +164,7 @@ def running_events(scans: list) -> list:
 
 def record_progress(scan_id: str, *, running: bool, recipes_total: int | None, recipes_done: int | None) -> None:
     if running:
-        start_running([scan_id])
+        start_running(scan_id)
     changes = progress_changes(running=running, recipes_total=recipes_total, recipes_done=recipes_done)
     scan_states.update_if(scan_id, statuses=IN_FLIGHT, changes=changes)
 

@@ -49,17 +49,11 @@ def update_if(scan_id: str, *, statuses: Iterable[str], changes: dict) -> int:
     return Scan.update(**changes).where((Scan.id == scan_id) & Scan.status.in_(statuses)).execute()
 
 
-START_RUNNING = (f"UPDATE {table(Scan)} SET status = ?, started_at = ? WHERE id IN %s AND status = ? "
-                 f"RETURNING {columns(Scan)}")
-
-
-def start_running(scan_ids: Sequence[str], *, queued: str, running: str, now: datetime) -> list[Scan]:
-    """Move each scan still ``queued`` to ``running``, started ``now``, in one UPDATE: those it
-    moved (not those another look moved already)."""
-    if not scan_ids:
-        return []
-    sql = START_RUNNING % ("(" + ", ".join(["?"] * len(scan_ids)) + ")")
-    return [instance(Scan, row) for row in execute(sql, (running, now, *scan_ids, queued)).fetchall()]
+def start_running(scan_id: str, *, queued: str, running: str, now: datetime) -> Scan | None:
+    """Move the scan from ``queued`` to ``running``, started ``now``: the scan, or None when it was
+    not queued (another look moved it already). A chain's move; the batch looks move theirs in
+    ``record_looks``."""
+    return _finish(scan_id, (queued,), {"status": running, "started_at": now})
 
 
 def _finish(scan_id: str, statuses: Iterable[str], changes: dict) -> Scan | None:
