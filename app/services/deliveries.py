@@ -19,7 +19,7 @@ only after that commit (``_go_on``, which also asks the auto-disable rule of D22
 delivery that failed for good); if Redis refuses it, the sweep enqueues it.
 
 A delivery pool makes hundreds of attempts a second in one process (``workers.delivery_pool``),
-so an attempt is three prepared statements (load, claim, and on success close), written
+so an attempt is three statements (load, claim, and on success close), written
 once as SQL in ``app.store.deliveries``.
 """
 from __future__ import annotations

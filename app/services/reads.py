@@ -255,7 +255,7 @@ def batch_detail(customer_id: str, bulk_id: str) -> dict:
 # 403 and 404 are all charged, D3), so the key look-up, the conditional charge with its
 # ledger row, the call's activity log entry (D20), the quota windows the answer reports (D8)
 # and the scan (or the batch and its scans) are one statement
-# (``app.store.scans.read_charged``), prepared once per connection: one round trip and one
+# (``app.store.scans.read_charged``): one round trip and one
 # commit per read, where authentication, read, charge and entry took four.
 # The rules stay those of ``keyauth``, ``billing`` and the reads above, and come to the
 # statement as parameters (the price, the billed modes); a key whose mode is not billed (a

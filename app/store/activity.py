@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterator
 from datetime import date, datetime, timedelta
 
-from app.db import db, execute, execute_prepared, table
+from app.db import db, execute, table
 from app.models import ActivityEntry
 from app.models.activity import DEFAULT_PARTITION, TABLE
 from app.store.cursor_pages import newest_first_where
@@ -30,8 +30,8 @@ PARTITION_LOCK = 0x61637476  # "actv"
 
 
 def insert(row: dict) -> None:
-    """One entry (``row`` keyed by ``COLUMNS``): one prepared INSERT, one round trip."""
-    execute_prepared(INSERT, tuple(row.get(column) for column in COLUMNS))
+    """One entry (``row`` keyed by ``COLUMNS``): one INSERT, one round trip."""
+    execute(INSERT, tuple(row.get(column) for column in COLUMNS))
 
 
 def insert_select(select_sql: str) -> str:
