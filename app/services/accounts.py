@@ -8,7 +8,7 @@ from werkzeug.security import generate_password_hash
 from app.db import transaction, write_transaction
 from app.models import ApiKey, Customer, PortalUser, iso, new_id, utcnow
 from app.models.accounts import TIERS
-from app.services import access, billing, erasure, quotas, webhooks
+from app.services import access, activity, billing, erasure, quotas, webhooks
 from app.services.crypto import digest, new_api_key
 from app.services.errors import (
     AccountError,  # raised here; callers may catch it as accounts.AccountError
@@ -276,25 +276,32 @@ def recount(customer_id: str) -> dict:
 @dataclass(frozen=True)
 class AccountView:
     """The answer of ``GET /api/v1/account``: its body, and the balance after its charge with the
-    limits and window usage the answer's headers report."""
+    limits and window usage the answer's headers report, and the activity entry written with the
+    charge (None: not charged)."""
 
     body: dict
     balance: int
     limits: Limits
     usage: quotas.Usage
+    recorded: activity.Recorded | None = None
 
 
-def account_view(key: ApiKey, *, request_id: str | None, endpoint: str | None) -> AccountView:
+def account_view(key: ApiKey, *, request_id: str | None, endpoint: str | None,
+                 entry: activity.CallEntry) -> AccountView:
     """The calling key's account (D21): customer, tier, balance, limits, usage of the key's mode,
     and what the key may do. It costs one call like any other, charged here so that the
-    balance shown is the one after it (``endpoint``: the ledger row's note); a test key pays
-    nothing and sees the live balance and its own windows (D15)."""
+    balance shown is the one after it (``endpoint``: the ledger row's note; ``entry``: the
+    call's activity entry, written with the charge, D25); a test key pays nothing and sees the
+    live balance and its own windows (D15)."""
     now = utcnow()
     customer = key.customer
+    recorded = None
     if billing.is_billed(key.livemode):
-        balance, usage = billing.charge_call(customer.id, request_id, now, endpoint, read_of=key.livemode)
+        balance, usage = billing.charge_call(customer.id, request_id, now, endpoint, read_of=key.livemode,
+                                             entry=entry.row(credits=billing.CALL_PRICE))
         if balance is None:  # the balance ran out since the key was read: not served
             raise InsufficientBalance(billing.balance_of(customer.id))
+        recorded = entry.recorded()
     else:
         balance, usage = billing.balance_of(customer.id), quotas.window_usage(customer.id, now, key.livemode)
     limits = limits_for(customer)
@@ -303,4 +310,4 @@ def account_view(key: ApiKey, *, request_id: str | None, endpoint: str | None) -
             "limits": {"inflight": limits.inflight, "hour": limits.hour, "day": limits.day},
             "usage": {"inflight": inflight, "hour": usage.hour, "day": usage.day},
             "key": {"key_id": key.id, "livemode": key.livemode, **access.access_of(key)}}
-    return AccountView(body, balance, limits, usage)
+    return AccountView(body, balance, limits, usage, recorded)

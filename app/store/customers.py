@@ -16,6 +16,7 @@ from peewee import fn
 
 from app.db import columns, execute, execute_batch, instance, repr_column, table
 from app.models import CreditLedger, Customer, PortalUser, QuotaMinute, Scan
+from app.store import activity as activity_store
 
 Statement = tuple[str, Any]  # (sql, params)
 
@@ -248,7 +249,8 @@ WITH charged AS (
     UPDATE {table(Customer)} SET balance = balance - ? WHERE id = ? AND balance >= ? RETURNING balance),
 ledger AS (
     INSERT INTO {table(CreditLedger)} (customer_id, delta, balance_after, reason, request_id, note, created_at)
-    SELECT ?, ?, balance, ?, ?, ?, ? FROM charged RETURNING balance_after)
+    SELECT ?, ?, balance, ?, ?, ?, ? FROM charged RETURNING balance_after),
+entry AS ({activity_store.insert_from("charged")})
 SELECT (SELECT balance_after FROM ledger), {WINDOW_COLUMNS}"""
 
 
@@ -274,26 +276,28 @@ def add_read(*, source: str, note_sql: str, livemode_sql: str) -> str:
 SUM_READ_AND_USAGE = f"""
 WITH charged AS (
     UPDATE {table(Customer)} SET balance = balance - ? WHERE id = ? AND balance >= ? RETURNING id, balance),
-ledger AS ({add_read(source="charged", note_sql="?", livemode_sql="?")})
+ledger AS ({add_read(source="charged", note_sql="?", livemode_sql="?")}),
+entry AS ({activity_store.insert_from("charged")})
 SELECT (SELECT balance_after FROM ledger), {WINDOW_COLUMNS}"""
 
 
 def charge_with_windows(*, customer_id: str, price: int, reason: str, request_id: str | None, note: str | None,
-                        now: datetime, starts: tuple[datetime, datetime],
+                        now: datetime, starts: tuple[datetime, datetime], entry: dict,
                         read_of: bool | None = None) -> tuple[int | None, tuple]:
-    """Take ``price`` credits if the balance covers it, with its ledger row, and read the
-    customer's live windows starting at ``starts``: one statement. Returns the new balance
-    (None when it was short: nothing written) and the six window values.
+    """Take ``price`` credits if the balance covers it, with its ledger row and the call's
+    activity entry (``entry``, a row of ``app.store.activity.COLUMNS``), and read the customer's
+    live windows starting at ``starts``: one statement. Returns the new balance (None when it
+    was short: nothing written) and the six window values.
 
     ``read_of``: the mode of the key whose read this is (``add_read``: summed into its minute's
     row, ``note`` its endpoint, no request id); None: a row of its own."""
     windows = window_params(customer_id, starts, livemode=True)
     if read_of is None:
         row = execute(CHARGE_AND_USAGE, (price, customer_id, price, customer_id, -price, reason, request_id,
-                                                  note, now) + windows).fetchone()
+                                         note, now) + activity_store.values(entry) + windows).fetchone()
     else:
         row = execute(SUM_READ_AND_USAGE, (price, customer_id, price, -price, reason, note, now, read_of,
-                                                    minute_of(now)) + windows).fetchone()
+                                           minute_of(now)) + activity_store.values(entry) + windows).fetchone()
     return row[0], tuple(row[1:])
 
 

@@ -17,6 +17,7 @@ import os
 import pwd
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -131,6 +132,7 @@ def main(argv: list[str]) -> int:
     if not command:
         print("usage: python -m tests.ops.pgbouncer -- <command>", file=sys.stderr)
         return 2
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a supervisor's stop: clean up as on Ctrl-C
     upstream, folder = os.environ.get("TEST_DATABASE_URL"), None
     if not upstream:
         from app import embedded
