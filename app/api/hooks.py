@@ -9,7 +9,9 @@ the call's 1 credit when its answer is chargeable (D3: 2xx, 400, 403, 404) unles
 service already charged it (creations, reads: their ``Charged`` goes with the response they
 render); then add ``X-Credits-Remaining`` and the RateLimit fields (D8), and store or release
 the idempotency claim; last, write the call's activity log entry (D20: one INSERT, its
-action named by ``app.api.actions``). Nothing passes between the steps through ``flask.g``:
+action named by ``app.api.actions``), unless the call's charge wrote it (D25: the charge's
+statement or transaction writes the entry ``call_entry`` made, so no charge commits without it;
+then only its status is corrected, if the answer changed). Nothing passes between the steps through ``flask.g``:
 what the view's service charged (``Charged``) and what the entry says about its object
 (``activity.Subject``) travel as attributes of the response; the only things kept in ``g`` are
 who is calling (``g.caller``) and, for a key D21 refused, why (``g.refused``), for the log line
