@@ -281,7 +281,8 @@ def _charge(response: Response, key: ApiKey) -> tuple[Response, Charged | None]:
     try:
         balance, usage = billing.charge_call(key.customer_id, g.get("request_id"), utcnow(),
                                              _ledger_endpoint(response.status_code),
-                                             entry=entry.row(credits=billing.CALL_PRICE),
+                                             entry=entry.row(credits=billing.CALL_PRICE,
+                                                             subject=getattr(response, "subject", None)),
                                              read_of=key.livemode if billing.is_read(request.method) else None)
     except CONNECTION_ERRORS:
         # The call cannot be charged, so it is not served: D3 charges every 2xx/400/403/404
