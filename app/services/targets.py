@@ -153,10 +153,12 @@ def _mailbox(address: str) -> str:
 
 
 def _number_digits(handle: str) -> str | None:
-    """The digits of a username that is a phone number's (8 to 15 digits), else None."""
+    """The digits of a username that is a phone number's (8 to 15 digits), else None. A leading
+    ``00`` is the international call prefix, as ``+`` (no E.164 number starts with 0)."""
     if not NUMBER_HANDLE_RE.match(handle):
         return None
     digits = re.sub(r"[^0-9]", "", handle)
+    digits = digits.removeprefix("00")
     low, high = NUMBER_HANDLE_DIGITS
     return digits if low <= len(digits) <= high else None
 

@@ -33,7 +33,8 @@ def test_one_canonical_form_per_kind(kind, spelling, form):
     (("username", "supphandle"), [("username", "@supphandle"), ("username", "SuppHandle"), ("username", " @SUPPHANDLE")]),
     (("phone", "+14155550199"),
      [("phone", "+1 (415) 555-0199"), ("phone", "+1.415.555.0199"), ("username", "14155550199"),
-      ("username", "+14155550199"), ("username", "1-415-555-0199"), ("username", "1.415.555.0199")]),
+      ("username", "+14155550199"), ("username", "1-415-555-0199"), ("username", "1.415.555.0199"),
+      ("username", "0014155550199")]),  # "00": the international call prefix
     (("phone", "+12345678"), [("username", "12345678"), ("phone", "+1 234 5678")]),                 # 8 digits
     (("phone", "+123456789012345"), [("username", "123456789012345")]),                              # 15 digits
 ])
