@@ -649,16 +649,21 @@ def suppressions_add(kind, target, as_json):
 @click.argument("target")
 @json_option
 def suppressions_remove(kind, target, as_json):
-    """Withdraw the opt-out of TARGET."""
+    """Withdraw the opt-outs that refuse TARGET (in any spelling)."""
     data = run(as_json, lambda: suppressions.remove(kind, target))
     emit(as_json, data, opt_out_record(data, "opt-out withdrawn" if data["removed"] else "no opt-out for this target"))
 
 
 @suppressions_cli.command("list")
+@click.argument("kind", type=KIND, required=False)
+@click.argument("target", required=False)
 @json_option
-def suppressions_list(as_json):
-    """Every opt-out, newest first: kind, keyed hash and time (the targets are not stored)."""
-    rows = run(as_json, suppressions.list_all)
+def suppressions_list(kind, target, as_json):
+    """Every opt-out, newest first: kind, keyed hash and time (the targets are not stored); with
+    KIND TARGET, those that refuse TARGET (in any spelling)."""
+    if kind is not None and target is None:
+        raise click.UsageError("give the TARGET after its KIND, or neither")
+    rows = run(as_json, lambda: suppressions.list_all(kind, target))
     emit(as_json, {"suppressions": [{**row, "created_at": iso(row["created_at"])} for row in rows]},
          Table([(row["kind"], row["target_hash"], iso(row["created_at"])) for row in rows],
                headers=["kind", "hash", "since"], empty="no opt-outs"))

@@ -139,3 +139,17 @@ def test_the_pages_need_a_login(client, portal_account):
     for path in ("/app/activity", "/app/activity.csv"):
         response = client.get(path)
         assert response.status_code == 302 and "/app/login" in response.headers["Location"]
+
+
+def test_the_target_filter_finds_case_variants_and_phone_spellings(client, portal_account):
+    mixed = client.post("/api/v1/scan", json={"target": "Jane.Doe@Example.com"},
+                        headers=portal_account.headers).get_json()
+    phone = client.post("/api/v1/scan", json={"target": "+1 (415) 555-0199"},
+                        headers=portal_account.headers).get_json()
+    login(client)
+    for spelling in ("jane.doe@example.com", "JANE.DOE@EXAMPLE.COM"):
+        found = text(client.get("/app/activity", query_string={"target": spelling}))
+        assert mixed["scan_id"] in found and phone["scan_id"] not in found, spelling
+    for spelling in ("+1.415.555.0199", "+14155550199", "+1-415-555-0199"):
+        found = text(client.get("/app/activity", query_string={"target": spelling}))
+        assert phone["scan_id"] in found and mixed["scan_id"] not in found, spelling
