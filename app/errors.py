@@ -116,7 +116,8 @@ def query_error(details: dict) -> ApiError:
     """400 naming the query parameters that are invalid or unknown (``details``: name -> messages)."""
     names = sorted(details)
     unknown = all(details[name] == [UNKNOWN_FIELD] for name in names)
-    message = f"{'unknown' if unknown else 'invalid'} query parameter{'s' if len(names) > 1 else ''}: {', '.join(names)}"
+    plural = "s" if len(names) > 1 else ""
+    message = f"{'unknown' if unknown else 'invalid'} query parameter{plural}: {', '.join(names)}"
     return ApiError(400, "invalid_request", message, details=details)
 
 
