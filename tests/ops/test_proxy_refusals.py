@@ -267,3 +267,22 @@ def test_a_target_in_the_query_string_leaves_no_trace_in_any_log(gunicorn, make_
                        "gunicorn and app": errors.read_text()}.items():
         assert "jane" not in text and "target=" not in text, (name, text[-2000:])
     assert "app.access" in errors.read_text()  # the app did log the calls, without the query
+
+
+@pytest.mark.processes
+@pytest.mark.skipif(NGINX is None, reason="nginx is not installed")
+def test_a_client_that_stops_sending_gets_the_json_408_or_is_disconnected():
+    """nginx drops a timed-out client without an answer (reset_timedout_connection); should it ever
+    answer, the answer is the JSON envelope, not its HTML page."""
+    server = check_slow_clients.Nginx(f"127.0.0.1:{closed_port()}", NGINX, replace={
+        "client_body_timeout 10s;": "client_body_timeout 1s;", "client_header_timeout 10s;": "client_header_timeout 1s;"})
+    try:
+        for request in (b"POST /api/v1/scan HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab",
+                        b"GET /healthz HTTP/1.1\r\nHost: x\r\n"):
+            try:
+                answer = raw(server.https_port, request)
+            except (IndexError, ValueError):  # nothing came back: disconnected
+                continue
+            envelope(answer, 408, "request_timeout", request[:20].decode())
+    finally:
+        server.stop()
