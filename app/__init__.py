@@ -22,6 +22,16 @@ from app.extensions import csrf, db
 from app.logging_setup import setup_logging
 
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+# A client id shaped like an API key or a webhook secret is a secret sent there by mistake:
+# it is never echoed, logged or stored (any case: erring towards replacing it).
+SECRET_SHAPED_RE = re.compile(r"^(service_live_|service_test_|whsec_)", re.IGNORECASE)
+
+
+def client_request_id(value: str) -> str | None:
+    """The client's ``X-Request-Id`` when the service may keep it, else None."""
+    if REQUEST_ID_RE.match(value) and not SECRET_SHAPED_RE.match(value):
+        return value
+    return None
 SLASHES_RE = re.compile(r"/{2,}")
 
 
@@ -96,8 +106,7 @@ def create_app(config: dict | None = None) -> Flask:
 def _register_request_hooks(app: Flask) -> None:
     @app.before_request
     def assign_request_id():
-        incoming = request.headers.get("X-Request-Id", "")
-        g.request_id = incoming if REQUEST_ID_RE.match(incoming) else f"req_{secrets.token_hex(12)}"
+        g.request_id = client_request_id(request.headers.get("X-Request-Id", "")) or f"req_{secrets.token_hex(12)}"
 
     @app.before_request
     def refuse_oversized_streams():

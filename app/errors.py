@@ -109,6 +109,18 @@ def _validation_details(data) -> dict:
     return details
 
 
+UNKNOWN_FIELD = "Unknown field."  # marshmallow's message for a field no schema declares
+
+
+def query_error(details: dict) -> ApiError:
+    """400 naming the query parameters that are invalid or unknown (``details``: name -> messages)."""
+    names = sorted(details)
+    unknown = all(details[name] == [UNKNOWN_FIELD] for name in names)
+    plural = "s" if len(names) > 1 else ""
+    message = f"{'unknown' if unknown else 'invalid'} query parameter{plural}: {', '.join(names)}"
+    return ApiError(400, "invalid_request", message, details=details)
+
+
 def handle_api_error(exc: ApiError):
     return error_response(exc.status, exc.error, exc.message, details=exc.details, headers=exc.headers)
 
@@ -132,6 +144,8 @@ def handle_http_exception(exc: HTTPException):
     if exc.code in (400, 422) and data and "messages" in data:
         details = _validation_details(data)
         fields = sorted(f for f in details if f != "_schema")
+        if "query" in data["messages"]:
+            return handle_api_error(query_error(details))
         if fields:
             message = f"the request body is invalid: {', '.join(fields)}"
         elif any("JSON" in m for m in details.get("_schema", [])):

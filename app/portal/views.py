@@ -671,7 +671,7 @@ ACTION_ARG = re.compile(r"^[a-z_]+\.[a-z_]+$")
 
 def _moment_arg(name: str, errors: list[str]) -> datetime | None:
     """A time filter (``YYYY-MM-DD`` or ``YYYY-MM-DDTHH:MM[:SS]``, UTC), as the page's inputs send it."""
-    raw = (request.args.get(name) or "").strip()
+    raw = (_filter_source().get(name) or "").strip()
     if not raw:
         return None
     try:
@@ -682,12 +682,23 @@ def _moment_arg(name: str, errors: list[str]) -> datetime | None:
     return moment.replace(tzinfo=None) if moment.tzinfo is None else moment.astimezone(UTC).replace(tzinfo=None)
 
 
+def _filter_source():
+    """Where the activity filters come from: a search posts them, so that a target never travels in
+    an address (kept by server logs, browser history and Referer headers); links without one use the
+    query string."""
+    return request.form if request.method == "POST" else request.args
+
+
 def _activity_filters() -> tuple[dict, dict, list[str]]:
     """The activity page's filters as typed (for the form and links) and as the service takes
     them, with the errors of those that are not valid (such a filter is not applied)."""
     errors: list[str] = []
-    shown = {name: (request.args.get(name) or "").strip()[:1000]
+    source = _filter_source()
+    shown = {name: (source.get(name) or "").strip()[:1000]
              for name in ("action", "key", "resource", "target", "created_after", "created_before", "mode")}
+    if request.method != "POST" and shown["target"]:
+        errors.append("target: search with the form (a target is not taken from the address)")
+        shown["target"] = ""
     query: dict = {"livemode": ACTIVITY_MODES.get(shown["mode"])}
     for name, column, rule in (("action", "action", ACTION_ARG), ("key", "key_id", ID_ARG),
                                ("resource", "resource_id", ID_ARG)):
@@ -702,11 +713,11 @@ def _activity_filters() -> tuple[dict, dict, list[str]]:
     return shown, query, errors
 
 
-@bp.get("/activity")
+@bp.route("/activity", methods=["GET", "POST"])
 @security.requires(roles.READ)
 def activity_log():
     shown, query, errors = _activity_filters()
-    cursor = request.args.get("after")
+    cursor = _filter_source().get("after")
     code = 400 if errors else 200
     page = {"entries": [], "next": None}
     if not errors:
@@ -719,10 +730,10 @@ def activity_log():
         flash(f"Activity filter: {error}", "error")
     return render_template("portal/activity.html", page=page, filters=shown, keys=accounts.customer_keys(
         g.portal_customer.id), actions=sorted(set(audit.ACTIONS.values()) | set(api_actions.ACTIONS.values())),
-        modes=ACTIVITY_MODES, export_args={k: v for k, v in shown.items() if v}), code
+        modes=ACTIVITY_MODES, export_args={k: v for k, v in shown.items() if v}, cursor=cursor), code
 
 
-@bp.get("/activity.csv")
+@bp.route("/activity.csv", methods=["GET", "POST"])
 @security.requires(roles.READ)
 def activity_csv():
     shown, query, errors = _activity_filters()
@@ -734,7 +745,8 @@ def activity_csv():
     if errors:
         for error in errors:
             flash(f"Activity export: {error}", "error")
-        return redirect(url_for("portal.activity_log", **{k: v for k, v in shown.items() if v}))
+        # Back to the page with the other filters: a target never goes into an address.
+        return redirect(url_for("portal.activity_log", **{k: v for k, v in shown.items() if v and k != "target"}))
 
     def rows():
         buffer = io.StringIO()

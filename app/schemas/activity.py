@@ -1,6 +1,6 @@
 """Query and response schemas of the activity log (``GET /api/v1/activity``)."""
 import marshmallow as ma
-from marshmallow import EXCLUDE, fields, validate
+from marshmallow import RAISE, fields, validate
 
 from app.schemas.scans import UtcDateTime
 
@@ -10,7 +10,7 @@ ID_RULES = [validate.Length(min=1, max=64), validate.Regexp(r"^[A-Za-z0-9_-]+$")
 
 class ActivityListQuerySchema(ma.Schema):
     class Meta:
-        unknown = EXCLUDE
+        unknown = RAISE  # an unknown query parameter is a 400 naming it
 
     action = fields.String(validate=[validate.Length(min=1, max=64), validate.Regexp(r"^[a-z_]+\.[a-z_]+$")],
                            metadata={"pattern": "^[a-z_]+\\.[a-z_]+$",

@@ -9,7 +9,7 @@ from datetime import UTC
 from typing import ClassVar
 
 import marshmallow as ma
-from marshmallow import EXCLUDE, fields
+from marshmallow import EXCLUDE, RAISE, fields
 
 from app import events
 from app.services.purposes import CASE_REF_MAX, PURPOSES
@@ -400,7 +400,7 @@ class UtcDateTime(fields.AwareDateTime):
 
 class ScanListQuerySchema(ma.Schema):
     class Meta:
-        unknown = EXCLUDE
+        unknown = RAISE  # an unknown query parameter is a 400 naming it
 
     status = fields.String(validate=ma.validate.OneOf(["queued", "running", "completed", "failed"]),
                            metadata={"description": "Only scans in this state.", "example": "completed"})
