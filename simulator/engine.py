@@ -11,6 +11,10 @@ API (``Authorization: Bearer <ENGINE_TOKEN>`` required when ``ENGINE_TOKEN`` is 
 - ``POST /v1/investigations/status`` ``{"ids": [...]}`` (1 to 100 ids: the batch look of E6)
   → 200 ``{"items": [...]}``, each as the single look answers, in the order asked; an id this
   engine never issued is ``{"id", "status": "error", "error": {"code": "not_found"}}``
+- ``DELETE /v1/investigations/<id>`` (E7) → 204: the engine forgets the investigation, its
+  result and its artifacts (every later look or artifact answers 404, as for an id it never
+  issued); 404 for an unknown or already deleted id. Deletions are held in the process's
+  memory (a reset keeps them; a restart forgets them), as ids carry their own state.
 
 Submissions (single and batch items) accept ``"sources": [ids]``: a re-run of those sources
 only (E6). Results carry ``sources``, ``evidence`` and ``risk.reasons`` (see
@@ -25,7 +29,7 @@ Controls (no auth, for tests and QA): ``POST /_sim/engine/mode`` with ``{"mode":
 ``{"mode": "down"}`` (every ``/v1`` call answers 503) or ``{"mode": "flaky", "every": N}``
 (every N-th ``/v1`` call since the mode was set answers 500), each with ``"batch_look": false`` to
 answer the batch look with 404 as an engine without it does (default true); ``GET /_sim/engine/mode``;
-``GET /_sim/engine/stats`` → ``{"submit", "batch", "status", "looks", "total"}`` calls received,
+``GET /_sim/engine/stats`` → ``{"submit", "batch", "status", "looks", "deletes", "total"}`` calls received,
 counted before mode and auth are applied; ``GET /_sim/engine/volume`` → ``{"submitted", "looked"}``
 investigations submitted (single and batch items) and ids asked in batch looks, counted once
 answered (the load behind the calls: a benchmark divides it by the calls); ``POST
@@ -53,7 +57,7 @@ from simulator.results import result_for
 MAX_BATCH = 100
 JUNK_RESULT = "not an object"
 MODES = ("up", "down", "flaky")
-STAT_NAMES = ("submit", "batch", "status", "looks")
+STAT_NAMES = ("submit", "batch", "status", "looks", "deletes")
 VOLUME_NAMES = ("submitted", "looked")
 PLAN_CACHE_SIZE = 400_000  # about 300 bytes an entry: 120 MB at most
 
@@ -61,7 +65,7 @@ engine_bp = Blueprint("engine", __name__)
 
 # Which stats counter each API view feeds; also the set of views that mode and auth apply to.
 _STAT_OF_ENDPOINT = {"engine.submit": "submit", "engine.submit_batch": "batch", "engine.status": "status",
-                     "engine.status_batch": "looks"}
+                     "engine.status_batch": "looks", "engine.delete": "deletes"}
 
 
 class EngineControl:
@@ -69,6 +73,8 @@ class EngineControl:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        # Ids deleted (E7). A reset keeps them: it must not bring back what the engine forgot.
+        self.deleted: set[str] = set()
         self.reset()
 
     def reset(self) -> None:
@@ -192,6 +198,17 @@ def status(engine_id: str):
     return jsonify(body)
 
 
+@engine_bp.delete("/v1/investigations/<engine_id>")
+def delete(engine_id: str):
+    """E7's deletion: forget the investigation and its result; 404 when unknown or deleted before."""
+    engine_control = control()
+    if _decoded(engine_id) is None:
+        return json_error(404, "not_found", "No such investigation.")
+    engine_control.deleted.add(engine_id)
+    engine_control.plans.pop(engine_id, None)
+    return Response(status=204)
+
+
 @engine_bp.post("/v1/investigations/status")
 def status_batch():
     """The batch look (E6): each id as the single look answers it, in the order asked. With
@@ -233,7 +250,10 @@ def _look(engine_id: str) -> dict | None:
 
 
 def _decoded(engine_id: str) -> tuple | None:
-    """``(Investigation, Plan)`` of an id this engine issued, from the cache when looked at before."""
+    """``(Investigation, Plan)`` of an id this engine issued and did not delete, from the cache
+    when looked at before."""
+    if engine_id in control().deleted:
+        return None
     plans = control().plans
     known = plans.get(engine_id)
     if known is None:
@@ -288,18 +308,18 @@ def reset():
 
 @engine_bp.get("/_sim/artifacts/<engine_id>.pdf")
 def artifact_pdf(engine_id: str):
-    investigation = decode_id(engine_id)
-    if investigation is None:
+    known = _decoded(engine_id)
+    if known is None:
         return json_error(404, "not_found", "No such artifact.")
-    return Response(artifacts.report_pdf(investigation.kind, investigation.target), mimetype="application/pdf")
+    return Response(artifacts.report_pdf(known[0].kind, known[0].target), mimetype="application/pdf")
 
 
 @engine_bp.get("/_sim/artifacts/<engine_id>.card.json")
 def artifact_card(engine_id: str):
-    investigation = decode_id(engine_id)
-    if investigation is None:
+    known = _decoded(engine_id)
+    if known is None:
         return json_error(404, "not_found", "No such artifact.")
-    return jsonify(artifacts.person_card(investigation.kind, investigation.target))
+    return jsonify(artifacts.person_card(known[0].kind, known[0].target))
 
 
 def _json_body() -> dict:

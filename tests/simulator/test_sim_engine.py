@@ -385,7 +385,8 @@ def test_stats_count_calls_by_endpoint_including_refused_ones(client):
     client.post("/v1/investigations/batch", json={"items": [{"target": "c@example.com", "kind": "email"}]})
     set_mode(client, mode="down")
     client.get(f"/v1/investigations/{engine_id}")
-    assert client.get("/_sim/engine/stats").get_json() == {"submit": 2, "batch": 1, "status": 2, "looks": 0, "total": 5}
+    assert client.get("/_sim/engine/stats").get_json() == {"submit": 2, "batch": 1, "status": 2, "looks": 0,
+                                                               "deletes": 0, "total": 5}
 
 
 def test_reset_restores_up_mode_and_zero_stats(client):
@@ -394,7 +395,8 @@ def test_reset_restores_up_mode_and_zero_stats(client):
     response = client.post("/_sim/engine/reset")
     assert response.status_code == 200
     assert client.get("/_sim/engine/mode").get_json() == {"mode": "up", "every": None, "batch_look": True}
-    assert client.get("/_sim/engine/stats").get_json() == {"submit": 0, "batch": 0, "status": 0, "looks": 0, "total": 0}
+    assert client.get("/_sim/engine/stats").get_json() == {"submit": 0, "batch": 0, "status": 0, "looks": 0,
+                                                               "deletes": 0, "total": 0}
     assert submit(client, "alice@example.com").status_code == 201
 
 
