@@ -28,7 +28,8 @@ restarts. A ``junk`` investigation (phones ending ``6666``) ends ``done`` with `
 Controls (no auth, for tests and QA): ``POST /_sim/engine/mode`` with ``{"mode": "up"}``,
 ``{"mode": "down"}`` (every ``/v1`` call answers 503) or ``{"mode": "flaky", "every": N}``
 (every N-th ``/v1`` call since the mode was set answers 500), each with ``"batch_look": false`` to
-answer the batch look with 404 as an engine without it does (default true); ``GET /_sim/engine/mode``;
+answer the batch look with 404 as an engine without it does (default true) and ``"deletion": false``
+to answer deletions with 405 as an engine without E7's deletion does (default true); ``GET /_sim/engine/mode``;
 ``GET /_sim/engine/stats`` → ``{"submit", "batch", "status", "looks", "deletes", "total"}`` calls received,
 counted before mode and auth are applied; ``GET /_sim/engine/volume`` → ``{"submitted", "looked"}``
 investigations submitted (single and batch items) and ids asked in batch looks, counted once
@@ -80,23 +81,28 @@ class EngineControl:
     def reset(self) -> None:
         with self._lock:
             self._mode, self._every, self._calls_in_mode = "up", None, 0
-            self._batch_look = True
+            self._batch_look = self._deletion = True
             self._stats = Counter()
             self._volume = Counter()
         self.plans: dict[str, tuple] = {}  # engine id -> (Investigation, Plan); see the module's docstring
 
-    def set_mode(self, mode: str, every: int | None, batch_look: bool = True) -> None:
+    def set_mode(self, mode: str, every: int | None, batch_look: bool = True, deletion: bool = True) -> None:
         with self._lock:
             self._mode, self._every, self._calls_in_mode = mode, every, 0
-            self._batch_look = batch_look
+            self._batch_look, self._deletion = batch_look, deletion
 
     def mode(self) -> dict:
         with self._lock:
-            return {"mode": self._mode, "every": self._every, "batch_look": self._batch_look}
+            return {"mode": self._mode, "every": self._every, "batch_look": self._batch_look,
+                    "deletion": self._deletion}
 
     def batch_look(self) -> bool:
         with self._lock:
             return self._batch_look
+
+    def deletion(self) -> bool:
+        with self._lock:
+            return self._deletion
 
     def stats(self) -> dict:
         with self._lock:
@@ -202,6 +208,8 @@ def status(engine_id: str):
 def delete(engine_id: str):
     """E7's deletion: forget the investigation and its result; 404 when unknown or deleted before."""
     engine_control = control()
+    if not engine_control.deletion():
+        return json_error(405, "method_not_allowed", "This engine does not offer deletion (simulated).")
     if _decoded(engine_id) is None:
         return json_error(404, "not_found", "No such investigation.")
     engine_control.deleted.add(engine_id)
@@ -283,10 +291,12 @@ def set_mode():
             raise InvalidBody("flaky mode needs every: a positive integer")
     else:
         every = None
-    batch_look = body.get("batch_look", True)
+    batch_look, deletion = body.get("batch_look", True), body.get("deletion", True)
     if not isinstance(batch_look, bool):
         raise InvalidBody("batch_look must be true or false")
-    control().set_mode(mode, every, batch_look)
+    if not isinstance(deletion, bool):
+        raise InvalidBody("deletion must be true or false")
+    control().set_mode(mode, every, batch_look, deletion)
     return jsonify(control().mode())
 
 

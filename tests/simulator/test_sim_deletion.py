@@ -74,3 +74,11 @@ def test_deletion_is_gated_by_the_mode_and_the_token_and_counted(monkeypatch):
     client.post("/_sim/engine/mode", json={"mode": "up"})
     assert client.delete(f"/v1/investigations/{engine_id}", headers=auth).status_code == 204
     assert client.get("/_sim/engine/stats").get_json()["deletes"] == 3
+
+
+def test_an_engine_without_deletion_answers_405_and_keeps_the_investigation(client):
+    engine_id = submit(client, "dan@example.com")["id"]
+    assert client.post("/_sim/engine/mode", json={"mode": "up", "deletion": False}).get_json()["deletion"] is False
+    assert client.delete(f"/v1/investigations/{engine_id}").status_code == 405
+    assert client.get(f"/v1/investigations/{engine_id}").status_code == 200
+    assert client.post("/_sim/engine/mode", json={"mode": "up", "deletion": "no"}).status_code == 400
