@@ -24,6 +24,9 @@ sources rate-limited or timed out.
 Investigations are stateless (see ``simulator.investigations``), so the results and the
 ``fail``/``slow``/``hang``/``partial``/``junk`` target conventions documented there hold across
 restarts. A ``junk`` investigation (phones ending ``6666``) ends ``done`` with ``"result": "not an object"``.
+A ``changing`` target (phones ending ``4444``) finds more at each new investigation (E7): one more
+breach each time and one more verified profile every other time, counted from the investigations of
+that target this process received since its last reset (``app.simulated.results``).
 
 Controls (no auth, for tests and QA): ``POST /_sim/engine/mode`` with ``{"mode": "up"}``,
 ``{"mode": "down"}`` (every ``/v1`` call answers 503) or ``{"mode": "flaky", "every": N}``
@@ -34,7 +37,7 @@ to answer deletions with 405 as an engine without E7's deletion does (default tr
 counted before mode and auth are applied; ``GET /_sim/engine/volume`` → ``{"submitted", "looked"}``
 investigations submitted (single and batch items) and ids asked in batch looks, counted once
 answered (the load behind the calls: a benchmark divides it by the calls); ``POST
-/_sim/engine/reset`` → mode up, stats and volume zero.
+/_sim/engine/reset`` → mode up, stats, volume and the changing targets' counts zero.
 
 Decoded ids and their plans are kept (up to ``PLAN_CACHE_SIZE``, then forgotten all at once): a
 scan in flight is looked at many times, and decoding its id again each time was most of a batch
@@ -52,7 +55,7 @@ from flask import Blueprint, Response, current_app, jsonify, request
 
 from simulator import artifacts
 from simulator.errors import json_error
-from simulator.investigations import JUNK, KINDS, decode_id, encode_id, plan_for, progress_at
+from simulator.investigations import CHANGING, JUNK, KINDS, decode_id, encode_id, plan_for, progress_at
 from simulator.results import result_for
 
 MAX_BATCH = 100
@@ -84,6 +87,7 @@ class EngineControl:
             self._batch_look = self._deletion = True
             self._stats = Counter()
             self._volume = Counter()
+            self._generations: Counter = Counter()  # (kind, target) -> investigations of a changing target
         self.plans: dict[str, tuple] = {}  # engine id -> (Investigation, Plan); see the module's docstring
 
     def set_mode(self, mode: str, every: int | None, batch_look: bool = True, deletion: bool = True) -> None:
@@ -112,6 +116,13 @@ class EngineControl:
     def volume(self) -> dict:
         with self._lock:
             return {name: self._volume[name] for name in VOLUME_NAMES}
+
+    def next_generation(self, kind: str, target: str) -> int:
+        """How many investigations of this changing target came before this one (E7)."""
+        with self._lock:
+            earlier = self._generations[(kind, target)]
+            self._generations[(kind, target)] += 1
+            return earlier
 
     def add_volume(self, name: str, n: int) -> None:
         with self._lock:
@@ -251,7 +262,8 @@ def _look(engine_id: str) -> dict | None:
         finished = time.gmtime(investigation.created_ms / 1000 + plan.duration_s)
         sources = None if investigation.sources is None else list(investigation.sources)
         body["result"] = JUNK_RESULT if plan.behaviour == JUNK else result_for(
-            kind, target, artifact_base, sources=sources, checked_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", finished))
+            kind, target, artifact_base, sources=sources, checked_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", finished),
+            generation=investigation.generation)
     elif progress.status == "error":
         body["error"] = {"code": "engine_failed", "message": f"Recipe {progress.recipes_done + 1} failed (simulated)."}
     return body
@@ -358,7 +370,9 @@ def _parse_item(item) -> tuple[str, str, list[str] | None]:
 
 def _submission(kind: str, target: str, sources: list[str] | None = None) -> dict:
     plan = plan_for(kind, target, _time_scale())
-    return {"id": encode_id(kind, target, sources=sources), "recipes": plan.recipes, "eta_seconds": plan.eta_seconds}
+    generation = control().next_generation(kind, target) if plan.behaviour == CHANGING else 0
+    return {"id": encode_id(kind, target, sources=sources, generation=generation), "recipes": plan.recipes,
+            "eta_seconds": plan.eta_seconds}
 
 
 def _time_scale() -> float:

@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 # Re-exported: the simulator's modules and tests import them from here.
 from app.simulated.conventions import (  # noqa: F401
+    CHANGING,
     FAIL,
     HANG,
     JUNK,
