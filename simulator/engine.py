@@ -3,7 +3,8 @@
 API (``Authorization: Bearer <ENGINE_TOKEN>`` required when ``ENGINE_TOKEN`` is set):
 
 - ``POST /v1/investigations`` ``{"target", "kind", "reference"}``
-  → 201 ``{"id", "recipes", "eta_seconds"}``
+  → 201 ``{"id", "recipes", "eta_seconds"}``; with ``"callback_url"`` also ``"callbacks": true``
+  when the simulator calls back (E7, ``simulator.callbacks``)
 - ``POST /v1/investigations/batch`` ``{"items": [...]}`` (1 to 100 items)
   → 201 ``{"items": [{"id", "recipes", "eta_seconds"}, ...]}`` in request order
 - ``GET /v1/investigations/<id>``
@@ -54,8 +55,9 @@ from collections import Counter
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from simulator import artifacts
+from simulator.callbacks import CallbackSender
 from simulator.errors import json_error
-from simulator.investigations import CHANGING, JUNK, KINDS, decode_id, encode_id, plan_for, progress_at
+from simulator.investigations import CHANGING, JUNK, KINDS, decode_id, encode_id, now_ms, plan_for, progress_at
 from simulator.results import result_for
 
 MAX_BATCH = 100
@@ -75,10 +77,11 @@ _STAT_OF_ENDPOINT = {"engine.submit": "submit", "engine.submit_batch": "batch", 
 class EngineControl:
     """Mode and call counters, shared by the server's threads."""
 
-    def __init__(self) -> None:
+    def __init__(self, callback_secret: str = "") -> None:
         self._lock = threading.Lock()
         # Ids deleted (E7). A reset keeps them: it must not bring back what the engine forgot.
         self.deleted: set[str] = set()
+        self.callbacks = CallbackSender(callback_secret, self.deleted.__contains__)
         self.reset()
 
     def reset(self) -> None:
@@ -89,6 +92,7 @@ class EngineControl:
             self._volume = Counter()
             self._generations: Counter = Counter()  # (kind, target) -> investigations of a changing target
         self.plans: dict[str, tuple] = {}  # engine id -> (Investigation, Plan); see the module's docstring
+        self.callbacks.reset()
 
     def set_mode(self, mode: str, every: int | None, batch_look: bool = True, deletion: bool = True) -> None:
         with self._lock:
@@ -146,7 +150,7 @@ class InvalidBody(ValueError):
 
 @engine_bp.record_once
 def _install_control(state) -> None:
-    state.app.extensions["sim_engine"] = EngineControl()
+    state.app.extensions["sim_engine"] = EngineControl(state.app.config.get("ENGINE_CALLBACK_SECRET") or "")
 
 
 def control() -> EngineControl:
@@ -312,6 +316,25 @@ def set_mode():
     return jsonify(control().mode())
 
 
+@engine_bp.get("/_sim/engine/callbacks")
+def get_callbacks():
+    return jsonify(_sender().state())
+
+
+@engine_bp.post("/_sim/engine/callbacks")
+def set_callbacks():
+    """``{"drop": true}``: every callback due from now on is dropped instead of sent (lost callbacks)."""
+    drop = _json_body().get("drop")
+    if not isinstance(drop, bool):
+        raise InvalidBody("drop must be true or false")
+    _sender().set_drop(drop)
+    return jsonify(_sender().state())
+
+
+def _sender() -> CallbackSender:
+    return control().callbacks
+
+
 @engine_bp.get("/_sim/engine/stats")
 def get_stats():
     return jsonify(control().stats())
@@ -351,7 +374,8 @@ def _json_body() -> dict:
     return body
 
 
-def _parse_item(item) -> tuple[str, str, list[str] | None]:
+def _parse_item(item) -> tuple[str, str, list[str] | None, str | None, str | None]:
+    """``(kind, target, sources, reference, callback_url)`` of a valid submission."""
     if not isinstance(item, dict):
         raise InvalidBody("an investigation must be a JSON object")
     kind, target, reference = item.get("kind"), item.get("target"), item.get("reference")
@@ -365,14 +389,25 @@ def _parse_item(item) -> tuple[str, str, list[str] | None]:
     if sources is not None and not (isinstance(sources, list) and sources
                                     and all(isinstance(s, str) and s for s in sources)):
         raise InvalidBody("sources must be a non-empty list of source ids")
-    return kind, target, sources
+    callback_url = item.get("callback_url")
+    if callback_url is not None and not (isinstance(callback_url, str)
+                                         and callback_url.startswith(("http://", "https://"))):
+        raise InvalidBody("callback_url must be an http(s) URL")
+    return kind, target, sources, reference, callback_url
 
 
-def _submission(kind: str, target: str, sources: list[str] | None = None) -> dict:
+def _submission(kind: str, target: str, sources: list[str] | None = None, reference: str | None = None,
+                callback_url: str | None = None) -> dict:
     plan = plan_for(kind, target, _time_scale())
     generation = control().next_generation(kind, target) if plan.behaviour == CHANGING else 0
-    return {"id": encode_id(kind, target, sources=sources, generation=generation), "recipes": plan.recipes,
-            "eta_seconds": plan.eta_seconds}
+    created_ms = now_ms()
+    engine_id = encode_id(kind, target, created_ms, sources=sources, generation=generation)
+    answer: dict[str, object] = {"id": engine_id, "recipes": plan.recipes, "eta_seconds": plan.eta_seconds}
+    sender = _sender()
+    if callback_url is not None and sender.secret:  # no secret: no promise (E7)
+        sender.schedule(engine_id, reference, callback_url, plan, created_ms / 1000)
+        answer["callbacks"] = True
+    return answer
 
 
 def _time_scale() -> float:
