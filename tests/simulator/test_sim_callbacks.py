@@ -98,11 +98,13 @@ def test_dropped_callbacks_are_never_sent_and_a_reset_sends_again(sim):
 
 def test_a_deleted_investigation_calls_back_no_more_and_no_secret_means_no_promise(sim, monkeypatch):
     url, received = receiver(sim, "deleted-callbacks")
-    engine_id = requests.post(f"{sim}/v1/investigations", timeout=5, json={
-        "target": "slow.d@example.com", "kind": "email", "callback_url": url}).json()["id"]
-    assert requests.delete(f"{sim}/v1/investigations/{engine_id}", timeout=5).status_code == 204
+    answer = requests.post(f"{sim}/v1/investigations", timeout=5, json={
+        "target": "slow.d@example.com", "kind": "email", "callback_url": url}).json()
+    assert requests.delete(f"{sim}/v1/investigations/{answer['id']}", timeout=5).status_code == 204
     wait_for(lambda: requests.get(f"{sim}/_sim/engine/callbacks", timeout=5).json()["scheduled"] == 0)
-    assert received() == []
+    # The first change comes 0.09 s after submission: on a busy machine it may beat the deletion.
+    statuses = [Webhook(SECRET).verify(d["body"], d["headers"])["status"] for d in received()]
+    assert len(statuses) < answer["recipes"] and "done" not in statuses
     monkeypatch.delenv("ENGINE_CALLBACK_SECRET", raising=False)
     httpd, plain = serve(create_sim_app({"SIM_TIME_SCALE": 0.01}))
     try:
