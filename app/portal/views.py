@@ -4,7 +4,7 @@ from __future__ import annotations
 import csv
 import io
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
 from flask import (
@@ -56,6 +56,7 @@ from app.services import (
     quotas,
     reads,
     targets,
+    time_bounds,
     two_factor,
     webhooks,
 )
@@ -670,16 +671,16 @@ ACTION_ARG = re.compile(r"^[a-z_]+\.[a-z_]+$")
 
 
 def _moment_arg(name: str, errors: list[str]) -> datetime | None:
-    """A time filter (``YYYY-MM-DD`` or ``YYYY-MM-DDTHH:MM[:SS]``, UTC), as the page's inputs send it."""
+    """A time filter as the page's inputs send it (``YYYY-MM-DDTHH:MM``, UTC), under the API's
+    rule (``time_bounds``): one it refuses is a form error, never a query."""
     raw = (request.args.get(name) or "").strip()
     if not raw:
         return None
     try:
-        moment = datetime.fromisoformat(raw[:32])
-    except ValueError:
-        errors.append(f"{name.replace('_', ' ')}: not a date and time (YYYY-MM-DD HH:MM)")
+        return time_bounds.parse(raw)
+    except time_bounds.InvalidTime as exc:
+        errors.append(f"{name.replace('_', ' ')}: {exc}")
         return None
-    return moment.replace(tzinfo=None) if moment.tzinfo is None else moment.astimezone(UTC).replace(tzinfo=None)
 
 
 def _activity_filters() -> tuple[dict, dict, list[str]]:
