@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-EARLIEST = datetime(1970, 1, 1)
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC).replace(tzinfo=None)  # naive UTC, as the columns
 MAX_LENGTH = 64  # longer than any ISO 8601 time; longer text is not parsed at all
 
 NOT_A_TIME = "not a date and time: write it as YYYY-MM-DD or YYYY-MM-DDTHH:MM (UTC unless an offset is given)"

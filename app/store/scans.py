@@ -147,8 +147,8 @@ def reruns_of(scan_id: str, customer_id: str, *, since, limit: int) -> list[tupl
     (customer, created_at) index, as no index of its own serves ``rerun_of``."""
     query = (Scan.select(Scan.id, Scan.status, Scan.created_at)
              .where((Scan.customer == customer_id) & (Scan.created_at >= since) & (Scan.rerun_of == scan_id))
-             .order_by(Scan.created_at, Scan.id).limit(limit))
-    return list(query.tuples())
+             .order_by(Scan.created_at, Scan.id).limit(limit).tuples())
+    return [(row[0], row[1], row[2]) for row in query.execute()]
 
 
 def owned_batch(bulk_id: str, customer_id: str) -> BulkBatch | None:
