@@ -116,13 +116,15 @@ def test_a_partial_scan_is_rerun_from_its_page_and_each_links_the_other(client, 
     assert rerun in text(client.get("/app/activity?target=partial.jane@example.com&action=scan.rerun"))
 
 
-def test_a_rerun_with_a_revoked_key_is_refused_and_changes_nothing(client, portal_account):
+@pytest.mark.parametrize("change", [{"revoked_at": "now"}, {"scopes": ["scans:read"]}], ids=["revoked", "narrowed"])
+def test_a_rerun_with_a_key_that_may_no_longer_create_is_refused(client, portal_account, change):
     original = create(client, portal_account, "partial.jane@example.com")
     complete(original)
     login(client)
     token = csrf(client, f"/app/scans/{original}")
     with db.connection_context():
-        ApiKey.update(revoked_at=utcnow()).where(ApiKey.id == portal_account.key.id).execute()
+        values = {name: utcnow() if value == "now" else value for name, value in change.items()}
+        ApiKey.update(**values).where(ApiKey.id == portal_account.key.id).execute()
         scans = Scan.select().count()
     response = client.post(f"/app/scans/{original}/rerun", data={"csrf_token": token}, follow_redirects=True)
     assert "Re-run refused: the API key that created this scan can no longer create scans" in text(response)
