@@ -317,8 +317,12 @@ def _evidence(result: dict, kind: str) -> list[tuple[str, list[str]]]:
             pairs.append((f"profiles.{group}[{index}]", [profile["platform"]]))
     for index, _ in enumerate(result["contacts"]["emails"]):
         pairs.append((f"contacts.emails[{index}]", [GRAVATAR] if kind == "username" else [MAILBOX, GRAVATAR]))
+    # The carrier lookup backs the number only when it named the carrier: a profile without one
+    # beside a carrier source that "found" it would contradict itself.
+    carrier_known = bool((result.get("phone_profile") or {}).get("carrier"))
     for index, _ in enumerate(result["contacts"]["phones"]):
-        pairs.append((f"contacts.phones[{index}]", [CARRIER] if kind == "phone" and index == 0 else [CALLER_ID]))
+        backed = [CARRIER] if kind == "phone" and index == 0 and carrier_known else [CALLER_ID]
+        pairs.append((f"contacts.phones[{index}]", backed))
     for index, _ in enumerate(result["breaches"]):
         pairs.append((f"breaches[{index}]", [BREACH_INDEX] if index % 2 == 0 else [BREACH_INDEX, PASTE_MONITOR]))
     return pairs

@@ -141,6 +141,16 @@ def owned_scan(scan_id: str, customer_id: str) -> Scan | None:
     return Scan.get_or_none((Scan.id == scan_id) & (Scan.customer == customer_id))
 
 
+def reruns_of(scan_id: str, customer_id: str, *, since, limit: int) -> list[tuple[str, str, object]]:
+    """(id, status, created_at) of the customer's re-runs of ``scan_id``, oldest first. A re-run
+    is created after its original: ``since`` (the original's creation) bounds the walk of the
+    (customer, created_at) index, as no index of its own serves ``rerun_of``."""
+    query = (Scan.select(Scan.id, Scan.status, Scan.created_at)
+             .where((Scan.customer == customer_id) & (Scan.created_at >= since) & (Scan.rerun_of == scan_id))
+             .order_by(Scan.created_at, Scan.id).limit(limit).tuples())
+    return [(row[0], row[1], row[2]) for row in query.execute()]
+
+
 def owned_batch(bulk_id: str, customer_id: str) -> BulkBatch | None:
     return BulkBatch.get_or_none((BulkBatch.id == bulk_id) & (BulkBatch.customer == customer_id))
 
