@@ -98,15 +98,25 @@ def service_unavailable():
 
 
 def _validation_details(data) -> dict:
-    """webargs nests messages by location ({"json": {field: [...]}}); clients want fields."""
+    """webargs nests messages by location ({"json": {field: [...]}}); clients want fields, each with a
+    list of sentences (the documented shape): an item's messages are under ``field[index]``."""
     messages = (data or {}).get("messages") or {}
-    details = {}
+    details: dict[str, list] = {}
     for location_messages in messages.values():
         if isinstance(location_messages, dict):
-            details.update(location_messages)
+            for field, found in location_messages.items():
+                _flatten(str(field), found, details)
         else:
             details.setdefault("_schema", []).extend(location_messages)
     return details
+
+
+def _flatten(where: str, found, details: dict) -> None:
+    if isinstance(found, dict):
+        for key, inner in found.items():
+            _flatten(f"{where}[{key}]" if str(key).isdigit() else f"{where}.{key}", inner, details)
+    else:
+        details.setdefault(where, []).extend(str(m) for m in (found if isinstance(found, list) else [found]))
 
 
 def handle_api_error(exc: ApiError):
@@ -131,9 +141,10 @@ def handle_http_exception(exc: HTTPException):
     data = getattr(exc, "data", None)
     if exc.code in (400, 422) and data and "messages" in data:
         details = _validation_details(data)
-        fields = sorted(f for f in details if f != "_schema")
+        fields = sorted({f.split("[")[0].split(".")[0] for f in details if f != "_schema"})
         if fields:
-            message = f"the request body is invalid: {', '.join(fields)}"
+            where = "a query parameter is" if "query" in (data.get("messages") or {}) else "the request body is"
+            message = f"{where} invalid: {', '.join(fields)}"
         elif any("JSON" in m for m in details.get("_schema", [])):
             message = "the request body is not valid JSON"
         else:

@@ -15,6 +15,10 @@ NOT_JSON_MESSAGE = "the request body must be JSON, sent with Content-Type: appli
 
 class Parser(type(ArgumentsMixin.ARGUMENTS_PARSER)):
     DEFAULT_VALIDATION_STATUS = 400
+    # Each schema's own Meta.unknown (RAISE) also for the query string: an unknown query parameter
+    # is a 400 naming it, as an unknown body field is (D25); webargs would drop it silently.
+    DEFAULT_UNKNOWN_BY_LOCATION = {**type(ArgumentsMixin.ARGUMENTS_PARSER).DEFAULT_UNKNOWN_BY_LOCATION,
+                                   "query": None, "querystring": None}
 
     def _raw_load_json(self, req):
         if not is_json_request(req):
