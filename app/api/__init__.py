@@ -19,6 +19,7 @@ from app.config import retry_schedule_words
 from app.portal.security import CSP as PORTAL_CSP
 from app.schemas.errors import ErrorSchema
 from app.schemas.scans import TARGET_PATTERNS
+from app.services.purposes import PURPOSES
 from app.services import access, billing
 
 STATIC = os.path.join(os.path.dirname(__file__), "static")
@@ -235,9 +236,14 @@ def _shape_schemas(spec) -> None:
     spec.components.schema("Kind", {"type": "string", "enum": list(KINDS),
                                     "description": "What a target is: an e-mail address, a phone number or a "
                                                    "username."})
+    spec.components.schema("Purpose", {"type": "string", "enum": list(PURPOSES),
+                                       "description": "Why a person is looked up."})
     for schema in schemas.values():
         for name, prop in schema.get("properties", {}).items():
-            if name == "kind" and prop.get("enum") == list(KINDS):
+            if name == "purpose" and prop.get("enum") == list(PURPOSES):
+                # One Purpose enum, nullable beside its reference: null is accepted, as the service does.
+                schema["properties"][name] = _ref_to("Purpose", prop)
+            elif name == "kind" and prop.get("enum") == list(KINDS):
                 schema["properties"][name] = _ref_to("Kind", prop)
             elif _nullable_ref(prop):
                 schema["properties"][name] = _ref_to(prop["anyOf"][0]["$ref"].rsplit("/", 1)[-1],

@@ -41,7 +41,7 @@ TARGET_DOC = {
     "example": "jane.doe@example.com"}
 PURPOSE_DOC = {"description": "Why you look this person up. Required when your account asks for it "
                               "(`purpose_required`); null or absent: none.",
-               "enum": [*PURPOSES, None], "example": "fraud_prevention"}
+               "enum": list(PURPOSES), "example": "fraud_prevention"}
 CASE_REF_DOC = {"description": f"Your own reference for the case (1 to {CASE_REF_MAX} printable characters), "
                                "shown with the scan everywhere.", "example": "CASE-2026-0042"}
 CASE_REF_REQUEST_DOC = {**CASE_REF_DOC, "minLength": 1, "maxLength": CASE_REF_MAX, "pattern": CASE_REF_PATTERN}
