@@ -19,6 +19,7 @@ add up to the score and name the items behind them). A re-run asks for some sour
 (``sources=``): its result lists those, none of them failing.
 """
 import random
+import re
 
 import phonenumbers
 from phonenumbers import carrier, timezone
@@ -243,6 +244,9 @@ def _counts(rng: random.Random, verified: list, weak: list, contacts: dict, brea
     return {"cases": cases, "entities": entities, "findings": findings}
 
 
+_OVERALL = re.compile(r"Overall risk is \w+ \(\d+/100\)\.")
+
+
 def _summary(kind: str, target: str, score: int, verified: list, weak: list, breaches: list) -> str:
     noun = {"email": "The e-mail address", "phone": "The phone number", "username": "The username"}[kind]
     if breaches:
@@ -338,6 +342,8 @@ def _roughen(result: dict, mess: str) -> None:
         del result["risk"]["band"]
     elif mess == HIGH_SCORE:  # the reasons no longer add up to it either: the service drops them
         result["risk"] = {**result["risk"], "score": result["risk"]["score"] + 100, "band": "critical"}
+        # The summary states the score the service keeps (clamped to 100), so that the two agree.
+        result["ai_summary"] = _OVERALL.sub(f"Overall risk is {band_for(100)} (100/100).", result["ai_summary"])
     else:
         # EXTRA_FIELD, and FULL_DATE when there is no breach to hold the date.
         result["engine_build"] = {"version": "sim-1", "node": "sim-a"}
