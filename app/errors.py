@@ -97,6 +97,14 @@ def service_unavailable():
                           headers={"Retry-After": 5})
 
 
+def size_words(size: int) -> str:
+    """A byte count as people write it: 262144 -> "256 KB", 1048576 -> "1 MB"."""
+    for unit, factor in (("MB", 1024 * 1024), ("KB", 1024)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor} {unit}"
+    return f"{size:,} bytes"
+
+
 def _validation_details(data) -> dict:
     """webargs nests messages by location ({"json": {field: [...]}}); clients want fields, each with a
     list of sentences (the documented shape): an item's messages are under ``field[index]``."""
@@ -153,6 +161,8 @@ def handle_http_exception(exc: HTTPException):
     if exc.code == 500:
         return handle_unexpected(getattr(exc, "original_exception", None) or exc)
     error, message = HTTP_CODES.get(exc.code, ("http_error", exc.description or exc.name))
+    if exc.code == 413 and current_app.config.get("MAX_CONTENT_LENGTH"):
+        message = f"the request body is larger than {size_words(current_app.config['MAX_CONTENT_LENGTH'])}"
     if exc.code == 400 and exc.description and "JSON" in exc.description:
         message = "the request body is not valid JSON"
     headers = {}

@@ -48,8 +48,8 @@ Queue an investigation of an e-mail address, phone number or username and get a
 structured result by polling or by a signed webhook.
 
 Every endpoint needs `Authorization: Bearer service_live_...`. Every authenticated
-call answered 2xx, 400, 403 or 404 costs {call_price}; 401, 402, 409, 429, 5xx and
-idempotent replays cost nothing. Every authenticated answer carries
+call answered 2xx, 400, 403 or 404 costs {call_price}, except {free_403}; 401, 402,
+409, 429, 5xx and idempotent replays cost nothing. Every authenticated answer carries
 `X-Credits-Remaining`, `RateLimit-Policy` and `RateLimit`. Every error has the body
 `{"ok": false, "error", "message", "request_id"}`.
 
@@ -128,6 +128,7 @@ def register_api(app: Flask) -> Api:
                  .replace("{schemas}", " and ".join(f"`{kind.schema}`" for kind in events.EVENTS))
                  .replace("{thin_schemas}", " and ".join(f"`{kind.schema}Thin`" for kind in events.EVENTS))
                  .replace("{call_price}", billing.PRICE_WORDS["call"])
+                 .replace("{free_403}", billing.PRICE_WORDS["free_403"])
                  .replace("{scopes}", "\n".join(f"- `{scope}`: {words}." for scope, words
                                                  in access.SCOPE_WORDS.items()))
                  .replace("{timeout}", f'{app.config["WEBHOOK_TIMEOUT_SECONDS"]:g}')
