@@ -19,8 +19,8 @@ from app.config import retry_schedule_words
 from app.portal.security import CSP as PORTAL_CSP
 from app.schemas.errors import ErrorSchema
 from app.schemas.scans import TARGET_PATTERNS
-from app.services.purposes import PURPOSES
 from app.services import access, billing
+from app.services.purposes import PURPOSES
 
 STATIC = os.path.join(os.path.dirname(__file__), "static")
 DOCS_CSP = PORTAL_CSP.replace("script-src 'none'", "script-src 'self'")

@@ -1,6 +1,7 @@
 """The Blueprint class of the JSON API: validation errors answer 400 (D2), not webargs' 422."""
 import inspect
 import json
+from typing import ClassVar
 
 from flask_smorest import Blueprint
 from flask_smorest.arguments import ArgumentsMixin
@@ -17,7 +18,7 @@ class Parser(type(ArgumentsMixin.ARGUMENTS_PARSER)):
     DEFAULT_VALIDATION_STATUS = 400
     # Each schema's own Meta.unknown (RAISE) also for the query string: an unknown query parameter
     # is a 400 naming it, as an unknown body field is (D25); webargs would drop it silently.
-    DEFAULT_UNKNOWN_BY_LOCATION = {**type(ArgumentsMixin.ARGUMENTS_PARSER).DEFAULT_UNKNOWN_BY_LOCATION,
+    DEFAULT_UNKNOWN_BY_LOCATION: ClassVar[dict] = {**type(ArgumentsMixin.ARGUMENTS_PARSER).DEFAULT_UNKNOWN_BY_LOCATION,
                                    "query": None, "querystring": None}
 
     def _raw_load_json(self, req):

@@ -15,9 +15,19 @@ ENDPOINT_ID = {"example": "ep_Q2hlcnJ5IHRvbWF0b2Vz"}
 _B64 = "[A-Za-z0-9+/]"
 SECRET_PATTERN = (f"^whsec_(({_B64}{{4}}){{6,42}}|({_B64}{{4}}){{5,42}}({_B64}{{2}}==|{_B64}{{3}}=))$")
 URL_DOC = {"description": "Where events are posted: an https URL that resolves to public addresses only.",
-           "pattern": r"^https://[A-Za-z0-9]{1,20}(-[A-Za-z0-9]{1,20})?(\.[A-Za-z0-9]{1,20}(-[A-Za-z0-9]{1,20})?)*"
-                      r"(:[1-9][0-9]{0,3})?(/[A-Za-z0-9._~/-]*)?$",
+           "pattern": r"^https://[A-Za-z0-9]{1,20}(-[A-Za-z0-9]{1,20})?"
+                      r"(\.[A-Za-z0-9]{1,20}(-[A-Za-z0-9]{1,20})?)*(:[1-9][0-9]{0,3})?(/[A-Za-z0-9._~/-]*)?$",
            "example": "https://hooks.example.com/scans"}
+
+
+class StrictBoolean(fields.Boolean):
+    """true or false only: marshmallow's Boolean also takes "yes", 1 or "on", which the document
+    (type boolean) calls invalid."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, bool):
+            raise self.make_error("invalid", input=value)
+        return value
 
 
 def _events(**kwargs):
@@ -37,7 +47,7 @@ class _Settings(ma.Schema):
     payload = fields.String(validate=validate.OneOf(event_registry.PAYLOADS), metadata={
         "description": "`full`: the scan with its target and result; `thin`: ids, status, times and purpose only "
                        "(read the rest through the API).", "example": "full"})
-    enabled = fields.Boolean(truthy={True}, falsy={False}, metadata={"description": "false: no event is sent to it.", "example": True})
+    enabled = StrictBoolean(metadata={"description": "false: no event is sent to it.", "example": True})
     description = fields.String(validate=validate.Length(max=MAX_DESCRIPTION), metadata={
         "description": "Your note about it.", "example": "Case system"})
 

@@ -13,8 +13,8 @@ import marshmallow as ma
 from marshmallow import RAISE, fields
 
 from app import events
-from app.services.purposes import CASE_REF_MAX, CASE_REF_PATTERN, PURPOSES
 from app.services.limits import MAX_BULK_TARGETS
+from app.services.purposes import CASE_REF_MAX, CASE_REF_PATTERN, PURPOSES
 from app.services.targets import MAX_LENGTH, MIN_LENGTH
 
 KIND_DOC = {"description": "email, phone or username. When absent it is inferred from the target: a leading "

@@ -229,6 +229,15 @@ def test_the_document_is_as_strict_as_the_service(client, account, spec):
     query = client.get("/api/v1/scans?colour=red", headers=account.headers)
     assert query.status_code == 400 and "query parameter" in query.json["message"]
     assert schemas["RollSecret"]["properties"]["overlap_hours"]["type"] == "integer"
+    made = client.post("/api/v1/endpoints", json={"url": "https://hooks.example.com/x"}, headers=account.headers)
+    endpoint = made.json["endpoint_id"]
+    for hours in ("24", 24.0, True):  # an integer, as documented: no string, float or boolean for it
+        rolled = client.post(f"/api/v1/endpoints/{endpoint}/roll-secret", json={"overlap_hours": hours},
+                             headers=account.headers)
+        assert rolled.status_code == 400 and "overlap_hours" in rolled.json["details"], hours
+    for enabled in ("yes", 1, "true"):
+        changed = client.patch(f"/api/v1/endpoints/{endpoint}", json={"enabled": enabled}, headers=account.headers)
+        assert changed.status_code == 400 and "enabled" in changed.json["details"], enabled
     assert schemas["ScanCreate"]["properties"]["target"]["minLength"] == 3
     assert schemas["BulkCreate"]["properties"]["targets"]["minItems"] == 1
     assert schemas["BulkCreate"]["properties"]["purpose"]["nullable"] is True
