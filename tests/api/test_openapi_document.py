@@ -202,7 +202,9 @@ def test_the_prices_customers_read_are_billings(spec):
     assert by_id["createScan"]["description"].split("\n\n")[0].endswith(f"Costs {billing.PRICE_WORDS['scan']}.")
     assert by_id["getScan"]["description"].split("\n\n")[0].endswith(f"Costs {billing.PRICE_WORDS['call']}.")
     assert "{price}" not in json.dumps(spec) and "{call_price}" not in json.dumps(spec)
-    assert f"costs {billing.PRICE_WORDS['call']};" in spec["info"]["description"]
+    assert f"costs {billing.PRICE_WORDS['call']}, except {billing.PRICE_WORDS['free_403']};" in " ".join(
+        spec["info"]["description"].split())  # the 403s that cost nothing are named
+    assert "`insufficient_scope`, `ip_not_allowed` or `target_suppressed`" in billing.PRICE_WORDS["free_403"]
 
 
 def test_the_document_is_as_strict_as_the_service(client, account, spec):
