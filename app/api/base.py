@@ -19,7 +19,7 @@ class Parser(type(ArgumentsMixin.ARGUMENTS_PARSER)):
     DEFAULT_VALIDATION_STATUS = 400
     # An unknown query parameter is a 400 naming it, as a mistyped one (`?limt=5`) would
     # otherwise be ignored without a word (webargs excludes them by default).
-    DEFAULT_UNKNOWN_BY_LOCATION: ClassVar = {**type(ArgumentsMixin.ARGUMENTS_PARSER).DEFAULT_UNKNOWN_BY_LOCATION,
+    DEFAULT_UNKNOWN_BY_LOCATION: ClassVar[dict] = {**type(ArgumentsMixin.ARGUMENTS_PARSER).DEFAULT_UNKNOWN_BY_LOCATION,
                                    "query": ma.RAISE, "querystring": ma.RAISE}
 
     def _raw_load_json(self, req):

@@ -34,9 +34,11 @@ blp = ApiBlueprint("endpoints", __name__, url_prefix="/api/v1",
 ERRORS = {status: ERROR_DOCS[status] for status in (401, 402, 503)}
 NOT_FOUND = {404: "`not_found` (the calling key has no endpoint with this id)"}
 INVALID = {400: "`invalid_request` (a field refused, with its reason: a URL that is not https or not public, an "
-                "unknown event, an 11th endpoint...)"}
+                "unknown event...)"}
+LIMIT = {409: "`endpoint_limit` (the key has 10 endpoints already: delete one first)"}
 ERROR_EXAMPLES = {
-    "invalid_request": "a key has at most 10 endpoints",
+    "invalid_request": "the webhook URL must be an absolute https URL",
+    "endpoint_limit": "a key has at most 10 endpoints",
     "unauthorized": "the Authorization header must be 'Bearer <API key>'",
     "invalid_token": "the API key is unknown or revoked",
     "key_expired": "this API key has expired",
@@ -75,7 +77,7 @@ class EndpointList(MethodView):
     @blp.response(201, EndpointCreatedSchema, headers=HEADERS,
                   example={"ok": True, **ENDPOINT_EXAMPLE, "secret": SECRET_EXAMPLE},
                   description="The endpoint, with its signing secret: shown in this answer only.")
-    @documented_errors({**INVALID, **ERRORS})
+    @documented_errors({**INVALID, **LIMIT, **ERRORS})
     @blp.priced("call")
     def post(self, key, body):
         """Add an endpoint to the calling key (at most 10 per key). Events go to every enabled endpoint that

@@ -65,7 +65,7 @@ from app.services import scans as scans_service
 from app.services import usage as usage_service
 from app.services.accounts import AccountError
 from app.services.crypto import decrypt_secret
-from app.services.errors import Forbidden, InvalidRequest, NotFound, ScanInFlight, ServiceError
+from app.services.errors import Conflict, Forbidden, InvalidRequest, NotFound, ScanInFlight, ServiceError
 from app.services.limits import limits_for
 
 bp = Blueprint("portal", __name__, url_prefix="/app", template_folder="templates", static_folder="static")
@@ -268,7 +268,7 @@ def add_endpoint(key_id):
     created = _run(key.id, lambda: endpoints.create(
         key, url=form.url.data, events=form.events.data, payload=form.payload.data,
         description=form.description.data or ""), "Endpoint added. Copy its signing secret to your receiver.",
-        refused=InvalidRequest)
+        refused=(InvalidRequest, Conflict))
     if created is None:
         return _key_page(key, endpoint_form=form, code=400)
     return _key_page(_owned_key_or_404(key.id), revealed=created[1])

@@ -1,19 +1,22 @@
 """Request and response schemas of the scan endpoints (§2, §4; D5-D7).
 
-Request schemas check only the body's shape (types, required fields): the semantic
-checks (``target_too_short``, ``invalid_kind``, ``invalid_target``) run afterwards in
-``services.targets`` in the order D2 fixes. Unknown fields are ignored.
+Request schemas check only the body's shape (types, required fields) and refuse unknown fields:
+the semantic checks (``target_too_short``, ``invalid_kind``, ``invalid_target``) run afterwards in
+``services.targets`` in the order D2 fixes. The document says those checks too (``TARGET_DOC``'s
+pattern, ``app.api._shape_schemas``), so that a request it calls valid is one the service takes.
 """
 import copy
 from datetime import UTC
 from typing import ClassVar
 
 import marshmallow as ma
-from marshmallow import EXCLUDE, RAISE, fields
+from marshmallow import RAISE, fields
 
 from app import events
 from app.services import time_bounds
-from app.services.purposes import CASE_REF_MAX, PURPOSES
+from app.services.limits import MAX_BULK_TARGETS
+from app.services.purposes import CASE_REF_MAX, CASE_REF_PATTERN, PURPOSES
+from app.services.targets import MAX_LENGTH, MIN_LENGTH
 
 KIND_DOC = {"description": "email, phone or username. When absent it is inferred from the target: a leading "
                           "`@` marks a username (`@janedoe`), any other `@` an e-mail address, `+` followed by "
@@ -22,10 +25,27 @@ KIND_DOC = {"description": "email, phone or username. When absent it is inferred
             "enum": ["email", "phone", "username"], "example": "email"}
 
 
+# The forms of target the service takes (services.targets), as one pattern: an e-mail address (the
+# common ASCII form; e-mail-validator takes more), an E.164 phone number, a username (a leading @
+# allowed). Which form goes with which `kind` is said by app.api._shape_schemas.
+EMAIL_PATTERN = (r"[A-Za-z0-9_+-]{1,32}(\.[A-Za-z0-9_+-]{1,15}){0,2}@"
+                 r"([A-Za-z0-9]{1,16}(-[A-Za-z0-9]{1,16})?\.){1,3}"
+                 r"(?!(local|localhost|onion|arpa|invalid)$)[A-Za-z]{2,12}")
+PHONE_PATTERN = r"\+[1-9][0-9]{6,14}"
+USERNAME_PATTERN = r"@?[A-Za-z0-9._-]{3,64}"
+TARGET_PATTERNS = {"email": EMAIL_PATTERN, "phone": PHONE_PATTERN, "username": USERNAME_PATTERN}
+TARGET_DOC = {
+    "description": "E-mail address, E.164 phone number or username (a leading `@` allowed); "
+                   f"{MIN_LENGTH} to {MAX_LENGTH} characters.",
+    "minLength": MIN_LENGTH, "maxLength": MAX_LENGTH,
+    "pattern": "^(" + "|".join(f"({p})" for p in TARGET_PATTERNS.values()) + ")$",
+    "example": "jane.doe@example.com"}
 PURPOSE_DOC = {"description": "Why you look this person up. Required when your account asks for it "
-                              "(`purpose_required`).", "enum": list(PURPOSES), "example": "fraud_prevention"}
+                              "(`purpose_required`); null or absent: none.",
+               "enum": list(PURPOSES), "example": "fraud_prevention"}
 CASE_REF_DOC = {"description": f"Your own reference for the case (1 to {CASE_REF_MAX} printable characters), "
                                "shown with the scan everywhere.", "example": "CASE-2026-0042"}
+CASE_REF_REQUEST_DOC = {**CASE_REF_DOC, "minLength": 1, "maxLength": CASE_REF_MAX, "pattern": CASE_REF_PATTERN}
 # Read back as a plain nullable string (no enum): generated clients make odd types of a nullable enum.
 READ_PURPOSE_DOC = {"description": "The purpose given at creation (" + ", ".join(PURPOSES) + "), or null.",
                     "example": "fraud_prevention"}
@@ -40,19 +60,18 @@ ERASED_AT_DOC = {"format": "date-time", "example": "2026-11-21T09:30:00Z",
 
 class ScanCreateSchema(ma.Schema):
     class Meta:
-        unknown = EXCLUDE
+        unknown = RAISE
 
-    target = fields.String(required=True, metadata={
-        "description": "E-mail address, E.164 phone number or username; at least 3 characters after trimming.",
-        "example": "jane.doe@example.com"})
+    target = fields.String(required=True, metadata=TARGET_DOC)
     kind = fields.String(allow_none=True, metadata=KIND_DOC)
     # Raw: checked by the service, so that a wrong value is its own code (invalid_purpose).
     purpose = fields.Raw(allow_none=True, metadata={**PURPOSE_DOC, "type": "string"})
-    case_ref = fields.Raw(allow_none=True, metadata={**CASE_REF_DOC, "type": "string"})
+    case_ref = fields.Raw(allow_none=True, metadata={**CASE_REF_REQUEST_DOC, "type": "string"})
 
 
 class BulkTargetSchema(ma.Schema):
-    """One bulk target; documented only: each item is checked on its own, so a bad one is rejected, not fatal."""
+    """One bulk target; documented only: each item is checked on its own (``services.bulk``, which
+    refuses unknown fields in it too), so a bad one is rejected, not fatal."""
 
     target = ScanCreateSchema._declared_fields["target"]
     kind = ScanCreateSchema._declared_fields["kind"]
@@ -60,17 +79,19 @@ class BulkTargetSchema(ma.Schema):
 
 class BulkCreateSchema(ma.Schema):
     class Meta:
-        unknown = EXCLUDE
+        unknown = RAISE
 
     # allow_none: a null item is one more item that is not an object, rejected on its own (D7).
     targets = fields.List(fields.Raw(allow_none=True), required=True, metadata={
-        "description": "1 to 100 targets, each {target, kind}. Invalid ones are listed in `rejected`.",
+        "description": f"1 to {MAX_BULK_TARGETS} targets, each {{target, kind}}. Invalid ones are listed in "
+                       "`rejected`.", "minItems": 1, "maxItems": MAX_BULK_TARGETS,
         "items": {"$ref": "#/components/schemas/BulkTarget"},
         "example": [{"target": "jane.doe@example.com", "kind": "email"}, {"target": "+447700900123"},
                     {"target": "@janedoe", "kind": "username"}]})
     purpose = fields.Raw(allow_none=True, metadata={**PURPOSE_DOC, "type": "string",
-                                                    "description": "Why you look these people up (every target)."})
-    case_ref = fields.Raw(allow_none=True, metadata={**CASE_REF_DOC, "type": "string"})
+                                                    "description": "Why you look these people up (every target); "
+                                                                   "null or absent: none."})
+    case_ref = fields.Raw(allow_none=True, metadata={**CASE_REF_REQUEST_DOC, "type": "string"})
 
 
 # --- result (D6) ------------------------------------------------------------------
@@ -338,7 +359,7 @@ class BulkStateSchema(ma.Schema):
 
 class FeedbackCreateSchema(ma.Schema):
     class Meta:
-        unknown = EXCLUDE
+        unknown = RAISE
 
     # Raw: checked by the service, so that every problem is named in one 400 with details.
     verdict = fields.Raw(required=True, metadata={"type": "string", "enum": ["false_positive", "confirmed"],

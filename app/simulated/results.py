@@ -24,6 +24,7 @@ two, drawn in a fixed order from those the result does not hold yet, so an item 
 found again, alike, every time after (until the fictional catalogues run out).
 """
 import random
+import re
 
 import phonenumbers
 from phonenumbers import carrier, timezone
@@ -261,6 +262,9 @@ def _counts(rng: random.Random, verified: list, weak: list, contacts: dict, brea
     return {"cases": cases, "entities": entities, "findings": findings}
 
 
+_OVERALL = re.compile(r"Overall risk is \w+ \(\d+/100\)\.")
+
+
 def _summary(kind: str, target: str, score: int, verified: list, weak: list, breaches: list) -> str:
     noun = {"email": "The e-mail address", "phone": "The phone number", "username": "The username"}[kind]
     if breaches:
@@ -360,6 +364,8 @@ def _roughen(result: dict, mess: str) -> None:
         del result["risk"]["band"]
     elif mess == HIGH_SCORE:  # the reasons no longer add up to it either: the service drops them
         result["risk"] = {**result["risk"], "score": result["risk"]["score"] + 100, "band": "critical"}
+        # The summary states the score the service keeps (clamped to 100), so that the two agree.
+        result["ai_summary"] = _OVERALL.sub(f"Overall risk is {band_for(100)} (100/100).", result["ai_summary"])
     else:
         # EXTRA_FIELD, and FULL_DATE when there is no breach to hold the date.
         result["engine_build"] = {"version": "sim-1", "node": "sim-a"}

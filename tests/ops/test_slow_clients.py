@@ -80,7 +80,7 @@ def test_what_nginx_refuses_is_answered_in_the_json_envelope(gunicorn):
                             headers={"Content-Type": "application/json", "X-Request-Id": "req-too-big"})
         assert big.status_code == 413
         assert big.headers["Content-Type"] == "application/json"
-        assert big.json() == {"ok": False, "error": "payload_too_large", "message": "the request body is too large",
+        assert big.json() == {"ok": False, "error": "payload_too_large", "message": "the request body is larger than 256 KB",
                               "request_id": "req-too-big"}
         status, body = raw(server.https_port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n")
         assert status == 400

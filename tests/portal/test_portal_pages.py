@@ -319,7 +319,9 @@ def test_the_usage_page_says_billings_prices(client, portal_account):
     login(client)
     page = text(client.get("/app/usage"))
     assert f"a bulk call {billing.PRICE_WORDS['bulk']}." in page
-    assert f"costs {billing.PRICE_WORDS['call']};" in page
+    free = billing.PRICE_WORDS["free_403"].replace("`", "")
+    assert f"costs {billing.PRICE_WORDS['call']} (except {free});" in page  # the free 403s named
+    assert "insufficient_scope, ip_not_allowed or target_suppressed" in page
 
 
 def test_a_finished_scan_is_erased_from_its_page_once_the_box_is_ticked(client, portal_account):

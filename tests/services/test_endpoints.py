@@ -9,7 +9,7 @@ from freezegun import freeze_time
 from app.models import ApiKey, Customer, WebhookDelivery, WebhookEndpoint
 from app.services import endpoints, tracking, webhooks
 from app.services.crypto import decrypt_secret
-from app.services.errors import EndpointNotFound, InvalidRequest
+from app.services.errors import Conflict, EndpointNotFound, InvalidRequest
 from tests.services.conftest import new_customer, new_scan
 
 URL = "https://hooks.example.com/x"
@@ -64,8 +64,9 @@ def test_a_further_endpoint_has_its_own_secret_and_settings(key):
 def test_at_most_ten_endpoints_per_key(key):
     for _ in range(9):
         endpoints.create(key, url=OTHER)
-    with pytest.raises(InvalidRequest, match="at most 10"):
+    with pytest.raises(Conflict, match="at most 10") as refused:
         endpoints.create(key, url=OTHER)
+    assert refused.value.code == "endpoint_limit"
     assert len(endpoints.list_endpoints(key)) == 10
 
 
