@@ -36,7 +36,7 @@ def test_feedback_is_written_into_the_stored_result_and_kept_as_history(scan):
     with freeze_time("2026-11-21 12:00:00"):
         given = findings.give_feedback(account.id, row.id, email["id"], verdict="false_positive", note="  other  ")
     assert given["finding"] == {**email, "feedback": {"verdict": "false_positive", "note": "other",
-                                                      "at": "2026-11-21T12:00:00Z"}}
+                                                      "at": "2026-11-21T12:00:00Z", "scan_id": row.id}}
     stored = json.loads(Scan.get_by_id(row.id).result_json)
     assert stored["findings"][0] == given["finding"] and stored["findings"][1] == result["findings"][1]
     assert {k: v for k, v in stored.items() if k != "findings"} == {k: v for k, v in result.items() if k != "findings"}
