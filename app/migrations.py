@@ -232,13 +232,14 @@ def _findings_keep_identity(database):
     only one it could be given on then. Plain JSON: no rule of today's code is used here."""
     import json
 
-    database.execute_sql('CREATE INDEX IF NOT EXISTS "finding_feedback_finding_id" ON "finding_feedback" ("finding_id")')
+    database.execute_sql('CREATE INDEX IF NOT EXISTS "finding_feedback_finding_id" '
+                         'ON "finding_feedback" ("finding_id")')
     p = database.param
     after = ""
     while True:  # in pages, by id: a large table is never held in memory whole
         rows = database.execute_sql(
             f'SELECT id, result_json FROM "scan" WHERE id > {p} AND result_json LIKE {p} ORDER BY id LIMIT 500',
-            (after, '%"feedback":{%')).fetchall()
+            (after, '%"verdict"%')).fetchall()
         if not rows:
             return
         for scan_id, text in rows:

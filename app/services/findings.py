@@ -73,7 +73,7 @@ def give_feedback(customer_id: str, scan_id: str, finding_id: str, *, verdict, n
 def _forward(scan: Scan, finding_id: str, feedback: dict) -> None:
     """Show ``feedback`` on the finding in the later completed scans that have it (D26)."""
     for later in scan_store.lock_later_scans_with(scan, finding_id, status=COMPLETED):
-        result = json.loads(later.result_json)
+        result = json.loads(later.result_json or "{}")
         if _set_feedback(result, {finding_id: feedback}):
             scan_store.set_result_json(later.id, json.dumps(result, separators=(",", ":")))
 
