@@ -240,6 +240,33 @@ def _engine_deletions(database):
                          'WHERE "erased_at" IS NOT NULL AND "engine_id" IS NOT NULL')
 
 
+def _findings_keep_identity(database):
+    """The index that finds the feedback on a finding in any scan (D26), and the ``scan_id`` every
+    feedback in a stored result now names: feedback stored before names the scan it is in, the
+    only one it could be given on then. Plain JSON: no rule of today's code is used here."""
+    import json
+
+    database.execute_sql('CREATE INDEX IF NOT EXISTS "finding_feedback_finding_id" '
+                         'ON "finding_feedback" ("finding_id")')
+    p = database.param
+    after = ""
+    while True:  # in pages, by id: a large table is never held in memory whole
+        rows = database.execute_sql(
+            f'SELECT id, result_json FROM "scan" WHERE id > {p} AND result_json LIKE {p} ORDER BY id LIMIT 500',
+            (after, '%"verdict"%')).fetchall()
+        if not rows:
+            return
+        for scan_id, text in rows:
+            result = json.loads(text)
+            for finding in result.get("findings") or []:
+                feedback = finding.get("feedback") if isinstance(finding, dict) else None
+                if isinstance(feedback, dict) and "scan_id" not in feedback:
+                    feedback["scan_id"] = scan_id
+            database.execute_sql(f'UPDATE "scan" SET result_json = {p} WHERE id = {p}',
+                                 (json.dumps(result, separators=(",", ":")), scan_id))
+        after = rows[-1][0]
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 MIGRATIONS = [
     (1, "initial schema", _initial),
@@ -259,6 +286,7 @@ MIGRATIONS = [
     (16, "read charges summed per minute", _summed_reads),
     (17, "batch looks at the engine", _batch_looks),
     (19, "engine deletions of erased scans", _engine_deletions),
+    (20, "findings keep their identity: feedback by finding, its scan", _findings_keep_identity),
 ]
 
 

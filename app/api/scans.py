@@ -222,7 +222,8 @@ WEBHOOK_RESULT_EXAMPLE = {
         {"id": "fnd_xkbJCSOE9oL-xMQk4e0X", "path": "profiles.verified[0]", "source_ids": ["github"],
          "feedback": None},
         {"id": "fnd_Tk4AfyWcO25EB_XyH-Ff", "path": "contacts.emails[0]", "source_ids": ["mailbox_verifier"],
-         "feedback": {"verdict": "confirmed", "note": "", "at": "2026-11-21T12:30:00Z"}},
+         "feedback": {"verdict": "confirmed", "note": "", "at": "2026-11-21T12:30:00Z",
+                      "scan_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"}},
         {"id": "fnd_75Ml5C0uCxYLlJdzJ7o9", "path": "breaches[0]", "source_ids": ["breach_index"],
          "feedback": None}]}
 
@@ -358,8 +359,10 @@ class ScanRerun(MethodView):
     @blp.priced("scan")
     def post(self, key, scan_id):
         """Ask again the sources that could not answer for a completed scan (`result.partial`): a new scan
-        of the same target, with `rerun_of` naming this one, its own result and its own webhook event.
-        Limited and charged as a creation: costs {price}."""
+        of the same target, with `rerun_of` naming this one and its own webhook event. Its result is the
+        whole picture: this scan's items and sources, with the new answers of the sources asked again in
+        place of the failed ones, coverage and `partial` counted over all sources, and every finding under
+        its id here, listing every source that found it. Limited and charged as a creation: costs {price}."""
         return created(scans.create_rerun(key.customer, key.id, scan_id, request_id=g.request_id,
                                           livemode=key.livemode))
 

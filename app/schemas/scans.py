@@ -96,7 +96,10 @@ class BulkCreateSchema(ma.Schema):
 
 # --- result (D6) ------------------------------------------------------------------
 
-FINDING_ID_DOC = {"description": "A finding's id: the same on every read of the scan.",
+FINDING_ID_DOC = {"description": "A finding's id. It names what the item is, not where it stands: the same "
+                                 "profile, e-mail address, phone number or breach has the same id on every "
+                                 "read of the scan and in every later scan of the same target by your "
+                                 "account, wherever it appears in the lists. Another account's ids differ.",
                   "example": "fnd_75Ml5C0uCxYLlJdzJ7o9"}
 
 
@@ -198,6 +201,10 @@ class FeedbackSchema(ma.Schema):
     note = fields.String(required=True, metadata={"example": "Another person with the same name."})
     at = fields.String(required=True, allow_none=True, metadata={"format": "date-time",
                                                                  "example": "2026-11-21T12:30:00Z"})
+    scan_id = fields.String(required=True, metadata={
+        "description": "The scan the feedback was given on: this scan, or an earlier scan of the same target "
+                       "(feedback follows the finding to your later scans of the target in the same mode).",
+        "example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
 
 
 class FindingSchema(ma.Schema):
@@ -209,7 +216,8 @@ class FindingSchema(ma.Schema):
     source_ids = fields.List(fields.String(), required=True, metadata={
         "description": "The sources that found it (`sources[].id`).", "example": ["breach_index"]})
     feedback = fields.Nested(FeedbackSchema, required=True, allow_none=True, metadata={
-        "description": "Your latest feedback on this finding, or null."})
+        "description": "Your latest feedback on this finding, given on this scan or on an earlier scan of the "
+                       "same target, or null."})
 
 
 class ResultSchema(ma.Schema):
@@ -251,7 +259,8 @@ STATUS_DOC = {"enum": ["queued", "running", "completed", "failed"]}
 TIME_DOC = {"format": "date-time", "example": "2026-11-21T12:00:00Z"}
 
 
-RERUN_OF_DOC = {"description": "Only for a re-run: the scan whose failed sources it asks again.",
+RERUN_OF_DOC = {"description": "Only for a re-run: the scan whose failed sources it asks again (its result is "
+                               "that scan's, completed with the new answers).",
                 "example": "scn_8aP2vR5nQx0wLk3mYt7c1d"}
 
 

@@ -178,6 +178,46 @@ def feedback_rows(scan_id: str) -> list[FindingFeedback]:
     return list(FindingFeedback.select().where(FindingFeedback.scan == scan_id).order_by(FindingFeedback.id))
 
 
+@dataclass(frozen=True)
+class GivenFeedback:
+    """One feedback given on a finding, with the scan it was given on (its owner, mode, creation)."""
+    finding_id: str
+    verdict: str
+    note: str
+    created_at: datetime
+    scan_id: str
+    customer_id: str
+    livemode: bool
+    scan_created_at: datetime
+
+
+FEEDBACK_ON = f"""
+SELECT f.finding_id, f.verdict, f.note, f.created_at, s.id, s.customer_id, s.livemode, s.created_at
+FROM {table(FindingFeedback)} AS f JOIN {table(Scan)} AS s ON s.id = f.scan_id
+WHERE f.finding_id = ANY(?) AND s.customer_id = ANY(?) ORDER BY f.created_at, f.id"""
+
+
+def feedback_on(finding_ids: Sequence[str], customer_ids: Sequence[str]) -> list[GivenFeedback]:
+    """Every feedback given on these findings in these customers' scans, oldest first (one
+    statement, on the index of ``finding_id``)."""
+    if not finding_ids or not customer_ids:
+        return []
+    rows = execute(FEEDBACK_ON, (list(finding_ids), list(customer_ids))).fetchall()
+    as_time = Scan.created_at.python_value
+    return [GivenFeedback(row[0], row[1], row[2], as_time(row[3]), row[4], row[5], row[6], as_time(row[7]))
+            for row in rows]
+
+
+def lock_later_scans_with(scan: Scan, finding_id: str, *, status: str) -> list[Scan]:
+    """The scans of ``scan``'s customer, mode and kind created after it, in ``status``, not erased,
+    whose stored result names ``finding_id``, locked in creation order (two feedbacks at once
+    lock forwards, never in a circle)."""
+    return list(Scan.select().where(
+        (Scan.customer == scan.customer_id) & (Scan.livemode == scan.livemode) & (Scan.kind == scan.kind)
+        & (Scan.created_at > scan.created_at) & (Scan.status == status) & Scan.erased_at.is_null()
+        & Scan.result_json.contains(f'"{finding_id}"')).order_by(Scan.created_at, Scan.id).for_update())
+
+
 def batch_scans(bulk_id: str) -> list[Scan]:
     """The batch's scans in request order."""
     return list(Scan.select().where(Scan.bulk == bulk_id).order_by(Scan.bulk_index))

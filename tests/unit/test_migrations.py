@@ -365,3 +365,37 @@ def test_the_engine_deletions_migration_takes_the_engine_ids_of_scans_erased_bef
         assert migrations.upgrade() == []
         assert [Scan.get_by_id(s.id).engine_id for s in (live, kept, sandboxed)] == [None, kept_engine_id, None]
         assert [row.engine_id for row in EngineDeletion.select()] == [live_engine_id]
+
+
+def test_the_findings_identity_migration_indexes_feedback_by_finding_and_names_its_scan(app):
+    """Version 20 (D26): the index that finds a finding's feedback in any scan, and every feedback
+    stored in a result names the scan it was given on (the one it is in); the rest is untouched."""
+    import json
+
+    from app.models import Scan, new_id, utcnow
+
+    feedback = {"verdict": "false_positive", "note": "not her", "at": "2026-11-21T12:00:00Z"}
+    stored = {"risk": {"score": 0, "band": "low", "reasons": []}, "contacts": {"emails": ["a@example.com"]},
+              "findings": [{"id": "fnd_a", "path": "contacts.emails[0]", "source_ids": [], "feedback": feedback},
+                           {"id": "fnd_b", "path": "breaches[0]", "source_ids": [], "feedback": None}]}
+    with db.connection_context():
+        customer = accounts.create_customer("Old", "business", 5)
+        key, _ = accounts.issue_key(customer.id, "k")
+        with_feedback, without = new_id("scn"), new_id("scn")
+        plain = {**stored, "findings": [{**f, "feedback": None} for f in stored["findings"]]}
+        for scan_id, result in ((with_feedback, stored), (without, plain)):
+            Scan.create(id=scan_id, customer=customer.id, api_key=key.id, kind="email", target="a@example.com",
+                        status="completed", created_at=utcnow(), result_json=json.dumps(result))
+        untouched = Scan.get_by_id(without).result_json
+        with db.atomic():
+            db.execute_sql('DROP INDEX "finding_feedback_finding_id"')
+            SchemaVersion.delete().where(SchemaVersion.version == 20).execute()
+
+        assert migrations.upgrade() == [20]
+        assert migrations.upgrade() == []
+        indexes = {index.name for index in db.get_indexes("finding_feedback")}
+        assert "finding_feedback_finding_id" in indexes
+        result = json.loads(Scan.get_by_id(with_feedback).result_json)
+        assert result["findings"][0]["feedback"] == {**feedback, "scan_id": with_feedback}
+        assert result["findings"][1] == stored["findings"][1]
+        assert Scan.get_by_id(without).result_json == untouched
