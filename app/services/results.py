@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-from app.services import crypto
+from app.services import crypto, targets
 
 log = logging.getLogger(__name__)
 
@@ -286,21 +286,9 @@ def item_finding_id(owner: Owner, identity: tuple) -> str:
     """A finding's id (D26): a keyed hash of the customer, the canonical target and what the item
     is (``_identities``), so the same item has the same id in every scan of the customer for the
     target, another customer's differs, and nothing of the item can be read from it."""
-    message = "\x1f".join((owner.customer_id, owner.kind, _canonical(owner.kind, owner.target),
+    message = "\x1f".join((owner.customer_id, owner.kind, targets.canonical(owner.kind, owner.target),
                             *(str(part) for part in identity)))
     return "fnd_" + base64.urlsafe_b64encode(crypto.finding_digest(message)[:15]).decode("ascii")
-
-
-def _canonical(kind: str, target: str) -> str:
-    """The target as one spelling: it must agree with the canonical form of D25 (e-mail trimmed
-    and case-folded whole; username without a leading ``@``, case-folded; phone E.164), which the
-    matching of suppressions and watches uses, so that every spelling keys the same ids."""
-    text = target.strip()
-    if kind == "phone":
-        return re.sub(r"[\s().-]", "", text)
-    if kind == "username":
-        return text.removeprefix("@").casefold()
-    return text.casefold()
 
 
 def _fold(value) -> str:
