@@ -68,7 +68,8 @@ ERROR_EXAMPLES = {
     "unauthorized": (401, "the Authorization header must be 'Bearer <API key>'"),
     "invalid_token": (401, "the API key is unknown or revoked"),
     "key_expired": (401, "this API key has expired"),
-    "ip_not_allowed": (403, "this API key may not be used from your address"),
+    "ip_not_allowed": (403, "this API key may not be used from 198.51.100.7, the address this service sees "
+                              "for your call"),
     "insufficient_scope": (403, "this API key lacks the scope scans:write, which this call needs"),
     "insufficient_balance": (402, "the account balance is below 1 credit"),
     "forbidden": (403, "this scan belongs to another customer"),

@@ -65,10 +65,20 @@ def refusal_of(key: ApiKey, *, scope: str, client_address: str | None,
     if is_expired(key, now):
         return KeyExpired("this API key has expired")
     if not address_allowed(key.allowed_ips, client_address):
-        return IpNotAllowed("this API key may not be used from your address")
+        return IpNotAllowed(ip_refusal_words(client_address))
     if scope != ANY_SCOPE and scope not in (key.scopes or ()):
         return InsufficientScope(scope)
     return None
+
+
+def ip_refusal_words(client_address: str | None) -> str:
+    """The ``ip_not_allowed`` message: it names the address the service saw (behind a proxy,
+    the one ``TRUSTED_PROXIES`` makes it read), so a customer can tell a wrong allowlist from a
+    proxy that hides their address. A text that is no address is not echoed."""
+    address = parse_address(client_address)
+    if address is None:
+        return "this API key may not be used from here: the service could not read your address as an IP address"
+    return f"this API key may not be used from {address}, the address this service sees for your call"
 
 
 def is_expired(key: ApiKey, now: datetime) -> bool:
