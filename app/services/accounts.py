@@ -282,6 +282,7 @@ class AccountView:
     balance: int
     limits: Limits
     usage: quotas.Usage
+    credits: int = 0  # what the call cost (the activity log's entry says it)
 
 
 def account_view(key: ApiKey, *, request_id: str | None, endpoint: str | None) -> AccountView:
@@ -291,10 +292,12 @@ def account_view(key: ApiKey, *, request_id: str | None, endpoint: str | None) -
     nothing and sees the live balance and its own windows (D15)."""
     now = utcnow()
     customer = key.customer
+    credits = 0
     if billing.is_billed(key.livemode):
         balance, usage = billing.charge_call(customer.id, request_id, now, endpoint, read_of=key.livemode)
         if balance is None:  # the balance ran out since the key was read: not served
             raise InsufficientBalance(billing.balance_of(customer.id))
+        credits = billing.CALL_PRICE
     else:
         balance, usage = billing.balance_of(customer.id), quotas.window_usage(customer.id, now, key.livemode)
     limits = limits_for(customer)
@@ -303,4 +306,4 @@ def account_view(key: ApiKey, *, request_id: str | None, endpoint: str | None) -
             "limits": {"inflight": limits.inflight, "hour": limits.hour, "day": limits.day},
             "usage": {"inflight": inflight, "hour": usage.hour, "day": usage.day},
             "key": {"key_id": key.id, "livemode": key.livemode, **access.access_of(key)}}
-    return AccountView(body, balance, limits, usage)
+    return AccountView(body, balance, limits, usage, credits)
