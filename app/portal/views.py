@@ -216,7 +216,7 @@ def _key_page(key: ApiKey, *, form: WebhookForm | None = None, revealed: str | N
     if access_form is None:
         access_form = AccessForm(formdata=None, scopes=list(key.scopes),
                                  expires_on=key.expires_at.date() if key.expires_at else None,
-                                 allowed_ips="\n".join(key.allowed_ips or ()))
+                                 allowed_ips=access.allowlist_text(key.allowed_ips))
     _scope_choices(access_form, key)
     html = render_template("portal/key.html", key=key, form=form, action=ActionForm(), deliveries=deliveries,
                            status=status, event=event, endpoint=endpoint, statuses=STATUSES, events=EVENTS,
@@ -391,7 +391,7 @@ def save_access(key_id):
     try:
         access.narrow_access(key.id, g.portal_customer.id, scopes=form.scopes.data or [],
                              expires_at=access.expiry_on(form.expires_on.data, key.expires_at),
-                             allowed_ips=form.allowed_ips.data or None)
+                             allowed_ips=form.allowed_ips.data or "")
     except LookupError:
         abort(404)
     except AccountError as exc:
