@@ -2,7 +2,7 @@
 payload, enabled flag and description; rolling a secret; sending again what an endpoint missed.
 
 Views stay thin: ``services.endpoints`` owns the rules and raises ``EndpointNotFound`` (404) and
-``InvalidRequest`` (400); authentication, the ``webhooks`` scope, charging (1 credit, as every
+``InvalidRequest`` (400), ``SecretChanged`` (409 ``conflict``); authentication, the ``webhooks`` scope, charging (1 credit, as every
 call) and the limit headers are ``app.api.hooks.api_call``'s job.
 """
 from __future__ import annotations
@@ -44,8 +44,12 @@ ERROR_EXAMPLES = {
     "insufficient_scope": "this API key lacks the scope webhooks, which this call needs",
     "insufficient_balance": "the account balance is below 1 credit",
     "not_found": "no endpoint ep_Q2hlcnJ5IHRvbWF0b2Vz",
+    "conflict": "the signing secret was changed by another request meanwhile: nothing was changed; look at the "
+                "secret in force and try again if needed",
     "service_unavailable": "the database cannot be reached; try again shortly",
 }
+CONFLICT = {409: "`conflict` (another roll or switch of this endpoint's secret, made at the same time, won: "
+                 "nothing was changed; free of charge)"}
 ENDPOINT_EXAMPLE = {"endpoint_id": "ep_Q2hlcnJ5IHRvbWF0b2Vz", "url": "https://hooks.example.com/scans",
                     "events": ["scan.completed", "scan.failed"], "payload": "full", "enabled": True,
                     "description": "Case system", "disabled_at": None, "secret_rotation_ends_at": None}
@@ -127,7 +131,7 @@ class EndpointRollSecret(MethodView):
                   example={"ok": True, "endpoint_id": "ep_Q2hlcnJ5IHRvbWF0b2Vz",
                            "secret": "whsec_bmV4dCBzZWNyZXQgMDEyMzQ1Njc4OQ==", "switch_at": "2026-11-22T12:00:00Z"})
     @documented_errors({400: "`invalid_request` (a rotation is already under way, or the overlap refused)",
-                        **ERRORS, **NOT_FOUND})
+                        **ERRORS, **NOT_FOUND, **CONFLICT})
     @blp.priced("call")
     def post(self, key, body, endpoint_id):
         """Create the endpoint's next secret, shown in this answer only. Until `switch_at` both secrets sign
@@ -143,7 +147,7 @@ class EndpointSwitchSecret(MethodView):
     @blp.doc(security=SECURITY, summary="End an endpoint's secret rotation now", operationId="switchEndpointSecret")
     @blp.response(200, EndpointOneSchema, headers=HEADERS, example={"ok": True, **ENDPOINT_EXAMPLE})
     @documented_errors({400: "`invalid_request` (no rotation is under way: roll the secret first)",
-                        **ERRORS, **NOT_FOUND})
+                        **ERRORS, **NOT_FOUND, **CONFLICT})
     @blp.priced("call")
     def post(self, key, endpoint_id):
         """Switch now, before `switch_at`: the rolled secret becomes the only one and the old one stops

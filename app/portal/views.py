@@ -63,7 +63,7 @@ from app.services import portal_roles as roles
 from app.services import usage as usage_service
 from app.services.accounts import AccountError
 from app.services.crypto import decrypt_secret
-from app.services.errors import Forbidden, InvalidRequest, NotFound, ScanInFlight
+from app.services.errors import Forbidden, InvalidRequest, NotFound, ScanInFlight, SecretChanged
 from app.services.limits import limits_for
 
 bp = Blueprint("portal", __name__, url_prefix="/app", template_folder="templates", static_folder="static")
@@ -308,7 +308,7 @@ def roll_endpoint_secret(key_id, endpoint_id):
     rolled = _run(key.id, lambda: endpoints.roll_secret(key, endpoint_id, overlap_hours=hours),
                   "The endpoint's next signing secret is ready. Install it in its receiver before the "
                   "overlap ends." if hours else "A new signing secret is in force for the endpoint.",
-                  refused=InvalidRequest)
+                  refused=(InvalidRequest, SecretChanged))
     if rolled:
         return _key_page(_owned_key_or_404(key.id), revealed=rolled.secret)
     return _back(key.id)
@@ -320,7 +320,8 @@ def switch_endpoint_secret(key_id, endpoint_id):
     key = _owned_key_or_404(key_id)
     if ActionForm().validate_on_submit():
         _run(key.id, lambda: endpoints.switch_secret(key, endpoint_id),
-             "The endpoint's next signing secret is now its only one.", refused=InvalidRequest)
+             "The endpoint's next signing secret is now its only one.",
+             refused=(InvalidRequest, SecretChanged))
     return _back(key.id)
 
 
@@ -337,7 +338,8 @@ def _back(key_id, **args):
     return redirect(url_for("portal.key_page", key_id=key_id, **args))
 
 
-def _run(key_id, action, success: str, *, refused: type[Exception] = AccountError):
+def _run(key_id, action, success: str, *,
+         refused: type[Exception] | tuple[type[Exception], ...] = AccountError):
     """Run a service action for the key's owner and flash its outcome: an unknown object is a 404,
     a ``refused`` input (the endpoints service raises ``InvalidRequest``) a flashed error."""
     try:
