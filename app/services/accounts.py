@@ -8,7 +8,7 @@ from werkzeug.security import generate_password_hash
 from app.db import transaction, write_transaction
 from app.models import ApiKey, Customer, PortalUser, iso, new_id, utcnow
 from app.models.accounts import TIERS
-from app.services import access, billing, erasure, quotas, webhooks
+from app.services import access, billing, quotas
 from app.services.crypto import digest, new_api_key
 from app.services.errors import (
     AccountError,  # raised here; callers may catch it as accounts.AccountError
@@ -109,6 +109,7 @@ def set_settings(customer_id: str, *, require_purpose: bool | None = None,
     if require_purpose is not None:
         changes["require_purpose"] = bool(require_purpose)
     if result_retention_days is not None:
+        from app.services import erasure  # here: operator commands import only what they use
         changes["result_retention_days"] = _check_range("result_retention_days", result_retention_days,
                                                         *erasure.RETENTION_DAYS_RANGE)
     if require_2fa is not None:
@@ -159,6 +160,7 @@ def issue_key(customer_id: str, name: str = "", webhook_url: str | None = None,
                                prefix=plaintext[:17], last4=plaintext[-4:], livemode=livemode,
                                scopes=key_scopes, expires_at=expires_at, allowed_ips=blocks)
         if webhook_url or webhook_secret is not None:
+            from app.services import webhooks  # here: operator commands import only what they use
             key = webhooks.set_webhook(key.id, customer_id, webhook_url, webhook_secret)
     return key, plaintext
 
