@@ -21,7 +21,7 @@ from app import runtime
 from app.extensions import db
 from app.models.accounts import TIERS, key_display
 from app.models.base import iso
-from app.services import access
+from app.services import access, portal_roles
 from app.services.errors import AccountError, ServiceError
 
 log = logging.getLogger(__name__)
@@ -514,15 +514,17 @@ def keys_check_endpoints(key_id, hours_ahead, as_json):
 @click.argument("customer_id")
 @click.argument("email")
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+@click.option("--role", type=click.Choice(portal_roles.ROLES), default=portal_roles.OWNER,
+              show_default=True, help="What the user may do in the portal.")
 @json_option
-def users_create(customer_id, email, password_stdin, as_json):
-    """Create a portal user, an owner of the customer (owners add the others in the portal);
-    the password comes from a prompt or stdin, never an argument."""
+def users_create(customer_id, email, password_stdin, role, as_json):
+    """Create a portal user of the customer, an owner unless --role says otherwise (owners add
+    the others in the portal too); the password comes from a prompt or stdin, never an argument."""
     from app.services import accounts
     password = _read_password(password_stdin, as_json)
-    user = run(as_json, lambda: accounts.create_user(customer_id, email, password))
+    user = run(as_json, lambda: accounts.create_user(customer_id, email, password, role))
     emit(as_json, {"user_id": user.id, "customer_id": customer_id, "email": user.email, "role": user.role},
-         f"user {user.id} <{user.email}>")
+         f"user {user.id} <{user.email}>, {user.role}")
 
 
 def _read_password(password_stdin: bool, as_json: bool) -> str:

@@ -190,8 +190,13 @@ def revoke_key(key_id: str) -> ApiKey:
     return key_store.get(key_id)
 
 
-def create_user(customer_id: str, email: str, password: str) -> PortalUser:
+def create_user(customer_id: str, email: str, password: str, role: str = "owner") -> PortalUser:
+    """A portal user of the customer with ``role`` (D21; the operator's default: an owner, who adds
+    the others in the portal)."""
+    from app.services.portal_roles import ROLES  # here: portal_roles imports this module
     get_customer(customer_id)
+    if role not in ROLES:
+        raise AccountError(f"role must be one of {', '.join(ROLES)}, not {str(role)[:20]!r}")
     email = email.strip().lower()
     if "@" not in email:
         raise AccountError("email must be an e-mail address")
@@ -200,7 +205,8 @@ def create_user(customer_id: str, email: str, password: str) -> PortalUser:
     if customer_store.portal_user_by_email(email):
         raise AccountError(f"a user {email} exists already")
     return customer_store.insert_portal_user(user_id=new_id("usr"), customer_id=customer_id, email=email,
-                                             password_hash=generate_password_hash(password, method="scrypt"))
+                                             password_hash=generate_password_hash(password, method="scrypt"),
+                                             role=role)
 
 
 def customer_dict(customer: Customer) -> dict:
