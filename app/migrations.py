@@ -268,6 +268,10 @@ def _findings_keep_identity(database):
 
 
 # (version, name, function(database)). Append only; never edit an applied one.
+# Version 3 is absent on purpose: it was never assigned (the history has migration 4, portal
+# sessions, appended right after 2), so no database records it. The gap is harmless, as
+# ``upgrade`` applies every version a database lacks, in this order; for the same reason 3 must
+# never be used now: a database at a later version would run it after everything it assumes.
 MIGRATIONS = [
     (1, "initial schema", _initial),
     (2, "quota counters, leaner scan indexes", _quota_counters),

@@ -37,4 +37,5 @@ class Account(MethodView):
         may do: its scopes, expiry and IP allowlist. Costs {price}; the balance shown is the one after
         this call."""
         view = accounts.account_view(key, request_id=g.request_id, endpoint=hooks.ledger_notes()[200])
-        return hooks.render(view.body, charged=hooks.Charged(view.balance, view.usage, view.limits))
+        return hooks.render(view.body, charged=hooks.Charged(view.balance, view.usage, view.limits,
+                                                               credits=view.credits))

@@ -68,14 +68,15 @@ ERROR_EXAMPLES = {
     "unauthorized": (401, "the Authorization header must be 'Bearer <API key>'"),
     "invalid_token": (401, "the API key is unknown or revoked"),
     "key_expired": (401, "this API key has expired"),
-    "ip_not_allowed": (403, "this API key may not be used from your address"),
+    "ip_not_allowed": (403, "this API key may not be used from 198.51.100.7, the address this service sees "
+                              "for your call"),
     "insufficient_scope": (403, "this API key lacks the scope scans:write, which this call needs"),
     "insufficient_balance": (402, "the account balance is below 1 credit"),
     "forbidden": (403, "this scan belongs to another customer"),
     "bulk_not_allowed": (403, "bulk calls are available on the Business and Enterprise tiers"),
     "target_suppressed": (403, "the person this target belongs to has opted out of lookups"),
     "not_found": (404, "no scan with this id"),
-    "nothing_to_rerun": (409, "this scan has no source to re-run: it is not completed, or every source answered"),
+    "nothing_to_rerun": (409, "this scan has no source to re-run: every source answered"),
     "idempotency_conflict": (409, "this Idempotency-Key was used with a different request body"),
     "scan_in_flight": (409, "this scan is still in flight: erase it once it is completed or failed"),
     "rate_limit_inflight": (429, "too many scans in flight (10 of 10); retry when one finishes"),
@@ -353,7 +354,8 @@ class ScanRerun(MethodView):
     @documented_errors(401, 402, 403, 404, 409, 429, 502, 503, overrides={
         403: "`forbidden` (another customer's scan), `target_suppressed` (the person opted out of lookups "
              "since; free of charge)",
-        409: "`nothing_to_rerun` (the scan is not completed, or every source answered; free of charge), "
+        409: "`nothing_to_rerun` (the scan is not completed, or every source answered, or it was erased: the "
+             "message says which; free of charge), "
              "`idempotency_conflict`"},
         codes={403: ("forbidden", "target_suppressed"), 409: ("nothing_to_rerun", "idempotency_conflict")})
     @blp.priced("scan")

@@ -65,7 +65,7 @@ from app.services import scans as scans_service
 from app.services import usage as usage_service
 from app.services.accounts import AccountError
 from app.services.crypto import decrypt_secret
-from app.services.errors import Conflict, Forbidden, InvalidRequest, NotFound, ScanInFlight, ServiceError
+from app.services.errors import Conflict, Forbidden, InvalidRequest, NotFound, ScanInFlight, SecretChanged, ServiceError
 from app.services.limits import limits_for
 
 bp = Blueprint("portal", __name__, url_prefix="/app", template_folder="templates", static_folder="static")
@@ -225,7 +225,7 @@ def _key_page(key: ApiKey, *, form: WebhookForm | None = None, revealed: str | N
     if access_form is None:
         access_form = AccessForm(formdata=None, scopes=list(key.scopes),
                                  expires_on=key.expires_at.date() if key.expires_at else None,
-                                 allowed_ips="\n".join(key.allowed_ips or ()))
+                                 allowed_ips=access.allowlist_text(key.allowed_ips))
     _scope_choices(access_form, key)
     html = render_template("portal/key.html", key=key, form=form, action=ActionForm(), deliveries=deliveries,
                            status=status, event=event, endpoint=endpoint, statuses=STATUSES, events=EVENTS,
@@ -317,7 +317,7 @@ def roll_endpoint_secret(key_id, endpoint_id):
     rolled = _run(key.id, lambda: endpoints.roll_secret(key, endpoint_id, overlap_hours=hours),
                   "The endpoint's next signing secret is ready. Install it in its receiver before the "
                   "overlap ends." if hours else "A new signing secret is in force for the endpoint.",
-                  refused=InvalidRequest)
+                  refused=(InvalidRequest, SecretChanged))
     if rolled:
         return _key_page(_owned_key_or_404(key.id), revealed=rolled.secret)
     return _back(key.id)
@@ -329,7 +329,8 @@ def switch_endpoint_secret(key_id, endpoint_id):
     key = _owned_key_or_404(key_id)
     if ActionForm().validate_on_submit():
         _run(key.id, lambda: endpoints.switch_secret(key, endpoint_id),
-             "The endpoint's next signing secret is now its only one.", refused=InvalidRequest)
+             "The endpoint's next signing secret is now its only one.",
+             refused=(InvalidRequest, SecretChanged))
     return _back(key.id)
 
 
@@ -346,7 +347,8 @@ def _back(key_id, **args):
     return redirect(url_for("portal.key_page", key_id=key_id, **args))
 
 
-def _run(key_id, action, success: str, *, refused: type[Exception] = AccountError):
+def _run(key_id, action, success: str, *,
+         refused: type[Exception] | tuple[type[Exception], ...] = AccountError):
     """Run a service action for the key's owner and flash its outcome: an unknown object is a 404,
     a ``refused`` input (the endpoints service raises ``InvalidRequest``) a flashed error."""
     try:
@@ -400,7 +402,7 @@ def save_access(key_id):
     try:
         access.narrow_access(key.id, g.portal_customer.id, scopes=form.scopes.data or [],
                              expires_at=access.expiry_on(form.expires_on.data, key.expires_at),
-                             allowed_ips=form.allowed_ips.data or None)
+                             allowed_ips=form.allowed_ips.data or "")
     except LookupError:
         abort(404)
     except AccountError as exc:

@@ -21,7 +21,7 @@ from app.jobs import delivery_job_id
 from app.models import ApiKey, WebhookDelivery, iso, new_id, utcnow
 from app.models.webhooks import CANCELLED, FAILED, PENDING, SKIPPED
 from app.services.crypto import encrypt_secret, new_webhook_secret
-from app.services.errors import AccountError, Conflict, EndpointNotFound, InvalidRequest
+from app.services.errors import AccountError, Conflict, EndpointNotFound, InvalidRequest, SecretChanged
 from app.services.webhook_urls import check_webhook_url
 from app.services.webhooks import (
     DEFAULT_EVENTS,
@@ -209,6 +209,8 @@ def roll_secret(key: ApiKey, endpoint_id: str, *, overlap_hours: int = DEFAULT_O
     """The endpoint's next secret (to show once), with a rolling overlap as the key's (D16)."""
     try:
         return roll_secret_of(find(key, endpoint_id).row, overlap_hours, now or utcnow())
+    except SecretChanged:
+        raise  # a concurrent roll or switch won: 409 conflict
     except AccountError as refused:
         raise InvalidRequest(str(refused)) from None
 
@@ -217,6 +219,8 @@ def switch_secret(key: ApiKey, endpoint_id: str, *, now: datetime | None = None)
     """End the endpoint's rotation now: its next secret becomes the only one."""
     try:
         switch_secret_of(find(key, endpoint_id).row, now or utcnow())
+    except SecretChanged:
+        raise  # a concurrent roll or switch won: 409 conflict
     except AccountError as refused:
         raise InvalidRequest(str(refused)) from None
     return read(key, endpoint_id)

@@ -222,6 +222,16 @@ def create_scan(customer, api_key_id, target, kind, *, request_id, livemode=True
     return Outcome(body, balance, limits, usage, billing.admission_cost(1, livemode=livemode), subject)
 
 
+def _why_nothing_to_rerun(status: str, *, erased: bool) -> str:
+    """The one reason of ``NothingToRerun`` that applies, so the customer knows whether to wait,
+    or that there is nothing left to do."""
+    if status != COMPLETED:
+        return f"this scan has no source to re-run: it is {status}, and only a completed scan can be re-run"
+    if erased:
+        return "this scan has no source to re-run: its target and result were erased"
+    return "this scan has no source to re-run: every source answered"
+
+
 def create_rerun(customer, api_key_id, scan_id, *, request_id, livemode=True) -> Outcome:
     """Queue a new scan of a completed scan's target, restricted to the sources that could not
     answer (D23), with its purpose and case reference; admitted, charged and limited exactly as
@@ -236,7 +246,7 @@ def create_rerun(customer, api_key_id, scan_id, *, request_id, livemode=True) ->
     sources = failed_source_ids(result)
     target = original.target  # None once erased (D20), when it has no result either
     if not sources or target is None:
-        raise NothingToRerun("this scan has no source to re-run: it is not completed, or every source answered")
+        raise NothingToRerun(_why_nothing_to_rerun(original.status, erased=target is None))
     purpose, case_ref = purposes.check(original.purpose, original.case_ref, required=customer.require_purpose)
     suppressions.check(original.kind, target)  # opted out since: 403, free, as a creation
     rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (original.kind, target))],

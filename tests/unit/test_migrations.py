@@ -15,6 +15,13 @@ def test_upgrade_twice_changes_nothing(app):
         assert migrations.current_version() == before == migrations.MIGRATIONS[-1][0]
 
 
+def test_versions_only_grow_and_the_never_assigned_3_stays_unused():
+    """``upgrade`` applies what a database lacks in list order: a version below the last, 3
+    included (never assigned), would run on a database after everything it assumes."""
+    versions = [version for version, _, _ in migrations.MIGRATIONS]
+    assert versions == sorted(set(versions)) and 3 not in versions
+
+
 def test_a_new_migration_is_applied_once_and_keeps_rows(app, monkeypatch):
     with db.connection_context():
         customer = accounts.create_customer("Kept", "pro", 5)
