@@ -21,7 +21,7 @@ from app.errors import allow_header, register_error_handlers
 from app.extensions import csrf, db
 from app.logging_setup import setup_logging
 
-REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # A client id shaped like an API key or a webhook secret is a secret sent there by mistake:
 # it is never echoed, logged or stored (any case: erring towards replacing it).
 SECRET_SHAPED_RE = re.compile(r"^(service_live_|service_test_|whsec_)", re.IGNORECASE)

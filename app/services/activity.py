@@ -33,7 +33,7 @@ PARTITION_DAYS_AHEAD = 7  # partitions made ahead of need: a week without a swee
 # How long a partition change waits for a table lock before it gives up until the next sweep: a
 # DROP waiting for the parent's lock holds up the inserts queued behind it, so not long.
 LOCK_TIMEOUT_MS = 1000
-FIELD_LIMITS = {"resource_id": 64, "client_address": 64, "request_id": 64, "action": 64, "user_email": 320}
+FIELD_LIMITS = {"resource_id": 64, "client_address": 64, "request_id": 128, "action": 64, "user_email": 320}
 
 
 @dataclass(frozen=True)
