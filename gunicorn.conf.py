@@ -16,6 +16,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from app.gunicorn_hooks import QuerylessLogger, install_json_errors
 from app.startup import check_or_exit
 
 _settings = check_or_exit()
@@ -29,8 +30,14 @@ threads = int(os.environ.get("GUNICORN_THREADS", 8))
 timeout = 30
 graceful_timeout = 30
 keepalive = 5
+# What gunicorn refuses itself is answered in the API's JSON envelope: gunicorn has no setting
+# for it, so its error writer is replaced (app/gunicorn_hooks.py). Behind ops/nginx.conf, nginx's
+# stricter limits answer first (a URI over 4000 bytes, so a request line here fits in 4094; a
+# header line over 8 KB): what reaches these is more than 100 headers, which nginx cannot count.
+limit_request_line = 4094
 limit_request_field_size = 8190
 limit_request_fields = 100
+install_json_errors()
 
 # Which proxies are trusted is the app's setting alone (TRUSTED_PROXIES, applied by ProxyFix in
 # app/__init__.py): gunicorn must not apply X-Forwarded-Proto on its own. By default it trusts it
@@ -40,6 +47,11 @@ forwarded_allow_ips = ""
 # The service logs one line per request itself (route, status, duration, request and
 # customer ids): gunicorn's own access log would only repeat it, in another format.
 accesslog = None
+# Should an operator turn it on (--access-logfile), it logs the path without the query string
+# (which can hold a target), and the service's request id; no line of gunicorn's carries a
+# query string (QuerylessLogger strips them from the request line, Referer and messages).
+access_log_format = '%(h)s %(t)s "%(m)s %(U)s %(H)s" %(s)s %(B)s %(M)sms %({x-request-id}o)s'
+logger_class = QuerylessLogger
 
 # gunicorn 27's control socket defaults to one path per user ($HOME/.gunicorn/gunicorn.ctl),
 # which two instances on one host would fight over: off unless given a path per instance.

@@ -21,7 +21,17 @@ from app.errors import allow_header, register_error_handlers
 from app.extensions import csrf, db
 from app.logging_setup import setup_logging
 
-REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# A client id shaped like an API key or a webhook secret is a secret sent there by mistake:
+# it is never echoed, logged or stored (any case: erring towards replacing it).
+SECRET_SHAPED_RE = re.compile(r"^(service_live_|service_test_|whsec_)", re.IGNORECASE)
+
+
+def client_request_id(value: str) -> str | None:
+    """The client's ``X-Request-Id`` when the service may keep it, else None."""
+    if REQUEST_ID_RE.match(value) and not SECRET_SHAPED_RE.match(value):
+        return value
+    return None
 SLASHES_RE = re.compile(r"/{2,}")
 
 
@@ -41,7 +51,10 @@ class PortalSessionInterface(SecureCookieSessionInterface):
         return super().open_session(app, request)
 
 
-def create_app(config: dict | None = None) -> Flask:
+def create_app(config: dict | None = None, *, operator: bool = False) -> Flask:
+    """The application. ``operator``: for an operator command (``flask --app wsgi GROUP ...``),
+    which serves no request: the API, the portal and /metrics are not built (their imports and
+    the OpenAPI document were most of a command's seconds), the CLI alone is bound."""
     settings = app_config.load_settings()
     settings.update(config or {})
     settings = app_config.finalize(settings)
@@ -71,6 +84,11 @@ def create_app(config: dict | None = None) -> Flask:
     init_db(settings["DATABASE_URL"])
     runtime.bind(app.config)
 
+    from app.cli import register_cli
+    register_cli(app)
+    if operator:
+        return app
+
     _register_request_hooks(app)
     register_error_handlers(app)
     csrf.init_app(app)
@@ -88,17 +106,13 @@ def create_app(config: dict | None = None) -> Flask:
 
     from app import metrics_http
     metrics_http.init_app(app)  # /metrics, and a log line and counters per request
-
-    from app.cli import register_cli
-    register_cli(app)
     return app
 
 
 def _register_request_hooks(app: Flask) -> None:
     @app.before_request
     def assign_request_id():
-        incoming = request.headers.get("X-Request-Id", "")
-        g.request_id = incoming if REQUEST_ID_RE.match(incoming) else f"req_{secrets.token_hex(12)}"
+        g.request_id = client_request_id(request.headers.get("X-Request-Id", "")) or f"req_{secrets.token_hex(12)}"
 
     @app.before_request
     def refuse_oversized_streams():

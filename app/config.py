@@ -81,8 +81,12 @@ def parse_retry_schedule(raw: str) -> tuple[float, ...]:
         delays = tuple(float(part) for part in raw.split(",") if part.strip() != "")
     except ValueError:
         raise ConfigError(f"WEBHOOK_RETRY_SCHEDULE must be comma-separated seconds, got {raw!r}") from None
-    if any(d < 0 for d in delays):
-        raise ConfigError("WEBHOOK_RETRY_SCHEDULE must not contain negative delays")
+    # float() also reads "nan", "inf" and "-inf": a delay that is no number of seconds would
+    # fail the first retry (or wait for ever), so it stops the start like any bad value.
+    bad = next((d for d in delays if not math.isfinite(d) or d < 0), None)
+    if bad is not None:
+        raise ConfigError(f"WEBHOOK_RETRY_SCHEDULE must be comma-separated seconds, each 0 or more "
+                          f"(not {bad:g}), got {raw[:100]!r}")
     return delays
 
 

@@ -30,6 +30,10 @@ from app.services import accounts
 DEMO_NAME = "Demo customer"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
+# The demo's target: a clean one (simulator/results.py makes one target in five "messy", to
+# exercise the service's repairs; a newcomer's first scan should not be one of them).
+EXAMPLE_TARGET = "john.doe@example.com"
+
 
 def prepare() -> tuple[str, str]:
     """Schema, demo customer and a new demo key; returns (api_key, redis_url)."""
@@ -106,7 +110,7 @@ Public Scan API (development) on {base}  -  docs: {base}/api/docs
 Demo key (shown once): {api_key}
 
   curl -s -X POST {base}/api/v1/scan -H 'Authorization: Bearer {api_key}' \\
-       -H 'Content-Type: application/json' -d '{{"target": "jane.doe@example.com"}}'
+       -H 'Content-Type: application/json' -d '{{"target": "{EXAMPLE_TARGET}"}}'
 
 Then GET the poll_url it returns with the same header. Ctrl-C stops everything.
 """, flush=True)

@@ -97,16 +97,46 @@ def service_unavailable():
                           headers={"Retry-After": 5})
 
 
+def size_words(size: int) -> str:
+    """A byte count as people write it: 262144 -> "256 KB", 1048576 -> "1 MB"."""
+    for unit, factor in (("MB", 1024 * 1024), ("KB", 1024)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor} {unit}"
+    return f"{size:,} bytes"
+
+
 def _validation_details(data) -> dict:
-    """webargs nests messages by location ({"json": {field: [...]}}); clients want fields."""
+    """webargs nests messages by location ({"json": {field: [...]}}); clients want fields, each with a
+    list of sentences (the documented shape): an item's messages are under ``field[index]``."""
     messages = (data or {}).get("messages") or {}
-    details = {}
+    details: dict[str, list] = {}
     for location_messages in messages.values():
         if isinstance(location_messages, dict):
-            details.update(location_messages)
+            for field, found in location_messages.items():
+                _flatten(str(field), found, details)
         else:
             details.setdefault("_schema", []).extend(location_messages)
     return details
+
+
+def _flatten(where: str, found, details: dict) -> None:
+    if isinstance(found, dict):
+        for key, inner in found.items():
+            _flatten(f"{where}[{key}]" if str(key).isdigit() else f"{where}.{key}", inner, details)
+    else:
+        details.setdefault(where, []).extend(str(m) for m in (found if isinstance(found, list) else [found]))
+
+
+UNKNOWN_FIELD = "Unknown field."  # marshmallow's message for a field no schema declares
+
+
+def query_error(details: dict) -> ApiError:
+    """400 naming the query parameters that are invalid or unknown (``details``: name -> messages)."""
+    names = sorted(details)
+    unknown = all(details[name] == [UNKNOWN_FIELD] for name in names)
+    plural = "s" if len(names) > 1 else ""
+    message = f"{'unknown' if unknown else 'invalid'} query parameter{plural}: {', '.join(names)}"
+    return ApiError(400, "invalid_request", message, details=details)
 
 
 def handle_api_error(exc: ApiError):
@@ -131,9 +161,12 @@ def handle_http_exception(exc: HTTPException):
     data = getattr(exc, "data", None)
     if exc.code in (400, 422) and data and "messages" in data:
         details = _validation_details(data)
-        fields = sorted(f for f in details if f != "_schema")
+        fields = sorted({f.split("[")[0].split(".")[0] for f in details if f != "_schema"})
+        if "query" in data["messages"]:
+            return handle_api_error(query_error(details))
         if fields:
-            message = f"the request body is invalid: {', '.join(fields)}"
+            where = "a query parameter is" if "query" in (data.get("messages") or {}) else "the request body is"
+            message = f"{where} invalid: {', '.join(fields)}"
         elif any("JSON" in m for m in details.get("_schema", [])):
             message = "the request body is not valid JSON"
         else:
@@ -142,6 +175,8 @@ def handle_http_exception(exc: HTTPException):
     if exc.code == 500:
         return handle_unexpected(getattr(exc, "original_exception", None) or exc)
     error, message = HTTP_CODES.get(exc.code, ("http_error", exc.description or exc.name))
+    if exc.code == 413 and current_app.config.get("MAX_CONTENT_LENGTH"):
+        message = f"the request body is larger than {size_words(current_app.config['MAX_CONTENT_LENGTH'])}"
     if exc.code == 400 and exc.description and "JSON" in exc.description:
         message = "the request body is not valid JSON"
     headers = {}

@@ -45,8 +45,10 @@ SCAN_COMPLETED = EventKind("scan.completed", "a scan completed: the body carries
 SCAN_FAILED = EventKind("scan.failed", "a scan failed: the body carries the failure's code and message",
                         "WebhookFailed", "failed", (*SCAN_FIELDS, "failed_at", "failure"))
 
-# D22: sent once, when the engine starts work; only to the endpoints that list it.
-SCAN_RUNNING = EventKind("scan.running", "the engine started work on a scan (sent only to endpoints that list it)",
+# D22: sent once, when the engine starts work; only to the endpoints that list it. D26: always before
+# the final event (``tracking.record_finals`` sends it first for a scan no look saw running).
+SCAN_RUNNING = EventKind("scan.running", "the engine started work on a scan (sent only to endpoints that list it; "
+                         "a scan that ends before it was seen running gets it just before its final event)",
                          "WebhookRunning", "running", (*SCAN_FIELDS, "created_at", "eta_seconds"))
 
 EVENTS: tuple[EventKind, ...] = (SCAN_COMPLETED, SCAN_FAILED, SCAN_RUNNING)

@@ -226,7 +226,52 @@ def _batch_looks(database):
     Scan._schema.create_indexes(safe=True)  # IF NOT EXISTS: the existing ones stay
 
 
+def _engine_deletions(database):
+    """EngineDeletion (D25): erased scans' investigations still to delete at the engine. Scans
+    erased before keep no engine id either: live ones' ids become rows to delete (test ones ran in
+    the service's sandbox, ``sbx_`` ids: nothing to delete)."""
+    database.execute_sql('CREATE TABLE IF NOT EXISTS "engine_deletion" ("id" VARCHAR(40) NOT NULL PRIMARY KEY, '
+                         '"engine_id" VARCHAR(2000) NOT NULL, "created_at" TIMESTAMP NOT NULL)')
+    database.execute_sql('INSERT INTO "engine_deletion" ("id", "engine_id", "created_at") '
+                         """SELECT 'edl_' || replace(gen_random_uuid()::text, '-', ''), "engine_id", """
+                         "now() AT TIME ZONE 'UTC' "
+                         'FROM "scan" WHERE "erased_at" IS NOT NULL AND "engine_id" IS NOT NULL AND "livemode"')
+    database.execute_sql('UPDATE "scan" SET "engine_id" = NULL '
+                         'WHERE "erased_at" IS NOT NULL AND "engine_id" IS NOT NULL')
+
+
+def _findings_keep_identity(database):
+    """The index that finds the feedback on a finding in any scan (D26), and the ``scan_id`` every
+    feedback in a stored result now names: feedback stored before names the scan it is in, the
+    only one it could be given on then. Plain JSON: no rule of today's code is used here."""
+    import json
+
+    database.execute_sql('CREATE INDEX IF NOT EXISTS "finding_feedback_finding_id" '
+                         'ON "finding_feedback" ("finding_id")')
+    p = database.param
+    after = ""
+    while True:  # in pages, by id: a large table is never held in memory whole
+        rows = database.execute_sql(
+            f'SELECT id, result_json FROM "scan" WHERE id > {p} AND result_json LIKE {p} ORDER BY id LIMIT 500',
+            (after, '%"verdict"%')).fetchall()
+        if not rows:
+            return
+        for scan_id, text in rows:
+            result = json.loads(text)
+            for finding in result.get("findings") or []:
+                feedback = finding.get("feedback") if isinstance(finding, dict) else None
+                if isinstance(feedback, dict) and "scan_id" not in feedback:
+                    feedback["scan_id"] = scan_id
+            database.execute_sql(f'UPDATE "scan" SET result_json = {p} WHERE id = {p}',
+                                 (json.dumps(result, separators=(",", ":")), scan_id))
+        after = rows[-1][0]
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
+# Version 3 is absent on purpose: it was never assigned (the history has migration 4, portal
+# sessions, appended right after 2), so no database records it. The gap is harmless, as
+# ``upgrade`` applies every version a database lacks, in this order; for the same reason 3 must
+# never be used now: a database at a later version would run it after everything it assumes.
 MIGRATIONS = [
     (1, "initial schema", _initial),
     (2, "quota counters, leaner scan indexes", _quota_counters),
@@ -244,6 +289,8 @@ MIGRATIONS = [
     (15, "webhook endpoints", _webhook_endpoints),
     (16, "read charges summed per minute", _summed_reads),
     (17, "batch looks at the engine", _batch_looks),
+    (19, "engine deletions of erased scans", _engine_deletions),
+    (20, "findings keep their identity: feedback by finding, its scan", _findings_keep_identity),
 ]
 
 

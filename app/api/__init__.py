@@ -18,7 +18,9 @@ from app import events
 from app.config import retry_schedule_words
 from app.portal.security import CSP as PORTAL_CSP
 from app.schemas.errors import ErrorSchema
+from app.schemas.scans import TARGET_PATTERNS
 from app.services import access, billing
+from app.services.purposes import PURPOSES
 
 STATIC = os.path.join(os.path.dirname(__file__), "static")
 DOCS_CSP = PORTAL_CSP.replace("script-src 'none'", "script-src 'self'")
@@ -46,8 +48,8 @@ Queue an investigation of an e-mail address, phone number or username and get a
 structured result by polling or by a signed webhook.
 
 Every endpoint needs `Authorization: Bearer service_live_...`. Every authenticated
-call answered 2xx, 400, 403 or 404 costs {call_price}; 401, 402, 409, 429, 5xx and
-idempotent replays cost nothing. Every authenticated answer carries
+call answered 2xx, 400, 403 or 404 costs {call_price}, except {free_403}; 401, 402,
+409, 429, 5xx and idempotent replays cost nothing. Every authenticated answer carries
 `X-Credits-Remaining`, `RateLimit-Policy` and `RateLimit`. Every error has the body
 `{"ok": false, "error", "message", "request_id"}`.
 
@@ -126,6 +128,7 @@ def register_api(app: Flask) -> Api:
                  .replace("{schemas}", " and ".join(f"`{kind.schema}`" for kind in events.EVENTS))
                  .replace("{thin_schemas}", " and ".join(f"`{kind.schema}Thin`" for kind in events.EVENTS))
                  .replace("{call_price}", billing.PRICE_WORDS["call"])
+                 .replace("{free_403}", billing.PRICE_WORDS["free_403"])
                  .replace("{scopes}", "\n".join(f"- `{scope}`: {words}." for scope, words
                                                  in access.SCOPE_WORDS.items()))
                  .replace("{timeout}", f'{app.config["WEBHOOK_TIMEOUT_SECONDS"]:g}')
@@ -224,16 +227,24 @@ def _shape_schemas(spec) -> None:
       invalid target is a ``rejected`` entry, not a 400 for the whole call);
     - a nullable nested object is a nullable reference, not an ``anyOf`` with an anonymous object
       (generators made a ``ResultPhoneProfileType1Type0`` class of it);
-    - the kind of a target is one ``Kind`` enum, referenced wherever it appears.
+    - the kind of a target is one ``Kind`` enum, referenced wherever it appears;
+    - a target given with a kind has that kind's form (``_KIND_AGREES``).
     """
     schemas = spec.components.schemas
     schemas["BulkCreate"]["properties"]["targets"]["items"] = {"$ref": REF.format("BulkTarget")}
+    for name in ("ScanCreate", "BulkTarget"):
+        schemas[name]["not"] = _KIND_DISAGREES
     spec.components.schema("Kind", {"type": "string", "enum": list(KINDS),
                                     "description": "What a target is: an e-mail address, a phone number or a "
                                                    "username."})
+    spec.components.schema("Purpose", {"type": "string", "enum": list(PURPOSES),
+                                       "description": "Why a person is looked up."})
     for schema in schemas.values():
         for name, prop in schema.get("properties", {}).items():
-            if name == "kind" and prop.get("enum") == list(KINDS):
+            if name == "purpose" and prop.get("enum") == list(PURPOSES):
+                # One Purpose enum, nullable beside its reference: null is accepted, as the service does.
+                schema["properties"][name] = _ref_to("Purpose", prop)
+            elif name == "kind" and prop.get("enum") == list(KINDS):
                 schema["properties"][name] = _ref_to("Kind", prop)
             elif _nullable_ref(prop):
                 schema["properties"][name] = _ref_to(prop["anyOf"][0]["$ref"].rsplit("/", 1)[-1],
@@ -243,6 +254,14 @@ def _shape_schemas(spec) -> None:
             for parameter in operation.get("parameters", []) if isinstance(operation, dict) else []:
                 if parameter.get("name") == "kind" and parameter.get("schema", {}).get("enum") == list(KINDS):
                     parameter["schema"] = {"$ref": REF.format("Kind")}
+
+
+# A body whose kind and target disagree (kind email with a phone number...): the service refuses it
+# (invalid_target), so the document does. Said with "not", which generated clients leave alone.
+_KIND_DISAGREES = {"anyOf": [
+    {"required": ["kind", "target"],
+     "properties": {"kind": {"enum": [kind]}, "target": {"not": {"pattern": f"^({pattern})$"}}}}
+    for kind, pattern in TARGET_PATTERNS.items()]}
 
 
 def _nullable_ref(prop: dict) -> bool:

@@ -38,5 +38,6 @@ class Account(MethodView):
         this call."""
         view = accounts.account_view(key, request_id=g.request_id, endpoint=hooks.ledger_notes()[200],
                                      entry=hooks.call_entry(key, 200))
-        return hooks.render(view.body, charged=hooks.Charged(view.balance, view.usage, view.limits),
+        return hooks.render(view.body, charged=hooks.Charged(view.balance, view.usage, view.limits,
+                                                               credits=view.credits),
                             recorded=view.recorded)

@@ -43,7 +43,8 @@ class ActivityList(MethodView):
     def get(self, key, **query):
         """Who did what with your account: one entry per call of your API keys (of the calling key's mode:
         a test key sees test calls) and per action in the portal, with its status, cost, address and request
-        id, newest first. `target` answers "who looked up this person": the creations of that target. Entries
+        id, newest first. `target` answers "who looked up this person": the creations of that target, however it was
+        written (letter case, a leading `@`, a phone number's spaces, dashes, dots or brackets). Entries
         are removed once older than the service's retention period (400 days unless agreed otherwise). Costs
         {price} per page."""
         return hooks.render(activity.list_entries(key.customer_id, livemode=key.livemode, **query))

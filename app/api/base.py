@@ -1,7 +1,9 @@
 """The Blueprint class of the JSON API: validation errors answer 400 (D2), not webargs' 422."""
 import inspect
 import json
+from typing import ClassVar
 
+import marshmallow as ma
 from flask_smorest import Blueprint
 from flask_smorest.arguments import ArgumentsMixin
 from webargs.flaskparser import is_json_request
@@ -15,6 +17,10 @@ NOT_JSON_MESSAGE = "the request body must be JSON, sent with Content-Type: appli
 
 class Parser(type(ArgumentsMixin.ARGUMENTS_PARSER)):
     DEFAULT_VALIDATION_STATUS = 400
+    # An unknown query parameter is a 400 naming it, as a mistyped one (`?limt=5`) would
+    # otherwise be ignored without a word (webargs excludes them by default).
+    DEFAULT_UNKNOWN_BY_LOCATION: ClassVar[dict] = {**type(ArgumentsMixin.ARGUMENTS_PARSER).DEFAULT_UNKNOWN_BY_LOCATION,
+                                   "query": ma.RAISE, "querystring": ma.RAISE}
 
     def _raw_load_json(self, req):
         if not is_json_request(req):

@@ -30,7 +30,7 @@ from app import rawjson
 from app.api.actions import action_for, check_named, route_of
 from app.api.auth import authenticate, bearer_token, client_address
 from app.db import CONNECTION_ERRORS
-from app.errors import from_service_error, handle_api_error, service_unavailable
+from app.errors import UNKNOWN_FIELD, from_service_error, handle_api_error, query_error, service_unavailable
 from app.models import ApiKey, utcnow
 from app.services import access, activity, billing, idempotency, quotas, reads
 from app.services.errors import Forbidden, InsufficientBalance, KeyRefused, NotFound, ServiceError
@@ -108,12 +108,27 @@ def api_call(view: Callable | None = None, *, scope: str | None = None) -> Calla
     return _api_call(view, None)
 
 
+def _takes_query(view: Callable) -> bool:
+    """Whether the view declares query parameters (flask-smorest's ``arguments(..., location="query")``)."""
+    parameters = getattr(view, "_apidoc", {}).get("arguments", {}).get("parameters", [])
+    return any(parameter.get("in") == "query" for parameter in parameters)
+
+
+def refuse_query() -> Response:
+    """A call with query parameters to a path that takes none: 400 naming them, as a query
+    schema names its unknown ones (charged like any 400)."""
+    raise query_error({name: [UNKNOWN_FIELD] for name in request.args})
+
+
 def _api_call(view: Callable, scope: str | None) -> Callable:
+    takes_query = _takes_query(view)
+
     @wraps(view)
     def call(self, *args, **kwargs):
         key = authenticate()
         _check_access(key, scope)
-        return _account(key, lambda: view(self, key, *args, **kwargs), idempotent=request.method == "POST")
+        run = refuse_query if request.args and not takes_query else lambda: view(self, key, *args, **kwargs)
+        return _account(key, run, idempotent=request.method == "POST")
     call.accounted = True  # type: ignore[attr-defined] # see check_accounted
     call.scope = scope  # type: ignore[attr-defined]
     return call
@@ -127,6 +142,10 @@ def served_read(serve: Callable, *, scope: str | None = None) -> Callable:
         @wraps(view)
         def call(self, **route):
             (object_id,) = route.values()
+            if request.args:  # refused before the read, after the key's checks, as on other paths
+                key = authenticate()
+                _check_access(key, scope)
+                return _account(key, refuse_query, idempotent=False)
             try:
                 read = serve(bearer_token(), object_id, g.request_id, ledger_notes(),
                              caller=reads.Caller(scope or "", client_address()), entry=_read_entry())

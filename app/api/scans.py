@@ -68,14 +68,15 @@ ERROR_EXAMPLES = {
     "unauthorized": (401, "the Authorization header must be 'Bearer <API key>'"),
     "invalid_token": (401, "the API key is unknown or revoked"),
     "key_expired": (401, "this API key has expired"),
-    "ip_not_allowed": (403, "this API key may not be used from your address"),
+    "ip_not_allowed": (403, "this API key may not be used from 198.51.100.7, the address this service sees "
+                              "for your call"),
     "insufficient_scope": (403, "this API key lacks the scope scans:write, which this call needs"),
     "insufficient_balance": (402, "the account balance is below 1 credit"),
     "forbidden": (403, "this scan belongs to another customer"),
     "bulk_not_allowed": (403, "bulk calls are available on the Business and Enterprise tiers"),
     "target_suppressed": (403, "the person this target belongs to has opted out of lookups"),
     "not_found": (404, "no scan with this id"),
-    "nothing_to_rerun": (409, "this scan has no source to re-run: it is not completed, or every source answered"),
+    "nothing_to_rerun": (409, "this scan has no source to re-run: every source answered"),
     "idempotency_conflict": (409, "this Idempotency-Key was used with a different request body"),
     "scan_in_flight": (409, "this scan is still in flight: erase it once it is completed or failed"),
     "rate_limit_inflight": (429, "too many scans in flight (10 of 10); retry when one finishes"),
@@ -222,7 +223,8 @@ WEBHOOK_RESULT_EXAMPLE = {
         {"id": "fnd_xkbJCSOE9oL-xMQk4e0X", "path": "profiles.verified[0]", "source_ids": ["github"],
          "feedback": None},
         {"id": "fnd_Tk4AfyWcO25EB_XyH-Ff", "path": "contacts.emails[0]", "source_ids": ["mailbox_verifier"],
-         "feedback": {"verdict": "confirmed", "note": "", "at": "2026-11-21T12:30:00Z"}},
+         "feedback": {"verdict": "confirmed", "note": "", "at": "2026-11-21T12:30:00Z",
+                      "scan_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"}},
         {"id": "fnd_75Ml5C0uCxYLlJdzJ7o9", "path": "breaches[0]", "source_ids": ["breach_index"],
          "feedback": None}]}
 
@@ -354,14 +356,17 @@ class ScanRerun(MethodView):
     @documented_errors(401, 402, 403, 404, 409, 429, 502, 503, overrides={
         403: "`forbidden` (another customer's scan), `target_suppressed` (the person opted out of lookups "
              "since; free of charge)",
-        409: "`nothing_to_rerun` (the scan is not completed, or every source answered; free of charge), "
+        409: "`nothing_to_rerun` (the scan is not completed, or every source answered, or it was erased: the "
+             "message says which; free of charge), "
              "`idempotency_conflict`"},
         codes={403: ("forbidden", "target_suppressed"), 409: ("nothing_to_rerun", "idempotency_conflict")})
     @blp.priced("scan")
     def post(self, key, scan_id):
         """Ask again the sources that could not answer for a completed scan (`result.partial`): a new scan
-        of the same target, with `rerun_of` naming this one, its own result and its own webhook event.
-        Limited and charged as a creation: costs {price}."""
+        of the same target, with `rerun_of` naming this one and its own webhook event. Its result is the
+        whole picture: this scan's items and sources, with the new answers of the sources asked again in
+        place of the failed ones, coverage and `partial` counted over all sources, and every finding under
+        its id here, listing every source that found it. Limited and charged as a creation: costs {price}."""
         return created(scans.create_rerun(key.customer, key.id, scan_id, request_id=g.request_id,
                                           livemode=key.livemode, entry=hooks.call_entry(key, 202)))
 

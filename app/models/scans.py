@@ -167,3 +167,7 @@ class FindingFeedback(BaseModel):
     source_ids = TextField(default="[]")
     api_key_id = CharField(max_length=40, null=True)  # who gave it: the key, or None from the portal
     created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        # The feedback on a finding in any scan (D26: it follows the finding to later scans).
+        indexes = ((("finding_id",), False),)

@@ -56,15 +56,18 @@ from app.services import (
     quotas,
     reads,
     targets,
+    time_bounds,
     two_factor,
     webhooks,
 )
 from app.services import portal_roles as roles
+from app.services import scans as scans_service
 from app.services import usage as usage_service
 from app.services.accounts import AccountError
 from app.services.crypto import decrypt_secret
-from app.services.errors import Forbidden, InvalidRequest, NotFound, ScanInFlight
+from app.services.errors import Conflict, Forbidden, InvalidRequest, NotFound, ScanInFlight, SecretChanged, ServiceError
 from app.services.limits import limits_for
+from app.services.paging import Page
 
 bp = Blueprint("portal", __name__, url_prefix="/app", template_folder="templates", static_folder="static")
 bp.after_request(security.add_security_headers)
@@ -73,21 +76,28 @@ bp.after_request(audit.record_action)  # every portal action is an activity log 
 
 @bp.context_processor
 def inject_logout_form():
-    return {"logout_form": ActionForm(), "can": security.can, "perm": roles}
+    return {"logout_form": ActionForm(), "can": security.can, "may": security.may, "perm": roles}
 
 STATUSES = webhooks.STATUSES
 EVENTS = events.DELIVERY_EVENTS
 
 
 def _moment(value) -> datetime | None:
-    """A datetime from a model field or a D6 ISO string (the services' dicts carry those)."""
+    """A naive UTC datetime from a model field or an ISO string (the services' dicts and the
+    engine's results carry those); text that is no time is None."""
     if isinstance(value, str):
-        return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ")
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        value = value.astimezone(UTC).replace(tzinfo=None)
     return value
 
 
 @bp.app_template_filter("utc")
 def utc(value) -> str:
+    """Every time the portal shows, in one format."""
     moment = _moment(value)
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "never"
 
@@ -120,14 +130,31 @@ def safe_href(value) -> str | None:
     return value.strip() if parts.scheme in ("http", "https") and parts.netloc else None
 
 
-def _page_arg() -> int:
-    page = request.args.get("page", "1")
+def _page_arg(source=None) -> int:
+    page = (source or request.args).get("page", "1")
     return int(page) if page.isdigit() and 0 < int(page) < 100000 else 1
 
 
-def _choice(name: str, allowed) -> str | None:
-    value = request.args.get(name)
+def _choice(name: str, allowed, source=None) -> str | None:
+    value = (source or request.args).get(name)
     return value if value in allowed else None
+
+
+def _filter_source():
+    """Where a list's filters come from: a search posts them, so that a target never travels in
+    an address (kept by server logs, browser history and Referer headers); links without one use the
+    query string."""
+    return request.form if request.method == "POST" else request.args
+
+
+def _target_filter(name: str, label: str, limit: int, errors: list[str]) -> str:
+    """A filter that holds a target (or part of one), taken only from a posted form: one in the
+    address is refused with a page that says to use the form (it is not applied)."""
+    value = (_filter_source().get(name) or "").strip()[:limit]
+    if value and request.method != "POST":
+        errors.append(f"{label}: search with the form (a target is not taken from the address)")
+        return ""
+    return value
 
 
 @bp.get("/")
@@ -216,7 +243,7 @@ def _key_page(key: ApiKey, *, form: WebhookForm | None = None, revealed: str | N
     if access_form is None:
         access_form = AccessForm(formdata=None, scopes=list(key.scopes),
                                  expires_on=key.expires_at.date() if key.expires_at else None,
-                                 allowed_ips="\n".join(key.allowed_ips or ()))
+                                 allowed_ips=access.allowlist_text(key.allowed_ips))
     _scope_choices(access_form, key)
     html = render_template("portal/key.html", key=key, form=form, action=ActionForm(), deliveries=deliveries,
                            status=status, event=event, endpoint=endpoint, statuses=STATUSES, events=EVENTS,
@@ -259,7 +286,7 @@ def add_endpoint(key_id):
     created = _run(key.id, lambda: endpoints.create(
         key, url=form.url.data, events=form.events.data, payload=form.payload.data,
         description=form.description.data or ""), "Endpoint added. Copy its signing secret to your receiver.",
-        refused=InvalidRequest)
+        refused=(InvalidRequest, Conflict))
     if created is None:
         return _key_page(key, endpoint_form=form, code=400)
     return _key_page(_owned_key_or_404(key.id), revealed=created[1])
@@ -308,7 +335,7 @@ def roll_endpoint_secret(key_id, endpoint_id):
     rolled = _run(key.id, lambda: endpoints.roll_secret(key, endpoint_id, overlap_hours=hours),
                   "The endpoint's next signing secret is ready. Install it in its receiver before the "
                   "overlap ends." if hours else "A new signing secret is in force for the endpoint.",
-                  refused=InvalidRequest)
+                  refused=(InvalidRequest, SecretChanged))
     if rolled:
         return _key_page(_owned_key_or_404(key.id), revealed=rolled.secret)
     return _back(key.id)
@@ -320,7 +347,8 @@ def switch_endpoint_secret(key_id, endpoint_id):
     key = _owned_key_or_404(key_id)
     if ActionForm().validate_on_submit():
         _run(key.id, lambda: endpoints.switch_secret(key, endpoint_id),
-             "The endpoint's next signing secret is now its only one.", refused=InvalidRequest)
+             "The endpoint's next signing secret is now its only one.",
+             refused=(InvalidRequest, SecretChanged))
     return _back(key.id)
 
 
@@ -337,7 +365,8 @@ def _back(key_id, **args):
     return redirect(url_for("portal.key_page", key_id=key_id, **args))
 
 
-def _run(key_id, action, success: str, *, refused: type[Exception] = AccountError):
+def _run(key_id, action, success: str, *,
+         refused: type[Exception] | tuple[type[Exception], ...] = AccountError):
     """Run a service action for the key's owner and flash its outcome: an unknown object is a 404,
     a ``refused`` input (the endpoints service raises ``InvalidRequest``) a flashed error."""
     try:
@@ -391,7 +420,7 @@ def save_access(key_id):
     try:
         access.narrow_access(key.id, g.portal_customer.id, scopes=form.scopes.data or [],
                              expires_at=access.expiry_on(form.expires_on.data, key.expires_at),
-                             allowed_ips=form.allowed_ips.data or None)
+                             allowed_ips=form.allowed_ips.data or "")
     except LookupError:
         abort(404)
     except AccountError as exc:
@@ -479,19 +508,25 @@ def redeliver(key_id, delivery_id):
 
 # --- scans and batches ------------------------------------------------------------------
 
-@bp.get("/scans")
+@bp.route("/scans", methods=["GET", "POST"])
 @security.requires(roles.READ)
 def scans():
     customer_id = g.portal_customer.id
     keys = accounts.customer_keys(customer_id)
-    filters = {"status": _choice("status", reads.STATUSES), "kind": _choice("kind", targets.KINDS),
-               "key": _choice("key", {k.id for k in keys}),
-               "bulk": (request.args.get("bulk") or "").strip()[:60] or None,
-               "q": (request.args.get("q") or "").strip()[:reads.MAX_SEARCH] or None}
-    listing = reads.portal_scans(customer_id, status=filters["status"], kind=filters["kind"], key_id=filters["key"],
-                                 bulk_id=filters["bulk"], search=filters["q"], page=_page_arg())
-    return render_template("portal/scans.html", scans=listing, filters=filters, keys=keys,
-                           statuses=reads.STATUSES, kinds=targets.KINDS)
+    source, errors = _filter_source(), []
+    filters = {"status": _choice("status", reads.STATUSES, source), "kind": _choice("kind", targets.KINDS, source),
+               "key": _choice("key", {k.id for k in keys}, source),
+               "bulk": (source.get("bulk") or "").strip()[:60] or None,
+               "q": _target_filter("q", "Target contains", reads.MAX_SEARCH, errors) or None}
+    listing = Page([], 0, 1, 25)  # a refused filter is not applied: nothing is listed
+    if not errors:
+        listing = reads.portal_scans(customer_id, status=filters["status"], kind=filters["kind"],
+                                     key_id=filters["key"], bulk_id=filters["bulk"], search=filters["q"],
+                                     page=_page_arg(source))
+    for error in errors:
+        flash(f"Scan filter: {error}", "error")
+    return render_template("portal/scans.html", scans=listing, filters=filters, keys=keys, refused=bool(errors),
+                           statuses=reads.STATUSES, kinds=targets.KINDS), 400 if errors else 200
 
 
 @bp.get("/scans/<scan_id>")
@@ -513,11 +548,28 @@ SOURCE_BADGES = {"found": "ok", "not_found": "", "skipped": "", "error": "failed
 
 
 def _explained(result: dict | None) -> dict:
-    """The result's findings by path and sources by id, for the scan page's tables and links."""
+    """The result's findings by path and by id, their labels, and sources by id, for the scan
+    page's tables and links."""
     if not result:
-        return {"by_path": {}, "sources": {}, "badges": SOURCE_BADGES}
-    return {"by_path": {f["path"]: f for f in result.get("findings") or []},
-            "sources": {s["id"]: s for s in result.get("sources") or []}, "badges": SOURCE_BADGES}
+        return {"by_path": {}, "by_id": {}, "labels": {}, "sources": {}, "badges": SOURCE_BADGES}
+    found = result.get("findings") or []
+    return {"by_path": {f["path"]: f for f in found}, "by_id": {f["id"]: f for f in found},
+            "labels": _finding_labels(result), "sources": {s["id"]: s for s in result.get("sources") or []},
+            "badges": SOURCE_BADGES}
+
+
+def _finding_labels(result: dict) -> dict[str, str]:
+    """What a person calls each finding ("Breach: LinkedIn (2012-05)"), by its path in the result."""
+    labels = {}
+    for group, word in (("verified", "Verified profile"), ("weak", "Weak profile")):
+        for index, p in enumerate((result.get("profiles") or {}).get(group) or []):
+            labels[f"profiles.{group}[{index}]"] = f"{word}: {p.get('platform')} {p.get('handle') or ''}".strip()
+    for name, word in (("emails", "E-mail address"), ("phones", "Phone number")):
+        for index, value in enumerate((result.get("contacts") or {}).get(name) or []):
+            labels[f"contacts.{name}[{index}]"] = f"{word}: {value}"
+    for index, b in enumerate(result.get("breaches") or []):
+        labels[f"breaches[{index}]"] = f"Breach: {b.get('name')}" + (f" ({b['date']})" if b.get("date") else "")
+    return labels
 
 
 @bp.post("/scans/<scan_id>/findings/<finding_id>/feedback")
@@ -537,6 +589,25 @@ def finding_feedback(scan_id, finding_id):
             flash("Thank you: the finding is marked " + ("not this person." if verdict == "false_positive"
                                                          else "confirmed."), "ok")
     return redirect(url_for("portal.scan_page", scan_id=scan_id, _anchor=finding_id))
+
+
+@bp.post("/scans/<scan_id>/rerun")
+@security.requires(roles.SCANS)
+def rerun_scan(scan_id):
+    """The re-run button of a partial scan: the API's re-run, with the key that made the scan."""
+    if not ActionForm().validate_on_submit():
+        flash("The form expired: try again.", "error")
+        return redirect(url_for("portal.scan_page", scan_id=scan_id))
+    try:
+        outcome = scans_service.portal_rerun(g.portal_customer, scan_id, request_id=g.get("request_id"))
+    except NotFound:
+        abort(404)
+    except ServiceError as exc:
+        flash(f"Re-run refused: {exc.message}", "error")
+        return redirect(url_for("portal.scan_page", scan_id=scan_id))
+    audit.note_outcome(outcome.subject, credits=outcome.cost, livemode=outcome.body["livemode"])
+    flash("Re-run queued: it asks again the sources that could not answer. This is its page.", "ok")
+    return redirect(url_for("portal.scan_page", scan_id=outcome.body["scan_id"]))
 
 
 @bp.post("/scans/<scan_id>/erase")
@@ -670,24 +741,26 @@ ACTION_ARG = re.compile(r"^[a-z_]+\.[a-z_]+$")
 
 
 def _moment_arg(name: str, errors: list[str]) -> datetime | None:
-    """A time filter (``YYYY-MM-DD`` or ``YYYY-MM-DDTHH:MM[:SS]``, UTC), as the page's inputs send it."""
-    raw = (request.args.get(name) or "").strip()
+    """A time filter as the page's inputs send it (``YYYY-MM-DDTHH:MM``, UTC), under the API's
+    rule (``time_bounds``): one it refuses is a form error, never a query."""
+    raw = (_filter_source().get(name) or "").strip()
     if not raw:
         return None
     try:
-        moment = datetime.fromisoformat(raw[:32])
-    except ValueError:
-        errors.append(f"{name.replace('_', ' ')}: not a date and time (YYYY-MM-DD HH:MM)")
+        return time_bounds.parse(raw)
+    except time_bounds.InvalidTime as exc:
+        errors.append(f"{name.replace('_', ' ')}: {exc}")
         return None
-    return moment.replace(tzinfo=None) if moment.tzinfo is None else moment.astimezone(UTC).replace(tzinfo=None)
 
 
 def _activity_filters() -> tuple[dict, dict, list[str]]:
     """The activity page's filters as typed (for the form and links) and as the service takes
     them, with the errors of those that are not valid (such a filter is not applied)."""
     errors: list[str] = []
-    shown = {name: (request.args.get(name) or "").strip()[:1000]
-             for name in ("action", "key", "resource", "target", "created_after", "created_before", "mode")}
+    source = _filter_source()
+    shown = {name: (source.get(name) or "").strip()[:1000]
+             for name in ("action", "key", "resource", "created_after", "created_before", "mode")}
+    shown["target"] = _target_filter("target", "target", 1000, errors)
     query: dict = {"livemode": ACTIVITY_MODES.get(shown["mode"])}
     for name, column, rule in (("action", "action", ACTION_ARG), ("key", "key_id", ID_ARG),
                                ("resource", "resource_id", ID_ARG)):
@@ -702,11 +775,11 @@ def _activity_filters() -> tuple[dict, dict, list[str]]:
     return shown, query, errors
 
 
-@bp.get("/activity")
+@bp.route("/activity", methods=["GET", "POST"])
 @security.requires(roles.READ)
 def activity_log():
     shown, query, errors = _activity_filters()
-    cursor = request.args.get("after")
+    cursor = _filter_source().get("after")
     code = 400 if errors else 200
     page = {"entries": [], "next": None}
     if not errors:
@@ -717,12 +790,15 @@ def activity_log():
             errors, code = [str(exc)], 400
     for error in errors:
         flash(f"Activity filter: {error}", "error")
-    return render_template("portal/activity.html", page=page, filters=shown, keys=accounts.customer_keys(
-        g.portal_customer.id), actions=sorted(set(audit.ACTIONS.values()) | set(api_actions.ACTIONS.values())),
-        modes=ACTIVITY_MODES, export_args={k: v for k, v in shown.items() if v}), code
+    keys = accounts.customer_keys(g.portal_customer.id)
+    return render_template("portal/activity.html", page=page, filters=shown, keys=keys,
+                           key_names={k.id: k.name or k.display for k in keys},
+                           actions=sorted(set(audit.ACTIONS.values()) | set(api_actions.ACTIONS.values())),
+                           modes=ACTIVITY_MODES, export_args={k: v for k, v in shown.items() if v},
+                           cursor=cursor), code
 
 
-@bp.get("/activity.csv")
+@bp.route("/activity.csv", methods=["GET", "POST"])
 @security.requires(roles.READ)
 def activity_csv():
     shown, query, errors = _activity_filters()
@@ -734,7 +810,8 @@ def activity_csv():
     if errors:
         for error in errors:
             flash(f"Activity export: {error}", "error")
-        return redirect(url_for("portal.activity_log", **{k: v for k, v in shown.items() if v}))
+        # Back to the page with the other filters: a target never goes into an address.
+        return redirect(url_for("portal.activity_log", **{k: v for k, v in shown.items() if v and k != "target"}))
 
     def rows():
         buffer = io.StringIO()
@@ -907,7 +984,7 @@ def invite_user():
     except AccountError as exc:
         flash(str(exc), "error")
         return _users_page(invite=form, code=400)
-    flash("User added. Give them the link below: it is shown only now.", "ok")
+    flash(f"{user.email} is invited. Send them the link below: it is shown only now.", "ok")
     return _users_page(link=_link_url(token), link_user=user)
 
 

@@ -1,8 +1,8 @@
 """Query and response schemas of the activity log (``GET /api/v1/activity``)."""
 import marshmallow as ma
-from marshmallow import EXCLUDE, fields, validate
+from marshmallow import RAISE, fields, validate
 
-from app.schemas.scans import UtcDateTime
+from app.schemas.scans import TARGET_DOC, UtcDateTime
 
 TIME_DOC = {"format": "date-time", "example": "2026-11-21T12:00:00Z"}
 ID_RULES = [validate.Length(min=1, max=64), validate.Regexp(r"^[A-Za-z0-9_-]+$")]
@@ -10,7 +10,7 @@ ID_RULES = [validate.Length(min=1, max=64), validate.Regexp(r"^[A-Za-z0-9_-]+$")
 
 class ActivityListQuerySchema(ma.Schema):
     class Meta:
-        unknown = EXCLUDE
+        unknown = RAISE  # an unknown query parameter is a 400 naming it
 
     action = fields.String(validate=[validate.Length(min=1, max=64), validate.Regexp(r"^[a-z_]+\.[a-z_]+$")],
                            metadata={"pattern": "^[a-z_]+\\.[a-z_]+$",
@@ -31,6 +31,7 @@ class ActivityListQuerySchema(ma.Schema):
         "description": "Only entries before this time (ISO 8601; UTC when no offset is given).",
         "example": "2026-11-22T00:00:00Z"})
     target = fields.String(validate=validate.Length(min=1, max=1000), metadata={
+        **{k: TARGET_DOC[k] for k in ("minLength", "maxLength", "pattern")},
         "description": "Only the creations that looked up this target (a single scan, or a bulk call that queued "
                        "it). Written as in a creation: it is checked and normalised the same way (an invalid one "
                        "is a 400 with the creation's error code), so `Jane@Example.COM` finds the scans of "

@@ -1,6 +1,6 @@
 """Query and response schemas of the webhook delivery endpoints (D17)."""
 import marshmallow as ma
-from marshmallow import EXCLUDE, fields, validate
+from marshmallow import RAISE, fields, validate
 
 from app import events
 from app.services.webhooks import STATUSES
@@ -12,7 +12,7 @@ BODY_EXAMPLE = ('{"event":"scan.completed","scan_id":"scn_3kT9wQ0vXl2mYp7aRz1b4Q
 
 class DeliveryListArgs(ma.Schema):
     class Meta:
-        unknown = EXCLUDE
+        unknown = RAISE  # an unknown query parameter is a 400 naming it
 
     status = fields.String(validate=validate.OneOf(STATUSES), metadata={
         "description": "Only deliveries in this state."})

@@ -1,18 +1,22 @@
 """Request and response schemas of the scan endpoints (§2, §4; D5-D7).
 
-Request schemas check only the body's shape (types, required fields): the semantic
-checks (``target_too_short``, ``invalid_kind``, ``invalid_target``) run afterwards in
-``services.targets`` in the order D2 fixes. Unknown fields are ignored.
+Request schemas check only the body's shape (types, required fields) and refuse unknown fields:
+the semantic checks (``target_too_short``, ``invalid_kind``, ``invalid_target``) run afterwards in
+``services.targets`` in the order D2 fixes. The document says those checks too (``TARGET_DOC``'s
+pattern, ``app.api._shape_schemas``), so that a request it calls valid is one the service takes.
 """
 import copy
 from datetime import UTC
 from typing import ClassVar
 
 import marshmallow as ma
-from marshmallow import EXCLUDE, fields
+from marshmallow import RAISE, fields
 
 from app import events
-from app.services.purposes import CASE_REF_MAX, PURPOSES
+from app.services import time_bounds
+from app.services.limits import MAX_BULK_TARGETS
+from app.services.purposes import CASE_REF_MAX, CASE_REF_PATTERN, PURPOSES
+from app.services.targets import MAX_LENGTH, MIN_LENGTH
 
 KIND_DOC = {"description": "email, phone or username. When absent it is inferred from the target: a leading "
                           "`@` marks a username (`@janedoe`), any other `@` an e-mail address, `+` followed by "
@@ -21,10 +25,27 @@ KIND_DOC = {"description": "email, phone or username. When absent it is inferred
             "enum": ["email", "phone", "username"], "example": "email"}
 
 
+# The forms of target the service takes (services.targets), as one pattern: an e-mail address (the
+# common ASCII form; e-mail-validator takes more), an E.164 phone number, a username (a leading @
+# allowed). Which form goes with which `kind` is said by app.api._shape_schemas.
+EMAIL_PATTERN = (r"[A-Za-z0-9_+-]{1,32}(\.[A-Za-z0-9_+-]{1,15}){0,2}@"
+                 r"([A-Za-z0-9]{1,16}(-[A-Za-z0-9]{1,16})?\.){1,3}"
+                 r"(?!(local|localhost|onion|arpa|invalid)$)[A-Za-z]{2,12}")
+PHONE_PATTERN = r"\+[1-9][0-9]{6,14}"
+USERNAME_PATTERN = r"@?[A-Za-z0-9._-]{3,64}"
+TARGET_PATTERNS = {"email": EMAIL_PATTERN, "phone": PHONE_PATTERN, "username": USERNAME_PATTERN}
+TARGET_DOC = {
+    "description": "E-mail address, E.164 phone number or username (a leading `@` allowed); "
+                   f"{MIN_LENGTH} to {MAX_LENGTH} characters.",
+    "minLength": MIN_LENGTH, "maxLength": MAX_LENGTH,
+    "pattern": "^(" + "|".join(f"({p})" for p in TARGET_PATTERNS.values()) + ")$",
+    "example": "jane.doe@example.com"}
 PURPOSE_DOC = {"description": "Why you look this person up. Required when your account asks for it "
-                              "(`purpose_required`).", "enum": list(PURPOSES), "example": "fraud_prevention"}
+                              "(`purpose_required`); null or absent: none.",
+               "enum": list(PURPOSES), "example": "fraud_prevention"}
 CASE_REF_DOC = {"description": f"Your own reference for the case (1 to {CASE_REF_MAX} printable characters), "
                                "shown with the scan everywhere.", "example": "CASE-2026-0042"}
+CASE_REF_REQUEST_DOC = {**CASE_REF_DOC, "minLength": 1, "maxLength": CASE_REF_MAX, "pattern": CASE_REF_PATTERN}
 # Read back as a plain nullable string (no enum): generated clients make odd types of a nullable enum.
 READ_PURPOSE_DOC = {"description": "The purpose given at creation (" + ", ".join(PURPOSES) + "), or null.",
                     "example": "fraud_prevention"}
@@ -39,19 +60,18 @@ ERASED_AT_DOC = {"format": "date-time", "example": "2026-11-21T09:30:00Z",
 
 class ScanCreateSchema(ma.Schema):
     class Meta:
-        unknown = EXCLUDE
+        unknown = RAISE
 
-    target = fields.String(required=True, metadata={
-        "description": "E-mail address, E.164 phone number or username; at least 3 characters after trimming.",
-        "example": "jane.doe@example.com"})
+    target = fields.String(required=True, metadata=TARGET_DOC)
     kind = fields.String(allow_none=True, metadata=KIND_DOC)
     # Raw: checked by the service, so that a wrong value is its own code (invalid_purpose).
     purpose = fields.Raw(allow_none=True, metadata={**PURPOSE_DOC, "type": "string"})
-    case_ref = fields.Raw(allow_none=True, metadata={**CASE_REF_DOC, "type": "string"})
+    case_ref = fields.Raw(allow_none=True, metadata={**CASE_REF_REQUEST_DOC, "type": "string"})
 
 
 class BulkTargetSchema(ma.Schema):
-    """One bulk target; documented only: each item is checked on its own, so a bad one is rejected, not fatal."""
+    """One bulk target; documented only: each item is checked on its own (``services.bulk``, which
+    refuses unknown fields in it too), so a bad one is rejected, not fatal."""
 
     target = ScanCreateSchema._declared_fields["target"]
     kind = ScanCreateSchema._declared_fields["kind"]
@@ -59,22 +79,27 @@ class BulkTargetSchema(ma.Schema):
 
 class BulkCreateSchema(ma.Schema):
     class Meta:
-        unknown = EXCLUDE
+        unknown = RAISE
 
     # allow_none: a null item is one more item that is not an object, rejected on its own (D7).
     targets = fields.List(fields.Raw(allow_none=True), required=True, metadata={
-        "description": "1 to 100 targets, each {target, kind}. Invalid ones are listed in `rejected`.",
+        "description": f"1 to {MAX_BULK_TARGETS} targets, each {{target, kind}}. Invalid ones are listed in "
+                       "`rejected`.", "minItems": 1, "maxItems": MAX_BULK_TARGETS,
         "items": {"$ref": "#/components/schemas/BulkTarget"},
         "example": [{"target": "jane.doe@example.com", "kind": "email"}, {"target": "+447700900123"},
                     {"target": "@janedoe", "kind": "username"}]})
     purpose = fields.Raw(allow_none=True, metadata={**PURPOSE_DOC, "type": "string",
-                                                    "description": "Why you look these people up (every target)."})
-    case_ref = fields.Raw(allow_none=True, metadata={**CASE_REF_DOC, "type": "string"})
+                                                    "description": "Why you look these people up (every target); "
+                                                                   "null or absent: none."})
+    case_ref = fields.Raw(allow_none=True, metadata={**CASE_REF_REQUEST_DOC, "type": "string"})
 
 
 # --- result (D6) ------------------------------------------------------------------
 
-FINDING_ID_DOC = {"description": "A finding's id: the same on every read of the scan.",
+FINDING_ID_DOC = {"description": "A finding's id. It names what the item is, not where it stands: the same "
+                                 "profile, e-mail address, phone number or breach has the same id on every "
+                                 "read of the scan and in every later scan of the same target by your "
+                                 "account, wherever it appears in the lists. Another account's ids differ.",
                   "example": "fnd_75Ml5C0uCxYLlJdzJ7o9"}
 
 
@@ -176,6 +201,10 @@ class FeedbackSchema(ma.Schema):
     note = fields.String(required=True, metadata={"example": "Another person with the same name."})
     at = fields.String(required=True, allow_none=True, metadata={"format": "date-time",
                                                                  "example": "2026-11-21T12:30:00Z"})
+    scan_id = fields.String(required=True, metadata={
+        "description": "The scan the feedback was given on: this scan, or an earlier scan of the same target "
+                       "(feedback follows the finding to your later scans of the target in the same mode).",
+        "example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
 
 
 class FindingSchema(ma.Schema):
@@ -187,7 +216,8 @@ class FindingSchema(ma.Schema):
     source_ids = fields.List(fields.String(), required=True, metadata={
         "description": "The sources that found it (`sources[].id`).", "example": ["breach_index"]})
     feedback = fields.Nested(FeedbackSchema, required=True, allow_none=True, metadata={
-        "description": "Your latest feedback on this finding, or null."})
+        "description": "Your latest feedback on this finding, given on this scan or on an earlier scan of the "
+                       "same target, or null."})
 
 
 class ResultSchema(ma.Schema):
@@ -229,7 +259,8 @@ STATUS_DOC = {"enum": ["queued", "running", "completed", "failed"]}
 TIME_DOC = {"format": "date-time", "example": "2026-11-21T12:00:00Z"}
 
 
-RERUN_OF_DOC = {"description": "Only for a re-run: the scan whose failed sources it asks again.",
+RERUN_OF_DOC = {"description": "Only for a re-run: the scan whose failed sources it asks again (its result is "
+                               "that scan's, completed with the new answers).",
                 "example": "scn_8aP2vR5nQx0wLk3mYt7c1d"}
 
 
@@ -337,7 +368,7 @@ class BulkStateSchema(ma.Schema):
 
 class FeedbackCreateSchema(ma.Schema):
     class Meta:
-        unknown = EXCLUDE
+        unknown = RAISE
 
     # Raw: checked by the service, so that every problem is named in one 400 with details.
     verdict = fields.Raw(required=True, metadata={"type": "string", "enum": ["false_positive", "confirmed"],
@@ -379,28 +410,26 @@ class BulkErasedSchema(ma.Schema):
 # --- the scans list -----------------------------------------------------------------
 
 class UtcDateTime(fields.AwareDateTime):
-    """An ISO 8601 time (UTC when no offset is given), loaded as the naive UTC the columns hold.
+    """A list's time bound, loaded as the naive UTC the columns hold: ``services.time_bounds``
+    holds the rule (ISO 8601, UTC without an offset, 1970 to 9999), which the portal shares."""
 
-    A time at the very edge of the calendar with an offset (``0001-01-01T00:00:00+01:00``) has no
-    UTC equivalent: that is the client's bad input (400), not an overflow inside the service.
-    """
-
-    default_error_messages: ClassVar[dict[str, str]] = {"out_of_range": "Not a time that can be expressed in UTC."}
+    default_error_messages: ClassVar[dict[str, str]] = {"invalid": time_bounds.NOT_A_TIME}
 
     def __init__(self, **kwargs):
         super().__init__(default_timezone=UTC, **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs):
-        moment = super()._deserialize(value, attr, data, **kwargs)
+        if not isinstance(value, str):
+            raise self.make_error("invalid")
         try:
-            return moment.astimezone(UTC).replace(tzinfo=None)
-        except OverflowError:
-            raise self.make_error("out_of_range") from None
+            return time_bounds.parse(value)
+        except time_bounds.InvalidTime as exc:
+            raise ma.ValidationError(str(exc)) from None
 
 
 class ScanListQuerySchema(ma.Schema):
     class Meta:
-        unknown = EXCLUDE
+        unknown = RAISE  # an unknown query parameter is a 400 naming it
 
     status = fields.String(validate=ma.validate.OneOf(["queued", "running", "completed", "failed"]),
                            metadata={"description": "Only scans in this state.", "example": "completed"})

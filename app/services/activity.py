@@ -2,9 +2,9 @@
 
 Every authenticated API call (``app.api.hooks``) and every portal action (the portal's
 after-request hook) is one entry, written with one INSERT once its answer is decided. A
-creation's targets are kept only as keyed hashes (``crypto.target_hash`` of the
-normalised target), so the log names nobody, yet "who looked up this target" is one
-indexed query: the filter ``target`` is normalised and hashed as a creation would be.
+creation's targets are kept only as keyed hashes (``targets.canonical_hash``: one per
+target however it was spelt, D25), so the log names nobody, yet "who looked up this target"
+is one indexed query: the filter ``target`` is hashed the same way.
 
 Entries are kept ``ACTIVITY_RETENTION_DAYS``. The table is partitioned by day
 (``app.models.activity``): ``prepare_partitions`` makes the coming days' partitions and
@@ -24,7 +24,7 @@ from app.db import transaction
 from app.models import iso, new_id, utcnow
 from app.services import crypto
 from app.services.errors import InvalidRequest
-from app.services.targets import normalize_or_refuse
+from app.services.targets import canonical_hash, identify_or_refuse
 from app.store import activity as store
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ PARTITION_DAYS_AHEAD = 7  # partitions made ahead of need: a week without a swee
 # How long a partition change waits for a table lock before it gives up until the next sweep: a
 # DROP waiting for the parent's lock holds up the inserts queued behind it, so not long.
 LOCK_TIMEOUT_MS = 1000
-FIELD_LIMITS = {"resource_id": 64, "client_address": 64, "request_id": 64, "action": 64, "user_email": 320}
+FIELD_LIMITS = {"resource_id": 64, "client_address": 64, "request_id": 128, "action": 64, "user_email": 320}
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,8 @@ class Subject:
 
 
 def hashes_of(targets: Iterable[tuple[str, str]]) -> tuple[str, ...]:
-    """The keyed hashes of normalised ``(kind, target)`` pairs, in order, without repeats."""
-    return tuple(dict.fromkeys(crypto.target_hash(kind, target) for kind, target in targets))
+    """The keyed hashes of the canonical forms of ``(kind, target)`` pairs, in order, without repeats."""
+    return tuple(dict.fromkeys(canonical_hash(kind, target) for kind, target in targets))
 
 
 def _clip(name: str, value):
@@ -210,13 +210,14 @@ def restate(recorded: Recorded, status: int) -> None:
 # --- reading ---------------------------------------------------------------------------------
 
 def target_filter(target: str | None) -> list[str] | None:
-    """The hashes the ``target`` filter looks for: the target normalised as a creation without
-    ``kind`` would (the kind a valid target has is the one inferred from it), then hashed; an
-    invalid target is refused as a creation refuses it."""
+    """The hashes the ``target`` filter looks for: the target's kind inferred as a creation
+    without ``kind`` would (a phone number may be written with dots too), then the hash of its
+    canonical form, which entries keep, and of the form a creation normalises it to, which
+    entries kept before canonical forms; an invalid target is refused as a creation refuses it."""
     if target is None:
         return None
-    kind, normalized = normalize_or_refuse(target, None, field="target")
-    return [crypto.target_hash(kind, normalized)]
+    kind, normalized = identify_or_refuse(target, None, field="target")
+    return list(dict.fromkeys([canonical_hash(kind, normalized), crypto.target_hash(kind, normalized)]))
 
 
 def _entry(row) -> dict:

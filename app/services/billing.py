@@ -78,6 +78,8 @@ PRICE_WORDS = {
     "call": credits(CALL_PRICE),
     "scan": credits(SCAN_PRICE),
     "bulk": f"{credits(SCAN_PRICE)} per queued scan, {credits(CALL_PRICE)} if none",
+    # The 403s that cost nothing: the key's own refusals (hooks, D21) and the opt-out (FREE_REFUSALS).
+    "free_403": "a 403 `insufficient_scope`, `ip_not_allowed` or `target_suppressed`",
 }
 
 

@@ -7,6 +7,8 @@ from app.services.errors import Forbidden, InvalidRequest
 from app.services.limits import BULK_TIERS, MAX_BULK_TARGETS
 from app.services.targets import TargetError, normalize
 
+ITEM_FIELDS = {"target", "kind"}
+
 
 def check_call(tier: str, targets: list) -> None:
     """Refuse a bulk call as a whole: no targets, too many, or a tier without bulk calls."""
@@ -42,6 +44,10 @@ def _bulk_item(index, item):
     if not isinstance(raw_target, str) or (raw_kind is not None and not isinstance(raw_kind, str)):
         return None, {"index": index, "target": shown_target, "kind": shown_kind, "error": "invalid_request",
                       "message": "target must be a string and kind, when given, a string"}
+    unknown = sorted(set(item) - ITEM_FIELDS)
+    if unknown:  # as a single scan's unknown fields are refused (D25)
+        return None, {"index": index, "target": shown_target, "kind": shown_kind, "error": "invalid_request",
+                      "message": f"unknown field in a target: {', '.join(unknown)[:200]}"}
     try:
         return normalize(raw_target, raw_kind), None
     except TargetError as exc:

@@ -21,7 +21,7 @@ from app.jobs import delivery_job_id
 from app.models import ApiKey, WebhookDelivery, iso, new_id, utcnow
 from app.models.webhooks import CANCELLED, FAILED, PENDING, SKIPPED
 from app.services.crypto import encrypt_secret, new_webhook_secret
-from app.services.errors import AccountError, EndpointNotFound, InvalidRequest
+from app.services.errors import AccountError, Conflict, EndpointNotFound, InvalidRequest, SecretChanged
 from app.services.webhook_urls import check_webhook_url
 from app.services.webhooks import (
     DEFAULT_EVENTS,
@@ -146,7 +146,8 @@ def create(key: ApiKey, *, url, events=None, payload="full", enabled=True, descr
             endpoint_id = first_endpoint_id(key.id)
         else:
             if 1 + store.count_of_key(key.id) >= MAX_ENDPOINTS:
-                raise InvalidRequest(f"a key has at most {MAX_ENDPOINTS} endpoints")
+                # The key's state refuses it, not the request's shape: a 409, like other conflicts.
+                raise Conflict(f"a key has at most {MAX_ENDPOINTS} endpoints", code="endpoint_limit")
             endpoint_id = new_id("ep")
             store.create(endpoint_id, customer_id=key.customer_id, api_key_id=key.id, **fields)
     log.info("key %s: endpoint %s created", key.id, endpoint_id)
@@ -208,6 +209,8 @@ def roll_secret(key: ApiKey, endpoint_id: str, *, overlap_hours: int = DEFAULT_O
     """The endpoint's next secret (to show once), with a rolling overlap as the key's (D16)."""
     try:
         return roll_secret_of(find(key, endpoint_id).row, overlap_hours, now or utcnow())
+    except SecretChanged:
+        raise  # a concurrent roll or switch won: 409 conflict
     except AccountError as refused:
         raise InvalidRequest(str(refused)) from None
 
@@ -216,6 +219,8 @@ def switch_secret(key: ApiKey, endpoint_id: str, *, now: datetime | None = None)
     """End the endpoint's rotation now: its next secret becomes the only one."""
     try:
         switch_secret_of(find(key, endpoint_id).row, now or utcnow())
+    except SecretChanged:
+        raise  # a concurrent roll or switch won: 409 conflict
     except AccountError as refused:
         raise InvalidRequest(str(refused)) from None
     return read(key, endpoint_id)

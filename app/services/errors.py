@@ -135,6 +135,18 @@ class DeliveryPending(Conflict, AccountError):
     code = "delivery_pending"
 
 
+class SecretChanged(Conflict, AccountError):
+    """A concurrent roll or switch of the same signing secret won (D25): this one changed nothing,
+    so no answer shows a secret that is not in force. 409, free; the portal and the CLI show the
+    message (an ``AccountError``, as their other refusals)."""
+
+    code = "conflict"
+
+    def __init__(self, message: str = "the signing secret was changed by another request meanwhile: nothing "
+                                      "was changed; look at the secret in force and try again if needed"):
+        super().__init__(message)
+
+
 class WebhookUrlMissing(InvalidRequest, AccountError):
     """The key the delivery belongs to has no webhook URL to send it to now."""
 

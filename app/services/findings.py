@@ -7,6 +7,12 @@ read stays a copy of the stored text (``app.rawjson``), and two feedbacks at onc
 never lose each other's change. Operators count them per source that found the finding
 (``app.metrics.count_feedback``): the labels are the engine's source ids and the verdict,
 never anything of the target or the result.
+
+A finding's id follows its item (D26), so feedback follows the finding to the later scans of
+the target (same customer and mode): a scan that completes shows the latest feedback given on
+each of its findings in an earlier scan (``carry_feedback``), and feedback given on a scan also
+goes into the later scans already completed that have the finding (``give_feedback``), each
+with the id of the scan it was given on.
 """
 from __future__ import annotations
 
@@ -54,13 +60,52 @@ def give_feedback(customer_id: str, scan_id: str, finding_id: str, *, verdict, n
         finding = next((f for f in (result or {}).get("findings") or [] if f.get("id") == finding_id), None)
         if finding is None:
             raise NotFound("no finding with this id in this scan's result")
-        finding["feedback"] = feedback_of({"verdict": verdict, "note": note, "at": iso(now)})
+        finding["feedback"] = feedback_of({"verdict": verdict, "note": note, "at": iso(now), "scan_id": scan.id})
         scan_store.set_result_json(scan.id, json.dumps(result, separators=(",", ":")))
+        _forward(scan, finding_id, finding["feedback"])
         scan_store.insert_feedback({"scan": scan.id, "finding_id": finding_id, "verdict": verdict, "note": note,
                                     "source_ids": json.dumps(finding["source_ids"]), "api_key_id": api_key_id,
                                     "created_at": now})
     metrics.count_feedback(finding["source_ids"], verdict)
     return {"ok": True, "scan_id": scan.id, "finding": finding}
+
+
+def _forward(scan: Scan, finding_id: str, feedback: dict) -> None:
+    """Show ``feedback`` on the finding in the later completed scans that have it (D26)."""
+    for later in scan_store.lock_later_scans_with(scan, finding_id, status=COMPLETED):
+        result = json.loads(later.result_json or "{}")
+        if _set_feedback(result, {finding_id: feedback}):
+            scan_store.set_result_json(later.id, json.dumps(result, separators=(",", ":")))
+
+
+def carry_feedback(scans: list[Scan]) -> None:
+    """In the transaction that completes ``scans``: each of their findings shows the latest feedback
+    given on it in an earlier scan of the same customer and mode (D26), written into the stored
+    result (and into ``scan.result_json``, which the webhook's body reads). One statement for
+    all of them; a second write only for a scan that has such feedback."""
+    parsed = {scan.id: json.loads(scan.result_json) for scan in scans if scan.result_json}
+    ids = sorted({f["id"] for result in parsed.values() for f in result.get("findings") or []})
+    given = scan_store.feedback_on(ids, sorted({scan.customer_id for scan in scans}))
+    for scan in scans:
+        latest = {row.finding_id: feedback_of({"verdict": row.verdict, "note": row.note, "at": iso(row.created_at),
+                                               "scan_id": row.scan_id})
+                  for row in given  # oldest first: the latest is kept
+                  if row.customer_id == scan.customer_id and row.livemode == scan.livemode
+                  and row.scan_created_at < scan.created_at and row.scan_id != scan.id}
+        result = parsed.get(scan.id)
+        if latest and result is not None and _set_feedback(result, latest):
+            scan.result_json = json.dumps(result, separators=(",", ":"))
+            scan_store.set_result_json(scan.id, scan.result_json)
+
+
+def _set_feedback(result: dict, feedback: dict[str, dict | None]) -> bool:
+    """Put each finding's feedback of ``feedback`` (by finding id) into ``result``; whether any was."""
+    changed = False
+    for finding in result.get("findings") or []:
+        if finding.get("id") in feedback:
+            finding["feedback"] = feedback[finding["id"]]
+            changed = True
+    return changed
 
 
 def history(customer_id: str, scan_id: str) -> list[dict]:

@@ -9,19 +9,26 @@ and the scan fails with ``engine_failed``.
 
 The engine may add sources, evidence and reasons (E6, D23). They become ``sources``,
 ``coverage``, ``partial``, ``findings`` (one per item, with the sources that back it and a
-stable id) and ``risk.reasons`` (naming findings by id). An engine without them gets the
-same fields, empty. Reasons that do not add up to the score or name no item are dropped
-(and logged), never the scan failed: they are an explanation, not the result.
+id that follows the item, D26) and ``risk.reasons`` (naming findings by id). An engine
+without them gets the same fields, empty. Reasons that do not add up to the score or name no
+item are dropped (and logged), never the scan failed: they are an explanation, not the result.
+
+A re-run's result is merged into its original's (``merge_rerun``, D26): the whole picture.
 """
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import logging
 import math
 import re
+from collections import Counter
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
+
+from app.services import crypto, targets
 
 log = logging.getLogger(__name__)
 
@@ -162,9 +169,19 @@ def _phone(value):
     return phone if E164_RE.match(phone) else None
 
 
-def normalize_result(raw, kind: str, *, scan_id: str | None = None, stored: bool = False) -> dict:
-    """The result of §2.2 / D6 with the parts of E6 (D23); ``scan_id`` seeds the findings' ids,
-    so that normalising one scan's result again gives the same ids. ``stored``: ``raw`` is a
+@dataclass(frozen=True)
+class Owner:
+    """Whose scan of which target a result is: what its findings' ids are keyed to (D26)."""
+    customer_id: str
+    kind: str
+    target: str
+
+
+def normalize_result(raw, kind: str, *, scan_id: str | None = None, owner: Owner | None = None,
+                     stored: bool = False) -> dict:
+    """The result of §2.2 / D6 with the parts of E6 (D23). With ``owner`` each finding's id
+    follows its item (``item_finding_id``, D26); without, as before D26, ``scan_id`` and its
+    path seed it (a sample body; the migration of D23). ``stored``: ``raw`` is a
     result this service normalised before, whose findings (their sources and the customer's
     feedback) and reasons by finding id are kept; an engine's ``findings`` are never read, so
     no engine can write a customer's feedback."""
@@ -188,7 +205,7 @@ def normalize_result(raw, kind: str, *, scan_id: str | None = None, stored: bool
             "artifacts": {name: _absolute_url(artifacts.get(name)) for name in ("pdf", "person_card")},
         }
         moves = {"contacts.emails": email_moves, "contacts.phones": phone_moves}
-        _add_explanation(result, raw, moves, scan_id, stored=stored)
+        _add_explanation(result, raw, moves, scan_id, owner, stored=stored)
         return result
     except InvalidResult:
         raise
@@ -198,15 +215,15 @@ def normalize_result(raw, kind: str, *, scan_id: str | None = None, stored: bool
 
 # --- E6: sources, evidence, reasons (D23) ---------------------------------------------
 
-def _add_explanation(result: dict, raw: dict, moves: dict[str, dict[int, int]], scan_id: str | None, *,
-                     stored: bool) -> None:
+def _add_explanation(result: dict, raw: dict, moves: dict[str, dict[int, int]], scan_id: str | None,
+                     owner: Owner | None, *, stored: bool) -> None:
     """Add ``sources``, ``coverage``, ``partial``, ``findings`` and ``risk.reasons`` to ``result``.
 
     A result this function already normalised (``stored``: findings in place of evidence,
     reasons naming finding ids) comes through unchanged, feedback included."""
     sources = _sources(raw.get("sources"))
     known = {source["id"] for source in sources}
-    findings = _findings(result, scan_id)
+    findings = _findings(result, scan_id, owner)
     by_path = {finding["path"]: finding for finding in findings}
     earlier = _earlier_findings(raw.get("findings")) if stored else {}
     evidence = raw.get("evidence") if "evidence" in raw else [
@@ -234,10 +251,14 @@ def _earlier_findings(raw) -> dict[str, dict]:
 
 
 def feedback_of(raw) -> dict | None:
-    """A finding's feedback ``{verdict, note, at}``, or None."""
+    """A finding's feedback ``{verdict, note, at, scan_id}`` (``scan_id``: the scan it was given
+    on, D26), or None."""
     if not isinstance(raw, dict) or raw.get("verdict") not in FEEDBACK_VERDICTS:
         return None
-    return {"verdict": raw["verdict"], "note": _text(raw.get("note"))[:1000], "at": _timestamp(raw.get("at"))}
+    feedback = {"verdict": raw["verdict"], "note": _text(raw.get("note"))[:1000], "at": _timestamp(raw.get("at"))}
+    if isinstance(raw.get("scan_id"), str):  # every feedback since D26 (migration 20 named it on those before)
+        feedback["scan_id"] = raw["scan_id"]
+    return feedback
 
 
 def coverage_of(sources: list[dict]) -> dict:
@@ -256,19 +277,67 @@ def failed_source_ids(result: dict | None) -> list[str]:
 
 
 def finding_id(scan_id: str | None, path: str) -> str:
-    """A finding's id: derived from its scan and its path, so every read shows the same one."""
+    """A finding's id before D26, from its scan and its path (results with no ``Owner``)."""
     digest = hashlib.sha256(f"{scan_id or ''}:{path}".encode()).digest()[:15]
     return "fnd_" + base64.urlsafe_b64encode(digest).decode("ascii")
 
 
-def _findings(result: dict, scan_id: str | None) -> list[dict]:
+def item_finding_id(owner: Owner, identity: tuple) -> str:
+    """A finding's id (D26): a keyed hash of the customer, the canonical target and what the item
+    is (``_identities``), so the same item has the same id in every scan of the customer for the
+    target, another customer's differs, and nothing of the item can be read from it."""
+    message = "\x1f".join((owner.customer_id, owner.kind, targets.canonical(owner.kind, owner.target),
+                            *(str(part) for part in identity)))
+    return "fnd_" + base64.urlsafe_b64encode(crypto.finding_digest(message)[:15]).decode("ascii")
+
+
+def _fold(value) -> str:
+    return _text(value).strip().casefold()
+
+
+def _item_identity(name: str, item) -> tuple:
+    """What an item is, whatever list or place it stands in: a profile is its platform and handle
+    (its URL when it has no handle), whether verified or weak; an e-mail address, case-folded; a
+    phone number in E.164; a breach its name and month."""
+    if name.startswith("profiles."):
+        return ("profile", _fold(item.get("platform")), _fold(item.get("handle")).removeprefix("@")
+                or _fold(item.get("url")))
+    if name == "contacts.emails":
+        return ("email", _fold(item))
+    if name == "contacts.phones":
+        return ("phone", _text(item).strip())
+    return ("breach", _fold(item.get("name")), _text(item.get("date")))
+
+
+def _identities(result: dict) -> dict[str, tuple]:
+    """Each item's identity by path; an item repeated in one result is told apart by its rank
+    among the repeats (in the order of ``findings``), so ids stay unique within a result."""
+    seen: Counter = Counter()
+    identities = {}
+    for name in FINDING_LISTS:
+        for index, item in enumerate(_items(result, name)):
+            identity = _item_identity(name, item)
+            seen[identity] += 1
+            identities[f"{name}[{index}]"] = (*identity, seen[identity]) if seen[identity] > 1 else identity
+    return identities
+
+
+def _items(result: dict, name: str) -> list:
+    group, _, member = name.partition(".")
+    items = result.get(group)
+    if member:
+        items = items.get(member) if isinstance(items, dict) else None
+    return items if isinstance(items, list) else []
+
+
+def _findings(result: dict, scan_id: str | None, owner: Owner | None = None) -> list[dict]:
+    identities = _identities(result) if owner is not None else {}
     findings: list[dict] = []
     for name in FINDING_LISTS:
-        group, _, member = name.partition(".")
-        items = result[group][member] if member else result[group]
-        for index in range(len(items)):
+        for index in range(len(_items(result, name))):
             path = f"{name}[{index}]"
-            findings.append({"id": finding_id(scan_id, path), "path": path, "source_ids": [], "feedback": None})
+            fid = item_finding_id(owner, identities[path]) if owner is not None else finding_id(scan_id, path)
+            findings.append({"id": fid, "path": path, "source_ids": [], "feedback": None})
     return findings
 
 
@@ -395,3 +464,90 @@ def _reason(item, by_path: dict[str, dict], moves, paths_of: dict) -> dict:
             finding_ids.append(finding["id"])
     return {"code": code, "points": points, "description": _text(item.get("description")).strip()[:1000],
             "finding_ids": finding_ids}
+
+
+# --- re-runs (D26) -----------------------------------------------------------------------
+
+def merge_rerun(original: dict, rerun: dict, original_scan_id: str) -> dict:
+    """A re-run's result as the whole picture: the original's items and source answers, the
+    re-asked sources' answers in place of theirs, and the items only the re-run found added at
+    the end of their lists. A finding keeps the original's id (and feedback) and lists every
+    source that found it in either; coverage and ``partial`` count all sources. The risk is the
+    higher of the two scores with its reasons (the original's on a tie); summary, artifacts and
+    phone profile are the original's unless it had none; each count the larger."""
+    merged = copy.deepcopy(rerun)
+    for name in FINDING_LISTS:  # the original's items first, in their places
+        _set_items(merged, name, copy.deepcopy(_items(original, name)))
+    ids, found = _merged_findings(original, rerun, merged, original_scan_id)
+    merged["findings"] = found
+    merged["sources"] = _merged_sources(original.get("sources"), rerun.get("sources") or [])
+    merged["coverage"] = coverage_of(merged["sources"])
+    merged["partial"] = merged["coverage"]["failed"] > 0
+    merged["risk"] = _merged_risk(original.get("risk") or {}, rerun["risk"], ids)
+    merged["counts"] = {name: max(_int((original.get("counts") or {}).get(name)), value)
+                        for name, value in rerun["counts"].items()}
+    for name in ("phone_profile", "ai_summary"):
+        merged[name] = original.get(name) or rerun[name]
+    merged["artifacts"] = {name: (original.get("artifacts") or {}).get(name) or url
+                           for name, url in rerun["artifacts"].items()}
+    return merged
+
+
+def _set_items(result: dict, name: str, items: list) -> None:
+    group, _, member = name.partition(".")
+    if member:
+        result[group][member] = items
+    else:
+        result[group] = items
+
+
+def _merged_findings(original: dict, rerun: dict, merged: dict, original_scan_id: str) -> tuple[dict, list]:
+    """The merged findings (adding the re-run's new items to ``merged``), and which id each of the
+    re-run's findings has in them. Items are matched by what they are, not by id, so a result
+    stored before ids followed items merges too."""
+    by_identity = {identity: path for path, identity in _identities(original).items()}
+    earlier = {f["path"]: f for f in original.get("findings") or [] if isinstance(f, dict) and "path" in f}
+    findings = {}
+    for path in _identities(original):
+        finding = copy.deepcopy(earlier.get(path) or {"id": finding_id(original_scan_id, path), "path": path,
+                                                      "source_ids": [], "feedback": None})
+        if finding.get("feedback") is not None and not finding["feedback"].get("scan_id"):
+            finding["feedback"] = {**finding["feedback"], "scan_id": original_scan_id}
+        findings[path] = finding
+    ids = {}
+    later = {f["path"]: f for f in rerun["findings"]}
+    rerun_items = {f"{name}[{index}]": item for name in FINDING_LISTS for index, item in enumerate(_items(rerun, name))}
+    for path, identity in _identities(rerun).items():
+        finding = later[path]
+        if identity in by_identity:
+            kept = findings[by_identity[identity]]
+            kept["source_ids"] += [s for s in finding["source_ids"] if s not in kept["source_ids"]]
+        else:
+            name = PATH_RE.match(path).group(1)  # type: ignore[union-attr]  # paths are ours
+            items = _items(merged, name)
+            kept = {**finding, "path": f"{name}[{len(items)}]"}
+            items.append(rerun_items[path])
+            findings[kept["path"]] = kept
+        ids[finding["id"]] = kept["id"]
+    order = {name: rank for rank, name in enumerate(FINDING_LISTS)}
+
+    def place(path: str) -> tuple[int, int]:
+        match = PATH_RE.match(path)
+        return order[match.group(1)], int(match.group(2))  # type: ignore[union-attr]
+
+    return ids, [findings[path] for path in sorted(findings, key=place)]
+
+
+def _merged_sources(original, rerun: list[dict]) -> list[dict]:
+    """The original's sources with the re-run's answers in their places; sources only the re-run
+    asked come after."""
+    answers = {source["id"]: source for source in rerun}
+    sources = [answers.pop(s["id"], s) for s in original or [] if isinstance(s, dict) and "id" in s]
+    return sources + list(answers.values())
+
+
+def _merged_risk(original: dict, rerun: dict, ids: dict[str, str]) -> dict:
+    if _int(original.get("score")) >= rerun["score"] and original.get("band") in BAND_NAMES:
+        return copy.deepcopy(original)
+    return {**rerun, "reasons": [{**reason, "finding_ids": [ids.get(f, f) for f in reason["finding_ids"]]}
+                                 for reason in rerun.get("reasons") or []]}

@@ -28,7 +28,7 @@ from app.jobs import enqueue_tracking, tracking_job_id
 from app.metrics import SCANS_CREATED
 from app.models import BulkBatch, Customer, new_id, utcnow
 from app.models.scans import COMPLETED, QUEUED
-from app.services import activity, billing, bulk, engine, looks, purposes, quotas, sandbox_engine, suppressions
+from app.services import access, activity, billing, bulk, engine, looks, purposes, quotas, sandbox_engine, suppressions
 from app.services.errors import (
     EngineUnavailable,
     Forbidden,
@@ -41,6 +41,7 @@ from app.services.results import failed_source_ids
 from app.services.targets import normalize_or_refuse
 from app.services.tracking import first_look_delay
 from app.store import customers as customer_store
+from app.store import keys as key_store
 from app.store import scans as scan_store
 
 log = logging.getLogger(__name__)
@@ -235,6 +236,16 @@ def create_scan(customer, api_key_id, target, kind, *, request_id, livemode=True
     return Outcome(body, balance, limits, usage, billing.admission_cost(1, livemode=livemode), subject, recorded)
 
 
+def _why_nothing_to_rerun(status: str, *, erased: bool) -> str:
+    """The one reason of ``NothingToRerun`` that applies, so the customer knows whether to wait,
+    or that there is nothing left to do."""
+    if status != COMPLETED:
+        return f"this scan has no source to re-run: it is {status}, and only a completed scan can be re-run"
+    if erased:
+        return "this scan has no source to re-run: its target and result were erased"
+    return "this scan has no source to re-run: every source answered"
+
+
 def create_rerun(customer, api_key_id, scan_id, *, request_id, livemode=True,
                  entry: activity.CallEntry | None = None) -> Outcome:
     """Queue a new scan of a completed scan's target, restricted to the sources that could not
@@ -250,7 +261,7 @@ def create_rerun(customer, api_key_id, scan_id, *, request_id, livemode=True,
     sources = failed_source_ids(result)
     target = original.target  # None once erased (D20), when it has no result either
     if not sources or target is None:
-        raise NothingToRerun("this scan has no source to re-run: it is not completed, or every source answered")
+        raise NothingToRerun(_why_nothing_to_rerun(original.status, erased=target is None))
     purpose, case_ref = purposes.check(original.purpose, original.case_ref, required=customer.require_purpose)
     suppressions.check(original.kind, target)  # opted out since: 403, free, as a creation
     rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (original.kind, target))],
@@ -265,6 +276,20 @@ def create_rerun(customer, api_key_id, scan_id, *, request_id, livemode=True,
             "recipes_to_run": answer["recipes"], "eta_seconds": answer["eta_seconds"], "rerun_of": original.id}
     subject = activity.Subject(rows[0]["id"], activity.hashes_of([(original.kind, target)]), purpose, case_ref)
     return Outcome(body, balance, limits, usage, billing.admission_cost(1, livemode=livemode), subject, recorded)
+
+
+def portal_rerun(customer, scan_id, *, request_id) -> Outcome:
+    """A re-run asked for in the portal, made with the key that created the scan, in its mode: that
+    key must still be able to create scans (active, not expired, ``scans:write``), so a person
+    cannot spend a key that was revoked or narrowed. Otherwise as ``create_rerun``."""
+    original = scan_store.owned_scan(scan_id, customer.id)
+    if original is None:
+        raise NotFound("no scan with this id")
+    key = key_store.get(original.api_key_id)
+    if not key.is_live or access.is_expired(key, utcnow()) or access.SCANS_WRITE not in (key.scopes or ()):
+        raise Forbidden("the API key that created this scan can no longer create scans: re-run it through "
+                        "the API with another key")
+    return create_rerun(customer, key.id, scan_id, request_id=request_id, livemode=original.livemode)
 
 
 def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True, purpose=None,

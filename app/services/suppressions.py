@@ -1,60 +1,67 @@
-"""Data subjects' opt-outs (D20): a person asks that nobody looks them up through us.
+"""Data subjects' opt-outs (D20, D25): a person asks that nobody looks them up through us.
 
 The operator records an opt-out (``flask --app wsgi suppressions add KIND TARGET``); from then on
 a creation for that target is refused with 403 ``target_suppressed``, free of charge, and in a
-bulk call it is a free ``rejected`` entry. Only the keyed hash of the normalised target is
-stored (``crypto.target_hash``), so the list names nobody; the same normalisation as creations
-(``targets.normalize``) makes ``Jane.Doe@Example.com`` and ``jane.doe@example.com`` one person.
+bulk call it is a free ``rejected`` entry. Only keyed hashes are stored (``crypto.target_hash``),
+so the list names nobody. Which spellings are one person's identifier is ``app.services.targets``'
+to say: an opt-out is kept under the hash of its ``opt_out_key``, and a creation is refused when
+any of its ``suppression_hashes`` is stored (that key's, or the one opt-outs were kept under before).
 """
 from __future__ import annotations
 
 from app.models import utcnow
 from app.services import crypto
 from app.services.errors import TargetSuppressed
-from app.services.targets import normalize_or_refuse
+from app.services.targets import identify_or_refuse, opt_out_key, suppression_hashes
 from app.store import suppressions as store
 
 SUPPRESSED_MESSAGE = "the person this target belongs to has opted out of lookups"
 
 
-def _hash_of(kind: str | None, target: str) -> tuple[str, str]:
-    """``(kind, keyed hash)`` of a target as a creation would normalise it."""
-    kind, normalized = normalize_or_refuse(target, kind)
-    return kind, crypto.target_hash(kind, normalized)
-
-
 def add(kind: str | None, target: str) -> dict:
-    """Record an opt-out: ``{target_hash, kind, added}`` (``added`` False: it was there)."""
-    kind, target_hash = _hash_of(kind, target)
-    added = store.add(target_hash, kind=kind, now=utcnow())
-    return {"target_hash": target_hash, "kind": kind, "added": added}
+    """Record an opt-out: ``{target_hash, kind, added}`` (``added`` False: it was there). The kind
+    is the key's: a username of a phone number's digits is kept as that number."""
+    kind, normalized = identify_or_refuse(target, kind)
+    key_kind, form = opt_out_key(kind, normalized)
+    target_hash = crypto.target_hash(key_kind, form)
+    added = store.add(target_hash, kind=key_kind, now=utcnow())
+    return {"target_hash": target_hash, "kind": key_kind, "added": added}
 
 
 def remove(kind: str | None, target: str) -> dict:
-    """Withdraw an opt-out: ``{target_hash, kind, removed}``."""
-    kind, target_hash = _hash_of(kind, target)
-    return {"target_hash": target_hash, "kind": kind, "removed": store.remove(target_hash)}
+    """Withdraw every opt-out that refuses this target, however it was spelt when added (one kept
+    before canonical forms: spelt as it was then, see ``suppression_hashes``):
+    ``{target_hash, kind, removed}``."""
+    kind, normalized = identify_or_refuse(target, kind)
+    key_kind, form = opt_out_key(kind, normalized)
+    removed = store.remove_among(suppression_hashes(kind, normalized))
+    return {"target_hash": crypto.target_hash(key_kind, form), "kind": key_kind, "removed": removed > 0}
 
 
-def list_all() -> list[dict]:
-    """Every opt-out, newest first: its hash, kind and time (no target: none is stored)."""
+def list_all(kind: str | None = None, target: str | None = None) -> list[dict]:
+    """Every opt-out, newest first: its hash, kind and time (no target: none is stored); given a
+    ``target``, only those that refuse it."""
+    hashes = None
+    if target is not None:
+        kind, normalized = identify_or_refuse(target, kind)
+        hashes = suppression_hashes(kind, normalized)
     return [{"target_hash": row.target_hash, "kind": row.kind, "created_at": row.created_at}
-            for row in store.all_newest_first()]
+            for row in store.all_newest_first(among=hashes)]
 
 
 def check(kind: str, normalized_target: str) -> None:
     """Refuse a creation for a suppressed target (``TargetSuppressed``, 403, free)."""
-    if store.suppressed_among([crypto.target_hash(kind, normalized_target)]):
+    if store.suppressed_among(suppression_hashes(kind, normalized_target)):
         raise TargetSuppressed(SUPPRESSED_MESSAGE)
 
 
 def split_suppressed(accepted: list) -> tuple[list, list]:
     """A bulk call's accepted ``(index, (kind, target))`` entries without the suppressed ones,
     and a free ``rejected`` entry for each of those (one statement for the whole batch)."""
-    hashes = {index: crypto.target_hash(kind, target) for index, (kind, target) in accepted}
-    suppressed = store.suppressed_among(hashes.values()) if accepted else set()
-    kept = [entry for entry in accepted if hashes[entry[0]] not in suppressed]
+    hashes = {index: suppression_hashes(kind, target) for index, (kind, target) in accepted}
+    suppressed = store.suppressed_among(set().union(*hashes.values())) if accepted else set()
+    kept = [entry for entry in accepted if not hashes[entry[0]] & suppressed]
     rejected = [{"index": index, "target": target, "kind": kind, "error": TargetSuppressed.code,
                  "message": SUPPRESSED_MESSAGE}
-                for index, (kind, target) in accepted if hashes[index] in suppressed]
+                for index, (kind, target) in accepted if hashes[index] & suppressed]
     return kept, rejected

@@ -19,9 +19,10 @@ from app.db import transaction
 from app.jobs import enqueue_tracking, tracking_generation, tracking_job_id
 from app.models import utcnow
 from app.models.scans import COMPLETED, FAILED, IN_FLIGHT, QUEUED, RUNNING
-from app.services import engine, quotas, sandbox_engine, webhooks
+from app.services import engine, findings, quotas, results, sandbox_engine, webhooks
 from app.services.results import InvalidResult, normalize_result
 from app.store import scan_states
+from app.store import scans as scan_store
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +210,9 @@ def record_finals(finals: list[Final]) -> tuple[list, list]:
     commit): the scans that took and the deliveries to dispatch once it has committed.
 
     Scans, then customers, are written in id order, so two lookers whose batches share one never
-    wait on each other in a circle."""
+    wait on each other in a circle. A completed scan's findings show the feedback given on them
+    in earlier scans of the target (D26); a scan no look saw running has its ``scan.running``
+    recorded before its final event, so an endpoint that lists it always hears of it first."""
     now = utcnow()
     scans = []
     for final in sorted(finals, key=lambda f: f.scan_id):
@@ -224,7 +227,16 @@ def record_finals(finals: list[Final]) -> tuple[list, list]:
     # Out of flight in the same transaction as the states (quotas: Customer.in_flight, or test_in_flight).
     for (customer_id, livemode), n in sorted(Counter((s.customer_id, s.livemode) for s in scans).items()):
         quotas.move_in_flight(customer_id, livemode, -n)
-    return scans, webhooks.record_events(scans)
+    findings.carry_feedback([s for s in scans if s.status == COMPLETED])
+    never_running = [s for s in scans if s.started_at is None]
+    return scans, running_events([_as_running(s, now) for s in never_running]) + webhooks.record_events(scans)
+
+
+def _as_running(scan, now):
+    """The scan as it stood while running (a copy: the ``scan.running`` body of a scan that ended
+    before a look saw it running; the row itself is left as it is)."""
+    return type(scan)(**{**scan.__data__, "status": RUNNING, "started_at": now, "completed_at": None,
+                         "failed_at": None})
 
 
 def announce(scans: list, deliveries: list) -> None:
@@ -255,12 +267,13 @@ def apply_look(scan, state: dict, *, past_deadline: bool = False) -> Final | Pro
     ``EngineError`` (the caller backs off and looks again)."""
     status = state.get("status")
     if status == "done":
+        owner = results.Owner(scan.customer_id, scan.kind, scan.target) if scan.target is not None else None
         try:
-            result = normalize_result(state.get("result"), scan.kind, scan_id=scan.id)
+            result = normalize_result(state.get("result"), scan.kind, scan_id=scan.id, owner=owner)
         except InvalidResult as exc:
             log.warning("scan %s: invalid engine result: %s", scan.id, exc)
             return failed(scan.id, "engine_failed", "the engine returned a result that is not valid")
-        return completed(scan.id, result)
+        return completed(scan.id, _whole_picture(scan, result))
     if status == "error":
         error: dict = state["error"] if isinstance(state.get("error"), dict) else {}
         if error.get("code") == "not_found":  # the batch look's unknown id: a single look's 404
@@ -275,3 +288,15 @@ def apply_look(scan, state: dict, *, past_deadline: bool = False) -> Final | Pro
                         recipes_total=total if isinstance(total, int) and total >= 0 else None,
                         recipes_done=done if isinstance(done, int) and done >= 0 else None)
     raise engine.EngineError(f"unknown engine status {status!r}")
+
+
+def _whole_picture(scan, result: dict) -> dict:
+    """A re-run's result merged into its original's (D26); any other scan's as it is. An original
+    erased since (or of another owner) leaves the re-run's own result."""
+    if not scan.rerun_of:
+        return result
+    original = scan_store.scan_by_id(scan.rerun_of)
+    if (original is None or original.customer_id != scan.customer_id or original.status != COMPLETED
+            or not original.result_json):
+        return result
+    return results.merge_rerun(json.loads(original.result_json), result, original.id)

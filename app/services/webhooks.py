@@ -45,6 +45,7 @@ from app.services.errors import (
     DeliveryNotFound,
     DeliveryPending,
     InvalidRequest,
+    SecretChanged,
     WebhookUrlMissing,
 )
 from app.services.paging import Page
@@ -301,8 +302,7 @@ def _replace_secret(key: ApiKey | WebhookEndpoint, plaintext: str) -> None:
                                        was_secret_enc=key.webhook_secret_enc,
                                        was_next_secret_enc=key.webhook_next_secret_enc, model=type(key))
     if not changed:
-        raise AccountError("the key's secret was changed by another request meanwhile (a second click?): "
-                           "nothing was replaced; reload the page to see the secret in force")
+        raise SecretChanged()
 
 
 def delivery_owner(delivery_id: str) -> str:
@@ -579,10 +579,12 @@ def roll_secret_of(key: ApiKey | WebhookEndpoint, overlap_hours: int, now: datet
         log.info("key %s: webhook secret replaced (no overlap)", key.id)
         return RolledSecret(plaintext, now)
     switch_at = now + timedelta(hours=overlap_hours)
+    # Compare-and-set on the secrets read: a concurrent roll or switch that won makes this one a
+    # 409 rather than a rotation from a current secret that is no longer the one shown.
     changed = key_store.start_rotation(key.id, next_secret_enc=encrypt_secret(plaintext), switch_at=switch_at,
-                                       model=type(key))
+                                       was_secret_enc=key.webhook_secret_enc, model=type(key))
     if not changed:
-        raise AccountError("a secret rotation is already under way: switch to the next secret first")
+        raise SecretChanged()
     log.info("key %s: webhook secret rolled, both secrets sign until %s", key.id, iso(switch_at))
     return RolledSecret(plaintext, switch_at, overlapping=True)
 
@@ -599,7 +601,8 @@ def switch_secret_of(key: ApiKey | WebhookEndpoint, now: datetime) -> None:
     _promote_if_due(key, now)
     if not key.webhook_next_secret_enc:
         raise AccountError("no secret rotation is under way: roll the secret first")
-    _switch(key)
+    if not _switch(key):  # another switch or roll of the rotation read here won
+        raise SecretChanged()
 
 
 # --- The customer's deliveries over the API (D17) ---------------------------------------

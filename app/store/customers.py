@@ -119,9 +119,10 @@ def ledger_sum(customer_id: str) -> int:
 
 
 def latest_ledger(customer_id: str, limit: int) -> list[CreditLedger]:
-    """The customer's latest ``limit`` ledger rows, newest first."""
+    """The customer's latest ``limit`` ledger rows, newest first (by time: a row of summed reads
+    is dated at its last read, after rows written since its first)."""
     return list(CreditLedger.select().where(CreditLedger.customer == customer_id)
-                .order_by(CreditLedger.id.desc()).limit(limit))
+                .order_by(CreditLedger.created_at.desc(), CreditLedger.id.desc()).limit(limit))
 
 
 def ledger_count(customer_id: str) -> int:
@@ -129,9 +130,9 @@ def ledger_count(customer_id: str) -> int:
 
 
 def ledger_page(customer_id: str, *, page: int, per_page: int) -> list[CreditLedger]:
-    """Page ``page`` (from 1) of the customer's ledger, newest first."""
+    """Page ``page`` (from 1) of the customer's ledger, newest first (by time, as ``latest_ledger``)."""
     return list(CreditLedger.select().where(CreditLedger.customer == customer_id)
-                .order_by(CreditLedger.id.desc()).paginate(page, per_page))
+                .order_by(CreditLedger.created_at.desc(), CreditLedger.id.desc()).paginate(page, per_page))
 
 
 def ledger_chunk(*, customer_id: str, since: datetime, until: datetime, after: tuple | None,
@@ -258,7 +259,8 @@ def add_read(*, source: str, note_sql: str, livemode_sql: str) -> str:
     """The INSERT that adds one read's charge to its minute's row of summed reads (D24): the
     row of the customer, mode, endpoint (the note) and minute is created by its first read and
     grown by the next ones (``delta`` their sum, ``reads`` their count, ``balance_after`` the
-    balance after the latest), so a read adds no row. ``source`` is the CTE of the charged
+    balance after the latest, ``created_at`` its time: the row is dated when its balance was, so
+    the ledger in time order reads as a running balance), so a read adds no row. ``source`` is the CTE of the charged
     customer (``id``, ``balance``); its parameters: the delta, the reason, those of
     ``note_sql``, the time, those of ``livemode_sql``, the minute. Returns ``balance_after``.
 
@@ -269,7 +271,8 @@ def add_read(*, source: str, note_sql: str, livemode_sql: str) -> str:
                                             minute, reads)
     SELECT id, ?, balance, ?, {note_sql}, ?, {livemode_sql}, ?, 1 FROM {source}
     ON CONFLICT (customer_id, livemode, note, minute) WHERE minute IS NOT NULL
-    DO UPDATE SET delta = l.delta + excluded.delta, balance_after = excluded.balance_after, reads = l.reads + 1
+    DO UPDATE SET delta = l.delta + excluded.delta, balance_after = excluded.balance_after, reads = l.reads + 1,
+                  created_at = GREATEST(l.created_at, excluded.created_at)
     RETURNING balance_after"""
 
 

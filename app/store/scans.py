@@ -141,6 +141,16 @@ def owned_scan(scan_id: str, customer_id: str) -> Scan | None:
     return Scan.get_or_none((Scan.id == scan_id) & (Scan.customer == customer_id))
 
 
+def reruns_of(scan_id: str, customer_id: str, *, since, limit: int) -> list[tuple[str, str, object]]:
+    """(id, status, created_at) of the customer's re-runs of ``scan_id``, oldest first. A re-run
+    is created after its original: ``since`` (the original's creation) bounds the walk of the
+    (customer, created_at) index, as no index of its own serves ``rerun_of``."""
+    query = (Scan.select(Scan.id, Scan.status, Scan.created_at)
+             .where((Scan.customer == customer_id) & (Scan.created_at >= since) & (Scan.rerun_of == scan_id))
+             .order_by(Scan.created_at, Scan.id).limit(limit).tuples())
+    return [(row[0], row[1], row[2]) for row in query.execute()]
+
+
 def owned_batch(bulk_id: str, customer_id: str) -> BulkBatch | None:
     return BulkBatch.get_or_none((BulkBatch.id == bulk_id) & (BulkBatch.customer == customer_id))
 
@@ -166,6 +176,46 @@ def erase_feedback(scan_ids: Sequence[str]) -> None:
 def feedback_rows(scan_id: str) -> list[FindingFeedback]:
     """Every feedback given on the scan's findings, oldest first."""
     return list(FindingFeedback.select().where(FindingFeedback.scan == scan_id).order_by(FindingFeedback.id))
+
+
+@dataclass(frozen=True)
+class GivenFeedback:
+    """One feedback given on a finding, with the scan it was given on (its owner, mode, creation)."""
+    finding_id: str
+    verdict: str
+    note: str
+    created_at: datetime
+    scan_id: str
+    customer_id: str
+    livemode: bool
+    scan_created_at: datetime
+
+
+FEEDBACK_ON = f"""
+SELECT f.finding_id, f.verdict, f.note, f.created_at, s.id, s.customer_id, s.livemode, s.created_at
+FROM {table(FindingFeedback)} AS f JOIN {table(Scan)} AS s ON s.id = f.scan_id
+WHERE f.finding_id = ANY(?) AND s.customer_id = ANY(?) ORDER BY f.created_at, f.id"""
+
+
+def feedback_on(finding_ids: Sequence[str], customer_ids: Sequence[str]) -> list[GivenFeedback]:
+    """Every feedback given on these findings in these customers' scans, oldest first (one
+    statement, on the index of ``finding_id``)."""
+    if not finding_ids or not customer_ids:
+        return []
+    rows = execute(FEEDBACK_ON, (list(finding_ids), list(customer_ids))).fetchall()
+    as_time = Scan.created_at.python_value
+    return [GivenFeedback(row[0], row[1], row[2], as_time(row[3]), row[4], row[5], row[6], as_time(row[7]))
+            for row in rows]
+
+
+def lock_later_scans_with(scan: Scan, finding_id: str, *, status: str) -> list[Scan]:
+    """The scans of ``scan``'s customer, mode and kind created after it, in ``status``, not erased,
+    whose stored result names ``finding_id``, locked in creation order (two feedbacks at once
+    lock forwards, never in a circle)."""
+    return list(Scan.select().where(
+        (Scan.customer == scan.customer_id) & (Scan.livemode == scan.livemode) & (Scan.kind == scan.kind)
+        & (Scan.created_at > scan.created_at) & (Scan.status == status) & Scan.erased_at.is_null()
+        & Scan.result_json.contains(f'"{finding_id}"')).order_by(Scan.created_at, Scan.id).for_update())
 
 
 def batch_scans(bulk_id: str) -> list[Scan]:
@@ -298,13 +348,19 @@ def read_charged(*, bulk: bool, token_digest: str, object_id: str, price: int, b
 
 # --- erasure (D20) ---------------------------------------------------------------------------
 
-def erase(scan_ids: Sequence[str], *, final: Sequence[str], now: datetime) -> list[str]:
-    """Remove the target, result and failure message of those of ``scan_ids`` that are in a
-    ``final`` status and not yet erased, stamping ``erased_at``; the ids erased now."""
-    rows = execute(f"UPDATE {table(Scan)} SET target = NULL, result_json = NULL, failure_message = NULL, "
-                   f"erased_at = ? WHERE id = ANY(?) AND erased_at IS NULL AND status = ANY(?) RETURNING id",
-                   (now, list(scan_ids), list(final))).fetchall()
-    return [row[0] for row in rows]
+def erase(scan_ids: Sequence[str], *, final: Sequence[str], now: datetime) -> list[tuple[str, str | None, bool]]:
+    """Remove the target, result, failure message and engine id of those of ``scan_ids`` that
+    are in a ``final`` status and not yet erased, stamping ``erased_at``: ``(id, engine id it
+    had, livemode)`` of each scan erased now. The rows are locked first (``FOR UPDATE``), so a
+    concurrent erasure of the same scan waits and then finds it erased: each engine id is
+    returned once."""
+    rows = execute(f"WITH old AS (SELECT id, engine_id FROM {table(Scan)} WHERE id = ANY(?) AND erased_at IS NULL "
+                   f"AND status = ANY(?) FOR UPDATE) "
+                   f"UPDATE {table(Scan)} AS s SET target = NULL, result_json = NULL, failure_message = NULL, "
+                   f"engine_id = NULL, erased_at = ? FROM old WHERE s.id = old.id "
+                   f"RETURNING s.id, old.engine_id, s.livemode",
+                   (list(scan_ids), list(final), now)).fetchall()
+    return [(scan_id, engine_id, livemode) for scan_id, engine_id, livemode in rows]
 
 
 def batch_states(bulk_id: str) -> list[tuple[str, str, datetime | None]]:

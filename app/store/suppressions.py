@@ -17,12 +17,17 @@ def add(target_hash: str, *, kind: str, now: datetime) -> bool:
     return bool(inserted)
 
 
-def remove(target_hash: str) -> bool:
-    return bool(Suppression.delete().where(Suppression.target_hash == target_hash).execute())
+def remove_among(hashes: Iterable[str]) -> int:
+    """Withdraw the opt-outs stored under any of ``hashes``; how many there were."""
+    return Suppression.delete().where(Suppression.target_hash.in_(list(hashes))).execute()
 
 
-def all_newest_first() -> list[Suppression]:
-    return list(Suppression.select().order_by(Suppression.created_at.desc(), Suppression.target_hash))
+def all_newest_first(among: Iterable[str] | None = None) -> list[Suppression]:
+    """Every opt-out, or those stored under one of ``among``, newest first."""
+    query = Suppression.select()
+    if among is not None:
+        query = query.where(Suppression.target_hash.in_(list(among)))
+    return list(query.order_by(Suppression.created_at.desc(), Suppression.target_hash))
 
 
 def suppressed_among(hashes: Iterable[str]) -> set[str]:

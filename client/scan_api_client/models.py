@@ -180,11 +180,15 @@ class Feedback(_Model):
     verdict: str = ""  # false_positive or confirmed
     note: str = ""
     at: str | None = None
+    # The scan it was given on: this one, or an earlier scan of the same target (feedback follows
+    # a finding, whose id is the same in every scan of the target).
+    scan_id: str | None = None
 
 
 @dataclass
 class Finding(_Model):
-    """One item of the result (``path``, e.g. ``breaches[0]``), with the sources that found it."""
+    """One item of the result (``path``, e.g. ``breaches[0]``), with the sources that found it. Its
+    ``id`` is the same in every scan of the same target (whatever the item's place)."""
 
     id: str = ""
     path: str = ""

@@ -120,6 +120,10 @@ class ScenarioItem(pytest.Item):
         self.scenario = scenario
         self.result: runner.ScenarioResult | None = None
         self.add_marker(SCENARIO_MARKER)
+        # Under pytest-xdist's --dist loadgroup (make test) every scenario goes to one worker, which
+        # runs them on one stack and its pool, as a run without xdist does: one stack, not one a worker.
+        if self.config.pluginmanager.hasplugin("xdist"):
+            self.add_marker(pytest.mark.xdist_group("scenarios"))
         self.add_marker("processes")  # runs against the stack's real processes: not in make test-fast
         for tag in scenario.tags:
             self.add_marker(tag)
@@ -154,6 +158,8 @@ class ScenarioSession:
     def __init__(self, config):
         self.config = config
         self.xdist_worker = hasattr(config, "workerinput")
+        # loadgroup sends every scenario to one worker: it may run them at once, as without xdist.
+        self.grouped = self.xdist_worker and getattr(config.option, "dist", None) == "loadgroup"
         self.parallel = max(1, config.getoption("scenario_parallel"))
         self.lock = threading.Lock()
         self.exit: ExitStack | None = None
@@ -237,7 +243,7 @@ class ScenarioSession:
         self.start()
         future = self.futures.get(item.nodeid)
         if future is None:
-            if item.scenario.exclusive or self.xdist_worker or self.parallel == 1:
+            if item.scenario.exclusive or (self.xdist_worker and not self.grouped) or self.parallel == 1:
                 self._drain()  # whatever changes the engine's mode runs alone
                 result = runner.run_scenario(item.scenario, self.run_config)
             else:

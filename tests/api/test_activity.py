@@ -78,22 +78,29 @@ def test_the_target_filter_finds_who_created_a_scan_for_it_by_any_spelling(clien
         second = factories.Account(account.customer, *_issue(account))
         stranger = make_customer()
     single = client.post(SCAN, json={"target": "jane.doe@Example.com"}, headers=account.headers).get_json()
-    # The local part of an address keeps its case (a creation's normalisation): another target.
+    # The whole address is case-folded (its canonical form): the same target, however capitalised.
     batch = client.post(BULK, json={"targets": [{"target": "bob@example.com"}, {"target": "Jane.Doe@example.COM"}]},
                         headers=second.headers).get_json()
     client.post(SCAN, json={"target": "jane.doe@Example.com"}, headers=stranger.headers)  # another customer's
     client.get(f"{SCAN}/{single['scan_id']}", headers=account.headers)  # a read: not a look-up of the target
-    found = listed(client, account, target="  jane.doe@EXAMPLE.com ")["data"]
-    assert [(e["action"], e["key_id"], e["resource_id"]) for e in found] == [
-        ("scan.create", account.key.id, single["scan_id"])]
-    capitalised = listed(client, account, target="Jane.Doe@example.com")["data"]
-    assert [(e["action"], e["key_id"], e["resource_id"]) for e in capitalised] == [
-        ("bulk.create", second.key.id, batch["bulk_id"])]
+    for spelling in ("  jane.doe@EXAMPLE.com ", "Jane.Doe@example.com", "JANE.DOE@EXAMPLE.COM"):
+        found = listed(client, account, target=spelling)["data"]
+        assert [(e["action"], e["key_id"], e["resource_id"]) for e in found] == [
+            ("bulk.create", second.key.id, batch["bulk_id"]), ("scan.create", account.key.id, single["scan_id"])]
     assert listed(client, account, target="bob@example.com", key_id=second.key.id)["data"][0]["resource_id"] == \
         batch["bulk_id"]
     assert listed(client, account, target="nobody@example.com")["data"] == []
     by_object = listed(client, account, resource_id=single["scan_id"])["data"]
     assert [e["action"] for e in by_object] == ["scan.read", "scan.create"]
+
+
+def test_the_target_filter_finds_usernames_and_phone_numbers_by_any_spelling(client, account):
+    handle = client.post(SCAN, json={"target": "@SuppHandle"}, headers=account.headers).get_json()
+    phone = client.post(BULK, json={"targets": [{"target": "+1 (415) 555-0199"}]}, headers=account.headers).get_json()
+    for spelling in ("supphandle", "@SUPPHANDLE", "SuppHandle"):
+        assert [e["resource_id"] for e in listed(client, account, target=spelling)["data"]] == [handle["scan_id"]]
+    for spelling in ("+14155550199", "+1.415.555.0199", "+1-415-555-0199", "+1 415 555 0199"):
+        assert [e["resource_id"] for e in listed(client, account, target=spelling)["data"]] == [phone["bulk_id"]]
 
 
 def _issue(account):
@@ -140,6 +147,8 @@ def test_a_key_sees_its_modes_entries_of_its_customer_only(client, account, make
 @pytest.mark.parametrize("query, code", [
     ({"limit": "101"}, "invalid_request"),
     ({"created_after": "yesterday"}, "invalid_request"),
+    ({"created_before": "1969-07-20"}, "invalid_request"),
+    ({"created_after": "0001-01-01T00:00+01:00"}, "invalid_request"),
     ({"key_id": "key x"}, "invalid_request"),
     ({"action": "DROP TABLE"}, "invalid_request"),
     ({"resource_id": "scn\x00"}, "invalid_request"),

@@ -202,4 +202,51 @@ def test_the_prices_customers_read_are_billings(spec):
     assert by_id["createScan"]["description"].split("\n\n")[0].endswith(f"Costs {billing.PRICE_WORDS['scan']}.")
     assert by_id["getScan"]["description"].split("\n\n")[0].endswith(f"Costs {billing.PRICE_WORDS['call']}.")
     assert "{price}" not in json.dumps(spec) and "{call_price}" not in json.dumps(spec)
-    assert f"costs {billing.PRICE_WORDS['call']};" in spec["info"]["description"]
+    assert f"costs {billing.PRICE_WORDS['call']}, except {billing.PRICE_WORDS['free_403']};" in " ".join(
+        spec["info"]["description"].split())  # the 403s that cost nothing are named
+    assert "`insufficient_scope`, `ip_not_allowed` or `target_suppressed`" in billing.PRICE_WORDS["free_403"]
+
+
+def test_the_document_is_as_strict_as_the_service(client, account, spec):
+    """What the document promises about requests, the service keeps: error details are lists of sentences
+    per field (an item named by its index), unknown fields and parameters are refused, purpose may be
+    null in bulk, and the bounds a fuzzer reads are there."""
+    schemas = spec["components"]["schemas"]
+    assert schemas["Error"]["properties"]["details"]["additionalProperties"] == {"type": "array",
+                                                                                 "items": {"type": "string"}}
+    refused = client.post("/api/v1/endpoints", json={"url": "https://hooks.example.com/x", "events": [None]},
+                          headers=account.headers)
+    assert refused.status_code == 400 and "events" in refused.json["message"]
+    assert all(isinstance(v, list) and all(isinstance(m, str) for m in v)
+               for v in refused.json.get("details", {}).values())
+    from app.errors import _validation_details  # any nesting webargs reports comes out flat
+    assert _validation_details({"messages": {"json": {"events": {0: ["Field may not be null."]}, "a": ["x"]}}}) \
+        == {"events[0]": ["Field may not be null."], "a": ["x"]}
+    for name in ("ScanCreate", "BulkCreate", "BulkTarget", "EndpointCreate", "EndpointUpdate", "RollSecret",
+                 "FeedbackCreate", "Recover"):
+        assert schemas[name]["additionalProperties"] is False, name
+    unknown = client.post("/api/v1/scan", json={"target": "jane@example.com", "colour": "red"},
+                          headers=account.headers)
+    assert unknown.status_code == 400 and unknown.json["details"] == {"colour": ["Unknown field."]}
+    query = client.get("/api/v1/scans?colour=red", headers=account.headers)
+    assert query.status_code == 400 and "query parameter" in query.json["message"]
+    assert schemas["RollSecret"]["properties"]["overlap_hours"]["type"] == "integer"
+    made = client.post("/api/v1/endpoints", json={"url": "https://hooks.example.com/x"}, headers=account.headers)
+    endpoint = made.json["endpoint_id"]
+    for hours in ("24", 24.0, True):  # an integer, as documented: no string, float or boolean for it
+        rolled = client.post(f"/api/v1/endpoints/{endpoint}/roll-secret", json={"overlap_hours": hours},
+                             headers=account.headers)
+        assert rolled.status_code == 400 and "overlap_hours" in rolled.json["details"], hours
+    for enabled in ("yes", 1, "true"):
+        changed = client.patch(f"/api/v1/endpoints/{endpoint}", json={"enabled": enabled}, headers=account.headers)
+        assert changed.status_code == 400 and "enabled" in changed.json["details"], enabled
+    assert schemas["ScanCreate"]["properties"]["target"]["minLength"] == 3
+    assert schemas["BulkCreate"]["properties"]["targets"]["minItems"] == 1
+    assert schemas["BulkCreate"]["properties"]["purpose"]["nullable"] is True
+    assert schemas["Purpose"]["enum"] and "enum" not in schemas["BulkCreate"]["properties"]["purpose"]
+    bulk = client.post("/api/v1/scan/bulk", json={"targets": [{"target": "ann@example.com"}], "purpose": None},
+                       headers=account.headers)
+    assert bulk.status_code == 202, bulk.json
+    extra = client.post("/api/v1/scan/bulk", json={"targets": [{"target": "ann@example.com", "x": 1}]},
+                        headers=account.headers)
+    assert extra.status_code == 202 and extra.json["rejected"][0]["error"] == "invalid_request"

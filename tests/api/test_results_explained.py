@@ -87,6 +87,54 @@ def test_the_webhook_body_carries_the_explanation(client, make_customer, jobs):
     assert again["result"]["partial"] is False
 
 
+# --- a finding keeps its identity ----------------------------------------------------------------
+
+def ids_by_item(result):
+    """Each finding's id by its item's value (whatever its place)."""
+    def item(path):
+        name, index = path[:-1].split("[")
+        group, _, member = name.partition(".")
+        return (result[group][member] if member else result[group])[int(index)]
+    return {json.dumps(item(f["path"]), sort_keys=True): f["id"] for f in result["findings"]}
+
+
+@pytest.mark.config(ENGINE_POLL_SECONDS=1)
+def test_the_same_item_has_the_same_id_in_every_scan_of_the_target_and_another_customers_differs(
+        client, account, make_customer, jobs):
+    other = make_customer()
+    with freeze_time(START) as frozen:
+        first = complete(client, account, jobs, frozen, "+447700900123")
+        second = complete(client, account, jobs, frozen, "+44 7700 900123")  # another spelling, the same target
+        others = complete(client, other, jobs, frozen, "+447700900123")
+        results = [client.get(f"{SCAN}/{scan_id}", headers=who.headers).json["result"]
+                   for scan_id, who in ((first, account), (second, account), (others, other))]
+    mine, again, theirs = (ids_by_item(result) for result in results)
+    assert len(mine) >= 2 and mine == again
+    assert set(mine) == set(theirs) and not set(mine.values()) & set(theirs.values())
+
+
+@pytest.mark.config(ENGINE_POLL_SECONDS=1)
+def test_feedback_shows_on_the_finding_in_later_scans_of_the_target(client, account, make_customer, jobs):
+    other = make_customer()
+    with freeze_time(START) as frozen:
+        first_id = complete(client, account, jobs, frozen, "jane@example.com")
+        finding = next(f for f in client.get(f"{SCAN}/{first_id}", headers=account.headers).json["result"]["findings"]
+                       if f["path"] == "contacts.emails[0]")  # the target's own address
+        frozen.tick(60)
+        given = feedback(client, account, first_id, finding["id"], verdict="false_positive", note="not her")
+        assert given.status_code == 200, given.json
+        frozen.tick(60)
+        later_id = complete(client, account, jobs, frozen, "Jane@example.com")  # the engine's answer differs
+        others_id = complete(client, other, jobs, frozen, "jane@example.com")
+        later = client.get(f"{SCAN}/{later_id}", headers=account.headers).json["result"]
+        others = client.get(f"{SCAN}/{others_id}", headers=other.headers).json["result"]
+    carried = next(f for f in later["findings"] if f["id"] == finding["id"])
+    assert carried["feedback"] == {"verdict": "false_positive", "note": "not her",
+                                   "at": given.json["finding"]["feedback"]["at"], "scan_id": first_id}
+    assert all(f["feedback"] is None for f in later["findings"] if f["id"] != finding["id"])
+    assert all(f["feedback"] is None for f in others["findings"])
+
+
 # --- feedback on a finding --------------------------------------------------------------------
 
 def feedback(client, account, scan_id, finding_id, **body):
@@ -105,7 +153,8 @@ def test_feedback_shows_on_later_reads_costs_a_credit_and_is_counted_per_source(
         assert answer.status_code == 200, answer.json
         given = answer.json["finding"]["feedback"]
         assert answer.json == {"ok": True, "scan_id": scan_id, "finding": {
-            **finding, "feedback": {"verdict": "false_positive", "note": "not her", "at": given["at"]}}}
+            **finding, "feedback": {"verdict": "false_positive", "note": "not her", "at": given["at"],
+                                    "scan_id": scan_id}}}
         assert ISO.match(given["at"]) and given["at"] > "2026-11-21T12:01:00Z"
         assert balance(account) == before - 1
         read = client.get(f"{SCAN}/{scan_id}", headers=account.headers).json["result"]
@@ -167,8 +216,19 @@ def test_a_partial_scan_is_rerun_on_its_failed_sources_charged_as_a_creation(cli
         assert jobs.run(frozen, until=lambda: status_of(body["scan_id"]) == "completed")
         second = client.get(f"{SCAN}/{body['scan_id']}", headers=account.headers).json
     assert second["rerun_of"] == first_id and second["target"] == first["target"]
-    assert [s["id"] for s in second["result"]["sources"]] == failed
+    # The whole picture: every source, the re-asked ones with their new answers, and every item.
+    assert [s["id"] for s in second["result"]["sources"]] == [s["id"] for s in first["result"]["sources"]]
+    reasked = {s["id"]: s["status"] for s in second["result"]["sources"] if s["id"] in failed}
+    assert len(reasked) == len(failed) and not set(reasked.values()) & set(FAILED)
     assert second["result"]["partial"] is False
+    assert second["result"]["coverage"] == {**first["result"]["coverage"], "failed": 0, "ratio": 1.0,
+                                            "found": second["result"]["coverage"]["found"]}
+    for name in ("profiles", "contacts", "breaches"):
+        assert second["result"][name] == first["result"][name]
+    # Each finding keeps its id and lists every source that found it, in either scan.
+    assert [f["id"] for f in second["result"]["findings"]] == [f["id"] for f in first["result"]["findings"]]
+    for before, after in zip(first["result"]["findings"], second["result"]["findings"], strict=True):
+        assert after["source_ids"][:len(before["source_ids"])] == before["source_ids"]
     assert "rerun_of" not in first
     assert_books_balance(account)
 

@@ -2,9 +2,11 @@
 ``target_suppressed`` and free; in a bulk call a free ``rejected`` entry; the list holds hashes."""
 import json
 
+import pytest
+
 from app.extensions import db
 from app.models import CreditLedger, Scan, Suppression
-from app.services import billing, suppressions
+from app.services import billing, crypto, suppressions
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 
@@ -97,3 +99,68 @@ def test_the_operator_sets_a_keys_payload_and_the_document_shows_thin_bodies(app
     assert set(thin_body) == {"event", "scan_id", "bulk_id", "rerun_of", "livemode", "status", "purpose",
                               "case_ref", "completed_at"}
     assert "WebhookFailedThin" in spec["info"]["description"]
+
+
+@pytest.mark.parametrize("added, submitted", [
+    (("email", "Jane.Doe@Example.com"), {"target": "jane.doe@example.com"}),
+    (("email", "jane.doe@example.com"), {"target": "Jane.Doe+promo@EXAMPLE.com"}),
+    (("email", "jane.doe@gmail.com"), {"target": "janedoe@gmail.com"}),
+    (("email", "janedoe@gmail.com"), {"target": "Jane.Doe@googlemail.com", "kind": "email"}),
+    (("username", "@supphandle"), {"target": "SuppHandle"}),
+    (("phone", "+1 (415) 555-0199"), {"target": "14155550199"}),
+    (("phone", "+1.415.555.0199"), {"target": "+1 (415) 555-0199", "kind": "phone"}),
+    (("phone", "+1-415-555-0199"), {"target": "+14155550199"}),
+    (("username", "14155550199"), {"target": "+1 415 555 0199"}),
+    (("username", "+14155550199"), {"target": "14155550199", "kind": "username"}),
+])
+def test_an_opt_out_refuses_every_spelling_free_of_charge(app, client, account, added, submitted):
+    recorded = cli(app, "suppressions", "add", *added, "--json")
+    assert recorded.exit_code == 0, recorded.output
+    refused = client.post(SCAN, json=submitted, headers=account.headers)
+    assert (refused.status_code, refused.json["error"]) == (403, "target_suppressed")
+    assert refused.headers["X-Credits-Remaining"] == "100"
+    with db.connection_context():
+        assert Scan.select().count() == 0 and CreditLedger.select().count() == 1  # the opening credit only
+
+
+def test_a_bulk_calls_spellings_of_an_opt_out_are_free_and_the_ledger_holds_the_queued_only(app, client,
+                                                                                           make_customer):
+    acct = make_customer(tier="enterprise", credits=100)
+    cli(app, "suppressions", "add", "email", "Jane.Doe@Example.com")
+    cli(app, "suppressions", "add", "phone", "+1 (415) 555-0199")
+    with db.connection_context():
+        ledger_before = list(CreditLedger.select().where(CreditLedger.customer == acct.id).order_by(CreditLedger.id).dicts())
+    targets = [{"target": "jane.doe@example.com"}, {"target": "bob@example.com"}, {"target": "14155550199"},
+               {"target": "JANE.DOE+x@example.com", "kind": "email"}]
+    answer = client.post(BULK, json={"targets": targets}, headers=acct.headers)
+    assert answer.status_code == 202, answer.json
+    assert [(r["index"], r["error"]) for r in answer.json["rejected"]] == [
+        (0, "target_suppressed"), (2, "target_suppressed"), (3, "target_suppressed")]
+    assert answer.json["queued"] == 1 and answer.headers["X-Credits-Remaining"] == "99"
+    with db.connection_context():
+        rows = list(CreditLedger.select().where(CreditLedger.customer == acct.id).order_by(CreditLedger.id).dicts())
+        assert rows[:len(ledger_before)] == ledger_before
+        assert [row["delta"] for row in rows[len(ledger_before):]] == [-1]  # the queued scan, nothing else
+        assert billing.balance_of(acct.id) == billing.ledger_sum(acct.id) == 99
+
+
+def test_an_opt_out_stored_before_still_refuses(client, account):
+    with db.connection_context():  # as `suppressions add` stored it before: the local part's case kept
+        Suppression.insert(target_hash=crypto.target_hash("email", "Jane.Doe@example.com"), kind="email").execute()
+    refused = client.post(SCAN, json={"target": "Jane.Doe@EXAMPLE.COM"}, headers=account.headers)
+    assert (refused.status_code, refused.json["error"]) == (403, "target_suppressed")
+
+
+def test_the_operator_lists_and_removes_by_any_spelling(app):
+    added = json.loads(cli(app, "suppressions", "add", "email", "Jane.Doe+news@gmail.com", "--json").output)
+    cli(app, "suppressions", "add", "username", "@someone")
+    found = json.loads(cli(app, "suppressions", "list", "email", "janedoe@GoogleMail.com", "--json").output)
+    assert [row["target_hash"] for row in found["suppressions"]] == [added["target_hash"]]
+    everything = json.loads(cli(app, "suppressions", "list", "--json").output)["suppressions"]
+    assert len(everything) == 2
+    half = cli(app, "suppressions", "list", "email")
+    assert half.exit_code != 0 and "Traceback" not in half.output
+    removed = json.loads(cli(app, "suppressions", "remove", "email", "J.A.N.E.DOE@gmail.com", "--json").output)
+    assert removed["removed"] is True
+    with db.connection_context():
+        assert [row.kind for row in Suppression.select()] == ["username"]

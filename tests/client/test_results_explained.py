@@ -28,7 +28,10 @@ def test_a_partial_result_is_typed_and_rerun_to_completion(served_app, account, 
         assert rerun.rerun_of == first.scan_id and rerun.target == first.target and rerun.status == "queued"
         second = api.wait(rerun)
     assert second.rerun_of == first.scan_id and second.result.partial is False
-    assert [s.id for s in second.result.sources] == [s.id for s in result.failed_sources]
+    # The whole picture: every source (the failed ones answered now), every finding with its id.
+    assert [s.id for s in second.result.sources] == [s.id for s in result.sources]
+    assert second.result.failed_sources == [] and [f.id for f in second.result.findings] == [
+        f.id for f in result.findings]
 
 
 def test_feedback_comes_back_typed_and_on_later_reads(served_app, account, jobs):
@@ -38,6 +41,7 @@ def test_feedback_comes_back_typed_and_on_later_reads(served_app, account, jobs)
         finding = scan.result.findings[0]
         given = api.feedback(scan.scan_id, finding.id, "false_positive", note="another Jane")
         assert given.id == finding.id and given.feedback.verdict == "false_positive"
+        assert given.feedback.scan_id == scan.scan_id
         assert api.get(scan.scan_id).result.finding(finding.id).feedback.note == "another Jane"
         with pytest.raises(ValueError):
             api.feedback(scan.scan_id, finding.id, "maybe")

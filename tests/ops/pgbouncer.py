@@ -49,7 +49,9 @@ class PgBouncer:
         self.user = unquote(upstream.username or "postgres")
         socket_dir = parse_qs(upstream.query).get("host", [None])[0]
         host = upstream.hostname or socket_dir or "127.0.0.1"
-        server = f"host={host} port={upstream.port or 5432} dbname={self.database} user={self.user}"
+        # Any database name reaches the server's database of that name (``*``: the test workers'
+        # own databases, tests/parallel.py), as the same user.
+        server = f"host={host} port={upstream.port or 5432} user={self.user}"
         if upstream.password:
             server += f" password={unquote(upstream.password)}"
         self.password = secrets.token_urlsafe(18)
@@ -57,7 +59,8 @@ class PgBouncer:
         self.folder = Path(tempfile.mkdtemp(prefix="scan-api-pgbouncer-"))
         (self.folder / "userlist.txt").write_text(f'"{self.user}" "{self.password}"\n')
         (self.folder / "pgbouncer.ini").write_text(f"""[databases]
-{self.database} = {server}
+{self.database} = {server} dbname={self.database}
+* = {server}
 
 [pgbouncer]
 listen_addr = 127.0.0.1

@@ -145,7 +145,11 @@ def test_portal_users_are_checked_and_unique_by_address(conn):
                                      ("new@acme.example", "short", "at least 10")]:
         with pytest.raises(AccountError, match=message):
             accounts.create_user(cust.id, email, password)
+    with pytest.raises(AccountError, match="role must be one of owner, admin, developer, viewer, not 'root'"):
+        accounts.create_user(cust.id, "root@acme.example", "a-long-password", role="root")
     assert PortalUser.select().count() == 1
+    assert (user.role, accounts.create_user(cust.id, "dev@acme.example", "a-long-password", "developer").role) == (
+        "owner", "developer")
 
 
 def test_the_overview_shows_limits_usage_keys_and_latest_ledger_rows(conn):

@@ -89,9 +89,9 @@ def test_filters(conn):
     assert listed(key_id="key_2") == [read]
     assert listed(resource_id="scn_1") == [read, create]
     assert listed(created_after=T, created_before=T + timedelta(minutes=2)) == [read]  # both bounds exclusive
-    # The target as a creation normalises it: the domain's case does not matter, the local part's does.
+    # The target in its canonical form: no case counts, nor the white space around it.
     assert listed(target="  Jane@EXAMPLE.com ") == [create]
-    assert listed(target="jane@example.com") == []
+    assert listed(target="jane@example.com") == [create]
     assert listed(target="john@example.com", action="scan.read") == []
     with pytest.raises(InvalidRequest) as refused:
         listed(target="jane@")
@@ -195,3 +195,42 @@ def test_upkeep_that_cannot_get_its_locks_waits_for_its_next_turn(no_day_partiti
     assert "activity log upkeep postponed to its next turn: OperationalError" in caplog.text
     assert store.day_partitions() == []
     assert activity.upkeep(T)["activity_partitions_made"] == activity.PARTITION_DAYS_AHEAD + 1
+
+
+def test_the_target_filter_finds_every_spelling_of_a_target(conn):
+    email = entry(action="scan.create", status=202, at=T,
+                  subject=activity.Subject("scn_1", activity.hashes_of([("email", "Jane.Doe@example.com")])))
+    handle = entry(action="scan.create", status=202, at=T + timedelta(minutes=1),
+                   subject=activity.Subject("scn_2", activity.hashes_of([("username", "SuppHandle")])))
+    phone = entry(action="bulk.create", status=202, at=T + timedelta(minutes=2),
+                  subject=activity.Subject("blk_1", activity.hashes_of([("phone", "+14155550199")])))
+
+    def listed(target):
+        return ids(activity.list_entries("cus_a", livemode=True, target=target))
+
+    for spelling in ("jane.doe@example.com", "JANE.DOE@EXAMPLE.COM", " Jane.Doe@Example.com "):
+        assert listed(spelling) == [email], spelling
+    for spelling in ("supphandle", "@SUPPHANDLE", "SuppHandle"):
+        assert listed(spelling) == [handle], spelling
+    for spelling in ("+1 (415) 555-0199", "+1.415.555.0199", "+1-415-555-0199", "+14155550199"):
+        assert listed(spelling) == [phone], spelling
+    # An entry keeps the canonical form's hash, whatever the spelling it was created with.
+    row = ActivityEntry.get(ActivityEntry.id == email)
+    assert row.target_hashes == [crypto.target_hash("email", "jane.doe@example.com")]
+
+
+def test_entries_written_before_canonical_forms_are_found_by_their_own_spelling(conn):
+    # Before, an entry held the hash of the target as a creation stored it: local part and handle as given.
+    legacy_email = entry(action="scan.create", status=202, at=T, subject=activity.Subject(
+        "scn_1", (crypto.target_hash("email", "Jane.Doe@example.com"),)))
+    legacy_handle = entry(action="scan.create", status=202, at=T + timedelta(minutes=1), subject=activity.Subject(
+        "scn_2", (crypto.target_hash("username", "SuppHandle"),)))
+    lower = entry(action="scan.create", status=202, at=T + timedelta(minutes=2), subject=activity.Subject(
+        "scn_3", (crypto.target_hash("email", "kim@example.com"),)))
+
+    def listed(target):
+        return ids(activity.list_entries("cus_a", livemode=True, target=target))
+
+    assert listed("Jane.Doe@EXAMPLE.com") == [legacy_email]  # the spelling it was created with
+    assert listed("@SuppHandle") == [legacy_handle]
+    assert listed("KIM@example.com") == [lower]  # a lower-case target's old hash is its canonical one

@@ -36,7 +36,7 @@ def test_feedback_is_written_into_the_stored_result_and_kept_as_history(scan):
     with freeze_time("2026-11-21 12:00:00"):
         given = findings.give_feedback(account.id, row.id, email["id"], verdict="false_positive", note="  other  ")
     assert given["finding"] == {**email, "feedback": {"verdict": "false_positive", "note": "other",
-                                                      "at": "2026-11-21T12:00:00Z"}}
+                                                      "at": "2026-11-21T12:00:00Z", "scan_id": row.id}}
     stored = json.loads(Scan.get_by_id(row.id).result_json)
     assert stored["findings"][0] == given["finding"] and stored["findings"][1] == result["findings"][1]
     assert {k: v for k, v in stored.items() if k != "findings"} == {k: v for k, v in result.items() if k != "findings"}
@@ -105,3 +105,67 @@ def test_an_erased_scan_loses_its_feedback_and_takes_no_more(scan):
     assert FindingFeedback.select().count() == 0
     with pytest.raises(NotFound):
         findings.give_feedback(account.id, row.id, finding_id, verdict="confirmed")
+
+
+# --- D26: feedback follows the finding to later scans of the target ---------------------------
+
+def complete_scan(cust, key, target="a@example.com"):
+    """A scan admitted through the service and completed with ``RAW``, as a look would complete it."""
+    from app.services import tracking
+    from app.services.results import Owner
+    from tests.services.conftest import new_scan
+    scan = new_scan(cust, key, target=target)
+    tracking.complete(scan.id, normalize_result(RAW, "email", scan_id=scan.id,
+                                                owner=Owner(cust.id, "email", scan.target)))
+    return Scan.get_by_id(scan.id)
+
+
+def feedback_by_id(scan_id):
+    return {f["id"]: f["feedback"] for f in json.loads(Scan.get_by_id(scan_id).result_json)["findings"]}
+
+
+def test_feedback_shows_on_the_finding_in_later_scans_of_the_target_with_its_scan(app):
+    from tests.services.conftest import new_customer
+    with db.connection_context(), freeze_time("2026-11-21 12:00:00") as frozen:
+        cust, key = new_customer(credits=100)
+        first = complete_scan(cust, key)
+        email_id = json.loads(first.result_json)["findings"][0]["id"]
+        frozen.tick(60)
+        between = complete_scan(cust, key, target="A@example.com")  # completed before the feedback
+        frozen.tick(60)
+        findings.give_feedback(cust.id, first.id, email_id, verdict="false_positive", note="not her")
+        frozen.tick(60)
+        later = complete_scan(cust, key)
+        other_customer, other_key = new_customer(credits=100)
+        others = complete_scan(other_customer, other_key)
+        given = {"verdict": "false_positive", "note": "not her", "at": "2026-11-21T12:02:00Z", "scan_id": first.id}
+        assert feedback_by_id(first.id)[email_id] == given
+        assert feedback_by_id(between.id)[email_id] == given  # the same finding, the same id
+        assert feedback_by_id(later.id)[email_id] == given
+        assert [v for k, v in feedback_by_id(later.id).items() if k != email_id] == [None]  # the breach has none
+        assert email_id not in feedback_by_id(others.id)  # another customer's ids differ
+        assert all(v is None for v in feedback_by_id(others.id).values())
+        # Newer feedback on the later scan wins there, and leaves the first scan's as it was.
+        frozen.tick(60)
+        findings.give_feedback(cust.id, later.id, email_id, verdict="confirmed")
+        assert feedback_by_id(later.id)[email_id]["scan_id"] == later.id
+        assert feedback_by_id(first.id)[email_id] == given
+        frozen.tick(60)
+        newest = complete_scan(cust, key)
+        assert feedback_by_id(newest.id)[email_id] == {"verdict": "confirmed", "note": "", "at": "2026-11-21T12:04:00Z",
+                                                       "scan_id": later.id}
+
+
+def test_feedback_does_not_cross_modes(app):
+    from app.models import Customer
+    from app.services import accounts
+    from tests.services.conftest import new_customer
+    with db.connection_context():
+        cust, key = new_customer(credits=100)
+        test_key, _ = accounts.issue_key(cust.id, "t", livemode=False)
+        first = complete_scan(cust, key)
+        email_id = json.loads(first.result_json)["findings"][0]["id"]
+        findings.give_feedback(cust.id, first.id, email_id, verdict="confirmed")
+        sandboxed = complete_scan(Customer.get_by_id(cust.id), test_key)
+        assert email_id in feedback_by_id(sandboxed.id)  # the same finding (ids follow customer and target)...
+        assert feedback_by_id(sandboxed.id)[email_id] is None  # ...but feedback stays in its mode

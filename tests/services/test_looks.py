@@ -2,6 +2,7 @@
 database (FOR UPDATE SKIP LOCKED), looked at in one engine request, and recorded under a fencing
 token. Every guarantee of the chains holds: nothing lost when a looker dies or Redis is emptied,
 the timeout only after a look, progress, ``running`` once with its event."""
+import json
 import threading
 from datetime import datetime, timedelta
 
@@ -323,3 +324,25 @@ def test_the_sweep_hands_a_lost_chain_to_the_batch_looks_and_back(conn):
         chained = Scan.get_by_id(scan.id)
     assert chained.next_look_at is None and chained.tracking_job_id == f"trk-{scan.id}-1"
     assert queue(ENGINE_QUEUE).count == 1  # due now
+
+
+def test_a_scan_the_first_look_finds_done_sends_scan_running_before_scan_completed(conn, simulator, sim_receiver):
+    secret = "whsec_ZGVsaXZlcmllcyBhcGkgc2VjcmV0IDAxMjM0NQ=="
+    listening_url, heard = sim_receiver(secret)
+    final_only_url, heard_final_only = sim_receiver(secret)
+    with freeze_time(NOW) as frozen:
+        cust, key = new_customer(credits=100, webhook_url=listening_url, webhook_secret=secret)
+        from app.services import endpoints
+        first = endpoints.list_endpoints(key)[0]
+        endpoints.update(key, first["endpoint_id"], events=["scan.running", "scan.completed", "scan.failed"])
+        endpoints.create(key, url=final_only_url, events=["scan.completed"], secret=secret)
+        scan = new_scan(cust, key)
+        frozen.tick((scan.eta_at - NOW).total_seconds() + 60)  # the engine is done before any look
+        assert looks.look_due()["completed"] == 1
+        assert JobRunner(runtime.redis()).run(frozen, until=lambda: len(heard()) == 2 and heard_final_only())
+    bodies = [json.loads(d["body"]) for d in heard()]
+    assert [b["event"] for b in bodies] == ["scan.running", "scan.completed"]
+    assert (bodies[0]["scan_id"], bodies[0]["status"]) == (scan.id, "running")
+    assert [json.loads(d["body"])["event"] for d in heard_final_only()] == ["scan.completed"]
+    done = Scan.get_by_id(scan.id)
+    assert done.status == "completed" and done.started_at is None  # the row says what the looks saw

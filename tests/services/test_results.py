@@ -1,6 +1,7 @@
 """normalize_result: the engine's untrusted result made into the §2.2 / D6 object (E2)."""
 import json
 import math
+import re
 
 import pytest
 
@@ -442,3 +443,105 @@ def test_an_engine_cannot_give_findings_or_feedback():
     out = normalize_result(raw, "phone", scan_id="scn_1")
     assert all(f["feedback"] is None for f in out["findings"])
     assert next(f for f in out["findings"] if f["path"] == "breaches[0]")["source_ids"] == ["breach_index"]
+
+
+# --- D26: a finding's id follows what it is --------------------------------------------------
+
+def _item(result, path):
+    """The item of a normalised result at ``path`` (``breaches[0]``, ``contacts.emails[1]``...)."""
+    name, index = path[:-1].split("[")
+    group, _, member = name.partition(".")
+    items = result[group][member] if member else result[group]
+    return items[int(index)]
+
+
+def _ids_by_item(result) -> dict[str, str]:
+    """Each finding's id by a plain description of its item (what it is, wherever it stands)."""
+    described = {}
+    for finding in result["findings"]:
+        item = _item(result, finding["path"])
+        if finding["path"].startswith("profiles."):
+            key = f"profile {item['platform']}/{item['handle']}".lower()
+        elif finding["path"].startswith("breaches"):
+            key = f"breach {item['name']} {item['date']}".lower()
+        else:
+            key = f"contact {item}".lower()
+        described[key] = finding["id"]
+    return described
+
+
+def reordered(raw: dict) -> dict:
+    """The same items as ``raw`` in another order and spelling, a profile moved from verified to
+    weak, and the evidence following its items."""
+    raw = json.loads(json.dumps(raw))
+    raw["profiles"] = {"verified": [], "weak": [raw["profiles"]["weak"][0], raw["profiles"]["verified"][0]]}
+    raw["contacts"]["emails"] = ["NEW@example.com", raw["contacts"]["emails"][0].upper()]
+    raw["breaches"] = [{"name": "GameVault", "date": "2020-01-15"}, *raw["breaches"]]
+    raw["evidence"] = [{"path": "profiles.weak[1]", "source_ids": ["github"]},
+                       {"path": "breaches[1]", "source_ids": ["breach_index"]}]
+    raw["risk"]["reasons"] = [{"code": "breaches", "points": 62, "paths": ["breaches[1]", "profiles.weak[1]"]}]
+    return raw
+
+
+def test_an_items_finding_id_follows_what_it_is_not_where_it_stands(app):
+    from app.services.results import Owner
+    first = normalize_result(explained(), "phone", scan_id="scn_1", owner=Owner("cus_a", "phone", "+447700900123"))
+    later = normalize_result(reordered(explained()), "phone", scan_id="scn_2",
+                             owner=Owner("cus_a", "phone", "+44 7700-900123"))  # another spelling of the target
+    before, after = _ids_by_item(first), _ids_by_item(later)
+    assert set(before) - set(after) == set() and len(after) == len(before) + 2  # two new items
+    assert {item: after[item] for item in before} == before  # every kept item kept its id
+    assert all(re.fullmatch(r"fnd_[A-Za-z0-9_-]{20}", fid) for fid in after.values())
+    # The sources and the reasons follow the items too.
+    moved = next(f for f in later["findings"] if f["id"] == before["profile github/jane"])
+    assert moved["path"] == "profiles.weak[1]" and moved["source_ids"] == ["github"]
+    assert later["risk"]["reasons"][0]["finding_ids"] == [before["breach shophub 2019-03"],
+                                                          before["profile github/jane"]]
+
+
+def test_finding_ids_differ_between_customers_and_targets_and_within_a_result(app):
+    from app.services.results import Owner
+    raw = explained()
+    raw["breaches"] = raw["breaches"] * 2  # an engine that repeats an item: two findings all the same
+    ids = {owner: [f["id"] for f in normalize_result(raw, "phone", owner=Owner(*owner))["findings"]]
+           for owner in [("cus_a", "phone", "+447700900123"), ("cus_b", "phone", "+447700900123"),
+                         ("cus_a", "phone", "+447700900124")]}
+    for fids in ids.values():
+        assert len(set(fids)) == len(fids)
+    all_ids = [fid for fids in ids.values() for fid in fids]
+    assert len(set(all_ids)) == len(all_ids)
+    assert ids[("cus_a", "phone", "+447700900123")] == [  # and the same again
+        f["id"] for f in normalize_result(raw, "phone", owner=Owner("cus_a", "phone", "+447700900123"))["findings"]]
+
+
+def test_a_reruns_result_is_merged_into_its_originals(app):
+    from app.services.results import Owner, merge_rerun
+    owner = Owner("cus_a", "phone", "+447700900123")
+    original = normalize_result(explained(), "phone", scan_id="scn_1", owner=owner)
+    original["findings"][4]["feedback"] = {"verdict": "confirmed", "note": "", "at": "2026-11-21T12:00:00Z",
+                                           "scan_id": "scn_1"}
+    # The re-run asks the source that timed out: it answers, finds the breach again (listed first
+    # now) and one new one, and scores higher.
+    raw = full_result(breaches=[{"name": "GameVault", "date": "2020-01"}, {"name": "ShopHub", "date": "2019-03"}],
+                      profiles={"verified": [], "weak": []}, contacts={"emails": [], "phones": []},
+                      ai_summary="", risk={"score": 70},
+                      sources=[{"id": "caller_id", "name": "Caller ID", "status": "found"}],
+                      evidence=[{"path": "breaches[0]", "source_ids": ["caller_id"]},
+                                {"path": "breaches[1]", "source_ids": ["caller_id"]}])
+    raw["risk"]["reasons"] = [{"code": "breaches", "points": 70, "paths": ["breaches[0]", "breaches[1]"]}]
+    merged = merge_rerun(original, normalize_result(raw, "phone", scan_id="scn_2", owner=owner), "scn_1")
+    assert [s["id"] for s in merged["sources"]] == ["github", "breach_index", "caller_id", "carrier"]
+    assert [s["status"] for s in merged["sources"]] == ["found", "found", "found", "skipped"]
+    assert merged["coverage"] == {"checked": 3, "found": 3, "failed": 0, "ratio": 1.0} and merged["partial"] is False
+    assert merged["breaches"] == [*original["breaches"], {"name": "GameVault", "date": "2020-01", "accounts": 0,
+                                                          "classes": []}]
+    for name in ("profiles", "contacts", "phone_profile", "ai_summary", "artifacts"):
+        assert merged[name] == original[name]
+    kept = {f["id"]: f for f in merged["findings"]}
+    assert [f["id"] for f in merged["findings"][:5]] == [f["id"] for f in original["findings"]]
+    shophub = kept[original["findings"][4]["id"]]
+    assert shophub["source_ids"] == ["breach_index", "caller_id"] and shophub["feedback"]["verdict"] == "confirmed"
+    gamevault = merged["findings"][5]
+    assert gamevault["path"] == "breaches[1]" and gamevault["source_ids"] == ["caller_id"]
+    assert merged["risk"]["score"] == 70 and merged["risk"]["band"] == "high"
+    assert merged["risk"]["reasons"][0]["finding_ids"] == [gamevault["id"], shophub["id"]]

@@ -1,6 +1,7 @@
 """Target validation and kind inference (D4) and the order of its errors (D2)."""
 import pytest
 
+from app.services import crypto, targets
 from app.services.targets import TargetError, normalize
 
 
@@ -51,3 +52,19 @@ def test_length_counts_characters_not_bytes():
     with pytest.raises(TargetError) as exc:
         normalize("äöü", None)
     assert exc.value.code == "invalid_target"  # 3 characters: long enough, but not a handle
+
+
+def test_the_canonical_hash_is_one_per_identifier(conn):
+    assert targets.canonical_hash("email", "Jane.Doe@Example.com") == crypto.target_hash("email", "jane.doe@example.com")
+    assert targets.canonical_hash("username", "@SuppHandle") == targets.canonical_hash("username", "supphandle")
+    assert targets.canonical_hash("phone", "+1 (415) 555-0199") == crypto.target_hash("phone", "+14155550199")
+    assert targets.canonical_hash("email", "jane+x@example.com") != targets.canonical_hash("email", "jane@example.com")
+
+
+def test_the_suppression_check_hashes_are_the_opt_out_key_and_the_old_form(conn):
+    assert targets.suppression_hashes("email", "Jane.Doe+news@gmail.com") == {
+        crypto.target_hash("email", "janedoe@gmail.com"),          # what an opt-out is stored under now
+        crypto.target_hash("email", "Jane.Doe+news@gmail.com")}    # what it was stored under before
+    assert targets.suppression_hashes("username", "14155550199") == {
+        crypto.target_hash("phone", "+14155550199"), crypto.target_hash("username", "14155550199")}
+    assert targets.suppression_hashes("phone", "+14155550199") == {crypto.target_hash("phone", "+14155550199")}

@@ -80,6 +80,27 @@ def test_the_ledger_pages_newest_first(conn):
     assert len(usage.ledger_page(cust.id, page=0, per_page=1000).items) == 5  # clamped
 
 
+def test_the_ledger_in_time_order_reads_as_a_running_balance(conn):
+    """A minute's summed reads are dated by the latest, with the balance after it: a movement
+    made between the minute's reads is listed before the row, and the newest row's balance is the
+    balance (the CLI's ``customers show`` and the portal's usage page list these)."""
+    at = datetime(2026, 11, 22, 12, 30, 5)
+    with freeze_time(at - timedelta(hours=1)):
+        cust, _ = new_customer(credits=100)
+    billing.charge_call(cust.id, "req_1", at, "GET /api/v1/scan/{scan_id}", read_of=True,
+                        entry=call_entry(cust.id))
+    with freeze_time(at + timedelta(seconds=10)):
+        accounts.add_credits(cust.id, -5, "correction")
+    billing.charge_call(cust.id, "req_2", at + timedelta(seconds=20), "GET /api/v1/scan/{scan_id}", read_of=True,
+                        entry=call_entry(cust.id))
+    for listed in (usage.ledger_page(cust.id, page=1, per_page=10).items,
+                   accounts.customer_overview(cust.id)["ledger"]):
+        assert [(r["delta"], r["balance_after"]) for r in listed] == [(-2, 93), (-5, 94), (100, 100)]
+        assert listed[0]["balance_after"] == billing.balance_of(cust.id)
+    times = [r["created_at"] for r in usage.ledger_page(cust.id, page=1, per_page=10).items]
+    assert times[:2] == [at + timedelta(seconds=20), at + timedelta(seconds=10)]
+
+
 @pytest.mark.parametrize("start, end, message", [
     (date(2026, 11, 10), date(2026, 11, 9), "must not be after"),
     (date(2025, 1, 1), date(2026, 1, 2), "at most 366 days"),
@@ -143,8 +164,8 @@ def test_a_row_of_summed_reads_says_how_many_reads_it_holds(conn):
     described = [usage.describe(r) for r in rows.order_by(CreditLedger.id)]
     assert [(d["kind"], d["what"], d["endpoint"], d["delta"], d["reads"], d["created_at"], d["request_id"])
             for d in described] == [
-        ("reads", "1 read", "GET /api/v1/account", -1, 1, datetime(2026, 11, 22, 12, 30), None),
-        ("reads", "2 reads", "GET /api/v1/scan/{scan_id}", -2, 2, datetime(2026, 11, 22, 12, 31), None)]
+        ("reads", "1 read", "GET /api/v1/account", -1, 1, datetime(2026, 11, 22, 12, 30, 41), None),
+        ("reads", "2 reads", "GET /api/v1/scan/{scan_id}", -2, 2, datetime(2026, 11, 22, 12, 31, 50), None)]
     assert described[1]["balance_after"] == 2 == billing.balance_of(cust.id)
     # The charts count a summed row's credits in its hour, like any charge.
     [hour] = [h for h in usage.activity(cust.id, "hour", now=at) if h.credits]

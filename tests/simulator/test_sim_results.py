@@ -216,3 +216,12 @@ def test_a_rerun_lists_the_sources_asked_for_none_failing():
     assert [s["id"] for s in rerun["sources"]] == failed
     assert {s["status"] for s in rerun["sources"]} <= {"found", "not_found", "skipped"}
     assert rerun["breaches"] == first["breaches"]
+
+
+def test_the_scenarios_page_lists_every_shipped_scenario():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "docs" / "scenarios.md").read_text()
+    shipped = sorted(path.stem for path in (root / "simulator" / "scenarios").glob("*.yaml"))
+    assert shipped and [name for name in shipped if f"`{name}`" not in page] == []

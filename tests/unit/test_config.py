@@ -109,6 +109,15 @@ def test_retry_schedule_parses(raw, expected):
     assert parse_retry_schedule(raw) == expected
 
 
+@pytest.mark.parametrize("raw", ["nan", "inf", "0,30,inf", "-inf", "0,NaN", "-1", "0,-0.5"])
+def test_a_retry_schedule_of_no_number_of_seconds_stops_the_start_in_one_line(raw):
+    # float() reads "nan" and "inf": they used to pass, and fail the first retry at run time.
+    with pytest.raises(ConfigError, match=r"^WEBHOOK_RETRY_SCHEDULE must be comma-separated seconds, each 0 or "
+                                          r"more") as caught:
+        load_settings({"WEBHOOK_RETRY_SCHEDULE": raw})
+    assert "\n" not in str(caught.value)
+
+
 @pytest.mark.parametrize("env", [{"APP_ENV": "staging"}, {"SCAN_TIMEOUT_SECONDS": "soon"},
                                  {"WEBHOOK_RETRY_SCHEDULE": "0,x"}, {"WEBHOOK_RETRY_SCHEDULE": "-1"},
                                  {"ACTIVITY_RETENTION_DAYS": "0"}, {"ACTIVITY_RETENTION_DAYS": "a year"},

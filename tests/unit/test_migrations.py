@@ -16,6 +16,13 @@ def test_upgrade_twice_changes_nothing(app):
         assert migrations.current_version() == before == migrations.MIGRATIONS[-1][0]
 
 
+def test_versions_only_grow_and_the_never_assigned_3_stays_unused():
+    """``upgrade`` applies what a database lacks in list order: a version below the last, 3
+    included (never assigned), would run on a database after everything it assumes."""
+    versions = [version for version, _, _ in migrations.MIGRATIONS]
+    assert versions == sorted(set(versions)) and 3 not in versions
+
+
 def test_a_new_migration_is_applied_once_and_keeps_rows(app, monkeypatch):
     with db.connection_context():
         customer = accounts.create_customer("Kept", "pro", 5)
@@ -345,3 +352,59 @@ def test_the_webhook_endpoints_migration_makes_each_keys_url_its_first_endpoint(
         migrated = ApiKey.get_by_id(key.id)
         assert (migrated.webhook_events, migrated.webhook_enabled, migrated.webhook_description) == (None, True, "")
         assert WebhookEndpoint.select().count() == 0
+
+
+def test_the_engine_deletions_migration_takes_the_engine_ids_of_scans_erased_before(app):
+    """Version 19 (D25): scans erased before keep no engine id; a live one's becomes a deletion to
+    ask the engine for, a test one's (the sandbox's) goes."""
+    from app.models import EngineDeletion, Scan, utcnow
+    from tests.services.conftest import new_customer, new_scan
+
+    with db.connection_context():
+        cust, key = new_customer()
+        _, test_key = new_customer(livemode=False)
+        live, kept, sandboxed = new_scan(cust, key), new_scan(cust, key), new_scan(test_key.customer, test_key)
+        live_engine_id, kept_engine_id = live.engine_id, kept.engine_id
+        with db.atomic():
+            db.drop_tables([EngineDeletion])
+            Scan.update(erased_at=utcnow(), status="completed").where(Scan.id.in_([live.id, sandboxed.id])).execute()
+            SchemaVersion.delete().where(SchemaVersion.version == 19).execute()
+
+        assert migrations.upgrade() == [19]
+        assert migrations.upgrade() == []
+        assert [Scan.get_by_id(s.id).engine_id for s in (live, kept, sandboxed)] == [None, kept_engine_id, None]
+        assert [row.engine_id for row in EngineDeletion.select()] == [live_engine_id]
+
+
+def test_the_findings_identity_migration_indexes_feedback_by_finding_and_names_its_scan(app):
+    """Version 20 (D26): the index that finds a finding's feedback in any scan, and every feedback
+    stored in a result names the scan it was given on (the one it is in); the rest is untouched."""
+    import json
+
+    from app.models import Scan, new_id, utcnow
+
+    feedback = {"verdict": "false_positive", "note": "not her", "at": "2026-11-21T12:00:00Z"}
+    stored = {"risk": {"score": 0, "band": "low", "reasons": []}, "contacts": {"emails": ["a@example.com"]},
+              "findings": [{"id": "fnd_a", "path": "contacts.emails[0]", "source_ids": [], "feedback": feedback},
+                           {"id": "fnd_b", "path": "breaches[0]", "source_ids": [], "feedback": None}]}
+    with db.connection_context():
+        customer = accounts.create_customer("Old", "business", 5)
+        key, _ = accounts.issue_key(customer.id, "k")
+        with_feedback, without = new_id("scn"), new_id("scn")
+        plain = {**stored, "findings": [{**f, "feedback": None} for f in stored["findings"]]}
+        for scan_id, result in ((with_feedback, stored), (without, plain)):
+            Scan.create(id=scan_id, customer=customer.id, api_key=key.id, kind="email", target="a@example.com",
+                        status="completed", created_at=utcnow(), result_json=json.dumps(result))
+        untouched = Scan.get_by_id(without).result_json
+        with db.atomic():
+            db.execute_sql('DROP INDEX "finding_feedback_finding_id"')
+            SchemaVersion.delete().where(SchemaVersion.version == 20).execute()
+
+        assert migrations.upgrade() == [20]
+        assert migrations.upgrade() == []
+        indexes = {index.name for index in db.get_indexes("finding_feedback")}
+        assert "finding_feedback_finding_id" in indexes
+        result = json.loads(Scan.get_by_id(with_feedback).result_json)
+        assert result["findings"][0]["feedback"] == {**feedback, "scan_id": with_feedback}
+        assert result["findings"][1] == stored["findings"][1]
+        assert Scan.get_by_id(without).result_json == untouched
