@@ -267,6 +267,14 @@ def _findings_keep_identity(database):
         after = rows[-1][0]
 
 
+def _longer_request_ids(database):
+    """Client request ids of 1 to 128 characters (D1): the ledger's and the activity log's columns
+    held 64, so a longer id would fail a charged call's ledger row. Widening a VARCHAR rewrites
+    nothing in PostgreSQL."""
+    for name in ("credit_ledger", "activity_entry"):
+        database.execute_sql(f'ALTER TABLE "{name}" ALTER COLUMN "request_id" TYPE VARCHAR(128)')
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 # Version 3 is absent on purpose: it was never assigned (the history has migration 4, portal
 # sessions, appended right after 2), so no database records it. The gap is harmless, as
@@ -291,6 +299,7 @@ MIGRATIONS = [
     (17, "batch looks at the engine", _batch_looks),
     (19, "engine deletions of erased scans", _engine_deletions),
     (20, "findings keep their identity: feedback by finding, its scan", _findings_keep_identity),
+    (24, "request ids of up to 128 characters", _longer_request_ids),
 ]
 
 

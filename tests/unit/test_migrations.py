@@ -406,3 +406,23 @@ def test_the_findings_identity_migration_indexes_feedback_by_finding_and_names_i
         assert result["findings"][0]["feedback"] == {**feedback, "scan_id": with_feedback}
         assert result["findings"][1] == stored["findings"][1]
         assert Scan.get_by_id(without).result_json == untouched
+
+
+def test_the_request_ids_migration_widens_the_ledger_and_activity_columns_to_128(app):
+    """Version 24 (D1): a database made when request ids had at most 64 characters takes 128."""
+    def widths():
+        rows = db.execute_sql("SELECT table_name, character_maximum_length FROM information_schema.columns "
+                              "WHERE column_name = 'request_id' AND table_name IN ('credit_ledger', 'activity_entry') "
+                              "AND table_schema = current_schema()").fetchall()
+        return dict(rows)
+
+    with db.connection_context():
+        with db.atomic():
+            for name in ("credit_ledger", "activity_entry"):
+                db.execute_sql(f'ALTER TABLE "{name}" ALTER COLUMN "request_id" TYPE VARCHAR(64)')
+            SchemaVersion.delete().where(SchemaVersion.version == 24).execute()
+        assert widths() == {"credit_ledger": 64, "activity_entry": 64}
+
+        assert migrations.upgrade() == [24]
+        assert migrations.upgrade() == []
+        assert widths() == {"credit_ledger": 128, "activity_entry": 128}
