@@ -240,6 +240,18 @@ def _engine_deletions(database):
                          'WHERE "erased_at" IS NOT NULL AND "engine_id" IS NOT NULL')
 
 
+def _one_way_to_track(database):
+    """Due looks become the one way to track a scan (D24): each submitted scan in flight that an RQ
+    job chain tracked (no due look) is due now, its chain's token cleared (a late job of that
+    chain, still running the code of before, finds itself stale and stops); the index of the
+    chains' sweep goes. The values are this migration's own: the statuses in flight as they
+    are today."""
+    database.execute_sql('UPDATE "scan" SET "next_look_at" = now() AT TIME ZONE \'UTC\', "tracking_job_id" = NULL '
+                         """WHERE "status" IN ('queued', 'running') AND "engine_id" IS NOT NULL """
+                         'AND "next_look_at" IS NULL')
+    database.execute_sql('DROP INDEX IF EXISTS "scan_in_flight_last_checked"')
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 MIGRATIONS = [
     (1, "initial schema", _initial),
@@ -259,6 +271,7 @@ MIGRATIONS = [
     (16, "read charges summed per minute", _summed_reads),
     (17, "batch looks at the engine", _batch_looks),
     (19, "engine deletions of erased scans", _engine_deletions),
+    (22, "one way to track a scan: due looks", _one_way_to_track),
 ]
 
 
