@@ -22,7 +22,7 @@ from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, queue
 from app.models import Scan, WebhookDelivery, utcnow
 from app.models.scans import IN_FLIGHT
 from app.services import looks, tracking
-from app.services.results import band_for, normalize_result
+from app.services.results import Owner, band_for, normalize_result
 from app.store import scan_states
 from simulator.investigations import decode_id, plan_for, progress_at
 from simulator.results import EXTRA_FIELD, FULL_DATE, HIGH_SCORE, NO_BAND, messiness_of, phone_profile, result_for
@@ -161,7 +161,7 @@ def expected_result(simulator, scan) -> dict:
     assert checked_at is None or ISO.match(checked_at)
     raw = result_for(scan.kind, scan.target, f"{simulator.url}/_sim/artifacts/{scan.engine_id}",
                      checked_at=checked_at)
-    return normalize_result(raw, scan.kind, scan_id=scan.id)
+    return normalize_result(raw, scan.kind, scan_id=scan.id, owner=Owner(scan.customer_id, scan.kind, scan.target))
 
 
 # --- 1. one scan of each kind, queued -> running -> completed ------------------------------

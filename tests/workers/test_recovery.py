@@ -20,7 +20,7 @@ from app.jobs import ENGINE_QUEUE, queue
 from app.models import BulkBatch, CreditLedger, Scan, utcnow
 from app.services import billing
 from app.services.recovery import sweep
-from app.services.results import normalize_result
+from app.services.results import Owner, normalize_result
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 START = "2026-11-21 12:00:00"
@@ -347,7 +347,8 @@ def test_after_a_long_outage_a_finished_scan_completes_and_an_unfinished_one_tim
     assert engine_stats(simulator)["looks"] == 1  # one batch look for both
     assert after[done].status == "completed" and after[done].failure_code is None
     assert after[done].completed_at - after[done].created_at > timedelta(seconds=TIMEOUT)
-    assert normalize_result(json.loads(after[done].result_json), "email", scan_id=done, stored=True) == \
+    owner = Owner(after[done].customer_id, "email", after[done].target)
+    assert normalize_result(json.loads(after[done].result_json), "email", scan_id=done, owner=owner, stored=True) == \
         json.loads(after[done].result_json)
     assert (after[hanging].status, after[hanging].failure_code) == ("failed", "engine_timeout")
     assert books(account)[0] == 98  # both charged; nothing refunded by the late verdicts
