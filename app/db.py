@@ -18,6 +18,7 @@ from peewee import DatabaseError, DatabaseProxy, InterfaceError, OperationalErro
 from playhouse.db_url import connect, parse
 from playhouse.pool import PooledPostgresqlDatabase
 
+
 class _Savepoint(_savepoint):
     """A savepoint whose rollback also drops the work ``after_commit`` registered inside it.
 

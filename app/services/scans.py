@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from app import runtime
-from app.db import transaction, transaction_with_known_outcome
+from app.db import after_commit, transaction, transaction_with_known_outcome
 from app.jobs import enqueue_tracking, tracking_job_id
 from app.metrics import SCANS_CREATED
 from app.models import BulkBatch, Customer, new_id, utcnow
@@ -170,8 +170,8 @@ def _dispatch(rows, answers) -> None:
     if looks.enabled():
         return
     poll = runtime.config["ENGINE_POLL_SECONDS"]
-    enqueue_tracking({r["id"]: r["tracking_job_id"] for r in rows},
-                     delay_seconds={r["id"]: first_look_delay(a["eta_seconds"], poll) for r, a in zip(rows, answers)})
+    after_commit(enqueue_tracking, {r["id"]: r["tracking_job_id"] for r in rows},
+                 delay_seconds={r["id"]: first_look_delay(a["eta_seconds"], poll) for r, a in zip(rows, answers)})
 
 
 def _submit(customer_id, rows, batch, cost, request_id, livemode=True, sources=None) -> list[dict]:

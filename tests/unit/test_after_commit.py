@@ -7,12 +7,23 @@ import logging
 import threading
 
 import pytest
+
 from app.db import CONNECTION_ERRORS, after_commit, transaction, transaction_with_known_outcome
 from app.extensions import db
 
 
 class Boom(Exception):
     pass
+
+
+def rolled_back(body) -> None:
+    """``body()`` in a transaction (a savepoint inside another) that ends with an exception."""
+    try:
+        with transaction():
+            body()
+            raise Boom
+    except Boom:
+        pass
 
 
 @pytest.fixture
@@ -33,9 +44,7 @@ def test_a_commit_runs_the_work_once_after_it_and_a_rollback_drops_it(conn):
         after_commit(sent.append, "committed")
         assert sent == []  # not before the COMMIT
     assert sent == ["committed"]
-    with pytest.raises(Boom), transaction():
-        after_commit(sent.append, "rolled back")
-        raise Boom
+    rolled_back(lambda: after_commit(sent.append, "rolled back"))
     with transaction():
         pass
     assert sent == ["committed"]  # sent once, and the rolled-back one never
@@ -73,13 +82,14 @@ def _exists(customer_id) -> bool:
 
 def test_a_rolled_back_savepoint_drops_only_its_own_work(conn):
     sent = []
+
+    def savepoint_work():
+        after_commit(sent.append, "savepoint")
+        with transaction():  # released into the savepoint, so rolled back with it
+            after_commit(sent.append, "released inside")
     with transaction():
         after_commit(sent.append, "outer before")
-        with pytest.raises(Boom), transaction():  # a savepoint
-            after_commit(sent.append, "savepoint")
-            with transaction():  # released into the savepoint, so rolled back with it
-                after_commit(sent.append, "released inside")
-            raise Boom
+        rolled_back(savepoint_work)  # a savepoint
         with transaction():
             after_commit(sent.append, "released savepoint")
         after_commit(sent.append, "outer after")
@@ -89,11 +99,10 @@ def test_a_rolled_back_savepoint_drops_only_its_own_work(conn):
 
 def test_a_savepoint_rolled_back_by_hand_keeps_what_comes_after(conn):
     sent = []
-    with transaction():
-        with transaction() as savepoint:
-            after_commit(sent.append, "undone")
-            savepoint.rollback()
-            after_commit(sent.append, "kept")
+    with transaction(), transaction() as savepoint:
+        after_commit(sent.append, "undone")
+        savepoint.rollback()
+        after_commit(sent.append, "kept")
     assert sent == ["kept"]
 
 
@@ -101,14 +110,16 @@ def test_each_thread_commits_its_own_work(conn):
     """peewee's connection state is per thread: a commit in one thread sends only its own work."""
     sent, registered, release = [], threading.Event(), threading.Event()
 
-    def other():
-        with db.connection_context(), transaction():
-            after_commit(sent.append, "other")
-            registered.set()
-            release.wait(10)
-            raise Boom
+    def other_work():
+        after_commit(sent.append, "other")
+        registered.set()
+        release.wait(10)
 
-    thread = threading.Thread(target=lambda: pytest.raises(Boom, other))
+    def other():
+        with db.connection_context():
+            rolled_back(other_work)
+
+    thread = threading.Thread(target=other)
     thread.start()
     assert registered.wait(10)
     with transaction():
