@@ -25,7 +25,7 @@ each run ``look_due`` in a loop:
    commits with the claim, in one transaction: durable when a scan moved to ``running`` or
    ended, else without waiting for the disk flush (a crash loses at most a progress and a due
    time: the row keeps its earlier due time, past by then, so the scan is looked at again at
-   once). The deliveries are dispatched after the commit.
+   once). The deliveries' jobs go when it commits.
 
 Nothing lives in Redis: emptying it loses no look. A scan in flight without a due time (tracked
 by an RQ job chain before the upgrade that retired them) is given one by migration 22, by the
@@ -85,7 +85,6 @@ def look_due(*, limit: int | None = None) -> dict:
     report: dict = {"claimed": 0, "lags": [], "engine_requests": 0, "completed": 0, "failed": 0,
                     "unfinished": 0, "engine_errors": 0}
     finished: list = []
-    deliveries: list = []
     # One transaction from the claim to the record: its row locks are the claim (a looker that
     # dies releases them with its connection: the scans are due again at once, nothing lost).
     with transaction():
@@ -122,12 +121,11 @@ def look_due(*, limit: int | None = None) -> dict:
         for scan in moved:  # as written: the events are of the scan now running
             scan.status, scan.started_at = RUNNING, looked
         if moved:
-            deliveries += tracking.running_events(moved)
+            tracking.running_events(moved)
         # The finals last: they lock their customers' rows (the in-flight counts), which every
         # look ending a scan of theirs waits for, so the lock is held only until the commit.
         if finals:
-            finished, final_deliveries = tracking.record_finals(finals)
-            deliveries += final_deliveries
+            finished = tracking.record_finals(finals)
         if not moved and not finals:
             # Progress and due times only: a crash may lose them, and the scans are looked at
             # again (as a chain's hand-over). Moves to ``running`` and final states are durable.
@@ -136,7 +134,7 @@ def look_due(*, limit: int | None = None) -> dict:
         first = states.get(errors[0])
         log.warning("engine error for %d of %d scans looked at (%s), e.g. scan %s; looking again with back-off",
                     len(errors), len(scans), first if isinstance(first, Exception) else "unusable answer", errors[0])
-    tracking.announce(finished, deliveries)
+    tracking.announce(finished)
     return report
 
 

@@ -100,7 +100,7 @@ class Progress:
 
 def running_events(scans: list) -> list:
     """The ``scan.running`` events of scans that have just moved to ``running`` (in the caller's
-    transaction): the deliveries to dispatch once it has committed."""
+    transaction): their deliveries, whose jobs go once it has committed."""
     return webhooks.record_events(scans, events.SCAN_RUNNING)
 
 
@@ -134,14 +134,14 @@ def finish(finals: list[Final]) -> int:
     the scans out of flight and record their events, all in one durable transaction; then
     announce them (``announce``). Returns how many took."""
     with transaction():
-        scans, deliveries = record_finals(finals)
-    announce(scans, deliveries)
+        scans = record_finals(finals)
+    announce(scans)
     return len(scans)
 
 
-def record_finals(finals: list[Final]) -> tuple[list, list]:
+def record_finals(finals: list[Final]) -> list:
     """``finish``'s writes, in the caller's transaction (a batch look's finals share its
-    commit): the scans that took and the deliveries to dispatch once it has committed.
+    commit): the scans that took; their deliveries' jobs go once it has committed.
 
     Scans, then customers, are written in id order, so two lookers whose batches share one never
     wait on each other in a circle. A completed scan's findings show the feedback given on them
@@ -163,7 +163,9 @@ def record_finals(finals: list[Final]) -> tuple[list, list]:
         quotas.move_in_flight(customer_id, livemode, -n)
     findings.carry_feedback([s for s in scans if s.status == COMPLETED])
     never_running = [s for s in scans if s.started_at is None]
-    return scans, running_events([_as_running(s, now) for s in never_running]) + webhooks.record_events(scans)
+    running_events([_as_running(s, now) for s in never_running])
+    webhooks.record_events(scans)
+    return scans
 
 
 def _as_running(scan, now):
@@ -173,16 +175,14 @@ def _as_running(scan, now):
                          "failed_at": None})
 
 
-def announce(scans: list, deliveries: list) -> None:
-    """After the commit of ``record_finals``: the metrics and log lines of the scans that ended,
-    and their deliveries dispatched."""
+def announce(scans: list) -> None:
+    """After the commit of ``record_finals``: the metrics and log lines of the scans that ended."""
     for scan in scans:
         metrics.count_scan_finished(scan.kind, scan.status, scan.failure_code)
         if scan.status == COMPLETED:
             log.info("scan %s completed", scan.id, extra={"scan_id": scan.id})
         else:
             log.info("scan %s failed: %s", scan.id, scan.failure_code, extra={"scan_id": scan.id})
-    webhooks.dispatch(deliveries)
 
 
 def complete(scan_id: str, result: dict) -> bool:
