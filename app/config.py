@@ -156,10 +156,9 @@ def load_settings(env=None) -> dict:
         "ENGINE_POLL_SECONDS": _seconds(env, "ENGINE_POLL_SECONDS", 10.0, 3600),
         "ENGINE_SUBMIT_TIMEOUT_SECONDS": _seconds(env, "ENGINE_SUBMIT_TIMEOUT_SECONDS", 5.0, 300),
         "ENGINE_STATUS_TIMEOUT_SECONDS": _seconds(env, "ENGINE_STATUS_TIMEOUT_SECONDS", 5.0, 300),
-        # D24: ``auto`` tracks scans in flight by due times in the database, looked at in batches
-        # (one engine request for up to ENGINE_BATCH_SIZE scans when the engine offers it, single
-        # looks otherwise) by ENGINE_LOOK_THREADS threads per worker; ``off``: an RQ job per scan.
-        "ENGINE_BATCH_LOOK": _choice(env, "ENGINE_BATCH_LOOK", "auto", ("auto", "off")),
+        # D24: scans in flight are tracked by due times in the database, looked at in batches (one
+        # engine request for up to ENGINE_BATCH_SIZE scans when the engine offers it, single looks
+        # otherwise) by ENGINE_LOOK_THREADS threads per worker.
         "ENGINE_BATCH_SIZE": _number(env, "ENGINE_BATCH_SIZE", 100, 1, 100),
         "ENGINE_LOOK_THREADS": _number(env, "ENGINE_LOOK_THREADS", 2, 1, 64),
         # How often a worker runs the recovery sweep (D13), and how long a scan may go
@@ -184,6 +183,20 @@ def load_settings(env=None) -> dict:
         "WEBHOOK_DISABLE_AFTER_HOURS": _number(env, "WEBHOOK_DISABLE_AFTER_HOURS", 120, 1, 24 * 365),
         "DELIVERY_RETENTION_DAYS": _number(env, "DELIVERY_RETENTION_DAYS", 30, 1, 36_500),
     }
+
+
+# Settings that no longer do anything: a value still set is ignored, with one warning line from
+# each worker at start (``retired_setting_lines``), so that an upgrade never fails on one.
+RETIRED_SETTINGS = {
+    "ENGINE_BATCH_LOOK": "scans in flight are always tracked by due times in the database, looked at in "
+                         "batches where the engine offers it and one by one where it does not",
+}
+
+
+def retired_setting_lines(env=None) -> list[str]:
+    """One warning line per retired setting that ``env`` (the process's environment) still sets."""
+    env = os.environ if env is None else env
+    return [f"{name} is retired and ignored: {why}" for name, why in RETIRED_SETTINGS.items() if env.get(name)]
 
 
 def finalize(config: dict) -> dict:

@@ -6,21 +6,77 @@ that of the embedded server in the instance folder (``app.embedded``).
 """
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from urllib.parse import parse_qs, urlparse
 
-from peewee import DatabaseProxy, InterfaceError, OperationalError
+from peewee import DatabaseProxy, InterfaceError, OperationalError, _savepoint
 from playhouse.db_url import connect, parse
 from playhouse.pool import PooledPostgresqlDatabase
+
+
+class _Savepoint(_savepoint):
+    """A savepoint whose rollback also drops the work ``after_commit`` registered inside it.
+
+    peewee keeps a connection's work after commit in one list (``_state.commit_callbacks``,
+    thread-local like the connection), run when the outermost transaction commits and emptied
+    when it rolls back; a savepoint left it alone, so work registered in a rolled-back
+    savepoint would still have been sent. Each savepoint notes the list's length when it
+    begins and cuts it back there when rolled back (what it had registered, and what the
+    savepoints inside it had)."""
+
+    def _begin(self):
+        self._mark = len(self.db._state.commit_callbacks)
+        super()._begin()
+
+    def rollback(self, begin=True):
+        del self.db._state.commit_callbacks[self._mark:]
+        super().rollback(begin)
+
+
+class _Proxy(DatabaseProxy):
+    """peewee's proxy, whose nested ``atomic()`` blocks are ``_Savepoint``s (peewee's proxy
+    builds its own savepoints, not the bound database's)."""
+
+    __slots__ = DatabaseProxy.__slots__  # peewee's proxy sets no other attribute
+
+    def savepoint(self):
+        return _Savepoint(self)
+
 
 # Bound to PostgreSQL at start-up by ``init_db``. Defined here, not in ``app.extensions``
 # (which holds Flask extensions), so that models and services reach the database without
 # importing Flask.
-db = DatabaseProxy()
+db = _Proxy()
 
+
+def after_commit(fn: Callable[..., object], *args, **kwargs) -> None:
+    """Run ``fn(*args, **kwargs)`` once, when the outermost transaction of this thread's
+    connection commits; never if it rolls back, nor if the savepoint (a nested ``atomic()``)
+    it was registered in rolls back. Outside any transaction it runs at once.
+
+    The one way work leaves for Redis after the rows it points at (D13): a service registers
+    it inside its transaction, next to the write, and no caller has to remember to send it
+    after the commit. The work may fail (Redis down): that is one warning line, never an
+    exception into a caller whose transaction has committed, and the recovery sweep finds
+    the rows without their job as it always did.
+    """
+    db.after_commit(functools.partial(_run_after_commit, fn, args, kwargs))
+
+
+def _run_after_commit(fn: Callable[..., object], args: tuple, kwargs: dict) -> None:
+    try:
+        fn(*args, **kwargs)
+    except Exception as exc:  # the commit stands; the class only: a message may quote a row's values
+        log.warning("%s after a commit failed (%s); the recovery sweep will redo it",
+                    getattr(fn, "__qualname__", "work"), exc.__class__.__name__)
+
+
+log = logging.getLogger(__name__)
+CONNECTION_ERRORS = (OperationalError, InterfaceError)
 
 class PostgresPool(PooledPostgresqlDatabase):
     """peewee's PostgreSQL pool, without a ``SELECT 1`` for a connection just returned.
@@ -38,6 +94,24 @@ class PostgresPool(PooledPostgresqlDatabase):
     def __init__(self, *args, **kwargs):
         self._returned_at: dict[int, float] = {}
         super().__init__(*args, **kwargs)
+
+    def savepoint(self):
+        return _Savepoint(self)
+
+    def commit(self):
+        """COMMIT; when the connection breaks during it, the work after commit of the transaction
+        is kept aside (``take_unconfirmed``): the server may have committed it all the same."""
+        self._state.unconfirmed = []
+        try:
+            return super().commit()
+        except CONNECTION_ERRORS:
+            self._state.unconfirmed = list(self._state.commit_callbacks)
+            raise
+
+    def take_unconfirmed(self) -> list[Callable[[], None]]:
+        """The work after commit of the last COMMIT that met a broken connection (then none)."""
+        work, self._state.unconfirmed = getattr(self._state, "unconfirmed", []), []
+        return work
 
     def _close(self, conn, close_conn=False):
         if close_conn:
@@ -130,10 +204,6 @@ def connection_context():
         yield
 
 
-log = logging.getLogger(__name__)
-CONNECTION_ERRORS = (OperationalError, InterfaceError)
-
-
 @contextmanager
 def transaction_with_known_outcome(committed: Callable[[], bool]):
     """``write_transaction``, whose COMMIT may be answered by a broken connection.
@@ -143,7 +213,8 @@ def transaction_with_known_outcome(committed: Callable[[], bool]):
     charged a live key for a scan it was told had failed, and a retry made a duplicate. So
     after a connection error at COMMIT, ``committed()`` looks on a fresh connection (for a
     row the transaction wrote, by an id chosen before it) and the transaction ends as it
-    really did: normally if it committed, with the connection error if it did not.
+    really did: normally if it committed, with the connection error if it did not. Its work
+    after commit (``after_commit``) runs only in the first case.
     """
     body_done = False
     try:
@@ -153,10 +224,13 @@ def transaction_with_known_outcome(committed: Callable[[], bool]):
     except CONNECTION_ERRORS:
         if not body_done:
             raise
+        work = db.take_unconfirmed()
         _reconnect()
         if not committed():
             raise
         log.warning("the database connection broke during COMMIT; the transaction had committed")
+        for fn in work:
+            fn()
 
 
 def _reconnect() -> None:

@@ -267,6 +267,27 @@ def _findings_keep_identity(database):
         after = rows[-1][0]
 
 
+
+def _one_way_to_track(database):
+    """Due looks become the one way to track a scan (D24): each submitted scan in flight that an RQ
+    job chain tracked (no due look) is due now, its chain's token cleared (a late job of that
+    chain, still running the code of before, finds itself stale and stops); the index of the
+    chains' sweep goes. The values are this migration's own: the statuses in flight as they
+    are today."""
+    database.execute_sql('UPDATE "scan" SET "next_look_at" = now() AT TIME ZONE \'UTC\', "tracking_job_id" = NULL '
+                         """WHERE "status" IN ('queued', 'running') AND "engine_id" IS NOT NULL """
+                         'AND "next_look_at" IS NULL')
+    database.execute_sql('DROP INDEX IF EXISTS "scan_in_flight_last_checked"')
+
+
+def _longer_request_ids(database):
+    """Client request ids of 1 to 128 characters (D1): the ledger's and the activity log's columns
+    held 64, so a longer id would fail a charged call's ledger row. Widening a VARCHAR rewrites
+    nothing in PostgreSQL."""
+    for name in ("credit_ledger", "activity_entry"):
+        database.execute_sql(f'ALTER TABLE "{name}" ALTER COLUMN "request_id" TYPE VARCHAR(128)')
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 # Version 3 is absent on purpose: it was never assigned (the history has migration 4, portal
 # sessions, appended right after 2), so no database records it. The gap is harmless, as
@@ -291,6 +312,8 @@ MIGRATIONS = [
     (17, "batch looks at the engine", _batch_looks),
     (19, "engine deletions of erased scans", _engine_deletions),
     (20, "findings keep their identity: feedback by finding, its scan", _findings_keep_identity),
+    (22, "one way to track a scan: due looks", _one_way_to_track),
+    (24, "request ids of up to 128 characters", _longer_request_ids),
 ]
 
 

@@ -68,13 +68,16 @@ class Scan(BaseModel):
     failure_code = CharField(max_length=40, null=True)
     failure_message = TextField(null=True)
     result_json = TextField(null=True)
-    # Fencing token of the tracking chain: only the job whose id matches may act (D13).
+    # Retired (D24): the fencing token of the RQ job chain that tracked a scan before the upgrade
+    # that made due looks the one way. Nothing writes it but NULL; kept so that a process of
+    # before the upgrade, still running during it, finds its column (a later migration drops it).
     tracking_job_id = CharField(max_length=80, null=True)
     last_checked_at = DateTimeField(null=True)
     check_errors = IntegerField(default=0)
-    # Batch looks (D24): when the scan is next due to be looked at (NULL while an RQ job tracks
-    # it), and the fencing token of the looks: a claim adds one, and only the look that holds
-    # the current number may write what it saw.
+    # Batch looks (D24): when the scan is next due to be looked at (NULL until it is submitted,
+    # and for a scan a job chain tracked before the upgrade, until it is handed over), and the
+    # fencing token of the looks: a claim adds one, and only the look that holds the current
+    # number may write what it saw.
     next_look_at = DateTimeField(null=True)
     look_generation = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])
     # The mode of the key that created it (D15): which engine answers, whether it was charged.
@@ -92,11 +95,10 @@ class Scan(BaseModel):
         )
 
 
-# The scans in flight, by customer (the 429's Retry-After hint, the portal) and by last look
-# (the recovery sweep). Partial: a scan leaves both when it is final, so they stay as small as
-# what is in flight, and the planner never mistakes them for the windows' (customer, created_at).
+# The scans in flight, by customer (the 429's Retry-After hint, the portal). Partial: a scan
+# leaves it when it is final, so it stays as small as what is in flight, and the planner never
+# mistakes it for the windows' (customer, created_at).
 Scan.add_index(Scan.index(Scan.customer, name="scan_in_flight_customer", where=Scan.status.in_(IN_FLIGHT)))
-Scan.add_index(Scan.index(Scan.last_checked_at, name="scan_in_flight_last_checked", where=Scan.status.in_(IN_FLIGHT)))
 # The due looks (D24): scans in flight that the batch looks track, by due time. Partial, so the
 # claim's ORDER BY ... LIMIT reads only what is due, however many scans were ever made.
 Scan.add_index(Scan.index(Scan.next_look_at, name="scan_due_look",

@@ -11,8 +11,7 @@ Admission follows D3, D7, D8 and D13:
 2. The engine call, outside the transaction (no lock is held across the network).
 3. On engine failure the reservation is reversed: the scans are deleted and a refund
    ledger row cancels the charge (502, no scan, no net charge). On success the
-   engine's ids are stored and the tracking jobs dispatched; a failed dispatch is
-   left to the recovery sweep.
+   engine's ids are stored, each with its first look due (D24: no job to dispatch).
 """
 from __future__ import annotations
 
@@ -22,9 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
 
-from app import runtime
 from app.db import transaction, transaction_with_known_outcome
-from app.jobs import enqueue_tracking, tracking_job_id
 from app.metrics import SCANS_CREATED
 from app.models import BulkBatch, Customer, new_id, utcnow
 from app.models.scans import COMPLETED, QUEUED
@@ -39,7 +36,6 @@ from app.services.errors import (
 from app.services.limits import Limits, limits_for
 from app.services.results import failed_source_ids
 from app.services.targets import normalize_or_refuse
-from app.services.tracking import first_look_delay
 from app.store import customers as customer_store
 from app.store import keys as key_store
 from app.store import scans as scan_store
@@ -63,8 +59,8 @@ class Outcome:
 
 def engine_for(livemode: bool):
     """Which engine runs a scan (D15): the engine at ENGINE_URL for live scans, the sandbox
-    inside the service for test ones. The one place that decides it: submission here, and
-    every look of the tracking jobs, ask it."""
+    inside the service for test ones. Submission asks it; the batch looks split their claims
+    by the same rule (``looks._look``)."""
     return engine if livemode else sandbox_engine
 
 
@@ -119,8 +115,6 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
                 "id": scan_id, "customer": customer_id, "api_key": api_key_id, "bulk": batch.id if batch else None,
                 "bulk_index": index if batch else None, "kind": kind, "target": target, "status": QUEUED,
                 "created_at": now, "livemode": livemode,
-                # The chain's first token, unless batch looks track it (D24: a due time, set on submission).
-                "tracking_job_id": None if looks.enabled() else tracking_job_id(scan_id, 0),
                 "purpose": purpose, "case_ref": case_ref, "rerun_of": rerun_of,
             })
         if rows:
@@ -167,20 +161,10 @@ def _reverse(customer_id, rows, batch, cost, request_id, livemode=True, recorded
 
 def _record_submissions(rows, answers) -> None:
     """Store the engine's ids and etas for all scans in one UPDATE, whatever their number, with
-    each one's first look when batch looks track them (D24)."""
+    each one's first look (D24)."""
     now = utcnow()
     scan_store.record_submissions([(r["id"], a["id"], a["recipes"], now + timedelta(seconds=a["eta_seconds"]),
                                     looks.first_look_at(now, a["eta_seconds"])) for r, a in zip(rows, answers)])
-
-
-def _dispatch(rows, answers) -> None:
-    """Each scan's first look, when an RQ job tracks it (batch looks need none): half a second
-    before its eta, at most ENGINE_POLL_SECONDS away."""
-    if looks.enabled():
-        return
-    poll = runtime.config["ENGINE_POLL_SECONDS"]
-    enqueue_tracking({r["id"]: r["tracking_job_id"] for r in rows},
-                     delay_seconds={r["id"]: first_look_delay(a["eta_seconds"], poll) for r, a in zip(rows, answers)})
 
 
 def _submit(customer_id, rows, batch, cost, request_id, livemode=True, sources=None, recorded=None) -> list[dict]:
@@ -196,7 +180,6 @@ def _submit(customer_id, rows, batch, cost, request_id, livemode=True, sources=N
         _reverse(customer_id, rows, batch, cost, request_id, livemode, recorded)
         raise EngineUnavailable() from None
     _record_submissions(rows, answers)
-    _dispatch(rows, answers)
     return answers
 
 

@@ -1,5 +1,5 @@
-"""Scan state transitions (D5) and the rules of a look, shared by the tracking jobs (an RQ job
-per scan), the batch looks (``app.services.looks``, D24) and the sweep.
+"""Scan state transitions (D5) and the rules of a look, used by the batch looks
+(``app.services.looks``, D24).
 
 A final state is set by compare-and-set: ``UPDATE ... WHERE status IN ('queued',
 'running')``. Only the first writer sees one row changed, so a duplicate or replayed
@@ -16,9 +16,8 @@ from datetime import timedelta
 
 from app import events, metrics, runtime
 from app.db import transaction
-from app.jobs import enqueue_tracking, tracking_generation, tracking_job_id
 from app.models import utcnow
-from app.models.scans import COMPLETED, FAILED, IN_FLIGHT, QUEUED, RUNNING
+from app.models.scans import COMPLETED, FAILED, IN_FLIGHT, RUNNING
 from app.services import engine, findings, quotas, results, sandbox_engine, webhooks
 from app.services.results import InvalidResult, normalize_result
 from app.store import scan_states
@@ -75,7 +74,7 @@ def until_deadline(delay: float, deadline, now) -> float:
 def look_again_in(scan, now, deadline, *, errors: int = 0) -> float:
     """Seconds from ``now`` until the next look at a scan still in flight: the cadence
     (``next_interval``), or after ``errors`` engine errors in a row the back-off, never past its
-    ``deadline`` while that is ahead. The chains' and the batch looks' one rule."""
+    ``deadline`` while that is ahead."""
     return until_deadline(backoff(errors) if errors else next_interval(scan, now), deadline, now)
 
 
@@ -93,81 +92,16 @@ def deadline(scan):
 class Progress:
     """What a look at an unfinished scan saw: whether the engine runs it, and its recipes (None
     where the engine said nothing usable). Plain values: a batch look writes them with
-    ``record_looks``, a chain's job as ``hand_over``'s ``changes()``."""
+    ``record_looks``."""
     running: bool
     recipes_total: int | None
     recipes_done: int | None
 
-    def changes(self) -> dict:
-        return progress_changes(running=self.running, recipes_total=self.recipes_total,
-                                recipes_done=self.recipes_done)
-
-
-def progress_changes(*, running: bool, recipes_total: int | None, recipes_done: int | None, now=None) -> dict:
-    """The columns a look at an unfinished scan updates (``hand_over``'s ``changes``):
-    progress, and ``queued`` -> ``running`` with ``started_at`` when the engine runs it."""
-    now = now or utcnow()
-    changes = {"last_checked_at": now, "check_errors": 0}
-    if recipes_total is not None:
-        changes["recipes_total"] = recipes_total
-    if recipes_done is not None:
-        changes["recipes_done"] = recipes_done
-    if running:
-        changes.update(scan_states.status_from(QUEUED, RUNNING, now))
-    return changes
-
-
-def hand_over(scan_id: str, current_job_id: str | None, delay: float, *, in_flight_only: bool = False,
-              durable: bool = True, **changes) -> bool:
-    """Pass the chain to a successor job ``delay`` seconds from now (CAS on the token),
-    writing ``changes`` in the same UPDATE (only to a scan still in flight if asked).
-
-    ``durable=False`` (a look that found the scan unfinished) commits without waiting
-    for PostgreSQL to flush it to disk, which is most of a look's time. Should the
-    server crash in the fraction of a second before the flush, the scan keeps its old
-    token and progress: the successor finds itself stale and stops, and the recovery
-    sweep starts a new chain (D13), so nothing is lost that the next look would not
-    write again. Final states, charges and deliveries always wait for the disk.
-    """
-    if "status" in changes:  # the look found the engine running a queued scan (``progress_changes``)
-        start_running(scan_id)
-    new_job_id = tracking_job_id(scan_id, tracking_generation(current_job_id) + 1)
-    changes["next_look_at"] = None  # a chain tracks it now, not the batch looks (a sweep may switch)
-    statuses = IN_FLIGHT if in_flight_only else None
-    if durable:
-        changed = scan_states.hand_over(scan_id, current_job_id=current_job_id, new_job_id=new_job_id,
-                                        statuses=statuses, changes=changes)
-    else:
-        with transaction():
-            scan_states.commit_without_flush()
-            changed = scan_states.hand_over(scan_id, current_job_id=current_job_id, new_job_id=new_job_id,
-                                            statuses=statuses, changes=changes)
-    if not changed:
-        return False
-    enqueue_tracking({scan_id: new_job_id}, delay_seconds=delay)
-    return True
-
-
-def start_running(scan_id: str) -> None:
-    """``queued`` -> ``running`` once (compare-and-set), with its ``scan.running`` event (D22) in
-    the same durable transaction: a replayed look finds the scan running already and sends none."""
-    with transaction():
-        scan = scan_states.start_running(scan_id, queued=QUEUED, running=RUNNING, now=utcnow())
-        deliveries = running_events([scan]) if scan is not None else []
-    webhooks.dispatch(deliveries)
-
 
 def running_events(scans: list) -> list:
     """The ``scan.running`` events of scans that have just moved to ``running`` (in the caller's
-    transaction): the deliveries to dispatch once it has committed."""
+    transaction): their deliveries, whose jobs go once it has committed."""
     return webhooks.record_events(scans, events.SCAN_RUNNING)
-
-
-def record_progress(scan_id: str, *, running: bool, recipes_total: int | None, recipes_done: int | None) -> None:
-    if running:
-        start_running(scan_id)
-    changes = progress_changes(running=running, recipes_total=recipes_total, recipes_done=recipes_done)
-    scan_states.update_if(scan_id, statuses=IN_FLIGHT, changes=changes)
 
 
 @dataclass(frozen=True)
@@ -200,14 +134,14 @@ def finish(finals: list[Final]) -> int:
     the scans out of flight and record their events, all in one durable transaction; then
     announce them (``announce``). Returns how many took."""
     with transaction():
-        scans, deliveries = record_finals(finals)
-    announce(scans, deliveries)
+        scans = record_finals(finals)
+    announce(scans)
     return len(scans)
 
 
-def record_finals(finals: list[Final]) -> tuple[list, list]:
+def record_finals(finals: list[Final]) -> list:
     """``finish``'s writes, in the caller's transaction (a batch look's finals share its
-    commit): the scans that took and the deliveries to dispatch once it has committed.
+    commit): the scans that took; their deliveries' jobs go once it has committed.
 
     Scans, then customers, are written in id order, so two lookers whose batches share one never
     wait on each other in a circle. A completed scan's findings show the feedback given on them
@@ -229,7 +163,9 @@ def record_finals(finals: list[Final]) -> tuple[list, list]:
         quotas.move_in_flight(customer_id, livemode, -n)
     findings.carry_feedback([s for s in scans if s.status == COMPLETED])
     never_running = [s for s in scans if s.started_at is None]
-    return scans, running_events([_as_running(s, now) for s in never_running]) + webhooks.record_events(scans)
+    running_events([_as_running(s, now) for s in never_running])
+    webhooks.record_events(scans)
+    return scans
 
 
 def _as_running(scan, now):
@@ -239,16 +175,14 @@ def _as_running(scan, now):
                          "failed_at": None})
 
 
-def announce(scans: list, deliveries: list) -> None:
-    """After the commit of ``record_finals``: the metrics and log lines of the scans that ended,
-    and their deliveries dispatched."""
+def announce(scans: list) -> None:
+    """After the commit of ``record_finals``: the metrics and log lines of the scans that ended."""
     for scan in scans:
         metrics.count_scan_finished(scan.kind, scan.status, scan.failure_code)
         if scan.status == COMPLETED:
             log.info("scan %s completed", scan.id, extra={"scan_id": scan.id})
         else:
             log.info("scan %s failed: %s", scan.id, scan.failure_code, extra={"scan_id": scan.id})
-    webhooks.dispatch(deliveries)
 
 
 def complete(scan_id: str, result: dict) -> bool:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 
 import psycopg2
-import pytest
 
 from app.extensions import db
 from app.models import ActivityEntry
@@ -63,7 +62,6 @@ def calls(account, scan_ids: list[str], n: int) -> list[Call]:
     return mix
 
 
-@pytest.mark.config(ENGINE_BATCH_LOOK="auto")
 def test_killed_connections_answer_at_most_503_and_every_charge_has_its_entry(app, base_config, make_customer,
                                                                              figures):
     account = make_customer(tier="enterprise", credits=CREDITS, inflight=10_000, hour=10_000, day=10_000)

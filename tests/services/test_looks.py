@@ -297,33 +297,18 @@ def test_test_mode_scans_are_looked_at_in_the_sandbox(conn, simulator):
     assert engine_stats(simulator)["total"] == before["total"]
 
 
-@pytest.mark.config(ENGINE_BATCH_LOOK="off")
-def test_with_batch_looks_off_a_scan_has_its_rq_job(conn):
-    with freeze_time(NOW):
-        _, [scan] = make_scans(1)
-    assert scan.next_look_at is None and scan.tracking_job_id is not None
-    assert queue(ENGINE_QUEUE).scheduled_job_registry.count == 1
-
-
-def test_the_sweep_hands_a_lost_chain_to_the_batch_looks_and_back(conn):
+def test_the_sweep_hands_a_scan_a_chain_tracked_to_the_batch_looks(conn):
     with freeze_time(NOW) as frozen:
         _, [scan] = make_scans(1)
-        # A scan a chain tracked (batch looks were off when it was made), whose job is gone.
+        # A scan a job chain tracked before the upgrade, whose job is gone.
         Scan.update(next_look_at=None, tracking_job_id=f"trk-{scan.id}-0").where(Scan.id == scan.id).execute()
-        frozen.tick(runtime.config["RECOVERY_STALE_SECONDS"] + 1)
+        frozen.tick(1)
         assert recovery.sweep()["scans_redispatched"] == 1
         adopted = Scan.get_by_id(scan.id)
         assert adopted.tracking_job_id is None and adopted.next_look_at == utcnow()
-        # Switched off: the scan the looks track goes to a chain once it has not been looked at.
-        runtime.config["ENGINE_BATCH_LOOK"] = "off"
-        try:
-            frozen.tick(runtime.config["RECOVERY_STALE_SECONDS"] + 1)
-            assert recovery.sweep()["scans_redispatched"] == 1
-        finally:
-            runtime.config["ENGINE_BATCH_LOOK"] = "auto"
-        chained = Scan.get_by_id(scan.id)
-    assert chained.next_look_at is None and chained.tracking_job_id == f"trk-{scan.id}-1"
-    assert queue(ENGINE_QUEUE).count == 1  # due now
+        report = looks.look_due()
+    assert report["claimed"] == 1 and report["engine_requests"] == 1  # looked at at once
+    assert no_engine_job()
 
 
 def test_a_scan_the_first_look_finds_done_sends_scan_running_before_scan_completed(conn, simulator, sim_receiver):

@@ -8,6 +8,7 @@ from app.config import (
     finalize,
     load_settings,
     parse_retry_schedule,
+    retired_setting_lines,
     startup_error_line,
 )
 
@@ -150,3 +151,13 @@ def test_a_bad_activity_retention_is_one_line_naming_the_setting():
         load_settings({"ACTIVITY_RETENTION_DAYS": "-5"})
     assert str(refused.value) == "ACTIVITY_RETENTION_DAYS must be a whole number from 1 to 36500, got '-5'"
     assert load_settings({"ACTIVITY_RETENTION_DAYS": "30"})["ACTIVITY_RETENTION_DAYS"] == 30
+
+
+def test_a_retired_setting_is_ignored_with_one_warning_line():
+    """ENGINE_BATCH_LOOK no longer chooses anything (due looks are the one way): a value still set
+    starts the process all the same, and the worker says once that it is ignored."""
+    env = {"ENGINE_BATCH_LOOK": "off"}
+    assert "ENGINE_BATCH_LOOK" not in load_settings(env)
+    [line] = retired_setting_lines(env)
+    assert line.startswith("ENGINE_BATCH_LOOK is retired and ignored: ")
+    assert retired_setting_lines({}) == []

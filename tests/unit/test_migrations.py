@@ -69,7 +69,7 @@ def test_quota_counters_migration_fills_them_from_existing_scans(app):
             db.drop_tables([QuotaMinute])
             migrate(migrator.drop_column("customer", "in_flight"))
             for name in ("scan_in_flight_customer", "scan_in_flight_last_checked"):
-                db.execute_sql(f'DROP INDEX "{name}"')
+                db.execute_sql(f'DROP INDEX IF EXISTS "{name}"')  # the second one went with migration 22
             for name, columns in (("scan_customer_id", "customer_id"), ("scan_api_key_id", "api_key_id"),
                                   ("scan_customer_id_status", "customer_id, status"),
                                   ("scan_status_last_checked_at", "status, last_checked_at")):
@@ -83,10 +83,9 @@ def test_quota_counters_migration_fills_them_from_existing_scans(app):
         usage = quotas.window_usage(customer.id, now)
         assert (usage.hour, usage.day) == (2, 4)
         names = {i.name for i in db.get_indexes("scan")}
-        assert {"scan_customer_id_created_at", "scan_bulk_id_bulk_index", "scan_in_flight_customer",
-                "scan_in_flight_last_checked"} <= names
+        assert {"scan_customer_id_created_at", "scan_bulk_id_bulk_index", "scan_in_flight_customer"} <= names
         assert not names & {"scan_customer_id", "scan_api_key_id", "scan_customer_id_status",
-                            "scan_status_last_checked_at"}
+                            "scan_status_last_checked_at", "scan_in_flight_last_checked"}
         assert Customer.get_by_id(customer.id).balance == 5
         assert Scan.select().where(Scan.customer == customer.id).count() == 5
 
@@ -408,3 +407,54 @@ def test_the_findings_identity_migration_indexes_feedback_by_finding_and_names_i
         assert result["findings"][0]["feedback"] == {**feedback, "scan_id": with_feedback}
         assert result["findings"][1] == stored["findings"][1]
         assert Scan.get_by_id(without).result_json == untouched
+
+
+def test_the_request_ids_migration_widens_the_ledger_and_activity_columns_to_128(app):
+    """Version 24 (D1): a database made when request ids had at most 64 characters takes 128."""
+    def widths():
+        rows = db.execute_sql("SELECT table_name, character_maximum_length FROM information_schema.columns "
+                              "WHERE column_name = 'request_id' AND table_name IN ('credit_ledger', 'activity_entry') "
+                              "AND table_schema = current_schema()").fetchall()
+        return dict(rows)
+
+    with db.connection_context():
+        with db.atomic():
+            for name in ("credit_ledger", "activity_entry"):
+                db.execute_sql(f'ALTER TABLE "{name}" ALTER COLUMN "request_id" TYPE VARCHAR(64)')
+            SchemaVersion.delete().where(SchemaVersion.version == 24).execute()
+        assert widths() == {"credit_ledger": 64, "activity_entry": 64}
+
+        assert migrations.upgrade() == [24]
+        assert migrations.upgrade() == []
+        assert widths() == {"credit_ledger": 128, "activity_entry": 128}
+
+
+def test_the_one_way_to_track_migration_makes_the_chains_scans_due_and_leaves_the_others(app):
+    """Migration 22 (D24): each submitted scan in flight a job chain tracked (no due look) is due
+    now, its chain's token cleared; a scan the looks track, a final one and one never submitted
+    are left as they were; the chains' index goes."""
+    from datetime import timedelta
+
+    from app.models import Scan, new_id, utcnow
+
+    with db.connection_context():
+        customer = accounts.create_customer("Chains", "pro", 5)
+        key, _ = accounts.issue_key(customer.id, "k")
+        later = utcnow() + timedelta(hours=1)
+
+        def scan(status, engine_id, next_look_at):
+            return Scan.create(id=new_id("scn"), customer=customer.id, api_key=key.id, kind="email", target="a@example.com",
+                               status=status, engine_id=engine_id, next_look_at=next_look_at,
+                               tracking_job_id="trk-x-3").id
+
+        chained = [scan("queued", "inv_1", None), scan("running", "inv_2", None)]
+        looked, final, unsubmitted = scan("running", "inv_3", later), scan("completed", "inv_4", None), \
+            scan("queued", None, None)
+        db.execute_sql('CREATE INDEX IF NOT EXISTS "scan_in_flight_last_checked" ON "scan" ("last_checked_at")')
+        with db.atomic():
+            migrations._one_way_to_track(db.obj)
+        rows = {s.id: s for s in Scan.select().where(Scan.customer == customer.id)}
+        assert all(rows[i].next_look_at is not None and rows[i].tracking_job_id is None for i in chained)
+        assert (rows[looked].next_look_at, rows[looked].tracking_job_id) == (later, "trk-x-3")
+        assert all((rows[i].next_look_at, rows[i].tracking_job_id) == (None, "trk-x-3") for i in (final, unsubmitted))
+        assert "scan_in_flight_last_checked" not in {i.name for i in db.get_indexes("scan")}
