@@ -226,6 +226,17 @@ def _batch_looks(database):
     Scan._schema.create_indexes(safe=True)  # IF NOT EXISTS: the existing ones stay
 
 
+def _engine_callbacks(database):
+    """E7's callbacks: whether the engine promised them per scan, the in-flight scans by engine id
+    (a callback's look-up), and the callback ids taken (replays refused). The values it uses are
+    written here, not imported: ``queued`` and ``running`` are the statuses in flight."""
+    database.execute_sql('ALTER TABLE "scan" ADD COLUMN IF NOT EXISTS "callbacks" BOOLEAN NOT NULL DEFAULT FALSE')
+    database.execute_sql('CREATE INDEX IF NOT EXISTS "scan_in_flight_engine_id" ON "scan" ("engine_id") '
+                         "WHERE ((\"status\" IN ('queued', 'running')) AND (\"engine_id\" IS NOT NULL))")
+    database.execute_sql('CREATE TABLE IF NOT EXISTS "engine_callback" '
+                         '("id" VARCHAR(200) NOT NULL PRIMARY KEY, "until" TIMESTAMP NOT NULL)')
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 MIGRATIONS = [
     (1, "initial schema", _initial),
@@ -244,6 +255,7 @@ MIGRATIONS = [
     (15, "webhook endpoints", _webhook_endpoints),
     (16, "read charges summed per minute", _summed_reads),
     (17, "batch looks at the engine", _batch_looks),
+    (21, "engine callbacks", _engine_callbacks),
 ]
 
 

@@ -62,12 +62,13 @@ def enabled() -> bool:
     return runtime.config["ENGINE_BATCH_LOOK"] != "off"
 
 
-def first_look_at(now: datetime, eta_seconds: float) -> datetime | None:
+def first_look_at(now: datetime, eta_seconds: float, deadline: datetime, *, callbacks: bool = False) -> datetime | None:
     """The ``next_look_at`` of a scan just submitted (None when an RQ job tracks it): half a
-    second before its eta, at most ENGINE_POLL_SECONDS away (as a chain's first job)."""
+    second before its eta (as a chain's first job), or with ``callbacks`` (E7) one poll past it,
+    never past its ``deadline``."""
     if not enabled():
         return None
-    return now + timedelta(seconds=tracking.first_look_delay(eta_seconds, tracking.poll_seconds()))
+    return now + timedelta(seconds=tracking.first_look_in(eta_seconds, deadline, now, callbacks=callbacks))
 
 
 def hold_seconds(*, requests: int = 1) -> float:
@@ -155,11 +156,13 @@ def _apply(scan: Scan, state: dict | Exception | None, now: datetime) -> trackin
         outcome = tracking.apply_look(scan, state, past_deadline=now >= deadline)
     except engine.EngineError:
         errors = scan.check_errors + 1
-        due = now + timedelta(seconds=tracking.look_again_in(scan, now, deadline, errors=errors))
+        due = now + timedelta(seconds=tracking.look_again_in(scan, now, deadline, errors=errors,
+                                                             callbacks=scan.callbacks))
         return "engine_errors", (scan.id, scan.look_generation, due, errors, None, None, False)
     if isinstance(outcome, tracking.Final):
         return outcome
-    due = now + timedelta(seconds=tracking.look_again_in(scan, now, deadline))
+    # With callbacks (E7) no look before the eta: a callback makes the scan due when it changes.
+    due = now + timedelta(seconds=tracking.look_again_in(scan, now, deadline, callbacks=scan.callbacks))
     # ``running``: a queued scan moves to ``running`` (once, with its event).
     return "unfinished", (scan.id, scan.look_generation, due, 0, outcome.recipes_total, outcome.recipes_done,
                           outcome.running)

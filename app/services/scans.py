@@ -22,13 +22,23 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
 
-from app import runtime
 from app.db import transaction, transaction_with_known_outcome
 from app.jobs import enqueue_tracking, tracking_job_id
 from app.metrics import SCANS_CREATED
 from app.models import BulkBatch, Customer, new_id, utcnow
 from app.models.scans import COMPLETED, QUEUED
-from app.services import activity, billing, bulk, engine, looks, purposes, quotas, sandbox_engine, suppressions
+from app.services import (
+    activity,
+    billing,
+    bulk,
+    engine,
+    looks,
+    purposes,
+    quotas,
+    sandbox_engine,
+    suppressions,
+    tracking,
+)
 from app.services.errors import (
     EngineUnavailable,
     Forbidden,
@@ -39,7 +49,6 @@ from app.services.errors import (
 from app.services.limits import Limits, limits_for
 from app.services.results import failed_source_ids
 from app.services.targets import normalize_or_refuse
-from app.services.tracking import first_look_delay
 from app.store import customers as customer_store
 from app.store import scans as scan_store
 
@@ -155,22 +164,34 @@ def _reverse(customer_id, rows, batch, cost, request_id, livemode=True) -> None:
             quotas.count_created(customer_id, rows[0]["created_at"], -len(rows), livemode)
 
 
+def _deadline(row: dict):
+    return tracking.deadline_of(row["created_at"], livemode=row["livemode"], kind=row["kind"], target=row["target"])
+
+
 def _record_submissions(rows, answers) -> None:
     """Store the engine's ids and etas for all scans in one UPDATE, whatever their number, with
-    each one's first look when batch looks track them (D24)."""
+    each one's first look when batch looks track them (D24), and whether the engine calls back
+    (E7: only the batch looks' due times are moved by a callback, so only they wait for one)."""
     now = utcnow()
-    scan_store.record_submissions([(r["id"], a["id"], a["recipes"], now + timedelta(seconds=a["eta_seconds"]),
-                                    looks.first_look_at(now, a["eta_seconds"])) for r, a in zip(rows, answers)])
+    scan_store.record_submissions([
+        (r["id"], a["id"], a["recipes"], now + timedelta(seconds=a["eta_seconds"]),
+         looks.first_look_at(now, a["eta_seconds"], _deadline(r), callbacks=_calls_back(a)), _calls_back(a))
+        for r, a in zip(rows, answers)])
+
+
+def _calls_back(answer: dict) -> bool:
+    return bool(answer.get("callbacks")) and looks.enabled()  # the sandbox's answers never say so
 
 
 def _dispatch(rows, answers) -> None:
     """Each scan's first look, when an RQ job tracks it (batch looks need none): half a second
-    before its eta, at most ENGINE_POLL_SECONDS away."""
+    before its eta, never past its deadline."""
     if looks.enabled():
         return
-    poll = runtime.config["ENGINE_POLL_SECONDS"]
+    now = utcnow()
     enqueue_tracking({r["id"]: r["tracking_job_id"] for r in rows},
-                     delay_seconds={r["id"]: first_look_delay(a["eta_seconds"], poll) for r, a in zip(rows, answers)})
+                     delay_seconds={r["id"]: tracking.first_look_in(a["eta_seconds"], _deadline(r), now)
+                                    for r, a in zip(rows, answers)})
 
 
 def _submit(customer_id, rows, batch, cost, request_id, livemode=True, sources=None) -> list[dict]:
