@@ -21,7 +21,7 @@ import logging
 import time
 
 from redis.exceptions import RedisError
-from rq import Queue
+from rq import Queue, Retry
 from rq.job import Job, JobStatus
 from rq.registry import ScheduledJobRegistry
 
@@ -34,6 +34,10 @@ WEBHOOK_QUEUE = "webhooks"
 QUEUES = (ENGINE_QUEUE, WEBHOOK_QUEUE)
 TRACK_JOB = "workers.engine_jobs.track_scan"
 DELIVER_JOB = "workers.webhook_jobs.deliver"
+FORGET_JOB = "workers.engine_jobs.forget_investigation"
+# Seconds between the tries of an engine deletion (D25) after its first; past the last one the
+# recovery sweep enqueues it again, so it is retried until the engine answers.
+FORGET_RETRY_SCHEDULE = (10, 60, 300, 1800, 3600)
 JOB_TTL = 24 * 3600
 TRACK_JOB_TIMEOUT = 60
 # RQ's hard limit for one delivery job; the sweep treats an attempt older than this as abandoned.
@@ -71,6 +75,11 @@ def tracking_generation(job_id: str | None) -> int:
 def delivery_job_id(delivery_id: str, number: int) -> str:
     """The id of the job that makes attempt ``number`` of a delivery."""
     return f"dlv-{delivery_id}-{number}"
+
+
+def forget_job_id(deletion_id: str) -> str:
+    """The job that asks the engine to delete the investigation of an ``EngineDeletion`` row."""
+    return f"fgt-{deletion_id}"
 
 
 def job_attempt_number(job_id: str | None) -> int | None:
@@ -144,6 +153,27 @@ def enqueue_delivery(delivery_id: str, job_id: str | None, delay_seconds: float 
         return True
     except RedisError as exc:
         log.warning("could not dispatch delivery %s, the sweep will: %s", delivery_id, exc)
+        return False
+
+
+def enqueue_engine_deletions(deletion_ids: list[str]) -> bool:
+    """Enqueue the job of each engine deletion, retried on ``FORGET_RETRY_SCHEDULE``, in one round
+    trip. Its argument is the row's id, not the engine id: the engine id stays in the database."""
+    if not deletion_ids:
+        return True
+    try:
+        q = queue(ENGINE_QUEUE)
+        with runtime.redis().pipeline() as pipe:
+            pipe.multi()
+            for deletion_id in deletion_ids:
+                q.enqueue(FORGET_JOB, args=(deletion_id,), job_id=forget_job_id(deletion_id), result_ttl=0,
+                          failure_ttl=JOB_TTL, ttl=JOB_TTL, job_timeout=TRACK_JOB_TIMEOUT,
+                          retry=Retry(max=len(FORGET_RETRY_SCHEDULE), interval=list(FORGET_RETRY_SCHEDULE)),
+                          pipeline=pipe)
+            pipe.execute()
+        return True
+    except RedisError as exc:
+        log.warning("could not dispatch %d engine deletion(s), the sweep will: %s", len(deletion_ids), exc)
         return False
 
 

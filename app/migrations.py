@@ -226,6 +226,20 @@ def _batch_looks(database):
     Scan._schema.create_indexes(safe=True)  # IF NOT EXISTS: the existing ones stay
 
 
+def _engine_deletions(database):
+    """EngineDeletion (D25): erased scans' investigations still to delete at the engine. Scans
+    erased before keep no engine id either: live ones' ids become rows to delete (test ones ran in
+    the service's sandbox, ``sbx_`` ids: nothing to delete)."""
+    database.execute_sql('CREATE TABLE IF NOT EXISTS "engine_deletion" ("id" VARCHAR(40) NOT NULL PRIMARY KEY, '
+                         '"engine_id" VARCHAR(2000) NOT NULL, "created_at" TIMESTAMP NOT NULL)')
+    database.execute_sql('INSERT INTO "engine_deletion" ("id", "engine_id", "created_at") '
+                         """SELECT 'edl_' || replace(gen_random_uuid()::text, '-', ''), "engine_id", """
+                         "now() AT TIME ZONE 'UTC' "
+                         'FROM "scan" WHERE "erased_at" IS NOT NULL AND "engine_id" IS NOT NULL AND "livemode"')
+    database.execute_sql('UPDATE "scan" SET "engine_id" = NULL '
+                         'WHERE "erased_at" IS NOT NULL AND "engine_id" IS NOT NULL')
+
+
 def _engine_callbacks(database):
     """E7's callbacks: whether the engine promised them per scan, the in-flight scans by engine id
     (a callback's look-up), and the callback ids taken (replays refused). The values it uses are
@@ -255,6 +269,7 @@ MIGRATIONS = [
     (15, "webhook endpoints", _webhook_endpoints),
     (16, "read charges summed per minute", _summed_reads),
     (17, "batch looks at the engine", _batch_looks),
+    (19, "engine deletions of erased scans", _engine_deletions),
     (21, "engine callbacks", _engine_callbacks),
 ]
 

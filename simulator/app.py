@@ -4,6 +4,8 @@ Settings, from the ``config`` argument or else the environment:
 
 - ``ENGINE_TOKEN``: when non-empty, every ``/v1`` call must carry ``Authorization: Bearer <it>``.
 - ``SIM_TIME_SCALE``: factor applied to the 60 to 180 s investigation durations (default 1).
+- ``ENGINE_CALLBACK_SECRET``: the ``whsec_`` secret callbacks are signed with (E7); unset, the
+  simulator offers no callbacks (``simulator.callbacks``).
 """
 import json
 import os
@@ -21,6 +23,7 @@ def create_sim_app(config: dict | None = None) -> Flask:
     app.config.update(
         ENGINE_TOKEN=os.environ.get("ENGINE_TOKEN", ""),
         SIM_TIME_SCALE=os.environ.get("SIM_TIME_SCALE") or 1.0,
+        ENGINE_CALLBACK_SECRET=os.environ.get("ENGINE_CALLBACK_SECRET", ""),
     )
     app.config.update(config or {})
     app.config["SIM_TIME_SCALE"] = _time_scale(app.config["SIM_TIME_SCALE"])

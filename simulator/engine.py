@@ -3,7 +3,8 @@
 API (``Authorization: Bearer <ENGINE_TOKEN>`` required when ``ENGINE_TOKEN`` is set):
 
 - ``POST /v1/investigations`` ``{"target", "kind", "reference"}``
-  → 201 ``{"id", "recipes", "eta_seconds"}``
+  → 201 ``{"id", "recipes", "eta_seconds"}``; with ``"callback_url"`` also ``"callbacks": true``
+  when the simulator calls back (E7, ``simulator.callbacks``)
 - ``POST /v1/investigations/batch`` ``{"items": [...]}`` (1 to 100 items)
   → 201 ``{"items": [{"id", "recipes", "eta_seconds"}, ...]}`` in request order
 - ``GET /v1/investigations/<id>``
@@ -11,6 +12,10 @@ API (``Authorization: Bearer <ENGINE_TOKEN>`` required when ``ENGINE_TOKEN`` is 
 - ``POST /v1/investigations/status`` ``{"ids": [...]}`` (1 to 100 ids: the batch look of E6)
   → 200 ``{"items": [...]}``, each as the single look answers, in the order asked; an id this
   engine never issued is ``{"id", "status": "error", "error": {"code": "not_found"}}``
+- ``DELETE /v1/investigations/<id>`` (E7) → 204: the engine forgets the investigation, its
+  result and its artifacts (every later look or artifact answers 404, as for an id it never
+  issued); 404 for an unknown or already deleted id. Deletions are held in the process's
+  memory (a reset keeps them; a restart forgets them), as ids carry their own state.
 
 Submissions (single and batch items) accept ``"sources": [ids]``: a re-run of those sources
 only (E6). Results carry ``sources``, ``evidence`` and ``risk.reasons`` (see
@@ -20,16 +25,20 @@ sources rate-limited or timed out.
 Investigations are stateless (see ``simulator.investigations``), so the results and the
 ``fail``/``slow``/``hang``/``partial``/``junk`` target conventions documented there hold across
 restarts. A ``junk`` investigation (phones ending ``6666``) ends ``done`` with ``"result": "not an object"``.
+A ``changing`` target (phones ending ``4444``) finds more at each new investigation (E7): one more
+breach each time and one more verified profile every other time, counted from the investigations of
+that target this process received since its last reset (``app.simulated.results``).
 
 Controls (no auth, for tests and QA): ``POST /_sim/engine/mode`` with ``{"mode": "up"}``,
 ``{"mode": "down"}`` (every ``/v1`` call answers 503) or ``{"mode": "flaky", "every": N}``
 (every N-th ``/v1`` call since the mode was set answers 500), each with ``"batch_look": false`` to
-answer the batch look with 404 as an engine without it does (default true); ``GET /_sim/engine/mode``;
-``GET /_sim/engine/stats`` → ``{"submit", "batch", "status", "looks", "total"}`` calls received,
+answer the batch look with 404 as an engine without it does (default true) and ``"deletion": false``
+to answer deletions with 405 as an engine without E7's deletion does (default true); ``GET /_sim/engine/mode``;
+``GET /_sim/engine/stats`` → ``{"submit", "batch", "status", "looks", "deletes", "total"}`` calls received,
 counted before mode and auth are applied; ``GET /_sim/engine/volume`` → ``{"submitted", "looked"}``
 investigations submitted (single and batch items) and ids asked in batch looks, counted once
 answered (the load behind the calls: a benchmark divides it by the calls); ``POST
-/_sim/engine/reset`` → mode up, stats and volume zero.
+/_sim/engine/reset`` → mode up, stats, volume and the changing targets' counts zero.
 
 Decoded ids and their plans are kept (up to ``PLAN_CACHE_SIZE``, then forgotten all at once): a
 scan in flight is looked at many times, and decoding its id again each time was most of a batch
@@ -46,14 +55,15 @@ from collections import Counter
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from simulator import artifacts
+from simulator.callbacks import CallbackSender
 from simulator.errors import json_error
-from simulator.investigations import JUNK, KINDS, decode_id, encode_id, plan_for, progress_at
+from simulator.investigations import CHANGING, JUNK, KINDS, decode_id, encode_id, now_ms, plan_for, progress_at
 from simulator.results import result_for
 
 MAX_BATCH = 100
 JUNK_RESULT = "not an object"
 MODES = ("up", "down", "flaky")
-STAT_NAMES = ("submit", "batch", "status", "looks")
+STAT_NAMES = ("submit", "batch", "status", "looks", "deletes")
 VOLUME_NAMES = ("submitted", "looked")
 PLAN_CACHE_SIZE = 400_000  # about 300 bytes an entry: 120 MB at most
 
@@ -61,36 +71,46 @@ engine_bp = Blueprint("engine", __name__)
 
 # Which stats counter each API view feeds; also the set of views that mode and auth apply to.
 _STAT_OF_ENDPOINT = {"engine.submit": "submit", "engine.submit_batch": "batch", "engine.status": "status",
-                     "engine.status_batch": "looks"}
+                     "engine.status_batch": "looks", "engine.delete": "deletes"}
 
 
 class EngineControl:
     """Mode and call counters, shared by the server's threads."""
 
-    def __init__(self) -> None:
+    def __init__(self, callback_secret: str = "") -> None:
         self._lock = threading.Lock()
+        # Ids deleted (E7). A reset keeps them: it must not bring back what the engine forgot.
+        self.deleted: set[str] = set()
+        self.callbacks = CallbackSender(callback_secret, self.deleted.__contains__)
         self.reset()
 
     def reset(self) -> None:
         with self._lock:
             self._mode, self._every, self._calls_in_mode = "up", None, 0
-            self._batch_look = True
+            self._batch_look = self._deletion = True
             self._stats = Counter()
             self._volume = Counter()
+            self._generations: Counter = Counter()  # (kind, target) -> investigations of a changing target
         self.plans: dict[str, tuple] = {}  # engine id -> (Investigation, Plan); see the module's docstring
+        self.callbacks.reset()
 
-    def set_mode(self, mode: str, every: int | None, batch_look: bool = True) -> None:
+    def set_mode(self, mode: str, every: int | None, batch_look: bool = True, deletion: bool = True) -> None:
         with self._lock:
             self._mode, self._every, self._calls_in_mode = mode, every, 0
-            self._batch_look = batch_look
+            self._batch_look, self._deletion = batch_look, deletion
 
     def mode(self) -> dict:
         with self._lock:
-            return {"mode": self._mode, "every": self._every, "batch_look": self._batch_look}
+            return {"mode": self._mode, "every": self._every, "batch_look": self._batch_look,
+                    "deletion": self._deletion}
 
     def batch_look(self) -> bool:
         with self._lock:
             return self._batch_look
+
+    def deletion(self) -> bool:
+        with self._lock:
+            return self._deletion
 
     def stats(self) -> dict:
         with self._lock:
@@ -100,6 +120,13 @@ class EngineControl:
     def volume(self) -> dict:
         with self._lock:
             return {name: self._volume[name] for name in VOLUME_NAMES}
+
+    def next_generation(self, kind: str, target: str) -> int:
+        """How many investigations of this changing target came before this one (E7)."""
+        with self._lock:
+            earlier = self._generations[(kind, target)]
+            self._generations[(kind, target)] += 1
+            return earlier
 
     def add_volume(self, name: str, n: int) -> None:
         with self._lock:
@@ -123,7 +150,7 @@ class InvalidBody(ValueError):
 
 @engine_bp.record_once
 def _install_control(state) -> None:
-    state.app.extensions["sim_engine"] = EngineControl()
+    state.app.extensions["sim_engine"] = EngineControl(state.app.config.get("ENGINE_CALLBACK_SECRET") or "")
 
 
 def control() -> EngineControl:
@@ -192,6 +219,19 @@ def status(engine_id: str):
     return jsonify(body)
 
 
+@engine_bp.delete("/v1/investigations/<engine_id>")
+def delete(engine_id: str):
+    """E7's deletion: forget the investigation and its result; 404 when unknown or deleted before."""
+    engine_control = control()
+    if not engine_control.deletion():
+        return json_error(405, "method_not_allowed", "This engine does not offer deletion (simulated).")
+    if _decoded(engine_id) is None:
+        return json_error(404, "not_found", "No such investigation.")
+    engine_control.deleted.add(engine_id)
+    engine_control.plans.pop(engine_id, None)
+    return Response(status=204)
+
+
 @engine_bp.post("/v1/investigations/status")
 def status_batch():
     """The batch look (E6): each id as the single look answers it, in the order asked. With
@@ -226,14 +266,18 @@ def _look(engine_id: str) -> dict | None:
         finished = time.gmtime(investigation.created_ms / 1000 + plan.duration_s)
         sources = None if investigation.sources is None else list(investigation.sources)
         body["result"] = JUNK_RESULT if plan.behaviour == JUNK else result_for(
-            kind, target, artifact_base, sources=sources, checked_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", finished))
+            kind, target, artifact_base, sources=sources, checked_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", finished),
+            generation=investigation.generation)
     elif progress.status == "error":
         body["error"] = {"code": "engine_failed", "message": f"Recipe {progress.recipes_done + 1} failed (simulated)."}
     return body
 
 
 def _decoded(engine_id: str) -> tuple | None:
-    """``(Investigation, Plan)`` of an id this engine issued, from the cache when looked at before."""
+    """``(Investigation, Plan)`` of an id this engine issued and did not delete, from the cache
+    when looked at before."""
+    if engine_id in control().deleted:
+        return None
     plans = control().plans
     known = plans.get(engine_id)
     if known is None:
@@ -263,11 +307,32 @@ def set_mode():
             raise InvalidBody("flaky mode needs every: a positive integer")
     else:
         every = None
-    batch_look = body.get("batch_look", True)
+    batch_look, deletion = body.get("batch_look", True), body.get("deletion", True)
     if not isinstance(batch_look, bool):
         raise InvalidBody("batch_look must be true or false")
-    control().set_mode(mode, every, batch_look)
+    if not isinstance(deletion, bool):
+        raise InvalidBody("deletion must be true or false")
+    control().set_mode(mode, every, batch_look, deletion)
     return jsonify(control().mode())
+
+
+@engine_bp.get("/_sim/engine/callbacks")
+def get_callbacks():
+    return jsonify(_sender().state())
+
+
+@engine_bp.post("/_sim/engine/callbacks")
+def set_callbacks():
+    """``{"drop": true}``: every callback due from now on is dropped instead of sent (lost callbacks)."""
+    drop = _json_body().get("drop")
+    if not isinstance(drop, bool):
+        raise InvalidBody("drop must be true or false")
+    _sender().set_drop(drop)
+    return jsonify(_sender().state())
+
+
+def _sender() -> CallbackSender:
+    return control().callbacks
 
 
 @engine_bp.get("/_sim/engine/stats")
@@ -288,18 +353,18 @@ def reset():
 
 @engine_bp.get("/_sim/artifacts/<engine_id>.pdf")
 def artifact_pdf(engine_id: str):
-    investigation = decode_id(engine_id)
-    if investigation is None:
+    known = _decoded(engine_id)
+    if known is None:
         return json_error(404, "not_found", "No such artifact.")
-    return Response(artifacts.report_pdf(investigation.kind, investigation.target), mimetype="application/pdf")
+    return Response(artifacts.report_pdf(known[0].kind, known[0].target), mimetype="application/pdf")
 
 
 @engine_bp.get("/_sim/artifacts/<engine_id>.card.json")
 def artifact_card(engine_id: str):
-    investigation = decode_id(engine_id)
-    if investigation is None:
+    known = _decoded(engine_id)
+    if known is None:
         return json_error(404, "not_found", "No such artifact.")
-    return jsonify(artifacts.person_card(investigation.kind, investigation.target))
+    return jsonify(artifacts.person_card(known[0].kind, known[0].target))
 
 
 def _json_body() -> dict:
@@ -309,7 +374,8 @@ def _json_body() -> dict:
     return body
 
 
-def _parse_item(item) -> tuple[str, str, list[str] | None]:
+def _parse_item(item) -> tuple[str, str, list[str] | None, str | None, str | None]:
+    """``(kind, target, sources, reference, callback_url)`` of a valid submission."""
     if not isinstance(item, dict):
         raise InvalidBody("an investigation must be a JSON object")
     kind, target, reference = item.get("kind"), item.get("target"), item.get("reference")
@@ -323,12 +389,25 @@ def _parse_item(item) -> tuple[str, str, list[str] | None]:
     if sources is not None and not (isinstance(sources, list) and sources
                                     and all(isinstance(s, str) and s for s in sources)):
         raise InvalidBody("sources must be a non-empty list of source ids")
-    return kind, target, sources
+    callback_url = item.get("callback_url")
+    if callback_url is not None and not (isinstance(callback_url, str)
+                                         and callback_url.startswith(("http://", "https://"))):
+        raise InvalidBody("callback_url must be an http(s) URL")
+    return kind, target, sources, reference, callback_url
 
 
-def _submission(kind: str, target: str, sources: list[str] | None = None) -> dict:
+def _submission(kind: str, target: str, sources: list[str] | None = None, reference: str | None = None,
+                callback_url: str | None = None) -> dict:
     plan = plan_for(kind, target, _time_scale())
-    return {"id": encode_id(kind, target, sources=sources), "recipes": plan.recipes, "eta_seconds": plan.eta_seconds}
+    generation = control().next_generation(kind, target) if plan.behaviour == CHANGING else 0
+    created_ms = now_ms()
+    engine_id = encode_id(kind, target, created_ms, sources=sources, generation=generation)
+    answer: dict[str, object] = {"id": engine_id, "recipes": plan.recipes, "eta_seconds": plan.eta_seconds}
+    sender = _sender()
+    if callback_url is not None and sender.secret:  # no secret: no promise (E7)
+        sender.schedule(engine_id, reference, callback_url, plan, created_ms / 1000)
+        answer["callbacks"] = True
+    return answer
 
 
 def _time_scale() -> float:

@@ -1,11 +1,15 @@
 """Stateless investigations: ids that carry their own state, progress computed from the clock.
 
 The simulator keeps no table of investigations. An engine id is ``inv_`` followed by the
-URL-safe base64 (unpadded) of ``{"k": kind, "t": target, "c": created_unix_ms, "n": nonce}``
-(with ``"s": [source ids]`` for a re-run of some sources, E6),
-so any simulator process, restarted or not, answers the same for the same id, and the
-random nonce keeps two submissions of one target apart. Everything else (duration, number
-of recipes, behaviour) is derived from ``sha256("kind:target")``.
+URL-safe base64 (unpadded) of a random 12-byte nonce and the AES-GCM encryption of
+``{"k": kind, "t": target, "c": created_unix_ms}`` (with ``"s": [source ids]`` for a re-run
+of some sources, E6, and ``"g": n`` for the n-th investigation of a ``changing`` target),
+so any simulator process sharing its key, restarted or not, answers the same for the same
+id, and the nonce keeps two submissions of one target apart. The id does not show its
+target: whoever holds an erased scan's engine id learns nothing from it (D25). The key is
+derived from ``SIM_ID_KEY`` (a fixed development value when unset: set it where the ids
+must stay unreadable to whoever has this source). Everything else (duration, number of
+recipes, behaviour) is derived from ``sha256("kind:target")``.
 
 The target conventions (``fail``/``slow``/``hang``/``partial``/``junk``), the recipe count and the
 progress over time are shared with the service's sandbox engine and documented in
@@ -15,13 +19,19 @@ rejection of results that cannot be made valid.
 """
 import base64
 import binascii
+import hashlib
 import json
+import os
 import secrets
 import time
 from dataclasses import dataclass
 
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
 # Re-exported: the simulator's modules and tests import them from here.
 from app.simulated.conventions import (  # noqa: F401
+    CHANGING,
     FAIL,
     HANG,
     JUNK,
@@ -41,6 +51,11 @@ from app.simulated.conventions import (  # noqa: F401
 )
 
 ID_PREFIX = "inv_"
+NONCE_BYTES = 12
+# A development default, so that ids agree between processes (the bench's stand-in issues ids
+# the simulator answers for) without any setting.
+DEFAULT_ID_KEY = "simulator-investigation-ids"
+_CIPHER = AESGCM(hashlib.sha256((os.environ.get("SIM_ID_KEY") or DEFAULT_ID_KEY).encode()).digest())
 
 MIN_DURATION_S = 60
 MAX_DURATION_S = 180
@@ -54,6 +69,7 @@ class Investigation:
     target: str
     created_ms: int
     sources: tuple[str, ...] | None = None  # a re-run of these sources only
+    generation: int = 0  # earlier investigations of the same ``changing`` target (E7)
 
 
 def now_ms() -> int:
@@ -62,19 +78,19 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def encode_id(kind: str, target: str, created_ms: int | None = None, sources: list[str] | None = None) -> str:
+def encode_id(kind: str, target: str, created_ms: int | None = None, sources: list[str] | None = None,
+              generation: int = 0) -> str:
     """Create a new engine id for an investigation submitted now (or at ``created_ms``);
-    ``sources``: a re-run of those only."""
-    payload: dict[str, object] = {
-        "k": kind,
-        "t": target,
-        "c": now_ms() if created_ms is None else created_ms,
-        "n": secrets.token_hex(4),
-    }
+    ``sources``: a re-run of those only; ``generation``: see ``Investigation``."""
+    payload: dict[str, object] = {"k": kind, "t": target, "c": now_ms() if created_ms is None else created_ms}
     if sources is not None:
         payload["s"] = list(sources)
+    if generation:
+        payload["g"] = generation
     raw = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    return ID_PREFIX + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+    nonce = secrets.token_bytes(NONCE_BYTES)
+    sealed = nonce + _CIPHER.encrypt(nonce, raw, None)
+    return ID_PREFIX + base64.urlsafe_b64encode(sealed).decode("ascii").rstrip("=")
 
 
 def decode_id(engine_id: str) -> Investigation | None:
@@ -83,9 +99,10 @@ def decode_id(engine_id: str) -> Investigation | None:
         return None
     encoded = engine_id[len(ID_PREFIX):]
     try:
-        raw = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+        sealed = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+        raw = _CIPHER.decrypt(sealed[:NONCE_BYTES], sealed[NONCE_BYTES:], None)
         payload = json.loads(raw.decode("utf-8"))
-    except (binascii.Error, ValueError):
+    except (binascii.Error, ValueError, InvalidTag):  # not base64, too short for a nonce, or not ours
         return None
     if not isinstance(payload, dict):
         return None
@@ -97,8 +114,11 @@ def decode_id(engine_id: str) -> Investigation | None:
     sources = payload.get("s")
     if sources is not None and not (isinstance(sources, list) and all(isinstance(s, str) for s in sources)):
         return None
+    generation = payload.get("g", 0)
+    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+        return None
     return Investigation(kind=kind, target=target, created_ms=created,
-                         sources=None if sources is None else tuple(sources))
+                         sources=None if sources is None else tuple(sources), generation=generation)
 
 
 def plan_for(kind: str, target: str, time_scale: float) -> Plan:

@@ -17,7 +17,7 @@ from app.extensions import db
 from app.logging_setup import log_context
 from app.models import utcnow
 from app.models.scans import FINAL
-from app.services import engine, reads, scans, tracking
+from app.services import engine, erasure, reads, scans, tracking
 
 log = logging.getLogger(__name__)
 
@@ -67,3 +67,15 @@ def _track(scan_id: str, job_id: str | None) -> str:
     tracking.hand_over(scan_id, job_id, tracking.look_again_in(scan, now, deadline), in_flight_only=True,
                        durable=False, **outcome.changes())
     return "unfinished"
+
+
+def forget_investigation(deletion_id: str) -> str:
+    """Ask the engine to delete an erased scan's investigation (D25, E7). An engine error raises:
+    RQ tries again on ``app.jobs.FORGET_RETRY_SCHEDULE``, then the recovery sweep does."""
+    with db.connection_context():
+        engine_id = erasure.engine_id_to_forget(deletion_id)
+        if engine_id is None:
+            return "done"  # a duplicate job: another one got the engine's answer
+        outcome = engine.delete(engine_id)
+        erasure.engine_answered(deletion_id, outcome)
+        return outcome

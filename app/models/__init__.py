@@ -6,7 +6,7 @@ runner creates them in that order.
 from app.models.accounts import ApiKey, CreditLedger, Customer, PortalRecoveryCode, PortalSession, PortalUser
 from app.models.activity import ActivityEntry
 from app.models.base import BaseModel, iso, new_id, utcnow
-from app.models.privacy import Suppression
+from app.models.privacy import EngineDeletion, Suppression
 from app.models.scans import BulkBatch, EngineCallback, FindingFeedback, IdempotencyRecord, QuotaMinute, Scan
 from app.models.schema_version import SchemaVersion
 from app.models.webhooks import DeliveryAttempt, WebhookDelivery, WebhookEndpoint
@@ -29,12 +29,13 @@ ALL_MODELS = [
     Suppression,
     ActivityEntry,
     FindingFeedback,
+    EngineDeletion,
     EngineCallback,
 ]
 
 __all__ = [
     "ALL_MODELS", "ActivityEntry", "ApiKey", "BaseModel", "BulkBatch", "CreditLedger", "Customer", "DeliveryAttempt",
-    "EngineCallback", "FindingFeedback",
+    "EngineCallback", "EngineDeletion", "FindingFeedback",
     "IdempotencyRecord", "PortalRecoveryCode", "PortalSession", "PortalUser", "QuotaMinute", "Scan", "SchemaVersion",
     "Suppression",
     "WebhookDelivery", "WebhookEndpoint", "iso", "new_id",

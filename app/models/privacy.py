@@ -16,3 +16,19 @@ class Suppression(BaseModel):
 
     class Meta:
         table_name = "suppression"
+
+
+class EngineDeletion(BaseModel):
+    """An erased scan's investigation still to be deleted at the engine (D25, E7).
+
+    Erasure takes the engine id off the scan and writes it here, in one transaction; the job of
+    ``app.jobs.enqueue_engine_deletion`` asks the engine to delete it and removes the row once the
+    engine answered 2xx or 404 (or 405: it does not offer deletion). The recovery sweep enqueues
+    again the rows whose job Redis lost, so a deletion survives Redis being down at erasure."""
+
+    id = CharField(max_length=40, primary_key=True)  # edl_...
+    engine_id = CharField(max_length=2000)
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "engine_deletion"

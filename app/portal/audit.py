@@ -39,6 +39,7 @@ ACTIONS = {
     "portal.ledger_csv": "usage.ledger_export",
     "portal.activity_csv": "activity.export",
     "portal.erase_scan": "scan.erase",
+    "portal.rerun_scan": "scan.rerun",
     "portal.finding_feedback": "finding.feedback",
     "portal.save_access": "key.access_update",
     "portal.settings": "customer.settings_update",
@@ -53,6 +54,12 @@ ACTIONS = {
 }
 # Reads that are actions all the same: what leaves the portal in bulk.
 EXPORTS = frozenset({"portal.ledger_csv", "portal.activity_csv"})
+
+
+def note_outcome(subject: activity.Subject | None, *, credits: int, livemode: bool) -> None:
+    """What a portal action created, for its entry: the new object, the target's fingerprint
+    (so a target search finds a re-run asked in the portal), its charge and its mode."""
+    g.action_outcome = {"subject": subject, "credits": credits, "livemode": livemode}
 
 
 def action_of(endpoint: str | None, method: str) -> str | None:
@@ -76,7 +83,8 @@ def record_action(response):
         return response
     values = list((request.view_args or {}).values())
     try:
-        activity.record(customer_id=user.customer_id, livemode=True, action=action, status=response.status_code,
+        outcome = g.get("action_outcome") or {"livemode": True}
+        activity.record(customer_id=user.customer_id, action=action, status=response.status_code, **outcome,
                         user_id=user.id, user_email=user.email, resource_id=str(values[-1]) if values else None,
                         # ProxyFix (app/__init__.py) made it the client's address through TRUSTED_PROXIES.
                         client_address=request.remote_addr, request_id=g.get("request_id"))

@@ -18,7 +18,7 @@ import logging
 from datetime import UTC
 from urllib.parse import urlsplit
 
-from flask import g, redirect, render_template, request, session, url_for
+from flask import current_app, g, redirect, render_template, request, session, url_for
 
 from app.models import PortalUser, utcnow
 from app.services import portal_roles, portal_users, two_factor
@@ -90,6 +90,13 @@ def can(permission: str) -> bool:
     """Whether the logged-in user's role holds ``permission`` (templates show only what it may do)."""
     user = g.get("user")
     return user is not None and portal_roles.allows(user.role, permission)
+
+
+def may(endpoint: str) -> bool:
+    """Whether the logged-in user may use the view ``endpoint``, by the permission it declares:
+    templates show a form or button only to the roles its view lets through."""
+    permission = getattr(current_app.view_functions.get(endpoint), "portal_permission", None)
+    return permission == PUBLIC or (permission is not None and can(permission))
 
 
 def refuse(permission: str):

@@ -56,14 +56,16 @@ from app.services import (
     quotas,
     reads,
     targets,
+    time_bounds,
     two_factor,
     webhooks,
 )
 from app.services import portal_roles as roles
+from app.services import scans as scans_service
 from app.services import usage as usage_service
 from app.services.accounts import AccountError
 from app.services.crypto import decrypt_secret
-from app.services.errors import Forbidden, InvalidRequest, NotFound, ScanInFlight
+from app.services.errors import Forbidden, InvalidRequest, NotFound, ScanInFlight, ServiceError
 from app.services.limits import limits_for
 
 bp = Blueprint("portal", __name__, url_prefix="/app", template_folder="templates", static_folder="static")
@@ -73,21 +75,28 @@ bp.after_request(audit.record_action)  # every portal action is an activity log 
 
 @bp.context_processor
 def inject_logout_form():
-    return {"logout_form": ActionForm(), "can": security.can, "perm": roles}
+    return {"logout_form": ActionForm(), "can": security.can, "may": security.may, "perm": roles}
 
 STATUSES = webhooks.STATUSES
 EVENTS = events.DELIVERY_EVENTS
 
 
 def _moment(value) -> datetime | None:
-    """A datetime from a model field or a D6 ISO string (the services' dicts carry those)."""
+    """A naive UTC datetime from a model field or an ISO string (the services' dicts and the
+    engine's results carry those); text that is no time is None."""
     if isinstance(value, str):
-        return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ")
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        value = value.astimezone(UTC).replace(tzinfo=None)
     return value
 
 
 @bp.app_template_filter("utc")
 def utc(value) -> str:
+    """Every time the portal shows, in one format."""
     moment = _moment(value)
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "never"
 
@@ -513,11 +522,28 @@ SOURCE_BADGES = {"found": "ok", "not_found": "", "skipped": "", "error": "failed
 
 
 def _explained(result: dict | None) -> dict:
-    """The result's findings by path and sources by id, for the scan page's tables and links."""
+    """The result's findings by path and by id, their labels, and sources by id, for the scan
+    page's tables and links."""
     if not result:
-        return {"by_path": {}, "sources": {}, "badges": SOURCE_BADGES}
-    return {"by_path": {f["path"]: f for f in result.get("findings") or []},
-            "sources": {s["id"]: s for s in result.get("sources") or []}, "badges": SOURCE_BADGES}
+        return {"by_path": {}, "by_id": {}, "labels": {}, "sources": {}, "badges": SOURCE_BADGES}
+    found = result.get("findings") or []
+    return {"by_path": {f["path"]: f for f in found}, "by_id": {f["id"]: f for f in found},
+            "labels": _finding_labels(result), "sources": {s["id"]: s for s in result.get("sources") or []},
+            "badges": SOURCE_BADGES}
+
+
+def _finding_labels(result: dict) -> dict[str, str]:
+    """What a person calls each finding ("Breach: LinkedIn (2012-05)"), by its path in the result."""
+    labels = {}
+    for group, word in (("verified", "Verified profile"), ("weak", "Weak profile")):
+        for index, p in enumerate((result.get("profiles") or {}).get(group) or []):
+            labels[f"profiles.{group}[{index}]"] = f"{word}: {p.get('platform')} {p.get('handle') or ''}".strip()
+    for name, word in (("emails", "E-mail address"), ("phones", "Phone number")):
+        for index, value in enumerate((result.get("contacts") or {}).get(name) or []):
+            labels[f"contacts.{name}[{index}]"] = f"{word}: {value}"
+    for index, b in enumerate(result.get("breaches") or []):
+        labels[f"breaches[{index}]"] = f"Breach: {b.get('name')}" + (f" ({b['date']})" if b.get("date") else "")
+    return labels
 
 
 @bp.post("/scans/<scan_id>/findings/<finding_id>/feedback")
@@ -537,6 +563,25 @@ def finding_feedback(scan_id, finding_id):
             flash("Thank you: the finding is marked " + ("not this person." if verdict == "false_positive"
                                                          else "confirmed."), "ok")
     return redirect(url_for("portal.scan_page", scan_id=scan_id, _anchor=finding_id))
+
+
+@bp.post("/scans/<scan_id>/rerun")
+@security.requires(roles.SCANS)
+def rerun_scan(scan_id):
+    """The re-run button of a partial scan: the API's re-run, with the key that made the scan."""
+    if not ActionForm().validate_on_submit():
+        flash("The form expired: try again.", "error")
+        return redirect(url_for("portal.scan_page", scan_id=scan_id))
+    try:
+        outcome = scans_service.portal_rerun(g.portal_customer, scan_id, request_id=g.get("request_id"))
+    except NotFound:
+        abort(404)
+    except ServiceError as exc:
+        flash(f"Re-run refused: {exc.message}", "error")
+        return redirect(url_for("portal.scan_page", scan_id=scan_id))
+    audit.note_outcome(outcome.subject, credits=outcome.cost, livemode=outcome.body["livemode"])
+    flash("Re-run queued: it asks again the sources that could not answer. This is its page.", "ok")
+    return redirect(url_for("portal.scan_page", scan_id=outcome.body["scan_id"]))
 
 
 @bp.post("/scans/<scan_id>/erase")
@@ -670,16 +715,16 @@ ACTION_ARG = re.compile(r"^[a-z_]+\.[a-z_]+$")
 
 
 def _moment_arg(name: str, errors: list[str]) -> datetime | None:
-    """A time filter (``YYYY-MM-DD`` or ``YYYY-MM-DDTHH:MM[:SS]``, UTC), as the page's inputs send it."""
+    """A time filter as the page's inputs send it (``YYYY-MM-DDTHH:MM``, UTC), under the API's
+    rule (``time_bounds``): one it refuses is a form error, never a query."""
     raw = (_filter_source().get(name) or "").strip()
     if not raw:
         return None
     try:
-        moment = datetime.fromisoformat(raw[:32])
-    except ValueError:
-        errors.append(f"{name.replace('_', ' ')}: not a date and time (YYYY-MM-DD HH:MM)")
+        return time_bounds.parse(raw)
+    except time_bounds.InvalidTime as exc:
+        errors.append(f"{name.replace('_', ' ')}: {exc}")
         return None
-    return moment.replace(tzinfo=None) if moment.tzinfo is None else moment.astimezone(UTC).replace(tzinfo=None)
 
 
 def _filter_source():
@@ -728,9 +773,12 @@ def activity_log():
             errors, code = [str(exc)], 400
     for error in errors:
         flash(f"Activity filter: {error}", "error")
-    return render_template("portal/activity.html", page=page, filters=shown, keys=accounts.customer_keys(
-        g.portal_customer.id), actions=sorted(set(audit.ACTIONS.values()) | set(api_actions.ACTIONS.values())),
-        modes=ACTIVITY_MODES, export_args={k: v for k, v in shown.items() if v}, cursor=cursor), code
+    keys = accounts.customer_keys(g.portal_customer.id)
+    return render_template("portal/activity.html", page=page, filters=shown, keys=keys,
+                           key_names={k.id: k.name or k.display for k in keys},
+                           actions=sorted(set(audit.ACTIONS.values()) | set(api_actions.ACTIONS.values())),
+                           modes=ACTIVITY_MODES, export_args={k: v for k, v in shown.items() if v},
+                           cursor=cursor), code
 
 
 @bp.route("/activity.csv", methods=["GET", "POST"])
@@ -919,7 +967,7 @@ def invite_user():
     except AccountError as exc:
         flash(str(exc), "error")
         return _users_page(invite=form, code=400)
-    flash("User added. Give them the link below: it is shown only now.", "ok")
+    flash(f"{user.email} is invited. Send them the link below: it is shown only now.", "ok")
     return _users_page(link=_link_url(token), link_user=user)
 
 

@@ -12,6 +12,7 @@ import marshmallow as ma
 from marshmallow import EXCLUDE, RAISE, fields
 
 from app import events
+from app.services import time_bounds
 from app.services.purposes import CASE_REF_MAX, PURPOSES
 
 KIND_DOC = {"description": "email, phone or username. When absent it is inferred from the target: a leading "
@@ -379,23 +380,21 @@ class BulkErasedSchema(ma.Schema):
 # --- the scans list -----------------------------------------------------------------
 
 class UtcDateTime(fields.AwareDateTime):
-    """An ISO 8601 time (UTC when no offset is given), loaded as the naive UTC the columns hold.
+    """A list's time bound, loaded as the naive UTC the columns hold: ``services.time_bounds``
+    holds the rule (ISO 8601, UTC without an offset, 1970 to 9999), which the portal shares."""
 
-    A time at the very edge of the calendar with an offset (``0001-01-01T00:00:00+01:00``) has no
-    UTC equivalent: that is the client's bad input (400), not an overflow inside the service.
-    """
-
-    default_error_messages: ClassVar[dict[str, str]] = {"out_of_range": "Not a time that can be expressed in UTC."}
+    default_error_messages: ClassVar[dict[str, str]] = {"invalid": time_bounds.NOT_A_TIME}
 
     def __init__(self, **kwargs):
         super().__init__(default_timezone=UTC, **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs):
-        moment = super()._deserialize(value, attr, data, **kwargs)
+        if not isinstance(value, str):
+            raise self.make_error("invalid")
         try:
-            return moment.astimezone(UTC).replace(tzinfo=None)
-        except OverflowError:
-            raise self.make_error("out_of_range") from None
+            return time_bounds.parse(value)
+        except time_bounds.InvalidTime as exc:
+            raise ma.ValidationError(str(exc)) from None
 
 
 class ScanListQuerySchema(ma.Schema):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from urllib.parse import quote
 
 import requests
 
@@ -45,9 +46,11 @@ def _headers() -> dict:
     return headers
 
 
-def _call(method: str, path: str, *, timeout: float, json=None, expect=(200, 201), shown: str | None = None) -> dict:
-    """``shown``: the path as errors name it (logged), when ``path`` holds an engine id: an id may
-    encode its target (the simulator's do), and a target is never logged."""
+def _request(method: str, path: str, *, timeout: float, json=None, expect=(200, 201),
+             shown: str | None = None) -> tuple[requests.Response, float, str]:
+    """The engine's answer to one request with an ``expect``ed status, its seconds and the call's
+    metrics label; ``EngineError`` otherwise. ``shown``: the path as errors name it (logged),
+    when ``path`` holds an engine id: an id may encode its target, and a target is never logged."""
     url = f"{runtime.config['ENGINE_URL']}{path}"
     where = f"{method} {shown or path}"
     started = time.perf_counter()
@@ -64,6 +67,13 @@ def _call(method: str, path: str, *, timeout: float, json=None, expect=(200, 201
         metrics.observe_engine_call(call, seconds, f"http_{response.status_code // 100}xx")
         unsupported = path == BATCH_LOOK_PATH and response.status_code in (404, 405)
         raise (BatchLookUnsupported if unsupported else EngineError)(f"{where}: HTTP {response.status_code}")
+    return response, seconds, call
+
+
+def _call(method: str, path: str, *, timeout: float, json=None, expect=(200, 201), shown: str | None = None) -> dict:
+    """The engine's JSON object answer (see ``_request``)."""
+    response, seconds, call = _request(method, path, timeout=timeout, json=json, expect=expect, shown=shown)
+    where = f"{method} {shown or path}"
     try:
         body = response.json()
     except ValueError:
@@ -129,6 +139,28 @@ def status_batch(engine_ids: list[str]) -> list[dict]:
 
 
 def status(engine_id: str) -> dict:
-    from urllib.parse import quote
-    return _call("GET", f"/v1/investigations/{quote(engine_id, safe='')}", shown="/v1/investigations/<id>",
+    return _call("GET", _investigation_path(engine_id), shown=INVESTIGATION_SHOWN,
                  timeout=runtime.config["ENGINE_STATUS_TIMEOUT_SECONDS"], expect=(200,))
+
+
+# What ``delete`` tells: the engine forgot it now, had no such investigation (gone already), or
+# does not offer deletion (E7).
+DELETED, UNKNOWN, UNSUPPORTED = "deleted", "unknown", "unsupported"
+_DELETION_OUTCOMES = {404: UNKNOWN, 405: UNSUPPORTED}
+
+
+def delete(engine_id: str) -> str:
+    """Ask the engine to forget an investigation and its result (E7): ``DELETED`` (2xx),
+    ``UNKNOWN`` (404) or ``UNSUPPORTED`` (405); ``EngineError`` for anything else."""
+    response, seconds, call = _request("DELETE", _investigation_path(engine_id), shown=INVESTIGATION_SHOWN,
+                                       timeout=runtime.config["ENGINE_STATUS_TIMEOUT_SECONDS"],
+                                       expect=(200, 202, 204, 404, 405))
+    metrics.observe_engine_call(call, seconds)
+    return _DELETION_OUTCOMES.get(response.status_code, DELETED)
+
+
+INVESTIGATION_SHOWN = "/v1/investigations/<id>"
+
+
+def _investigation_path(engine_id: str) -> str:
+    return f"/v1/investigations/{quote(engine_id, safe='')}"

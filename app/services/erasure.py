@@ -11,21 +11,31 @@ One operation serves both callers: ``DELETE /api/v1/scan/{id}`` and ``/scan/bulk
 which erases every final scan that ended more than its customer's ``result_retention_days``
 ago, in batches of one transaction each so that a long backlog shows progress and holds no
 lock for long.
+
+Erasure leaves no handle that leads back to the person (D25): the scan's engine id goes with its
+target and result, into an ``EngineDeletion`` row written in the same transaction. After the
+commit a job asks the engine to delete the investigation (E7), retried until the engine answers
+2xx or 404 (``app.jobs.enqueue_engine_deletions``); the customer's answer never waits for it,
+and the recovery sweep enqueues again a deletion whose job Redis lost (``recover_engine_deletions``).
+Test scans ran in the service's sandbox: nothing to delete anywhere.
 """
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from app import metrics
+from app import jobs, metrics, runtime
 from app.db import transaction
 from app.models import BulkBatch, Scan, iso, utcnow
 from app.models.scans import FINAL
 from app.models.webhooks import CANCELLED, PENDING
+from app.services import engine
 from app.services.errors import NotFound, ScanInFlight
 from app.services.reads import owned
 from app.store import deliveries as delivery_store
+from app.store import engine_deletions as deletion_store
 from app.store import idempotency as idempotency_store
 from app.store import scans as scan_store
 
@@ -33,6 +43,10 @@ from app.store import scans as scan_store
 RETENTION_BATCH = 500
 # What a customer's ``result_retention_days`` may be (the default, 90, is the model's).
 RETENTION_DAYS_RANGE = (1, 3650)
+# Engine deletions the recovery sweep looks at in one pass.
+RECOVERY_BATCH = 1000
+
+log = logging.getLogger(__name__)
 
 
 def _erase(scan_ids: Sequence[str], now: datetime, *, reason: str, owner: tuple[str, bool] | None = None) -> list[str]:
@@ -42,12 +56,16 @@ def _erase(scan_ids: Sequence[str], now: datetime, *, reason: str, owner: tuple[
     Idempotency-Keys replay lose the erased targets too (retention comes long after those
     answers expired: a day after the creation, D9)."""
     with transaction():
-        erased = scan_store.erase(scan_ids, final=FINAL, now=now)
+        rows = scan_store.erase(scan_ids, final=FINAL, now=now)
+        erased = [scan_id for scan_id, _, _ in rows]
+        # Live scans' investigations only: a test scan's id is the sandbox's, no engine has it.
+        deletions = deletion_store.add([engine_id for _, engine_id, live in rows if live and engine_id], now)
         if erased:
             delivery_store.erase_for_scans(erased, pending=PENDING, cancelled=CANCELLED, now=now)
             scan_store.erase_feedback(erased)  # notes on findings are about the person too (D23)
             if owner is not None:
                 _forget_replayed_targets(*owner, set(erased))
+    jobs.enqueue_engine_deletions(deletions)  # after the commit; Redis down: the sweep enqueues them
     metrics.count_erased(reason, len(erased))
     return erased
 
@@ -121,3 +139,32 @@ def erase_past_retention(now: datetime | None = None, *, batch: int = RETENTION_
         if progress is not None:
             progress(erased)
 
+
+
+# --- the engine's copy (D25, E7) -------------------------------------------------------------
+
+def engine_id_to_forget(deletion_id: str) -> str | None:
+    """The engine id a deletion job is to delete at the engine; None once that is done."""
+    return deletion_store.engine_id_of(deletion_id)
+
+
+def engine_answered(deletion_id: str, outcome: str) -> None:
+    """The engine's answer to a deletion (``engine.DELETED``, ``UNKNOWN`` or ``UNSUPPORTED``):
+    nothing more to ask it either way, the row goes. An engine without deletion keeps the
+    investigation: said once per erased scan, without its id."""
+    if outcome == engine.UNSUPPORTED:
+        log.warning("the engine does not offer deletion (HTTP 405): an erased scan's investigation stays there")
+    deletion_store.remove(deletion_id)
+
+
+def recover_engine_deletions(now: datetime, *, at_once: bool = False) -> int:
+    """Enqueue again the engine deletions whose job Redis no longer holds (never enqueued, lost,
+    or past its retries), those older than ``RECOVERY_STALE_SECONDS`` (every one ``at_once``);
+    how many were enqueued. A duplicate job is harmless: the second asks, gets 404, and stops."""
+    stale_before = None if at_once else now - timedelta(seconds=runtime.config["RECOVERY_STALE_SECONDS"])
+    waiting = deletion_store.pending(stale_before, RECOVERY_BATCH)
+    alive = jobs.live_job_ids([jobs.forget_job_id(deletion_id) for deletion_id in waiting])
+    lost = [deletion_id for deletion_id in waiting if jobs.forget_job_id(deletion_id) not in alive]
+    if lost and not jobs.enqueue_engine_deletions(lost):
+        return 0
+    return len(lost)

@@ -187,6 +187,7 @@ def list_scans(customer_id: str, *, status: str | None = None, kind: str | None 
 STATUSES = (QUEUED, RUNNING, COMPLETED, FAILED)
 MAX_PER_PAGE = 100
 MAX_SEARCH = 300
+MAX_RERUNS = 20  # the scan page links this many of a scan's re-runs, oldest first
 
 
 def _summary(scan, now) -> dict:
@@ -198,7 +199,17 @@ def _summary(scan, now) -> dict:
            "purpose": scan.purpose, "case_ref": scan.case_ref, "erased_at": scan.erased_at, "rerun_of": scan.rerun_of}
     if scan.status in (QUEUED, RUNNING):
         row["eta_seconds"] = remaining_eta(scan, now)
+    row.update(_risk_summary(scan))
     return row
+
+
+def _risk_summary(scan) -> dict:
+    """A completed scan's risk (score and band) and whether its result is partial, for a list row."""
+    if scan.status != COMPLETED or not scan.result_json:
+        return {"risk": None, "partial": False}
+    result = json.loads(scan.result_json)
+    risk = result.get("risk") or {}
+    return {"risk": {"score": risk.get("score"), "band": risk.get("band")}, "partial": bool(result.get("partial"))}
 
 
 def _key_ref(key_id: str) -> dict:
@@ -230,7 +241,9 @@ def scan_detail(customer_id: str, scan_id: str) -> dict:
         raise NotFound("no scan with this id")
     detail = _summary(scan, utcnow())
     detail.update(final_state(scan) or {})
-    detail.update(started_at=scan.started_at, key=_key_ref(scan.api_key_id))
+    detail.update(started_at=scan.started_at, key=_key_ref(scan.api_key_id),
+                  reruns=[{"scan_id": rid, "status": status, "created_at": created_at} for rid, status, created_at
+                          in scan_store.reruns_of(scan.id, customer_id, since=scan.created_at, limit=MAX_RERUNS)])
     return detail
 
 

@@ -8,6 +8,7 @@ It finds
 - scans reserved but never recorded as submitted (the API process died during its
   engine call): the client never got a 202, so they are reversed like a 502;
 - pending webhook deliveries whose job is gone (see ``app.services.deliveries``);
+- erased scans' engine deletions whose job is gone (see ``app.services.erasure``);
 - scheduled jobs overdue by more than ``RECOVERY_STALE_SECONDS``: RQ's scheduler is
   not running (after a worker group is killed its lock lingers for about a minute), so
   the sweep moves them to their queue as the scheduler would. A job that both move
@@ -35,7 +36,7 @@ from app.db import connection_context
 from app.jobs import QUEUES, live_job_ids, promote_due, queue
 from app.models import utcnow
 from app.models.scans import IN_FLIGHT, QUEUED
-from app.services import deliveries, idempotency, looks, quotas, tracking
+from app.services import deliveries, erasure, idempotency, looks, quotas, tracking
 from app.services.scans import reverse_reservation
 from app.store import scan_states
 
@@ -93,6 +94,7 @@ def sweep(at_once: bool = False) -> dict:
                   "scans_redispatched": recover_scans(now, at_once=at_once),
                   "reservations_reversed": reverse_unsubmitted(now)}
         report.update(deliveries.recover_deliveries(now, at_once=at_once))
+        report["engine_deletions_redispatched"] = erasure.recover_engine_deletions(now, at_once=at_once)
         report["idempotency_purged"] = idempotency.purge_expired()
         report["quota_minutes_pruned"] = quotas.prune_minutes(now)
     metrics.count_sweep(report)

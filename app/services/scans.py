@@ -28,6 +28,7 @@ from app.metrics import SCANS_CREATED
 from app.models import BulkBatch, Customer, new_id, utcnow
 from app.models.scans import COMPLETED, QUEUED
 from app.services import (
+    access,
     activity,
     billing,
     bulk,
@@ -50,6 +51,7 @@ from app.services.limits import Limits, limits_for
 from app.services.results import failed_source_ids
 from app.services.targets import normalize_or_refuse
 from app.store import customers as customer_store
+from app.store import keys as key_store
 from app.store import scans as scan_store
 
 log = logging.getLogger(__name__)
@@ -269,6 +271,20 @@ def create_rerun(customer, api_key_id, scan_id, *, request_id, livemode=True) ->
             "recipes_to_run": answer["recipes"], "eta_seconds": answer["eta_seconds"], "rerun_of": original.id}
     subject = activity.Subject(rows[0]["id"], activity.hashes_of([(original.kind, target)]), purpose, case_ref)
     return Outcome(body, balance, limits, usage, billing.admission_cost(1, livemode=livemode), subject)
+
+
+def portal_rerun(customer, scan_id, *, request_id) -> Outcome:
+    """A re-run asked for in the portal, made with the key that created the scan, in its mode: that
+    key must still be able to create scans (active, not expired, ``scans:write``), so a person
+    cannot spend a key that was revoked or narrowed. Otherwise as ``create_rerun``."""
+    original = scan_store.owned_scan(scan_id, customer.id)
+    if original is None:
+        raise NotFound("no scan with this id")
+    key = key_store.get(original.api_key_id)
+    if not key.is_live or access.is_expired(key, utcnow()) or access.SCANS_WRITE not in (key.scopes or ()):
+        raise Forbidden("the API key that created this scan can no longer create scans: re-run it through "
+                        "the API with another key")
+    return create_rerun(customer, key.id, scan_id, request_id=request_id, livemode=original.livemode)
 
 
 def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True, purpose=None,

@@ -13,6 +13,7 @@ text prefix   phone end   behaviour
 ``hang``      ``8888``    stays ``running`` for ever, ``recipes_done`` below the total
 ``partial``   ``7777``    ends ``done``, some of its sources rate-limited or timed out (E6)
 ``junk``      ``6666``    (simulator only) ends ``done`` with a result no validator accepts
+``changing``  ``4444``    (simulator only) each new investigation of the target finds more (E7)
 ============  ==========  ==========================================================
 
 How long an investigation takes is the caller's choice (a ``Plan``): the simulator runs
@@ -32,8 +33,9 @@ MIN_RECIPES = 4
 MAX_RECIPES = 12
 
 NORMAL, FAIL, SLOW, HANG, PARTIAL, JUNK = "normal", "fail", "slow", "hang", "partial", "junk"
+CHANGING = "changing"
 # Marker for text targets (a prefix) and for phone targets (a suffix of the digits).
-MARKERS = {FAIL: "0000", SLOW: "9999", HANG: "8888", PARTIAL: "7777", JUNK: "6666"}
+MARKERS = {FAIL: "0000", SLOW: "9999", HANG: "8888", PARTIAL: "7777", JUNK: "6666", CHANGING: "4444"}
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,11 @@ not found or skipped; a ``partial…`` target has some rate-limited or timed out
 ``evidence`` (the sources behind each item, by its path) and ``risk.reasons`` (points that
 add up to the score and name the items behind them). A re-run asks for some sources only
 (``sources=``): its result lists those, none of them failing.
+
+A ``changing…`` target's result grows with each investigation (E7): ``generation`` (how many of
+the target the simulator ran before) adds that many breaches and one verified profile for every
+two, drawn in a fixed order from those the result does not hold yet, so an item found once is
+found again, alike, every time after (until the fictional catalogues run out).
 """
 import random
 
@@ -90,13 +95,14 @@ FAILED_STATUSES = ("rate_limited", "timeout")
 
 
 def result_for(kind: str, target: str, artifact_base: str, *, messy: bool = True,
-               sources: list[str] | None = None, checked_at: str | None = None) -> dict:
+               sources: list[str] | None = None, checked_at: str | None = None, generation: int = 0) -> dict:
     """The engine result of a completed investigation.
 
     ``artifact_base`` is the absolute URL prefix of this investigation's artifacts,
     e.g. ``http://127.0.0.1:8700/_sim/artifacts/inv_...``. With ``messy=False`` the
     result never carries the flaw ``messiness_of`` names for its target. ``sources``:
-    a re-run of these sources only; ``checked_at``: when the sources answered.
+    a re-run of these sources only; ``checked_at``: when the sources answered; ``generation``:
+    earlier investigations of a changing target (see the module's docstring).
     """
     rng = random.Random(target_digest(kind, target))
     person = _person(rng)
@@ -105,6 +111,8 @@ def result_for(kind: str, target: str, artifact_base: str, *, messy: bool = True
     profile = phone_profile(target) if kind == "phone" else None
     contacts = _contacts(kind, target, rng, person, profile)
     breaches = _breaches(rng)
+    if generation:
+        breaches = _grown(breaches, verified, weak, handle, " ".join(person), generation)
     score = _risk_score(rng, breaches, verified, contacts)
     result = {
         "risk": {"score": score, "band": band_for(score)},
@@ -230,6 +238,16 @@ def _breaches(rng: random.Random) -> list[dict]:
     return [{"name": n, "date": d, "accounts": a, "classes": list(c)} for n, d, a, c in chosen]
 
 
+def _grown(breaches: list[dict], verified: list, weak: list, handle: str, full_name: str, generation: int) -> list:
+    """A changing target's breaches with ``generation`` more (newest first, as ``_breaches``),
+    and ``verified`` with one more profile for every two generations, on platforms not used yet."""
+    known = {b["name"] for b in breaches}
+    more = [{"name": n, "date": d, "accounts": a, "classes": list(c)} for n, d, a, c in _BREACHES if n not in known]
+    used = {p["platform"] for p in verified + weak}
+    verified += [_profile(p, handle, full_name, 0.9) for p in _PLATFORMS if p[0] not in used][:generation // 2]
+    return sorted(breaches + more[:generation], key=lambda b: b["date"], reverse=True)
+
+
 def _risk_score(rng: random.Random, breaches: list, verified: list, contacts: dict) -> int:
     # Exposure drives the score, plus noise, so bands vary but make sense.
     raw = 12 * len(breaches) + 6 * len(verified) + 3 * len(contacts["phones"]) + rng.randint(0, 35)
@@ -299,8 +317,12 @@ def _evidence(result: dict, kind: str) -> list[tuple[str, list[str]]]:
             pairs.append((f"profiles.{group}[{index}]", [profile["platform"]]))
     for index, _ in enumerate(result["contacts"]["emails"]):
         pairs.append((f"contacts.emails[{index}]", [GRAVATAR] if kind == "username" else [MAILBOX, GRAVATAR]))
+    # The carrier lookup backs the number only when it named the carrier: a profile without one
+    # beside a carrier source that "found" it would contradict itself.
+    carrier_known = bool((result.get("phone_profile") or {}).get("carrier"))
     for index, _ in enumerate(result["contacts"]["phones"]):
-        pairs.append((f"contacts.phones[{index}]", [CARRIER] if kind == "phone" and index == 0 else [CALLER_ID]))
+        backed = [CARRIER] if kind == "phone" and index == 0 and carrier_known else [CALLER_ID]
+        pairs.append((f"contacts.phones[{index}]", backed))
     for index, _ in enumerate(result["breaches"]):
         pairs.append((f"breaches[{index}]", [BREACH_INDEX] if index % 2 == 0 else [BREACH_INDEX, PASTE_MONITOR]))
     return pairs

@@ -142,6 +142,16 @@ def owned_scan(scan_id: str, customer_id: str) -> Scan | None:
     return Scan.get_or_none((Scan.id == scan_id) & (Scan.customer == customer_id))
 
 
+def reruns_of(scan_id: str, customer_id: str, *, since, limit: int) -> list[tuple[str, str, object]]:
+    """(id, status, created_at) of the customer's re-runs of ``scan_id``, oldest first. A re-run
+    is created after its original: ``since`` (the original's creation) bounds the walk of the
+    (customer, created_at) index, as no index of its own serves ``rerun_of``."""
+    query = (Scan.select(Scan.id, Scan.status, Scan.created_at)
+             .where((Scan.customer == customer_id) & (Scan.created_at >= since) & (Scan.rerun_of == scan_id))
+             .order_by(Scan.created_at, Scan.id).limit(limit).tuples())
+    return [(row[0], row[1], row[2]) for row in query.execute()]
+
+
 def owned_batch(bulk_id: str, customer_id: str) -> BulkBatch | None:
     return BulkBatch.get_or_none((BulkBatch.id == bulk_id) & (BulkBatch.customer == customer_id))
 
@@ -299,13 +309,19 @@ def read_charged(*, bulk: bool, token_digest: str, object_id: str, price: int, b
 
 # --- erasure (D20) ---------------------------------------------------------------------------
 
-def erase(scan_ids: Sequence[str], *, final: Sequence[str], now: datetime) -> list[str]:
-    """Remove the target, result and failure message of those of ``scan_ids`` that are in a
-    ``final`` status and not yet erased, stamping ``erased_at``; the ids erased now."""
-    rows = execute(f"UPDATE {table(Scan)} SET target = NULL, result_json = NULL, failure_message = NULL, "
-                   f"erased_at = ? WHERE id = ANY(?) AND erased_at IS NULL AND status = ANY(?) RETURNING id",
-                   (now, list(scan_ids), list(final))).fetchall()
-    return [row[0] for row in rows]
+def erase(scan_ids: Sequence[str], *, final: Sequence[str], now: datetime) -> list[tuple[str, str | None, bool]]:
+    """Remove the target, result, failure message and engine id of those of ``scan_ids`` that
+    are in a ``final`` status and not yet erased, stamping ``erased_at``: ``(id, engine id it
+    had, livemode)`` of each scan erased now. The rows are locked first (``FOR UPDATE``), so a
+    concurrent erasure of the same scan waits and then finds it erased: each engine id is
+    returned once."""
+    rows = execute(f"WITH old AS (SELECT id, engine_id FROM {table(Scan)} WHERE id = ANY(?) AND erased_at IS NULL "
+                   f"AND status = ANY(?) FOR UPDATE) "
+                   f"UPDATE {table(Scan)} AS s SET target = NULL, result_json = NULL, failure_message = NULL, "
+                   f"engine_id = NULL, erased_at = ? FROM old WHERE s.id = old.id "
+                   f"RETURNING s.id, old.engine_id, s.livemode",
+                   (list(scan_ids), list(final), now)).fetchall()
+    return [(scan_id, engine_id, livemode) for scan_id, engine_id, livemode in rows]
 
 
 def batch_states(bulk_id: str) -> list[tuple[str, str, datetime | None]]:

@@ -27,7 +27,7 @@ EXPECTED = {
     "portal.scans": roles.READ, "portal.scan_page": roles.READ, "portal.batch_page": roles.READ,
     "portal.usage": roles.READ, "portal.ledger_csv": roles.READ,
     "portal.activity_log": roles.READ, "portal.activity_csv": roles.READ,
-    "portal.erase_scan": roles.SCANS, "portal.finding_feedback": roles.SCANS, "portal.save_access": roles.KEY_ACCESS,
+    "portal.erase_scan": roles.SCANS, "portal.finding_feedback": roles.SCANS, "portal.rerun_scan": roles.SCANS, "portal.save_access": roles.KEY_ACCESS,
     "portal.save_webhook": roles.WEBHOOKS, "portal.new_secret": roles.WEBHOOKS, "portal.roll_secret": roles.WEBHOOKS,
     "portal.switch_secret": roles.WEBHOOKS, "portal.reveal_secret": roles.WEBHOOKS,
     "portal.test_event": roles.WEBHOOKS, "portal.redeliver": roles.DELIVERIES,

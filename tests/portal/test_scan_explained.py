@@ -42,7 +42,7 @@ def test_the_scan_page_shows_coverage_sources_reasons_and_each_findings_sources(
     glance = (f"{coverage['checked']} sources asked · {coverage['found']} found something · "
               f"{coverage['failed']} could not answer")
     assert glance in page
-    assert "Partial result" in page and f"/api/v1/scan/{scan_id}/rerun" in page
+    assert "Partial result" in page and f'action="/app/scans/{scan_id}/rerun"' in page
     for source in result["sources"]:
         assert f'data-source="{source["id"]}"' in page
     assert page.count("rate limited") + page.count("timeout") >= 2

@@ -95,8 +95,8 @@ def test_the_sweep_reports_every_part(conn, redis_conn):
         frozen.tick(STALE + 1)
         report = recovery.sweep()
     assert report == {"scheduled_jobs_promoted": 0, "scans_redispatched": 1, "reservations_reversed": 0,
-                      "deliveries_redispatched": 0, "attempts_closed": 0, "idempotency_purged": 0,
-                      "quota_minutes_pruned": 0}
+                      "deliveries_redispatched": 0, "attempts_closed": 0, "engine_deletions_redispatched": 0,
+                      "idempotency_purged": 0, "quota_minutes_pruned": 0}
     assert Scan.get_by_id(scan.id).tracking_job_id == tracking_job_id(scan.id, 1)
 
 

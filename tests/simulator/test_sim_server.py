@@ -75,7 +75,7 @@ def test_concurrent_calls_are_all_counted(server):
         thread.join()
     assert sorted(codes) == [201] * 15 + [500] * 5
     assert requests.get(f"{server}/_sim/engine/stats", timeout=5).json() == \
-        {"submit": 20, "batch": 0, "status": 0, "looks": 0, "total": 20}
+        {"submit": 20, "batch": 0, "status": 0, "looks": 0, "deletes": 0, "total": 20}
 
 
 # --- command line --------------------------------------------------------------------------

@@ -343,3 +343,25 @@ def test_the_webhook_endpoints_migration_makes_each_keys_url_its_first_endpoint(
         migrated = ApiKey.get_by_id(key.id)
         assert (migrated.webhook_events, migrated.webhook_enabled, migrated.webhook_description) == (None, True, "")
         assert WebhookEndpoint.select().count() == 0
+
+
+def test_the_engine_deletions_migration_takes_the_engine_ids_of_scans_erased_before(app):
+    """Version 19 (D25): scans erased before keep no engine id; a live one's becomes a deletion to
+    ask the engine for, a test one's (the sandbox's) goes."""
+    from app.models import EngineDeletion, Scan, utcnow
+    from tests.services.conftest import new_customer, new_scan
+
+    with db.connection_context():
+        cust, key = new_customer()
+        _, test_key = new_customer(livemode=False)
+        live, kept, sandboxed = new_scan(cust, key), new_scan(cust, key), new_scan(test_key.customer, test_key)
+        live_engine_id, kept_engine_id = live.engine_id, kept.engine_id
+        with db.atomic():
+            db.drop_tables([EngineDeletion])
+            Scan.update(erased_at=utcnow(), status="completed").where(Scan.id.in_([live.id, sandboxed.id])).execute()
+            SchemaVersion.delete().where(SchemaVersion.version == 19).execute()
+
+        assert migrations.upgrade() == [19]
+        assert migrations.upgrade() == []
+        assert [Scan.get_by_id(s.id).engine_id for s in (live, kept, sandboxed)] == [None, kept_engine_id, None]
+        assert [row.engine_id for row in EngineDeletion.select()] == [live_engine_id]
