@@ -2,8 +2,9 @@
 is looked at now rather than at its next due look.
 
 A callback carries no result: it only makes the scan due (``next_look_at`` = now, when a batch
-look tracks it and its look was later), and the look reads the engine's answer as any look does.
-Looks stay the safety net: a lost callback delays a scan to its next look, never loses it.
+look tracks it and its look was later; after the look in progress, if one holds it), and the
+look reads the engine's answer as any look does. Looks stay the safety net: a lost callback
+delays a scan to its next look, never loses it.
 
 Cheap to refuse: everything a forger can send is refused before the database is touched, with
 constant, small work (a bounded body, the headers, one HMAC), so a flood of bogus callbacks costs
@@ -46,9 +47,10 @@ TAKEN, UNCHANGED = "taken", "unchanged"
 
 def receive(raw_body: bytes, headers: Mapping[str, str]) -> str:
     """Verify the callback ``raw_body`` with its ``headers`` and make its scan due: ``taken`` (the
-    scan is due now) or ``unchanged`` (unknown id, a scan due already or tracked otherwise), both
-    answered alike. Raises ``CallbackRefused`` (unsigned, wrongly signed, stale), ``InvalidRequest``
-    (too large, or not E7's body), ``CallbackReplayed`` and ``TryAgain``; none changes anything."""
+    scan is due now, or was already, after any look holding it) or ``unchanged`` (an unknown id,
+    or a scan no batch look tracks), both answered alike. Raises ``CallbackRefused`` (unsigned,
+    wrongly signed, stale), ``InvalidRequest`` (too large, or not E7's body), ``CallbackReplayed``
+    and ``TryAgain``; none changes anything."""
     moment = utcnow()
     now = moment.replace(tzinfo=UTC).timestamp()
     callback_id, timestamp = _verify(raw_body, headers, now)

@@ -4,16 +4,21 @@ changes nothing; and a flood of bogus callbacks costs the database nothing (not 
 from __future__ import annotations
 
 import json
+import time
+from datetime import timedelta
 
 import pytest
+import requests
 from flask import Flask
 from freezegun import freeze_time
 
+from app import runtime
 from app.api import hooks
 from app.extensions import db
 from app.models import ActivityEntry, EngineCallback, Scan, utcnow
 from app.services import looks
 from tests.api.helpers import balance
+from tests.conftest import ServerThread
 from tests.services.test_callbacks import NOW, OTHER_SECRET, SECRET, promised, signed
 
 PATH = "/engine/v1/callbacks"
@@ -141,3 +146,75 @@ def test_a_wrong_secret_form_is_refused_at_start_and_production_wants_the_secret
     # Elsewhere the URL alone is allowed (every callback is then refused, and looks do the work).
     assert finalize(load_settings({**base, "APP_ENV": "development"}))["ENGINE_CALLBACK_URL"]
 
+
+
+# --- end to end: the bundled simulator calls back ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def calling_simulator():
+    """A simulator that promises callbacks (it has the shared secret) and sends them, signed."""
+    from simulator.app import create_sim_app
+    server = ServerThread(create_sim_app({"SIM_TIME_SCALE": 0.01, "ENGINE_TOKEN": "test-engine-token",
+                                          "ENGINE_CALLBACK_SECRET": SECRET}))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def calling_service(app, calling_simulator):
+    """The API on a real socket, submitting to ``calling_simulator`` with its own callback URL."""
+    requests.post(f"{calling_simulator.url}/_sim/engine/reset", timeout=5).raise_for_status()
+    server = ServerThread(app)
+    settings = {"ENGINE_URL": calling_simulator.url, "ENGINE_CALLBACK_URL": server.url + PATH}
+    app.config.update(settings)
+    runtime.config.update(settings)
+    yield calling_simulator.url
+    server.stop()
+
+
+def look_until_final(scan_ids: list[str], seconds: float = 20.0) -> dict[str, Scan]:
+    """Run the batch looks, as a worker's lookers do, until every scan is final (or ``seconds``)."""
+    ends = time.monotonic() + seconds
+    while True:
+        with db.connection_context():
+            looks.look_due()
+            scans = {s.id: s for s in Scan.select().where(Scan.id.in_(scan_ids))}
+        if all(s.status in ("completed", "failed") for s in scans.values()) or time.monotonic() > ends:
+            return scans
+        time.sleep(0.05)  # polled: the simulator's callbacks come in real time
+
+
+def sim_callbacks(sim_url) -> dict:
+    return requests.get(f"{sim_url}/_sim/engine/callbacks", timeout=5).json()
+
+
+def create_scans(client, account, n) -> list[str]:
+    response = client.post("/api/v1/scan/bulk", headers=account.headers,
+                           json={"targets": [{"target": f"user{i}@example.com"} for i in range(n)]})
+    assert response.status_code == 202, response.json
+    return [entry["scan_id"] for entry in response.json["scans"]]
+
+
+def test_end_to_end_the_simulator_calls_back_and_the_scans_complete_long_before_their_first_look(
+        client, account, calling_service):
+    ids = create_scans(client, account, 5)
+    with db.connection_context():
+        submitted = {s.id: s for s in Scan.select().where(Scan.id.in_(ids))}
+    # Every submission carried callback_url and the engine promised: the first looks wait 600 s.
+    assert all(s.callbacks and s.next_look_at >= s.eta_at + timedelta(seconds=600) for s in submitted.values())
+    done = look_until_final(ids)
+    assert all(s.status == "completed" for s in done.values()), {s.status for s in done.values()}
+    assert all(s.completed_at < submitted[s.id].next_look_at for s in done.values())  # the callbacks did it
+    counts = sim_callbacks(calling_service)
+    assert counts["sent"] >= 5 and counts["failed"] == 0  # every callback answered 2xx
+
+
+@pytest.mark.config(ENGINE_POLL_SECONDS=1.0)
+def test_end_to_end_every_callback_lost_every_scan_still_completes_through_looks(client, account, calling_service):
+    requests.post(f"{calling_service}/_sim/engine/callbacks", json={"drop": True}, timeout=5).raise_for_status()
+    ids = create_scans(client, account, 5)
+    done = look_until_final(ids)
+    assert all(s.status == "completed" for s in done.values())
+    counts = sim_callbacks(calling_service)
+    assert counts["sent"] == 0 and counts["dropped"] >= 5

@@ -6,6 +6,8 @@ Callbacks are signed here with the ``standardwebhooks`` library, as an engine wo
 from __future__ import annotations
 
 import json
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,9 +15,13 @@ from freezegun import freeze_time
 from standardwebhooks.webhooks import Webhook
 
 from app import runtime
+from app.db import transaction
+from app.extensions import db
 from app.models import EngineCallback, Scan, utcnow
+from app.models.scans import IN_FLIGHT
 from app.services import callbacks, looks, tracking
 from app.services.errors import CallbackRefused, CallbackReplayed, InvalidRequest
+from app.store import scan_states
 from app.store import scans as scan_store
 from tests.jobrunner import JobRunner
 from tests.services.conftest import new_customer, new_scan
@@ -69,15 +75,54 @@ def test_a_signed_callback_makes_its_scan_due_at_once_and_a_look_completes_it(co
     assert Scan.get_by_id(scan.id).status == "completed"
 
 
-def test_a_callback_for_a_scan_due_already_or_an_unknown_id_changes_nothing_and_is_answered_alike(conn):
+def test_a_callback_for_a_scan_due_already_or_an_unknown_id_changes_nothing(conn):
     with freeze_time(NOW) as frozen:
         cust, key = new_customer()
         scan = new_scan(cust, key)  # no promise: due half a second before its eta
         frozen.tick(30)
         before = state(scan.id)
-        assert callbacks.receive(*signed(scan.engine_id, msg_id="msg_due")) == callbacks.UNCHANGED
+        assert callbacks.receive(*signed(scan.engine_id, msg_id="msg_due")) == callbacks.TAKEN
         assert callbacks.receive(*signed("inv_nobody_has_this", msg_id="msg_unknown")) == callbacks.UNCHANGED
-        assert state(scan.id) == before
+        assert state(scan.id) == before  # due 29.5 s ago, it stays so: first in line
+
+
+def test_a_callback_during_a_look_at_its_scan_makes_it_due_again_once_the_look_is_recorded(conn):
+    """The look may have asked the engine before the change the callback announces: the callback
+    waits for the look's row lock, then makes the scan due again (a skipped one stayed running)."""
+    cust, key = new_customer()
+    scan = promised(new_scan(cust, key))
+    assert callbacks.receive(*signed(scan.engine_id, msg_id="msg_running", status="running")) == callbacks.TAKEN
+    outcome: list = []
+
+    def callback_meanwhile():
+        with db.connection_context():
+            outcome.append(callbacks.receive(*signed(scan.engine_id, msg_id="msg_done")))
+
+    with transaction():
+        [(_, claimed)] = scan_states.claim_due(statuses=IN_FLIGHT, now=utcnow(), limit=10, hold_seconds=30)
+        thread = threading.Thread(target=callback_meanwhile)
+        thread.start()
+        assert wait_for_lock_waiter(), "the callback should wait for the look's claim"
+        # The look saw it running (before the change) and puts its next look back to the safety net.
+        far = utcnow() + timedelta(hours=1)
+        scan_states.record_looks([(scan.id, claimed.look_generation, far, 0, None, None, True)], statuses=IN_FLIGHT,
+                                 queued="queued", running="running", now=utcnow())
+    thread.join(10)
+    assert outcome == [callbacks.TAKEN]
+    assert Scan.get_by_id(scan.id).next_look_at <= utcnow()
+
+
+def wait_for_lock_waiter(seconds: float = 5.0) -> bool:
+    """Whether another session comes to wait on a lock within ``seconds`` (polled)."""
+    ends = time.monotonic() + seconds
+    while time.monotonic() < ends:
+        # (In a transaction the statistics are a snapshot taken once: cleared before each look.)
+        db.execute_sql("SELECT pg_stat_clear_snapshot()")
+        waiting = db.execute_sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").fetchone()[0]
+        if waiting:
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def refused_calls(engine_id: str) -> dict:
