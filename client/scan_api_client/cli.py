@@ -201,13 +201,13 @@ def _endpoints_parser(sub, common: argparse.ArgumentParser, output: argparse.Arg
     fields.add_argument("--description", help="what the endpoint is for, in your words")
     create = actions.add_parser("create", parents=[*shared, fields],
                                 help="add an endpoint (at most 10); its signing secret is shown this once")
-    create.add_argument("url")
+    create.add_argument("endpoint_url", metavar="URL", help="where its events go (https)")
     create.add_argument("--disabled", action="store_true", help="create it disabled")
     create.add_argument("--secret", help="its signing secret (whsec_...; default: generated)")
     actions.add_parser("get", parents=shared, help="read one endpoint").add_argument("endpoint_id")
     update = actions.add_parser("update", parents=[*shared, fields], help="change the fields given")
     update.add_argument("endpoint_id")
-    update.add_argument("--url")
+    update.add_argument("--endpoint-url", metavar="URL", help="where its events go from now on (--url is the API's)")
     switch = update.add_mutually_exclusive_group()
     switch.add_argument("--enable", dest="enabled", action="store_const", const=True,
                         help="turn it on (also after it was disabled for failing)")
@@ -532,13 +532,13 @@ def _endpoint_call(run: _Run) -> dict | list[dict]:
     if action == "list":
         return [endpoint.raw for endpoint in client.list_endpoints()]
     if action == "create":
-        return client.create_endpoint(args.url, events=args.events, payload=args.payload,
+        return client.create_endpoint(args.endpoint_url, events=args.events, payload=args.payload,
                                       enabled=False if args.disabled else None, description=args.description,
                                       secret=args.secret).raw
     if action == "get":
         return client.get_endpoint(args.endpoint_id).raw
     if action == "update":
-        return client.update_endpoint(args.endpoint_id, url=args.url, events=args.events, payload=args.payload,
+        return client.update_endpoint(args.endpoint_id, url=args.endpoint_url, events=args.events, payload=args.payload,
                                       enabled=args.enabled, description=args.description).raw
     if action == "delete":
         client.delete_endpoint(args.endpoint_id)
