@@ -2,7 +2,7 @@
 and re-runs, against the real API (``served_app``) with the simulator as the engine."""
 import pytest
 from freezegun import freeze_time
-from scan_api_client import Coverage, Finding, FindingNotFound, NothingToRerun, NotFound, Reason, Source
+from scan_api_client import Coverage, Finding, FindingNotFound, NotFound, NothingToRerun, Reason, Source
 from scan_api_client.models import Breach, Profile, Result
 
 from tests.client.test_client import START, Recorder, make_client

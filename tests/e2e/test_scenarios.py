@@ -117,10 +117,11 @@ steps:
 def test_a_failed_run_prints_its_result_and_where_the_logs_are_on_lines_of_their_own(tmp_path):
     scenario = tmp_path / "missing_one.yaml"
     scenario.write_text(MISSING_ONE)
+    # One pipe for both streams, as on a terminal; a stack of its own, whose logs are kept.
     done = subprocess.run([sys.executable, "-m", "simulator", "scenario", str(scenario)], cwd=PROJECT_ROOT,
-                          capture_output=True, text=True, timeout=280)  # a stack of its own: its logs are kept
-    assert done.returncode == 1, done.stdout + done.stderr
-    lines = (done.stdout + done.stderr).splitlines()
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=280)
+    assert done.returncode == 1, done.stdout
+    lines = done.stdout.splitlines()
     [result] = [line for line in lines if "missing_one.yaml " in line]
     assert re.fullmatch(r"\S*missing_one\.yaml  1 MISSED, 1/2 met \(\d+\.\ds\) +\[100%\]", result), result
     [notice] = [line for line in lines if "process logs kept in" in line]
@@ -128,7 +129,7 @@ def test_a_failed_run_prints_its_result_and_where_the_logs_are_on_lines_of_their
     kept = Path(notice.removeprefix("stack: something failed; process logs kept in ").rstrip(":"))
     assert (kept / "api.log").is_file()
     shutil.rmtree(kept)
-    assert "PytestUnknownMarkWarning" not in done.stdout + done.stderr
+    assert "PytestUnknownMarkWarning" not in done.stdout
 
 
 @pytest.mark.parametrize("argv, message", [
