@@ -6,6 +6,7 @@
     scan-api get scn_...        scan-api get-bulk blk_...
     scan-api list --status completed --all        scan-api deliveries --status failed
     scan-api redeliver dlv_...                    scan-api activity --target jane.doe@example.com
+    scan-api endpoints list                       scan-api endpoints create https://hooks.example.com/a
 
 stdout carries only the JSON or CSV answer; progress and errors go to stderr (a live bar
 when stderr is a terminal, a plain line per change otherwise). Exit codes: 0 done,
