@@ -137,6 +137,10 @@ def load_settings(env=None) -> dict:
         "REDIS_URL": _redis_url(env.get("REDIS_URL") or None),
         "ENGINE_URL": (env.get("ENGINE_URL") or "").rstrip("/") or None,
         "ENGINE_TOKEN": env.get("ENGINE_TOKEN") or "",
+        # E7: the service's callback endpoint as the engine reaches it (``.../engine/v1/callbacks``),
+        # sent with every submission when set, and the ``whsec_`` secret callbacks are signed with.
+        "ENGINE_CALLBACK_URL": (env.get("ENGINE_CALLBACK_URL") or "").strip() or None,
+        "ENGINE_CALLBACK_SECRET": (env.get("ENGINE_CALLBACK_SECRET") or "").strip() or None,
         "PUBLIC_BASE_URL": (env.get("PUBLIC_BASE_URL") or "").rstrip("/") or None,
         "WEBHOOK_RETRY_SCHEDULE": parse_retry_schedule(env.get("WEBHOOK_RETRY_SCHEDULE") or "0,30,300"),
         "WEBHOOK_TIMEOUT_SECONDS": _seconds(env, "WEBHOOK_TIMEOUT_SECONDS", 10.0, 300),
@@ -204,6 +208,7 @@ def finalize(config: dict) -> dict:
     _check_database_url(config.get("DATABASE_URL"))
     _check_database_url(config.get("DATABASE_DIRECT_URL"), "DATABASE_DIRECT_URL")
     _check_delivery_shares(config)
+    _check_engine_callbacks(config)
     if config["APP_ENV"] == "production":
         missing = [name for name in REQUIRED_IN_PRODUCTION if not config.get(name)]
         if missing:
@@ -227,6 +232,25 @@ def _check_delivery_shares(config: dict) -> None:
     if endpoint and host and host <= endpoint:
         raise ConfigError(f"WEBHOOK_HOST_CONCURRENCY ({host}) must be larger than WEBHOOK_ENDPOINT_CONCURRENCY "
                           f"({endpoint}), or 0 for no ceiling per host")
+
+
+def _check_engine_callbacks(config: dict) -> None:
+    """E7's settings: an absolute http(s) URL, a ``whsec_`` + base64 secret (as webhook secrets);
+    production refuses the URL without the secret (every callback would be refused)."""
+    from app.webhook_signature import decode_secret
+
+    url, secret = config.get("ENGINE_CALLBACK_URL"), config.get("ENGINE_CALLBACK_SECRET")
+    if url:
+        parsed = urlparse(url)
+        if parsed.scheme not in ("https", "http") or not parsed.netloc:
+            raise ConfigError("ENGINE_CALLBACK_URL must be an absolute http(s) URL such as "
+                              "https://api.internal/engine/v1/callbacks")
+    if secret and decode_secret(secret) is None:
+        raise ConfigError("ENGINE_CALLBACK_SECRET must be whsec_ followed by base64 (as webhook secrets), e.g. "
+                          "whsec_$(head -c 32 /dev/urandom | base64)")
+    if url and not secret and config.get("APP_ENV") == "production":
+        raise ConfigError("ENGINE_CALLBACK_URL is set without ENGINE_CALLBACK_SECRET: set the secret the engine signs "
+                          "callbacks with, or unset the URL")
 
 
 def _check_database_url(url: str | None, name: str = "DATABASE_URL") -> None:

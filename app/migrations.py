@@ -267,6 +267,16 @@ def _findings_keep_identity(database):
         after = rows[-1][0]
 
 
+def _engine_callbacks(database):
+    """E7's callbacks: whether the engine promised them per scan, the in-flight scans by engine id
+    (a callback's look-up), and the callback ids taken (replays refused). The values it uses are
+    written here, not imported: ``queued`` and ``running`` are the statuses in flight."""
+    database.execute_sql('ALTER TABLE "scan" ADD COLUMN IF NOT EXISTS "callbacks" BOOLEAN NOT NULL DEFAULT FALSE')
+    database.execute_sql('CREATE INDEX IF NOT EXISTS "scan_in_flight_engine_id" ON "scan" ("engine_id") '
+                         "WHERE ((\"status\" IN ('queued', 'running')) AND (\"engine_id\" IS NOT NULL))")
+    database.execute_sql('CREATE TABLE IF NOT EXISTS "engine_callback" '
+                         '("id" VARCHAR(200) NOT NULL PRIMARY KEY, "until" TIMESTAMP NOT NULL)')
+
 
 def _one_way_to_track(database):
     """Due looks become the one way to track a scan (D24): each submitted scan in flight that an RQ
@@ -312,6 +322,7 @@ MIGRATIONS = [
     (17, "batch looks at the engine", _batch_looks),
     (19, "engine deletions of erased scans", _engine_deletions),
     (20, "findings keep their identity: feedback by finding, its scan", _findings_keep_identity),
+    (21, "engine callbacks", _engine_callbacks),
     (22, "one way to track a scan: due looks", _one_way_to_track),
     (24, "request ids of up to 128 characters", _longer_request_ids),
 ]

@@ -197,11 +197,22 @@ def declared_scope(app, rule, method: str) -> str | None:
     return getattr(getattr(view_class, method.lower(), None), "scope", None)
 
 
+# Views of the API's blueprints outside the accounted wrappers, each on purpose and with why. The
+# app refuses to start with any other view under ``/engine/`` (as with any unwrapped ``/api/v1/``).
+UNACCOUNTED = {
+    "/engine/v1/callbacks": "the engine's callbacks (E7): signed with ENGINE_CALLBACK_SECRET, not a customer's "
+                            "key; free, no activity entry (app/api/callbacks.py)",
+}
+
+
 def check_accounted(app) -> None:
     """Refuse to start when a view of the API is not wrapped by ``api_call`` or ``served_read``,
     or declares no scope (D21): it would answer without authentication, access check or charge
-    (fail closed, at start, not per request)."""
+    (fail closed, at start, not per request). ``UNACCOUNTED`` lists the views outside them."""
     for rule in app.url_map.iter_rules():
+        if rule.rule.startswith("/engine/") and rule.rule not in UNACCOUNTED:
+            raise RuntimeError(f"{rule.endpoint} ({rule.rule}) is outside hooks.api_call: list it in "
+                               f"hooks.UNACCOUNTED, saying why, if it must be")
         view_class = getattr(app.view_functions.get(rule.endpoint), "view_class", None)
         if view_class is None or not rule.rule.startswith("/api/v1/"):
             continue

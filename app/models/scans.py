@@ -80,6 +80,9 @@ class Scan(BaseModel):
     # number may write what it saw.
     next_look_at = DateTimeField(null=True)
     look_generation = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])
+    # Whether the engine promised to call back when the scan changes (E7): its looks may then
+    # wait past the eta, since a callback makes it due at once.
+    callbacks = BooleanField(default=False, constraints=[SQL("DEFAULT FALSE")])
     # The mode of the key that created it (D15): which engine answers, whether it was charged.
     livemode = BooleanField(default=True, constraints=[SQL("DEFAULT TRUE")])
     # When its personal data was erased (D20); NULL while it is kept.
@@ -103,6 +106,10 @@ Scan.add_index(Scan.index(Scan.customer, name="scan_in_flight_customer", where=S
 # claim's ORDER BY ... LIMIT reads only what is due, however many scans were ever made.
 Scan.add_index(Scan.index(Scan.next_look_at, name="scan_due_look",
                           where=Scan.status.in_(IN_FLIGHT) & Scan.next_look_at.is_null(False)))
+# A callback's scan (E7), by the engine's id: in flight only, so the index stays as small as what
+# is in flight (and an erased scan's id, gone with it, D25, was never in it for long).
+Scan.add_index(Scan.index(Scan.engine_id, name="scan_in_flight_engine_id",
+                          where=Scan.status.in_(IN_FLIGHT) & Scan.engine_id.is_null(False)))
 # The retention job's look (D20): final scans not yet erased, by when they ended. Partial, so
 # erased scans leave it and the job's cost follows what is still to erase, not the table.
 FINISHED_AT = SQL("(COALESCE(completed_at, failed_at))")
@@ -173,3 +180,15 @@ class FindingFeedback(BaseModel):
     class Meta:
         # The feedback on a finding in any scan (D26: it follows the finding to later scans).
         indexes = ((("finding_id",), False),)
+
+class EngineCallback(BaseModel):
+    """The ``webhook-id`` of each engine callback taken (E7), kept until its timestamp is past the
+    5 minutes a signature is accepted for, so a replay of it inside them is refused; then pruned
+    (``app.services.callbacks.forget_expired``, a periodic job). A small table: the ids of the
+    last minutes."""
+
+    id = CharField(max_length=200, primary_key=True)
+    until = DateTimeField()
+
+    class Meta:
+        table_name = "engine_callback"

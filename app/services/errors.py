@@ -169,3 +169,22 @@ class NothingToRerun(Conflict):
     """A re-run asked of a scan that is not completed or whose sources all answered (D23)."""
 
     code = "nothing_to_rerun"
+
+
+class CallbackRefused(ServiceError):
+    """An engine callback (E7) that is unsigned, wrongly signed or stale: nothing changes."""
+
+    code = "invalid_signature"
+
+
+class CallbackReplayed(InvalidRequest):
+    """An engine callback whose ``webhook-id`` was taken before (a replay): nothing changes."""
+
+    code = "callback_replayed"
+
+
+class TryAgain(ServiceError):
+    """The work asked for could not be done now (a scan held by a look for too long); the caller
+    tries again after ``retry_after`` seconds."""
+
+    code = "service_unavailable"

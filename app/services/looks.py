@@ -59,10 +59,10 @@ _unsupported_until = 0.0  # time.monotonic() until which the engine is asked sca
 _unsupported_lock = threading.Lock()
 
 
-def first_look_at(now: datetime, eta_seconds: float) -> datetime:
-    """The ``next_look_at`` of a scan just submitted: half a second before its eta, at most
-    ENGINE_POLL_SECONDS away."""
-    return now + timedelta(seconds=tracking.first_look_delay(eta_seconds, tracking.poll_seconds()))
+def first_look_at(now: datetime, eta_seconds: float, deadline: datetime, *, callbacks: bool = False) -> datetime:
+    """The ``next_look_at`` of a scan just submitted: half a second before its eta, or with
+    ``callbacks`` (E7) one poll past it, never past its ``deadline``."""
+    return now + timedelta(seconds=tracking.first_look_in(eta_seconds, deadline, now, callbacks=callbacks))
 
 
 def hold_seconds(*, requests: int = 1) -> float:
@@ -148,11 +148,13 @@ def _apply(scan: Scan, state: dict | Exception | None, now: datetime) -> trackin
         outcome = tracking.apply_look(scan, state, past_deadline=now >= deadline)
     except engine.EngineError:
         errors = scan.check_errors + 1
-        due = now + timedelta(seconds=tracking.look_again_in(scan, now, deadline, errors=errors))
+        due = now + timedelta(seconds=tracking.look_again_in(scan, now, deadline, errors=errors,
+                                                             callbacks=scan.callbacks))
         return "engine_errors", (scan.id, scan.look_generation, due, errors, None, None, False)
     if isinstance(outcome, tracking.Final):
         return outcome
-    due = now + timedelta(seconds=tracking.look_again_in(scan, now, deadline))
+    # With callbacks (E7) no look before the eta: a callback makes the scan due when it changes.
+    due = now + timedelta(seconds=tracking.look_again_in(scan, now, deadline, callbacks=scan.callbacks))
     # ``running``: a queued scan moves to ``running`` (once, with its event).
     return "unfinished", (scan.id, scan.look_generation, due, 0, outcome.recipes_total, outcome.recipes_done,
                           outcome.running)

@@ -25,7 +25,19 @@ from app.db import transaction, transaction_with_known_outcome
 from app.metrics import SCANS_CREATED
 from app.models import BulkBatch, Customer, new_id, utcnow
 from app.models.scans import COMPLETED, QUEUED
-from app.services import access, activity, billing, bulk, engine, looks, purposes, quotas, sandbox_engine, suppressions
+from app.services import (
+    access,
+    activity,
+    billing,
+    bulk,
+    engine,
+    looks,
+    purposes,
+    quotas,
+    sandbox_engine,
+    suppressions,
+    tracking,
+)
 from app.services.errors import (
     EngineUnavailable,
     Forbidden,
@@ -159,12 +171,23 @@ def _reverse(customer_id, rows, batch, cost, request_id, livemode=True, recorded
             quotas.count_created(customer_id, rows[0]["created_at"], -len(rows), livemode)
 
 
+def _deadline(row: dict):
+    return tracking.deadline_of(row["created_at"], livemode=row["livemode"], kind=row["kind"], target=row["target"])
+
+
 def _record_submissions(rows, answers) -> None:
     """Store the engine's ids and etas for all scans in one UPDATE, whatever their number, with
-    each one's first look (D24)."""
+    each one's first look (D24), and whether the engine calls back (E7: a callback makes the
+    scan due at once, so its first look may wait longer)."""
     now = utcnow()
-    scan_store.record_submissions([(r["id"], a["id"], a["recipes"], now + timedelta(seconds=a["eta_seconds"]),
-                                    looks.first_look_at(now, a["eta_seconds"])) for r, a in zip(rows, answers)])
+    scan_store.record_submissions([
+        (r["id"], a["id"], a["recipes"], now + timedelta(seconds=a["eta_seconds"]),
+         looks.first_look_at(now, a["eta_seconds"], _deadline(r), callbacks=_calls_back(a)), _calls_back(a))
+        for r, a in zip(rows, answers)])
+
+
+def _calls_back(answer: dict) -> bool:
+    return bool(answer.get("callbacks"))  # the sandbox's answers never say so
 
 
 def _submit(customer_id, rows, batch, cost, request_id, livemode=True, sources=None, recorded=None) -> list[dict]:

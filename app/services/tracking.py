@@ -26,10 +26,12 @@ from app.store import scans as scan_store
 log = logging.getLogger(__name__)
 
 # The engine's eta is a whole number of seconds (E1), rounded up: a scan ends
-# within the second before its eta. Looking half a second before the eta and again at
-# it keeps the pause between the engine finishing and the look below half a second,
-# for at most one more look per scan (due times are kept to the millisecond, see
-# app.jobs). Past the eta, the scan is looked at every ENGINE_POLL_SECONDS.
+# within the second before its eta. A scan is not looked at long before it can be done: the
+# first look comes half a second before its eta and the next at it, keeping the pause between
+# the engine finishing and the look below half a second for at most one more look per scan
+# (due times are kept to the millisecond, see app.jobs). Past the eta, the scan is looked at
+# every ENGINE_POLL_SECONDS. Every look is bounded by the scan's deadline (the look that may
+# time it out).
 ETA_SLACK = 0.5
 # The shortest pause between two looks at one scan.
 MIN_DELAY = 0.25
@@ -39,25 +41,31 @@ def _until_eta(remaining: float) -> float:
     return remaining - ETA_SLACK if remaining > ETA_SLACK else remaining
 
 
-def first_look_delay(eta_seconds: float, poll: float) -> float:
-    """Seconds from submission to the first look at a scan the engine expects in ``eta_seconds``."""
-    return max(MIN_DELAY, min(_until_eta(eta_seconds), poll))
+def first_look_delay(eta_seconds: float, poll: float, *, callbacks: bool = False) -> float:
+    """Seconds from submission (or from a look before the eta) to the next look at a scan the
+    engine expects in ``eta_seconds``: just before the eta. With ``callbacks`` (E7: the engine
+    calls back at each change, which makes the scan due at once) one poll past the eta: that look
+    is the safety net for a callback lost."""
+    if callbacks:
+        return max(MIN_DELAY, eta_seconds + poll)
+    return max(MIN_DELAY, _until_eta(eta_seconds))
 
 
-def look_delay(eta_at, now, poll: float) -> float:
-    """Seconds until the next look at an unfinished scan due at ``eta_at``: at most ``poll``,
-    half a second before the eta, then at the eta; past the eta, ``poll``."""
+def look_delay(eta_at, now, poll: float, *, callbacks: bool = False) -> float:
+    """Seconds until the next look at an unfinished scan due at ``eta_at``: before the eta as
+    ``first_look_delay`` (half a second before it, then at it); past the eta, ``poll``."""
     remaining = (eta_at - now).total_seconds() if eta_at else 0
-    return max(MIN_DELAY, min(_until_eta(remaining) if remaining > 0 else poll, poll))
+    return first_look_delay(remaining, poll, callbacks=callbacks) if remaining > 0 else max(MIN_DELAY, poll)
 
 
 def poll_seconds() -> float:
     return float(runtime.config["ENGINE_POLL_SECONDS"])
 
 
-def next_interval(scan, now) -> float:
-    """Until the engine's eta (half a second before it, then at it), at most ENGINE_POLL_SECONDS."""
-    return look_delay(scan.eta_at, now, poll_seconds())
+def next_interval(scan, now, *, callbacks: bool = False) -> float:
+    """Until the engine's eta (half a second before it, then at it; with ``callbacks`` one poll
+    past it), then ENGINE_POLL_SECONDS."""
+    return look_delay(scan.eta_at, now, poll_seconds(), callbacks=callbacks)
 
 
 def backoff(errors: int) -> float:
@@ -71,21 +79,31 @@ def until_deadline(delay: float, deadline, now) -> float:
     return max(MIN_DELAY, min(delay, remaining)) if remaining > 0 else max(MIN_DELAY, delay)
 
 
-def look_again_in(scan, now, deadline, *, errors: int = 0) -> float:
+def look_again_in(scan, now, deadline, *, errors: int = 0, callbacks: bool = False) -> float:
     """Seconds from ``now`` until the next look at a scan still in flight: the cadence
-    (``next_interval``), or after ``errors`` engine errors in a row the back-off, never past its
-    ``deadline`` while that is ahead."""
-    return until_deadline(backoff(errors) if errors else next_interval(scan, now), deadline, now)
+    (``next_interval``; ``callbacks``: the engine calls back and a callback makes the scan due,
+    so only the batch looks pass it), or after ``errors`` engine errors in a row the back-off,
+    never past its ``deadline`` while that is ahead."""
+    delay = backoff(errors) if errors else next_interval(scan, now, callbacks=callbacks)
+    return until_deadline(delay, deadline, now)
+
+
+def first_look_in(eta_seconds: float, deadline, now, *, callbacks: bool = False) -> float:
+    """Seconds from a scan's submission ``now`` to its first look (``first_look_delay``), never
+    past its ``deadline``."""
+    return until_deadline(first_look_delay(eta_seconds, poll_seconds(), callbacks=callbacks), deadline, now)
 
 
 def deadline(scan):
     """When an unfinished scan fails with ``engine_timeout`` (D5): ``SCAN_TIMEOUT_SECONDS`` after
     its creation, or for a test scan the sandbox's timeout for its target (D15)."""
-    if scan.livemode:
-        seconds = runtime.config["SCAN_TIMEOUT_SECONDS"]
-    else:
-        seconds = sandbox_engine.timeout_seconds(scan.kind, scan.target)
-    return scan.created_at + timedelta(seconds=seconds)
+    return deadline_of(scan.created_at, livemode=scan.livemode, kind=scan.kind, target=scan.target)
+
+
+def deadline_of(created_at, *, livemode: bool, kind: str, target: str):
+    """``deadline`` of a scan not loaded as a row (a submission's)."""
+    seconds = runtime.config["SCAN_TIMEOUT_SECONDS"] if livemode else sandbox_engine.timeout_seconds(kind, target)
+    return created_at + timedelta(seconds=seconds)
 
 
 @dataclass(frozen=True, slots=True)

@@ -614,15 +614,14 @@ def api_attempt_dict(attempt: DeliveryAttempt) -> dict:
 
 def api_delivery_dict(delivery: WebhookDelivery, attempts: list[DeliveryAttempt]) -> dict:
     """A delivery as the API shows it: attempts oldest first, the exact body sent."""
-    entry = {"delivery_id": delivery.id,
-             "endpoint_id": delivery.endpoint_id or first_endpoint_id(delivery.api_key_id),
-             "event": delivery.event, "scan_id": delivery.scan_id,
-             "livemode": delivery.livemode, "status": delivery.status, "created_at": iso(delivery.created_at),
-             "attempts": [api_attempt_dict(a) for a in attempts]}
-    if delivery.status == PENDING:
-        entry["next_attempt_at"] = iso(delivery.next_attempt_at)
-    entry["body"] = delivery.body
-    return entry
+    return {"delivery_id": delivery.id,
+            "endpoint_id": delivery.endpoint_id or first_endpoint_id(delivery.api_key_id),
+            "event": delivery.event, "scan_id": delivery.scan_id,
+            "livemode": delivery.livemode, "status": delivery.status, "created_at": iso(delivery.created_at),
+            "attempts": [api_attempt_dict(a) for a in attempts],
+            # null once finished: only a pending delivery has a next attempt
+            "next_attempt_at": iso(delivery.next_attempt_at) if delivery.status == PENDING else None,
+            "body": delivery.body}
 
 
 def _attempts_by_delivery(delivery_ids: list[str]) -> dict[str, list[DeliveryAttempt]]:

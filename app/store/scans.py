@@ -58,18 +58,19 @@ def delete_unsubmitted(scan_id: str, status: str) -> int:
     return Scan.delete().where((Scan.id == scan_id) & Scan.engine_id.is_null() & (Scan.status == status)).execute()
 
 
-def record_submissions(submissions: Sequence[tuple[str, str, int, datetime, datetime | None]]) -> None:
-    """Store ``(scan id, engine id, recipes, eta, next look or None)`` for each scan in one UPDATE,
-    whatever their number."""
+def record_submissions(submissions: Sequence[tuple[str, str, int, datetime, datetime | None, bool]]) -> None:
+    """Store ``(scan id, engine id, recipes, eta, next look or None, whether the engine calls back)``
+    for each scan in one UPDATE, whatever their number."""
     if len(submissions) == 1:
-        scan_id, engine_id, recipes, eta, next_look = submissions[0]
-        execute(f"UPDATE {table(Scan)} SET engine_id = ?, recipes_total = ?, eta_at = ?, next_look_at = ? "
-                f"WHERE id = ?", (engine_id, recipes, eta, next_look, scan_id))
+        scan_id, engine_id, recipes, eta, next_look, callbacks = submissions[0]
+        execute(f"UPDATE {table(Scan)} SET engine_id = ?, recipes_total = ?, eta_at = ?, next_look_at = ?, "
+                f"callbacks = ? WHERE id = ?", (engine_id, recipes, eta, next_look, callbacks, scan_id))
         return
     # A join with the new values: linear in the batch, where CASE is quadratic.
-    values = ", ".join(["(?, ?, ?::integer, ?::timestamp, ?::timestamp)"] * len(submissions))
+    values = ", ".join(["(?, ?, ?::integer, ?::timestamp, ?::timestamp, ?::boolean)"] * len(submissions))
     execute(f"UPDATE {table(Scan)} AS s SET engine_id = v.engine_id, recipes_total = v.recipes, eta_at = v.eta, "
-            f"next_look_at = v.next_look FROM (VALUES {values}) AS v(id, engine_id, recipes, eta, next_look) "
+            f"next_look_at = v.next_look, callbacks = v.callbacks "
+            f"FROM (VALUES {values}) AS v(id, engine_id, recipes, eta, next_look, callbacks) "
             f"WHERE s.id = v.id", [v for submission in submissions for v in submission])
 
 

@@ -228,6 +228,7 @@ class ScenarioSession:
             if self.exit is not None:
                 if self.failed and self.stack is not None:
                     self.stack.mark_failed()  # keeps the processes' logs in artifacts/scenarios/
+                    self._end_results_line()  # the stack says where on a line of its own
                 try:
                     with self._no_capture():
                         self.exit.close()
@@ -236,6 +237,14 @@ class ScenarioSession:
                 self.exit = None
             self.stack = None
             self.run_config = None
+
+    def _end_results_line(self) -> None:
+        """End the line pytest is writing results on (``x.yaml F``), so what the stack prints
+        while stopping (where the logs are kept) starts a line of its own."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.flush()
 
     # --- running -------------------------------------------------------------------------
 
@@ -292,7 +301,9 @@ class ScenarioSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_teardown(self, item, nextitem):
-        if self.last_user is not None and item.nodeid == self.last_user:
+        # After the session's last item, the session's end stops the stack: pytest has then
+        # finished the results line ("[100%]"), and the stack's notices follow it.
+        if self.last_user is not None and item.nodeid == self.last_user and nextitem is not None:
             self.stop()
 
     def pytest_sessionfinish(self, session):

@@ -331,3 +331,37 @@ def test_a_scan_the_first_look_finds_done_sends_scan_running_before_scan_complet
     assert [json.loads(d["body"])["event"] for d in heard_final_only()] == ["scan.completed"]
     done = Scan.get_by_id(scan.id)
     assert done.status == "completed" and done.started_at is None  # the row says what the looks saw
+
+
+@pytest.mark.config(ENGINE_POLL_SECONDS=1.0)
+def test_the_first_look_is_just_before_the_eta_however_short_the_poll(conn):
+    """No look long before a scan can be done: the first at its eta (half a second before), then
+    the cadence, not every poll from the start."""
+    with freeze_time(NOW):
+        _, [scan] = make_scans(1, target="slow@example.com")
+    eta = (scan.eta_at - NOW).total_seconds()
+    assert eta > 1.5  # the slow target's eta is longer than the poll
+    assert scan.next_look_at == scan.eta_at - timedelta(seconds=0.5)
+
+
+@pytest.mark.config(SCAN_TIMEOUT_SECONDS=1)
+def test_the_first_look_is_never_past_the_scans_deadline(conn):
+    with freeze_time(NOW):
+        _, [scan] = make_scans(1, target="slow@example.com")
+    assert scan.eta_at - timedelta(seconds=0.5) > NOW + timedelta(seconds=1)
+    assert scan.next_look_at == NOW + timedelta(seconds=1)  # the look that may time it out
+
+
+def test_with_callbacks_the_first_look_is_a_poll_past_the_eta_and_a_look_before_it_waits_for_it(conn):
+    deadline = NOW + timedelta(seconds=900)
+    assert looks.first_look_at(NOW, 5, deadline, callbacks=True) == NOW + timedelta(seconds=15)
+    assert looks.first_look_at(NOW, 5, deadline) == NOW + timedelta(seconds=4.5)
+    assert looks.first_look_at(NOW, 895, deadline, callbacks=True) == deadline
+    with freeze_time(NOW) as frozen:
+        _, [scan] = make_scans(1)
+        Scan.update(callbacks=True).where(Scan.id == scan.id).execute()
+        frozen.tick(0.1)  # a look before the eta (a callback made the scan due): it is unfinished
+        Scan.update(next_look_at=utcnow()).where(Scan.id == scan.id).execute()
+        assert looks.look_due()["unfinished"] == 1
+    # Its next look waits a poll past the eta (10 s), not the eta: a callback will make it due.
+    assert Scan.get_by_id(scan.id).next_look_at == scan.eta_at + timedelta(seconds=10)

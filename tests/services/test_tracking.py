@@ -19,23 +19,26 @@ NOW = datetime(2026, 11, 22, 12, 0, 0)
 RESULT = {"risk": {"score": 10, "band": "low"}}
 
 
-@pytest.mark.parametrize("eta, poll, delay", [
-    (5, 10.0, 4.5),     # half a second before the eta
-    (60, 10.0, 10.0),   # never later than the poll interval
-    (0.3, 10.0, 0.3),   # too close to take the slack off
-    (0, 10.0, 0.25),    # never sooner than MIN_DELAY
+@pytest.mark.parametrize("eta, poll, callbacks, delay", [
+    (5, 10.0, False, 4.5),     # half a second before the eta
+    (60, 10.0, False, 59.5),   # no look long before the scan can be done, however long the poll
+    (0.3, 10.0, False, 0.3),   # too close to take the slack off
+    (0, 10.0, False, 0.25),    # never sooner than MIN_DELAY
+    (60, 10.0, True, 70.0),    # the engine calls back: one poll past the eta, the safety net
+    (0, 10.0, True, 10.0),
 ])
-def test_the_first_look_is_just_before_the_eta_within_the_poll(eta, poll, delay):
-    assert tracking.first_look_delay(eta, poll) == delay
+def test_the_first_look_is_just_before_the_eta_or_a_poll_past_it_with_callbacks(eta, poll, callbacks, delay):
+    assert tracking.first_look_delay(eta, poll, callbacks=callbacks) == delay
 
 
-@pytest.mark.parametrize("eta_in, delay", [
-    (timedelta(seconds=5), 4.5), (timedelta(seconds=0.4), 0.4), (timedelta(seconds=0.1), 0.25),
-    (timedelta(seconds=-3), 10.0), (None, 10.0), (timedelta(minutes=5), 10.0),
+@pytest.mark.parametrize("eta_in, callbacks, delay", [
+    (timedelta(seconds=5), False, 4.5), (timedelta(seconds=0.4), False, 0.4), (timedelta(seconds=0.1), False, 0.25),
+    (timedelta(seconds=-3), False, 10.0), (None, False, 10.0), (timedelta(minutes=5), False, 299.5),
+    (timedelta(minutes=5), True, 310.0), (timedelta(seconds=-3), True, 10.0),
 ])
-def test_the_next_look_goes_by_the_eta_then_by_the_poll(eta_in, delay):
+def test_the_next_look_goes_by_the_eta_then_by_the_poll(eta_in, callbacks, delay):
     eta_at = NOW + eta_in if eta_in is not None else None
-    assert tracking.look_delay(eta_at, NOW, 10.0) == delay
+    assert tracking.look_delay(eta_at, NOW, 10.0, callbacks=callbacks) == delay
 
 
 def test_a_live_scan_times_out_after_scan_timeout_seconds_and_a_test_one_by_the_sandbox(conn):

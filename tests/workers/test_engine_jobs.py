@@ -166,9 +166,9 @@ def expected_result(simulator, scan) -> dict:
 
 # --- 1. one scan of each kind, queued -> running -> completed ------------------------------
 
-# Targets the simulator works on for more than a second (at SIM_TIME_SCALE 0.01): the first
-# look, one second after creation, finds them running.
-KINDS = [("email", "john.roe@example.com"), ("phone", "+4915123456788"), ("username", "torvalds")]
+# Targets the simulator works on for more than 1.5 s (at SIM_TIME_SCALE 0.01, an eta of 2 s): the
+# first look, half a second before the eta, finds them running.
+KINDS = [("email", "sam.lee@example.com"), ("phone", "+4915123456703"), ("username", "torvalds")]
 
 
 @pytest.mark.config(ENGINE_POLL_SECONDS=1)  # look often enough to watch the progress
@@ -177,7 +177,7 @@ def test_a_scan_goes_queued_running_completed_with_current_progress(client, make
                                                                     look_log, kind, target):
     account = make_customer(credits=1000)
     plan = plan_for(kind, target, SIM_SCALE)
-    assert 1.1 < plan.duration_s < 1.9 and plan.behaviour == "normal"
+    assert 1.5 < plan.duration_s < 1.9 and plan.behaviour == "normal"
     with freeze_time(START) as frozen:
         created = create(client, account, target, kind)
         scan_id, eta = created["scan_id"], created["eta_seconds"]
@@ -228,7 +228,7 @@ def test_a_scan_goes_queued_running_completed_with_current_progress(client, make
     assert final["result"] == expected_result(simulator, scan)
     if kind == "phone":
         assert final["result"]["phone_profile"] == {
-            "e164": "+4915123456788", "country_code": 49, "region": "DE", "carrier": "T-Mobile",
+            "e164": "+4915123456703", "country_code": 49, "region": "DE", "carrier": "T-Mobile",
             "line_type": "mobile", "valid": True, "timezones": ["Europe/Berlin"]}
         assert phone_profile(target)["e164"] in final["result"]["contacts"]["phones"]
     assert no_tracking_left([scan_id])  # the tracking ended with the scan
@@ -647,7 +647,7 @@ def test_a_replayed_look_writes_nothing_over_a_later_one(client, make_customer, 
     look was recorded, the earlier one (a looker that lost its claim, a replay) writes nothing."""
     account = make_customer(credits=1000)
     with freeze_time(START) as frozen:
-        scan_id = create(client, account, "octocat", "username")["scan_id"]
+        scan_id = create(client, account, "torvalds", "username")["scan_id"]  # still running at its first look
         assert jobs.run(frozen, until=lambda: row(scan_id).status == "running")
         first = row(scan_id)
         assert first.look_generation >= 1 and first.next_look_at > utcnow()
