@@ -131,6 +131,9 @@ def load_settings(env=None) -> dict:
         "INSTANCE_PATH": str(instance),
         "SECRET_KEY": env.get("SECRET_KEY") or None,
         "DATABASE_URL": env.get("DATABASE_URL") or None,
+        # D19: what needs a server session of its own (LISTEN, a lock held across transactions)
+        # connects here, when DATABASE_URL names a pooler in transaction mode; unset: DATABASE_URL.
+        "DATABASE_DIRECT_URL": env.get("DATABASE_DIRECT_URL") or None,
         "REDIS_URL": _redis_url(env.get("REDIS_URL") or None),
         "ENGINE_URL": (env.get("ENGINE_URL") or "").rstrip("/") or None,
         "ENGINE_TOKEN": env.get("ENGINE_TOKEN") or "",
@@ -203,6 +206,7 @@ def retired_setting_lines(env=None) -> list[str]:
 def finalize(config: dict) -> dict:
     """Fill development defaults and refuse an incomplete production config."""
     _check_database_url(config.get("DATABASE_URL"))
+    _check_database_url(config.get("DATABASE_DIRECT_URL"), "DATABASE_DIRECT_URL")
     _check_delivery_shares(config)
     _check_engine_callbacks(config)
     if config["APP_ENV"] == "production":
@@ -249,16 +253,16 @@ def _check_engine_callbacks(config: dict) -> None:
                           "callbacks with, or unset the URL")
 
 
-def _check_database_url(url: str | None) -> None:
+def _check_database_url(url: str | None, name: str = "DATABASE_URL") -> None:
     if not url:
         return
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme.split("+", 1)[0] not in DATABASE_SCHEMES:
         shown = scheme or url.split(":", 1)[0][:20]
         if shown.lower().startswith("sqlite"):
-            raise ConfigError("DATABASE_URL: SQLite is no longer supported, PostgreSQL is the only database: "
+            raise ConfigError(f"{name}: SQLite is no longer supported, PostgreSQL is the only database: "
                               "use postgresql://... or leave it unset for the embedded PostgreSQL")
-        raise ConfigError(f"DATABASE_URL has an unknown scheme {shown!r}: use postgresql://...")
+        raise ConfigError(f"{name} has an unknown scheme {shown!r}: use postgresql://...")
 
 
 def check_production(config: dict) -> None:

@@ -7,14 +7,13 @@ that of the embedded server in the instance folder (``app.embedded``).
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from urllib.parse import parse_qs, urlparse
 
-from peewee import DatabaseError, DatabaseProxy, InterfaceError, OperationalError, _savepoint
+from peewee import DatabaseProxy, InterfaceError, OperationalError, _savepoint
 from playhouse.db_url import connect, parse
 from playhouse.pool import PooledPostgresqlDatabase
 
@@ -79,10 +78,6 @@ def _run_after_commit(fn: Callable[..., object], args: tuple, kwargs: dict) -> N
 log = logging.getLogger(__name__)
 CONNECTION_ERRORS = (OperationalError, InterfaceError)
 
-UNKNOWN_PREPARED_STATEMENT = "26000"  # SQLSTATE invalid_sql_statement_name
-DUPLICATE_PREPARED_STATEMENT = "42P05"  # SQLSTATE duplicate_prepared_statement
-
-
 class PostgresPool(PooledPostgresqlDatabase):
     """peewee's PostgreSQL pool, without a ``SELECT 1`` for a connection just returned.
 
@@ -98,7 +93,6 @@ class PostgresPool(PooledPostgresqlDatabase):
 
     def __init__(self, *args, **kwargs):
         self._returned_at: dict[int, float] = {}
-        self._prepared: dict[int, set[str]] = {}  # statement names prepared on each connection
         super().__init__(*args, **kwargs)
 
     def savepoint(self):
@@ -118,70 +112,6 @@ class PostgresPool(PooledPostgresqlDatabase):
         """The work after commit of the last COMMIT that met a broken connection (then none)."""
         work, self._state.unconfirmed = getattr(self._state, "unconfirmed", []), []
         return work
-
-    def _close_raw(self, conn):
-        self._prepared.pop(self.conn_key(conn), None)
-        return super()._close_raw(conn)
-
-    def _sqlstate_when_idle(self, exc, conn) -> str | None:
-        """The SQLSTATE of ``exc`` when the connection is outside a transaction (so that the
-        statement can be tried again on it), else None."""
-        original = getattr(exc, "orig", None) or exc.__context__  # peewee wraps the driver's error
-        if self._adapter.txn_status(conn) != self._adapter.txn_idle:
-            return None
-        return getattr(original, "pgcode", None)
-
-    def _prepare(self, conn, names: set[str], texts) -> None:
-        """PREPARE the statements of ``texts`` the connection has not prepared yet, in one round trip.
-
-        The server may have one already although ``names`` does not say so: a PREPARE it ran whose
-        answer was lost (a connection cut at that moment, then restored). The name is the hash of
-        the text, so the statement it holds is this one: taken as prepared, one by one."""
-        missing = [(name, prepare) for name, prepare, _ in texts if name not in names]
-        if not missing:
-            return
-        try:
-            self.execute_sql("; ".join(prepare for _, prepare in missing))
-        except DatabaseError as exc:
-            if self._sqlstate_when_idle(exc, conn) != DUPLICATE_PREPARED_STATEMENT:
-                raise
-            for name, prepare in missing:
-                try:
-                    self.execute_sql(prepare)
-                except DatabaseError as again:
-                    if self._sqlstate_when_idle(again, conn) != DUPLICATE_PREPARED_STATEMENT:
-                        raise
-                names.add(name)
-        names.update(name for name, _ in missing)
-
-    def execute_prepared_batch(self, statements):
-        conn = self.connection()
-        names = self._prepared.setdefault(self.conn_key(conn), set())
-        texts = [_prepared_texts(sql) for sql, _ in statements]
-        self._prepare(conn, names, texts)
-        params = [value for _, values in statements for value in values]
-        return self.execute_sql("; ".join(run for _, _, run in texts), params)
-
-    def execute_prepared(self, sql: str, params):
-        """``sql`` (``?`` placeholders) as a statement prepared once per connection.
-
-        A hot statement's parse and plan cost the server more than running it (a read's one
-        statement: 0.45 ms of 0.58). If the server no longer knows the name (a connection
-        reset by a pooler, an id reused by a new connection), it is prepared again, once.
-        """
-        name, prepare, run = _prepared_texts(sql)
-        conn = self.connection()
-        names = self._prepared.setdefault(self.conn_key(conn), set())
-        self._prepare(conn, names, [(name, prepare, run)])
-        try:
-            return self.execute_sql(run, params)
-        except DatabaseError as exc:
-            if self._sqlstate_when_idle(exc, conn) != UNKNOWN_PREPARED_STATEMENT:
-                raise
-        names.clear()  # a server that forgot one forgot them all (DEALLOCATE ALL, a reset session)
-        self.execute_sql(prepare)
-        names.add(name)
-        return self.execute_sql(run, params)
 
     def _close(self, conn, close_conn=False):
         if close_conn:
@@ -318,45 +248,36 @@ def _reconnect() -> None:
 # written once as SQL and run with ``execute``. ``?`` marks a parameter; it becomes
 # the bound database's own placeholder. Columns come from the models, so the SQL
 # follows a renamed column.
+#
+# Each statement goes as its text, never as an SQL-level ``PREPARE`` kept on the
+# connection: behind a pooler in transaction mode (PgBouncer) the next transaction may
+# run on another server connection, which has not prepared it, or has prepared it for
+# another client (D19). What the server's parse and plan cost is in docs/performance.md.
 
 _placeholder_sql: dict[tuple[str, str], str] = {}
 
 
-def execute(sql: str, params=()):
-    """Run ``sql`` (``?`` placeholders) on the bound database; returns the cursor."""
+def _text(sql: str) -> str:
+    """``sql`` with the bound database's placeholder for each ``?``."""
     param = db.obj.param
     key = (param, sql)
     text = _placeholder_sql.get(key)
     if text is None:
         text = _placeholder_sql[key] = sql.replace("?", param)
-    return db.execute_sql(text, params)
+    return text
 
 
-def execute_prepared(sql: str, params=()):
-    """``execute``, as a server-side prepared statement (``PostgresPool.execute_prepared``)."""
-    return db.obj.execute_prepared(sql, params)
+def execute(sql: str, params=()):
+    """Run ``sql`` (``?`` placeholders) on the bound database; returns the cursor."""
+    return db.execute_sql(_text(sql), params)
 
 
-def execute_prepared_batch(statements: list[tuple[str, object]]):
-    """Run ``statements`` (``(sql, params)``, in order) and return the last one's cursor: one
-    round trip of prepared statements (each still its own statement: under READ COMMITTED
-    each sees what the previous ones committed or locked)."""
-    return db.obj.execute_prepared_batch(statements)
-
-
-_prepared_texts_cache: dict[str, tuple[str, str, str]] = {}
-
-
-def _prepared_texts(sql: str) -> tuple[str, str, str]:
-    """The name, ``PREPARE`` and ``EXECUTE`` texts of ``sql`` (``?`` placeholders become ``$n``)."""
-    texts = _prepared_texts_cache.get(sql)
-    if texts is None:
-        name = "hot_" + hashlib.sha1(sql.encode(), usedforsecurity=False).hexdigest()[:16]  # a name, not a secret
-        parts = sql.split("?")
-        numbered = "".join(part + (f"${i}" if i < len(parts) else "") for i, part in enumerate(parts, 1))
-        run = f"EXECUTE {name}" + (f" ({', '.join(['%s'] * (len(parts) - 1))})" if len(parts) > 1 else "")
-        texts = _prepared_texts_cache[sql] = (name, f"PREPARE {name} AS {numbered}", run)
-    return texts
+def execute_batch(statements: list[tuple[str, object]]):
+    """Run ``statements`` (``(sql, params)``, in order) in one round trip and return the last
+    one's cursor (each still its own statement: under READ COMMITTED each sees what the
+    previous ones committed or locked)."""
+    return db.execute_sql("; ".join(_text(sql) for sql, _ in statements),
+                          [value for _, values in statements for value in values])
 
 
 def columns(model, alias: str | None = None) -> str:

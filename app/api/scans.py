@@ -285,9 +285,11 @@ def with_poll_urls(body: dict) -> dict:
 
 
 def created(outcome: scans.Outcome):
-    """A creation's answer: its body with the URLs to poll, and what its admission charged."""
+    """A creation's answer: its body with the URLs to poll, what its admission charged and the
+    activity entry it wrote with the charge."""
     charged = hooks.Charged(outcome.balance, outcome.usage, outcome.limits, credits=outcome.cost)
-    return hooks.render(with_poll_urls(outcome.body), 202, charged=charged, subject=outcome.subject)
+    return hooks.render(with_poll_urls(outcome.body), 202, charged=charged, subject=outcome.subject,
+                        recorded=outcome.recorded)
 
 
 def served(read: reads.ServedRead):
@@ -313,7 +315,7 @@ class ScanCreate(MethodView):
         """Queue an investigation of one target. Costs {price}."""
         outcome = scans.create_scan(key.customer, key.id, body["target"], body.get("kind"),
                                     request_id=g.request_id, livemode=key.livemode, purpose=body.get("purpose"),
-                                    case_ref=body.get("case_ref"))
+                                    case_ref=body.get("case_ref"), entry=hooks.call_entry(key, 202))
         return created(outcome)
 
 
@@ -366,7 +368,7 @@ class ScanRerun(MethodView):
         place of the failed ones, coverage and `partial` counted over all sources, and every finding under
         its id here, listing every source that found it. Limited and charged as a creation: costs {price}."""
         return created(scans.create_rerun(key.customer, key.id, scan_id, request_id=g.request_id,
-                                          livemode=key.livemode))
+                                          livemode=key.livemode, entry=hooks.call_entry(key, 202)))
 
 
 @blp.route("/scan/<scan_id:scan_id>/findings/<string:finding_id>/feedback")
@@ -413,7 +415,7 @@ class BulkCreate(MethodView):
         """Queue up to 100 targets (Business and Enterprise). Costs {price}."""
         outcome = scans.create_bulk(key.customer, key.id, body["targets"], request_id=g.request_id,
                                     livemode=key.livemode, purpose=body.get("purpose"),
-                                    case_ref=body.get("case_ref"))
+                                    case_ref=body.get("case_ref"), entry=hooks.call_entry(key, 202))
         return created(outcome)
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from werkzeug.security import generate_password_hash
 
@@ -24,6 +25,9 @@ BIGINT_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
 MAX_NAME_LENGTH = 200  # Customer.name, ApiKey.name
 MAX_REASON_LENGTH = 500
+
+if TYPE_CHECKING:  # the entry of a charged call: only its type here (operator commands import less)
+    from app.services import activity
 
 
 def _check_range(field: str, value: int, low: int, high: int) -> int:
@@ -284,28 +288,35 @@ def recount(customer_id: str) -> dict:
 @dataclass(frozen=True)
 class AccountView:
     """The answer of ``GET /api/v1/account``: its body, and the balance after its charge with the
-    limits and window usage the answer's headers report."""
+    limits and window usage the answer's headers report, and the activity entry written with the
+    charge (None: not charged)."""
 
     body: dict
     balance: int
     limits: Limits
     usage: quotas.Usage
     credits: int = 0  # what the call cost (the activity log's entry says it)
+    recorded: activity.Recorded | None = None
 
 
-def account_view(key: ApiKey, *, request_id: str | None, endpoint: str | None) -> AccountView:
+def account_view(key: ApiKey, *, request_id: str | None, endpoint: str | None,
+                 entry: activity.CallEntry) -> AccountView:
     """The calling key's account (D21): customer, tier, balance, limits, usage of the key's mode,
     and what the key may do. It costs one call like any other, charged here so that the
-    balance shown is the one after it (``endpoint``: the ledger row's note); a test key pays
-    nothing and sees the live balance and its own windows (D15)."""
+    balance shown is the one after it (``endpoint``: the ledger row's note; ``entry``: the
+    call's activity entry, written with the charge, D25); a test key pays nothing and sees the
+    live balance and its own windows (D15)."""
     now = utcnow()
     customer = key.customer
     credits = 0
+    recorded = None
     if billing.is_billed(key.livemode):
-        balance, usage = billing.charge_call(customer.id, request_id, now, endpoint, read_of=key.livemode)
+        balance, usage = billing.charge_call(customer.id, request_id, now, endpoint, read_of=key.livemode,
+                                             entry=entry.row(credits=billing.CALL_PRICE))
         if balance is None:  # the balance ran out since the key was read: not served
             raise InsufficientBalance(billing.balance_of(customer.id))
         credits = billing.CALL_PRICE
+        recorded = entry.recorded()
     else:
         balance, usage = billing.balance_of(customer.id), quotas.window_usage(customer.id, now, key.livemode)
     limits = limits_for(customer)
@@ -314,4 +325,4 @@ def account_view(key: ApiKey, *, request_id: str | None, endpoint: str | None) -
             "limits": {"inflight": limits.inflight, "hour": limits.hour, "day": limits.day},
             "usage": {"inflight": inflight, "hour": usage.hour, "day": usage.day},
             "key": {"key_id": key.id, "livemode": key.livemode, **access.access_of(key)}}
-    return AccountView(body, balance, limits, usage, credits)
+    return AccountView(body, balance, limits, usage, credits, recorded)

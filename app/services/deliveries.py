@@ -19,7 +19,7 @@ that transaction's commit (``app.db.after_commit``): the next job, or for a deli
 for good the auto-disable rule of D22; if Redis refuses the job, the sweep enqueues it.
 
 A delivery pool makes hundreds of attempts a second in one process (``workers.delivery_pool``),
-so an attempt is three prepared statements (load, claim, and on success close), written
+so an attempt is three statements (load, claim, and on success close), written
 once as SQL in ``app.store.deliveries``.
 """
 from __future__ import annotations

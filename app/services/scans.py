@@ -66,6 +66,7 @@ class Outcome:
     usage: quotas.Usage
     cost: int = 0  # what the admission charged
     subject: activity.Subject | None = None  # what the activity log's entry says about it (D20)
+    recorded: activity.Recorded | None = None  # the entry the admission wrote with its charge (D25)
 
 
 def engine_for(livemode: bool):
@@ -88,11 +89,12 @@ def _lock_and_count(customer_id, now, livemode):
 
 
 def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livemode=True, purpose=None,
-           case_ref=None, rerun_of=None):
+           case_ref=None, rerun_of=None, entry: activity.CallEntry | None = None):
     """Step 1: check and reserve in one transaction. Returns (scans, batch, balance, limits, usage).
+    ``entry``: the call's activity entry, written in the transaction that charges it (D25).
 
-    Its round trips: BEGIN; the lock with the counts; the rows, the window counter and the
-    charge (one batch); COMMIT."""
+    Its round trips: BEGIN; the lock with the counts; the rows, the window counter, the entry
+    and the charge (one batch); COMMIT."""
     now = utcnow()
     n = len(items)
     cost = billing.admission_cost(n, bulk=bulk_total is not None, livemode=livemode)
@@ -130,6 +132,10 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
         if rows:
             writes.append(scan_store.insert_scans_statement(rows))
             writes.append(quotas.count_created_statement(customer_id, now, n, livemode))
+        if entry is not None:
+            subject = activity.Subject(batch.id if batch else rows[0]["id"],
+                                       activity.hashes_of((r["kind"], r["target"]) for r in rows), purpose, case_ref)
+            writes.append(activity.entry_statement(entry, credits=cost, subject=subject))
         if billing.is_billed(livemode):
             balance = billing.apply_after(writes, customer_id, -cost, "bulk" if batch else "scan", in_flight=n,
                                           request_id=request_id,
@@ -144,9 +150,12 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
     return rows, batch, balance, limits, quotas.with_new_scans(usage, n, now)
 
 
-def _reverse(customer_id, rows, batch, cost, request_id, livemode=True) -> None:
-    """Undo a reservation whose engine submission failed: no scan, no net charge (D13)."""
+def _reverse(customer_id, rows, batch, cost, request_id, livemode=True, recorded=None) -> None:
+    """Undo a reservation whose engine submission failed: no scan, no net charge (D13); the
+    call's entry (``recorded``) says it cost nothing, in the same transaction."""
     with transaction():
+        if recorded is not None:
+            activity.refunded(recorded)
         if rows:
             scan_store.delete_scans([r["id"] for r in rows])
         if batch:
@@ -181,8 +190,8 @@ def _calls_back(answer: dict) -> bool:
     return bool(answer.get("callbacks"))  # the sandbox's answers never say so
 
 
-def _submit(customer_id, rows, batch, cost, request_id, livemode=True, sources=None) -> list[dict]:
-    """``sources``: a re-run of those sources only (E6)."""
+def _submit(customer_id, rows, batch, cost, request_id, livemode=True, sources=None, recorded=None) -> list[dict]:
+    """``sources``: a re-run of those sources only (E6); ``recorded``: the call's entry."""
     items = [{"target": r["target"], "kind": r["kind"], "reference": r["id"]} for r in rows]
     if sources is not None:
         for item in items:
@@ -191,7 +200,7 @@ def _submit(customer_id, rows, batch, cost, request_id, livemode=True, sources=N
     try:
         answers = [backend.submit(**items[0])] if batch is None else backend.submit_batch(items)
     except engine.EngineError:  # the sandbox's errors are EngineErrors too
-        _reverse(customer_id, rows, batch, cost, request_id, livemode)
+        _reverse(customer_id, rows, batch, cost, request_id, livemode, recorded)
         raise EngineUnavailable() from None
     _record_submissions(rows, answers)
     return answers
@@ -211,21 +220,26 @@ def _count_created(rows, customer, batch=None) -> None:
 
 
 def create_scan(customer, api_key_id, target, kind, *, request_id, livemode=True, purpose=None,
-                case_ref=None) -> Outcome:
+                case_ref=None, entry: activity.CallEntry | None = None) -> Outcome:
     """Queue one scan (a test scan when ``livemode`` is False, D15) with its purpose and case
-    reference (D20); the body has no URLs (the HTTP layer adds ``poll_url``)."""
+    reference (D20); the body has no URLs (the HTTP layer adds ``poll_url``). ``entry``: the
+    call's activity entry, written with the charge (D25); an exception raised once it is written
+    carries it (``activity.RECORDED``)."""
     kind, target = normalize_or_refuse(target, kind)
     purpose, case_ref = purposes.check(purpose, case_ref, required=customer.require_purpose)
     suppressions.check(kind, target)  # an opt-out: 403, before anything is reserved or charged
     rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (kind, target))], request_id=request_id,
-                                             livemode=livemode, purpose=purpose, case_ref=case_ref)
-    answer = _submit(customer.id, rows, None, billing.admission_cost(1, livemode=livemode), request_id, livemode)[0]
+                                             livemode=livemode, purpose=purpose, case_ref=case_ref, entry=entry)
+    recorded = entry.recorded() if entry is not None else None
+    with activity.entry_follows(recorded):
+        answer = _submit(customer.id, rows, None, billing.admission_cost(1, livemode=livemode), request_id, livemode,
+                         recorded=recorded)[0]
     _count_created(rows, customer)
     scan_id = rows[0]["id"]
     body = {"ok": True, "scan_id": scan_id, "livemode": livemode, "kind": kind, "recipes_to_run": answer["recipes"],
             "eta_seconds": answer["eta_seconds"]}
     subject = activity.Subject(scan_id, activity.hashes_of([(kind, target)]), purpose, case_ref)
-    return Outcome(body, balance, limits, usage, billing.admission_cost(1, livemode=livemode), subject)
+    return Outcome(body, balance, limits, usage, billing.admission_cost(1, livemode=livemode), subject, recorded)
 
 
 def _why_nothing_to_rerun(status: str, *, erased: bool) -> str:
@@ -238,7 +252,8 @@ def _why_nothing_to_rerun(status: str, *, erased: bool) -> str:
     return "this scan has no source to re-run: every source answered"
 
 
-def create_rerun(customer, api_key_id, scan_id, *, request_id, livemode=True) -> Outcome:
+def create_rerun(customer, api_key_id, scan_id, *, request_id, livemode=True,
+                 entry: activity.CallEntry | None = None) -> Outcome:
     """Queue a new scan of a completed scan's target, restricted to the sources that could not
     answer (D23), with its purpose and case reference; admitted, charged and limited exactly as
     a creation. A scan of another mode is not found (D15), another customer's is forbidden; one
@@ -257,14 +272,16 @@ def create_rerun(customer, api_key_id, scan_id, *, request_id, livemode=True) ->
     suppressions.check(original.kind, target)  # opted out since: 403, free, as a creation
     rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (original.kind, target))],
                                              request_id=request_id, livemode=livemode, purpose=purpose,
-                                             case_ref=case_ref, rerun_of=original.id)
-    answer = _submit(customer.id, rows, None, billing.admission_cost(1, livemode=livemode), request_id, livemode,
-                     sources=sources)[0]
+                                             case_ref=case_ref, rerun_of=original.id, entry=entry)
+    recorded = entry.recorded() if entry is not None else None
+    with activity.entry_follows(recorded):
+        answer = _submit(customer.id, rows, None, billing.admission_cost(1, livemode=livemode), request_id,
+                         livemode, sources=sources, recorded=recorded)[0]
     _count_created(rows, customer)
     body = {"ok": True, "scan_id": rows[0]["id"], "livemode": livemode, "kind": original.kind,
             "recipes_to_run": answer["recipes"], "eta_seconds": answer["eta_seconds"], "rerun_of": original.id}
     subject = activity.Subject(rows[0]["id"], activity.hashes_of([(original.kind, target)]), purpose, case_ref)
-    return Outcome(body, balance, limits, usage, billing.admission_cost(1, livemode=livemode), subject)
+    return Outcome(body, balance, limits, usage, billing.admission_cost(1, livemode=livemode), subject, recorded)
 
 
 def portal_rerun(customer, scan_id, *, request_id) -> Outcome:
@@ -282,7 +299,7 @@ def portal_rerun(customer, scan_id, *, request_id) -> Outcome:
 
 
 def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True, purpose=None,
-                case_ref=None) -> Outcome:
+                case_ref=None, entry: activity.CallEntry | None = None) -> Outcome:
     """Queue a bulk batch, every scan with the call's purpose and case reference (D20); the
     body has no URLs (the HTTP layer adds the poll URLs)."""
     bulk.check_call(customer.tier, targets)
@@ -292,10 +309,12 @@ def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True, pur
     rejected = sorted(rejected + suppressed, key=lambda entry: entry["index"])
     rows, batch, balance, limits, usage = _admit(customer.id, api_key_id, accepted, request_id=request_id,
                                                  bulk_total=len(targets), livemode=livemode, purpose=purpose,
-                                                 case_ref=case_ref)
+                                                 case_ref=case_ref, entry=entry)
     cost = billing.admission_cost(len(rows), bulk=True, livemode=livemode)
+    recorded = entry.recorded() if entry is not None else None
     if rows:
-        _submit(customer.id, rows, batch, cost, request_id, livemode)
+        with activity.entry_follows(recorded):
+            _submit(customer.id, rows, batch, cost, request_id, livemode, recorded=recorded)
         _count_created(rows, customer, batch)
     body = {
         "ok": True, "bulk_id": batch.id, "livemode": livemode, "total": len(targets), "queued": len(rows),
@@ -304,7 +323,7 @@ def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True, pur
     }
     # The one entry of the call carries the hashes of every target it queued (D20).
     subject = activity.Subject(batch.id, activity.hashes_of((r["kind"], r["target"]) for r in rows), purpose, case_ref)
-    return Outcome(body, balance, limits, usage, cost, subject)
+    return Outcome(body, balance, limits, usage, cost, subject, recorded)
 
 
 def reverse_reservation(scan) -> bool:

@@ -8,7 +8,7 @@ from freezegun import freeze_time
 from app.models import CreditLedger, utcnow
 from app.services import accounts, billing, usage
 from app.services.errors import InvalidRequest
-from tests.services.conftest import new_customer, new_scan
+from tests.services.conftest import call_entry, new_customer, new_scan
 
 NOW = datetime(2026, 11, 22, 12, 30, 0)
 
@@ -53,7 +53,7 @@ def test_hourly_activity_covers_48_hours_including_this_one(conn):
 def test_each_movement_is_described_for_a_person(conn):
     cust, key = new_customer(credits=5)
     new_scan(cust, key)
-    billing.charge_call(cust.id, "req_c", utcnow(), "GET /api/v1/scan/scn_x")
+    billing.charge_call(cust.id, "req_c", utcnow(), "GET /api/v1/scan/scn_x", entry=call_entry(cust.id))
     billing.credit(cust.id, 1, "refund", note="engine submission failed")
     accounts.add_credits(cust.id, 7, "promo")
     accounts.add_credits(cust.id, -2)
@@ -87,10 +87,12 @@ def test_the_ledger_in_time_order_reads_as_a_running_balance(conn):
     at = datetime(2026, 11, 22, 12, 30, 5)
     with freeze_time(at - timedelta(hours=1)):
         cust, _ = new_customer(credits=100)
-    billing.charge_call(cust.id, "req_1", at, "GET /api/v1/scan/{scan_id}", read_of=True)
+    billing.charge_call(cust.id, "req_1", at, "GET /api/v1/scan/{scan_id}", read_of=True,
+                        entry=call_entry(cust.id))
     with freeze_time(at + timedelta(seconds=10)):
         accounts.add_credits(cust.id, -5, "correction")
-    billing.charge_call(cust.id, "req_2", at + timedelta(seconds=20), "GET /api/v1/scan/{scan_id}", read_of=True)
+    billing.charge_call(cust.id, "req_2", at + timedelta(seconds=20), "GET /api/v1/scan/{scan_id}", read_of=True,
+                        entry=call_entry(cust.id))
     for listed in (usage.ledger_page(cust.id, page=1, per_page=10).items,
                    accounts.customer_overview(cust.id)["ledger"]):
         assert [(r["delta"], r["balance_after"]) for r in listed] == [(-2, 93), (-5, 94), (100, 100)]
@@ -153,10 +155,11 @@ def test_activity_buckets_by_day_and_hour_at_a_given_now(conn):
 def test_a_row_of_summed_reads_says_how_many_reads_it_holds(conn):
     cust, _ = new_customer(credits=5)
     at = datetime(2026, 11, 22, 12, 30, 41)
-    billing.charge_call(cust.id, "req_1", at, "GET /api/v1/account", read_of=True)
-    billing.charge_call(cust.id, "req_2", at.replace(minute=31), "GET /api/v1/scan/{scan_id}", read_of=True)
+    billing.charge_call(cust.id, "req_1", at, "GET /api/v1/account", read_of=True, entry=call_entry(cust.id))
+    billing.charge_call(cust.id, "req_2", at.replace(minute=31), "GET /api/v1/scan/{scan_id}", read_of=True,
+                        entry=call_entry(cust.id))
     billing.charge_call(cust.id, "req_3", at.replace(minute=31, second=50), "GET /api/v1/scan/{scan_id}",
-                        read_of=True)
+                        read_of=True, entry=call_entry(cust.id))
     rows = CreditLedger.select().where((CreditLedger.customer == cust.id) & (CreditLedger.reason == "reads"))
     described = [usage.describe(r) for r in rows.order_by(CreditLedger.id)]
     assert [(d["kind"], d["what"], d["endpoint"], d["delta"], d["reads"], d["created_at"], d["request_id"])

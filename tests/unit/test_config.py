@@ -84,6 +84,18 @@ def test_development_keeps_its_published_key():
 def test_an_unknown_database_scheme_is_refused_in_every_environment(url):
     with pytest.raises(ConfigError, match="unknown scheme"):
         finalize(load_settings({"DATABASE_URL": url}))
+    with pytest.raises(ConfigError, match="DATABASE_DIRECT_URL has an unknown scheme"):
+        finalize(load_settings({"DATABASE_URL": "postgresql://u@h/db", "DATABASE_DIRECT_URL": url}))
+
+
+def test_the_direct_database_url_is_the_database_url_unless_set(base_config):
+    """D19: what needs a session of its own connects to DATABASE_DIRECT_URL (a pooler in
+    transaction mode may be at DATABASE_URL); unset, it is DATABASE_URL."""
+    from app import create_app
+    assert create_app(base_config).config["DATABASE_DIRECT_URL"] == base_config["DATABASE_URL"]
+    direct = "postgresql://scan@db.internal:5432/scan"
+    assert create_app(dict(base_config, DATABASE_DIRECT_URL=direct)).config["DATABASE_DIRECT_URL"] == direct
+    create_app(base_config)
 
 
 def test_the_startup_line_is_json_where_logs_are_json():

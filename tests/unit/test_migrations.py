@@ -6,6 +6,7 @@ from app import migrations
 from app.extensions import db
 from app.models import Customer, SchemaVersion
 from app.services import accounts
+from tests.services.conftest import call_entry
 
 
 def test_upgrade_twice_changes_nothing(app):
@@ -318,7 +319,8 @@ def test_the_summed_reads_migration_adds_the_columns_and_the_minute_index(app):
         assert index.unique and index.columns == ["customer_id", "livemode", "note", "minute"]
         now = utcnow()
         for _ in range(2):
-            billing.charge_call(customer.id, None, now, "GET /api/v1/account", read_of=True)
+            billing.charge_call(customer.id, None, now, "GET /api/v1/account", read_of=True,
+                                entry=call_entry(customer.id))
         rows = [(r.reason, r.reads, r.delta) for r in
                 CreditLedger.select().where(CreditLedger.customer == customer.id).order_by(CreditLedger.id)]
         assert rows == [("grant", None, 5), ("reads", 2, -2)]
