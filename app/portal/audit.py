@@ -5,7 +5,9 @@ CSV export; ``record_action`` runs after every portal request and writes one ent
 action whose user is known: ``g.actor``, set by ``security`` (the logged-in user, the user a
 login let in, the user who logged out), else the session's user, for a POST refused before
 its view. A refused login has no user to name and is not an entry (the login throttle counts
-it). Pages that only show something are not actions.
+it). Pages that only show something are not actions. An action that charges (a re-run) has
+its entry, built here as every other, written by the service with the charge (D25): a
+charge never commits without it, and ``record_action`` does not write it again.
 """
 from __future__ import annotations
 
@@ -58,10 +60,32 @@ EXPORTS = frozenset({"portal.ledger_csv", "portal.activity_csv"})
 SEARCHES = frozenset({"portal.scans", "portal.activity_log"})
 
 
-def note_outcome(subject: activity.Subject | None, *, credits: int, livemode: bool) -> None:
-    """What a portal action created, for its entry: the new object, the target's fingerprint
-    (so a target search finds a re-run asked in the portal), its charge and its mode."""
-    g.action_outcome = {"subject": subject, "credits": credits, "livemode": livemode}
+def charged_entry(livemode: bool, *, status: int) -> activity.CallEntry:
+    """This action's entry, for the service that charges it to write with the charge (D25: no
+    charge without its entry); ``status``: the answer the portal gives when it is served. Once
+    written, the view says so (``written``) and ``record_action`` writes no second one."""
+    return activity.call_entry(**_fields(_actor()), livemode=livemode, key_id=None, status=status)
+
+
+def written(recorded: activity.Recorded | None) -> None:
+    """The service wrote this request's entry with its charge (``charged_entry``)."""
+    if recorded is not None:
+        g.action_recorded = recorded
+
+
+def _actor():
+    # A POST refused before its view (a missing CSRF token) is still the session user's: looked up.
+    return g.get("actor") or security.current_user()
+
+
+def _fields(user) -> dict:
+    """What every portal entry says of its request: who, which action, on what, from where."""
+    values = list((request.view_args or {}).values())
+    return {"customer_id": user.customer_id, "user_id": user.id, "user_email": user.email,
+            "action": action_of(request.endpoint, request.method),
+            "resource_id": str(values[-1]) if values else None,
+            # ProxyFix (app/__init__.py) made it the client's address through TRUSTED_PROXIES.
+            "client_address": request.remote_addr, "request_id": g.get("request_id")}
 
 
 def action_of(endpoint: str | None, method: str) -> str | None:
@@ -74,22 +98,20 @@ def action_of(endpoint: str | None, method: str) -> str | None:
 
 
 def record_action(response):
-    """After a portal request: its entry, when it was an action by a known user. A failure is one
-    log line (no personal data), never a changed answer."""
-    action = action_of(request.endpoint, request.method)
-    if action is None:
+    """After a portal request: its entry, when it was an action by a known user and its charge did
+    not write it (``written``: then only its status is corrected, if the answer changed). A failure
+    is one log line (no personal data), never a changed answer."""
+    if action_of(request.endpoint, request.method) is None:
         return response
-    # A POST refused before its view (a missing CSRF token) is still the session user's: looked up.
-    user = g.get("actor") or security.current_user()
+    user = _actor()
     if user is None:
         return response
-    values = list((request.view_args or {}).values())
+    recorded = g.get("action_recorded")
     try:
-        outcome = g.get("action_outcome") or {"livemode": True}
-        activity.record(customer_id=user.customer_id, action=action, status=response.status_code, **outcome,
-                        user_id=user.id, user_email=user.email, resource_id=str(values[-1]) if values else None,
-                        # ProxyFix (app/__init__.py) made it the client's address through TRUSTED_PROXIES.
-                        client_address=request.remote_addr, request_id=g.get("request_id"))
+        if recorded is None:
+            activity.record(**_fields(user), livemode=True, status=response.status_code)
+        elif recorded.status != response.status_code:
+            activity.restate(recorded, response.status_code)
     except Exception as exc:
         log.error("could not write this portal action's activity log entry: %s", exc.__class__.__name__)  # noqa: TRY400
     return response

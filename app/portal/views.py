@@ -5,6 +5,7 @@ import csv
 import io
 import re
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from urllib.parse import urlsplit
 
 from flask import (
@@ -599,13 +600,18 @@ def rerun_scan(scan_id):
         flash("The form expired: try again.", "error")
         return redirect(url_for("portal.scan_page", scan_id=scan_id))
     try:
-        outcome = scans_service.portal_rerun(g.portal_customer, scan_id, request_id=g.get("request_id"))
+        # Its entry is written with its charge (D25); an exception raised after carries it.
+        outcome = scans_service.portal_rerun(g.portal_customer, scan_id, request_id=g.get("request_id"),
+                                             entry_for=partial(audit.charged_entry, status=302))
     except NotFound:
         abort(404)
-    except ServiceError as exc:
+    except Exception as exc:
+        audit.written(getattr(exc, activity.RECORDED, None))
+        if not isinstance(exc, ServiceError):
+            raise
         flash(f"Re-run refused: {exc.message}", "error")
         return redirect(url_for("portal.scan_page", scan_id=scan_id))
-    audit.note_outcome(outcome.subject, credits=outcome.cost, livemode=outcome.body["livemode"])
+    audit.written(outcome.recorded)
     flash("Re-run queued: it asks again the sources that could not answer. This is its page.", "ok")
     return redirect(url_for("portal.scan_page", scan_id=outcome.body["scan_id"]))
 

@@ -101,34 +101,39 @@ class CallEntry:
     """The entry of an API call that may be charged, made before the charge so that the
     statement or transaction that charges writes it too: no charge, and no answer served for
     one, without its entry, whatever fails after (D25). ``status`` is the answer the call gives
-    when served (a creation's 202); ``Recorded`` says what was written."""
+    when served (a creation's 202); ``Recorded`` says what was written. A portal action that
+    charges (a re-run) is the same entry, naming its user rather than a key."""
 
     id: str
     created_at: datetime
     customer_id: str
     livemode: bool
-    key_id: str
+    key_id: str | None
     action: str
     resource_id: str | None
     client_address: str | None
     request_id: str | None
     status: int
+    user_id: str | None = None
+    user_email: str | None = None
 
     def row(self, *, credits: int, subject: Subject | None = None, status: int | None = None) -> dict:
         """The entry's row, as the charge writes it (``status``: else the served answer's)."""
         return _row(entry_id=self.id, created_at=self.created_at, customer_id=self.customer_id,
                     livemode=self.livemode, action=self.action, status=self.status if status is None else status,
-                    credits=credits, key_id=self.key_id, resource_id=self.resource_id,
-                    client_address=self.client_address, request_id=self.request_id, subject=subject)
+                    credits=credits, key_id=self.key_id, user_id=self.user_id, user_email=self.user_email,
+                    resource_id=self.resource_id, client_address=self.client_address, request_id=self.request_id,
+                    subject=subject)
 
     def recorded(self, status: int | None = None) -> Recorded:
         return Recorded(self.id, self.created_at, self.status if status is None else status)
 
 
-def call_entry(*, customer_id: str, livemode: bool, key_id: str, action: str, resource_id: str | None,
-               client_address: str | None, request_id: str | None, status: int) -> CallEntry:
+def call_entry(*, customer_id: str, livemode: bool, key_id: str | None, action: str, resource_id: str | None,
+               client_address: str | None, request_id: str | None, status: int, user_id: str | None = None,
+               user_email: str | None = None) -> CallEntry:
     return CallEntry(new_id("act"), utcnow(), customer_id, livemode, key_id, action, resource_id,
-                     client_address, request_id, status)
+                     client_address, request_id, status, user_id, user_email)
 
 
 # The attribute of an exception raised after a charge committed with its entry: the entry

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -284,10 +285,12 @@ def create_rerun(customer, api_key_id, scan_id, *, request_id, livemode=True,
     return Outcome(body, balance, limits, usage, billing.admission_cost(1, livemode=livemode), subject, recorded)
 
 
-def portal_rerun(customer, scan_id, *, request_id) -> Outcome:
+def portal_rerun(customer, scan_id, *, request_id,
+                 entry_for: Callable[[bool], activity.CallEntry] | None = None) -> Outcome:
     """A re-run asked for in the portal, made with the key that created the scan, in its mode: that
     key must still be able to create scans (active, not expired, ``scans:write``), so a person
-    cannot spend a key that was revoked or narrowed. Otherwise as ``create_rerun``."""
+    cannot spend a key that was revoked or narrowed. Otherwise as ``create_rerun``. ``entry_for``
+    makes the portal action's entry in the scan's mode (only known here), written with the charge."""
     original = scan_store.owned_scan(scan_id, customer.id)
     if original is None:
         raise NotFound("no scan with this id")
@@ -295,7 +298,8 @@ def portal_rerun(customer, scan_id, *, request_id) -> Outcome:
     if not key.is_live or access.is_expired(key, utcnow()) or access.SCANS_WRITE not in (key.scopes or ()):
         raise Forbidden("the API key that created this scan can no longer create scans: re-run it through "
                         "the API with another key")
-    return create_rerun(customer, key.id, scan_id, request_id=request_id, livemode=original.livemode)
+    return create_rerun(customer, key.id, scan_id, request_id=request_id, livemode=original.livemode,
+                        entry=entry_for(original.livemode) if entry_for is not None else None)
 
 
 def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True, purpose=None,

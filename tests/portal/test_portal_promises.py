@@ -10,10 +10,13 @@ import pytest
 
 from app.extensions import db
 from app.models import ActivityEntry, ApiKey, Customer, PortalUser, Scan, utcnow
+from app.models.activity import DEFAULT_PARTITION
 from app.services import accounts, portal_users, tracking
 from app.services import portal_roles as roles
 from app.services.results import normalize_result
 from app.simulated.results import result_for
+from app.store import activity as activity_store
+from tests.api.helpers import engine_mode
 from tests.portal.test_portal import PASSWORD, csrf, login
 
 FORM_RE = re.compile(r'<form[^>]*method="post"[^>]*action="([^"]+)"')
@@ -99,7 +102,8 @@ def test_a_partial_scan_is_rerun_from_its_page_and_each_links_the_other(client, 
     login(client)
     page = text(client.get(f"/app/scans/{original}"))
     assert "Re-run the sources that did not answer" in page and "Re-runs" not in page
-    response = client.post(f"/app/scans/{original}/rerun", data={"csrf_token": csrf(client, f"/app/scans/{original}")})
+    response = client.post(f"/app/scans/{original}/rerun", data={"csrf_token": csrf(client, f"/app/scans/{original}")},
+                           headers={"X-Request-Id": "req_portal_rerun"})
     assert response.status_code == 302
     rerun = response.headers["Location"].rsplit("/", 1)[-1]
     assert rerun.startswith("scn_") and rerun != original
@@ -108,8 +112,13 @@ def test_a_partial_scan_is_rerun_from_its_page_and_each_links_the_other(client, 
         assert (made.rerun_of, made.api_key_id, made.target) == (original, portal_account.key.id,
                                                                  "partial.jane@example.com")
         assert Customer.get_by_id(portal_account.id).balance == before - 1  # charged as a creation
-        entry = ActivityEntry.get(ActivityEntry.action == "scan.rerun")
-        assert (entry.resource_id, entry.credits, entry.user_email) == (rerun, 1, "ops@acme.example")
+        # One entry, written with the charge, naming the person who asked (not a key).
+        (entry,) = ActivityEntry.select().where(ActivityEntry.action == "scan.rerun")
+        user = PortalUser.get(PortalUser.email == "ops@acme.example")
+        assert (entry.resource_id, entry.credits, entry.user_id, entry.user_email, entry.key_id, entry.status,
+                entry.livemode, entry.client_address) == (rerun, 1, user.id, "ops@acme.example", None, 302,
+                                                          True, "127.0.0.1")
+        assert entry.request_id == "req_portal_rerun"
     new_page = text(client.get(f"/app/scans/{rerun}"))
     assert "Re-run queued" in new_page
     assert re.search(rf'Re-run of</dt><dd><a class="rerun-of" href="/app/scans/{original}"', new_page)
@@ -118,6 +127,57 @@ def test_a_partial_scan_is_rerun_from_its_page_and_each_links_the_other(client, 
     assert rerun in text(client.post("/app/activity", data={"csrf_token": csrf(client, "/app/activity"),
                                                             "target": "partial.jane@example.com",
                                                             "action": "scan.rerun"}))
+
+
+def rerun_entries(account) -> list[ActivityEntry]:
+    return list(ActivityEntry.select().where(ActivityEntry.customer_id == account.id,
+                                             ActivityEntry.action == "scan.rerun"))
+
+
+@pytest.mark.config(PROPAGATE_EXCEPTIONS=False)  # the answer a person gets, not the test's exception
+def test_a_rerun_whose_entry_cannot_be_written_is_neither_charged_nor_made(client, portal_account):
+    """The entry is written in the admission's transaction: when no partition can take it, the
+    re-run fails whole (no scan, no charge), not a charge whose entry is lost."""
+    original = create(client, portal_account, "partial.jane@example.com")
+    complete(original)
+    login(client)
+    token = csrf(client, f"/app/scans/{original}")
+    with db.connection_context():
+        before = (Customer.get_by_id(portal_account.id).balance, Scan.select().count())
+        for day in activity_store.day_partitions():
+            activity_store.drop_day_partition(day)
+        db.execute_sql(f'ALTER TABLE "activity_entry" DETACH PARTITION "{DEFAULT_PARTITION}"')
+    try:
+        response = client.post(f"/app/scans/{original}/rerun", data={"csrf_token": token})
+    finally:
+        with db.connection_context():
+            db.execute_sql(f'ALTER TABLE "activity_entry" ATTACH PARTITION "{DEFAULT_PARTITION}" DEFAULT')
+    assert response.status_code == 500
+    with db.connection_context():
+        assert (Customer.get_by_id(portal_account.id).balance, Scan.select().count()) == before
+        assert not Scan.select().where(Scan.rerun_of == original).exists()
+        assert rerun_entries(portal_account) == []
+
+
+def test_a_rerun_the_engine_refuses_has_one_entry_that_cost_nothing(client, portal_account, simulator):
+    """The entry written with the charge is refunded with it; the audit writes no second one."""
+    original = create(client, portal_account, "partial.jane@example.com")
+    complete(original)
+    login(client)
+    token = csrf(client, f"/app/scans/{original}")
+    with db.connection_context():
+        before = Customer.get_by_id(portal_account.id).balance
+    engine_mode(simulator, "down")
+    try:
+        response = client.post(f"/app/scans/{original}/rerun", data={"csrf_token": token}, follow_redirects=True)
+    finally:
+        engine_mode(simulator, "up")
+    assert "Re-run refused" in text(response)
+    with db.connection_context():
+        assert Customer.get_by_id(portal_account.id).balance == before
+        assert not Scan.select().where(Scan.rerun_of == original).exists()
+        assert [(e.credits, e.status, e.user_email) for e in rerun_entries(portal_account)] == [
+            (0, 302, "ops@acme.example")]
 
 
 @pytest.mark.parametrize("change", [{"revoked_at": "now"}, {"scopes": ["scans:read"]}], ids=["revoked", "narrowed"])
