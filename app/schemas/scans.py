@@ -411,7 +411,7 @@ class BulkErasedSchema(ma.Schema):
 
 class UtcDateTime(fields.AwareDateTime):
     """A list's time bound, loaded as the naive UTC the columns hold: ``services.time_bounds``
-    holds the rule (ISO 8601, UTC without an offset, 1970 to 9999), which the portal shares."""
+    holds the rule (ISO 8601, UTC without an offset, within the calendar), which the portal shares."""
 
     default_error_messages: ClassVar[dict[str, str]] = {"invalid": time_bounds.NOT_A_TIME}
 

@@ -2,20 +2,19 @@
 scans list and activity log, and the portal's activity page, read them here.
 
 A bound is an ISO 8601 date or date and time (``2026-11-21``, ``2026-11-21T12:00``,
-``2026-11-21T12:00:00+01:00``), UTC when it carries no offset, and falls between
-1970-01-01 and 9999-12-31 in UTC: nothing of the service is older than 1970, so an earlier
-year is a typo (``0001``, ``1026``) better said than answered with an empty list, and a
-time past the calendar's end (``99999``, or ``9999-12-31T23:59-01:00``) has no UTC value.
+``2026-11-21T12:00:00+01:00``), UTC when it carries no offset, anywhere in the calendar
+(0001-01-01 to 9999-12-31 in UTC: an early year bounds nothing, as the OpenAPI document's
+``date-time`` allows it); a time past the calendar's end (``99999``, or
+``9999-12-31T23:59-01:00``, whose UTC value does not exist) is refused, saying why.
 """
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-EARLIEST = datetime(1970, 1, 1, tzinfo=UTC).replace(tzinfo=None)  # naive UTC, as the columns
 MAX_LENGTH = 64  # longer than any ISO 8601 time; longer text is not parsed at all
 
 NOT_A_TIME = "not a date and time: write it as YYYY-MM-DD or YYYY-MM-DDTHH:MM (UTC unless an offset is given)"
-OUT_OF_RANGE = "must be between 1970-01-01 and 9999-12-31 (UTC)"
+OUT_OF_RANGE = "has no UTC time: it must fall between 0001-01-01 and 9999-12-31 (UTC)"
 
 
 class InvalidTime(ValueError):
@@ -41,6 +40,4 @@ def check(moment: datetime) -> datetime:
             moment = moment.astimezone(UTC).replace(tzinfo=None)
         except OverflowError:  # the calendar's edge with an offset: no UTC equivalent
             raise InvalidTime(OUT_OF_RANGE) from None
-    if moment < EARLIEST:
-        raise InvalidTime(OUT_OF_RANGE)
     return moment

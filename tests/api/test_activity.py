@@ -147,7 +147,6 @@ def test_a_key_sees_its_modes_entries_of_its_customer_only(client, account, make
 @pytest.mark.parametrize("query, code", [
     ({"limit": "101"}, "invalid_request"),
     ({"created_after": "yesterday"}, "invalid_request"),
-    ({"created_before": "1969-07-20"}, "invalid_request"),
     ({"created_after": "0001-01-01T00:00+01:00"}, "invalid_request"),
     ({"key_id": "key x"}, "invalid_request"),
     ({"action": "DROP TABLE"}, "invalid_request"),

@@ -12,6 +12,9 @@ from app.services import time_bounds
     ("2026-11-21T13:30:05+01:00", datetime(2026, 11, 21, 12, 30, 5)),
     ("2026-11-21T12:30:05Z", datetime(2026, 11, 21, 12, 30, 5)),
     ("1970-01-01T00:00", datetime(1970, 1, 1)),
+    ("1969-12-31T23:59:59", datetime(1969, 12, 31, 23, 59, 59)),  # bounds nothing, but a time
+    ("0001-01-01", datetime(1, 1, 1)),
+    ("1970-01-01T00:30+01:00", datetime(1969, 12, 31, 23, 30)),
     ("9999-12-31T23:59:59", datetime(9999, 12, 31, 23, 59, 59)),
 ])
 def test_a_bound_is_naive_utc(raw, expected):
@@ -24,9 +27,6 @@ def test_a_bound_is_naive_utc(raw, expected):
     ("99999-01-01", time_bounds.NOT_A_TIME),
     ("2026-11-21" + "0" * 100, time_bounds.NOT_A_TIME),
     ("", time_bounds.NOT_A_TIME),
-    ("1969-12-31T23:59:59", time_bounds.OUT_OF_RANGE),
-    ("0001-01-01", time_bounds.OUT_OF_RANGE),
-    ("1970-01-01T00:30+01:00", time_bounds.OUT_OF_RANGE),
     ("0001-01-01T00:00:00+01:00", time_bounds.OUT_OF_RANGE),
     ("9999-12-31T23:59:59-01:00", time_bounds.OUT_OF_RANGE),
 ])
