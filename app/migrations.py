@@ -267,6 +267,19 @@ def _findings_keep_identity(database):
         after = rows[-1][0]
 
 
+def _events(database):
+    """The events of every customer and mode, stored once whether or not an endpoint or a stream
+    wants them (D27); the table as the model makes it, its statements written out here."""
+    database.execute_sql('CREATE TABLE IF NOT EXISTS "event" ("id" BIGSERIAL NOT NULL PRIMARY KEY, '
+                         '"customer_id" VARCHAR(40) NOT NULL, "livemode" BOOLEAN NOT NULL, '
+                         '"kind" VARCHAR(40) NOT NULL, "scan_id" VARCHAR(40), "bulk_id" VARCHAR(40), '
+                         '"watch_id" VARCHAR(40), "created_at" TIMESTAMP NOT NULL, "body" TEXT NOT NULL, '
+                         'FOREIGN KEY ("customer_id") REFERENCES "customer" ("id") ON DELETE CASCADE)')
+    for name, columns in (("customer_id_livemode_id", '"customer_id", "livemode", "id"'), ("scan_id", '"scan_id"'),
+                          ("bulk_id", '"bulk_id"'), ("created_at", '"created_at"')):
+        database.execute_sql(f'CREATE INDEX IF NOT EXISTS "event_{name}" ON "event" ({columns})')
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 MIGRATIONS = [
     (1, "initial schema", _initial),
@@ -287,6 +300,7 @@ MIGRATIONS = [
     (17, "batch looks at the engine", _batch_looks),
     (19, "engine deletions of erased scans", _engine_deletions),
     (20, "findings keep their identity: feedback by finding, its scan", _findings_keep_identity),
+    (23, "events stored once per customer and mode", _events),
 ]
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from app import metrics, runtime
 from app.db import CONNECTION_ERRORS, connection_context
-from app.services import activity, deliveries, erasure, recovery
+from app.services import activity, deliveries, erasure, feed, recovery
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,11 @@ def _delivery_retention() -> dict:
         return {"deliveries_removed": deliveries.remove_past_retention()}
 
 
+def _event_retention() -> dict:
+    with connection_context():
+        return {"events_removed": feed.remove_past_retention()}
+
+
 def _activity_log() -> dict:
     with connection_context():
         return activity.upkeep()
@@ -62,6 +67,8 @@ SCHEDULE = (
     PeriodicJob("activity_log", "RETENTION_INTERVAL_SECONDS", _activity_log),
     # Webhook deliveries and their bodies kept DELIVERY_RETENTION_DAYS, then removed (D22).
     PeriodicJob("delivery_retention", "RETENTION_INTERVAL_SECONDS", _delivery_retention),
+    # Stored events (the events list and stream) kept DELIVERY_RETENTION_DAYS too, then removed (D27).
+    PeriodicJob("event_retention", "RETENTION_INTERVAL_SECONDS", _event_retention),
 )
 BY_NAME = {job.name: job for job in SCHEDULE}
 

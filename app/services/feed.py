@@ -1,0 +1,128 @@
+"""The event feed (D27): every event a customer's scans produce, stored once per customer and
+mode whether or not an endpoint or a stream wants it, so that the events list, the stream and
+the webhook endpoints agree.
+
+``record`` runs in the transaction of the state change (``webhooks.record_events`` calls it with
+the full body whose bytes a full delivery sends too); a thin body is derived from the stored
+full one by the registry's one rule (``EventKind.body(..., thin=True)``). Erasure (D20) leaves an
+erased scan's events their thin bodies; retention removes events after ``DELIVERY_RETENTION_DAYS``.
+Event ids are rendered ``evt_<n>``: increasing per customer in commit order (``app.store.events``).
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from app import events, runtime
+from app.db import transaction
+from app.models import iso, utcnow
+from app.rawjson import RawJSON
+from app.services.errors import InvalidRequest
+from app.store import events as store
+
+PREFIX = "evt_"
+LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT = 20, 100
+RETENTION_BATCH = 1000
+PAYLOADS = events.PAYLOADS
+_KINDS = {kind.name: kind for kind in events.EVENTS}
+
+
+def event_id(number: int) -> str:
+    return f"{PREFIX}{number}"
+
+
+def parse_event_id(text: str, what: str) -> int:
+    """The number of an event id ``evt_<n>`` (a bare number too: what a stream's ``id:`` lines
+    carry back in ``Last-Event-ID``); ``InvalidRequest`` naming ``what`` otherwise."""
+    digits = text.removeprefix(PREFIX)
+    if not digits.isascii() or not digits.isdigit() or len(digits) > 18:
+        raise InvalidRequest(f"{what} must be an event id such as evt_1234",
+                             details={what: ["not an event id"]})
+    return int(digits)
+
+
+def record(scans: Sequence, kind: events.EventKind, bodies: Sequence[str], now: datetime | None = None) -> list[int]:
+    """Store event ``kind`` of each of ``scans`` with its full body's text (``bodies``, in the
+    same order), in the caller's transaction; their ids."""
+    new = [store.NewEvent(scan.customer_id, scan.livemode, kind.name, body, scan_id=scan.id,
+                          bulk_id=scan.bulk_id or None)
+           for scan, body in zip(scans, bodies, strict=True)]
+    return store.add(new, now or utcnow())
+
+
+def thin_body(kind_name: str, body: str) -> str:
+    """The thin body (no personal data, D20) of a stored full body: the registry's thin fields
+    of it; an event that is not about a scan's data is its own thin body."""
+    kind = _KINDS.get(kind_name)
+    if kind is None:
+        return body
+    return json.dumps(kind.body(json.loads(body), thin=True), separators=(",", ":"))
+
+
+def check_filters(*, events_filter: str | None, scan_id: str | None, bulk_id: str | None,
+                  watch_id: str | None, payload: str | None) -> tuple[store.Filters, bool]:
+    """The list's and the stream's filters (``events``: comma-separated kinds) and whether the
+    bodies are thin; ``InvalidRequest`` for a kind or payload that does not exist."""
+    kinds = None
+    if events_filter is not None:
+        kinds = tuple(name.strip() for name in events_filter.split(",") if name.strip())
+        unknown = [name for name in kinds if name not in events.DELIVERY_EVENTS]
+        if unknown or not kinds:
+            raise InvalidRequest(f"events must be a comma-separated list of {', '.join(events.DELIVERY_EVENTS)}",
+                                 details={"events": ["unknown event kind"]})
+    if payload is not None and payload not in PAYLOADS:
+        raise InvalidRequest(f"payload must be one of {', '.join(PAYLOADS)}", details={"payload": ["not valid"]})
+    for name, value in (("scan_id", scan_id), ("bulk_id", bulk_id), ("watch_id", watch_id)):
+        if value is not None and ("\x00" in value or len(value) > 40):
+            raise InvalidRequest(f"{name} is not an id", details={name: ["not an id"]})
+    return store.Filters(kinds, scan_id, bulk_id, watch_id), payload == "thin"
+
+
+def entry(row: tuple, *, thin: bool) -> dict:
+    """An event as the list shows it; its body spliced in as stored (or thinned)."""
+    number, kind, created_at, livemode, body = row
+    return {"event_id": event_id(number), "event": kind, "created_at": iso(created_at), "livemode": livemode,
+            "body": RawJSON(thin_body(kind, body) if thin else body)}
+
+
+def list_events(customer_id: str, *, livemode: bool, events_filter: str | None = None, scan_id: str | None = None,
+                bulk_id: str | None = None, watch_id: str | None = None, payload: str | None = None,
+                limit: int = LIST_DEFAULT_LIMIT, starting_after: str | None = None) -> dict:
+    """The body of ``GET /events``: the customer's events of the calling key's mode, newest
+    first (D17's paging: ``starting_after`` is the last event id of the previous page; any
+    well-formed id pages, one removed by retention too, since ids only increase)."""
+    filters, thin = check_filters(events_filter=events_filter, scan_id=scan_id, bulk_id=bulk_id,
+                                  watch_id=watch_id, payload=payload)
+    before = parse_event_id(starting_after, "starting_after") if starting_after is not None else None
+    limit = max(1, min(LIST_MAX_LIMIT, int(limit)))
+    rows = store.newest_first(customer_id, livemode, filters, before=before, limit=limit + 1)
+    return {"ok": True, "data": [entry(row, thin=thin) for row in rows[:limit]], "has_more": len(rows) > limit}
+
+
+def events_after(customer_id: str, livemode: bool, filters: store.Filters, after: int,
+                 limit: int = LIST_MAX_LIMIT) -> list[tuple]:
+    """The stream's next events: up to ``limit`` after event ``after``, oldest first."""
+    return store.oldest_first(customer_id, livemode, filters, after=after, limit=limit)
+
+
+def last_event(customer_id: str, livemode: bool) -> int:
+    return store.last_id(customer_id, livemode)
+
+
+def erase_for_scans(scan_ids: Sequence[str]) -> None:
+    """Erased scans' events keep their thin bodies only (D20), in the caller's transaction."""
+    rows = store.of_scans(scan_ids)
+    store.replace_bodies([number for number, _, _ in rows], [thin_body(kind, body) for _, kind, body in rows])
+
+
+def remove_past_retention(now: datetime | None = None) -> int:
+    """Remove the events created more than ``DELIVERY_RETENTION_DAYS`` ago, in batches; how many."""
+    cutoff = (now or utcnow()) - timedelta(days=runtime.config["DELIVERY_RETENTION_DAYS"])
+    removed = 0
+    while True:
+        with transaction():
+            count = store.delete_created_before(cutoff, batch=RETENTION_BATCH)
+        removed += count
+        if count < RETENTION_BATCH:
+            return removed
