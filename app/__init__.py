@@ -56,6 +56,7 @@ def create_app(config: dict | None = None) -> Flask:
     settings.update(config or {})
     settings = app_config.finalize(settings)
     settings["DATABASE_URL"] = database_url(settings)  # unset: the embedded server's
+    settings["DATABASE_DIRECT_URL"] = settings.get("DATABASE_DIRECT_URL") or settings["DATABASE_URL"]
 
     app = Flask(__name__, instance_path=settings["INSTANCE_PATH"], instance_relative_config=False)
     if settings.get("TRUSTED_PROXIES"):

@@ -127,6 +127,9 @@ def load_settings(env=None) -> dict:
         "INSTANCE_PATH": str(instance),
         "SECRET_KEY": env.get("SECRET_KEY") or None,
         "DATABASE_URL": env.get("DATABASE_URL") or None,
+        # What needs a session of its own (LISTEN for waits and streams, D19 round 4): a direct
+        # server when DATABASE_URL names a pooler in transaction mode; unset, DATABASE_URL.
+        "DATABASE_DIRECT_URL": env.get("DATABASE_DIRECT_URL") or None,
         "REDIS_URL": _redis_url(env.get("REDIS_URL") or None),
         "ENGINE_URL": (env.get("ENGINE_URL") or "").rstrip("/") or None,
         "ENGINE_TOKEN": env.get("ENGINE_TOKEN") or "",

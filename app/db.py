@@ -200,6 +200,14 @@ def connection_context():
         yield
 
 
+def release_connection() -> None:
+    """Give this thread's connection back to the pool when no transaction is open: a held call
+    (a wait, a stream) holds no connection between its reads; the next statement takes one. A
+    caller inside ``connection_context`` (a job, a test) keeps the connection it opened."""
+    if not db.is_closed() and not db.in_transaction() and not db._state.ctx:  # a connection_context keeps its own
+        db.close()
+
+
 log = logging.getLogger(__name__)
 CONNECTION_ERRORS = (OperationalError, InterfaceError)
 
