@@ -33,6 +33,7 @@ ACTIONS = {
     "POST /api/v1/endpoints/{endpoint_id}/recover": "endpoint.recover",
     "GET /api/v1/activity": "activity.list",
     "GET /api/v1/events": "events.list",
+    "GET /api/v1/events/stream": "events.stream",
     "GET /api/v1/account": "account.read",
 }
 

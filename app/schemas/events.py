@@ -57,3 +57,9 @@ class EventListSchema(ma.Schema):
     data = fields.List(fields.Nested(EventSchema), required=True, metadata={"description": "Newest first."})
     has_more = fields.Boolean(required=True, metadata={
         "description": "Whether older events follow: ask again with `starting_after` the last `event_id`."})
+
+
+class EventStreamArgs(EventFilterArgs):
+    after = fields.String(validate=validate.Length(min=1, max=40), metadata={
+        "description": "Start after this event (as the `Last-Event-ID` header does, which wins when both are "
+                       "given); without either, the stream starts with the next event.", "example": "evt_1042"})

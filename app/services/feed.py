@@ -11,13 +11,16 @@ Event ids are rendered ``evt_<n>``: increasing per customer in commit order (``a
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from app import events, runtime
-from app.db import transaction
+from app.db import release_connection, transaction
 from app.models import iso, utcnow
 from app.rawjson import RawJSON
+from app.services import waits
 from app.services.errors import InvalidRequest
 from app.store import events as store
 
@@ -60,8 +63,8 @@ def thin_body(kind_name: str, body: str) -> str:
     return json.dumps(kind.body(json.loads(body), thin=True), separators=(",", ":"))
 
 
-def check_filters(*, events_filter: str | None, scan_id: str | None, bulk_id: str | None,
-                  watch_id: str | None, payload: str | None) -> tuple[store.Filters, bool]:
+def check_filters(*, events_filter: str | None = None, scan_id: str | None = None, bulk_id: str | None = None,
+                  watch_id: str | None = None, payload: str | None = None) -> tuple[store.Filters, bool]:
     """The list's and the stream's filters (``events``: comma-separated kinds) and whether the
     bodies are thin; ``InvalidRequest`` for a kind or payload that does not exist."""
     kinds = None
@@ -108,6 +111,62 @@ def events_after(customer_id: str, livemode: bool, filters: store.Filters, after
 
 def last_event(customer_id: str, livemode: bool) -> int:
     return store.last_id(customer_id, livemode)
+
+
+# --- the stream ---------------------------------------------------------------------------
+
+HEARTBEAT_SECONDS = 10.0  # a comment line at least this often: proxies keep the connection, a gone client is found
+
+
+@dataclass(frozen=True)
+class StreamFrom:
+    """Where a stream starts: after event ``after`` (a resumed stream), or at the newest (None)."""
+
+    after: int | None
+
+
+def stream_start(last_event_id: str | None, after: str | None) -> StreamFrom:
+    """The ``Last-Event-ID`` header (a reconnecting client's) or ``?after=``; neither: from now."""
+    given = last_event_id or after
+    if given is None or not given.strip():
+        return StreamFrom(None)
+    return StreamFrom(parse_event_id(given.strip(), "Last-Event-ID" if last_event_id else "after"))
+
+
+def sse_message(row: tuple, *, thin: bool) -> str:
+    """One event as a server-sent event: its id, kind and body (compact JSON: one line)."""
+    number, kind, _, _, body = row
+    return f"id: {event_id(number)}\nevent: {kind}\ndata: {thin_body(kind, body) if thin else body}\n\n"
+
+
+def stream(customer_id: str, livemode: bool, filters: store.Filters, *, thin: bool, start: StreamFrom,
+           held: waits.Held) -> Iterator[str]:
+    """The text of a stream of the customer's events of that mode (D27), oldest first, from
+    ``start``, forever: woken by each stored event's announcement, reading the stored events
+    again at least every few seconds (a lost announcement only delays one), a heartbeat comment
+    every ``HEARTBEAT_SECONDS``. Its hold (``waits.hold``) is extended while it runs and released
+    when the client goes (the server closes the generator)."""
+    waiter = waits.subscribe(waits.feed_topic(customer_id, livemode))  # before the first read
+    try:
+        after = start.after if start.after is not None else store.last_id(customer_id, livemode)
+        yield f"retry: 2000\n: events after {event_id(after)}\n\n"
+        beat = time.monotonic()
+        while True:
+            rows = store.oldest_first(customer_id, livemode, filters, after=after, limit=LIST_MAX_LIMIT)
+            for row in rows:
+                after = row[0]
+                yield sse_message(row, thin=thin)
+            if len(rows) == LIST_MAX_LIMIT:
+                continue  # more are stored: send them before sleeping
+            release_connection()  # none held while asleep
+            waiter.sleep(min(waits.REREAD_SECONDS, max(0.0, beat + HEARTBEAT_SECONDS - time.monotonic())))
+            if time.monotonic() - beat >= HEARTBEAT_SECONDS:
+                yield ": heartbeat\n\n"
+                waits.extend(held, HEARTBEAT_SECONDS * 3)
+                beat = time.monotonic()
+    finally:
+        waits.unsubscribe(waiter)
+        waits.release(held)
 
 
 def erase_for_scans(scan_ids: Sequence[str]) -> None:
