@@ -84,3 +84,35 @@ def test_erasure_leaves_the_thin_body_and_retention_removes_old_events(conn):
     with freeze_time(utcnow() + timedelta(days=31)):
         assert feed.remove_past_retention() == 2
     assert Event.select().count() == 0
+
+
+def test_a_customers_event_ids_increase_in_commit_order(conn):
+    """An event written while another of the customer's is uncommitted waits for that commit, so a
+    stream that passed an id never meets a smaller one later."""
+    import threading
+    import time
+
+    from app.db import transaction
+    from app.extensions import db
+
+    cust, key = new_customer()
+    first, second = new_scan(cust, key), new_scan(cust, key, "joe@example.com")
+    kind = webhooks.events.SCAN_RUNNING
+    written = {}
+
+    def slow_writer():
+        with db.connection_context(), transaction():
+            written["slow"] = feed.record([first], kind, ['{"event":"scan.running"}'])[0]
+            time.sleep(0.8)
+            written["slow_committed"] = time.monotonic()
+
+    writer = threading.Thread(target=slow_writer)
+    writer.start()
+    while "slow" not in written:
+        time.sleep(0.01)
+    with transaction():
+        written["fast"] = feed.record([second], kind, ['{"event":"scan.running"}'])[0]
+    fast_done = time.monotonic()
+    writer.join()
+    assert written["fast"] > written["slow"]
+    assert fast_done >= written["slow_committed"]  # it waited for the earlier id's commit
