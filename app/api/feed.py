@@ -12,7 +12,7 @@ from flask.views import MethodView
 from app.api import hooks
 from app.api.base import ApiBlueprint
 from app.api.scans import HEADERS, SECURITY, documented_errors
-from app.schemas.events import EventListArgs, EventListSchema, EventStreamArgs
+from app.schemas.events import EVENT_ID_PATTERN, EventListArgs, EventListSchema, EventStreamArgs
 from app.services import access, feed, waits
 
 blp = ApiBlueprint("events", __name__, url_prefix="/api/v1",
@@ -52,7 +52,8 @@ STREAM_EXAMPLE = ("retry: 2000\n: events after evt_1041\n\n"
                   "id: evt_1042\nevent: scan.completed\n"
                   'data: {"event":"scan.completed","scan_id":"scn_3kT9wQ0vXl2mYp7aRz1b4Q","livemode":true,...}\n\n'
                   ": heartbeat\n\n")
-LAST_EVENT_ID = {"in": "header", "name": "Last-Event-ID", "required": False, "schema": {"type": "string"},
+LAST_EVENT_ID = {"in": "header", "name": "Last-Event-ID", "required": False,
+                 "schema": {"type": "string", "pattern": EVENT_ID_PATTERN},
                  "description": "The `id` of the last event received: the stream resumes after it (browsers' "
                                 "EventSource sends it by itself when it reconnects).", "example": "evt_1042"}
 

@@ -6,6 +6,10 @@ from app import events as kinds
 
 TIME_DOC = {"format": "date-time", "example": "2026-11-21T12:00:00Z"}
 KINDS = ", ".join(f"`{name}`" for name in kinds.DELIVERY_EVENTS)
+_KIND = "|".join(name.replace(".", "\\.") for name in kinds.DELIVERY_EVENTS)
+KINDS_PATTERN = f"^({_KIND})(,({_KIND}))*$"
+# An event id as the list and the stream write it (``evt_<n>``), or its number alone.
+EVENT_ID_PATTERN = "^(evt_)?[0-9]{1,18}$"
 
 
 class EventFilterArgs(ma.Schema):
@@ -14,7 +18,7 @@ class EventFilterArgs(ma.Schema):
     class Meta:
         unknown = RAISE  # an unknown query parameter is a 400 naming it
 
-    events = fields.String(validate=validate.Length(min=1, max=500), metadata={
+    events = fields.String(validate=validate.Regexp(KINDS_PATTERN), metadata={
         "description": f"Only these kinds of event, separated by commas: any of {KINDS}.",
         "example": "scan.completed,scan.failed"})
     scan_id = fields.String(validate=validate.Length(min=1, max=200), metadata={
@@ -31,7 +35,7 @@ class EventFilterArgs(ma.Schema):
 class EventListArgs(EventFilterArgs):
     limit = fields.Integer(load_default=20, validate=validate.Range(min=1, max=100), metadata={
         "description": "Events per page, 1 to 100."})
-    starting_after = fields.String(validate=validate.Length(min=1, max=40), metadata={
+    starting_after = fields.String(validate=validate.Regexp(EVENT_ID_PATTERN), metadata={
         "description": "The `event_id` of the last entry of the previous page: the page after it.",
         "example": "evt_1042"})
 
@@ -60,6 +64,6 @@ class EventListSchema(ma.Schema):
 
 
 class EventStreamArgs(EventFilterArgs):
-    after = fields.String(validate=validate.Length(min=1, max=40), metadata={
+    after = fields.String(validate=validate.Regexp(EVENT_ID_PATTERN), metadata={
         "description": "Start after this event (as the `Last-Event-ID` header does, which wins when both are "
                        "given); without either, the stream starts with the next event.", "example": "evt_1042"})
