@@ -3,6 +3,10 @@ PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# make test runs the suite in parallel (pytest-xdist): each worker has its own database and Redis
+# database (tests/parallel.py). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 3
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadgroup)
 
 .PHONY: help install install-test run test test-fast test-future lint scenarios fuzz bench clean client
 
@@ -39,11 +43,11 @@ run: install
 ## TEST_DATABASE_URL / TEST_REDIS_URL are set; simulator over HTTP, real processes, Chromium).
 test: install-test
 	@test -x /usr/bin/chromium || echo "NOTE: /usr/bin/chromium is missing: the browser tests will be SKIPPED (apt-get install chromium)"
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 ## make test-fast: the suite without the tests that start real processes or run long (-m "not processes and not slow").
 test-fast: install-test
-	$(PY) -m pytest -m "not processes and not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) -m "not processes and not slow" $(PYTEST_ARGS)
 
 ## make test-future: the whole suite with the clock a year ahead (Debian's faketime), so that no
 ## test depends on today's date. The monotonic clock stays real: libfaketime would otherwise turn
@@ -52,7 +56,7 @@ test-fast: install-test
 FUTURE ?= +365d
 test-future: install-test
 	@command -v faketime >/dev/null || { echo "faketime is missing: apt-get install -y faketime" >&2; exit 2; }
-	PYTHONPATH=$(CURDIR)/tests/future FAKETIME_DONT_FAKE_MONOTONIC=1 faketime -f '$(FUTURE)' $(PY) -m pytest $(PYTEST_ARGS)
+	PYTHONPATH=$(CURDIR)/tests/future FAKETIME_DONT_FAKE_MONOTONIC=1 faketime -f '$(FUTURE)' $(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 ## make lint: ruff (rules in pyproject.toml, each ignore explained) and mypy on the services (setup.cfg).
 lint: install-test

@@ -17,6 +17,7 @@ if not UNDER_GUNICORN:
     os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
 
 from app import create_app  # noqa: E402
+from app.cli import is_operator_command  # noqa: E402
 from app.startup import StartupError, check, exit_with  # noqa: E402
 
 WORKER_BOOT_ERROR = 3  # gunicorn.arbiter.Arbiter.WORKER_BOOT_ERROR
@@ -25,6 +26,7 @@ try:
     # The gunicorn worker skips the database probe: its master made it at start, and a
     # database blip while a worker restarts must not stop the whole server.
     check(reach_database=False if UNDER_GUNICORN else None)
-    app = create_app()
+    # An operator command builds the app without the API and the portal (a second, not nine).
+    app = create_app(operator=not UNDER_GUNICORN and is_operator_command(sys.argv[1:]))
 except StartupError as exc:
     exit_with(str(exc), WORKER_BOOT_ERROR if UNDER_GUNICORN else 1)

@@ -21,7 +21,7 @@ from app.errors import allow_header, register_error_handlers
 from app.extensions import csrf, db
 from app.logging_setup import setup_logging
 
-REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # A client id shaped like an API key or a webhook secret is a secret sent there by mistake:
 # it is never echoed, logged or stored (any case: erring towards replacing it).
 SECRET_SHAPED_RE = re.compile(r"^(service_live_|service_test_|whsec_)", re.IGNORECASE)
@@ -51,7 +51,10 @@ class PortalSessionInterface(SecureCookieSessionInterface):
         return super().open_session(app, request)
 
 
-def create_app(config: dict | None = None) -> Flask:
+def create_app(config: dict | None = None, *, operator: bool = False) -> Flask:
+    """The application. ``operator``: for an operator command (``flask --app wsgi GROUP ...``),
+    which serves no request: the API, the portal and /metrics are not built (their imports and
+    the OpenAPI document were most of a command's seconds), the CLI alone is bound."""
     settings = app_config.load_settings()
     settings.update(config or {})
     settings = app_config.finalize(settings)
@@ -81,6 +84,11 @@ def create_app(config: dict | None = None) -> Flask:
     init_db(settings["DATABASE_URL"])
     runtime.bind(app.config)
 
+    from app.cli import register_cli
+    register_cli(app)
+    if operator:
+        return app
+
     _register_request_hooks(app)
     register_error_handlers(app)
     csrf.init_app(app)
@@ -98,9 +106,6 @@ def create_app(config: dict | None = None) -> Flask:
 
     from app import metrics_http
     metrics_http.init_app(app)  # /metrics, and a log line and counters per request
-
-    from app.cli import register_cli
-    register_cli(app)
     return app
 
 

@@ -81,8 +81,12 @@ def parse_retry_schedule(raw: str) -> tuple[float, ...]:
         delays = tuple(float(part) for part in raw.split(",") if part.strip() != "")
     except ValueError:
         raise ConfigError(f"WEBHOOK_RETRY_SCHEDULE must be comma-separated seconds, got {raw!r}") from None
-    if any(d < 0 for d in delays):
-        raise ConfigError("WEBHOOK_RETRY_SCHEDULE must not contain negative delays")
+    # float() also reads "nan", "inf" and "-inf": a delay that is no number of seconds would
+    # fail the first retry (or wait for ever), so it stops the start like any bad value.
+    bad = next((d for d in delays if not math.isfinite(d) or d < 0), None)
+    if bad is not None:
+        raise ConfigError(f"WEBHOOK_RETRY_SCHEDULE must be comma-separated seconds, each 0 or more "
+                          f"(not {bad:g}), got {raw[:100]!r}")
     return delays
 
 
@@ -127,12 +131,16 @@ def load_settings(env=None) -> dict:
         "INSTANCE_PATH": str(instance),
         "SECRET_KEY": env.get("SECRET_KEY") or None,
         "DATABASE_URL": env.get("DATABASE_URL") or None,
-        # What needs a session of its own (LISTEN for waits and streams, D19 round 4): a direct
-        # server when DATABASE_URL names a pooler in transaction mode; unset, DATABASE_URL.
+        # D19: what needs a server session of its own (LISTEN, a lock held across transactions)
+        # connects here, when DATABASE_URL names a pooler in transaction mode; unset: DATABASE_URL.
         "DATABASE_DIRECT_URL": env.get("DATABASE_DIRECT_URL") or None,
         "REDIS_URL": _redis_url(env.get("REDIS_URL") or None),
         "ENGINE_URL": (env.get("ENGINE_URL") or "").rstrip("/") or None,
         "ENGINE_TOKEN": env.get("ENGINE_TOKEN") or "",
+        # E7: the service's callback endpoint as the engine reaches it (``.../engine/v1/callbacks``),
+        # sent with every submission when set, and the ``whsec_`` secret callbacks are signed with.
+        "ENGINE_CALLBACK_URL": (env.get("ENGINE_CALLBACK_URL") or "").strip() or None,
+        "ENGINE_CALLBACK_SECRET": (env.get("ENGINE_CALLBACK_SECRET") or "").strip() or None,
         "PUBLIC_BASE_URL": (env.get("PUBLIC_BASE_URL") or "").rstrip("/") or None,
         "WEBHOOK_RETRY_SCHEDULE": parse_retry_schedule(env.get("WEBHOOK_RETRY_SCHEDULE") or "0,30,300"),
         "WEBHOOK_TIMEOUT_SECONDS": _seconds(env, "WEBHOOK_TIMEOUT_SECONDS", 10.0, 300),
@@ -152,10 +160,9 @@ def load_settings(env=None) -> dict:
         "ENGINE_POLL_SECONDS": _seconds(env, "ENGINE_POLL_SECONDS", 10.0, 3600),
         "ENGINE_SUBMIT_TIMEOUT_SECONDS": _seconds(env, "ENGINE_SUBMIT_TIMEOUT_SECONDS", 5.0, 300),
         "ENGINE_STATUS_TIMEOUT_SECONDS": _seconds(env, "ENGINE_STATUS_TIMEOUT_SECONDS", 5.0, 300),
-        # D24: ``auto`` tracks scans in flight by due times in the database, looked at in batches
-        # (one engine request for up to ENGINE_BATCH_SIZE scans when the engine offers it, single
-        # looks otherwise) by ENGINE_LOOK_THREADS threads per worker; ``off``: an RQ job per scan.
-        "ENGINE_BATCH_LOOK": _choice(env, "ENGINE_BATCH_LOOK", "auto", ("auto", "off")),
+        # D24: scans in flight are tracked by due times in the database, looked at in batches (one
+        # engine request for up to ENGINE_BATCH_SIZE scans when the engine offers it, single looks
+        # otherwise) by ENGINE_LOOK_THREADS threads per worker.
         "ENGINE_BATCH_SIZE": _number(env, "ENGINE_BATCH_SIZE", 100, 1, 100),
         "ENGINE_LOOK_THREADS": _number(env, "ENGINE_LOOK_THREADS", 2, 1, 64),
         # How often a worker runs the recovery sweep (D13), and how long a scan may go
@@ -182,10 +189,26 @@ def load_settings(env=None) -> dict:
     }
 
 
+# Settings that no longer do anything: a value still set is ignored, with one warning line from
+# each worker at start (``retired_setting_lines``), so that an upgrade never fails on one.
+RETIRED_SETTINGS = {
+    "ENGINE_BATCH_LOOK": "scans in flight are always tracked by due times in the database, looked at in "
+                         "batches where the engine offers it and one by one where it does not",
+}
+
+
+def retired_setting_lines(env=None) -> list[str]:
+    """One warning line per retired setting that ``env`` (the process's environment) still sets."""
+    env = os.environ if env is None else env
+    return [f"{name} is retired and ignored: {why}" for name, why in RETIRED_SETTINGS.items() if env.get(name)]
+
+
 def finalize(config: dict) -> dict:
     """Fill development defaults and refuse an incomplete production config."""
     _check_database_url(config.get("DATABASE_URL"))
+    _check_database_url(config.get("DATABASE_DIRECT_URL"), "DATABASE_DIRECT_URL")
     _check_delivery_shares(config)
+    _check_engine_callbacks(config)
     if config["APP_ENV"] == "production":
         missing = [name for name in REQUIRED_IN_PRODUCTION if not config.get(name)]
         if missing:
@@ -211,16 +234,35 @@ def _check_delivery_shares(config: dict) -> None:
                           f"({endpoint}), or 0 for no ceiling per host")
 
 
-def _check_database_url(url: str | None) -> None:
+def _check_engine_callbacks(config: dict) -> None:
+    """E7's settings: an absolute http(s) URL, a ``whsec_`` + base64 secret (as webhook secrets);
+    production refuses the URL without the secret (every callback would be refused)."""
+    from app.webhook_signature import decode_secret
+
+    url, secret = config.get("ENGINE_CALLBACK_URL"), config.get("ENGINE_CALLBACK_SECRET")
+    if url:
+        parsed = urlparse(url)
+        if parsed.scheme not in ("https", "http") or not parsed.netloc:
+            raise ConfigError("ENGINE_CALLBACK_URL must be an absolute http(s) URL such as "
+                              "https://api.internal/engine/v1/callbacks")
+    if secret and decode_secret(secret) is None:
+        raise ConfigError("ENGINE_CALLBACK_SECRET must be whsec_ followed by base64 (as webhook secrets), e.g. "
+                          "whsec_$(head -c 32 /dev/urandom | base64)")
+    if url and not secret and config.get("APP_ENV") == "production":
+        raise ConfigError("ENGINE_CALLBACK_URL is set without ENGINE_CALLBACK_SECRET: set the secret the engine signs "
+                          "callbacks with, or unset the URL")
+
+
+def _check_database_url(url: str | None, name: str = "DATABASE_URL") -> None:
     if not url:
         return
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme.split("+", 1)[0] not in DATABASE_SCHEMES:
         shown = scheme or url.split(":", 1)[0][:20]
         if shown.lower().startswith("sqlite"):
-            raise ConfigError("DATABASE_URL: SQLite is no longer supported, PostgreSQL is the only database: "
+            raise ConfigError(f"{name}: SQLite is no longer supported, PostgreSQL is the only database: "
                               "use postgresql://... or leave it unset for the embedded PostgreSQL")
-        raise ConfigError(f"DATABASE_URL has an unknown scheme {shown!r}: use postgresql://...")
+        raise ConfigError(f"{name} has an unknown scheme {shown!r}: use postgresql://...")
 
 
 def check_production(config: dict) -> None:

@@ -6,26 +6,77 @@ that of the embedded server in the instance folder (``app.embedded``).
 """
 from __future__ import annotations
 
-import hashlib
+import functools
 import logging
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from urllib.parse import parse_qs, urlparse
 
-from peewee import DatabaseError, DatabaseProxy, InterfaceError, OperationalError
+from peewee import DatabaseProxy, InterfaceError, OperationalError, _savepoint
 from playhouse.db_url import connect, parse
 from playhouse.pool import PooledPostgresqlDatabase
+
+
+class _Savepoint(_savepoint):
+    """A savepoint whose rollback also drops the work ``after_commit`` registered inside it.
+
+    peewee keeps a connection's work after commit in one list (``_state.commit_callbacks``,
+    thread-local like the connection), run when the outermost transaction commits and emptied
+    when it rolls back; a savepoint left it alone, so work registered in a rolled-back
+    savepoint would still have been sent. Each savepoint notes the list's length when it
+    begins and cuts it back there when rolled back (what it had registered, and what the
+    savepoints inside it had)."""
+
+    def _begin(self):
+        self._mark = len(self.db._state.commit_callbacks)
+        super()._begin()
+
+    def rollback(self, begin=True):
+        del self.db._state.commit_callbacks[self._mark:]
+        super().rollback(begin)
+
+
+class _Proxy(DatabaseProxy):
+    """peewee's proxy, whose nested ``atomic()`` blocks are ``_Savepoint``s (peewee's proxy
+    builds its own savepoints, not the bound database's)."""
+
+    __slots__ = DatabaseProxy.__slots__  # peewee's proxy sets no other attribute
+
+    def savepoint(self):
+        return _Savepoint(self)
+
 
 # Bound to PostgreSQL at start-up by ``init_db``. Defined here, not in ``app.extensions``
 # (which holds Flask extensions), so that models and services reach the database without
 # importing Flask.
-db = DatabaseProxy()
+db = _Proxy()
 
 
-UNKNOWN_PREPARED_STATEMENT = "26000"  # SQLSTATE invalid_sql_statement_name
-DUPLICATE_PREPARED_STATEMENT = "42P05"  # SQLSTATE duplicate_prepared_statement
+def after_commit(fn: Callable[..., object], *args, **kwargs) -> None:
+    """Run ``fn(*args, **kwargs)`` once, when the outermost transaction of this thread's
+    connection commits; never if it rolls back, nor if the savepoint (a nested ``atomic()``)
+    it was registered in rolls back. Outside any transaction it runs at once.
 
+    The one way work leaves for Redis after the rows it points at (D13): a service registers
+    it inside its transaction, next to the write, and no caller has to remember to send it
+    after the commit. The work may fail (Redis down): that is one warning line, never an
+    exception into a caller whose transaction has committed, and the recovery sweep finds
+    the rows without their job as it always did.
+    """
+    db.after_commit(functools.partial(_run_after_commit, fn, args, kwargs))
+
+
+def _run_after_commit(fn: Callable[..., object], args: tuple, kwargs: dict) -> None:
+    try:
+        fn(*args, **kwargs)
+    except Exception as exc:  # the commit stands; the class only: a message may quote a row's values
+        log.warning("%s after a commit failed (%s); the recovery sweep will redo it",
+                    getattr(fn, "__qualname__", "work"), exc.__class__.__name__)
+
+
+log = logging.getLogger(__name__)
+CONNECTION_ERRORS = (OperationalError, InterfaceError)
 
 class PostgresPool(PooledPostgresqlDatabase):
     """peewee's PostgreSQL pool, without a ``SELECT 1`` for a connection just returned.
@@ -42,72 +93,25 @@ class PostgresPool(PooledPostgresqlDatabase):
 
     def __init__(self, *args, **kwargs):
         self._returned_at: dict[int, float] = {}
-        self._prepared: dict[int, set[str]] = {}  # statement names prepared on each connection
         super().__init__(*args, **kwargs)
 
-    def _close_raw(self, conn):
-        self._prepared.pop(self.conn_key(conn), None)
-        return super()._close_raw(conn)
+    def savepoint(self):
+        return _Savepoint(self)
 
-    def _sqlstate_when_idle(self, exc, conn) -> str | None:
-        """The SQLSTATE of ``exc`` when the connection is outside a transaction (so that the
-        statement can be tried again on it), else None."""
-        original = getattr(exc, "orig", None) or exc.__context__  # peewee wraps the driver's error
-        if self._adapter.txn_status(conn) != self._adapter.txn_idle:
-            return None
-        return getattr(original, "pgcode", None)
-
-    def _prepare(self, conn, names: set[str], texts) -> None:
-        """PREPARE the statements of ``texts`` the connection has not prepared yet, in one round trip.
-
-        The server may have one already although ``names`` does not say so: a PREPARE it ran whose
-        answer was lost (a connection cut at that moment, then restored). The name is the hash of
-        the text, so the statement it holds is this one: taken as prepared, one by one."""
-        missing = [(name, prepare) for name, prepare, _ in texts if name not in names]
-        if not missing:
-            return
+    def commit(self):
+        """COMMIT; when the connection breaks during it, the work after commit of the transaction
+        is kept aside (``take_unconfirmed``): the server may have committed it all the same."""
+        self._state.unconfirmed = []
         try:
-            self.execute_sql("; ".join(prepare for _, prepare in missing))
-        except DatabaseError as exc:
-            if self._sqlstate_when_idle(exc, conn) != DUPLICATE_PREPARED_STATEMENT:
-                raise
-            for name, prepare in missing:
-                try:
-                    self.execute_sql(prepare)
-                except DatabaseError as again:
-                    if self._sqlstate_when_idle(again, conn) != DUPLICATE_PREPARED_STATEMENT:
-                        raise
-                names.add(name)
-        names.update(name for name, _ in missing)
+            return super().commit()
+        except CONNECTION_ERRORS:
+            self._state.unconfirmed = list(self._state.commit_callbacks)
+            raise
 
-    def execute_prepared_batch(self, statements):
-        conn = self.connection()
-        names = self._prepared.setdefault(self.conn_key(conn), set())
-        texts = [_prepared_texts(sql) for sql, _ in statements]
-        self._prepare(conn, names, texts)
-        params = [value for _, values in statements for value in values]
-        return self.execute_sql("; ".join(run for _, _, run in texts), params)
-
-    def execute_prepared(self, sql: str, params):
-        """``sql`` (``?`` placeholders) as a statement prepared once per connection.
-
-        A hot statement's parse and plan cost the server more than running it (a read's one
-        statement: 0.45 ms of 0.58). If the server no longer knows the name (a connection
-        reset by a pooler, an id reused by a new connection), it is prepared again, once.
-        """
-        name, prepare, run = _prepared_texts(sql)
-        conn = self.connection()
-        names = self._prepared.setdefault(self.conn_key(conn), set())
-        self._prepare(conn, names, [(name, prepare, run)])
-        try:
-            return self.execute_sql(run, params)
-        except DatabaseError as exc:
-            if self._sqlstate_when_idle(exc, conn) != UNKNOWN_PREPARED_STATEMENT:
-                raise
-        names.clear()  # a server that forgot one forgot them all (DEALLOCATE ALL, a reset session)
-        self.execute_sql(prepare)
-        names.add(name)
-        return self.execute_sql(run, params)
+    def take_unconfirmed(self) -> list[Callable[[], None]]:
+        """The work after commit of the last COMMIT that met a broken connection (then none)."""
+        work, self._state.unconfirmed = getattr(self._state, "unconfirmed", []), []
+        return work
 
     def _close(self, conn, close_conn=False):
         if close_conn:
@@ -208,9 +212,6 @@ def release_connection() -> None:
         db.close()
 
 
-log = logging.getLogger(__name__)
-CONNECTION_ERRORS = (OperationalError, InterfaceError)
-
 
 @contextmanager
 def transaction_with_known_outcome(committed: Callable[[], bool]):
@@ -221,7 +222,8 @@ def transaction_with_known_outcome(committed: Callable[[], bool]):
     charged a live key for a scan it was told had failed, and a retry made a duplicate. So
     after a connection error at COMMIT, ``committed()`` looks on a fresh connection (for a
     row the transaction wrote, by an id chosen before it) and the transaction ends as it
-    really did: normally if it committed, with the connection error if it did not.
+    really did: normally if it committed, with the connection error if it did not. Its work
+    after commit (``after_commit``) runs only in the first case.
     """
     body_done = False
     try:
@@ -231,10 +233,13 @@ def transaction_with_known_outcome(committed: Callable[[], bool]):
     except CONNECTION_ERRORS:
         if not body_done:
             raise
+        work = db.take_unconfirmed()
         _reconnect()
         if not committed():
             raise
         log.warning("the database connection broke during COMMIT; the transaction had committed")
+        for fn in work:
+            fn()
 
 
 def _reconnect() -> None:
@@ -252,45 +257,36 @@ def _reconnect() -> None:
 # written once as SQL and run with ``execute``. ``?`` marks a parameter; it becomes
 # the bound database's own placeholder. Columns come from the models, so the SQL
 # follows a renamed column.
+#
+# Each statement goes as its text, never as an SQL-level ``PREPARE`` kept on the
+# connection: behind a pooler in transaction mode (PgBouncer) the next transaction may
+# run on another server connection, which has not prepared it, or has prepared it for
+# another client (D19). What the server's parse and plan cost is in docs/performance.md.
 
 _placeholder_sql: dict[tuple[str, str], str] = {}
 
 
-def execute(sql: str, params=()):
-    """Run ``sql`` (``?`` placeholders) on the bound database; returns the cursor."""
+def _text(sql: str) -> str:
+    """``sql`` with the bound database's placeholder for each ``?``."""
     param = db.obj.param
     key = (param, sql)
     text = _placeholder_sql.get(key)
     if text is None:
         text = _placeholder_sql[key] = sql.replace("?", param)
-    return db.execute_sql(text, params)
+    return text
 
 
-def execute_prepared(sql: str, params=()):
-    """``execute``, as a server-side prepared statement (``PostgresPool.execute_prepared``)."""
-    return db.obj.execute_prepared(sql, params)
+def execute(sql: str, params=()):
+    """Run ``sql`` (``?`` placeholders) on the bound database; returns the cursor."""
+    return db.execute_sql(_text(sql), params)
 
 
-def execute_prepared_batch(statements: list[tuple[str, object]]):
-    """Run ``statements`` (``(sql, params)``, in order) and return the last one's cursor: one
-    round trip of prepared statements (each still its own statement: under READ COMMITTED
-    each sees what the previous ones committed or locked)."""
-    return db.obj.execute_prepared_batch(statements)
-
-
-_prepared_texts_cache: dict[str, tuple[str, str, str]] = {}
-
-
-def _prepared_texts(sql: str) -> tuple[str, str, str]:
-    """The name, ``PREPARE`` and ``EXECUTE`` texts of ``sql`` (``?`` placeholders become ``$n``)."""
-    texts = _prepared_texts_cache.get(sql)
-    if texts is None:
-        name = "hot_" + hashlib.sha1(sql.encode(), usedforsecurity=False).hexdigest()[:16]  # a name, not a secret
-        parts = sql.split("?")
-        numbered = "".join(part + (f"${i}" if i < len(parts) else "") for i, part in enumerate(parts, 1))
-        run = f"EXECUTE {name}" + (f" ({', '.join(['%s'] * (len(parts) - 1))})" if len(parts) > 1 else "")
-        texts = _prepared_texts_cache[sql] = (name, f"PREPARE {name} AS {numbered}", run)
-    return texts
+def execute_batch(statements: list[tuple[str, object]]):
+    """Run ``statements`` (``(sql, params)``, in order) in one round trip and return the last
+    one's cursor (each still its own statement: under READ COMMITTED each sees what the
+    previous ones committed or locked)."""
+    return db.execute_sql("; ".join(_text(sql) for sql, _ in statements),
+                          [value for _, values in statements for value in values])
 
 
 def columns(model, alias: str | None = None) -> str:

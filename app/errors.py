@@ -41,12 +41,14 @@ SERVICE_ERROR_STATUS = (
     (domain.WebhookUrlMissing, 400),
     (domain.InvalidRequest, 400),
     (domain.NotAuthenticated, 401),
+    (domain.CallbackRefused, 401),
     (domain.InsufficientBalance, 402),
     (domain.Forbidden, 403),
     (domain.NotFound, 404),
     (domain.Conflict, 409),
     (domain.RateLimited, 429),
     (domain.EngineUnavailable, 502),
+    (domain.TryAgain, 503),
     (domain.ServiceError, 400),
 )
 

@@ -1,8 +1,8 @@
 """Job dispatch: queue names, job ids, enqueue helpers and the one due-job promoter.
 
-Shared by the services (which enqueue) and the workers (which run the jobs and
-schedule successors); the app never imports ``workers``: jobs are referenced by
-dotted path, so the API process never imports job code. Dispatch never raises: the
+Shared by the services (which enqueue) and the workers (which run the jobs); the app
+never imports ``workers``: jobs are referenced by dotted path, so the API process never
+imports job code. Dispatch never raises: the
 rows it points at are committed first (D13), and a dispatch that Redis refused is
 found and redone by the recovery sweep.
 
@@ -10,7 +10,7 @@ A delayed job is put into RQ's ScheduledJobRegistry here (``_save_scheduled``, `
 not by ``Queue.enqueue_in``: RQ 2.12 writes the registry entry outside the pipeline it
 is given (one round trip per job, and for a moment an id without its job) and rounds
 the due time down to the whole second (so a job may run up to a second early). Here
-the jobs and their entries (one ZADD for a whole bulk) go in one pipeline, and an
+a job and its entry go in one pipeline, and an
 entry's score is the due time to the millisecond: the workers' scheduler
 (``workers.__main__.PreciseScheduler``) runs it then, and RQ's own scheduler
 (``rq worker --with-scheduler``) at the next whole second, never early.
@@ -32,14 +32,14 @@ log = logging.getLogger(__name__)
 ENGINE_QUEUE = "engine"
 WEBHOOK_QUEUE = "webhooks"
 QUEUES = (ENGINE_QUEUE, WEBHOOK_QUEUE)
-TRACK_JOB = "workers.engine_jobs.track_scan"
 DELIVER_JOB = "workers.webhook_jobs.deliver"
 FORGET_JOB = "workers.engine_jobs.forget_investigation"
 # Seconds between the tries of an engine deletion (D25) after its first; past the last one the
 # recovery sweep enqueues it again, so it is retried until the engine answers.
 FORGET_RETRY_SCHEDULE = (10, 60, 300, 1800, 3600)
 JOB_TTL = 24 * 3600
-TRACK_JOB_TIMEOUT = 60
+# RQ's hard limit for one engine deletion job.
+FORGET_JOB_TIMEOUT = 60
 # RQ's hard limit for one delivery job; the sweep treats an attempt older than this as abandoned.
 DELIVERY_JOB_TIMEOUT = 120
 
@@ -60,16 +60,6 @@ def _job_number(job_id: str | None) -> int | None:
         return int((job_id or "").rsplit("-", 1)[1])
     except (IndexError, ValueError):
         return None
-
-
-def tracking_job_id(scan_id: str, generation: int) -> str:
-    """The id of the ``generation``-th tracking job of a scan (its chain's fencing token)."""
-    return f"trk-{scan_id}-{generation}"
-
-
-def tracking_generation(job_id: str | None) -> int:
-    """The generation a tracking job id stands for (0 for none)."""
-    return _job_number(job_id) or 0
 
 
 def delivery_job_id(delivery_id: str, number: int) -> str:
@@ -104,37 +94,6 @@ def _due(q: Queue, pipe, due: dict[str, float]) -> None:
         pipe.zadd(ScheduledJobRegistry(queue=q).key, due)
 
 
-def enqueue_tracking(job_ids: dict[str, str], delay_seconds: float | dict[str, float] = 0) -> bool:
-    """Enqueue a tracking job per ``{scan_id: job_id}`` in one Redis round trip.
-
-    ``delay_seconds`` is one delay for all, or a delay per scan id.
-    """
-    if not job_ids:
-        return True
-    try:
-        q = queue(ENGINE_QUEUE)
-        now = time.time()
-        due = {}
-        with runtime.redis().pipeline() as pipe:
-            pipe.multi()  # explicit MULTI first: RQ's enqueue with a pipeline expects one
-            pipe.sadd(q.redis_queues_keys, q.key)
-            for scan_id, job_id in job_ids.items():
-                delay = delay_seconds.get(scan_id, 0) if isinstance(delay_seconds, dict) else delay_seconds
-                if delay > 0:
-                    _save_scheduled(q, pipe, TRACK_JOB, job_id, (scan_id,), result_ttl=0, failure_ttl=JOB_TTL,
-                                    ttl=JOB_TTL, timeout=TRACK_JOB_TIMEOUT)
-                    due[job_id] = now + delay
-                else:
-                    q.enqueue(TRACK_JOB, args=(scan_id,), job_id=job_id, result_ttl=0, failure_ttl=JOB_TTL,
-                              ttl=JOB_TTL, job_timeout=TRACK_JOB_TIMEOUT, pipeline=pipe)
-            _due(q, pipe, due)  # in the same MULTI: no job is ever seen without its entry
-            pipe.execute()
-        return True
-    except RedisError as exc:
-        log.warning("could not dispatch %d tracking job(s), the sweep will: %s", len(job_ids), exc)
-        return False
-
-
 def enqueue_delivery(delivery_id: str, job_id: str | None, delay_seconds: float = 0) -> bool:
     if job_id is None:  # the row's column may be null in type only: a pending delivery always has its job
         raise ValueError(f"delivery {delivery_id} has no job to enqueue")
@@ -167,7 +126,7 @@ def enqueue_engine_deletions(deletion_ids: list[str]) -> bool:
             pipe.multi()
             for deletion_id in deletion_ids:
                 q.enqueue(FORGET_JOB, args=(deletion_id,), job_id=forget_job_id(deletion_id), result_ttl=0,
-                          failure_ttl=JOB_TTL, ttl=JOB_TTL, job_timeout=TRACK_JOB_TIMEOUT,
+                          failure_ttl=JOB_TTL, ttl=JOB_TTL, job_timeout=FORGET_JOB_TIMEOUT,
                           retry=Retry(max=len(FORGET_RETRY_SCHEDULE), interval=list(FORGET_RETRY_SCHEDULE)),
                           pipeline=pipe)
             pipe.execute()

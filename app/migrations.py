@@ -267,6 +267,37 @@ def _findings_keep_identity(database):
         after = rows[-1][0]
 
 
+def _engine_callbacks(database):
+    """E7's callbacks: whether the engine promised them per scan, the in-flight scans by engine id
+    (a callback's look-up), and the callback ids taken (replays refused). The values it uses are
+    written here, not imported: ``queued`` and ``running`` are the statuses in flight."""
+    database.execute_sql('ALTER TABLE "scan" ADD COLUMN IF NOT EXISTS "callbacks" BOOLEAN NOT NULL DEFAULT FALSE')
+    database.execute_sql('CREATE INDEX IF NOT EXISTS "scan_in_flight_engine_id" ON "scan" ("engine_id") '
+                         "WHERE ((\"status\" IN ('queued', 'running')) AND (\"engine_id\" IS NOT NULL))")
+    database.execute_sql('CREATE TABLE IF NOT EXISTS "engine_callback" '
+                         '("id" VARCHAR(200) NOT NULL PRIMARY KEY, "until" TIMESTAMP NOT NULL)')
+
+
+def _one_way_to_track(database):
+    """Due looks become the one way to track a scan (D24): each submitted scan in flight that an RQ
+    job chain tracked (no due look) is due now, its chain's token cleared (a late job of that
+    chain, still running the code of before, finds itself stale and stops); the index of the
+    chains' sweep goes. The values are this migration's own: the statuses in flight as they
+    are today."""
+    database.execute_sql('UPDATE "scan" SET "next_look_at" = now() AT TIME ZONE \'UTC\', "tracking_job_id" = NULL '
+                         """WHERE "status" IN ('queued', 'running') AND "engine_id" IS NOT NULL """
+                         'AND "next_look_at" IS NULL')
+    database.execute_sql('DROP INDEX IF EXISTS "scan_in_flight_last_checked"')
+
+
+def _longer_request_ids(database):
+    """Client request ids of 1 to 128 characters (D1): the ledger's and the activity log's columns
+    held 64, so a longer id would fail a charged call's ledger row. Widening a VARCHAR rewrites
+    nothing in PostgreSQL."""
+    for name in ("credit_ledger", "activity_entry"):
+        database.execute_sql(f'ALTER TABLE "{name}" ALTER COLUMN "request_id" TYPE VARCHAR(128)')
+
+
 def _events(database):
     """The events of every customer and mode, stored once whether or not an endpoint or a stream
     wants them (D27); the table as the model makes it, its statements written out here."""
@@ -281,6 +312,10 @@ def _events(database):
 
 
 # (version, name, function(database)). Append only; never edit an applied one.
+# Version 3 is absent on purpose: it was never assigned (the history has migration 4, portal
+# sessions, appended right after 2), so no database records it. The gap is harmless, as
+# ``upgrade`` applies every version a database lacks, in this order; for the same reason 3 must
+# never be used now: a database at a later version would run it after everything it assumes.
 MIGRATIONS = [
     (1, "initial schema", _initial),
     (2, "quota counters, leaner scan indexes", _quota_counters),
@@ -300,7 +335,10 @@ MIGRATIONS = [
     (17, "batch looks at the engine", _batch_looks),
     (19, "engine deletions of erased scans", _engine_deletions),
     (20, "findings keep their identity: feedback by finding, its scan", _findings_keep_identity),
+    (21, "engine callbacks", _engine_callbacks),
+    (22, "one way to track a scan: due looks", _one_way_to_track),
     (23, "events stored once per customer and mode", _events),
+    (24, "request ids of up to 128 characters", _longer_request_ids),
 ]
 
 

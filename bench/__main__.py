@@ -56,9 +56,9 @@ def parse_args(argv):
     p.add_argument("--latency-rate", type=float, default=10.0, help="scans created per second (default 10)")
     p.add_argument("--latency-time-scale", type=float, default=0.05, help="simulator time scale (default 0.05)")
     p.add_argument("--scale-scans", type=int, help="scans in flight for the scale phase (default 100000; quick 5000)")
-    p.add_argument("--scale-mode", choices=("auto", "off", "both"), default="both",
-                   help="ENGINE_BATCH_LOOK of the scale phase: auto (batch looks), off (a job per scan, today's) or "
-                        "both: off at --scale-off-scans, then auto at --scale-scans (default both)")
+    p.add_argument("--scale-mode", choices=("auto",), default="auto",
+                   help="the scale phase's tracking: auto, the batch looks, the only one now (the RQ job per scan "
+                        "it was once compared with, 'off', is gone with ENGINE_BATCH_LOOK)")
     p.add_argument("--scale-off-scans", type=int,
                    help="scans in flight of the off run when --scale-mode both (default 10000; quick 1000)")
     p.add_argument("--scale-time-scale", type=float,

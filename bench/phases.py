@@ -367,8 +367,7 @@ def latency_phase(stack: Stack, opts, out: Path, log) -> dict:
         "engine_done_to_received_ms": summary(total, 0),
         "engine_done_to_completed_ms": summary(to_tracked, 0),
         "completed_to_received_ms": summary(to_received, 0),
-        "tracking_jobs": job_stats(jobs, "trk"), "delivery_jobs": job_stats(jobs, "dlv"),
-        "looks_per_scan": round(sum(1 for r in jobs if r["kind"] == "trk") / n, 2),
+        "delivery_jobs": job_stats(jobs, "dlv"),  # scans are tracked by batch looks, not jobs (D24)
     }
 
 

@@ -2,7 +2,9 @@
 
 Each run starts from an empty schema and a flushed Redis db, a simulator at its real
 durations (scans of 60 to 180 s), the API and two workers, all with
-``ENGINE_BATCH_LOOK`` = the run's mode and ``ENGINE_POLL_SECONDS`` = ``--scale-poll``:
+``ENGINE_POLL_SECONDS`` = ``--scale-poll``. The one mode now is ``auto``; ``off`` (an RQ job
+per scan, ``ENGINE_BATCH_LOOK=off``) is gone with that setting, and what is said of it below
+describes the runs that compared the two (docs/performance.md):
 
 - ``auto``: the batch look (``app.services.looks.look_due``, claimed from PostgreSQL by the
   workers' looker threads); ``bench.worker`` logs every batch it claimed: its lags (seconds
@@ -198,7 +200,7 @@ def run(stack: Stack, opts, out: Path, log, mode: str, n: int) -> dict:
     stack.reset_database()
     stack.flush_redis()
     sim = stack.start_simulator(scale, f"sim-scale-{mode}")
-    env = {"ENGINE_POLL_SECONDS": poll, "ENGINE_BATCH_LOOK": mode, "ENGINE_BATCH_SIZE": opts.scale_batch_size}
+    env = {"ENGINE_POLL_SECONDS": poll, "ENGINE_BATCH_SIZE": opts.scale_batch_size}
     api_url, api_proc = stack.start_api(sim, f"api-scale-{mode}", **env)
     customer_id, key = stack.customer(f"bench-scale-{mode}")
     seed = "api" if mode == "off" else opts.scale_seed
@@ -450,7 +452,7 @@ def goals(result: dict, n: int, poll: float) -> list[dict]:
 
 
 def scale_phase(stack: Stack, opts, out: Path, log) -> dict:
-    modes = ["off", "auto"] if opts.scale_mode == "both" else [opts.scale_mode]
+    modes = ["auto"]  # the batch looks: ``off`` (an RQ job per scan) is gone with ENGINE_BATCH_LOOK
     result: dict = {"poll": opts.scale_poll}
     for mode in modes:
         n = opts.scale_off_scans if (mode == "off" and opts.scale_mode == "both") else opts.scale_scans

@@ -128,13 +128,12 @@ with db.connection_context():
     for url, count in plan:
         customer = accounts.create_customer("bench", "enterprise", 10)
         keys.append((accounts.issue_key(customer.id, "bench", url, None)[0], url, count))
-    if rate <= 0:  # all rows, then all jobs
-        for key, url, count in keys:
-            for _ in range(count):
-                body = webhooks.sample_event_body()
-                ids.append((webhooks._create_delivery(key, body["event"], body, scan_id=None).id, url))
-        for delivery_id, _ in ids:
-            webhooks.dispatch(webhooks.WebhookDelivery.get_by_id(delivery_id))
+    if rate <= 0:  # all rows, then all jobs (a row's job is sent when its transaction commits)
+        with db.atomic():
+            for key, url, count in keys:
+                for _ in range(count):
+                    body = webhooks.sample_event_body()
+                    ids.append((webhooks._create_delivery(key, body["event"], body, scan_id=None).id, url))
     else:  # one delivery (row, then job) every 1/rate s, the URLs in turn
         order = [(key, url) for n in range(max(c for _, _, c in keys)) for key, url, c in keys if n < c]
         start = time.monotonic()
@@ -143,8 +142,7 @@ with db.connection_context():
             if pause > 0:
                 time.sleep(pause)
             body = webhooks.sample_event_body()
-            delivery = webhooks._create_delivery(key, body["event"], body, scan_id=None)
-            webhooks.dispatch(delivery)
+            delivery = webhooks._create_delivery(key, body["event"], body, scan_id=None)  # row, then its job
             ids.append((delivery.id, url))
 print(json.dumps({"ids": ids}))
 """
@@ -190,8 +188,7 @@ with db.connection_context():
             if pause > 0:
                 time.sleep(pause)
         body = webhooks.sample_event_body()
-        delivery = webhooks._create_delivery(endpoint.key, body["event"], body, None, endpoint)
-        webhooks.dispatch(delivery)
+        delivery = webhooks._create_delivery(endpoint.key, body["event"], body, None, endpoint)  # row, then job
         ids.append((delivery.id, url))
 print(json.dumps({"ids": ids}))
 """

@@ -1,10 +1,11 @@
 """``python -m workers``: an RQ worker with its scheduler on ``engine`` and ``webhooks``.
 
 With the engine queue it also runs the batch looks (``workers.looker``, D24): threads that
-look at the scans in flight due in the database, many per engine request; the engine queue
-then carries only the RQ jobs of scans tracked the older way (``ENGINE_BATCH_LOOK=off``).
+look at the scans in flight due in the database, many per engine request (the one way a scan
+in flight is tracked); the engine queue carries the engine deletions of erased scans, and
+hands over any tracking job left from before the upgrade (``workers.engine_jobs``).
 
-Jobs run in the worker process (``SimpleWorker``): tracking and delivery jobs are
+Jobs run in the worker process (``SimpleWorker``): engine and delivery jobs are
 short HTTP calls, and forking per job would cost more than the job. RQ's job timeout
 still bounds each one. The scheduler is RQ's, made precise (``PreciseScheduler``):
 due times are kept to the millisecond and it looks for due jobs every 0.2 s. Every
@@ -34,10 +35,10 @@ from rq.scheduler import RQScheduler
 from rq.worker import WorkerStatus
 
 from app import create_app, runtime
-from app.config import startup_error_line
+from app.config import retired_setting_lines, startup_error_line
 from app.db import CONNECTION_ERRORS
 from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, promote_due
-from app.services import looks, periodic
+from app.services import periodic
 from app.startup import StartupError, check
 from workers.database_gate import DatabaseGate
 
@@ -308,10 +309,12 @@ def main(argv=None) -> int:
     except StartupError as exc:
         print(startup_error_line(str(exc)), file=sys.stderr, flush=True)
         return 1
+    for line in retired_setting_lines():
+        log.warning(line)
     queues = [q for q in args.queues.split(",") if q]
     _trap_signals()
     lookers = None
-    if ENGINE_QUEUE in queues and not args.burst and looks.enabled():  # D24: scans in flight hold no job
+    if ENGINE_QUEUE in queues and not args.burst:  # D24: scans in flight hold no job
         from workers.looker import Lookers
         lookers = Lookers(stopping=STOPPING, database=DATABASE).start()
         log.info("looking at scans in flight in batches of up to %d (%d threads)",

@@ -169,6 +169,9 @@ def register_api(app: Flask) -> Api:
     from app.api.account import blp as account_blp
     api.register_blueprint(account_blp)
     _shape_schemas(api.spec)
+    # The engine's callbacks (E7): beside the API, outside its document and its accounting.
+    from app.api.callbacks import bp as engine_callbacks_bp
+    app.register_blueprint(engine_callbacks_bp)
     from app.api.hooks import check_accounted
     check_accounted(app)
     _document_scopes(app, api.spec)
@@ -180,6 +183,7 @@ def register_api(app: Flask) -> Api:
     csrf.exempt(events_blp)
     csrf.exempt(activity_blp)
     csrf.exempt(account_blp)
+    csrf.exempt(engine_callbacks_bp)  # signed by the engine, no cookie
 
     assets = swagger_ui_bundle.swagger_ui_path
 

@@ -27,7 +27,7 @@ ERROR_EXAMPLES = {
     "unauthorized": "the Authorization header must be 'Bearer <API key>'",
     "invalid_token": "the API key is unknown or revoked",
     "key_expired": "this API key has expired",
-    "ip_not_allowed": "this API key may not be used from your address",
+    "ip_not_allowed": "this API key may not be used from 198.51.100.7, the address this service sees for your call",
     "insufficient_scope": "this API key lacks the scope webhooks, which this call needs",
     "insufficient_balance": "the account balance is below 1 credit",
     "not_found": "no delivery dlv_T3JhbmdlIGp1aWNlIGJveA",

@@ -1,9 +1,9 @@
 """The webhook endpoints calls (D22): a key's endpoints, each with its own URL, secret, events,
 payload, enabled flag and description; rolling a secret; sending again what an endpoint missed.
 
-Views stay thin: ``services.endpoints`` owns the rules and raises ``EndpointNotFound`` (404) and
-``InvalidRequest`` (400); authentication, the ``webhooks`` scope, charging (1 credit, as every
-call) and the limit headers are ``app.api.hooks.api_call``'s job.
+Views stay thin: ``services.endpoints`` owns the rules and raises ``EndpointNotFound`` (404),
+``InvalidRequest`` (400) and ``SecretChanged`` (409 ``conflict``); authentication, the ``webhooks``
+scope, charging (1 credit, as every call) and the limit headers are ``app.api.hooks.api_call``'s job.
 """
 from __future__ import annotations
 
@@ -42,12 +42,16 @@ ERROR_EXAMPLES = {
     "unauthorized": "the Authorization header must be 'Bearer <API key>'",
     "invalid_token": "the API key is unknown or revoked",
     "key_expired": "this API key has expired",
-    "ip_not_allowed": "this API key may not be used from your address",
+    "ip_not_allowed": "this API key may not be used from 198.51.100.7, the address this service sees for your call",
     "insufficient_scope": "this API key lacks the scope webhooks, which this call needs",
     "insufficient_balance": "the account balance is below 1 credit",
     "not_found": "no endpoint ep_Q2hlcnJ5IHRvbWF0b2Vz",
+    "conflict": "the signing secret was changed by another request meanwhile: nothing was changed; look at the "
+                "secret in force and try again if needed",
     "service_unavailable": "the database cannot be reached; try again shortly",
 }
+CONFLICT = {409: "`conflict` (another roll or switch of this endpoint's secret, made at the same time, won: "
+                 "nothing was changed; free of charge)"}
 ENDPOINT_EXAMPLE = {"endpoint_id": "ep_Q2hlcnJ5IHRvbWF0b2Vz", "url": "https://hooks.example.com/scans",
                     "events": ["scan.completed", "scan.failed"], "payload": "full", "enabled": True,
                     "description": "Case system", "disabled_at": None, "secret_rotation_ends_at": None}
@@ -129,7 +133,7 @@ class EndpointRollSecret(MethodView):
                   example={"ok": True, "endpoint_id": "ep_Q2hlcnJ5IHRvbWF0b2Vz",
                            "secret": "whsec_bmV4dCBzZWNyZXQgMDEyMzQ1Njc4OQ==", "switch_at": "2026-11-22T12:00:00Z"})
     @documented_errors({400: "`invalid_request` (a rotation is already under way, or the overlap refused)",
-                        **ERRORS, **NOT_FOUND})
+                        **ERRORS, **NOT_FOUND, **CONFLICT})
     @blp.priced("call")
     def post(self, key, body, endpoint_id):
         """Create the endpoint's next secret, shown in this answer only. Until `switch_at` both secrets sign
@@ -145,7 +149,7 @@ class EndpointSwitchSecret(MethodView):
     @blp.doc(security=SECURITY, summary="End an endpoint's secret rotation now", operationId="switchEndpointSecret")
     @blp.response(200, EndpointOneSchema, headers=HEADERS, example={"ok": True, **ENDPOINT_EXAMPLE})
     @documented_errors({400: "`invalid_request` (no rotation is under way: roll the secret first)",
-                        **ERRORS, **NOT_FOUND})
+                        **ERRORS, **NOT_FOUND, **CONFLICT})
     @blp.priced("call")
     def post(self, key, endpoint_id):
         """Switch now, before `switch_at`: the rolled secret becomes the only one and the old one stops

@@ -9,7 +9,9 @@ the call's 1 credit when its answer is chargeable (D3: 2xx, 400, 403, 404) unles
 service already charged it (creations, reads: their ``Charged`` goes with the response they
 render); then add ``X-Credits-Remaining`` and the RateLimit fields (D8), and store or release
 the idempotency claim; last, write the call's activity log entry (D20: one INSERT, its
-action named by ``app.api.actions``). Nothing passes between the steps through ``flask.g``:
+action named by ``app.api.actions``), unless the call's charge wrote it (D25: the charge's
+statement or transaction writes the entry ``call_entry`` made, so no charge commits without it;
+then only its status is corrected, if the answer changed). Nothing passes between the steps through ``flask.g``:
 what the view's service charged (``Charged``) and what the entry says about its object
 (``activity.Subject``) travel as attributes of the response; the only things kept in ``g`` are
 who is calling (``g.caller``) and, for a key D21 refused, why (``g.refused``), for the log line
@@ -68,20 +70,32 @@ def json_body(body: dict, status: int = 200) -> Response:
 
 
 def render(body: dict, status: int = 200, *, charged: Charged | None = None,
-           subject: activity.Subject | None = None) -> Response:
-    """The JSON answer of a view, carrying what its service charged (None: ``_charge`` charges it)
-    and what the activity log's entry says about its object (a creation's)."""
+           subject: activity.Subject | None = None, recorded: activity.Recorded | None = None) -> Response:
+    """The JSON answer of a view, carrying what its service charged (None: ``_charge`` charges it),
+    what the activity log's entry says about its object (a creation's) and the entry its service
+    wrote with its charge (``recorded``, D25: ``call_entry``)."""
     response = json_body(body, status)
     response.charged = charged  # type: ignore[attr-defined] # read back by _charge
     response.subject = subject  # type: ignore[attr-defined] # read back by _record
+    response.recorded = recorded  # type: ignore[attr-defined] # read back by _account
     return response
 
 
 def refusal(exc: Exception, *, charged: Charged | None = None) -> Response:
-    """The app's error answer to ``exc`` (its one error table), carrying what was charged."""
+    """The app's error answer to ``exc`` (its one error table), carrying what was charged and the
+    entry a service wrote with a charge before the call failed (``activity.RECORDED``)."""
     response = current_app.make_response(current_app.handle_user_exception(exc))
     response.charged = charged  # type: ignore[attr-defined] # read back by _charge
+    response.recorded = getattr(exc, activity.RECORDED, None)  # type: ignore[attr-defined] # read by _account
     return response
+
+
+def call_entry(key: ApiKey, status: int) -> activity.CallEntry:
+    """This call's activity entry, for the statement or transaction that charges the call to
+    write with its charge (D25); ``status``: the answer the call gives when served."""
+    return activity.call_entry(customer_id=key.customer_id, livemode=key.livemode, key_id=key.id, action=_action(),
+                               resource_id=_route_object(), client_address=client_address(),
+                               request_id=g.get("request_id"), status=status)
 
 
 def api_call(view: Callable | None = None, *, scope: str | None = None) -> Callable:
@@ -225,11 +239,22 @@ def declared_scope(app, rule, method: str) -> str | None:
     return getattr(getattr(view_class, method.lower(), None), "scope", None)
 
 
+# Views of the API's blueprints outside the accounted wrappers, each on purpose and with why. The
+# app refuses to start with any other view under ``/engine/`` (as with any unwrapped ``/api/v1/``).
+UNACCOUNTED = {
+    "/engine/v1/callbacks": "the engine's callbacks (E7): signed with ENGINE_CALLBACK_SECRET, not a customer's "
+                            "key; free, no activity entry (app/api/callbacks.py)",
+}
+
+
 def check_accounted(app) -> None:
     """Refuse to start when a view of the API is not wrapped by ``api_call`` or ``served_read``,
     or declares no scope (D21): it would answer without authentication, access check or charge
-    (fail closed, at start, not per request)."""
+    (fail closed, at start, not per request). ``UNACCOUNTED`` lists the views outside them."""
     for rule in app.url_map.iter_rules():
+        if rule.rule.startswith("/engine/") and rule.rule not in UNACCOUNTED:
+            raise RuntimeError(f"{rule.endpoint} ({rule.rule}) is outside hooks.api_call: list it in "
+                               f"hooks.UNACCOUNTED, saying why, if it must be")
         view_class = getattr(app.view_functions.get(rule.endpoint), "view_class", None)
         if view_class is None or not rule.rule.startswith("/api/v1/"):
             continue
@@ -246,15 +271,16 @@ def check_accounted(app) -> None:
 
 def _account(key: ApiKey, run: Callable[[], Response], *, idempotent: bool,
              recorded: activity.Recorded | None = None) -> Response:
-    """``recorded``: the entry a served read's statement already wrote (``_record`` then only
-    corrects its status if the answer is not the one the statement decided)."""
+    """``recorded``: the entry a served read's statement already wrote, as does the charge of
+    any call (``Charged``, ``_charge``: D25); ``_record`` then only corrects its status if the
+    answer is not the one written."""
     g.caller = key
     try:
         response = _answer(key, run, idempotent=idempotent)
     except Exception as exc:  # answered by the app's error table (an Idempotency-Key refused): logged too
-        _record(key, _status_of(exc), None, recorded)
+        _record(key, _status_of(exc), None, recorded or getattr(exc, activity.RECORDED, None))
         raise
-    _record(key, response.status_code, response, recorded)
+    _record(key, response.status_code, response, recorded or getattr(response, "recorded", None))
     return response
 
 
@@ -324,9 +350,12 @@ def _charge(response: Response, key: ApiKey) -> tuple[Response, Charged | None]:
     charged = getattr(response, "charged", None)
     if charged is not None or not billing.call_is_charged(response.status_code, key.livemode):
         return response, charged
+    entry = call_entry(key, response.status_code)
     try:
         balance, usage = billing.charge_call(key.customer_id, g.get("request_id"), utcnow(),
                                              _ledger_endpoint(response.status_code),
+                                             entry=entry.row(credits=billing.CALL_PRICE,
+                                                             subject=getattr(response, "subject", None)),
                                              read_of=key.livemode if billing.is_read(request.method) else None)
     except CONNECTION_ERRORS:
         # The call cannot be charged, so it is not served: D3 charges every 2xx/400/403/404
@@ -337,6 +366,7 @@ def _charge(response: Response, key: ApiKey) -> tuple[Response, Charged | None]:
         # The balance ran out between the check and this charge: the call is not served.
         balance = billing.balance_of(key.customer_id)
         return handle_api_error(from_service_error(InsufficientBalance(balance))), Charged(balance)
+    response.recorded = entry.recorded()  # type: ignore[attr-defined] # written with the charge: _account
     return response, Charged(balance, usage, credits=billing.CALL_PRICE)
 
 

@@ -69,14 +69,15 @@ ERROR_EXAMPLES = {
     "unauthorized": (401, "the Authorization header must be 'Bearer <API key>'"),
     "invalid_token": (401, "the API key is unknown or revoked"),
     "key_expired": (401, "this API key has expired"),
-    "ip_not_allowed": (403, "this API key may not be used from your address"),
+    "ip_not_allowed": (403, "this API key may not be used from 198.51.100.7, the address this service sees "
+                              "for your call"),
     "insufficient_scope": (403, "this API key lacks the scope scans:write, which this call needs"),
     "insufficient_balance": (402, "the account balance is below 1 credit"),
     "forbidden": (403, "this scan belongs to another customer"),
     "bulk_not_allowed": (403, "bulk calls are available on the Business and Enterprise tiers"),
     "target_suppressed": (403, "the person this target belongs to has opted out of lookups"),
     "not_found": (404, "no scan with this id"),
-    "nothing_to_rerun": (409, "this scan has no source to re-run: it is not completed, or every source answered"),
+    "nothing_to_rerun": (409, "this scan has no source to re-run: every source answered"),
     "idempotency_conflict": (409, "this Idempotency-Key was used with a different request body"),
     "scan_in_flight": (409, "this scan is still in flight: erase it once it is completed or failed"),
     "rate_limit_inflight": (429, "too many scans in flight (10 of 10); retry when one finishes"),
@@ -295,9 +296,11 @@ def with_poll_urls(body: dict) -> dict:
 
 
 def created(outcome: scans.Outcome):
-    """A creation's answer: its body with the URLs to poll, and what its admission charged."""
+    """A creation's answer: its body with the URLs to poll, what its admission charged and the
+    activity entry it wrote with the charge."""
     charged = hooks.Charged(outcome.balance, outcome.usage, outcome.limits, credits=outcome.cost)
-    return hooks.render(with_poll_urls(outcome.body), 202, charged=charged, subject=outcome.subject)
+    return hooks.render(with_poll_urls(outcome.body), 202, charged=charged, subject=outcome.subject,
+                        recorded=outcome.recorded)
 
 
 def served(read: reads.ServedRead):
@@ -331,7 +334,7 @@ class ScanCreate(MethodView):
         try:
             outcome = scans.create_scan(key.customer, key.id, body["target"], body.get("kind"),
                                         request_id=g.request_id, livemode=key.livemode, purpose=body.get("purpose"),
-                                        case_ref=body.get("case_ref"))
+                                        case_ref=body.get("case_ref"), entry=hooks.call_entry(key, 202))
             final = waited_scan(outcome, key, wait) if held is not None else None
         finally:
             if held is not None:
@@ -339,7 +342,8 @@ class ScanCreate(MethodView):
         if final is None:
             return created(outcome)
         answer = hooks.render(final, 200, charged=hooks.Charged(outcome.balance, outcome.usage, outcome.limits,
-                                                                credits=outcome.cost), subject=outcome.subject)
+                                                                credits=outcome.cost), subject=outcome.subject,
+                              recorded=outcome.recorded)  # its entry, written as 202, says 200
         answer.created = True  # type: ignore[attr-defined] # stored for an Idempotency-Key's replay
         return answer
 
@@ -397,7 +401,8 @@ class ScanRerun(MethodView):
     @documented_errors(401, 402, 403, 404, 409, 429, 502, 503, overrides={
         403: "`forbidden` (another customer's scan), `target_suppressed` (the person opted out of lookups "
              "since; free of charge)",
-        409: "`nothing_to_rerun` (the scan is not completed, or every source answered; free of charge), "
+        409: "`nothing_to_rerun` (the scan is not completed, or every source answered, or it was erased: the "
+             "message says which; free of charge), "
              "`idempotency_conflict`"},
         codes={403: ("forbidden", "target_suppressed"), 409: ("nothing_to_rerun", "idempotency_conflict")})
     @blp.priced("scan")
@@ -408,7 +413,7 @@ class ScanRerun(MethodView):
         place of the failed ones, coverage and `partial` counted over all sources, and every finding under
         its id here, listing every source that found it. Limited and charged as a creation: costs {price}."""
         return created(scans.create_rerun(key.customer, key.id, scan_id, request_id=g.request_id,
-                                          livemode=key.livemode))
+                                          livemode=key.livemode, entry=hooks.call_entry(key, 202)))
 
 
 @blp.route("/scan/<scan_id:scan_id>/findings/<string:finding_id>/feedback")
@@ -455,7 +460,7 @@ class BulkCreate(MethodView):
         """Queue up to 100 targets (Business and Enterprise). Costs {price}."""
         outcome = scans.create_bulk(key.customer, key.id, body["targets"], request_id=g.request_id,
                                     livemode=key.livemode, purpose=body.get("purpose"),
-                                    case_ref=body.get("case_ref"))
+                                    case_ref=body.get("case_ref"), entry=hooks.call_entry(key, 202))
         return created(outcome)
 
 

@@ -8,7 +8,7 @@ from app.models.activity import ActivityEntry
 from app.models.base import BaseModel, iso, new_id, utcnow
 from app.models.events import Event
 from app.models.privacy import EngineDeletion, Suppression
-from app.models.scans import BulkBatch, FindingFeedback, IdempotencyRecord, QuotaMinute, Scan
+from app.models.scans import BulkBatch, EngineCallback, FindingFeedback, IdempotencyRecord, QuotaMinute, Scan
 from app.models.schema_version import SchemaVersion
 from app.models.webhooks import DeliveryAttempt, WebhookDelivery, WebhookEndpoint
 
@@ -32,11 +32,12 @@ ALL_MODELS = [
     FindingFeedback,
     EngineDeletion,
     Event,
+    EngineCallback,
 ]
 
 __all__ = [
     "ALL_MODELS", "ActivityEntry", "ApiKey", "BaseModel", "BulkBatch", "CreditLedger", "Customer", "DeliveryAttempt",
-    "EngineDeletion", "Event", "FindingFeedback",
+    "EngineCallback", "EngineDeletion", "Event", "FindingFeedback",
     "IdempotencyRecord", "PortalRecoveryCode", "PortalSession", "PortalUser", "QuotaMinute", "Scan", "SchemaVersion",
     "Suppression",
     "WebhookDelivery", "WebhookEndpoint", "iso", "new_id",

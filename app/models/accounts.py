@@ -158,7 +158,7 @@ class CreditLedger(BaseModel):
     reason = CharField(max_length=20)
     scan_id = CharField(max_length=40, null=True)
     bulk_id = CharField(max_length=40, null=True)
-    request_id = CharField(max_length=64, null=True)
+    request_id = CharField(max_length=128, null=True)  # a client's X-Request-Id: 1 to 128 characters
     note = TextField(null=True)
     created_at = DateTimeField(default=utcnow)
     # A row of summed reads (D24, reason "reads"): the charges of one customer's reads of one

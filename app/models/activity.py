@@ -33,7 +33,7 @@ class ActivityEntry(BaseModel):
     status = SmallIntegerField()
     credits = IntegerField(default=0)
     client_address = CharField(max_length=64, null=True)
-    request_id = CharField(max_length=64, null=True)
+    request_id = CharField(max_length=128, null=True)  # a client's X-Request-Id: 1 to 128 characters
     purpose = CharField(max_length=32, null=True)
     case_ref = CharField(max_length=128, null=True)
     # The keyed hashes (services.crypto.target_hash) of the targets a creation queued: one for

@@ -68,15 +68,21 @@ class Scan(BaseModel):
     failure_code = CharField(max_length=40, null=True)
     failure_message = TextField(null=True)
     result_json = TextField(null=True)
-    # Fencing token of the tracking chain: only the job whose id matches may act (D13).
+    # Retired (D24): the fencing token of the RQ job chain that tracked a scan before the upgrade
+    # that made due looks the one way. Nothing writes it but NULL; kept so that a process of
+    # before the upgrade, still running during it, finds its column (a later migration drops it).
     tracking_job_id = CharField(max_length=80, null=True)
     last_checked_at = DateTimeField(null=True)
     check_errors = IntegerField(default=0)
-    # Batch looks (D24): when the scan is next due to be looked at (NULL while an RQ job tracks
-    # it), and the fencing token of the looks: a claim adds one, and only the look that holds
-    # the current number may write what it saw.
+    # Batch looks (D24): when the scan is next due to be looked at (NULL until it is submitted,
+    # and for a scan a job chain tracked before the upgrade, until it is handed over), and the
+    # fencing token of the looks: a claim adds one, and only the look that holds the current
+    # number may write what it saw.
     next_look_at = DateTimeField(null=True)
     look_generation = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])
+    # Whether the engine promised to call back when the scan changes (E7): its looks may then
+    # wait past the eta, since a callback makes it due at once.
+    callbacks = BooleanField(default=False, constraints=[SQL("DEFAULT FALSE")])
     # The mode of the key that created it (D15): which engine answers, whether it was charged.
     livemode = BooleanField(default=True, constraints=[SQL("DEFAULT TRUE")])
     # When its personal data was erased (D20); NULL while it is kept.
@@ -92,15 +98,18 @@ class Scan(BaseModel):
         )
 
 
-# The scans in flight, by customer (the 429's Retry-After hint, the portal) and by last look
-# (the recovery sweep). Partial: a scan leaves both when it is final, so they stay as small as
-# what is in flight, and the planner never mistakes them for the windows' (customer, created_at).
+# The scans in flight, by customer (the 429's Retry-After hint, the portal). Partial: a scan
+# leaves it when it is final, so it stays as small as what is in flight, and the planner never
+# mistakes it for the windows' (customer, created_at).
 Scan.add_index(Scan.index(Scan.customer, name="scan_in_flight_customer", where=Scan.status.in_(IN_FLIGHT)))
-Scan.add_index(Scan.index(Scan.last_checked_at, name="scan_in_flight_last_checked", where=Scan.status.in_(IN_FLIGHT)))
 # The due looks (D24): scans in flight that the batch looks track, by due time. Partial, so the
 # claim's ORDER BY ... LIMIT reads only what is due, however many scans were ever made.
 Scan.add_index(Scan.index(Scan.next_look_at, name="scan_due_look",
                           where=Scan.status.in_(IN_FLIGHT) & Scan.next_look_at.is_null(False)))
+# A callback's scan (E7), by the engine's id: in flight only, so the index stays as small as what
+# is in flight (and an erased scan's id, gone with it, D25, was never in it for long).
+Scan.add_index(Scan.index(Scan.engine_id, name="scan_in_flight_engine_id",
+                          where=Scan.status.in_(IN_FLIGHT) & Scan.engine_id.is_null(False)))
 # The retention job's look (D20): final scans not yet erased, by when they ended. Partial, so
 # erased scans leave it and the job's cost follows what is still to erase, not the table.
 FINISHED_AT = SQL("(COALESCE(completed_at, failed_at))")
@@ -171,3 +180,15 @@ class FindingFeedback(BaseModel):
     class Meta:
         # The feedback on a finding in any scan (D26: it follows the finding to later scans).
         indexes = ((("finding_id",), False),)
+
+class EngineCallback(BaseModel):
+    """The ``webhook-id`` of each engine callback taken (E7), kept until its timestamp is past the
+    5 minutes a signature is accepted for, so a replay of it inside them is refused; then pruned
+    (``app.services.callbacks.forget_expired``, a periodic job). A small table: the ids of the
+    last minutes."""
+
+    id = CharField(max_length=200, primary_key=True)
+    until = DateTimeField()
+
+    class Meta:
+        table_name = "engine_callback"

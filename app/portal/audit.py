@@ -54,6 +54,8 @@ ACTIONS = {
 }
 # Reads that are actions all the same: what leaves the portal in bulk.
 EXPORTS = frozenset({"portal.ledger_csv", "portal.activity_csv"})
+# Pages that only show something, posted because their filters can hold a target (kept out of addresses).
+SEARCHES = frozenset({"portal.scans", "portal.activity_log"})
 
 
 def note_outcome(subject: activity.Subject | None, *, credits: int, livemode: bool) -> None:
@@ -66,7 +68,7 @@ def action_of(endpoint: str | None, method: str) -> str | None:
     """The action of a portal request, or None for a page that only shows something."""
     if endpoint is None:
         return None
-    if method == "POST":
+    if method == "POST" and endpoint not in SEARCHES:
         return ACTIONS.get(endpoint, f"portal.{endpoint.rsplit('.', 1)[-1]}")
     return ACTIONS[endpoint] if endpoint in EXPORTS else None
 

@@ -72,7 +72,7 @@ class AccessForm(FlaskForm):
                                        "earlier, never later. Empty: never expires (only while it has no expiry).")
     allowed_ips = TextAreaField("Allowed IP addresses", validators=[Optional(), Length(max=4000)],
                                 description="One address or CIDR block per line (IPv4 or IPv6, at most 50), e.g. "
-                                            "203.0.113.0/24. Empty: the key works from anywhere.")
+                                            "203.0.113.0/24; none: the key works from anywhere.")
 
 
 class ActionForm(FlaskForm):

@@ -65,8 +65,9 @@ from app.services import scans as scans_service
 from app.services import usage as usage_service
 from app.services.accounts import AccountError
 from app.services.crypto import decrypt_secret
-from app.services.errors import Conflict, Forbidden, InvalidRequest, NotFound, ScanInFlight, ServiceError
+from app.services.errors import Conflict, Forbidden, InvalidRequest, NotFound, ScanInFlight, SecretChanged, ServiceError
 from app.services.limits import limits_for
+from app.services.paging import Page
 
 bp = Blueprint("portal", __name__, url_prefix="/app", template_folder="templates", static_folder="static")
 bp.after_request(security.add_security_headers)
@@ -129,14 +130,31 @@ def safe_href(value) -> str | None:
     return value.strip() if parts.scheme in ("http", "https") and parts.netloc else None
 
 
-def _page_arg() -> int:
-    page = request.args.get("page", "1")
+def _page_arg(source=None) -> int:
+    page = (source or request.args).get("page", "1")
     return int(page) if page.isdigit() and 0 < int(page) < 100000 else 1
 
 
-def _choice(name: str, allowed) -> str | None:
-    value = request.args.get(name)
+def _choice(name: str, allowed, source=None) -> str | None:
+    value = (source or request.args).get(name)
     return value if value in allowed else None
+
+
+def _filter_source():
+    """Where a list's filters come from: a search posts them, so that a target never travels in
+    an address (kept by server logs, browser history and Referer headers); links without one use the
+    query string."""
+    return request.form if request.method == "POST" else request.args
+
+
+def _target_filter(name: str, label: str, limit: int, errors: list[str]) -> str:
+    """A filter that holds a target (or part of one), taken only from a posted form: one in the
+    address is refused with a page that says to use the form (it is not applied)."""
+    value = (_filter_source().get(name) or "").strip()[:limit]
+    if value and request.method != "POST":
+        errors.append(f"{label}: search with the form (a target is not taken from the address)")
+        return ""
+    return value
 
 
 @bp.get("/")
@@ -225,7 +243,7 @@ def _key_page(key: ApiKey, *, form: WebhookForm | None = None, revealed: str | N
     if access_form is None:
         access_form = AccessForm(formdata=None, scopes=list(key.scopes),
                                  expires_on=key.expires_at.date() if key.expires_at else None,
-                                 allowed_ips="\n".join(key.allowed_ips or ()))
+                                 allowed_ips=access.allowlist_text(key.allowed_ips))
     _scope_choices(access_form, key)
     html = render_template("portal/key.html", key=key, form=form, action=ActionForm(), deliveries=deliveries,
                            status=status, event=event, endpoint=endpoint, statuses=STATUSES, events=EVENTS,
@@ -317,7 +335,7 @@ def roll_endpoint_secret(key_id, endpoint_id):
     rolled = _run(key.id, lambda: endpoints.roll_secret(key, endpoint_id, overlap_hours=hours),
                   "The endpoint's next signing secret is ready. Install it in its receiver before the "
                   "overlap ends." if hours else "A new signing secret is in force for the endpoint.",
-                  refused=InvalidRequest)
+                  refused=(InvalidRequest, SecretChanged))
     if rolled:
         return _key_page(_owned_key_or_404(key.id), revealed=rolled.secret)
     return _back(key.id)
@@ -329,7 +347,8 @@ def switch_endpoint_secret(key_id, endpoint_id):
     key = _owned_key_or_404(key_id)
     if ActionForm().validate_on_submit():
         _run(key.id, lambda: endpoints.switch_secret(key, endpoint_id),
-             "The endpoint's next signing secret is now its only one.", refused=InvalidRequest)
+             "The endpoint's next signing secret is now its only one.",
+             refused=(InvalidRequest, SecretChanged))
     return _back(key.id)
 
 
@@ -346,7 +365,8 @@ def _back(key_id, **args):
     return redirect(url_for("portal.key_page", key_id=key_id, **args))
 
 
-def _run(key_id, action, success: str, *, refused: type[Exception] = AccountError):
+def _run(key_id, action, success: str, *,
+         refused: type[Exception] | tuple[type[Exception], ...] = AccountError):
     """Run a service action for the key's owner and flash its outcome: an unknown object is a 404,
     a ``refused`` input (the endpoints service raises ``InvalidRequest``) a flashed error."""
     try:
@@ -400,7 +420,7 @@ def save_access(key_id):
     try:
         access.narrow_access(key.id, g.portal_customer.id, scopes=form.scopes.data or [],
                              expires_at=access.expiry_on(form.expires_on.data, key.expires_at),
-                             allowed_ips=form.allowed_ips.data or None)
+                             allowed_ips=form.allowed_ips.data or "")
     except LookupError:
         abort(404)
     except AccountError as exc:
@@ -488,19 +508,25 @@ def redeliver(key_id, delivery_id):
 
 # --- scans and batches ------------------------------------------------------------------
 
-@bp.get("/scans")
+@bp.route("/scans", methods=["GET", "POST"])
 @security.requires(roles.READ)
 def scans():
     customer_id = g.portal_customer.id
     keys = accounts.customer_keys(customer_id)
-    filters = {"status": _choice("status", reads.STATUSES), "kind": _choice("kind", targets.KINDS),
-               "key": _choice("key", {k.id for k in keys}),
-               "bulk": (request.args.get("bulk") or "").strip()[:60] or None,
-               "q": (request.args.get("q") or "").strip()[:reads.MAX_SEARCH] or None}
-    listing = reads.portal_scans(customer_id, status=filters["status"], kind=filters["kind"], key_id=filters["key"],
-                                 bulk_id=filters["bulk"], search=filters["q"], page=_page_arg())
-    return render_template("portal/scans.html", scans=listing, filters=filters, keys=keys,
-                           statuses=reads.STATUSES, kinds=targets.KINDS)
+    source, errors = _filter_source(), []
+    filters = {"status": _choice("status", reads.STATUSES, source), "kind": _choice("kind", targets.KINDS, source),
+               "key": _choice("key", {k.id for k in keys}, source),
+               "bulk": (source.get("bulk") or "").strip()[:60] or None,
+               "q": _target_filter("q", "Target contains", reads.MAX_SEARCH, errors) or None}
+    listing = Page([], 0, 1, 25)  # a refused filter is not applied: nothing is listed
+    if not errors:
+        listing = reads.portal_scans(customer_id, status=filters["status"], kind=filters["kind"],
+                                     key_id=filters["key"], bulk_id=filters["bulk"], search=filters["q"],
+                                     page=_page_arg(source))
+    for error in errors:
+        flash(f"Scan filter: {error}", "error")
+    return render_template("portal/scans.html", scans=listing, filters=filters, keys=keys, refused=bool(errors),
+                           statuses=reads.STATUSES, kinds=targets.KINDS), 400 if errors else 200
 
 
 @bp.get("/scans/<scan_id>")
@@ -727,23 +753,14 @@ def _moment_arg(name: str, errors: list[str]) -> datetime | None:
         return None
 
 
-def _filter_source():
-    """Where the activity filters come from: a search posts them, so that a target never travels in
-    an address (kept by server logs, browser history and Referer headers); links without one use the
-    query string."""
-    return request.form if request.method == "POST" else request.args
-
-
 def _activity_filters() -> tuple[dict, dict, list[str]]:
     """The activity page's filters as typed (for the form and links) and as the service takes
     them, with the errors of those that are not valid (such a filter is not applied)."""
     errors: list[str] = []
     source = _filter_source()
     shown = {name: (source.get(name) or "").strip()[:1000]
-             for name in ("action", "key", "resource", "target", "created_after", "created_before", "mode")}
-    if request.method != "POST" and shown["target"]:
-        errors.append("target: search with the form (a target is not taken from the address)")
-        shown["target"] = ""
+             for name in ("action", "key", "resource", "created_after", "created_before", "mode")}
+    shown["target"] = _target_filter("target", "target", 1000, errors)
     query: dict = {"livemode": ACTIVITY_MODES.get(shown["mode"])}
     for name, column, rule in (("action", "action", ACTION_ARG), ("key", "key_id", ID_ARG),
                                ("resource", "resource_id", ID_ARG)):

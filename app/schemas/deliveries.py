@@ -66,7 +66,8 @@ class DeliverySchema(ma.Schema):
                                                "failing for days; recovering the endpoint sends it."})
     created_at = fields.String(required=True, metadata=TIME_DOC)
     attempts = fields.List(fields.Nested(AttemptSchema), required=True, metadata={"description": "Oldest first."})
-    next_attempt_at = fields.String(metadata={**TIME_DOC, "description": "pending only: when the next attempt is due."})
+    next_attempt_at = fields.String(required=True, allow_none=True, metadata={
+        **TIME_DOC, "description": "When the next attempt is due while `pending`; null once finished."})
     body = fields.String(required=True, allow_none=True, metadata={
         "description": "The exact body every attempt sends, as a JSON text; null once its scan was erased.",
         "example": BODY_EXAMPLE})

@@ -65,10 +65,20 @@ def refusal_of(key: ApiKey, *, scope: str, client_address: str | None,
     if is_expired(key, now):
         return KeyExpired("this API key has expired")
     if not address_allowed(key.allowed_ips, client_address):
-        return IpNotAllowed("this API key may not be used from your address")
+        return IpNotAllowed(ip_refusal_words(client_address))
     if scope != ANY_SCOPE and scope not in (key.scopes or ()):
         return InsufficientScope(scope)
     return None
+
+
+def ip_refusal_words(client_address: str | None) -> str:
+    """The ``ip_not_allowed`` message: it names the address the service saw (behind a proxy,
+    the one ``TRUSTED_PROXIES`` makes it read), so a customer can tell a wrong allowlist from a
+    proxy that hides their address. A text that is no address is not echoed."""
+    address = parse_address(client_address)
+    if address is None:
+        return "this API key may not be used from here: the service could not read your address as an IP address"
+    return f"this API key may not be used from {address}, the address this service sees for your call"
 
 
 def is_expired(key: ApiKey, now: datetime) -> bool:
@@ -116,27 +126,58 @@ def parse_scopes(value: str | Iterable[str]) -> list[str]:
 
 
 def parse_allowlist(value: str | Iterable[str] | None) -> list[str] | None:
-    """The CIDR blocks of ``value`` (comma-separated text or a list; IPv4 and IPv6, an address
-    alone is its own block), normalised and without repeats; None for no allowlist
-    (``None``, empty, or ``none``). ``AccountError`` for a bad block or more than 50."""
+    """The CIDR blocks of ``value`` (comma- or line-separated text, or a list; IPv4 and IPv6, an
+    address alone is its own block), normalised and without repeats; None for no allowlist:
+    ``value`` None (not given) or ``none`` alone. The one parser of every allowlist input (CLI,
+    portal). ``AccountError`` for more than 50 blocks, or for what could widen a key's access
+    by mistake: an empty value (only ``none`` removes an allowlist), a block with host bits
+    set (``10.0.0.1/8``: the block meant is named) or an IPv6 zone id (``fe80::1%eth0``)."""
     if value is None:
         return None
     items = [s.strip() for s in (value.replace("\n", ",").split(",") if isinstance(value, str) else value)]
     items = [s for s in items if s]
-    if not items or items == [NO_ALLOWLIST]:
-        return None
+    if not items:
+        raise AccountError(f"the allowlist is empty: give IP addresses or CIDR blocks, or {NO_ALLOWLIST!r} to let "
+                           f"the key be used from anywhere")
+    if NO_ALLOWLIST in (s.lower() for s in items):
+        if len(items) == 1:
+            return None
+        raise AccountError(f"{NO_ALLOWLIST!r} removes the allowlist and goes alone, not with addresses or blocks")
     blocks: list[str] = []
     for item in items:
-        try:
-            block = str(ipaddress.ip_network(item, strict=False))
-        except ValueError:
-            raise AccountError(f"{item[:60]!r} is not an IP address or CIDR block (e.g. 203.0.113.0/24, "
-                               f"2001:db8::/32)") from None
+        block = _block(item)
         if block not in blocks:
             blocks.append(block)
     if len(blocks) > MAX_ALLOWED_BLOCKS:
         raise AccountError(f"an allowlist holds at most {MAX_ALLOWED_BLOCKS} blocks, not {len(blocks)}")
     return blocks
+
+
+def allowlist_text(blocks: list[str] | None) -> str:
+    """An allowlist as a form shows it, one block a line, and ``none`` for no allowlist: sent back
+    unchanged it reads as it was (an empty form is refused, never taken for "anywhere")."""
+    return "\n".join(blocks) if blocks is not None else NO_ALLOWLIST
+
+
+def _block(item: str) -> str:
+    """One allowlist entry as its CIDR block, or the ``AccountError`` that names what was meant."""
+    shown = item[:60]
+    address, _, prefix = item.partition("/")
+    if "%" in address:
+        meant = address.partition("%")[0] + (f"/{prefix}" if prefix else "")
+        raise AccountError(f"{shown!r} carries an IPv6 zone id (%...), which says nothing about where a call "
+                           f"comes from: did you mean {meant[:60]}?")
+    try:
+        return str(ipaddress.ip_network(item, strict=True))
+    except ValueError:
+        pass
+    try:
+        network = ipaddress.ip_network(item, strict=False)
+    except ValueError:
+        raise AccountError(f"{shown!r} is not an IP address or CIDR block (e.g. 203.0.113.0/24, "
+                           f"2001:db8::/32)") from None
+    raise AccountError(f"{shown!r} has host bits set, so it is not a block: did you mean {network}? (or "
+                       f"{ipaddress.ip_address(address)}/{network.max_prefixlen} for that address alone)")
 
 
 def expiry_in_days(days: int, now: datetime) -> datetime:

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from werkzeug.security import generate_password_hash
 
 from app.db import transaction, write_transaction
 from app.models import ApiKey, Customer, PortalUser, iso, new_id, utcnow
 from app.models.accounts import TIERS
-from app.services import access, billing, erasure, quotas, webhooks
+from app.services import access, billing, quotas
 from app.services.crypto import digest, new_api_key
 from app.services.errors import (
     AccountError,  # raised here; callers may catch it as accounts.AccountError
@@ -24,6 +25,9 @@ BIGINT_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
 MAX_NAME_LENGTH = 200  # Customer.name, ApiKey.name
 MAX_REASON_LENGTH = 500
+
+if TYPE_CHECKING:  # the entry of a charged call: only its type here (operator commands import less)
+    from app.services import activity
 
 
 def _check_range(field: str, value: int, low: int, high: int) -> int:
@@ -109,6 +113,7 @@ def set_settings(customer_id: str, *, require_purpose: bool | None = None,
     if require_purpose is not None:
         changes["require_purpose"] = bool(require_purpose)
     if result_retention_days is not None:
+        from app.services import erasure  # here: operator commands import only what they use
         changes["result_retention_days"] = _check_range("result_retention_days", result_retention_days,
                                                         *erasure.RETENTION_DAYS_RANGE)
     if require_2fa is not None:
@@ -159,6 +164,7 @@ def issue_key(customer_id: str, name: str = "", webhook_url: str | None = None,
                                prefix=plaintext[:17], last4=plaintext[-4:], livemode=livemode,
                                scopes=key_scopes, expires_at=expires_at, allowed_ips=blocks)
         if webhook_url or webhook_secret is not None:
+            from app.services import webhooks  # here: operator commands import only what they use
             key = webhooks.set_webhook(key.id, customer_id, webhook_url, webhook_secret)
     return key, plaintext
 
@@ -188,8 +194,13 @@ def revoke_key(key_id: str) -> ApiKey:
     return key_store.get(key_id)
 
 
-def create_user(customer_id: str, email: str, password: str) -> PortalUser:
+def create_user(customer_id: str, email: str, password: str, role: str = "owner") -> PortalUser:
+    """A portal user of the customer with ``role`` (D21; the operator's default: an owner, who adds
+    the others in the portal)."""
+    from app.services.portal_roles import ROLES  # here: portal_roles imports this module
     get_customer(customer_id)
+    if role not in ROLES:
+        raise AccountError(f"role must be one of {', '.join(ROLES)}, not {str(role)[:20]!r}")
     email = email.strip().lower()
     if "@" not in email:
         raise AccountError("email must be an e-mail address")
@@ -198,7 +209,8 @@ def create_user(customer_id: str, email: str, password: str) -> PortalUser:
     if customer_store.portal_user_by_email(email):
         raise AccountError(f"a user {email} exists already")
     return customer_store.insert_portal_user(user_id=new_id("usr"), customer_id=customer_id, email=email,
-                                             password_hash=generate_password_hash(password, method="scrypt"))
+                                             password_hash=generate_password_hash(password, method="scrypt"),
+                                             role=role)
 
 
 def customer_dict(customer: Customer) -> dict:
@@ -276,25 +288,35 @@ def recount(customer_id: str) -> dict:
 @dataclass(frozen=True)
 class AccountView:
     """The answer of ``GET /api/v1/account``: its body, and the balance after its charge with the
-    limits and window usage the answer's headers report."""
+    limits and window usage the answer's headers report, and the activity entry written with the
+    charge (None: not charged)."""
 
     body: dict
     balance: int
     limits: Limits
     usage: quotas.Usage
+    credits: int = 0  # what the call cost (the activity log's entry says it)
+    recorded: activity.Recorded | None = None
 
 
-def account_view(key: ApiKey, *, request_id: str | None, endpoint: str | None) -> AccountView:
+def account_view(key: ApiKey, *, request_id: str | None, endpoint: str | None,
+                 entry: activity.CallEntry) -> AccountView:
     """The calling key's account (D21): customer, tier, balance, limits, usage of the key's mode,
     and what the key may do. It costs one call like any other, charged here so that the
-    balance shown is the one after it (``endpoint``: the ledger row's note); a test key pays
-    nothing and sees the live balance and its own windows (D15)."""
+    balance shown is the one after it (``endpoint``: the ledger row's note; ``entry``: the
+    call's activity entry, written with the charge, D25); a test key pays nothing and sees the
+    live balance and its own windows (D15)."""
     now = utcnow()
     customer = key.customer
+    credits = 0
+    recorded = None
     if billing.is_billed(key.livemode):
-        balance, usage = billing.charge_call(customer.id, request_id, now, endpoint, read_of=key.livemode)
+        balance, usage = billing.charge_call(customer.id, request_id, now, endpoint, read_of=key.livemode,
+                                             entry=entry.row(credits=billing.CALL_PRICE))
         if balance is None:  # the balance ran out since the key was read: not served
             raise InsufficientBalance(billing.balance_of(customer.id))
+        credits = billing.CALL_PRICE
+        recorded = entry.recorded()
     else:
         balance, usage = billing.balance_of(customer.id), quotas.window_usage(customer.id, now, key.livemode)
     limits = limits_for(customer)
@@ -303,4 +325,4 @@ def account_view(key: ApiKey, *, request_id: str | None, endpoint: str | None) -
             "limits": {"inflight": limits.inflight, "hour": limits.hour, "day": limits.day},
             "usage": {"inflight": inflight, "hour": usage.hour, "day": usage.day},
             "key": {"key_id": key.id, "livemode": key.livemode, **access.access_of(key)}}
-    return AccountView(body, balance, limits, usage)
+    return AccountView(body, balance, limits, usage, credits, recorded)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
@@ -33,7 +34,7 @@ PARTITION_DAYS_AHEAD = 7  # partitions made ahead of need: a week without a swee
 # How long a partition change waits for a table lock before it gives up until the next sweep: a
 # DROP waiting for the parent's lock holds up the inserts queued behind it, so not long.
 LOCK_TIMEOUT_MS = 1000
-FIELD_LIMITS = {"resource_id": 64, "client_address": 64, "request_id": 64, "action": 64, "user_email": 320}
+FIELD_LIMITS = {"resource_id": 64, "client_address": 64, "request_id": 128, "action": 64, "user_email": 320}
 
 
 @dataclass(frozen=True)
@@ -60,14 +61,13 @@ def _clip(name: str, value):
     return "".join(c if c.isprintable() else "?" for c in value[:FIELD_LIMITS.get(name, len(value))])
 
 
-def record(*, customer_id: str, livemode: bool, action: str, status: int, credits: int = 0,
-           key_id: str | None = None, user_id: str | None = None, user_email: str | None = None,
-           resource_id: str | None = None, client_address: str | None = None, request_id: str | None = None,
-           subject: Subject | None = None, now: datetime | None = None) -> str:
-    """Write one entry (one INSERT, outside any transaction of the call); returns its id.
-    ``subject`` adds the created object, the targets' hashes, purpose and case_ref."""
-    entry_id = new_id("act")
-    row = {"id": entry_id, "created_at": now or utcnow(), "customer_id": customer_id, "livemode": livemode,
+def _row(*, entry_id: str, created_at: datetime, customer_id: str, livemode: bool, action: str, status: int,
+         credits: int, key_id: str | None = None, user_id: str | None = None, user_email: str | None = None,
+         resource_id: str | None = None, client_address: str | None = None, request_id: str | None = None,
+         subject: Subject | None = None) -> dict:
+    """An entry's row, its text fields clipped; ``subject`` adds the created object, the targets'
+    hashes, purpose and case_ref."""
+    row = {"id": entry_id, "created_at": created_at, "customer_id": customer_id, "livemode": livemode,
            "key_id": key_id, "user_id": user_id, "user_email": _clip("user_email", user_email),
            "action": _clip("action", action), "resource_id": _clip("resource_id", resource_id),
            "status": status, "credits": credits, "client_address": _clip("client_address", client_address),
@@ -77,8 +77,86 @@ def record(*, customer_id: str, livemode: bool, action: str, status: int, credit
                    target_hashes=list(subject.target_hashes) or None)
         if subject.resource_id is not None:
             row["resource_id"] = _clip("resource_id", subject.resource_id)
-    store.insert(row)
+    return row
+
+
+def record(*, customer_id: str, livemode: bool, action: str, status: int, credits: int = 0,
+           key_id: str | None = None, user_id: str | None = None, user_email: str | None = None,
+           resource_id: str | None = None, client_address: str | None = None, request_id: str | None = None,
+           subject: Subject | None = None, now: datetime | None = None) -> str:
+    """Write one entry (one INSERT, outside any transaction of the call); returns its id.
+    ``subject`` adds the created object, the targets' hashes, purpose and case_ref."""
+    entry_id = new_id("act")
+    store.insert(_row(entry_id=entry_id, created_at=now or utcnow(), customer_id=customer_id, livemode=livemode,
+                      action=action, status=status, credits=credits, key_id=key_id, user_id=user_id,
+                      user_email=user_email, resource_id=resource_id, client_address=client_address,
+                      request_id=request_id, subject=subject))
     return entry_id
+
+
+# --- a charged call's entry, written with its charge (D25) ------------------------------------
+
+@dataclass(frozen=True)
+class CallEntry:
+    """The entry of an API call that may be charged, made before the charge so that the
+    statement or transaction that charges writes it too: no charge, and no answer served for
+    one, without its entry, whatever fails after (D25). ``status`` is the answer the call gives
+    when served (a creation's 202); ``Recorded`` says what was written."""
+
+    id: str
+    created_at: datetime
+    customer_id: str
+    livemode: bool
+    key_id: str
+    action: str
+    resource_id: str | None
+    client_address: str | None
+    request_id: str | None
+    status: int
+
+    def row(self, *, credits: int, subject: Subject | None = None, status: int | None = None) -> dict:
+        """The entry's row, as the charge writes it (``status``: else the served answer's)."""
+        return _row(entry_id=self.id, created_at=self.created_at, customer_id=self.customer_id,
+                    livemode=self.livemode, action=self.action, status=self.status if status is None else status,
+                    credits=credits, key_id=self.key_id, resource_id=self.resource_id,
+                    client_address=self.client_address, request_id=self.request_id, subject=subject)
+
+    def recorded(self, status: int | None = None) -> Recorded:
+        return Recorded(self.id, self.created_at, self.status if status is None else status)
+
+
+def call_entry(*, customer_id: str, livemode: bool, key_id: str, action: str, resource_id: str | None,
+               client_address: str | None, request_id: str | None, status: int) -> CallEntry:
+    return CallEntry(new_id("act"), utcnow(), customer_id, livemode, key_id, action, resource_id,
+                     client_address, request_id, status)
+
+
+# The attribute of an exception raised after a charge committed with its entry: the entry
+# (``Recorded``), whose status the HTTP layer corrects to the answer the exception gets.
+RECORDED = "activity_recorded"
+
+
+@contextmanager
+def entry_follows(recorded: Recorded | None) -> Iterator[None]:
+    """A block run after a charge committed with its entry: an exception leaving it carries the
+    entry (``RECORDED``), so the call's answer to it is said by that entry, not by another."""
+    try:
+        yield
+    except Exception as exc:
+        if recorded is not None:
+            setattr(exc, RECORDED, recorded)
+        raise
+
+
+def entry_statement(entry: CallEntry, *, credits: int, subject: Subject | None = None) -> tuple[str, tuple]:
+    """The INSERT of ``entry`` (the served answer's status, ``credits``, ``subject``), to run
+    with the statements of the transaction that charges the call (an admission's)."""
+    return store.insert_statement(entry.row(credits=credits, subject=subject))
+
+
+def refunded(recorded: Recorded) -> None:
+    """Inside the transaction that refunds a charged call: its entry says it cost nothing."""
+    store.set_credits(recorded.id, recorded.created_at, 0)
 
 
 # --- a served read's entry, written by the read's own statement -------------------------------
@@ -100,6 +178,12 @@ class ReadEntry:
     client_address: str | None
     request_id: str | None
     statuses: tuple[int, int, int, int]
+
+
+    def for_key(self, key, *, status: int) -> CallEntry:
+        """This entry as the call entry of ``key`` answered ``status`` (a read charged apart)."""
+        return CallEntry(self.id, utcnow(), key.customer_id, key.livemode, key.id, self.action, self.resource_id,
+                         self.client_address, self.request_id, status)
 
 
 def read_entry(*, action: str, resource_id: str | None, client_address: str | None, request_id: str | None,

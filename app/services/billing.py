@@ -169,15 +169,17 @@ def call_note(endpoint: str | None) -> str | None:
 
 
 def charge_call(customer_id: str, request_id: str | None, now, endpoint: str | None = None, *,
-                read_of: bool | None = None):
+                entry: dict, read_of: bool | None = None):
     """Charge one served call: ``(new balance or None when short, quotas.Usage at ``now``)``.
 
     ``endpoint`` (method and path) is kept as the ledger row's note, so the customer's
-    ledger says what each credit paid for. ``read_of``: the mode of the key when the call is a
+    ledger says what each credit paid for. ``entry``: the call's activity entry (a row,
+    ``activity.CallEntry.row``), written by the same statement when it charges (D25: a charge
+    never commits without its entry). ``read_of``: the mode of the key when the call is a
     read (``is_read``; ``endpoint`` then its route, e.g. ``GET /api/v1/scan/{scan_id}``): its
     charge is added to the minute's row of summed reads (D24) rather than a row of its own."""
     balance, windows = customer_store.charge_with_windows(
         customer_id=customer_id, price=CALL_PRICE, reason=CALL_REASON if read_of is None else READS_REASON,
         request_id=request_id, note=call_note(endpoint), now=now, starts=quotas.window_starts(now),
-        read_of=read_of)
+        entry=entry, read_of=read_of)
     return balance, quotas.usage_from(windows, now)

@@ -14,12 +14,12 @@ After the request, one transaction records the outcome on the attempt row and mo
 the delivery on: ``succeeded`` on any 2xx; otherwise the next job is scheduled
 ``WEBHOOK_RETRY_SCHEDULE[k-1]`` seconds later (k = the attempt's place in its series),
 or the delivery is ``failed`` when the schedule is used up (``_after_failure``: the one
-place that decides whether and when a delivery is retried). The next job is enqueued
-only after that commit (``_go_on``, which also asks the auto-disable rule of D22 about a
-delivery that failed for good); if Redis refuses it, the sweep enqueues it.
+place that decides whether and when a delivery is retried). It registers what follows on
+that transaction's commit (``app.db.after_commit``): the next job, or for a delivery that failed
+for good the auto-disable rule of D22; if Redis refuses the job, the sweep enqueues it.
 
 A delivery pool makes hundreds of attempts a second in one process (``workers.delivery_pool``),
-so an attempt is three prepared statements (load, claim, and on success close), written
+so an attempt is three statements (load, claim, and on success close), written
 once as SQL in ``app.store.deliveries``.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from app import metrics, runtime
-from app.db import transaction
+from app.db import after_commit, transaction
 from app.jobs import DELIVERY_JOB_TIMEOUT, delivery_job_id, enqueue_delivery, job_attempt_number, live_job_ids
 from app.models import DeliveryAttempt, WebhookDelivery, utcnow
 from app.models.webhooks import FAILED, IN_PROGRESS, PENDING, SUCCEEDED
@@ -125,7 +125,6 @@ def record(delivery: WebhookDelivery, attempt: DeliveryAttempt, outcome: Outcome
     now = utcnow()
     closing = store.Closing(SUCCEEDED if outcome.succeeded else FAILED, outcome.status_code, outcome.error,
                             outcome.duration_ms, outcome.excerpt)
-    next_job = None
     if outcome.succeeded:
         closed = store.close_attempt_and_finish(attempt.id, closing, delivery_id=delivery.id, number=attempt.number,
                                                 status=SUCCEEDED, finished_at=now)
@@ -133,7 +132,7 @@ def record(delivery: WebhookDelivery, attempt: DeliveryAttempt, outcome: Outcome
         with transaction():
             closed = store.close_attempt(attempt.id, closing)
             if closed:
-                next_job = _after_failure(delivery, attempt.number, now)
+                _after_failure(delivery, attempt.number, now)
     if not closed:
         # The sweep took this attempt for lost and already went on with the schedule.
         return "superseded"
@@ -142,8 +141,6 @@ def record(delivery: WebhookDelivery, attempt: DeliveryAttempt, outcome: Outcome
     metrics.count_webhook_attempt(outcome.succeeded, outcome.error, outcome.status_code)
     if outcome.succeeded and not delivery.series_start:  # a redelivery's wait is the customer's choice
         metrics.observe_delivery_acknowledged(delivery.event, (now - delivery.created_at).total_seconds())
-    if not outcome.succeeded:
-        _go_on(delivery, next_job, now)
     return SUCCEEDED if outcome.succeeded else FAILED
 
 
@@ -154,32 +151,27 @@ def defer(delivery_id: str, job_id: str, delay_seconds: float) -> bool:
     return enqueue_delivery(delivery_id, job_id, delay_seconds)
 
 
-def _go_on(delivery: WebhookDelivery, next_job: tuple[str, float] | None, now) -> bool:
-    """After the commit that closed a failed attempt (answered, or closed as lost by the sweep):
-    enqueue the next attempt's job, or, when the delivery has failed for good, ask whether its
-    endpoint has been failing long enough to be disabled (D22). Returns whether a job was enqueued.
-    Both ways a failed attempt ends come here, so the auto-disable rule is never skipped."""
-    if next_job is not None:
-        return enqueue_delivery(delivery.id, *next_job)
-    endpoints.after_failure(delivery, now)
-    return False
-
-
-def _after_failure(delivery: WebhookDelivery, number: int, now) -> tuple[str, float] | None:
+def _after_failure(delivery: WebhookDelivery, number: int, now) -> bool:
     """Hand the delivery to the job of attempt ``number + 1`` (compare-and-set on the
     token), or fail it when its series has had every retry. Call inside the transaction
-    that closes attempt ``number``; returns ``(job id, delay)`` to enqueue after it."""
+    that closes attempt ``number``: once it commits, the next job is enqueued, or the
+    endpoint of a delivery failed for good is judged by the auto-disable rule (D22). Both
+    ways a failed attempt ends (answered, or closed as lost by the sweep) come here, so the
+    rule is never skipped. Returns whether a next job was handed the delivery."""
     schedule = runtime.config["WEBHOOK_RETRY_SCHEDULE"]
     place = number - delivery.series_start
     if place > len(schedule):
         store.finish(delivery.id, number=number, status=FAILED, finished_at=now)
-        return None
+        after_commit(endpoints.after_failure, delivery, now)
+        return False
     delay = float(schedule[place - 1])
     next_job = delivery_job_id(delivery.id, number + 1)
     handed = store.hand_to_job(delivery.id, status=PENDING, attempts=number,
                                current_job_id=delivery_job_id(delivery.id, number), next_job_id=next_job,
                                next_attempt_at=now + timedelta(seconds=delay))
-    return (next_job, delay) if handed else None
+    if handed:
+        after_commit(enqueue_delivery, delivery.id, next_job, delay)
+    return bool(handed)
 
 
 # --- Retention (D22) ------------------------------------------------------------------
@@ -229,7 +221,7 @@ def recover_deliveries(now, *, at_once: bool = False) -> dict:
 
 
 def _recover(delivery: WebhookDelivery, now, stale_before) -> tuple[bool, bool]:
-    """Returns (an attempt was closed as lost, a job was enqueued)."""
+    """Returns (an attempt was closed as lost, a job was enqueued or registered to be)."""
     last = store.last_attempt(delivery.id)
     if last is not None and last.outcome == IN_PROGRESS:
         if last.started_at >= now - timedelta(seconds=max(ATTEMPT_DEADLINE_SECONDS,
@@ -249,7 +241,7 @@ def _close_lost(delivery: WebhookDelivery, attempt: DeliveryAttempt, now) -> tup
         closed = store.close_attempt(attempt.id, store.Closing(FAILED, error="worker_lost"))
         if not closed:
             return False, False
-        next_job = _after_failure(delivery, attempt.number, now)
+        handed = _after_failure(delivery, attempt.number, now)
     log.warning("delivery %s attempt %d: the worker was lost", delivery.id, attempt.number)
     metrics.count_webhook_attempt(False, "worker_lost", None)
-    return True, _go_on(delivery, next_job, now)
+    return True, handed

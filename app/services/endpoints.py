@@ -21,7 +21,7 @@ from app.jobs import delivery_job_id
 from app.models import ApiKey, WebhookDelivery, iso, new_id, utcnow
 from app.models.webhooks import CANCELLED, FAILED, PENDING, SKIPPED
 from app.services.crypto import encrypt_secret, new_webhook_secret
-from app.services.errors import AccountError, Conflict, EndpointNotFound, InvalidRequest
+from app.services.errors import AccountError, Conflict, EndpointNotFound, InvalidRequest, SecretChanged
 from app.services.webhook_urls import check_webhook_url
 from app.services.webhooks import (
     DEFAULT_EVENTS,
@@ -29,12 +29,12 @@ from app.services.webhooks import (
     Endpoint,
     RolledSecret,
     check_secret,
-    dispatch,
     first_endpoint_id,
     key_endpoints,
     record_key_event,
     roll_secret_of,
     secret_state,
+    send_on_commit,
     switch_secret_of,
 )
 from app.store import deliveries as delivery_store
@@ -209,6 +209,8 @@ def roll_secret(key: ApiKey, endpoint_id: str, *, overlap_hours: int = DEFAULT_O
     """The endpoint's next secret (to show once), with a rolling overlap as the key's (D16)."""
     try:
         return roll_secret_of(find(key, endpoint_id).row, overlap_hours, now or utcnow())
+    except SecretChanged:
+        raise  # a concurrent roll or switch won: 409 conflict
     except AccountError as refused:
         raise InvalidRequest(str(refused)) from None
 
@@ -217,6 +219,8 @@ def switch_secret(key: ApiKey, endpoint_id: str, *, now: datetime | None = None)
     """End the endpoint's rotation now: its next secret becomes the only one."""
     try:
         switch_secret_of(find(key, endpoint_id).row, now or utcnow())
+    except SecretChanged:
+        raise  # a concurrent roll or switch won: 409 conflict
     except AccountError as refused:
         raise InvalidRequest(str(refused)) from None
     return read(key, endpoint_id)
@@ -261,11 +265,10 @@ def disable_if_dead(endpoint: Endpoint, now: datetime, *, as_of: datetime | None
         _save(endpoint, webhook_enabled=False, webhook_disabled_at=now)
         body = {"event": ENDPOINT_DISABLED, "endpoint_id": endpoint.id, "livemode": key.livemode,
                 "disabled_at": iso(now), "failing_since": iso(since), "failed_deliveries": count}
-        notices = record_key_event(key_store.key(key.id), body, leave_out=endpoint.id)
+        record_key_event(key_store.key(key.id), body, leave_out=endpoint.id)  # sent once this commits
     log.warning("key %s: endpoint %s disabled after %d failed deliveries since %s", key.id, endpoint.id, count,
                 iso(since))
     metrics.count_endpoint_disabled()
-    dispatch(notices)
     return True
 
 
@@ -296,7 +299,7 @@ def recover(key: ApiKey, endpoint_id: str, *, since: datetime, until: datetime |
             job_id=_job_id(delivery))
         if changed:  # a concurrent recover or redeliver took it: sent once, not twice
             queued.append(delivery_store.get(delivery.id))
-    dispatch(queued)
+            send_on_commit(queued[-1])
     log.info("key %s: endpoint %s recovery queued %d deliveries", key.id, endpoint.id, len(queued))
     return len(queued)
 

@@ -93,12 +93,20 @@ def _submission(item) -> dict:
         "id": item["id"],
         "recipes": recipes if isinstance(recipes, int) and recipes >= 0 else 0,
         "eta_seconds": eta if isinstance(eta, int) and eta >= 0 else 0,
+        # E7: the engine promises to call back (only when it was given a callback_url).
+        "callbacks": item.get("callbacks") is True and bool(runtime.config.get("ENGINE_CALLBACK_URL")),
     }
+
+
+def _with_callback(item: dict) -> dict:
+    """E7: with ENGINE_CALLBACK_URL set, every submission asks the engine to call back there."""
+    url = runtime.config.get("ENGINE_CALLBACK_URL")
+    return {**item, "callback_url": url} if url else item
 
 
 def submit(target: str, kind: str, reference: str, sources: list[str] | None = None) -> dict:
     """Submit one investigation; ``sources``: a re-run of those sources only (E6)."""
-    item: dict[str, object] = {"target": target, "kind": kind, "reference": reference}
+    item: dict[str, object] = _with_callback({"target": target, "kind": kind, "reference": reference})
     if sources is not None:
         item["sources"] = sources
     body = _call("POST", "/v1/investigations", json=item,
@@ -107,7 +115,7 @@ def submit(target: str, kind: str, reference: str, sources: list[str] | None = N
 
 
 def submit_batch(items: list[dict]) -> list[dict]:
-    body = _call("POST", "/v1/investigations/batch", json={"items": items},
+    body = _call("POST", "/v1/investigations/batch", json={"items": [_with_callback(item) for item in items]},
                  timeout=runtime.config["ENGINE_SUBMIT_TIMEOUT_SECONDS"], expect=(200, 201))
     answers = body.get("items")
     if not isinstance(answers, list) or len(answers) != len(items):

@@ -14,10 +14,11 @@ ago, in batches of one transaction each so that a long backlog shows progress an
 lock for long.
 
 Erasure leaves no handle that leads back to the person (D25): the scan's engine id goes with its
-target and result, into an ``EngineDeletion`` row written in the same transaction. After the
-commit a job asks the engine to delete the investigation (E7), retried until the engine answers
-2xx or 404 (``app.jobs.enqueue_engine_deletions``); the customer's answer never waits for it,
-and the recovery sweep enqueues again a deletion whose job Redis lost (``recover_engine_deletions``).
+target and result, into an ``EngineDeletion`` row written in the same transaction. When it
+commits (``app.db.after_commit``) a job asks the engine to delete the investigation (E7), retried
+until the engine answers 2xx or 404 (``app.jobs.enqueue_engine_deletions``); the customer's answer
+never waits for it, and the recovery sweep enqueues again a deletion whose job Redis lost
+(``recover_engine_deletions``).
 Test scans ran in the service's sandbox: nothing to delete anywhere.
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from app import jobs, metrics, runtime
-from app.db import transaction
+from app.db import after_commit, transaction
 from app.models import BulkBatch, Scan, iso, utcnow
 from app.models.scans import FINAL
 from app.models.webhooks import CANCELLED, PENDING
@@ -61,13 +62,14 @@ def _erase(scan_ids: Sequence[str], now: datetime, *, reason: str, owner: tuple[
         erased = [scan_id for scan_id, _, _ in rows]
         # Live scans' investigations only: a test scan's id is the sandbox's, no engine has it.
         deletions = deletion_store.add([engine_id for _, engine_id, live in rows if live and engine_id], now)
+        if deletions:  # Redis down: the sweep enqueues them
+            after_commit(jobs.enqueue_engine_deletions, deletions)
         if erased:
             delivery_store.erase_for_scans(erased, pending=PENDING, cancelled=CANCELLED, now=now)
             feed.erase_for_scans(erased)  # their stored events keep thin bodies (D27)
             scan_store.erase_feedback(erased)  # notes on findings are about the person too (D23)
             if owner is not None:
                 _forget_replayed_targets(*owner, set(erased))
-    jobs.enqueue_engine_deletions(deletions)  # after the commit; Redis down: the sweep enqueues them
     metrics.count_erased(reason, len(erased))
     return erased
 

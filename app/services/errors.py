@@ -135,6 +135,18 @@ class DeliveryPending(Conflict, AccountError):
     code = "delivery_pending"
 
 
+class SecretChanged(Conflict, AccountError):
+    """A concurrent roll or switch of the same signing secret won (D25): this one changed nothing,
+    so no answer shows a secret that is not in force. 409, free; the portal and the CLI show the
+    message (an ``AccountError``, as their other refusals)."""
+
+    code = "conflict"
+
+    def __init__(self, message: str = "the signing secret was changed by another request meanwhile: nothing "
+                                      "was changed; look at the secret in force and try again if needed"):
+        super().__init__(message)
+
+
 class WebhookUrlMissing(InvalidRequest, AccountError):
     """The key the delivery belongs to has no webhook URL to send it to now."""
 
@@ -157,3 +169,22 @@ class NothingToRerun(Conflict):
     """A re-run asked of a scan that is not completed or whose sources all answered (D23)."""
 
     code = "nothing_to_rerun"
+
+
+class CallbackRefused(ServiceError):
+    """An engine callback (E7) that is unsigned, wrongly signed or stale: nothing changes."""
+
+    code = "invalid_signature"
+
+
+class CallbackReplayed(InvalidRequest):
+    """An engine callback whose ``webhook-id`` was taken before (a replay): nothing changes."""
+
+    code = "callback_replayed"
+
+
+class TryAgain(ServiceError):
+    """The work asked for could not be done now (a scan held by a look for too long); the caller
+    tries again after ``retry_after`` seconds."""
+
+    code = "service_unavailable"

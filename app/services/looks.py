@@ -1,7 +1,7 @@
 """Batch looks (D24): scans in flight tracked by due times in the database, not by a job each.
 
-With ``ENGINE_BATCH_LOOK=auto`` (the default) a submitted scan gets ``next_look_at``, the
-time of its first look, in the UPDATE that records its engine id, and no RQ job. Lookers
+The one way a scan in flight is tracked: a submitted scan gets ``next_look_at``, the time of
+its first look, in the UPDATE that records its engine id, and no RQ job. Lookers
 (threads of the worker processes, ``workers.looker``; any number, on any number of hosts)
 each run ``look_due`` in a loop:
 
@@ -16,19 +16,21 @@ each run ``look_due`` in a loop:
    with 404 or 405 does not offer it, and is asked scan by scan (single looks) for
    ``UNSUPPORTED_RECHECK_SECONDS`` before the batch look is tried again. A test-mode scan's
    look is the sandbox's, in process.
-3. apply, with the rules of ``app.services.tracking`` (the same as an RQ job's): final answers
+3. apply, with the rules of ``app.services.tracking``: final answers
    complete or fail their scans (compare-and-set on each status, the moves out of flight and the
    webhook events); scans the engine started become ``running`` once, with their
    ``scan.running`` events; past its deadline an unfinished scan fails with ``engine_timeout``
    (only after a look: amended D13). Every unfinished scan's progress, next due time and
    ``look_generation`` (the looks recorded) go in one UPDATE for the whole claim. All of it
    commits with the claim, in one transaction: durable when a scan moved to ``running`` or
-   ended, else without waiting for the disk flush (as a chain's hand-over: a crash loses at
-   most a progress the next look writes again). The deliveries are dispatched after the commit.
+   ended, else without waiting for the disk flush (a crash loses at most a progress and a due
+   time: the row keeps its earlier due time, past by then, so the scan is looked at again at
+   once). The deliveries' jobs go when it commits.
 
-Nothing lives in Redis: emptying it loses no look. ``ENGINE_BATCH_LOOK=off`` keeps an RQ job
-per scan (``workers.engine_jobs``); the recovery sweep moves scans between the two when the
-setting changes (``app.services.recovery``).
+Nothing lives in Redis: emptying it loses no look. A scan in flight without a due time (tracked
+by an RQ job chain before the upgrade that retired them) is given one by migration 22, by the
+recovery sweep (``app.services.recovery``) and by any tracking job of before still in Redis
+(``workers.engine_jobs.track_scan``).
 """
 from __future__ import annotations
 
@@ -57,17 +59,10 @@ _unsupported_until = 0.0  # time.monotonic() until which the engine is asked sca
 _unsupported_lock = threading.Lock()
 
 
-def enabled() -> bool:
-    """Whether new scans are tracked by batch looks (else by an RQ job each)."""
-    return runtime.config["ENGINE_BATCH_LOOK"] != "off"
-
-
-def first_look_at(now: datetime, eta_seconds: float) -> datetime | None:
-    """The ``next_look_at`` of a scan just submitted (None when an RQ job tracks it): half a
-    second before its eta, at most ENGINE_POLL_SECONDS away (as a chain's first job)."""
-    if not enabled():
-        return None
-    return now + timedelta(seconds=tracking.first_look_delay(eta_seconds, tracking.poll_seconds()))
+def first_look_at(now: datetime, eta_seconds: float, deadline: datetime, *, callbacks: bool = False) -> datetime:
+    """The ``next_look_at`` of a scan just submitted: half a second before its eta, or with
+    ``callbacks`` (E7) one poll past it, never past its ``deadline``."""
+    return now + timedelta(seconds=tracking.first_look_in(eta_seconds, deadline, now, callbacks=callbacks))
 
 
 def hold_seconds(*, requests: int = 1) -> float:
@@ -90,7 +85,6 @@ def look_due(*, limit: int | None = None) -> dict:
     report: dict = {"claimed": 0, "lags": [], "engine_requests": 0, "completed": 0, "failed": 0,
                     "unfinished": 0, "engine_errors": 0}
     finished: list = []
-    deliveries: list = []
     # One transaction from the claim to the record: its row locks are the claim (a looker that
     # dies releases them with its connection: the scans are due again at once, nothing lost).
     with transaction():
@@ -127,14 +121,13 @@ def look_due(*, limit: int | None = None) -> dict:
         # The finals near the end: they lock their customers' rows (the in-flight counts), which
         # every look ending a scan of theirs waits for, so the lock is held only until the commit.
         if finals:
-            finished, final_deliveries = tracking.record_finals(finals)
-            deliveries += final_deliveries
+            finished = tracking.record_finals(finals)
         # The running events after the finals: stored events take their customers' event lock,
         # which every transaction takes after its row locks (``app.store.events``).
         for scan in moved:  # as written: the events are of the scan now running
             scan.status, scan.started_at = RUNNING, looked
         if moved:
-            deliveries += tracking.running_events(moved)
+            tracking.running_events(moved)
         if not moved and not finals:
             # Progress and due times only: a crash may lose them, and the scans are looked at
             # again (as a chain's hand-over). Moves to ``running`` and final states are durable.
@@ -143,7 +136,7 @@ def look_due(*, limit: int | None = None) -> dict:
         first = states.get(errors[0])
         log.warning("engine error for %d of %d scans looked at (%s), e.g. scan %s; looking again with back-off",
                     len(errors), len(scans), first if isinstance(first, Exception) else "unusable answer", errors[0])
-    tracking.announce(finished, deliveries)
+    tracking.announce(finished)
     return report
 
 
@@ -157,11 +150,13 @@ def _apply(scan: Scan, state: dict | Exception | None, now: datetime) -> trackin
         outcome = tracking.apply_look(scan, state, past_deadline=now >= deadline)
     except engine.EngineError:
         errors = scan.check_errors + 1
-        due = now + timedelta(seconds=tracking.look_again_in(scan, now, deadline, errors=errors))
+        due = now + timedelta(seconds=tracking.look_again_in(scan, now, deadline, errors=errors,
+                                                             callbacks=scan.callbacks))
         return "engine_errors", (scan.id, scan.look_generation, due, errors, None, None, False)
     if isinstance(outcome, tracking.Final):
         return outcome
-    due = now + timedelta(seconds=tracking.look_again_in(scan, now, deadline))
+    # With callbacks (E7) no look before the eta: a callback makes the scan due when it changes.
+    due = now + timedelta(seconds=tracking.look_again_in(scan, now, deadline, callbacks=scan.callbacks))
     # ``running``: a queued scan moves to ``running`` (once, with its event).
     return "unfinished", (scan.id, scan.look_generation, due, 0, outcome.recipes_total, outcome.recipes_done,
                           outcome.running)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from app import metrics, runtime
 from app.db import CONNECTION_ERRORS, connection_context
-from app.services import activity, deliveries, erasure, feed, recovery
+from app.services import activity, callbacks, deliveries, erasure, feed, recovery
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,11 @@ def _delivery_retention() -> dict:
         return {"deliveries_removed": deliveries.remove_past_retention()}
 
 
+def _callback_ids() -> dict:
+    with connection_context():
+        return callbacks.forget_expired()
+
+
 def _event_retention() -> dict:
     with connection_context():
         return {"events_removed": feed.remove_past_retention()}
@@ -67,10 +72,16 @@ SCHEDULE = (
     PeriodicJob("activity_log", "RETENTION_INTERVAL_SECONDS", _activity_log),
     # Webhook deliveries and their bodies kept DELIVERY_RETENTION_DAYS, then removed (D22).
     PeriodicJob("delivery_retention", "RETENTION_INTERVAL_SECONDS", _delivery_retention),
+    # The engine callback ids kept to refuse replays (E7), forgotten once a replay would be stale.
+    PeriodicJob("callback_ids", "RECOVERY_INTERVAL_SECONDS", _callback_ids),
     # Stored events (the events list and stream) kept DELIVERY_RETENTION_DAYS too, then removed (D27).
     PeriodicJob("event_retention", "RETENTION_INTERVAL_SECONDS", _event_retention),
 )
 BY_NAME = {job.name: job for job in SCHEDULE}
+
+
+# Counts not worth a log line (routine upkeep at every turn).
+QUIET = ("idempotency_purged", "callback_ids_forgotten")
 
 
 def claim(job: PeriodicJob) -> bool:
@@ -82,7 +93,7 @@ def run(job: PeriodicJob) -> dict:
     """Run ``job`` now (its claim taken, or the operator's command), and record that it ran."""
     report = job.run()
     metrics.periodic_job_ran(job.name)
-    if any(count for action, count in report.items() if action != "idempotency_purged"):
+    if any(count for action, count in report.items() if action not in QUIET):
         log.info("%s: %s", job.name, report)
     return report
 

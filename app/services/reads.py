@@ -269,7 +269,7 @@ def batch_detail(customer_id: str, bulk_id: str) -> dict:
 # 403 and 404 are all charged, D3), so the key look-up, the conditional charge with its
 # ledger row, the call's activity log entry (D20), the quota windows the answer reports (D8)
 # and the scan (or the batch and its scans) are one statement
-# (``app.store.scans.read_charged``), prepared once per connection: one round trip and one
+# (``app.store.scans.read_charged``): one round trip and one
 # commit per read, where authentication, read, charge and entry took four.
 # The rules stay those of ``keyauth``, ``billing`` and the reads above, and come to the
 # statement as parameters (the price, the billed modes); a key whose mode is not billed (a
@@ -350,7 +350,7 @@ def _serve(token, object_id, request_id, notes, bulk, what, body_of, read, calle
     key = keyauth.live_key(found.key, token_digest, now)
     access.check(key, scope=caller.scope, client_address=caller.address, now=now)
     if not billing.is_billed(key.livemode):  # a test key: nothing was charged; its read as before (D15)
-        return _serve_in_turn(key, object_id, request_id, notes, read, now)
+        return _serve_in_turn(key, object_id, request_id, notes, read, now, entry)
     recorded = None if found.entry_status is None else activity.Recorded(entry.id, now, found.entry_status)
     if found.balance is None:  # nothing was charged: the balance is short (read again: the row may have just changed)
         return ServedRead(key, error=InsufficientBalance(billing.balance_of(key.customer_id)), recorded=recorded)
@@ -362,7 +362,7 @@ def _serve(token, object_id, request_id, notes, bulk, what, body_of, read, calle
     return served
 
 
-def _serve_in_turn(key, object_id, request_id, notes, read, now) -> ServedRead:
+def _serve_in_turn(key, object_id, request_id, notes, read, now, entry: activity.ReadEntry) -> ServedRead:
     """Authentication done: the balance check, the read and the charge one after the other
     (test keys, which are charged nothing and read only test data: D15)."""
     if billing.is_billed(key.livemode) and key.customer.balance < billing.CALL_PRICE:
@@ -375,10 +375,14 @@ def _serve_in_turn(key, object_id, request_id, notes, read, now) -> ServedRead:
     if not billing.is_billed(key.livemode):
         return served  # the hooks report the live balance and the test windows, as for any test call
     status = 200 if served.error is None else 404 if isinstance(served.error, NotFound) else 403
+    missing, owned, other, _ = entry.statuses
+    call = entry.for_key(key, status={200: owned, 404: missing, 403: other}[status])
     served.balance, served.usage = billing.charge_call(key.customer_id, request_id, now, notes[status],
-                                                       read_of=key.livemode)
+                                                       read_of=key.livemode,
+                                                       entry=call.row(credits=billing.CALL_PRICE))
     if served.balance is None:  # the balance ran out since the key was read: not served
         return ServedRead(key, error=InsufficientBalance(billing.balance_of(key.customer_id)))
+    served.recorded = call.recorded()
     return served
 
 

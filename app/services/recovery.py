@@ -2,9 +2,11 @@
 dispatch fails.
 
 It finds
-- in-flight scans not looked at for ``RECOVERY_STALE_SECONDS`` whose tracking job is
-  gone from Redis (flushed, never enqueued, or abandoned by a killed worker), and
-  starts a new chain for each (the old token is replaced, so a late old job stops);
+- submitted scans in flight without a due look (``next_look_at``): tracked by an RQ job chain
+  before the upgrade that retired them (D24), or written since by a process of before it. Each
+  is made due now (the batch looks take it; its old chain's token is cleared, so a late job of
+  that chain, still running the code of before, stops). A scan with a due look needs nothing:
+  its tracking lives in the database, so neither Redis nor a worker can lose it;
 - scans reserved but never recorded as submitted (the API process died during its
   engine call): the client never got a 202, so they are reversed like a 502;
 - pending webhook deliveries whose job is gone (see ``app.services.deliveries``);
@@ -16,13 +18,11 @@ It finds
 
 Run by every worker every ``RECOVERY_INTERVAL_SECONDS`` (one at a time, under a Redis
 lock) and on demand by ``flask --app wsgi scans recover``. The operator's command
-(``at_once``) takes every scan and delivery in flight whose job is not alive, however
-recently it was looked at: run right after Redis came back, it re-dispatches them all
-now. A duplicate of a chain that was in fact alive (a job running at that moment) is
-harmless: the fencing token makes one of the two stop. The periodic sweep keeps its
-grace period, which spares the chains between two looks that cost.
+(``at_once``) takes every delivery and engine deletion whose job is not alive, however
+recent: run right after Redis came back, it re-dispatches them all now. The periodic sweep
+keeps its grace period, which spares the jobs between two tries.
 
-The sweep never fails a scan: a re-dispatched scan gets a look at the engine, which
+The sweep never fails a scan: a scan made due gets a look at the engine, which
 completes it however late, or fails it if the engine still has it unfinished past the
 timeout (amended D13).
 """
@@ -33,37 +33,29 @@ from datetime import UTC, timedelta
 
 from app import metrics, runtime
 from app.db import connection_context
-from app.jobs import QUEUES, live_job_ids, promote_due, queue
+from app.jobs import QUEUES, promote_due, queue
 from app.models import utcnow
 from app.models.scans import IN_FLIGHT, QUEUED
-from app.services import deliveries, erasure, idempotency, looks, quotas, tracking
+from app.services import deliveries, erasure, idempotency, quotas
 from app.services.scans import reverse_reservation
 from app.store import scan_states
 
 log = logging.getLogger(__name__)
 
-def recover_scans(now, *, at_once: bool = False) -> int:
-    """Track again each submitted scan in flight whose tracking job is gone: only those not
-    looked at for RECOVERY_STALE_SECONDS, or every one ``at_once``. With batch looks on (D24)
-    it is handed to them, due now; otherwise a new chain starts for it, and so does one for
-    each scan the batch looks tracked before they were switched off."""
-    stale_before = now - timedelta(seconds=runtime.config["RECOVERY_STALE_SECONDS"])
-    batch = looks.enabled()
-    candidates = scan_states.submitted_unwatched(statuses=IN_FLIGHT, stale_before=None if at_once else stale_before,
-                                                 chained_only=batch)
-    alive = live_job_ids([job_id for _, job_id in candidates if job_id])
-    redispatched = 0
-    for scan_id, job_id in candidates:
-        if job_id in alive:
-            continue
-        if batch:
-            moved = scan_states.adopt(scan_id, current_job_id=job_id, statuses=IN_FLIGHT, due=now)
-        else:
-            moved = tracking.hand_over(scan_id, job_id, 0, last_checked_at=now)
-        if moved:
-            redispatched += 1
-            log.info("scan %s: tracking job %s was lost, re-dispatched", scan_id, job_id)
-    return redispatched
+def recover_scans(now) -> int:
+    """Make every submitted scan in flight without a due look due now (see the module's
+    docstring); how many."""
+    handed = scan_states.give_due_times(statuses=IN_FLIGHT, now=now)
+    if handed:
+        log.info("%d scan(s) in flight had no due look (tracked by a job chain before the upgrade): due now",
+                 len(handed))
+    return len(handed)
+
+
+def hand_over(scan_id: str) -> bool:
+    """``recover_scans`` for one scan, at once: what a tracking job of before the upgrade does
+    when it comes due (``workers.engine_jobs.track_scan``). Whether it was handed over."""
+    return bool(scan_states.give_due_times(statuses=IN_FLIGHT, now=utcnow(), scan_id=scan_id))
 
 
 def reverse_unsubmitted(now) -> int:
@@ -91,7 +83,7 @@ def sweep(at_once: bool = False) -> dict:
     now = utcnow()
     with connection_context():
         report = {"scheduled_jobs_promoted": promote_overdue(now),
-                  "scans_redispatched": recover_scans(now, at_once=at_once),
+                  "scans_redispatched": recover_scans(now),
                   "reservations_reversed": reverse_unsubmitted(now)}
         report.update(deliveries.recover_deliveries(now, at_once=at_once))
         report["engine_deletions_redispatched"] = erasure.recover_engine_deletions(now, at_once=at_once)

@@ -11,8 +11,7 @@ Admission follows D3, D7, D8 and D13:
 2. The engine call, outside the transaction (no lock is held across the network).
 3. On engine failure the reservation is reversed: the scans are deleted and a refund
    ledger row cancels the charge (502, no scan, no net charge). On success the
-   engine's ids are stored and the tracking jobs dispatched; a failed dispatch is
-   left to the recovery sweep.
+   engine's ids are stored, each with its first look due (D24: no job to dispatch).
 """
 from __future__ import annotations
 
@@ -22,13 +21,23 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
 
-from app import runtime
 from app.db import transaction, transaction_with_known_outcome
-from app.jobs import enqueue_tracking, tracking_job_id
 from app.metrics import SCANS_CREATED
 from app.models import BulkBatch, Customer, new_id, utcnow
 from app.models.scans import COMPLETED, QUEUED
-from app.services import access, activity, billing, bulk, engine, looks, purposes, quotas, sandbox_engine, suppressions
+from app.services import (
+    access,
+    activity,
+    billing,
+    bulk,
+    engine,
+    looks,
+    purposes,
+    quotas,
+    sandbox_engine,
+    suppressions,
+    tracking,
+)
 from app.services.errors import (
     EngineUnavailable,
     Forbidden,
@@ -39,7 +48,6 @@ from app.services.errors import (
 from app.services.limits import Limits, limits_for
 from app.services.results import failed_source_ids
 from app.services.targets import normalize_or_refuse
-from app.services.tracking import first_look_delay
 from app.store import customers as customer_store
 from app.store import keys as key_store
 from app.store import scans as scan_store
@@ -58,12 +66,13 @@ class Outcome:
     usage: quotas.Usage
     cost: int = 0  # what the admission charged
     subject: activity.Subject | None = None  # what the activity log's entry says about it (D20)
+    recorded: activity.Recorded | None = None  # the entry the admission wrote with its charge (D25)
 
 
 def engine_for(livemode: bool):
     """Which engine runs a scan (D15): the engine at ENGINE_URL for live scans, the sandbox
-    inside the service for test ones. The one place that decides it: submission here, and
-    every look of the tracking jobs, ask it."""
+    inside the service for test ones. Submission asks it; the batch looks split their claims
+    by the same rule (``looks._look``)."""
     return engine if livemode else sandbox_engine
 
 
@@ -80,11 +89,12 @@ def _lock_and_count(customer_id, now, livemode):
 
 
 def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livemode=True, purpose=None,
-           case_ref=None, rerun_of=None):
+           case_ref=None, rerun_of=None, entry: activity.CallEntry | None = None):
     """Step 1: check and reserve in one transaction. Returns (scans, batch, balance, limits, usage).
+    ``entry``: the call's activity entry, written in the transaction that charges it (D25).
 
-    Its round trips: BEGIN; the lock with the counts; the rows, the window counter and the
-    charge (one batch); COMMIT."""
+    Its round trips: BEGIN; the lock with the counts; the rows, the window counter, the entry
+    and the charge (one batch); COMMIT."""
     now = utcnow()
     n = len(items)
     cost = billing.admission_cost(n, bulk=bulk_total is not None, livemode=livemode)
@@ -117,13 +127,15 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
                 "id": scan_id, "customer": customer_id, "api_key": api_key_id, "bulk": batch.id if batch else None,
                 "bulk_index": index if batch else None, "kind": kind, "target": target, "status": QUEUED,
                 "created_at": now, "livemode": livemode,
-                # The chain's first token, unless batch looks track it (D24: a due time, set on submission).
-                "tracking_job_id": None if looks.enabled() else tracking_job_id(scan_id, 0),
                 "purpose": purpose, "case_ref": case_ref, "rerun_of": rerun_of,
             })
         if rows:
             writes.append(scan_store.insert_scans_statement(rows))
             writes.append(quotas.count_created_statement(customer_id, now, n, livemode))
+        if entry is not None:
+            subject = activity.Subject(batch.id if batch else rows[0]["id"],
+                                       activity.hashes_of((r["kind"], r["target"]) for r in rows), purpose, case_ref)
+            writes.append(activity.entry_statement(entry, credits=cost, subject=subject))
         if billing.is_billed(livemode):
             balance = billing.apply_after(writes, customer_id, -cost, "bulk" if batch else "scan", in_flight=n,
                                           request_id=request_id,
@@ -138,9 +150,12 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
     return rows, batch, balance, limits, quotas.with_new_scans(usage, n, now)
 
 
-def _reverse(customer_id, rows, batch, cost, request_id, livemode=True) -> None:
-    """Undo a reservation whose engine submission failed: no scan, no net charge (D13)."""
+def _reverse(customer_id, rows, batch, cost, request_id, livemode=True, recorded=None) -> None:
+    """Undo a reservation whose engine submission failed: no scan, no net charge (D13); the
+    call's entry (``recorded``) says it cost nothing, in the same transaction."""
     with transaction():
+        if recorded is not None:
+            activity.refunded(recorded)
         if rows:
             scan_store.delete_scans([r["id"] for r in rows])
         if batch:
@@ -156,26 +171,27 @@ def _reverse(customer_id, rows, batch, cost, request_id, livemode=True) -> None:
             quotas.count_created(customer_id, rows[0]["created_at"], -len(rows), livemode)
 
 
+def _deadline(row: dict):
+    return tracking.deadline_of(row["created_at"], livemode=row["livemode"], kind=row["kind"], target=row["target"])
+
+
 def _record_submissions(rows, answers) -> None:
     """Store the engine's ids and etas for all scans in one UPDATE, whatever their number, with
-    each one's first look when batch looks track them (D24)."""
+    each one's first look (D24), and whether the engine calls back (E7: a callback makes the
+    scan due at once, so its first look may wait longer)."""
     now = utcnow()
-    scan_store.record_submissions([(r["id"], a["id"], a["recipes"], now + timedelta(seconds=a["eta_seconds"]),
-                                    looks.first_look_at(now, a["eta_seconds"])) for r, a in zip(rows, answers)])
+    scan_store.record_submissions([
+        (r["id"], a["id"], a["recipes"], now + timedelta(seconds=a["eta_seconds"]),
+         looks.first_look_at(now, a["eta_seconds"], _deadline(r), callbacks=_calls_back(a)), _calls_back(a))
+        for r, a in zip(rows, answers)])
 
 
-def _dispatch(rows, answers) -> None:
-    """Each scan's first look, when an RQ job tracks it (batch looks need none): half a second
-    before its eta, at most ENGINE_POLL_SECONDS away."""
-    if looks.enabled():
-        return
-    poll = runtime.config["ENGINE_POLL_SECONDS"]
-    enqueue_tracking({r["id"]: r["tracking_job_id"] for r in rows},
-                     delay_seconds={r["id"]: first_look_delay(a["eta_seconds"], poll) for r, a in zip(rows, answers)})
+def _calls_back(answer: dict) -> bool:
+    return bool(answer.get("callbacks"))  # the sandbox's answers never say so
 
 
-def _submit(customer_id, rows, batch, cost, request_id, livemode=True, sources=None) -> list[dict]:
-    """``sources``: a re-run of those sources only (E6)."""
+def _submit(customer_id, rows, batch, cost, request_id, livemode=True, sources=None, recorded=None) -> list[dict]:
+    """``sources``: a re-run of those sources only (E6); ``recorded``: the call's entry."""
     items = [{"target": r["target"], "kind": r["kind"], "reference": r["id"]} for r in rows]
     if sources is not None:
         for item in items:
@@ -184,10 +200,9 @@ def _submit(customer_id, rows, batch, cost, request_id, livemode=True, sources=N
     try:
         answers = [backend.submit(**items[0])] if batch is None else backend.submit_batch(items)
     except engine.EngineError:  # the sandbox's errors are EngineErrors too
-        _reverse(customer_id, rows, batch, cost, request_id, livemode)
+        _reverse(customer_id, rows, batch, cost, request_id, livemode, recorded)
         raise EngineUnavailable() from None
     _record_submissions(rows, answers)
-    _dispatch(rows, answers)
     return answers
 
 
@@ -205,24 +220,40 @@ def _count_created(rows, customer, batch=None) -> None:
 
 
 def create_scan(customer, api_key_id, target, kind, *, request_id, livemode=True, purpose=None,
-                case_ref=None) -> Outcome:
+                case_ref=None, entry: activity.CallEntry | None = None) -> Outcome:
     """Queue one scan (a test scan when ``livemode`` is False, D15) with its purpose and case
-    reference (D20); the body has no URLs (the HTTP layer adds ``poll_url``)."""
+    reference (D20); the body has no URLs (the HTTP layer adds ``poll_url``). ``entry``: the
+    call's activity entry, written with the charge (D25); an exception raised once it is written
+    carries it (``activity.RECORDED``)."""
     kind, target = normalize_or_refuse(target, kind)
     purpose, case_ref = purposes.check(purpose, case_ref, required=customer.require_purpose)
     suppressions.check(kind, target)  # an opt-out: 403, before anything is reserved or charged
     rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (kind, target))], request_id=request_id,
-                                             livemode=livemode, purpose=purpose, case_ref=case_ref)
-    answer = _submit(customer.id, rows, None, billing.admission_cost(1, livemode=livemode), request_id, livemode)[0]
+                                             livemode=livemode, purpose=purpose, case_ref=case_ref, entry=entry)
+    recorded = entry.recorded() if entry is not None else None
+    with activity.entry_follows(recorded):
+        answer = _submit(customer.id, rows, None, billing.admission_cost(1, livemode=livemode), request_id, livemode,
+                         recorded=recorded)[0]
     _count_created(rows, customer)
     scan_id = rows[0]["id"]
     body = {"ok": True, "scan_id": scan_id, "livemode": livemode, "kind": kind, "recipes_to_run": answer["recipes"],
             "eta_seconds": answer["eta_seconds"]}
     subject = activity.Subject(scan_id, activity.hashes_of([(kind, target)]), purpose, case_ref)
-    return Outcome(body, balance, limits, usage, billing.admission_cost(1, livemode=livemode), subject)
+    return Outcome(body, balance, limits, usage, billing.admission_cost(1, livemode=livemode), subject, recorded)
 
 
-def create_rerun(customer, api_key_id, scan_id, *, request_id, livemode=True) -> Outcome:
+def _why_nothing_to_rerun(status: str, *, erased: bool) -> str:
+    """The one reason of ``NothingToRerun`` that applies, so the customer knows whether to wait,
+    or that there is nothing left to do."""
+    if status != COMPLETED:
+        return f"this scan has no source to re-run: it is {status}, and only a completed scan can be re-run"
+    if erased:
+        return "this scan has no source to re-run: its target and result were erased"
+    return "this scan has no source to re-run: every source answered"
+
+
+def create_rerun(customer, api_key_id, scan_id, *, request_id, livemode=True,
+                 entry: activity.CallEntry | None = None) -> Outcome:
     """Queue a new scan of a completed scan's target, restricted to the sources that could not
     answer (D23), with its purpose and case reference; admitted, charged and limited exactly as
     a creation. A scan of another mode is not found (D15), another customer's is forbidden; one
@@ -236,19 +267,21 @@ def create_rerun(customer, api_key_id, scan_id, *, request_id, livemode=True) ->
     sources = failed_source_ids(result)
     target = original.target  # None once erased (D20), when it has no result either
     if not sources or target is None:
-        raise NothingToRerun("this scan has no source to re-run: it is not completed, or every source answered")
+        raise NothingToRerun(_why_nothing_to_rerun(original.status, erased=target is None))
     purpose, case_ref = purposes.check(original.purpose, original.case_ref, required=customer.require_purpose)
     suppressions.check(original.kind, target)  # opted out since: 403, free, as a creation
     rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (original.kind, target))],
                                              request_id=request_id, livemode=livemode, purpose=purpose,
-                                             case_ref=case_ref, rerun_of=original.id)
-    answer = _submit(customer.id, rows, None, billing.admission_cost(1, livemode=livemode), request_id, livemode,
-                     sources=sources)[0]
+                                             case_ref=case_ref, rerun_of=original.id, entry=entry)
+    recorded = entry.recorded() if entry is not None else None
+    with activity.entry_follows(recorded):
+        answer = _submit(customer.id, rows, None, billing.admission_cost(1, livemode=livemode), request_id,
+                         livemode, sources=sources, recorded=recorded)[0]
     _count_created(rows, customer)
     body = {"ok": True, "scan_id": rows[0]["id"], "livemode": livemode, "kind": original.kind,
             "recipes_to_run": answer["recipes"], "eta_seconds": answer["eta_seconds"], "rerun_of": original.id}
     subject = activity.Subject(rows[0]["id"], activity.hashes_of([(original.kind, target)]), purpose, case_ref)
-    return Outcome(body, balance, limits, usage, billing.admission_cost(1, livemode=livemode), subject)
+    return Outcome(body, balance, limits, usage, billing.admission_cost(1, livemode=livemode), subject, recorded)
 
 
 def portal_rerun(customer, scan_id, *, request_id) -> Outcome:
@@ -266,7 +299,7 @@ def portal_rerun(customer, scan_id, *, request_id) -> Outcome:
 
 
 def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True, purpose=None,
-                case_ref=None) -> Outcome:
+                case_ref=None, entry: activity.CallEntry | None = None) -> Outcome:
     """Queue a bulk batch, every scan with the call's purpose and case reference (D20); the
     body has no URLs (the HTTP layer adds the poll URLs)."""
     bulk.check_call(customer.tier, targets)
@@ -276,10 +309,12 @@ def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True, pur
     rejected = sorted(rejected + suppressed, key=lambda entry: entry["index"])
     rows, batch, balance, limits, usage = _admit(customer.id, api_key_id, accepted, request_id=request_id,
                                                  bulk_total=len(targets), livemode=livemode, purpose=purpose,
-                                                 case_ref=case_ref)
+                                                 case_ref=case_ref, entry=entry)
     cost = billing.admission_cost(len(rows), bulk=True, livemode=livemode)
+    recorded = entry.recorded() if entry is not None else None
     if rows:
-        _submit(customer.id, rows, batch, cost, request_id, livemode)
+        with activity.entry_follows(recorded):
+            _submit(customer.id, rows, batch, cost, request_id, livemode, recorded=recorded)
         _count_created(rows, customer, batch)
     body = {
         "ok": True, "bulk_id": batch.id, "livemode": livemode, "total": len(targets), "queued": len(rows),
@@ -288,7 +323,7 @@ def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True, pur
     }
     # The one entry of the call carries the hashes of every target it queued (D20).
     subject = activity.Subject(batch.id, activity.hashes_of((r["kind"], r["target"]) for r in rows), purpose, case_ref)
-    return Outcome(body, balance, limits, usage, cost, subject)
+    return Outcome(body, balance, limits, usage, cost, subject, recorded)
 
 
 def reverse_reservation(scan) -> bool:

@@ -1,5 +1,5 @@
-"""Scan state transitions (D5) and the rules of a look, shared by the tracking jobs (an RQ job
-per scan), the batch looks (``app.services.looks``, D24) and the sweep.
+"""Scan state transitions (D5) and the rules of a look, used by the batch looks
+(``app.services.looks``, D24).
 
 A final state is set by compare-and-set: ``UPDATE ... WHERE status IN ('queued',
 'running')``. Only the first writer sees one row changed, so a duplicate or replayed
@@ -16,9 +16,8 @@ from datetime import timedelta
 
 from app import events, metrics, runtime
 from app.db import transaction
-from app.jobs import enqueue_tracking, tracking_generation, tracking_job_id
 from app.models import utcnow
-from app.models.scans import COMPLETED, FAILED, IN_FLIGHT, QUEUED, RUNNING
+from app.models.scans import COMPLETED, FAILED, IN_FLIGHT, RUNNING
 from app.services import engine, findings, quotas, results, sandbox_engine, webhooks
 from app.services.results import InvalidResult, normalize_result
 from app.store import scan_states
@@ -27,10 +26,12 @@ from app.store import scans as scan_store
 log = logging.getLogger(__name__)
 
 # The engine's eta is a whole number of seconds (E1), rounded up: a scan ends
-# within the second before its eta. Looking half a second before the eta and again at
-# it keeps the pause between the engine finishing and the look below half a second,
-# for at most one more look per scan (due times are kept to the millisecond, see
-# app.jobs). Past the eta, the scan is looked at every ENGINE_POLL_SECONDS.
+# within the second before its eta. A scan is not looked at long before it can be done: the
+# first look comes half a second before its eta and the next at it, keeping the pause between
+# the engine finishing and the look below half a second for at most one more look per scan
+# (due times are kept to the millisecond, see app.jobs). Past the eta, the scan is looked at
+# every ENGINE_POLL_SECONDS. Every look is bounded by the scan's deadline (the look that may
+# time it out).
 ETA_SLACK = 0.5
 # The shortest pause between two looks at one scan.
 MIN_DELAY = 0.25
@@ -40,25 +41,31 @@ def _until_eta(remaining: float) -> float:
     return remaining - ETA_SLACK if remaining > ETA_SLACK else remaining
 
 
-def first_look_delay(eta_seconds: float, poll: float) -> float:
-    """Seconds from submission to the first look at a scan the engine expects in ``eta_seconds``."""
-    return max(MIN_DELAY, min(_until_eta(eta_seconds), poll))
+def first_look_delay(eta_seconds: float, poll: float, *, callbacks: bool = False) -> float:
+    """Seconds from submission (or from a look before the eta) to the next look at a scan the
+    engine expects in ``eta_seconds``: just before the eta. With ``callbacks`` (E7: the engine
+    calls back at each change, which makes the scan due at once) one poll past the eta: that look
+    is the safety net for a callback lost."""
+    if callbacks:
+        return max(MIN_DELAY, eta_seconds + poll)
+    return max(MIN_DELAY, _until_eta(eta_seconds))
 
 
-def look_delay(eta_at, now, poll: float) -> float:
-    """Seconds until the next look at an unfinished scan due at ``eta_at``: at most ``poll``,
-    half a second before the eta, then at the eta; past the eta, ``poll``."""
+def look_delay(eta_at, now, poll: float, *, callbacks: bool = False) -> float:
+    """Seconds until the next look at an unfinished scan due at ``eta_at``: before the eta as
+    ``first_look_delay`` (half a second before it, then at it); past the eta, ``poll``."""
     remaining = (eta_at - now).total_seconds() if eta_at else 0
-    return max(MIN_DELAY, min(_until_eta(remaining) if remaining > 0 else poll, poll))
+    return first_look_delay(remaining, poll, callbacks=callbacks) if remaining > 0 else max(MIN_DELAY, poll)
 
 
 def poll_seconds() -> float:
     return float(runtime.config["ENGINE_POLL_SECONDS"])
 
 
-def next_interval(scan, now) -> float:
-    """Until the engine's eta (half a second before it, then at it), at most ENGINE_POLL_SECONDS."""
-    return look_delay(scan.eta_at, now, poll_seconds())
+def next_interval(scan, now, *, callbacks: bool = False) -> float:
+    """Until the engine's eta (half a second before it, then at it; with ``callbacks`` one poll
+    past it), then ENGINE_POLL_SECONDS."""
+    return look_delay(scan.eta_at, now, poll_seconds(), callbacks=callbacks)
 
 
 def backoff(errors: int) -> float:
@@ -72,102 +79,47 @@ def until_deadline(delay: float, deadline, now) -> float:
     return max(MIN_DELAY, min(delay, remaining)) if remaining > 0 else max(MIN_DELAY, delay)
 
 
-def look_again_in(scan, now, deadline, *, errors: int = 0) -> float:
+def look_again_in(scan, now, deadline, *, errors: int = 0, callbacks: bool = False) -> float:
     """Seconds from ``now`` until the next look at a scan still in flight: the cadence
-    (``next_interval``), or after ``errors`` engine errors in a row the back-off, never past its
-    ``deadline`` while that is ahead. The chains' and the batch looks' one rule."""
-    return until_deadline(backoff(errors) if errors else next_interval(scan, now), deadline, now)
+    (``next_interval``; ``callbacks``: the engine calls back and a callback makes the scan due,
+    so only the batch looks pass it), or after ``errors`` engine errors in a row the back-off,
+    never past its ``deadline`` while that is ahead."""
+    delay = backoff(errors) if errors else next_interval(scan, now, callbacks=callbacks)
+    return until_deadline(delay, deadline, now)
+
+
+def first_look_in(eta_seconds: float, deadline, now, *, callbacks: bool = False) -> float:
+    """Seconds from a scan's submission ``now`` to its first look (``first_look_delay``), never
+    past its ``deadline``."""
+    return until_deadline(first_look_delay(eta_seconds, poll_seconds(), callbacks=callbacks), deadline, now)
 
 
 def deadline(scan):
     """When an unfinished scan fails with ``engine_timeout`` (D5): ``SCAN_TIMEOUT_SECONDS`` after
     its creation, or for a test scan the sandbox's timeout for its target (D15)."""
-    if scan.livemode:
-        seconds = runtime.config["SCAN_TIMEOUT_SECONDS"]
-    else:
-        seconds = sandbox_engine.timeout_seconds(scan.kind, scan.target)
-    return scan.created_at + timedelta(seconds=seconds)
+    return deadline_of(scan.created_at, livemode=scan.livemode, kind=scan.kind, target=scan.target)
+
+
+def deadline_of(created_at, *, livemode: bool, kind: str, target: str):
+    """``deadline`` of a scan not loaded as a row (a submission's)."""
+    seconds = runtime.config["SCAN_TIMEOUT_SECONDS"] if livemode else sandbox_engine.timeout_seconds(kind, target)
+    return created_at + timedelta(seconds=seconds)
 
 
 @dataclass(frozen=True, slots=True)
 class Progress:
     """What a look at an unfinished scan saw: whether the engine runs it, and its recipes (None
     where the engine said nothing usable). Plain values: a batch look writes them with
-    ``record_looks``, a chain's job as ``hand_over``'s ``changes()``."""
+    ``record_looks``."""
     running: bool
     recipes_total: int | None
     recipes_done: int | None
 
-    def changes(self) -> dict:
-        return progress_changes(running=self.running, recipes_total=self.recipes_total,
-                                recipes_done=self.recipes_done)
-
-
-def progress_changes(*, running: bool, recipes_total: int | None, recipes_done: int | None, now=None) -> dict:
-    """The columns a look at an unfinished scan updates (``hand_over``'s ``changes``):
-    progress, and ``queued`` -> ``running`` with ``started_at`` when the engine runs it."""
-    now = now or utcnow()
-    changes = {"last_checked_at": now, "check_errors": 0}
-    if recipes_total is not None:
-        changes["recipes_total"] = recipes_total
-    if recipes_done is not None:
-        changes["recipes_done"] = recipes_done
-    if running:
-        changes.update(scan_states.status_from(QUEUED, RUNNING, now))
-    return changes
-
-
-def hand_over(scan_id: str, current_job_id: str | None, delay: float, *, in_flight_only: bool = False,
-              durable: bool = True, **changes) -> bool:
-    """Pass the chain to a successor job ``delay`` seconds from now (CAS on the token),
-    writing ``changes`` in the same UPDATE (only to a scan still in flight if asked).
-
-    ``durable=False`` (a look that found the scan unfinished) commits without waiting
-    for PostgreSQL to flush it to disk, which is most of a look's time. Should the
-    server crash in the fraction of a second before the flush, the scan keeps its old
-    token and progress: the successor finds itself stale and stops, and the recovery
-    sweep starts a new chain (D13), so nothing is lost that the next look would not
-    write again. Final states, charges and deliveries always wait for the disk.
-    """
-    if "status" in changes:  # the look found the engine running a queued scan (``progress_changes``)
-        start_running(scan_id)
-    new_job_id = tracking_job_id(scan_id, tracking_generation(current_job_id) + 1)
-    changes["next_look_at"] = None  # a chain tracks it now, not the batch looks (a sweep may switch)
-    statuses = IN_FLIGHT if in_flight_only else None
-    if durable:
-        changed = scan_states.hand_over(scan_id, current_job_id=current_job_id, new_job_id=new_job_id,
-                                        statuses=statuses, changes=changes)
-    else:
-        with transaction():
-            scan_states.commit_without_flush()
-            changed = scan_states.hand_over(scan_id, current_job_id=current_job_id, new_job_id=new_job_id,
-                                            statuses=statuses, changes=changes)
-    if not changed:
-        return False
-    enqueue_tracking({scan_id: new_job_id}, delay_seconds=delay)
-    return True
-
-
-def start_running(scan_id: str) -> None:
-    """``queued`` -> ``running`` once (compare-and-set), with its ``scan.running`` event (D22) in
-    the same durable transaction: a replayed look finds the scan running already and sends none."""
-    with transaction():
-        scan = scan_states.start_running(scan_id, queued=QUEUED, running=RUNNING, now=utcnow())
-        deliveries = running_events([scan]) if scan is not None else []
-    webhooks.dispatch(deliveries)
-
 
 def running_events(scans: list) -> list:
     """The ``scan.running`` events of scans that have just moved to ``running`` (in the caller's
-    transaction): the deliveries to dispatch once it has committed."""
+    transaction): their deliveries, whose jobs go once it has committed."""
     return webhooks.record_events(scans, events.SCAN_RUNNING)
-
-
-def record_progress(scan_id: str, *, running: bool, recipes_total: int | None, recipes_done: int | None) -> None:
-    if running:
-        start_running(scan_id)
-    changes = progress_changes(running=running, recipes_total=recipes_total, recipes_done=recipes_done)
-    scan_states.update_if(scan_id, statuses=IN_FLIGHT, changes=changes)
 
 
 @dataclass(frozen=True)
@@ -200,14 +152,14 @@ def finish(finals: list[Final]) -> int:
     the scans out of flight and record their events, all in one durable transaction; then
     announce them (``announce``). Returns how many took."""
     with transaction():
-        scans, deliveries = record_finals(finals)
-    announce(scans, deliveries)
+        scans = record_finals(finals)
+    announce(scans)
     return len(scans)
 
 
-def record_finals(finals: list[Final]) -> tuple[list, list]:
+def record_finals(finals: list[Final]) -> list:
     """``finish``'s writes, in the caller's transaction (a batch look's finals share its
-    commit): the scans that took and the deliveries to dispatch once it has committed.
+    commit): the scans that took; their deliveries' jobs go once it has committed.
 
     Scans, then customers, are written in id order, so two lookers whose batches share one never
     wait on each other in a circle. A completed scan's findings show the feedback given on them
@@ -229,7 +181,9 @@ def record_finals(finals: list[Final]) -> tuple[list, list]:
         quotas.move_in_flight(customer_id, livemode, -n)
     findings.carry_feedback([s for s in scans if s.status == COMPLETED])
     never_running = [s for s in scans if s.started_at is None]
-    return scans, running_events([_as_running(s, now) for s in never_running]) + webhooks.record_events(scans)
+    running_events([_as_running(s, now) for s in never_running])
+    webhooks.record_events(scans)
+    return scans
 
 
 def _as_running(scan, now):
@@ -239,16 +193,14 @@ def _as_running(scan, now):
                          "failed_at": None})
 
 
-def announce(scans: list, deliveries: list) -> None:
-    """After the commit of ``record_finals``: the metrics and log lines of the scans that ended,
-    and their deliveries dispatched."""
+def announce(scans: list) -> None:
+    """After the commit of ``record_finals``: the metrics and log lines of the scans that ended."""
     for scan in scans:
         metrics.count_scan_finished(scan.kind, scan.status, scan.failure_code)
         if scan.status == COMPLETED:
             log.info("scan %s completed", scan.id, extra={"scan_id": scan.id})
         else:
             log.info("scan %s failed: %s", scan.id, scan.failure_code, extra={"scan_id": scan.id})
-    webhooks.dispatch(deliveries)
 
 
 def complete(scan_id: str, result: dict) -> bool:

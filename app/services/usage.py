@@ -64,9 +64,10 @@ def describe(row: CreditLedger) -> dict:
              "kind": row.reason, "scan_id": row.scan_id, "bulk_id": row.bulk_id, "request_id": row.request_id,
              "endpoint": "", "what": "", "reason": "", "reads": row.reads}
     if row.reason == billing.READS_REASON:
-        # A minute's reads of one endpoint, summed (D24): dated by their minute, the balance
-        # after the latest; each read is in the activity log.
-        entry.update(what=billing.reads_words(row.reads or 0), endpoint=note, created_at=row.minute or row.created_at)
+        # A minute's reads of one endpoint, summed (D24): dated by the latest, with the balance
+        # after it, so the ledger in time order reads as a running balance; each read is in
+        # the activity log.
+        entry.update(what=billing.reads_words(row.reads or 0), endpoint=note)
     elif row.reason in OPERATOR_KINDS:
         entry["what"] = "Credits added by your account manager" if row.delta >= 0 else \
             "Credits taken back by your account manager"

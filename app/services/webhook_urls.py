@@ -3,7 +3,8 @@
 In production (``APP_ENV=production``) a webhook URL must be ``https`` and its host
 must resolve only to public addresses: loopback, private, link-local (which holds
 the cloud metadata address 169.254.169.254), shared (CGNAT), reserved, unspecified
-and multicast ranges are refused, also when hidden in an IPv4-mapped or 6to4 IPv6
+and multicast ranges, and every block of IANA's special-purpose registries
+(``app.services.special_addresses``), are refused, also when hidden in an IPv4-mapped or 6to4 IPv6
 address. Development and test deliver anywhere, as the receiver runs on localhost.
 
 The check runs twice: when a URL is saved (``check_webhook_url``, a clear message
@@ -34,6 +35,7 @@ from urllib3.util import connection as urllib3_connection
 
 from app import runtime
 from app.services.errors import AccountError
+from app.services.special_addresses import special_purpose
 
 
 class UnsafeWebhookUrl(ValueError):
@@ -53,8 +55,9 @@ def _unwrap(ip):
 
 def is_public(address: str) -> bool:
     ip = _unwrap(ipaddress.ip_address(address.split("%", maxsplit=1)[0]))
-    # is_global alone lets multicast and some reserved IPv6 blocks (NAT64, ::/8) through.
-    return ip.is_global and not (ip.is_multicast or ip.is_reserved)
+    # is_global alone lets multicast and some reserved IPv6 blocks (NAT64, ::/8) through, and it
+    # lags IANA's registries (192.0.0.8): both registries are refused whole, from their data.
+    return ip.is_global and not (ip.is_multicast or ip.is_reserved) and special_purpose(ip) is None
 
 
 def resolve(host: str, port: int) -> list[str]:

@@ -1,8 +1,10 @@
 """Webhook events and deliveries (§6, D11, D12, D13).
 
 A delivery row (with the exact body bytes every attempt will send) is committed in
-the transaction that finishes a scan; only then is its job enqueued, and a job Redis
-refused is enqueued later by the recovery sweep. Sending is ``workers.webhook_jobs``.
+the transaction that finishes a scan; writing a pending row registers its job to be
+enqueued when that transaction commits (``send_on_commit``, through ``app.db.after_commit``),
+and a job Redis refused is enqueued later by the recovery sweep. Sending is
+``workers.webhook_jobs``.
 
 Each delivery job makes at most one attempt, and its id names that attempt:
 ``dlv-<delivery id>-<attempt number>``. The row's ``job_id`` is the fencing token:
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from app import events, runtime
-from app.db import write_transaction
+from app.db import after_commit, write_transaction
 from app.jobs import delivery_job_id, enqueue_delivery
 from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, WebhookEndpoint, iso, new_id, utcnow
 from app.models.scans import COMPLETED
@@ -46,6 +48,7 @@ from app.services.errors import (
     DeliveryNotFound,
     DeliveryPending,
     InvalidRequest,
+    SecretChanged,
     WebhookUrlMissing,
 )
 from app.services.paging import Page
@@ -163,25 +166,27 @@ def _create_delivery(key: ApiKey, event: str, body: dict, scan_id: str | None, e
     delivery_id = new_id("dlv")
     endpoint = endpoint or Endpoint(first_endpoint_id(key.id), key, key)
     pending = status == PENDING
-    return delivery_store.create(
+    delivery = delivery_store.create(
         delivery_id, customer_id=key.customer_id, api_key_id=key.id, scan_id=scan_id, event=event,
         url=endpoint.url, body=encode_body(body), job_id=delivery_job_id(delivery_id, 1) if pending else None,
         next_attempt_at=utcnow() if pending else None, livemode=key.livemode, endpoint_id=endpoint.id,
         status=status)
+    if pending:
+        send_on_commit(delivery)
+    return delivery
 
 
 def record_event(scan, kind: events.EventKind | None = None) -> list[WebhookDelivery] | None:
     """Write the delivery rows of event ``kind`` for ``scan`` (by default the one its final status
     fires): one per enabled endpoint of its key whose events list it, each with its own body (full
-    or thin) and id, and a ``skipped`` one per endpoint auto-disable stopped (D22). Returns those to
-    dispatch (the pending ones); None when no endpoint takes the event."""
+    or thin) and id, and a ``skipped`` one per endpoint auto-disable stopped (D22). Returns the pending
+    ones, whose jobs go when the caller's transaction commits; None when no endpoint takes the event."""
     return record_events([scan], kind) or None
 
 
 def record_events(scans, kind: events.EventKind | None = None) -> list[WebhookDelivery]:
     """``record_event`` for each of ``scans`` (a batch look's), each key's endpoints read once, and
-    each scan's event stored once in the feed (D27) with the full body's bytes; the deliveries to
-    dispatch."""
+    each scan's event stored once in the feed (D27) with the full body's bytes; the pending deliveries."""
     endpoints_of: dict[str, list[Endpoint]] = {}
     pending = []
     stored: dict[events.EventKind, tuple[list, list[str]]] = {}
@@ -210,20 +215,16 @@ def record_events(scans, kind: events.EventKind | None = None) -> list[WebhookDe
 
 def record_key_event(key: ApiKey, body: dict, *, leave_out: str) -> list[WebhookDelivery]:
     """Write a delivery of an event about the key itself (``endpoint.disabled``) to each of its
-    enabled endpoints that lists it, but ``leave_out``; the caller dispatches them after its commit."""
+    enabled endpoints that lists it, but ``leave_out``; their jobs go when the caller's transaction commits."""
     return [_create_delivery(key, body["event"], body, None, endpoint)
             for endpoint in key_endpoints(key)
             if endpoint.id != leave_out and endpoint.enabled and body["event"] in endpoint.events]
 
 
-def dispatch(delivery: WebhookDelivery | list[WebhookDelivery] | None, delay_seconds: float = 0) -> bool:
-    """Enqueue the delivery's (or each delivery's) job; False when Redis refused one (the sweep retries)."""
-    if delivery is None:
-        return True
-    if isinstance(delivery, list):
-        outcomes = [dispatch(one, delay_seconds) for one in delivery]  # every one, even after a refusal
-        return all(outcomes)
-    return enqueue_delivery(delivery.id, delivery.job_id, delay_seconds)
+def send_on_commit(delivery: WebhookDelivery) -> None:
+    """Enqueue the job of a delivery made pending in the caller's transaction once it commits (at
+    once outside one); a job Redis refuses is enqueued by the recovery sweep."""
+    after_commit(enqueue_delivery, delivery.id, delivery.job_id)
 
 
 # --- The key's management page (D12) -------------------------------------------------
@@ -312,8 +313,7 @@ def _replace_secret(key: ApiKey | WebhookEndpoint, plaintext: str) -> None:
                                        was_secret_enc=key.webhook_secret_enc,
                                        was_next_secret_enc=key.webhook_next_secret_enc, model=type(key))
     if not changed:
-        raise AccountError("the key's secret was changed by another request meanwhile (a second click?): "
-                           "nothing was replaced; reload the page to see the secret in force")
+        raise SecretChanged()
 
 
 def delivery_owner(delivery_id: str) -> str:
@@ -352,7 +352,7 @@ def redeliver(delivery_id: str, customer_id: str, livemode: bool | None = None) 
     if not changed:
         raise DeliveryPending("the delivery is being redelivered already")
     delivery = delivery_store.get(delivery.id)
-    dispatch(delivery)
+    send_on_commit(delivery)
     return delivery
 
 
@@ -383,9 +383,7 @@ def send_test_event(key_id: str, customer_id: str) -> WebhookDelivery:
             wait = TEST_EVENT_WINDOW - int((now - recent[len(recent) - limit]).total_seconds())
             raise AccountError(f"Too many test events: at most {limit} a minute per key. "
                                f"Try again in {max(1, wait)} seconds.")
-        delivery = _create_delivery(key, body["event"], body, scan_id=None)
-    dispatch(delivery)
-    return delivery
+        return _create_delivery(key, body["event"], body, scan_id=None)
 
 
 def attempt_dict(attempt: DeliveryAttempt) -> dict:
@@ -590,10 +588,12 @@ def roll_secret_of(key: ApiKey | WebhookEndpoint, overlap_hours: int, now: datet
         log.info("key %s: webhook secret replaced (no overlap)", key.id)
         return RolledSecret(plaintext, now)
     switch_at = now + timedelta(hours=overlap_hours)
+    # Compare-and-set on the secrets read: a concurrent roll or switch that won makes this one a
+    # 409 rather than a rotation from a current secret that is no longer the one shown.
     changed = key_store.start_rotation(key.id, next_secret_enc=encrypt_secret(plaintext), switch_at=switch_at,
-                                       model=type(key))
+                                       was_secret_enc=key.webhook_secret_enc, model=type(key))
     if not changed:
-        raise AccountError("a secret rotation is already under way: switch to the next secret first")
+        raise SecretChanged()
     log.info("key %s: webhook secret rolled, both secrets sign until %s", key.id, iso(switch_at))
     return RolledSecret(plaintext, switch_at, overlapping=True)
 
@@ -610,7 +610,8 @@ def switch_secret_of(key: ApiKey | WebhookEndpoint, now: datetime) -> None:
     _promote_if_due(key, now)
     if not key.webhook_next_secret_enc:
         raise AccountError("no secret rotation is under way: roll the secret first")
-    _switch(key)
+    if not _switch(key):  # another switch or roll of the rotation read here won
+        raise SecretChanged()
 
 
 # --- The customer's deliveries over the API (D17) ---------------------------------------
@@ -623,15 +624,14 @@ def api_attempt_dict(attempt: DeliveryAttempt) -> dict:
 
 def api_delivery_dict(delivery: WebhookDelivery, attempts: list[DeliveryAttempt]) -> dict:
     """A delivery as the API shows it: attempts oldest first, the exact body sent."""
-    entry = {"delivery_id": delivery.id,
-             "endpoint_id": delivery.endpoint_id or first_endpoint_id(delivery.api_key_id),
-             "event": delivery.event, "scan_id": delivery.scan_id,
-             "livemode": delivery.livemode, "status": delivery.status, "created_at": iso(delivery.created_at),
-             "attempts": [api_attempt_dict(a) for a in attempts]}
-    if delivery.status == PENDING:
-        entry["next_attempt_at"] = iso(delivery.next_attempt_at)
-    entry["body"] = delivery.body
-    return entry
+    return {"delivery_id": delivery.id,
+            "endpoint_id": delivery.endpoint_id or first_endpoint_id(delivery.api_key_id),
+            "event": delivery.event, "scan_id": delivery.scan_id,
+            "livemode": delivery.livemode, "status": delivery.status, "created_at": iso(delivery.created_at),
+            "attempts": [api_attempt_dict(a) for a in attempts],
+            # null once finished: only a pending delivery has a next attempt
+            "next_attempt_at": iso(delivery.next_attempt_at) if delivery.status == PENDING else None,
+            "body": delivery.body}
 
 
 def _attempts_by_delivery(delivery_ids: list[str]) -> dict[str, list[DeliveryAttempt]]:

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterator
 from datetime import date, datetime, timedelta
 
-from app.db import db, execute, execute_prepared, table
+from app.db import db, execute, table
 from app.models import ActivityEntry
 from app.models.activity import DEFAULT_PARTITION, TABLE
 from app.store.cursor_pages import newest_first_where
@@ -29,9 +29,31 @@ PARTITION_NAME = re.compile(rf"^{TABLE}_p(\d{{8}})$")
 PARTITION_LOCK = 0x61637476  # "actv"
 
 
+# Each value's type, for an INSERT ... SELECT of parameters (a literal there would be text).
+CASTS = {"created_at": "timestamp", "livemode": "boolean", "status": "smallint", "credits": "integer",
+         "target_hashes": "varchar[]"}
+_CAST_VALUES = ", ".join(f"?::{CASTS.get(column, 'text')}" for column in COLUMNS)
+INSERT_FROM = f"INSERT INTO {table(ActivityEntry)} ({', '.join(COLUMNS)}) SELECT {_CAST_VALUES} FROM %s"
+
+
+def values(row: dict) -> tuple:
+    return tuple(row.get(column) for column in COLUMNS)
+
+
 def insert(row: dict) -> None:
-    """One entry (``row`` keyed by ``COLUMNS``): one prepared INSERT, one round trip."""
-    execute_prepared(INSERT, tuple(row.get(column) for column in COLUMNS))
+    """One entry (``row`` keyed by ``COLUMNS``): one INSERT, one round trip."""
+    execute(INSERT, values(row))
+
+
+def insert_statement(row: dict) -> tuple[str, tuple]:
+    """``insert``'s statement, to run with others (an admission's)."""
+    return INSERT, values(row)
+
+
+def insert_from(source: str) -> str:
+    """The INSERT of one entry, its values the parameters (``values``), for each row of
+    ``source`` (a CTE: one row when the call was charged, none when not)."""
+    return INSERT_FROM % source
 
 
 def insert_select(select_sql: str) -> str:
@@ -44,6 +66,12 @@ def set_status(entry_id: str, created_at: datetime, status: int) -> None:
     """Correct the status of one entry (``created_at`` finds its partition)."""
     execute(f"UPDATE {table(ActivityEntry)} SET status = ? WHERE id = ? AND created_at = ?",
             (status, entry_id, created_at))
+
+
+def set_credits(entry_id: str, created_at: datetime, credits: int) -> None:
+    """Correct what one entry says the call cost (a refund)."""
+    execute(f"UPDATE {table(ActivityEntry)} SET credits = ? WHERE id = ? AND created_at = ?",
+            (credits, entry_id, created_at))
 
 
 def created_at_of(entry_id: str, *, customer_id: str, livemode: bool | None) -> datetime | None:

@@ -1,7 +1,7 @@
 """Customers, their balance and credit ledger, their quota windows and scans in flight.
 
-The statements every API call runs are written once as SQL (``app.db.execute``, prepared
-where hot); the rest are peewee queries. The rules (the price, which modes are billed,
+The statements every API call runs are written once as SQL (``app.db.execute``);
+the rest are peewee queries. The rules (the price, which modes are billed,
 which statuses are in flight, how long a window is) are the services' and come in as
 parameters. A "statement" here is ``(sql, params)``, built by one function and run by
 another, so that several of them go to the server in one round trip.
@@ -14,8 +14,9 @@ from typing import Any, cast
 
 from peewee import fn
 
-from app.db import columns, execute, execute_prepared, execute_prepared_batch, instance, repr_column, table
+from app.db import columns, execute, execute_batch, instance, repr_column, table
 from app.models import CreditLedger, Customer, PortalUser, QuotaMinute, Scan
+from app.store import activity as activity_store
 
 Statement = tuple[str, Any]  # (sql, params)
 
@@ -28,7 +29,7 @@ LOCK_CUSTOMER = CUSTOMER_BY_ID + " FOR UPDATE"
 
 def lock(customer_id: str) -> Customer | None:
     """The customer's row locked until the transaction ends (``SELECT ... FOR UPDATE``), or None."""
-    row = execute_prepared(LOCK_CUSTOMER, (customer_id,)).fetchone()
+    row = execute(LOCK_CUSTOMER, (customer_id,)).fetchone()
     return None if row is None else instance(Customer, row)
 
 
@@ -66,13 +67,13 @@ def move_in_flight_statement(customer_id: str, *, livemode: bool, n: int) -> Sta
 
 
 def run(statement: Statement) -> None:
-    """Run one statement of this module, prepared."""
-    execute_prepared(*statement)
+    """Run one statement of this module."""
+    execute(*statement)
 
 
 def run_together(statements: list[Statement]) -> None:
-    """Run ``statements`` in order in one round trip (``app.db.execute_prepared_batch``)."""
-    execute_prepared_batch(statements)
+    """Run ``statements`` in order in one round trip (``app.db.execute_batch``)."""
+    execute_batch(statements)
 
 
 # --- the balance and its ledger (D3) -------------------------------------------------------
@@ -98,13 +99,13 @@ def apply_statement(*, customer_id: str, delta: int, reason: str, in_flight: int
 
 def apply(statement: Statement) -> int | None:
     """Run an ``apply_statement``: the new balance, or None."""
-    row = execute_prepared(*statement).fetchone()
+    row = execute(*statement).fetchone()
     return row[0] if row else None
 
 
 def apply_after(statements: list[Statement], statement: Statement) -> int | None:
     """Run ``statements``, then the ``apply_statement``, in one round trip: the new balance, or None."""
-    row = execute_prepared_batch(statements + [statement]).fetchone()
+    row = execute_batch(statements + [statement]).fetchone()
     return row[0] if row else None
 
 
@@ -118,9 +119,10 @@ def ledger_sum(customer_id: str) -> int:
 
 
 def latest_ledger(customer_id: str, limit: int) -> list[CreditLedger]:
-    """The customer's latest ``limit`` ledger rows, newest first."""
+    """The customer's latest ``limit`` ledger rows, newest first (by time: a row of summed reads
+    is dated at its last read, after rows written since its first)."""
     return list(CreditLedger.select().where(CreditLedger.customer == customer_id)
-                .order_by(CreditLedger.id.desc()).limit(limit))
+                .order_by(CreditLedger.created_at.desc(), CreditLedger.id.desc()).limit(limit))
 
 
 def ledger_count(customer_id: str) -> int:
@@ -128,9 +130,9 @@ def ledger_count(customer_id: str) -> int:
 
 
 def ledger_page(customer_id: str, *, page: int, per_page: int) -> list[CreditLedger]:
-    """Page ``page`` (from 1) of the customer's ledger, newest first."""
+    """Page ``page`` (from 1) of the customer's ledger, newest first (by time, as ``latest_ledger``)."""
     return list(CreditLedger.select().where(CreditLedger.customer == customer_id)
-                .order_by(CreditLedger.id.desc()).paginate(page, per_page))
+                .order_by(CreditLedger.created_at.desc(), CreditLedger.id.desc()).paginate(page, per_page))
 
 
 def ledger_chunk(*, customer_id: str, since: datetime, until: datetime, after: tuple | None,
@@ -220,7 +222,7 @@ def window_times(starts: tuple[datetime, datetime], *, livemode: bool | None) ->
 
 def windows(customer_id: str, starts: tuple[datetime, datetime], *, livemode: bool) -> tuple:
     """The six values of ``WINDOW_COLUMNS`` for the customer's windows starting at ``starts``."""
-    return tuple(execute_prepared(WINDOW_USAGE, window_params(customer_id, starts, livemode=livemode)).fetchone())
+    return tuple(execute(WINDOW_USAGE, window_params(customer_id, starts, livemode=livemode)).fetchone())
 
 
 # The customer's row and its windows on one row (the admission reads them under its lock).
@@ -233,7 +235,7 @@ def lock_with_windows(customer_id: str, starts: tuple[datetime, datetime], *,
     that lock (the six values of ``WINDOW_COLUMNS``), or None: one round trip of two
     statements (each statement takes its own snapshot under READ COMMITTED, so the counts
     see every admission committed before the lock was granted)."""
-    row = execute_prepared_batch([
+    row = execute_batch([
         (LOCK_CUSTOMER, (customer_id,)),
         (CUSTOMER_AND_WINDOWS, window_params(customer_id, starts, livemode=livemode) + (customer_id,)),
     ]).fetchone()
@@ -248,7 +250,8 @@ WITH charged AS (
     UPDATE {table(Customer)} SET balance = balance - ? WHERE id = ? AND balance >= ? RETURNING balance),
 ledger AS (
     INSERT INTO {table(CreditLedger)} (customer_id, delta, balance_after, reason, request_id, note, created_at)
-    SELECT ?, ?, balance, ?, ?, ?, ? FROM charged RETURNING balance_after)
+    SELECT ?, ?, balance, ?, ?, ?, ? FROM charged RETURNING balance_after),
+entry AS ({activity_store.insert_from("charged")})
 SELECT (SELECT balance_after FROM ledger), {WINDOW_COLUMNS}"""
 
 
@@ -256,7 +259,8 @@ def add_read(*, source: str, note_sql: str, livemode_sql: str) -> str:
     """The INSERT that adds one read's charge to its minute's row of summed reads (D24): the
     row of the customer, mode, endpoint (the note) and minute is created by its first read and
     grown by the next ones (``delta`` their sum, ``reads`` their count, ``balance_after`` the
-    balance after the latest), so a read adds no row. ``source`` is the CTE of the charged
+    balance after the latest, ``created_at`` its time: the row is dated when its balance was, so
+    the ledger in time order reads as a running balance), so a read adds no row. ``source`` is the CTE of the charged
     customer (``id``, ``balance``); its parameters: the delta, the reason, those of
     ``note_sql``, the time, those of ``livemode_sql``, the minute. Returns ``balance_after``.
 
@@ -267,33 +271,36 @@ def add_read(*, source: str, note_sql: str, livemode_sql: str) -> str:
                                             minute, reads)
     SELECT id, ?, balance, ?, {note_sql}, ?, {livemode_sql}, ?, 1 FROM {source}
     ON CONFLICT (customer_id, livemode, note, minute) WHERE minute IS NOT NULL
-    DO UPDATE SET delta = l.delta + excluded.delta, balance_after = excluded.balance_after, reads = l.reads + 1
+    DO UPDATE SET delta = l.delta + excluded.delta, balance_after = excluded.balance_after, reads = l.reads + 1,
+                  created_at = GREATEST(l.created_at, excluded.created_at)
     RETURNING balance_after"""
 
 
 SUM_READ_AND_USAGE = f"""
 WITH charged AS (
     UPDATE {table(Customer)} SET balance = balance - ? WHERE id = ? AND balance >= ? RETURNING id, balance),
-ledger AS ({add_read(source="charged", note_sql="?", livemode_sql="?")})
+ledger AS ({add_read(source="charged", note_sql="?", livemode_sql="?")}),
+entry AS ({activity_store.insert_from("charged")})
 SELECT (SELECT balance_after FROM ledger), {WINDOW_COLUMNS}"""
 
 
 def charge_with_windows(*, customer_id: str, price: int, reason: str, request_id: str | None, note: str | None,
-                        now: datetime, starts: tuple[datetime, datetime],
+                        now: datetime, starts: tuple[datetime, datetime], entry: dict,
                         read_of: bool | None = None) -> tuple[int | None, tuple]:
-    """Take ``price`` credits if the balance covers it, with its ledger row, and read the
-    customer's live windows starting at ``starts``: one statement. Returns the new balance
-    (None when it was short: nothing written) and the six window values.
+    """Take ``price`` credits if the balance covers it, with its ledger row and the call's
+    activity entry (``entry``, a row of ``app.store.activity.COLUMNS``), and read the customer's
+    live windows starting at ``starts``: one statement. Returns the new balance (None when it
+    was short: nothing written) and the six window values.
 
     ``read_of``: the mode of the key whose read this is (``add_read``: summed into its minute's
     row, ``note`` its endpoint, no request id); None: a row of its own."""
     windows = window_params(customer_id, starts, livemode=True)
     if read_of is None:
-        row = execute_prepared(CHARGE_AND_USAGE, (price, customer_id, price, customer_id, -price, reason, request_id,
-                                                  note, now) + windows).fetchone()
+        row = execute(CHARGE_AND_USAGE, (price, customer_id, price, customer_id, -price, reason, request_id,
+                                         note, now) + activity_store.values(entry) + windows).fetchone()
     else:
-        row = execute_prepared(SUM_READ_AND_USAGE, (price, customer_id, price, -price, reason, note, now, read_of,
-                                                    minute_of(now)) + windows).fetchone()
+        row = execute(SUM_READ_AND_USAGE, (price, customer_id, price, -price, reason, note, now, read_of,
+                                           minute_of(now)) + activity_store.values(entry) + windows).fetchone()
     return row[0], tuple(row[1:])
 
 

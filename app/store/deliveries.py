@@ -2,7 +2,7 @@
 
 A delivery pool makes hundreds of attempts a second in one process (``workers.delivery_pool``),
 so the statements of an attempt are written once as SQL below: an attempt is three
-prepared statements (``load``, ``claim_attempt``, and on success ``close_attempt_and_finish``).
+statements (``load``, ``claim_attempt``, and on success ``close_attempt_and_finish``).
 Every change of a delivery's state is a compare-and-set on its ``status``, ``attempts``
 and ``job_id`` (the fencing token); the state machine itself, the retry schedule and
 what counts as stale are ``app.services.deliveries``'s.
@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from app.db import columns, execute, execute_prepared, instance, repr_column, table
+from app.db import columns, execute, instance, repr_column, table
 from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, WebhookEndpoint
 from app.models.webhooks import IN_PROGRESS, PENDING
 
@@ -62,8 +62,8 @@ CLOSE_SUCCEEDED = (f"WITH closed AS ({CLOSE} RETURNING id), "
 
 def load(delivery_id: str) -> tuple[WebhookDelivery, ApiKey | WebhookEndpoint] | None:
     """The delivery and the row whose secrets sign it (its endpoint's, or its key's for the key's
-    first endpoint), or None (one prepared statement)."""
-    row = execute_prepared(LOAD, (delivery_id,)).fetchone()
+    first endpoint), or None (one statement)."""
+    row = execute(LOAD, (delivery_id,)).fetchone()
     if row is None:
         return None
     split = len(row) - _KEY_COLUMNS - _ENDPOINT_COLUMNS
@@ -75,10 +75,10 @@ def load(delivery_id: str) -> tuple[WebhookDelivery, ApiKey | WebhookEndpoint] |
 
 def claim_attempt(delivery: WebhookDelivery, *, number: int, job_id: str, started_at: datetime
                   ) -> DeliveryAttempt | None:
-    """Claim attempt ``number`` for ``job_id`` and write its row, in progress (one prepared
+    """Claim attempt ``number`` for ``job_id`` and write its row, in progress (one
     statement); None when the delivery is not pending with ``number - 1`` attempts under this job."""
     params = (delivery.id, number - 1, job_id, number, started_at, delivery.url)
-    row = execute_prepared(CLAIM_AND_LOG, params).fetchone()
+    row = execute(CLAIM_AND_LOG, params).fetchone()
     if row is None:
         return None
     return DeliveryAttempt(id=row[0], delivery=delivery.id, number=number, started_at=started_at, url=delivery.url,
@@ -107,9 +107,9 @@ def close_attempt(attempt_id: int, closing: Closing) -> int:
 def close_attempt_and_finish(attempt_id: int, closing: Closing, *, delivery_id: str, number: int, status: str,
                              finished_at: datetime) -> int:
     """``close_attempt`` and, if it closed, ``finish`` the delivery after attempt ``number`` as
-    ``status``, in one prepared statement; the attempts closed (0 or 1)."""
+    ``status``, in one statement; the attempts closed (0 or 1)."""
     params = closing.params() + (attempt_id, status, finished_at, delivery_id, number)
-    return execute_prepared(CLOSE_SUCCEEDED, params).fetchone()[0]
+    return execute(CLOSE_SUCCEEDED, params).fetchone()[0]
 
 
 def finish(delivery_id: str, *, number: int, status: str, finished_at: datetime) -> None:

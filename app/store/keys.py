@@ -1,10 +1,10 @@
 """API keys. The look-up by digest is one statement, the key joined to its customer,
-written once and prepared (``app.db.execute_prepared``): every call runs it."""
+written once (``app.db.execute``): every call runs it."""
 from __future__ import annotations
 
 from datetime import datetime
 
-from app.db import columns, execute_prepared, instance, table
+from app.db import columns, execute, instance, table
 from app.models import ApiKey, Customer
 
 _KEY_FIELDS = len(ApiKey._meta.sorted_fields)
@@ -24,7 +24,7 @@ ACCESS_ALLOWED = ("(expires_at IS NULL OR expires_at > ?) AND ?::text = ANY(scop
 
 def by_digest(token_digest: str) -> ApiKey | None:
     """The key with this digest, its ``customer`` loaded (one statement)."""
-    row = execute_prepared(KEY_BY_DIGEST, (token_digest,)).fetchone()
+    row = execute(KEY_BY_DIGEST, (token_digest,)).fetchone()
     return None if row is None else key_from_row(row)
 
 

@@ -1,59 +1,25 @@
-"""The statements that move a scan through its states (D5, D13): the tracking chain's
-hand-overs and progress, the batch looks' claims and records (D24), the final states, and
-the recovery sweep's finds.
+"""The statements that move a scan through its states (D5, D13): the batch looks' claims and
+records (D24), the final states, and the recovery sweep's repairs.
 
-Every state change is a compare-and-set: the UPDATE names the states (``statuses``) and,
-for a hand-over, the tracking job (the fencing token) it expects, and says how many rows
-it changed. Which states count as in flight, and what a stale scan is, are the services'
-rules (``app.services.tracking``, ``app.services.recovery``), passed in here.
+Every state change is a compare-and-set: the UPDATE names the states (``statuses``) and, for a
+look's record, the ``look_generation`` (the fencing token) it expects, and says which rows it
+changed. Which states count as in flight is the services' rule (``app.services.tracking``,
+``app.services.recovery``), passed in here.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import cast
 
-from peewee import Case, fn
+from peewee import fn
 
 from app.db import columns, db, execute, instance, table
 from app.models import Scan
 
 
-def status_from(queued: str, running: str, now: datetime) -> dict:
-    """The ``status`` and ``started_at`` of an UPDATE (``hand_over``'s ``changes``) that moves a
-    scan still ``queued`` to ``running``, started ``now``, and leaves any other as it is."""
-    return {"status": Case(None, [(Scan.status == queued, running)], Scan.status),
-            "started_at": Case(None, [(Scan.status == queued, now)], Scan.started_at)}
-
-
 def commit_without_flush() -> None:
     """Inside a transaction: its COMMIT does not wait for PostgreSQL to flush it to disk."""
     db.execute_sql("SET LOCAL synchronous_commit = off")
-
-
-def hand_over(scan_id: str, *, current_job_id: str | None, new_job_id: str, statuses: Iterable[str] | None = None,
-              changes: dict) -> int:
-    """Replace the scan's tracking job ``current_job_id`` (any, when None) by ``new_job_id``,
-    writing ``changes`` (column values) in the same UPDATE, only to a scan in one of
-    ``statuses`` when given; the rows changed (0 or 1)."""
-    query = Scan.update(tracking_job_id=new_job_id, **changes).where(Scan.id == scan_id)
-    if current_job_id is not None:
-        query = query.where(Scan.tracking_job_id == current_job_id)
-    if statuses is not None:
-        query = query.where(Scan.status.in_(statuses))
-    return query.execute()
-
-
-def update_if(scan_id: str, *, statuses: Iterable[str], changes: dict) -> int:
-    """Write ``changes`` to the scan if it is in one of ``statuses``; the rows changed."""
-    return Scan.update(**changes).where((Scan.id == scan_id) & Scan.status.in_(statuses)).execute()
-
-
-def start_running(scan_id: str, *, queued: str, running: str, now: datetime) -> Scan | None:
-    """Move the scan from ``queued`` to ``running``, started ``now``: the scan, or None when it was
-    not queued (another look moved it already). A chain's move; the batch looks move theirs in
-    ``record_looks``."""
-    return _finish(scan_id, (queued,), {"status": running, "started_at": now})
 
 
 def _finish(scan_id: str, statuses: Iterable[str], changes: dict) -> Scan | None:
@@ -78,19 +44,16 @@ def fail(scan_id: str, *, statuses: Iterable[str], status: str, now: datetime, c
                                        "failure_code": code, "failure_message": message})
 
 
-def submitted_unwatched(*, statuses: Iterable[str], stale_before: datetime | None,
-                        chained_only: bool = False) -> list[tuple[str, str | None]]:
-    """``(scan id, tracking job id)`` of each submitted scan in one of ``statuses`` not looked at
-    since ``stale_before`` (created before it, if never looked at); every one when None. Only
-    those a chain tracks (no due look) if ``chained_only``."""
-    where = Scan.status.in_(statuses) & Scan.engine_id.is_null(False)
-    if chained_only:
-        where &= Scan.next_look_at.is_null()
-    if stale_before is not None:
-        where &= ((Scan.last_checked_at < stale_before)
-                  | (Scan.last_checked_at.is_null() & (Scan.created_at < stale_before)))
-    return cast(list[tuple[str, str | None]],  # peewee types rows as models
-                list(Scan.select(Scan.id, Scan.tracking_job_id).where(where).tuples()))
+def give_due_times(*, statuses: Sequence[str], now: datetime, scan_id: str | None = None) -> list[str]:
+    """Make every submitted scan in ``statuses`` that has no due look (only ``scan_id`` if given)
+    due ``now`` (a scan an RQ job chain tracked before the upgrade that retired them, D24),
+    clearing its chain's token; the ids of those it changed. One statement: a scan given one by
+    another sweep at the same moment is not changed twice."""
+    where = Scan.status.in_(statuses) & Scan.engine_id.is_null(False) & Scan.next_look_at.is_null()
+    if scan_id is not None:
+        where &= Scan.id == scan_id
+    query = Scan.update(next_look_at=now, tracking_job_id=None).where(where).returning(Scan.id)
+    return [row.id for row in query.execute()]
 
 
 def unsubmitted(*, status: str, created_before: datetime) -> list[Scan]:
@@ -129,10 +92,10 @@ def claim_due(*, statuses: Sequence[str], now: datetime, limit: int,
     return [(row[0], instance(Scan, row[1:])) for row in rows]
 
 
-# ``last_checked_at`` is the chains' (the sweep's sign of a lost job); the looks leave it, and its
-# index, alone: ``next_look_at`` says all a look needs. A scan the engine started moves to
-# ``running`` in the same UPDATE (one row version per look, not two); ``was`` is the row as the
-# statement found it (a FROM item sees the row before the UPDATE), to say which ones moved now.
+# ``last_checked_at`` is set by the final states only: ``next_look_at`` says all a look needs. A
+# scan the engine started moves to ``running`` in the same UPDATE (one row version per look, not
+# two); ``was`` is the row as the statement found it (a FROM item sees the row before the
+# UPDATE), to say which ones moved now.
 RECORD_LOOKS = f"""
 UPDATE {table(Scan)} AS s SET next_look_at = v.next_look_at, check_errors = v.check_errors,
        look_generation = s.look_generation + 1,
@@ -152,7 +115,7 @@ def record_looks(looks: Sequence[tuple], *, statuses: Sequence[str], queued: str
     """Write what each look saw in one UPDATE: ``(scan id, look_generation as claimed,
     next_look_at, check_errors, recipes_total or None, recipes_done or None, whether the engine
     runs it)``, each only to a scan still in ``statuses`` whose ``look_generation`` (the looks
-    recorded) is still the one claimed and that a chain has not taken over, adding one to it;
+    recorded) is still the one claimed and that still has a due look, adding one to it;
     a ``queued`` scan the engine runs becomes ``running``, started ``now``. Returns each
     written scan's id and whether it became ``running`` now. The claim's lock makes the
     generation check hold; it stays so that a record made without one writes nothing over a
@@ -168,13 +131,3 @@ def next_due(*, statuses: Sequence[str]) -> datetime | None:
     """The earliest due look of a scan in ``statuses`` (the partial index's first entry)."""
     return (Scan.select(fn.MIN(Scan.next_look_at))
             .where(Scan.status.in_(statuses) & Scan.next_look_at.is_null(False)).scalar())
-
-
-def adopt(scan_id: str, *, current_job_id: str | None, statuses: Sequence[str], due: datetime) -> int:
-    """Hand a scan tracked by a chain (``current_job_id``, any when None) to the batch looks, due
-    ``due``: its chain's token is cleared, so a late job of that chain stops; the rows changed."""
-    query = Scan.update(tracking_job_id=None, next_look_at=due).where(
-        (Scan.id == scan_id) & Scan.status.in_(statuses))
-    if current_job_id is not None:
-        query = query.where(Scan.tracking_job_id == current_job_id)
-    return query.execute()

@@ -1,8 +1,8 @@
 """Scans and bulk batches: the admission's writes and their reversal, the reads of the API
 and of the portal, and the served read (key, charge, windows and object in one statement).
 
-Every read runs these, so their statements are written once as SQL (``app.db.execute``,
-prepared where hot). The rules (the price of a call, which key modes are billed, which
+Every read runs these, so their statements are written once as SQL (``app.db.execute``).
+The rules (the price of a call, which key modes are billed, which
 status an unsubmitted scan has) are the services' and come in as parameters.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from app.db import columns, execute, execute_prepared, insert_rows_statement, instance, table
+from app.db import columns, execute, insert_rows_statement, instance, table
 from app.models import ApiKey, BulkBatch, Customer, FindingFeedback, Scan
 from app.store import activity as activity_store
 from app.store.cursor_pages import newest_first_where
@@ -58,18 +58,19 @@ def delete_unsubmitted(scan_id: str, status: str) -> int:
     return Scan.delete().where((Scan.id == scan_id) & Scan.engine_id.is_null() & (Scan.status == status)).execute()
 
 
-def record_submissions(submissions: Sequence[tuple[str, str, int, datetime, datetime | None]]) -> None:
-    """Store ``(scan id, engine id, recipes, eta, next look or None)`` for each scan in one UPDATE,
-    whatever their number."""
+def record_submissions(submissions: Sequence[tuple[str, str, int, datetime, datetime | None, bool]]) -> None:
+    """Store ``(scan id, engine id, recipes, eta, next look or None, whether the engine calls back)``
+    for each scan in one UPDATE, whatever their number."""
     if len(submissions) == 1:
-        scan_id, engine_id, recipes, eta, next_look = submissions[0]
-        execute(f"UPDATE {table(Scan)} SET engine_id = ?, recipes_total = ?, eta_at = ?, next_look_at = ? "
-                f"WHERE id = ?", (engine_id, recipes, eta, next_look, scan_id))
+        scan_id, engine_id, recipes, eta, next_look, callbacks = submissions[0]
+        execute(f"UPDATE {table(Scan)} SET engine_id = ?, recipes_total = ?, eta_at = ?, next_look_at = ?, "
+                f"callbacks = ? WHERE id = ?", (engine_id, recipes, eta, next_look, callbacks, scan_id))
         return
     # A join with the new values: linear in the batch, where CASE is quadratic.
-    values = ", ".join(["(?, ?, ?::integer, ?::timestamp, ?::timestamp)"] * len(submissions))
+    values = ", ".join(["(?, ?, ?::integer, ?::timestamp, ?::timestamp, ?::boolean)"] * len(submissions))
     execute(f"UPDATE {table(Scan)} AS s SET engine_id = v.engine_id, recipes_total = v.recipes, eta_at = v.eta, "
-            f"next_look_at = v.next_look FROM (VALUES {values}) AS v(id, engine_id, recipes, eta, next_look) "
+            f"next_look_at = v.next_look, callbacks = v.callbacks "
+            f"FROM (VALUES {values}) AS v(id, engine_id, recipes, eta, next_look, callbacks) "
             f"WHERE s.id = v.id", [v for submission in submissions for v in submission])
 
 
@@ -226,7 +227,7 @@ def batch_scans(bulk_id: str) -> list[Scan]:
 # --- served reads: authentication, charge and read in one statement ---------------------
 # The key look-up, the conditional charge with its ledger row, the call's activity log entry
 # (D20), the quota windows the answer reports (D8) and the scan (or the batch and its scans)
-# are one statement, prepared once per connection: one round trip and one commit per read.
+# are one statement: one round trip and one commit per read.
 # The key is charged only if its mode is one of the billed modes and its balance covers the
 # price, both parameters (the rule is ``services.billing``'s), and only if D21 lets it make the
 # call (``ACCESS_ALLOWED``: a key refused there is not charged); the object and the windows
@@ -330,7 +331,7 @@ def read_charged(*, bulk: bool, token_digest: str, object_id: str, price: int, b
                entry_id, now, action, resource_id, status_short, status_missing, status_owned, status_other, price,
                entry_address, request_id)
               + window_times(starts, livemode=None) + (object_id,))
-    rows = execute_prepared(READ_BULK_CHARGED if bulk else READ_SCAN_CHARGED, params).fetchall()
+    rows = execute(READ_BULK_CHARGED if bulk else READ_SCAN_CHARGED, params).fetchall()
     if not rows:
         return ChargedRead(None)
     n = KEY_ROW_LENGTH

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from app.db import execute_prepared, table
+from app.db import execute, table
 from app.models import Suppression
 
 ANY_OF = f"SELECT target_hash FROM {table(Suppression)} WHERE target_hash = ANY(?)"
@@ -32,4 +32,4 @@ def all_newest_first(among: Iterable[str] | None = None) -> list[Suppression]:
 
 def suppressed_among(hashes: Iterable[str]) -> set[str]:
     """Which of ``hashes`` are opted out: one statement for a single creation or a bulk call."""
-    return {row[0] for row in execute_prepared(ANY_OF, (list(hashes),)).fetchall()}
+    return {row[0] for row in execute(ANY_OF, (list(hashes),)).fetchall()}

@@ -67,9 +67,11 @@ def switch_to_next(key_id: str, next_secret_enc: str | None, model: type[Holder]
             .execute())
 
 
-def start_rotation(key_id: str, *, next_secret_enc: str, switch_at: datetime, model: type[Holder] = ApiKey) -> int:
+def start_rotation(key_id: str, *, next_secret_enc: str, switch_at: datetime, was_secret_enc: str | None,
+                   model: type[Holder] = ApiKey) -> int:
     """Give the key (or endpoint) the next secret ``next_secret_enc`` until ``switch_at``, if it has
-    none; the rows changed."""
+    none and its secret is still ``was_secret_enc``; the rows changed."""
     return (model.update(webhook_next_secret_enc=next_secret_enc, webhook_secret_switch_at=switch_at)
-            .where((model.id == key_id) & model.webhook_next_secret_enc.is_null())
+            .where((model.id == key_id) & model.webhook_next_secret_enc.is_null()
+                   & _is(model.webhook_secret_enc, was_secret_enc))
             .execute())

@@ -6,6 +6,7 @@
     scan-api get scn_...        scan-api get-bulk blk_...
     scan-api list --status completed --all        scan-api deliveries --status failed
     scan-api redeliver dlv_...                    scan-api activity --target jane.doe@example.com
+    scan-api endpoints list                       scan-api endpoints create https://hooks.example.com/a
 
 stdout carries only the JSON or CSV answer; progress and errors go to stderr (a live bar
 when stderr is a terminal, a plain line per change otherwise). Exit codes: 0 done,
@@ -29,15 +30,17 @@ from functools import partial
 from typing import Any, TextIO
 
 from scan_api_client.client import DEFAULT_BASE_URL, MAX_BULK_TARGETS, ScanClient
-from scan_api_client.errors import ApiError, TransportError, WaitTimeout
+from scan_api_client.errors import ApiError, FindingNotFound, TransportError, WaitTimeout
 from scan_api_client.progress import ProgressBar
 
 EXIT_OK, EXIT_API_ERROR, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
 KEY_ENV, URL_ENV = "SCAN_API_KEY", "SCAN_API_URL"
-CSV_FIELDS = ["scan_id", "target", "kind", "status", "risk_score", "risk_band", "findings", "breaches",
-              "finished_at", "error", "message"]
-DELIVERY_CSV_FIELDS = ["delivery_id", "event", "scan_id", "status", "attempts", "last_http_status", "last_error",
-                       "next_attempt_at"]
+CSV_FIELDS = ["scan_id", "target", "kind", "status", "risk_score", "risk_band", "findings", "breaches", "partial",
+              "coverage", "finished_at", "erased_at", "error", "message"]
+DELIVERY_CSV_FIELDS = ["delivery_id", "endpoint_id", "event", "scan_id", "status", "attempts", "last_http_status",
+                       "last_error", "next_attempt_at"]
+ENDPOINT_CSV_FIELDS = ["endpoint_id", "url", "events", "payload", "enabled", "description", "disabled_at",
+                       "secret_rotation_ends_at", "secret"]
 ACCOUNT_CSV_FIELDS = ["customer_id", "tier", "balance", "usage_inflight", "usage_hour", "usage_day", "limit_inflight",
                       "limit_hour", "limit_day", "key_id", "scopes", "expires_at", "allowed_ips"]
 
@@ -53,7 +56,7 @@ MESSAGES = {
     "bulk_not_allowed": "bulk scans need the Business or Enterprise tier: scan targets one by one, "
                         "or ask your account manager to upgrade",
     "target_suppressed": "the person this target belongs to has opted out of lookups: nothing was charged",
-    "not_found": "no scan, batch or delivery has that id",
+    "not_found": "no scan, batch, delivery or endpoint has that id",
     "idempotency_conflict": "that Idempotency-Key was already used for another request (or is still in use)",
     "rate_limit_inflight": "too many scans in flight for your tier: retry {retry}",
     "rate_limit_hour": "hourly scan quota used up: retry {retry}",
@@ -146,9 +149,10 @@ def build_parser(out: TextIO, err: TextIO) -> argparse.ArgumentParser:
     listing.add_argument("--created-before", metavar="TIME", help="ISO 8601 UTC")
     deliveries = sub.add_parser("deliveries", parents=[common, output, paging],
                                 help="list webhook deliveries and their attempts, newest first")
-    deliveries.add_argument("--status", choices=("pending", "succeeded", "failed", "cancelled"))
+    deliveries.add_argument("--status", choices=("pending", "succeeded", "failed", "skipped", "cancelled"))
     deliveries.add_argument("--event", help="an event name, e.g. scan.completed (the service says which it knows)")
     deliveries.add_argument("--scan-id", metavar="SCAN_ID")
+    deliveries.add_argument("--endpoint-id", metavar="ENDPOINT_ID", help="only the deliveries to this endpoint")
     events = sub.add_parser("events", parents=[common, output, paging],
                             help="list your scans' events, newest first; --follow: follow them as they happen")
     events.add_argument("--follow", action="store_true",
@@ -186,9 +190,55 @@ def build_parser(out: TextIO, err: TextIO) -> argparse.ArgumentParser:
     erase_bulk.add_argument("bulk_id")
     sub.add_parser("account", parents=[common, output],
                    help="your balance, limits and usage, and what the key may do (scopes, expiry, IP allowlist)")
+    _endpoints_parser(sub, common, output)
     for choice in sub.choices.values():
         choice.epilog = parser.epilog
     return parser
+
+
+def _endpoints_parser(sub, common: argparse.ArgumentParser, output: argparse.ArgumentParser) -> None:
+    """``scan-api endpoints ACTION``: the key's webhook endpoints, one action per API call (1 credit each)."""
+    endpoints = sub.add_parser("endpoints", parents=[common],
+                               help="manage the key's webhook endpoints (needs the key's webhooks scope)")
+    actions = endpoints.add_subparsers(dest="endpoints_action", metavar="ACTION")
+    actions.required = True
+    shared = [common, output]
+    actions.add_parser("list", parents=shared, help="the key's endpoints, its webhook URL first")
+    fields = argparse.ArgumentParser(add_help=False)
+    fields.add_argument("--event", dest="events", action="append", metavar="EVENT",
+                        help="an event it receives, e.g. scan.running (repeat for several; default: "
+                             "scan.completed and scan.failed)")
+    fields.add_argument("--payload", choices=("full", "thin"), help="thin: no target, result or failure message")
+    fields.add_argument("--description", help="what the endpoint is for, in your words")
+    create = actions.add_parser("create", parents=[*shared, fields],
+                                help="add an endpoint (at most 10); its signing secret is shown this once")
+    create.add_argument("endpoint_url", metavar="URL", help="where its events go (https)")
+    create.add_argument("--disabled", action="store_true", help="create it disabled")
+    create.add_argument("--secret", help="its signing secret (whsec_...; default: generated)")
+    actions.add_parser("get", parents=shared, help="read one endpoint").add_argument("endpoint_id")
+    update = actions.add_parser("update", parents=[*shared, fields], help="change the fields given")
+    update.add_argument("endpoint_id")
+    update.add_argument("--endpoint-url", metavar="URL", help="where its events go from now on (--url is the API's)")
+    switch = update.add_mutually_exclusive_group()
+    switch.add_argument("--enable", dest="enabled", action="store_const", const=True,
+                        help="turn it on (also after it was disabled for failing)")
+    switch.add_argument("--disable", dest="enabled", action="store_const", const=False, help="turn it off")
+    actions.add_parser("delete", parents=shared, help="delete it: no later event goes there").add_argument(
+        "endpoint_id")
+    roll = actions.add_parser("roll-secret", parents=shared,
+                              help="a new signing secret, shown once; both sign until the overlap ends")
+    roll.add_argument("endpoint_id")
+    roll.add_argument("--overlap-hours", type=int, default=24, metavar="N",
+                      help="hours both secrets sign (default 24; 0: switch at once)")
+    actions.add_parser("switch-secret", parents=shared,
+                       help="end a secret rotation now: the new secret is the only one").add_argument("endpoint_id")
+    recover = actions.add_parser("recover", parents=shared,
+                                 help="send again what failed or was skipped in a window, once each, oldest first")
+    recover.add_argument("endpoint_id")
+    recover.add_argument("--since", required=True, metavar="TIME", help="ISO 8601 UTC, e.g. 2026-11-21T12:00:00Z")
+    recover.add_argument("--until", metavar="TIME", help="ISO 8601 UTC (default: now)")
+    for action in actions.choices.values():
+        action.epilog = "Exit codes: 0 ok, 1 API error, 2 usage error, 3 --wait timed out."
 
 
 # --- input ------------------------------------------------------------------------------
@@ -238,17 +288,27 @@ def load_targets(path: str, stdin: TextIO) -> list[dict]:
 
 # --- output -----------------------------------------------------------------------------
 
+def _flag(value: Any) -> str:
+    """A JSON boolean as CSV text (``true``/``false``), empty when absent."""
+    return "" if value is None else str(bool(value)).lower()
+
+
 def scan_row(scan: dict, status: str = "queued") -> dict:
+    """One CSV row of a scan. An erased scan has no target, result or failure: those cells are
+    empty and ``erased_at`` says when they were erased."""
     result = scan.get("result") or {}
     failure = scan.get("failure") or {}
     return {
-        "scan_id": scan.get("scan_id", ""), "target": scan.get("target", ""), "kind": scan.get("kind", ""),
+        "scan_id": scan.get("scan_id", ""), "target": scan.get("target") or "", "kind": scan.get("kind", ""),
         "status": scan.get("status", status),
         "risk_score": (result.get("risk") or {}).get("score", ""),
         "risk_band": (result.get("risk") or {}).get("band", ""),
         "findings": (result.get("counts") or {}).get("findings", ""),
         "breaches": len(result["breaches"]) if isinstance(result.get("breaches"), list) else "",
+        "partial": _flag(result.get("partial")) if result else "",
+        "coverage": (result.get("coverage") or {}).get("ratio", ""),
         "finished_at": scan.get("completed_at") or scan.get("failed_at") or "",
+        "erased_at": scan.get("erased_at") or "",
         "error": failure.get("code", ""), "message": failure.get("message", ""),
     }
 
@@ -279,7 +339,8 @@ def bulk_rows(created: dict, scans: list[dict]) -> list[dict]:
 def delivery_row(delivery: dict) -> dict:
     attempts = delivery.get("attempts") or []
     last = attempts[-1] if attempts and isinstance(attempts[-1], dict) else {}
-    return {"delivery_id": delivery.get("delivery_id", ""), "event": delivery.get("event", ""),
+    return {"delivery_id": delivery.get("delivery_id", ""), "endpoint_id": delivery.get("endpoint_id") or "",
+            "event": delivery.get("event", ""),
             "scan_id": delivery.get("scan_id", ""), "status": delivery.get("status", ""), "attempts": len(attempts),
             "last_http_status": last.get("http_status") or "", "last_error": last.get("error") or "",
             "next_attempt_at": delivery.get("next_attempt_at") or ""}
@@ -308,7 +369,7 @@ def write_output(out: TextIO, fmt: str, document: Any, rows: list[dict], fields:
 
 def describe(error: ApiError) -> str:
     retry = f"in {error.retry_after} s" if error.retry_after is not None else "later"
-    if error.code in SERVER_WORDED or error.code not in MESSAGES:
+    if error.code in SERVER_WORDED or error.code not in MESSAGES or isinstance(error, FindingNotFound):
         text = error.message
     else:
         text = MESSAGES[error.code].format(retry=retry)
@@ -397,7 +458,7 @@ def _list(run: _Run) -> None:
 def _deliveries(run: _Run) -> None:
     args = run.args
     found = _take(run.client.iter_deliveries(status=args.status, event=args.event, scan_id=args.scan_id,
-                                             page_size=_page_size(args),
+                                             endpoint_id=args.endpoint_id, page_size=_page_size(args),
                                              max_items=None if args.all else args.limit))
     document = [delivery.raw for delivery in found]
     write_output(run.out, args.format, document, [delivery_row(d) for d in document], fields=DELIVERY_CSV_FIELDS)
@@ -487,11 +548,56 @@ def _account(run: _Run) -> None:
     write_output(run.out, run.args.format, account, [row], fields=ACCOUNT_CSV_FIELDS)
 
 
+def endpoint_row(endpoint: dict) -> dict:
+    row = {name: endpoint.get(name) for name in ENDPOINT_CSV_FIELDS}
+    row["events"] = " ".join(endpoint.get("events") or [])
+    row["enabled"] = _flag(endpoint.get("enabled"))
+    return {name: "" if value is None else value for name, value in row.items()}
+
+
+def _endpoint_call(run: _Run) -> dict | list[dict]:
+    """The API call of ``scan-api endpoints ACTION``: its answer as JSON."""
+    args, client = run.args, run.client
+    action = args.endpoints_action
+    if action == "list":
+        return [endpoint.raw for endpoint in client.list_endpoints()]
+    if action == "create":
+        return client.create_endpoint(args.endpoint_url, events=args.events, payload=args.payload,
+                                      enabled=False if args.disabled else None, description=args.description,
+                                      secret=args.secret).raw
+    if action == "get":
+        return client.get_endpoint(args.endpoint_id).raw
+    if action == "update":
+        return client.update_endpoint(args.endpoint_id, url=args.endpoint_url, events=args.events, payload=args.payload,
+                                      enabled=args.enabled, description=args.description).raw
+    if action == "delete":
+        client.delete_endpoint(args.endpoint_id)
+        return {"ok": True, "endpoint_id": args.endpoint_id, "deleted": True}
+    if action == "roll-secret":
+        return client.roll_endpoint_secret(args.endpoint_id, overlap_hours=args.overlap_hours)
+    if action == "switch-secret":
+        return client.switch_endpoint_secret(args.endpoint_id).raw
+    queued = client.recover_endpoint(args.endpoint_id, since=args.since, until=args.until)
+    return {"ok": True, "endpoint_id": args.endpoint_id, "queued": queued}
+
+
+def _endpoints(run: _Run) -> None:
+    answer = _endpoint_call(run)
+    listed = answer if isinstance(answer, list) else [answer]
+    if run.args.endpoints_action in ("delete", "roll-secret", "recover"):  # not an endpoint: its own columns
+        fields = [name for name in listed[0] if name != "ok"]
+        rows = [{name: listed[0][name] for name in fields}]
+    else:
+        fields, rows = ENDPOINT_CSV_FIELDS, [endpoint_row(e) for e in listed]
+    write_output(run.out, run.args.format, answer, rows, fields=fields)
+
+
 # One function per subcommand: a new one is a parser entry in build_parser and a line here.
 COMMANDS: dict[str, Callable[[_Run], None]] = {
     "scan": _scan, "bulk": _bulk, "get": _get, "get-bulk": _get_bulk, "list": _list,
     "deliveries": _deliveries, "redeliver": _redeliver, "erase": _erase, "erase-bulk": _erase_bulk,
-    "activity": _activity, "account": _account, "rerun": _rerun, "feedback": _feedback, "events": _events,
+    "activity": _activity, "account": _account, "rerun": _rerun, "feedback": _feedback, "endpoints": _endpoints,
+    "events": _events,
 }
 
 

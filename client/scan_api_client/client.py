@@ -26,7 +26,14 @@ from urllib.parse import quote
 
 import requests
 
-from scan_api_client.errors import ApiError, TransportError, WaitTimeout, error_from_response
+from scan_api_client.errors import (
+    ApiError,
+    FindingNotFound,
+    NotFound,
+    TransportError,
+    WaitTimeout,
+    error_from_response,
+)
 from scan_api_client.models import (
     FEEDBACK_VERDICTS,
     Account,
@@ -293,8 +300,11 @@ class ScanClient:
         body: dict[str, Any] = {"verdict": verdict}
         if note is not None:
             body["note"] = note
-        answer = self._request("POST", f"/scan/{self._id(scan_id, 'scan_id')}/findings/"
-                                       f"{self._id(finding_id, 'finding_id')}/feedback", json_body=body)
+        try:
+            answer = self._request("POST", f"/scan/{self._id(scan_id, 'scan_id')}/findings/"
+                                           f"{self._id(finding_id, 'finding_id')}/feedback", json_body=body)
+        except NotFound as exc:  # the service's words do not repeat the ids: say which finding was asked for
+            raise FindingNotFound(exc, scan_id, finding_id) from None
         return Finding.from_dict(answer.get("finding") or {})
 
     # --- erasure -------------------------------------------------------------------------

@@ -80,6 +80,16 @@ class NotFound(ApiError):
     """404 ``not_found``: unknown scan, bulk or delivery id (or one of the other mode), or path."""
 
 
+class FindingNotFound(NotFound):
+    """404 ``not_found`` from ``feedback``: the scan has no finding ``finding_id`` (or the scan
+    ``scan_id`` is unknown, or has no result yet). The message names both ids."""
+
+    def __init__(self, error: NotFound, scan_id: str, finding_id: str):
+        self.scan_id, self.finding_id = scan_id, finding_id
+        super().__init__(error.status, error.code, f"{error.message} (finding {finding_id}, scan {scan_id})",
+                         error.request_id, error.details, error.retry_after, body=error.body, headers=error.headers)
+
+
 class Conflict(ApiError):
     """409 ``idempotency_conflict``: the Idempotency-Key was used with another body, or is in use;
     ``delivery_pending`` (raised as ``DeliveryPending``), ``nothing_to_rerun`` (``NothingToRerun``)."""

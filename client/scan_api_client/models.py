@@ -252,6 +252,7 @@ class Scan(_Model):
 
     Which fields are set depends on ``status``: ``eta_seconds`` and ``progress`` while queued or
     running, ``completed_at`` and ``result`` once completed, ``failed_at`` and ``failure`` once failed.
+    An erased scan (``erased``) keeps its status and times but has no ``target``, ``result`` or ``failure``.
     ``livemode`` is False for scans made with a test key.
     """
 
@@ -282,6 +283,11 @@ class Scan(_Model):
     def done(self) -> bool:
         """Completed or failed: it will not change any more."""
         return self.status in ("completed", "failed")
+
+    @property
+    def erased(self) -> bool:
+        """Its target and result (or failure) were erased: only ids, times and purpose are left."""
+        return self.erased_at is not None
 
 
 @dataclass
@@ -356,7 +362,8 @@ class Delivery(_Model):
 
     ``body`` is the JSON text exactly as every attempt sends it (the bytes its signatures cover);
     ``payload`` is that body parsed, and ``scan`` the scan it describes. ``scan_id`` is None for a
-    test event sent from the key's page; ``next_attempt_at`` is set while ``pending``.
+    test event sent from the key's page; ``next_attempt_at`` is when the next attempt is due while
+    ``pending``, None once finished.
     """
 
     delivery_id: str = ""
@@ -369,7 +376,7 @@ class Delivery(_Model):
     status: str = ""
     created_at: str | None = None
     attempts: list[DeliveryAttempt] = field(default_factory=list)
-    next_attempt_at: str | None = None
+    next_attempt_at: str | None = None  # while pending; None once finished
     body: str | None = None  # None once its scan was erased
     raw: dict = field(default_factory=dict, repr=False)
 

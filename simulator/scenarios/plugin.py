@@ -120,6 +120,10 @@ class ScenarioItem(pytest.Item):
         self.scenario = scenario
         self.result: runner.ScenarioResult | None = None
         self.add_marker(SCENARIO_MARKER)
+        # Under pytest-xdist's --dist loadgroup (make test) every scenario goes to one worker, which
+        # runs them on one stack and its pool, as a run without xdist does: one stack, not one a worker.
+        if self.config.pluginmanager.hasplugin("xdist"):
+            self.add_marker(pytest.mark.xdist_group("scenarios"))
         self.add_marker("processes")  # runs against the stack's real processes: not in make test-fast
         for tag in scenario.tags:
             self.add_marker(tag)
@@ -154,6 +158,8 @@ class ScenarioSession:
     def __init__(self, config):
         self.config = config
         self.xdist_worker = hasattr(config, "workerinput")
+        # loadgroup sends every scenario to one worker: it may run them at once, as without xdist.
+        self.grouped = self.xdist_worker and getattr(config.option, "dist", None) == "loadgroup"
         self.parallel = max(1, config.getoption("scenario_parallel"))
         self.lock = threading.Lock()
         self.exit: ExitStack | None = None
@@ -222,6 +228,7 @@ class ScenarioSession:
             if self.exit is not None:
                 if self.failed and self.stack is not None:
                     self.stack.mark_failed()  # keeps the processes' logs in artifacts/scenarios/
+                    self._end_results_line()  # the stack says where on a line of its own
                 try:
                     with self._no_capture():
                         self.exit.close()
@@ -231,13 +238,21 @@ class ScenarioSession:
             self.stack = None
             self.run_config = None
 
+    def _end_results_line(self) -> None:
+        """End the line pytest is writing results on (``x.yaml F``), so what the stack prints
+        while stopping (where the logs are kept) starts a line of its own."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.flush()
+
     # --- running -------------------------------------------------------------------------
 
     def run(self, item: ScenarioItem) -> runner.ScenarioResult:
         self.start()
         future = self.futures.get(item.nodeid)
         if future is None:
-            if item.scenario.exclusive or self.xdist_worker or self.parallel == 1:
+            if item.scenario.exclusive or (self.xdist_worker and not self.grouped) or self.parallel == 1:
                 self._drain()  # whatever changes the engine's mode runs alone
                 result = runner.run_scenario(item.scenario, self.run_config)
             else:
@@ -286,7 +301,9 @@ class ScenarioSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_teardown(self, item, nextitem):
-        if self.last_user is not None and item.nodeid == self.last_user:
+        # After the session's last item, the session's end stops the stack: pytest has then
+        # finished the results line ("[100%]"), and the stack's notices follow it.
+        if self.last_user is not None and item.nodeid == self.last_user and nextitem is not None:
             self.stop()
 
     def pytest_sessionfinish(self, session):

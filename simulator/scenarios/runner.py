@@ -815,7 +815,9 @@ def pytest_args(argv: list[str], prog: str = "python -m simulator scenario") -> 
     # Files outside the project (a scenario of one's own) are named relative to their folder.
     inside = all(Path(t).resolve().is_relative_to(PROJECT_ROOT) for t in targets)
     rootdir = PROJECT_ROOT if inside else Path(os.path.commonpath([Path(t).resolve().parent for t in targets]))
-    return [*targets, "-p", PLUGIN, "--rootdir", str(rootdir), "-c", str(PROJECT_ROOT / "setup.cfg"),
+    # The project's pytest settings (its markers among them: no "unknown mark" warnings) are in
+    # pyproject.toml, wherever the scenario files are.
+    return [*targets, "-p", PLUGIN, "--rootdir", str(rootdir), "-c", str(PROJECT_ROOT / "pyproject.toml"),
             *[f"{name}={value}" for name, value in options.items() if value is not None], *passed_on]
 
 

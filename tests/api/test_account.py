@@ -60,3 +60,18 @@ def test_an_empty_balance_cannot_read_the_account(client, make_customer):
     poor = make_customer(credits=0)
     response = client.get("/api/v1/account", headers=poor.headers)
     assert response.status_code == 402 and response.get_json()["error"] == "insufficient_balance"
+
+
+def test_the_activity_log_says_what_reading_the_account_cost(client, account):
+    """The entry of ``account.read`` carries its credit, as every charged call's does (a test key's: 0)."""
+    from app.models import ActivityEntry
+    test = sandbox_key(account)
+    before = balance(account)
+    assert client.get("/api/v1/account", headers=account.headers).status_code == 200
+    assert client.get("/api/v1/account", headers=test.headers).status_code == 200
+    with db.connection_context():
+        rows = list(ActivityEntry.select().where(ActivityEntry.customer_id == account.id)
+                    .order_by(ActivityEntry.created_at, ActivityEntry.id))
+    assert [(r.key_id, r.action, r.status, r.credits) for r in rows] == [
+        (account.key.id, "account.read", 200, 1), (test.key.id, "account.read", 200, 0)]
+    assert balance(account) == before - 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.extensions import db
-from app.models import ActivityEntry
+from app.models import ActivityEntry, Scan
 from app.models.activity import DEFAULT_PARTITION
 from app.services import accounts
 from app.store import activity as activity_store
@@ -177,26 +177,33 @@ def test_no_target_is_stored_in_clear(client, account):
         assert target.lower() not in dump.lower()
 
 
-def test_a_failed_entry_never_changes_the_answer(client, account, caplog):
-    """No partition can take the entry (the DEFAULT one detached, no day's): the INSERT fails,
-    the answer is the one decided, with one log line that names no target. A served read's
-    entry is written by its one statement with its charge (D24: the entry is the read's
-    per-call record): that read is not served and not charged, as when its charge fails."""
+def test_a_charged_call_whose_entry_fails_is_not_served_and_a_free_ones_answer_stands(client, account, caplog):
+    """No partition can take an entry (the DEFAULT one detached, no day's): every INSERT fails.
+    A charged call and its entry commit together (D25): the creation's admission, the read's
+    statement and a list's charge fail whole, so none is served or charged. A free call's
+    entry is written after its answer: the answer stands, with one log line that names no target."""
+    sandbox = factories.sandbox_key(account)
     with db.connection_context():
         days = activity_store.day_partitions()
         for day in days:
             activity_store.drop_day_partition(day)
         db.execute_sql(f'ALTER TABLE "activity_entry" DETACH PARTITION "{DEFAULT_PARTITION}"')
     try:
-        response = client.post(SCAN, json={"target": "jane@example.com"}, headers=account.headers)
-        read = client.get(f"{SCAN}/{response.get_json()['scan_id']}", headers=account.headers)
+        created = client.post(SCAN, json={"target": "jane@example.com"}, headers=account.headers)
+        read = client.get(f"{SCAN}/scn_unknown", headers=account.headers)
+        listing = client.get("/api/v1/scans", headers=account.headers)
+        free = client.get("/api/v1/scans", headers=sandbox.headers)  # a test key's call costs nothing
     finally:
         with db.connection_context():
             db.execute_sql(f'ALTER TABLE "activity_entry" ATTACH PARTITION "{DEFAULT_PARTITION}" DEFAULT')
-    assert response.status_code == 202 and response.headers["X-Credits-Remaining"] == "99"
-    assert read.status_code == 500 and balance(account) == 99
+    assert (created.status_code, read.status_code, listing.status_code, free.status_code) == (500, 500, 500, 200)
+    assert balance(account) == 100
+    with db.connection_context():
+        assert not Scan.select().where(Scan.customer == account.id).exists()
+    # One line for each entry written after its answer (the creation's and the list's 500, the
+    # free call), none for the read, whose statement failed whole.
     failures = [r.getMessage() for r in caplog.records if "activity log entry" in r.getMessage()]
-    assert len(failures) == 1 and not any("jane" in line for line in failures)
+    assert len(failures) == 3 and not any("jane" in line for line in failures)
     assert not any("jane" in r.getMessage() for r in caplog.records)
     assert entries(account) == []
 

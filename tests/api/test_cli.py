@@ -397,6 +397,21 @@ def test_an_unexpected_failure_is_one_line_too(app, cid, monkeypatch):
     assert result.stderr == "error: unexpected ZeroDivisionError: division by zero\n"
 
 
+def test_users_create_takes_a_role(app, cid):
+    """An owner by default; ``--role`` makes an admin, developer or viewer, and refuses another word."""
+    owner = run_json(app, "users", "create", cid, "owner@example.com", "--password-stdin", input="long enough pw\n")
+    viewer = run_json(app, "users", "create", cid, "viewer@example.com", "--password-stdin", "--role", "viewer",
+                      input="long enough pw\n")
+    assert (owner["role"], viewer["role"]) == ("owner", "viewer")
+    with db.connection_context():
+        assert PortalUser.get(PortalUser.email == "viewer@example.com").role == "viewer"
+    refused = run(app, "users", "create", cid, "root@example.com", "--password-stdin", "--role", "root",
+                  input="long enough pw\n")
+    assert refused.exit_code == 1 and "'root' is not one of 'owner', 'admin', 'developer', 'viewer'" in refused.output
+    with db.connection_context():
+        assert not PortalUser.select().where(PortalUser.email == "root@example.com").exists()
+
+
 def test_users_create_without_a_terminal_or_password_is_a_json_error(app, cid):
     """No --password-stdin and no terminal to prompt on: one JSON error, not click's 'Aborted!'."""
     result = run(app, "users", "create", cid, "ops@example.com", "--json", input="")

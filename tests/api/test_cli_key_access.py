@@ -37,6 +37,11 @@ def test_keys_issue_takes_scopes_expiry_and_allowlist(app, cid):  # noqa: F811
     (["--expires-in-days", "soon"], "'soon' is not a valid integer"),
     (["--allowed-ips", "10.0.0.0/33"], "is not an IP address or CIDR block"),
     (["--allowed-ips", ",".join(f"10.0.{n}.0/24" for n in range(51))], "at most 50 blocks, not 51"),
+    # An argument that would widen access must say so: only 'none' means anywhere.
+    (["--allowed-ips", ""], "the allowlist is empty: give IP addresses or CIDR blocks, or 'none'"),
+    (["--allowed-ips", "10.0.0.1/8"], "has host bits set, so it is not a block: did you mean 10.0.0.0/8?"),
+    (["--allowed-ips", "fe80::1%eth0"], "carries an IPv6 zone id (%...), which says nothing about where a call "
+                                        "comes from: did you mean fe80::1?"),
 ])
 def test_keys_issue_refuses_bad_access_in_one_line_and_issues_nothing(app, cid, args, message):  # noqa: F811
     result = run(app, "keys", "issue", cid, *args)
@@ -60,6 +65,12 @@ def test_keys_set_access_changes_only_what_is_given(app, cid):  # noqa: F811
     refused = run(app, "keys", "set-access", key_id, "--scopes", "scans:read", "--allowed-ips", "nonsense")
     assert refused.exit_code == 1 and "'nonsense' is not an IP address" in refused.output
     assert run_json(app, "keys", "show", key_id)["scopes"] == ["webhooks"]  # nothing of the refused change
+    emptied = run(app, "keys", "set-access", key_id, "--allowed-ips", "203.0.113.0/24")
+    assert emptied.exit_code == 0
+    for empty in ("", " "):
+        refused = run(app, "keys", "set-access", key_id, "--allowed-ips", empty)
+        assert refused.exit_code == 1 and "the allowlist is empty" in refused.output
+        assert run_json(app, "keys", "show", key_id)["allowed_ips"] == ["203.0.113.0/24"]  # not widened
     nothing = run(app, "keys", "set-access", key_id)
     assert nothing.exit_code == 1 and "give --scopes, --expires-in-days or --allowed-ips" in nothing.output
     unknown = run(app, "keys", "set-access", "key_nope", "--scopes", "webhooks")

@@ -63,7 +63,7 @@ def test_the_list_is_the_customers_newest_first_with_attempts_and_the_exact_body
     assert newest["body"] == WebhookDelivery.get_by_id(newest["delivery_id"]).body
     assert json.loads(newest["body"])["scan_id"] == scan_id
     assert (oldest["delivery_id"], oldest["status"], oldest["scan_id"]) == (ok.id, "succeeded", None)
-    assert "next_attempt_at" not in oldest
+    assert oldest["next_attempt_at"] is None  # finished: no next attempt
     assert list(newest) == ["delivery_id", "endpoint_id", "event", "scan_id", "livemode", "status", "created_at",
                             "attempts", "next_attempt_at", "body"]
 

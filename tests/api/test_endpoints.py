@@ -136,3 +136,51 @@ def test_the_deliveries_list_filters_by_endpoint_and_takes_the_endpoint_event(cl
         r = client.get(f"/api/v1/deliveries?{query}", headers=hooked.headers)
         assert r.status_code == 200 and r.json["data"] == [], (query, r.json)
     assert client.get("/api/v1/deliveries?event=endpoint.exploded", headers=hooked.headers).status_code == 400
+
+
+def _at_once(count: int, send) -> list:
+    """``send()`` from ``count`` threads released together: real concurrent requests."""
+    import threading
+    barrier, answers = threading.Barrier(count), []
+
+    def one():
+        barrier.wait()
+        answers.append(send())
+    threads = [threading.Thread(target=one) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return answers
+
+
+def _secrets(endpoint_id: str) -> tuple:
+    with db.connection_context():
+        row = WebhookEndpoint.get_by_id(endpoint_id)
+        return decrypt_secret(row.webhook_secret_enc), decrypt_secret(row.webhook_next_secret_enc)
+
+
+def test_concurrent_switches_and_rolls_of_one_endpoint_one_wins_the_others_are_free_conflicts(served_app, hooked):
+    """D25 over HTTP: of concurrent switches one switches; a request that read the rotation before
+    it is 409 `conflict`, free (one that came after finds none: 400, as a second switch always
+    did). Of concurrent rolls without overlap, every answer is 200 or 409 and the secret in force
+    is one the answers showed."""
+    import requests
+    created = requests.post(f"{served_app.url}{ENDPOINTS}", headers=hooked.headers, json={"url": OTHER}, timeout=30)
+    endpoint_id = created.json()["endpoint_id"]
+    rolled = requests.post(f"{served_app.url}{ENDPOINTS}/{endpoint_id}/roll-secret", headers=hooked.headers,
+                           json={"overlap_hours": 24}, timeout=30).json()["secret"]
+    before = balance(hooked)
+    switches = _at_once(8, lambda: requests.post(f"{served_app.url}{ENDPOINTS}/{endpoint_id}/switch-secret",
+                                                 headers=hooked.headers, timeout=60))
+    statuses = sorted(r.status_code for r in switches)
+    assert statuses.count(200) == 1 and set(statuses) <= {200, 400, 409}, statuses
+    assert {r.json()["error"] for r in switches if r.status_code == 409} <= {"conflict"}
+    assert _secrets(endpoint_id) == (rolled, None)
+    assert balance(hooked) == before - statuses.count(200) - statuses.count(400)  # a conflict is free
+
+    rolls = _at_once(8, lambda: requests.post(f"{served_app.url}{ENDPOINTS}/{endpoint_id}/roll-secret",
+                                              headers=hooked.headers, json={"overlap_hours": 0}, timeout=60))
+    assert {r.status_code for r in rolls} <= {200, 409}, [(r.status_code, r.json()) for r in rolls]
+    shown = [r.json()["secret"] for r in rolls if r.status_code == 200]
+    assert shown and _secrets(endpoint_id)[0] in shown and _secrets(endpoint_id)[1] is None

@@ -110,7 +110,9 @@ def test_an_expired_key_is_refused_free_on_every_endpoint(client, account, metho
 def test_a_call_from_outside_the_allowlist_is_refused_free_on_every_endpoint(client, account, method, path, scope):
     key = issue(account, allowed_ips="203.0.113.0/24, 2001:db8::/32")
     before = books(account)
-    assert_refused_free(call(client, method, path, key, address=OUTSIDE), account, before, 403, "ip_not_allowed")
+    refused = call(client, method, path, key, address=OUTSIDE)
+    assert_refused_free(refused, account, before, 403, "ip_not_allowed")
+    assert f"used from {OUTSIDE}," in refused.get_json()["message"]  # the address the service saw
     # Without trusted proxies X-Forwarded-For is the client's own say: ignored, the peer's address decides.
     spoofed = call(client, method, path, key, address=OUTSIDE, forwarded=INSIDE)
     assert_refused_free(spoofed, account, before, 403, "ip_not_allowed")
@@ -126,6 +128,7 @@ def test_behind_a_trusted_proxy_the_forwarded_address_decides(client, account, m
     before = books(account)
     refused = call(client, method, path, key, address=PROXY, forwarded=OUTSIDE)
     assert_refused_free(refused, account, before, 403, "ip_not_allowed")
+    assert f"used from {OUTSIDE}," in refused.get_json()["message"] and PROXY not in refused.get_json()["message"]
     # A client that sends its own X-Forwarded-For: the proxy appends the real address, which decides.
     spoofed = call(client, method, path, key, address=PROXY, forwarded=f"{INSIDE}, {OUTSIDE}")
     assert_refused_free(spoofed, account, before, 403, "ip_not_allowed")
@@ -163,6 +166,8 @@ def test_a_served_read_by_an_allowed_key_is_charged_once_and_a_refused_one_not(c
         books_before = books(account)
         refused = call(client, "GET", f"/api/v1/scan/{scan_id}", key, address=address)
         assert_refused_free(refused, account, books_before, 403, "ip_not_allowed")
+        named = address if address != "not-an-address" else "could not read your address"
+        assert named in refused.get_json()["message"] and "not-an-address" not in refused.get_json()["message"]
     writer = issue(account, scopes=[access.SCANS_WRITE])
     books_before = books(account)
     refused = call(client, "GET", f"/api/v1/scan/{scan_id}", writer)

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from app.extensions import db
-from app.models import ActivityEntry
+from app.models import ActivityEntry, CreditLedger
 from tests.api.helpers import balance
 from tests.api.test_auth_and_errors import assert_error
 
@@ -42,6 +42,29 @@ def test_a_secret_shaped_request_id_is_not_stored_in_the_activity_log(client, ac
 def test_an_ordinary_request_id_is_still_kept(client):
     assert client.get("/nowhere", headers={"X-Request-Id": "order-42_retry.1"}).get_json()["request_id"] == \
         "order-42_retry.1"
+
+
+LONGEST_ID = "order-42." + "x" * 119  # 128 characters: the longest id a client may send
+
+
+@pytest.mark.parametrize("value, kept", [(LONGEST_ID, True), ("a", True), (LONGEST_ID + "x", False), ("", False)])
+def test_a_request_id_of_1_to_128_characters_is_kept(client, value, kept):
+    response = client.get("/nowhere", headers={"X-Request-Id": value})
+    echoed = response.get_json()["request_id"]
+    assert echoed == response.headers["X-Request-Id"]
+    assert (echoed == value) is kept and (echoed.startswith("req_") and len(echoed) < 64) is not kept
+
+
+def test_the_longest_request_id_is_stored_whole_with_a_charged_call(client, account):
+    """The activity entry and the ledger row of a creation keep the client's id as it was sent."""
+    response = client.post("/api/v1/scan", json={"target": "jane@example.com"},
+                           headers={**account.headers, "X-Request-Id": LONGEST_ID})
+    assert response.status_code == 202 and response.headers["X-Request-Id"] == LONGEST_ID
+    with db.connection_context():
+        stored = [e.request_id for e in ActivityEntry.select().where(ActivityEntry.customer_id == account.id)]
+        charged = [row.request_id for row in CreditLedger.select().where(
+            (CreditLedger.customer_id == account.id) & (CreditLedger.delta < 0))]
+    assert stored == [LONGEST_ID] and charged == [LONGEST_ID]
 
 
 QUERY_ROUTES = ["/api/v1/scans", "/api/v1/activity", "/api/v1/deliveries"]

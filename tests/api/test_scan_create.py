@@ -3,7 +3,7 @@ import pytest
 from freezegun import freeze_time
 
 from app.extensions import db
-from app.models import Scan
+from app.models import ActivityEntry, Scan
 from app.models.scans import IN_FLIGHT
 from app.services import accounts, tracking
 from tests.api.helpers import (
@@ -109,6 +109,12 @@ def test_engine_down_is_502_with_retry_after_no_scan_no_net_charge(client, accou
     assert scans_of(account) == []
     assert ledger(account) == [(100, "grant"), (-1, "scan"), (1, "refund")]
     assert_books_balance(account)
+    # The call's one entry, written with the charge (D25), says the answer and what it cost once
+    # refunded: nothing.
+    with db.connection_context():
+        entries = [(e.action, e.status, e.credits, e.request_id) for e in
+                   ActivityEntry.select().where(ActivityEntry.customer_id == account.id)]
+    assert entries == [("scan.create", 502, 0, response.headers["X-Request-Id"])]
 
 
 @pytest.mark.config(ENGINE_URL="http://127.0.0.1:1")

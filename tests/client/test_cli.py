@@ -198,7 +198,7 @@ def test_other_api_errors_have_their_own_lines(served_app, make_customer):
     code, _, err = pro("bulk", "-", stdin="jane@example.com\n")
     assert code == 1 and "Business or Enterprise tier" in err and "bulk_not_allowed" in err
     code, _, err = pro("get", "scn_doesnotexist")
-    assert code == 1 and "no scan, batch or delivery has that id" in err
+    assert code == 1 and "no scan, batch, delivery or endpoint has that id" in err
     code, _, err = pro("scan", "ab")
     assert code == 1 and "at least 3 characters" in err and "target_too_short" in err
     limited = Cli(served_app, make_customer(tier="pro", hour=1, inflight=5))
@@ -241,3 +241,33 @@ def test_rerun_a_partial_scan_and_give_feedback_from_the_command_line(cli, jobs)
     [row] = rows(out)
     assert (row["finding_id"], row["path"], row["verdict"], row["note"]) == \
         (finding["id"], finding["path"], "false_positive", "not her")
+
+
+def test_the_scans_csv_says_partial_coverage_and_erasure(cli, jobs):
+    with freeze_time(START) as frozen:
+        code, out, err = cli("scan", "partial.jane@example.com", "--wait", "--format", "csv", frozen=frozen, jobs=jobs)
+        assert code == 0, err
+        [partial] = rows(out)
+        code, out, err = cli("rerun", partial["scan_id"], "--wait", "--format", "csv", frozen=frozen, jobs=jobs)
+        assert code == 0, err
+        [whole] = rows(out)
+        assert cli("erase", partial["scan_id"])[0] == 0
+        code, out, err = cli("list", "--status", "completed", "--format", "csv")
+    assert code == 0, err
+    assert (partial["partial"], whole["partial"], whole["coverage"]) == ("true", "false", "1.0")
+    assert 0 < float(partial["coverage"]) < 1 and partial["erased_at"] == ""
+    listed = {row["scan_id"]: row for row in rows(out)}
+    assert listed[whole["scan_id"]] == {**whole, "finished_at": listed[whole["scan_id"]]["finished_at"]}
+    erased = listed[partial["scan_id"]]
+    assert erased["erased_at"].endswith("Z") and erased["status"] == "completed"
+    assert (erased["target"], erased["risk_band"], erased["partial"], erased["coverage"]) == ("", "", "", "")
+
+
+def test_feedback_on_an_unknown_finding_names_it(cli, jobs):
+    with freeze_time(START) as frozen:
+        code, out, err = cli("scan", "jane@example.com", "--wait", frozen=frozen, jobs=jobs)
+        scan_id = json.loads(out)["scan_id"]
+        code, out, err = cli("feedback", scan_id, "fnd_not_in_this_result", "confirmed")
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and "fnd_not_in_this_result" in err and scan_id in err
+    assert "not_found, HTTP 404" in err and "Traceback" not in err

@@ -3,6 +3,7 @@ deliveries made by the workers' jobs (run in-process) to the simulator's receive
 real sandbox scans. Time is frozen and moved by the jobs' schedule; nothing sleeps for real."""
 from __future__ import annotations
 
+import csv
 import io
 import json
 import time
@@ -87,6 +88,8 @@ def test_iter_deliveries_walks_every_page_with_filters_and_typed_entries(served_
     by_id = {d.delivery_id: d for d in found}
     failed = by_id[tests[3]]
     assert failed.status == "failed" and failed.next_attempt_at is None and failed.scan_id is None
+    # Finished deliveries say so: their next_attempt_at is there, and null (the pending one's is a time).
+    assert all(d.raw["next_attempt_at"] is None for d in found if d.status != "pending")
     [attempt] = failed.attempts
     assert isinstance(attempt, DeliveryAttempt) and (attempt.attempt, attempt.http_status, attempt.error) == (1, 500, None)
     assert isinstance(attempt.duration_ms, int) and attempt.at.endswith("Z")
@@ -170,8 +173,16 @@ def test_cli_deliveries_and_redeliver(served_app, make_customer, receiver, jobs)
         code, out, err = cli(served_app, account.api_key, "deliveries", "--status", "failed", "--format", "csv")
         assert code == 0, err
         header, row = out.strip().splitlines()
-        assert header.startswith("delivery_id,event,scan_id,status,attempts,last_http_status")
-        assert row.split(",")[:6] == [bad, "scan.completed", "", "failed", "1", "500"]
+        assert header.split(",") == ["delivery_id", "endpoint_id", "event", "scan_id", "status", "attempts",
+                                     "last_http_status", "last_error", "next_attempt_at"]
+        assert row.split(",") == [bad, webhooks.first_endpoint_id(account.key.id), "scan.completed", "", "failed",
+                                  "1", "500", "", ""]
+        code, out, err = cli(served_app, account.api_key, "deliveries", "--status", "pending", "--format", "csv",
+                             "--endpoint-id", webhooks.first_endpoint_id(account.key.id))
+        [row] = list(csv.DictReader(io.StringIO(out)))
+        assert (row["delivery_id"], row["status"]) == (pending, "pending") and row["next_attempt_at"].endswith("Z")
+        code, out, err = cli(served_app, account.api_key, "deliveries", "--endpoint-id", "ep_other")
+        assert code == 0 and json.loads(out) == []
         code, out, err = cli(served_app, account.api_key, "deliveries", "--limit", "1")
         assert code == 0 and [d["delivery_id"] for d in json.loads(out)] == [pending]
 

@@ -105,3 +105,21 @@ def test_every_command_line_example_runs(docs_env, tmp_path):
             ran += 1
     assert ran >= 6
     assert len(Path("results.csv").read_text().splitlines()) == 4  # header + one row per input line
+
+
+def listing_example() -> str:
+    [code] = [code for code in blocks("python") if "iter_scans(status=\"completed\"" in code]
+    return code
+
+
+def test_the_listing_example_shows_erased_scans(docs_env, capsys):
+    from scan_api_client import ScanClient
+    api = ScanClient(docs_env["SCAN_API_URL"], docs_env["SCAN_API_KEY"])
+    kept, gone = (api.wait(api.create(target)) for target in ("kept.jane@example.com", "gone.jane@example.com"))
+    api.erase(gone.scan_id)
+    capsys.readouterr()
+    exec(compile(listing_example(), "docs/client.md listing example", "exec"), {"__name__": "docs_listing"})
+    lines = capsys.readouterr().out.splitlines()
+    assert any(gone.scan_id in line and "erased at" in line for line in lines), lines
+    assert any(kept.scan_id in line and "kept.jane@example.com" in line and kept.result.risk.band in line
+               for line in lines), lines

@@ -41,3 +41,19 @@ def test_cli_erase_prints_the_answer(served_app, account):
     assert main(["erase-bulk", "blk_nope"], stdout=io.StringIO(), stderr=err,
                 env={"SCAN_API_KEY": account.api_key, "SCAN_API_URL": served_app.url}) == 1
     assert "not_found" in err.getvalue()
+
+
+def test_erased_scans_in_the_completed_list_are_typed_as_erased(served_app, account):
+    api = ScanClient(served_app.url, account.api_key, sleep=lambda s: None)
+    kept, gone = api.create("kept.person@example.com").scan_id, api.create("gone.person@example.com").scan_id
+    with db.connection_context():
+        for scan_id in (kept, gone):
+            tracking.complete(scan_id, {"risk": {"score": 5, "band": "low"}, "partial": False})
+    api.erase(gone)
+    listed = {scan.scan_id: scan for scan in api.iter_scans(status="completed")}
+    assert set(listed) == {kept, gone}
+    erased = listed[gone]
+    assert (erased.status, erased.done, erased.erased, erased.target, erased.result, erased.failure) == \
+        ("completed", True, True, None, None, None)
+    assert erased.erased_at and erased.completed_at and erased.kind == "email"
+    assert not listed[kept].erased and listed[kept].result.risk.band == "low"

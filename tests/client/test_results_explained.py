@@ -2,7 +2,7 @@
 and re-runs, against the real API (``served_app``) with the simulator as the engine."""
 import pytest
 from freezegun import freeze_time
-from scan_api_client import Coverage, Finding, NothingToRerun, Reason, Source
+from scan_api_client import Coverage, Finding, FindingNotFound, NotFound, NothingToRerun, Reason, Source
 from scan_api_client.models import Breach, Profile, Result
 
 from tests.client.test_client import START, Recorder, make_client
@@ -56,3 +56,15 @@ def test_a_result_without_an_explanation_reads_as_nothing_checked():
     assert result.sources == [] and result.findings == [] and result.partial is False
     assert result.coverage == Coverage(checked=0, found=0, failed=0, ratio=1.0) and result.risk.reasons == []
     assert isinstance(result.item(Finding(path="profiles.verified[0]")), Profile)
+
+
+def test_feedback_on_an_unknown_finding_says_which(served_app, account, jobs):
+    with freeze_time(START) as frozen:
+        api = make_client(served_app, account, sleep=Recorder(frozen, jobs))
+        scan = api.wait(api.create("jane.doe@example.com").scan_id)
+        with pytest.raises(FindingNotFound) as caught:
+            api.feedback(scan.scan_id, "fnd_unknown_one", "confirmed")
+    error = caught.value
+    assert isinstance(error, NotFound) and (error.status, error.code) == (404, "not_found")
+    assert (error.finding_id, error.scan_id) == ("fnd_unknown_one", scan.scan_id)
+    assert "fnd_unknown_one" in str(error) and scan.scan_id in error.message and error.request_id

@@ -11,8 +11,11 @@ and output are in ``test_scenario_plugin.py``.
 """
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -91,6 +94,42 @@ def test_command_line_exits_1_and_prints_the_missed_rows(stack, wrong_scenario, 
     assert "Traceback" not in done.stdout + done.stderr
     report = junit.read_text()
     assert 'name="expectations_total"' in report and "<failure" in report and "HTTP status == 201" in report
+
+
+def test_the_command_line_knows_the_projects_markers():
+    done = subprocess.run([sys.executable, "-m", "simulator", "scenario", "email_poll", "--collect-only", "-q"],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "email_poll.yaml::email_poll" in done.stdout
+    assert "PytestUnknownMarkWarning" not in done.stdout + done.stderr and "warning" not in done.stdout
+
+
+MISSING_ONE = """\
+description: Expects a status the service does not answer.
+setup: {credits: 5}
+steps:
+  - create: {target: runner.missed@example.com, kind: email}
+    expect: {status: 201}
+"""
+
+
+@pytest.mark.processes
+def test_a_failed_run_prints_its_result_and_where_the_logs_are_on_lines_of_their_own(tmp_path):
+    scenario = tmp_path / "missing_one.yaml"
+    scenario.write_text(MISSING_ONE)
+    # One pipe for both streams, as on a terminal; a stack of its own, whose logs are kept.
+    done = subprocess.run([sys.executable, "-m", "simulator", "scenario", str(scenario)], cwd=PROJECT_ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=280)
+    assert done.returncode == 1, done.stdout
+    lines = done.stdout.splitlines()
+    [result] = [line for line in lines if "missing_one.yaml " in line]
+    assert re.fullmatch(r"\S*missing_one\.yaml  1 MISSED, 1/2 met \(\d+\.\ds\) +\[100%\]", result), result
+    [notice] = [line for line in lines if "process logs kept in" in line]
+    assert notice.startswith("stack: something failed; process logs kept in "), notice
+    kept = Path(notice.removeprefix("stack: something failed; process logs kept in ").rstrip(":"))
+    assert (kept / "api.log").is_file()
+    shutil.rmtree(kept)
+    assert "PytestUnknownMarkWarning" not in done.stdout
 
 
 @pytest.mark.parametrize("argv, message", [

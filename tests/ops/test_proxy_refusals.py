@@ -140,8 +140,13 @@ def test_every_refusal_over_http1_and_http2_is_the_json_envelope(gunicorn, http2
         for path in ("/no/such/path", "/" + "a" * 9000):
             answer = curl(base + path, "-H", f"X-Request-Id: {SECRET_ID}", http2=http2)
             assert SECRET_ID not in json.dumps(answer), answer
-        kept = curl(base + "/no/such/path", "-H", "X-Request-Id: order-42", http2=http2)
-        assert json.loads(kept[2])["request_id"] == "order-42" == kept[1]["x-request-id"]
+        # 128 characters, the longest id kept, by the app and by nginx's own answers (its internal error location).
+        longest = "order-42." + "x" * 119
+        for path in ("/no/such/path", "/__nginx_error"):
+            kept = curl(base + path, "-H", f"X-Request-Id: {longest}", http2=http2)
+            assert json.loads(kept[2])["request_id"] == longest == kept[1]["x-request-id"]
+            made = curl(base + path, "-H", f"X-Request-Id: {longest}x", http2=http2)
+            assert json.loads(made[2])["request_id"] == made[1]["x-request-id"] != longest + "x"
         assert SECRET_ID not in (server.dir / "scan-api.access.log").read_text()
     finally:
         server.stop()

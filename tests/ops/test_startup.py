@@ -63,6 +63,7 @@ CASES = [
     ("redis url of another scheme", {"REDIS_URL": "foo://bar"}, "REDIS_URL must be a redis://"),
     ("negative webhook timeout", {"WEBHOOK_TIMEOUT_SECONDS": "-1"}, "WEBHOOK_TIMEOUT_SECONDS must be a number more than 0"),
     ("poll interval not a number", {"ENGINE_POLL_SECONDS": "nan"}, "ENGINE_POLL_SECONDS must be a number"),
+    ("retry schedule of no number", {"WEBHOOK_RETRY_SCHEDULE": "0,30,inf"}, "WEBHOOK_RETRY_SCHEDULE must be"),
     ("no delivery threads", {"WEBHOOK_CONCURRENCY": "0"}, "WEBHOOK_CONCURRENCY must be a whole number from 1"),
     ("absurd delivery threads", {"WEBHOOK_CONCURRENCY": str(10**20)}, "WEBHOOK_CONCURRENCY must be a whole number"),
     ("unknown log level", {"LOG_LEVEL": "LOUD"}, "LOG_LEVEL must be one of DEBUG, INFO"),

@@ -70,8 +70,15 @@ def test_narrowing_an_earlier_expiry_and_a_new_allowlist_are_saved(client, porta
         again = _save(client, key.id, scopes=["scans:read", "webhooks"], expires_on="2026-12-01",
                       allowed_ips="203.0.113.0/24\n2001:db8::/32")
         assert again.status_code == 302 and _access(key.id)[1] == datetime(2026, 12, 1)
-        assert _save(client, key.id, scopes=["webhooks"], expires_on="2026-12-01", allowed_ips="").status_code == 302
+        # An emptied allowlist would widen the key's access by mistake: only "none" removes it.
+        emptied = _save(client, key.id, scopes=["webhooks"], expires_on="2026-12-01", allowed_ips="")
+        assert emptied.status_code == 400 and "the allowlist is empty" in emptied.get_data(as_text=True)
+        assert _access(key.id)[2] == ["203.0.113.0/24", "2001:db8::/32"]
+        assert _save(client, key.id, scopes=["webhooks"], expires_on="2026-12-01",
+                     allowed_ips="none").status_code == 302
         assert _access(key.id) == (["webhooks"], datetime(2026, 12, 1), None)
+        # The page fills the form of a key without an allowlist with "none": sent back, it changes nothing.
+        assert "\nnone</textarea>" in client.get(f"/app/api-keys/{key.id}").get_data(as_text=True)
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -81,6 +88,8 @@ def test_narrowing_an_earlier_expiry_and_a_new_allowlist_are_saved(client, porta
     ({"scopes": ["scans:read"], "expires_on": "2026-11-20"}, "in the future"),
     ({"expires_on": "2026-12-01"}, "at least one scope"),
     ({"scopes": ["scans:read"], "expires_on": "2026-12-01", "allowed_ips": "10.0.0.0/33"}, "not an IP address"),
+    ({"scopes": ["scans:read"], "expires_on": "2026-12-01", "allowed_ips": "198.51.100.1/24"},
+     "did you mean 198.51.100.0/24?"),
 ])
 def test_a_wider_or_later_change_is_refused_and_nothing_changes(client, portal_account, fields, message):  # noqa: F811
     with freeze_time(FROZEN):

@@ -47,6 +47,11 @@ def text(response):
     return response.get_data(as_text=True)
 
 
+def search(client, **filters):
+    """The scans page's filter form, posted as a browser does."""
+    return client.post("/app/scans", data={"csrf_token": csrf(client, "/app/scans"), **filters})
+
+
 def test_new_pages_need_a_login(client, portal_account):
     for path in ("/app/scans", "/app/scans/scn_x", "/app/batches/blk_x", "/app/usage/ledger.csv?start=2026-01-01"):
         response = client.get(path)
@@ -65,9 +70,11 @@ def test_scans_list_newest_first_filters_and_search(client, portal_account):
     assert first in only_completed and second not in only_completed and third not in only_completed
     phones = text(client.get("/app/scans?kind=phone"))
     assert second in phones and first not in phones
-    found = text(client.get("/app/scans?q=ALICE"))  # case-insensitive substring of the target
+    found = text(search(client, q="ALICE"))  # case-insensitive substring of the target
     assert first in found and second not in found
-    assert third not in text(client.get("/app/scans?q=%25"))  # a LIKE wildcard is literal
+    assert third not in text(search(client, q="%"))  # a LIKE wildcard is literal
+    both = text(search(client, q="example", status="completed"))
+    assert first in both and second not in both
     by_key = text(client.get(f"/app/scans?key={portal_account.key.id}"))
     assert first in by_key and third in by_key
     ignored = client.get("/app/scans?status=bogus&kind=<x>&page=-3")  # unknown filters are ignored, not a 500
@@ -81,6 +88,31 @@ def test_scans_list_pages(client, portal_account):
     assert ids[-1] in first_page and ids[0] not in first_page
     assert ids[0] in second_page and ids[-1] not in second_page
     assert "Page 2 of 2" in second_page and "27 in all" in second_page
+
+
+def test_the_target_search_is_posted_and_never_put_in_an_address(client, portal_account):
+    """A target in an address ends up in server logs, browser history and Referer headers: the form
+    posts it, the pager keeps posting it, and a target in the query string is refused."""
+    ids = [create(client, portal_account, f"jane{i:02d}@example.com") for i in range(27)]
+    other = create(client, portal_account, "bob_the_builder", "username")
+    login(client)
+    form = text(client.get("/app/scans")).split('aria-label="Filter scans"')[0].rsplit("<form", 1)[1]
+    assert 'method="post"' in form
+    first = search(client, q="jane", kind="email")
+    body = text(first)
+    assert first.status_code == 200 and ids[-1] in body and ids[2] in body and ids[1] not in body
+    assert other not in body and "Page 1 of 2 · 27 in all" in body
+    assert "q=" not in body and "jane%" not in body  # no link or address carries it
+    older = body.split('aria-label="Scan pages"')[1]
+    assert 'name="q" value="jane"' in older and 'name="kind" value="email"' in older  # posted by the pager
+    assert 'name="page" value="2"' in older and "href=" not in older
+    second = text(search(client, q="jane", kind="email", page="2"))
+    assert ids[0] in second and ids[1] in second and ids[2] not in second and "← Newer" in second
+    refused = client.get("/app/scans?q=jane&kind=email")
+    assert refused.status_code == 400 and "search with the form" in text(refused)
+    assert ids[0] not in text(refused) and "No scans match these filters." in text(refused)
+    plain = text(client.get("/app/scans?kind=username"))  # filters without a target stay links
+    assert other in plain and ids[0] not in plain
 
 
 def test_completed_scan_is_laid_out_and_links_are_safe(client, portal_account):
@@ -130,9 +162,9 @@ def test_a_hostile_target_is_escaped_everywhere(client, portal_account):
     with db.connection_context():  # a target the API would refuse, written as a row: the pages must still escape it
         Scan.update(target=f"{HOSTILE}@example.com").where(Scan.id == scan_id).execute()
     login(client)
-    for path in ("/app/scans", f"/app/scans/{scan_id}", "/app/scans?q=<script>"):
-        page = text(client.get(path))
-        assert HOSTILE not in page and "&lt;script&gt;" in page, path
+    for page in (text(client.get("/app/scans")), text(client.get(f"/app/scans/{scan_id}")),
+                 text(search(client, q="<script>"))):
+        assert HOSTILE not in page and "&lt;script&gt;" in page
 
 
 def test_batch_page_counts_and_lists_in_request_order(client, portal_account):
@@ -160,9 +192,9 @@ def test_another_customers_scan_and_batch_are_404(client, portal_account, make_c
     for path in (f"/app/scans/{scan_id}", f"/app/batches/{bulk_id}", "/app/scans/scn_unknown",
                  "/app/batches/blk_unknown"):
         assert client.get(path).status_code == 404, path
-    for path in (f"/app/scans?bulk={bulk_id}", f"/app/scans?key={other.key.id}", "/app/scans?q=ivan"):
-        page = text(client.get(path))
-        assert scan_id not in page and "ivan@example.com" not in page, path
+    for page in (text(client.get(f"/app/scans?bulk={bulk_id}")), text(client.get(f"/app/scans?key={other.key.id}")),
+                 text(search(client, q="ivan"))):
+        assert scan_id not in page and "ivan@example.com" not in page
 
 
 def test_delivery_console_rows_attempts_and_masked_request(client, portal_account, simulator, jobs):

@@ -110,16 +110,14 @@ def assert_503(response_status, body, headers) -> None:
 
 # --- Redis: a dedicated redis-server this test may kill ------------------------------------------
 
-# Both ways of tracking scans (D24): batch looks keep nothing in Redis, so its loss leaves the
-# sweep nothing to re-dispatch; with an RQ job per scan the sweep re-dispatches every one.
-BATCH_LOOK_MODES = ["auto", pytest.param("off", marks=pytest.mark.config(ENGINE_BATCH_LOOK="off"))]
+# Scans in flight are tracked by due looks in the database (D24): Redis's loss leaves the sweep
+# no scan to re-dispatch.
 
 
 @pytest.mark.config(RECOVERY_STALE_SECONDS=STALE, ENGINE_POLL_SECONDS=1)
 @pytest.mark.processes  # a dedicated redis-server
-@pytest.mark.parametrize("batch_look", BATCH_LOOK_MODES)
 def test_redis_killed_during_creations_loses_no_scan_and_the_sweep_dispatches_them(
-        redis_app, dedicated_redis, make_customer, simulator, figures, batch_look):
+        redis_app, dedicated_redis, make_customer, simulator, figures):
     hook = Receiver(simulator, "redis-killed")
     acct = make_customer(tier="enterprise", credits=10_000, inflight=1000, hour=1000, day=1000,
                          webhook_url=hook.url, webhook_secret=SECRET)
@@ -167,7 +165,7 @@ def test_redis_killed_during_creations_loses_no_scan_and_the_sweep_dispatches_th
     dedicated_redis.start()  # back, empty: the jobs dispatched before the kill are gone too
     with freeze_time(utcnow() + timedelta(seconds=STALE + 5)) as frozen:
         report = sweep()
-        assert report["scans_redispatched"] == (len(ids) if batch_look == "off" else 0)
+        assert report["scans_redispatched"] == 0
         jobs = JobRunner(runtime.redis())
         assert jobs.run(frozen, until=lambda: settled(acct.id))
     end = assert_settled(acct)
@@ -186,9 +184,8 @@ def test_redis_killed_during_creations_loses_no_scan_and_the_sweep_dispatches_th
 @pytest.mark.config(RECOVERY_STALE_SECONDS=STALE, ENGINE_POLL_SECONDS=1, SCAN_TIMEOUT_SECONDS=60,
                     WEBHOOK_RETRY_SCHEDULE=(0, 30, 300))
 @pytest.mark.processes  # a dedicated redis-server
-@pytest.mark.parametrize("batch_look", BATCH_LOOK_MODES)
 def test_redis_restarted_mid_run_loses_its_data_and_the_sweep_recovers_everything(
-        redis_app, dedicated_redis, make_customer, simulator, figures, batch_look):
+        redis_app, dedicated_redis, make_customer, simulator, figures):
     hook = Receiver(simulator, "redis-restarted", responses=[500])  # failing until the end
     acct = make_customer(tier="enterprise", credits=10_000, inflight=1000, hour=1000, day=1000,
                          webhook_url=hook.url, webhook_secret=SECRET)
@@ -222,13 +219,11 @@ def test_redis_restarted_mid_run_loses_its_data_and_the_sweep_recovers_everythin
         dedicated_redis.start()  # a restart without persistence: every job and schedule is gone
         jobs = JobRunner(runtime.redis(), queue_names=(WEBHOOK_QUEUE,))
         assert jobs.run(frozen) and jobs.next_scheduled() is None  # no delivery left to run
-        if batch_look == "off":  # nor any look: every scan's job was lost with Redis
-            assert JobRunner(runtime.redis()).next_scheduled() is None
         assert not settled(acct.id)
 
         frozen.tick(STALE + 1)
         report = sweep()
-        assert report["scans_redispatched"] == (len(in_flight) if batch_look == "off" else 0)
+        assert report["scans_redispatched"] == 0
         jobs = JobRunner(runtime.redis())
         assert report["deliveries_redispatched"] == pending
         hook = Receiver(simulator, "redis-restarted", responses=[200])  # the receiver is back too
@@ -785,10 +780,8 @@ def test_a_hostile_receiver_costs_one_bounded_logged_attempt(client, make_custom
 
 @pytest.mark.processes
 @pytest.mark.config(ENGINE_POLL_SECONDS=0.5)
-@pytest.mark.parametrize("batch_look", [
-    "auto", pytest.param("off", marks=pytest.mark.config(ENGINE_POLL_SECONDS=0.5, ENGINE_BATCH_LOOK="off"))])
 def test_a_database_outage_costs_the_worker_one_line_per_reconnection_not_a_traceback_per_job(
-        app, base_config, client, make_customer, simulator, tmp_path, batch_look):
+        app, base_config, client, make_customer, simulator, tmp_path):
     """PostgreSQL cut under a working ``python -m workers`` for a few seconds, while it tracks scans
     that never finish (each looked at every 0.5 s): the worker logs the outage, one line per
     reconnection attempt with back-off, no traceback; then it resumes, and a new scan completes."""
@@ -796,7 +789,7 @@ def test_a_database_outage_costs_the_worker_one_line_per_reconnection_not_a_trac
     acct = make_customer(tier="enterprise", credits=100, inflight=100, hour=100, day=100)
     proxy = TcpProxy(_upstream(base_config["DATABASE_URL"]))
     env = service_env(app, simulator.url, tmp_path / "instance", ENGINE_POLL_SECONDS=0.5, LOG_FORMAT="text",
-                      DATABASE_URL=_through(proxy, base_config["DATABASE_URL"]), ENGINE_BATCH_LOOK=batch_look)
+                      DATABASE_URL=_through(proxy, base_config["DATABASE_URL"]))
     ids = []
     for i in range(10):
         response = client.post(SCAN, json={"target": f"hang{i}@example.com"}, headers=acct.headers)
@@ -804,9 +797,7 @@ def test_a_database_outage_costs_the_worker_one_line_per_reconnection_not_a_trac
         ids.append(response.json["scan_id"])
     worker = WorkerProcess(env, tmp_path / "worker.log")
 
-    def looked_at_twice() -> bool:  # each scan: by its RQ job (logged), or by two batch looks
-        if batch_look == "off":
-            return worker.output().count("track_scan") >= 20
+    def looked_at_twice() -> bool:  # each scan, by two batch looks
         with db.connection_context():
             return Scan.select().where(Scan.id.in_(ids) & (Scan.look_generation >= 2)).count() == len(ids)
 

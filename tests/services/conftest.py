@@ -60,3 +60,11 @@ def new_scan(cust, key, target="jane@example.com", kind=None) -> Scan:
     from app.services import scans
     outcome = scans.create_scan(cust, key.id, target, kind, request_id="req_svc", livemode=key.livemode)
     return Scan.get_by_id(outcome.body["scan_id"])
+
+
+def call_entry(customer_id: str, request_id: str | None = None, *, action: str = "scan.read") -> dict:
+    """The activity entry a charge of ``billing.charge_call`` writes with it (D25), as a row."""
+    from app.services import activity
+    return activity.call_entry(customer_id=customer_id, livemode=True, key_id="key_test", action=action,
+                               resource_id=None, client_address=None, request_id=request_id,
+                               status=200).row(credits=billing.CALL_PRICE)

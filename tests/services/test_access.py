@@ -68,13 +68,31 @@ def test_scopes_are_checked(value, message):
 
 
 def test_allowlists_are_checked_and_none_removes_one():
-    assert access.parse_allowlist("none") is None and access.parse_allowlist("") is None
-    assert access.parse_allowlist("10.0.0.0/8,10.0.0.0/8, 10.1.2.3/8") == ["10.0.0.0/8"]
+    assert access.parse_allowlist("none") is None and access.parse_allowlist(None) is None
+    assert access.parse_allowlist("10.0.0.0/8,10.0.0.0/8, 10.1.2.3/32") == ["10.0.0.0/8", "10.1.2.3/32"]
+    assert access.parse_allowlist("2001:db8::/32\n203.0.113.5") == ["2001:db8::/32", "203.0.113.5/32"]
     with pytest.raises(AccountError, match=r"'10\.0\.0\.300' is not an IP address or CIDR block"):
         access.parse_allowlist("10.0.0.300")
     with pytest.raises(AccountError, match="at most 50 blocks, not 51"):
         access.parse_allowlist([f"10.0.{n}.0/24" for n in range(51)])
     assert len(access.parse_allowlist([f"10.0.{n}.0/24" for n in range(50)])) == 50
+
+
+@pytest.mark.parametrize("value, message", [
+    # Each of these could widen a key's access by mistake: refused, naming what was meant.
+    ("", "the allowlist is empty: give IP addresses or CIDR blocks, or 'none'"),
+    (" , \n", "the allowlist is empty"),
+    ([], "the allowlist is empty"),
+    ("10.0.0.1/8", r"'10\.0\.0\.1/8' has host bits set, so it is not a block: did you mean 10\.0\.0\.0/8\? "
+                   r"\(or 10\.0\.0\.1/32 for that address alone\)"),
+    ("203.0.113.0/24,2001:db8::1/32", r"did you mean 2001:db8::/32\? \(or 2001:db8::1/128"),
+    ("fe80::1%eth0", r"'fe80::1%eth0' carries an IPv6 zone id .*did you mean fe80::1\?"),
+    ("fe80::%2/64", r"zone id .*did you mean fe80::/64\?"),
+    ("none,10.0.0.0/8", "'none' removes the allowlist and goes alone"),
+])
+def test_an_allowlist_that_could_widen_access_by_mistake_is_refused(value, message):
+    with pytest.raises(AccountError, match=message):
+        access.parse_allowlist(value)
 
 
 @pytest.mark.parametrize("days", [0, -1, 3651])

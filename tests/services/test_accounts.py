@@ -145,7 +145,11 @@ def test_portal_users_are_checked_and_unique_by_address(conn):
                                      ("new@acme.example", "short", "at least 10")]:
         with pytest.raises(AccountError, match=message):
             accounts.create_user(cust.id, email, password)
+    with pytest.raises(AccountError, match="role must be one of owner, admin, developer, viewer, not 'root'"):
+        accounts.create_user(cust.id, "root@acme.example", "a-long-password", role="root")
     assert PortalUser.select().count() == 1
+    assert (user.role, accounts.create_user(cust.id, "dev@acme.example", "a-long-password", "developer").role) == (
+        "owner", "developer")
 
 
 def test_the_overview_shows_limits_usage_keys_and_latest_ledger_rows(conn):
@@ -180,19 +184,28 @@ def test_recount_rebuilds_the_counters_from_the_scans(conn):
 
 
 def test_the_account_view_charges_its_call_and_shows_the_balance_after_it(conn):
-    from app.services import access
+    from app.models import ActivityEntry
+    from app.services import access, activity
     from app.services.errors import InsufficientBalance
     from tests.services.conftest import books_of, new_customer
 
     cust, key = new_customer(credits=2)
+
+    def entry(request_id):
+        return activity.call_entry(customer_id=cust.id, livemode=True, key_id=key.id, action="account.read",
+                                   resource_id=None, client_address=None, request_id=request_id, status=200)
+
     before = books_of(cust.id)
-    view = accounts.account_view(key, request_id="req_a", endpoint="GET /api/v1/account")
+    view = accounts.account_view(key, request_id="req_a", endpoint="GET /api/v1/account", entry=entry("req_a"))
     assert view.balance == view.body["balance"] == 1 == books_of(cust.id).balance
     assert books_of(cust.id).ledger_rows == before.ledger_rows + 1
     assert view.body["key"] == {"key_id": key.id, "livemode": True, "scopes": list(access.SCOPES),
                                 "expires_at": None, "allowed_ips": None}
     assert (view.limits.inflight, view.usage.hour) == (10, 0)
-    accounts.account_view(key, request_id="req_b", endpoint=None)
+    accounts.account_view(key, request_id="req_b", endpoint=None, entry=entry("req_b"))
     with pytest.raises(InsufficientBalance):  # the balance ran out between the check and the charge
-        accounts.account_view(key, request_id="req_c", endpoint=None)
+        accounts.account_view(key, request_id="req_c", endpoint=None, entry=entry("req_c"))
+    # Each charge wrote its call's entry in its statement (D25); the refused one wrote none.
+    written = ActivityEntry.select().where(ActivityEntry.customer_id == cust.id).order_by(ActivityEntry.created_at)
+    assert [(e.request_id, e.status, e.credits) for e in written] == [("req_a", 200, 1), ("req_b", 200, 1)]
     assert books_of(cust.id).balance == 0

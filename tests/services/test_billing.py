@@ -6,7 +6,7 @@ import pytest
 
 from app.models import CreditLedger
 from app.services import accounts, billing
-from tests.services.conftest import books_of
+from tests.services.conftest import books_of, call_entry
 
 
 def test_charges_and_credits_keep_the_ledger_equal_to_the_balance_and_never_below_zero(conn):
@@ -56,9 +56,9 @@ def test_each_ledger_row_records_the_balance_after_it(conn):
 def test_charge_call_charges_one_credit_and_reports_the_windows(conn):
     customer = accounts.create_customer("Reads", "business", 1)
     now = datetime(2026, 11, 22, 12, 0, 0)
-    balance, usage = billing.charge_call(customer.id, "req_read", now)
+    balance, usage = billing.charge_call(customer.id, "req_read", now, entry=call_entry(customer.id))
     assert balance == 0 and (usage.hour, usage.day) == (0, 0)
-    balance, usage = billing.charge_call(customer.id, "req_read2", now)
+    balance, usage = billing.charge_call(customer.id, "req_read2", now, entry=call_entry(customer.id))
     assert balance is None  # nothing left: no charge and no ledger row
     books = books_of(customer.id)
     assert (books.balance, books.ledger_rows, books.ledger_sum) == (0, 2, 0)
@@ -99,18 +99,21 @@ def test_reads_of_one_endpoint_and_minute_are_one_row_that_grows(conn):
     scan_read = "GET /api/v1/scan/{scan_id}"
     for second in (0, 20, 59):
         balance, _ = billing.charge_call(customer.id, f"req_{second}", minute.replace(second=second), scan_read,
-                                         read_of=True)
+                                         read_of=True, entry=call_entry(customer.id))
     assert balance == 7
     assert _read_rows(customer.id) == [("reads", scan_read, True, minute, 3, -3, 7, None)]
     # Another endpoint, the next minute and the other mode are rows of their own.
-    billing.charge_call(customer.id, "req_a", minute, "GET /api/v1/account", read_of=True)
-    billing.charge_call(customer.id, "req_n", minute.replace(minute=1), scan_read, read_of=True)
-    billing.charge_call(customer.id, "req_t", minute, scan_read, read_of=False)
+    billing.charge_call(customer.id, "req_a", minute, "GET /api/v1/account", read_of=True,
+                        entry=call_entry(customer.id))
+    billing.charge_call(customer.id, "req_n", minute.replace(minute=1), scan_read, read_of=True,
+                        entry=call_entry(customer.id))
+    billing.charge_call(customer.id, "req_t", minute, scan_read, read_of=False, entry=call_entry(customer.id))
     assert [(note, mode, at.minute, reads, delta) for _, note, mode, at, reads, delta, _, _ in
             _read_rows(customer.id)] == [(scan_read, True, 0, 3, -3), ("GET /api/v1/account", True, 0, 1, -1),
                                          (scan_read, True, 1, 1, -1), (scan_read, False, 0, 1, -1)]
     # The row's balance is the one after its latest read; the ledger sums to the balance.
-    billing.charge_call(customer.id, "req_61", minute.replace(second=30), scan_read, read_of=True)
+    billing.charge_call(customer.id, "req_61", minute.replace(second=30), scan_read, read_of=True,
+                        entry=call_entry(customer.id))
     assert _read_rows(customer.id)[0][4:7] == (4, -4, 3)
     books = books_of(customer.id)
     assert books.balance == books.ledger_sum == 3 and books.ledger_rows == 5
@@ -119,8 +122,10 @@ def test_reads_of_one_endpoint_and_minute_are_one_row_that_grows(conn):
 def test_a_read_the_balance_cannot_pay_changes_nothing(conn):
     customer = accounts.create_customer("Short reads", "pro", 1)
     minute = datetime(2026, 11, 22, 12, 0)
-    assert billing.charge_call(customer.id, "req_1", minute, "GET /api/v1/scans", read_of=True)[0] == 0
-    assert billing.charge_call(customer.id, "req_2", minute, "GET /api/v1/scans", read_of=True)[0] is None
+    assert billing.charge_call(customer.id, "req_1", minute, "GET /api/v1/scans", read_of=True,
+                               entry=call_entry(customer.id))[0] == 0
+    assert billing.charge_call(customer.id, "req_2", minute, "GET /api/v1/scans", read_of=True,
+                               entry=call_entry(customer.id))[0] is None
     assert _read_rows(customer.id) == [("reads", "GET /api/v1/scans", True, minute, 1, -1, 0, None)]
     books = books_of(customer.id)
     assert books.balance == books.ledger_sum == 0
@@ -131,7 +136,7 @@ def test_only_reads_are_summed_and_other_calls_keep_a_row_each(conn):
     customer = accounts.create_customer("Calls", "business", 10)
     now = datetime(2026, 11, 22, 12, 0)
     for n in range(2):
-        billing.charge_call(customer.id, f"req_{n}", now, "POST /api/v1/scan (400)")
+        billing.charge_call(customer.id, f"req_{n}", now, "POST /api/v1/scan (400)", entry=call_entry(customer.id))
     rows = [(r.reason, r.reads, r.request_id) for r in
             CreditLedger.select().where((CreditLedger.customer == customer.id) & (CreditLedger.reason != "grant"))
             .order_by(CreditLedger.id)]

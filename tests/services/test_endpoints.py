@@ -204,3 +204,38 @@ def test_a_success_after_the_failures_keeps_the_endpoint_enabled(key):
         _delivered(key, "succeeded")
         assert endpoints.check_endpoints(key, hours_ahead=200) == []
     assert endpoints.read(key, webhooks.first_endpoint_id(key.id))["enabled"] is True
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["the key's own endpoint", "a further endpoint"])
+def test_of_two_rolls_or_switches_that_read_the_same_secrets_one_wins_and_the_other_is_a_conflict(key, first):
+    """D25: two requests that read the endpoint's secrets before either wrote (two connections, as
+    two API hosts): the second write finds them changed and answers 409 ``conflict``, changing
+    nothing, so the secret the first answer shows is the one in force."""
+    from app.services.errors import SecretChanged
+    endpoint_id = webhooks.first_endpoint_id(key.id) if first else endpoints.create(key, url=OTHER)[0]["endpoint_id"]
+
+    def read():
+        return endpoints.find(key, endpoint_id).row
+
+    def race(first_change, second_change):
+        a, b = read(), read()  # both requests read the same secrets
+        won = first_change(a)
+        with pytest.raises(SecretChanged) as lost:
+            second_change(b)
+        assert (lost.value.code, "meanwhile" in lost.value.message) == ("conflict", True)
+        return won
+
+    with freeze_time(NOW):
+        won = race(lambda row: webhooks.roll_secret_of(row, 0, NOW), lambda row: webhooks.roll_secret_of(row, 0, NOW))
+        assert decrypt_secret(read().webhook_secret_enc) == won.secret and read().webhook_next_secret_enc is None
+        won = race(lambda row: webhooks.roll_secret_of(row, 0, NOW), lambda row: webhooks.roll_secret_of(row, 24, NOW))
+        assert decrypt_secret(read().webhook_secret_enc) == won.secret and read().webhook_next_secret_enc is None
+        rolled = race(lambda row: webhooks.roll_secret_of(row, 24, NOW),
+                      lambda row: webhooks.roll_secret_of(row, 24, NOW))
+        assert decrypt_secret(read().webhook_next_secret_enc) == rolled.secret
+        race(lambda row: webhooks.switch_secret_of(row, NOW), lambda row: webhooks.switch_secret_of(row, NOW))
+        assert decrypt_secret(read().webhook_secret_enc) == rolled.secret and read().webhook_next_secret_enc is None
+        # One after the other, rolls keep working as before.
+        for _ in range(2):
+            again = endpoints.roll_secret(key, endpoint_id, overlap_hours=0)
+            assert decrypt_secret(read().webhook_secret_enc) == again.secret

@@ -10,7 +10,8 @@ from tests.api.helpers import engine_mode, engine_stats
 
 def test_submit_answers_an_id_recipes_and_an_eta(app, simulator):
     answer = engine.submit("jane@example.com", "email", "scn_ref")
-    assert set(answer) == {"id", "recipes", "eta_seconds"}
+    assert set(answer) == {"id", "recipes", "eta_seconds", "callbacks"}
+    assert answer["callbacks"] is False  # no ENGINE_CALLBACK_URL: no callback asked for (E7)
     assert isinstance(answer["id"], str) and answer["id"]
     assert answer["recipes"] > 0 and answer["eta_seconds"] >= 0
     assert engine_stats(simulator)["submit"] == 1

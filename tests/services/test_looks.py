@@ -297,33 +297,18 @@ def test_test_mode_scans_are_looked_at_in_the_sandbox(conn, simulator):
     assert engine_stats(simulator)["total"] == before["total"]
 
 
-@pytest.mark.config(ENGINE_BATCH_LOOK="off")
-def test_with_batch_looks_off_a_scan_has_its_rq_job(conn):
-    with freeze_time(NOW):
-        _, [scan] = make_scans(1)
-    assert scan.next_look_at is None and scan.tracking_job_id is not None
-    assert queue(ENGINE_QUEUE).scheduled_job_registry.count == 1
-
-
-def test_the_sweep_hands_a_lost_chain_to_the_batch_looks_and_back(conn):
+def test_the_sweep_hands_a_scan_a_chain_tracked_to_the_batch_looks(conn):
     with freeze_time(NOW) as frozen:
         _, [scan] = make_scans(1)
-        # A scan a chain tracked (batch looks were off when it was made), whose job is gone.
+        # A scan a job chain tracked before the upgrade, whose job is gone.
         Scan.update(next_look_at=None, tracking_job_id=f"trk-{scan.id}-0").where(Scan.id == scan.id).execute()
-        frozen.tick(runtime.config["RECOVERY_STALE_SECONDS"] + 1)
+        frozen.tick(1)
         assert recovery.sweep()["scans_redispatched"] == 1
         adopted = Scan.get_by_id(scan.id)
         assert adopted.tracking_job_id is None and adopted.next_look_at == utcnow()
-        # Switched off: the scan the looks track goes to a chain once it has not been looked at.
-        runtime.config["ENGINE_BATCH_LOOK"] = "off"
-        try:
-            frozen.tick(runtime.config["RECOVERY_STALE_SECONDS"] + 1)
-            assert recovery.sweep()["scans_redispatched"] == 1
-        finally:
-            runtime.config["ENGINE_BATCH_LOOK"] = "auto"
-        chained = Scan.get_by_id(scan.id)
-    assert chained.next_look_at is None and chained.tracking_job_id == f"trk-{scan.id}-1"
-    assert queue(ENGINE_QUEUE).count == 1  # due now
+        report = looks.look_due()
+    assert report["claimed"] == 1 and report["engine_requests"] == 1  # looked at at once
+    assert no_engine_job()
 
 
 def test_a_scan_the_first_look_finds_done_sends_scan_running_before_scan_completed(conn, simulator, sim_receiver):
@@ -346,3 +331,37 @@ def test_a_scan_the_first_look_finds_done_sends_scan_running_before_scan_complet
     assert [json.loads(d["body"])["event"] for d in heard_final_only()] == ["scan.completed"]
     done = Scan.get_by_id(scan.id)
     assert done.status == "completed" and done.started_at is None  # the row says what the looks saw
+
+
+@pytest.mark.config(ENGINE_POLL_SECONDS=1.0)
+def test_the_first_look_is_just_before_the_eta_however_short_the_poll(conn):
+    """No look long before a scan can be done: the first at its eta (half a second before), then
+    the cadence, not every poll from the start."""
+    with freeze_time(NOW):
+        _, [scan] = make_scans(1, target="slow@example.com")
+    eta = (scan.eta_at - NOW).total_seconds()
+    assert eta > 1.5  # the slow target's eta is longer than the poll
+    assert scan.next_look_at == scan.eta_at - timedelta(seconds=0.5)
+
+
+@pytest.mark.config(SCAN_TIMEOUT_SECONDS=1)
+def test_the_first_look_is_never_past_the_scans_deadline(conn):
+    with freeze_time(NOW):
+        _, [scan] = make_scans(1, target="slow@example.com")
+    assert scan.eta_at - timedelta(seconds=0.5) > NOW + timedelta(seconds=1)
+    assert scan.next_look_at == NOW + timedelta(seconds=1)  # the look that may time it out
+
+
+def test_with_callbacks_the_first_look_is_a_poll_past_the_eta_and_a_look_before_it_waits_for_it(conn):
+    deadline = NOW + timedelta(seconds=900)
+    assert looks.first_look_at(NOW, 5, deadline, callbacks=True) == NOW + timedelta(seconds=15)
+    assert looks.first_look_at(NOW, 5, deadline) == NOW + timedelta(seconds=4.5)
+    assert looks.first_look_at(NOW, 895, deadline, callbacks=True) == deadline
+    with freeze_time(NOW) as frozen:
+        _, [scan] = make_scans(1)
+        Scan.update(callbacks=True).where(Scan.id == scan.id).execute()
+        frozen.tick(0.1)  # a look before the eta (a callback made the scan due): it is unfinished
+        Scan.update(next_look_at=utcnow()).where(Scan.id == scan.id).execute()
+        assert looks.look_due()["unfinished"] == 1
+    # Its next look waits a poll past the eta (10 s), not the eta: a callback will make it due.
+    assert Scan.get_by_id(scan.id).next_look_at == scan.eta_at + timedelta(seconds=10)

@@ -1,57 +1,62 @@
-"""recovery: the sweep (D13) re-dispatches scans whose tracking job is lost once they are stale
-(or at once, for the operator), reverses reservations never submitted, moves overdue
-scheduled jobs, and reports what it did; it never touches a live chain or a final scan."""
+"""recovery: the sweep (D13) gives every submitted scan in flight without a due look one, due now
+(a scan a job chain tracked before the upgrade that retired them, D24), reverses reservations
+never submitted, moves overdue scheduled jobs, and reports what it did; it never touches a scan
+the looks track nor a final scan."""
 from datetime import datetime, timedelta
 
 import pytest
 from freezegun import freeze_time
-from rq.job import Job
 
-from app.jobs import DELIVER_JOB, WEBHOOK_QUEUE, enqueue_delivery, live_job_ids, queue, tracking_job_id
+from app.jobs import DELIVER_JOB, WEBHOOK_QUEUE, enqueue_delivery, queue
 from app.models import Customer, Scan
 from app.services import recovery, tracking
 from tests.api.helpers import assert_counters_match
 from tests.services.conftest import books_of, new_customer, new_scan
 
-# These tests are about the tracking chains (an RQ job per scan): batch looks off (D24's
-# ``ENGINE_BATCH_LOOK=off``); tests/services/test_looks.py tests the batch looks.
-pytestmark = pytest.mark.config(ENGINE_BATCH_LOOK="off")
-
 NOW = datetime(2026, 11, 22, 12, 0, 0)
 STALE = 60  # RECOVERY_STALE_SECONDS of the tests' config
 
 
-def test_a_scan_whose_job_was_lost_is_redispatched_once_stale(conn, redis_conn):
+def chained(scan, generation=0):
+    """As a job chain of before the upgrade tracked it: no due look, the chain's token."""
+    Scan.update(next_look_at=None, tracking_job_id=f"trk-{scan.id}-{generation}").where(Scan.id == scan.id).execute()
+
+
+def test_a_scan_without_a_due_look_gets_one_at_once_and_once(conn, redis_conn):
     with freeze_time(NOW):
         cust, key = new_customer()
-        scan = new_scan(cust, key)
-        redis_conn.flushdb()  # its tracking job is gone
-        assert recovery.recover_scans(NOW + timedelta(seconds=STALE - 1)) == 0
-        later = NOW + timedelta(seconds=STALE + 1)
-        assert recovery.recover_scans(later) == 1
+        scan, tracked = new_scan(cust, key), new_scan(cust, key, "b@example.com")
+        chained(scan)
+        redis_conn.flushdb()  # its tracking job is gone, too
+        assert recovery.recover_scans(NOW) == 1
         row = Scan.get_by_id(scan.id)
-        assert (row.tracking_job_id, row.last_checked_at) == (tracking_job_id(scan.id, 1), later)
-        assert live_job_ids([row.tracking_job_id]) == {row.tracking_job_id}
-        assert recovery.recover_scans(later + timedelta(seconds=STALE + 1)) == 0  # its new job is alive
+        assert (row.next_look_at, row.tracking_job_id) == (NOW, None)
+        assert Scan.get_by_id(tracked.id).next_look_at == tracked.next_look_at  # the looks track it: left alone
+        assert recovery.recover_scans(NOW + timedelta(hours=1)) == 0  # once
 
 
-def test_the_operators_sweep_redispatches_at_once_but_not_a_live_chain(conn, redis_conn):
+def test_an_old_tracking_job_hands_over_its_scan_only(conn):
     with freeze_time(NOW):
         cust, key = new_customer()
-        lost, alive = new_scan(cust, key), new_scan(cust, key, "b@example.com")
-        Job.fetch(lost.tracking_job_id, connection=redis_conn).delete()  # its job is gone
-        assert recovery.recover_scans(NOW, at_once=True) == 1
-        assert Scan.get_by_id(lost.id).tracking_job_id == tracking_job_id(lost.id, 1)
-        assert Scan.get_by_id(alive.id).tracking_job_id == tracking_job_id(alive.id, 0)
+        scan, other = new_scan(cust, key), new_scan(cust, key, "b@example.com")
+        chained(scan, 4)
+        chained(other, 2)
+        assert recovery.hand_over(scan.id) is True
+        assert Scan.get_by_id(scan.id).next_look_at == NOW
+        assert Scan.get_by_id(other.id).next_look_at is None  # the sweep's, or its own job's
+        assert recovery.hand_over(scan.id) is False  # a duplicate job changes nothing
 
 
-def test_a_final_scan_is_never_redispatched(conn, redis_conn):
+def test_a_final_or_unsubmitted_scan_is_never_given_a_due_look(conn, redis_conn):
     with freeze_time(NOW):
         cust, key = new_customer()
-        scan = new_scan(cust, key)
-        tracking.complete(scan.id, {})
-        redis_conn.flushdb()
-        assert recovery.recover_scans(NOW + timedelta(hours=1), at_once=True) == 0
+        final, unsubmitted = new_scan(cust, key), new_scan(cust, key, "b@example.com")
+        tracking.complete(final.id, {})
+        chained(final)
+        chained(unsubmitted)
+        Scan.update(engine_id=None).where(Scan.id == unsubmitted.id).execute()  # still in its engine call
+        assert recovery.recover_scans(NOW + timedelta(hours=1)) == 0
+        assert recovery.hand_over(final.id) is recovery.hand_over(unsubmitted.id) is False
 
 
 def test_a_reservation_never_submitted_is_reversed_after_the_stale_window(conn):
@@ -91,13 +96,14 @@ def test_the_sweep_reports_every_part(conn, redis_conn):
     with freeze_time(NOW) as frozen:
         cust, key = new_customer()
         scan = new_scan(cust, key)
+        chained(scan)
         redis_conn.flushdb()
         frozen.tick(STALE + 1)
         report = recovery.sweep()
     assert report == {"scheduled_jobs_promoted": 0, "scans_redispatched": 1, "reservations_reversed": 0,
                       "deliveries_redispatched": 0, "attempts_closed": 0, "engine_deletions_redispatched": 0,
                       "idempotency_purged": 0, "quota_minutes_pruned": 0}
-    assert Scan.get_by_id(scan.id).tracking_job_id == tracking_job_id(scan.id, 1)
+    assert Scan.get_by_id(scan.id).next_look_at == NOW + timedelta(seconds=STALE + 1)
 
 
 @pytest.mark.parametrize("at_once", [False, True])

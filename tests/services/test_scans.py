@@ -1,5 +1,7 @@
 """scans (admission): limits, balance, the scans and their charge in one transaction (D3, D7, D8, D13).
 An admitted call changes the books together; a refused one changes nothing at all."""
+import re
+
 import pytest
 
 from app.models import Customer, Scan
@@ -180,9 +182,13 @@ def test_nothing_to_rerun_changes_nothing(conn):
     cust, key = _customer(credits=10)
     whole = _completed(cust, key, "jane@example.com", {"github": "found", "x": "not_found", "y": "skipped"})
     bare = _completed(cust, key, "john@example.com", {})
+    running = _completed(cust, key, "partial.jim@example.com", {"github": "timeout"})
+    Scan.update(status="running", completed_at=None, result_json=None).where(Scan.id == running).execute()
     before = books_of(cust.id)
-    for scan_id in (whole, bare):
-        with pytest.raises(NothingToRerun):
+    # Each refusal says which of its reasons applies: wait for the scan, or nothing is left to do.
+    for scan_id, reason in ((whole, "every source answered"), (bare, "every source answered"),
+                            (running, "it is running, and only a completed scan can be re-run")):
+        with pytest.raises(NothingToRerun, match=rf"no source to re-run: {re.escape(reason)}$"):
             scans.create_rerun(cust, key.id, scan_id, request_id="req_r")
     assert books_of(cust.id) == before
 
@@ -214,5 +220,5 @@ def test_an_erased_scan_has_nothing_to_rerun(conn):
     cust, key = _customer(credits=10)
     first = _completed(cust, key, "partial.jane@example.com", {"github": "timeout"})
     erasure.erase_scan(customer_id=cust.id, scan_id=first, livemode=True)
-    with pytest.raises(NothingToRerun):
+    with pytest.raises(NothingToRerun, match=r"no source to re-run: its target and result were erased$"):
         scans.create_rerun(cust, key.id, first, request_id="req_r")

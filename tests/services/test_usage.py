@@ -8,7 +8,7 @@ from freezegun import freeze_time
 from app.models import CreditLedger, utcnow
 from app.services import accounts, billing, usage
 from app.services.errors import InvalidRequest
-from tests.services.conftest import new_customer, new_scan
+from tests.services.conftest import call_entry, new_customer, new_scan
 
 NOW = datetime(2026, 11, 22, 12, 30, 0)
 
@@ -53,7 +53,7 @@ def test_hourly_activity_covers_48_hours_including_this_one(conn):
 def test_each_movement_is_described_for_a_person(conn):
     cust, key = new_customer(credits=5)
     new_scan(cust, key)
-    billing.charge_call(cust.id, "req_c", utcnow(), "GET /api/v1/scan/scn_x")
+    billing.charge_call(cust.id, "req_c", utcnow(), "GET /api/v1/scan/scn_x", entry=call_entry(cust.id))
     billing.credit(cust.id, 1, "refund", note="engine submission failed")
     accounts.add_credits(cust.id, 7, "promo")
     accounts.add_credits(cust.id, -2)
@@ -78,6 +78,27 @@ def test_the_ledger_pages_newest_first(conn):
     assert [r["delta"] for r in page.items] == [4, 3] and (page.total, page.pages) == (5, 3)
     assert [r["delta"] for r in usage.ledger_page(cust.id, page=3, per_page=2).items] == [1]
     assert len(usage.ledger_page(cust.id, page=0, per_page=1000).items) == 5  # clamped
+
+
+def test_the_ledger_in_time_order_reads_as_a_running_balance(conn):
+    """A minute's summed reads are dated by the latest, with the balance after it: a movement
+    made between the minute's reads is listed before the row, and the newest row's balance is the
+    balance (the CLI's ``customers show`` and the portal's usage page list these)."""
+    at = datetime(2026, 11, 22, 12, 30, 5)
+    with freeze_time(at - timedelta(hours=1)):
+        cust, _ = new_customer(credits=100)
+    billing.charge_call(cust.id, "req_1", at, "GET /api/v1/scan/{scan_id}", read_of=True,
+                        entry=call_entry(cust.id))
+    with freeze_time(at + timedelta(seconds=10)):
+        accounts.add_credits(cust.id, -5, "correction")
+    billing.charge_call(cust.id, "req_2", at + timedelta(seconds=20), "GET /api/v1/scan/{scan_id}", read_of=True,
+                        entry=call_entry(cust.id))
+    for listed in (usage.ledger_page(cust.id, page=1, per_page=10).items,
+                   accounts.customer_overview(cust.id)["ledger"]):
+        assert [(r["delta"], r["balance_after"]) for r in listed] == [(-2, 93), (-5, 94), (100, 100)]
+        assert listed[0]["balance_after"] == billing.balance_of(cust.id)
+    times = [r["created_at"] for r in usage.ledger_page(cust.id, page=1, per_page=10).items]
+    assert times[:2] == [at + timedelta(seconds=20), at + timedelta(seconds=10)]
 
 
 @pytest.mark.parametrize("start, end, message", [
@@ -134,16 +155,17 @@ def test_activity_buckets_by_day_and_hour_at_a_given_now(conn):
 def test_a_row_of_summed_reads_says_how_many_reads_it_holds(conn):
     cust, _ = new_customer(credits=5)
     at = datetime(2026, 11, 22, 12, 30, 41)
-    billing.charge_call(cust.id, "req_1", at, "GET /api/v1/account", read_of=True)
-    billing.charge_call(cust.id, "req_2", at.replace(minute=31), "GET /api/v1/scan/{scan_id}", read_of=True)
+    billing.charge_call(cust.id, "req_1", at, "GET /api/v1/account", read_of=True, entry=call_entry(cust.id))
+    billing.charge_call(cust.id, "req_2", at.replace(minute=31), "GET /api/v1/scan/{scan_id}", read_of=True,
+                        entry=call_entry(cust.id))
     billing.charge_call(cust.id, "req_3", at.replace(minute=31, second=50), "GET /api/v1/scan/{scan_id}",
-                        read_of=True)
+                        read_of=True, entry=call_entry(cust.id))
     rows = CreditLedger.select().where((CreditLedger.customer == cust.id) & (CreditLedger.reason == "reads"))
     described = [usage.describe(r) for r in rows.order_by(CreditLedger.id)]
     assert [(d["kind"], d["what"], d["endpoint"], d["delta"], d["reads"], d["created_at"], d["request_id"])
             for d in described] == [
-        ("reads", "1 read", "GET /api/v1/account", -1, 1, datetime(2026, 11, 22, 12, 30), None),
-        ("reads", "2 reads", "GET /api/v1/scan/{scan_id}", -2, 2, datetime(2026, 11, 22, 12, 31), None)]
+        ("reads", "1 read", "GET /api/v1/account", -1, 1, datetime(2026, 11, 22, 12, 30, 41), None),
+        ("reads", "2 reads", "GET /api/v1/scan/{scan_id}", -2, 2, datetime(2026, 11, 22, 12, 31, 50), None)]
     assert described[1]["balance_after"] == 2 == billing.balance_of(cust.id)
     # The charts count a summed row's credits in its hour, like any charge.
     [hour] = [h for h in usage.activity(cust.id, "hour", now=at) if h.credits]

@@ -97,7 +97,23 @@ def test_non_public_addresses_are_refused(address):
     assert is_public(address) is False
 
 
-@pytest.mark.parametrize("address", [PUBLIC, "8.8.8.8", "1.1.1.1", PUBLIC_V6, "2a00:1450:4001:81c::200e"])
+# Addresses of IANA's special-purpose registries that Python's ``ipaddress`` calls global (some of
+# them IANA marks globally reachable too): none is a customer's receiver.
+IANA_ONLY = {"IPv4 dummy address": "192.0.0.8", "PCP anycast": "192.0.0.9", "TURN anycast": "192.0.0.10",
+             "AS112-v4": "192.31.196.1", "AMT": "192.52.193.1", "AS112 direct delegation": "192.175.48.1",
+             "6to4 relay anycast": "192.88.99.1", "local-use translation": "64:ff9b:1::1",
+             "dummy IPv6 prefix": "100:0:0:1::1", "IPv6 PCP anycast": "2001:1::1", "AS112-v6": "2001:4:112::1",
+             "ORCHIDv2": "2001:20::1", "drone DETs": "2001:30::1", "AS112-v6 direct delegation": "2620:4f:8000::1",
+             "IPv6 documentation 3fff::/20": "3fff::1", "SRv6 SIDs": "5f00::1", "NAT64 of public": "64:ff9b::808:808"}
+
+
+@pytest.mark.parametrize("address", list(IANA_ONLY.values()), ids=list(IANA_ONLY))
+def test_every_block_of_ianas_special_purpose_registries_is_refused(address):
+    assert is_public(address) is False
+
+
+@pytest.mark.parametrize("address", [PUBLIC, "8.8.8.8", "1.1.1.1", PUBLIC_V6, "2a00:1450:4001:81c::200e",
+                                     "192.0.1.1", "2001:200::1", "::ffff:8.8.8.8"])
 def test_public_addresses_are_allowed(address):
     assert is_public(address) is True
 

@@ -7,11 +7,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from freezegun import freeze_time
+from rq.registry import ScheduledJobRegistry
 from standardwebhooks import Webhook
 
 from app import runtime
-from app.jobs import live_job_ids
-from app.models import ApiKey, WebhookDelivery
+from app.db import transaction
+from app.jobs import WEBHOOK_QUEUE, live_job_ids, queue
+from app.models import ApiKey, WebhookDelivery, utcnow
 from app.services import accounts, deliveries, tracking, webhooks
 from app.services.crypto import decrypt_secret
 from app.services.deliveries import Outcome
@@ -106,6 +108,60 @@ def test_a_test_event_is_a_scan_completed_marked_test_and_dispatched(conn):
     assert body["scan_id"].startswith("scn_test_")
     assert (delivery.url, delivery.status, delivery.livemode) == (URL, "pending", True)
     assert live_job_ids([delivery.job_id]) == {delivery.job_id}
+
+
+class Refused(Exception):
+    """The caller's own error after the service's writes: its transaction rolls back."""
+
+
+def _rolled_back(body) -> None:
+    try:
+        with transaction():
+            body()
+            raise Refused
+    except Refused:
+        pass
+
+
+def _jobs_in_redis() -> int:
+    webhook_queue = queue(WEBHOOK_QUEUE)
+    return webhook_queue.count + len(ScheduledJobRegistry(queue=webhook_queue))
+
+
+def test_a_delivery_is_sent_once_when_the_transaction_it_was_written_in_commits(hooked):
+    cust, key = hooked
+    with transaction():  # the service's own transaction is a savepoint of the caller's
+        delivery = webhooks.send_test_event(key.id, cust.id)
+        assert _jobs_in_redis() == 0  # not before the commit: a worker would find no row
+    assert live_job_ids([delivery.job_id]) == {delivery.job_id} and _jobs_in_redis() == 1
+
+
+def test_a_delivery_rolled_back_with_its_callers_transaction_sends_nothing(hooked):
+    cust, key = hooked
+    _rolled_back(lambda: webhooks.send_test_event(key.id, cust.id))
+    with transaction():
+        pass  # a later commit on the connection sends nothing of it either
+    assert WebhookDelivery.select().count() == 0 and _jobs_in_redis() == 0
+
+
+def test_a_rolled_back_savepoint_drops_only_its_own_delivery(hooked):
+    cust, key = hooked
+    with transaction():
+        kept = webhooks.send_test_event(key.id, cust.id)
+        _rolled_back(lambda: webhooks.send_test_event(key.id, cust.id))  # a savepoint of this transaction
+    [delivery] = WebhookDelivery.select()
+    assert delivery.id == kept.id and live_job_ids([kept.job_id]) == {kept.job_id} and _jobs_in_redis() == 1
+
+
+def test_redis_down_after_the_commit_loses_no_delivery(hooked, monkeypatch, caplog):
+    cust, key = hooked
+    with monkeypatch.context() as redis_down:
+        redis_down.setitem(runtime.config, "REDIS_URL", "redis://127.0.0.1:1/0")  # nothing listens there
+        delivery = webhooks.send_test_event(key.id, cust.id)  # no exception: the row is committed
+    assert WebhookDelivery.get_by_id(delivery.id).status == "pending" and _jobs_in_redis() == 0
+    assert [r.name for r in caplog.records if r.levelname == "WARNING"] == ["app.jobs"]  # one line
+    report = deliveries.recover_deliveries(utcnow(), at_once=True)
+    assert report["deliveries_redispatched"] == 1 and live_job_ids([delivery.job_id]) == {delivery.job_id}
 
 
 @pytest.mark.config(WEBHOOK_RETRY_SCHEDULE=())

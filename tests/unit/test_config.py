@@ -8,6 +8,7 @@ from app.config import (
     finalize,
     load_settings,
     parse_retry_schedule,
+    retired_setting_lines,
     startup_error_line,
 )
 
@@ -83,6 +84,18 @@ def test_development_keeps_its_published_key():
 def test_an_unknown_database_scheme_is_refused_in_every_environment(url):
     with pytest.raises(ConfigError, match="unknown scheme"):
         finalize(load_settings({"DATABASE_URL": url}))
+    with pytest.raises(ConfigError, match="DATABASE_DIRECT_URL has an unknown scheme"):
+        finalize(load_settings({"DATABASE_URL": "postgresql://u@h/db", "DATABASE_DIRECT_URL": url}))
+
+
+def test_the_direct_database_url_is_the_database_url_unless_set(base_config):
+    """D19: what needs a session of its own connects to DATABASE_DIRECT_URL (a pooler in
+    transaction mode may be at DATABASE_URL); unset, it is DATABASE_URL."""
+    from app import create_app
+    assert create_app(base_config).config["DATABASE_DIRECT_URL"] == base_config["DATABASE_URL"]
+    direct = "postgresql://scan@db.internal:5432/scan"
+    assert create_app(dict(base_config, DATABASE_DIRECT_URL=direct)).config["DATABASE_DIRECT_URL"] == direct
+    create_app(base_config)
 
 
 def test_the_startup_line_is_json_where_logs_are_json():
@@ -95,6 +108,15 @@ def test_the_startup_line_is_json_where_logs_are_json():
 @pytest.mark.parametrize("raw,expected", [("0,30,300", (0, 30, 300)), ("1, 2", (1, 2)), ("", ())])
 def test_retry_schedule_parses(raw, expected):
     assert parse_retry_schedule(raw) == expected
+
+
+@pytest.mark.parametrize("raw", ["nan", "inf", "0,30,inf", "-inf", "0,NaN", "-1", "0,-0.5"])
+def test_a_retry_schedule_of_no_number_of_seconds_stops_the_start_in_one_line(raw):
+    # float() reads "nan" and "inf": they used to pass, and fail the first retry at run time.
+    with pytest.raises(ConfigError, match=r"^WEBHOOK_RETRY_SCHEDULE must be comma-separated seconds, each 0 or "
+                                          r"more") as caught:
+        load_settings({"WEBHOOK_RETRY_SCHEDULE": raw})
+    assert "\n" not in str(caught.value)
 
 
 @pytest.mark.parametrize("env", [{"APP_ENV": "staging"}, {"SCAN_TIMEOUT_SECONDS": "soon"},
@@ -129,3 +151,13 @@ def test_a_bad_activity_retention_is_one_line_naming_the_setting():
         load_settings({"ACTIVITY_RETENTION_DAYS": "-5"})
     assert str(refused.value) == "ACTIVITY_RETENTION_DAYS must be a whole number from 1 to 36500, got '-5'"
     assert load_settings({"ACTIVITY_RETENTION_DAYS": "30"})["ACTIVITY_RETENTION_DAYS"] == 30
+
+
+def test_a_retired_setting_is_ignored_with_one_warning_line():
+    """ENGINE_BATCH_LOOK no longer chooses anything (due looks are the one way): a value still set
+    starts the process all the same, and the worker says once that it is ignored."""
+    env = {"ENGINE_BATCH_LOOK": "off"}
+    assert "ENGINE_BATCH_LOOK" not in load_settings(env)
+    [line] = retired_setting_lines(env)
+    assert line.startswith("ENGINE_BATCH_LOOK is retired and ignored: ")
+    assert retired_setting_lines({}) == []

@@ -6,6 +6,7 @@ from app import migrations
 from app.extensions import db
 from app.models import Customer, SchemaVersion
 from app.services import accounts
+from tests.services.conftest import call_entry
 
 
 def test_upgrade_twice_changes_nothing(app):
@@ -13,6 +14,13 @@ def test_upgrade_twice_changes_nothing(app):
         before = migrations.current_version()
         assert migrations.upgrade() == []
         assert migrations.current_version() == before == migrations.MIGRATIONS[-1][0]
+
+
+def test_versions_only_grow_and_the_never_assigned_3_stays_unused():
+    """``upgrade`` applies what a database lacks in list order: a version below the last, 3
+    included (never assigned), would run on a database after everything it assumes."""
+    versions = [version for version, _, _ in migrations.MIGRATIONS]
+    assert versions == sorted(set(versions)) and 3 not in versions
 
 
 def test_a_new_migration_is_applied_once_and_keeps_rows(app, monkeypatch):
@@ -61,7 +69,7 @@ def test_quota_counters_migration_fills_them_from_existing_scans(app):
             db.drop_tables([QuotaMinute])
             migrate(migrator.drop_column("customer", "in_flight"))
             for name in ("scan_in_flight_customer", "scan_in_flight_last_checked"):
-                db.execute_sql(f'DROP INDEX "{name}"')
+                db.execute_sql(f'DROP INDEX IF EXISTS "{name}"')  # the second one went with migration 22
             for name, columns in (("scan_customer_id", "customer_id"), ("scan_api_key_id", "api_key_id"),
                                   ("scan_customer_id_status", "customer_id, status"),
                                   ("scan_status_last_checked_at", "status, last_checked_at")):
@@ -75,10 +83,9 @@ def test_quota_counters_migration_fills_them_from_existing_scans(app):
         usage = quotas.window_usage(customer.id, now)
         assert (usage.hour, usage.day) == (2, 4)
         names = {i.name for i in db.get_indexes("scan")}
-        assert {"scan_customer_id_created_at", "scan_bulk_id_bulk_index", "scan_in_flight_customer",
-                "scan_in_flight_last_checked"} <= names
+        assert {"scan_customer_id_created_at", "scan_bulk_id_bulk_index", "scan_in_flight_customer"} <= names
         assert not names & {"scan_customer_id", "scan_api_key_id", "scan_customer_id_status",
-                            "scan_status_last_checked_at"}
+                            "scan_status_last_checked_at", "scan_in_flight_last_checked"}
         assert Customer.get_by_id(customer.id).balance == 5
         assert Scan.select().where(Scan.customer == customer.id).count() == 5
 
@@ -312,7 +319,8 @@ def test_the_summed_reads_migration_adds_the_columns_and_the_minute_index(app):
         assert index.unique and index.columns == ["customer_id", "livemode", "note", "minute"]
         now = utcnow()
         for _ in range(2):
-            billing.charge_call(customer.id, None, now, "GET /api/v1/account", read_of=True)
+            billing.charge_call(customer.id, None, now, "GET /api/v1/account", read_of=True,
+                                entry=call_entry(customer.id))
         rows = [(r.reason, r.reads, r.delta) for r in
                 CreditLedger.select().where(CreditLedger.customer == customer.id).order_by(CreditLedger.id)]
         assert rows == [("grant", None, 5), ("reads", 2, -2)]
@@ -399,3 +407,54 @@ def test_the_findings_identity_migration_indexes_feedback_by_finding_and_names_i
         assert result["findings"][0]["feedback"] == {**feedback, "scan_id": with_feedback}
         assert result["findings"][1] == stored["findings"][1]
         assert Scan.get_by_id(without).result_json == untouched
+
+
+def test_the_request_ids_migration_widens_the_ledger_and_activity_columns_to_128(app):
+    """Version 24 (D1): a database made when request ids had at most 64 characters takes 128."""
+    def widths():
+        rows = db.execute_sql("SELECT table_name, character_maximum_length FROM information_schema.columns "
+                              "WHERE column_name = 'request_id' AND table_name IN ('credit_ledger', 'activity_entry') "
+                              "AND table_schema = current_schema()").fetchall()
+        return dict(rows)
+
+    with db.connection_context():
+        with db.atomic():
+            for name in ("credit_ledger", "activity_entry"):
+                db.execute_sql(f'ALTER TABLE "{name}" ALTER COLUMN "request_id" TYPE VARCHAR(64)')
+            SchemaVersion.delete().where(SchemaVersion.version == 24).execute()
+        assert widths() == {"credit_ledger": 64, "activity_entry": 64}
+
+        assert migrations.upgrade() == [24]
+        assert migrations.upgrade() == []
+        assert widths() == {"credit_ledger": 128, "activity_entry": 128}
+
+
+def test_the_one_way_to_track_migration_makes_the_chains_scans_due_and_leaves_the_others(app):
+    """Migration 22 (D24): each submitted scan in flight a job chain tracked (no due look) is due
+    now, its chain's token cleared; a scan the looks track, a final one and one never submitted
+    are left as they were; the chains' index goes."""
+    from datetime import timedelta
+
+    from app.models import Scan, new_id, utcnow
+
+    with db.connection_context():
+        customer = accounts.create_customer("Chains", "pro", 5)
+        key, _ = accounts.issue_key(customer.id, "k")
+        later = utcnow() + timedelta(hours=1)
+
+        def scan(status, engine_id, next_look_at):
+            return Scan.create(id=new_id("scn"), customer=customer.id, api_key=key.id, kind="email", target="a@example.com",
+                               status=status, engine_id=engine_id, next_look_at=next_look_at,
+                               tracking_job_id="trk-x-3").id
+
+        chained = [scan("queued", "inv_1", None), scan("running", "inv_2", None)]
+        looked, final, unsubmitted = scan("running", "inv_3", later), scan("completed", "inv_4", None), \
+            scan("queued", None, None)
+        db.execute_sql('CREATE INDEX IF NOT EXISTS "scan_in_flight_last_checked" ON "scan" ("last_checked_at")')
+        with db.atomic():
+            migrations._one_way_to_track(db.obj)
+        rows = {s.id: s for s in Scan.select().where(Scan.customer == customer.id)}
+        assert all(rows[i].next_look_at is not None and rows[i].tracking_job_id is None for i in chained)
+        assert (rows[looked].next_look_at, rows[looked].tracking_job_id) == (later, "trk-x-3")
+        assert all((rows[i].next_look_at, rows[i].tracking_job_id) == (None, "trk-x-3") for i in (final, unsubmitted))
+        assert "scan_in_flight_last_checked" not in {i.name for i in db.get_indexes("scan")}

@@ -20,7 +20,7 @@ QUERY_METHODS = {"select", "update", "insert", "insert_many", "delete", "get_or_
                  "raw", "bulk_create", "bulk_update", "replace", "insert_from", "get_or_create", "delete_by_id",
                  "count", "exists", "where"}
 ROW_WRITES = {"save", "delete_instance"}
-STATEMENT_HELPERS = {"db", "execute", "execute_prepared", "execute_prepared_batch", "columns", "table", "instance",
+STATEMENT_HELPERS = {"db", "execute", "execute_batch", "columns", "table", "instance",
                      "insert_rows_statement", "repr_column"}
 
 # Service modules still being moved behind the store (issue 27); empty when the move is done.

@@ -15,7 +15,7 @@ from rq import Queue
 
 from app import runtime
 from app.extensions import db
-from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, enqueue_delivery, enqueue_tracking, promote_due
+from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, enqueue_delivery, enqueue_engine_deletions, promote_due
 from app.models import ApiKey, DeliveryAttempt, WebhookDelivery
 from app.services import endpoints, webhooks
 from simulator.procutil import wait_until
@@ -166,8 +166,8 @@ def test_two_endpoints_of_one_key_at_the_same_url_hold_a_share_each(make_custome
             second, _ = endpoints.create(key, url=receiver.server.url, events=["endpoint.disabled"])
             for _ in range(4):
                 webhooks.send_test_event(key.id, account.customer.id)  # to the first endpoint
-                webhooks.dispatch(webhooks.record_key_event(key, {"event": "endpoint.disabled"},
-                                                            leave_out=webhooks.first_endpoint_id(key.id)))
+                webhooks.record_key_event(key, {"event": "endpoint.disabled"},  # its job goes with the row
+                                          leave_out=webhooks.first_endpoint_id(key.id))
         wait_until(lambda: receiver.most == 4 and pool.parked() == 4, 30, "each endpoint at its own share")
         receiver.release.set()
         wait_until(lambda: statuses(account.key.id) == {"succeeded": 8}, 30, "every delivery sent")
@@ -226,9 +226,9 @@ def test_a_warm_stop_puts_the_parked_jobs_back_in_redis(make_customer):
 
 
 def test_rq_s_loop_leaves_the_webhooks_queue_to_the_pool(app, redis_conn):
-    """Tracking jobs are taken by RQ's loop, delivery jobs are left for the pool."""
+    """Engine jobs are taken by RQ's loop, delivery jobs are left for the pool."""
     enqueue_delivery("dlv_nothing", "dlv-dlv_nothing-1")
-    enqueue_tracking({"scn_nothing": "trk-scn_nothing-1"})
+    enqueue_engine_deletions(["edl_nothing"])
     worker = build_worker(pooled=(WEBHOOK_QUEUE,))
     worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
     assert Queue(ENGINE_QUEUE, connection=redis_conn).count == 0

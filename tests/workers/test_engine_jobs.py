@@ -1,9 +1,9 @@
-"""Engine tracking jobs (D5, D6, D13; E1 to E3).
+"""Tracking a scan in flight at the engine (D5, D6, D13, D24; E1 to E3): the batch looks.
 
 Everything is real: the API (test client), the database, Redis with RQ's own
-``SimpleWorker`` (``tests.jobrunner``), and the simulated engine over HTTP. Time is
-freezegun's: ``jobs.run(frozen, until=...)`` moves the frozen clock to each scheduled
-job, and the simulator, in this process, runs on that same clock. No test sleeps.
+``SimpleWorker`` and the batch looks (``tests.jobrunner``), and the simulated engine over HTTP.
+Time is freezegun's: ``jobs.run(frozen, until=...)`` moves the frozen clock to each due look or
+scheduled job, and the simulator, in this process, runs on that same clock. No test sleeps.
 """
 from __future__ import annotations
 
@@ -15,23 +15,20 @@ from datetime import UTC, timedelta
 import pytest
 import requests
 from freezegun import freeze_time
-from rq.registry import ScheduledJobRegistry
 
 from app import runtime
 from app.extensions import db
-from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, enqueue_tracking, queue, tracking_job_id
-from app.models import Scan, WebhookDelivery, iso, utcnow
-from app.services import tracking
-from app.services.results import band_for, normalize_result
+from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, queue
+from app.models import Scan, WebhookDelivery, utcnow
+from app.models.scans import IN_FLIGHT
+from app.services import looks, tracking
+from app.services.results import Owner, band_for, normalize_result
+from app.store import scan_states
 from simulator.investigations import decode_id, plan_for, progress_at
 from simulator.results import EXTRA_FIELD, FULL_DATE, HIGH_SCORE, NO_BAND, messiness_of, phone_profile, result_for
 from tests.conftest import ServerThread
-from workers.engine_jobs import backoff, track_scan
 
-# These tests are about the tracking chains (an RQ job per scan): batch looks off (D24's
-# ``ENGINE_BATCH_LOOK=off``); tests/services/test_looks.py tests the batch looks.
-pytestmark = pytest.mark.config(ENGINE_BATCH_LOOK="off")
-
+backoff = tracking.backoff
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 START = "2026-11-21 12:00:00"
 ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
@@ -83,14 +80,12 @@ def epoch(naive_utc) -> float:
     return naive_utc.replace(tzinfo=UTC).timestamp()
 
 
-def scheduled_jobs(name=ENGINE_QUEUE) -> list[tuple[str, float]]:
-    registry = ScheduledJobRegistry(queue=queue(name))
-    return [(job_id.decode() if isinstance(job_id, bytes) else job_id, score)
-            for job_id, score in runtime.redis().zrange(registry.key, 0, -1, withscores=True)]
-
-
-def no_tracking_job_left(jobs) -> bool:
-    return queue(ENGINE_QUEUE).count == 0 and not scheduled_jobs(ENGINE_QUEUE)
+def no_tracking_left(scan_ids) -> bool:
+    """No engine job, and no look due for these scans: nothing will look at them again."""
+    engine = queue(ENGINE_QUEUE)
+    with db.connection_context():  # the claim takes scans in flight only: a final scan is never looked at
+        in_flight = Scan.select().where(Scan.id.in_(list(scan_ids)) & Scan.status.in_(IN_FLIGHT)).count()
+    return engine.count == 0 and engine.scheduled_job_registry.count == 0 and in_flight == 0
 
 
 def assert_d6_result(result: dict, kind: str) -> None:
@@ -140,24 +135,21 @@ def assert_d6_result(result: dict, kind: str) -> None:
 
 
 @pytest.fixture
-def track_calls(monkeypatch):
-    """Every tracking job run, as ``(scan_id, job_id, outcome)``.
+def look_log(monkeypatch):
+    """Every look a batch look made at a scan, as ``(scan_id, when, outcome, due)``: ``outcome``
+    is a final's (``completed``, ``failed``, ``timeout``) or ``unfinished`` / ``engine_errors``,
+    ``due`` the next look it set (None for a final)."""
+    calls, real = [], looks._apply
 
-    RQ resolves ``workers.engine_jobs.track_scan`` by name when a job runs, so the
-    in-process worker runs this recording wrapper around the real function.
-    """
-    from rq import get_current_job
-
-    import workers.engine_jobs as engine_jobs
-    calls, real = [], engine_jobs.track_scan
-
-    def recording(scan_id):
-        job = get_current_job()
-        outcome = real(scan_id)
-        calls.append((scan_id, job.id if job else None, outcome))
+    def recording(scan, state, now):
+        outcome = real(scan, state, now)
+        if isinstance(outcome, tracking.Final):
+            calls.append((scan.id, now, outcome.outcome, None))
+        else:
+            calls.append((scan.id, now, outcome[0], outcome[1][2]))
         return outcome
 
-    monkeypatch.setattr(engine_jobs, "track_scan", recording)
+    monkeypatch.setattr(looks, "_apply", recording)
     return calls
 
 
@@ -169,23 +161,23 @@ def expected_result(simulator, scan) -> dict:
     assert checked_at is None or ISO.match(checked_at)
     raw = result_for(scan.kind, scan.target, f"{simulator.url}/_sim/artifacts/{scan.engine_id}",
                      checked_at=checked_at)
-    return normalize_result(raw, scan.kind, scan_id=scan.id)
+    return normalize_result(raw, scan.kind, scan_id=scan.id, owner=Owner(scan.customer_id, scan.kind, scan.target))
 
 
 # --- 1. one scan of each kind, queued -> running -> completed ------------------------------
 
-# Targets the simulator works on for more than a second (at SIM_TIME_SCALE 0.01): the first
-# look, one second after creation, finds them running.
-KINDS = [("email", "john.roe@example.com"), ("phone", "+4915123456788"), ("username", "torvalds")]
+# Targets the simulator works on for more than 1.5 s (at SIM_TIME_SCALE 0.01, an eta of 2 s): the
+# first look, half a second before the eta, finds them running.
+KINDS = [("email", "sam.lee@example.com"), ("phone", "+4915123456703"), ("username", "torvalds")]
 
 
 @pytest.mark.config(ENGINE_POLL_SECONDS=1)  # look often enough to watch the progress
 @pytest.mark.parametrize("kind, target", KINDS, ids=[k for k, _ in KINDS])
 def test_a_scan_goes_queued_running_completed_with_current_progress(client, make_customer, jobs, simulator,
-                                                                    kind, target):
+                                                                    look_log, kind, target):
     account = make_customer(credits=1000)
     plan = plan_for(kind, target, SIM_SCALE)
-    assert 1.1 < plan.duration_s < 1.9 and plan.behaviour == "normal"
+    assert 1.5 < plan.duration_s < 1.9 and plan.behaviour == "normal"
     with freeze_time(START) as frozen:
         created = create(client, account, target, kind)
         scan_id, eta = created["scan_id"], created["eta_seconds"]
@@ -197,34 +189,35 @@ def test_a_scan_goes_queued_running_completed_with_current_progress(client, make
         def observe():
             body = read(client, account, scan_id)
             scan = row(scan_id)
-            reads.append((utcnow(), body, scan))
+            last_look = max((when for i, when, _, _ in look_log if i == scan_id), default=None)
+            reads.append((utcnow(), body, scan, last_look))
             return body["status"] in ("completed", "failed")
 
         assert jobs.run(frozen, until=observe)
 
     order = {"queued": 0, "running": 1, "completed": 2}
-    seen = [body["status"] for _, body, _ in reads]
+    seen = [body["status"] for _, body, _, _ in reads]
     assert seen[0] == "queued" and seen[-1] == "completed"
     assert "running" in seen, seen
     assert [order[s] for s in seen] == sorted(order[s] for s in seen), seen  # never goes back
-    in_flight = [(now, body, scan) for now, body, scan in reads if body["status"] in ("queued", "running")]
-    for now, body, scan in in_flight:
+    in_flight = [(now, body, scan, last) for now, body, scan, last in reads if body["status"] in ("queued", "running")]
+    for now, body, scan, last_look in in_flight:
         assert set(body) == {"ok", "scan_id", "livemode", "status", "target", "kind", "purpose", "case_ref", "created_at",
         "eta_seconds", "progress"}
         assert type(body["eta_seconds"]) is int and body["eta_seconds"] >= 0
         assert scan.eta_at == scan.created_at + timedelta(seconds=eta)
         assert body["eta_seconds"] == max(0, math.ceil((scan.eta_at - now).total_seconds()))  # what remains
         assert body["progress"]["recipes_total"] == plan.recipes
-        if scan.last_checked_at is None:
+        if last_look is None:
             assert body["progress"]["recipes_done"] == 0 and body["status"] == "queued"
         else:  # what the engine reported at the last look, not older
-            engine_said = progress_at(plan, epoch(scan.last_checked_at) - investigation.created_ms / 1000)
+            engine_said = progress_at(plan, epoch(last_look) - investigation.created_ms / 1000)
             assert body["progress"]["recipes_done"] == engine_said.recipes_done
             assert body["status"] == ("running" if engine_said.status == "running" else "queued")
-    done = [body["progress"]["recipes_done"] for _, body, _ in in_flight]
+    done = [body["progress"]["recipes_done"] for _, body, _, _ in in_flight]
     assert done == sorted(done) and max(done) > 0
 
-    _, final, scan = reads[-1]
+    _, final, scan, _ = reads[-1]
     assert set(final) == {"ok", "scan_id", "livemode", "status", "target", "kind", "purpose", "case_ref", "created_at",
         "completed_at", "result"}
     assert final["target"] == target and final["kind"] == kind
@@ -235,10 +228,10 @@ def test_a_scan_goes_queued_running_completed_with_current_progress(client, make
     assert final["result"] == expected_result(simulator, scan)
     if kind == "phone":
         assert final["result"]["phone_profile"] == {
-            "e164": "+4915123456788", "country_code": 49, "region": "DE", "carrier": "T-Mobile",
+            "e164": "+4915123456703", "country_code": 49, "region": "DE", "carrier": "T-Mobile",
             "line_type": "mobile", "valid": True, "timezones": ["Europe/Berlin"]}
         assert phone_profile(target)["e164"] in final["result"]["contacts"]["phones"]
-    assert no_tracking_job_left(jobs)  # the chain ended with the scan
+    assert no_tracking_left([scan_id])  # the tracking ended with the scan
 
 
 def _messy_targets() -> dict:
@@ -329,7 +322,7 @@ def test_a_bulk_of_100_completes_and_its_counts_add_up(client, make_customer, jo
         else:
             assert entry["status"] == "completed" and "failure" not in entry
             assert_d6_result(entry["result"], entry["kind"])
-    assert no_tracking_job_left(jobs)
+    assert no_tracking_left(ids)
 
 
 # --- 3. failures ---------------------------------------------------------------------
@@ -354,13 +347,13 @@ def test_an_engine_failure_fails_the_scan_with_engine_failed(client, make_custom
     assert isinstance(body["failure"]["message"], str) and body["failure"]["message"]
     assert ISO.match(body["failed_at"])
     assert row(scan_id).result_json is None
-    assert no_tracking_job_left(jobs)
+    assert no_tracking_left([scan_id])
 
 
 @pytest.mark.config(SCAN_TIMEOUT_SECONDS=5, ENGINE_POLL_SECONDS=1)
 @pytest.mark.parametrize("kind, target", [("email", "hang.carol@example.com"), ("phone", "+4915123458888")])
 def test_a_hanging_scan_fails_with_engine_timeout_and_nothing_polls_after(client, make_customer, jobs, simulator,
-                                                                          track_calls, kind, target):
+                                                                          look_log, kind, target):
     account = make_customer(credits=1000)
     with freeze_time(START) as frozen:
         scan_id = create(client, account, target, kind)["scan_id"]
@@ -373,21 +366,21 @@ def test_a_hanging_scan_fails_with_engine_timeout_and_nothing_polls_after(client
         assert 5 <= (scan.failed_at - scan.created_at).total_seconds() < 6
         assert scan.started_at is not None  # it was running (the engine said so) until then
         # Nothing keeps polling: no job left, and a long while later the engine saw no more calls.
-        assert no_tracking_job_left(jobs)
-        assert track_calls[-1][2] == "timeout"
-        assert [outcome for _, _, outcome in track_calls[:-1]] == ["unfinished"] * (len(track_calls) - 1)
-        calls, runs = engine_stats(simulator)["status"], len(track_calls)
-        assert calls == runs  # one look per job; the job at the deadline asked, and failed it on the answer
+        assert no_tracking_left([scan_id])
+        assert look_log[-1][2] == "timeout"
+        assert [outcome for _, _, outcome, _ in look_log[:-1]] == ["unfinished"] * (len(look_log) - 1)
+        calls, runs = engine_stats(simulator)["looks"], len(look_log)
+        assert calls == runs  # one engine request per look; the look at the deadline asked, and failed it on the answer
         frozen.tick(3600)
         jobs.run(frozen)
-        assert len(track_calls) == runs
-        assert engine_stats(simulator)["status"] == calls
+        assert len(look_log) == runs
+        assert engine_stats(simulator)["looks"] == calls
         assert read(client, account, scan_id)["failure"]["code"] == "engine_timeout"
 
 
 @pytest.mark.config(SCAN_TIMEOUT_SECONDS=5, ENGINE_POLL_SECONDS=1)
 def test_a_scan_the_engine_cannot_answer_for_is_not_failed_on_age_and_completes_once_it_answers(
-        client, make_customer, jobs, simulator):
+        client, make_customer, jobs, simulator, look_log):
     """Amended D13: past the timeout, a scan is failed only on a look that finds it unfinished.
     While the engine cannot be reached it stays in flight, looked at with back-off; once the
     engine answers, the scan it finished in the meantime completes with its result."""
@@ -400,9 +393,9 @@ def test_a_scan_the_engine_cannot_answer_for_is_not_failed_on_age_and_completes_
         scan = row(scan_id)
         assert (scan.created_at + timedelta(seconds=15)) < utcnow()  # three times the 5 s timeout
         assert {s.status for s in seen} == {"queued"} and scan.failed_at is None
-        assert scan.tracking_job_id in [job_id for job_id, _ in scheduled_jobs()]  # looked at again later
-        gaps = [(b.last_checked_at - a.last_checked_at).total_seconds() for a, b in zip(seen, seen[1:])
-                if a.check_errors >= 1 and b.check_errors == a.check_errors + 1]
+        assert scan.next_look_at > utcnow()  # looked at again later
+        errors = [when for _, when, outcome, _ in look_log if outcome == "engine_errors"]
+        gaps = [(b - a).total_seconds() for a, b in zip(errors, errors[1:])]
         assert gaps and min(gaps) >= 1 and max(gaps) <= backoff(10) + 1  # backing off, never hammering, never giving up
 
         engine_mode(simulator, "up")
@@ -410,7 +403,7 @@ def test_a_scan_the_engine_cannot_answer_for_is_not_failed_on_age_and_completes_
         scan = row(scan_id)
     assert scan.status == "completed" and scan.failure_code is None
     assert_d6_result(json.loads(scan.result_json), "email")
-    assert no_tracking_job_left(jobs)
+    assert no_tracking_left([scan_id])
 
 
 # --- 4. an unreliable engine ---------------------------------------------------------------
@@ -426,14 +419,14 @@ def test_a_flaky_engine_delays_scans_but_every_one_completes(client, make_custom
     assert statuses(ids) == ["completed"] * 3
     assert max(errors) >= 1  # the engine's 500s were met, and retried
     stats = engine_stats(simulator)
-    assert stats["status"] >= 2 * len(ids)
+    assert stats["looks"] >= 2  # one batch look for the three, retried
     for scan_id in ids:
         assert_d6_result(json.loads(row(scan_id).result_json), row(scan_id).kind)
 
 
 @pytest.mark.config(ENGINE_POLL_SECONDS=10)
 def test_engine_errors_back_off_then_the_scan_completes_when_the_engine_is_back(client, make_customer, jobs,
-                                                                                simulator):
+                                                                                simulator, look_log):
     account = make_customer(credits=1000)
     with freeze_time(START) as frozen:
         scan_id = create(client, account, "john.roe@example.com")["scan_id"]
@@ -442,43 +435,53 @@ def test_engine_errors_back_off_then_the_scan_completes_when_the_engine_is_back(
 
         def observe():
             scan = row(scan_id)
-            upcoming = scheduled_jobs()
             if scan.check_errors and scan.check_errors not in delays:
-                # Observed right after the job that counted this error: its successor is the only job.
-                assert [job_id for job_id, _ in upcoming] == [scan.tracking_job_id]
-                delays[scan.check_errors] = upcoming[0][1] - epoch(scan.last_checked_at)
+                # Observed right after the look that counted this error: the next look it set.
+                _, when, outcome, due = look_log[-1]
+                assert outcome == "engine_errors" and due == scan.next_look_at
+                delays[scan.check_errors] = (due - when).total_seconds()
             return scan.check_errors >= 7
 
         assert jobs.run(frozen, until=observe)
         assert row(scan_id).status == "queued"
-        calls_while_down = engine_stats(simulator)["status"]
+        calls_while_down = engine_stats(simulator)["looks"]
         engine_mode(simulator, "up")
         assert jobs.run(frozen, until=all_final([scan_id]))
     assert sorted(delays) == list(range(1, 8))
     ordered = [delays[n] for n in sorted(delays)]
-    # Each retry waits longer than the one before (RQ schedules to the second), up to three poll intervals.
+    # Each retry waits longer than the one before, up to three poll intervals.
     assert ordered == pytest.approx([1, 2, 4, 8, 16, 30, 30], abs=0.01)
     assert ordered == pytest.approx([backoff(n) for n in range(1, 8)], abs=0.01)
-    assert calls_while_down == 7  # one look per job, each one an error
+    assert calls_while_down == 7  # one engine request per look, each one an error
     assert row(scan_id).status == "completed"
 
 
-class GarbageEngine:
-    """An engine that answers the first status calls with nonsense, then like the simulator.
+BATCH_LOOK = "/v1/investigations/status"
 
-    Each canned answer is ``(status, content_type, body)``; later calls are forwarded.
+
+class GarbageEngine:
+    """An engine that answers the first looks with nonsense, then like the simulator.
+
+    Each canned answer is ``(status, content_type, body)``; later calls are forwarded. With
+    ``batch`` the nonsense answers the batch looks; without, the engine does not offer the batch
+    look (404) and the nonsense answers the single looks.
     """
 
     def __init__(self, upstream: str, answers: list = ()):
         self.upstream = upstream
         self.load(answers)
 
-    def load(self, answers) -> None:
-        self.answers, self.served = list(answers), []
+    def load(self, answers, *, batch: bool = False) -> None:
+        self.answers, self.served, self.batch = list(answers), [], batch
 
     def __call__(self, environ, start_response):
         path = environ.get("PATH_INFO", "")
-        if environ["REQUEST_METHOD"] == "GET" and path.startswith("/v1/investigations/") and self.answers:
+        if environ["REQUEST_METHOD"] == "POST" and path == BATCH_LOOK and not self.batch:
+            start_response("404 Not Found", [("Content-Type", "application/json")])
+            return [b'{"error": "not_found"}']
+        look = (path == BATCH_LOOK) if self.batch else (environ["REQUEST_METHOD"] == "GET"
+                                                         and path.startswith("/v1/investigations/"))
+        if look and self.answers:
             status, content_type, body = self.answers.pop(0)
             self.served.append(status)
             headers = [("Content-Type", content_type)]
@@ -486,8 +489,11 @@ class GarbageEngine:
                 headers.append(("Location", f"{self.upstream}{path}"))
             start_response(status, headers)
             return [body.encode()]
-        forwarded = requests.request(environ["REQUEST_METHOD"], f"{self.upstream}{path}",
-                                     headers={"Authorization": environ.get("HTTP_AUTHORIZATION", "")}, timeout=5)
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length) if length else None
+        forwarded = requests.request(environ["REQUEST_METHOD"], f"{self.upstream}{path}", data=body,
+                                     headers={"Authorization": environ.get("HTTP_AUTHORIZATION", ""),
+                                              "Content-Type": environ.get("CONTENT_TYPE", "")}, timeout=5)
         start_response(f"{forwarded.status_code} X", [("Content-Type", "application/json")])
         return [forwarded.content]
 
@@ -502,6 +508,7 @@ def garbage_server(simulator):
 @pytest.fixture
 def garbage_engine(garbage_server, app, monkeypatch):
     """The engine at ENGINE_URL, once ``switch()`` is called, answers the loaded nonsense first."""
+    monkeypatch.setattr(looks, "_unsupported_until", 0.0)  # whether it offers the batch look is found anew
     engine = garbage_server.server.app
     engine.load([])
     engine.switch = lambda: monkeypatch.setitem(runtime.config, "ENGINE_URL", garbage_server.url)
@@ -519,17 +526,31 @@ NONSENSE = [
 ]
 
 
+# What a batch look may answer that says nothing usable of the scans asked about.
+BATCH_NONSENSE = [
+    ("200 OK", "application/json", "{not json"),
+    ("200 OK", "application/json", '{"items": "x"}'),
+    ("200 OK", "application/json", '{"items": []}'),  # not one item per id asked
+    ("200 OK", "application/json", '{"items": [{"id": "x", "status": "exploded"}]}'),
+    ("200 OK", "application/json", '{"items": [7]}'),
+    ("200 OK", "text/html", "<html><body>Gateway</body></html>"),
+    ("302 Found", "text/plain", ""),
+    ("500 Internal Server Error", "application/json", "{}"),
+]
+
+
 @pytest.mark.config(ENGINE_POLL_SECONDS=1)
-def test_malformed_engine_answers_are_retried_not_fatal(client, make_customer, jobs, garbage_engine):
+@pytest.mark.parametrize("batch, nonsense", [(False, NONSENSE), (True, BATCH_NONSENSE)], ids=["single", "batch"])
+def test_malformed_engine_answers_are_retried_not_fatal(client, make_customer, jobs, garbage_engine, batch, nonsense):
     account = make_customer(credits=1000)
-    garbage_engine.load(NONSENSE)
+    garbage_engine.load(nonsense, batch=batch)
     with freeze_time(START) as frozen:
         scan_id = create(client, account, "jane.doe@example.com")["scan_id"]
         garbage_engine.switch()  # from here on the engine at ENGINE_URL answers nonsense for a while
         errors = []
         assert jobs.run(frozen, until=lambda: errors.append(row(scan_id).check_errors) or all_final([scan_id])())
-    assert garbage_engine.served == [status for status, _, _ in NONSENSE]  # every bad answer was met
-    assert max(errors) == len(NONSENSE)  # each one counted as an engine error, none as a verdict
+    assert garbage_engine.served == [status for status, _, _ in nonsense]  # every bad answer was met
+    assert max(errors) == len(nonsense)  # each one counted as an engine error, none as a verdict
     scan = row(scan_id)
     assert scan.status == "completed"
     assert_d6_result(json.loads(scan.result_json), "email")
@@ -553,7 +574,25 @@ def test_an_engine_error_without_usable_details_fails_with_a_default_message(cli
 
 # --- 5. duplicates and replays ---------------------------------------------------------
 
-def test_replaying_jobs_for_a_finished_scan_changes_nothing(client, make_customer, jobs, simulator, track_calls):
+def enqueue_old_tracking_job(scan_id, job_id, delay=0.0):
+    """A tracking job as the RQ job chains of before the upgrade left them in Redis (D24)."""
+    from datetime import datetime as dt
+    q = queue(ENGINE_QUEUE)
+    if delay:
+        q.enqueue_at(dt.now(UTC) + timedelta(seconds=delay), "workers.engine_jobs.track_scan", scan_id,
+                     job_id=job_id)
+    else:
+        q.enqueue("workers.engine_jobs.track_scan", scan_id, job_id=job_id)
+
+
+def old_job_outcomes(job_ids) -> list:
+    """What each tracking job of before the upgrade returned once run."""
+    from rq.job import Job
+    return [Job.fetch(job_id, connection=runtime.redis()).return_value() for job_id in job_ids]
+
+
+def test_replaying_looks_and_old_jobs_for_a_finished_scan_changes_nothing(client, make_customer, jobs, simulator,
+                                                                          look_log):
     account = make_customer(credits=1000)
     with freeze_time(START) as frozen:
         scan_id = create(client, account, "jane.doe@example.com")["scan_id"]
@@ -561,14 +600,17 @@ def test_replaying_jobs_for_a_finished_scan_changes_nothing(client, make_custome
         before = row(scan_id)
         calls = engine_stats(simulator)
         frozen.tick(30)
-        # Run directly, twice, and through RQ: the chain's last job replayed, and one of a later generation.
-        assert track_scan(scan_id) == "final"
-        assert track_scan(scan_id) == "final"
-        enqueue_tracking({scan_id: before.tracking_job_id})
-        enqueue_tracking({scan_id: tracking_job_id(scan_id, 5)})
-        runs = len(track_calls)
+        # Tracking jobs of before the upgrade, for this scan, run now; and a look replayed with the
+        # generation the last look held.
+        enqueue_old_tracking_job(scan_id, f"trk-{scan_id}-0")
+        enqueue_old_tracking_job(scan_id, f"trk-{scan_id}-5")
         jobs.run(frozen)
-        assert [outcome for _, _, outcome in track_calls[runs:]] == ["final", "final"]
+        assert old_job_outcomes([f"trk-{scan_id}-0", f"trk-{scan_id}-5"]) == ["nothing", "nothing"]
+        with db.connection_context():
+            assert looks.look_due()["claimed"] == 0  # a final scan is never claimed
+            assert scan_states.record_looks([(scan_id, before.look_generation, utcnow(), 0, 9, 9, True)],
+                                            statuses=IN_FLIGHT, queued="queued", running="running",
+                                            now=utcnow()) == []
         # A second verdict is refused by the compare-and-set.
         assert tracking.complete(scan_id, {"risk": {"score": 1}}) is False
         assert tracking.fail(scan_id, "engine_failed", "late") is False
@@ -577,47 +619,50 @@ def test_replaying_jobs_for_a_finished_scan_changes_nothing(client, make_custome
     assert after.status == "completed"
     assert after.completed_at == before.completed_at and after.failed_at is None
     assert after.result_json == before.result_json and after.failure_code is None
-    assert after.tracking_job_id == before.tracking_job_id
-    assert no_tracking_job_left(jobs)
+    assert (after.next_look_at, after.look_generation) == (before.next_look_at, before.look_generation)
+    assert no_tracking_left([scan_id])
 
 
-def test_a_stale_job_does_nothing(client, make_customer, jobs, simulator, track_calls):
+def test_an_old_tracking_job_of_a_scan_the_looks_track_does_nothing(client, make_customer, jobs, simulator):
     account = make_customer(credits=1000)
     with freeze_time(START) as frozen:
         scan_id = create(client, account, "jane.doe@example.com")["scan_id"]
-        token = row(scan_id).tracking_job_id
-        assert token == tracking_job_id(scan_id, 0)
-        assert [job_id for job_id, _ in scheduled_jobs()] == [token]
-        # A job of another generation (a chain the sweep replaced, a replay) runs now.
-        enqueue_tracking({scan_id: tracking_job_id(scan_id, 7)})
-        jobs.run()  # no freezer: runs what is due, does not move time
-        assert track_calls == [(scan_id, tracking_job_id(scan_id, 7), "stale")]
-        assert engine_stats(simulator)["status"] == 0  # it did not even look
         scan = row(scan_id)
-        assert scan.tracking_job_id == token and scan.last_checked_at is None and scan.status == "queued"
-        assert [job_id for job_id, _ in scheduled_jobs()] == [token]  # and started no chain
+        assert scan.next_look_at is not None and scan.tracking_job_id is None
+        calls = engine_stats(simulator)
+        enqueue_old_tracking_job(scan_id, f"trk-{scan_id}-7")  # left in Redis from before the upgrade
+        jobs.run()  # no freezer: runs what is due, does not move time
+        assert old_job_outcomes([f"trk-{scan_id}-7"]) == ["nothing"]
+        assert engine_stats(simulator) == calls  # the job did not even look
+        after = row(scan_id)
+        assert (after.next_look_at, after.look_generation, after.status) == (scan.next_look_at, 0, "queued")
+        assert queue(ENGINE_QUEUE).count == 0 and queue(ENGINE_QUEUE).scheduled_job_registry.count == 0
         assert jobs.run(frozen, until=all_final([scan_id]))
     assert row(scan_id).status == "completed"
 
 
 @pytest.mark.config(ENGINE_POLL_SECONDS=0.2)
-def test_a_replayed_job_of_a_live_chain_does_nothing(client, make_customer, jobs, simulator, track_calls):
-    """The chain's job runs, hands over; the same job delivered again (e.g. re-queued) is a no-op."""
+def test_a_replayed_look_writes_nothing_over_a_later_one(client, make_customer, jobs, simulator):
+    """The fencing token: a look's record carries the ``look_generation`` it claimed; once a later
+    look was recorded, the earlier one (a looker that lost its claim, a replay) writes nothing."""
     account = make_customer(credits=1000)
     with freeze_time(START) as frozen:
-        scan_id = create(client, account, "octocat", "username")["scan_id"]
-        first = row(scan_id).tracking_job_id
-        assert jobs.run(frozen, until=lambda: row(scan_id).tracking_job_id != first)
-        handed_to = row(scan_id).tracking_job_id
-        assert handed_to == tracking_job_id(scan_id, 1) and row(scan_id).status == "running"
-        calls = engine_stats(simulator)["status"]
-        enqueue_tracking({scan_id: first})  # the replay
-        runs = len(track_calls)
-        jobs.run()
-        assert track_calls[runs:] == [(scan_id, first, "stale")]
-        assert engine_stats(simulator)["status"] == calls
-        assert row(scan_id).tracking_job_id == handed_to
-        assert [job_id for job_id, _ in scheduled_jobs()] == [handed_to]
+        scan_id = create(client, account, "torvalds", "username")["scan_id"]  # still running at its first look
+        assert jobs.run(frozen, until=lambda: row(scan_id).status == "running")
+        first = row(scan_id)
+        assert first.look_generation >= 1 and first.next_look_at > utcnow()
+        frozen.move_to(first.next_look_at)
+        with db.connection_context():
+            assert looks.look_due()["claimed"] == 1
+        later = row(scan_id)
+        assert later.look_generation == first.look_generation + 1
+        replay = (scan_id, first.look_generation, utcnow() + timedelta(hours=1), 5, 99, 0, False)
+        with db.connection_context():
+            assert scan_states.record_looks([replay], statuses=IN_FLIGHT, queued="queued", running="running",
+                                            now=utcnow()) == []
+        kept = row(scan_id)
+        assert (kept.next_look_at, kept.check_errors, kept.recipes_done, kept.look_generation) == \
+            (later.next_look_at, later.check_errors, later.recipes_done, later.look_generation)
         assert jobs.run(frozen, until=all_final([scan_id]))
     assert row(scan_id).status == "completed"
 
@@ -644,13 +689,16 @@ def test_two_jobs_racing_to_finish_a_scan_finish_it_once(client, make_customer, 
 
 
 def test_progress_is_not_recorded_on_a_finished_scan(client, make_customer):
+    """A look that saw the scan unfinished records nothing once another one finished it."""
     account = make_customer(credits=1000)
     with freeze_time(START):
         scan_id = create(client, account, "jane.doe@example.com")["scan_id"]
         with db.connection_context():
+            claimed = row(scan_id).look_generation
             assert tracking.fail(scan_id, "engine_failed", "x") is True
-            tracking.record_progress(scan_id, running=True, recipes_total=99, recipes_done=50)
+            assert scan_states.record_looks([(scan_id, claimed, utcnow(), 0, 99, 50, True)], statuses=IN_FLIGHT,
+                                            queued="queued", running="running", now=utcnow()) == []
     scan = row(scan_id)
     assert scan.status == "failed" and scan.recipes_done == 0 and scan.recipes_total != 99
     assert scan.started_at is None
-    assert iso(scan.failed_at) == "2026-11-21T12:00:00Z"
+    assert scan.failed_at.isoformat() == "2026-11-21T12:00:00"

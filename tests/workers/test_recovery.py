@@ -1,12 +1,13 @@
-"""The recovery sweep (D13): lost tracking jobs are re-dispatched, reservations
-the engine never heard of are reversed, and the operator command reports both.
+"""The recovery sweep (D13): scans in flight without a due look (tracked by a job chain before
+the upgrade that retired them, D24) are given one, reservations the engine never heard of are
+reversed, and the operator command reports both. Scans in flight lose nothing with Redis.
 
 Real Redis (flushed to lose jobs), real database, the simulator over HTTP, freezegun's clock.
 """
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 import requests
@@ -15,20 +16,16 @@ from rq.registry import ScheduledJobRegistry
 
 from app import runtime
 from app.extensions import db
-from app.jobs import ENGINE_QUEUE, queue, tracking_job_id
-from app.models import BulkBatch, CreditLedger, Scan
+from app.jobs import ENGINE_QUEUE, queue
+from app.models import BulkBatch, CreditLedger, Scan, utcnow
 from app.services import billing
 from app.services.recovery import sweep
-from app.services.results import normalize_result
-from workers.engine_jobs import _track
-
-# These tests are about the tracking chains (an RQ job per scan): batch looks off (D24's
-# ``ENGINE_BATCH_LOOK=off``); tests/services/test_looks.py tests the batch looks.
-pytestmark = pytest.mark.config(ENGINE_BATCH_LOOK="off")
+from app.services.results import Owner, normalize_result
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 START = "2026-11-21 12:00:00"
 STALE = 30
+START_AT = datetime(2026, 11, 21, 12, 0, 0)
 
 
 class ProcessDied(BaseException):
@@ -72,6 +69,23 @@ def books(account) -> tuple[int, int, list]:
     return balance, sum(e.delta for e in entries), [(e.delta, e.reason) for e in entries]
 
 
+def as_the_chains_left_it(scan_id, generation=0, *, delay=None):
+    """Make a scan as an RQ job chain of before the upgrade tracked it: no due look, its chain's
+    token, and (unless ``delay`` is None) its job in Redis, due in ``delay`` seconds."""
+    from datetime import UTC, datetime
+    token = f"trk-{scan_id}-{generation}"
+    with db.connection_context():
+        Scan.update(next_look_at=None, tracking_job_id=token).where(Scan.id == scan_id).execute()
+    if delay is not None:
+        q = queue(ENGINE_QUEUE)
+        if delay:
+            q.enqueue_at(datetime.now(UTC) + timedelta(seconds=delay), "workers.engine_jobs.track_scan", scan_id,
+                         job_id=token)
+        else:
+            q.enqueue("workers.engine_jobs.track_scan", scan_id, job_id=token)
+    return token
+
+
 def run_cli(app, *args):
     result = app.test_cli_runner().invoke(args=list(args))
     assert result.exit_code == 0, result.output
@@ -79,8 +93,7 @@ def run_cli(app, *args):
 
 
 @pytest.mark.config(RECOVERY_STALE_SECONDS=STALE, ENGINE_POLL_SECONDS=1)
-def test_scans_whose_jobs_were_flushed_are_redispatched_and_complete(app, client, make_customer, jobs, redis_conn,
-                                                                     simulator):
+def test_scans_in_flight_when_redis_is_flushed_lose_nothing(app, client, make_customer, jobs, redis_conn, simulator):
     account = make_customer(tier="business", credits=1000)
     with freeze_time(START) as frozen:
         singles = [create(client, account, t) for t in ("john.roe@example.com", "+4915123456788", "torvalds")]
@@ -88,78 +101,50 @@ def test_scans_whose_jobs_were_flushed_are_redispatched_and_complete(app, client
                                                        {"target": "slow.sam@example.com"}]}, headers=account.headers)
         assert response.status_code == 202, response.json
         ids = singles + [s["scan_id"] for s in response.json["scans"]]
-        # Mid-run: the first looks found them running. Then Redis loses every job.
+        # Mid-run: the first looks found them running. Then Redis loses everything.
         assert jobs.run(frozen, until=lambda: statuses(ids).count("running") >= 3)
         in_flight = [i for i, s in rows(ids).items() if s.status in ("queued", "running")]
         assert len(in_flight) >= 3
-        tokens = {i: rows([i])[i].tracking_job_id for i in in_flight}
         redis_conn.flushdb()
-        assert jobs.run(frozen) and scheduled_ids() == []  # nothing left to run: the chains are lost
-        assert all(s.status in ("queued", "running") for s in rows(in_flight).values())
-
-        # Not yet stale: a scan looked at moments ago may just be between two looks.
-        assert sweep()["scans_redispatched"] == 0
-        assert scheduled_ids() == [] and queue(ENGINE_QUEUE).count == 0
-
         frozen.tick(STALE + 1)
         report = run_cli(app, "scans", "recover", "--json")  # flask --app wsgi scans recover --json
-        assert report["ok"] is True
-        assert report["scans_redispatched"] == len(in_flight)
+        assert report["ok"] is True and report["scans_redispatched"] == 0  # nothing was lost: nothing to do
         assert report["reservations_reversed"] == 0
-        assert queue(ENGINE_QUEUE).count == len(in_flight)  # enqueued to run now
-        after = rows(in_flight)
-        for scan_id, token in tokens.items():  # each chain has a new token: a late old job stops
-            assert after[scan_id].tracking_job_id != token
-        # Sweeping again right away finds the new chains alive and changes nothing.
-        assert sweep()["scans_redispatched"] == 0
-        assert queue(ENGINE_QUEUE).count == len(in_flight)
-
-        # The old chains' jobs, if one came back now, would do nothing: not even look.
-        calls = engine_stats(simulator)["status"]
-        with db.connection_context():
-            assert {_track(scan_id, token) for scan_id, token in tokens.items()} == {"stale"}
-        assert engine_stats(simulator)["status"] == calls
         assert jobs.run(frozen, until=all_final(ids))
     assert statuses(ids) == ["completed"] * len(ids)
-    assert engine_stats(simulator)["status"] == calls + len(in_flight)  # one look each, none from stale jobs
 
 
 @pytest.mark.config(RECOVERY_STALE_SECONDS=STALE)
-def test_a_scan_with_a_live_job_is_left_alone_however_long_it_waits(client, make_customer, redis_conn, jobs):
-    """A scheduled job that has not come due (a long poll interval, a busy worker) is not lost."""
+def test_a_scan_with_a_due_look_is_left_alone_however_long_it_waits(client, make_customer, jobs):
+    """A look not yet due (a long poll interval, busy lookers) is not lost: the sweep leaves it be."""
     account = make_customer(credits=100)
     with freeze_time(START) as frozen:
         scan_id = create(client, account, "john.roe@example.com")
-        token = rows([scan_id])[scan_id].tracking_job_id
+        before = rows([scan_id])[scan_id]
         frozen.tick(STALE * 10)
-        report = sweep()
-        assert report["scans_redispatched"] == 0
-        assert rows([scan_id])[scan_id].tracking_job_id == token
-        # Long overdue with no scheduler running: moved to its queue, the same job.
-        assert report["scheduled_jobs_promoted"] == 1 and scheduled_ids() == []
-        from rq import Queue
-        assert Queue("engine", connection=redis_conn).job_ids == [token]
-        # The same scan once its job is gone.
-        redis_conn.flushdb()
-        assert sweep()["scans_redispatched"] == 1
-        assert rows([scan_id])[scan_id].tracking_job_id == tracking_job_id(scan_id, 1)
+        assert sweep()["scans_redispatched"] == 0
+        after = rows([scan_id])[scan_id]
+        assert (after.next_look_at, after.look_generation) == (before.next_look_at, before.look_generation)
         assert jobs.run(frozen, until=all_final([scan_id]))
     assert statuses([scan_id]) == ["completed"]
 
 
 @pytest.mark.config(RECOVERY_STALE_SECONDS=STALE)
-def test_a_job_left_started_by_a_dead_worker_is_treated_as_lost(client, make_customer, jobs):
-    """A worker killed mid-job leaves its job 'started' for ever: that chain is lost too."""
+def test_a_chain_whose_job_a_dead_worker_left_started_is_handed_to_the_looks(client, make_customer, jobs):
+    """Before the upgrade, a worker killed mid-job left its job 'started' for ever: the scan has no
+    due look and no job will run. The sweep gives it a due look, and it completes."""
     from rq.job import JobStatus
     account = make_customer(credits=100)
     with freeze_time(START) as frozen:
         scan_id = create(client, account, "john.roe@example.com")
-        token = rows([scan_id])[scan_id].tracking_job_id
+        token = as_the_chains_left_it(scan_id, delay=0)
         job = queue(ENGINE_QUEUE).fetch_job(token)
-        ScheduledJobRegistry(queue=queue(ENGINE_QUEUE)).remove(job)
+        queue(ENGINE_QUEUE).remove(job)
         job.set_status(JobStatus.STARTED)  # what a worker SIGKILLed inside the job leaves behind
-        frozen.tick(STALE + 1)
         assert sweep()["scans_redispatched"] == 1
+        scan = rows([scan_id])[scan_id]
+        assert (scan.next_look_at, scan.tracking_job_id) == (utcnow(), None)
+        assert sweep()["scans_redispatched"] == 0  # once
         assert jobs.run(frozen, until=all_final([scan_id]))
     assert statuses([scan_id]) == ["completed"]
 
@@ -246,16 +231,18 @@ def test_a_submitted_scan_is_never_reversed_and_a_finished_one_never_redispatche
         assert statuses([finished, failed]) == ["completed", "failed"]
         redis_conn.flushdb()
         frozen.tick(STALE * 5)
+        for scan_id in (running, finished, failed):  # as if a job chain of before the upgrade had tracked them
+            as_the_chains_left_it(scan_id)
         before = rows([running, finished, failed])
         assert before[running].status == "running"
+        swept_at = utcnow()
         report = sweep()
         after = rows([running, finished, failed])
     assert report["reservations_reversed"] == 0 and report["scans_redispatched"] == 1
-    assert after[running].tracking_job_id != before[running].tracking_job_id
+    assert after[running].next_look_at == swept_at
     for scan_id in (finished, failed):
-        assert after[scan_id].tracking_job_id == before[scan_id].tracking_job_id
+        assert after[scan_id].next_look_at is None
         assert after[scan_id].status == before[scan_id].status
-    assert queue(ENGINE_QUEUE).count == 1
     assert books(account)[0] == 97  # three scans charged, nothing refunded
 
 
@@ -267,16 +254,16 @@ def test_the_sweep_report_names_what_it_did(app):
 
 
 @pytest.mark.config(RECOVERY_STALE_SECONDS=STALE)
-def test_a_scan_never_looked_at_is_redispatched_only_once_its_creation_is_stale(client, make_customer, redis_conn,
-                                                                                 jobs):
+def test_a_chain_whose_first_job_was_lost_is_handed_to_the_looks_at_once(client, make_customer, redis_conn, jobs):
+    """A scan a chain tracked before the upgrade, whose first look was lost with Redis: no job will
+    ever run for it. The sweep gives it a due look at once (no grace period: nothing but the
+    sweep would track it, and a duplicate look is harmless)."""
     account = make_customer(credits=100)
     with freeze_time(START) as frozen:
         scan_id = create(client, account, "john.roe@example.com")
-        redis_conn.flushdb()  # its first look is lost before it ever ran
-        assert sweep()["scans_redispatched"] == 0
-        frozen.tick(STALE - 1)
-        assert sweep()["scans_redispatched"] == 0
-        frozen.tick(2)
+        as_the_chains_left_it(scan_id, delay=1)
+        redis_conn.flushdb()
+        assert jobs.run(frozen) and statuses([scan_id]) == ["queued"]  # nothing tracks it
         assert sweep()["scans_redispatched"] == 1
         assert jobs.run(frozen, until=all_final([scan_id]))
     assert statuses([scan_id]) == ["completed"]
@@ -284,7 +271,8 @@ def test_a_scan_never_looked_at_is_redispatched_only_once_its_creation_is_stale(
 
 @pytest.mark.config(RECOVERY_STALE_SECONDS=60)
 def test_sweep_moves_overdue_scheduled_jobs_when_no_scheduler_runs(app, client, account, redis_conn, jobs):
-    """After a worker group is SIGKILLed, RQ's scheduler lock lingers ~61 s; the sweep does its job."""
+    """After a worker group is SIGKILLed, RQ's scheduler lock lingers ~61 s; the sweep does its job.
+    The job here is a chain's, left scheduled from before the upgrade: once run, it hands over."""
     from rq import Queue
     from rq.registry import ScheduledJobRegistry
 
@@ -295,38 +283,42 @@ def test_sweep_moves_overdue_scheduled_jobs_when_no_scheduler_runs(app, client, 
     with freeze_time("2026-11-21 12:00:00") as frozen:
         scan_id = client.post("/api/v1/scan", json={"target": "jane@example.com"},
                               headers=account.headers).json["scan_id"]
-        assert registry.count == 1 and engine_queue.count == 0  # the first look is scheduled
+        as_the_chains_left_it(scan_id, delay=1)
+        with db.connection_context():  # a scan tracked by looks stands by: it must not be made due
+            Scan.update(next_look_at=START_AT + timedelta(days=1)).where(Scan.id != scan_id).execute()
+        assert registry.count == 1 and engine_queue.count == 0
         frozen.tick(30)
-        assert sweep()["scheduled_jobs_promoted"] == 0  # due, but not overdue by 60 s: the scheduler's job
+        report = sweep()
+        assert report["scheduled_jobs_promoted"] == 0  # due, but not overdue by 60 s: the scheduler's job
+        assert report["scans_redispatched"] == 1  # and the sweep hands the scan over meanwhile
+        with db.connection_context():
+            Scan.update(next_look_at=None, tracking_job_id=f"trk-{scan_id}-0").where(Scan.id == scan_id).execute()
         frozen.tick(60)
-        assert sweep()["scheduled_jobs_promoted"] == 1
+        from app.services import recovery
+        assert recovery.promote_overdue(utcnow()) == 1
         assert registry.count == 0 and engine_queue.count == 1
         assert jobs.run(frozen, until=lambda: statuses([scan_id]) == ["completed"])
 
 
 @pytest.mark.config(RECOVERY_STALE_SECONDS=STALE, ENGINE_POLL_SECONDS=5)
-def test_a_handover_whose_commit_was_lost_is_repaired_by_the_sweep(client, make_customer, jobs):
-    """A look at an unfinished scan commits its progress and hand-over without waiting for
-    PostgreSQL's disk flush (tracking.hand_over, durable=False). Were that commit lost in
-    a crash, the row would be as before the look: the old token, the old progress. The
-    successor then stops as stale, nothing tracks the scan, and the sweep starts a new chain."""
+def test_a_look_whose_commit_was_lost_is_looked_at_again(client, make_customer, jobs):
+    """A look at an unfinished scan commits its progress and next due time without waiting for
+    PostgreSQL's disk flush. Were that commit lost in a crash, the row would be as before the
+    look: its earlier due time, past by then. It is claimed again at once; nothing is lost."""
+    from app.services import looks
     account = make_customer(credits=100)
     with freeze_time(START) as frozen:
-        scan_id = create(client, account, "john.roe@example.com")
+        scan_id = create(client, account, "slowpoke@example.com")
         before = rows([scan_id])[scan_id]
-        frozen.tick(0.2)  # the simulator runs 100 times faster here: 0.6-1.8 s a scan
-        assert _track(scan_id, before.tracking_job_id) == "unfinished"
-        successor = rows([scan_id])[scan_id].tracking_job_id
-        assert successor == tracking_job_id(scan_id, 1)
-        with db.connection_context():  # the crash: the hand-over's commit never reached the disk
-            Scan.update(tracking_job_id=before.tracking_job_id, status=before.status,
-                        recipes_done=before.recipes_done, last_checked_at=before.last_checked_at).where(
-                Scan.id == scan_id).execute()
-        assert _track(scan_id, successor) == "stale"
-        for job_id in (before.tracking_job_id, successor):  # both ran (here by hand) and are done
-            queue(ENGINE_QUEUE).fetch_job(job_id).delete()
-        frozen.tick(STALE + 1)
-        assert sweep()["scans_redispatched"] == 1
+        frozen.move_to(before.next_look_at)
+        with db.connection_context():
+            assert looks.look_due()["unfinished"] == 1
+        assert rows([scan_id])[scan_id].look_generation == 1
+        with db.connection_context():  # the crash: the look's commit never reached the disk
+            Scan.update(next_look_at=before.next_look_at, look_generation=before.look_generation,
+                        status=before.status, recipes_done=before.recipes_done).where(Scan.id == scan_id).execute()
+            report = looks.look_due()
+        assert report["claimed"] == 1  # due again at once
         assert jobs.run(frozen, until=all_final([scan_id]))
     assert statuses([scan_id]) == ["completed"]
 
@@ -339,23 +331,24 @@ TIMEOUT = 60
 @pytest.mark.config(RECOVERY_STALE_SECONDS=STALE, SCAN_TIMEOUT_SECONDS=TIMEOUT, ENGINE_POLL_SECONDS=1)
 def test_after_a_long_outage_a_finished_scan_completes_and_an_unfinished_one_times_out(client, make_customer,
                                                                                       redis_conn, jobs, simulator):
-    """Redis (or every worker) was gone for an hour: the tracking of both scans was lost. The
+    """Redis and every worker were gone for an hour: no look at either scan. The
     one the engine finished meanwhile completes with its result, however late; the one still
     running at the engine fails with engine_timeout; each after exactly one look."""
     account = make_customer(credits=100)
     with freeze_time(START) as frozen:
         done = create(client, account, "john.roe@example.com")  # 0.6-1.8 s of engine time here
         hanging = create(client, account, "hang.harry@example.com")  # running for ever
-        redis_conn.flushdb()  # their chains are lost before a single look
-        frozen.tick(3600)
+        redis_conn.flushdb()
+        frozen.tick(3600)  # no worker looked for an hour
         assert statuses([done, hanging]) == ["queued", "queued"]
-        assert sweep()["scans_redispatched"] == 2
+        assert sweep()["scans_redispatched"] == 0
         assert jobs.run(frozen, until=all_final([done, hanging]))
         after = rows([done, hanging])
-    assert engine_stats(simulator)["status"] == 2
+    assert engine_stats(simulator)["looks"] == 1  # one batch look for both
     assert after[done].status == "completed" and after[done].failure_code is None
     assert after[done].completed_at - after[done].created_at > timedelta(seconds=TIMEOUT)
-    assert normalize_result(json.loads(after[done].result_json), "email", scan_id=done, stored=True) == \
+    owner = Owner(after[done].customer_id, "email", after[done].target)
+    assert normalize_result(json.loads(after[done].result_json), "email", scan_id=done, owner=owner, stored=True) == \
         json.loads(after[done].result_json)
     assert (after[hanging].status, after[hanging].failure_code) == ("failed", "engine_timeout")
     assert books(account)[0] == 98  # both charged; nothing refunded by the late verdicts
@@ -370,13 +363,13 @@ def test_past_the_timeout_an_engine_that_cannot_be_reached_leaves_the_scan_in_fl
         redis_conn.flushdb()
         frozen.tick(3600)
         requests.post(f"{simulator.url}/_sim/engine/mode", json={"mode": "down"}, timeout=5).raise_for_status()
-        assert run_cli(app, "scans", "recover", "--json")["scans_redispatched"] == 1
+        assert run_cli(app, "scans", "recover", "--json")["scans_redispatched"] == 0
         looks = []
         assert jobs.run(frozen, until=lambda: looks.append(rows([scan_id])[scan_id]) or looks[-1].check_errors >= 3)
         scan = rows([scan_id])[scan_id]
         assert scan.status == "queued" and scan.failed_at is None  # not failed on age alone
-        assert scheduled_ids() == [scan.tracking_job_id]  # and looked at again later
-        assert sweep()["scans_redispatched"] == 0  # its chain is alive: nothing to recover
+        assert scan.next_look_at > START_AT + timedelta(seconds=3600)  # and looked at again later
+        assert sweep()["scans_redispatched"] == 0  # its due look tracks it: nothing to recover
 
         requests.post(f"{simulator.url}/_sim/engine/mode", json={"mode": "up"}, timeout=5).raise_for_status()
         assert jobs.run(frozen, until=all_final([scan_id]))
@@ -384,29 +377,43 @@ def test_past_the_timeout_an_engine_that_cannot_be_reached_leaves_the_scan_in_fl
 
 
 @pytest.mark.config(RECOVERY_STALE_SECONDS=STALE, ENGINE_POLL_SECONDS=1)
-def test_scans_recover_redispatches_at_once_every_scan_whose_job_is_gone(app, client, make_customer, redis_conn,
-                                                                         jobs):
-    """The operator's command, run right after Redis came back: no grace period (the periodic
-    sweep keeps one), and a scan whose job is alive is left alone."""
+def test_scans_in_flight_before_the_upgrade_complete_after_it(app, client, make_customer, jobs, simulator):
+    """Nothing lost at the upgrade: scans as the chains left them (no due look, a tracking job
+    queued or scheduled in Redis, or lost with it) are made due by migration 22, by the
+    operator's command, by the periodic sweep and by their old jobs, each alone; a scan the looks
+    track is left alone; every one completes, once."""
+    from app.migrations import _one_way_to_track
     account = make_customer(credits=100)
     with freeze_time(START) as frozen:
-        lost = create(client, account, "john.roe@example.com")
-        token = rows([lost])[lost].tracking_job_id
-        redis_conn.flushdb()  # Redis restarted empty, right after the creation
-        kept = create(client, account, "ann@example.com")  # created after: its job is alive
-        kept_token = rows([kept])[kept].tracking_job_id
-        assert sweep()["scans_redispatched"] == 0  # the workers' sweep waits RECOVERY_STALE_SECONDS
-
-        report = run_cli(app, "scans", "recover", "--json")  # flask --app wsgi scans recover --json
-        assert report["ok"] is True and report["scans_redispatched"] == 1
-        assert report["reservations_reversed"] == 0
-        after = rows([lost, kept])
-        assert after[lost].tracking_job_id == tracking_job_id(lost, 1) != token
-        assert after[kept].tracking_job_id == kept_token
-        assert queue(ENGINE_QUEUE).job_ids == [after[lost].tracking_job_id]  # to run now
-        assert run_cli(app, "scans", "recover", "--json")["scans_redispatched"] == 0  # alive now
-        assert jobs.run(frozen, until=all_final([lost, kept]))
-    assert statuses([lost, kept]) == ["completed", "completed"]
+        queued_job, scheduled_job, lost_job, migrated, kept = (
+            create(client, account, t) for t in ("john.roe@example.com", "ann@example.com", "torvalds",
+                                                 "+4915123456788", "bo.b@example.com"))
+        kept_before = rows([kept])[kept]
+        as_the_chains_left_it(queued_job, delay=0)
+        as_the_chains_left_it(scheduled_job, 2, delay=5)
+        as_the_chains_left_it(lost_job, 1)
+        as_the_chains_left_it(migrated, 3)
+        with db.connection_context():
+            _one_way_to_track(db.obj)  # migration 22, as the upgrade runs it
+        # Due now by the database's clock (the upgrade's), which the test's frozen one cannot move.
+        assert rows([migrated])[migrated].next_look_at is not None
+        assert rows([migrated])[migrated].tracking_job_id is None
+        assert run_cli(app, "scans", "recover", "--json")["scans_redispatched"] == 0  # the migration took them all
+        for scan_id, generation in ((queued_job, 0), (scheduled_job, 2), (lost_job, 1)):
+            as_the_chains_left_it(scan_id, generation)  # a process of before the upgrade wrote them since
+        assert run_cli(app, "scans", "recover", "--json")["scans_redispatched"] == 3
+        for scan_id, generation in ((queued_job, 0), (scheduled_job, 2)):
+            as_the_chains_left_it(scan_id, generation)  # once more, for their old jobs to hand over
+        jobs.run()  # the queued old job runs now (no freezer: time stands still)
+        from rq.job import Job
+        assert Job.fetch(f"trk-{queued_job}-0", connection=runtime.redis()).return_value() == "handed_over"
+        assert rows([queued_job])[queued_job].next_look_at is not None
+        assert rows([scheduled_job])[scheduled_job].next_look_at is None  # its old job is not due yet
+        assert rows([kept])[kept].next_look_at == kept_before.next_look_at
+        assert jobs.run(frozen, until=all_final([queued_job, scheduled_job, lost_job, migrated, kept]))
+        after = rows([queued_job, scheduled_job, lost_job, migrated, kept])
+    assert [s.status for s in after.values()] == ["completed"] * 5
+    assert books(account)[0] == 95  # five scans charged once, nothing refunded
 
 
 @pytest.mark.config(RECOVERY_STALE_SECONDS=STALE, ENGINE_POLL_SECONDS=1)

@@ -6,7 +6,6 @@ exercise the worker's pieces in-process.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,12 +15,10 @@ from pathlib import Path
 
 import pytest
 import requests
-from rq.job import Job
 
 from app import runtime
 from app.extensions import db
 from app.models import Scan
-from app.services.results import band_for
 from simulator.procutil import wait_until
 from tests.conftest import ServerThread
 from tests.processes import WorkerProcess, service_env, wait_for
@@ -81,52 +78,6 @@ def scan_locked(scan_id) -> bool:
             return True
         finally:
             connection.rollback()
-
-
-@pytest.mark.config(ENGINE_POLL_SECONDS=0.5, RECOVERY_STALE_SECONDS=2, RECOVERY_INTERVAL_SECONDS=1)
-@pytest.mark.processes
-@pytest.mark.config(ENGINE_BATCH_LOOK="off")
-def test_a_worker_killed_mid_job_and_restarted_still_completes_the_scan(app, client, account, simulator, tmp_path):
-    engine = HoldingEngine(simulator.url)
-    proxy = ServerThread(engine)
-    env = service_env(app, proxy.url, tmp_path / "instance", RECOVERY_INTERVAL_SECONDS=1, RECOVERY_STALE_SECONDS=2,
-                      ENGINE_POLL_SECONDS=0.5, LOG_LEVEL="INFO", ENGINE_BATCH_LOOK="off")
-    workers = []
-    try:
-        response = client.post("/api/v1/scan", json={"target": "slow.sue@example.com"}, headers=account.headers)
-        assert response.status_code == 202, response.json
-        scan_id = response.json["scan_id"]
-        first_job = scan_row(scan_id).tracking_job_id
-
-        workers.append(WorkerProcess(env, tmp_path / "worker-1.log"))
-        wait_for(engine.arrived.is_set, 30, "the worker's first look at the engine", workers)
-        # The worker is inside the tracking job, waiting for the engine's answer: kill it (and its scheduler).
-        workers[0].kill(signal.SIGKILL)
-        assert workers[0].proc.returncode == -signal.SIGKILL
-        engine.release.set()
-
-        scan = scan_row(scan_id)
-        assert scan.status == "queued" and scan.tracking_job_id == first_job
-        job = Job.fetch(first_job, connection=runtime.redis())
-        assert job.get_status() == "started"  # killed mid-job: nothing else will ever finish it
-
-        workers.append(WorkerProcess(env, tmp_path / "worker-2.log"))
-        wait_for(lambda: scan_row(scan_id).status in ("completed", "failed"), DEADLINE_SECONDS,
-                 "the scan to finish", workers)
-        scan = scan_row(scan_id)
-        assert scan.status == "completed", (scan.failure_code, scan.failure_message, workers[1].output()[-4000:])
-        # The restarted worker's sweep replaced the lost chain (a new generation), then it ran.
-        assert scan.tracking_job_id != first_job
-        assert int(scan.tracking_job_id.rsplit("-", 1)[1]) >= 1
-        assert scan.completed_at is not None and scan.failed_at is None
-        result = json.loads(scan.result_json)
-        assert result["risk"]["band"] == band_for(result["risk"]["score"])
-        assert workers[1].proc.poll() is None  # still working
-    finally:
-        engine.release.set()
-        for worker in workers:
-            worker.kill(signal.SIGTERM)
-        proxy.stop()
 
 
 def test_a_worker_killed_inside_its_batch_look_loses_no_scan(app, client, account, simulator, tmp_path):
