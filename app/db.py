@@ -204,6 +204,15 @@ def connection_context():
         yield
 
 
+def release_connection() -> None:
+    """Give this thread's connection back to the pool when no transaction is open: a held call
+    (a wait, a stream) holds no connection between its reads; the next statement takes one. A
+    caller inside ``connection_context`` (a job, a test) keeps the connection it opened."""
+    if not db.is_closed() and not db.in_transaction() and not db._state.ctx:  # a connection_context keeps its own
+        db.close()
+
+
+
 @contextmanager
 def transaction_with_known_outcome(committed: Callable[[], bool]):
     """``write_transaction``, whose COMMIT may be answered by a broken connection.

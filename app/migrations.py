@@ -298,6 +298,19 @@ def _longer_request_ids(database):
         database.execute_sql(f'ALTER TABLE "{name}" ALTER COLUMN "request_id" TYPE VARCHAR(128)')
 
 
+def _events(database):
+    """The events of every customer and mode, stored once whether or not an endpoint or a stream
+    wants them (D27); the table as the model makes it, its statements written out here."""
+    database.execute_sql('CREATE TABLE IF NOT EXISTS "event" ("id" BIGSERIAL NOT NULL PRIMARY KEY, '
+                         '"customer_id" VARCHAR(40) NOT NULL, "livemode" BOOLEAN NOT NULL, '
+                         '"kind" VARCHAR(40) NOT NULL, "scan_id" VARCHAR(40), "bulk_id" VARCHAR(40), '
+                         '"watch_id" VARCHAR(40), "created_at" TIMESTAMP NOT NULL, "body" TEXT NOT NULL, '
+                         'FOREIGN KEY ("customer_id") REFERENCES "customer" ("id") ON DELETE CASCADE)')
+    for name, columns in (("customer_id_livemode_id", '"customer_id", "livemode", "id"'), ("scan_id", '"scan_id"'),
+                          ("bulk_id", '"bulk_id"'), ("created_at", '"created_at"')):
+        database.execute_sql(f'CREATE INDEX IF NOT EXISTS "event_{name}" ON "event" ({columns})')
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 # Version 3 is absent on purpose: it was never assigned (the history has migration 4, portal
 # sessions, appended right after 2), so no database records it. The gap is harmless, as
@@ -324,6 +337,7 @@ MIGRATIONS = [
     (20, "findings keep their identity: feedback by finding, its scan", _findings_keep_identity),
     (21, "engine callbacks", _engine_callbacks),
     (22, "one way to track a scan: due looks", _one_way_to_track),
+    (23, "events stored once per customer and mode", _events),
     (24, "request ids of up to 128 characters", _longer_request_ids),
 ]
 

@@ -107,6 +107,8 @@ def base_config(database_url, redis_url, simulator, tmp_path_factory):
     return {
         "APP_ENV": "test",
         "DATABASE_URL": database_url,
+        # Behind a pooler in transaction mode (tests.ops.pgbouncer): LISTEN needs the server itself.
+        "DATABASE_DIRECT_URL": os.environ.get("TEST_DATABASE_DIRECT_URL") or database_url,
         "REDIS_URL": redis_url,
         "ENGINE_URL": simulator.url,
         "ENGINE_TOKEN": "test-engine-token",

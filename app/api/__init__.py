@@ -142,6 +142,8 @@ def register_api(app: Flask) -> Api:
                                                       "ones, in what shape, signed with which secret."},
                  {"name": "activity", "description": "The activity log: who called the API or acted in the "
                                                      "portal, when, from where, and at what cost."},
+                 {"name": "events", "description": "Events: what happened to your scans, to list or "
+                                                   "follow instead of receiving webhooks."},
                  {"name": "account", "description": "Your balance, limits and usage, and what the calling key "
                                                     "may do."},
                  {"name": "webhooks", "description": "Events the service sends to your webhook URL when a scan "
@@ -162,6 +164,8 @@ def register_api(app: Flask) -> Api:
     api.register_blueprint(endpoints_blp)
     from app.api.activity import blp as activity_blp
     api.register_blueprint(activity_blp)
+    from app.api.feed import blp as events_blp
+    api.register_blueprint(events_blp)
     from app.api.account import blp as account_blp
     api.register_blueprint(account_blp)
     _shape_schemas(api.spec)
@@ -176,6 +180,7 @@ def register_api(app: Flask) -> Api:
     csrf.exempt(scans_blp)
     csrf.exempt(deliveries_blp)
     csrf.exempt(endpoints_blp)
+    csrf.exempt(events_blp)
     csrf.exempt(activity_blp)
     csrf.exempt(account_blp)
     csrf.exempt(engine_callbacks_bp)  # signed by the engine, no cookie

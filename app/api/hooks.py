@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache, wraps
+from functools import cache, partial, wraps
 
 from flask import Response, current_app, g, request
 
@@ -32,7 +32,7 @@ from app.api.auth import authenticate, bearer_token, client_address
 from app.db import CONNECTION_ERRORS
 from app.errors import UNKNOWN_FIELD, from_service_error, handle_api_error, query_error, service_unavailable
 from app.models import ApiKey, utcnow
-from app.services import access, activity, billing, idempotency, quotas, reads
+from app.services import access, activity, billing, idempotency, quotas, reads, waits
 from app.services.errors import Forbidden, InsufficientBalance, KeyRefused, NotFound, ServiceError
 from app.services.limits import DAY, HOUR, Limits, limits_for
 
@@ -134,14 +134,17 @@ def _api_call(view: Callable, scope: str | None) -> Callable:
     return call
 
 
-def served_read(serve: Callable, *, scope: str | None = None) -> Callable:
+def served_read(serve: Callable, *, scope: str | None = None, wait: reads.Awaited | None = None) -> Callable:
     """Wrap a read whose service authenticates, charges and reads in one statement
     (``services.reads.serve_*``: the key's rules are ``keyauth``'s and ``access``'s, as on every
-    path, ``scope`` declared as for ``api_call``); the view gets the ``ServedRead`` and renders it."""
+    path, ``scope`` declared as for ``api_call``); the view gets the ``ServedRead`` and renders it.
+    ``wait``: the read takes ``?wait=N`` (D27, ``_waiting_read``)."""
     def decorate(view: Callable) -> Callable:
         @wraps(view)
         def call(self, **route):
             (object_id,) = route.values()
+            if wait is not None and list(request.args) == ["wait"]:
+                return _waiting_read(lambda read: view(self, read), serve, wait, object_id, scope)
             if request.args:  # refused before the read, after the key's checks, as on other paths
                 key = authenticate()
                 _check_access(key, scope)
@@ -157,6 +160,45 @@ def served_read(serve: Callable, *, scope: str | None = None) -> Callable:
         call.scope = scope  # type: ignore[attr-defined]
         return call
     return decorate
+
+
+def _waiting_read(render_read: Callable, serve: Callable, awaited: reads.Awaited, object_id: str,
+                  scope: str | None) -> Response:
+    """A read that answers once its object is final or after ``wait`` seconds (D27), charged
+    once, as the read: the key's checks first (free refusals), then one of the key's held
+    connections (429 ``rate_limited`` beyond the limit, free), the served read, and while its
+    object is not final the waiting, with uncharged reads of it again."""
+    key = authenticate()
+    _check_access(key, scope)
+    try:
+        seconds = waits.check_wait(_int_arg("wait"))
+        held = waits.hold(key.id, seconds)
+    except ServiceError as exc:  # a 400 is charged as any, a 429 is free (D3)
+        return _account(key, partial(_raise, exc), idempotent=False)
+    try:
+        waiter = waits.subscribe(awaited.topic(object_id))  # before the read: no change falls between
+        try:
+            read = serve(bearer_token(), object_id, g.request_id, ledger_notes(),
+                         caller=reads.Caller(scope or "", client_address()), entry=_read_entry())
+            if read.body is not None and read.error is None:
+                read.body = waits.wait_until(
+                    waiter, seconds, lambda: awaited.read(read.key.customer_id, object_id, read.key.livemode),
+                    awaited.done, read.body)
+        finally:
+            waits.unsubscribe(waiter)
+    finally:
+        waits.release(held)
+    return _account(read.key, lambda: render_read(read), idempotent=False, recorded=read.recorded)
+
+
+def _int_arg(name: str):
+    """The query's ``name`` as a whole number, or the text given (the check names it)."""
+    text = request.args.get(name, "")
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 6 else text
+
+
+def _raise(exc: Exception):
+    raise exc
 
 
 def _read_entry() -> activity.ReadEntry:
@@ -261,7 +303,8 @@ def _answer(key: ApiKey, run: Callable[[], Response], *, idempotent: bool) -> Re
         response.charged = charged  # type: ignore[attr-defined] # what the call cost, for _record
         response = _finish(response, key, charged)
         if record is not None:
-            idempotency.settle(record, response.status_code, lambda: response.get_data(as_text=True))
+            idempotency.settle(record, response.status_code, lambda: response.get_data(as_text=True),
+                               created=getattr(response, "created", False))
             record = None
         return response
     finally:

@@ -26,8 +26,9 @@ from app.schemas.scans import (
     ScanListQuerySchema,
     ScanListSchema,
     ScanSchema,
+    WaitArgs,
 )
-from app.services import access, activity, erasure, findings, reads, scans
+from app.services import access, activity, erasure, findings, reads, scans, waits
 
 blp = ApiBlueprint("scans", __name__, url_prefix="/api/v1",
                 description="Create scans, read them, and do both in bulk.")
@@ -82,6 +83,7 @@ ERROR_EXAMPLES = {
     "rate_limit_inflight": (429, "too many scans in flight (10 of 10); retry when one finishes"),
     "rate_limit_hour": (429, "hourly scan quota reached (100 per hour)"),
     "rate_limit_day": (429, "daily scan quota reached (1000 per day)"),
+    "rate_limited": (429, "this key already holds 100 waiting calls or streams; close one or wait without holding"),
     "engine_submit_failed": (502, "the investigation engine cannot be reached; retry in 30 seconds"),
     "service_unavailable": (503, "the service is temporarily unavailable; retry later"),
 }
@@ -113,6 +115,15 @@ IDEMPOTENCY_HEADER = {"in": "header", "name": "Idempotency-Key", "required": Fal
                                      "different body is 409 `idempotency_conflict`. 1 to 255 characters, no "
                                      "control characters."}
 SECURITY = [{"bearerAuth": []}]
+# ``?wait=N`` of the reads, whose wrapper parses it (``hooks.served_read``): documented by hand.
+WAIT_PARAMETER = {"in": "query", "name": "wait", "required": False,
+                  "schema": {"type": "integer", "minimum": 1, "maximum": 60},
+                  "description": "Wait up to this many seconds (1 to 60) for the answer: it comes as soon as the "
+                                 "scan is completed or failed (a batch: every scan of it), else after that long "
+                                 "with the state then. Charged as one read. Each key may have 100 such calls "
+                                 "waiting at once; one more is refused with 429 `rate_limited` and `Retry-After`."}
+WAIT_ERRORS = {400: "`invalid_request` (`wait` is not a whole number from 1 to 60)",
+               429: "`rate_limited` (the key already has 100 calls waiting); with `Retry-After`, free of charge"}
 
 
 # D21's refusals of the key, which every endpoint can answer, free of charge.
@@ -306,29 +317,63 @@ class ScanCreate(MethodView):
     @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Create a scan", operationId="createScan",
              callbacks=webhook_callbacks("scanEvent"))
     @blp.arguments(ScanCreateSchema, example={"target": "jane.doe@example.com", "kind": "email"})
+    @blp.arguments(WaitArgs, location="query", as_kwargs=True)
     @blp.response(202, ScanCreatedSchema, headers=HEADERS, description="The scan is queued.")
+    @blp.alt_response(200, schema=ScanSchema, headers=HEADERS,
+                      description="With `wait`: the scan completed or failed in time, as its read shows it.")
     @documented_errors(400, 401, 402, 403, 409, 429, 502, 503, overrides={
-        403: "`target_suppressed` (the person the target belongs to opted out of lookups; free of charge)"},
-        codes={403: ("target_suppressed",)})
+        403: "`target_suppressed` (the person the target belongs to opted out of lookups; free of charge)",
+        429: ERROR_DOCS[429] + ", `rate_limited` (with `wait`: the key already has 100 calls waiting)"},
+        codes={403: ("target_suppressed",), 429: (*CODES[429], "rate_limited")})
     @blp.priced("scan")
-    def post(self, key, body):
-        """Queue an investigation of one target. Costs {price}."""
-        outcome = scans.create_scan(key.customer, key.id, body["target"], body.get("kind"),
-                                    request_id=g.request_id, livemode=key.livemode, purpose=body.get("purpose"),
-                                    case_ref=body.get("case_ref"), entry=hooks.call_entry(key, 202))
-        return created(outcome)
+    def post(self, key, body, wait=None):
+        """Queue an investigation of one target. With `wait`, the answer waits up to that many seconds for the
+        scan to finish: 200 with the scan as its read shows it when it completed or failed in time, else 202 as
+        without it. Costs {price}."""
+        held = waits.hold(key.id, wait) if wait is not None else None  # 429 rate_limited: nothing created
+        try:
+            outcome = scans.create_scan(key.customer, key.id, body["target"], body.get("kind"),
+                                        request_id=g.request_id, livemode=key.livemode, purpose=body.get("purpose"),
+                                        case_ref=body.get("case_ref"), entry=hooks.call_entry(key, 202))
+            final = waited_scan(outcome, key, wait) if held is not None else None
+        finally:
+            if held is not None:
+                waits.release(held)
+        if final is None:
+            return created(outcome)
+        answer = hooks.render(final, 200, charged=hooks.Charged(outcome.balance, outcome.usage, outcome.limits,
+                                                                credits=outcome.cost), subject=outcome.subject,
+                              recorded=outcome.recorded)  # its entry, written as 202, says 200
+        answer.created = True  # type: ignore[attr-defined] # stored for an Idempotency-Key's replay
+        return answer
+
+
+def waited_scan(outcome: scans.Outcome, key, seconds: int) -> dict | None:
+    """The new scan's read once it is final within ``seconds`` (D27), else None."""
+    scan_id = outcome.body["scan_id"]
+    waiter = waits.subscribe(waits.scan_topic(scan_id))  # before the first read: no change falls between
+
+    def read() -> dict:
+        return reads.read_scan(key.customer_id, scan_id, key.livemode)
+    try:
+        body = waits.wait_until(waiter, seconds, read, reads.SCAN_WAIT.done, read())
+    finally:
+        waits.unsubscribe(waiter)
+    return body if reads.SCAN_WAIT.done(body) else None
 
 
 @blp.route("/scan/<scan_id:scan_id>")
 class ScanRead(MethodView):
-    @hooks.served_read(reads.serve_scan_read, scope=access.SCANS_READ)
-    @blp.doc(security=SECURITY, summary="Read a scan", operationId="getScan")
+    @hooks.served_read(reads.serve_scan_read, scope=access.SCANS_READ, wait=reads.SCAN_WAIT)
+    @blp.doc(security=SECURITY, summary="Read a scan", operationId="getScan", parameters=[WAIT_PARAMETER])
     @blp.response(200, ScanSchema, headers=HEADERS,
                   description="The scan in its current state; which fields appear depends on `status`.")
-    @documented_errors(401, 402, 403, 404, 503)
+    @documented_errors(400, 401, 402, 403, 404, 429, 503, overrides=WAIT_ERRORS,
+                       codes={400: ("invalid_request",), 429: ("rate_limited",)})
     @blp.priced("call")
     def get(self, read):
-        """Read one scan. Poll every 10 to 15 seconds until it is completed or failed. Costs {price}."""
+        """Read one scan. Poll every 10 to 15 seconds until it is completed or failed, or ask with `wait` to be
+        answered as soon as it is. Costs {price}."""
         return served(read)
 
     @hooks.api_call(scope=access.SCANS_ERASE)
@@ -421,13 +466,15 @@ class BulkCreate(MethodView):
 
 @blp.route("/scan/bulk/<string:bulk_id>")
 class BulkRead(MethodView):
-    @hooks.served_read(reads.serve_bulk_read, scope=access.SCANS_READ)
-    @blp.doc(security=SECURITY, summary="Read a bulk batch", operationId="getBulk")
+    @hooks.served_read(reads.serve_bulk_read, scope=access.SCANS_READ, wait=reads.BULK_WAIT)
+    @blp.doc(security=SECURITY, summary="Read a bulk batch", operationId="getBulk", parameters=[WAIT_PARAMETER])
     @blp.response(200, BulkStateSchema, headers=HEADERS, description="Counts by status and every scan.")
-    @documented_errors(401, 402, 403, 404, 503, codes={404: ("not_found",)})
+    @documented_errors(400, 401, 402, 403, 404, 429, 503, overrides=WAIT_ERRORS,
+                       codes={400: ("invalid_request",), 404: ("not_found",), 429: ("rate_limited",)})
     @blp.priced("call")
     def get(self, read):
-        """Read every scan of a batch in one call. Costs {price}."""
+        """Read every scan of a batch in one call; with `wait`, answered as soon as every scan of it is completed
+        or failed (`all_done`). Costs {price}."""
         return served(read)
 
     @hooks.api_call(scope=access.SCANS_ERASE)

@@ -6,6 +6,7 @@ runner creates them in that order.
 from app.models.accounts import ApiKey, CreditLedger, Customer, PortalRecoveryCode, PortalSession, PortalUser
 from app.models.activity import ActivityEntry
 from app.models.base import BaseModel, iso, new_id, utcnow
+from app.models.events import Event
 from app.models.privacy import EngineDeletion, Suppression
 from app.models.scans import BulkBatch, EngineCallback, FindingFeedback, IdempotencyRecord, QuotaMinute, Scan
 from app.models.schema_version import SchemaVersion
@@ -30,12 +31,13 @@ ALL_MODELS = [
     ActivityEntry,
     FindingFeedback,
     EngineDeletion,
+    Event,
     EngineCallback,
 ]
 
 __all__ = [
     "ALL_MODELS", "ActivityEntry", "ApiKey", "BaseModel", "BulkBatch", "CreditLedger", "Customer", "DeliveryAttempt",
-    "EngineCallback", "EngineDeletion", "FindingFeedback",
+    "EngineCallback", "EngineDeletion", "Event", "FindingFeedback",
     "IdempotencyRecord", "PortalRecoveryCode", "PortalSession", "PortalUser", "QuotaMinute", "Scan", "SchemaVersion",
     "Suppression",
     "WebhookDelivery", "WebhookEndpoint", "iso", "new_id",

@@ -427,6 +427,19 @@ class UtcDateTime(fields.AwareDateTime):
             raise ma.ValidationError(str(exc)) from None
 
 
+WAIT_WORDS = ("Wait up to this many seconds (1 to 60) for the answer: it comes as soon as the scan is completed "
+              "or failed, else after that long with the state then. Each key may have 100 such calls waiting at "
+              "once; one more is refused with 429 `rate_limited` and `Retry-After`.")
+
+
+class WaitArgs(ma.Schema):
+    class Meta:
+        unknown = RAISE  # an unknown query parameter is a 400 naming it
+
+    wait = fields.Integer(validate=ma.validate.Range(min=1, max=60), metadata={"description": WAIT_WORDS,
+                                                                               "example": 30})
+
+
 class ScanListQuerySchema(ma.Schema):
     class Meta:
         unknown = RAISE  # an unknown query parameter is a 400 naming it

@@ -1,7 +1,8 @@
 """Erasing a scan's personal data (D20): on the customer's request and when retention ends.
 
 Erasing a final scan removes its target, result and failure message, the bodies of its
-webhook deliveries and their attempts' response excerpts; a delivery still pending is
+webhook deliveries and their attempts' response excerpts, and from its stored events all but
+their thin bodies; a delivery still pending is
 cancelled (its jobs find it so and stop). What billing and the customer's records need stays:
 the scan's id, kind, status, times, batch, purpose, case reference and mode, and every charge
 and ledger row. A scan in flight has nothing final to erase yet (``ScanInFlight``, 409).
@@ -32,7 +33,7 @@ from app.db import after_commit, transaction
 from app.models import BulkBatch, Scan, iso, utcnow
 from app.models.scans import FINAL
 from app.models.webhooks import CANCELLED, PENDING
-from app.services import engine
+from app.services import engine, feed
 from app.services.errors import NotFound, ScanInFlight
 from app.services.reads import owned
 from app.store import deliveries as delivery_store
@@ -65,6 +66,7 @@ def _erase(scan_ids: Sequence[str], now: datetime, *, reason: str, owner: tuple[
             after_commit(jobs.enqueue_engine_deletions, deletions)
         if erased:
             delivery_store.erase_for_scans(erased, pending=PENDING, cancelled=CANCELLED, now=now)
+            feed.erase_for_scans(erased)  # their stored events keep thin bodies (D27)
             scan_store.erase_feedback(erased)  # notes on findings are about the person too (D23)
             if owner is not None:
                 _forget_replayed_targets(*owner, set(erased))

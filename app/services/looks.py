@@ -118,14 +118,16 @@ def look_due(*, limit: int | None = None) -> dict:
         written = scan_states.record_looks(records, statuses=IN_FLIGHT, queued=QUEUED, running=RUNNING, now=looked)
         moved_ids = {scan_id for scan_id, moved_now in written if moved_now}
         moved = [scan for scan in scans if scan.id in moved_ids]
+        # The finals near the end: they lock their customers' rows (the in-flight counts), which
+        # every look ending a scan of theirs waits for, so the lock is held only until the commit.
+        if finals:
+            finished = tracking.record_finals(finals)
+        # The running events after the finals: stored events take their customers' event lock,
+        # which every transaction takes after its row locks (``app.store.events``).
         for scan in moved:  # as written: the events are of the scan now running
             scan.status, scan.started_at = RUNNING, looked
         if moved:
             tracking.running_events(moved)
-        # The finals last: they lock their customers' rows (the in-flight counts), which every
-        # look ending a scan of theirs waits for, so the lock is held only until the commit.
-        if finals:
-            finished = tracking.record_finals(finals)
         if not moved and not finals:
             # Progress and due times only: a crash may lose them, and the scans are looked at
             # again (as a chain's hand-over). Moves to ``running`` and final states are durable.

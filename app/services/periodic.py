@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from app import metrics, runtime
 from app.db import CONNECTION_ERRORS, connection_context
-from app.services import activity, callbacks, deliveries, erasure, recovery
+from app.services import activity, callbacks, deliveries, erasure, feed, recovery
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,11 @@ def _callback_ids() -> dict:
         return callbacks.forget_expired()
 
 
+def _event_retention() -> dict:
+    with connection_context():
+        return {"events_removed": feed.remove_past_retention()}
+
+
 def _activity_log() -> dict:
     with connection_context():
         return activity.upkeep()
@@ -69,6 +74,8 @@ SCHEDULE = (
     PeriodicJob("delivery_retention", "RETENTION_INTERVAL_SECONDS", _delivery_retention),
     # The engine callback ids kept to refuse replays (E7), forgotten once a replay would be stale.
     PeriodicJob("callback_ids", "RECOVERY_INTERVAL_SECONDS", _callback_ids),
+    # Stored events (the events list and stream) kept DELIVERY_RETENTION_DAYS too, then removed (D27).
+    PeriodicJob("event_retention", "RETENTION_INTERVAL_SECONDS", _event_retention),
 )
 BY_NAME = {job.name: job for job in SCHEDULE}
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.models import ApiKey, BulkBatch, Scan, iso, utcnow
 from app.models.scans import COMPLETED, FAILED, QUEUED, RUNNING
 from app.rawjson import RawJSON
-from app.services import access, activity, billing, keyauth, quotas
+from app.services import access, activity, billing, keyauth, quotas, waits
 from app.services.errors import Forbidden, InsufficientBalance, InvalidRequest, NotFound, ServiceError
 from app.services.paging import Page
 from app.store import keys as key_store
@@ -299,6 +300,20 @@ class Caller:
 
     scope: str
     address: str | None
+
+
+@dataclass(frozen=True)
+class Awaited:
+    """What a read with ``?wait=N`` waits for (D27): the topic its changes are announced on,
+    the read again (uncharged: the call paid once) and when its body is final."""
+
+    topic: Callable[[str], str]
+    read: Callable[[str, str, bool], dict]
+    done: Callable[[dict], bool]
+
+
+SCAN_WAIT = Awaited(waits.scan_topic, read_scan, lambda body: body["status"] in (COMPLETED, FAILED))
+BULK_WAIT = Awaited(waits.bulk_topic, read_bulk, lambda body: bool(body["all_done"]))
 
 
 def serve_scan_read(token: str, scan_id: str, request_id: str | None, notes: dict[int, str], *,

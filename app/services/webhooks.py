@@ -40,6 +40,7 @@ from app.jobs import delivery_job_id, enqueue_delivery
 from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, WebhookEndpoint, iso, new_id, utcnow
 from app.models.scans import COMPLETED
 from app.models.webhooks import CANCELLED, FAILED, PENDING, SKIPPED, SUCCEEDED
+from app.services import feed
 from app.services.crypto import decrypt_secret, encrypt_secret, new_webhook_secret
 from app.services.errors import (
     AccountError,
@@ -184,22 +185,31 @@ def record_event(scan, kind: events.EventKind | None = None) -> list[WebhookDeli
 
 
 def record_events(scans, kind: events.EventKind | None = None) -> list[WebhookDelivery]:
-    """``record_event`` for each of ``scans`` (a batch look's), each key's endpoints read once;
-    the pending deliveries."""
+    """``record_event`` for each of ``scans`` (a batch look's), each key's endpoints read once, and
+    each scan's event stored once in the feed (D27) with the full body's bytes; the pending deliveries."""
     endpoints_of: dict[str, list[Endpoint]] = {}
     pending = []
+    stored: dict[events.EventKind, tuple[list, list[str]]] = {}
     for scan in scans:
         if scan.api_key_id not in endpoints_of:
             endpoints_of[scan.api_key_id] = key_endpoints(key_store.key(scan.api_key_id))
         event = kind or events.for_status(scan.status)
+        full = event_body(scan, event)
+        bodies = {"full": full, "thin": event.body(full, thin=True)}  # thin: the full body's thin fields
+        of_kind = stored.setdefault(event, ([], []))
+        of_kind[0].append(scan)
+        of_kind[1].append(encode_body(full))  # D27: stored once, the bytes a full delivery sends
         for endpoint in endpoints_of[scan.api_key_id]:
             if event.name not in endpoint.events or not (endpoint.enabled or endpoint.disabled_at):
                 continue
-            body = event_body(scan, event, thin=endpoint.payload == "thin")
+            body = bodies["thin" if endpoint.payload == "thin" else "full"]
             status = PENDING if endpoint.enabled else SKIPPED
             delivery = _create_delivery(endpoint.key, body["event"], body, scan.id, endpoint, status)
             if delivery.status == PENDING:
                 pending.append(delivery)
+    # Last in the caller's transaction: the events take their customers' lock after every row lock.
+    for event, (of_scans, texts) in stored.items():
+        feed.record(of_scans, event, texts)
     return pending
 
 

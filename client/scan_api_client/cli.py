@@ -153,6 +153,16 @@ def build_parser(out: TextIO, err: TextIO) -> argparse.ArgumentParser:
     deliveries.add_argument("--event", help="an event name, e.g. scan.completed (the service says which it knows)")
     deliveries.add_argument("--scan-id", metavar="SCAN_ID")
     deliveries.add_argument("--endpoint-id", metavar="ENDPOINT_ID", help="only the deliveries to this endpoint")
+    events = sub.add_parser("events", parents=[common, output, paging],
+                            help="list your scans' events, newest first; --follow: follow them as they happen")
+    events.add_argument("--follow", action="store_true",
+                        help="stay connected and print each event as it happens (one JSON line each), resuming "
+                             "after the last one when the connection drops; Ctrl-C stops")
+    events.add_argument("--after", metavar="EVENT_ID", help="with --follow: start after this event")
+    events.add_argument("--events", metavar="KINDS", help="only these kinds, comma-separated (e.g. scan.completed)")
+    events.add_argument("--scan-id", metavar="SCAN_ID")
+    events.add_argument("--bulk-id", metavar="BULK_ID")
+    events.add_argument("--payload", choices=("full", "thin"))
     activity = sub.add_parser("activity", parents=[common, output, paging],
                               help="list your account's activity log (API calls and portal actions), newest first")
     activity.add_argument("--action", help="e.g. scan.create, scan.read, scans.list, portal.login")
@@ -454,6 +464,25 @@ def _deliveries(run: _Run) -> None:
     write_output(run.out, args.format, document, [delivery_row(d) for d in document], fields=DELIVERY_CSV_FIELDS)
 
 
+EVENT_CSV_FIELDS = ["event_id", "event", "created_at", "livemode", "scan_id"]
+
+
+def _events(run: _Run) -> None:
+    args = run.args
+    filters = {"events": args.events, "scan_id": args.scan_id, "bulk_id": args.bulk_id, "payload": args.payload}
+    if args.follow:
+        for event in run.client.events(after=args.after, **filters):
+            run.out.write(json.dumps({"event_id": event.event_id, "event": event.event, "body": event.body}) + "\n")
+            run.out.flush()
+        return
+    found = _take(run.client.iter_events(page_size=_page_size(args), max_items=None if args.all else args.limit,
+                                         **filters))
+    document = [event.raw for event in found]
+    rows = [{**{name: entry.get(name) for name in EVENT_CSV_FIELDS},
+             "scan_id": (entry.get("body") or {}).get("scan_id")} for entry in document]
+    write_output(run.out, args.format, document, rows, fields=EVENT_CSV_FIELDS)
+
+
 ACTIVITY_CSV_FIELDS = ["activity_id", "created_at", "action", "key_id", "user_email", "resource_id", "status",
                        "credits", "client_address", "request_id", "purpose", "case_ref"]
 
@@ -568,6 +597,7 @@ COMMANDS: dict[str, Callable[[_Run], None]] = {
     "scan": _scan, "bulk": _bulk, "get": _get, "get-bulk": _get_bulk, "list": _list,
     "deliveries": _deliveries, "redeliver": _redeliver, "erase": _erase, "erase-bulk": _erase_bulk,
     "activity": _activity, "account": _account, "rerun": _rerun, "feedback": _feedback, "endpoints": _endpoints,
+    "events": _events,
 }
 
 

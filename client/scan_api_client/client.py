@@ -15,6 +15,7 @@
 """
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -40,6 +41,7 @@ from scan_api_client.models import (
     Batch,
     Delivery,
     Endpoint,
+    Event,
     Finding,
     Page,
     Scan,
@@ -193,7 +195,7 @@ class ScanClient:
         return float(min(2 ** attempt, 30))
 
     def _request(self, method: str, path: str, *, json_body: Any = None, params: dict | None = None,
-                 idempotency_key: str | None = None) -> dict:
+                 idempotency_key: str | None = None, wait: int | None = None) -> dict:
         url = f"{self.base_url}{API_PREFIX}{path}"
         headers = {"Authorization": f"Bearer {self.api_key}", "Accept": "application/json",
                    "User-Agent": self.user_agent}
@@ -202,8 +204,9 @@ class ScanClient:
         attempt = 0
         while True:
             try:
+                # A call that waits on the server (``wait``) is given that long on top of the timeout.
                 response = self.session.request(method, url, json=json_body, params=params, headers=headers,
-                                                timeout=self.timeout)
+                                                timeout=self.timeout + (wait or 0))
             except requests.ConnectionError as exc:
                 if attempt >= self.max_retries:
                     raise TransportError(f"cannot reach {self.base_url}: {_reason(exc)}") from exc
@@ -233,22 +236,27 @@ class ScanClient:
     # --- endpoints -------------------------------------------------------------------
 
     def create(self, target: str, kind: str | None = None, idempotency_key: str | None = None, *,
-               purpose: str | None = None, case_ref: str | None = None) -> Scan:
+               purpose: str | None = None, case_ref: str | None = None, wait: int | None = None) -> Scan:
         """``POST /api/v1/scan``: queue a scan. The ``Scan`` has ``scan_id``, ``kind``, ``eta_seconds``,
         ``recipes_to_run``, ``poll_url`` and status ``queued``. ``purpose`` (``fraud_prevention``,
-        ``kyc_aml``, ...) says why, ``case_ref`` is your own reference; both come back on reads."""
+        ``kyc_aml``, ...) says why, ``case_ref`` is your own reference; both come back on reads.
+        ``wait`` (1 to 60 s): the server answers with the finished scan (its read) when it completes or
+        fails within that time, else as without it; the creation's price only."""
         body = {"target": target, **_purpose_fields(purpose, case_ref)}
         if kind:
             body["kind"] = kind
-        answer = self._request("POST", "/scan", json_body=body, idempotency_key=_idempotency(idempotency_key))
+        answer = self._request("POST", "/scan", json_body=body, idempotency_key=_idempotency(idempotency_key),
+                               params=_wait_param(wait), wait=wait)
         scan = Scan.from_dict(answer)
         if scan.target is None:  # the creation answer does not repeat the target
             scan.target = target
         return scan
 
-    def get(self, scan_id: str) -> Scan:
-        """``GET /api/v1/scan/{id}``: the scan in its current state (1 credit)."""
-        return Scan.from_dict(self._request("GET", f"/scan/{self._id(scan_id, 'scan_id')}"))
+    def get(self, scan_id: str, *, wait: int | None = None) -> Scan:
+        """``GET /api/v1/scan/{id}``: the scan in its current state (1 credit). ``wait`` (1 to 60 s): the
+        server answers as soon as the scan is completed or failed, else after that long (still 1 credit)."""
+        return Scan.from_dict(self._request("GET", f"/scan/{self._id(scan_id, 'scan_id')}",
+                                            params=_wait_param(wait), wait=wait))
 
     def bulk(self, targets: Iterable[dict | str], idempotency_key: str | None = None, *,
              purpose: str | None = None, case_ref: str | None = None) -> Batch:
@@ -264,9 +272,11 @@ class ScanClient:
         return Batch.from_dict(self._request("POST", "/scan/bulk", json_body=body,
                                              idempotency_key=_idempotency(idempotency_key)))
 
-    def get_bulk(self, bulk_id: str) -> Batch:
-        """``GET /api/v1/scan/bulk/{bulk_id}``: counts by status, ``all_done`` and every scan (1 credit)."""
-        return Batch.from_dict(self._request("GET", f"/scan/bulk/{self._id(bulk_id, 'bulk_id')}"))
+    def get_bulk(self, bulk_id: str, *, wait: int | None = None) -> Batch:
+        """``GET /api/v1/scan/bulk/{bulk_id}``: counts by status, ``all_done`` and every scan (1 credit).
+        ``wait`` (1 to 60 s): answered as soon as every scan is completed or failed, else after that long."""
+        return Batch.from_dict(self._request("GET", f"/scan/bulk/{self._id(bulk_id, 'bulk_id')}",
+                                             params=_wait_param(wait), wait=wait))
 
     def rerun(self, scan: str | Scan, idempotency_key: str | None = None) -> Scan:
         """``POST /api/v1/scan/{id}/rerun``: ask again the sources that could not answer for a completed
@@ -340,7 +350,7 @@ class ScanClient:
                 return
             last = current.data[-1]
             after = (last.scan_id if isinstance(last, Scan) else last.activity_id if isinstance(last, ActivityEntry)
-                     else last.delivery_id)
+                     else last.event_id if isinstance(last, Event) else last.delivery_id)
             if after in seen:
                 # A page that ends where an earlier one did: asking again would loop for ever,
                 # paying for every page. The server is at fault; say so rather than spin.
@@ -462,6 +472,69 @@ class ScanClient:
                                json_body=body, idempotency_key=_idempotency(idempotency_key))
         return int(answer.get("queued", 0))
 
+    def list_events(self, *, events: Iterable[str] | str | None = None, scan_id: str | None = None,
+                    bulk_id: str | None = None, watch_id: str | None = None, payload: str | None = None,
+                    limit: int | None = None, starting_after: str | None = None) -> Page:
+        """``GET /api/v1/events``: one page of your scans' events, newest first (1 credit). ``events``: kinds
+        (``scan.completed``, ...); ``payload="thin"``: bodies without target, result or failure message."""
+        return self._page("/events", Event, {**_event_filters(events, scan_id, bulk_id, watch_id, payload)},
+                          limit, starting_after)
+
+    def iter_events(self, *, max_items: int | None = None, page_size: int = MAX_PAGE, **filters) -> Iterator[Event]:
+        """Every event matching ``filters`` (those of ``list_events``), newest first, page after page."""
+        return self._all(lambda starting_after: self.list_events(limit=page_size, starting_after=starting_after,
+                                                                 **filters), max_items)
+
+    def events(self, *, after: str | None = None, events: Iterable[str] | str | None = None,
+               scan_id: str | None = None, bulk_id: str | None = None, watch_id: str | None = None,
+               payload: str | None = None, reconnect: bool = True) -> Iterator[Event]:
+        """Follow your scans' events as they happen (``GET /api/v1/events/stream``), oldest first, for ever:
+        from the next one, or after event id ``after``. When the connection drops it reconnects (with
+        ``reconnect``) and resumes after the last event received, so none is lost or repeated; each
+        connection costs 1 credit. Stop by leaving the loop."""
+        params = _event_filters(events, scan_id, bulk_id, watch_id, payload)
+        last, attempt = after, 0
+        while True:
+            try:
+                for event in self._stream(params, last):
+                    last, attempt = event.event_id, 0
+                    yield event
+            except TransportError:
+                if not reconnect or attempt >= self.max_retries:
+                    raise
+            if not reconnect:
+                return
+            self._sleep(self._backoff(attempt))
+            attempt += 1
+
+    def _stream(self, params: dict, last: str | None) -> Iterator[Event]:
+        """One connection of ``events``: its events until the server or the network ends it."""
+        headers = {"Authorization": f"Bearer {self.api_key}", "Accept": "text/event-stream",
+                   "User-Agent": self.user_agent}
+        if last:
+            headers["Last-Event-ID"] = last
+        url = f"{self.base_url}{API_PREFIX}/events/stream"
+        try:
+            # The read timeout outlasts the server's heartbeat (a comment at least every 15 s).
+            with self.session.get(url, params=params, headers=headers, stream=True,
+                                  timeout=(self.timeout, max(self.timeout, 45))) as response:
+                self._record(response)
+                if response.status_code >= 400:
+                    raise error_from_response(response)
+                fields: dict[str, str] = {}
+                for line in response.iter_lines(decode_unicode=True):
+                    if line:
+                        if not line.startswith(":"):
+                            name, _, value = line.partition(":")
+                            fields[name] = value.removeprefix(" ")
+                        continue
+                    if "data" in fields:
+                        yield Event.from_dict({"event_id": fields.get("id", ""), "event": fields.get("event", ""),
+                                               "body": json.loads(fields["data"])})
+                    fields = {}
+        except requests.RequestException as exc:
+            raise TransportError(f"the events stream of {self.base_url} broke: {_reason(exc)}") from exc
+
     def account(self) -> Account:
         """``GET /api/v1/account``: the balance (after this call's 1 credit), the limits and usage, and
         what this key may do (scopes, expiry, IP allowlist). Any key may call it, whatever its scopes."""
@@ -511,6 +584,20 @@ class ScanClient:
         with _Bar(progress, bulk_id, on_progress) as callback:
             return self._poll(lambda: self.get_bulk(bulk_id), lambda b: bool(b.all_done), bulk_id, timeout,
                               callback, poll_interval)
+
+
+def _wait_param(wait: int | None) -> dict | None:
+    if wait is None:
+        return None
+    if isinstance(wait, bool) or not isinstance(wait, int) or not 1 <= wait <= 60:
+        raise ValueError("wait is a whole number of seconds from 1 to 60")
+    return {"wait": wait}
+
+
+def _event_filters(events, scan_id, bulk_id, watch_id, payload) -> dict:
+    kinds = events if events is None or isinstance(events, str) else ",".join(events)
+    return {name: value for name, value in (("events", kinds), ("scan_id", scan_id), ("bulk_id", bulk_id),
+                                            ("watch_id", watch_id), ("payload", payload)) if value is not None}
 
 
 def _default_sleep(seconds: float) -> None:

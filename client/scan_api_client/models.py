@@ -340,6 +340,23 @@ class DeliveryAttempt(_Model):
 
 
 @dataclass
+class Event(_Model):
+    """An event of your scans (``GET /api/v1/events``, the events stream): its id (a later event
+    always has a larger one), kind, time, mode and the body a webhook endpoint receives."""
+
+    event_id: str = ""
+    event: str = ""
+    created_at: str | None = None
+    livemode: bool | None = None
+    body: dict = field(default_factory=dict)
+    raw: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def scan_id(self) -> str | None:
+        return self.body.get("scan_id")
+
+
+@dataclass
 class Delivery(_Model):
     """A webhook delivery: its attempts (oldest first) and the exact ``body`` that is or was sent.
 

@@ -65,6 +65,11 @@ def call(client, method: str, path: str, key: Account, *, address: str = "127.0.
     return client.open(path, method=method, headers=headers, environ_base={"REMOTE_ADDR": address}, **kwargs)
 
 
+def error_of(response) -> str | None:
+    """The error code of an answer; None for one that is not JSON (the events stream's)."""
+    return (response.get_json() or {}).get("error")
+
+
 def assert_refused_free(response, account: Account, before: tuple, status: int, code: str) -> None:
     assert (response.status_code, response.get_json()["error"]) == (status, code), response.get_json()
     assert response.is_json and response.get_json()["ok"] is False and response.get_json()["request_id"]
@@ -85,7 +90,7 @@ def test_a_key_without_the_scope_is_refused_free_and_told_which(client, account,
     assert scope in response.get_json()["message"]
     # The same call by a key with that scope alone is not refused by D21 (whatever it answers next).
     only = issue(account, scopes=[scope])
-    assert call(client, method, path, only).get_json().get("error") not in KEY_REFUSALS
+    assert error_of(call(client, method, path, only)) not in KEY_REFUSALS
 
 
 @pytest.mark.parametrize(("method", "path", "scope"), OPERATIONS, ids=IDS)
@@ -93,7 +98,7 @@ def test_an_expired_key_is_refused_free_on_every_endpoint(client, account, metho
     with freeze_time("2026-11-21 12:00:00") as frozen:
         key = issue(account, expires_in_days=1)
         frozen.move_to("2026-11-22 11:59:59")
-        assert call(client, method, path, key).get_json().get("error") != "key_expired"
+        assert error_of(call(client, method, path, key)) != "key_expired"
         before = books(account)
         frozen.move_to("2026-11-22 12:00:00")  # the expiry itself: no longer
         response = call(client, method, path, key)
@@ -112,15 +117,14 @@ def test_a_call_from_outside_the_allowlist_is_refused_free_on_every_endpoint(cli
     spoofed = call(client, method, path, key, address=OUTSIDE, forwarded=INSIDE)
     assert_refused_free(spoofed, account, before, 403, "ip_not_allowed")
     for address in (INSIDE, "2001:db8::7"):
-        assert call(client, method, path, key, address=address).get_json().get("error") not in KEY_REFUSALS
+        assert error_of(call(client, method, path, key, address=address)) not in KEY_REFUSALS
 
 
 @pytest.mark.config(TRUSTED_PROXIES=1)
 @pytest.mark.parametrize(("method", "path", "scope"), OPERATIONS, ids=IDS)
 def test_behind_a_trusted_proxy_the_forwarded_address_decides(client, account, method, path, scope):
     key = issue(account, allowed_ips=["203.0.113.0/24"])
-    assert call(client, method, path, key, address=PROXY, forwarded=INSIDE).get_json().get("error") \
-        not in KEY_REFUSALS
+    assert error_of(call(client, method, path, key, address=PROXY, forwarded=INSIDE)) not in KEY_REFUSALS
     before = books(account)
     refused = call(client, method, path, key, address=PROXY, forwarded=OUTSIDE)
     assert_refused_free(refused, account, before, 403, "ip_not_allowed")

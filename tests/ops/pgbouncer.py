@@ -145,7 +145,9 @@ def main(argv: list[str]) -> int:
         with PgBouncer(upstream, pool_size=8) as bouncer:
             print(f"PgBouncer (pool_mode=transaction) on 127.0.0.1:{bouncer.port} in front of the test database",
                   file=sys.stderr)
-            return subprocess.call(command, env=dict(os.environ, TEST_DATABASE_URL=bouncer.url))
+            # What needs a session of its own (the events listener's LISTEN) goes to the server itself.
+            return subprocess.call(command, env=dict(os.environ, TEST_DATABASE_URL=bouncer.url,
+                                                     TEST_DATABASE_DIRECT_URL=upstream))
     finally:
         if folder is not None:
             from app import embedded

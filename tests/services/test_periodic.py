@@ -11,9 +11,11 @@ from app.services import periodic
 def test_each_job_runs_once_per_its_own_interval_among_all_workers(app, redis_conn):
     first = periodic.run_due()
     assert set(first) == {job.name for job in periodic.SCHEDULE} == {"recovery", "retention", "activity_log",
-                                                                      "delivery_retention", "callback_ids"}
+                                                                      "delivery_retention", "callback_ids",
+                                                                      "event_retention"}
     assert {"scans_redispatched", "reservations_reversed"} <= set(first["recovery"])
     assert first["retention"] == {"scans_erased": 0}
+    assert first["event_retention"] == {"events_removed": 0}
     assert periodic.run_due() == {}  # another worker (or this one) ran them within their intervals
     assert 0 < redis_conn.ttl(periodic.BY_NAME["recovery"].lock) <= 29
     assert 3500 < redis_conn.ttl(periodic.BY_NAME["retention"].lock) <= 3599
