@@ -142,6 +142,8 @@ def register_api(app: Flask) -> Api:
                                                       "ones, in what shape, signed with which secret."},
                  {"name": "activity", "description": "The activity log: who called the API or acted in the "
                                                      "portal, when, from where, and at what cost."},
+                 {"name": "watches", "description": "Watches: targets scanned again on a schedule, what "
+                                                    "changed announced."},
                  {"name": "account", "description": "Your balance, limits and usage, and what the calling key "
                                                     "may do."},
                  {"name": "webhooks", "description": "Events the service sends to your webhook URL when a scan "
@@ -162,6 +164,8 @@ def register_api(app: Flask) -> Api:
     api.register_blueprint(endpoints_blp)
     from app.api.activity import blp as activity_blp
     api.register_blueprint(activity_blp)
+    from app.api.watches import blp as watches_blp
+    api.register_blueprint(watches_blp)
     from app.api.account import blp as account_blp
     api.register_blueprint(account_blp)
     _shape_schemas(api.spec)
@@ -174,6 +178,7 @@ def register_api(app: Flask) -> Api:
     csrf.exempt(deliveries_blp)
     csrf.exempt(endpoints_blp)
     csrf.exempt(activity_blp)
+    csrf.exempt(watches_blp)
     csrf.exempt(account_blp)
 
     assets = swagger_ui_bundle.swagger_ui_path

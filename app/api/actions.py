@@ -33,6 +33,12 @@ ACTIONS = {
     "POST /api/v1/endpoints/{endpoint_id}/recover": "endpoint.recover",
     "GET /api/v1/activity": "activity.list",
     "GET /api/v1/account": "account.read",
+    "POST /api/v1/watches": "watch.create",
+    "GET /api/v1/watches": "watches.list",
+    "GET /api/v1/watches/{watch_id}": "watch.read",
+    "PATCH /api/v1/watches/{watch_id}": "watch.update",
+    "DELETE /api/v1/watches/{watch_id}": "watch.end",
+    "POST /api/v1/watches/{watch_id}/run": "watch.run",
 }
 
 

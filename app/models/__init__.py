@@ -9,6 +9,7 @@ from app.models.base import BaseModel, iso, new_id, utcnow
 from app.models.privacy import EngineDeletion, Suppression
 from app.models.scans import BulkBatch, FindingFeedback, IdempotencyRecord, QuotaMinute, Scan
 from app.models.schema_version import SchemaVersion
+from app.models.watches import Watch
 from app.models.webhooks import DeliveryAttempt, WebhookDelivery, WebhookEndpoint
 
 ALL_MODELS = [
@@ -30,13 +31,14 @@ ALL_MODELS = [
     ActivityEntry,
     FindingFeedback,
     EngineDeletion,
+    Watch,
 ]
 
 __all__ = [
     "ALL_MODELS", "ActivityEntry", "ApiKey", "BaseModel", "BulkBatch", "CreditLedger", "Customer", "DeliveryAttempt",
     "EngineDeletion", "FindingFeedback",
     "IdempotencyRecord", "PortalRecoveryCode", "PortalSession", "PortalUser", "QuotaMinute", "Scan", "SchemaVersion",
-    "Suppression",
+    "Suppression", "Watch",
     "WebhookDelivery", "WebhookEndpoint", "iso", "new_id",
     "utcnow",
 ]
