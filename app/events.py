@@ -55,8 +55,14 @@ EVENTS: tuple[EventKind, ...] = (SCAN_COMPLETED, SCAN_FAILED, SCAN_RUNNING)
 NAMES: tuple[str, ...] = tuple(kind.name for kind in EVENTS)
 # D22: an event about the key's endpoints, not about a scan (its body is ``services.endpoints``').
 ENDPOINT_DISABLED = "endpoint.disabled"
+# D28: events about a watch (their bodies are ``services.watches``'): a change found, a watch paused
+# after three intervals without a scan, a watch ended by an opt-out.
+WATCH_CHANGED = "watch.changed"
+WATCH_PAUSED = "watch.paused"
+WATCH_ENDED = "watch.ended"
+WATCH_EVENTS: tuple[str, ...] = (WATCH_CHANGED, WATCH_PAUSED, WATCH_ENDED)
 # Every event a delivery may carry: what an endpoint may list and the deliveries' filters take.
-DELIVERY_EVENTS: tuple[str, ...] = (*NAMES, ENDPOINT_DISABLED)
+DELIVERY_EVENTS: tuple[str, ...] = (*NAMES, ENDPOINT_DISABLED, *WATCH_EVENTS)
 
 
 def for_status(status: str) -> EventKind:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from app import metrics, runtime
 from app.db import CONNECTION_ERRORS, connection_context
-from app.services import activity, deliveries, erasure, recovery
+from app.services import activity, deliveries, erasure, recovery, watches
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,11 @@ def _activity_log() -> dict:
         return activity.upkeep()
 
 
+def _watches() -> dict:
+    with connection_context():
+        return watches.run_due()
+
+
 SCHEDULE = (
     # Nothing lost when Redis, a worker or a dispatch fails (D13): lost jobs, reservations, deliveries.
     PeriodicJob("recovery", "RECOVERY_INTERVAL_SECONDS", recovery.sweep),
@@ -62,6 +67,8 @@ SCHEDULE = (
     PeriodicJob("activity_log", "RETENTION_INTERVAL_SECONDS", _activity_log),
     # Webhook deliveries and their bodies kept DELIVERY_RETENTION_DAYS, then removed (D22).
     PeriodicJob("delivery_retention", "RETENTION_INTERVAL_SECONDS", _delivery_retention),
+    # The watches' due scans (D28), claimed from the database in batches.
+    PeriodicJob("watches", "WATCH_INTERVAL_SECONDS", _watches),
 )
 BY_NAME = {job.name: job for job in SCHEDULE}
 

@@ -11,15 +11,26 @@ import hashlib
 import json
 from datetime import datetime, timedelta
 
+from app import events
 from app.db import transaction
 from app.models import iso, new_id, utcnow
 from app.models.watches import ACTIVE, ENDED, PAUSED
-from app.services import purposes, scans
+from app.services import purposes, scans, webhooks
 from app.services.crypto import target_hash
-from app.services.errors import InvalidRequest, NotFound, WatchEnded
+from app.services.errors import InvalidRequest, NotFound, ServiceError, TargetSuppressed, WatchEnded
 from app.services.targets import normalize_or_refuse, opt_out_key
+from app.store import customers as customer_store
 from app.store import watches as watch_store
+from app.store import webhooks as key_store
 
+# The scheduler's claim: watches per batch, batches per run, and how long a claim holds a watch
+# (a scheduler that dies leaves its watches due again then).
+CLAIM_BATCH = 50
+MAX_BATCHES = 20
+HOLD = timedelta(minutes=10)
+# A scan that cannot be made is tried again after an eighth of the interval; after this many
+# intervals without one the watch is paused.
+MISSED_INTERVALS = 3
 INTERVALS = {"daily": timedelta(days=1), "weekly": timedelta(days=7), "monthly": timedelta(days=30)}
 LIST_MAX_LIMIT = 100
 
@@ -139,3 +150,78 @@ def run_watch(customer, api_key_id, watch_id, *, request_id, livemode=True) -> s
                                       watch_id=watch.id)
     watch_store.update(watch.id, {"last_scan_id": outcome.body["scan_id"]})
     return outcome
+
+
+# --- the scheduler -------------------------------------------------------------------------
+
+def run_due(now: datetime | None = None) -> dict:
+    """Make the scans of the watches due at ``now``: claimed in batches (``SKIP LOCKED``: any
+    number of workers share them), each scan admitted as a creation. The report counts them."""
+    now = now or utcnow()
+    report = {"watch_scans": 0, "watch_scans_missed": 0, "watches_paused": 0, "watches_ended": 0}
+    for _ in range(MAX_BATCHES):
+        with transaction():
+            claimed = watch_store.claim_due(now, now + HOLD, CLAIM_BATCH)
+        for watch in claimed:
+            report[_scan_due(watch, now)] += 1
+        if len(claimed) < CLAIM_BATCH:
+            break
+    return report
+
+
+def _scan_due(watch, now: datetime) -> str:
+    """One due watch's scan; what became of it (a key of ``run_due``'s report)."""
+    customer = customer_store.get(watch.customer_id)
+    try:
+        outcome = scans.create_watch_scan(customer, watch.api_key_id, watch.kind, watch.target, request_id=None,
+                                          livemode=watch.livemode, purpose=watch.purpose, case_ref=watch.case_ref,
+                                          watch_id=watch.id)
+    except TargetSuppressed:
+        end_for_optout(watch, now)
+        return "watches_ended"
+    except ServiceError as exc:  # balance, limits, the engine: tried again later in the interval
+        return _missed(watch, now, exc.message)
+    watch_store.update(watch.id, {"last_scan_id": outcome.body["scan_id"], "last_error": None, "missed_since": None})
+    _set_due_if_active(watch, next_due(watch.id, watch.interval, watch.created_at, now))
+    return "watch_scans"
+
+
+def _set_due_if_active(watch, due: datetime) -> None:
+    """The watch's next due time, unless it was paused or ended meanwhile (a PATCH wins)."""
+    watch_store.update(watch.id, {"next_scan_at": due}, only_status=ACTIVE)
+
+
+def _missed(watch, now: datetime, reason: str) -> str:
+    """A due scan that could not be made: tried again an eighth of the interval later, the reason
+    kept; after ``MISSED_INTERVALS`` intervals without a scan the watch is paused (``watch.paused``)."""
+    step = INTERVALS[watch.interval]
+    missed_since = watch.missed_since or now
+    changes = {"last_error": reason[:300], "missed_since": missed_since}
+    if now - missed_since < step * MISSED_INTERVALS:
+        watch_store.update(watch.id, changes)
+        _set_due_if_active(watch, now + step / 8)
+        return "watch_scans_missed"
+    with transaction():
+        if watch_store.update(watch.id, {**changes, "status": PAUSED, "next_scan_at": None}, only_status=ACTIVE):
+            _announce(watch_store.get(watch.id), events.WATCH_PAUSED,
+                      {"reason": "no_scan_possible", "last_error": reason[:300]})
+    return "watches_paused"
+
+
+def end_for_optout(watch, now: datetime) -> bool:
+    """End a watch whose target opted out (D25), with ``watch.ended`` reason ``target_suppressed``."""
+    with transaction():
+        ended = watch_store.update(watch.id, {"status": ENDED, "next_scan_at": None, "ended_at": now,
+                                              "end_reason": "target_suppressed"}, unless_status=ENDED)
+        if ended:
+            _announce(watch_store.get(watch.id), events.WATCH_ENDED, {"reason": "target_suppressed"})
+    return ended
+
+
+def _announce(watch, event: str, fields: dict, *, scan_id: str | None = None, full: dict | None = None) -> None:
+    """Record a watch event for the endpoints of the watch's key that list it (in the caller's
+    transaction): the thin body has no personal data, the full one adds the target (and ``full``)."""
+    thin = {"event": event, "watch_id": watch.id, "livemode": watch.livemode, "purpose": watch.purpose,
+            "case_ref": watch.case_ref, **fields}
+    body = {**thin, "target": watch.target, "kind": watch.kind, **(full or {})}
+    webhooks.record_watch_event(key_store.key(watch.api_key_id), body, thin_body=thin, scan_id=scan_id)

@@ -33,11 +33,14 @@ def delete(watch_id: str) -> None:
     Watch.delete().where(Watch.id == watch_id).execute()
 
 
-def update(watch_id: str, changes: dict, *, unless_status: str | None = None) -> bool:
-    """Write ``changes``; with ``unless_status``, only to a watch not in that status. Whether it took."""
+def update(watch_id: str, changes: dict, *, unless_status: str | None = None, only_status: str | None = None) -> bool:
+    """Write ``changes``; with ``unless_status``, only to a watch not in that status; with
+    ``only_status``, only to one in it. Whether it took."""
     query = Watch.update(changes).where(Watch.id == watch_id)
     if unless_status is not None:
         query = query.where(Watch.status != unless_status)
+    if only_status is not None:
+        query = query.where(Watch.status == only_status)
     return query.execute() > 0
 
 
