@@ -15,13 +15,12 @@ from app import events
 from app.db import transaction
 from app.models import iso, new_id, utcnow
 from app.models.watches import ACTIVE, ENDED, PAUSED
-from app.services import purposes, scans, webhooks
+from app.services import purposes, scans, watch_changes
 from app.services.crypto import target_hash
 from app.services.errors import InvalidRequest, NotFound, ServiceError, TargetSuppressed, WatchEnded
 from app.services.targets import normalize_or_refuse, opt_out_key
 from app.store import customers as customer_store
 from app.store import watches as watch_store
-from app.store import webhooks as key_store
 
 # The scheduler's claim: watches per batch, batches per run, and how long a claim holds a watch
 # (a scheduler that dies leaves its watches due again then).
@@ -177,7 +176,7 @@ def _scan_due(watch, now: datetime) -> str:
                                           livemode=watch.livemode, purpose=watch.purpose, case_ref=watch.case_ref,
                                           watch_id=watch.id)
     except TargetSuppressed:
-        end_for_optout(watch, now)
+        watch_changes.end_for_optout(watch, now)
         return "watches_ended"
     except ServiceError as exc:  # balance, limits, the engine: tried again later in the interval
         return _missed(watch, now, exc.message)
@@ -203,25 +202,6 @@ def _missed(watch, now: datetime, reason: str) -> str:
         return "watch_scans_missed"
     with transaction():
         if watch_store.update(watch.id, {**changes, "status": PAUSED, "next_scan_at": None}, only_status=ACTIVE):
-            _announce(watch_store.get(watch.id), events.WATCH_PAUSED,
+            watch_changes.announce(watch_store.get(watch.id), events.WATCH_PAUSED,
                       {"reason": "no_scan_possible", "last_error": reason[:300]})
     return "watches_paused"
-
-
-def end_for_optout(watch, now: datetime) -> bool:
-    """End a watch whose target opted out (D25), with ``watch.ended`` reason ``target_suppressed``."""
-    with transaction():
-        ended = watch_store.update(watch.id, {"status": ENDED, "next_scan_at": None, "ended_at": now,
-                                              "end_reason": "target_suppressed"}, unless_status=ENDED)
-        if ended:
-            _announce(watch_store.get(watch.id), events.WATCH_ENDED, {"reason": "target_suppressed"})
-    return ended
-
-
-def _announce(watch, event: str, fields: dict, *, scan_id: str | None = None, full: dict | None = None) -> None:
-    """Record a watch event for the endpoints of the watch's key that list it (in the caller's
-    transaction): the thin body has no personal data, the full one adds the target (and ``full``)."""
-    thin = {"event": event, "watch_id": watch.id, "livemode": watch.livemode, "purpose": watch.purpose,
-            "case_ref": watch.case_ref, **fields}
-    body = {**thin, "target": watch.target, "kind": watch.kind, **(full or {})}
-    webhooks.record_watch_event(key_store.key(watch.api_key_id), body, thin_body=thin, scan_id=scan_id)
