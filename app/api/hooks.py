@@ -68,10 +68,12 @@ def json_body(body: dict, status: int = 200) -> Response:
 
 
 def render(body: dict, status: int = 200, *, charged: Charged | None = None,
-           subject: activity.Subject | None = None) -> Response:
+           subject: activity.Subject | None = None, replayable: bool = False) -> Response:
     """The JSON answer of a view, carrying what its service charged (None: ``_charge`` charges it)
-    and what the activity log's entry says about its object (a creation's)."""
+    and what the activity log's entry says about its object (a creation's); ``replayable``: a 201
+    an ``Idempotency-Key`` replays, as it does every 202 (never a 201 holding a secret)."""
     response = json_body(body, status)
+    response.replayable = replayable  # type: ignore[attr-defined] # read back by _answer
     response.charged = charged  # type: ignore[attr-defined] # read back by _charge
     response.subject = subject  # type: ignore[attr-defined] # read back by _record
     return response
@@ -235,7 +237,8 @@ def _answer(key: ApiKey, run: Callable[[], Response], *, idempotent: bool) -> Re
         response.charged = charged  # type: ignore[attr-defined] # what the call cost, for _record
         response = _finish(response, key, charged)
         if record is not None:
-            idempotency.settle(record, response.status_code, lambda: response.get_data(as_text=True))
+            idempotency.settle(record, response.status_code, lambda: response.get_data(as_text=True),
+                               created=getattr(response, "replayable", False))
             record = None
         return response
     finally:

@@ -82,7 +82,7 @@ class WatchCollection(MethodView):
                                              body["interval"], request_id=g.request_id, livemode=key.livemode,
                                              purpose=body.get("purpose"), case_ref=body.get("case_ref"))
         charged = hooks.Charged(outcome.balance, outcome.usage, outcome.limits, credits=outcome.cost)
-        return hooks.render(view, 201, charged=charged, subject=outcome.subject)
+        return hooks.render(view, 201, charged=charged, subject=outcome.subject, replayable=True)
 
     @hooks.api_call(scope=access.WATCHES)
     @blp.doc(security=SECURITY, summary="List watches", operationId="listWatches")

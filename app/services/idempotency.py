@@ -40,10 +40,11 @@ def claim_request(customer_id: str, key: str, endpoint: str, raw_body: bytes, li
     return claim(customer_id, key, endpoint, request_hash(endpoint, raw_body), livemode)
 
 
-def settle(record_id: int, status: int, body) -> None:
+def settle(record_id: int, status: int, body, *, created: bool = False) -> None:
     """Store the answer of a claimed request when it is the one replayed, else release the key.
-    ``body`` is the answer's text, or a function that gives it (read only when it is stored)."""
-    if status == STORED_STATUS:
+    ``body`` is the answer's text, or a function that gives it (read only when it is stored);
+    ``created``: the view marked its 201 as replayable too (a watch's creation, which starts a scan)."""
+    if status == STORED_STATUS or (created and status == 201):
         complete(record_id, status, body() if callable(body) else body)
     else:
         release(record_id)

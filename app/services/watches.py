@@ -15,12 +15,13 @@ from app import events
 from app.db import transaction
 from app.models import iso, new_id, utcnow
 from app.models.watches import ACTIVE, ENDED, PAUSED
-from app.services import purposes, scans, watch_changes
+from app.services import access, purposes, scans, watch_changes
 from app.services.crypto import target_hash
 from app.services.errors import InvalidRequest, NotFound, ServiceError, TargetSuppressed, WatchEnded
 from app.services.targets import normalize_or_refuse, opt_out_key
 from app.store import customers as customer_store
 from app.store import watches as watch_store
+from app.store import webhooks as key_store
 
 # The scheduler's claim: watches per batch, batches per run, and how long a claim holds a watch
 # (a scheduler that dies leaves its watches due again then).
@@ -171,6 +172,11 @@ def run_due(now: datetime | None = None) -> dict:
 def _scan_due(watch, now: datetime) -> str:
     """One due watch's scan; what became of it (a key of ``run_due``'s report)."""
     customer = customer_store.get(watch.customer_id)
+    key = key_store.key(watch.api_key_id)
+    if not key.is_live or access.is_expired(key, now) or access.WATCHES not in (key.scopes or ()):
+        # A person who revoked or narrowed a key stops its spending, scheduled scans included.
+        return _missed(watch, now, "the API key that created this watch is revoked, expired or lacks the scope "
+                                   "watches: end the watch and create it again with another key")
     try:
         outcome = scans.create_watch_scan(customer, watch.api_key_id, watch.kind, watch.target, request_id=None,
                                           livemode=watch.livemode, purpose=watch.purpose, case_ref=watch.case_ref,

@@ -155,3 +155,24 @@ def test_a_test_keys_watch_runs_on_the_sandbox_free(client, account):
     assert scan.livemode is False and scan.engine_id.startswith("sbx_")
     assert balance(account) == before
     assert client.get(f"{WATCHES}/{r.json['watch_id']}", headers=account.headers).status_code == 404
+
+
+def test_engine_down_leaves_no_watch_and_no_net_charge(client, account, simulator):
+    from tests.api.helpers import engine_mode
+    engine_mode(simulator, "down")
+    r = create(client, account)
+    assert r.status_code == 502 and r.json["error"] == "engine_submit_failed"
+    assert balance(account) == 100
+    with db.connection_context():
+        assert Watch.select().count() == 0 and Scan.select().count() == 0
+    assert_books_balance(account)
+
+
+def test_a_repeated_creation_with_its_idempotency_key_replays_without_a_second_watch(client, account):
+    headers = {**account.headers, "Idempotency-Key": "watch-1"}
+    first = client.post(WATCHES, headers=headers, json={"target": "jane.doe@example.com", "interval": "daily"})
+    again = client.post(WATCHES, headers=headers, json={"target": "jane.doe@example.com", "interval": "daily"})
+    assert (first.status_code, again.status_code) == (201, 201) and again.json == first.json
+    assert again.headers["Idempotent-Replayed"] == "true" and balance(account) == 99
+    with db.connection_context():
+        assert Watch.select().count() == 1

@@ -118,3 +118,14 @@ def test_a_claim_skips_the_watches_another_claim_holds(client, account):
         release.set()
         thread.join()
     assert sorted(claimed_by_other + mine) == sorted([first, second]) and not set(claimed_by_other) & set(mine)
+
+
+def test_a_revoked_keys_watch_makes_no_scan_and_says_why(client, account):
+    from app.services import accounts
+    watch_id = create(client, account)
+    due = watch(watch_id).next_scan_at
+    with db.connection_context():
+        accounts.revoke_key(account.key.id)
+    assert run_at(due)["watch_scans_missed"] == 1
+    missed = watch(watch_id)
+    assert len(scans_of(watch_id)) == 1 and "revoked" in missed.last_error and missed.status == "active"
