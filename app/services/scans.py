@@ -32,6 +32,7 @@ from app.services.errors import (
     InsufficientBalance,
     NotFound,
     NothingToRerun,
+    WatchEnded,
     WatchLimitReached,
 )
 from app.services.limits import Limits, limits_for, watch_limit_for
@@ -78,10 +79,11 @@ def _lock_and_count(customer_id, now, livemode):
 
 
 def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livemode=True, purpose=None,
-           case_ref=None, rerun_of=None, watch_id=None, new_watch=None):
+           case_ref=None, rerun_of=None, watch_id=None, new_watch=None, watch_statuses=("active", "paused")):
     """Step 1: check and reserve in one transaction. Returns (scans, batch, balance, limits, usage).
     ``watch_id``: the watch the scan is made for (D28); ``new_watch``: that watch's row, created
-    with its first scan, within the customer's watch limit (checked under the same lock).
+    with its first scan, within the customer's watch limit (checked under the same lock); for an
+    existing watch, its row is locked and must be in one of ``watch_statuses``.
 
     Its round trips: BEGIN; the lock with the counts; the rows, the window counter and the
     charge (one batch); COMMIT."""
@@ -103,6 +105,8 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
         limits = limits_for(customer)
         if new_watch is not None:
             _check_watch_limit(customer, livemode)
+        elif watch_id is not None and watch_store.lock_status(watch_id) not in watch_statuses:
+            raise WatchEnded()  # ended (or, for a scheduled scan, paused) since it was read
         if n:
             quotas.check(customer, limits, n, now, bulk=bulk_total is not None, livemode=livemode, usage=usage)
         writes = [] if new_watch is None else [watch_store.insert_statement(new_watch)]
@@ -219,14 +223,15 @@ def create_scan(customer, api_key_id, target, kind, *, request_id, livemode=True
 
 
 def create_watch_scan(customer, api_key_id, kind, target, *, request_id, livemode, purpose, case_ref, watch_id,
-                      new_watch: dict | None = None) -> Outcome:
+                      new_watch: dict | None = None, scheduled: bool = False) -> Outcome:
     """Queue a watch's scan (D28), admitted, charged and limited as a creation; with ``new_watch``
     the watch itself is created in the same transaction (its baseline scan). A refused engine
     leaves neither. The body is a creation's, with ``watch_id``."""
     suppressions.check(kind, target)
     rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (kind, target))], request_id=request_id,
                                              livemode=livemode, purpose=purpose, case_ref=case_ref,
-                                             watch_id=watch_id, new_watch=new_watch)
+                                             watch_id=watch_id, new_watch=new_watch,
+                                             watch_statuses=("active",) if scheduled else ("active", "paused"))
     cost = billing.admission_cost(1, livemode=livemode)
     try:
         answer = _submit(customer.id, rows, None, cost, request_id, livemode)[0]

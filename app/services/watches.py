@@ -158,7 +158,8 @@ def run_due(now: datetime | None = None) -> dict:
     """Make the scans of the watches due at ``now``: claimed in batches (``SKIP LOCKED``: any
     number of workers share them), each scan admitted as a creation. The report counts them."""
     now = now or utcnow()
-    report = {"watch_scans": 0, "watch_scans_missed": 0, "watches_paused": 0, "watches_ended": 0}
+    report = {"watch_scans": 0, "watch_scans_missed": 0, "watch_scans_skipped": 0, "watches_paused": 0,
+              "watches_ended": 0}
     for _ in range(MAX_BATCHES):
         with transaction():
             claimed = watch_store.claim_due(now, now + HOLD, CLAIM_BATCH)
@@ -180,7 +181,9 @@ def _scan_due(watch, now: datetime) -> str:
     try:
         outcome = scans.create_watch_scan(customer, watch.api_key_id, watch.kind, watch.target, request_id=None,
                                           livemode=watch.livemode, purpose=watch.purpose, case_ref=watch.case_ref,
-                                          watch_id=watch.id)
+                                          watch_id=watch.id, scheduled=True)
+    except WatchEnded:  # paused or ended by its customer since the claim: nothing to do
+        return "watch_scans_skipped"
     except TargetSuppressed:
         watch_changes.end_for_optout(watch, now)
         return "watches_ended"

@@ -29,6 +29,12 @@ def get(watch_id: str) -> Watch | None:
     return Watch.get_or_none(Watch.id == watch_id)
 
 
+def lock_status(watch_id: str) -> str | None:
+    """The watch's status, its row locked until the transaction ends (a change or an end waits)."""
+    row = Watch.select(Watch.status).where(Watch.id == watch_id).for_update().first()
+    return None if row is None else row.status
+
+
 def delete(watch_id: str) -> None:
     Watch.delete().where(Watch.id == watch_id).execute()
 

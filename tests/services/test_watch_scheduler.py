@@ -11,7 +11,7 @@ from freezegun import freeze_time
 
 from app.extensions import db
 from app.models import Scan, Watch, WebhookDelivery
-from app.services import watches
+from app.services import billing, watches
 from app.store import watches as watch_store
 
 START = datetime(2026, 11, 21, 12, 0, 0)
@@ -62,7 +62,6 @@ def test_a_due_watch_is_scanned_once_charged_and_due_again_an_interval_later(cli
     assert later.last_scan_id == scheduled.id and scheduled.created_at == due
     assert later.next_scan_at == due + timedelta(days=1) and later.last_error is None
     with db.connection_context():
-        from app.services import billing
         assert billing.balance_of(account.id) == before - 1
 
 
@@ -129,3 +128,19 @@ def test_a_revoked_keys_watch_makes_no_scan_and_says_why(client, account):
     assert run_at(due)["watch_scans_missed"] == 1
     missed = watch(watch_id)
     assert len(scans_of(watch_id)) == 1 and "revoked" in missed.last_error and missed.status == "active"
+
+
+def test_a_watch_ended_after_its_claim_makes_no_scan(client, account):
+    """The admission locks the watch's row and reads its status again: an end that committed after
+    the claim wins, and nothing is charged."""
+    watch_id = create(client, account)
+    due = watch(watch_id).next_scan_at
+    with freeze_time(due):
+        with db.connection_context(), db.atomic():
+            [claimed] = watch_store.claim_due(due, due + timedelta(minutes=10), 10)
+        client.delete(f"{WATCHES}/{watch_id}", headers=account.headers)
+        with db.connection_context():
+            balance = billing.balance_of(account.id)
+            assert watches._scan_due(claimed, due) == "watch_scans_skipped"
+            assert billing.balance_of(account.id) == balance
+    assert len(scans_of(watch_id)) == 1
