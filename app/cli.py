@@ -145,7 +145,8 @@ def customer_record(data: dict, title: str | None = None) -> Table:
 
 def limits_table(data: dict) -> Table:
     return Table([(label, data["limits"][k], "override" if data["overrides"][k] is not None else "tier default")
-                  for k, label in (("inflight", "in flight"), ("hour", "per hour"), ("day", "per day"))],
+                  for k, label in (("inflight", "in flight"), ("hour", "per hour"), ("day", "per day"),
+                                        ("watches", "watches"))],
                  headers=["limit", "value", "source"], title=f"limits of {data['customer_id']}")
 
 
@@ -262,12 +263,13 @@ def customers_tier(customer_id, tier, as_json):
 @click.option("--inflight", type=int)
 @click.option("--hour", type=int)
 @click.option("--day", type=int)
+@click.option("--watches", type=int, help="The most watches not ended (per mode).")
 @json_option
-def customers_limits(customer_id, inflight, hour, day, as_json):
+def customers_limits(customer_id, inflight, hour, day, watches, as_json):
     """Override the tier's limits for one customer (without options: show them)."""
     from app.services import accounts
     data = run(as_json, lambda: accounts.customer_dict(
-        accounts.set_limits(customer_id, inflight=inflight, hour=hour, day=day)))
+        accounts.set_limits(customer_id, inflight=inflight, hour=hour, day=day, watches=watches)))
     emit(as_json, data, limits_table(data))
 
 

@@ -55,8 +55,21 @@ EVENTS: tuple[EventKind, ...] = (SCAN_COMPLETED, SCAN_FAILED, SCAN_RUNNING)
 NAMES: tuple[str, ...] = tuple(kind.name for kind in EVENTS)
 # D22: an event about the key's endpoints, not about a scan (its body is ``services.endpoints``').
 ENDPOINT_DISABLED = "endpoint.disabled"
+# D28: events about a watch (their bodies are ``services.watches``'): a change found, a watch paused
+# after three intervals without a scan, a watch ended by an opt-out.
+WATCH_CHANGED = "watch.changed"
+WATCH_PAUSED = "watch.paused"
+WATCH_ENDED = "watch.ended"
+WATCH_EVENTS: tuple[str, ...] = (WATCH_CHANGED, WATCH_PAUSED, WATCH_ENDED)
+# What a watch event's full body adds to its thin one (D20: the person's target and what was found).
+WATCH_PERSONAL_FIELDS: tuple[str, ...] = ("target", "kind", "added_items")
+
+
+def thin_watch_body(body: dict) -> dict:
+    """A watch event's thin body: its full body without the personal fields."""
+    return {name: value for name, value in body.items() if name not in WATCH_PERSONAL_FIELDS}
 # Every event a delivery may carry: what an endpoint may list and the deliveries' filters take.
-DELIVERY_EVENTS: tuple[str, ...] = (*NAMES, ENDPOINT_DISABLED)
+DELIVERY_EVENTS: tuple[str, ...] = (*NAMES, ENDPOINT_DISABLED, *WATCH_EVENTS)
 
 
 def for_status(status: str) -> EventKind:

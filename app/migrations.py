@@ -316,6 +316,34 @@ def _events(database):
 # sessions, appended right after 2), so no database records it. The gap is harmless, as
 # ``upgrade`` applies every version a database lacks, in this order; for the same reason 3 must
 # never be used now: a database at a later version would run it after everything it assumes.
+def _watches(database):
+    """Watches (D28): their table, the customer's override of the watch limit, the scan's watch."""
+    database.execute_sql('ALTER TABLE "customer" ADD COLUMN IF NOT EXISTS "watch_limit" INTEGER')
+    database.execute_sql('ALTER TABLE "scan" ADD COLUMN IF NOT EXISTS "watch_id" VARCHAR(40)')
+    database.execute_sql('CREATE INDEX IF NOT EXISTS "scan_watch" ON "scan" ("watch_id", "created_at") '
+                         'WHERE "watch_id" IS NOT NULL')
+    database.execute_sql(
+        'CREATE TABLE IF NOT EXISTS "watch" ("id" VARCHAR(40) NOT NULL PRIMARY KEY, '
+        '"customer_id" VARCHAR(40) NOT NULL REFERENCES "customer" ("id") ON DELETE CASCADE, '
+        '"api_key_id" VARCHAR(40) NOT NULL REFERENCES "api_key" ("id") ON DELETE CASCADE, '
+        '"livemode" BOOLEAN NOT NULL, "kind" VARCHAR(10) NOT NULL, "target" VARCHAR(300) NOT NULL, '
+        '"optout_hash" VARCHAR(64) NOT NULL, "interval" VARCHAR(10) NOT NULL, "status" VARCHAR(10) NOT NULL, '
+        '"purpose" VARCHAR(32), "case_ref" VARCHAR(128), "created_at" TIMESTAMP NOT NULL, '
+        '"next_scan_at" TIMESTAMP, "last_scan_id" VARCHAR(40), "last_change_at" TIMESTAMP, '
+        '"last_changes" TEXT, "last_error" VARCHAR(300), "missed_since" TIMESTAMP, "ended_at" TIMESTAMP, '
+        '"end_reason" VARCHAR(40))')
+    database.execute_sql('CREATE INDEX IF NOT EXISTS "watch_customer_id_livemode_created_at" '
+                         'ON "watch" ("customer_id", "livemode", "created_at")')
+    database.execute_sql('CREATE INDEX IF NOT EXISTS "watch_due" ON "watch" ("next_scan_at") '
+                         "WHERE \"status\" = 'active' AND \"next_scan_at\" IS NOT NULL")
+    database.execute_sql('CREATE INDEX IF NOT EXISTS "watch_optout_hash" ON "watch" ("optout_hash") '
+                         "WHERE \"status\" != 'ended'")
+    # Keys that held every scope keep holding every scope (keys narrowed before stay narrow).
+    database.execute_sql("UPDATE \"api_key\" SET \"scopes\" = array_append(\"scopes\", 'watches') "
+                         "WHERE \"scopes\" @> ARRAY['scans:write', 'scans:read', 'scans:erase', 'webhooks', "
+                         "'activity:read']::TEXT[] AND NOT ('watches' = ANY(\"scopes\"))")
+
+
 MIGRATIONS = [
     (1, "initial schema", _initial),
     (2, "quota counters, leaner scan indexes", _quota_counters),
@@ -339,6 +367,7 @@ MIGRATIONS = [
     (22, "one way to track a scan: due looks", _one_way_to_track),
     (23, "events stored once per customer and mode", _events),
     (24, "request ids of up to 128 characters", _longer_request_ids),
+    (25, "watches", _watches),
 ]
 
 

@@ -144,6 +144,8 @@ def register_api(app: Flask) -> Api:
                                                      "portal, when, from where, and at what cost."},
                  {"name": "events", "description": "Events: what happened to your scans, to list or "
                                                    "follow instead of receiving webhooks."},
+                 {"name": "watches", "description": "Watches: targets scanned again on a schedule, what "
+                                                    "changed announced."},
                  {"name": "account", "description": "Your balance, limits and usage, and what the calling key "
                                                     "may do."},
                  {"name": "webhooks", "description": "Events the service sends to your webhook URL when a scan "
@@ -166,6 +168,8 @@ def register_api(app: Flask) -> Api:
     api.register_blueprint(activity_blp)
     from app.api.feed import blp as events_blp
     api.register_blueprint(events_blp)
+    from app.api.watches import blp as watches_blp
+    api.register_blueprint(watches_blp)
     from app.api.account import blp as account_blp
     api.register_blueprint(account_blp)
     _shape_schemas(api.spec)
@@ -182,6 +186,7 @@ def register_api(app: Flask) -> Api:
     csrf.exempt(endpoints_blp)
     csrf.exempt(events_blp)
     csrf.exempt(activity_blp)
+    csrf.exempt(watches_blp)
     csrf.exempt(account_blp)
     csrf.exempt(engine_callbacks_bp)  # signed by the engine, no cookie
 

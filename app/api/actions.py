@@ -35,6 +35,12 @@ ACTIONS = {
     "GET /api/v1/events": "events.list",
     "GET /api/v1/events/stream": "events.stream",
     "GET /api/v1/account": "account.read",
+    "POST /api/v1/watches": "watch.create",
+    "GET /api/v1/watches": "watches.list",
+    "GET /api/v1/watches/{watch_id}": "watch.read",
+    "PATCH /api/v1/watches/{watch_id}": "watch.update",
+    "DELETE /api/v1/watches/{watch_id}": "watch.end",
+    "POST /api/v1/watches/{watch_id}/run": "watch.run",
 }
 
 

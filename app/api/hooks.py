@@ -70,11 +70,15 @@ def json_body(body: dict, status: int = 200) -> Response:
 
 
 def render(body: dict, status: int = 200, *, charged: Charged | None = None,
-           subject: activity.Subject | None = None, recorded: activity.Recorded | None = None) -> Response:
+           subject: activity.Subject | None = None, recorded: activity.Recorded | None = None,
+           replayable: bool = False) -> Response:
     """The JSON answer of a view, carrying what its service charged (None: ``_charge`` charges it),
-    what the activity log's entry says about its object (a creation's) and the entry its service
-    wrote with its charge (``recorded``, D25: ``call_entry``)."""
+    what the activity log's entry says about its object (a creation's), the entry its service
+    wrote with its charge (``recorded``, D25: ``call_entry``) and ``replayable``: an answer other
+    than a 202 that created something, which an ``Idempotency-Key`` replays as it does every 202
+    (a watch's 201, a creation answered 200 after waiting; never a 201 holding a secret)."""
     response = json_body(body, status)
+    response.replayable = replayable  # type: ignore[attr-defined] # read back by _answer
     response.charged = charged  # type: ignore[attr-defined] # read back by _charge
     response.subject = subject  # type: ignore[attr-defined] # read back by _record
     response.recorded = recorded  # type: ignore[attr-defined] # read back by _account
@@ -304,7 +308,7 @@ def _answer(key: ApiKey, run: Callable[[], Response], *, idempotent: bool) -> Re
         response = _finish(response, key, charged)
         if record is not None:
             idempotency.settle(record, response.status_code, lambda: response.get_data(as_text=True),
-                               created=getattr(response, "created", False))
+                               created=getattr(response, "replayable", False))
             record = None
         return response
     finally:

@@ -341,11 +341,10 @@ class ScanCreate(MethodView):
                 waits.release(held)
         if final is None:
             return created(outcome)
-        answer = hooks.render(final, 200, charged=hooks.Charged(outcome.balance, outcome.usage, outcome.limits,
-                                                                credits=outcome.cost), subject=outcome.subject,
-                              recorded=outcome.recorded)  # its entry, written as 202, says 200
-        answer.created = True  # type: ignore[attr-defined] # stored for an Idempotency-Key's replay
-        return answer
+        # Its entry, written as 202, says 200; replayed by its Idempotency-Key as a 202 would be.
+        return hooks.render(final, 200, charged=hooks.Charged(outcome.balance, outcome.usage, outcome.limits,
+                                                              credits=outcome.cost), subject=outcome.subject,
+                            recorded=outcome.recorded, replayable=True)
 
 
 def waited_scan(outcome: scans.Outcome, key, seconds: int) -> dict | None:

@@ -10,6 +10,7 @@ from app.models.events import Event
 from app.models.privacy import EngineDeletion, Suppression
 from app.models.scans import BulkBatch, EngineCallback, FindingFeedback, IdempotencyRecord, QuotaMinute, Scan
 from app.models.schema_version import SchemaVersion
+from app.models.watches import Watch
 from app.models.webhooks import DeliveryAttempt, WebhookDelivery, WebhookEndpoint
 
 ALL_MODELS = [
@@ -33,13 +34,14 @@ ALL_MODELS = [
     EngineDeletion,
     Event,
     EngineCallback,
+    Watch,
 ]
 
 __all__ = [
     "ALL_MODELS", "ActivityEntry", "ApiKey", "BaseModel", "BulkBatch", "CreditLedger", "Customer", "DeliveryAttempt",
     "EngineCallback", "EngineDeletion", "Event", "FindingFeedback",
     "IdempotencyRecord", "PortalRecoveryCode", "PortalSession", "PortalUser", "QuotaMinute", "Scan", "SchemaVersion",
-    "Suppression",
+    "Suppression", "Watch",
     "WebhookDelivery", "WebhookEndpoint", "iso", "new_id",
     "utcnow",
 ]

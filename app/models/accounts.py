@@ -32,6 +32,8 @@ class Customer(BaseModel):
     inflight_limit = IntegerField(null=True)
     hour_limit = IntegerField(null=True)
     day_limit = IntegerField(null=True)
+    # The most watches not ended (D28); NULL = the tier default.
+    watch_limit = IntegerField(null=True)
     # Scans queued or running, kept by the code that moves a scan in or out of flight
     # (admission, its reversal, the final transition), so admission never counts scans.
     in_flight = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])

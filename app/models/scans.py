@@ -90,6 +90,8 @@ class Scan(BaseModel):
     # The scan whose failed sources this one re-runs (D23); a plain id, so that erasing the
     # first scan leaves its re-run alone.
     rerun_of = CharField(max_length=40, null=True)
+    # The watch that made it (D28); a plain id, so ending or erasing leaves scans alone.
+    watch_id = CharField(max_length=40, null=True)
 
     class Meta:
         indexes = (
@@ -110,6 +112,8 @@ Scan.add_index(Scan.index(Scan.next_look_at, name="scan_due_look",
 # is in flight (and an erased scan's id, gone with it, D25, was never in it for long).
 Scan.add_index(Scan.index(Scan.engine_id, name="scan_in_flight_engine_id",
                           where=Scan.status.in_(IN_FLIGHT) & Scan.engine_id.is_null(False)))
+# A watch's scans (D28): its previous completed scan, found among its own.
+Scan.add_index(Scan.index(Scan.watch_id, Scan.created_at, name="scan_watch", where=Scan.watch_id.is_null(False)))
 # The retention job's look (D20): final scans not yet erased, by when they ended. Partial, so
 # erased scans leave it and the job's cost follows what is still to erase, not the table.
 FINISHED_AT = SQL("(COALESCE(completed_at, failed_at))")

@@ -29,8 +29,9 @@ SCANS_READ = "scans:read"
 SCANS_ERASE = "scans:erase"
 WEBHOOKS = "webhooks"
 ACTIVITY_READ = "activity:read"
+WATCHES = "watches"
 # Every scope, in the order customers read them; a key is issued with all of them unless told.
-SCOPES = (SCANS_WRITE, SCANS_READ, SCANS_ERASE, WEBHOOKS, ACTIVITY_READ)
+SCOPES = (SCANS_WRITE, SCANS_READ, SCANS_ERASE, WEBHOOKS, ACTIVITY_READ, WATCHES)
 # What each allows, in the words the README, the OpenAPI document and the portal show.
 SCOPE_WORDS = {
     SCANS_WRITE: "create scans, one at a time and in bulk, re-run them, and give feedback on their findings",
@@ -38,6 +39,7 @@ SCOPE_WORDS = {
     SCANS_ERASE: "erase scans and bulk batches",
     WEBHOOKS: "list webhook deliveries and send them again, manage webhook endpoints",
     ACTIVITY_READ: "read the account's activity log",
+    WATCHES: "create, list, change, run and end watches (targets scanned again on a schedule)",
 }
 # A route any active key may call, whatever its scopes (``GET /api/v1/account``).
 ANY_SCOPE = "any"

@@ -15,7 +15,7 @@ from app.services.errors import (
     AccountError,  # raised here; callers may catch it as accounts.AccountError
     InsufficientBalance,
 )
-from app.services.limits import Limits, limits_for
+from app.services.limits import Limits, limits_for, watch_limit_for
 from app.store import customers as customer_store
 from app.store import keys as key_store
 
@@ -92,10 +92,11 @@ def set_tier(customer_id: str, tier: str) -> Customer:
     return get_customer(customer_id)
 
 
-def set_limits(customer_id: str, *, inflight=None, hour=None, day=None) -> Customer:
+def set_limits(customer_id: str, *, inflight=None, hour=None, day=None, watches=None) -> Customer:
     get_customer(customer_id)
     changes = {}
-    for field, value in (("inflight_limit", inflight), ("hour_limit", hour), ("day_limit", day)):
+    for field, value in (("inflight_limit", inflight), ("hour_limit", hour), ("day_limit", day),
+                         ("watch_limit", watches)):
         if value is not None:
             changes[field] = _check_range(field, value, 0, INT_MAX)
     if changes:
@@ -217,8 +218,10 @@ def customer_dict(customer: Customer) -> dict:
     limits = limits_for(customer)
     return {
         "customer_id": customer.id, "name": customer.name, "tier": customer.tier, "balance": customer.balance,
-        "limits": {"inflight": limits.inflight, "hour": limits.hour, "day": limits.day},
-        "overrides": {"inflight": customer.inflight_limit, "hour": customer.hour_limit, "day": customer.day_limit},
+        "limits": {"inflight": limits.inflight, "hour": limits.hour, "day": limits.day,
+                   "watches": watch_limit_for(customer)},
+        "overrides": {"inflight": customer.inflight_limit, "hour": customer.hour_limit, "day": customer.day_limit,
+                      "watches": customer.watch_limit},
         "settings": {"require_purpose": customer.require_purpose,
                      "result_retention_days": customer.result_retention_days, "require_2fa": customer.require_2fa},
     }

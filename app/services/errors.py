@@ -102,6 +102,24 @@ class RateLimited(ServiceError):
         super().__init__(message, code=code, retry_after=retry_after)
 
 
+class WatchLimitReached(RateLimited):
+    """The customer has as many watches not ended as its limit allows (D28): 429, free."""
+
+    code = "watch_limit_reached"
+
+    def __init__(self, allowed: int):
+        ServiceError.__init__(self, f"watch limit reached ({allowed} watches): end one before creating another")
+
+
+class WatchEnded(Conflict):
+    """A change or a run asked of an ended watch (D28): 409, free."""
+
+    code = "watch_ended"
+
+    def __init__(self):
+        super().__init__("this watch has ended: create a new watch to follow the target again")
+
+
 class EngineUnavailable(ServiceError):
     """The engine refused or did not answer a submission; nothing was kept or charged."""
 

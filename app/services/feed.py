@@ -54,9 +54,18 @@ def record(scans: Sequence, kind: events.EventKind, bodies: Sequence[str], now: 
     return store.add(new, now or utcnow())
 
 
+def record_watch_event(customer_id: str, body: dict, text: str, *, scan_id: str | None = None) -> list[int]:
+    """Store a watch event (D28) with its full body's text, in the caller's transaction."""
+    new = store.NewEvent(customer_id, body["livemode"], body["event"], text, scan_id=scan_id,
+                         watch_id=body["watch_id"])
+    return store.add([new], utcnow())
+
+
 def thin_body(kind_name: str, body: str) -> str:
     """The thin body (no personal data, D20) of a stored full body: the registry's thin fields
-    of it; an event that is not about a scan's data is its own thin body."""
+    of it (a watch event's without its personal fields); any other event is its own thin body."""
+    if kind_name in events.WATCH_EVENTS:
+        return json.dumps(events.thin_watch_body(json.loads(body)), separators=(",", ":"))
     kind = _KINDS.get(kind_name)
     if kind is None:
         return body

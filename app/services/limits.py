@@ -19,6 +19,8 @@ TIER_LIMITS = {
     "business": Limits(inflight=10, hour=100, day=1000),
     "enterprise": Limits(inflight=25, hour=500, day=10000),
 }
+# The most watches not ended a customer may have, per mode (D28).
+WATCH_LIMITS = {"pro": 100, "business": 1000, "enterprise": 10000}
 BULK_TIERS = ("business", "enterprise")
 MAX_BULK_TARGETS = 100
 
@@ -31,3 +33,8 @@ def limits_for(customer) -> Limits:
         hour=customer.hour_limit if customer.hour_limit is not None else base.hour,
         day=customer.day_limit if customer.day_limit is not None else base.day,
     )
+
+
+def watch_limit_for(customer) -> int:
+    """The tier's watch limit, or the customer's override (``customers limits --watches``)."""
+    return customer.watch_limit if customer.watch_limit is not None else WATCH_LIMITS[customer.tier]

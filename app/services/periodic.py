@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from app import metrics, runtime
 from app.db import CONNECTION_ERRORS, connection_context
-from app.services import activity, callbacks, deliveries, erasure, feed, recovery
+from app.services import activity, callbacks, deliveries, erasure, feed, recovery, watches
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,11 @@ def _activity_log() -> dict:
         return activity.upkeep()
 
 
+def _watches() -> dict:
+    with connection_context():
+        return watches.run_due()
+
+
 SCHEDULE = (
     # Nothing lost when Redis, a worker or a dispatch fails (D13): lost jobs, reservations, deliveries.
     PeriodicJob("recovery", "RECOVERY_INTERVAL_SECONDS", recovery.sweep),
@@ -76,6 +81,8 @@ SCHEDULE = (
     PeriodicJob("callback_ids", "RECOVERY_INTERVAL_SECONDS", _callback_ids),
     # Stored events (the events list and stream) kept DELIVERY_RETENTION_DAYS too, then removed (D27).
     PeriodicJob("event_retention", "RETENTION_INTERVAL_SECONDS", _event_retention),
+    # The watches' due scans (D28), claimed from the database in batches.
+    PeriodicJob("watches", "WATCH_INTERVAL_SECONDS", _watches),
 )
 BY_NAME = {job.name: job for job in SCHEDULE}
 

@@ -45,13 +45,16 @@ from app.services.errors import (
     InsufficientBalance,
     NotFound,
     NothingToRerun,
+    WatchEnded,
+    WatchLimitReached,
 )
-from app.services.limits import Limits, limits_for
+from app.services.limits import Limits, limits_for, watch_limit_for
 from app.services.results import failed_source_ids
 from app.services.targets import normalize_or_refuse
 from app.store import customers as customer_store
 from app.store import keys as key_store
 from app.store import scans as scan_store
+from app.store import watches as watch_store
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +93,13 @@ def _lock_and_count(customer_id, now, livemode):
 
 
 def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livemode=True, purpose=None,
-           case_ref=None, rerun_of=None, entry: activity.CallEntry | None = None):
+           case_ref=None, rerun_of=None, entry: activity.CallEntry | None = None, watch_id=None, new_watch=None,
+           watch_statuses=("active", "paused")):
     """Step 1: check and reserve in one transaction. Returns (scans, batch, balance, limits, usage).
     ``entry``: the call's activity entry, written in the transaction that charges it (D25).
+    ``watch_id``: the watch the scan is made for (D28); ``new_watch``: that watch's row, created
+    with its first scan, within the customer's watch limit (checked under the same lock); for an
+    existing watch, its row is locked and must be in one of ``watch_statuses``.
 
     Its round trips: BEGIN; the lock with the counts; the rows, the window counter, the entry
     and the charge (one batch); COMMIT."""
@@ -112,9 +119,13 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
         if customer.balance < cost:
             raise InsufficientBalance(customer.balance, cost)
         limits = limits_for(customer)
+        if new_watch is not None:
+            _check_watch_limit(customer, livemode)
+        elif watch_id is not None and watch_store.lock_status(watch_id) not in watch_statuses:
+            raise WatchEnded()  # ended (or, for a scheduled scan, paused) since it was read
         if n:
             quotas.check(customer, limits, n, now, bulk=bulk_total is not None, livemode=livemode, usage=usage)
-        writes = []
+        writes = [] if new_watch is None else [watch_store.insert_statement(new_watch)]
         if bulk_total is not None:
             batch = BulkBatch(id=new_id("blk"), customer=customer_id, api_key=api_key_id, total=bulk_total,
                               created_at=now)
@@ -128,7 +139,7 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
                 "id": scan_id, "customer": customer_id, "api_key": api_key_id, "bulk": batch.id if batch else None,
                 "bulk_index": index if batch else None, "kind": kind, "target": target, "status": QUEUED,
                 "created_at": now, "livemode": livemode,
-                "purpose": purpose, "case_ref": case_ref, "rerun_of": rerun_of,
+                "purpose": purpose, "case_ref": case_ref, "rerun_of": rerun_of, "watch_id": watch_id,
             })
         if rows:
             writes.append(scan_store.insert_scans_statement(rows))
@@ -149,6 +160,13 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
             customer_store.run_together(writes + [quotas.move_in_flight_statement(customer_id, livemode, n)])
     # Counted under the lock, plus the scans this call created: ``r`` counts them (D8).
     return rows, batch, balance, limits, quotas.with_new_scans(usage, n, now)
+
+
+def _check_watch_limit(customer, livemode: bool) -> None:
+    """429 ``watch_limit_reached`` (D28, free) when the customer has as many watches not ended as allowed."""
+    allowed = watch_limit_for(customer)
+    if watch_store.count_open(customer.id, livemode) >= allowed:
+        raise WatchLimitReached(allowed)
 
 
 def _reverse(customer_id, rows, batch, cost, request_id, livemode=True, recorded=None) -> None:
@@ -241,6 +259,31 @@ def create_scan(customer, api_key_id, target, kind, *, request_id, livemode=True
             "eta_seconds": answer["eta_seconds"]}
     subject = activity.Subject(scan_id, activity.hashes_of([(kind, target)]), purpose, case_ref)
     return Outcome(body, balance, limits, usage, billing.admission_cost(1, livemode=livemode), subject, recorded)
+
+
+def create_watch_scan(customer, api_key_id, kind, target, *, request_id, livemode, purpose, case_ref, watch_id,
+                      new_watch: dict | None = None, scheduled: bool = False) -> Outcome:
+    """Queue a watch's scan (D28), admitted, charged and limited as a creation; with ``new_watch``
+    the watch itself is created in the same transaction (its baseline scan). A refused engine
+    leaves neither. The body is a creation's, with ``watch_id``."""
+    suppressions.check(kind, target)
+    rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (kind, target))], request_id=request_id,
+                                             livemode=livemode, purpose=purpose, case_ref=case_ref,
+                                             watch_id=watch_id, new_watch=new_watch,
+                                             watch_statuses=("active",) if scheduled else ("active", "paused"))
+    cost = billing.admission_cost(1, livemode=livemode)
+    try:
+        answer = _submit(customer.id, rows, None, cost, request_id, livemode)[0]
+    except EngineUnavailable:
+        if new_watch is not None:
+            watch_store.delete(watch_id)
+        raise
+    _count_created(rows, customer)
+    scan_id = rows[0]["id"]
+    body = {"ok": True, "scan_id": scan_id, "livemode": livemode, "kind": kind, "recipes_to_run": answer["recipes"],
+            "eta_seconds": answer["eta_seconds"], "watch_id": watch_id}
+    subject = activity.Subject(scan_id, activity.hashes_of([(kind, target)]), purpose, case_ref)
+    return Outcome(body, balance, limits, usage, cost, subject)
 
 
 def _why_nothing_to_rerun(status: str, *, erased: bool) -> str:

@@ -18,7 +18,7 @@ from app import events, metrics, runtime
 from app.db import transaction
 from app.models import utcnow
 from app.models.scans import COMPLETED, FAILED, IN_FLIGHT, RUNNING
-from app.services import engine, findings, quotas, results, sandbox_engine, webhooks
+from app.services import engine, findings, quotas, results, sandbox_engine, watch_changes, webhooks
 from app.services.results import InvalidResult, normalize_result
 from app.store import scan_states
 from app.store import scans as scan_store
@@ -183,6 +183,7 @@ def record_finals(finals: list[Final]) -> list:
     never_running = [s for s in scans if s.started_at is None]
     running_events([_as_running(s, now) for s in never_running])
     webhooks.record_events(scans)
+    watch_changes.record_changes([s for s in scans if s.status == COMPLETED and s.watch_id])  # D28, after its final
     return scans
 
 

@@ -221,6 +221,17 @@ def record_key_event(key: ApiKey, body: dict, *, leave_out: str) -> list[Webhook
             if endpoint.id != leave_out and endpoint.enabled and body["event"] in endpoint.events]
 
 
+def record_watch_event(key: ApiKey, body: dict, *, scan_id: str | None = None) -> list[WebhookDelivery]:
+    """Write a delivery of an event about a watch (D28) to each enabled endpoint of ``key`` that
+    lists it, full or thin as the endpoint asks (their jobs go when the caller's transaction
+    commits), and store it once in the feed (D27) with the full body's bytes, last."""
+    thin = events.thin_watch_body(body)
+    pending = [_create_delivery(key, body["event"], thin if endpoint.payload == "thin" else body, scan_id, endpoint)
+               for endpoint in key_endpoints(key) if endpoint.enabled and body["event"] in endpoint.events]
+    feed.record_watch_event(key.customer_id, body, encode_body(body), scan_id=scan_id)
+    return pending
+
+
 def send_on_commit(delivery: WebhookDelivery) -> None:
     """Enqueue the job of a delivery made pending in the caller's transaction once it commits (at
     once outside one); a job Redis refuses is enqueued by the recovery sweep."""

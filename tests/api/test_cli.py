@@ -43,9 +43,10 @@ def test_customer_lifecycle(app):
     assert run_json(app, "customers", "credit", cid, "25", "--reason", "goodwill, ticket 4411")["balance"] == 75
     assert run_json(app, "customers", "credit", cid, "-5", "--reason", " granted twice ")["balance"] == 70
     assert run_json(app, "customers", "tier", cid, "enterprise")["limits"] == {"inflight": 25, "hour": 500,
-                                                                               "day": 10000}
+                                                                               "day": 10000, "watches": 10000}
     limits = run_json(app, "customers", "limits", cid, "--inflight", "40", "--day", "20000")
-    assert limits["limits"] == {"inflight": 40, "hour": 500, "day": 20000}
+    assert limits["limits"] == {"inflight": 40, "hour": 500, "day": 20000, "watches": 10000}
+    assert run_json(app, "customers", "limits", cid, "--watches", "7")["limits"]["watches"] == 7
     listed = run_json(app, "customers", "list")["customers"]
     assert [c["customer_id"] for c in listed] == [cid]
     with db.connection_context():
@@ -251,8 +252,8 @@ def test_customers_show_tells_balance_tier_limits_usage_keys_and_reasons(app, cl
     run_json(app, "customers", "limits", account.id, "--hour", "50")
     shown = run_json(app, "customers", "show", account.id)
     assert (shown["balance"], shown["tier"]) == (48, "pro")
-    assert shown["limits"] == {"inflight": 3, "hour": 50, "day": 100}
-    assert shown["overrides"] == {"inflight": None, "hour": 50, "day": None}
+    assert shown["limits"] == {"inflight": 3, "hour": 50, "day": 100, "watches": 100}
+    assert shown["overrides"] == {"inflight": None, "hour": 50, "day": None, "watches": None}
     assert shown["usage"] == {"in_flight": 2, "hour": 2, "day": 2}
     assert [k["key_id"] for k in shown["keys"]] == [account.key.id]
     newest = shown["ledger"][0]

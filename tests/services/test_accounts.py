@@ -159,8 +159,8 @@ def test_the_overview_shows_limits_usage_keys_and_latest_ledger_rows(conn):
     accounts.add_credits(cust.id, 2, "promo")
     quotas.count_created(cust.id, NOW - timedelta(minutes=5), 2)
     overview = accounts.customer_overview(cust.id, now=NOW, ledger_rows=1)
-    assert overview["limits"] == {"inflight": 3, "hour": 7, "day": 100}
-    assert overview["overrides"] == {"inflight": None, "hour": 7, "day": None}
+    assert overview["limits"] == {"inflight": 3, "hour": 7, "day": 100, "watches": 100}
+    assert overview["overrides"] == {"inflight": None, "hour": 7, "day": None, "watches": None}
     assert overview["usage"] == {"in_flight": 0, "hour": 2, "day": 2}
     assert [k["key_id"] for k in overview["keys"]] == [key.id]
     assert overview["keys"][0]["status"] == "active" and overview["keys"][0]["mode"] == "live"

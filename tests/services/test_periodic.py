@@ -12,7 +12,9 @@ def test_each_job_runs_once_per_its_own_interval_among_all_workers(app, redis_co
     first = periodic.run_due()
     assert set(first) == {job.name for job in periodic.SCHEDULE} == {"recovery", "retention", "activity_log",
                                                                       "delivery_retention", "callback_ids",
-                                                                      "event_retention"}
+                                                                      "event_retention", "watches"}
+    assert first["watches"] == {"watch_scans": 0, "watch_scans_missed": 0, "watch_scans_skipped": 0,
+                                "watches_paused": 0, "watches_ended": 0}
     assert {"scans_redispatched", "reservations_reversed"} <= set(first["recovery"])
     assert first["retention"] == {"scans_erased": 0}
     assert first["event_retention"] == {"events_removed": 0}

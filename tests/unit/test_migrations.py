@@ -458,3 +458,36 @@ def test_the_one_way_to_track_migration_makes_the_chains_scans_due_and_leaves_th
         assert (rows[looked].next_look_at, rows[looked].tracking_job_id) == (later, "trk-x-3")
         assert all((rows[i].next_look_at, rows[i].tracking_job_id) == (None, "trk-x-3") for i in (final, unsubmitted))
         assert "scan_in_flight_last_checked" not in {i.name for i in db.get_indexes("scan")}
+
+
+def test_the_watches_migration_builds_the_table_and_gives_keys_with_every_scope_the_new_one(app):
+    """Version 25 on a database from before it (D28): the watch table and indexes a fresh database
+    has, the customer's and the scan's new columns; keys that held every scope hold ``watches`` too,
+    narrowed keys stay narrow."""
+    from app.models import ApiKey, Watch
+
+    def indexes():
+        return sorted(db.execute_sql("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'watch'"
+                                     " OR indexname = 'scan_watch'").fetchall())
+
+    with db.connection_context():
+        fresh = indexes()
+        assert {name for name, _ in fresh} >= {"watch_pkey", "watch_due", "watch_optout_hash", "scan_watch"}
+        customer = accounts.create_customer("Old", "pro", 0)
+        every, _ = accounts.issue_key(customer.id, "every scope")
+        narrow, _ = accounts.issue_key(customer.id, "narrow", scopes="scans:read")
+        with db.atomic():
+            db.drop_tables([Watch], cascade=True)
+            db.execute_sql('DROP INDEX "scan_watch"')
+            db.execute_sql('ALTER TABLE "scan" DROP COLUMN "watch_id"')
+            db.execute_sql('ALTER TABLE "customer" DROP COLUMN "watch_limit"')
+            db.execute_sql("UPDATE \"api_key\" SET \"scopes\" = array_remove(\"scopes\", 'watches')")
+            SchemaVersion.delete().where(SchemaVersion.version == 25).execute()
+
+        assert migrations.upgrade() == [25]
+        assert migrations.upgrade() == []
+
+        assert indexes() == fresh
+        assert "watches" in ApiKey.get_by_id(every.id).scopes
+        assert ApiKey.get_by_id(narrow.id).scopes == ["scans:read"]
+        assert {"watch_id"} <= {c.name for c in db.get_columns("scan")}

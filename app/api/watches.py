@@ -1,0 +1,151 @@
+"""The watches calls (D28): create (with its baseline scan), list, read, change, end, run now.
+
+Views stay thin: ``services.watches`` owns the rules; authentication, the ``watches`` scope,
+charging and the limit headers are ``app.api.hooks``'s job. A creation and a run are charged
+by their admission (the credit pays for the scan they start), as a scan creation is.
+"""
+from __future__ import annotations
+
+from flask import g
+from flask.views import MethodView
+
+from app.api import hooks
+from app.api.base import ApiBlueprint
+from app.api.scans import HEADERS, IDEMPOTENCY_HEADER, SECURITY, created, error_documenter
+from app.schemas.watches import (
+    WatchCreateSchema,
+    WatchListQuerySchema,
+    WatchListSchema,
+    WatchRunSchema,
+    WatchSchema,
+    WatchUpdateSchema,
+)
+from app.services import access, watches
+
+blp = ApiBlueprint("watches", __name__, url_prefix="/api/v1",
+                   description="Watches: targets scanned again on a schedule, their changes announced.")
+
+ERROR_EXAMPLES = {
+    "invalid_request": "interval: Must be one of: daily, weekly, monthly.",
+    "target_too_short": "target must have at least 3 characters",
+    "invalid_kind": "kind must be one of email, phone, username",
+    "invalid_target": "target is not a valid e-mail address",
+    "invalid_purpose": "purpose must be one of fraud_prevention, kyc_aml, due_diligence, background_check, "
+                       "security_research, law_enforcement, other",
+    "purpose_required": "this account requires a purpose on every scan: one of fraud_prevention, ...",
+    "unauthorized": "the Authorization header must be 'Bearer <API key>'",
+    "invalid_token": "the API key is unknown or revoked",
+    "key_expired": "this API key has expired",
+    "ip_not_allowed": "this API key may not be used from 198.51.100.7, the address this service sees for your call",
+    "insufficient_scope": "this API key lacks the scope watches, which this call needs",
+    "insufficient_balance": "the account balance is below 1 credit",
+    "target_suppressed": "the person this target belongs to has opted out of lookups",
+    "not_found": "no watch with this id",
+    "watch_ended": "this watch has ended: create a new watch to follow the target again",
+    "idempotency_conflict": "this Idempotency-Key was used with a different request body",
+    "watch_limit_reached": "watch limit reached (1000 watches): end one before creating another",
+    "rate_limit_inflight": "too many scans in flight (10 of 10); retry when one finishes",
+    "rate_limit_hour": "hourly scan quota reached (100 per hour)",
+    "rate_limit_day": "daily scan quota reached (1000 per day)",
+    "engine_submit_failed": "the investigation engine cannot be reached; retry in 30 seconds",
+    "service_unavailable": "the service is temporarily unavailable; retry later",
+}
+documented_errors = error_documenter(blp, ERROR_EXAMPLES)
+COMMON = {401: "`unauthorized`, `invalid_token`", 402: "`insufficient_balance`",
+          503: "`service_unavailable` (database unreachable); with `Retry-After`"}
+NOT_FOUND = {404: "`not_found` (no watch of yours has this id)"}
+CREATION = {400: "`invalid_request`, `target_too_short`, `invalid_kind`, `invalid_target`, `invalid_purpose`, "
+                 "`purpose_required`",
+            403: "`target_suppressed` (the person opted out of lookups; free of charge)",
+            409: "`idempotency_conflict`",
+            429: "`watch_limit_reached` (free of charge), `rate_limit_inflight`, `rate_limit_hour`, "
+                 "`rate_limit_day`; with `Retry-After`",
+            502: "`engine_submit_failed`; with `Retry-After: 30`"}
+ENDED = {409: "`watch_ended` (free of charge)"}
+
+
+@blp.route("/watches")
+class WatchCollection(MethodView):
+    @hooks.api_call(scope=access.WATCHES)
+    @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Create a watch", operationId="createWatch")
+    @blp.arguments(WatchCreateSchema, example={"target": "jane.doe@example.com", "interval": "weekly",
+                                               "purpose": "fraud_prevention", "case_ref": "CASE-2291"})
+    @blp.response(201, WatchSchema, headers=HEADERS, description="The watch is active; its first scan is queued.")
+    @documented_errors({**COMMON, **CREATION})
+    @blp.priced("scan")
+    def post(self, key, body):
+        """Follow a target: scan it now (the first scan, against which later ones are compared) and again every
+        day, week or month; a later scan that finds a finding added or removed, or the risk band changed, sends a
+        `watch.changed` event. The call pays for its first scan: {price}. Each scheduled scan is charged and
+        limited as a scan creation."""
+        view, outcome = watches.create_watch(key.customer, key.id, body["target"], body.get("kind"),
+                                             body["interval"], request_id=g.request_id, livemode=key.livemode,
+                                             purpose=body.get("purpose"), case_ref=body.get("case_ref"))
+        charged = hooks.Charged(outcome.balance, outcome.usage, outcome.limits, credits=outcome.cost)
+        return hooks.render(view, 201, charged=charged, subject=outcome.subject, replayable=True)
+
+    @hooks.api_call(scope=access.WATCHES)
+    @blp.doc(security=SECURITY, summary="List watches", operationId="listWatches")
+    @blp.arguments(WatchListQuerySchema, location="query", as_kwargs=True)
+    @blp.response(200, WatchListSchema, headers=HEADERS, description="One page of watches, newest first.")
+    @documented_errors({400: "`invalid_request` (a filter, `limit` or `starting_after` is not valid)", **COMMON})
+    @blp.priced("call")
+    def get(self, key, **query):
+        """List your watches, newest first, 1 to 100 per page; `has_more` says whether to ask for the next page
+        with `starting_after`. Costs {price} per page."""
+        return hooks.render(watches.list_watches(key.customer_id, livemode=key.livemode, **query))
+
+
+@blp.route("/watches/<string:watch_id>")
+class WatchOne(MethodView):
+    @hooks.api_call(scope=access.WATCHES)
+    @blp.doc(security=SECURITY, summary="Read a watch", operationId="getWatch")
+    @blp.response(200, WatchSchema, headers=HEADERS, description="The watch, with what its last change found.")
+    @documented_errors({**COMMON, **NOT_FOUND})
+    @blp.priced("call")
+    def get(self, key, watch_id):
+        """Read one watch. Costs {price}."""
+        return hooks.render(watches.read_watch(key.customer_id, watch_id, livemode=key.livemode))
+
+    @hooks.api_call(scope=access.WATCHES)
+    @blp.doc(security=SECURITY, summary="Change a watch", operationId="updateWatch")
+    @blp.arguments(WatchUpdateSchema, example={"status": "paused"})
+    @blp.response(200, WatchSchema, headers=HEADERS, description="The watch as changed.")
+    @documented_errors({400: "`invalid_request`", **COMMON, **NOT_FOUND, **ENDED})
+    @blp.priced("call")
+    def patch(self, key, body, watch_id):
+        """Change its interval, pause it (`status: paused`: no scheduled scan) or make it active again, or change
+        its case reference. Costs {price}."""
+        return hooks.render(watches.update_watch(key.customer_id, watch_id, livemode=key.livemode,
+                                                 interval=body.get("interval"), status=body.get("status"),
+                                                 case_ref=body.get("case_ref"), case_ref_given="case_ref" in body))
+
+    @hooks.api_call(scope=access.WATCHES)
+    @blp.doc(security=SECURITY, summary="End a watch", operationId="endWatch")
+    @blp.response(200, WatchSchema, headers=HEADERS, description="The watch, ended.")
+    @documented_errors({**COMMON, **NOT_FOUND})
+    @blp.priced("call")
+    def delete(self, key, watch_id):
+        """End a watch: no more scans. Its scans stay, as any scan (erase them as usual). Ending it again
+        answers the same. Costs {price}."""
+        return hooks.render(watches.end_watch(key.customer_id, watch_id, livemode=key.livemode))
+
+
+@blp.route("/watches/<string:watch_id>/run")
+class WatchRun(MethodView):
+    @hooks.api_call(scope=access.WATCHES)
+    @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Scan a watched target now",
+             operationId="runWatch")
+    @blp.response(202, WatchRunSchema, headers=HEADERS, description="The scan is queued.")
+    @documented_errors({**COMMON, **NOT_FOUND, **ENDED,
+                        403: CREATION[403], 429: CREATION[429].replace("`watch_limit_reached` (free of charge), ", ""),
+                        502: CREATION[502]})
+    @blp.priced("scan")
+    def post(self, key, watch_id):
+        """Scan the watched target now, outside its schedule; its changes are announced as a scheduled scan's.
+        Limited and charged as a scan creation: {price}."""
+        return created(watches.run_watch(key.customer, key.id, watch_id, request_id=g.request_id,
+                                         livemode=key.livemode))
+
+
+

@@ -1,0 +1,48 @@
+"""Watches (D28): a target scanned again on a schedule, its changes announced."""
+from peewee import BooleanField, CharField, DateTimeField, ForeignKeyField, TextField
+
+from app.models.accounts import ApiKey, Customer
+from app.models.base import BaseModel, utcnow
+
+ACTIVE, PAUSED, ENDED = "active", "paused", "ended"
+STATUSES = (ACTIVE, PAUSED, ENDED)
+
+
+class Watch(BaseModel):
+    id = CharField(primary_key=True, max_length=40)  # wch_...
+    customer = ForeignKeyField(Customer, on_delete="CASCADE", index=False)
+    # The key that created it: its scheduled scans are made with it, in its mode (D15).
+    api_key = ForeignKeyField(ApiKey, on_delete="CASCADE", index=False)
+    customer_id: str
+    api_key_id: str
+    livemode = BooleanField(default=True)
+    kind = CharField(max_length=10)
+    target = CharField(max_length=300)
+    # The keyed hash of the target's opt-out key (``targets.opt_out_key``): an opt-out added
+    # later ends the watches it matches, without reading any target.
+    optout_hash = CharField(max_length=64)
+    interval = CharField(max_length=10)  # daily, weekly, monthly
+    status = CharField(max_length=10, default=ACTIVE)
+    purpose = CharField(max_length=32, null=True)
+    case_ref = CharField(max_length=128, null=True)
+    created_at = DateTimeField(default=utcnow)
+    # When its next scheduled scan is due (NULL unless active): the scheduler's claim reads it.
+    next_scan_at = DateTimeField(null=True)
+    last_scan_id = CharField(max_length=40, null=True)
+    last_change_at = DateTimeField(null=True)
+    last_changes = TextField(null=True)  # JSON: the ``changes`` of its last watch.changed
+    # Why its last scheduled scan could not be made, and since when none could.
+    last_error = CharField(max_length=300, null=True)
+    missed_since = DateTimeField(null=True)
+    ended_at = DateTimeField(null=True)
+    end_reason = CharField(max_length=40, null=True)
+
+    class Meta:
+        table_name = "watch"
+        indexes = ((("customer", "livemode", "created_at"), False),)
+
+
+# The due watches: partial, so the claim reads only active watches by due time, however many exist.
+Watch.add_index(Watch.index(Watch.next_scan_at, name="watch_due",
+                            where=(Watch.status == ACTIVE) & Watch.next_scan_at.is_null(False)))
+Watch.add_index(Watch.index(Watch.optout_hash, name="watch_optout_hash", where=Watch.status != ENDED))

@@ -1,0 +1,90 @@
+"""The watches calls' bodies (D28), in the order the service writes them."""
+from __future__ import annotations
+
+import marshmallow as ma
+from marshmallow import RAISE, fields
+
+from app.schemas.scans import KIND_DOC, TIME_DOC, ScanCreatedSchema, ScanCreateSchema
+
+INTERVAL_DOC = {"description": "How often the target is scanned again: daily, weekly or monthly (30 days).",
+                "example": "weekly"}
+INTERVALS = ("daily", "weekly", "monthly")
+WATCH_ID_DOC = {"description": "The watch's id.", "example": "wch_Q2x0mV8rLk1cYt6nWb3a9g"}
+ID_FIELD = [ma.validate.Length(min=1, max=40), ma.validate.Regexp(r"^[A-Za-z0-9_-]+$")]
+
+
+class WatchCreateSchema(ScanCreateSchema):
+    interval = fields.String(required=True, validate=ma.validate.OneOf(INTERVALS), metadata=INTERVAL_DOC)
+
+
+class WatchUpdateSchema(ma.Schema):
+    class Meta:
+        unknown = RAISE
+
+    interval = fields.String(validate=ma.validate.OneOf(INTERVALS), metadata=INTERVAL_DOC)
+    status = fields.String(validate=ma.validate.OneOf(("active", "paused")), metadata={
+        "description": "paused: no scheduled scan until it is active again.", "example": "paused"})
+    case_ref = fields.Raw(allow_none=True, metadata={"type": "string", "description": "Your own reference; "
+                                                     "null removes it.", "example": "CASE-2291"})
+
+
+class ChangesSchema(ma.Schema):
+    added = fields.List(fields.String(), required=True, metadata={"description": "Ids of findings new since "
+                                                                                  "the previous scan."})
+    removed = fields.List(fields.String(), required=True, metadata={"description": "Ids of findings gone since "
+                                                                                    "the previous scan."})
+    risk = fields.Dict(required=True, metadata={"description": "`from` and `to`, each `{score, band}`.",
+                                                "example": {"from": {"score": 40, "band": "medium"},
+                                                            "to": {"score": 55, "band": "high"}}})
+
+
+class WatchEntrySchema(ma.Schema):
+    watch_id = fields.String(required=True, metadata=WATCH_ID_DOC)
+    livemode = fields.Boolean(required=True, metadata={"example": True})
+    target = fields.String(required=True, metadata={"example": "jane.doe@example.com"})
+    kind = fields.String(required=True, metadata=KIND_DOC)
+    interval = fields.String(required=True, metadata=INTERVAL_DOC)
+    status = fields.String(required=True, metadata={"description": "active, paused or ended.", "example": "active"})
+    purpose = fields.String(required=True, allow_none=True, metadata={"example": "fraud_prevention"})
+    case_ref = fields.String(required=True, allow_none=True, metadata={"example": "CASE-2291"})
+    created_at = fields.String(required=True, metadata=TIME_DOC)
+    next_scan_at = fields.String(required=True, allow_none=True, metadata={
+        "description": "When the next scheduled scan is due (null unless active).", "example": "2026-11-28T09:14:03Z"})
+    last_scan_id = fields.String(required=True, allow_none=True, metadata={"example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
+    last_change_at = fields.String(required=True, allow_none=True, metadata={
+        "description": "When a scan last found a change.", "example": None})
+    last_error = fields.String(required=True, allow_none=True, metadata={
+        "description": "Why the last scheduled scan could not be made (it is tried again later).", "example": None})
+    last_changes = fields.Nested(ChangesSchema, required=True, allow_none=True, metadata={
+        "description": "What the last change found (as in the watch.changed event)."})
+
+
+class WatchSchema(WatchEntrySchema):
+    ok = fields.Boolean(required=True, metadata={"example": True})
+
+    class Meta:
+        ordered = True
+
+
+class WatchListQuerySchema(ma.Schema):
+    class Meta:
+        unknown = RAISE
+
+    status = fields.String(validate=ma.validate.OneOf(("active", "paused", "ended")),
+                           metadata={"description": "Only watches in this state.", "example": "active"})
+    kind = fields.String(validate=ma.validate.OneOf(["email", "phone", "username"]),
+                         metadata={"description": "Only watches of this kind.", "example": "email"})
+    limit = fields.Integer(load_default=20, validate=ma.validate.Range(min=1, max=100), metadata={
+        "description": "Page size, 1 to 100.", "example": 20})
+    starting_after = fields.String(validate=ID_FIELD, metadata={
+        "description": "The last `watch_id` of the previous page.", "example": "wch_Q2x0mV8rLk1cYt6nWb3a9g"})
+
+
+class WatchListSchema(ma.Schema):
+    ok = fields.Boolean(required=True, metadata={"example": True})
+    data = fields.List(fields.Nested(WatchEntrySchema), required=True)
+    has_more = fields.Boolean(required=True, metadata={"example": False})
+
+
+class WatchRunSchema(ScanCreatedSchema):
+    watch_id = fields.String(required=True, metadata=WATCH_ID_DOC)

@@ -1,0 +1,216 @@
+"""Watches (D28): a target scanned again on a schedule.
+
+A watch's first scan is made with it, in one admission (charged and limited as a creation, within
+the customer's watch limit); later scans are due at ``next_scan_at``, which the scheduler claims
+(slice 2). Due times are ``created_at + offset + k * interval``: the offset, stable per watch and
+below the interval, spreads a customer's watches made together over the interval.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timedelta
+
+from app import events
+from app.db import transaction
+from app.models import iso, new_id, utcnow
+from app.models.watches import ACTIVE, ENDED, PAUSED
+from app.services import access, purposes, scans, watch_changes
+from app.services.crypto import target_hash
+from app.services.errors import InvalidRequest, NotFound, ServiceError, TargetSuppressed, WatchEnded
+from app.services.targets import normalize_or_refuse, opt_out_key
+from app.store import customers as customer_store
+from app.store import watches as watch_store
+from app.store import webhooks as key_store
+
+# The scheduler's claim: watches per batch, batches per run, and how long a claim holds a watch
+# (a scheduler that dies leaves its watches due again then).
+CLAIM_BATCH = 50
+MAX_BATCHES = 20
+HOLD = timedelta(minutes=10)
+# A scan that cannot be made is tried again after an eighth of the interval; after this many
+# intervals without one the watch is paused.
+MISSED_INTERVALS = 3
+INTERVALS = {"daily": timedelta(days=1), "weekly": timedelta(days=7), "monthly": timedelta(days=30)}
+LIST_MAX_LIMIT = 100
+
+
+def offset(watch_id: str, interval: str) -> timedelta:
+    """The watch's stable place within its interval (a hash of its id, to the second)."""
+    seconds = int(INTERVALS[interval].total_seconds())
+    return timedelta(seconds=int(hashlib.sha256(watch_id.encode()).hexdigest()[:12], 16) % seconds)
+
+
+def next_due(watch_id: str, interval: str, created_at: datetime, now: datetime) -> datetime:
+    """The first due time ``created_at + offset + k * interval`` (k >= 1) after ``now``."""
+    step = INTERVALS[interval]
+    first = created_at + offset(watch_id, interval) + step
+    if first > now:
+        return first
+    return first + step * ((now - first) // step + 1)
+
+
+def view(watch) -> dict:
+    """A watch as the API shows it."""
+    return {"ok": True, "watch_id": watch.id, "livemode": watch.livemode, "target": watch.target,
+            "kind": watch.kind, "interval": watch.interval, "status": watch.status, "purpose": watch.purpose,
+            "case_ref": watch.case_ref, "created_at": iso(watch.created_at), "next_scan_at": iso(watch.next_scan_at),
+            "last_scan_id": watch.last_scan_id, "last_change_at": iso(watch.last_change_at),
+            "last_error": watch.last_error,
+            "last_changes": json.loads(watch.last_changes) if watch.last_changes else None}
+
+
+def create_watch(customer, api_key_id, target, kind, interval, *, request_id, livemode=True, purpose=None,
+                 case_ref=None) -> tuple[dict, scans.Outcome]:
+    """Create a watch and queue its baseline scan: ``(the watch's body, the scan's outcome)``."""
+    kind, target = normalize_or_refuse(target, kind)
+    purpose, case_ref = purposes.check(purpose, case_ref, required=customer.require_purpose)
+    if interval not in INTERVALS:
+        raise InvalidRequest(f"interval must be one of {', '.join(INTERVALS)}")
+    now = utcnow()
+    watch_id = new_id("wch")
+    row = {"id": watch_id, "customer": customer.id, "api_key": api_key_id, "livemode": livemode, "kind": kind,
+           "target": target, "optout_hash": target_hash(*opt_out_key(kind, target)), "interval": interval,
+           "status": ACTIVE, "purpose": purpose, "case_ref": case_ref, "created_at": now,
+           "next_scan_at": next_due(watch_id, interval, now, now), "last_scan_id": None, "last_change_at": None,
+           "last_changes": None, "last_error": None, "missed_since": None, "ended_at": None, "end_reason": None}
+    outcome = scans.create_watch_scan(customer, api_key_id, kind, target, request_id=request_id, livemode=livemode,
+                                      purpose=purpose, case_ref=case_ref, watch_id=watch_id, new_watch=row)
+    watch_store.update(watch_id, {"last_scan_id": outcome.body["scan_id"]})
+    return view(watch_store.get(watch_id)), outcome
+
+
+def owned(customer_id: str, watch_id: str, livemode: bool):
+    """The customer's watch of this mode; another's, another mode's or none: 404 (nothing disclosed)."""
+    watch = watch_store.get(watch_id)
+    if watch is None or watch.customer_id != customer_id or watch.livemode != livemode:
+        raise NotFound("no watch with this id")
+    return watch
+
+
+def read_watch(customer_id: str, watch_id: str, *, livemode: bool) -> dict:
+    return view(owned(customer_id, watch_id, livemode))
+
+
+def list_watches(customer_id: str, *, livemode: bool, status: str | None = None, kind: str | None = None,
+                 limit: int = 20, starting_after: str | None = None) -> dict:
+    """``{ok, data, has_more}``, newest first (D17)."""
+    before = None
+    if starting_after is not None:
+        after = watch_store.get(starting_after)
+        if after is None or after.customer_id != customer_id or after.livemode != livemode:
+            raise InvalidRequest("starting_after is not the id of one of your watches",
+                                 details={"starting_after": ["no watch of yours has this id"]})
+        before = (after.created_at, after.id)
+    limit = max(1, min(LIST_MAX_LIMIT, int(limit)))
+    rows = watch_store.page(customer_id, livemode=livemode, status=status, kind=kind, before=before, limit=limit + 1)
+    return {"ok": True, "data": [{k: v for k, v in view(w).items() if k != "ok"} for w in rows[:limit]],
+            "has_more": len(rows) > limit}
+
+
+def update_watch(customer_id: str, watch_id: str, *, livemode: bool, interval: str | None = None,
+                 status: str | None = None, case_ref: str | None = None, case_ref_given: bool = False) -> dict:
+    """PATCH: a new interval (due times follow it), paused or active again, another case reference."""
+    watch = owned(customer_id, watch_id, livemode)
+    if watch.status == ENDED:
+        raise WatchEnded()
+    now = utcnow()
+    changes: dict = {}
+    if case_ref_given:
+        _, changes["case_ref"] = purposes.check(watch.purpose, case_ref, required=False)
+    interval = interval or watch.interval
+    changes["interval"] = interval
+    status = status or watch.status
+    changes["status"] = status
+    if status == PAUSED:
+        changes["next_scan_at"] = None
+    elif watch.status != ACTIVE or interval != watch.interval:  # resumed, or a new rhythm
+        changes.update(next_scan_at=next_due(watch.id, interval, watch.created_at, now), missed_since=None)
+    with transaction():
+        if not watch_store.update(watch.id, changes, unless_status=ENDED):
+            raise WatchEnded()
+    return view(watch_store.get(watch.id))
+
+
+def end_watch(customer_id: str, watch_id: str, *, livemode: bool) -> dict:
+    """DELETE: the watch ends (no more scans); its scans stay scans. Ending it again answers the same."""
+    watch = owned(customer_id, watch_id, livemode)
+    watch_store.update(watch.id, {"status": ENDED, "next_scan_at": None, "ended_at": utcnow(),
+                                  "end_reason": "ended_by_customer"}, unless_status=ENDED)
+    return view(watch_store.get(watch.id))
+
+
+def run_watch(customer, api_key_id, watch_id, *, request_id, livemode=True) -> scans.Outcome:
+    """POST /run: a scan of the watch now, admitted as a creation; its due times stay."""
+    watch = owned(customer.id, watch_id, livemode)
+    if watch.status == ENDED:
+        raise WatchEnded()
+    outcome = scans.create_watch_scan(customer, api_key_id, watch.kind, watch.target, request_id=request_id,
+                                      livemode=livemode, purpose=watch.purpose, case_ref=watch.case_ref,
+                                      watch_id=watch.id)
+    watch_store.update(watch.id, {"last_scan_id": outcome.body["scan_id"]})
+    return outcome
+
+
+# --- the scheduler -------------------------------------------------------------------------
+
+def run_due(now: datetime | None = None) -> dict:
+    """Make the scans of the watches due at ``now``: claimed in batches (``SKIP LOCKED``: any
+    number of workers share them), each scan admitted as a creation. The report counts them."""
+    now = now or utcnow()
+    report = {"watch_scans": 0, "watch_scans_missed": 0, "watch_scans_skipped": 0, "watches_paused": 0,
+              "watches_ended": 0}
+    for _ in range(MAX_BATCHES):
+        with transaction():
+            claimed = watch_store.claim_due(now, now + HOLD, CLAIM_BATCH)
+        for watch in claimed:
+            report[_scan_due(watch, now)] += 1
+        if len(claimed) < CLAIM_BATCH:
+            break
+    return report
+
+
+def _scan_due(watch, now: datetime) -> str:
+    """One due watch's scan; what became of it (a key of ``run_due``'s report)."""
+    customer = customer_store.get(watch.customer_id)
+    key = key_store.key(watch.api_key_id)
+    if not key.is_live or access.is_expired(key, now) or access.WATCHES not in (key.scopes or ()):
+        # A person who revoked or narrowed a key stops its spending, scheduled scans included.
+        return _missed(watch, now, "the API key that created this watch is revoked, expired or lacks the scope "
+                                   "watches: end the watch and create it again with another key")
+    try:
+        outcome = scans.create_watch_scan(customer, watch.api_key_id, watch.kind, watch.target, request_id=None,
+                                          livemode=watch.livemode, purpose=watch.purpose, case_ref=watch.case_ref,
+                                          watch_id=watch.id, scheduled=True)
+    except WatchEnded:  # paused or ended by its customer since the claim: nothing to do
+        return "watch_scans_skipped"
+    except TargetSuppressed:
+        watch_changes.end_for_optout(watch, now)
+        return "watches_ended"
+    except ServiceError as exc:  # balance, limits, the engine: tried again later in the interval
+        return _missed(watch, now, exc.message)
+    watch_store.update(watch.id, {"last_scan_id": outcome.body["scan_id"], "last_error": None, "missed_since": None})
+    _set_due_if_active(watch, next_due(watch.id, watch.interval, watch.created_at, now))
+    return "watch_scans"
+
+
+def _set_due_if_active(watch, due: datetime) -> None:
+    """The watch's next due time, unless it was paused or ended meanwhile (a PATCH wins)."""
+    watch_store.update(watch.id, {"next_scan_at": due}, only_status=ACTIVE)
+
+
+def _missed(watch, now: datetime, reason: str) -> str:
+    """A due scan that could not be made: tried again an eighth of the interval later, the reason
+    kept; after ``MISSED_INTERVALS`` intervals without a scan the watch is paused (``watch.paused``)."""
+    step = INTERVALS[watch.interval]
+    missed_since = watch.missed_since or now
+    changes = {"last_error": reason[:300], "missed_since": missed_since}
+    if now - missed_since < step * MISSED_INTERVALS:
+        watch_store.update(watch.id, changes)
+        _set_due_if_active(watch, now + step / 8)
+        return "watch_scans_missed"
+    with transaction():
+        if watch_store.update(watch.id, {**changes, "status": PAUSED, "next_scan_at": None}, only_status=ACTIVE):
+            watch_changes.announce(watch_store.get(watch.id), events.WATCH_PAUSED,
+                      {"reason": "no_scan_possible", "last_error": reason[:300]})
+    return "watches_paused"

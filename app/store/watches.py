@@ -1,0 +1,92 @@
+"""Watches (D28): their rows, the customer's count, the due ones claimed, a watch's scans."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from app.db import execute, insert_rows_statement, table
+from app.models import Scan, Watch
+from app.models.scans import COMPLETED
+from app.models.watches import ACTIVE, ENDED
+from app.store.customers import Statement
+
+CLAIM = (f"UPDATE {table(Watch)} SET next_scan_at = ? WHERE id IN (SELECT id FROM {table(Watch)} "
+         "WHERE status = ? AND next_scan_at <= ? ORDER BY next_scan_at LIMIT ? FOR UPDATE SKIP LOCKED) RETURNING id")
+
+
+def insert_statement(row: dict) -> Statement:
+    """One INSERT of a watch (keyed by field name), to run with an admission's other writes."""
+    sql, params = insert_rows_statement(Watch, [row])
+    return sql, tuple(params)
+
+
+def count_open(customer_id: str, livemode: bool) -> int:
+    """The customer's watches of one mode not ended: what the watch limit counts."""
+    return (Watch.select().where((Watch.customer == customer_id) & (Watch.livemode == livemode)
+                                 & (Watch.status != ENDED)).count())
+
+
+def get(watch_id: str) -> Watch | None:
+    return Watch.get_or_none(Watch.id == watch_id)
+
+
+def lock_status(watch_id: str) -> str | None:
+    """The watch's status, its row locked until the transaction ends (a change or an end waits)."""
+    row = Watch.select(Watch.status).where(Watch.id == watch_id).for_update().first()
+    return None if row is None else row.status
+
+
+def delete(watch_id: str) -> None:
+    Watch.delete().where(Watch.id == watch_id).execute()
+
+
+def update(watch_id: str, changes: dict, *, unless_status: str | None = None, only_status: str | None = None) -> bool:
+    """Write ``changes``; with ``unless_status``, only to a watch not in that status; with
+    ``only_status``, only to one in it. Whether it took."""
+    query = Watch.update(changes).where(Watch.id == watch_id)
+    if unless_status is not None:
+        query = query.where(Watch.status != unless_status)
+    if only_status is not None:
+        query = query.where(Watch.status == only_status)
+    return query.execute() > 0
+
+
+def page(customer_id: str, *, livemode: bool, status: str | None, kind: str | None,
+         before: tuple | None, limit: int) -> list[Watch]:
+    """Up to ``limit`` of the customer's watches of one mode, newest first by ``(created_at, id)``;
+    ``before``: ``(created_at, id)`` of the watch the page starts after."""
+    query = Watch.select().where((Watch.customer == customer_id) & (Watch.livemode == livemode))
+    if status is not None:
+        query = query.where(Watch.status == status)
+    if kind is not None:
+        query = query.where(Watch.kind == kind)
+    if before is not None:
+        query = query.where((Watch.created_at < before[0]) | ((Watch.created_at == before[0]) & (Watch.id < before[1])))
+    return list(query.order_by(Watch.created_at.desc(), Watch.id.desc()).limit(limit))
+
+
+def claim_due(now: datetime, hold_until: datetime, limit: int) -> list[Watch]:
+    """Up to ``limit`` active watches due at ``now``, claimed: their due time moved to
+    ``hold_until`` in the same statement, rows another claim holds skipped (``SKIP LOCKED``).
+    A claimer that dies leaves them due again at ``hold_until``."""
+    ids = [row[0] for row in execute(CLAIM, (hold_until, ACTIVE, now, limit)).fetchall()]
+    return list(Watch.select().where(Watch.id.in_(ids)).order_by(Watch.id)) if ids else []
+
+
+def next_due() -> datetime | None:
+    """The earliest due time of an active watch, or None."""
+    row = (Watch.select(Watch.next_scan_at).where((Watch.status == ACTIVE) & Watch.next_scan_at.is_null(False))
+           .order_by(Watch.next_scan_at).first())
+    return None if row is None else row.next_scan_at
+
+
+def previous_completed_scan(watch_id: str, scan: Scan) -> Scan | None:
+    """The watch's completed scan made before ``scan`` (the one its changes are counted from)."""
+    return (Scan.select().where((Scan.watch_id == watch_id) & (Scan.status == COMPLETED) & (Scan.id != scan.id)
+                                & (Scan.created_at <= scan.created_at))
+            .order_by(Scan.created_at.desc(), Scan.id.desc()).first())
+
+
+def open_with_optout_hash(target_hash: str) -> list[Watch]:
+    """The watches not ended whose target an opt-out stored under ``target_hash`` refuses, locked."""
+    return list(Watch.select().where((Watch.optout_hash == target_hash) & (Watch.status != ENDED))
+                .for_update())

@@ -1,0 +1,146 @@
+"""The watches' scheduler (D28): due times in the database, claimed in batches; each due scan
+admitted as a creation; a scan that cannot be made tried again with its reason kept, and after
+three intervals without one the watch paused with ``watch.paused``."""
+from __future__ import annotations
+
+import json
+import threading
+from datetime import datetime, timedelta
+
+from freezegun import freeze_time
+
+from app.extensions import db
+from app.models import Scan, Watch, WebhookDelivery
+from app.services import billing, watches
+from app.store import watches as watch_store
+
+START = datetime(2026, 11, 21, 12, 0, 0)
+WATCHES = "/api/v1/watches"
+
+
+def create(client, account, **body):
+    with freeze_time(START):
+        r = client.post(WATCHES, headers=account.headers,
+                        json={"target": "jane.doe@example.com", "interval": "daily", **body})
+    assert r.status_code == 201, r.json
+    return r.json["watch_id"]
+
+
+def watch(watch_id) -> Watch:
+    with db.connection_context():
+        return Watch.get_by_id(watch_id)
+
+
+def scans_of(watch_id) -> list[Scan]:
+    with db.connection_context():
+        return list(Scan.select().where(Scan.watch_id == watch_id).order_by(Scan.created_at))
+
+
+def run_at(moment: datetime) -> dict:
+    with freeze_time(moment), db.connection_context():
+        return watches.run_due(moment)
+
+
+def test_due_times_follow_the_interval_with_a_stable_offset_per_watch():
+    first = watches.next_due("wch_a", "daily", START, START)
+    assert START + timedelta(days=1) <= first < START + timedelta(days=2)
+    assert watches.next_due("wch_a", "daily", START, first) == first + timedelta(days=1)
+    offsets = {watches.offset(f"wch_{n}", "weekly") for n in range(50)}
+    assert len(offsets) > 40 and all(timedelta(0) <= o < timedelta(days=7) for o in offsets)
+
+
+def test_a_due_watch_is_scanned_once_charged_and_due_again_an_interval_later(client, account):
+    watch_id = create(client, account)
+    due = watch(watch_id).next_scan_at
+    assert run_at(due - timedelta(seconds=1))["watch_scans"] == 0
+    before = account.customer.balance - 1
+    report = run_at(due)
+    assert report["watch_scans"] == 1
+    assert run_at(due)["watch_scans"] == 0  # claimed and moved: not made twice
+    later = watch(watch_id)
+    baseline, scheduled = scans_of(watch_id)
+    assert later.last_scan_id == scheduled.id and scheduled.created_at == due
+    assert later.next_scan_at == due + timedelta(days=1) and later.last_error is None
+    with db.connection_context():
+        assert billing.balance_of(account.id) == before - 1
+
+
+def test_a_paused_watch_is_not_scanned(client, account):
+    watch_id = create(client, account)
+    due = watch(watch_id).next_scan_at
+    client.patch(f"{WATCHES}/{watch_id}", headers=account.headers, json={"status": "paused"})
+    assert run_at(due + timedelta(days=5))["watch_scans"] == 0 and len(scans_of(watch_id)) == 1
+
+
+def test_a_scan_that_cannot_be_made_is_tried_again_then_the_watch_is_paused(client, make_customer):
+    account = make_customer(credits=1)
+    endpoint = client.post("/api/v1/endpoints", headers=account.headers,
+                           json={"url": "https://hooks.example.com/w", "events": ["watch.paused"]})
+    assert endpoint.status_code == 201, endpoint.json
+    watch_id = create(client, account)  # the balance is 0 after this
+    due = watch(watch_id).next_scan_at
+    report = run_at(due)
+    assert report["watch_scans_missed"] == 1, report
+    missed = watch(watch_id)
+    assert missed.status == "active" and "balance" in missed.last_error and missed.missed_since == due
+    assert missed.next_scan_at == due + timedelta(hours=3)
+    assert run_at(due + timedelta(days=2))["watch_scans_missed"] == 1
+    assert run_at(due + timedelta(days=3))["watches_paused"] == 1
+    paused = watch(watch_id)
+    assert (paused.status, paused.next_scan_at) == ("paused", None) and len(scans_of(watch_id)) == 1
+    with db.connection_context():
+        [delivery] = WebhookDelivery.select().where(WebhookDelivery.event == "watch.paused")
+    body = json.loads(delivery.body)
+    assert (body["watch_id"], body["reason"], body["target"]) == (watch_id, "no_scan_possible",
+                                                                  "jane.doe@example.com")
+
+
+def test_a_claim_skips_the_watches_another_claim_holds(client, account):
+    first, second = create(client, account), create(client, account, target="john@example.com")
+    now = START + timedelta(days=3)
+    held, release = threading.Event(), threading.Event()
+    claimed_by_other: list = []
+
+    def other():
+        with db.connection_context(), db.atomic():
+            claimed_by_other.extend(w.id for w in watch_store.claim_due(now, now + timedelta(minutes=10), 1))
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    try:
+        assert held.wait(10)
+        with db.connection_context(), db.atomic():
+            mine = [w.id for w in watch_store.claim_due(now, now + timedelta(minutes=10), 10)]
+    finally:
+        release.set()
+        thread.join()
+    assert sorted(claimed_by_other + mine) == sorted([first, second]) and not set(claimed_by_other) & set(mine)
+
+
+def test_a_revoked_keys_watch_makes_no_scan_and_says_why(client, account):
+    from app.services import accounts
+    watch_id = create(client, account)
+    due = watch(watch_id).next_scan_at
+    with db.connection_context():
+        accounts.revoke_key(account.key.id)
+    assert run_at(due)["watch_scans_missed"] == 1
+    missed = watch(watch_id)
+    assert len(scans_of(watch_id)) == 1 and "revoked" in missed.last_error and missed.status == "active"
+
+
+def test_a_watch_ended_after_its_claim_makes_no_scan(client, account):
+    """The admission locks the watch's row and reads its status again: an end that committed after
+    the claim wins, and nothing is charged."""
+    watch_id = create(client, account)
+    due = watch(watch_id).next_scan_at
+    with freeze_time(due):
+        with db.connection_context(), db.atomic():
+            [claimed] = watch_store.claim_due(due, due + timedelta(minutes=10), 10)
+        client.delete(f"{WATCHES}/{watch_id}", headers=account.headers)
+        with db.connection_context():
+            balance = billing.balance_of(account.id)
+            assert watches._scan_due(claimed, due) == "watch_scans_skipped"
+            assert billing.balance_of(account.id) == balance
+    assert len(scans_of(watch_id)) == 1
