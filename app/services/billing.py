@@ -22,12 +22,12 @@ from app.services.errors import InsufficientBalance
 from app.store import customers as customer_store
 
 # What a call costs (D3). A served call costs CALL_PRICE when its answer is one of these
-# statuses (2xx, 400, 403, 404; no 401, 402, 409, 429 or 5xx); a creation costs what
+# statuses (2xx: 200, 201, 202; 400, 403, 404; no 401, 402, 409, 429 or 5xx); a creation costs what
 # ``admission_cost`` says, charged with the scans. Prices live here and nowhere else: the
 # words customers read (OpenAPI, the portal) are rendered from them (``PRICE_WORDS``).
 CALL_PRICE = 1
 SCAN_PRICE = 1  # each scan a creation queues
-CHARGED_STATUSES = frozenset({200, 202, 400, 403, 404})
+CHARGED_STATUSES = frozenset({200, 201, 202, 400, 403, 404})
 
 
 def is_billed(livemode: bool) -> bool:

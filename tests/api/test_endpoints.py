@@ -184,3 +184,12 @@ def test_concurrent_switches_and_rolls_of_one_endpoint_one_wins_the_others_are_f
     assert {r.status_code for r in rolls} <= {200, 409}, [(r.status_code, r.json()) for r in rolls]
     shown = [r.json()["secret"] for r in rolls if r.status_code == 200]
     assert shown and _secrets(endpoint_id)[0] in shown and _secrets(endpoint_id)[1] is None
+
+
+def test_creating_an_endpoint_costs_a_credit_as_every_call(client, hooked):
+    """Each endpoints call costs 1 credit, its 201 creation too (a 2xx is a served call)."""
+    before = balance(hooked)
+    r = client.post(ENDPOINTS, headers=hooked.headers, json={"url": OTHER})
+    assert r.status_code == 201
+    assert balance(hooked) == before - 1
+    assert r.headers["X-Credits-Remaining"] == str(before - 1)
