@@ -8,11 +8,6 @@ from simulator.app import create_sim_app
 START = "2025-03-01 12:00:00"
 
 
-@pytest.fixture
-def client(monkeypatch):
-    monkeypatch.delenv("ENGINE_TOKEN", raising=False)
-    monkeypatch.delenv("SIM_TIME_SCALE", raising=False)
-    return create_sim_app().test_client()
 
 
 def results(client, items):

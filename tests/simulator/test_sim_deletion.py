@@ -1,7 +1,6 @@
 """The simulated engine's deletion (E7) and ids that do not show their target (D25)."""
 import base64
 
-import pytest
 from freezegun import freeze_time
 
 from simulator.app import create_sim_app
@@ -10,11 +9,6 @@ from simulator.investigations import decode_id
 START = "2025-03-01 12:00:00"
 
 
-@pytest.fixture
-def client(monkeypatch):
-    monkeypatch.delenv("ENGINE_TOKEN", raising=False)
-    monkeypatch.delenv("SIM_TIME_SCALE", raising=False)
-    return create_sim_app().test_client()
 
 
 def submit(client, target, kind="email"):

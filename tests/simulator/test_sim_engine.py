@@ -12,12 +12,6 @@ from simulator.investigations import decode_id
 START = "2025-03-01 12:00:00"
 
 
-@pytest.fixture
-def client(monkeypatch):
-    # The environment must not leak a token or a time scale into these tests.
-    monkeypatch.delenv("ENGINE_TOKEN", raising=False)
-    monkeypatch.delenv("SIM_TIME_SCALE", raising=False)
-    return create_sim_app().test_client()
 
 
 def submit(client, target, kind="email", reference="scan_1", **kwargs):

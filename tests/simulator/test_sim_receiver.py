@@ -9,15 +9,11 @@ import time
 import pytest
 
 from app.webhook_signature import sign_standard
-from simulator.app import create_sim_app
 from simulator.receiver import standard_signed_by, verify_signature
 
 SECRET = "whsec_test"
 
 
-@pytest.fixture
-def client():
-    return create_sim_app().test_client()
 
 
 def sign(secret, raw):
