@@ -4,7 +4,7 @@ flushed Redis never reach another's test.
 
 With ``TEST_DATABASE_URL`` / ``TEST_REDIS_URL`` set (CI: the machine's servers), worker ``gwN``
 rewrites them before anything reads them: the database name gains ``_gwN`` (created on first
-use, from the same server) and the Redis database number becomes one of ``REDIS_DBS``. Without
+use, from the same server; ``TEST_DATABASE_DIRECT_URL``, the same server past a pooler, alike) and the Redis database number becomes one of ``REDIS_DBS``. Without
 them every worker starts its own embedded servers (tests/conftest.py), which are apart already.
 """
 from __future__ import annotations
@@ -24,6 +24,8 @@ def pytest_configure(config):
     index = int(worker.removeprefix("gw"))
     if os.environ.get("TEST_DATABASE_URL"):
         os.environ["TEST_DATABASE_URL"] = worker_database(os.environ["TEST_DATABASE_URL"], worker)
+    if os.environ.get("TEST_DATABASE_DIRECT_URL"):  # the same database past a pooler (LISTEN, D19)
+        os.environ["TEST_DATABASE_DIRECT_URL"] = worker_database(os.environ["TEST_DATABASE_DIRECT_URL"], worker)
     if os.environ.get("TEST_REDIS_URL"):
         os.environ["TEST_REDIS_URL"] = worker_redis(os.environ["TEST_REDIS_URL"], index)
 
