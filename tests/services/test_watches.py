@@ -73,7 +73,7 @@ def test_a_paused_watch_is_not_scanned(client, account):
 
 
 def test_a_scan_that_cannot_be_made_is_tried_again_then_the_watch_is_paused(client, make_customer):
-    account = make_customer(credits=1)
+    account = make_customer(credits=2)  # one for the endpoint's creation, one for the watch's
     endpoint = client.post("/api/v1/endpoints", headers=account.headers,
                            json={"url": "https://hooks.example.com/w", "events": ["watch.paused"]})
     assert endpoint.status_code == 201, endpoint.json
