@@ -38,7 +38,8 @@ def test_a_watch_is_created_with_its_baseline_scan_paid_by_the_call(client, acco
         "jane.doe@example.com", "email", "weekly", True)
     assert (body["purpose"], body["case_ref"], body["created_at"]) == ("fraud_prevention", "CASE-1",
                                                                        "2026-11-21T12:00:00Z")
-    assert ISO.match(body["next_scan_at"]) and "2026-11-28T12:00:00Z" <= body["next_scan_at"] < "2026-12-05"
+    # A week after its creation, plus its offset within the interval (stable per watch, less than a week).
+    assert ISO.match(body["next_scan_at"]) and "2026-11-28T12:00:00Z" <= body["next_scan_at"] < "2026-12-05T12:00:00Z"
     [scan] = scans_of_watch(body["watch_id"])
     assert body["last_scan_id"] == scan.id and body["last_change_at"] is None
     assert (scan.purpose, scan.case_ref, scan.status) == ("fraud_prevention", "CASE-1", "queued")
