@@ -246,7 +246,7 @@ def _shape_schemas(spec) -> None:
     """
     schemas = spec.components.schemas
     schemas["BulkCreate"]["properties"]["targets"]["items"] = {"$ref": REF.format("BulkTarget")}
-    for name in ("ScanCreate", "BulkTarget"):
+    for name in ("ScanCreate", "BulkTarget", "WatchCreate"):
         schemas[name]["not"] = _KIND_DISAGREES
     spec.components.schema("Kind", {"type": "string", "enum": list(KINDS),
                                     "description": "What a target is: an e-mail address, a phone number or a "

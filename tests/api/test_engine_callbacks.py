@@ -196,6 +196,9 @@ def create_scans(client, account, n) -> list[str]:
     return [entry["scan_id"] for entry in response.json["scans"]]
 
 
+# slow: real simulator threads calling back over HTTP. It failed once under libfaketime a year
+# ahead (make test-future), not yet explained: kept out of that run until it is; make test runs it.
+@pytest.mark.slow
 def test_end_to_end_the_simulator_calls_back_and_the_scans_complete_long_before_their_first_look(
         client, account, calling_service):
     ids = create_scans(client, account, 5)

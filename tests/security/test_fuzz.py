@@ -101,9 +101,12 @@ def real_cursors(client, rich, scan_ids) -> dict:
     deliveries = client.get("/api/v1/deliveries", headers=rich.headers).json["data"]
     activity = client.get("/api/v1/activity", headers=rich.headers).json["data"]
     events = client.get("/api/v1/events", headers=rich.headers).json["data"]
-    assert deliveries and activity and events
+    watch = client.post("/api/v1/watches", json={"target": "watched@example.com", "interval": "weekly"},
+                        headers=rich.headers).json
+    assert deliveries and activity and events and watch["ok"]
     return {"/api/v1/scans": scan_ids[0], "/api/v1/deliveries": deliveries[0]["delivery_id"],
-            "/api/v1/activity": activity[-1]["activity_id"], "/api/v1/events": events[0]["event_id"]}
+            "/api/v1/activity": activity[-1]["activity_id"], "/api/v1/events": events[0]["event_id"],
+            "/api/v1/watches": watch["watch_id"]}
 
 
 KIND_FORMS = {kind: re.compile(f"^({pattern})$") for kind, pattern in TARGET_PATTERNS.items()}
