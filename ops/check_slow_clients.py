@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -108,6 +109,18 @@ http {{
             except OSError:
                 time.sleep(0.1)
         raise RuntimeError("nginx did not start listening within 10 s")
+
+    def logs(self) -> str:
+        """The site's access and error logs, read after a graceful shutdown: nginx writes a request's
+        access line when its connection ends, which under HTTP/2 can be after the client has its answer."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGQUIT)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return "".join((self.dir / name).read_text() for name in ("scan-api.access.log", "scan-api.error.log")
+                       if (self.dir / name).exists())
 
     def stop(self):
         if self.proc.poll() is None:

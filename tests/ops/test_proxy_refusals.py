@@ -147,7 +147,7 @@ def test_every_refusal_over_http1_and_http2_is_the_json_envelope(gunicorn, http2
             assert json.loads(kept[2])["request_id"] == longest == kept[1]["x-request-id"]
             made = curl(base + path, "-H", f"X-Request-Id: {longest}x", http2=http2)
             assert json.loads(made[2])["request_id"] == made[1]["x-request-id"] != longest + "x"
-        assert SECRET_ID not in (server.dir / "scan-api.access.log").read_text()
+        assert SECRET_ID not in server.logs()
     finally:
         server.stop()
     assert SECRET_ID not in gunicorn[2].read_text()
@@ -238,7 +238,7 @@ def test_the_api_down_or_hanging_is_a_json_502_or_504_and_the_error_log_keeps_no
         envelope(answer, 504, "service_unavailable", "API hanging")
         assert answer[1]["retry-after"] == "5"
         for server in (down, hanging):
-            logs = (server.dir / "scan-api.access.log").read_text() + (server.dir / "scan-api.error.log").read_text()
+            logs = server.logs()
             assert "/api/v1/activity" in logs and "jane" not in logs, logs
     finally:
         down.stop()
@@ -263,7 +263,7 @@ def test_a_target_in_the_query_string_leaves_no_trace_in_any_log(gunicorn, make_
             assert status == 400
             assert curl(f"{base}/nowhere?target={TARGET}", "-H", f"Referer: {base}/app/activity?target={TARGET}",
                         http2=http2)[0] == 404
-        nginx_log = (server.dir / "scan-api.access.log").read_text()
+        nginx_log = server.logs()
     finally:
         server.stop()
     wait_until(lambda: access.read_text().count("/api/v1/activity") >= 4, 5, "gunicorn's access lines")
