@@ -9,12 +9,13 @@ or due look, as RQ's scheduler and the lookers would reach it, and goes on.
 """
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from rq import Queue, SimpleWorker
 from rq.registry import ScheduledJobRegistry
 
 from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, promote_due
+from app.jobs import queue as job_queue
 from app.services import looks
 
 
@@ -77,3 +78,14 @@ class JobRunner:
             now = datetime.now(UTC).timestamp()
             freezer.tick(max(0.0, upcoming - now) + 0.001)
         return until() if until is not None else True
+
+
+def enqueue_old_tracking_job(scan_id, job_id, delay=0.0):
+    """A tracking job as the RQ job chains of before the upgrade left them in Redis (D24), due in
+    ``delay`` seconds: what the upgrade's hand-over must absorb."""
+    q = job_queue(ENGINE_QUEUE)
+    if delay:
+        q.enqueue_at(datetime.now(UTC) + timedelta(seconds=delay), "workers.engine_jobs.track_scan", scan_id,
+                     job_id=job_id)
+    else:
+        q.enqueue("workers.engine_jobs.track_scan", scan_id, job_id=job_id)

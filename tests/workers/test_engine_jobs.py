@@ -27,6 +27,7 @@ from app.store import scan_states
 from simulator.investigations import decode_id, plan_for, progress_at
 from simulator.results import EXTRA_FIELD, FULL_DATE, HIGH_SCORE, NO_BAND, messiness_of, phone_profile, result_for
 from tests.conftest import ServerThread
+from tests.jobrunner import enqueue_old_tracking_job
 
 backoff = tracking.backoff
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
@@ -573,17 +574,6 @@ def test_an_engine_error_without_usable_details_fails_with_a_default_message(cli
 
 
 # --- 5. duplicates and replays ---------------------------------------------------------
-
-def enqueue_old_tracking_job(scan_id, job_id, delay=0.0):
-    """A tracking job as the RQ job chains of before the upgrade left them in Redis (D24)."""
-    from datetime import datetime as dt
-    q = queue(ENGINE_QUEUE)
-    if delay:
-        q.enqueue_at(dt.now(UTC) + timedelta(seconds=delay), "workers.engine_jobs.track_scan", scan_id,
-                     job_id=job_id)
-    else:
-        q.enqueue("workers.engine_jobs.track_scan", scan_id, job_id=job_id)
-
 
 def old_job_outcomes(job_ids) -> list:
     """What each tracking job of before the upgrade returned once run."""

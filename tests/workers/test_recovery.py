@@ -21,6 +21,7 @@ from app.models import BulkBatch, CreditLedger, Scan, utcnow
 from app.services import billing
 from app.services.recovery import sweep
 from app.services.results import Owner, normalize_result
+from tests.jobrunner import enqueue_old_tracking_job
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 START = "2026-11-21 12:00:00"
@@ -72,17 +73,11 @@ def books(account) -> tuple[int, int, list]:
 def as_the_chains_left_it(scan_id, generation=0, *, delay=None):
     """Make a scan as an RQ job chain of before the upgrade tracked it: no due look, its chain's
     token, and (unless ``delay`` is None) its job in Redis, due in ``delay`` seconds."""
-    from datetime import UTC, datetime
     token = f"trk-{scan_id}-{generation}"
     with db.connection_context():
         Scan.update(next_look_at=None, tracking_job_id=token).where(Scan.id == scan_id).execute()
     if delay is not None:
-        q = queue(ENGINE_QUEUE)
-        if delay:
-            q.enqueue_at(datetime.now(UTC) + timedelta(seconds=delay), "workers.engine_jobs.track_scan", scan_id,
-                         job_id=token)
-        else:
-            q.enqueue("workers.engine_jobs.track_scan", scan_id, job_id=token)
+        enqueue_old_tracking_job(scan_id, token, delay)
     return token
 
 
