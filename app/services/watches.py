@@ -15,7 +15,7 @@ from app import events
 from app.db import transaction
 from app.models import iso, new_id, utcnow
 from app.models.watches import ACTIVE, ENDED, PAUSED
-from app.services import access, purposes, scans, watch_changes
+from app.services import access, activity, purposes, scans, watch_changes
 from app.services.crypto import target_hash
 from app.services.errors import InvalidRequest, NotFound, ServiceError, TargetSuppressed, WatchEnded
 from app.services.targets import normalize_or_refuse, opt_out_key
@@ -65,19 +65,56 @@ def create_watch(customer, api_key_id, target, kind, interval, *, request_id, li
     """Create a watch and queue its baseline scan: ``(the watch's body, the scan's outcome)``."""
     kind, target = normalize_or_refuse(target, kind)
     purpose, case_ref = purposes.check(purpose, case_ref, required=customer.require_purpose)
-    if interval not in INTERVALS:
-        raise InvalidRequest(f"interval must be one of {', '.join(INTERVALS)}")
-    now = utcnow()
-    watch_id = new_id("wch")
-    row = {"id": watch_id, "customer": customer.id, "api_key": api_key_id, "livemode": livemode, "kind": kind,
-           "target": target, "optout_hash": target_hash(*opt_out_key(kind, target)), "interval": interval,
-           "status": ACTIVE, "purpose": purpose, "case_ref": case_ref, "created_at": now,
-           "next_scan_at": next_due(watch_id, interval, now, now), "last_scan_id": None, "last_change_at": None,
-           "last_changes": None, "last_error": None, "missed_since": None, "ended_at": None, "end_reason": None}
+    _check_interval(interval)
+    row = _new_row(customer.id, api_key_id, livemode, kind, target, interval, purpose, case_ref, utcnow())
+    watch_id = row["id"]
     outcome = scans.create_watch_scan(customer, api_key_id, kind, target, request_id=request_id, livemode=livemode,
                                       purpose=purpose, case_ref=case_ref, watch_id=watch_id, new_watch=row)
     watch_store.update(watch_id, {"last_scan_id": outcome.body["scan_id"]})
     return view(watch_store.get(watch_id)), outcome
+
+
+def create_watches(customer, api_key_id, targets: list, interval: str, *, request_id, livemode=True, purpose=None,
+                   case_ref=None, entry: activity.CallEntry | None = None) -> tuple[dict, scans.Outcome]:
+    """Many watches in one call (D28's bulk creation, the portal's CSV import): the targets are
+    taken as a bulk scan's (at most 100, Business and Enterprise, each invalid or opted-out one
+    rejected, free); each valid one becomes a watch with its baseline scan, all admitted together
+    (paid as a bulk call: a credit per watch, one if none), within the watch limit, or none is.
+    ``(body, outcome)``: the body says, per entry, the watch created or why it was rejected."""
+    _check_interval(interval)
+    accepted, rejected, purpose, case_ref = scans.screen_bulk(customer, targets, purpose, case_ref)
+    now = utcnow()
+    rows = [_new_row(customer.id, api_key_id, livemode, kind, target, interval, purpose, case_ref, now)
+            for _, (kind, target) in accepted]
+    outcome = scans.create_watch_batch(customer, api_key_id, accepted, len(targets), rows, request_id=request_id,
+                                       livemode=livemode, purpose=purpose, case_ref=case_ref, entry=entry)
+    made = outcome.body["scans"]
+    watch_store.set_last_scans({s["watch_id"]: s["scan_id"] for s in made})
+    found = {w.id: w for w in watch_store.get_many([s["watch_id"] for s in made])}
+    body = {"ok": True, "livemode": livemode, "bulk_id": outcome.body["bulk_id"], "total": len(targets),
+            "created": len(made), "rejected": rejected,
+            "watches": [{**_entry(found[s["watch_id"]]), "index": s["index"]} for s in made]}
+    return body, outcome
+
+
+def _check_interval(interval: str) -> None:
+    if interval not in INTERVALS:
+        raise InvalidRequest(f"interval must be one of {', '.join(INTERVALS)}")
+
+
+def _new_row(customer_id, api_key_id, livemode, kind, target, interval, purpose, case_ref, now) -> dict:
+    """A new watch's row, active, its first scheduled scan an interval (plus its offset) from now."""
+    watch_id = new_id("wch")
+    return {"id": watch_id, "customer": customer_id, "api_key": api_key_id, "livemode": livemode, "kind": kind,
+            "target": target, "optout_hash": target_hash(*opt_out_key(kind, target)), "interval": interval,
+            "status": ACTIVE, "purpose": purpose, "case_ref": case_ref, "created_at": now,
+            "next_scan_at": next_due(watch_id, interval, now, now), "last_scan_id": None, "last_change_at": None,
+            "last_changes": None, "last_error": None, "missed_since": None, "ended_at": None, "end_reason": None}
+
+
+def _entry(watch) -> dict:
+    """A watch as a list shows it (its view without ``ok``)."""
+    return {k: v for k, v in view(watch).items() if k != "ok"}
 
 
 def owned(customer_id: str, watch_id: str, livemode: bool):
@@ -104,7 +141,7 @@ def list_watches(customer_id: str, *, livemode: bool, status: str | None = None,
         before = (after.created_at, after.id)
     limit = max(1, min(LIST_MAX_LIMIT, int(limit)))
     rows = watch_store.page(customer_id, livemode=livemode, status=status, kind=kind, before=before, limit=limit + 1)
-    return {"ok": True, "data": [{k: v for k, v in view(w).items() if k != "ok"} for w in rows[:limit]],
+    return {"ok": True, "data": [_entry(w) for w in rows[:limit]],
             "has_more": len(rows) > limit}
 
 

@@ -7,6 +7,7 @@ import json
 import threading
 from datetime import datetime, timedelta
 
+import pytest
 from freezegun import freeze_time
 
 from app.extensions import db
@@ -144,3 +145,34 @@ def test_a_watch_ended_after_its_claim_makes_no_scan(client, account):
             assert watches._scan_due(claimed, due) == "watch_scans_skipped"
             assert billing.balance_of(account.id) == balance
     assert len(scans_of(watch_id)) == 1
+
+
+def test_create_watches_says_per_entry_what_became_of_it_and_spreads_their_scans(make_customer):
+    account = make_customer(inflight=50)
+    targets = [{"target": f"user{n}@example.com"} for n in range(20)] + [{"target": "ab"}, {"nope": 1}]
+    with freeze_time(START), db.connection_context():
+        body, outcome = watches.create_watches(account.customer, account.key.id, targets, "daily",
+                                               request_id="req_test", livemode=True, purpose=None, case_ref=None)
+    assert (body["total"], body["created"], outcome.cost) == (22, 20, 20)
+    assert [w["index"] for w in body["watches"]] == list(range(20))
+    assert [(e["index"], e["error"]) for e in body["rejected"]] == [(20, "target_too_short"),
+                                                                      (21, "invalid_request")]
+    # Each watch's own place in the interval: made together, they do not fall due together.
+    due = {w["next_scan_at"] for w in body["watches"]}
+    assert len(due) > 15
+    assert all(watch(w["watch_id"]).last_scan_id == w["last_scan_id"] for w in body["watches"])
+    with db.connection_context():
+        batch = {s.watch_id for s in Scan.select().where(Scan.bulk == body["bulk_id"])}
+    assert batch == {w["watch_id"] for w in body["watches"]}
+
+
+def test_create_watches_is_within_the_watch_limit_whole_or_not_at_all(make_customer):
+    from app.services import accounts
+    from app.services.errors import WatchLimitReached
+    account = make_customer(tier="enterprise")
+    with db.connection_context():
+        accounts.set_limits(account.id, watches=2)
+        with pytest.raises(WatchLimitReached, match="2 more fit now"):
+            watches.create_watches(account.customer, account.key.id,
+                                   [{"target": f"u{n}@example.com"} for n in range(3)], "weekly", request_id=None)
+        assert Watch.select().count() == 0 and billing.balance_of(account.id) == 100
