@@ -266,19 +266,24 @@ def create_scan(customer, api_key_id, target, kind, *, request_id, livemode=True
 
 
 def create_watch_scan(customer, api_key_id, kind, target, *, request_id, livemode, purpose, case_ref, watch_id,
-                      new_watch: dict | None = None, scheduled: bool = False) -> Outcome:
+                      new_watch: dict | None = None, scheduled: bool = False,
+                      entry: activity.CallEntry | None = None) -> Outcome:
     """Queue a watch's scan (D28), admitted, charged and limited as a creation; with ``new_watch``
     the watch itself is created in the same transaction (its baseline scan). A refused engine
-    leaves neither. The body is a creation's, with ``watch_id``."""
+    leaves neither. The body is a creation's, with ``watch_id``. ``entry``: the call's activity
+    entry, written with the charge (D25)."""
     suppressions.check(kind, target)
     rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (kind, target))], request_id=request_id,
                                              livemode=livemode, purpose=purpose, case_ref=case_ref,
                                              watch_id=watch_id,
                                              new_watches=[new_watch] if new_watch is not None else None,
-                                             watch_statuses=("active",) if scheduled else ("active", "paused"))
+                                             watch_statuses=("active",) if scheduled else ("active", "paused"),
+                                             entry=entry)
     cost = billing.admission_cost(1, livemode=livemode)
+    recorded = entry.recorded() if entry is not None else None
     try:
-        answer = _submit(customer.id, rows, None, cost, request_id, livemode)[0]
+        with activity.entry_follows(recorded):
+            answer = _submit(customer.id, rows, None, cost, request_id, livemode, recorded=recorded)[0]
     except EngineUnavailable:
         if new_watch is not None:
             watch_store.delete_many([watch_id])
@@ -288,7 +293,7 @@ def create_watch_scan(customer, api_key_id, kind, target, *, request_id, livemod
     body = {"ok": True, "scan_id": scan_id, "livemode": livemode, "kind": kind, "recipes_to_run": answer["recipes"],
             "eta_seconds": answer["eta_seconds"], "watch_id": watch_id}
     subject = activity.Subject(scan_id, activity.hashes_of([(kind, target)]), purpose, case_ref)
-    return Outcome(body, balance, limits, usage, cost, subject)
+    return Outcome(body, balance, limits, usage, cost, subject, recorded)
 
 
 def _why_nothing_to_rerun(status: str, *, erased: bool) -> str:

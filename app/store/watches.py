@@ -78,6 +78,18 @@ def page(customer_id: str, *, livemode: bool, status: str | None, kind: str | No
     return list(query.order_by(Watch.created_at.desc(), Watch.id.desc()).limit(limit))
 
 
+def portal_page(customer_id: str, *, livemode: bool | None, status: str | None, offset: int,
+                limit: int) -> tuple[int, list[Watch]]:
+    """``(total, rows)``: the customer's watches of one mode or both (``livemode`` None), newest first."""
+    query = Watch.select().where(Watch.customer == customer_id)
+    if livemode is not None:
+        query = query.where(Watch.livemode == livemode)
+    if status is not None:
+        query = query.where(Watch.status == status)
+    rows = list(query.order_by(Watch.created_at.desc(), Watch.id.desc()).offset(offset).limit(limit))
+    return query.count(), rows
+
+
 def claim_due(now: datetime, hold_until: datetime, limit: int) -> list[Watch]:
     """Up to ``limit`` active watches due at ``now``, claimed: their due time moved to
     ``hold_until`` in the same statement, rows another claim holds skipped (``SKIP LOCKED``).

@@ -9,7 +9,7 @@ from flask import abort, flash, g, redirect, render_template, request, url_for
 from app.portal import audit, security
 from app.portal.blueprint import bp, choice, filter_source, page_arg, target_filter
 from app.portal.forms import ActionForm, EraseForm
-from app.services import accounts, activity, erasure, findings, reads, targets, webhooks
+from app.services import accounts, activity, erasure, findings, reads, targets, watch_changes, webhooks
 from app.services import portal_roles as roles
 from app.services import scans as scans_service
 from app.services.errors import Forbidden, InvalidRequest, NotFound, ScanInFlight, ServiceError
@@ -44,10 +44,30 @@ def scan_page(scan_id):
         scan = reads.scan_detail(g.portal_customer.id, scan_id)
     except NotFound:
         abort(404)
-    return render_template("portal/scan.html", scan=scan, explained=_explained(scan.get("result")),
+    explained = _explained(scan.get("result"))
+    return render_template("portal/scan.html", scan=scan, explained=explained,
+                           watch=_watch_changes(scan_id, explained),
                            action=ActionForm(), erase_form=EraseForm(),
                            retention_days=g.portal_customer.result_retention_days,
                            deliveries=webhooks.scan_deliveries(scan["scan_id"], g.portal_customer.id))
+
+
+def _watch_changes(scan_id: str, explained: dict) -> dict | None:
+    """A watch scan's changes since the watch's previous scan (``watch_changes.since_previous``),
+    each added finding named as this page names it (its anchor is on the page), each removed one
+    as the previous result named it."""
+    found = watch_changes.since_previous(g.portal_customer.id, scan_id)
+    if found is None or found["state"] != "changed":
+        return found
+    previous = found.pop("previous_result")
+    paths_before = {f["id"]: f["path"] for f in previous.get("findings") or []}
+    labels_before = _finding_labels(previous)
+    changes = found["changes"]
+    found["added"] = [{"id": fid, "label": explained["labels"].get(explained["by_id"][fid]["path"], "a finding")
+                       if fid in explained["by_id"] else "a finding"} for fid in changes["added"]]
+    found["removed"] = [{"id": fid, "label": labels_before.get(paths_before.get(fid, ""), "a finding")}
+                        for fid in changes["removed"]]
+    return found
 
 
 # What the scan page shows for each failed, found or silent source.
