@@ -176,3 +176,31 @@ def test_create_watches_is_within_the_watch_limit_whole_or_not_at_all(make_custo
             watches.create_watches(account.customer, account.key.id,
                                    [{"target": f"u{n}@example.com"} for n in range(3)], "weekly", request_id=None)
         assert Watch.select().count() == 0 and billing.balance_of(account.id) == 100
+
+
+def test_the_portal_lists_both_modes_and_makes_watches_only_with_a_key_that_may(client, account):
+    from app.services import accounts
+    from app.services.errors import Forbidden, NotFound
+    from tests import factories
+    live = create(client, account)
+    with db.connection_context():
+        test = factories.sandbox_key(account)
+    with freeze_time(START):
+        r = client.post(WATCHES, headers=test.headers, json={"target": "+447700900123", "interval": "weekly"})
+    assert r.status_code == 201
+    with db.connection_context():
+        both = watches.portal_watches(account.id)
+        assert {w["watch_id"] for w in both.items} == {r.json["watch_id"], live} and both.total == 2
+        assert [w["livemode"] for w in watches.portal_watches(account.id, livemode=False).items] == [False]
+        assert watches.portal_watches(account.id, status="paused").total == 0
+        narrow, _ = accounts.issue_key(account.id, "narrow", None, None, scopes=["scans:read"])
+        assert {k.id for k in watches.watch_keys(account.id)} == {account.key.id, test.key.id}
+        with pytest.raises(Forbidden, match="lacks the scope watches"):
+            watches.portal_create(account.customer, narrow.id, "a@b.example", None, "daily")
+        with pytest.raises(NotFound):
+            watches.portal_create(account.customer, "key_someone_elses", "a@b.example", None, "daily")
+        # Paused and resumed in its own mode, from the portal.
+        assert watches.portal_set_status(account.id, r.json["watch_id"], "paused")["status"] == "paused"
+        assert watches.portal_end(account.id, live)["status"] == "ended"
+        with pytest.raises(NotFound):
+            watches.portal_end("cus_other", r.json["watch_id"])
