@@ -9,6 +9,7 @@ from functools import partial
 
 from flask import abort, flash, g, redirect, render_template, request, url_for
 
+from app.models.watches import STATUSES
 from app.portal import audit, security
 from app.portal.blueprint import bp, choice, form_errors, page_arg
 from app.portal.forms import ActionForm, WatchForm, WatchImportForm
@@ -18,7 +19,6 @@ from app.services.errors import NotFound, ServiceError
 from app.services.limits import MAX_BULK_TARGETS
 
 MODES = {"live": True, "test": False}
-STATUSES = ("active", "paused", "ended")
 MAX_CSV_BYTES = 64 * 1024  # 100 rows of the longest targets fit in a third of it
 
 
@@ -37,8 +37,7 @@ def _watches_page(add: WatchForm | None = None, upload: WatchImportForm | None =
     back = {name: value for name, value in {**filters, "page": listing.page if listing.page > 1 else None}.items()
             if value}
     return render_template("portal/watches.html", watches=listing, filters=filters, statuses=STATUSES, modes=MODES,
-                           back=back,
-                           add=add, upload=upload, report=report, keys=keys, action=ActionForm(),
+                           back=back, add=add, upload=upload, report=report, keys=keys, action=ActionForm(),
                            max_rows=MAX_BULK_TARGETS), code
 
 
