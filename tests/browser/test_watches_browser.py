@@ -55,3 +55,46 @@ def test_import_a_csv_file_read_its_report_and_pause_a_watch(logged_in, served_a
     _shot(page, "portal_watches_after_pause")
     with db.connection_context():
         assert Watch.get_by_id(jane.id).status == "paused"
+
+
+def test_a_watch_scans_page_says_what_changed_since_the_previous_one(logged_in, served_app, portal_user):
+    import copy
+
+    import requests
+
+    from app.models import Scan
+    from app.services import results, tracking
+    from app.simulated.results import result_for
+
+    def complete(scan_id, raw):
+        with db.connection_context():
+            scan = Scan.get_by_id(scan_id)
+            owner = results.Owner(scan.customer_id, scan.kind, scan.target)
+            assert tracking.complete(scan_id, results.normalize_result(raw, scan.kind, scan_id=scan_id, owner=owner))
+
+    target = "jane.watch@example.com"
+    watch = requests.post(f"{served_app.url}/api/v1/watches", json={"target": target, "interval": "weekly"},
+                          headers=portal_user.headers, timeout=10).json()
+    first = result_for("email", target, "https://artifacts.example/inv_1", messy=False)
+    complete(watch["last_scan_id"], first)
+    second = copy.deepcopy(first)
+    second["breaches"] = [first["breaches"][1], {"name": "FreshLeak", "date": "2026-09", "accounts": 1000,
+                                                 "classes": ["email_addresses"]}]
+    second["risk"].update(score=80, band="critical")
+    second["risk"]["reasons"][-1]["points"] += 80 - first["risk"]["score"]  # the reasons still add up to the score
+    run = requests.post(f"{served_app.url}/api/v1/watches/{watch['watch_id']}/run", headers=portal_user.headers,
+                        timeout=10).json()
+    complete(run["scan_id"], second)
+
+    page = logged_in
+    page.goto(f"{served_app.url}/app/watches")
+    page.locator(f'tr[id="{watch["watch_id"]}"]').get_by_role("link", name=run["scan_id"]).click()
+    changed = page.get_by_role("region", name="What changed since the previous scan")
+    changed.wait_for()
+    risk = first["risk"]
+    assert changed.locator("#watch-risk").inner_text().lower() == f"risk: {risk['score']} {risk['band']} → 80 critical"
+    assert "Breach: FreshLeak (2026-09)" in changed.locator("ul.watch-added").inner_text()
+    assert "Breach: TravelNest (2018-05)" in changed.locator("ul.watch-removed").inner_text()
+    changed.get_by_role("link", name="Breach: FreshLeak (2026-09)").click()  # to the finding on this page
+    page.wait_for_url("**#fnd_*")
+    _shot(page, "portal_watch_scan_changes")

@@ -251,7 +251,8 @@ def test_a_watch_scans_page_shows_what_changed_since_the_previous_scan(client, p
     second = copy.deepcopy(first)
     second["breaches"] = [first["breaches"][1], {"name": "FreshLeak", "date": "2026-09", "accounts": 1000,
                                                  "classes": ["email_addresses"]}]
-    second["risk"] = {**first["risk"], "score": 80, "band": "critical"}
+    second["risk"].update(score=80, band="critical")
+    second["risk"]["reasons"][-1]["points"] += 80 - first["risk"]["score"]  # the reasons still add up to the score
     rerun = client.post(f"/api/v1/watches/{watch['watch_id']}/run", headers=portal_account.headers).json
     after = _complete(rerun["scan_id"], second)
     login(client)
