@@ -20,8 +20,8 @@ from app.services.crypto import target_hash
 from app.services.errors import InvalidRequest, NotFound, ServiceError, TargetSuppressed, WatchEnded
 from app.services.targets import normalize_or_refuse, opt_out_key
 from app.store import customers as customer_store
+from app.store import keys as key_store
 from app.store import watches as watch_store
-from app.store import webhooks as key_store
 
 # The scheduler's claim: watches per batch, batches per run, and how long a claim holds a watch
 # (a scheduler that dies leaves its watches due again then).
@@ -173,7 +173,7 @@ def run_due(now: datetime | None = None) -> dict:
 def _scan_due(watch, now: datetime) -> str:
     """One due watch's scan; what became of it (a key of ``run_due``'s report)."""
     customer = customer_store.get(watch.customer_id)
-    key = key_store.key(watch.api_key_id)
+    key = key_store.get(watch.api_key_id)
     if not key.is_live or access.is_expired(key, now) or access.WATCHES not in (key.scopes or ()):
         # A person who revoked or narrowed a key stops its spending, scheduled scans included.
         return _missed(watch, now, "the API key that created this watch is revoked, expired or lacks the scope "
