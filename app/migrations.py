@@ -10,11 +10,44 @@ command again changes nothing.
 from __future__ import annotations
 
 import logging
+from collections import Counter
+from datetime import datetime, timedelta
 
 from app.db import db, table
 from app.models import ALL_MODELS, IdempotencyRecord, SchemaVersion
 
 log = logging.getLogger(__name__)
+
+# The values the migrations below used, as they were when each was written: a migration holds
+# its own values and never imports a live rule (app.services), whose meaning may change
+# (tests/unit/test_migrations_frozen.py).
+_IN_FLIGHT_2 = ("queued", "running")  # app.models.scans.IN_FLIGHT, migrations 2 and 6
+_DAY_2 = 86400  # app.services.limits.DAY: the longest window a quota counter serves
+# app.services.access.SCOPES when migration 12 gave existing keys every scope (watches came later,
+# with migration 25, which adds its scope to the keys that held all of these).
+_SCOPES_12 = ("scans:write", "scans:read", "scans:erase", "webhooks", "activity:read")
+
+
+def _counted_from_scans(database, now: datetime, livemode: bool | None) -> tuple[Counter, Counter]:
+    """What the quota counters held, counted from the scans (app.services.quotas.counted_from_scans
+    as migrations 2 and 6 ran it): scans in flight by customer, and the last day's scans by
+    (customer, minute); of one mode, or (``livemode=None``, a database without the column) all."""
+    since = now - timedelta(seconds=_DAY_2)
+    p = database.param
+    sql = (f'SELECT "customer_id", "status", "created_at" FROM "scan" '
+           f'WHERE ("status" IN ({p}, {p}) OR "created_at" > {p})')
+    params: tuple = (*_IN_FLIGHT_2, since)
+    if livemode is not None:
+        sql += f' AND "livemode" = {p}'
+        params += (livemode,)
+    in_flight: Counter[str] = Counter()
+    minutes: Counter[tuple[str, datetime]] = Counter()
+    for customer, status, created_at in database.execute_sql(sql, params).fetchall():
+        if status in _IN_FLIGHT_2:
+            in_flight[customer] += 1
+        if created_at > since:
+            minutes[customer, created_at.replace(second=0, microsecond=0)] += 1
+    return in_flight, minutes
 
 
 def _initial(database):
@@ -25,7 +58,6 @@ def _quota_counters(database):
     """Customer.in_flight and QuotaMinute (app.services.quotas), filled from the scans; the
     scan indexes nothing uses go, those of scans in flight become partial (app.models.scans)."""
     from app.models import QuotaMinute, Scan, utcnow
-    from app.services.quotas import counted_from_scans
 
     # Plain ALTER TABLE with its default: existing rows get it in the same statement.
     database.execute_sql('ALTER TABLE "customer" ADD COLUMN "in_flight" INTEGER NOT NULL DEFAULT 0')
@@ -34,7 +66,7 @@ def _quota_counters(database):
         database.execute_sql(f'DROP INDEX IF EXISTS "{index}"')
     Scan._schema.create_indexes(safe=True)  # the two partial indexes of scans in flight
     # livemode=None: every scan (a database this old has no test scans, nor the column).
-    in_flight, minutes = counted_from_scans(utcnow(), livemode=None)
+    in_flight, minutes = _counted_from_scans(database, utcnow(), livemode=None)
     for customer_id, count in in_flight.items():
         database.execute_sql(f'UPDATE "customer" SET in_flight = {database.param} WHERE id = {database.param}',
                              (count, customer_id))
@@ -72,7 +104,6 @@ def _test_mode(database):
     records (existing rows are live), ``Customer.test_in_flight``, and the per-minute quota
     counters keyed by mode. Safe on a schema that has any of it already."""
     from app.models import IdempotencyRecord, QuotaMinute, utcnow
-    from app.services.quotas import counted_from_scans
 
     for name in ("api_key", "bulk_batch", "scan", "webhook_delivery", "idempotency_record"):
         if "livemode" not in {c.name for c in database.get_columns(name)}:
@@ -87,7 +118,7 @@ def _test_mode(database):
     database.create_tables([QuotaMinute], safe=True)
     rows = []
     for livemode in (True, False):
-        _, minutes = counted_from_scans(utcnow(), livemode=livemode)
+        _, minutes = _counted_from_scans(database, utcnow(), livemode=livemode)
         rows += [{"customer": c, "livemode": livemode, "minute": m, "scans": n} for (c, m), n in minutes.items()]
     for start in range(0, len(rows), 500):
         QuotaMinute.insert_many(rows[start:start + 500]).execute()
@@ -142,10 +173,9 @@ def _retention(database):
 def _key_access(database):
     """ApiKey.scopes, expires_at, allowed_ips (D21). Existing keys keep doing what they did: every
     scope, no expiry, no allowlist."""
-    from app.services.access import SCOPES
-
     database.execute_sql('ALTER TABLE "api_key" ADD COLUMN IF NOT EXISTS "scopes" TEXT[]')
-    database.execute_sql(f'UPDATE "api_key" SET "scopes" = {database.param} WHERE "scopes" IS NULL', (list(SCOPES),))
+    database.execute_sql(f'UPDATE "api_key" SET "scopes" = {database.param} WHERE "scopes" IS NULL',
+                         (list(_SCOPES_12),))
     database.execute_sql('ALTER TABLE "api_key" ALTER COLUMN "scopes" SET NOT NULL')
     database.execute_sql('ALTER TABLE "api_key" ADD COLUMN IF NOT EXISTS "expires_at" TIMESTAMP')
     database.execute_sql('ALTER TABLE "api_key" ADD COLUMN IF NOT EXISTS "allowed_ips" TEXT[]')
@@ -172,8 +202,8 @@ def _results_explained(database):
     findings with ids), so that reads stay a copy of the stored text."""
     import json
 
+    from app.frozen.results_13 import normalize_result
     from app.models import FindingFeedback
-    from app.services.results import normalize_result
 
     database.execute_sql('ALTER TABLE "scan" ADD COLUMN IF NOT EXISTS "rerun_of" VARCHAR(40)')
     database.create_tables([FindingFeedback], safe=True)

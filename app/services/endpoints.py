@@ -39,7 +39,8 @@ from app.services.webhooks import (
 )
 from app.store import deliveries as delivery_store
 from app.store import endpoints as store
-from app.store import webhooks as key_store
+from app.store import keys as key_store
+from app.store import webhooks as settings_store
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +69,12 @@ def endpoint_dict(endpoint: Endpoint, now: datetime | None = None) -> dict:
 
 def list_endpoints(key: ApiKey) -> list[dict]:
     """The key's endpoints, the first first."""
-    return [endpoint_dict(e) for e in key_endpoints(key_store.key(key.id))]
+    return [endpoint_dict(e) for e in key_endpoints(key_store.get(key.id))]
 
 
 def find(key: ApiKey, endpoint_id: str) -> Endpoint:
     """The key's endpoint ``endpoint_id``; ``EndpointNotFound`` for another key's or none."""
-    for endpoint in key_endpoints(key_store.key(key.id)):  # as stored now, not as the caller read it
+    for endpoint in key_endpoints(key_store.get(key.id)):  # as stored now, not as the caller read it
         if endpoint.id == endpoint_id:
             return endpoint
     raise EndpointNotFound(f"no endpoint {endpoint_id}"[:80])
@@ -138,10 +139,10 @@ def create(key: ApiKey, *, url, events=None, payload="full", enabled=True, descr
     plaintext = _check_secret(secret) if secret else new_webhook_secret()
     fields["webhook_secret_enc"] = encrypt_secret(plaintext)
     with write_transaction():
-        key_store.lock_key(key.id)  # two creations at once both count the other
-        fresh = key_store.key(key.id)
+        key_store.lock(key.id)  # two creations at once both count the other
+        fresh = key_store.get(key.id)
         if fresh.webhook_url is None:
-            store.update_key(key.id, webhook_next_secret_enc=None, webhook_secret_switch_at=None,
+            settings_store.update_key(key.id, webhook_next_secret_enc=None, webhook_secret_switch_at=None,
                              webhook_disabled_at=None, **fields)
             endpoint_id = first_endpoint_id(key.id)
         else:
@@ -151,7 +152,7 @@ def create(key: ApiKey, *, url, events=None, payload="full", enabled=True, descr
             endpoint_id = new_id("ep")
             store.create(endpoint_id, customer_id=key.customer_id, api_key_id=key.id, **fields)
     log.info("key %s: endpoint %s created", key.id, endpoint_id)
-    return read(key_store.key(key.id), endpoint_id), plaintext
+    return read(key_store.get(key.id), endpoint_id), plaintext
 
 
 UPDATABLE = ("url", "events", "payload", "enabled", "description")
@@ -174,7 +175,7 @@ def update(key: ApiKey, endpoint_id: str, **changes) -> dict:
         fields.update(webhook_enabled=bool(changes["enabled"]), webhook_disabled_at=None)
     if fields:
         _save(endpoint, **fields)
-    return read(key_store.key(key.id), endpoint_id)
+    return read(key_store.get(key.id), endpoint_id)
 
 
 def set_enabled(key: ApiKey, endpoint_id: str, *, enabled: bool) -> dict:
@@ -183,7 +184,7 @@ def set_enabled(key: ApiKey, endpoint_id: str, *, enabled: bool) -> dict:
 
 def _save(endpoint: Endpoint, **fields) -> None:
     if endpoint.first:
-        store.update_key(endpoint.key.id, **fields)
+        settings_store.update_key(endpoint.key.id, **fields)
     else:
         store.update(endpoint.id, **fields)
 
@@ -195,7 +196,7 @@ def delete(key: ApiKey, endpoint_id: str) -> None:
     endpoint = find(key, endpoint_id)
     with write_transaction():
         if endpoint.first:
-            store.update_key(key.id, webhook_url=None, webhook_secret_enc=None, webhook_next_secret_enc=None,
+            settings_store.update_key(key.id, webhook_url=None, webhook_secret_enc=None, webhook_next_secret_enc=None,
                              webhook_secret_switch_at=None, webhook_events=None, webhook_enabled=True,
                              webhook_description="", webhook_disabled_at=None, webhook_payload="full")
         else:
@@ -238,7 +239,7 @@ def after_failure(delivery: WebhookDelivery, now: datetime | None = None) -> boo
     """Called when a delivery failed for good (its last attempt failed, or the recovery sweep
     closed it as lost): disable its endpoint if the rule of ``disable_if_dead`` holds; returns
     whether it did."""
-    key = key_store.key(delivery.api_key_id)
+    key = key_store.get(delivery.api_key_id)
     endpoint = next((e for e in key_endpoints(key) if e.id == delivery.endpoint_id), None)
     return endpoint is not None and disable_if_dead(endpoint, now or utcnow())
 
@@ -260,12 +261,12 @@ def disable_if_dead(endpoint: Endpoint, now: datetime, *, as_of: datetime | None
     key = endpoint.key
     with write_transaction():
         store.lock(type(endpoint.row), endpoint.row.id)
-        if not find(key_store.key(key.id), endpoint.id).enabled:  # another worker disabled it meanwhile
+        if not find(key_store.get(key.id), endpoint.id).enabled:  # another worker disabled it meanwhile
             return False
         _save(endpoint, webhook_enabled=False, webhook_disabled_at=now)
         body = {"event": ENDPOINT_DISABLED, "endpoint_id": endpoint.id, "livemode": key.livemode,
                 "disabled_at": iso(now), "failing_since": iso(since), "failed_deliveries": count}
-        record_key_event(key_store.key(key.id), body, leave_out=endpoint.id)  # sent once this commits
+        record_key_event(key_store.get(key.id), body, leave_out=endpoint.id)  # sent once this commits
     log.warning("key %s: endpoint %s disabled after %d failed deliveries since %s", key.id, endpoint.id, count,
                 iso(since))
     metrics.count_endpoint_disabled()
@@ -278,7 +279,7 @@ def check_endpoints(key: ApiKey, *, now: datetime | None = None, hours_ahead: in
     failed for good); returns the ids of those it disabled."""
     now = now or utcnow()
     as_of = now + timedelta(hours=hours_ahead)
-    return [e.id for e in key_endpoints(key_store.key(key.id)) if disable_if_dead(e, now, as_of=as_of)]
+    return [e.id for e in key_endpoints(key_store.get(key.id)) if disable_if_dead(e, now, as_of=as_of)]
 
 
 # --- Recovery ---------------------------------------------------------------------------

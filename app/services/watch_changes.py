@@ -17,9 +17,9 @@ from app.models.scans import COMPLETED
 from app.models.watches import ENDED
 from app.services import webhooks
 from app.services.results import PATH_RE
+from app.store import keys as key_store
 from app.store import scans as scan_store
 from app.store import watches as watch_store
-from app.store import webhooks as key_store
 
 
 def announce(watch, event: str, fields: dict, *, scan_id: str | None = None, full: dict | None = None) -> None:
@@ -27,7 +27,7 @@ def announce(watch, event: str, fields: dict, *, scan_id: str | None = None, ful
     (and ``full``)."""
     body = {"event": event, "watch_id": watch.id, "livemode": watch.livemode, "purpose": watch.purpose,
             "case_ref": watch.case_ref, **fields, "target": watch.target, "kind": watch.kind, **(full or {})}
-    webhooks.record_watch_event(key_store.key(watch.api_key_id), body, scan_id=scan_id)
+    webhooks.record_watch_event(key_store.get(watch.api_key_id), body, scan_id=scan_id)
 
 
 def _risk(result: dict) -> dict:

@@ -22,9 +22,8 @@ from app.services.errors import Forbidden, InvalidRequest, NotFound, ServiceErro
 from app.services.paging import Page
 from app.services.targets import normalize_or_refuse, opt_out_key
 from app.store import customers as customer_store
-from app.store import keys as api_keys
+from app.store import keys as key_store
 from app.store import watches as watch_store
-from app.store import webhooks as key_store
 
 # The scheduler's claim: watches per batch, batches per run, and how long a claim holds a watch
 # (a scheduler that dies leaves its watches due again then).
@@ -214,12 +213,12 @@ def portal_watches(customer_id: str, *, livemode: bool | None = None, status: st
 def watch_keys(customer_id: str) -> list:
     """The customer's keys a person may make watches with in the portal (``key_may_watch``)."""
     now = utcnow()
-    return [key for key in api_keys.of_customer_newest_first(customer_id) if key_may_watch(key, now)]
+    return [key for key in key_store.of_customer_newest_first(customer_id) if key_may_watch(key, now)]
 
 
 def _portal_key(customer_id: str, key_id: str):
     """The key a portal watch is made with: the customer's, able to make watches; its mode is the watch's."""
-    key = api_keys.find(key_id)
+    key = key_store.find(key_id)
     if key is None or key.customer_id != customer_id:
         raise NotFound("no key with this id")
     if not key_may_watch(key, utcnow()):
@@ -287,7 +286,7 @@ def run_due(now: datetime | None = None) -> dict:
 def _scan_due(watch, now: datetime) -> str:
     """One due watch's scan; what became of it (a key of ``run_due``'s report)."""
     customer = customer_store.get(watch.customer_id)
-    if not key_may_watch(key_store.key(watch.api_key_id), now):
+    if not key_may_watch(key_store.get(watch.api_key_id), now):
         # A person who revoked or narrowed a key stops its spending, scheduled scans included.
         return _missed(watch, now, "the API key that created this watch is revoked, expired or lacks the scope "
                                    "watches: end the watch and create it again with another key")

@@ -57,7 +57,8 @@ from app.services.results import normalize_result
 from app.services.webhook_urls import check_webhook_url
 from app.store import deliveries as delivery_store
 from app.store import endpoints as endpoint_store
-from app.store import webhooks as key_store
+from app.store import keys as key_store
+from app.store import webhooks as settings_store
 from app.webhook_signature import (
     ID_HEADER,
     SIGNATURE_HEADER,
@@ -192,7 +193,7 @@ def record_events(scans, kind: events.EventKind | None = None) -> list[WebhookDe
     stored: dict[events.EventKind, tuple[list, list[str]]] = {}
     for scan in scans:
         if scan.api_key_id not in endpoints_of:
-            endpoints_of[scan.api_key_id] = key_endpoints(key_store.key(scan.api_key_id))
+            endpoints_of[scan.api_key_id] = key_endpoints(key_store.get(scan.api_key_id))
         event = kind or events.for_status(scan.status)
         full = event_body(scan, event)
         bodies = {"full": full, "thin": event.body(full, thin=True)}  # thin: the full body's thin fields
@@ -278,8 +279,8 @@ def set_payload(key_id: str, customer_id: str, payload: str) -> ApiKey:
     if payload not in events.PAYLOADS:
         raise AccountError(f"payload must be one of {', '.join(events.PAYLOADS)}")
     key = owned_key(key_id, customer_id)
-    key_store.set_payload(key.id, payload)
-    return key_store.key(key.id)
+    settings_store.set_payload(key.id, payload)
+    return key_store.get(key.id)
 
 
 def set_webhook(key_id: str, customer_id: str, url: str | None, secret: str | None = None) -> ApiKey:
@@ -296,9 +297,9 @@ def set_webhook(key_id: str, customer_id: str, url: str | None, secret: str | No
     url = (url or "").strip()
     if url:
         check_webhook_url(url)
-    key_store.set_webhook(key.id, url=url or None,
+    settings_store.set_webhook(key.id, url=url or None,
                           secret_enc=encrypt_secret(check_secret(secret)) if secret else None)
-    return key_store.key(key.id)
+    return key_store.get(key.id)
 
 
 def generate_secret(key_id: str, customer_id: str) -> str:
@@ -320,7 +321,7 @@ def _replace_secret(key: ApiKey | WebhookEndpoint, plaintext: str) -> None:
     with: compare-and-set, so of two requests racing (a double click on "Generate secret" or on
     "Roll secret" with no overlap) one wins and the other is told, instead of both showing a
     secret as in force when only the last one written signs."""
-    changed = key_store.replace_secret(key.id, secret_enc=encrypt_secret(plaintext),
+    changed = settings_store.replace_secret(key.id, secret_enc=encrypt_secret(plaintext),
                                        was_secret_enc=key.webhook_secret_enc,
                                        was_next_secret_enc=key.webhook_next_secret_enc, model=type(key))
     if not changed:
@@ -353,7 +354,7 @@ def redeliver(delivery_id: str, customer_id: str, livemode: bool | None = None) 
         raise DeliveryErased("the scan of this delivery was erased: there is nothing left to send")
     if delivery.status == PENDING:
         raise DeliveryPending("the delivery is pending: its attempts are still under way")
-    endpoint = endpoint_of_delivery(delivery, key_store.key(delivery.api_key_id))
+    endpoint = endpoint_of_delivery(delivery, key_store.get(delivery.api_key_id))
     url = endpoint.url if endpoint is not None else None
     if not url:
         raise WebhookUrlMissing("the key has no webhook URL" if endpoint is None or endpoint.first
@@ -387,7 +388,7 @@ def send_test_event(key_id: str, customer_id: str) -> WebhookDelivery:
     with write_transaction():
         # The key's row locked: two clicks at once both count the other. Test deliveries
         # are those without a scan.
-        key_store.lock_key(key.id)
+        key_store.lock(key.id)
         now = utcnow()
         recent = delivery_store.test_event_times(key.id, since=now - timedelta(seconds=TEST_EVENT_WINDOW))
         if len(recent) >= limit:
@@ -477,7 +478,7 @@ def _promote_if_due(key: ApiKey | WebhookEndpoint, now: datetime) -> None:
 
 def _switch(key: ApiKey | WebhookEndpoint) -> bool:
     nxt = key.webhook_next_secret_enc
-    changed = key_store.switch_to_next(key.id, nxt, type(key))
+    changed = settings_store.switch_to_next(key.id, nxt, type(key))
     key.webhook_secret_enc, key.webhook_next_secret_enc, key.webhook_secret_switch_at = nxt, None, None
     if changed:
         log.info("key %s: webhook secret rotation finished, the next secret is now the only one", key.id)
@@ -546,7 +547,7 @@ def _signer(delivery: WebhookDelivery) -> ApiKey | WebhookEndpoint:
         row = endpoint_store.get(delivery.endpoint_id)
         if row is not None:
             return row
-    return key_store.key(delivery.api_key_id)
+    return key_store.get(delivery.api_key_id)
 
 
 def _key_for(key_id: str, customer_id: str | None) -> ApiKey:
@@ -555,7 +556,7 @@ def _key_for(key_id: str, customer_id: str | None) -> ApiKey:
         raise LookupError(f"no key {key_id}")
     if customer_id is not None:
         return owned_key(key_id, customer_id)
-    key = key_store.find_key(key_id)
+    key = key_store.find(key_id)
     if key is None:
         raise LookupError(f"no key {key_id}")
     return key
@@ -601,7 +602,7 @@ def roll_secret_of(key: ApiKey | WebhookEndpoint, overlap_hours: int, now: datet
     switch_at = now + timedelta(hours=overlap_hours)
     # Compare-and-set on the secrets read: a concurrent roll or switch that won makes this one a
     # 409 rather than a rotation from a current secret that is no longer the one shown.
-    changed = key_store.start_rotation(key.id, next_secret_enc=encrypt_secret(plaintext), switch_at=switch_at,
+    changed = settings_store.start_rotation(key.id, next_secret_enc=encrypt_secret(plaintext), switch_at=switch_at,
                                        was_secret_enc=key.webhook_secret_enc, model=type(key))
     if not changed:
         raise SecretChanged()
@@ -613,7 +614,7 @@ def switch_secret(key_id: str, customer_id: str | None, now: datetime | None = N
     """End the rotation under way now: the next secret becomes the only one."""
     key = _key_for(key_id, customer_id)
     switch_secret_of(key, now or utcnow())
-    return key_store.key(key.id)
+    return key_store.get(key.id)
 
 
 def switch_secret_of(key: ApiKey | WebhookEndpoint, now: datetime) -> None:

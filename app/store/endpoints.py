@@ -1,5 +1,5 @@
-"""A key's further webhook endpoints (D22; its first endpoint is the key's own columns,
-``app.store.webhooks``)."""
+"""A key's further webhook endpoints (D22; its first endpoint is the key's own columns, written
+by ``app.store.webhooks``)."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -29,11 +29,6 @@ def create(endpoint_id: str, *, customer_id: str, api_key_id: str, **fields) -> 
 
 def update(endpoint_id: str, **fields) -> None:
     WebhookEndpoint.update(**fields).where(WebhookEndpoint.id == endpoint_id).execute()
-
-
-def update_key(key_id: str, **fields) -> None:
-    """Change the first endpoint's columns of the key."""
-    ApiKey.update(**fields).where(ApiKey.id == key_id).execute()
 
 
 def delete(endpoint_id: str) -> None:

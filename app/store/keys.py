@@ -65,6 +65,16 @@ def find(key_id: str) -> ApiKey | None:
     return ApiKey.get_or_none(ApiKey.id == key_id)
 
 
+def customers_key(key_id: str, customer_id: str) -> ApiKey | None:
+    """The key ``key_id`` if it is the customer's, else None."""
+    return ApiKey.get_or_none((ApiKey.id == key_id) & (ApiKey.customer == customer_id))
+
+
+def lock(key_id: str) -> None:
+    """Lock the key's row until the transaction ends (``SELECT ... FOR UPDATE``)."""
+    list(ApiKey.select(ApiKey.id).where(ApiKey.id == key_id).for_update())
+
+
 def get(key_id: str) -> ApiKey:
     """The key (``ApiKey.DoesNotExist`` if there is none)."""
     return ApiKey.get_by_id(key_id)

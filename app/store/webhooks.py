@@ -1,5 +1,6 @@
-"""A key's webhook settings: its URL and its signing secrets (encrypted), with the rolling
-rotation's next secret and switch time (D12, D16).
+"""A key's webhook settings, the one place that writes them: its URL, payload and signing
+secrets (encrypted), with the rolling rotation's next secret and switch time (D12, D16), and
+the rest of its first endpoint's columns (D22). Finding or locking the key is ``app.store.keys``'s.
 
 Changes of secrets are compare-and-set on the secrets the caller read, so of two requests
 racing one wins and the other is told (``app.services.webhooks`` decides what to say).
@@ -14,22 +15,9 @@ from app.models import ApiKey, WebhookEndpoint
 Holder = ApiKey | WebhookEndpoint
 
 
-def key(key_id: str) -> ApiKey:
-    return ApiKey.get_by_id(key_id)
-
-
-def find_key(key_id: str) -> ApiKey | None:
-    return ApiKey.get_or_none(ApiKey.id == key_id)
-
-
-def customers_key(key_id: str, customer_id: str) -> ApiKey | None:
-    """The key ``key_id`` if it is the customer's, else None."""
-    return ApiKey.get_or_none((ApiKey.id == key_id) & (ApiKey.customer == customer_id))
-
-
-def lock_key(key_id: str) -> None:
-    """Lock the key's row until the transaction ends (``SELECT ... FOR UPDATE``)."""
-    list(ApiKey.select(ApiKey.id).where(ApiKey.id == key_id).for_update())
+def update_key(key_id: str, **fields) -> None:
+    """Change the key's webhook columns (its first endpoint's) named in ``fields``."""
+    ApiKey.update(**fields).where(ApiKey.id == key_id).execute()
 
 
 def set_webhook(key_id: str, *, url: str | None, secret_enc: str | None = None) -> None:

@@ -15,7 +15,8 @@ SOURCES = [*sorted((ROOT / "app").rglob("*.py")), *sorted((ROOT / "workers").rgl
 NOT_THROUGH_THE_POOL = {ROOT / "app" / "embedded.py"}
 # Modules whose session state lives on a connection to DATABASE_DIRECT_URL: the LISTEN session
 # of the waits and streams (D27), opened by app/services/waits.py with that URL.
-DIRECT_SESSION_MODULES: set[Path] = {ROOT / "app" / "store" / "signals.py"}
+# Found by name, wherever its domain's folder puts it.
+DIRECT_SESSION_MODULES: set[Path] = set((ROOT / "app" / "store").rglob("signals.py"))
 
 SESSION_STATE = {
     "an SQL-level PREPARE": re.compile(r"\bPREPARE\s+(\w+|\{\})\s+(\(|AS\b)", re.IGNORECASE),

@@ -85,7 +85,7 @@ def f(scan):
 
 def test_no_service_holds_sql():
     offenders = {}
-    for path in sorted(SERVICES.glob("*.py")):
+    for path in sorted(SERVICES.rglob("*.py")):  # every domain's folder
         if path.stem in NOT_YET_MOVED:
             continue
         found = sql_in(path.read_text(encoding="utf-8"))
@@ -96,12 +96,13 @@ def test_no_service_holds_sql():
 
 def test_the_list_of_modules_not_yet_moved_only_shrinks():
     """A module listed as not yet moved that holds no SQL any more must leave the list."""
-    moved = [name for name in sorted(NOT_YET_MOVED) if not sql_in((SERVICES / f"{name}.py").read_text())]
+    paths = {path.stem: path for path in SERVICES.rglob("*.py")}
+    moved = [name for name in sorted(NOT_YET_MOVED) if not sql_in(paths[name].read_text())]
     assert not moved, f"these hold no SQL now: remove them from NOT_YET_MOVED: {moved}"
 
 
 def test_the_store_imports_no_service():
-    for path in sorted((ROOT / "app" / "store").glob("*.py")):
+    for path in sorted((ROOT / "app" / "store").rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module:
