@@ -11,7 +11,7 @@ from flask.views import MethodView
 
 from app.api import hooks
 from app.api.base import ApiBlueprint
-from app.api.scans import HEADERS, SECURITY, documented_errors
+from app.api.openapi import HEADERS, SECURITY, documented_errors
 from app.schemas.account import AccountSchema
 from app.services import access, accounts
 

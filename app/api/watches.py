@@ -11,7 +11,8 @@ from flask.views import MethodView
 
 from app.api import hooks
 from app.api.base import ApiBlueprint
-from app.api.scans import HEADERS, IDEMPOTENCY_HEADER, SECURITY, created, error_documenter
+from app.api.openapi import HEADERS, IDEMPOTENCY_HEADER, SECURITY, error_documenter
+from app.api.scans import created
 from app.schemas.watches import (
     WatchCreateSchema,
     WatchListQuerySchema,
