@@ -230,7 +230,7 @@ def register_api(app: Flask) -> Api:
 def _document_scopes(app: Flask, spec) -> None:
     """Each operation's description ends with the scope its view declares (``hooks.api_call``'s
     ``scope=``), so the document says what its code checks, never a copy of it."""
-    from app.api.actions import route_of
+    from app.actions import route_of
     from app.api.hooks import declared_scope
     from app.services import access
 

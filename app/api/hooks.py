@@ -9,7 +9,7 @@ the call's 1 credit when its answer is chargeable (D3: 2xx, 400, 403, 404) unles
 service already charged it (creations, reads: their ``Charged`` goes with the response they
 render); then add ``X-Credits-Remaining`` and the RateLimit fields (D8), and store or release
 the idempotency claim; last, write the call's activity log entry (D20: one INSERT, its
-action named by ``app.api.actions``), unless the call's charge wrote it (D25: the charge's
+action named by ``app.actions``), unless the call's charge wrote it (D25: the charge's
 statement or transaction writes the entry ``call_entry`` made, so no charge commits without it;
 then only its status is corrected, if the answer changed). Nothing passes between the steps through ``flask.g``:
 what the view's service charged (``Charged``) and what the entry says about its object
@@ -27,7 +27,7 @@ from functools import cache, partial, wraps
 from flask import Response, current_app, g, request
 
 from app import rawjson
-from app.api.actions import action_for, check_named, route_of
+from app.actions import action_for, check_named, route_of
 from app.api.auth import authenticate, bearer_token, client_address
 from app.db import CONNECTION_ERRORS
 from app.errors import UNKNOWN_FIELD, from_service_error, handle_api_error, query_error, service_unavailable

@@ -23,8 +23,8 @@ from flask import (
 )
 from wtforms.fields.choices import SelectChoice
 
+from app import actions as api_actions
 from app import events
-from app.api import actions as api_actions
 from app.config import retry_schedule_words
 from app.models import ApiKey, utcnow
 from app.portal import audit, charts, security
