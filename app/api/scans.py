@@ -36,7 +36,7 @@ from app.schemas.scans import (
     ScanSchema,
     WaitArgs,
 )
-from app.services import access, activity, erasure, findings, reads, scans, waits
+from app.services import access, activity, erasure, findings, pipeline, reads, scans, waits
 
 blp = ApiBlueprint("scans", __name__, url_prefix="/api/v1",
                 description="Create scans, read them, and do both in bulk.")
@@ -66,20 +66,18 @@ def with_poll_urls(body: dict) -> dict:
     return body
 
 
-def created(outcome: scans.Outcome):
-    """A creation's answer: its body with the URLs to poll, what its admission charged and the
-    activity entry it wrote with the charge."""
-    charged = hooks.Charged(outcome.balance, outcome.usage, outcome.limits, credits=outcome.cost)
-    return hooks.render(with_poll_urls(outcome.body), 202, charged=charged, subject=outcome.subject,
-                        recorded=outcome.recorded)
+def created(outcome: scans.Outcome, report: pipeline.Served, *, status: int = 202, body: dict | None = None,
+            replayable: bool = False):
+    """A creation's answer (``body``: else its own, with the URLs to poll), and in the call's
+    ``report`` what its admission charged and the activity entry it wrote with the charge."""
+    hooks.charged(report, balance=outcome.balance, usage=outcome.usage, limits=outcome.limits, credits=outcome.cost,
+                  subject=outcome.subject, recorded=outcome.recorded, replayable=replayable)
+    return hooks.render(with_poll_urls(outcome.body) if body is None else body, status)
 
 
-def served(read: reads.ServedRead):
-    """A read's answer, or the refusal it found (402, 403, 404); charged in its statement."""
-    charged = hooks.Charged(read.balance, read.usage, credits=read.credits) if read.balance is not None else None
-    if read.error is not None:
-        return hooks.refusal(read.error, charged=charged)
-    return hooks.render(read.body, charged=charged)
+def served(read: pipeline.ServedRead):
+    """A read's answer (its refusals, 402, 403, 404, are answered and charged by ``hooks.served_read``)."""
+    return hooks.render(read.body)
 
 
 @blp.route("/scan")
@@ -97,7 +95,7 @@ class ScanCreate(MethodView):
         429: ERROR_DOCS[429] + ", `rate_limited` (with `wait`: the key already has 100 calls waiting)"},
         codes={403: ("target_suppressed",), 429: (*CODES[429], "rate_limited")})
     @blp.priced("scan")
-    def post(self, key, body, wait=None):
+    def post(self, key, body, wait=None, *, report):
         """Queue an investigation of one target. With `wait`, the answer waits up to that many seconds for the
         scan to finish: 200 with the scan as its read shows it when it completed or failed in time, else 202 as
         without it. Costs {price}."""
@@ -111,11 +109,9 @@ class ScanCreate(MethodView):
             if held is not None:
                 waits.release(held)
         if final is None:
-            return created(outcome)
+            return created(outcome, report)
         # Its entry, written as 202, says 200; replayed by its Idempotency-Key as a 202 would be.
-        return hooks.render(final, 200, charged=hooks.Charged(outcome.balance, outcome.usage, outcome.limits,
-                                                              credits=outcome.cost), subject=outcome.subject,
-                            recorded=outcome.recorded, replayable=True)
+        return created(outcome, report, status=200, body=final, replayable=True)
 
 
 def waited_scan(outcome: scans.Outcome, key, seconds: int) -> dict | None:
@@ -134,7 +130,7 @@ def waited_scan(outcome: scans.Outcome, key, seconds: int) -> dict | None:
 
 @blp.route("/scan/<scan_id:scan_id>")
 class ScanRead(MethodView):
-    @hooks.served_read(reads.serve_scan_read, scope=access.SCANS_READ, wait=reads.SCAN_WAIT)
+    @hooks.served_read(pipeline.serve_scan_read, scope=access.SCANS_READ, wait=reads.SCAN_WAIT)
     @blp.doc(security=SECURITY, summary="Read a scan", operationId="getScan", parameters=[WAIT_PARAMETER])
     @blp.response(200, ScanSchema, headers=HEADERS,
                   description="The scan in its current state; which fields appear depends on `status`.")
@@ -176,14 +172,14 @@ class ScanRerun(MethodView):
              "`idempotency_conflict`"},
         codes={403: ("forbidden", "target_suppressed"), 409: ("nothing_to_rerun", "idempotency_conflict")})
     @blp.priced("scan")
-    def post(self, key, scan_id):
+    def post(self, key, scan_id, *, report):
         """Ask again the sources that could not answer for a completed scan (`result.partial`): a new scan
         of the same target, with `rerun_of` naming this one and its own webhook event. Its result is the
         whole picture: this scan's items and sources, with the new answers of the sources asked again in
         place of the failed ones, coverage and `partial` counted over all sources, and every finding under
         its id here, listing every source that found it. Limited and charged as a creation: costs {price}."""
         return created(scans.create_rerun(key.customer, key.id, scan_id, request_id=g.request_id,
-                                          livemode=key.livemode, entry=hooks.call_entry(key, 202)))
+                                          livemode=key.livemode, entry=hooks.call_entry(key, 202)), report)
 
 
 @blp.route("/scan/<scan_id:scan_id>/findings/<string:finding_id>/feedback")
@@ -198,14 +194,15 @@ class FindingFeedback(MethodView):
         404: "`not_found` (no such scan, or no such finding in its result)"},
         codes={400: ("invalid_request",)})
     @blp.priced("call")
-    def post(self, key, body, scan_id, finding_id):
+    def post(self, key, body, scan_id, finding_id, *, report):
         """Say whether a finding of a completed scan is about the person (`confirmed`) or not
         (`false_positive`). Later reads of the scan show it on the finding (`feedback`); giving it again
         replaces it. Costs {price}."""
         given = findings.give_feedback(key.customer_id, scan_id, finding_id, verdict=body.get("verdict"),
                                        note=body.get("note"), livemode=key.livemode, api_key_id=key.id)
         # The activity log's entry names the scan, not the finding (the route's last argument).
-        return hooks.render(given, subject=activity.Subject(scan_id))
+        report.subject = activity.Subject(scan_id)
+        return hooks.render(given)
 
 
 @blp.route("/scan/bulk")
@@ -226,17 +223,17 @@ class BulkCreate(MethodView):
         codes={400: ("invalid_request", "no_targets", "too_many_targets", "invalid_purpose", "purpose_required"),
                403: ("bulk_not_allowed",)})
     @blp.priced("bulk")
-    def post(self, key, body):
+    def post(self, key, body, *, report):
         """Queue up to 100 targets (Business and Enterprise). Costs {price}."""
         outcome = scans.create_bulk(key.customer, key.id, body["targets"], request_id=g.request_id,
                                     livemode=key.livemode, purpose=body.get("purpose"),
                                     case_ref=body.get("case_ref"), entry=hooks.call_entry(key, 202))
-        return created(outcome)
+        return created(outcome, report)
 
 
 @blp.route("/scan/bulk/<string:bulk_id>")
 class BulkRead(MethodView):
-    @hooks.served_read(reads.serve_bulk_read, scope=access.SCANS_READ, wait=reads.BULK_WAIT)
+    @hooks.served_read(pipeline.serve_bulk_read, scope=access.SCANS_READ, wait=reads.BULK_WAIT)
     @blp.doc(security=SECURITY, summary="Read a bulk batch", operationId="getBulk", parameters=[WAIT_PARAMETER])
     @blp.response(200, BulkStateSchema, headers=HEADERS, description="Counts by status and every scan.")
     @documented_errors(400, 401, 402, 403, 404, 429, 503, overrides=WAIT_ERRORS,
