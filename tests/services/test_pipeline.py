@@ -215,3 +215,13 @@ def test_a_refused_key_is_recorded_free_and_raised(conn):
     assert billing.balance_of(cust.id) == 5
     with pytest.raises(NotAuthenticated):
         pipeline.authorize("service_live_unknown", request(), Answers(None).status_of)
+
+
+def test_the_ledger_note_names_the_route_of_a_refused_or_read_call_never_its_id():
+    def note(method, status, path="/api/v1/scan/scn_x1", route="/api/v1/scan/{scan_id}"):
+        return pipeline.Request(method=method, path=path, scope="", client_address=None, request_id=None,
+                                action="", resource_id=None, route=route).note(status)
+    assert note("DELETE", 200) == "DELETE /api/v1/scan/scn_x1"
+    assert note("DELETE", 404) == "DELETE /api/v1/scan/{scan_id} (404)"
+    assert note("GET", 404) == note("GET", 200) == "GET /api/v1/scan/{scan_id}"  # a minute's reads: one row
+    assert note("POST", 400, path="/nowhere", route=None) == "POST /nowhere"
