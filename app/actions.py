@@ -36,6 +36,7 @@ ACTIONS = {
     "GET /api/v1/events/stream": "events.stream",
     "GET /api/v1/account": "account.read",
     "POST /api/v1/watches": "watch.create",
+    "POST /api/v1/watches/bulk": "watches.create",
     "GET /api/v1/watches": "watches.list",
     "GET /api/v1/watches/{watch_id}": "watch.read",
     "PATCH /api/v1/watches/{watch_id}": "watch.update",

@@ -152,8 +152,9 @@ def register_api(app: Flask) -> Api:
         OPENAPI_SWAGGER_UI_PATH="docs",
         OPENAPI_SWAGGER_UI_URL="/api/docs/assets/",
     )
-    from app.api.base import ScanIdConverter
+    from app.api.base import ScanIdConverter, WatchIdConverter
     app.url_map.converters["scan_id"] = ScanIdConverter
+    app.url_map.converters["watch_id"] = WatchIdConverter
     api = ScanApi(app, spec_kwargs={
         # The settings customers read about are rendered from the configuration, never restated.
         "info": {"description": API_DESCRIPTION
@@ -184,6 +185,7 @@ def register_api(app: Flask) -> Api:
                  {"name": "webhooks", "description": "Events the service sends to your webhook URL when a scan "
                                                      "finishes, signed two ways."}]})
     api.register_converter(ScanIdConverter, lambda converter: {"type": "string"})
+    api.register_converter(WatchIdConverter, lambda converter: {"type": "string"})
     api.spec.components.security_scheme("bearerAuth", {
         "type": "http", "scheme": "bearer", "bearerFormat": "service_live_<random> or service_test_<random>"})
 
@@ -260,7 +262,8 @@ def _shape_schemas(spec) -> None:
     - a target given with a kind has that kind's form (``_KIND_AGREES``).
     """
     schemas = spec.components.schemas
-    schemas["BulkCreate"]["properties"]["targets"]["items"] = {"$ref": REF.format("BulkTarget")}
+    for name in ("BulkCreate", "WatchBulkCreate"):
+        schemas[name]["properties"]["targets"]["items"] = {"$ref": REF.format("BulkTarget")}
     for name in ("ScanCreate", "BulkTarget", "WatchCreate"):
         schemas[name]["not"] = _KIND_DISAGREES
     spec.components.schema("Kind", {"type": "string", "enum": list(KINDS),

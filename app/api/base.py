@@ -61,3 +61,8 @@ class ScanIdConverter(BaseConverter):
     """
 
     regex = r"(?!bulk\Z)[^/]+"
+
+
+class WatchIdConverter(ScanIdConverter):
+    """A watch id in ``/watches/<watch_id>``: any path segment but ``bulk``, the bulk creation's
+    path, for the same reason (``GET /watches/bulk`` is a 405, not a read of a watch "bulk")."""

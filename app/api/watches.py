@@ -14,6 +14,8 @@ from app.api.base import ApiBlueprint
 from app.api.openapi import HEADERS, IDEMPOTENCY_HEADER, SECURITY, error_documenter
 from app.api.scans import created
 from app.schemas.watches import (
+    WatchBulkCreatedSchema,
+    WatchBulkCreateSchema,
     WatchCreateSchema,
     WatchListQuerySchema,
     WatchListSchema,
@@ -41,6 +43,9 @@ ERROR_EXAMPLES = {
     "insufficient_scope": "this API key lacks the scope watches, which this call needs",
     "insufficient_balance": "the account balance is below 1 credit",
     "target_suppressed": "the person this target belongs to has opted out of lookups",
+    "no_targets": "targets must hold at least one target",
+    "too_many_targets": "a bulk call takes at most 100 targets",
+    "bulk_not_allowed": "bulk calls are available on the Business and Enterprise tiers",
     "not_found": "no watch with this id",
     "watch_ended": "this watch has ended: create a new watch to follow the target again",
     "idempotency_conflict": "this Idempotency-Key was used with a different request body",
@@ -63,6 +68,26 @@ CREATION = {400: "`invalid_request`, `target_too_short`, `invalid_kind`, `invali
                  "`rate_limit_day`; with `Retry-After`",
             502: "`engine_submit_failed`; with `Retry-After: 30`"}
 ENDED = {409: "`watch_ended` (free of charge)"}
+BULK = {400: "`invalid_request`, `no_targets`, `too_many_targets`, `invalid_purpose`, `purpose_required`",
+        403: "`bulk_not_allowed` (Pro tier). A target whose person opted out of lookups is not refused with 403: "
+             "it is listed in `rejected` with `target_suppressed`, free of charge",
+        409: CREATION[409],
+        429: "`watch_limit_reached` (the watches created would pass your limit: none is created; free of "
+             "charge), `rate_limit_inflight` (targets + scans in flight exceed the limit), `rate_limit_hour`, "
+             "`rate_limit_day`; with `Retry-After`",
+        502: CREATION[502]}
+_WATCH = {"livemode": True, "kind": "email", "interval": "weekly", "status": "active",
+          "purpose": "fraud_prevention", "case_ref": "CASE-2291", "created_at": "2026-11-21T09:14:03Z",
+          "last_change_at": None, "last_error": None, "last_changes": None}
+BULK_EXAMPLE = {
+    "ok": True, "livemode": True, "bulk_id": "blk_Q2x0mV8rLk1cYt6nWb3a9g", "total": 3, "created": 2,
+    "rejected": [{"index": 2, "target": "ab", "kind": None, "error": "target_too_short",
+                  "message": "target must have at least 3 characters"}],
+    "watches": [
+        {"watch_id": "wch_Q2x0mV8rLk1cYt6nWb3a9g", **_WATCH, "target": "jane.doe@example.com",
+         "next_scan_at": "2026-11-28T15:02:41Z", "last_scan_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q", "index": 0},
+        {"watch_id": "wch_7Hc2pQ9xVb4nLm1kRt8s0w", **_WATCH, "target": "+447700900123", "kind": "phone",
+         "next_scan_at": "2026-12-02T04:40:19Z", "last_scan_id": "scn_8aP2vR5nQx0wLk3mYt7c1d", "index": 1}]}
 
 
 @blp.route("/watches")
@@ -98,7 +123,35 @@ class WatchCollection(MethodView):
         return hooks.render(watches.list_watches(key.customer_id, livemode=key.livemode, **query))
 
 
-@blp.route("/watches/<string:watch_id>")
+@blp.route("/watches/bulk")
+class WatchBulk(MethodView):
+    @hooks.api_call(scope=access.WATCHES)
+    @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Create watches in bulk",
+             operationId="createWatches")
+    @blp.arguments(WatchBulkCreateSchema, example={
+        "targets": [{"target": "jane.doe@example.com", "kind": "email"}, {"target": "+447700900123"},
+                    {"target": "ab"}],
+        "interval": "weekly", "purpose": "fraud_prevention", "case_ref": "CASE-2291"})
+    @blp.response(201, WatchBulkCreatedSchema, headers=HEADERS, example=BULK_EXAMPLE,
+                  description="A watch for each valid target, its first scan queued; the others in `rejected`.")
+    @documented_errors({**COMMON, **BULK})
+    @blp.priced("bulk")
+    def post(self, key, body, *, report):
+        """Follow up to 100 targets at once (Business and Enterprise), each as a watch of its own with the
+        same interval, purpose and case reference. A target that is not valid, or whose person opted out of
+        lookups, is listed in `rejected` with why, and costs nothing; the others are accepted or refused
+        together (balance, watch limit, scan limits). Each watch's first scan is queued in one batch
+        (`bulk_id`). Costs {price}."""
+        made, outcome = watches.create_watches(key.customer, key.id, body["targets"], body["interval"],
+                                               request_id=g.request_id, livemode=key.livemode,
+                                               purpose=body.get("purpose"), case_ref=body.get("case_ref"),
+                                               entry=hooks.call_entry(key, 201))
+        hooks.charged(report, balance=outcome.balance, usage=outcome.usage, limits=outcome.limits,
+                      credits=outcome.cost, subject=outcome.subject, recorded=outcome.recorded, replayable=True)
+        return hooks.render(made, 201)
+
+
+@blp.route("/watches/<watch_id:watch_id>")
 class WatchOne(MethodView):
     @hooks.api_call(scope=access.WATCHES)
     @blp.doc(security=SECURITY, summary="Read a watch", operationId="getWatch")
@@ -133,7 +186,7 @@ class WatchOne(MethodView):
         return hooks.render(watches.end_watch(key.customer_id, watch_id, livemode=key.livemode))
 
 
-@blp.route("/watches/<string:watch_id>/run")
+@blp.route("/watches/<watch_id:watch_id>/run")
 class WatchRun(MethodView):
     @hooks.api_call(scope=access.WATCHES)
     @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Scan a watched target now",

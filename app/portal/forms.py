@@ -1,5 +1,6 @@
 """Portal forms: WTForms classes, so every one carries and checks a CSRF token."""
 from flask_wtf import FlaskForm
+from flask_wtf.file import FileField, FileRequired
 from wtforms import (
     BooleanField,
     DateField,
@@ -19,6 +20,9 @@ from wtforms.widgets import CheckboxInput, ListWidget
 
 from app.services.endpoints import EVENT_NAMES, MAX_DESCRIPTION
 from app.services.portal_roles import ROLE_WORDS, ROLES
+from app.services.purposes import PURPOSES
+from app.services.targets import KINDS
+from app.services.watches import INTERVALS
 
 
 class LoginForm(FlaskForm):
@@ -142,3 +146,35 @@ class SettingsForm(FlaskForm):
     # No range rule here: services.accounts.set_settings owns it for every entry point.
     result_retention_days = IntegerField("Keep finished scans' targets and results for (days)",
                                          validators=[InputRequired(message="a number of days is needed")])
+
+
+
+class _WatchFields(FlaskForm):
+    """The fields a watch and a CSV import share: the key it is made with (its mode is the watch's),
+    how often, why, and the customer's reference. Their rules are ``services.watches``'."""
+
+    key_id = SelectField("API key", choices=[], validate_choice=False,
+                         validators=[DataRequired(message="choose a key with the scope watches")],
+                         description="The watch's scans are made and charged with this key, in its mode (a test "
+                                     "key's on the sandbox, free). It needs the scope watches.")
+    interval = SelectField("Scan again", choices=[SelectChoice(i, i) for i in INTERVALS], default="weekly")
+    purpose = SelectField("Purpose", choices=[SelectChoice("", "none given")]
+                          + [SelectChoice(p, p.replace("_", " ")) for p in PURPOSES], default="")
+    case_ref = StringField("Case reference", validators=[Optional(), Length(max=128)])
+
+
+class WatchForm(_WatchFields):
+    """One target to watch: sent in the body (a target never goes into an address)."""
+
+    target = StringField("Target", validators=[DataRequired(), Length(max=300)],
+                         description="An e-mail address, a phone number (+ and country code) or a username.")
+    kind = SelectField("Kind", choices=[SelectChoice("", "infer from the target")]
+                       + [SelectChoice(k, k) for k in KINDS], default="")
+
+
+class WatchImportForm(_WatchFields):
+    """A CSV file of targets to watch, each row's outcome reported."""
+
+    file = FileField("CSV file", validators=[FileRequired(message="choose a CSV file")],
+                     description="A header row with a target column and, optionally, a kind column (email, phone "
+                                 "or username; empty: inferred); other columns are ignored. At most 100 rows.")

@@ -4,7 +4,14 @@ from __future__ import annotations
 import marshmallow as ma
 from marshmallow import RAISE, fields
 
-from app.schemas.scans import KIND_DOC, TIME_DOC, ScanCreatedSchema, ScanCreateSchema
+from app.schemas.scans import (
+    KIND_DOC,
+    TIME_DOC,
+    BulkCreateSchema,
+    RejectedSchema,
+    ScanCreatedSchema,
+    ScanCreateSchema,
+)
 
 INTERVAL_DOC = {"description": "How often the target is scanned again: daily, weekly or monthly (30 days).",
                 "example": "weekly"}
@@ -15,6 +22,16 @@ ID_FIELD = [ma.validate.Length(min=1, max=40), ma.validate.Regexp(r"^[A-Za-z0-9_
 
 class WatchCreateSchema(ScanCreateSchema):
     interval = fields.String(required=True, validate=ma.validate.OneOf(INTERVALS), metadata=INTERVAL_DOC)
+
+
+class WatchBulkCreateSchema(ma.Schema):
+    class Meta:
+        unknown = RAISE
+
+    targets = BulkCreateSchema._declared_fields["targets"]
+    interval = WatchCreateSchema._declared_fields["interval"]
+    purpose = BulkCreateSchema._declared_fields["purpose"]
+    case_ref = BulkCreateSchema._declared_fields["case_ref"]
 
 
 class WatchUpdateSchema(ma.Schema):
@@ -64,6 +81,26 @@ class WatchSchema(WatchEntrySchema):
 
     class Meta:
         ordered = True
+
+
+class WatchBulkEntrySchema(WatchEntrySchema):
+    index = fields.Integer(required=True, metadata={"description": "Position of its target in the request's "
+                                                                   "targets.", "example": 0})
+
+
+class WatchBulkCreatedSchema(ma.Schema):
+    ok = fields.Boolean(required=True, metadata={"example": True})
+    livemode = fields.Boolean(required=True, metadata={"example": True})
+    bulk_id = fields.String(required=True, metadata={
+        "description": "The batch of the watches' first scans: read them all with `GET /api/v1/scan/bulk/{bulk_id}`.",
+        "example": "blk_Q2x0mV8rLk1cYt6nWb3a9g"})
+    total = fields.Integer(required=True, metadata={"description": "Targets submitted.", "example": 3})
+    created = fields.Integer(required=True, metadata={"description": "Watches created (each with its first scan "
+                                                                     "queued).", "example": 2})
+    rejected = fields.List(fields.Nested(RejectedSchema), required=True, metadata={
+        "description": "The targets not watched, each with why (free of charge)."})
+    watches = fields.List(fields.Nested(WatchBulkEntrySchema), required=True, metadata={
+        "description": "The watches created, in request order."})
 
 
 class WatchListQuerySchema(ma.Schema):

@@ -107,8 +107,13 @@ class WatchLimitReached(RateLimited):
 
     code = "watch_limit_reached"
 
-    def __init__(self, allowed: int):
-        ServiceError.__init__(self, f"watch limit reached ({allowed} watches): end one before creating another")
+    def __init__(self, allowed: int, room: int | None = None):
+        if room is None:
+            message = f"watch limit reached ({allowed} watches): end one before creating another"
+        else:  # a bulk call, refused whole: how many of its targets would fit now
+            message = (f"watch limit reached ({allowed} watches): {room} more fit now; send fewer targets or "
+                       "end watches first")
+        ServiceError.__init__(self, message)
 
 
 class WatchEnded(Conflict):

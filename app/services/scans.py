@@ -93,13 +93,14 @@ def _lock_and_count(customer_id, now, livemode):
 
 
 def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livemode=True, purpose=None,
-           case_ref=None, rerun_of=None, entry: activity.CallEntry | None = None, watch_id=None, new_watch=None,
-           watch_statuses=("active", "paused")):
+           case_ref=None, rerun_of=None, entry: activity.CallEntry | None = None, watch_id=None,
+           new_watches: list[dict] | None = None, watch_statuses=("active", "paused")):
     """Step 1: check and reserve in one transaction. Returns (scans, batch, balance, limits, usage).
     ``entry``: the call's activity entry, written in the transaction that charges it (D25).
-    ``watch_id``: the watch the scan is made for (D28); ``new_watch``: that watch's row, created
-    with its first scan, within the customer's watch limit (checked under the same lock); for an
-    existing watch, its row is locked and must be in one of ``watch_statuses``.
+    ``watch_id``: the watch the scan is made for (D28); ``new_watches``: the rows of new watches,
+    one per item (its scan is the watch's first), created within the customer's watch limit
+    (checked under the same lock); for an existing watch, its row is locked and must be in one
+    of ``watch_statuses``.
 
     Its round trips: BEGIN; the lock with the counts; the rows, the window counter, the entry
     and the charge (one batch); COMMIT."""
@@ -119,13 +120,13 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
         if customer.balance < cost:
             raise InsufficientBalance(customer.balance, cost)
         limits = limits_for(customer)
-        if new_watch is not None:
-            _check_watch_limit(customer, livemode)
+        if new_watches is not None:
+            _check_watch_limit(customer, livemode, len(new_watches))
         elif watch_id is not None and watch_store.lock_status(watch_id) not in watch_statuses:
             raise WatchEnded()  # ended (or, for a scheduled scan, paused) since it was read
         if n:
             quotas.check(customer, limits, n, now, bulk=bulk_total is not None, livemode=livemode, usage=usage)
-        writes = [] if new_watch is None else [watch_store.insert_statement(new_watch)]
+        writes = [watch_store.insert_statement(new_watches)] if new_watches else []
         if bulk_total is not None:
             batch = BulkBatch(id=new_id("blk"), customer=customer_id, api_key=api_key_id, total=bulk_total,
                               created_at=now)
@@ -133,13 +134,14 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
                                                              "api_key": api_key_id, "total": bulk_total,
                                                              "created_at": now, "livemode": livemode,
                                                              "purpose": purpose, "case_ref": case_ref}))
-        for index, (kind, target) in items:
+        for position, (index, (kind, target)) in enumerate(items):
             scan_id = new_id("scn")
             rows.append({
                 "id": scan_id, "customer": customer_id, "api_key": api_key_id, "bulk": batch.id if batch else None,
                 "bulk_index": index if batch else None, "kind": kind, "target": target, "status": QUEUED,
                 "created_at": now, "livemode": livemode,
-                "purpose": purpose, "case_ref": case_ref, "rerun_of": rerun_of, "watch_id": watch_id,
+                "purpose": purpose, "case_ref": case_ref, "rerun_of": rerun_of,
+                "watch_id": new_watches[position]["id"] if new_watches else watch_id,
             })
         if rows:
             writes.append(scan_store.insert_scans_statement(rows))
@@ -162,11 +164,13 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
     return rows, batch, balance, limits, quotas.with_new_scans(usage, n, now)
 
 
-def _check_watch_limit(customer, livemode: bool) -> None:
-    """429 ``watch_limit_reached`` (D28, free) when the customer has as many watches not ended as allowed."""
+def _check_watch_limit(customer, livemode: bool, adding: int) -> None:
+    """429 ``watch_limit_reached`` (D28, free) when ``adding`` more watches would pass the customer's
+    limit of watches not ended: a bulk call is refused whole, as the in-flight limit refuses one (D7)."""
     allowed = watch_limit_for(customer)
-    if watch_store.count_open(customer.id, livemode) >= allowed:
-        raise WatchLimitReached(allowed)
+    open_now = watch_store.count_open(customer.id, livemode)
+    if open_now + adding > allowed:
+        raise WatchLimitReached(allowed, room=max(0, allowed - open_now) if adding > 1 else None)
 
 
 def _reverse(customer_id, rows, batch, cost, request_id, livemode=True, recorded=None) -> None:
@@ -262,28 +266,34 @@ def create_scan(customer, api_key_id, target, kind, *, request_id, livemode=True
 
 
 def create_watch_scan(customer, api_key_id, kind, target, *, request_id, livemode, purpose, case_ref, watch_id,
-                      new_watch: dict | None = None, scheduled: bool = False) -> Outcome:
+                      new_watch: dict | None = None, scheduled: bool = False,
+                      entry: activity.CallEntry | None = None) -> Outcome:
     """Queue a watch's scan (D28), admitted, charged and limited as a creation; with ``new_watch``
     the watch itself is created in the same transaction (its baseline scan). A refused engine
-    leaves neither. The body is a creation's, with ``watch_id``."""
+    leaves neither. The body is a creation's, with ``watch_id``. ``entry``: the call's activity
+    entry, written with the charge (D25)."""
     suppressions.check(kind, target)
     rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (kind, target))], request_id=request_id,
                                              livemode=livemode, purpose=purpose, case_ref=case_ref,
-                                             watch_id=watch_id, new_watch=new_watch,
-                                             watch_statuses=("active",) if scheduled else ("active", "paused"))
+                                             watch_id=watch_id,
+                                             new_watches=[new_watch] if new_watch is not None else None,
+                                             watch_statuses=("active",) if scheduled else ("active", "paused"),
+                                             entry=entry)
     cost = billing.admission_cost(1, livemode=livemode)
+    recorded = entry.recorded() if entry is not None else None
     try:
-        answer = _submit(customer.id, rows, None, cost, request_id, livemode)[0]
+        with activity.entry_follows(recorded):
+            answer = _submit(customer.id, rows, None, cost, request_id, livemode, recorded=recorded)[0]
     except EngineUnavailable:
         if new_watch is not None:
-            watch_store.delete(watch_id)
+            watch_store.delete_many([watch_id])
         raise
     _count_created(rows, customer)
     scan_id = rows[0]["id"]
     body = {"ok": True, "scan_id": scan_id, "livemode": livemode, "kind": kind, "recipes_to_run": answer["recipes"],
             "eta_seconds": answer["eta_seconds"], "watch_id": watch_id}
     subject = activity.Subject(scan_id, activity.hashes_of([(kind, target)]), purpose, case_ref)
-    return Outcome(body, balance, limits, usage, cost, subject)
+    return Outcome(body, balance, limits, usage, cost, subject, recorded)
 
 
 def _why_nothing_to_rerun(status: str, *, erased: bool) -> str:
@@ -345,15 +355,48 @@ def portal_rerun(customer, scan_id, *, request_id,
                         entry=entry_for(original.livemode) if entry_for is not None else None)
 
 
-def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True, purpose=None,
-                case_ref=None, entry: activity.CallEntry | None = None) -> Outcome:
-    """Queue a bulk batch, every scan with the call's purpose and case reference (D20); the
-    body has no URLs (the HTTP layer adds the poll URLs)."""
+def screen_bulk(customer, targets, purpose, case_ref) -> tuple[list, list, str | None, str | None]:
+    """A bulk call's input, as every bulk call takes it (D7): the call refused whole (no targets,
+    too many, a tier without bulk calls, a purpose refused), else ``(accepted, rejected, purpose,
+    case_ref)``: ``(index, (kind, target))`` per valid target, and the rejected entries (invalid or
+    opted out, free) in request order."""
     bulk.check_call(customer.tier, targets)
     purpose, case_ref = purposes.check(purpose, case_ref, required=customer.require_purpose)
     accepted, rejected = bulk.split_targets(targets)
     accepted, suppressed = suppressions.split_suppressed(accepted)
-    rejected = sorted(rejected + suppressed, key=lambda entry: entry["index"])
+    return accepted, sorted(rejected + suppressed, key=lambda entry: entry["index"]), purpose, case_ref
+
+
+def create_watch_batch(customer, api_key_id, accepted, total, new_watches, *, request_id, livemode, purpose,
+                       case_ref, entry: activity.CallEntry | None = None) -> Outcome:
+    """Many watches at once (D28): ``new_watches``, one row per ``accepted`` target (as
+    ``screen_bulk`` gives them), each created with its baseline scan in one batch of ``total``
+    targets, admitted, charged and limited as a bulk call, within the watch limit. A refused engine
+    leaves no watch. The body lists the batch's scans, each with its ``watch_id`` and ``index``."""
+    rows, batch, balance, limits, usage = _admit(customer.id, api_key_id, accepted, request_id=request_id,
+                                                 bulk_total=total, livemode=livemode, purpose=purpose,
+                                                 case_ref=case_ref, entry=entry, new_watches=new_watches)
+    cost = billing.admission_cost(len(rows), bulk=True, livemode=livemode)
+    recorded = entry.recorded() if entry is not None else None
+    if rows:
+        try:
+            with activity.entry_follows(recorded):
+                _submit(customer.id, rows, batch, cost, request_id, livemode, recorded=recorded)
+        except EngineUnavailable:
+            watch_store.delete_many([w["id"] for w in new_watches])
+            raise
+        _count_created(rows, customer, batch)
+    body = {"ok": True, "bulk_id": batch.id, "livemode": livemode, "total": total,
+            "scans": [{"scan_id": r["id"], "watch_id": r["watch_id"], "index": r["bulk_index"]} for r in rows]}
+    subject = activity.Subject(batch.id, activity.hashes_of((r["kind"], r["target"]) for r in rows), purpose, case_ref)
+    return Outcome(body, balance, limits, usage, cost, subject, recorded)
+
+
+def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True, purpose=None,
+                case_ref=None, entry: activity.CallEntry | None = None) -> Outcome:
+    """Queue a bulk batch, every scan with the call's purpose and case reference (D20); the
+    body has no URLs (the HTTP layer adds the poll URLs)."""
+    accepted, rejected, purpose, case_ref = screen_bulk(customer, targets, purpose, case_ref)
     rows, batch, balance, limits, usage = _admit(customer.id, api_key_id, accepted, request_id=request_id,
                                                  bulk_total=len(targets), livemode=livemode, purpose=purpose,
                                                  case_ref=case_ref, entry=entry)

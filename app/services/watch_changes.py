@@ -13,9 +13,11 @@ from datetime import datetime
 from app import events
 from app.db import transaction
 from app.models import utcnow
+from app.models.scans import COMPLETED
 from app.models.watches import ENDED
 from app.services import webhooks
 from app.services.results import PATH_RE
+from app.store import scans as scan_store
 from app.store import watches as watch_store
 from app.store import webhooks as key_store
 
@@ -56,6 +58,30 @@ def changes_between(previous: dict, current: dict) -> dict | None:
     if not added and not removed and risk["from"]["band"] == risk["to"]["band"]:
         return None
     return {"added": added, "removed": removed, "risk": risk}
+
+
+def since_previous(customer_id: str, scan_id: str) -> dict | None:
+    """What a watch scan of the customer changed since the watch's previous completed scan, as a
+    ``watch.changed`` would say it (None: not a watch scan). ``state``: ``changed`` (with ``changes``),
+    ``unchanged``, ``baseline`` (no earlier completed scan), ``pending`` (not completed yet) or
+    ``erased`` (this or the previous result was erased: nothing to compare). With ``changed``, the
+    previous result too, for what the removed findings were."""
+    scan = scan_store.owned_scan(scan_id, customer_id)
+    if scan is None or not scan.watch_id:
+        return None
+    previous = watch_store.previous_completed_scan(scan.watch_id, scan) if scan.status == COMPLETED else None
+    about = {"watch_id": scan.watch_id, "previous_scan_id": previous.id if previous else None}
+    if scan.status != COMPLETED:
+        return {**about, "state": "pending"}
+    if previous is None:
+        return {**about, "state": "baseline"}
+    if not scan.result_json or not previous.result_json:
+        return {**about, "state": "erased"}
+    before = json.loads(previous.result_json)
+    changes = changes_between(before, json.loads(scan.result_json))
+    if changes is None:
+        return {**about, "state": "unchanged"}
+    return {**about, "state": "changed", "changes": changes, "previous_result": before}
 
 
 def record_changes(scans: list, now: datetime | None = None) -> int:

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from app import events
 from app.db import transaction
 from app.models import iso, new_id, utcnow
 from app.models.watches import ACTIVE, ENDED, PAUSED
-from app.services import access, purposes, scans, watch_changes
+from app.services import access, activity, purposes, scans, watch_changes
 from app.services.crypto import target_hash
-from app.services.errors import InvalidRequest, NotFound, ServiceError, TargetSuppressed, WatchEnded
+from app.services.errors import Forbidden, InvalidRequest, NotFound, ServiceError, TargetSuppressed, WatchEnded
+from app.services.paging import Page
 from app.services.targets import normalize_or_refuse, opt_out_key
 from app.store import customers as customer_store
+from app.store import keys as api_keys
 from app.store import watches as watch_store
 from app.store import webhooks as key_store
 
@@ -61,23 +64,62 @@ def view(watch) -> dict:
 
 
 def create_watch(customer, api_key_id, target, kind, interval, *, request_id, livemode=True, purpose=None,
-                 case_ref=None) -> tuple[dict, scans.Outcome]:
-    """Create a watch and queue its baseline scan: ``(the watch's body, the scan's outcome)``."""
+                 case_ref=None, entry: activity.CallEntry | None = None) -> tuple[dict, scans.Outcome]:
+    """Create a watch and queue its baseline scan: ``(the watch's body, the scan's outcome)``.
+    ``entry``: the call's activity entry, written with the charge (D25)."""
     kind, target = normalize_or_refuse(target, kind)
     purpose, case_ref = purposes.check(purpose, case_ref, required=customer.require_purpose)
-    if interval not in INTERVALS:
-        raise InvalidRequest(f"interval must be one of {', '.join(INTERVALS)}")
-    now = utcnow()
-    watch_id = new_id("wch")
-    row = {"id": watch_id, "customer": customer.id, "api_key": api_key_id, "livemode": livemode, "kind": kind,
-           "target": target, "optout_hash": target_hash(*opt_out_key(kind, target)), "interval": interval,
-           "status": ACTIVE, "purpose": purpose, "case_ref": case_ref, "created_at": now,
-           "next_scan_at": next_due(watch_id, interval, now, now), "last_scan_id": None, "last_change_at": None,
-           "last_changes": None, "last_error": None, "missed_since": None, "ended_at": None, "end_reason": None}
+    _check_interval(interval)
+    row = _new_row(customer.id, api_key_id, livemode, kind, target, interval, purpose, case_ref, utcnow())
+    watch_id = row["id"]
     outcome = scans.create_watch_scan(customer, api_key_id, kind, target, request_id=request_id, livemode=livemode,
-                                      purpose=purpose, case_ref=case_ref, watch_id=watch_id, new_watch=row)
+                                      purpose=purpose, case_ref=case_ref, watch_id=watch_id, new_watch=row,
+                                      entry=entry)
     watch_store.update(watch_id, {"last_scan_id": outcome.body["scan_id"]})
     return view(watch_store.get(watch_id)), outcome
+
+
+def create_watches(customer, api_key_id, targets: list, interval: str, *, request_id, livemode=True, purpose=None,
+                   case_ref=None, entry: activity.CallEntry | None = None) -> tuple[dict, scans.Outcome]:
+    """Many watches in one call (D28's bulk creation, the portal's CSV import): the targets are
+    taken as a bulk scan's (at most 100, Business and Enterprise, each invalid or opted-out one
+    rejected, free); each valid one becomes a watch with its baseline scan, all admitted together
+    (paid as a bulk call: a credit per watch, one if none), within the watch limit, or none is.
+    ``(body, outcome)``: the body says, per entry, the watch created or why it was rejected."""
+    _check_interval(interval)
+    accepted, rejected, purpose, case_ref = scans.screen_bulk(customer, targets, purpose, case_ref)
+    now = utcnow()
+    rows = [_new_row(customer.id, api_key_id, livemode, kind, target, interval, purpose, case_ref, now)
+            for _, (kind, target) in accepted]
+    outcome = scans.create_watch_batch(customer, api_key_id, accepted, len(targets), rows, request_id=request_id,
+                                       livemode=livemode, purpose=purpose, case_ref=case_ref, entry=entry)
+    made = outcome.body["scans"]
+    watch_store.set_last_scans({s["watch_id"]: s["scan_id"] for s in made})
+    found = {w.id: w for w in watch_store.get_many([s["watch_id"] for s in made])}
+    body = {"ok": True, "livemode": livemode, "bulk_id": outcome.body["bulk_id"], "total": len(targets),
+            "created": len(made), "rejected": rejected,
+            "watches": [{**_entry(found[s["watch_id"]]), "index": s["index"]} for s in made]}
+    return body, outcome
+
+
+def _check_interval(interval: str) -> None:
+    if interval not in INTERVALS:
+        raise InvalidRequest(f"interval must be one of {', '.join(INTERVALS)}")
+
+
+def _new_row(customer_id, api_key_id, livemode, kind, target, interval, purpose, case_ref, now) -> dict:
+    """A new watch's row, active, its first scheduled scan an interval (plus its offset) from now."""
+    watch_id = new_id("wch")
+    return {"id": watch_id, "customer": customer_id, "api_key": api_key_id, "livemode": livemode, "kind": kind,
+            "target": target, "optout_hash": target_hash(*opt_out_key(kind, target)), "interval": interval,
+            "status": ACTIVE, "purpose": purpose, "case_ref": case_ref, "created_at": now,
+            "next_scan_at": next_due(watch_id, interval, now, now), "last_scan_id": None, "last_change_at": None,
+            "last_changes": None, "last_error": None, "missed_since": None, "ended_at": None, "end_reason": None}
+
+
+def _entry(watch) -> dict:
+    """A watch as a list shows it (its view without ``ok``)."""
+    return {k: v for k, v in view(watch).items() if k != "ok"}
 
 
 def owned(customer_id: str, watch_id: str, livemode: bool):
@@ -104,7 +146,7 @@ def list_watches(customer_id: str, *, livemode: bool, status: str | None = None,
         before = (after.created_at, after.id)
     limit = max(1, min(LIST_MAX_LIMIT, int(limit)))
     rows = watch_store.page(customer_id, livemode=livemode, status=status, kind=kind, before=before, limit=limit + 1)
-    return {"ok": True, "data": [{k: v for k, v in view(w).items() if k != "ok"} for w in rows[:limit]],
+    return {"ok": True, "data": [_entry(w) for w in rows[:limit]],
             "has_more": len(rows) > limit}
 
 
@@ -152,6 +194,78 @@ def run_watch(customer, api_key_id, watch_id, *, request_id, livemode=True) -> s
     return outcome
 
 
+def key_may_watch(key, now: datetime) -> bool:
+    """Whether ``key`` may make watches and their scans: not revoked, not expired, with the scope
+    ``watches`` (a person who revoked or narrowed a key stops its spending)."""
+    return key.is_live and not access.is_expired(key, now) and access.WATCHES in (key.scopes or ())
+
+
+# --- the portal (D28: list, add one or a CSV file's targets, pause, resume, end) ----------------
+
+def portal_watches(customer_id: str, *, livemode: bool | None = None, status: str | None = None, page: int = 1,
+                   per_page: int = 25) -> Page:
+    """The portal's list: the customer's watches of both modes (or one), newest first, numbered pages."""
+    page, per_page = max(1, page), min(LIST_MAX_LIMIT, max(1, per_page))
+    total, rows = watch_store.portal_page(customer_id, livemode=livemode, status=status,
+                                          offset=(page - 1) * per_page, limit=per_page)
+    return Page([_entry(w) for w in rows], total, page, per_page)
+
+
+def watch_keys(customer_id: str) -> list:
+    """The customer's keys a person may make watches with in the portal (``key_may_watch``)."""
+    now = utcnow()
+    return [key for key in api_keys.of_customer_newest_first(customer_id) if key_may_watch(key, now)]
+
+
+def _portal_key(customer_id: str, key_id: str):
+    """The key a portal watch is made with: the customer's, able to make watches; its mode is the watch's."""
+    key = api_keys.find(key_id)
+    if key is None or key.customer_id != customer_id:
+        raise NotFound("no key with this id")
+    if not key_may_watch(key, utcnow()):
+        raise Forbidden("this API key cannot make watches: it is revoked, expired or lacks the scope watches")
+    return key
+
+
+def portal_create(customer, key_id: str, target, kind, interval, *, purpose=None, case_ref=None, request_id=None,
+                  entry_for: Callable[[bool], activity.CallEntry] | None = None) -> tuple[dict, scans.Outcome]:
+    """A watch added in the portal, made with the key the person chose, in its mode; ``entry_for``
+    makes the action's entry in that mode, written with the charge (D25)."""
+    key = _portal_key(customer.id, key_id)
+    return create_watch(customer, key.id, target, kind, interval, request_id=request_id, livemode=key.livemode,
+                        purpose=purpose, case_ref=case_ref,
+                        entry=entry_for(key.livemode) if entry_for is not None else None)
+
+
+def portal_import(customer, key_id: str, targets: list, interval: str, *, purpose=None, case_ref=None,
+                  request_id=None, entry_for: Callable[[bool], activity.CallEntry] | None = None
+                  ) -> tuple[dict, scans.Outcome]:
+    """A CSV file's targets watched from the portal: ``create_watches`` with the chosen key."""
+    key = _portal_key(customer.id, key_id)
+    return create_watches(customer, key.id, targets, interval, request_id=request_id, livemode=key.livemode,
+                          purpose=purpose, case_ref=case_ref,
+                          entry=entry_for(key.livemode) if entry_for is not None else None)
+
+
+def portal_set_status(customer_id: str, watch_id: str, status: str) -> dict:
+    """Pause (``paused``) or resume (``active``) a watch from the portal, in its own mode."""
+    watch = owned_any_mode(customer_id, watch_id)
+    return update_watch(customer_id, watch.id, livemode=watch.livemode, status=status)
+
+
+def portal_end(customer_id: str, watch_id: str) -> dict:
+    watch = owned_any_mode(customer_id, watch_id)
+    return end_watch(customer_id, watch.id, livemode=watch.livemode)
+
+
+def owned_any_mode(customer_id: str, watch_id: str):
+    """The customer's watch of either mode (the portal shows both); another's or none: 404."""
+    watch = watch_store.get(watch_id)
+    if watch is None or watch.customer_id != customer_id:
+        raise NotFound("no watch with this id")
+    return watch
+
+
 # --- the scheduler -------------------------------------------------------------------------
 
 def run_due(now: datetime | None = None) -> dict:
@@ -173,8 +287,7 @@ def run_due(now: datetime | None = None) -> dict:
 def _scan_due(watch, now: datetime) -> str:
     """One due watch's scan; what became of it (a key of ``run_due``'s report)."""
     customer = customer_store.get(watch.customer_id)
-    key = key_store.key(watch.api_key_id)
-    if not key.is_live or access.is_expired(key, now) or access.WATCHES not in (key.scopes or ()):
+    if not key_may_watch(key_store.key(watch.api_key_id), now):
         # A person who revoked or narrowed a key stops its spending, scheduled scans included.
         return _missed(watch, now, "the API key that created this watch is revoked, expired or lacks the scope "
                                    "watches: end the watch and create it again with another key")

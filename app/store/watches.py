@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from peewee import Case
+
 from app.db import execute, insert_rows_statement, table
 from app.models import Scan, Watch
 from app.models.scans import COMPLETED
@@ -13,9 +15,9 @@ CLAIM = (f"UPDATE {table(Watch)} SET next_scan_at = ? WHERE id IN (SELECT id FRO
          "WHERE status = ? AND next_scan_at <= ? ORDER BY next_scan_at LIMIT ? FOR UPDATE SKIP LOCKED) RETURNING id")
 
 
-def insert_statement(row: dict) -> Statement:
-    """One INSERT of a watch (keyed by field name), to run with an admission's other writes."""
-    sql, params = insert_rows_statement(Watch, [row])
+def insert_statement(rows: list[dict]) -> Statement:
+    """One INSERT of watches (keyed by field name), to run with an admission's other writes."""
+    sql, params = insert_rows_statement(Watch, rows)
     return sql, tuple(params)
 
 
@@ -29,14 +31,26 @@ def get(watch_id: str) -> Watch | None:
     return Watch.get_or_none(Watch.id == watch_id)
 
 
+def get_many(watch_ids: list[str]) -> list[Watch]:
+    return list(Watch.select().where(Watch.id.in_(watch_ids))) if watch_ids else []
+
+
 def lock_status(watch_id: str) -> str | None:
     """The watch's status, its row locked until the transaction ends (a change or an end waits)."""
     row = Watch.select(Watch.status).where(Watch.id == watch_id).for_update().first()
     return None if row is None else row.status
 
 
-def delete(watch_id: str) -> None:
-    Watch.delete().where(Watch.id == watch_id).execute()
+def delete_many(watch_ids: list[str]) -> None:
+    if watch_ids:
+        Watch.delete().where(Watch.id.in_(watch_ids)).execute()
+
+
+def set_last_scans(scan_of: dict[str, str]) -> None:
+    """Each watch's ``last_scan_id`` (watch id -> scan id), in one UPDATE."""
+    if scan_of:
+        Watch.update(last_scan_id=Case(Watch.id, list(scan_of.items()))).where(
+            Watch.id.in_(list(scan_of))).execute()
 
 
 def update(watch_id: str, changes: dict, *, unless_status: str | None = None, only_status: str | None = None) -> bool:
@@ -62,6 +76,18 @@ def page(customer_id: str, *, livemode: bool, status: str | None, kind: str | No
     if before is not None:
         query = query.where((Watch.created_at < before[0]) | ((Watch.created_at == before[0]) & (Watch.id < before[1])))
     return list(query.order_by(Watch.created_at.desc(), Watch.id.desc()).limit(limit))
+
+
+def portal_page(customer_id: str, *, livemode: bool | None, status: str | None, offset: int,
+                limit: int) -> tuple[int, list[Watch]]:
+    """``(total, rows)``: the customer's watches of one mode or both (``livemode`` None), newest first."""
+    query = Watch.select().where(Watch.customer == customer_id)
+    if livemode is not None:
+        query = query.where(Watch.livemode == livemode)
+    if status is not None:
+        query = query.where(Watch.status == status)
+    rows = list(query.order_by(Watch.created_at.desc(), Watch.id.desc()).offset(offset).limit(limit))
+    return query.count(), rows
 
 
 def claim_due(now: datetime, hold_until: datetime, limit: int) -> list[Watch]:

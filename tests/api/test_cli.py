@@ -13,7 +13,7 @@ from app.models import ApiKey, CreditLedger, Customer, PortalUser, Scan, Webhook
 from app.services import accounts, billing, webhooks
 from app.services.crypto import decrypt_secret
 from tests.api.helpers import assert_counters_match
-from tests.portal.test_portal import PASSWORD, login
+from tests.portal.helpers import PASSWORD, login
 
 BIGINT_MAX = 2**63 - 1
 SECRET = "whsec_b3BlcmF0b3Igc2VjcmV0IDAxMjM0NTY3ODk="

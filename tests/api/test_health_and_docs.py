@@ -3,7 +3,7 @@ import pytest
 
 from app import create_app
 from app.services import accounts
-from tests.portal.test_portal import PASSWORD, login
+from tests.portal.helpers import PASSWORD, login
 
 
 def test_healthz_and_readyz_answer_without_a_key(client):

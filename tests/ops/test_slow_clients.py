@@ -158,7 +158,7 @@ def test_the_portal_login_works_behind_nginx_on_a_port_other_than_443(production
     """nginx sent Host without its port, so the CSRF check's "same origin" saw
     https://127.0.0.1 against a Referer of https://127.0.0.1:PORT and refused every login."""
     from app.services import accounts
-    from tests.portal.test_portal import CSRF_RE, PASSWORD
+    from tests.portal.helpers import CSRF_RE, PASSWORD
     upstream, log = production_gunicorn
     account = make_customer()
     accounts.create_user(account.id, "ops@acme.example", PASSWORD)

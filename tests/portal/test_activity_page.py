@@ -10,18 +10,10 @@ import pytest
 
 from app.extensions import db
 from app.models import ActivityEntry
-from app.services import accounts, activity
-from tests.portal.test_portal import PASSWORD, csrf, login
+from app.services import activity
+from tests.portal.helpers import csrf, login
 
 HOSTILE = "<script>alert(1)</script>"
-
-
-@pytest.fixture
-def portal_account(make_customer, app):
-    acct = make_customer(tier="business", credits=100)
-    with db.connection_context():
-        acct.user = accounts.create_user(acct.id, "ops@acme.example", PASSWORD)
-    return acct
 
 
 def entries(account) -> list[ActivityEntry]:

@@ -5,33 +5,8 @@ import pytest
 
 from app.extensions import db
 from app.models import ApiKey, WebhookDelivery
-from app.services import accounts
 from app.services.crypto import decrypt_secret
-
-PASSWORD = "correct horse battery staple"
-CSRF_RE = re.compile(r'name="csrf_token" type="hidden" value="([^"]+)"')
-
-
-def csrf(client, path):
-    page = client.get(path)
-    match = CSRF_RE.search(page.get_data(as_text=True))
-    assert match, page.get_data(as_text=True)[:500]
-    return match.group(1)
-
-
-@pytest.fixture
-def portal_account(make_customer, app):
-    acct = make_customer(tier="business", credits=50)
-    with db.connection_context():
-        accounts.create_user(acct.id, "ops@acme.example", PASSWORD)
-    acct.email = "ops@acme.example"
-    return acct
-
-
-def login(client, email="ops@acme.example", password=PASSWORD, next_path=""):
-    token = csrf(client, "/app/login")
-    return client.post("/app/login", data={"email": email, "password": password, "csrf_token": token,
-                                           "next": next_path})
+from tests.portal.helpers import PASSWORD, csrf, login
 
 
 def test_pages_need_a_login(client, portal_account):
@@ -185,7 +160,7 @@ def test_usage_page(client, portal_account):
     client.get("/api/v1/scan/scn_x", headers=portal_account.headers)  # one charged call
     login(client)
     html = client.get("/app/usage").get_data(as_text=True)
-    assert "49" in html and "Business" in html and "-1" in html and "In flight now" in html
+    assert '<p class="big">99 <small>credits' in html and "Business" in html and "-1" in html and "In flight now" in html
 
 
 def test_test_keys_and_their_deliveries_are_marked_and_usage_counts_live_only(client, portal_account):
@@ -211,7 +186,7 @@ def test_test_keys_and_their_deliveries_are_marked_and_usage_counts_live_only(cl
     usage = client.get("/app/usage").get_data(as_text=True)
     assert "<td>In flight now</td><td>0</td>" in usage and "<td>Created in the last hour</td><td>0</td>" in usage
     assert "0 scans created and 0 credits spent" in usage  # the charts count live scans only
-    assert "50" in usage  # the balance: the test key's call cost nothing
+    assert '<p class="big">100 <small>credits' in usage  # the balance: the test key's call cost nothing
     # The scans list shows both modes, the test scan marked; its page and its batch's too.
     live_scan = client.post("/api/v1/scan", json={"target": "live@example.com"},
                             headers=portal_account.headers).json["scan_id"]

@@ -9,7 +9,7 @@ from app.extensions import db
 from app.models import ActivityEntry, ApiKey, WebhookEndpoint
 from app.services import webhooks
 from app.services.crypto import decrypt_secret
-from tests.portal.test_portal import csrf, login, portal_account  # noqa: F401 - fixture
+from tests.portal.helpers import csrf, login
 
 URL = "https://hooks.acme.example/audit"
 
@@ -19,7 +19,7 @@ def _endpoint(key_id) -> WebhookEndpoint:
         return WebhookEndpoint.get(WebhookEndpoint.api_key == key_id)
 
 
-def test_add_change_disable_enable_and_delete_an_endpoint(client, portal_account):  # noqa: F811
+def test_add_change_disable_enable_and_delete_an_endpoint(client, portal_account):
     login(client)
     key_id = portal_account.key.id
     page = f"/app/api-keys/{key_id}"
@@ -61,7 +61,7 @@ def test_add_change_disable_enable_and_delete_an_endpoint(client, portal_account
     assert {"endpoint.create", "endpoint.update", "endpoint.enable", "endpoint.delete"} <= set(logged)
 
 
-def test_a_refused_url_is_explained_and_nothing_added(client, portal_account):  # noqa: F811
+def test_a_refused_url_is_explained_and_nothing_added(client, portal_account):
     login(client)
     page = f"/app/api-keys/{portal_account.key.id}"
     refused = client.post(f"{page}/endpoints", data={"csrf_token": csrf(client, page), "url": "ftp://x",
@@ -71,7 +71,7 @@ def test_a_refused_url_is_explained_and_nothing_added(client, portal_account):  
         assert ApiKey.get_by_id(portal_account.key.id).webhook_url is None
 
 
-def test_an_auto_disabled_endpoint_shows_why_and_since_when(client, portal_account):  # noqa: F811
+def test_an_auto_disabled_endpoint_shows_why_and_since_when(client, portal_account):
     with freeze_time("2026-11-27 09:00:00"):
         login(client)
         with db.connection_context():
@@ -82,7 +82,7 @@ def test_an_auto_disabled_endpoint_shows_why_and_since_when(client, portal_accou
     assert "Disabled on" in body and "2026-11-26 13:00" in body and ">Enable<" in body
 
 
-def test_a_further_endpoint_rolls_its_secret_after_confirming(client, portal_account):  # noqa: F811
+def test_a_further_endpoint_rolls_its_secret_after_confirming(client, portal_account):
     with freeze_time("2026-11-21 12:00:00"):
         login(client)
         page = f"/app/api-keys/{portal_account.key.id}"
@@ -108,7 +108,7 @@ def test_a_further_endpoint_rolls_its_secret_after_confirming(client, portal_acc
         assert decrypt_secret(now_only.webhook_secret_enc) == shown and now_only.webhook_next_secret_enc is None
 
 
-def test_the_delivery_list_shows_each_deliverys_endpoint_and_filters_by_it(client, portal_account, make_customer):  # noqa: F811
+def test_the_delivery_list_shows_each_deliverys_endpoint_and_filters_by_it(client, portal_account, make_customer):
     from app.services import endpoints
     stranger = make_customer(webhook_url=URL + "/stranger")
     with db.connection_context():

@@ -9,7 +9,7 @@ from freezegun import freeze_time
 from app.extensions import db
 from app.models import ApiKey
 from app.services import access, accounts
-from tests.portal.test_portal import csrf, login, portal_account  # noqa: F401 - a fixture
+from tests.portal.helpers import csrf, login
 
 FROZEN = "2026-11-21 12:00:00"
 
@@ -31,7 +31,7 @@ def _save(client, key_id, **fields):
     return client.post(f"{page}/access", data=data)
 
 
-def test_the_key_page_shows_scopes_expiry_and_allowlist(client, portal_account):  # noqa: F811
+def test_the_key_page_shows_scopes_expiry_and_allowlist(client, portal_account):
     with freeze_time(FROZEN):
         key = _restricted(portal_account, scopes="scans:read,webhooks", expires_in_days=30,
                           allowed_ips="203.0.113.0/24")
@@ -45,7 +45,7 @@ def test_the_key_page_shows_scopes_expiry_and_allowlist(client, portal_account):
     assert 'id="key-expiry">never' in plain and 'id="key-allowlist">anywhere' in plain
 
 
-def test_the_keys_list_shows_each_keys_expiry_and_an_expired_one_as_such(client, portal_account):  # noqa: F811
+def test_the_keys_list_shows_each_keys_expiry_and_an_expired_one_as_such(client, portal_account):
     with freeze_time(FROZEN) as frozen:
         key = _restricted(portal_account, expires_in_days=1)
         frozen.move_to("2026-11-22 12:00:00")
@@ -57,7 +57,7 @@ def test_the_keys_list_shows_each_keys_expiry_and_an_expired_one_as_such(client,
     assert ">active<" in html  # the fixture's key, which never expires
 
 
-def test_narrowing_an_earlier_expiry_and_a_new_allowlist_are_saved(client, portal_account):  # noqa: F811
+def test_narrowing_an_earlier_expiry_and_a_new_allowlist_are_saved(client, portal_account):
     with freeze_time(FROZEN):
         key = _restricted(portal_account, scopes="scans:read,scans:write,webhooks", expires_in_days=30)
         login(client)
@@ -91,7 +91,7 @@ def test_narrowing_an_earlier_expiry_and_a_new_allowlist_are_saved(client, porta
     ({"scopes": ["scans:read"], "expires_on": "2026-12-01", "allowed_ips": "198.51.100.1/24"},
      "did you mean 198.51.100.0/24?"),
 ])
-def test_a_wider_or_later_change_is_refused_and_nothing_changes(client, portal_account, fields, message):  # noqa: F811
+def test_a_wider_or_later_change_is_refused_and_nothing_changes(client, portal_account, fields, message):
     with freeze_time(FROZEN):
         key = _restricted(portal_account, scopes="scans:read,webhooks", expires_in_days=30,
                           allowed_ips="203.0.113.0/24")
@@ -103,7 +103,7 @@ def test_a_wider_or_later_change_is_refused_and_nothing_changes(client, portal_a
         assert _access(key.id) == before
 
 
-def test_the_access_form_needs_csrf_and_the_keys_owner(client, portal_account, make_customer):  # noqa: F811
+def test_the_access_form_needs_csrf_and_the_keys_owner(client, portal_account, make_customer):
     other = make_customer()
     login(client)
     key_id = portal_account.key.id

@@ -16,17 +16,9 @@ from app.models import CreditLedger, Scan, WebhookDelivery, utcnow
 from app.services import accounts, billing, tracking, usage, webhooks
 from app.services.results import normalize_result
 from app.simulated.results import result_for
-from tests.portal.test_portal import PASSWORD, csrf, login
+from tests.portal.helpers import csrf, login
 
 HOSTILE = "<script>alert(1)</script>"
-
-
-@pytest.fixture
-def portal_account(make_customer, app):
-    acct = make_customer(tier="business", credits=100, inflight=50)
-    with db.connection_context():
-        accounts.create_user(acct.id, "ops@acme.example", PASSWORD)
-    return acct
 
 
 def create(client, account, target, kind=None):

@@ -11,23 +11,15 @@ import pytest
 from app.extensions import db
 from app.models import ActivityEntry, ApiKey, Customer, PortalUser, Scan, utcnow
 from app.models.activity import DEFAULT_PARTITION
-from app.services import accounts, portal_users, tracking
 from app.services import portal_roles as roles
+from app.services import tracking
 from app.services.results import normalize_result
 from app.simulated.results import result_for
 from app.store import activity as activity_store
 from tests.api.helpers import engine_mode
-from tests.portal.test_portal import PASSWORD, csrf, login
+from tests.portal.helpers import csrf, login
 
 FORM_RE = re.compile(r'<form[^>]*method="post"[^>]*action="([^"]+)"')
-
-
-@pytest.fixture
-def portal_account(make_customer, app):
-    acct = make_customer(tier="business", credits=100, inflight=50)
-    with db.connection_context():
-        accounts.create_user(acct.id, "ops@acme.example", PASSWORD)
-    return acct
 
 
 def create(client, account, target):
@@ -50,24 +42,10 @@ def text(response) -> str:
     return response.get_data(as_text=True)
 
 
-def role_clients(app, acct) -> dict:
-    tokens, clients = {}, {}
-    with db.connection_context():
-        for role in roles.ROLES:
-            user = accounts.create_user(acct.id, f"{role}@acme.example", PASSWORD)
-            PortalUser.update(role=role).where(PortalUser.id == user.id).execute()
-            tokens[role] = portal_users.start_session(PortalUser.get_by_id(user.id))
-    for role, token in tokens.items():
-        clients[role] = app.test_client()
-        with clients[role].session_transaction() as session:
-            session["sid"] = token
-    return clients
-
-
-def test_each_role_sees_only_the_forms_its_role_may_send(app, client, portal_account):
+def test_each_role_sees_only_the_forms_its_role_may_send(app, client, portal_account, role_clients):
     scan_id = create(client, portal_account, "partial.jane@example.com")
     complete(scan_id)
-    clients = role_clients(app, portal_account)
+    clients = role_clients(portal_account)
     pages = (f"/app/scans/{scan_id}", f"/app/api-keys/{portal_account.key.id}", "/app/scans", "/app/activity",
              "/app/usage", "/app/api-keys")
     adapter = app.url_map.bind("localhost")

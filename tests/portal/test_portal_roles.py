@@ -15,9 +15,9 @@ from app.extensions import db
 from app.models import ALL_MODELS, ActivityEntry, PortalUser
 from app.portal import bp as portal_bp
 from app.portal import security
-from app.services import accounts, portal_users
+from app.services import accounts
 from app.services import portal_roles as roles
-from tests.portal.test_portal import CSRF_RE, PASSWORD
+from tests.portal.helpers import CSRF_RE, PASSWORD
 
 PUBLIC_ENDPOINTS = {"portal.login", "portal.logout", "portal.login_code", "portal.set_password"}
 # What D21 gives each view, written here a second time on purpose: a view declared with the
@@ -27,6 +27,8 @@ EXPECTED = {
     "portal.scans": roles.READ, "portal.scan_page": roles.READ, "portal.batch_page": roles.READ,
     "portal.usage": roles.READ, "portal.ledger_csv": roles.READ,
     "portal.activity_log": roles.READ, "portal.activity_csv": roles.READ,
+    "portal.watches": roles.READ, "portal.add_watch": roles.SCANS, "portal.import_watches": roles.SCANS,
+    "portal.pause_watch": roles.SCANS, "portal.resume_watch": roles.SCANS, "portal.end_watch": roles.SCANS,
     "portal.erase_scan": roles.SCANS, "portal.finding_feedback": roles.SCANS, "portal.rerun_scan": roles.SCANS, "portal.save_access": roles.KEY_ACCESS,
     "portal.save_webhook": roles.WEBHOOKS, "portal.new_secret": roles.WEBHOOKS, "portal.roll_secret": roles.WEBHOOKS,
     "portal.switch_secret": roles.WEBHOOKS, "portal.reveal_secret": roles.WEBHOOKS,
@@ -58,28 +60,18 @@ ROUTES = portal_routes()
 
 
 @pytest.fixture
-def walk(make_customer, app):
-    """A customer with a key, one user of each role (each with its own logged-in client), and a
+def walk(portal_account, role_clients):
+    """The portal's account with one user of each role (each with its own logged-in client), and a
     further user (a viewer) for the users' forms to act on."""
-    acct = make_customer(tier="business", credits=50)
-    tokens, clients = {}, {}
     with db.connection_context():
-        target = accounts.create_user(acct.id, "target@acme.example", PASSWORD)
+        target = accounts.create_user(portal_account.id, "target@acme.example", PASSWORD)
         PortalUser.update(role=roles.VIEWER).where(PortalUser.id == target.id).execute()
-        for role in roles.ROLES:
-            user = accounts.create_user(acct.id, f"{role}@acme.example", PASSWORD)
-            PortalUser.update(role=role).where(PortalUser.id == user.id).execute()
-            tokens[role] = portal_users.start_session(PortalUser.get_by_id(user.id))
-    for role, token in tokens.items():
-        clients[role] = app.test_client()
-        with clients[role].session_transaction() as session:
-            session[security.SESSION_KEY] = token
-    return acct, target, clients
+    return portal_account, target, role_clients(portal_account)
 
 
 def url_for_rule(rule: str, acct, target) -> str:
     values = {"key_id": acct.key.id, "user_id": target.id, "delivery_id": "dlv_walk", "scan_id": "scan_walk", "finding_id": "fnd_walk",
-              "bulk_id": "bulk_walk", "token": "walk-token", "endpoint_id": "ep_walk"}
+              "bulk_id": "bulk_walk", "watch_id": "wch_walk", "token": "walk-token", "endpoint_id": "ep_walk"}
     for name, value in values.items():
         rule = rule.replace(f"<{name}>", value)
     assert "<" not in rule, f"the walk has no value for a parameter of {rule}: add one to url_for_rule"

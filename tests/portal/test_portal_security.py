@@ -19,18 +19,17 @@ from app.extensions import db
 from app.models import ApiKey, PortalSession, utcnow
 from app.services import accounts, login_throttle, portal_users
 from app.services.crypto import encrypt_secret
-from tests.portal.test_portal import CSRF_RE, PASSWORD, csrf, login
+from tests.portal.helpers import CSRF_RE, PASSWORD, csrf, login
 
 LIMIT = login_throttle.MAX_PER_ADDRESS_AND_ACCOUNT
 
 
 @pytest.fixture
-def portal_account(make_customer, app):
-    acct = make_customer(tier="business", credits=50)
+def portal_account(portal_account):
+    """The portal's account with a second owner, dev@acme.example (sessions per user and per browser)."""
     with db.connection_context():
-        accounts.create_user(acct.id, "ops@acme.example", PASSWORD)
-        accounts.create_user(acct.id, "dev@acme.example", PASSWORD)
-    return acct
+        accounts.create_user(portal_account.id, "dev@acme.example", PASSWORD)
+    return portal_account
 
 
 def decoded_session(app, client) -> dict:

@@ -9,26 +9,17 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pyotp
-import pytest
 from freezegun import freeze_time
 
 from app.extensions import db
 from app.models import Customer, PortalUser
-from app.services import accounts, login_throttle
-from tests.portal.test_portal import PASSWORD, csrf, login
+from app.services import login_throttle
+from tests.portal.helpers import csrf, login
 from tests.portal.test_portal_security import cli
 
 NOW = datetime(2026, 11, 22, 9, 0, 0)
 SECRET_RE = re.compile(r'<code id="totp-secret">([A-Z2-7]+)</code>')
 RECOVERY_RE = re.compile(r"<li><code>([a-z0-9]{5}-[a-z0-9]{5})</code></li>")
-
-
-@pytest.fixture
-def portal_account(make_customer, app):
-    acct = make_customer(tier="business", credits=50)
-    with db.connection_context():
-        accounts.create_user(acct.id, "ops@acme.example", PASSWORD)
-    return acct
 
 
 def code(secret: str, moment: datetime) -> str:

@@ -5,24 +5,15 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
-import pytest
 from freezegun import freeze_time
 
 from app.extensions import db
 from app.models import PortalUser
 from app.services import accounts
-from tests.portal.test_portal import PASSWORD, csrf, login
+from tests.portal.helpers import PASSWORD, csrf, login
 
 NOW = datetime(2026, 11, 22, 9, 0, 0)
 LINK_RE = re.compile(r'<code id="password-link">https?://[^/]+(/app/set-password/[^<]+)</code>')
-
-
-@pytest.fixture
-def owner_account(make_customer, app):
-    acct = make_customer(tier="business", credits=50)
-    with db.connection_context():
-        accounts.create_user(acct.id, "ops@acme.example", PASSWORD)
-    return acct
 
 
 def user(email: str) -> PortalUser:
@@ -38,7 +29,7 @@ def set_password(client, path, password="a brand new password"):
     return client.post(path, data={"csrf_token": csrf(client, path), "password": password, "confirm": password})
 
 
-def test_an_owner_adds_a_user_who_sets_a_password_once_and_logs_in(app, owner_account):
+def test_an_owner_adds_a_user_who_sets_a_password_once_and_logs_in(app, portal_account):
     with freeze_time(NOW):
         owner = app.test_client()
         login(owner)
@@ -60,7 +51,7 @@ def test_an_owner_adds_a_user_who_sets_a_password_once_and_logs_in(app, owner_ac
         assert "(developer)" in newcomer.get("/app/api-keys").get_data(as_text=True)
 
 
-def test_a_link_works_for_24_hours_only(app, owner_account):
+def test_a_link_works_for_24_hours_only(app, portal_account):
     with freeze_time(NOW) as clock:
         owner = app.test_client()
         login(owner)
@@ -75,7 +66,7 @@ def test_a_link_works_for_24_hours_only(app, owner_account):
         assert user("dev@acme.example").password_hash == before
 
 
-def test_the_last_owner_cannot_demote_or_disable_themselves(app, owner_account):
+def test_the_last_owner_cannot_demote_or_disable_themselves(app, portal_account):
     client = app.test_client()
     login(client)
     me = user("ops@acme.example")
@@ -88,7 +79,7 @@ def test_the_last_owner_cannot_demote_or_disable_themselves(app, owner_account):
     assert me.role == "owner" and not me.disabled
 
 
-def test_an_owner_changes_roles_and_disables_a_user_whose_session_ends(app, owner_account):
+def test_an_owner_changes_roles_and_disables_a_user_whose_session_ends(app, portal_account):
     owner = app.test_client()
     login(owner)
     link = LINK_RE.search(invite(owner, role="viewer").get_data(as_text=True)).group(1)
@@ -108,7 +99,7 @@ def test_an_owner_changes_roles_and_disables_a_user_whose_session_ends(app, owne
     assert not user("dev@acme.example").disabled
 
 
-def test_another_customers_user_is_not_found(app, owner_account, make_customer):
+def test_another_customers_user_is_not_found(app, portal_account, make_customer):
     stranger_account = make_customer()
     with db.connection_context():
         stranger = accounts.create_user(stranger_account.id, "x@other.example", PASSWORD)
@@ -120,7 +111,7 @@ def test_another_customers_user_is_not_found(app, owner_account, make_customer):
     assert not user("x@other.example").disabled
 
 
-def test_forms_of_the_users_page_need_their_csrf_token(app, owner_account):
+def test_forms_of_the_users_page_need_their_csrf_token(app, portal_account):
     client = app.test_client()
     login(client)
     assert client.post("/app/users", data={"email": "dev@acme.example", "role": "viewer"}).status_code == 400
@@ -132,7 +123,7 @@ def user_row(client, user_id: str):
     return re.search(rf'<tr id="user-{user_id}">.*?</tr>', client.get("/app/users").get_data(as_text=True), re.DOTALL)
 
 
-def test_the_users_page_marks_a_user_who_has_not_set_a_password_yet(app, owner_account):
+def test_the_users_page_marks_a_user_who_has_not_set_a_password_yet(app, portal_account):
     client = app.test_client()
     login(client)
     link = LINK_RE.search(invite(client).get_data(as_text=True)).group(1)

@@ -5,22 +5,12 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
-
 from app.extensions import db
 from app.models import FindingFeedback, Scan
-from app.services import accounts, tracking
+from app.services import tracking
 from app.services.results import normalize_result
 from app.simulated.results import result_for
-from tests.portal.test_portal import PASSWORD, csrf, login
-
-
-@pytest.fixture
-def portal_account(make_customer, app):
-    acct = make_customer(tier="business", credits=100, inflight=50)
-    with db.connection_context():
-        accounts.create_user(acct.id, "ops@acme.example", PASSWORD)
-    return acct
+from tests.portal.helpers import csrf, login
 
 
 def completed(client, account, target):

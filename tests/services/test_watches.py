@@ -7,6 +7,7 @@ import json
 import threading
 from datetime import datetime, timedelta
 
+import pytest
 from freezegun import freeze_time
 
 from app.extensions import db
@@ -144,3 +145,62 @@ def test_a_watch_ended_after_its_claim_makes_no_scan(client, account):
             assert watches._scan_due(claimed, due) == "watch_scans_skipped"
             assert billing.balance_of(account.id) == balance
     assert len(scans_of(watch_id)) == 1
+
+
+def test_create_watches_says_per_entry_what_became_of_it_and_spreads_their_scans(make_customer):
+    account = make_customer(inflight=50)
+    targets = [{"target": f"user{n}@example.com"} for n in range(20)] + [{"target": "ab"}, {"nope": 1}]
+    with freeze_time(START), db.connection_context():
+        body, outcome = watches.create_watches(account.customer, account.key.id, targets, "daily",
+                                               request_id="req_test", livemode=True, purpose=None, case_ref=None)
+    assert (body["total"], body["created"], outcome.cost) == (22, 20, 20)
+    assert [w["index"] for w in body["watches"]] == list(range(20))
+    assert [(e["index"], e["error"]) for e in body["rejected"]] == [(20, "target_too_short"),
+                                                                      (21, "invalid_request")]
+    # Each watch's own place in the interval: made together, they do not fall due together.
+    due = {w["next_scan_at"] for w in body["watches"]}
+    assert len(due) > 15
+    assert all(watch(w["watch_id"]).last_scan_id == w["last_scan_id"] for w in body["watches"])
+    with db.connection_context():
+        batch = {s.watch_id for s in Scan.select().where(Scan.bulk == body["bulk_id"])}
+    assert batch == {w["watch_id"] for w in body["watches"]}
+
+
+def test_create_watches_is_within_the_watch_limit_whole_or_not_at_all(make_customer):
+    from app.services import accounts
+    from app.services.errors import WatchLimitReached
+    account = make_customer(tier="enterprise")
+    with db.connection_context():
+        accounts.set_limits(account.id, watches=2)
+        with pytest.raises(WatchLimitReached, match="2 more fit now"):
+            watches.create_watches(account.customer, account.key.id,
+                                   [{"target": f"u{n}@example.com"} for n in range(3)], "weekly", request_id=None)
+        assert Watch.select().count() == 0 and billing.balance_of(account.id) == 100
+
+
+def test_the_portal_lists_both_modes_and_makes_watches_only_with_a_key_that_may(client, account):
+    from app.services import accounts
+    from app.services.errors import Forbidden, NotFound
+    from tests import factories
+    live = create(client, account)
+    with db.connection_context():
+        test = factories.sandbox_key(account)
+    with freeze_time(START):
+        r = client.post(WATCHES, headers=test.headers, json={"target": "+447700900123", "interval": "weekly"})
+    assert r.status_code == 201
+    with db.connection_context():
+        both = watches.portal_watches(account.id)
+        assert {w["watch_id"] for w in both.items} == {r.json["watch_id"], live} and both.total == 2
+        assert [w["livemode"] for w in watches.portal_watches(account.id, livemode=False).items] == [False]
+        assert watches.portal_watches(account.id, status="paused").total == 0
+        narrow, _ = accounts.issue_key(account.id, "narrow", None, None, scopes=["scans:read"])
+        assert {k.id for k in watches.watch_keys(account.id)} == {account.key.id, test.key.id}
+        with pytest.raises(Forbidden, match="lacks the scope watches"):
+            watches.portal_create(account.customer, narrow.id, "a@b.example", None, "daily")
+        with pytest.raises(NotFound):
+            watches.portal_create(account.customer, "key_someone_elses", "a@b.example", None, "daily")
+        # Paused and resumed in its own mode, from the portal.
+        assert watches.portal_set_status(account.id, r.json["watch_id"], "paused")["status"] == "paused"
+        assert watches.portal_end(account.id, live)["status"] == "ended"
+        with pytest.raises(NotFound):
+            watches.portal_end("cus_other", r.json["watch_id"])

@@ -16,7 +16,7 @@ from app.services import accounts, webhooks
 from app.services.accounts import AccountError
 from app.services.crypto import decrypt_secret
 from app.webhook_signature import verify_signature, verify_standard
-from tests.portal.test_portal import PASSWORD, csrf, login
+from tests.portal.helpers import PASSWORD, csrf, login
 
 SECRET = "whsec_c2lnbmF0dXJlcyB0ZXN0IHNlY3JldCAwMTIzNDU2Nzg5"
 START = "2026-11-21 12:00:00"
