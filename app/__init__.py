@@ -96,9 +96,6 @@ def create_app(config: dict | None = None, *, operator: bool = False) -> Flask:
     from app.api import register_api
     register_api(app)
 
-    from app.api.health import bp as health_bp
-    app.register_blueprint(health_bp)
-
     from app.portal import bp as portal_bp
     from app.portal.security import check_declared
     app.register_blueprint(portal_bp)

@@ -281,6 +281,13 @@ def execute(sql: str, params=()):
     return db.execute_sql(_text(sql), params)
 
 
+def execute_named(sql: str, params: dict):
+    """Run ``sql`` whose parameters are named (psycopg2's ``%(name)s``, a literal ``%`` written
+    ``%%``), bound from the dict ``params``, on the bound database; returns the cursor. For a
+    statement with many parameters, several of them used more than once (the served read)."""
+    return db.execute_sql(sql, params)
+
+
 def execute_batch(statements: list[tuple[str, object]]):
     """Run ``statements`` (``(sql, params)``, in order) in one round trip and return the last
     one's cursor (each still its own statement: under READ COMMITTED each sees what the

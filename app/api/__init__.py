@@ -8,7 +8,9 @@ portal's frame and content-security headers, scripts allowed from this site only
 """
 from __future__ import annotations
 
+import importlib
 import os
+from dataclasses import dataclass
 from html import escape
 
 from flask import Flask, request, send_from_directory, url_for
@@ -89,6 +91,37 @@ or failure message leaves the service that way; your receiver reads them with
 """
 
 
+@dataclass(frozen=True)
+class Mount:
+    """One blueprint of the API package: the module whose ``blp`` it is, whether it is in the
+    OpenAPI document (flask-smorest's; every view of it accounted by ``hooks``, checked at start)
+    or beside it, and whether CSRF is off for it (no cookie authenticates it)."""
+
+    module: str
+    documented: bool = True
+    csrf_exempt: bool = True
+
+    def blueprint(self):
+        return importlib.import_module(self.module).blp
+
+
+# Every blueprint of the API package, registered in this order (the document's order of
+# operations) by ``register_api``, and nowhere else. The documented ones authenticate with bearer
+# keys, never cookies; the engine's callbacks (E7) are signed by the engine, outside the document
+# and its accounting (``hooks.UNACCOUNTED``); the health checks take no key and no form.
+BLUEPRINTS = (
+    Mount("app.api.scans"),
+    Mount("app.api.deliveries"),
+    Mount("app.api.endpoints"),
+    Mount("app.api.activity"),
+    Mount("app.api.feed"),
+    Mount("app.api.watches"),
+    Mount("app.api.account"),
+    Mount("app.api.callbacks", documented=False),
+    Mount("app.api.health", documented=False, csrf_exempt=False),
+)
+
+
 class ScanApi(Api):
     """flask-smorest's Api with our error body: ``app.errors`` handles every error."""
 
@@ -156,41 +189,23 @@ def register_api(app: Flask) -> Api:
     api.spec.components.security_scheme("bearerAuth", {
         "type": "http", "scheme": "bearer", "bearerFormat": "service_live_<random> or service_test_<random>"})
 
-    from app.api.scans import blp as scans_blp
     from app.schemas.scans import WEBHOOK_BODY_SCHEMAS, BulkTargetSchema
     api.spec.components.schema("BulkTarget", schema=BulkTargetSchema)
     for name, schema in WEBHOOK_BODY_SCHEMAS.items():
         api.spec.components.schema(name, schema=schema)
-    api.register_blueprint(scans_blp)
-    from app.api.deliveries import blp as deliveries_blp
-    api.register_blueprint(deliveries_blp)
-    from app.api.endpoints import blp as endpoints_blp
-    api.register_blueprint(endpoints_blp)
-    from app.api.activity import blp as activity_blp
-    api.register_blueprint(activity_blp)
-    from app.api.feed import blp as events_blp
-    api.register_blueprint(events_blp)
-    from app.api.watches import blp as watches_blp
-    api.register_blueprint(watches_blp)
-    from app.api.account import blp as account_blp
-    api.register_blueprint(account_blp)
+    from app.extensions import csrf
+    for mount in BLUEPRINTS:
+        blueprint = mount.blueprint()
+        if mount.documented:
+            api.register_blueprint(blueprint)
+        else:
+            app.register_blueprint(blueprint)
+        if mount.csrf_exempt:
+            csrf.exempt(blueprint)
     _shape_schemas(api.spec)
-    # The engine's callbacks (E7): beside the API, outside its document and its accounting.
-    from app.api.callbacks import bp as engine_callbacks_bp
-    app.register_blueprint(engine_callbacks_bp)
     from app.api.hooks import check_accounted
     check_accounted(app)
     _document_scopes(app, api.spec)
-    # The JSON API authenticates with bearer keys, never cookies: CSRF cannot apply.
-    from app.extensions import csrf
-    csrf.exempt(scans_blp)
-    csrf.exempt(deliveries_blp)
-    csrf.exempt(endpoints_blp)
-    csrf.exempt(events_blp)
-    csrf.exempt(activity_blp)
-    csrf.exempt(watches_blp)
-    csrf.exempt(account_blp)
-    csrf.exempt(engine_callbacks_bp)  # signed by the engine, no cookie
 
     assets = swagger_ui_bundle.swagger_ui_path
 
@@ -217,7 +232,7 @@ def register_api(app: Flask) -> Api:
 def _document_scopes(app: Flask, spec) -> None:
     """Each operation's description ends with the scope its view declares (``hooks.api_call``'s
     ``scope=``), so the document says what its code checks, never a copy of it."""
-    from app.api.actions import route_of
+    from app.actions import route_of
     from app.api.hooks import declared_scope
     from app.services import access
 

@@ -11,7 +11,7 @@ from flask.views import MethodView
 
 from app.api import hooks
 from app.api.base import ApiBlueprint
-from app.api.scans import HEADERS, SECURITY, documented_errors
+from app.api.openapi import HEADERS, SECURITY, documented_errors
 from app.schemas.account import AccountSchema
 from app.services import access, accounts
 
@@ -32,12 +32,12 @@ class Account(MethodView):
                   description="The account and the calling key.")
     @documented_errors(401, 402, 503, blueprint=blp)
     @blp.priced("call")
-    def get(self, key):
+    def get(self, key, *, report):
         """Your balance, your limits and where you stand against them, and what the key making the call
         may do: its scopes, expiry and IP allowlist. Costs {price}; the balance shown is the one after
         this call."""
         view = accounts.account_view(key, request_id=g.request_id, endpoint=hooks.ledger_notes()[200],
                                      entry=hooks.call_entry(key, 200))
-        return hooks.render(view.body, charged=hooks.Charged(view.balance, view.usage, view.limits,
-                                                               credits=view.credits),
-                            recorded=view.recorded)
+        hooks.charged(report, balance=view.balance, usage=view.usage, limits=view.limits, credits=view.credits,
+                      recorded=view.recorded)
+        return hooks.render(view.body)

@@ -10,7 +10,7 @@ from flask.views import MethodView
 
 from app.api import hooks
 from app.api.base import ApiBlueprint
-from app.api.scans import HEADERS, SECURITY, documented_errors
+from app.api.openapi import HEADERS, SECURITY, documented_errors
 from app.schemas.activity import ActivityListQuerySchema, ActivityListSchema
 from app.services import access, activity
 
@@ -35,7 +35,7 @@ class ActivityList(MethodView):
     @blp.arguments(ActivityListQuerySchema, location="query", as_kwargs=True)
     @blp.response(200, ActivityListSchema, headers=HEADERS, example=LIST_EXAMPLE,
                   description="One page of entries, newest first.")
-    @documented_errors(400, 401, 402, 503, overrides={
+    @documented_errors(400, 401, 402, 503, blueprint=blp, overrides={
         400: "`invalid_request` (a filter, `limit` or `starting_after` is not valid; with `details`), "
              "`target_too_short`, `invalid_target` (the `target` filter, checked as in a creation)"},
         codes={400: ("invalid_request", "target_too_short", "invalid_target")})

@@ -15,10 +15,10 @@ from app.services import callbacks
 
 PATH = "/engine/v1/callbacks"
 
-bp = Blueprint("engine_callbacks", __name__)
+blp = Blueprint("engine_callbacks", __name__)
 
 
-@bp.post(PATH)
+@blp.post(PATH)
 def receive():
     # Bounded before the body is read: a callback is five short fields.
     if request.content_length is not None and request.content_length > callbacks.MAX_BODY_BYTES:

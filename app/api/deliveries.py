@@ -11,7 +11,7 @@ from flask.views import MethodView
 
 from app.api import hooks
 from app.api.base import ApiBlueprint
-from app.api.scans import ERROR_DOCS, HEADERS, SECURITY, error_documenter
+from app.api.openapi import ERROR_DOCS, HEADERS, SECURITY, error_documenter
 from app.schemas.deliveries import DeliveryListArgs, DeliveryListSchema, RedeliveredSchema
 from app.services import access, webhooks
 

@@ -11,7 +11,7 @@ from flask.views import MethodView
 
 from app.api import hooks
 from app.api.base import ApiBlueprint
-from app.api.scans import HEADERS, SECURITY, documented_errors
+from app.api.openapi import HEADERS, SECURITY, documented_errors
 from app.schemas.events import EVENT_ID_PATTERN, EventListArgs, EventListSchema, EventStreamArgs
 from app.services import access, feed, waits
 
@@ -36,7 +36,7 @@ class EventList(MethodView):
     @blp.arguments(EventListArgs, location="query", as_kwargs=True)
     @blp.response(200, EventListSchema, headers=HEADERS, example=LIST_EXAMPLE,
                   description="One page of events, newest first.")
-    @documented_errors(400, 401, 402, 503, overrides={
+    @documented_errors(400, 401, 402, 503, blueprint=blp, overrides={
         400: "`invalid_request` (a filter, `limit` or `starting_after` is not valid; with `details`)"},
         codes={400: ("invalid_request",)})
     @blp.priced("call")
@@ -68,7 +68,7 @@ class EventStream(MethodView):
                                    "each event as `id:` (its event id), `event:` (its kind) and `data:` (its body, "
                                    "one line of JSON), and a comment line at least every 15 seconds.",
                   headers=HEADERS, content_type="text/event-stream", example=STREAM_EXAMPLE)
-    @documented_errors(400, 401, 402, 429, 503, overrides={
+    @documented_errors(400, 401, 402, 429, 503, blueprint=blp, overrides={
         400: "`invalid_request` (a filter, `after` or `Last-Event-ID` is not valid; with `details`)",
         429: "`rate_limited` (the key already has 100 streams or waiting calls open); with `Retry-After`, free "
              "of charge"},

@@ -6,10 +6,10 @@ from flask import Blueprint, jsonify
 from app import runtime
 from app.extensions import db
 
-bp = Blueprint("health", __name__)
+blp = Blueprint("health", __name__)
 
 
-@bp.get("/healthz")
+@blp.get("/healthz")
 def healthz():
     """The process is alive and serving; says nothing about its dependencies."""
     return jsonify({"ok": True, "status": "alive"})
@@ -34,7 +34,7 @@ def _check_redis() -> str | None:
         return exc.__class__.__name__
 
 
-@bp.get("/readyz")
+@blp.get("/readyz")
 def readyz():
     """Ready when the database and Redis answer; 503 naming the part that does not."""
     checks = {"database": _check_database(), "redis": _check_redis()}

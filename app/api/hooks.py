@@ -1,54 +1,36 @@
-"""What every authenticated API call goes through, around its view.
+"""The HTTP adapter of every authenticated API call: it reads the request's facts once
+(``_request``), hands the call to ``app.services.pipeline`` (authenticate, D21's access check,
+``Idempotency-Key``, can pay, serve, charge, record) and writes the answer the pipeline's
+``Outcome`` says: the view's response (or the pipeline's own: 402, 503, a replay) with
+``X-Credits-Remaining`` and the RateLimit fields (D8).
 
-A view is wrapped by ``api_call`` (or ``served_read``, for the reads that authenticate in
-the statement that reads): authenticate (401), check what the key may do for the scope the
-view declares (D21: 401 ``key_expired``, 403 ``ip_not_allowed``, 403 ``insufficient_scope``,
-free like a 401), claim or replay an ``Idempotency-Key`` (D9),
-refuse a balance below 1 credit (402) before any validation, as D3 orders; run the view; charge
-the call's 1 credit when its answer is chargeable (D3: 2xx, 400, 403, 404) unless the view's
-service already charged it (creations, reads: their ``Charged`` goes with the response they
-render); then add ``X-Credits-Remaining`` and the RateLimit fields (D8), and store or release
-the idempotency claim; last, write the call's activity log entry (D20: one INSERT, its
-action named by ``app.api.actions``), unless the call's charge wrote it (D25: the charge's
-statement or transaction writes the entry ``call_entry`` made, so no charge commits without it;
-then only its status is corrected, if the answer changed). Nothing passes between the steps through ``flask.g``:
-what the view's service charged (``Charged``) and what the entry says about its object
-(``activity.Subject``) travel as attributes of the response; the only things kept in ``g`` are
-who is calling (``g.caller``) and, for a key D21 refused, why (``g.refused``), for the log line
-and the metrics.
+A view is wrapped by ``api_call`` (or ``served_read``, for the reads that authenticate in the
+statement that reads). A view whose service charged the call in its own transaction (a
+creation, the account's read) or names the entry's object declares a ``report`` parameter (a
+``pipeline.Served``) and fills it: the pipeline then charges nothing more. Nothing decides a
+charge through ``flask.g`` or an attribute of a response: the only things kept in ``g`` are who
+is calling (``g.caller``) and, for a key D21 refused, why (``g.refused``), for the log line and
+the metrics.
 """
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cache, partial, wraps
 
 from flask import Response, current_app, g, request
 
 from app import rawjson
-from app.api.actions import action_for, check_named, route_of
-from app.api.auth import authenticate, bearer_token, client_address
-from app.db import CONNECTION_ERRORS
-from app.errors import UNKNOWN_FIELD, from_service_error, handle_api_error, query_error, service_unavailable
-from app.models import ApiKey, utcnow
-from app.services import access, activity, billing, idempotency, quotas, reads, waits
+from app.actions import action_for, check_named, route_of
+from app.api.auth import bearer_token, client_address
+from app.errors import UNKNOWN_FIELD, from_service_error, query_error, service_unavailable
+from app.models import ApiKey
+from app.services import access, activity, pipeline, quotas, reads, waits
 from app.services.errors import Forbidden, InsufficientBalance, KeyRefused, NotFound, ServiceError
-from app.services.limits import DAY, HOUR, Limits, limits_for
+from app.services.limits import DAY, HOUR, Limits
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Charged:
-    """What a service that charged the call inside its own transaction reports: the balance
-    after the charge, and the limits and window usage the answer's headers show (None: read
-    them); ``credits``: what the call cost (the activity log's entry says it)."""
-
-    balance: int
-    usage: quotas.Usage | None = None
-    limits: Limits | None = None
-    credits: int = 0
 
 
 def json_body(body: dict, status: int = 200) -> Response:
@@ -69,37 +51,26 @@ def json_body(body: dict, status: int = 200) -> Response:
     return response
 
 
-def render(body: dict, status: int = 200, *, charged: Charged | None = None,
-           subject: activity.Subject | None = None, recorded: activity.Recorded | None = None,
-           replayable: bool = False) -> Response:
-    """The JSON answer of a view, carrying what its service charged (None: ``_charge`` charges it),
-    what the activity log's entry says about its object (a creation's), the entry its service
-    wrote with its charge (``recorded``, D25: ``call_entry``) and ``replayable``: an answer other
-    than a 202 that created something, which an ``Idempotency-Key`` replays as it does every 202
-    (a watch's 201, a creation answered 200 after waiting; never a 201 holding a secret)."""
-    response = json_body(body, status)
-    response.replayable = replayable  # type: ignore[attr-defined] # read back by _answer
-    response.charged = charged  # type: ignore[attr-defined] # read back by _charge
-    response.subject = subject  # type: ignore[attr-defined] # read back by _record
-    response.recorded = recorded  # type: ignore[attr-defined] # read back by _account
-    return response
+def render(body: dict, status: int = 200) -> Response:
+    """The JSON answer of a view (what its service charged, if it did, goes in its ``report``)."""
+    return json_body(body, status)
 
 
-def refusal(exc: Exception, *, charged: Charged | None = None) -> Response:
-    """The app's error answer to ``exc`` (its one error table), carrying what was charged and the
-    entry a service wrote with a charge before the call failed (``activity.RECORDED``)."""
-    response = current_app.make_response(current_app.handle_user_exception(exc))
-    response.charged = charged  # type: ignore[attr-defined] # read back by _charge
-    response.recorded = getattr(exc, activity.RECORDED, None)  # type: ignore[attr-defined] # read by _account
-    return response
+def charged(report: pipeline.Served, *, balance: int, usage: quotas.Usage | None, limits: Limits | None = None,
+            credits: int, subject: activity.Subject | None = None, recorded: activity.Recorded | None = None,
+            replayable: bool = False) -> None:
+    """Say in the view's ``report`` what its service charged in its own transaction (the
+    pipeline charges nothing more), what the entry says about its object, the entry written with
+    the charge (D25) and ``replayable``: an answer other than a 202 that created something, which
+    an ``Idempotency-Key`` replays as it does every 202 (never a 201 holding a secret)."""
+    report.charge = pipeline.Charge(balance, usage, limits, credits=credits)
+    report.subject, report.recorded, report.replayable = subject, recorded, replayable
 
 
 def call_entry(key: ApiKey, status: int) -> activity.CallEntry:
     """This call's activity entry, for the statement or transaction that charges the call to
     write with its charge (D25); ``status``: the answer the call gives when served."""
-    return activity.call_entry(customer_id=key.customer_id, livemode=key.livemode, key_id=key.id, action=_action(),
-                               resource_id=_route_object(), client_address=client_address(),
-                               request_id=g.get("request_id"), status=status)
+    return pipeline.call_entry(key, _request(), status)
 
 
 def api_call(view: Callable | None = None, *, scope: str | None = None) -> Callable:
@@ -126,64 +97,96 @@ def refuse_query() -> Response:
 
 def _api_call(view: Callable, scope: str | None) -> Callable:
     takes_query = _takes_query(view)
+    reports = "report" in inspect.signature(view).parameters  # it fills a pipeline.Served
 
     @wraps(view)
     def call(self, *args, **kwargs):
-        key = authenticate()
-        _check_access(key, scope)
-        run = refuse_query if request.args and not takes_query else lambda: view(self, key, *args, **kwargs)
-        return _account(key, run, idempotent=request.method == "POST")
+        facts = _request(scope)
+        answer = _Answer(_view_runner(view, self, args, kwargs, reports, takes_query))
+        key = _authorize(facts)
+        return _respond(pipeline.account(key, facts, answer, idempotent=request.method == "POST"), answer)
     call.accounted = True  # type: ignore[attr-defined] # see check_accounted
     call.scope = scope  # type: ignore[attr-defined]
     return call
 
 
+def _view_runner(view: Callable, self, args, kwargs, reports: bool, takes_query: bool) -> Callable:
+    """The serve step of ``api_call``: the view, given the key (and its ``report`` if it takes one)."""
+    def run(key: ApiKey, report: pipeline.Served) -> Response:
+        if request.args and not takes_query:
+            refuse_query()
+        return view(self, key, *args, report=report, **kwargs) if reports else view(self, key, *args, **kwargs)
+    return run
+
+
 def served_read(serve: Callable, *, scope: str | None = None, wait: reads.Awaited | None = None) -> Callable:
     """Wrap a read whose service authenticates, charges and reads in one statement
-    (``services.reads.serve_*``: the key's rules are ``keyauth``'s and ``access``'s, as on every
-    path, ``scope`` declared as for ``api_call``); the view gets the ``ServedRead`` and renders it.
+    (``pipeline.serve_*``: the key's rules are ``pipeline.KEY_RULES``, as on every path,
+    ``scope`` declared as for ``api_call``); the view gets the ``ServedRead`` and renders its body.
     ``wait``: the read takes ``?wait=N`` (D27, ``_waiting_read``)."""
     def decorate(view: Callable) -> Callable:
         @wraps(view)
         def call(self, **route):
             (object_id,) = route.values()
+            facts = _request(scope)
             if wait is not None and list(request.args) == ["wait"]:
-                return _waiting_read(lambda read: view(self, read), serve, wait, object_id, scope)
+                return _waiting_read(lambda read: view(self, read), serve, wait, object_id, facts)
             if request.args:  # refused before the read, after the key's checks, as on other paths
-                key = authenticate()
-                _check_access(key, scope)
-                return _account(key, refuse_query, idempotent=False)
-            try:
-                read = serve(bearer_token(), object_id, g.request_id, ledger_notes(),
-                             caller=reads.Caller(scope or "", client_address()), entry=_read_entry())
-            except KeyRefused as exc:
-                _note_refusal(exc)
-                raise
-            return _account(read.key, lambda: view(self, read), idempotent=False, recorded=read.recorded)
+                answer = _Answer(lambda key, report: refuse_query())
+                key = _authorize(facts)
+                return _respond(pipeline.account(key, facts, answer, idempotent=False), answer)
+            return _read(lambda read: view(self, read), serve, object_id, facts)
         call.accounted = True  # type: ignore[attr-defined] # see check_accounted
         call.scope = scope  # type: ignore[attr-defined]
         return call
     return decorate
 
 
+def _read(render_read: Callable, serve: Callable, object_id: str, facts: pipeline.Request,
+          read: pipeline.ServedRead | None = None) -> Response:
+    """The served read (its one statement), then its answer rendered and accounted (the
+    statement charged it and wrote its entry: the pipeline corrects the status if it changed)."""
+    if read is None:
+        read = _serve_read(serve, object_id, facts)
+    answer = _Answer(_read_runner(render_read, read))
+    g.caller = read.key
+    return _respond(pipeline.account(read.key, facts, answer, idempotent=False, recorded=read.recorded), answer)
+
+
+def _read_runner(render_read: Callable, read: pipeline.ServedRead) -> Callable:
+    def run(key: ApiKey, report: pipeline.Served) -> Response:
+        report.charge = read.charge
+        if read.error is not None:  # the refusal the statement found (402, 403, 404), charged as it says
+            return _error_answer(read.error)
+        return render_read(read)
+    return run
+
+
+def _serve_read(serve: Callable, object_id: str, facts: pipeline.Request) -> pipeline.ServedRead:
+    try:
+        return pipeline.read(serve, bearer_token(), object_id, facts, _status_of, entry=_read_entry(facts))
+    except KeyRefused as exc:
+        _note_refusal(exc)
+        raise
+
+
 def _waiting_read(render_read: Callable, serve: Callable, awaited: reads.Awaited, object_id: str,
-                  scope: str | None) -> Response:
+                  facts: pipeline.Request) -> Response:
     """A read that answers once its object is final or after ``wait`` seconds (D27), charged
     once, as the read: the key's checks first (free refusals), then one of the key's held
     connections (429 ``rate_limited`` beyond the limit, free), the served read, and while its
     object is not final the waiting, with uncharged reads of it again."""
-    key = authenticate()
-    _check_access(key, scope)
+    key = _authorize(facts)
     try:
         seconds = waits.check_wait(_int_arg("wait"))
         held = waits.hold(key.id, seconds)
     except ServiceError as exc:  # a 400 is charged as any, a 429 is free (D3)
-        return _account(key, partial(_raise, exc), idempotent=False)
+        refused = _Answer(partial(_raise_for, exc))
+        return _respond(pipeline.account(key, facts, refused, idempotent=False), refused)
     try:
         waiter = waits.subscribe(awaited.topic(object_id))  # before the read: no change falls between
         try:
-            read = serve(bearer_token(), object_id, g.request_id, ledger_notes(),
-                         caller=reads.Caller(scope or "", client_address()), entry=_read_entry())
+            read = _serve_read(serve, object_id, facts)
             if read.body is not None and read.error is None:
                 read.body = waits.wait_until(
                     waiter, seconds, lambda: awaited.read(read.key.customer_id, object_id, read.key.livemode),
@@ -192,7 +195,7 @@ def _waiting_read(render_read: Callable, serve: Callable, awaited: reads.Awaited
             waits.unsubscribe(waiter)
     finally:
         waits.release(held)
-    return _account(read.key, lambda: render_read(read), idempotent=False, recorded=read.recorded)
+    return _read(render_read, serve, object_id, facts, read)
 
 
 def _int_arg(name: str):
@@ -201,15 +204,16 @@ def _int_arg(name: str):
     return int(text) if text.isascii() and text.isdigit() and len(text) < 6 else text
 
 
-def _raise(exc: Exception):
+def _raise_for(exc: Exception, key: ApiKey, report: pipeline.Served):
     raise exc
 
 
-def _read_entry() -> activity.ReadEntry:
-    """This read's activity entry, for its statement to write (``_record``'s fields; the status
-    the error table gives the object not found, none (200), another customer's, the balance short)."""
-    return activity.read_entry(action=_action(), resource_id=_route_object(), client_address=client_address(),
-                               request_id=g.get("request_id"), statuses=_read_statuses())
+def _read_entry(facts: pipeline.Request) -> activity.ReadEntry:
+    """This read's activity entry, for its statement to write (the status the error table gives
+    the object not found, none (200), another customer's, the balance short)."""
+    return activity.read_entry(action=facts.action, resource_id=facts.resource_id,
+                               client_address=facts.client_address, request_id=facts.request_id,
+                               statuses=_read_statuses())
 
 
 @cache
@@ -218,23 +222,23 @@ def _read_statuses() -> tuple[int, int, int, int]:
     return (_status_of(NotFound("")), 200, _status_of(Forbidden("")), _status_of(InsufficientBalance(0)))
 
 
-def _check_access(key: ApiKey, scope: str | None) -> None:
-    """D21's refusals of the key (expired, outside its allowlist, lacking ``scope``): raised
-    before anything is claimed or charged, so they cost nothing (``access.check`` says in which
-    order)."""
+def _authorize(facts: pipeline.Request) -> ApiKey:
+    """The request's key, authenticated and allowed the call (D21's refusals raised free and
+    recorded by the pipeline, before anything is claimed or charged)."""
     try:
-        access.check(key, scope=scope or "", client_address=client_address(), now=utcnow())
+        key = pipeline.authorize(bearer_token(), facts, _status_of)
     except KeyRefused as exc:
         _note_refusal(exc)
         raise
+    g.caller = key
+    return key
 
 
 def _note_refusal(exc: KeyRefused) -> None:
-    """The request's log line names the refused key's customer and the refusal (no address),
-    and the activity log has the refused call (D20, D21), free."""
+    """The request's log line and metrics name the refused key's customer and the refusal (no
+    address); the pipeline recorded the refused call (D20, D21), free."""
     g.caller = exc.key
     g.refused = exc.code
-    _record(exc.key, _status_of(exc), None)
 
 
 def declared_scope(app, rule, method: str) -> str | None:
@@ -273,121 +277,71 @@ def check_accounted(app) -> None:
     check_named(app)  # and every call has its activity log action
 
 
-def _account(key: ApiKey, run: Callable[[], Response], *, idempotent: bool,
-             recorded: activity.Recorded | None = None) -> Response:
-    """``recorded``: the entry a served read's statement already wrote, as does the charge of
-    any call (``Charged``, ``_charge``: D25); ``_record`` then only corrects its status if the
-    answer is not the one written."""
-    g.caller = key
-    try:
-        response = _answer(key, run, idempotent=idempotent)
-    except Exception as exc:  # answered by the app's error table (an Idempotency-Key refused): logged too
-        _record(key, _status_of(exc), None, recorded or getattr(exc, activity.RECORDED, None))
-        raise
-    _record(key, response.status_code, response, recorded or getattr(response, "recorded", None))
+class _Answer:
+    """The HTTP side of one call for the pipeline (``pipeline.Answerer``): the view, run with the
+    key, and the app's error table; it keeps the response the outcome will be answered with."""
+
+    def __init__(self, run: Callable[[ApiKey, pipeline.Served], Response]):
+        self.run = run
+        self.response: Response | None = None
+
+    def serve(self, key: ApiKey) -> pipeline.Served:
+        report = pipeline.Served(0)
+        return self._keep(self.run(key, report), report)
+
+    def refuse(self, exc: Exception) -> pipeline.Served:
+        return self._keep(_error_answer(exc), pipeline.Served(0, code=getattr(exc, "code", None)))
+
+    def unavailable(self) -> pipeline.Served:
+        return self._keep(service_unavailable(), pipeline.Served(0))
+
+    def status_of(self, exc: Exception) -> int:
+        return _status_of(exc)
+
+    def _keep(self, response: Response, served: pipeline.Served) -> pipeline.Served:
+        self.response = response
+        served.status = response.status_code
+        served.text = lambda: response.get_data(as_text=True)
+        return served
+
+
+def _error_answer(exc: Exception) -> Response:
+    """The app's error answer to ``exc`` (its one error table; the unexpected ones a logged 500)."""
+    return current_app.make_response(current_app.handle_user_exception(exc))
+
+
+def _respond(outcome: pipeline.Outcome, answer: _Answer) -> Response:
+    """The answer the outcome says, with ``X-Credits-Remaining`` and the RateLimit fields."""
+    if outcome.replay is not None:
+        response = current_app.response_class(outcome.replay[1], status=outcome.replay[0],
+                                              mimetype="application/json")
+        response.headers["Idempotent-Replayed"] = "true"
+    else:
+        response = answer.response
+    if outcome.balance is not None:
+        response.headers["X-Credits-Remaining"] = str(outcome.balance)
+    if outcome.limits is not None and outcome.usage is not None:
+        response.headers.update(rate_limit_headers(outcome.limits, outcome.usage))
     return response
 
 
-def _answer(key: ApiKey, run: Callable[[], Response], *, idempotent: bool) -> Response:
-    record = None
-    if idempotent and "Idempotency-Key" in request.headers:
-        claim = idempotency.claim_request(key.customer_id, request.headers["Idempotency-Key"], request.path,
-                                          request.get_data(cache=True), livemode=key.livemode)
-        if claim[0] != "new":
-            return _finish(_replay(*claim[1:]), key, None)  # a replay is free
-        record = claim[1]
-    try:
-        try:
-            billing.check_can_pay(key.customer.balance, key.livemode)
-            response = run()
-        except Exception as exc:  # the app's error table answers it (the unexpected ones as a logged 500)
-            free = not billing.refusal_is_charged(getattr(exc, "code", None))
-            response = refusal(exc, charged=Charged(key.customer.balance) if free else None)
-        response, charged = _charge(response, key)
-        response.charged = charged  # type: ignore[attr-defined] # what the call cost, for _record
-        response = _finish(response, key, charged)
-        if record is not None:
-            idempotency.settle(record, response.status_code, lambda: response.get_data(as_text=True),
-                               created=getattr(response, "replayable", False))
-            record = None
-        return response
-    finally:
-        if record is not None:  # a claim must not outlive a call that died before it was settled
-            _release(record)
-
-
-def _replay(status: int, body: str) -> Response:
-    response = current_app.response_class(body, status=status, mimetype="application/json")
-    response.headers["Idempotent-Replayed"] = "true"
-    return response
-
-
-def _release(record_id) -> None:
-    try:
-        idempotency.release(record_id)
-    except Exception:
-        log.exception("could not release idempotency claim %s", record_id)
-
-
-def _ledger_endpoint(status: int) -> str:
-    """What the ledger row of a charged call says it paid for: the method and path of a
-    served call; for a refused one the route (``/api/v1/scan/{scan_id}``) and the status,
-    so the customer's ledger never repeats an id that was not theirs. A read's is its route
-    whatever its answer: its minute's reads of that endpoint are summed in one row (D24)."""
-    if request.url_rule is None:
-        return f"{request.method} {request.path}"
-    route = route_of(request.url_rule.rule)
-    if billing.is_read(request.method):
-        return f"{request.method} {route}"
-    if 200 <= status < 300:
-        return f"{request.method} {request.path}"
-    return f"{request.method} {route} ({status})"
+def _request(scope: str | None = None) -> pipeline.Request:
+    """The call's facts, read off the request once."""
+    rule = request.url_rule.rule if request.url_rule else request.path
+    values = list((request.view_args or {}).values())
+    return pipeline.Request(
+        method=request.method, path=request.path, scope=scope or "", client_address=client_address(),
+        request_id=g.get("request_id"), action=action_for(request.method, rule),
+        # The object a route names (``/scan/{scan_id}``, ``/deliveries/{delivery_id}/...``), or None.
+        resource_id=str(values[-1]) if values else None,
+        route=route_of(request.url_rule.rule) if request.url_rule is not None else None,
+        idempotency_key=request.headers.get("Idempotency-Key"), body=lambda: request.get_data(cache=True))
 
 
 def ledger_notes() -> dict[int, str]:
     """The ledger note of this call for each answer a read can be charged for (200, 403, 404)."""
-    return {status: _ledger_endpoint(status) for status in (200, 403, 404)}
-
-
-def _charge(response: Response, key: ApiKey) -> tuple[Response, Charged | None]:
-    """Charge the call unless its service did (``render``) or its answer is free (D3)."""
-    charged = getattr(response, "charged", None)
-    if charged is not None or not billing.call_is_charged(response.status_code, key.livemode):
-        return response, charged
-    entry = call_entry(key, response.status_code)
-    try:
-        balance, usage = billing.charge_call(key.customer_id, g.get("request_id"), utcnow(),
-                                             _ledger_endpoint(response.status_code),
-                                             entry=entry.row(credits=billing.CALL_PRICE,
-                                                             subject=getattr(response, "subject", None)),
-                                             read_of=key.livemode if billing.is_read(request.method) else None)
-    except CONNECTION_ERRORS:
-        # The call cannot be charged, so it is not served: D3 charges every 2xx/400/403/404
-        # and no 5xx. (The charge is one transaction: nothing of it was written.)
-        log.error("database unavailable while charging this call")  # noqa: TRY400 - an outage, not a bug: no traceback
-        return service_unavailable(), None
-    if balance is None:
-        # The balance ran out between the check and this charge: the call is not served.
-        balance = billing.balance_of(key.customer_id)
-        return handle_api_error(from_service_error(InsufficientBalance(balance))), Charged(balance)
-    response.recorded = entry.recorded()  # type: ignore[attr-defined] # written with the charge: _account
-    return response, Charged(balance, usage, credits=billing.CALL_PRICE)
-
-
-def _finish(response: Response, key: ApiKey, charged: Charged | None) -> Response:
-    """``X-Credits-Remaining`` and the RateLimit fields; a failure to read them must not turn
-    the decided answer into a 500."""
-    try:
-        balance = charged.balance if charged is not None else billing.balance_of(key.customer_id)
-        response.headers["X-Credits-Remaining"] = str(balance)
-        # A test key's answers report its own windows (D15: counted apart from live scans).
-        usage = (charged.usage if charged is not None else None) \
-            or quotas.window_usage(key.customer_id, utcnow(), key.livemode)
-        limits = (charged.limits if charged is not None else None) or limits_for(key.customer)
-        response.headers.update(rate_limit_headers(limits, usage))
-    except Exception:
-        log.exception("could not finish the accounting of this call")
-    return response
+    facts = _request()
+    return {status: facts.note(status) for status in (200, 403, 404)}
 
 
 def rate_limit_headers(limits: Limits, usage: quotas.Usage) -> dict:
@@ -406,34 +360,3 @@ def _status_of(exc: Exception) -> int:
         return from_service_error(exc).status
     status = getattr(exc, "status", None) or getattr(exc, "code", None)  # ApiError, werkzeug's HTTPException
     return status if isinstance(status, int) else 500
-
-
-def _record(key: ApiKey, status: int, response: Response | None,
-            recorded: activity.Recorded | None = None) -> None:
-    """The call's activity log entry: one INSERT, unless the read's statement wrote it
-    (``recorded``: then an UPDATE only when the answer's status is not the one it wrote, a body
-    that failed to render). The answer is decided: a failure here is one log line (no personal
-    data, not even the driver's message), never a changed answer."""
-    charged = getattr(response, "charged", None)
-    try:
-        if recorded is not None:
-            if recorded.status != status:
-                activity.restate(recorded, status)
-            return
-        activity.record(customer_id=key.customer_id, livemode=key.livemode, key_id=key.id, action=_action(),
-                        status=status, credits=charged.credits if charged is not None else 0,
-                        resource_id=_route_object(), client_address=client_address(),
-                        request_id=g.get("request_id"), subject=getattr(response, "subject", None))
-    except Exception as exc:
-        log.error("could not write this call's activity log entry: %s", exc.__class__.__name__)  # noqa: TRY400
-
-
-def _action() -> str:
-    return action_for(request.method, request.url_rule.rule if request.url_rule else request.path)
-
-
-def _route_object() -> str | None:
-    """The object a route names (``/scan/{scan_id}``, ``/deliveries/{delivery_id}/...``), or None."""
-    values = list((request.view_args or {}).values())
-    return str(values[-1]) if values else None
-

@@ -11,7 +11,8 @@ from flask.views import MethodView
 
 from app.api import hooks
 from app.api.base import ApiBlueprint
-from app.api.scans import HEADERS, IDEMPOTENCY_HEADER, SECURITY, created, error_documenter
+from app.api.openapi import HEADERS, IDEMPOTENCY_HEADER, SECURITY, error_documenter
+from app.api.scans import created
 from app.schemas.watches import (
     WatchBulkCreatedSchema,
     WatchBulkCreateSchema,
@@ -98,7 +99,7 @@ class WatchCollection(MethodView):
     @blp.response(201, WatchSchema, headers=HEADERS, description="The watch is active; its first scan is queued.")
     @documented_errors({**COMMON, **CREATION})
     @blp.priced("scan")
-    def post(self, key, body):
+    def post(self, key, body, *, report):
         """Follow a target: scan it now (the first scan, against which later ones are compared) and again every
         day, week or month; a later scan that finds a finding added or removed, or the risk band changed, sends a
         `watch.changed` event. The call pays for its first scan: {price}. Each scheduled scan is charged and
@@ -106,8 +107,9 @@ class WatchCollection(MethodView):
         view, outcome = watches.create_watch(key.customer, key.id, body["target"], body.get("kind"),
                                              body["interval"], request_id=g.request_id, livemode=key.livemode,
                                              purpose=body.get("purpose"), case_ref=body.get("case_ref"))
-        charged = hooks.Charged(outcome.balance, outcome.usage, outcome.limits, credits=outcome.cost)
-        return hooks.render(view, 201, charged=charged, subject=outcome.subject, replayable=True)
+        hooks.charged(report, balance=outcome.balance, usage=outcome.usage, limits=outcome.limits,
+                      credits=outcome.cost, subject=outcome.subject, replayable=True)
+        return hooks.render(view, 201)
 
     @hooks.api_call(scope=access.WATCHES)
     @blp.doc(security=SECURITY, summary="List watches", operationId="listWatches")
@@ -134,7 +136,7 @@ class WatchBulk(MethodView):
                   description="A watch for each valid target, its first scan queued; the others in `rejected`.")
     @documented_errors({**COMMON, **BULK})
     @blp.priced("bulk")
-    def post(self, key, body):
+    def post(self, key, body, *, report):
         """Follow up to 100 targets at once (Business and Enterprise), each as a watch of its own with the
         same interval, purpose and case reference. A target that is not valid, or whose person opted out of
         lookups, is listed in `rejected` with why, and costs nothing; the others are accepted or refused
@@ -144,9 +146,9 @@ class WatchBulk(MethodView):
                                                request_id=g.request_id, livemode=key.livemode,
                                                purpose=body.get("purpose"), case_ref=body.get("case_ref"),
                                                entry=hooks.call_entry(key, 201))
-        charged = hooks.Charged(outcome.balance, outcome.usage, outcome.limits, credits=outcome.cost)
-        return hooks.render(made, 201, charged=charged, subject=outcome.subject, recorded=outcome.recorded,
-                            replayable=True)
+        hooks.charged(report, balance=outcome.balance, usage=outcome.usage, limits=outcome.limits,
+                      credits=outcome.cost, subject=outcome.subject, recorded=outcome.recorded, replayable=True)
+        return hooks.render(made, 201)
 
 
 @blp.route("/watches/<watch_id:watch_id>")
@@ -194,11 +196,11 @@ class WatchRun(MethodView):
                         403: CREATION[403], 429: CREATION[429].replace("`watch_limit_reached` (free of charge), ", ""),
                         502: CREATION[502]})
     @blp.priced("scan")
-    def post(self, key, watch_id):
+    def post(self, key, watch_id, *, report):
         """Scan the watched target now, outside its schedule; its changes are announced as a scheduled scan's.
         Limited and charged as a scan creation: {price}."""
         return created(watches.run_watch(key.customer, key.id, watch_id, request_id=g.request_id,
-                                         livemode=key.livemode))
+                                         livemode=key.livemode), report)
 
 
 

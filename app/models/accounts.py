@@ -83,7 +83,7 @@ class ApiKey(BaseModel):
     # What the key may do (D21): the scopes it carries (``app.services.access.SCOPES``; every
     # key is issued with an explicit list), when it stops working (NULL: never), and the CIDR
     # blocks it may be used from (NULL: anywhere), as text in PostgreSQL's own notation: the
-    # served read tests them in its statement with ``<<=`` (``app.store.keys.ACCESS_ALLOWED``).
+    # served read tests them in its statement with ``<<=`` (``app.store.keys.KEY_CONDITIONS``).
     scopes = ArrayField(TextField)
     expires_at = DateTimeField(null=True)
     allowed_ips = ArrayField(TextField, null=True)

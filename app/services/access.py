@@ -7,9 +7,9 @@ allowlist is about where the credential is used, whatever the call, and the scop
 call: ``ip_not_allowed`` comes first, so a key used from outside its allowlist learns nothing
 about its scopes. All three cost nothing (D21: like a 401, the credential may not make the call).
 
-The served reads (``app.services.reads``) authenticate, charge and read in one statement:
-that statement charges only a key these rules allow (``app.store.keys.ACCESS_ALLOWED``, given
-the scope, the client's address and ``now``), and ``check`` then names the refusal.
+The served reads (``app.services.pipeline``) authenticate, charge and read in one statement:
+that statement charges only a key these rules allow (its conditions and these predicates are
+paired in ``pipeline.KEY_RULES``), and ``check`` then names the refusal.
 """
 from __future__ import annotations
 
@@ -68,9 +68,14 @@ def refusal_of(key: ApiKey, *, scope: str, client_address: str | None,
         return KeyExpired("this API key has expired")
     if not address_allowed(key.allowed_ips, client_address):
         return IpNotAllowed(ip_refusal_words(client_address))
-    if scope != ANY_SCOPE and scope not in (key.scopes or ()):
+    if not has_scope(key, scope):
         return InsufficientScope(scope)
     return None
+
+
+def has_scope(key: ApiKey, scope: str) -> bool:
+    """Whether ``key`` carries ``scope`` (any key may make a call of ``ANY_SCOPE``)."""
+    return scope == ANY_SCOPE or scope in (key.scopes or ())
 
 
 def ip_refusal_words(client_address: str | None) -> str:

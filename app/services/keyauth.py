@@ -42,10 +42,15 @@ def authenticate(token: str) -> ApiKey:
 
 def live_key(key: ApiKey | None, token_digest: str, now) -> ApiKey:
     """``key`` (found by ``token_digest``) if it is not revoked, noting its use; else raise ``NotAuthenticated``."""
-    if key is None or not same(key.digest, token_digest) or not key.is_live:
+    if key is None or not same(key.digest, token_digest) or not is_active(key):
         raise invalid_key()
     touch(key, now)
     return key
+
+
+def is_active(key: ApiKey) -> bool:
+    """Whether the key still authenticates: not revoked (``pipeline.KEY_RULES``' "active")."""
+    return key.is_live
 
 
 def touch(key: ApiKey, now) -> None:

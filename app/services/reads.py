@@ -19,11 +19,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.models import ApiKey, BulkBatch, Scan, iso, utcnow
+from app.models import BulkBatch, Scan, iso, utcnow
 from app.models.scans import COMPLETED, FAILED, QUEUED, RUNNING
 from app.rawjson import RawJSON
-from app.services import access, activity, billing, keyauth, quotas, waits
-from app.services.errors import Forbidden, InsufficientBalance, InvalidRequest, NotFound, ServiceError
+from app.services import waits
+from app.services.errors import Forbidden, InvalidRequest, NotFound
 from app.services.paging import Page
 from app.store import keys as key_store
 from app.store import scans as scan_store
@@ -264,43 +264,7 @@ def batch_detail(customer_id: str, bulk_id: str) -> dict:
             "all_done": counts[QUEUED] + counts[RUNNING] == 0, "scans": scans, "key": _key_ref(batch.api_key_id)}
 
 
-# --- served reads: authentication, charge and read in one statement ---------------------
-# A read is always charged once its key is active, billed and its balance covers it (200,
-# 403 and 404 are all charged, D3), so the key look-up, the conditional charge with its
-# ledger row, the call's activity log entry (D20), the quota windows the answer reports (D8)
-# and the scan (or the batch and its scans) are one statement
-# (``app.store.scans.read_charged``): one round trip and one
-# commit per read, where authentication, read, charge and entry took four.
-# The rules stay those of ``keyauth``, ``billing`` and the reads above, and come to the
-# statement as parameters (the price, the billed modes); a key whose mode is not billed (a
-# test key) is charged nothing by it and has its read run the rules one after the other
-# (``_serve_in_turn``).
-
-@dataclass
-class ServedRead:
-    """A read by a billed (live) key: its body, or the refusal it answers (402, 403, 404); with
-    the balance and quota usage after its charge (None when it was not charged)."""
-
-    key: ApiKey
-    body: dict | None = None
-    error: ServiceError | None = None
-    balance: int | None = None
-    usage: quotas.Usage | None = None
-    recorded: activity.Recorded | None = None  # the entry the statement wrote (None: the caller writes one)
-
-    @property
-    def credits(self) -> int:
-        """What the read cost: a call's price when it was charged (its balance is known)."""
-        return billing.CALL_PRICE if self.balance is not None else 0
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who presents the key, for D21's check: the scope the call needs and the client's address."""
-
-    scope: str
-    address: str | None
-
+# --- reads that wait (D27) ------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Awaited:
@@ -316,83 +280,7 @@ SCAN_WAIT = Awaited(waits.scan_topic, read_scan, lambda body: body["status"] in 
 BULK_WAIT = Awaited(waits.bulk_topic, read_bulk, lambda body: bool(body["all_done"]))
 
 
-def serve_scan_read(token: str, scan_id: str, request_id: str | None, notes: dict[int, str], *,
-                    caller: Caller, entry: activity.ReadEntry) -> ServedRead:
-    """``GET /scan/{id}`` for the bearer ``token``: raises ``NotAuthenticated`` (401) and D21's
-    refusals (``access.check``), else the read.
-    ``notes``: the charge's ledger note for an answer 200, 403 and 404 (``billing.charge_call``);
-    ``entry``: the call's activity entry, written by the statement when it may charge the key
-    (``ServedRead.recorded``)."""
-    return _serve(token, scan_id, request_id, notes, False, "scan", _scan_body, read_scan, caller, entry)
-
-
-def serve_bulk_read(token: str, bulk_id: str, request_id: str | None, notes: dict[int, str], *,
-                    caller: Caller, entry: activity.ReadEntry) -> ServedRead:
-    """``GET /scan/bulk/{id}`` for the bearer ``token``: raises ``NotAuthenticated`` (401) and
-    D21's refusals, else the read (``entry`` as for ``serve_scan_read``)."""
-    return _serve(token, bulk_id, request_id, notes, True, "bulk batch", _bulk_body, read_bulk, caller, entry)
-
-
-def _serve(token, object_id, request_id, notes, bulk, what, body_of, read, caller: Caller,
-           entry: activity.ReadEntry) -> ServedRead:
-    now = utcnow()
-    token_digest = keyauth.digest_of(token)
-    notes = {status: billing.call_note(note) for status, note in notes.items()}
-    # The statement charges only a key that D21 lets make the call; ``access.check`` then
-    # names the refusal of one it did not charge for that reason (free, like a 401).
-    found = scan_store.read_charged(
-        bulk=bulk, token_digest=token_digest, object_id=object_id, price=billing.CALL_PRICE,
-        billed_modes=billing.billed_modes(), reason=billing.READS_REASON,
-        notes=(notes[404], notes[200], notes[403]), now=now, starts=quotas.window_starts(now),
-        scope=caller.scope, client_address=access.statement_address(caller.address),
-        entry=(entry.id, entry.action, entry.resource_id, entry.client_address, entry.request_id),
-        statuses=entry.statuses)
-    key = keyauth.live_key(found.key, token_digest, now)
-    access.check(key, scope=caller.scope, client_address=caller.address, now=now)
-    if not billing.is_billed(key.livemode):  # a test key: nothing was charged; its read as before (D15)
-        return _serve_in_turn(key, object_id, request_id, notes, read, now, entry)
-    recorded = None if found.entry_status is None else activity.Recorded(entry.id, now, found.entry_status)
-    if found.balance is None:  # nothing was charged: the balance is short (read again: the row may have just changed)
-        return ServedRead(key, error=InsufficientBalance(billing.balance_of(key.customer_id)), recorded=recorded)
-    served = ServedRead(key, balance=found.balance, usage=quotas.usage_from(found.windows, now), recorded=recorded)
-    try:
-        served.body = body_of(_owned_row(found.found, key, what), found.entries, now)
-    except (NotFound, Forbidden) as exc:
-        served.error = exc
-    return served
-
-
-def _serve_in_turn(key, object_id, request_id, notes, read, now, entry: activity.ReadEntry) -> ServedRead:
-    """Authentication done: the balance check, the read and the charge one after the other
-    (test keys, which are charged nothing and read only test data: D15)."""
-    if billing.is_billed(key.livemode) and key.customer.balance < billing.CALL_PRICE:
-        return ServedRead(key, error=InsufficientBalance(key.customer.balance))
-    served = ServedRead(key)
-    try:
-        served.body = read(key.customer_id, object_id, key.livemode)
-    except (NotFound, Forbidden) as exc:
-        served.error = exc
-    if not billing.is_billed(key.livemode):
-        return served  # the hooks report the live balance and the test windows, as for any test call
-    status = 200 if served.error is None else 404 if isinstance(served.error, NotFound) else 403
-    missing, owned, other, _ = entry.statuses
-    call = entry.for_key(key, status={200: owned, 404: missing, 403: other}[status])
-    served.balance, served.usage = billing.charge_call(key.customer_id, request_id, now, notes[status],
-                                                       read_of=key.livemode,
-                                                       entry=call.row(credits=billing.CALL_PRICE))
-    if served.balance is None:  # the balance ran out since the key was read: not served
-        return ServedRead(key, error=InsufficientBalance(billing.balance_of(key.customer_id)))
-    served.recorded = call.recorded()
-    return served
-
-
-def _owned_row(row, key, what: str):
-    return _owned_by(row, what, customer_id=key.customer_id, livemode=key.livemode)
-
-
-def _scan_body(scan, entries, now) -> dict:
-    return scan_view(scan, now, raw_result=True)
-
-
-def _bulk_body(batch, entries, now) -> dict:
-    return bulk_body(batch, entries)
+def owned_row(row, what: str, *, customer_id: str, livemode: bool):
+    """``row`` (a scan or batch found by id, or None) if it is the customer's of this mode: else
+    ``NotFound`` (none of this mode, D15) or ``Forbidden`` (another customer's)."""
+    return _owned_by(row, what, customer_id=customer_id, livemode=livemode)

@@ -184,14 +184,39 @@ def minute_of(moment: datetime) -> datetime:
     return moment.replace(second=0, microsecond=0)
 
 
-_MINUTES = (f"(SELECT coalesce(sum(scans), 0) FROM {table(QuotaMinute)} "
-            f"WHERE customer_id = ? AND livemode = ? AND minute >= ?)")
-_EDGE = (f"(SELECT count(*) FROM {table(Scan)} "
-         f"WHERE customer_id = ? AND livemode = ? AND created_at > ? AND created_at < ?)")
-_OLDEST = (f"(SELECT created_at FROM {table(Scan)} WHERE customer_id = ? AND livemode = ? AND created_at > ? "
-           f"ORDER BY created_at LIMIT 1)")
-# day minutes, hour minutes, day edge, hour edge, oldest in the day, oldest in the hour
-WINDOW_COLUMNS = ", ".join([_MINUTES, _MINUTES, _EDGE, _EDGE, _OLDEST, _OLDEST])
+def positional(_name: str) -> str:
+    """A parameter written ``?`` (``app.db.execute``'s placeholders, bound in order)."""
+    return "?"
+
+
+def named(name: str) -> str:
+    """A parameter written by its name (psycopg2's ``%(name)s``, bound from a dict)."""
+    return f"%({name})s"
+
+
+def window_columns(*, customer: str, livemode: str, param=positional) -> str:
+    """The six window columns of one customer and mode (day minutes, hour minutes, day edge,
+    hour edge, oldest in the day, oldest in the hour), ``customer`` and ``livemode`` given as SQL
+    (a placeholder, or a sub-select of a statement that finds the key itself); the windows'
+    times are ``param(name)`` for ``day_start``, ``day_inside``, ``hour_start``, ``hour_inside``
+    (``window_times``), in the order ``window_params`` binds them when positional."""
+    who = f"customer_id = {customer} AND livemode = {livemode}"
+
+    def minutes(window: str) -> str:
+        return (f"(SELECT coalesce(sum(scans), 0) FROM {table(QuotaMinute)} "
+                f"WHERE {who} AND minute >= {param(window + '_inside')})")
+
+    def edge(window: str) -> str:
+        return (f"(SELECT count(*) FROM {table(Scan)} WHERE {who} AND created_at > {param(window + '_start')} "
+                f"AND created_at < {param(window + '_inside')})")
+
+    def oldest(window: str) -> str:
+        return (f"(SELECT created_at FROM {table(Scan)} WHERE {who} AND created_at > {param(window + '_start')} "
+                f"ORDER BY created_at LIMIT 1)")
+    return ", ".join([minutes("day"), minutes("hour"), edge("day"), edge("hour"), oldest("day"), oldest("hour")])
+
+
+WINDOW_COLUMNS = window_columns(customer="?", livemode="?")
 WINDOW_USAGE = f"SELECT {WINDOW_COLUMNS}"
 WINDOW_WIDTH = 6
 
@@ -207,17 +232,12 @@ def window_params(customer_id: str | None, starts: tuple[datetime, datetime], *,
             + tuple(v for start, _ in cuts for v in (*who, start)))  # the oldest scan
 
 
-def window_columns_for(customer_sql: str) -> str:
-    """``WINDOW_COLUMNS`` with the customer given by an SQL expression (``(SELECT customer_id
-    FROM k)``) rather than a parameter, for a statement that finds the customer itself;
-    its parameters are ``window_times``."""
-    return WINDOW_COLUMNS.replace("customer_id = ?", f"customer_id = {customer_sql}")
-
-
-def window_times(starts: tuple[datetime, datetime], *, livemode: bool | None) -> tuple:
-    """The parameters of ``window_columns_for``: those of ``window_params`` without the customer
-    (and without the mode when ``livemode`` is None: a statement that finds it itself too)."""
-    return tuple(v for v in window_params(None, starts, livemode=livemode) if v is not None)
+def window_times(starts: tuple[datetime, datetime]) -> dict[str, datetime]:
+    """The named parameters of ``window_columns(param=named)``: each window's start and the first
+    minute wholly inside it (the one after the cut minute)."""
+    day, hour = starts
+    return {"day_start": day, "day_inside": minute_of(day) + timedelta(minutes=1),
+            "hour_start": hour, "hour_inside": minute_of(hour) + timedelta(minutes=1)}
 
 
 def windows(customer_id: str, starts: tuple[datetime, datetime], *, livemode: bool) -> tuple:
@@ -255,21 +275,23 @@ entry AS ({activity_store.insert_from("charged")})
 SELECT (SELECT balance_after FROM ledger), {WINDOW_COLUMNS}"""
 
 
-def add_read(*, source: str, note_sql: str, livemode_sql: str) -> str:
+def add_read(*, source: str, note_sql: str, livemode_sql: str, param=positional) -> str:
     """The INSERT that adds one read's charge to its minute's row of summed reads (D24): the
     row of the customer, mode, endpoint (the note) and minute is created by its first read and
     grown by the next ones (``delta`` their sum, ``reads`` their count, ``balance_after`` the
     balance after the latest, ``created_at`` its time: the row is dated when its balance was, so
     the ledger in time order reads as a running balance), so a read adds no row. ``source`` is the CTE of the charged
-    customer (``id``, ``balance``); its parameters: the delta, the reason, those of
-    ``note_sql``, the time, those of ``livemode_sql``, the minute. Returns ``balance_after``.
+    customer (``id``, ``balance``); its parameters (``param``: positional, in this order, or
+    named): ``delta``, ``reason``, those of ``note_sql``, ``now``, those of ``livemode_sql``,
+    ``minute``. Returns ``balance_after``.
 
     Run in the statement that took the credit: the customer's row is locked first by that
     UPDATE, so two reads of one minute queue there, never on this row (no deadlock)."""
     return f"""
     INSERT INTO {table(CreditLedger)} AS l (customer_id, delta, balance_after, reason, note, created_at, livemode,
                                             minute, reads)
-    SELECT id, ?, balance, ?, {note_sql}, ?, {livemode_sql}, ?, 1 FROM {source}
+    SELECT id, {param("delta")}, balance, {param("reason")}, {note_sql}, {param("now")}, {livemode_sql},
+           {param("minute")}, 1 FROM {source}
     ON CONFLICT (customer_id, livemode, note, minute) WHERE minute IS NOT NULL
     DO UPDATE SET delta = l.delta + excluded.delta, balance_after = excluded.balance_after, reads = l.reads + 1,
                   created_at = GREATEST(l.created_at, excluded.created_at)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from app.db import columns, execute, instance, table
+from app.db import columns, execute, execute_named, instance, table
 from app.models import ApiKey, Customer
 
 _KEY_FIELDS = len(ApiKey._meta.sorted_fields)
@@ -14,12 +14,34 @@ KEY_BY_DIGEST = (f"SELECT {KEY_COLUMNS} FROM {table(ApiKey)} AS k "
                  f"JOIN {table(Customer)} AS c ON c.id = k.customer_id WHERE k.digest = ?")
 
 
-# D21's rules of a key row (``services.access.check``), as the served read's statement tests them
-# before it charges: not expired at ``now``, carrying ``scope``, and (an allowlist) used from an
-# address in one of its blocks. Parameters: now, scope, the client's address (NULL when it is
-# not one: outside every block). Columns unqualified: the key's CTE of that statement.
-ACCESS_ALLOWED = ("(expires_at IS NULL OR expires_at > ?) AND ?::text = ANY(scopes) "
-                  "AND (allowed_ips IS NULL OR ?::inet <<= ANY(allowed_ips::cidr[]))")
+# The rules of a key row that a call must pass before it is charged, as the served read's
+# statement tests them (columns unqualified: the key's CTE; named parameters ``now``,
+# ``client_address`` (NULL when it is not an address: outside every block), ``scope``,
+# ``any_scope``, ``billed_modes``). Each is paired with the Python predicate every other path
+# runs in ``app.services.pipeline.KEY_RULES``, which builds the statement from these names
+# (``conditions``) and whose test holds the two to agree on every case.
+KEY_CONDITIONS = {
+    "active": "revoked_at IS NULL",
+    "unexpired": "(expires_at IS NULL OR expires_at > %(now)s)",
+    "address_allowed": "(allowed_ips IS NULL OR %(client_address)s::inet <<= ANY(allowed_ips::cidr[]))",
+    "scoped": "(%(scope)s::text = %(any_scope)s::text OR %(scope)s::text = ANY(scopes))",
+    "billed": "livemode = ANY(%(billed_modes)s::boolean[])",
+}
+
+
+def conditions(names) -> str:
+    """The SQL of the rules ``names`` (keys of ``KEY_CONDITIONS``), all of them holding."""
+    return " AND ".join(KEY_CONDITIONS[name] for name in names)
+
+
+def conditions_hold(key_ids, names, params: dict) -> dict[str, dict[str, bool]]:
+    """Whether each rule of ``names`` holds for each key of ``key_ids``, as PostgreSQL evaluates
+    it with ``params`` (the named parameters of ``KEY_CONDITIONS``): what the served read's
+    statement decides, one rule at a time (the rule table's agreement test), keyed by key id."""
+    selected = ", ".join(f"coalesce({KEY_CONDITIONS[name]}, false)" for name in names)
+    rows = execute_named(f"SELECT id, {selected} FROM {table(ApiKey)} WHERE id = ANY(%(key_ids)s)",
+                         {**params, "key_ids": list(key_ids)}).fetchall()
+    return {row[0]: dict(zip(names, row[1:])) for row in rows}
 
 
 def by_digest(token_digest: str) -> ApiKey | None:

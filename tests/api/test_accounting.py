@@ -4,7 +4,8 @@ import pytest
 from flask import Flask
 from flask.views import MethodView
 
-from app.api import actions, hooks
+from app import actions
+from app.api import hooks
 from app.services import access
 
 

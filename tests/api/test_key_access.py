@@ -10,7 +10,7 @@ import pytest
 from freezegun import freeze_time
 
 from app import create_app
-from app.api import hooks
+from app.api import BLUEPRINTS, hooks
 from app.extensions import db
 from app.models import ApiKey
 from app.services import access, accounts
@@ -23,12 +23,16 @@ KEY_REFUSALS = {"key_expired", "ip_not_allowed", "insufficient_scope"}
 OUTSIDE, INSIDE, PROXY = "198.51.100.7", "203.0.113.5", "10.0.0.2"
 
 
+def _unconnected_app():
+    """An app whose configuration is never used to connect: its url_map is all the walk reads."""
+    return create_app({"APP_ENV": "test", "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/unused",
+                       "REDIS_URL": "redis://127.0.0.1:1/0", "ENGINE_URL": "http://127.0.0.1:1",
+                       "ENGINE_TOKEN": "unused", "SECRET_KEY": "unused"})
+
+
 def _api_operations() -> list[tuple[str, str, str]]:
-    """``(method, path, declared scope)`` of every /api/v1 view, read from an app's url_map
-    (its configuration is never used to connect: the map is all this reads)."""
-    app = create_app({"APP_ENV": "test", "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/unused",
-                      "REDIS_URL": "redis://127.0.0.1:1/0", "ENGINE_URL": "http://127.0.0.1:1",
-                      "ENGINE_TOKEN": "unused", "SECRET_KEY": "unused"})
+    """``(method, path, declared scope)`` of every /api/v1 view, read from an app's url_map."""
+    app = _unconnected_app()
     operations = []
     for rule in app.url_map.iter_rules():
         if not rule.rule.startswith("/api/v1/") or not getattr(app.view_functions[rule.endpoint], "view_class", None):
@@ -49,6 +53,20 @@ def test_the_walk_sees_every_endpoint_and_each_declares_a_scope():
     assert {scope for _, _, scope in OPERATIONS} <= {*access.SCOPES, access.ANY_SCOPE}
     assert ("GET", "/api/v1/account", access.ANY_SCOPE) in OPERATIONS
     assert ("GET", "/api/v1/scan/scn_doesnotexist", access.SCANS_READ) in OPERATIONS
+
+
+def test_the_api_blueprints_are_the_one_list_and_every_documented_one_is_scoped():
+    app = _unconnected_app()
+    listed = {mount.blueprint().name: mount for mount in BLUEPRINTS}
+    # Beside the list: the portal (its own layer), the document's pages and /metrics.
+    assert set(app.blueprints) - set(listed) == {"portal", "api-docs", "metrics"}
+    for rule in app.url_map.iter_rules():
+        mount = listed.get(rule.endpoint.partition(".")[0])
+        if mount is None or not mount.documented:
+            continue
+        assert rule.rule.startswith("/api/v1/"), rule.rule
+        for method in rule.methods - {"HEAD", "OPTIONS"}:
+            assert hooks.declared_scope(app, rule, method) in {*access.SCOPES, access.ANY_SCOPE}, rule.rule
 
 
 def issue(account: Account, **access_rules) -> Account:

@@ -70,7 +70,7 @@ def test_every_operation_names_the_refusals_of_the_key(spec):
 
 
 def test_every_operation_says_the_scope_its_view_declares(app, spec):
-    from app.api.actions import route_of
+    from app.actions import route_of
     from app.api.hooks import declared_scope
     from app.services import access
 

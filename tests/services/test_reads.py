@@ -8,7 +8,7 @@ from freezegun import freeze_time
 
 from app.models import Scan
 from app.rawjson import parsed
-from app.services import access, accounts, activity, billing, reads, scans, tracking
+from app.services import access, accounts, activity, billing, pipeline, reads, scans, tracking
 from app.services.errors import (
     Forbidden,
     InsufficientBalance,
@@ -23,7 +23,7 @@ from tests.services.conftest import books_of, new_customer, new_scan
 
 NOW = datetime(2026, 11, 22, 12, 0, 0)
 NOTES = {200: "GET /scan/x", 403: "GET /scan/x (403)", 404: "GET /scan/x (404)"}
-CALLER = reads.Caller(access.SCANS_READ, "192.0.2.1")
+CALLER = pipeline.Caller(access.SCANS_READ, "192.0.2.1")
 
 
 def entry() -> activity.ReadEntry:
@@ -164,7 +164,7 @@ def test_a_served_read_charges_one_credit_with_its_note(conn):
     cust, key, token = _with_token()
     scan = new_scan(cust, key)
     before = books_of(cust.id)
-    served = reads.serve_scan_read(token, scan.id, "req_r", NOTES, caller=CALLER, entry=entry())
+    served = pipeline.serve_scan_read(token, scan.id, "req_r", NOTES, caller=CALLER, entry=entry())
     assert served.error is None and served.body["scan_id"] == scan.id
     assert served.balance == before.balance - 1 == billing.balance_of(cust.id)
     assert served.usage.hour == 1
@@ -177,7 +177,7 @@ def test_a_refused_read_is_still_charged(conn, whose, error):
     cust, key, token = _with_token()
     other, other_key = new_customer()
     scan_id = new_scan(other, other_key).id if whose == "other" else "scn_unknown"
-    served = reads.serve_scan_read(token, scan_id, "req_r", NOTES, caller=CALLER, entry=entry())
+    served = pipeline.serve_scan_read(token, scan_id, "req_r", NOTES, caller=CALLER, entry=entry())
     assert isinstance(served.error, error) and served.body is None
     assert served.balance == billing.balance_of(cust.id) == 9
 
@@ -185,7 +185,7 @@ def test_a_refused_read_is_still_charged(conn, whose, error):
 def test_a_read_without_credit_is_refused_uncharged(conn):
     cust, key, token = _with_token(credits=1)
     scan = new_scan(cust, key)  # spends the only credit
-    served = reads.serve_scan_read(token, scan.id, "req_r", NOTES, caller=CALLER, entry=entry())
+    served = pipeline.serve_scan_read(token, scan.id, "req_r", NOTES, caller=CALLER, entry=entry())
     assert isinstance(served.error, InsufficientBalance)
     assert served.balance is None and billing.balance_of(cust.id) == 0
 
@@ -195,16 +195,16 @@ def test_a_read_by_a_revoked_or_unknown_key_is_not_authenticated(conn):
     scan = new_scan(cust, key)
     accounts.revoke_key(key.id)
     with pytest.raises(NotAuthenticated):
-        reads.serve_scan_read(token, scan.id, "req_r", NOTES, caller=CALLER, entry=entry())
+        pipeline.serve_scan_read(token, scan.id, "req_r", NOTES, caller=CALLER, entry=entry())
     with pytest.raises(NotAuthenticated):
-        reads.serve_scan_read("service_live_nope", scan.id, "req_r", NOTES, caller=CALLER, entry=entry())
+        pipeline.serve_scan_read("service_live_nope", scan.id, "req_r", NOTES, caller=CALLER, entry=entry())
     assert billing.balance_of(cust.id) == 9
 
 
 @pytest.mark.parametrize("rules, caller, error", [
     ({"scopes": [access.SCANS_WRITE]}, CALLER, InsufficientScope),
     ({"allowed_ips": "203.0.113.0/24"}, CALLER, IpNotAllowed),
-    ({"allowed_ips": "203.0.113.0/24"}, reads.Caller(access.SCANS_READ, None), IpNotAllowed),
+    ({"allowed_ips": "203.0.113.0/24"}, pipeline.Caller(access.SCANS_READ, None), IpNotAllowed),
     ({"expires_in_days": 1}, CALLER, KeyExpired),
 ])
 def test_a_read_by_a_key_d21_refuses_raises_its_refusal_and_charges_nothing(conn, rules, caller, error):
@@ -215,7 +215,7 @@ def test_a_read_by_a_key_d21_refuses_raises_its_refusal_and_charges_nothing(conn
         before = books_of(cust.id)
         frozen.move_to("2026-11-22 12:00:00")
         with pytest.raises(error) as refused:
-            reads.serve_scan_read(token, scan.id, "req_r", NOTES, caller=caller, entry=entry())
+            pipeline.serve_scan_read(token, scan.id, "req_r", NOTES, caller=caller, entry=entry())
         assert refused.value.key.id == key.id  # for the request's log line
         assert books_of(cust.id) == before
 
@@ -226,9 +226,9 @@ def test_a_test_key_reads_its_test_scans_free_and_never_live_ones(conn):
     test_scan = new_scan(cust, test_key)
     live_scan = new_scan(cust, live_key)
     balance = billing.balance_of(cust.id)
-    served = reads.serve_scan_read(token, test_scan.id, "req_r", NOTES, caller=CALLER, entry=entry())
+    served = pipeline.serve_scan_read(token, test_scan.id, "req_r", NOTES, caller=CALLER, entry=entry())
     assert served.error is None and served.body["livemode"] is False
-    assert isinstance(reads.serve_scan_read(token, live_scan.id, "req_r", NOTES, caller=CALLER,
+    assert isinstance(pipeline.serve_scan_read(token, live_scan.id, "req_r", NOTES, caller=CALLER,
                                             entry=entry()).error, NotFound)
     assert billing.balance_of(cust.id) == balance
 
@@ -237,7 +237,7 @@ def test_a_served_bulk_read_is_the_batch_body(conn):
     cust, key, token = _with_token()
     outcome = scans.create_bulk(cust, key.id, [{"target": "a@example.com"}, {"target": "b@example.com"}],
                                 request_id="req_b")
-    served = reads.serve_bulk_read(token, outcome.body["bulk_id"], "req_r", NOTES, caller=CALLER, entry=entry())
+    served = pipeline.serve_bulk_read(token, outcome.body["bulk_id"], "req_r", NOTES, caller=CALLER, entry=entry())
     assert served.error is None
     assert body(served.body) == body(reads.read_bulk(cust.id, outcome.body["bulk_id"]))
     assert served.balance == 10 - 2 - 1

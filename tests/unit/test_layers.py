@@ -1,4 +1,5 @@
-"""Layers point one way: api, portal, cli -> services -> models/db; workers -> services.
+"""Layers point one way: api, portal, cli -> services -> models/db; workers -> services; the
+portal and the API side by side (the portal never imports ``app.api``).
 
 The import graph is read from the source (``ast``, function-level imports included),
 never by importing it, so an import hidden in a function counts as much as one at the
@@ -83,6 +84,9 @@ def violations(root: Path) -> list[str]:
                 found.append(f"{module} imports {target}: the app must not depend on the workers")
             if within(module, ["workers"]) and within(target, ["app.api", "app.portal", "app.cli"]):
                 found.append(f"{module} imports {target}: workers go through services, not the HTTP layer")
+            if within(module, ["app.portal"]) and within(target, ["app.api"]):
+                found.append(f"{module} imports {target}: the portal reads services and shared modules, "
+                             f"never the API's views")
             if within(module, ["app.models", "app.db", "app.jobs"]) and within(
                     target, ["app.services", "app.api", "app.portal", "app.cli"]):
                 found.append(f"{module} imports {target}: models, db and jobs sit below the services")
@@ -99,7 +103,7 @@ def test_layers_point_one_way():
 
 
 def test_a_wrong_way_import_hidden_in_a_function_is_found(tmp_path):
-    for package in ("app", "app/services", "app/api", "workers"):
+    for package in ("app", "app/services", "app/api", "app/portal", "workers"):
         (tmp_path / package).mkdir(parents=True, exist_ok=True)
         (tmp_path / package / "__init__.py").write_text("")
     (tmp_path / "app/api/views.py").write_text("from flask import g\nfrom app.services import rules\n")
@@ -108,7 +112,9 @@ def test_a_wrong_way_import_hidden_in_a_function_is_found(tmp_path):
                                                      "from .money import CENT\n")
     (tmp_path / "app/services/money.py").write_text("from app.api import views\nCENT = 1\n")
     (tmp_path / "workers/jobs.py").write_text("from app.services.rules import f\n")
+    (tmp_path / "app/portal/pages.py").write_text("def names():\n    from app.api import views\n    return views\n")
     found = violations(tmp_path)
+    assert any(v.startswith("app.portal.pages imports app.api.views: the portal") for v in found)
     assert "app.services.rules imports workers.jobs: the app must not depend on the workers" in found
     # Transitive: prices -> money -> the API views -> Flask.
     assert any(v.startswith("app.services.prices reaches flask (app.services.prices -> app.services.money -> "

@@ -107,3 +107,22 @@ def test_the_store_imports_no_service():
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module:
                 assert not node.module.startswith("app.services"), f"{path.name} imports {node.module}"
+
+
+def replaced_text(source: str) -> list[int]:
+    """The lines of ``source`` that rewrite a text with ``str.replace`` of one string by another
+    (``datetime.replace(second=0)`` takes keywords: not one of them)."""
+    return sorted(node.lineno for node in ast.walk(ast.parse(source))
+                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr == "replace" and len(node.args) >= 2
+                  and any(isinstance(arg, (ast.Constant, ast.JoinedStr)) for arg in node.args[:2]))
+
+
+def test_no_statement_in_the_store_is_rewritten_by_string_replacement():
+    """A statement is built whole from its parts (named parameters, SQL given as arguments), never
+    by replacing a piece of another statement's text, which breaks silently when that text changes."""
+    assert replaced_text('W = COLUMNS.replace("livemode = ?", f"livemode = {mode}")\n'
+                         'm = moment.replace(second=0, microsecond=0)\n') == [1]
+    found = {path.name: lines for path in (ROOT / "app" / "store").rglob("*.py")
+             if (lines := replaced_text(path.read_text()))}
+    assert found == {}

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from flask import Response, flash, g, redirect, render_template, stream_with_context, url_for
 
-from app.api import actions as api_actions
+from app import actions as api_actions
 from app.models import utcnow
 from app.portal import audit, security
 from app.portal.blueprint import bp, csv_cell, filter_source, target_filter

@@ -68,4 +68,4 @@ def check_named(app) -> None:
             if f"{method} {route_of(rule.rule)}" not in ACTIONS:
                 missing.append(f"{method} {route_of(rule.rule)}")
     if missing:
-        raise RuntimeError(f"no activity log action for {', '.join(missing)}: add it to app/api/actions.py")
+        raise RuntimeError(f"no activity log action for {', '.join(missing)}: add it to app/actions.py")
