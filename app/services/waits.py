@@ -8,11 +8,15 @@ API hosts serve waits and streams whichever host or worker changed the scan. The
 and events are the truth: a waiter reads again when woken and at least every
 ``REREAD_SECONDS`` (a lost announcement, a listener reconnecting), so nothing is lost, only late.
 
-A waiter is a flag the listener sets, not a thread: here a request's thread sleeps on it; a
-server that holds requests without a thread each (an event loop, gevent) would wait on the same
-flag. Held connections are counted per key in Redis (a sorted set of holds with their end
-times, so a killed process's holds lapse by themselves): at most ``MAX_HELD``, beyond which a
-call is refused with 429 ``rate_limited`` and ``Retry-After``.
+A waiter is a flag the listener sets, not a thread. In the API's threaded workers a request's
+thread sleeps on it; in the held-connection server (``gunicorn.held.conf.py``: gevent, where
+nginx sends every ``?wait=`` and the stream) the same code runs on greenlets, so a waiting call
+costs a greenlet and a socket, not a thread. For that, the hub and its locks and flags are made
+in the process that uses them, after the server made ``threading`` cooperative (a lock made
+before, in gunicorn's master, would block the whole process instead of one greenlet). Held
+connections are counted per key in Redis (a sorted set of holds with their end times, so a
+killed process's holds lapse by themselves): at most ``MAX_HELD``, beyond which a call is
+refused with 429 ``rate_limited`` and ``Retry-After``.
 """
 from __future__ import annotations
 
@@ -92,10 +96,10 @@ class Hub:
     """The process's one listener and the waiters it wakes."""
 
     def __init__(self):
+        self.pid = os.getpid()
         self._lock = threading.Lock()
         self._waiters: dict[str, set[Waiter]] = defaultdict(set)
         self._thread: threading.Thread | None = None
-        self._pid = 0
         self.listening = threading.Event()
 
     def subscribe(self, *topics: str) -> Waiter:
@@ -128,15 +132,13 @@ class Hub:
             waiter.wake()
 
     def _start(self) -> None:
-        """Start the listener on first use in this process (a forked worker starts its own), and
-        give it a moment to LISTEN so the first waiter is woken by the signal, not the re-read."""
+        """Start the listener on first use, and give it a moment to LISTEN so the first waiter
+        is woken by the signal, not the re-read."""
         with self._lock:
-            if self._thread is not None and self._pid == os.getpid():
+            if self._thread is not None:
                 return
-            self._pid = os.getpid()
-            self.listening.clear()
             self._thread = threading.Thread(target=self._listen, name="event-listener", daemon=True)
-            self._thread.start()
+        self._thread.start()  # outside the lock: under gevent, start() yields to the new greenlet
         self.listening.wait(2.0)
 
     def _listen(self) -> None:
@@ -166,15 +168,28 @@ class Hub:
                     session.close()
 
 
-HUB = Hub()
+_hub: Hub | None = None
+_hub_lock = threading.Lock()  # held only while a hub is made: never across a greenlet switch
+
+
+def hub() -> Hub:
+    """This process's hub, made on first use in it (a forked worker makes its own)."""
+    global _hub
+    current = _hub
+    if current is None or current.pid != os.getpid():
+        with _hub_lock:
+            if _hub is None or _hub.pid != os.getpid():
+                _hub = Hub()
+            current = _hub
+    return current
 
 
 def subscribe(*topics: str) -> Waiter:
-    return HUB.subscribe(*topics)
+    return hub().subscribe(*topics)
 
 
 def unsubscribe(waiter: Waiter) -> None:
-    HUB.unsubscribe(waiter)
+    hub().unsubscribe(waiter)
 
 
 def wait_until(waiter: Waiter, seconds: float, read: Callable[[], T], done: Callable[[T], bool], first: T) -> T:

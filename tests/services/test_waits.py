@@ -37,7 +37,7 @@ def test_a_final_scan_is_answered_at_once(conn):
 def test_the_commit_of_another_thread_wakes_the_waiter_before_its_re_read(conn):
     cust, key = new_customer()
     scan = new_scan(cust, key)
-    waits.HUB.subscribe("warm-up")  # the listener is up before the test measures
+    waits.hub().subscribe("warm-up")  # the listener is up before the test measures
 
     def complete_later():
         time.sleep(0.5)
