@@ -236,6 +236,16 @@ class Stack:
         self._ready(proc, lambda: requests.get(f"{url}/readyz", timeout=2).status_code == 200, 60)
         return url, proc
 
+    def start_held(self, engine_url: str, workers: int, name: str = "held") -> tuple[str, Proc]:
+        """The held-connection server (``gunicorn.held.conf.py``: gevent) of the same application."""
+        port = free_port()
+        env = self.env("production", ENGINE_URL=local_only(engine_url), HELD_BIND=f"{HOST}:{port}",
+                       HELD_WORKERS=workers, PUBLIC_BASE_URL=f"http://{HOST}:{port}")
+        proc = self.start(name, [str(BIN / "gunicorn"), "--config", "gunicorn.held.conf.py", "wsgi:app"], env)
+        url = f"http://{HOST}:{port}"
+        self._ready(proc, lambda: requests.get(f"{url}/readyz", timeout=2).status_code == 200, 60)
+        return url, proc
+
     def start_engine(self, time_scale: float, name: str = "engine") -> str:
         """The bench's engine stand-in (``bench.engine_app``): E1 submissions only, several processes."""
         port = free_port()
