@@ -108,6 +108,8 @@ def parse_args(argv):
                    help="held phase: processes of the held-connection server (HELD_WORKERS, default 1)")
     p.add_argument("--held-time-scale", type=float, default=0.4,
                    help="held phase: simulator time scale (default 0.4: scans of 24-72 s)")
+    p.add_argument("--held-open-rate", type=float, default=400.0,
+                   help="held phase: waits and streams opened per second (default 400)")
     p.add_argument("--held-deadline", type=float, default=240.0,
                    help="held phase: seconds the clients wait for every final answer (default 240)")
     p.add_argument("--warmup", type=float, default=1.0, help="seconds of unmeasured load before each target")

@@ -3,15 +3,17 @@ held-connection server (``gunicorn.held.conf.py``, gevent) while the threaded AP
 ordinary reads.
 
 1. Seeding: completed scans of a reader customer (a fast simulator, one worker).
-2. Idle: wrk reads them (``read.lua``, the HTTP phase's connections and duration) on the threaded
+2. Idle: wrk reads them (and again at the end, step 5) (``read.lua``, the HTTP phase's connections and duration) on the threaded
    API, with the held-connection server, a worker and a slower simulator running, nothing held.
 3. Held: ``--held-customers`` customers (each key may hold 100) create scans of tens of seconds
    (``--held-time-scale``); ``bench.held_clients`` (asyncio, a process of its own) opens
    ``--held-waits`` waits (``?wait=60``, asked again while not final) and ``--held-streams``
-   streams on the held-connection server; once Redis counts them all held, wrk reads again.
+   streams on the held-connection server, arriving at ``--held-open-rate`` a second; once Redis counts them all held, wrk reads again.
 4. Until every scan is final and every waiter and stream has its final answer: per scan, the
    delay from its final state (``completed_at``) to each waiter's final answer and each
    stream's final event.
+5. Idle reads again: the ratio is the loaded reads' rate to the mean of both idle rates, so a
+   machine whose other load drifted during the phase skews it less.
 
 Goals (issue 40): 2,000 held, reads under them at least 0.8 of idle reads (the same run), and
 waiters answered within 1 s of their scan's final state (p95).
@@ -97,34 +99,43 @@ def held_phase(stack: Stack, opts, out: Path, log) -> dict:
     waits = [(key, ids[j % len(ids)]) for j in range(n_waits)
              for key, ids in [by_customer[j % n_customers]]]
     streams = [by_customer[j % n_customers] for j in range(n_streams)]
-    plan = {"url": held_url, "waits": waits, "streams": streams, "wait": 60, "deadline_s": opts.held_deadline}
+    plan = {"url": held_url, "waits": waits, "streams": streams, "wait": 60, "deadline_s": opts.held_deadline,
+            "open_per_s": opts.held_open_rate}
     plan_path, result_path = work / "held-plan.json", out / "held-clients.json"
     plan_path.write_text(json.dumps(plan))
     log(f"opening {n_waits} waits and {n_streams} streams on the held-connection server")
     clients = subprocess.Popen([str(BIN / "python"), "-m", "bench.held_clients", str(plan_path), str(result_path)],
                                cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    opened_at = time.monotonic()
-    if clients.stdout is not None:
-        clients.stdout.readline()  # "open": every call sent
-    wait_until(lambda: _held_now(stack) >= n_waits + n_streams, 120, "every call held", 0.2)
-    held_at_start = _held_now(stack)
-    log(f"{held_at_start} held after {time.monotonic() - opened_at:.1f} s; reads again under them")
-    loaded = read_load("loaded")
-    held_at_end = _held_now(stack)
-    in_flight_at_end = sum(v for k, v in status_counts(stack).items() if k not in ("completed", "failed"))
-    log("waiting for every scan to be final and every waiter and stream answered")
-    clients.wait(opts.held_deadline + 60)
-    stack.stop(worker)
+    try:
+        opened_at = time.monotonic()
+        if clients.stdout is not None:
+            clients.stdout.readline()  # "open": every call sent
+        wait_until(lambda: _held_now(stack) >= n_waits + n_streams, 120, "every call held", 0.2)
+        held_at_start = _held_now(stack)
+        log(f"{held_at_start} held after {time.monotonic() - opened_at:.1f} s; reads again under them")
+        loaded = read_load("loaded")
+        held_at_end = _held_now(stack)
+        in_flight_at_end = sum(v for k, v in status_counts(stack).items() if k not in ("completed", "failed"))
+        log("waiting for every scan to be final and every waiter and stream answered")
+        clients.wait(opts.held_deadline + 60)
+        stack.stop(worker)
+    finally:
+        if clients.poll() is None:  # a failed phase leaves no client behind
+            clients.kill()
+            clients.wait(10)
+    log("idle reads again (the machine's load drifts: the ratio is to the mean of both idle runs)")
+    idle_after = read_load("idle-after")
     result = json.loads(result_path.read_text())
     finals = _completed_at(stack)
     wait_ms, stream_ms = _delays(result["waits"], finals), _delays(result["streams"], finals)
-    ratio = round(loaded["rps"] / idle["rps"], 3) if idle["rps"] else None
+    idle_rps = (idle["rps"] + idle_after["rps"]) / 2
+    ratio = round(loaded["rps"] / idle_rps, 3) if idle_rps else None
     return {
         "customers": n_customers, "waits": n_waits, "streams": n_streams, "held_workers": opts.held_workers,
         "scans": sum(len(ids) for _, ids in by_customer), "time_scale": opts.held_time_scale,
         "held_at_start_of_loaded_reads": held_at_start, "held_at_end_of_loaded_reads": held_at_end,
         "scans_in_flight_at_end_of_loaded_reads": in_flight_at_end,
-        "idle_reads": idle, "loaded_reads": loaded, "read_rps_ratio": ratio,
+        "idle_reads": idle, "loaded_reads": loaded, "idle_reads_after": idle_after, "read_rps_ratio": ratio,
         "wait_final_answer_ms": summary(wait_ms), "stream_final_event_ms": summary(stream_ms),
         "waits_answered_final": len(result["waits"]), "stream_finals": len(result["streams"]),
         "client_statuses": result["statuses"], "client_errors": result["error_count"],

@@ -4,7 +4,7 @@ on one asyncio loop in a process of its own (its CPU apart from the server's).
     python -m bench.held_clients PLAN.json RESULT.json
 
 PLAN: ``{"url", "waits": [[key, scan_id], ...], "streams": [[key, [scan_id, ...]], ...],
-"wait": 60, "deadline_s"}``. Each wait is ``GET /api/v1/scan/{id}?wait=N``, asked again while
+"wait": 60, "deadline_s", "open_per_s"}``. Each wait is ``GET /api/v1/scan/{id}?wait=N``, asked again while
 its answer is not final (as a client does); each stream is ``GET /api/v1/events/stream`` read
 until it has seen ``scan.completed`` (or failed) of every one of its scans. Writes
 ``"open"`` on stdout once every wait and stream has been sent and answered its first bytes, and
@@ -119,8 +119,14 @@ class Client:
                 await asyncio.sleep(1)
 
     async def run(self) -> None:
-        tasks = [asyncio.create_task(self.wait(key, scan_id)) for key, scan_id in self.plan["waits"]]
-        tasks += [asyncio.create_task(self.stream(key, ids)) for key, ids in self.plan["streams"]]
+        calls = [self.wait(key, scan_id) for key, scan_id in self.plan["waits"]]
+        calls += [self.stream(key, ids) for key, ids in self.plan["streams"]]
+        calls = [calls[i] for i in sorted(range(len(calls)), key=lambda i: (i * 7919) % len(calls))]  # mixed
+        tasks = []
+        for i, call in enumerate(calls):  # clients arrive over a few seconds, not in one instant
+            tasks.append(asyncio.create_task(call))
+            if i % 100 == 99:
+                await asyncio.sleep(100 / self.plan["open_per_s"])
         await self.all_open.wait()
         print("open", flush=True)
         done, pending = await asyncio.wait(tasks, timeout=self.plan["deadline_s"])

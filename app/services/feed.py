@@ -157,19 +157,20 @@ def stream(customer_id: str, livemode: bool, filters: store.Filters, *, thin: bo
     waiter = waits.subscribe(waits.feed_topic(customer_id, livemode))  # before the first read
     try:
         after = start.after if start.after is not None else store.last_id(customer_id, livemode)
+        release_connection()  # none held while writing to the client: a slow one would keep it
         yield f"retry: 2000\n: events after {event_id(after)}\n\n"
         beat = time.monotonic()
         due = True
         while True:
             if due:
                 rows = store.oldest_first(customer_id, livemode, filters, after=after, limit=LIST_MAX_LIMIT)
+                release_connection()
                 for row in rows:
                     after = row[0]
                     yield sse_message(row, thin=thin)
                 if len(rows) == LIST_MAX_LIMIT:
                     continue  # more are stored: send them before sleeping
                 read_at = time.monotonic()
-            release_connection()  # none held while asleep
             woken = waiter.sleep(min(waits.REREAD_SECONDS, max(0.0, beat + HEARTBEAT_SECONDS - time.monotonic())))
             due = woken or waits.reread_due(read_at)  # un-woken, a stream reads again only as a waiter does
             if woken:  # events come in bursts (a batch's scans change together): one read for the burst
