@@ -69,7 +69,7 @@ def test_a_flood_of_bogus_callbacks_is_refused_unwritten_and_other_customers_are
         app, simulator, make_customer, tmp_path):
     env = service_env(app, simulator.url, tmp_path / "instance", LOG_LEVEL="WARNING", ENGINE_CALLBACK_SECRET=SECRET,
                       ENGINE_CALLBACK_URL="http://127.0.0.1:9/engine/v1/callbacks")
-    account = make_customer(tier="enterprise", credits=10_000)
+    account = make_customer(tier="enterprise", credits=10_000, inflight=10_000, hour=10_000, day=10_000)
     with Gunicorn(env, tmp_path / "web.log", workers=2, threads=4) as server:
         scan_id = requests.post(f"{server.url}/api/v1/scan", json={"target": "other@example.com"},
                                 headers=account.headers, timeout=10).json()["scan_id"]
@@ -120,5 +120,5 @@ def test_a_flood_of_bogus_callbacks_is_refused_unwritten_and_other_customers_are
     # The other customer's calls commit (about two each: the call and its activity entry);
     # 50,000 callbacks written would be 50,000 commits.
     assert flood_commits < 3 * len(served) + 500, flood_commits
-    assert served and all(status in (200, 202) for status, _ in served), served
+    assert served and {status for status, _ in served} <= {200, 202}, sorted({s for s, _ in served})
     assert max(t for _, t in served) < 5.0  # answered normally, none left waiting behind the flood
