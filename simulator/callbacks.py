@@ -11,7 +11,8 @@ The changes are known at submission (progress is a function of time, ``progress_
 scheduled then and sent by one background thread when due: a request never waits for a callback.
 Sending is best effort, as E7 allows: a receiver's error or silence is counted, not retried, except
 an answer that asks for a retry (503 or 429, the service's "a look holds the scan, send it again
-shortly"), sent again after its ``Retry-After`` (at most ``RETRIES`` times, then counted failed):
+shortly"), sent again after its ``Retry-After``, and no answer within ``SEND_TIMEOUT_SECONDS``
+(or no connection), sent again after a second (at most ``RETRIES`` times, then counted failed):
 E7's callbacks are at least once, and without that a "done" refused while a slow look held its
 scan was lost until the look one poll after the eta (the end-to-end test's rare failure). ``POST /_sim/engine/callbacks {"drop": true}`` drops every callback instead of
 sending it (lost callbacks); ``GET /_sim/engine/callbacks`` → ``{"drop", "scheduled", "sent",
@@ -139,8 +140,8 @@ class CallbackSender:
         try:
             answer = requests.post(callback.url, data=raw, headers=headers, timeout=SEND_TIMEOUT_SECONDS,
                                    allow_redirects=False)
-        except requests.RequestException:
-            return "failed"
+        except requests.RequestException:  # no answer in time (a receiver held up): sent again too
+            return 1.0 if callback.attempt < RETRIES else "failed"
         if answer.status_code in RETRY_STATUSES and callback.attempt < RETRIES:
             retry_after = answer.headers.get("Retry-After", "")
             return float(min(30, int(retry_after))) if retry_after.isdigit() else 1.0

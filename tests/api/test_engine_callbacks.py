@@ -242,4 +242,4 @@ def test_end_to_end_callbacks_refused_while_a_slow_look_holds_the_scan_are_sent_
     done = look_until_final(ids)
     assert done[ids[0]].status == "completed"
     counts = sim_callbacks(calling_service)
-    assert counts["retried"] >= 2 and counts["failed"] == 0 and counts["sent"] >= 1
+    assert counts["retried"] >= 2 and counts["failed"] == 0 and counts["sent"] >= 1, counts
