@@ -2,7 +2,8 @@
 
 Starts (or finds) the embedded PostgreSQL and Redis (``app.embedded``), builds the schema,
 makes a demo customer with a fresh key, prints a ready ``curl``, then runs the API
-(gunicorn), a worker and the simulator together under honcho until it is stopped.
+(gunicorn), the held-connection server (``gunicorn.held.conf.py``, on ``API_PORT`` + 1), a
+worker and the simulator together under honcho until it is stopped.
 
 However it is stopped, nothing is left running: Ctrl-C, or a SIGTERM to this process (or
 to ``make``, which passes it on), stops honcho and its processes first, then this process
@@ -92,6 +93,7 @@ def main() -> int:
     api_key, redis_url = prepare()
     api_port = os.environ.get("API_PORT", "8000")
     sim_port = os.environ.get("SIM_PORT", "8700")
+    held_port = os.environ.get("HELD_PORT", str(int(api_port) + 1))
     bin_dir = os.path.dirname(sys.executable)  # the venv's gunicorn and python come first
     # The API and the worker add up their metrics in one directory, emptied at each start.
     metrics_dir = os.path.join(runtime.config["INSTANCE_PATH"], "prometheus")
@@ -101,7 +103,7 @@ def main() -> int:
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", APP_ENV="development",
                DATABASE_URL=runtime.config["DATABASE_URL"], REDIS_URL=redis_url,
                ENGINE_URL=f"http://127.0.0.1:{sim_port}",
-               API_PORT=api_port, SIM_PORT=sim_port, PUBLIC_BASE_URL=f"http://127.0.0.1:{api_port}",
+               API_PORT=api_port, HELD_PORT=held_port, SIM_PORT=sim_port, PUBLIC_BASE_URL=f"http://127.0.0.1:{api_port}",
                SIM_TIME_SCALE=os.environ.get("SIM_TIME_SCALE", "0.1"), PYTHONUNBUFFERED="1",
                PROMETHEUS_MULTIPROC_DIR=metrics_dir)
     base = f"http://127.0.0.1:{api_port}"
@@ -113,6 +115,8 @@ Demo key (shown once): {api_key}
        -H 'Content-Type: application/json' -d '{{"target": "{EXAMPLE_TARGET}"}}'
 
 Then GET the poll_url it returns with the same header. Ctrl-C stops everything.
+Calls that stay open (?wait=N, /api/v1/events/stream) are served without a thread each on
+http://127.0.0.1:{held_port} (in production nginx sends them there); {base} serves them too.
 """, flush=True)
     return run_until_stopped([os.path.join(bin_dir, "honcho"), "-f", "Procfile.dev", "start"], env)
 

@@ -15,6 +15,8 @@ Phases (``--phases``, default all):
            per scan (off): look lag, engine requests/s, Redis memory, worker CPU; ledger bytes per read
   growth   reads and creations at 1k, 100k and 1M stored scans (filled by SQL): rate,
            CPU and database work per call, bytes per stored scan
+  held     2,000 waits and event streams held by the held-connection server while wrk reads
+           on the threaded API: reads' rate beside idle, waiters' delay after the final state
 
 Everything is bounded: ``--duration`` s per target (default 10; ``--quick``: 3 s and
 smaller worker, latency and scale runs).
@@ -33,7 +35,7 @@ from pathlib import Path
 from bench import phases, profile, report, wrk
 from bench.stack import ROOT, Stack
 
-PHASES = ("http", "workers", "latency", "scale", "growth", "webhooks")
+PHASES = ("http", "workers", "latency", "scale", "growth", "webhooks", "held")
 
 
 def parse_args(argv):
@@ -98,6 +100,18 @@ def parse_args(argv):
                         "python -m bench.profile reads them)")
     p.add_argument("--pg-async-commit", action="store_true",
                    help="experiment: run with synchronous_commit=off on database bench (reset at the end)")
+    p.add_argument("--held-customers", type=int, default=100,
+                   help="held phase: customers (a key holds at most 100 waits and streams; default 100)")
+    p.add_argument("--held-waits", type=int, default=1500, help="held phase: waits held at once (default 1500)")
+    p.add_argument("--held-streams", type=int, default=500, help="held phase: event streams (default 500)")
+    p.add_argument("--held-workers", type=int, default=1,
+                   help="held phase: processes of the held-connection server (HELD_WORKERS, default 1)")
+    p.add_argument("--held-time-scale", type=float, default=0.4,
+                   help="held phase: simulator time scale (default 0.4: scans of 24-72 s)")
+    p.add_argument("--held-open-rate", type=float, default=400.0,
+                   help="held phase: waits and streams opened per second (default 400)")
+    p.add_argument("--held-deadline", type=float, default=240.0,
+                   help="held phase: seconds the clients wait for every final answer (default 240)")
     p.add_argument("--warmup", type=float, default=1.0, help="seconds of unmeasured load before each target")
     p.add_argument("--pause", type=float, default=1.0, help="seconds between two wrk targets")
     p.add_argument("--out", type=Path, help="results directory (default bench/results/<UTC timestamp>)")

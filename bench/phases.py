@@ -15,6 +15,7 @@ from pathlib import Path
 import requests
 
 from bench import cpu, floor_app, profile, wrk
+from bench.held import held_phase  # noqa: F401 # the phase, run by name (__main__)
 from bench.stack import ENGINE_TOKEN, PG_DSN, Stack, jobs_from_log, local_only, wait_until
 from simulator.investigations import decode_id, plan_for
 

@@ -27,9 +27,14 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 HOST = "127.0.0.1"
 PG_ADMIN_DSN = f"host={HOST} port=5432 user=postgres dbname=postgres"
-PG_DSN = f"host={HOST} port=5432 user=postgres dbname=bench"
-DATABASE_URL = f"postgresql://postgres@{HOST}:5432/bench"
-REDIS_URL = f"redis://{HOST}:6379/11"
+# BENCH_DATABASE / BENCH_REDIS_DB: another database and Redis db, so that two runs on one machine
+# (two people's) do not empty each other's (each phase drops its schema and flushes its db).
+BENCH_DB = os.environ.get("BENCH_DATABASE") or "bench"
+if not BENCH_DB.replace("_", "").isalnum():
+    raise ValueError("BENCH_DATABASE must be letters, digits and underscores")
+PG_DSN = f"host={HOST} port=5432 user=postgres dbname={BENCH_DB}"
+DATABASE_URL = f"postgresql://postgres@{HOST}:5432/{BENCH_DB}"
+REDIS_URL = f"redis://{HOST}:6379/{int(os.environ.get('BENCH_REDIS_DB') or 11)}"
 ENGINE_TOKEN = "bench-engine-token"
 # Fresh per run: production refuses keys published in the repository.
 SECRET_KEY = "bench-" + __import__("secrets").token_urlsafe(32)
@@ -141,9 +146,9 @@ class Stack:
         admin = psycopg2.connect(PG_ADMIN_DSN)
         admin.autocommit = True
         with admin.cursor() as cur:
-            cur.execute("SELECT 1 FROM pg_database WHERE datname = 'bench'")
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (BENCH_DB,))
             if cur.fetchone() is None:
-                cur.execute("CREATE DATABASE bench")
+                cur.execute(f"CREATE DATABASE {BENCH_DB}")
             for statement in statements:
                 cur.execute(statement)
         admin.close()
@@ -171,8 +176,8 @@ class Stack:
 
     def set_async_commit(self, on: bool) -> None:
         """An experiment's knob: ``synchronous_commit`` of database ``bench`` (new connections)."""
-        self._admin("ALTER DATABASE bench SET synchronous_commit = off" if on
-                    else "ALTER DATABASE bench RESET synchronous_commit")
+        self._admin(f"ALTER DATABASE {BENCH_DB} SET synchronous_commit = off" if on
+                    else f"ALTER DATABASE {BENCH_DB} RESET synchronous_commit")
 
     def sql(self, query: str, args=None, dsn: str = PG_DSN):
         conn = psycopg2.connect(dsn)
@@ -232,6 +237,16 @@ class Stack:
     def start_api(self, engine_url: str, name: str = "api", **extra) -> tuple[str, Proc]:
         port_env = self.env("production", ENGINE_URL=local_only(engine_url), **extra)
         port, proc = self._gunicorn(name, "wsgi:app", port_env)
+        url = f"http://{HOST}:{port}"
+        self._ready(proc, lambda: requests.get(f"{url}/readyz", timeout=2).status_code == 200, 60)
+        return url, proc
+
+    def start_held(self, engine_url: str, workers: int, name: str = "held") -> tuple[str, Proc]:
+        """The held-connection server (``gunicorn.held.conf.py``: gevent) of the same application."""
+        port = free_port()
+        env = self.env("production", ENGINE_URL=local_only(engine_url), HELD_BIND=f"{HOST}:{port}",
+                       HELD_WORKERS=workers, PUBLIC_BASE_URL=f"http://{HOST}:{port}")
+        proc = self.start(name, [str(BIN / "gunicorn"), "--config", "gunicorn.held.conf.py", "wsgi:app"], env)
         url = f"http://{HOST}:{port}"
         self._ready(proc, lambda: requests.get(f"{url}/readyz", timeout=2).status_code == 200, 60)
         return url, proc

@@ -56,9 +56,10 @@ def self_signed(directory: Path) -> tuple[Path, Path]:
 
 
 def site_config(upstream: str, http_port: int, https_port: int, cert: Path, key: Path, log_dir: Path,
-                replace: dict[str, str] | None = None) -> str:
-    """ops/nginx.conf with this run's upstream, loopback ports, certificate and log directory
-    (HTTP/2 kept), and any other ``replace`` of one text by another (e.g. a shorter timeout)."""
+                replace: dict[str, str] | None = None, held: str | None = None) -> str:
+    """ops/nginx.conf with this run's upstream (and held-connection server: ``held``, else the
+    same upstream), loopback ports, certificate and log directory (HTTP/2 kept), and any other
+    ``replace`` of one text by another (e.g. a shorter timeout)."""
     text = (HERE / "nginx.conf").read_text()
     for old, new in (replace or {}).items():
         if old not in text:
@@ -66,6 +67,7 @@ def site_config(upstream: str, http_port: int, https_port: int, cert: Path, key:
         text = text.replace(old, new)
     text = text.replace("/var/log/nginx/", f"{log_dir}/")
     text = text.replace("server 127.0.0.1:8000;", f"server {upstream};")
+    text = text.replace("server 127.0.0.1:8001;", f"server {held or upstream};")
     text = re.sub(r"listen \[::\]:\d+[^;]*;\n", "", text)
     text = text.replace("listen 80;", f"listen 127.0.0.1:{http_port};")
     text = re.sub(r"listen 443 ssl( http2)?;", f"listen 127.0.0.1:{https_port} ssl\\1;", text)
@@ -74,12 +76,13 @@ def site_config(upstream: str, http_port: int, https_port: int, cert: Path, key:
 
 
 class Nginx:
-    def __init__(self, upstream: str, binary: str = "nginx", replace: dict[str, str] | None = None):
+    def __init__(self, upstream: str, binary: str = "nginx", replace: dict[str, str] | None = None,
+                 held: str | None = None):
         self.dir = Path(tempfile.mkdtemp(prefix="scan-api-nginx-"))
         self.http_port, self.https_port = free_port(), free_port()
         cert, key = self_signed(self.dir)
         (self.dir / "site.conf").write_text(site_config(upstream, self.http_port, self.https_port, cert, key,
-                                                        self.dir, replace))
+                                                        self.dir, replace, held))
         temp = self.dir / "tmp"
         temp.mkdir()
         (self.dir / "nginx.conf").write_text(f"""

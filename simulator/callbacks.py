@@ -9,8 +9,12 @@ Without the secret it makes no promise and sends nothing.
 
 The changes are known at submission (progress is a function of time, ``progress_at``), so each is
 scheduled then and sent by one background thread when due: a request never waits for a callback.
-Sending is at most once and best effort, as E7 allows: a receiver's error or silence is counted,
-not retried. ``POST /_sim/engine/callbacks {"drop": true}`` drops every callback instead of
+Sending is best effort, as E7 allows: a receiver's error or silence is counted, not retried, except
+an answer that asks for a retry (503 or 429, the service's "a look holds the scan, send it again
+shortly"), sent again after its ``Retry-After``, and no answer within ``SEND_TIMEOUT_SECONDS``
+(or no connection), sent again after a second (at most ``RETRIES`` times, then counted failed):
+E7's callbacks are at least once, and without that a "done" refused while a slow look held its
+scan was lost until the look one poll after the eta (the end-to-end test's rare failure). ``POST /_sim/engine/callbacks {"drop": true}`` drops every callback instead of
 sending it (lost callbacks); ``GET /_sim/engine/callbacks`` → ``{"drop", "scheduled", "sent",
 "failed", "dropped"}``. A reset (``/_sim/engine/reset``) forgets those scheduled and the counts, and
 stops dropping. A deleted investigation's callbacks still scheduled are not sent.
@@ -25,7 +29,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import requests
 
@@ -33,7 +37,9 @@ from app.simulated.conventions import PENDING_FRACTION, Plan, Progress, progress
 from simulator.receiver import standard_signature
 
 SEND_TIMEOUT_SECONDS = 2.0
-COUNT_NAMES = ("sent", "failed", "dropped")
+COUNT_NAMES = ("sent", "failed", "dropped", "retried")
+RETRIES = 5
+RETRY_STATUSES = (429, 503)
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,7 @@ class Callback:
     engine_id: str
     url: str
     body: dict
+    attempt: int = 0
 
 
 def changes(plan: Plan) -> list[tuple[float, Progress]]:
@@ -108,6 +115,10 @@ class CallbackSender:
             outcome = None if self._is_deleted(callback.engine_id) else "dropped" if dropped else self._send(callback)
             with self._wake:
                 self._in_hand = 0
+                if isinstance(outcome, float):  # asked to retry after that many seconds: due again then
+                    heapq.heappush(self._due, (time.time() + outcome, next(self._order),
+                                               replace(callback, attempt=callback.attempt + 1)))
+                    outcome = "retried"
                 if outcome:
                     self._counts[outcome] += 1
 
@@ -120,7 +131,8 @@ class CallbackSender:
                     return heapq.heappop(self._due)[2]
                 self._wake.wait(timeout=None if not self._due else max(0.0, self._due[0][0] - now))
 
-    def _send(self, callback: Callback) -> str:
+    def _send(self, callback: Callback) -> str | float:
+        """``sent``, ``failed``, or the seconds after which to send it again (a retry asked for)."""
         raw = json.dumps(callback.body, separators=(",", ":")).encode()
         msg_id, timestamp = f"msg_{secrets.token_hex(12)}", str(int(time.time()))
         headers = {"Content-Type": "application/json", "webhook-id": msg_id, "webhook-timestamp": timestamp,
@@ -128,6 +140,9 @@ class CallbackSender:
         try:
             answer = requests.post(callback.url, data=raw, headers=headers, timeout=SEND_TIMEOUT_SECONDS,
                                    allow_redirects=False)
-        except requests.RequestException:
-            return "failed"
+        except requests.RequestException:  # no answer in time (a receiver held up): sent again too
+            return 1.0 if callback.attempt < RETRIES else "failed"
+        if answer.status_code in RETRY_STATUSES and callback.attempt < RETRIES:
+            retry_after = answer.headers.get("Retry-After", "")
+            return float(min(30, int(retry_after))) if retry_after.isdigit() else 1.0
         return "sent" if 200 <= answer.status_code < 300 else "failed"

@@ -22,6 +22,7 @@ def service_env(app, engine_url: str, instance: Path, **extra) -> dict:
     env.update({
         "APP_ENV": "test",
         "DATABASE_URL": app.config["DATABASE_URL"],
+        "DATABASE_DIRECT_URL": app.config.get("DATABASE_DIRECT_URL") or app.config["DATABASE_URL"],  # LISTEN
         "REDIS_URL": runtime.config["REDIS_URL"],
         "ENGINE_URL": engine_url,
         "ENGINE_TOKEN": app.config["ENGINE_TOKEN"],

@@ -124,6 +124,7 @@ def last_event(customer_id: str, livemode: bool) -> int:
 # --- the stream ---------------------------------------------------------------------------
 
 HEARTBEAT_SECONDS = 10.0  # a comment line at least this often: proxies keep the connection, a gone client is found
+GATHER_SECONDS = 0.2  # a woken stream waits this long for the rest of a burst before it reads
 
 
 @dataclass(frozen=True)
@@ -150,23 +151,30 @@ def stream(customer_id: str, livemode: bool, filters: store.Filters, *, thin: bo
            held: waits.Held) -> Iterator[str]:
     """The text of a stream of the customer's events of that mode (D27), oldest first, from
     ``start``, forever: woken by each stored event's announcement, reading the stored events
-    again at least every few seconds (a lost announcement only delays one), a heartbeat comment
+    again when woken and as ``waits.reread_due`` says (a lost announcement only delays one), a heartbeat comment
     every ``HEARTBEAT_SECONDS``. Its hold (``waits.hold``) is extended while it runs and released
     when the client goes (the server closes the generator)."""
     waiter = waits.subscribe(waits.feed_topic(customer_id, livemode))  # before the first read
     try:
         after = start.after if start.after is not None else store.last_id(customer_id, livemode)
+        release_connection()  # none held while writing to the client: a slow one would keep it
         yield f"retry: 2000\n: events after {event_id(after)}\n\n"
         beat = time.monotonic()
+        due = True
         while True:
-            rows = store.oldest_first(customer_id, livemode, filters, after=after, limit=LIST_MAX_LIMIT)
-            for row in rows:
-                after = row[0]
-                yield sse_message(row, thin=thin)
-            if len(rows) == LIST_MAX_LIMIT:
-                continue  # more are stored: send them before sleeping
-            release_connection()  # none held while asleep
-            waiter.sleep(min(waits.REREAD_SECONDS, max(0.0, beat + HEARTBEAT_SECONDS - time.monotonic())))
+            if due:
+                rows = store.oldest_first(customer_id, livemode, filters, after=after, limit=LIST_MAX_LIMIT)
+                release_connection()
+                for row in rows:
+                    after = row[0]
+                    yield sse_message(row, thin=thin)
+                if len(rows) == LIST_MAX_LIMIT:
+                    continue  # more are stored: send them before sleeping
+                read_at = time.monotonic()
+            woken = waiter.sleep(min(waits.REREAD_SECONDS, max(0.0, beat + HEARTBEAT_SECONDS - time.monotonic())))
+            due = woken or waits.reread_due(read_at)  # un-woken, a stream reads again only as a waiter does
+            if woken:  # events come in bursts (a batch's scans change together): one read for the burst
+                time.sleep(GATHER_SECONDS)
             if time.monotonic() - beat >= HEARTBEAT_SECONDS:
                 yield ": heartbeat\n\n"
                 waits.extend(held, HEARTBEAT_SECONDS * 3)

@@ -5,14 +5,22 @@ The signal: every stored event is announced at its commit (``app.store.events``,
 ``Hub`` per process holds one LISTEN session (``app.store.signals``) on a thread of its own and
 wakes the waiters of the scans, batches and customers an announcement names, so any number of
 API hosts serve waits and streams whichever host or worker changed the scan. The stored scans
-and events are the truth: a waiter reads again when woken and at least every
-``REREAD_SECONDS`` (a lost announcement, a listener reconnecting), so nothing is lost, only late.
+and events are the truth: a waiter reads again when woken, and when the listener is not
+connected at least every ``REREAD_SECONDS`` (announcements made meanwhile are lost), so nothing
+is lost, only late. While it is connected no announcement is missed (the listener wakes every
+waiter when it loses and when it regains its session), and an un-woken waiter reads again only
+every ``QUIET_REREAD_SECONDS``: 2,000 waiters re-reading every 5 s cost 400 reads a second,
+nearly half a core of this machine, for nothing.
 
-A waiter is a flag the listener sets, not a thread: here a request's thread sleeps on it; a
-server that holds requests without a thread each (an event loop, gevent) would wait on the same
-flag. Held connections are counted per key in Redis (a sorted set of holds with their end
-times, so a killed process's holds lapse by themselves): at most ``MAX_HELD``, beyond which a
-call is refused with 429 ``rate_limited`` and ``Retry-After``.
+A waiter is a flag the listener sets, not a thread. In the API's threaded workers a request's
+thread sleeps on it; in the held-connection server (``gunicorn.held.conf.py``: gevent, where
+nginx sends every ``?wait=`` and the stream) the same code runs on greenlets, so a waiting call
+costs a greenlet and a socket, not a thread. For that, the hub and its locks and flags are made
+in the process that uses them, after the server made ``threading`` cooperative (a lock made
+before, in gunicorn's master, would block the whole process instead of one greenlet). Held
+connections are counted per key in Redis (a sorted set of holds with their end times, so a
+killed process's holds lapse by themselves): at most ``MAX_HELD``, beyond which a call is
+refused with 429 ``rate_limited`` and ``Retry-After``.
 """
 from __future__ import annotations
 
@@ -36,7 +44,8 @@ from app.store import signals
 log = logging.getLogger(__name__)
 
 MAX_HELD = 100           # held connections (waits and streams) per key
-REREAD_SECONDS = 5.0     # a waiter reads the truth again at least this often, woken or not
+REREAD_SECONDS = 5.0     # a waiter reads the truth again at least this often while the listener is away
+QUIET_REREAD_SECONDS = 30.0  # ... and this often while it listens (a last safety net)
 WAIT_RANGE = (1, 60)     # the seconds a call may ask to wait
 HOLD_MARGIN = 30         # a hold lapses this long after its end when its process did not release it
 LISTEN_RETRY_SECONDS = 1.0
@@ -92,10 +101,10 @@ class Hub:
     """The process's one listener and the waiters it wakes."""
 
     def __init__(self):
+        self.pid = os.getpid()
         self._lock = threading.Lock()
         self._waiters: dict[str, set[Waiter]] = defaultdict(set)
         self._thread: threading.Thread | None = None
-        self._pid = 0
         self.listening = threading.Event()
 
     def subscribe(self, *topics: str) -> Waiter:
@@ -128,15 +137,13 @@ class Hub:
             waiter.wake()
 
     def _start(self) -> None:
-        """Start the listener on first use in this process (a forked worker starts its own), and
-        give it a moment to LISTEN so the first waiter is woken by the signal, not the re-read."""
+        """Start the listener on first use, and give it a moment to LISTEN so the first waiter
+        is woken by the signal, not the re-read."""
         with self._lock:
-            if self._thread is not None and self._pid == os.getpid():
+            if self._thread is not None:
                 return
-            self._pid = os.getpid()
-            self.listening.clear()
             self._thread = threading.Thread(target=self._listen, name="event-listener", daemon=True)
-            self._thread.start()
+        self._thread.start()  # outside the lock: under gevent, start() yields to the new greenlet
         self.listening.wait(2.0)
 
     def _listen(self) -> None:
@@ -166,31 +173,51 @@ class Hub:
                     session.close()
 
 
-HUB = Hub()
+_hub: Hub | None = None
+_hub_lock = threading.Lock()  # held only while a hub is made: never across a greenlet switch
+
+
+def hub() -> Hub:
+    """This process's hub, made on first use in it (a forked worker makes its own)."""
+    global _hub
+    current = _hub
+    if current is None or current.pid != os.getpid():
+        with _hub_lock:
+            if _hub is None or _hub.pid != os.getpid():
+                _hub = Hub()
+            current = _hub
+    return current
 
 
 def subscribe(*topics: str) -> Waiter:
-    return HUB.subscribe(*topics)
+    return hub().subscribe(*topics)
 
 
 def unsubscribe(waiter: Waiter) -> None:
-    HUB.unsubscribe(waiter)
+    hub().unsubscribe(waiter)
 
 
 def wait_until(waiter: Waiter, seconds: float, read: Callable[[], T], done: Callable[[T], bool], first: T) -> T:
     """``first`` if ``done`` already, else what ``read`` gives once it is ``done`` or ``seconds``
-    have passed (read again when woken, and at least every ``REREAD_SECONDS``). ``waiter``
+    have passed (read again when woken, at the end, and as ``reread_due`` says). ``waiter``
     must have been subscribed before ``first`` was read, so no change falls between them."""
     deadline = time.monotonic() + seconds
-    body = first
+    body, read_at = first, time.monotonic()
     while not done(body):
         left = deadline - time.monotonic()
         if left <= 0:
             break
         release_connection()  # none held while asleep: a pool serves many waiters
-        waiter.sleep(min(left, REREAD_SECONDS))
-        body = read()
+        woken = waiter.sleep(min(left, REREAD_SECONDS))
+        if woken or time.monotonic() >= deadline or reread_due(read_at):  # at the end: the state then
+            body, read_at = read(), time.monotonic()
     return body
+
+
+def reread_due(read_at: float) -> bool:
+    """Whether a waiter not woken since it read (at monotonic ``read_at``) should read again: at
+    once while the listener is away, after ``QUIET_REREAD_SECONDS`` while it listens."""
+    return not hub().listening.is_set() or time.monotonic() - read_at >= QUIET_REREAD_SECONDS
 
 
 # --- held connections per key ----------------------------------------------------------------

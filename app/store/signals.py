@@ -7,7 +7,7 @@ delays a waiter (which reads again every few seconds anyway), never loses anythi
 """
 from __future__ import annotations
 
-import select
+import selectors
 from collections.abc import Callable
 
 import psycopg2
@@ -25,17 +25,23 @@ class Listening:
         self._conn.set_isolation_level(psycopg2.extensions.ISOLATION_LEVEL_AUTOCOMMIT)
         with self._conn.cursor() as cursor:
             cursor.execute(f'LISTEN "{CHANNEL}"')
+        # Not select.select: it refuses a descriptor above 1023, which a server holding thousands
+        # of connections gives this session (the listener then failed and reconnected in a loop).
+        # Under gevent the default selector is gevent's, so the wait yields to other greenlets.
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._conn, selectors.EVENT_READ)
 
     def receive(self, timeout: float, each: Callable[[str], None]) -> None:
         """Call ``each`` with the payload of every announcement that arrives within ``timeout``
         (none: returns after it); a broken session raises the driver's error."""
-        if select.select([self._conn], [], [], timeout) == ([], [], []):
+        if not self._selector.select(timeout):
             return
         self._conn.poll()
         while self._conn.notifies:
             each(self._conn.notifies.pop(0).payload)
 
     def close(self) -> None:
+        self._selector.close()
         try:
             self._conn.close()
         except psycopg2.Error:

@@ -33,8 +33,8 @@ pytestmark = pytest.mark.processes
 def _dev_env(instance: Path) -> dict:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("TEST_", "PYTEST")) and k not in ("DATABASE_URL", "REDIS_URL", "APP_ENV")}
-    env.update(INSTANCE_PATH=str(instance), API_PORT=str(free_port()), SIM_PORT=str(free_port()),
-               PYTHONUNBUFFERED="1")
+    env.update(INSTANCE_PATH=str(instance), API_PORT=str(free_port()), HELD_PORT=str(free_port()),
+               SIM_PORT=str(free_port()), PYTHONUNBUFFERED="1")
     return env
 
 
@@ -103,6 +103,8 @@ def test_make_run_leaves_nothing_running_however_it_is_stopped(instance_tmp, how
     try:
         health = f"http://127.0.0.1:{env['API_PORT']}/healthz"
         wait_until(lambda: _answers(health), 90, "make run's API to answer /healthz")
+        held = f"http://127.0.0.1:{env['HELD_PORT']}/healthz"  # the held-connection server runs too
+        wait_until(lambda: _answers(held), 30, "make run's held-connection server to answer /healthz")
         servers = _server_pids(instance)
         everything += [p.pid for p in psutil.Process(process.pid).children(recursive=True)] + list(servers.values())
         assert len(_alive(servers.values())) == 2

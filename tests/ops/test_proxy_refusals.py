@@ -227,7 +227,7 @@ class SilentUpstream:
 def test_the_api_down_or_hanging_is_a_json_502_or_504_and_the_error_log_keeps_no_query(tmp_path, http2):
     silent = SilentUpstream()
     down = check_slow_clients.Nginx(f"127.0.0.1:{closed_port()}", NGINX)
-    hanging = check_slow_clients.Nginx(silent.address, NGINX, replace={"proxy_read_timeout 60s;":
+    hanging = check_slow_clients.Nginx(silent.address, NGINX, replace={"proxy_read_timeout 75s;":
                                                                       "proxy_read_timeout 1s;"})
     try:
         query = f"/api/v1/activity?target={TARGET}"

@@ -30,15 +30,17 @@ BIN = Path(sys.executable).parent
 class Gunicorn:
     """``gunicorn --config gunicorn.conf.py wsgi:app`` as a subprocess; ``.url``, ``.log_text()``."""
 
-    def __init__(self, env: dict, log_path: Path, workers: int = 3, threads: int = 8):
+    def __init__(self, env: dict, log_path: Path, workers: int = 3, threads: int = 8, held: bool = False):
+        """``held``: the held-connection server (``gunicorn.held.conf.py``: gevent, ``workers`` processes)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.workers, self.threads = workers, threads
         env = dict(env, BIND=f"127.0.0.1:{self.port}", WEB_CONCURRENCY=str(workers),
-                   GUNICORN_THREADS=str(threads))
+                   GUNICORN_THREADS=str(threads), HELD_BIND=f"127.0.0.1:{self.port}", HELD_WORKERS=str(workers))
         self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen([str(BIN / "gunicorn"), "--config", "gunicorn.conf.py", "wsgi:app"],
+        config = "gunicorn.held.conf.py" if held else "gunicorn.conf.py"
+        self.proc = subprocess.Popen([str(BIN / "gunicorn"), "--config", config, "wsgi:app"],
                                      cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         try:

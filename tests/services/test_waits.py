@@ -37,7 +37,7 @@ def test_a_final_scan_is_answered_at_once(conn):
 def test_the_commit_of_another_thread_wakes_the_waiter_before_its_re_read(conn):
     cust, key = new_customer()
     scan = new_scan(cust, key)
-    waits.HUB.subscribe("warm-up")  # the listener is up before the test measures
+    waits.hub().subscribe("warm-up")  # the listener is up before the test measures
 
     def complete_later():
         time.sleep(0.5)
@@ -73,3 +73,37 @@ def test_a_wait_is_1_to_60_seconds():
     for bad in (0, 61, "5", True, None):
         with pytest.raises(Exception, match="wait must be"):
             waits.check_wait(bad)
+
+
+def test_the_listener_hears_with_a_descriptor_above_1023(conn, app):
+    """A server holding thousands of connections gives the LISTEN session a high descriptor,
+    which select() refuses: the listener failed and reconnected in a loop, waking every waiter."""
+    import os
+
+    from app import runtime
+    from app.store import signals
+    dummies = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    session = None
+    try:
+        session = signals.Listening(runtime.config["DATABASE_DIRECT_URL"] or runtime.config["DATABASE_URL"])
+        heard: list[str] = []
+        cust, key = new_customer()
+        scan = new_scan(cust, key)
+        tracking.complete(scan.id, RESULT)  # its event is announced at commit
+        ends = time.monotonic() + 5
+        while not heard and time.monotonic() < ends:
+            session.receive(1.0, heard.append)
+        assert any(scan.id in payload for payload in heard)
+    finally:
+        if session is not None:
+            session.close()
+        for fd in dummies:
+            os.close(fd)
+
+
+def test_while_the_listener_listens_an_unwoken_waiter_reads_again_only_after_the_quiet_interval(conn):
+    waits.hub().subscribe("warm-up")  # the listener is up
+    assert waits.hub().listening.wait(5)
+    now = time.monotonic()
+    assert not waits.reread_due(now - waits.REREAD_SECONDS)
+    assert waits.reread_due(now - waits.QUIET_REREAD_SECONDS)

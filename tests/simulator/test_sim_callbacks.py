@@ -92,7 +92,7 @@ def test_dropped_callbacks_are_never_sent_and_a_reset_sends_again(sim):
     assert received() == [] and state["dropped"] > 0 and state["sent"] == 0
     requests.post(f"{sim}/_sim/engine/reset", timeout=5)
     assert requests.get(f"{sim}/_sim/engine/callbacks", timeout=5).json() == {
-        "drop": False, "scheduled": 0, "sent": 0, "failed": 0, "dropped": 0}
+        "drop": False, "scheduled": 0, "sent": 0, "failed": 0, "dropped": 0, "retried": 0}
     assert requests.post(f"{sim}/_sim/engine/callbacks", json={"drop": "yes"}, timeout=5).status_code == 400
 
 
@@ -116,3 +116,14 @@ def test_a_deleted_investigation_calls_back_no_more_and_no_secret_means_no_promi
         assert bad.status_code == 400
     finally:
         httpd.shutdown()
+
+
+def test_a_callback_answered_503_with_retry_after_is_sent_again_then_counted_sent(sim):
+    url, received = receiver(sim, "busy-callbacks", responses=(503, 200))  # the first answer asks for a retry
+    requests.post(f"{sim}/v1/investigations", timeout=5,
+                  json={"target": "d@example.com", "kind": "email", "callback_url": url})
+    wait_for(lambda: requests.get(f"{sim}/_sim/engine/callbacks", timeout=5).json()["scheduled"] == 0)
+    state = requests.get(f"{sim}/_sim/engine/callbacks", timeout=5).json()
+    bodies = [Webhook(SECRET).verify(d["body"], d["headers"]) for d in received()]
+    assert state["retried"] == 1 and state["failed"] == 0
+    assert bodies.count(bodies[0]) == 2 and len(bodies) == state["sent"] + 1  # the first one again (in any order)
