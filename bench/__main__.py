@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import phases, profile, report, wrk
-from bench.stack import ROOT, Stack
+from bench.stack import REDIS_DB, ROOT, Stack
 
 PHASES = ("http", "workers", "latency", "scale", "growth", "webhooks")
 
@@ -155,7 +155,7 @@ def main(argv=None) -> int:
             summary[name] = getattr(phases, f"{name}_phase")(stack, opts, out, log)
             if not stack.redis().exists("bench:canary"):
                 summary[name]["redis_flushed"] = True
-                log(f"WARNING: Redis db 11 was flushed by another process during phase {name}")
+                log(f"WARNING: Redis db {REDIS_DB} was flushed by another process during phase {name}")
             stack.stop_all()  # the next phase starts its own processes
             (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
         ok = True

@@ -482,7 +482,7 @@ def _db_work(stack: Stack) -> dict:
     """Cumulative buffer accesses, rows and transactions of database ``bench`` (pg_stat_database)."""
     blocks, returned, fetched, inserted, updated, commits = stack.sql(
         "SELECT blks_hit + blks_read, tup_returned, tup_fetched, tup_inserted, tup_updated, xact_commit "
-        "FROM pg_stat_database WHERE datname = 'bench'")[0]
+        "FROM pg_stat_database WHERE datname = current_database()")[0]
     return {"blocks": blocks, "rows_scanned": returned, "rows_fetched": fetched, "rows_inserted": inserted,
             "rows_updated": updated, "commits": commits}
 

@@ -27,9 +27,15 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 HOST = "127.0.0.1"
 PG_ADMIN_DSN = f"host={HOST} port=5432 user=postgres dbname=postgres"
-PG_DSN = f"host={HOST} port=5432 user=postgres dbname=bench"
-DATABASE_URL = f"postgresql://postgres@{HOST}:5432/bench"
-REDIS_URL = f"redis://{HOST}:6379/11"
+# Another bench on the same machine (a helper's, a colleague's) keeps out of this one's way with
+# its own database and Redis db: every phase drops the schema and flushes the db.
+DATABASE = os.environ.get("BENCH_DATABASE", "bench")
+if not DATABASE.replace("_", "").isalnum():
+    raise SystemExit(f"BENCH_DATABASE must be a plain name, not {DATABASE!r}")
+REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "11"))
+PG_DSN = f"host={HOST} port=5432 user=postgres dbname={DATABASE}"
+DATABASE_URL = f"postgresql://postgres@{HOST}:5432/{DATABASE}"
+REDIS_URL = f"redis://{HOST}:6379/{REDIS_DB}"
 ENGINE_TOKEN = "bench-engine-token"
 # Fresh per run: production refuses keys published in the repository.
 SECRET_KEY = "bench-" + __import__("secrets").token_urlsafe(32)
@@ -137,13 +143,13 @@ class Stack:
     # --- PostgreSQL and Redis --------------------------------------------------------
 
     def _admin(self, *statements: str) -> None:
-        """Create database ``bench`` if missing, then run ``statements`` as the administrator."""
+        """Create database ``bench`` (``BENCH_DATABASE``) if missing, then run ``statements`` as the administrator."""
         admin = psycopg2.connect(PG_ADMIN_DSN)
         admin.autocommit = True
         with admin.cursor() as cur:
-            cur.execute("SELECT 1 FROM pg_database WHERE datname = 'bench'")
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,))
             if cur.fetchone() is None:
-                cur.execute("CREATE DATABASE bench")
+                cur.execute(f"CREATE DATABASE {DATABASE}")
             for statement in statements:
                 cur.execute(statement)
         admin.close()
@@ -171,8 +177,8 @@ class Stack:
 
     def set_async_commit(self, on: bool) -> None:
         """An experiment's knob: ``synchronous_commit`` of database ``bench`` (new connections)."""
-        self._admin("ALTER DATABASE bench SET synchronous_commit = off" if on
-                    else "ALTER DATABASE bench RESET synchronous_commit")
+        self._admin(f"ALTER DATABASE {DATABASE} SET synchronous_commit = off" if on
+                    else f"ALTER DATABASE {DATABASE} RESET synchronous_commit")
 
     def sql(self, query: str, args=None, dsn: str = PG_DSN):
         conn = psycopg2.connect(dsn)
