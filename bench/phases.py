@@ -378,6 +378,11 @@ def scale_phase(stack: Stack, opts, out: Path, log) -> dict:
     return scale.scale_phase(stack, opts, out, log)
 
 
+def watches_phase(stack: Stack, opts, out: Path, log) -> dict:
+    from bench import watches
+    return watches.watches_phase(stack, opts, out, log)
+
+
 # --- 5. cost as the stored work grows ---------------------------------------------------------
 
 FILL_SCANS = """

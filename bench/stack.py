@@ -202,10 +202,10 @@ class Stack:
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     def customers(self, count: int, prefix: str, webhook_url: str | None = None,
-                  webhook_secret: str | None = None) -> list[tuple[str, str]]:
-        """``count`` enterprise customers with huge credits and limit overrides (no 402/429 can
-        distort a figure), a key each: ``[(customer_id, api_key)]`` (``bench.accounts``)."""
-        cmd = [str(BIN / "python"), "-m", "bench.accounts", str(count), prefix]
+                  webhook_secret: str | None = None, tier: str = "enterprise") -> list[tuple[str, str]]:
+        """``count`` customers (enterprise unless ``tier``) with huge credits and limit overrides (no
+        402/429 can distort a figure), a key each: ``[(customer_id, api_key)]`` (``bench.accounts``)."""
+        cmd = [str(BIN / "python"), "-m", "bench.accounts", str(count), prefix, "--tier", tier]
         if webhook_url:
             cmd += ["--webhook-url", local_only(webhook_url), "--webhook-secret", webhook_secret]
         out = subprocess.run(cmd, cwd=ROOT, env=self.env("development", ENGINE_URL=f"http://{HOST}:9"),
@@ -219,28 +219,38 @@ class Stack:
 
     # --- processes ----------------------------------------------------------------------
 
-    def start_simulator(self, time_scale: float, name: str = "simulator") -> str:
+    def start_simulator(self, time_scale: float, name: str = "simulator", **extra) -> str:
         port = free_port()
         proc = self.start(name, [str(BIN / "python"), "-m", "simulator", "--host", HOST, "--port", str(port),
-                                 "--time-scale", repr(time_scale)], self.env())
+                                 "--time-scale", repr(time_scale)], self.env(**extra))
         url = f"http://{HOST}:{port}"
         self._ready(proc, lambda: requests.get(f"{url}/_sim/engine/mode", timeout=1).ok, 30)
         return url
 
-    def _gunicorn(self, name: str, app: str, env: dict) -> tuple[int, Proc]:
-        port = free_port()
+    def _gunicorn(self, name: str, app: str, env: dict, port: int | None = None) -> tuple[int, Proc]:
+        port = port or free_port()
         env = dict(env, BIND=f"{HOST}:{port}", WEB_CONCURRENCY=self.web_workers, GUNICORN_THREADS=self.web_threads,
                    PUBLIC_BASE_URL=f"http://{HOST}:{port}")  # production requires it
         proc = self.start(name, [str(BIN / "gunicorn"), "--config", "gunicorn.conf.py", app],
                           {k: str(v) for k, v in env.items()})
         return port, proc
 
-    def start_api(self, engine_url: str, name: str = "api", **extra) -> tuple[str, Proc]:
-        port_env = self.env("production", ENGINE_URL=local_only(engine_url), **extra)
-        port, proc = self._gunicorn(name, "wsgi:app", port_env)
+    def start_api(self, engine_url: str, name: str = "api", callback_secret: str | None = None,
+                  **extra) -> tuple[str, Proc]:
+        """The API; with ``callback_secret``, it takes the engine's callbacks (E7) on its own
+        address (``ENGINE_CALLBACK_URL``, ``ENGINE_CALLBACK_SECRET``)."""
+        port = free_port()
         url = f"http://{HOST}:{port}"
+        if callback_secret:
+            extra.update(ENGINE_CALLBACK_URL=self.callback_url(url), ENGINE_CALLBACK_SECRET=callback_secret)
+        port_env = self.env("production", ENGINE_URL=local_only(engine_url), **extra)
+        port, proc = self._gunicorn(name, "wsgi:app", port_env, port)
         self._ready(proc, lambda: requests.get(f"{url}/readyz", timeout=2).status_code == 200, 60)
         return url, proc
+
+    @staticmethod
+    def callback_url(api_url: str) -> str:
+        return f"{local_only(api_url)}/engine/v1/callbacks"
 
     def start_engine(self, time_scale: float, name: str = "engine") -> str:
         """The bench's engine stand-in (``bench.engine_app``): E1 submissions only, several processes."""
