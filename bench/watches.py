@@ -69,9 +69,10 @@ def store(stack: Stack, total: int, log) -> tuple[dict, float]:
             with conn.cursor() as cur:
                 cur.execute("SELECT id FROM api_key WHERE customer_id = %s LIMIT 1", (customer_id,))
                 key_id = cur.fetchone()[0]
-            # Imported together a few days ago (at most one interval, so every watch is due within one).
-            created = now - timedelta(days=secrets.randbelow(5 if interval == "daily" else 25) + 1,
-                                      seconds=secrets.randbelow(DAY_S))
+            # Imported together two to three intervals ago: a watch's first scheduled scan is one to two
+            # intervals after its creation (``next_due``), so by now every phase of the interval is due.
+            days = 1 if interval == "daily" else 30
+            created = now - timedelta(days=2 * days + secrets.randbelow(days), seconds=secrets.randbelow(DAY_S))
             n = min(each, total - written)
             for first in range(0, n, COPY_CHUNK):
                 lines = []
