@@ -55,6 +55,7 @@ import secrets
 import subprocess
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -219,7 +220,8 @@ def run(stack: Stack, opts, out: Path, log, mode: str, n: int) -> dict:
     api_url, api_proc = stack.start_api(sim, f"api-scale-{mode}", callback_secret=secret, **env)
     if calls_back:  # the workers' settings as the API's (a look follows the scan's own flag)
         env.update(ENGINE_CALLBACK_URL=stack.callback_url(api_url), ENGINE_CALLBACK_SECRET=secret)
-    customer_id, key = stack.customer(f"bench-scale-{mode}")
+    owners = stack.customers(opts.scale_customers, f"bench-scale-{mode}")
+    customer_id, key = owners[0]
     seed = "api" if mode == "off" else opts.scale_seed
     job_logs = [stack.logdir / f"jobs-scale-{mode}-{i}.csv" for i in range(MAX_WORKERS)]
     look_logs = [stack.logdir / f"looks-scale-{mode}-{i}.csv" for i in range(MAX_WORKERS)]
@@ -243,7 +245,7 @@ def run(stack: Stack, opts, out: Path, log, mode: str, n: int) -> dict:
     if seed == "api":
         _, _, created_s = create_scans(Api(api_url, key), f"scale-{mode}", n, threads=opts.scale_seed_threads)
     else:
-        created_s = seed_sql(sim, customer_id, n, poll, max(4, opts.scale_seed_threads), f"scale-{mode}",
+        created_s = seed_sql(sim, [c for c, _ in owners], n, poll, max(4, opts.scale_seed_threads), f"scale-{mode}",
                              spread=opts.scale_spread,
                              callback_url=stack.callback_url(api_url) if calls_back else None)
     created_at = time.time()
@@ -405,7 +407,7 @@ def _has_column(table: str, column: str) -> bool:
         conn.close()
 
 
-def seed_sql(sim: str, customer_id: str, n: int, poll: float, threads: int, tag: str, *, spread: bool = False,
+def seed_sql(sim: str, customer_ids: list[str], n: int, poll: float, threads: int, tag: str, *, spread: bool = False,
              callback_url: str | None = None) -> float:
     """``n`` scans in flight: real batch submissions to the simulator, rows written with COPY
     (see the module's docstring). With ``spread``, each first look falls at a random point of
@@ -414,8 +416,9 @@ def seed_sql(sim: str, customer_id: str, n: int, poll: float, threads: int, tag:
     from app.services.tracking import first_look_delay
     conn = psycopg2.connect(PG_DSN)
     with conn.cursor() as cur:
-        cur.execute("SELECT id FROM api_key WHERE customer_id = %s LIMIT 1", (customer_id,))
-        key_id = cur.fetchone()[0]
+        cur.execute("SELECT customer_id, min(id) FROM api_key WHERE customer_id = ANY(%s) GROUP BY 1",
+                    (customer_ids,))
+        key_of = dict(cur.fetchall())
     conn.commit()
     with_next_look = _has_column("scan", "next_look_at")
     with_callbacks = _has_column("scan", "callbacks")
@@ -440,7 +443,8 @@ def seed_sql(sim: str, customer_id: str, n: int, poll: float, threads: int, tag:
         lines = []
         for scan_id, target, item in zip(ids, targets, answer.json()["items"]):
             eta = item["eta_seconds"]
-            row = [scan_id, customer_id, key_id, "email", target, "queued", item["id"], str(item["recipes"]), "0",
+            customer_id = customer_ids[hash(scan_id) % len(customer_ids)]  # the scans spread over the customers
+            row = [scan_id, customer_id, key_of[customer_id], "email", target, "queued", item["id"], str(item["recipes"]), "0",
                    (now + timedelta(seconds=eta)).isoformat(), now.isoformat(), "0", "t"]
             calls_back = bool(item.get("callbacks"))  # E7: the engine said it will call back
             if with_next_look:
@@ -460,7 +464,9 @@ def seed_sql(sim: str, customer_id: str, n: int, poll: float, threads: int, tag:
                      for line in part]
             with conn.cursor() as cur:
                 cur.copy_expert(f"COPY scan ({', '.join(columns)}) FROM STDIN", io.StringIO("\n".join(lines) + "\n"))
-                cur.execute("UPDATE customer SET in_flight = in_flight + %s WHERE id = %s", (len(lines), customer_id))
+                owners = Counter(line.split("\t", 2)[1] for line in lines)
+                for owner, count in owners.items():
+                    cur.execute("UPDATE customer SET in_flight = in_flight + %s WHERE id = %s", (count, owner))
             conn.commit()
     conn.close()
     return time.monotonic() - started
