@@ -17,6 +17,8 @@ Phases (``--phases``, default all):
            CPU and database work per call, bytes per stored scan
   held     2,000 waits and event streams held by the held-connection server while wrk reads
            on the threaded API: reads' rate beside idle, waiters' delay after the final state
+  watches  1M watches stored (COPY): the scheduler's cost with nothing due and per due watch,
+           the due times' spread against the tiers' hourly limits
 
 Everything is bounded: ``--duration`` s per target (default 10; ``--quick``: 3 s and
 smaller worker, latency and scale runs).
@@ -33,9 +35,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import phases, profile, report, wrk
-from bench.stack import ROOT, Stack
+from bench.stack import REDIS_DB, ROOT, Stack
 
-PHASES = ("http", "workers", "latency", "scale", "growth", "webhooks", "held")
+PHASES = ("http", "workers", "latency", "scale", "growth", "webhooks", "held", "watches")
 
 
 def parse_args(argv):
@@ -57,10 +59,15 @@ def parse_args(argv):
     p.add_argument("--latency-scans", type=int, help="scans for the latency phase (default 300)")
     p.add_argument("--latency-rate", type=float, default=10.0, help="scans created per second (default 10)")
     p.add_argument("--latency-time-scale", type=float, default=0.05, help="simulator time scale (default 0.05)")
-    p.add_argument("--scale-scans", type=int, help="scans in flight for the scale phase (default 100000; quick 5000)")
-    p.add_argument("--scale-mode", choices=("auto",), default="auto",
-                   help="the scale phase's tracking: auto, the batch looks, the only one now (the RQ job per scan "
-                        "it was once compared with, 'off', is gone with ENGINE_BATCH_LOOK)")
+    p.add_argument("--scale-scans", type=int, help="scans in flight for the scale phase's callbacks run, or its "
+                   "one run when --scale-mode is not both (default 100000; quick 5000)")
+    p.add_argument("--scale-eta-scans", type=int,
+                   help="scans in flight of the auto run when --scale-mode both (default 25000; quick 2000)")
+    p.add_argument("--scale-mode", choices=("both", "callbacks", "auto"), default="both",
+                   help="the scale phase's tracking: callbacks (the engine calls back, E7: ENGINE_CALLBACK_URL set), "
+                        "auto (batch looks that follow the eta, no callbacks), both (default: callbacks at "
+                        "--scale-scans, then auto at --scale-eta-scans); the RQ job per scan once compared, 'off', "
+                        "is gone with ENGINE_BATCH_LOOK")
     p.add_argument("--scale-off-scans", type=int,
                    help="scans in flight of the off run when --scale-mode both (default 10000; quick 1000)")
     p.add_argument("--scale-time-scale", type=float,
@@ -75,6 +82,9 @@ def parse_args(argv):
                    help="sql seeding: each scan's first look at a random point of one poll interval, as a steady "
                         "stream of creations spreads them, instead of min(eta - 0.5 s, poll) after the submission "
                         "(which makes all 100,000 first looks fall due together)")
+    p.add_argument("--scale-customers", type=int, default=1,
+                   help="customers the scale phase's scans belong to (default 1, as in round 8; a customer's events "
+                        "are stored under its lock, so one customer's finals are written one transaction at a time)")
     p.add_argument("--scale-seed-threads", type=int, default=4,
                    help="bulk creation calls at a time while the scale phase creates its scans (default 4)")
     p.add_argument("--scale-max-s", type=float,
@@ -95,6 +105,11 @@ def parse_args(argv):
     p.add_argument("--growth-sizes", help="stored scans of the growth phase (default 1000,100000,1000000; "
                    "quick 1000,20000)")
     p.add_argument("--growth-duration", type=float, default=5.0, help="seconds per growth target (default 5)")
+    p.add_argument("--watches", type=int, help="watches stored for the watches phase (default 1000000; quick 50000)")
+    p.add_argument("--watch-due", type=int, help="watches made due and scanned in the watches phase (default 1000; "
+                   "quick 200)")
+    p.add_argument("--watch-ticks", type=int, default=200,
+                   help="runs of the watches job with nothing due (default 200)")
     p.add_argument("--profile", action="store_true",
                    help="py-spy CPU profiles of the API during each loaded API target (profile-*.txt; "
                         "python -m bench.profile reads them)")
@@ -123,6 +138,9 @@ def parse_args(argv):
     opts.worker_scans = opts.worker_scans or (500 if quick else 2000)
     opts.latency_scans = opts.latency_scans or (100 if quick else 300)
     opts.scale_scans = opts.scale_scans or (5000 if quick else 100000)
+    opts.watches = opts.watches or (50_000 if quick else 1_000_000)
+    opts.watch_due = opts.watch_due or (200 if quick else 1000)
+    opts.scale_eta_scans = opts.scale_eta_scans or (2000 if quick else 25000)
     opts.scale_off_scans = opts.scale_off_scans or (1000 if quick else 10000)
     opts.scale_time_scale = opts.scale_time_scale or (0.1 if quick else 1.0)
     opts.scale_max_s = opts.scale_max_s or 180 * opts.scale_time_scale + 240
@@ -169,7 +187,7 @@ def main(argv=None) -> int:
             summary[name] = getattr(phases, f"{name}_phase")(stack, opts, out, log)
             if not stack.redis().exists("bench:canary"):
                 summary[name]["redis_flushed"] = True
-                log(f"WARNING: Redis db 11 was flushed by another process during phase {name}")
+                log(f"WARNING: Redis db {REDIS_DB} was flushed by another process during phase {name}")
             stack.stop_all()  # the next phase starts its own processes
             (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
         ok = True

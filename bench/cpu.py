@@ -43,5 +43,38 @@ def snapshot(groups: dict[str, int]) -> dict[str, float]:
     return totals
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class DatabaseBackends:
+    """CPU seconds of the PostgreSQL backends connected to one database, the others' apart.
+
+    On a machine shared with other PostgreSQL clients, ``snapshot``'s ``postgres`` counts their
+    statements too. A backend's process title names its database (``postgres: 15/main: USER DB
+    HOST(PORT) ...``); a backend that exits takes its CPU with it, so each one's last figure is
+    kept and the total only grows. The server's own processes (WAL writer, checkpointer,
+    autovacuum) are not counted.
+    """
+
+    def __init__(self, database: str):
+        self.marker = f" {database} "
+        self.seen: dict[int, float] = {}
+        self.others: set[int] = set()
+
+    def total(self) -> float:
+        for pid, comm, _, cpu in _processes():
+            if not (comm == "postgres" or comm.startswith("postgres:")) or pid in self.others:
+                continue
+            if pid not in self.seen and self.marker not in _cmdline(pid):
+                self.others.add(pid)  # another database's (pids are not reused within a run)
+                continue
+            self.seen[pid] = cpu
+        return sum(self.seen.values())
+
+
 def delta(before: dict, after: dict) -> dict:
     return {name: round(after.get(name, 0.0) - before.get(name, 0.0), 2) for name in after}

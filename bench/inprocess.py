@@ -20,7 +20,8 @@ import sys
 import tempfile
 import time
 
-FLOOR_DSN = "host=127.0.0.1 user=postgres dbname=bench"
+from bench.stack import PG_DSN as FLOOR_DSN  # BENCH_DATABASE too
+
 OBSERVABILITY = {"start_clock", "log_and_count"}
 OTHER_HOOKS = {"add_request_id", "refuse_oversized_streams", "no_redirects_on_the_api", "answer_api_options",
                "refuse_nul_in_path", "csrf_protect", "docs_security_headers"}

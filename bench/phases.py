@@ -379,6 +379,11 @@ def scale_phase(stack: Stack, opts, out: Path, log) -> dict:
     return scale.scale_phase(stack, opts, out, log)
 
 
+def watches_phase(stack: Stack, opts, out: Path, log) -> dict:
+    from bench import watches
+    return watches.watches_phase(stack, opts, out, log)
+
+
 # --- 5. cost as the stored work grows ---------------------------------------------------------
 
 FILL_SCANS = """
@@ -483,7 +488,7 @@ def _db_work(stack: Stack) -> dict:
     """Cumulative buffer accesses, rows and transactions of database ``bench`` (pg_stat_database)."""
     blocks, returned, fetched, inserted, updated, commits = stack.sql(
         "SELECT blks_hit + blks_read, tup_returned, tup_fetched, tup_inserted, tup_updated, xact_commit "
-        "FROM pg_stat_database WHERE datname = 'bench'")[0]
+        "FROM pg_stat_database WHERE datname = current_database()")[0]
     return {"blocks": blocks, "rows_scanned": returned, "rows_fetched": fetched, "rows_inserted": inserted,
             "rows_updated": updated, "commits": commits}
 

@@ -208,7 +208,10 @@ def markdown(summary: dict) -> str:
     if summary.get("scale"):
         from bench import scale
         lines += scale.markdown(summary["scale"])
-    flushed = [k for k in ("http", "workers", "latency", "scale", "growth") if (summary.get(k) or {}).get("redis_flushed")]
+    if summary.get("watches") and "idle_tick" in summary["watches"]:
+        from bench import watches
+        lines += watches.markdown(summary["watches"])
+    flushed = [k for k in ("http", "workers", "latency", "scale", "growth", "watches") if (summary.get(k) or {}).get("redis_flushed")]
     if flushed:
         lines += [f"**Warning**: Redis db 11 was flushed by another process during: {', '.join(flushed)}; "
                   "those figures are not valid.", ""]

@@ -27,14 +27,15 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 HOST = "127.0.0.1"
 PG_ADMIN_DSN = f"host={HOST} port=5432 user=postgres dbname=postgres"
-# BENCH_DATABASE / BENCH_REDIS_DB: another database and Redis db, so that two runs on one machine
-# (two people's) do not empty each other's (each phase drops its schema and flushes its db).
-BENCH_DB = os.environ.get("BENCH_DATABASE") or "bench"
-if not BENCH_DB.replace("_", "").isalnum():
-    raise ValueError("BENCH_DATABASE must be letters, digits and underscores")
-PG_DSN = f"host={HOST} port=5432 user=postgres dbname={BENCH_DB}"
-DATABASE_URL = f"postgresql://postgres@{HOST}:5432/{BENCH_DB}"
-REDIS_URL = f"redis://{HOST}:6379/{int(os.environ.get('BENCH_REDIS_DB') or 11)}"
+# Another bench on the same machine (a helper's, a colleague's) keeps out of this one's way with
+# its own database and Redis db: every phase drops the schema and flushes the db.
+DATABASE = os.environ.get("BENCH_DATABASE", "bench")
+if not DATABASE.replace("_", "").isalnum():
+    raise SystemExit(f"BENCH_DATABASE must be a plain name, not {DATABASE!r}")
+REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "11"))
+PG_DSN = f"host={HOST} port=5432 user=postgres dbname={DATABASE}"
+DATABASE_URL = f"postgresql://postgres@{HOST}:5432/{DATABASE}"
+REDIS_URL = f"redis://{HOST}:6379/{REDIS_DB}"
 ENGINE_TOKEN = "bench-engine-token"
 # Fresh per run: production refuses keys published in the repository.
 SECRET_KEY = "bench-" + __import__("secrets").token_urlsafe(32)
@@ -142,13 +143,13 @@ class Stack:
     # --- PostgreSQL and Redis --------------------------------------------------------
 
     def _admin(self, *statements: str) -> None:
-        """Create database ``bench`` if missing, then run ``statements`` as the administrator."""
+        """Create database ``bench`` (``BENCH_DATABASE``) if missing, then run ``statements`` as the administrator."""
         admin = psycopg2.connect(PG_ADMIN_DSN)
         admin.autocommit = True
         with admin.cursor() as cur:
-            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (BENCH_DB,))
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,))
             if cur.fetchone() is None:
-                cur.execute(f"CREATE DATABASE {BENCH_DB}")
+                cur.execute(f"CREATE DATABASE {DATABASE}")
             for statement in statements:
                 cur.execute(statement)
         admin.close()
@@ -176,8 +177,8 @@ class Stack:
 
     def set_async_commit(self, on: bool) -> None:
         """An experiment's knob: ``synchronous_commit`` of database ``bench`` (new connections)."""
-        self._admin(f"ALTER DATABASE {BENCH_DB} SET synchronous_commit = off" if on
-                    else f"ALTER DATABASE {BENCH_DB} RESET synchronous_commit")
+        self._admin(f"ALTER DATABASE {DATABASE} SET synchronous_commit = off" if on
+                    else f"ALTER DATABASE {DATABASE} RESET synchronous_commit")
 
     def sql(self, query: str, args=None, dsn: str = PG_DSN):
         conn = psycopg2.connect(dsn)
@@ -201,10 +202,10 @@ class Stack:
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     def customers(self, count: int, prefix: str, webhook_url: str | None = None,
-                  webhook_secret: str | None = None) -> list[tuple[str, str]]:
-        """``count`` enterprise customers with huge credits and limit overrides (no 402/429 can
-        distort a figure), a key each: ``[(customer_id, api_key)]`` (``bench.accounts``)."""
-        cmd = [str(BIN / "python"), "-m", "bench.accounts", str(count), prefix]
+                  webhook_secret: str | None = None, tier: str = "enterprise") -> list[tuple[str, str]]:
+        """``count`` customers (enterprise unless ``tier``) with huge credits and limit overrides (no
+        402/429 can distort a figure), a key each: ``[(customer_id, api_key)]`` (``bench.accounts``)."""
+        cmd = [str(BIN / "python"), "-m", "bench.accounts", str(count), prefix, "--tier", tier]
         if webhook_url:
             cmd += ["--webhook-url", local_only(webhook_url), "--webhook-secret", webhook_secret]
         out = subprocess.run(cmd, cwd=ROOT, env=self.env("development", ENGINE_URL=f"http://{HOST}:9"),
@@ -218,26 +219,32 @@ class Stack:
 
     # --- processes ----------------------------------------------------------------------
 
-    def start_simulator(self, time_scale: float, name: str = "simulator") -> str:
+    def start_simulator(self, time_scale: float, name: str = "simulator", **extra) -> str:
         port = free_port()
         proc = self.start(name, [str(BIN / "python"), "-m", "simulator", "--host", HOST, "--port", str(port),
-                                 "--time-scale", repr(time_scale)], self.env())
+                                 "--time-scale", repr(time_scale)], self.env(**extra))
         url = f"http://{HOST}:{port}"
         self._ready(proc, lambda: requests.get(f"{url}/_sim/engine/mode", timeout=1).ok, 30)
         return url
 
-    def _gunicorn(self, name: str, app: str, env: dict) -> tuple[int, Proc]:
-        port = free_port()
+    def _gunicorn(self, name: str, app: str, env: dict, port: int | None = None) -> tuple[int, Proc]:
+        port = port or free_port()
         env = dict(env, BIND=f"{HOST}:{port}", WEB_CONCURRENCY=self.web_workers, GUNICORN_THREADS=self.web_threads,
                    PUBLIC_BASE_URL=f"http://{HOST}:{port}")  # production requires it
         proc = self.start(name, [str(BIN / "gunicorn"), "--config", "gunicorn.conf.py", app],
                           {k: str(v) for k, v in env.items()})
         return port, proc
 
-    def start_api(self, engine_url: str, name: str = "api", **extra) -> tuple[str, Proc]:
-        port_env = self.env("production", ENGINE_URL=local_only(engine_url), **extra)
-        port, proc = self._gunicorn(name, "wsgi:app", port_env)
+    def start_api(self, engine_url: str, name: str = "api", callback_secret: str | None = None,
+                  **extra) -> tuple[str, Proc]:
+        """The API; with ``callback_secret``, it takes the engine's callbacks (E7) on its own
+        address (``ENGINE_CALLBACK_URL``, ``ENGINE_CALLBACK_SECRET``)."""
+        port = free_port()
         url = f"http://{HOST}:{port}"
+        if callback_secret:
+            extra.update(ENGINE_CALLBACK_URL=self.callback_url(url), ENGINE_CALLBACK_SECRET=callback_secret)
+        port_env = self.env("production", ENGINE_URL=local_only(engine_url), **extra)
+        port, proc = self._gunicorn(name, "wsgi:app", port_env, port)
         self._ready(proc, lambda: requests.get(f"{url}/readyz", timeout=2).status_code == 200, 60)
         return url, proc
 
@@ -250,6 +257,10 @@ class Stack:
         url = f"http://{HOST}:{port}"
         self._ready(proc, lambda: requests.get(f"{url}/readyz", timeout=2).status_code == 200, 60)
         return url, proc
+
+    @staticmethod
+    def callback_url(api_url: str) -> str:
+        return f"{local_only(api_url)}/engine/v1/callbacks"
 
     def start_engine(self, time_scale: float, name: str = "engine") -> str:
         """The bench's engine stand-in (``bench.engine_app``): E1 submissions only, several processes."""
