@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TextIO
 
-from scan_api_client.client import UNCHANGED, DEFAULT_BASE_URL, MAX_BULK_TARGETS, ScanClient
+from scan_api_client.client import DEFAULT_BASE_URL, MAX_BULK_TARGETS, UNCHANGED, ScanClient
 from scan_api_client.errors import ApiError, FindingNotFound, TransportError, WaitTimeout
 from scan_api_client.models import WATCH_INTERVALS, WATCH_STATUSES
 from scan_api_client.progress import ProgressBar
