@@ -195,6 +195,7 @@ keys_cli = OperatorGroup("keys", help="API keys and their webhook settings.")
 users_cli = OperatorGroup("users", help="Portal users.")
 scans_cli = OperatorGroup("scans", help="Scan maintenance.")
 deliveries_cli = OperatorGroup("deliveries", help="Webhook deliveries.")
+watches_cli = OperatorGroup("watches", help="Watches: the scheduler of their due scans.")
 suppressions_cli = OperatorGroup("suppressions", help="Opt-outs of the people targets belong to (stored as keyed "
                                                       "hashes, never as targets).")
 
@@ -695,7 +696,24 @@ def suppressions_list(kind, target, as_json):
                headers=["kind", "hash", "since"], empty="no opt-outs"))
 
 
-GROUPS = (db_cli, customers_cli, keys_cli, users_cli, scans_cli, deliveries_cli, suppressions_cli)
+@watches_cli.command("run-due")
+@click.option("--days-ahead", type=click.IntRange(0, 3650), default=0, metavar="N",
+              help="QA only (refused in production): as if it were N days from now.")
+@json_option
+def watches_run_due(days_ahead, as_json):
+    """Make the scans of the watches due now, as the workers' periodic job does; prints what became
+    of them (scans made, missed and tried again later, watches paused or ended)."""
+    from datetime import timedelta
+
+    from app.models import utcnow
+    from app.services import watches
+    if days_ahead and runtime.config["APP_ENV"] == "production":
+        fail(as_json, "--days-ahead moves the clock for QA and is refused in production")
+    report = run(as_json, lambda: watches.run_due(utcnow() + timedelta(days=days_ahead)))
+    emit(as_json, report, Table.record([(name.replace("_", " "), count) for name, count in report.items()]))
+
+
+GROUPS = (db_cli, customers_cli, keys_cli, users_cli, scans_cli, deliveries_cli, watches_cli, suppressions_cli)
 # The options of the ``flask`` command itself that take a value (``--app wsgi``).
 _FLASK_OPTIONS_WITH_VALUE = {"--app", "-A", "--env-file", "-e"}
 

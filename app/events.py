@@ -55,19 +55,56 @@ EVENTS: tuple[EventKind, ...] = (SCAN_COMPLETED, SCAN_FAILED, SCAN_RUNNING)
 NAMES: tuple[str, ...] = tuple(kind.name for kind in EVENTS)
 # D22: an event about the key's endpoints, not about a scan (its body is ``services.endpoints``').
 ENDPOINT_DISABLED = "endpoint.disabled"
-# D28: events about a watch (their bodies are ``services.watches``'): a change found, a watch paused
-# after three intervals without a scan, a watch ended by an opt-out.
+# D28: events about a watch (their bodies are ``services.watch_changes``'): a change found, a watch
+# paused after three intervals without a scan, a watch ended by an opt-out.
 WATCH_CHANGED = "watch.changed"
 WATCH_PAUSED = "watch.paused"
 WATCH_ENDED = "watch.ended"
-WATCH_EVENTS: tuple[str, ...] = (WATCH_CHANGED, WATCH_PAUSED, WATCH_ENDED)
-# What a watch event's full body adds to its thin one (D20: the person's target and what was found).
+# The fields every watch event's body starts with (after ``event``), and what its full body adds to
+# its thin one (D20: the person's target and what was found), last.
+WATCH_FIELDS = ("watch_id", "livemode", "purpose", "case_ref")
 WATCH_PERSONAL_FIELDS: tuple[str, ...] = ("target", "kind", "added_items")
+
+
+@dataclass(frozen=True)
+class WatchEventKind:
+    name: str                # the ``event`` of the body and the X-Service-Event header
+    fires: str               # when it is sent, as customers read it
+    schema: str              # the OpenAPI component of its body
+    fields: tuple[str, ...]  # the fields of its full body after ``event``, in order
+
+    def body_fields(self, *, thin: bool = False) -> tuple[str, ...]:
+        return tuple(name for name in self.fields if not thin or name not in WATCH_PERSONAL_FIELDS)
+
+
+WATCH_KINDS: tuple[WatchEventKind, ...] = (
+    WatchEventKind(WATCH_CHANGED, "a watch's scan found a finding added or removed, or the risk band changed, "
+                   "against the watch's previous scan: the body lists them", "WebhookWatchChanged",
+                   (*WATCH_FIELDS, "scan_id", "previous_scan_id", "changes", "target", "kind", "added_items")),
+    WatchEventKind(WATCH_PAUSED, "a watch was paused after three intervals without a scan it could make (balance, "
+                   "limits or its key): the body says why", "WebhookWatchPaused",
+                   (*WATCH_FIELDS, "reason", "last_error", "target", "kind")),
+    WatchEventKind(WATCH_ENDED, "a watch ended because the person opted out of lookups", "WebhookWatchEnded",
+                   (*WATCH_FIELDS, "reason", "target", "kind")),
+)
+WATCH_EVENTS: tuple[str, ...] = tuple(kind.name for kind in WATCH_KINDS)
 
 
 def thin_watch_body(body: dict) -> dict:
     """A watch event's thin body: its full body without the personal fields."""
     return {name: value for name, value in body.items() if name not in WATCH_PERSONAL_FIELDS}
+
+
+def thin_body(body: dict) -> dict:
+    """The thin body (D20) of any event's full body, by the rule of its kind: a scan event's thin
+    fields, a watch event without its personal fields; an event about the key is its own."""
+    name = body.get("event")
+    for kind in EVENTS:
+        if kind.name == name:
+            return kind.body(body, thin=True)
+    return thin_watch_body(body) if name in WATCH_EVENTS else body
+
+
 # Every event a delivery may carry: what an endpoint may list and the deliveries' filters take.
 DELIVERY_EVENTS: tuple[str, ...] = (*NAMES, ENDPOINT_DISABLED, *WATCH_EVENTS)
 

@@ -77,6 +77,12 @@ on the key's page):
 
 {events}
 
+and these to the endpoints of the key that created the watch that list them (`POST
+/api/v1/endpoints` with `events`; the bodies are under **Callbacks** of "Create a watch", and as
+the {watch_schemas} schemas, thin: the same names ending in `Thin`):
+
+{watch_events}
+
 Each is signed with the key's secret: the
 Standard Webhooks headers `webhook-id`, `webhook-timestamp` and `webhook-signature`, and
 `X-Service-Signature: sha256=<hex HMAC-SHA256 of the raw body>`. The bodies and headers are
@@ -161,6 +167,8 @@ def register_api(app: Flask) -> Api:
                  .replace("{events}", "\n".join(f"- `{kind.name}`: {kind.fires}." for kind in events.EVENTS))
                  .replace("{schemas}", " and ".join(f"`{kind.schema}`" for kind in events.EVENTS))
                  .replace("{thin_schemas}", " and ".join(f"`{kind.schema}Thin`" for kind in events.EVENTS))
+                 .replace("{watch_events}", "\n".join(f"- `{kind.name}`: {kind.fires}." for kind in events.WATCH_KINDS))
+                 .replace("{watch_schemas}", ", ".join(f"`{kind.schema}`" for kind in events.WATCH_KINDS))
                  .replace("{call_price}", billing.PRICE_WORDS["call"])
                  .replace("{free_403}", billing.PRICE_WORDS["free_403"])
                  .replace("{scopes}", "\n".join(f"- `{scope}`: {words}." for scope, words
@@ -191,7 +199,8 @@ def register_api(app: Flask) -> Api:
 
     from app.schemas.scans import WEBHOOK_BODY_SCHEMAS, BulkTargetSchema
     api.spec.components.schema("BulkTarget", schema=BulkTargetSchema)
-    for name, schema in WEBHOOK_BODY_SCHEMAS.items():
+    from app.schemas.watches import WATCH_EVENT_SCHEMAS
+    for name, schema in {**WEBHOOK_BODY_SCHEMAS, **WATCH_EVENT_SCHEMAS}.items():
         api.spec.components.schema(name, schema=schema)
     from app.extensions import csrf
     for mount in BLUEPRINTS:

@@ -9,9 +9,18 @@ from __future__ import annotations
 from flask import g
 from flask.views import MethodView
 
+from app import events
 from app.api import hooks
 from app.api.base import ApiBlueprint
-from app.api.openapi import HEADERS, IDEMPOTENCY_HEADER, SECURITY, error_documenter
+from app.api.openapi import (
+    HEADERS,
+    IDEMPOTENCY_HEADER,
+    SECURITY,
+    SIGNATURE_PARAMETERS,
+    WEBHOOK_OPERATION,
+    WEBHOOK_URL,
+    error_documenter,
+)
 from app.api.scans import created
 from app.schemas.watches import (
     WatchBulkCreatedSchema,
@@ -89,11 +98,45 @@ BULK_EXAMPLE = {
         {"watch_id": "wch_7Hc2pQ9xVb4nLm1kRt8s0w", **_WATCH, "target": "+447700900123", "kind": "phone",
          "next_scan_at": "2026-12-02T04:40:19Z", "last_scan_id": "scn_8aP2vR5nQx0wLk3mYt7c1d", "index": 1}]}
 
+# The watch events (the registry's), as an OpenAPI callback of the creations: sent to the endpoints of
+# the key that created the watch that list them, signed and retried as a scan's events.
+WATCH_EVENT_EXAMPLE = {
+    "event": "watch.changed", "watch_id": "wch_Q2x0mV8rLk1cYt6nWb3a9g", "livemode": True,
+    "purpose": "fraud_prevention", "case_ref": "CASE-2291", "scan_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q",
+    "previous_scan_id": "scn_8aP2vR5nQx0wLk3mYt7c1d",
+    "changes": {"added": ["fnd_75Ml5C0uCxYLlJdzJ7o9"], "removed": [],
+                "risk": {"from": {"score": 40, "band": "medium"}, "to": {"score": 55, "band": "high"}}},
+    "target": "jane.doe@example.com", "kind": "email",
+    "added_items": {"fnd_75Ml5C0uCxYLlJdzJ7o9": {"name": "ExampleForum", "date": "2021-06", "accounts": 1200000,
+                                                 "classes": ["emails", "passwords"]}}}
+WATCH_WEBHOOK_OPERATION = {
+    **WEBHOOK_OPERATION,
+    "summary": " and ".join(events.WATCH_EVENTS) + " events",
+    "description": "When a watch's scan finds a change, or the watch is paused or ended by the service, the "
+                   "service POSTs the event to each endpoint of the API key that created the watch whose "
+                   "events list it (`POST /api/v1/endpoints`), in the endpoint's payload (thin: without the "
+                   "target, its kind and the added items). Signed, acknowledged and retried as a scan's events; "
+                   "missed ones can be read with `GET /api/v1/events?watch_id=`.",
+    "parameters": [{**p, "schema": {"type": "string", "enum": list(events.WATCH_EVENTS)}}
+                   if p["name"] == "X-Service-Event" else p for p in SIGNATURE_PARAMETERS],
+    "requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"oneOf": [{"$ref": f"#/components/schemas/{kind.schema}"} for kind in events.WATCH_KINDS],
+                   "discriminator": {"propertyName": "event", "mapping": {
+                       kind.name: f"#/components/schemas/{kind.schema}" for kind in events.WATCH_KINDS}}},
+        "examples": {"watch.changed": {"summary": "watch.changed", "value": WATCH_EVENT_EXAMPLE}}}}},
+}
+
+
+def watch_callbacks(operation_id: str) -> dict:
+    """The watch events a creation of watches leads to, as an OpenAPI 3.0 callback (operation ids are unique)."""
+    return {"watchEvents": {WEBHOOK_URL: {"post": {**WATCH_WEBHOOK_OPERATION, "operationId": operation_id}}}}
+
 
 @blp.route("/watches")
 class WatchCollection(MethodView):
     @hooks.api_call(scope=access.WATCHES)
-    @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Create a watch", operationId="createWatch")
+    @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Create a watch", operationId="createWatch",
+             callbacks=watch_callbacks("watchEvent"))
     @blp.arguments(WatchCreateSchema, example={"target": "jane.doe@example.com", "interval": "weekly",
                                                "purpose": "fraud_prevention", "case_ref": "CASE-2291"})
     @blp.response(201, WatchSchema, headers=HEADERS, description="The watch is active; its first scan is queued.")

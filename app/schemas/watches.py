@@ -1,9 +1,12 @@
 """The watches calls' bodies (D28), in the order the service writes them."""
 from __future__ import annotations
 
+import copy
+
 import marshmallow as ma
 from marshmallow import RAISE, fields
 
+from app import events
 from app.schemas.scans import (
     KIND_DOC,
     TIME_DOC,
@@ -125,3 +128,51 @@ class WatchListSchema(ma.Schema):
 
 class WatchRunSchema(ScanCreatedSchema):
     watch_id = fields.String(required=True, metadata=WATCH_ID_DOC)
+
+
+# --- watch events (documented only) ---------------------------------------------------------
+
+# Each field a watch event's body may carry; ``app.events.WATCH_KINDS`` says which a kind carries.
+_WATCH_EVENT_FIELDS = {
+    "watch_id": fields.String(required=True, metadata=WATCH_ID_DOC),
+    "livemode": fields.Boolean(required=True, metadata={"description": "false for a test key's watch.",
+                                                        "example": True}),
+    "purpose": fields.String(required=True, allow_none=True, metadata={"example": "fraud_prevention"}),
+    "case_ref": fields.String(required=True, allow_none=True, metadata={"example": "CASE-2291"}),
+    "scan_id": fields.String(required=True, metadata={"description": "The watch's scan that found the change.",
+                                                      "example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"}),
+    "previous_scan_id": fields.String(required=True, metadata={
+        "description": "The watch's previous completed scan, which it was compared with.",
+        "example": "scn_8aP2vR5nQx0wLk3mYt7c1d"}),
+    "changes": fields.Nested(ChangesSchema, required=True),
+    "reason": fields.String(required=True),
+    "last_error": fields.String(required=True, allow_none=True, metadata={
+        "description": "Why the last scheduled scan could not be made.",
+        "example": "the account balance is below 1 credit"}),
+    "target": fields.String(required=True, metadata={"example": "jane.doe@example.com"}),
+    "kind": fields.String(required=True, metadata=KIND_DOC),
+    "added_items": fields.Dict(required=True, metadata={
+        "description": "The added findings' items of the scan's result, by finding id.",
+        "example": {"fnd_75Ml5C0uCxYLlJdzJ7o9": {"name": "ExampleForum", "date": "2021-06", "accounts": 1200000,
+                                                 "classes": ["emails", "passwords"]}}}),
+}
+_REASONS = {events.WATCH_PAUSED: ("no_scan_possible", "No scan could be made for three intervals."),
+            events.WATCH_ENDED: ("target_suppressed", "The person opted out of lookups.")}
+
+
+def _watch_event_schema(kind: events.WatchEventKind, *, thin: bool = False) -> type[ma.Schema]:
+    """The body schema of a watch event kind: ``event``, then the registry's fields (a thin body's
+    only: no target, kind or items)."""
+    declared = {"event": fields.String(required=True, metadata={"enum": [kind.name]})}
+    for name in kind.body_fields(thin=thin):
+        field = copy.deepcopy(_WATCH_EVENT_FIELDS[name])
+        if name == "reason":
+            code, words = _REASONS[kind.name]
+            field.metadata = {"enum": [code], "description": words}
+        declared[name] = field
+    return ma.Schema.from_dict(declared, name=kind.schema + ("Thin" if thin else ""))
+
+
+# The body schema of each watch event kind, full and thin, for the OpenAPI document.
+WATCH_EVENT_SCHEMAS = {kind.schema + ("Thin" if thin else ""): _watch_event_schema(kind, thin=thin)
+                       for kind in events.WATCH_KINDS for thin in (False, True)}

@@ -2,9 +2,9 @@
 mode whether or not an endpoint or a stream wants it, so that the events list, the stream and
 the webhook endpoints agree.
 
-``record`` runs in the transaction of the state change (``webhooks.record_events`` calls it with
-the full body whose bytes a full delivery sends too); a thin body is derived from the stored
-full one by the registry's one rule (``EventKind.body(..., thin=True)``). Erasure (D20) leaves an
+``record`` runs in the transaction of the state change (``webhooks._record`` calls it with the
+full body whose bytes a full delivery sends too); a thin body is derived from the stored full
+one by the registry's one rule (``events.thin_body``). Erasure (D20) leaves an
 erased scan's events their thin bodies; retention removes events after ``DELIVERY_RETENTION_DAYS``.
 Event ids are rendered ``evt_<n>``: increasing per customer in commit order (``app.store.events``).
 """
@@ -28,7 +28,7 @@ PREFIX = "evt_"
 LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT = 20, 100
 RETENTION_BATCH = 1000
 PAYLOADS = events.PAYLOADS
-_KINDS = {kind.name: kind for kind in events.EVENTS}
+_THINNED = frozenset((*events.NAMES, *events.WATCH_EVENTS))  # the kinds whose thin body differs
 
 
 def event_id(number: int) -> str:
@@ -45,31 +45,21 @@ def parse_event_id(text: str, what: str) -> int:
     return int(digits)
 
 
-def record(scans: Sequence, kind: events.EventKind, bodies: Sequence[str], now: datetime | None = None) -> list[int]:
-    """Store event ``kind`` of each of ``scans`` with its full body's text (``bodies``, in the
-    same order), in the caller's transaction; their ids."""
-    new = [store.NewEvent(scan.customer_id, scan.livemode, kind.name, body, scan_id=scan.id,
-                          bulk_id=scan.bulk_id or None)
-           for scan, body in zip(scans, bodies, strict=True)]
-    return store.add(new, now or utcnow())
+NewEvent = store.NewEvent
 
 
-def record_watch_event(customer_id: str, body: dict, text: str, *, scan_id: str | None = None) -> list[int]:
-    """Store a watch event (D28) with its full body's text, in the caller's transaction."""
-    new = store.NewEvent(customer_id, body["livemode"], body["event"], text, scan_id=scan_id,
-                         watch_id=body["watch_id"])
-    return store.add([new], utcnow())
+def record(new: Sequence[store.NewEvent], now: datetime | None = None) -> list[int]:
+    """Store events, each with its full body's text, in the caller's transaction and in that order
+    (``webhooks._record``, the one path of every event); their ids."""
+    return store.add(list(new), now or utcnow())
 
 
 def thin_body(kind_name: str, body: str) -> str:
-    """The thin body (no personal data, D20) of a stored full body: the registry's thin fields
-    of it (a watch event's without its personal fields); any other event is its own thin body."""
-    if kind_name in events.WATCH_EVENTS:
-        return json.dumps(events.thin_watch_body(json.loads(body)), separators=(",", ":"))
-    kind = _KINDS.get(kind_name)
-    if kind is None:
+    """The thin body (no personal data, D20) of a stored full body, by its kind's rule
+    (``events.thin_body``); an event about the key is its own thin body."""
+    if kind_name not in _THINNED:
         return body
-    return json.dumps(kind.body(json.loads(body), thin=True), separators=(",", ":"))
+    return json.dumps(events.thin_body(json.loads(body)), separators=(",", ":"))
 
 
 def check_filters(*, events_filter: str | None = None, scan_id: str | None = None, bulk_id: str | None = None,

@@ -186,31 +186,53 @@ def record_event(scan, kind: events.EventKind | None = None) -> list[WebhookDeli
 
 
 def record_events(scans, kind: events.EventKind | None = None) -> list[WebhookDelivery]:
-    """``record_event`` for each of ``scans`` (a batch look's), each key's endpoints read once, and
-    each scan's event stored once in the feed (D27) with the full body's bytes; the pending deliveries."""
-    endpoints_of: dict[str, list[Endpoint]] = {}
+    """``record_event`` for each of ``scans`` (a batch look's), each key's endpoints read once; the
+    pending deliveries."""
+    return _record([Occurrence(scan.api_key_id, scan.customer_id, scan.livemode,
+                               event_body(scan, kind or events.for_status(scan.status)), scan_id=scan.id,
+                               bulk_id=scan.bulk_id or None, watch_id=scan.watch_id or None)
+                    for scan in scans])
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """One event to record for the endpoints of key ``key_id``: its full body (the thin one follows
+    from it by its kind's rule, ``events.thin_body``) and what it is about, which the feed files it
+    under (a scan, its batch, its watch)."""
+
+    key_id: str
+    customer_id: str
+    livemode: bool
+    full: dict
+    scan_id: str | None = None
+    bulk_id: str | None = None
+    watch_id: str | None = None
+
+
+def _record(occurrences: list[Occurrence], endpoints_of: dict[str, list[Endpoint]] | None = None,
+            ) -> list[WebhookDelivery]:
+    """The one path of an event, whatever it is about: a delivery per enabled endpoint of its key whose
+    events list it, full or thin as the endpoint asks (a ``skipped`` one per endpoint auto-disable
+    stopped, D22), then each event stored once in the feed (D27) with the full body's bytes. Each
+    key's endpoints are read once (``endpoints_of`` may hold some already). The pending deliveries,
+    whose jobs go when the caller's transaction commits."""
+    endpoints_of = dict(endpoints_of or {})
     pending = []
-    stored: dict[events.EventKind, tuple[list, list[str]]] = {}
-    for scan in scans:
-        if scan.api_key_id not in endpoints_of:
-            endpoints_of[scan.api_key_id] = key_endpoints(key_store.get(scan.api_key_id))
-        event = kind or events.for_status(scan.status)
-        full = event_body(scan, event)
-        bodies = {"full": full, "thin": event.body(full, thin=True)}  # thin: the full body's thin fields
-        of_kind = stored.setdefault(event, ([], []))
-        of_kind[0].append(scan)
-        of_kind[1].append(encode_body(full))  # D27: stored once, the bytes a full delivery sends
-        for endpoint in endpoints_of[scan.api_key_id]:
-            if event.name not in endpoint.events or not (endpoint.enabled or endpoint.disabled_at):
+    for event in occurrences:
+        if event.key_id not in endpoints_of:
+            endpoints_of[event.key_id] = key_endpoints(key_store.get(event.key_id))
+        name = event.full["event"]
+        for endpoint in endpoints_of[event.key_id]:
+            if name not in endpoint.events or not (endpoint.enabled or endpoint.disabled_at):
                 continue
-            body = bodies["thin" if endpoint.payload == "thin" else "full"]
-            status = PENDING if endpoint.enabled else SKIPPED
-            delivery = _create_delivery(endpoint.key, body["event"], body, scan.id, endpoint, status)
+            body = events.thin_body(event.full) if endpoint.payload == "thin" else event.full
+            delivery = _create_delivery(endpoint.key, name, body, event.scan_id, endpoint,
+                                        PENDING if endpoint.enabled else SKIPPED)
             if delivery.status == PENDING:
                 pending.append(delivery)
     # Last in the caller's transaction: the events take their customers' lock after every row lock.
-    for event, (of_scans, texts) in stored.items():
-        feed.record(of_scans, event, texts)
+    feed.record([feed.NewEvent(e.customer_id, e.livemode, e.full["event"], encode_body(e.full), scan_id=e.scan_id,
+                               bulk_id=e.bulk_id, watch_id=e.watch_id) for e in occurrences])
     return pending
 
 
@@ -223,14 +245,10 @@ def record_key_event(key: ApiKey, body: dict, *, leave_out: str) -> list[Webhook
 
 
 def record_watch_event(key: ApiKey, body: dict, *, scan_id: str | None = None) -> list[WebhookDelivery]:
-    """Write a delivery of an event about a watch (D28) to each enabled endpoint of ``key`` that
-    lists it, full or thin as the endpoint asks (their jobs go when the caller's transaction
-    commits), and store it once in the feed (D27) with the full body's bytes, last."""
-    thin = events.thin_watch_body(body)
-    pending = [_create_delivery(key, body["event"], thin if endpoint.payload == "thin" else body, scan_id, endpoint)
-               for endpoint in key_endpoints(key) if endpoint.enabled and body["event"] in endpoint.events]
-    feed.record_watch_event(key.customer_id, body, encode_body(body), scan_id=scan_id)
-    return pending
+    """Record an event about a watch (D28) as any event (``_record``): to the endpoints of ``key``
+    that list it, and in the feed under its watch (and ``scan_id``, the scan it is about)."""
+    event = Occurrence(key.id, key.customer_id, body["livemode"], body, scan_id=scan_id, watch_id=body["watch_id"])
+    return _record([event], {key.id: key_endpoints(key)})
 
 
 def send_on_commit(delivery: WebhookDelivery) -> None:

@@ -34,6 +34,8 @@ from scan_api_client.errors import (
                                     TransportError,
                                     ValidationError,
                                     WaitTimeout,
+                                    WatchEnded,
+                                    WatchLimitReached,
                                     WebhookVerificationError,
 )
 from scan_api_client.models import (
@@ -55,6 +57,9 @@ from scan_api_client.models import (
     Result,
     Scan,
     Source,
+    Watch,
+    WatchBatch,
+    WatchChanges,
     WebhookEvent,
     Windows,
 )
@@ -105,6 +110,11 @@ __all__ = [
                                     "TransportError",
                                     "ValidationError",
                                     "WaitTimeout",
+                                    "Watch",
+                                    "WatchBatch",
+                                    "WatchChanges",
+                                    "WatchEnded",
+                                    "WatchLimitReached",
                                     "WebhookEvent",
                                     "WebhookVerificationError",
                                     "Windows",

@@ -7,6 +7,8 @@
     scan-api list --status completed --all        scan-api deliveries --status failed
     scan-api redeliver dlv_...                    scan-api activity --target jane.doe@example.com
     scan-api endpoints list                       scan-api endpoints create https://hooks.example.com/a
+    scan-api watches create jane.doe@example.com --interval weekly
+    scan-api watches import people.csv --interval weekly > report.json
 
 stdout carries only the JSON or CSV answer; progress and errors go to stderr (a live bar
 when stderr is a terminal, a plain line per change otherwise). Exit codes: 0 done,
@@ -29,8 +31,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TextIO
 
-from scan_api_client.client import DEFAULT_BASE_URL, MAX_BULK_TARGETS, ScanClient
+from scan_api_client.client import DEFAULT_BASE_URL, MAX_BULK_TARGETS, UNCHANGED, ScanClient
 from scan_api_client.errors import ApiError, FindingNotFound, TransportError, WaitTimeout
+from scan_api_client.models import WATCH_INTERVALS, WATCH_STATUSES
 from scan_api_client.progress import ProgressBar
 
 EXIT_OK, EXIT_API_ERROR, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
@@ -56,7 +59,10 @@ MESSAGES = {
     "bulk_not_allowed": "bulk scans need the Business or Enterprise tier: scan targets one by one, "
                         "or ask your account manager to upgrade",
     "target_suppressed": "the person this target belongs to has opted out of lookups: nothing was charged",
-    "not_found": "no scan, batch, delivery or endpoint has that id",
+    "not_found": "no scan, batch, delivery, endpoint or watch has that id",
+    "watch_limit_reached": "your account has as many watches as its tier allows: end one first (nothing was "
+                           "charged)",
+    "watch_ended": "that watch has ended: create a new one to follow the target again (nothing was charged)",
     "idempotency_conflict": "that Idempotency-Key was already used for another request (or is still in use)",
     "rate_limit_inflight": "too many scans in flight for your tier: retry {retry}",
     "rate_limit_hour": "hourly scan quota used up: retry {retry}",
@@ -162,6 +168,7 @@ def build_parser(out: TextIO, err: TextIO) -> argparse.ArgumentParser:
     events.add_argument("--events", metavar="KINDS", help="only these kinds, comma-separated (e.g. scan.completed)")
     events.add_argument("--scan-id", metavar="SCAN_ID")
     events.add_argument("--bulk-id", metavar="BULK_ID")
+    events.add_argument("--watch-id", metavar="WATCH_ID", help="only the events of this watch and its scans")
     events.add_argument("--payload", choices=("full", "thin"))
     activity = sub.add_parser("activity", parents=[common, output, paging],
                               help="list your account's activity log (API calls and portal actions), newest first")
@@ -191,6 +198,7 @@ def build_parser(out: TextIO, err: TextIO) -> argparse.ArgumentParser:
     sub.add_parser("account", parents=[common, output],
                    help="your balance, limits and usage, and what the key may do (scopes, expiry, IP allowlist)")
     _endpoints_parser(sub, common, output)
+    _watches_parser(sub, common, output, waiting, purposing, paging)
     for choice in sub.choices.values():
         choice.epilog = parser.epilog
     return parser
@@ -241,6 +249,50 @@ def _endpoints_parser(sub, common: argparse.ArgumentParser, output: argparse.Arg
         action.epilog = "Exit codes: 0 ok, 1 API error, 2 usage error, 3 --wait timed out."
 
 
+def _watches_parser(sub, common, output, waiting, purposing, paging) -> None:
+    """``scan-api watches ACTION``: targets scanned again on a schedule (the key needs the watches scope)."""
+    watches = sub.add_parser("watches", parents=[common],
+                             help="follow targets: scanned again every day, week or month, changes announced")
+    actions = watches.add_subparsers(dest="watches_action", metavar="ACTION")
+    actions.required = True
+    shared = [common, output]
+    interval = argparse.ArgumentParser(add_help=False)
+    interval.add_argument("--interval", required=True, choices=WATCH_INTERVALS,
+                          help="how often each target is scanned again (monthly: every 30 days)")
+    create = actions.add_parser("create", parents=[*shared, interval, purposing],
+                                help="watch one target; its first scan starts now (1 credit)")
+    create.add_argument("target", help="e-mail address, +E.164 phone number or username")
+    create.add_argument("--kind", choices=("email", "phone", "username"), help="default: inferred from the target")
+    importing = actions.add_parser(
+        "import", parents=[*shared, interval, purposing],
+        help=f"watch every target of a CSV file, {MAX_BULK_TARGETS} per bulk call (Business and Enterprise "
+             "tiers); prints a report per row")
+    importing.add_argument("file", metavar="FILE",
+                           help="CSV with a 'target' column (and optionally 'kind'), or one target per line; "
+                                "'-' reads stdin")
+    listing = actions.add_parser("list", parents=[*shared, paging], help="your watches, newest first")
+    listing.add_argument("--status", choices=WATCH_STATUSES)
+    listing.add_argument("--kind", choices=("email", "phone", "username"))
+    actions.add_parser("get", parents=shared, help="read one watch and what its last change found").add_argument(
+        "watch_id")
+    update = actions.add_parser("update", parents=shared, help="change the interval, status or case reference")
+    update.add_argument("watch_id")
+    update.add_argument("--interval", choices=WATCH_INTERVALS)
+    update.add_argument("--status", choices=("active", "paused"))
+    reference = update.add_mutually_exclusive_group()
+    reference.add_argument("--case-ref", metavar="REF", help="your own reference for the case")
+    reference.add_argument("--no-case-ref", action="store_true", help="remove the case reference")
+    for action, words in (("pause", "no scheduled scan until it is resumed"),
+                          ("resume", "make a paused watch active again"),
+                          ("end", "end it: no more scans (its scans stay)")):
+        actions.add_parser(action, parents=shared, help=words).add_argument("watch_id")
+    run = actions.add_parser("run", parents=[*shared, waiting],
+                             help="scan the watched target now (charged as a scan creation)")
+    run.add_argument("watch_id")
+    for action in actions.choices.values():
+        action.epilog = "Exit codes: 0 ok, 1 API error, 2 usage error, 3 --wait timed out."
+
+
 # --- input ------------------------------------------------------------------------------
 
 def read_targets(text: str) -> list[dict]:
@@ -268,7 +320,8 @@ def read_targets(text: str) -> list[dict]:
     return targets
 
 
-def load_targets(path: str, stdin: TextIO) -> list[dict]:
+def load_targets(path: str, stdin: TextIO, most: int | None = MAX_BULK_TARGETS) -> list[dict]:
+    """The targets of a file (``-``: stdin); more than ``most`` (None: no cap) is a usage error."""
     if path == "-":
         text = stdin.read()
     else:
@@ -281,7 +334,7 @@ def load_targets(path: str, stdin: TextIO) -> list[dict]:
     source = "stdin" if path == "-" else path
     if not targets:
         raise UsageError(f"no targets in {source}")
-    if len(targets) > MAX_BULK_TARGETS:
+    if most is not None and len(targets) > most:
         raise UsageError(f"{source} has {len(targets)} targets; a bulk call takes at most {MAX_BULK_TARGETS}")
     return targets
 
@@ -469,7 +522,8 @@ EVENT_CSV_FIELDS = ["event_id", "event", "created_at", "livemode", "scan_id"]
 
 def _events(run: _Run) -> None:
     args = run.args
-    filters = {"events": args.events, "scan_id": args.scan_id, "bulk_id": args.bulk_id, "payload": args.payload}
+    filters = {"events": args.events, "scan_id": args.scan_id, "bulk_id": args.bulk_id, "watch_id": args.watch_id,
+               "payload": args.payload}
     if args.follow:
         for event in run.client.events(after=args.after, **filters):
             run.out.write(json.dumps({"event_id": event.event_id, "event": event.event, "body": event.body}) + "\n")
@@ -592,12 +646,96 @@ def _endpoints(run: _Run) -> None:
     write_output(run.out, run.args.format, answer, rows, fields=fields)
 
 
+WATCH_CSV_FIELDS = ["watch_id", "target", "kind", "interval", "status", "purpose", "case_ref", "created_at",
+                    "next_scan_at", "last_scan_id", "last_change_at", "last_error", "added", "removed"]
+IMPORT_CSV_FIELDS = ["row", "target", "kind", "outcome", "watch_id", "error", "message"]
+
+
+def watch_row(watch: dict) -> dict:
+    """One CSV row of a watch; ``added``/``removed`` are the last change's finding ids, space-separated."""
+    changes = watch.get("last_changes") or {}
+    row = {name: watch.get(name) for name in WATCH_CSV_FIELDS}
+    row.update(added=" ".join(changes.get("added") or []), removed=" ".join(changes.get("removed") or []))
+    return {name: "" if value is None else value for name, value in row.items()}
+
+
+def import_rows(targets: list[dict], answers: list[dict], error: ApiError | None = None) -> list[dict]:
+    """The import's report, one row per target in file order (``row`` 1 is the first target): its
+    watch, or why it was rejected; with ``error``, the targets no answer covers as ``not_sent``."""
+    rows = [{"row": n + 1, "target": t.get("target", ""), "kind": t.get("kind", ""), "outcome": "not_sent",
+             "watch_id": "", "error": error.code if error else "", "message": error.message if error else ""}
+            for n, t in enumerate(targets)]
+    for chunk, answer in enumerate(answers):
+        start = chunk * MAX_BULK_TARGETS
+        for watch in answer.get("watches") or []:
+            rows[start + watch["index"]].update(outcome="created", watch_id=watch["watch_id"], kind=watch.get("kind")
+                                                or "", error="", message="")
+        for rejected in answer.get("rejected") or []:
+            rows[start + rejected["index"]].update(outcome="rejected", error=rejected.get("error", ""),
+                                                   message=rejected.get("message", ""))
+    return rows
+
+
+def _watches_import(run: _Run) -> None:
+    """Every target of the file, in bulk calls of at most ``MAX_BULK_TARGETS``; the report covers
+    the chunks sent even when a later one is refused (then the error ends the command, exit 1)."""
+    args, targets = run.args, run.targets or []
+    answers: list[dict] = []
+    failure: ApiError | None = None
+    for start in range(0, len(targets), MAX_BULK_TARGETS):
+        try:
+            answers.append(run.client.watches.create_bulk(targets[start:start + MAX_BULK_TARGETS],
+                                                          interval=args.interval, purpose=args.purpose,
+                                                          case_ref=args.case_ref).raw)
+        except ApiError as exc:
+            failure = exc
+            break
+    rows = import_rows(targets, answers, failure)
+    counts = {outcome: sum(row["outcome"] == outcome for row in rows) for outcome in ("created", "rejected",
+                                                                                      "not_sent")}
+    write_output(run.out, args.format, {"total": len(rows), **counts, "rows": rows}, rows, fields=IMPORT_CSV_FIELDS)
+    run.err.write(f"{counts['created']} watched, {counts['rejected']} rejected"
+                  + (f", {counts['not_sent']} not sent" if failure else "") + f" of {len(rows)} targets\n")
+    if failure is not None:
+        raise failure
+
+
+def _watches(run: _Run) -> None:
+    args, watches = run.args, run.client.watches
+    action = args.watches_action
+    if action == "import":
+        _watches_import(run)
+        return
+    if action == "run":
+        created = watches.run(args.watch_id)
+        if not args.wait:
+            write_output(run.out, args.format, created.raw, [scan_row(created.raw)])
+            return
+        run.progress = ProgressBar(run.err, created.scan_id, run.now)
+        _wait_and_write(partial(run.client.wait, created.scan_id, timeout=args.timeout), run.progress,
+                        lambda state: write_output(run.out, args.format, state, [scan_row(state)]))
+        return
+    if action == "list":
+        document = [w.raw for w in watches.iter(status=args.status, kind=args.kind, page_size=_page_size(args),
+                                                max_items=None if args.all else args.limit)]
+    elif action == "create":
+        document = watches.create(args.target, args.kind, interval=args.interval, purpose=args.purpose,
+                                  case_ref=args.case_ref).raw
+    elif action == "update":
+        case_ref = None if args.no_case_ref else args.case_ref if args.case_ref is not None else UNCHANGED
+        document = watches.update(args.watch_id, interval=args.interval, status=args.status, case_ref=case_ref).raw
+    else:  # get, pause, resume, end: one call with the id
+        document = getattr(watches, action)(args.watch_id).raw
+    listed = document if isinstance(document, list) else [document]
+    write_output(run.out, args.format, document, [watch_row(w) for w in listed], fields=WATCH_CSV_FIELDS)
+
+
 # One function per subcommand: a new one is a parser entry in build_parser and a line here.
 COMMANDS: dict[str, Callable[[_Run], None]] = {
     "scan": _scan, "bulk": _bulk, "get": _get, "get-bulk": _get_bulk, "list": _list,
     "deliveries": _deliveries, "redeliver": _redeliver, "erase": _erase, "erase-bulk": _erase_bulk,
     "activity": _activity, "account": _account, "rerun": _rerun, "feedback": _feedback, "endpoints": _endpoints,
-    "events": _events,
+    "events": _events, "watches": _watches,
 }
 
 
@@ -632,7 +770,9 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: 
     run: _Run | None = None
     try:
         _check_usage(args, key)
-        targets = load_targets(args.file, stdin) if args.command == "bulk" else None
+        targets = (load_targets(args.file, stdin) if args.command == "bulk"
+                   else load_targets(args.file, stdin, most=None)
+                   if getattr(args, "watches_action", None) == "import" else None)
         client = ScanClient(url, key, session=session, sleep=sleep, clock=clock,
                             poll_interval=getattr(args, "poll_interval", 12.0))
         with client:

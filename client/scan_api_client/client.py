@@ -27,6 +27,7 @@ from urllib.parse import quote
 import requests
 
 from scan_api_client.errors import (
+    NOT_RETRIED_CODES,
     ApiError,
     FindingNotFound,
     NotFound,
@@ -45,6 +46,8 @@ from scan_api_client.models import (
     Finding,
     Page,
     Scan,
+    Watch,
+    WatchBatch,
 )
 
 __all__ = [
@@ -219,7 +222,8 @@ class ScanClient:
             if response.status_code < 400:
                 return _json_object(response)
             error = error_from_response(response)
-            if response.status_code not in RETRY_STATUSES or attempt >= self.max_retries:
+            if (response.status_code not in RETRY_STATUSES or error.code in NOT_RETRIED_CODES
+                    or attempt >= self.max_retries):
                 raise error
             delay = float(error.retry_after) if error.retry_after is not None else self._backoff(attempt)
             if self.max_retry_after is not None and delay > self.max_retry_after:
@@ -348,9 +352,7 @@ class ScanClient:
                     return
             if not current.has_more or not current.data:
                 return
-            last = current.data[-1]
-            after = (last.scan_id if isinstance(last, Scan) else last.activity_id if isinstance(last, ActivityEntry)
-                     else last.event_id if isinstance(last, Event) else last.delivery_id)
+            after = _cursor(current.data[-1])
             if after in seen:
                 # A page that ends where an earlier one did: asking again would loop for ever,
                 # paying for every page. The server is at fault; say so rather than spin.
@@ -535,6 +537,12 @@ class ScanClient:
         except requests.RequestException as exc:
             raise TransportError(f"the events stream of {self.base_url} broke: {_reason(exc)}") from exc
 
+    @property
+    def watches(self) -> Watches:
+        """The watches calls: ``api.watches.create(...)``, ``.create_bulk``, ``.list``, ``.iter``, ``.get``,
+        ``.update``, ``.pause``, ``.resume``, ``.end``, ``.run`` (the key needs the ``watches`` scope)."""
+        return Watches(self)
+
     def account(self) -> Account:
         """``GET /api/v1/account``: the balance (after this call's 1 credit), the limits and usage, and
         what this key may do (scopes, expiry, IP allowlist). Any key may call it, whatever its scopes."""
@@ -586,6 +594,15 @@ class ScanClient:
                               callback, poll_interval)
 
 
+def _cursor(item) -> str:
+    """The id a list's next page starts after: the last entry's own id."""
+    for model, name in ((Scan, "scan_id"), (ActivityEntry, "activity_id"), (Event, "event_id"),
+                        (Watch, "watch_id")):
+        if isinstance(item, model):
+            return getattr(item, name)
+    return item.delivery_id
+
+
 def _wait_param(wait: int | None) -> dict | None:
     if wait is None:
         return None
@@ -598,6 +615,94 @@ def _event_filters(events, scan_id, bulk_id, watch_id, payload) -> dict:
     kinds = events if events is None or isinstance(events, str) else ",".join(events)
     return {name: value for name, value in (("events", kinds), ("scan_id", scan_id), ("bulk_id", bulk_id),
                                             ("watch_id", watch_id), ("payload", payload)) if value is not None}
+
+
+UNCHANGED = object()  # an argument not given: the field is left out of the body, the service keeps its value
+
+
+class Watches:
+    """``ScanClient.watches``: targets scanned again every day, week or month, each scan charged and
+    limited as a scan creation; a scan that adds or removes a finding, or changes the risk band,
+    sends a ``watch.changed`` event (webhook endpoints that list it, ``events()``)."""
+
+    def __init__(self, client: ScanClient):
+        self._client = client
+
+    def _path(self, watch_id: str | Watch, suffix: str = "") -> str:
+        watch_id = watch_id.watch_id if isinstance(watch_id, Watch) else watch_id
+        return f"/watches/{self._client._id(watch_id, 'watch_id')}{suffix}"
+
+    def create(self, target: str, kind: str | None = None, *, interval: str, purpose: str | None = None,
+               case_ref: str | None = None, idempotency_key: str | None = None) -> Watch:
+        """``POST /api/v1/watches``: follow ``target`` every ``interval`` (``daily``, ``weekly`` or
+        ``monthly``). Its first scan, the one later scans are compared with, is queued at once and paid
+        by this call (as a scan creation); ``last_scan_id`` names it."""
+        body = {"target": target, "interval": interval, **_purpose_fields(purpose, case_ref)}
+        if kind:
+            body["kind"] = kind
+        return Watch.from_dict(self._client._request("POST", "/watches", json_body=body,
+                                                     idempotency_key=_idempotency(idempotency_key)))
+
+    def create_bulk(self, targets: Iterable[dict | str], *, interval: str, purpose: str | None = None,
+                    case_ref: str | None = None, idempotency_key: str | None = None) -> WatchBatch:
+        """``POST /api/v1/watches/bulk``: 1 to 100 targets (``"a@b.c"`` or ``{"target", "kind"}``), each a
+        watch of its own with the same interval, purpose and case reference (Business and Enterprise
+        tiers). The ``WatchBatch`` lists the ``watches`` created and the ``rejected`` targets with why."""
+        items = [_target_item(t) for t in targets]
+        if not items:
+            raise ValueError("a bulk call needs at least one target")
+        if len(items) > MAX_BULK_TARGETS:
+            raise ValueError(f"a bulk call takes at most {MAX_BULK_TARGETS} targets, not {len(items)}")
+        body = {"targets": items, "interval": interval, **_purpose_fields(purpose, case_ref)}
+        return WatchBatch.from_dict(self._client._request("POST", "/watches/bulk", json_body=body,
+                                                          idempotency_key=_idempotency(idempotency_key)))
+
+    def list(self, *, status: str | None = None, kind: str | None = None, limit: int | None = None,
+             starting_after: str | None = None) -> Page:
+        """``GET /api/v1/watches``: one page of your watches, newest first (1 credit); ``status``
+        ``active``, ``paused`` or ``ended``. ``Page.data`` holds ``Watch``es."""
+        return self._client._page("/watches", Watch, {"status": status, "kind": kind}, limit, starting_after)
+
+    def iter(self, *, max_items: int | None = None, page_size: int = MAX_PAGE, **filters) -> Iterator[Watch]:
+        """Every watch matching ``filters`` (those of ``list``), newest first, page after page (each
+        page is one call, 1 credit). Stops after ``max_items`` when given."""
+        return self._client._all(lambda starting_after: self.list(limit=page_size, starting_after=starting_after,
+                                                                  **filters), max_items)
+
+    def get(self, watch_id: str | Watch) -> Watch:
+        """``GET /api/v1/watches/{id}``: the watch, with ``last_changes`` (1 credit)."""
+        return Watch.from_dict(self._client._request("GET", self._path(watch_id)))
+
+    def update(self, watch_id: str | Watch, *, interval: str | None = None, status: str | None = None,
+               case_ref: Any = UNCHANGED) -> Watch:
+        """``PATCH /api/v1/watches/{id}``: a new ``interval``, ``status`` (``paused`` or ``active``), or
+        ``case_ref`` (None removes it); what is not given stays. A ``WatchEnded`` for an ended watch."""
+        body: dict[str, Any] = _given({"interval": interval, "status": status})
+        if case_ref is not UNCHANGED:
+            body["case_ref"] = case_ref
+        return Watch.from_dict(self._client._request("PATCH", self._path(watch_id), json_body=body))
+
+    def pause(self, watch_id: str | Watch) -> Watch:
+        """No scheduled scan until it is resumed."""
+        return self.update(watch_id, status="paused")
+
+    def resume(self, watch_id: str | Watch) -> Watch:
+        """Active again: its next scan is due at its next place in the interval."""
+        return self.update(watch_id, status="active")
+
+    def end(self, watch_id: str | Watch) -> Watch:
+        """``DELETE /api/v1/watches/{id}``: no more scans; its scans stay (erase them as any scan).
+        Ending it again answers the same."""
+        return Watch.from_dict(self._client._request("DELETE", self._path(watch_id)))
+
+    def run(self, watch_id: str | Watch, idempotency_key: str | None = None) -> Scan:
+        """``POST /api/v1/watches/{id}/run``: scan the target now, outside the schedule (charged and
+        limited as a scan creation); the queued ``Scan``, with ``watch_id``. Wait for it as for any scan."""
+        scan = Scan.from_dict(self._client._request("POST", self._path(watch_id, "/run"),
+                                                    idempotency_key=_idempotency(idempotency_key)))
+        if isinstance(watch_id, Watch) and scan.target is None:
+            scan.target = watch_id.target
+        return scan
 
 
 def _default_sleep(seconds: float) -> None:

@@ -108,6 +108,15 @@ class RateLimited(ApiError):
     """429 ``rate_limit_inflight`` / ``rate_limit_hour`` / ``rate_limit_day``; ``retry_after`` in seconds."""
 
 
+class WatchLimitReached(RateLimited):
+    """429 ``watch_limit_reached``: the account has as many watches as its tier allows; end one first
+    (nothing was charged). Waiting does not help, so the client does not retry it."""
+
+
+class WatchEnded(Conflict):
+    """409 ``watch_ended``: the watch has ended; create a new one to follow the target again (free)."""
+
+
 class ServerError(ApiError):
     """Any 5xx (``internal_error`` and the more specific subclasses below)."""
 
@@ -155,7 +164,10 @@ _BY_STATUS = {400: ValidationError, 401: AuthenticationError, 402: InsufficientB
 
 
 # Codes with a class of their own, more precise than their status's.
-_BY_CODE: dict[str, type[ApiError]] = {"delivery_pending": DeliveryPending, "nothing_to_rerun": NothingToRerun}
+_BY_CODE: dict[str, type[ApiError]] = {"delivery_pending": DeliveryPending, "nothing_to_rerun": NothingToRerun,
+                                       "watch_limit_reached": WatchLimitReached, "watch_ended": WatchEnded}
+# Codes of a retried status (429) that waiting does not cure: raised at once.
+NOT_RETRIED_CODES = frozenset({"watch_limit_reached"})
 
 
 def error_class(status: int, code: str | None = None) -> type[ApiError]:

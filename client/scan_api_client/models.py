@@ -39,6 +39,9 @@ __all__ = [
     "Risk",
     "Scan",
     "Source",
+    "Watch",
+    "WatchBatch",
+    "WatchChanges",
     "WebhookEvent",
     "Windows",
 ]
@@ -265,6 +268,7 @@ class Scan(_Model):
     created_at: str | None = None
     bulk_id: str | None = None
     rerun_of: str | None = None  # the scan this one re-runs the failed sources of
+    watch_id: str | None = None  # the watch a run (``watches.run``) made it for
     livemode: bool | None = None
     eta_seconds: int | None = None
     progress: Progress | None = None
@@ -465,6 +469,62 @@ class Account(_Model):
     limits: Windows | None = None
     usage: Windows | None = None
     key: KeyAccess | None = None
+    raw: dict = field(default_factory=dict, repr=False)
+
+
+WATCH_INTERVALS = ("daily", "weekly", "monthly")
+WATCH_STATUSES = ("active", "paused", "ended")
+
+
+@dataclass
+class WatchChanges(_Model):
+    """What a watch's scan changed against its previous one: finding ids ``added`` and ``removed``
+    (a finding keeps its id across the scans of a target) and ``risk`` ``{from: {score, band},
+    to: {score, band}}``."""
+
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    risk: dict = field(default_factory=dict)
+
+
+@dataclass
+class Watch(_Model):
+    """A watch: a target scanned again every ``interval`` (daily, weekly, monthly), its changes
+    announced by ``watch.changed`` events. ``status`` is active, paused or ended; ``next_scan_at``
+    is None unless active; ``last_error`` says why the last scheduled scan could not be made;
+    ``last_changes`` is what the last change found. In a bulk creation's answer, ``index`` is the
+    position of its target in the request."""
+
+    watch_id: str = ""
+    livemode: bool | None = None
+    target: str | None = None
+    kind: str | None = None
+    interval: str = ""
+    status: str = ""
+    purpose: str | None = None
+    case_ref: str | None = None
+    created_at: str | None = None
+    next_scan_at: str | None = None
+    last_scan_id: str | None = None
+    last_change_at: str | None = None
+    last_error: str | None = None
+    last_changes: WatchChanges | None = None
+    index: int | None = None
+    raw: dict = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class WatchBatch(_Model):
+    """A bulk creation of watches: the ``watches`` created (in request order, each with its
+    ``index``), the ``rejected`` targets with why (free of charge), and ``bulk_id``, the batch of
+    the watches' first scans."""
+
+    bulk_id: str | None = None
+    livemode: bool | None = None
+    total: int = 0
+    created: int = 0
+    watches: list[Watch] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
     raw: dict = field(default_factory=dict, repr=False)
 
 

@@ -41,6 +41,7 @@ TAGS: dict[str, str] = {
     "testmode": "test keys: the sandbox engine, livemode false, nothing charged, apart from live data",
     "privacy": "personal data: purpose, erasure on request, retention, opt-outs",
     "results": "a result's sources, coverage, findings and reasons; feedback on findings; re-runs",
+    "watches": "watches taken through their intervals with the QA clock (flask watches run-due --days-ahead)",
 }
 
 _ANY: dict = {}

@@ -340,13 +340,15 @@ def serve() -> int:
     """Start the stack and keep it up, for running ``python -m simulator scenario`` against it by hand."""
     try:
         with running_stack() as stack:
+            # The engine's settings too: an operator command may submit scans (watches run-due).
             operator_env = " ".join(f"{k}={shlex.quote(stack.env[k])}"
-                                    for k in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "INSTANCE_PATH"))
+                                    for k in ("APP_ENV", "DATABASE_URL", "REDIS_URL", "SECRET_KEY", "INSTANCE_PATH",
+                                              "ENGINE_URL", "ENGINE_TOKEN"))
             print(f"""
 API        {stack.base_url}
 simulator  {stack.sim_url}
 logs       {stack.log_dir}
-Run scenarios against it (the operator hook needs the stack's database and secret key):
+Run scenarios against it (the operator hook needs the stack's database, secret key and engine):
 
   env {operator_env} \\
       {sys.executable} -m simulator scenario all --base-url {stack.base_url} --sim-url {stack.sim_url}

@@ -97,12 +97,14 @@ def test_a_customers_event_ids_increase_in_commit_order(conn):
 
     cust, key = new_customer()
     first, second = new_scan(cust, key), new_scan(cust, key, "joe@example.com")
-    kind = webhooks.events.SCAN_RUNNING
     written = {}
+
+    def running(scan):
+        return feed.NewEvent(cust.id, True, "scan.running", '{"event":"scan.running"}', scan_id=scan.id)
 
     def slow_writer():
         with db.connection_context(), transaction():
-            written["slow"] = feed.record([first], kind, ['{"event":"scan.running"}'])[0]
+            written["slow"] = feed.record([running(first)])[0]
             time.sleep(0.8)
             written["slow_committed"] = time.monotonic()
 
@@ -111,8 +113,21 @@ def test_a_customers_event_ids_increase_in_commit_order(conn):
     while "slow" not in written:
         time.sleep(0.01)
     with transaction():
-        written["fast"] = feed.record([second], kind, ['{"event":"scan.running"}'])[0]
+        written["fast"] = feed.record([running(second)])[0]
     fast_done = time.monotonic()
     writer.join()
     assert written["fast"] > written["slow"]
     assert fast_done >= written["slow_committed"]  # it waited for the earlier id's commit
+
+
+def test_a_watch_scans_events_are_filed_under_its_watch(conn):
+    from app.models import Scan
+
+    cust, key = new_customer()
+    watched, other = new_scan(cust, key), new_scan(cust, key, "joe@example.com")
+    Scan.update(watch_id="wch_1").where(Scan.id == watched.id).execute()
+    tracking.complete(watched.id, RESULT)
+    tracking.complete(other.id, RESULT)
+    listed = feed.list_events(cust.id, livemode=True, watch_id="wch_1")["data"]
+    assert [e["event"] for e in listed] == ["scan.completed", "scan.running"]
+    assert {e["body"].value()["scan_id"] for e in listed} == {watched.id}

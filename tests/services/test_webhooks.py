@@ -447,3 +447,33 @@ def test_test_events_are_limited_per_key_with_a_clear_message(conn):
         with pytest.raises(AccountError, match="Too many test events"):
             webhooks.send_test_event(key.id, cust.id)
         assert WebhookDelivery.select().where(WebhookDelivery.api_key == key.id).count() == 4
+
+
+def test_a_watch_event_takes_the_one_event_path_thin_skipped_and_stored_under_its_watch(conn):
+    from app.models import Event, WebhookEndpoint
+    from app.services import endpoints
+
+    cust, key = new_customer(webhook_url=URL, webhook_secret=SECRET)  # its first endpoint: scan events only
+    thin, _ = endpoints.create(key, url="https://hooks.example.com/thin", payload="thin", events=["watch.changed"])
+    dead, _ = endpoints.create(key, url="https://hooks.example.com/dead", events=["watch.changed"])
+    WebhookEndpoint.update(webhook_enabled=False, webhook_disabled_at=utcnow()).where(
+        WebhookEndpoint.id == dead["endpoint_id"]).execute()  # stopped by auto-disable
+    scan = new_scan(cust, key)
+    body = {"event": "watch.changed", "watch_id": "wch_1", "livemode": True, "purpose": None, "case_ref": None,
+            "scan_id": scan.id, "previous_scan_id": "scn_0", "changes": {"added": ["fnd_a"], "removed": [],
+                                                                           "risk": {}},
+            "target": "jane@example.com", "kind": "email", "added_items": {"fnd_a": {"name": "X"}}}
+    with transaction():
+        pending = webhooks.record_watch_event(webhooks.key_store.key(key.id), body, scan_id=scan.id)
+
+    rows = {d.endpoint_id: d for d in WebhookDelivery.select()}
+    assert set(rows) == {thin["endpoint_id"], dead["endpoint_id"]}
+    assert [d.id for d in pending] == [rows[thin["endpoint_id"]].id]
+    sent = json.loads(rows[thin["endpoint_id"]].body)
+    assert "target" not in sent and "added_items" not in sent and sent["changes"]["added"] == ["fnd_a"]
+    # As a scan event to an endpoint auto-disable stopped: recorded skipped, with the full body, to recover.
+    assert rows[dead["endpoint_id"]].status == "skipped"
+    assert json.loads(rows[dead["endpoint_id"]].body) == body
+    [stored] = Event.select()
+    assert (stored.kind, stored.watch_id, stored.scan_id) == ("watch.changed", "wch_1", scan.id)
+    assert json.loads(stored.body) == body

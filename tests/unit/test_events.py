@@ -67,3 +67,40 @@ def test_a_new_kind_needs_only_its_registry_entry():
     assert set(schema.fields) == {"event", *events.SCAN_FIELDS, "progress"}
     assert schema.fields["status"].metadata == {"enum": ["running"]}
     assert schema.fields["progress"].required and not schema.fields["bulk_id"].required
+
+
+def test_the_watch_events_are_in_the_registry_and_the_document(client):
+    spec = client.get("/api/v1/openapi.json").get_json()
+    schemas = spec["components"]["schemas"]
+    assert events.WATCH_EVENTS == ("watch.changed", "watch.paused", "watch.ended")
+    for kind in events.WATCH_KINDS:
+        full, thin = schemas[kind.schema], schemas[kind.schema + "Thin"]
+        assert full["properties"]["event"]["enum"] == [kind.name]
+        assert list(full["properties"]) == ["event", *kind.fields]
+        assert "target" in full["properties"] and not {"target", "kind", "added_items"} & set(thin["properties"])
+    callback = spec["paths"]["/api/v1/watches"]["post"]["callbacks"]["watchEvents"]
+    operation = next(iter(callback.values()))["post"]
+    body = operation["requestBody"]["content"]["application/json"]
+    assert set(body["schema"]["discriminator"]["mapping"]) == set(events.WATCH_EVENTS)
+    example = body["examples"]["watch.changed"]["value"]
+    assert list(example) == ["event", *events.WATCH_KINDS[0].fields]
+    [header] = [p for p in operation["parameters"] if p["name"] == "X-Service-Event"]
+    assert header["schema"]["enum"] == list(events.WATCH_EVENTS)
+    # The events list and stream take and show them.
+    assert set(events.WATCH_EVENTS) <= set(schemas["Event"]["properties"]["event"]["enum"])
+    listing = spec["paths"]["/api/v1/events"]["get"]["parameters"]
+    [kinds] = [p for p in listing if p["name"] == "events"]
+    assert "watch\\.changed" in kinds["schema"]["pattern"] and "watch.paused" in kinds["description"]
+    assert all(f"`{name}`" in spec["info"]["description"] for name in events.WATCH_EVENTS)
+
+
+def test_one_thin_rule_for_every_kind():
+    watch = {"event": "watch.ended", "watch_id": "wch_1", "livemode": True, "purpose": None, "case_ref": None,
+             "reason": "target_suppressed", "target": "a@example.com", "kind": "email"}
+    assert events.thin_body(watch) == {k: v for k, v in watch.items() if k not in ("target", "kind")}
+    scan = {"event": "scan.failed", "scan_id": "scn_1", "livemode": True, "target": "a@example.com",
+            "status": "failed", "failure": {"code": "engine_failed", "message": "no"}}
+    assert events.thin_body(scan) == {"event": "scan.failed", "scan_id": "scn_1", "livemode": True,
+                                      "status": "failed"}
+    key_event = {"event": "endpoint.disabled", "endpoint_id": "ep_1"}
+    assert events.thin_body(key_event) == key_event
