@@ -198,7 +198,7 @@ def test_other_api_errors_have_their_own_lines(served_app, make_customer):
     code, _, err = pro("bulk", "-", stdin="jane@example.com\n")
     assert code == 1 and "Business or Enterprise tier" in err and "bulk_not_allowed" in err
     code, _, err = pro("get", "scn_doesnotexist")
-    assert code == 1 and "no scan, batch, delivery or endpoint has that id" in err
+    assert code == 1 and "no scan, batch, delivery, endpoint or watch has that id" in err
     code, _, err = pro("scan", "ab")
     assert code == 1 and "at least 3 characters" in err and "target_too_short" in err
     limited = Cli(served_app, make_customer(tier="pro", hour=1, inflight=5))

@@ -187,7 +187,8 @@ def test_an_import_that_cannot_be_sent_reports_every_row_not_sent(served_app, ma
 def test_create_bulk_and_the_csv_import_in_chunks(served_app, app, make_customer, tmp_path):
     if not has_bulk_route(app):  # built beside this client; runs once it is merged
         pytest.skip("needs POST /api/v1/watches/bulk")
-    account = make_customer(credits=1000)
+    # 153 baseline scans in flight at once, the hourly window's too: more than Business's defaults.
+    account = make_customer(credits=1000, inflight=500, hour=500, day=1000)
     api = ScanClient(served_app.url, account.api_key, sleep=no_sleep)
     batch = api.watches.create_bulk(["a@example.com", {"target": "ab"}, {"target": "+447700900123"}],
                                     interval="daily", purpose="fraud_prevention")

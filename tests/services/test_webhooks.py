@@ -464,7 +464,7 @@ def test_a_watch_event_takes_the_one_event_path_thin_skipped_and_stored_under_it
                                                                            "risk": {}},
             "target": "jane@example.com", "kind": "email", "added_items": {"fnd_a": {"name": "X"}}}
     with transaction():
-        pending = webhooks.record_watch_event(webhooks.key_store.key(key.id), body, scan_id=scan.id)
+        pending = webhooks.record_watch_event(webhooks.key_store.get(key.id), body, scan_id=scan.id)
 
     rows = {d.endpoint_id: d for d in WebhookDelivery.select()}
     assert set(rows) == {thin["endpoint_id"], dead["endpoint_id"]}
