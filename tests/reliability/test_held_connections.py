@@ -120,6 +120,15 @@ class Follower(threading.Thread):
         self.stopping = True
 
 
+def open_streams(url: str, account, count: int) -> list[Follower]:
+    """``count`` followers of the account's event stream, each connected."""
+    followers = [Follower(url, account.headers) for _ in range(count)]
+    for follower in followers:
+        follower.start()
+    wait_for(lambda: all(f.connected.is_set() for f in followers), 20, "the streams to open")
+    return followers
+
+
 def wait_for(check, seconds: float, what: str) -> None:
     ends = time.monotonic() + seconds
     while not check():
@@ -178,10 +187,7 @@ def test_a_killed_held_worker_loses_no_event_clients_resume_and_see_each_once(se
     threaded, held = servers
     account = make_customer(tier="enterprise", credits=1000)
     scans = create_scans(threaded.url, account, 6)
-    followers = [Follower(held.url, account.headers) for _ in range(5)]
-    for follower in followers:
-        follower.start()
-    wait_for(lambda: all(f.connected.is_set() for f in followers), 20, "the streams to open")
+    followers = open_streams(held.url, account, 5)
     complete(scans[:3])
     wait_for(lambda: all(len(f.ids) == 6 for f in followers), 15, "the first events")
 
@@ -202,10 +208,7 @@ def test_redis_flushed_mid_stream_loses_no_event(servers, make_customer):
     _, held = servers
     account = make_customer(tier="enterprise", credits=1000)
     scans = create_scans(held.url, account, 4)
-    followers = [Follower(held.url, account.headers) for _ in range(3)]
-    for follower in followers:
-        follower.start()
-    wait_for(lambda: all(f.connected.is_set() for f in followers), 20, "the streams to open")
+    followers = open_streams(held.url, account, 3)
     complete(scans[:2])
     wait_for(lambda: all(len(f.ids) == 4 for f in followers), 15, "the first events")
 
