@@ -5,10 +5,13 @@ The pages are ``app.portal.pages``, one module per page or small group of pages;
 the rules live in ``app.services``."""
 from __future__ import annotations
 
+import csv
+import io
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-from flask import Blueprint, request
+from flask import Blueprint, Response, request, stream_with_context
 
 from app.models import utcnow
 from app.portal import audit, security
@@ -109,3 +112,22 @@ def csv_cell(value) -> str:
     text = "" if value is None else str(value)
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
+
+
+def csv_download(filename: str, header: Sequence[str], rows: Iterable[list]) -> Response:
+    """A CSV file streamed as it is read (``rows`` lazily, within the request), in chunks of about
+    16 KB, so a long export never sits in memory at once."""
+    def chunks():
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        writer.writerow(header)
+        for row in rows:
+            writer.writerow(row)
+            if buffer.tell() > 16384:
+                yield buffer.getvalue()
+                buffer.seek(0)
+                buffer.truncate()
+        yield buffer.getvalue()
+
+    return Response(stream_with_context(chunks()), mimetype="text/csv",
+                    headers={"Content-Disposition": f'attachment; filename="{filename}"'})

@@ -1,17 +1,15 @@
 """The activity log (D20): the page, its filters (a target only from a posted form) and its CSV export."""
 from __future__ import annotations
 
-import csv
-import io
 import re
 from datetime import datetime
 
-from flask import Response, flash, g, redirect, render_template, stream_with_context, url_for
+from flask import flash, g, redirect, render_template, url_for
 
 from app import actions as api_actions
 from app.models import utcnow
 from app.portal import audit, security
-from app.portal.blueprint import bp, csv_cell, filter_source, target_filter
+from app.portal.blueprint import bp, csv_cell, csv_download, filter_source, target_filter
 from app.services import accounts, activity, time_bounds
 from app.services import portal_roles as roles
 from app.services.errors import InvalidRequest
@@ -96,19 +94,6 @@ def activity_csv():
         # Back to the page with the other filters: a target never goes into an address.
         return redirect(url_for("portal.activity_log", **{k: v for k, v in shown.items() if v and k != "target"}))
 
-    def rows():
-        buffer = io.StringIO()
-        writer = csv.writer(buffer)
-        writer.writerow(ACTIVITY_CSV_COLUMNS)
-        for entry in entries:
-            writer.writerow([entry["created_at"], "live" if entry["livemode"] else "test"]
-                            + [csv_cell(entry[name]) for name in ACTIVITY_CSV_COLUMNS[2:]])
-            if buffer.tell() > 16384:
-                yield buffer.getvalue()
-                buffer.seek(0)
-                buffer.truncate()
-        yield buffer.getvalue()
-
-    filename = f"activity-{utcnow():%Y%m%dT%H%M%SZ}.csv"
-    return Response(stream_with_context(rows()), mimetype="text/csv",
-                    headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+    rows = ([entry["created_at"], "live" if entry["livemode"] else "test"]
+            + [csv_cell(entry[name]) for name in ACTIVITY_CSV_COLUMNS[2:]] for entry in entries)
+    return csv_download(f"activity-{utcnow():%Y%m%dT%H%M%SZ}.csv", ACTIVITY_CSV_COLUMNS, rows)

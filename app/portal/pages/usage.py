@@ -1,15 +1,13 @@
 """Usage: balance, limits, charts of scans and credits, the ledger and its CSV export."""
 from __future__ import annotations
 
-import csv
-import io
 from datetime import timedelta
 
-from flask import Response, flash, g, render_template, request, stream_with_context
+from flask import flash, g, render_template, request
 
 from app.models import utcnow
 from app.portal import charts, security
-from app.portal.blueprint import bp, csv_cell, form_errors, page_arg
+from app.portal.blueprint import bp, csv_cell, csv_download, form_errors, page_arg
 from app.portal.forms import LedgerExportForm
 from app.services import billing, quotas
 from app.services import portal_roles as roles
@@ -81,22 +79,9 @@ def ledger_csv():
         return _usage_page(form, 400)
     customer_id = g.portal_customer.id
 
-    def rows():
-        buffer = io.StringIO()
-        writer = csv.writer(buffer)
-        writer.writerow(CSV_COLUMNS)
-        for entry in usage_service.ledger_export(customer_id, *period):
-            writer.writerow([entry["created_at"].strftime("%Y-%m-%dT%H:%M:%SZ"), entry["delta"],
-                             entry["balance_after"], entry["kind"]]
-                            + [csv_cell(entry[name]) for name in ("what", "endpoint", "scan_id", "bulk_id",
-                                                                    "request_id", "reason")]
-                            + [entry["reads"] or ""])
-            if buffer.tell() > 16384:
-                yield buffer.getvalue()
-                buffer.seek(0)
-                buffer.truncate()
-        yield buffer.getvalue()
-
-    filename = f"ledger-{form.start.data.isoformat()}-to-{form.end.data.isoformat()}.csv"
-    return Response(stream_with_context(rows()), mimetype="text/csv",
-                    headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+    rows = ([entry["created_at"].strftime("%Y-%m-%dT%H:%M:%SZ"), entry["delta"], entry["balance_after"], entry["kind"]]
+            + [csv_cell(entry[name]) for name in ("what", "endpoint", "scan_id", "bulk_id", "request_id", "reason")]
+            + [entry["reads"] or ""]
+            for entry in usage_service.ledger_export(customer_id, *period))
+    return csv_download(f"ledger-{form.start.data.isoformat()}-to-{form.end.data.isoformat()}.csv", CSV_COLUMNS,
+                        rows)
