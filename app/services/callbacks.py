@@ -1,10 +1,13 @@
 """The engine's callbacks (E7): a signed call that says an investigation changed, so that its scan
-is looked at now rather than at its next due look.
+is looked at as soon as it is finished rather than at its next due look.
 
-A callback carries no result: it only makes the scan due (``next_look_at`` = now, when a batch
-look tracks it and its look was later; after the look in progress, if one holds it), and the
-look reads the engine's answer as any look does. Looks stay the safety net: a lost callback
-delays a scan to its next look, never loses it.
+A callback carries no result. One that says the investigation is finished (or anything but
+pending or running) makes the scan due (``next_look_at`` = now, when a batch look tracks it and
+its look was later; after the look in progress, if one holds it), and the look reads the
+engine's answer as any look does. One that says it is pending or running records the progress
+it carries (and a queued scan the engine runs becomes ``running``, with its event) and causes no
+look: the engine calls back at every change, and one look a scan is what reading its result
+needs. Looks stay the safety net: a lost callback delays a scan to its next look, never loses it.
 
 Cheap to refuse: everything a forger can send is refused before the database is touched, with
 constant, small work (a bounded body, the headers, one HMAC), so a flood of bogus callbacks costs
@@ -23,7 +26,8 @@ from datetime import UTC, datetime
 from app import runtime
 from app.db import transaction
 from app.models import utcnow
-from app.models.scans import IN_FLIGHT
+from app.models.scans import IN_FLIGHT, QUEUED, RUNNING
+from app.services import tracking
 from app.services.errors import CallbackRefused, CallbackReplayed, InvalidRequest, TryAgain
 from app.store import engine_callbacks
 from app.webhook_signature import (
@@ -43,6 +47,7 @@ LOCK_TIMEOUT_MS = 1000
 RETRY_AFTER_SECONDS = 1
 
 TAKEN, UNCHANGED = "taken", "unchanged"
+UNFINISHED = ("pending", "running")  # the engine's statuses of an investigation still going on
 
 
 def receive(raw_body: bytes, headers: Mapping[str, str]) -> str:
@@ -54,18 +59,39 @@ def receive(raw_body: bytes, headers: Mapping[str, str]) -> str:
     moment = utcnow()
     now = moment.replace(tzinfo=UTC).timestamp()
     callback_id, timestamp = _verify(raw_body, headers, now)
-    engine_id = _engine_id(raw_body)
+    body = _body(raw_body)
     until = datetime.fromtimestamp(timestamp + TOLERANCE_SECONDS, UTC).replace(tzinfo=None)
     try:
         with transaction():
-            new, due = engine_callbacks.take(callback_id, until=until, engine_id=engine_id, statuses=IN_FLIGHT,
-                                             now=moment, lock_timeout_ms=LOCK_TIMEOUT_MS)
+            if body.get("status") in UNFINISHED:
+                new, taken = _progress(callback_id, body, until=until, now=moment)
+            else:
+                new, taken = engine_callbacks.take(callback_id, until=until, engine_id=body["id"],
+                                                   statuses=IN_FLIGHT, now=moment, lock_timeout_ms=LOCK_TIMEOUT_MS)
     except engine_callbacks.Busy:
         raise TryAgain("the scan is being looked at; send the callback again shortly",
                        retry_after=RETRY_AFTER_SECONDS) from None
     if not new:
         raise CallbackReplayed("this callback was received before (same webhook-id)")
-    return TAKEN if due else UNCHANGED
+    return TAKEN if taken else UNCHANGED
+
+
+def _progress(callback_id: str, body: dict, *, until: datetime, now: datetime) -> tuple[bool, bool]:
+    """Record a progress callback's ``body`` in the caller's transaction: ``(new id, a scan moved
+    to running)``. A scan moved writes its ``scan.running`` event with it, durably."""
+    new, moved = engine_callbacks.progress(
+        callback_id, until=until, engine_id=body["id"], statuses=IN_FLIGHT, running=body["status"] == "running",
+        recipes_total=_count(body.get("recipes_total")), recipes_done=_count(body.get("recipes_done")),
+        queued=QUEUED, running_status=RUNNING, now=now, lock_timeout_ms=LOCK_TIMEOUT_MS)
+    if moved is not None:
+        engine_callbacks.durable()
+        tracking.running_events([moved])
+    return new, moved is not None
+
+
+def _count(value) -> int | None:
+    """A recipe count of the body, when it is one (a count the engine got wrong is not recorded)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31 else None
 
 
 def _verify(raw_body: bytes, headers: Mapping[str, str], now: float) -> tuple[str, int]:
@@ -94,8 +120,10 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _engine_id(raw_body: bytes) -> str:
-    """The engine id of E7's body (the other fields are the look's to read from the engine)."""
+def _body(raw_body: bytes) -> dict:
+    """E7's body with its engine id checked. Its status decides only whether a look is due (any
+    status but pending or running, a missing one included, makes one: the look reads the truth);
+    a progress callback's counts are checked where they are used."""
     try:
         body = json.loads(raw_body)
     except (ValueError, UnicodeDecodeError):
@@ -103,7 +131,7 @@ def _engine_id(raw_body: bytes) -> str:
     engine_id = body.get("id") if isinstance(body, dict) else None
     if not isinstance(engine_id, str) or not engine_id or len(engine_id) > MAX_ENGINE_ID or "\x00" in engine_id:
         raise InvalidRequest("the callback body must be a JSON object with the investigation's id")
-    return engine_id
+    return body
 
 
 def forget_expired() -> dict:

@@ -1,5 +1,6 @@
-"""The statements of the engine's callbacks (E7): a callback taken makes its scan due at once, and
-the callback ids taken are remembered until a replay of them would be refused anyway (stale).
+"""The statements of the engine's callbacks (E7): a final callback taken makes its scan due at once,
+a progress callback records the progress it carries, and the callback ids taken are remembered
+until a replay of them would be refused anyway (stale).
 
 Which statuses are in flight, how long an id is kept and what "now" is are the services' rules
 (``app.services.callbacks``), passed in here.
@@ -11,7 +12,7 @@ from datetime import datetime
 
 from peewee import OperationalError
 
-from app.db import execute, table
+from app.db import columns, execute, instance, table
 from app.models import EngineCallback, Scan
 
 LOCK_NOT_AVAILABLE = "55P03"  # SQLSTATE of a lock_timeout
@@ -48,20 +49,72 @@ WITH seen AS (
 SELECT (SELECT count(*) FROM seen), (SELECT count(*) FROM due)"""
 
 
-def take(callback_id: str, *, until: datetime, engine_id: str, statuses: Sequence[str], now: datetime,
-         lock_timeout_ms: int) -> tuple[bool, bool]:
-    """Remember ``callback_id`` (kept ``until``) and make the scan in one of ``statuses`` with
-    ``engine_id`` due by ``now``, after any look holding it: ``(new id, a scan made due)``. Run it
-    in a transaction of its own (its settings are ``SET LOCAL``)."""
-    sql = TAKE % (max(1, lock_timeout_ms), "(" + ", ".join(["?"] * len(statuses)) + ")")
+# A progress callback (the investigation pending or running) records what it says, without a look:
+# the engine calls back at every change (about nine times a scan), and a look for each made a scan
+# cost six looks where one reads its result (measured in the scale phase). Progress only grows
+# (callbacks come in any order); a queued scan the engine runs becomes ``running`` here, and says
+# so (``was`` is the row as the statement found it) so that its ``scan.running`` event is written
+# in the same transaction. Same row-lock wait and replay memory as ``TAKE``.
+PROGRESS = f"""
+SET LOCAL lock_timeout = %d; SET LOCAL synchronous_commit = off;
+WITH seen AS (
+    INSERT INTO {table(EngineCallback)} (id, until) VALUES (?, ?) ON CONFLICT (id) DO NOTHING RETURNING 1
+), moved AS (
+    UPDATE {table(Scan)} AS s SET recipes_total = COALESCE(?, s.recipes_total),
+           recipes_done = GREATEST(s.recipes_done, COALESCE(?, s.recipes_done)),
+           status = CASE WHEN ? AND s.status = ? THEN ? ELSE s.status END,
+           started_at = CASE WHEN ? AND s.status = ? THEN ? ELSE s.started_at END
+    FROM {table(Scan)} AS was
+    WHERE was.id = s.id AND s.engine_id = ? AND s.engine_id IS NOT NULL AND s.status IN %s
+      AND s.next_look_at IS NOT NULL AND EXISTS (SELECT 1 FROM seen)
+    RETURNING (? AND was.status = ?) AS now_running, {columns(Scan, "s")}
+)
+SELECT (SELECT count(*) FROM seen), moved.* FROM (SELECT 1) AS one LEFT JOIN moved ON true"""
+
+
+def _run(sql: str, params: tuple):
+    """Run a callback's statement; a row lock held past its ``lock_timeout`` is ``Busy``."""
     try:
-        row = execute(sql, (callback_id, until, now, engine_id, *statuses)).fetchone()
+        return execute(sql, params)
     except OperationalError as exc:
         original = getattr(exc, "orig", None) or exc.__context__  # peewee wraps the driver's error
         if getattr(original, "pgcode", None) == LOCK_NOT_AVAILABLE:
             raise Busy() from None
         raise
+
+
+def _in(statuses: Sequence[str]) -> str:
+    return "(" + ", ".join(["?"] * len(statuses)) + ")"
+
+
+def take(callback_id: str, *, until: datetime, engine_id: str, statuses: Sequence[str], now: datetime,
+         lock_timeout_ms: int) -> tuple[bool, bool]:
+    """Remember ``callback_id`` (kept ``until``) and make the scan in one of ``statuses`` with
+    ``engine_id`` due by ``now``, after any look holding it: ``(new id, a scan made due)``. Run it
+    in a transaction of its own (its settings are ``SET LOCAL``)."""
+    sql = TAKE % (max(1, lock_timeout_ms), _in(statuses))
+    row = _run(sql, (callback_id, until, now, engine_id, *statuses)).fetchone()
     return bool(row[0]), bool(row[1])
+
+
+def progress(callback_id: str, *, until: datetime, engine_id: str, statuses: Sequence[str], running: bool,
+             recipes_total: int | None, recipes_done: int | None, queued: str, running_status: str, now: datetime,
+             lock_timeout_ms: int) -> tuple[bool, Scan | None]:
+    """Remember ``callback_id`` and record the progress on the scan in one of ``statuses`` with
+    ``engine_id``; with ``running``, a ``queued`` scan becomes ``running_status``, started ``now``.
+    Returns ``(new id, the scan as written if it moved to running now, else None)``. Run it in a
+    transaction of its own (its settings are ``SET LOCAL``)."""
+    sql = PROGRESS % (max(1, lock_timeout_ms), _in(statuses))
+    params = (callback_id, until, recipes_total, recipes_done, running, queued, running_status,
+              running, queued, now, engine_id, *statuses, running, queued)
+    row = _run(sql, params).fetchone()
+    return bool(row[0]), instance(Scan, row[2:]) if row[1] else None
+
+
+def durable() -> None:
+    """The caller's transaction waits for the disk at commit after all: it moved a scan to
+    ``running`` (its event is to be delivered), which a crash may not forget."""
+    execute("SET LOCAL synchronous_commit = on")
 
 
 def forget_expired(now: datetime) -> int:

@@ -17,9 +17,9 @@ from standardwebhooks.webhooks import Webhook
 from app import runtime
 from app.db import transaction
 from app.extensions import db
-from app.models import EngineCallback, Scan, utcnow
+from app.models import EngineCallback, Event, Scan, utcnow
 from app.models.scans import IN_FLIGHT
-from app.services import callbacks, looks, tracking
+from app.services import callbacks, looks, reads, tracking
 from app.services.errors import CallbackRefused, CallbackReplayed, InvalidRequest
 from app.store import scan_states
 from app.store import scans as scan_store
@@ -35,9 +35,9 @@ pytestmark = pytest.mark.config(ENGINE_CALLBACK_URL="http://127.0.0.1:9/engine/v
 
 
 def signed(engine_id: str, *, msg_id: str = "msg_1", at: datetime | None = None, secret: str = SECRET,
-           status: str = "done") -> tuple[bytes, dict]:
+           status: str = "done", done: int = 6) -> tuple[bytes, dict]:
     """A callback body and its Standard Webhooks headers, as an engine sends them."""
-    body = json.dumps({"id": engine_id, "reference": "scn_x", "status": status, "recipes_done": 6,
+    body = json.dumps({"id": engine_id, "reference": "scn_x", "status": status, "recipes_done": done,
                        "recipes_total": 6})
     at = at or utcnow()
     signature = Webhook(secret).sign(msg_id, at.replace(tzinfo=UTC), body)
@@ -91,7 +91,7 @@ def test_a_callback_during_a_look_at_its_scan_makes_it_due_again_once_the_look_i
     waits for the look's row lock, then makes the scan due again (a skipped one stayed running)."""
     cust, key = new_customer()
     scan = promised(new_scan(cust, key))
-    assert callbacks.receive(*signed(scan.engine_id, msg_id="msg_running", status="running")) == callbacks.TAKEN
+    assert callbacks.receive(*signed(scan.engine_id, msg_id="msg_first")) == callbacks.TAKEN
     outcome: list = []
 
     def callback_meanwhile():
@@ -110,6 +110,33 @@ def test_a_callback_during_a_look_at_its_scan_makes_it_due_again_once_the_look_i
     thread.join(10)
     assert outcome == [callbacks.TAKEN]
     assert Scan.get_by_id(scan.id).next_look_at <= utcnow()
+
+
+def test_a_progress_callback_records_its_progress_and_the_move_to_running_without_a_look(conn):
+    """The engine calls back at every change: only the final one is worth a look. A progress
+    callback writes its counts (never backwards: callbacks come in any order) and moves a queued
+    scan to running with its event, and the scan's next look stays where it was."""
+    with freeze_time(NOW) as frozen:
+        cust, key = new_customer()
+        scan = promised(new_scan(cust, key))
+        due_at = scan.next_look_at
+        frozen.tick(2)
+        assert callbacks.receive(*signed(scan.engine_id, msg_id="msg_pending", status="pending", done=0)) \
+            == callbacks.UNCHANGED
+        assert Scan.get_by_id(scan.id).status == "queued"
+        assert callbacks.receive(*signed(scan.engine_id, msg_id="msg_run4", status="running", done=4)) \
+            == callbacks.TAKEN
+        late = signed(scan.engine_id, msg_id="msg_run2", status="running", done=2)  # sent earlier, came later
+        assert callbacks.receive(*late) == callbacks.UNCHANGED
+        written = Scan.get_by_id(scan.id)
+        assert (written.status, written.started_at, written.recipes_done, written.recipes_total) \
+            == ("running", utcnow(), 4, 6)
+        assert written.next_look_at == due_at and looks.look_due()["claimed"] == 0  # no look caused
+        kinds = [e.kind for e in Event.select().where(Event.scan_id == scan.id)]
+        assert kinds == ["scan.running"]  # once, though two callbacks said running
+        with pytest.raises(CallbackReplayed):
+            callbacks.receive(*late)
+    assert reads.read_scan(cust.id, scan.id)["progress"] == {"recipes_total": 6, "recipes_done": 4}
 
 
 def wait_for_lock_waiter(seconds: float = 5.0) -> bool:
@@ -157,7 +184,7 @@ def test_a_replayed_callback_is_refused_and_changes_nothing(conn):
     with freeze_time(NOW) as frozen:
         cust, key = new_customer()
         scan = promised(new_scan(cust, key))
-        call = signed(scan.engine_id, status="running")
+        call = signed(scan.engine_id)  # "done", though the engine is not done yet
         assert callbacks.receive(*call) == callbacks.TAKEN
         assert looks.look_due()["unfinished"] == 1  # the look put its next due time back
         after_look = state(scan.id)
