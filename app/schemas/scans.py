@@ -259,6 +259,8 @@ STATUS_DOC = {"enum": ["queued", "running", "completed", "failed"]}
 TIME_DOC = {"format": "date-time", "example": "2026-11-21T12:00:00Z"}
 
 
+WATCH_ID_DOC = {"description": "Only for a watch's scans (its first and every scheduled or requested one since): "
+                                "the watch.", "example": "wch_T3JhbmdlIGp1aWNl"}
 RERUN_OF_DOC = {"description": "Only for a re-run: the scan whose failed sources it asks again (its result is "
                                "that scan's, completed with the new answers).",
                 "example": "scn_8aP2vR5nQx0wLk3mYt7c1d"}
@@ -291,6 +293,7 @@ class ScanSchema(ma.Schema):
     case_ref = fields.String(required=True, allow_none=True, metadata=READ_CASE_REF_DOC)
     created_at = fields.String(required=True, metadata=TIME_DOC)
     bulk_id = fields.String(metadata={"description": "Only for scans created by a bulk call."})
+    watch_id = fields.String(metadata=WATCH_ID_DOC)
     rerun_of = fields.String(metadata=RERUN_OF_DOC)
     eta_seconds = fields.Integer(metadata={"description": "queued/running: remaining seconds, never negative."})
     progress = fields.Nested(ProgressSchema, metadata={"description": "queued/running only."})
@@ -472,6 +475,7 @@ class ScanListQuerySchema(ma.Schema):
 class ScanListEntrySchema(BulkScanStateSchema):
     created_at = fields.String(required=True, metadata=TIME_DOC)
     bulk_id = fields.String(metadata={"description": "Only for scans created by a bulk call."})
+    watch_id = fields.String(metadata=WATCH_ID_DOC)
 
 
 class ScanListSchema(ma.Schema):

@@ -88,6 +88,8 @@ def scan_view(scan, now, *, raw_result: bool = False) -> dict:
     body.update(kind=scan.kind, purpose=scan.purpose, case_ref=scan.case_ref, created_at=iso(scan.created_at))
     if scan.bulk_id:
         body["bulk_id"] = scan.bulk_id
+    if scan.watch_id:
+        body["watch_id"] = scan.watch_id
     if scan.rerun_of:
         body["rerun_of"] = scan.rerun_of
     final = final_state(scan, raw_result=raw_result)
@@ -142,8 +144,8 @@ def bulk_body(batch, scans) -> dict:
 
 
 def _list_entry(row, livemode: bool) -> dict:
-    (scan_id, status, target, kind, purpose, case_ref, bulk_id, created_at, completed_at, result_json, failed_at,
-     failure_code, failure_message, erased_at) = row
+    (scan_id, status, target, kind, purpose, case_ref, bulk_id, watch_id, created_at, completed_at, result_json,
+     failed_at, failure_code, failure_message, erased_at) = row
     as_time = Scan.created_at.python_value  # raw rows, as the model would read them
     entry = {"scan_id": scan_id, "livemode": livemode, "status": status}
     if target is not None:  # None once erased (D20)
@@ -151,6 +153,8 @@ def _list_entry(row, livemode: bool) -> dict:
     entry.update(kind=kind, purpose=purpose, case_ref=case_ref, created_at=iso(as_time(created_at)))
     if bulk_id:
         entry["bulk_id"] = bulk_id
+    if watch_id:
+        entry["watch_id"] = watch_id
     final = final_fields(status, as_time(completed_at), result_json, as_time(failed_at), failure_code,
                          failure_message, raw_result=True, erased_at=as_time(erased_at))
     if final is not None:

@@ -94,6 +94,11 @@ def test_run_queues_a_scan_now_charged_as_a_creation(client, account):
     assert [s.id for s in scans_of_watch(watch_id)][-1] == r.json["scan_id"]
     assert balance(account) == before - 1
     assert client.get(f"{WATCHES}/{watch_id}", headers=account.headers).json["last_scan_id"] == r.json["scan_id"]
+    # A watch's scan says whose it is, read alone or in the list; another scan does not.
+    assert client.get(f"/api/v1/scan/{r.json['scan_id']}", headers=account.headers).json["watch_id"] == watch_id
+    other = client.post("/api/v1/scan", json={"target": "someone.else@example.com"}, headers=account.headers).json
+    listed = {e["scan_id"]: e.get("watch_id") for e in client.get("/api/v1/scans", headers=account.headers).json["data"]}
+    assert (listed[r.json["scan_id"]], listed[other["scan_id"]]) == (watch_id, None)
     client.delete(f"{WATCHES}/{watch_id}", headers=account.headers)
     refused = client.post(f"{WATCHES}/{watch_id}/run", headers=account.headers)
     assert refused.status_code == 409 and refused.json["error"] == "watch_ended"
