@@ -699,8 +699,10 @@ def suppressions_list(kind, target, as_json):
 @watches_cli.command("run-due")
 @click.option("--days-ahead", type=click.IntRange(0, 3650), default=0, metavar="N",
               help="QA only (refused in production): as if it were N days from now.")
+@click.option("--customer", "customer_id", default=None, metavar="CUSTOMER_ID",
+              help="Only this customer's watches (with --days-ahead, the others' stay where they are).")
 @json_option
-def watches_run_due(days_ahead, as_json):
+def watches_run_due(days_ahead, customer_id, as_json):
     """Make the scans of the watches due now, as the workers' periodic job does; prints what became
     of them (scans made, missed and tried again later, watches paused or ended)."""
     from datetime import timedelta
@@ -709,7 +711,7 @@ def watches_run_due(days_ahead, as_json):
     from app.services import watches
     if days_ahead and runtime.config["APP_ENV"] == "production":
         fail(as_json, "--days-ahead moves the clock for QA and is refused in production")
-    report = run(as_json, lambda: watches.run_due(utcnow() + timedelta(days=days_ahead)))
+    report = run(as_json, lambda: watches.run_due(utcnow() + timedelta(days=days_ahead), customer_id=customer_id))
     emit(as_json, report, Table.record([(name.replace("_", " "), count) for name, count in report.items()]))
 
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The fields of a scan's read every event body starts with, in this order (after ``event``).
-SCAN_FIELDS = ("scan_id", "bulk_id", "watch_id", "rerun_of", "livemode", "target", "kind", "status", "purpose", "case_ref")
-OPTIONAL_FIELDS = frozenset({"bulk_id", "watch_id", "rerun_of"})  # absent unless the scan has one (a batch, a watch, a re-run's first)
+SCAN_FIELDS = ("scan_id", "bulk_id", "watch_id", "rerun_of", "livemode", "target", "kind", "status", "purpose",
+               "case_ref")
+# Absent unless the scan has one (a batch, a watch, a re-run's first).
+OPTIONAL_FIELDS = frozenset({"bulk_id", "watch_id", "rerun_of"})
 # A thin body (D20: a key's ``webhook_payload`` "thin") carries no personal data: these fields of
 # the full one, and the receiver reads the rest through the API.
-THIN_FIELDS = frozenset({"scan_id", "bulk_id", "watch_id", "rerun_of", "livemode", "status", "purpose", "case_ref", "completed_at",
-                         "failed_at", "created_at"})
+THIN_FIELDS = frozenset({"scan_id", "bulk_id", "watch_id", "rerun_of", "livemode", "status", "purpose", "case_ref",
+                         "completed_at", "failed_at", "created_at"})
 PAYLOADS = ("full", "thin")
 
 

@@ -267,15 +267,17 @@ def owned_any_mode(customer_id: str, watch_id: str):
 
 # --- the scheduler -------------------------------------------------------------------------
 
-def run_due(now: datetime | None = None) -> dict:
-    """Make the scans of the watches due at ``now``: claimed in batches (``SKIP LOCKED``: any
-    number of workers share them), each scan admitted as a creation. The report counts them."""
+def run_due(now: datetime | None = None, *, customer_id: str | None = None) -> dict:
+    """Make the scans of the watches due at ``now`` (only one customer's, with ``customer_id``: the
+    operator's QA runs, which must not move other customers' watches): claimed in batches
+    (``SKIP LOCKED``: any number of workers share them), each scan admitted as a creation. The
+    report counts them."""
     now = now or utcnow()
     report = {"watch_scans": 0, "watch_scans_missed": 0, "watch_scans_skipped": 0, "watches_paused": 0,
               "watches_ended": 0}
     for _ in range(MAX_BATCHES):
         with transaction():
-            claimed = watch_store.claim_due(now, now + HOLD, CLAIM_BATCH)
+            claimed = watch_store.claim_due(now, now + HOLD, CLAIM_BATCH, customer_id=customer_id)
         for watch in claimed:
             report[_scan_due(watch, now)] += 1
         if len(claimed) < CLAIM_BATCH:

@@ -81,8 +81,8 @@ SCAN_BY_ID = f"SELECT {columns(Scan)} FROM {table(Scan)} WHERE id = ?"
 BATCH_BY_ID = f"SELECT {columns(BulkBatch)} FROM {table(BulkBatch)} WHERE id = ?"
 BATCH_SCANS = (f"SELECT id, status, target, kind, purpose, case_ref, completed_at, result_json, failed_at, "
                f"failure_code, failure_message, erased_at FROM {table(Scan)} WHERE bulk_id = ? ORDER BY bulk_index")
-LIST_COLUMNS = ("id, status, target, kind, purpose, case_ref, bulk_id, watch_id, created_at, completed_at, result_json, "
-                "failed_at, failure_code, failure_message, erased_at")
+LIST_COLUMNS = ("id, status, target, kind, purpose, case_ref, bulk_id, watch_id, created_at, completed_at, "
+                "result_json, failed_at, failure_code, failure_message, erased_at")
 LIST_CURSOR = f"SELECT created_at FROM {table(Scan)} WHERE id = ? AND customer_id = ? AND livemode = ?"
 
 

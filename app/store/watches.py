@@ -12,7 +12,7 @@ from app.models.watches import ACTIVE, ENDED
 from app.store.customers import Statement
 
 CLAIM = (f"UPDATE {table(Watch)} SET next_scan_at = ? WHERE id IN (SELECT id FROM {table(Watch)} "
-         "WHERE status = ? AND next_scan_at <= ? ORDER BY next_scan_at LIMIT ? FOR UPDATE SKIP LOCKED) RETURNING id")
+         "WHERE status = ? AND next_scan_at <= ?%s ORDER BY next_scan_at LIMIT ? FOR UPDATE SKIP LOCKED) RETURNING id")
 
 
 def insert_statement(rows: list[dict]) -> Statement:
@@ -90,11 +90,15 @@ def portal_page(customer_id: str, *, livemode: bool | None, status: str | None, 
     return query.count(), rows
 
 
-def claim_due(now: datetime, hold_until: datetime, limit: int) -> list[Watch]:
-    """Up to ``limit`` active watches due at ``now``, claimed: their due time moved to
-    ``hold_until`` in the same statement, rows another claim holds skipped (``SKIP LOCKED``).
-    A claimer that dies leaves them due again at ``hold_until``."""
-    ids = [row[0] for row in execute(CLAIM, (hold_until, ACTIVE, now, limit)).fetchall()]
+def claim_due(now: datetime, hold_until: datetime, limit: int, *, customer_id: str | None = None) -> list[Watch]:
+    """Up to ``limit`` active watches due at ``now`` (of one customer's, with ``customer_id``),
+    claimed: their due time moved to ``hold_until`` in the same statement, rows another claim
+    holds skipped (``SKIP LOCKED``). A claimer that dies leaves them due again at ``hold_until``."""
+    if customer_id is None:
+        rows = execute(CLAIM % "", (hold_until, ACTIVE, now, limit))
+    else:
+        rows = execute(CLAIM % " AND customer_id = ?", (hold_until, ACTIVE, now, customer_id, limit))
+    ids = [row[0] for row in rows.fetchall()]
     return list(Watch.select().where(Watch.id.in_(ids)).order_by(Watch.id)) if ids else []
 
 

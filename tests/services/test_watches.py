@@ -50,6 +50,18 @@ def test_due_times_follow_the_interval_with_a_stable_offset_per_watch():
     assert len(offsets) > 40 and all(timedelta(0) <= o < timedelta(days=7) for o in offsets)
 
 
+def test_one_customers_due_watches_run_alone_and_the_others_stay_due(client, account, make_customer):
+    """The operator's QA runs (``--customer``) move no other customer's watches."""
+    other = make_customer()
+    mine, theirs = create(client, account), create(client, other)
+    moment = max(watch(mine).next_scan_at, watch(theirs).next_scan_at)
+    with freeze_time(moment), db.connection_context():
+        assert watches.run_due(moment, customer_id=account.id)["watch_scans"] == 1
+    assert (len(scans_of(mine)), len(scans_of(theirs))) == (2, 1)  # a baseline each, one more of mine
+    assert watch(theirs).next_scan_at <= moment  # still due
+    assert run_at(moment)["watch_scans"] == 1  # the periodic job's run takes the rest
+
+
 def test_a_due_watch_is_scanned_once_charged_and_due_again_an_interval_later(client, account):
     watch_id = create(client, account)
     due = watch(watch_id).next_scan_at
