@@ -42,6 +42,33 @@ class Parser(type(ArgumentsMixin.ARGUMENTS_PARSER)):
 class ApiBlueprint(Blueprint):
     ARGUMENTS_PARSER = Parser()
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._prepare_doc_cbks.append(self._prepare_added_parameters_doc)
+
+    def doc(self, **kwargs):
+        """As flask-smorest's, except that ``parameters`` (a header, a hand-written query
+        parameter) are added to those the view's arguments document: flask-smorest's own merge
+        replaces the list, and a view's query arguments vanished from the document."""
+        added = kwargs.pop("parameters", None)
+        decorator = super().doc(**kwargs)
+        if not added:
+            return decorator
+
+        def decorate(func):
+            wrapper = decorator(func)
+            wrapper._apidoc["added_parameters"] = [*wrapper._apidoc.get("added_parameters", []), *added]
+            return wrapper
+        return decorate
+
+    @staticmethod
+    def _prepare_added_parameters_doc(doc, doc_info, **_):
+        """After the arguments' parameters (flask-smorest's first callback): the ``doc`` ones."""
+        added = doc_info.get("added_parameters")
+        if added:
+            doc.setdefault("parameters", []).extend(added)
+        return doc
+
     def priced(self, what: str):
         """The view's docstring as its OpenAPI description, with the price of ``what``
         (``billing.PRICE_WORDS``: call, scan, bulk) at ``{price}``: the document says what

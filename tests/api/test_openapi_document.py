@@ -250,3 +250,36 @@ def test_the_document_is_as_strict_as_the_service(client, account, spec):
     extra = client.post("/api/v1/scan/bulk", json={"targets": [{"target": "ann@example.com", "x": 1}]},
                         headers=account.headers)
     assert extra.status_code == 202 and extra.json["rejected"][0]["error"] == "invalid_request"
+
+
+def accepted_query_parameters(app) -> dict[tuple[str, str], set[str]]:
+    """What each API view takes in its query string, from its own argument schemas: ``{(OpenAPI
+    path, method): names}``."""
+    import re
+
+    accepted: dict[tuple[str, str], set[str]] = {}
+    for rule in app.url_map.iter_rules():
+        if not rule.rule.startswith("/api/v1/"):
+            continue
+        view = app.view_functions[rule.endpoint]
+        path = re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"{\1}", rule.rule)
+        for method in (rule.methods or set()) & {m.upper() for m in HTTP_METHODS}:
+            handler = getattr(getattr(view, "view_class", None), method.lower(), view)
+            for argument in getattr(handler, "_apidoc", {}).get("arguments", {}).get("parameters", []):
+                if argument.get("in") == "query":
+                    schema = argument["schema"]
+                    schema = schema() if isinstance(schema, type) else schema
+                    names = {field.data_key or name for name, field in schema.fields.items() if not field.dump_only}
+                    accepted.setdefault((path, method.lower()), set()).update(names)
+    return accepted
+
+
+def test_every_query_parameter_the_service_takes_is_in_the_document(app, spec):
+    """A header documented by hand beside query arguments once hid them (the stream's filters,
+    ``wait`` on a creation)."""
+    accepted = accepted_query_parameters(app)
+    assert {"events", "scan_id", "watch_id", "after"} <= accepted[("/api/v1/events/stream", "get")]
+    assert "wait" in accepted[("/api/v1/scan", "post")]
+    for (path, method), names in accepted.items():
+        documented = {p["name"] for p in spec["paths"][path][method].get("parameters", []) if p["in"] == "query"}
+        assert names <= documented, (method, path, names - documented)
