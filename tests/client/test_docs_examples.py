@@ -56,7 +56,7 @@ def docs_env(served_app, make_customer, simulator, jobs, monkeypatch, tmp_path):
 
 def test_the_doc_has_examples_of_every_topic():
     text = DOC.read_text()
-    for topic in ("## Install", "## Your first scan", "## Waiting", "## Bulk from a CSV", "## Listing",
+    for topic in ("## Install", "## Your first scan", "## Waiting", "## Bulk from a CSV", "## Listing", "## Watches",
                   "## Webhooks", "### Deliveries", "## Test mode", "## Errors", "## Checking a result"):
         assert topic in text
     assert len(blocks("python")) >= 6 and not re.search(r"\bD\d+\b|§", text)
@@ -80,6 +80,7 @@ def test_every_python_example_runs(docs_env, capsys):
     assert "completed" in out and "target_too_short" in out and "invalid_token" in out and "credits left" in out
     assert "redelivered dlv_" in out  # the deliveries example found the failed deliveries and sent them again
     assert "live key: False" in out and "failed engine_failed False" in out and " failed False" in out
+    assert "first scan completed of watch wch_" in out and "watch ended" in out
 
 
 @pytest.mark.config(WEBHOOK_RETRY_SCHEDULE=())
