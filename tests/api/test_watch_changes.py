@@ -108,3 +108,28 @@ def test_a_change_is_in_the_events_list_as_its_endpoints_hear_it(client, account
     [thin] = client.get("/api/v1/events", headers=account.headers,
                         query_string={**query, "payload": "thin"}).json["data"]
     assert thin["body"] == {k: v for k, v in delivered.items() if k not in ("target", "kind", "added_items")}
+
+
+@pytest.mark.config(ENGINE_POLL_SECONDS=1)
+def test_erasure_and_retention_apply_to_a_watchs_scans_and_its_change_events(client, account, jobs):
+    """A watch's scans are scans: erased on request (the change event they caused keeps its thin
+    body only, in the feed and in the delivery) and by retention, while the watch goes on."""
+    from datetime import timedelta
+
+    from app.models import utcnow
+    from app.services import erasure
+
+    listen(client, account)
+    created, rerun = watch_and_rescan(client, account, jobs, CHANGING)
+    assert client.delete(f"/api/v1/scan/{rerun['scan_id']}", headers=account.headers).status_code == 200
+    query = {"watch_id": created["watch_id"], "events": "watch.changed"}
+    [listed] = client.get("/api/v1/events", headers=account.headers, query_string=query).json["data"]
+    assert not {"target", "kind", "added_items"} & set(listed["body"])
+    assert listed["body"]["changes"]["added"]  # the finding ids, which name no one, stay
+    with db.connection_context():
+        [delivery] = WebhookDelivery.select().where(WebhookDelivery.event == "watch.changed")
+        assert delivery.body is None or CHANGING not in delivery.body
+        assert erasure.erase_past_retention(utcnow() + timedelta(days=400)) >= 1
+        baseline = Scan.get_by_id(created["last_scan_id"])
+    assert baseline.erased_at is not None and baseline.target is None
+    assert client.get(f"{WATCHES}/{created['watch_id']}", headers=account.headers).json["status"] == "active"
