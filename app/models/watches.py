@@ -1,5 +1,5 @@
 """Watches (D28): a target scanned again on a schedule, its changes announced."""
-from peewee import BooleanField, CharField, DateTimeField, ForeignKeyField, TextField
+from peewee import BooleanField, CharField, DateTimeField, ForeignKeyField, IntegerField, TextField
 
 from app.models.accounts import ApiKey, Customer
 from app.models.base import BaseModel, utcnow
@@ -22,6 +22,9 @@ class Watch(BaseModel):
     # later ends the watches it matches, without reading any target.
     optout_hash = CharField(max_length=64)
     interval = CharField(max_length=10)  # daily, weekly, monthly
+    # Its place among the customer's watches of this mode and interval, which its due times
+    # follow (``app.services.watch_times``).
+    slot = IntegerField(null=True)
     status = CharField(max_length=10, default=ACTIVE)
     purpose = CharField(max_length=32, null=True)
     case_ref = CharField(max_length=128, null=True)

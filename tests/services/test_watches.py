@@ -12,7 +12,7 @@ from freezegun import freeze_time
 
 from app.extensions import db
 from app.models import Scan, Watch, WebhookDelivery
-from app.services import billing, watches
+from app.services import billing, watch_times, watches
 from app.store import watches as watch_store
 
 START = datetime(2026, 11, 21, 12, 0, 0)
@@ -42,12 +42,36 @@ def run_at(moment: datetime) -> dict:
         return watches.run_due(moment)
 
 
-def test_due_times_follow_the_interval_with_a_stable_offset_per_watch():
-    first = watches.next_due("wch_a", "daily", START, START)
-    assert START + timedelta(days=1) <= first < START + timedelta(days=2)
-    assert watches.next_due("wch_a", "daily", START, first) == first + timedelta(days=1)
-    offsets = {watches.offset(f"wch_{n}", "weekly") for n in range(50)}
-    assert len(offsets) > 40 and all(timedelta(0) <= o < timedelta(days=7) for o in offsets)
+def test_due_times_follow_the_interval_at_the_watch_s_slot():
+    # Slot 3 sits at three quarters of a day (18:00); the first due time is at least a day after creation.
+    first = watch_times.next_due(3, "daily", START, START)
+    assert first == datetime(2026, 11, 22, 18, 0)
+    assert watch_times.next_due(3, "daily", START, first) == first + timedelta(days=1)
+    assert watch_times.next_due(3, "daily", datetime(2026, 11, 21, 19, 0), START) == datetime(2026, 11, 23, 18, 0)
+    phases = [watch_times.phase(k, "weekly") for k in range(8)]
+    assert phases == [timedelta(days=7) * k / 8 for k in (0, 4, 2, 6, 1, 5, 3, 7)]
+
+
+def test_a_new_watch_takes_the_lowest_free_slot_and_a_new_interval_another(client, account):
+    ids = [create(client, account, target=f"user{n}@example.com") for n in range(3)]
+    assert [watch(i).slot for i in ids] == [0, 1, 2]
+    client.delete(f"{WATCHES}/{ids[1]}", headers=account.headers)
+    again = create(client, account, target="user9@example.com")
+    assert watch(again).slot == 1  # the ended watch's slot, free again
+    with freeze_time(START):
+        moved = client.patch(f"{WATCHES}/{ids[2]}", headers=account.headers, json={"interval": "weekly"})
+    assert moved.status_code == 200 and watch(ids[2]).slot == 0  # the first weekly watch
+    assert watch(ids[2]).next_scan_at == watch_times.next_due(0, "weekly", START, START)
+    paused = client.patch(f"{WATCHES}/{ids[0]}", headers=account.headers, json={"status": "paused"})
+    assert paused.status_code == 200 and watch(ids[0]).slot == 0  # a paused watch keeps its place
+    assert watch(create(client, account, target="user10@example.com")).slot == 2
+
+
+def test_a_scan_made_late_is_followed_by_the_next_one_at_least_half_an_interval_on(client, account):
+    watch_id = create(client, account)
+    due = watch(watch_id).next_scan_at
+    assert run_at(due + timedelta(hours=13))["watch_scans"] == 1  # claimed 13 hours late (a backlog)
+    assert watch(watch_id).next_scan_at == due + timedelta(days=2)
 
 
 def test_one_customers_due_watches_run_alone_and_the_others_stay_due(client, account, make_customer):
@@ -170,8 +194,9 @@ def test_create_watches_says_per_entry_what_became_of_it_and_spreads_their_scans
     assert [(e["index"], e["error"]) for e in body["rejected"]] == [(20, "target_too_short"),
                                                                       (21, "invalid_request")]
     # Each watch's own place in the interval: made together, they do not fall due together.
-    due = {w["next_scan_at"] for w in body["watches"]}
-    assert len(due) > 15
+    assert sorted(watch(w["watch_id"]).slot for w in body["watches"]) == list(range(20))
+    due = sorted(watch(w["watch_id"]).next_scan_at for w in body["watches"])
+    assert len(set(due)) == 20 and due[-1] - due[0] < timedelta(days=1)
     assert all(watch(w["watch_id"]).last_scan_id == w["last_scan_id"] for w in body["watches"])
     with db.connection_context():
         batch = {s.watch_id for s in Scan.select().where(Scan.bulk == body["bulk_id"])}
