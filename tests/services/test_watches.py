@@ -102,6 +102,22 @@ def test_a_due_watch_is_scanned_once_charged_and_due_again_an_interval_later(cli
         assert billing.balance_of(account.id) == before - 1
 
 
+def test_a_test_keys_watch_is_scanned_on_schedule_on_the_sandbox_free(client, account):
+    from tests import factories
+    with db.connection_context():
+        test = factories.sandbox_key(account)
+    watch_id = create(client, test)
+    due = watch(watch_id).next_scan_at
+    with db.connection_context():
+        before = billing.balance_of(account.id)
+    assert run_at(due)["watch_scans"] == 1
+    baseline, scheduled = scans_of(watch_id)
+    assert (scheduled.livemode, scheduled.engine_id.startswith("sbx_")) == (False, True)
+    assert watch(watch_id).next_scan_at == due + timedelta(days=1)
+    with db.connection_context():
+        assert billing.balance_of(account.id) == before
+
+
 def test_a_paused_watch_is_not_scanned(client, account):
     watch_id = create(client, account)
     due = watch(watch_id).next_scan_at
