@@ -83,7 +83,7 @@ def store(stack: Stack, total: int, log) -> tuple[dict, float]:
                     lines.append("\t".join((watch_id, customer_id, key_id, "t", "email",
                                             f"watch.{written + i}@example.com", secrets.token_hex(32), interval,
                                             str(i), "active", at.isoformat(),
-                                            next_due(i, interval, at, now).isoformat())))
+                                            next_due(customer_id, i, interval, at, now).isoformat())))
                 with conn.cursor() as cur:
                     cur.copy_expert(f"COPY watch ({', '.join(COLUMNS)}) FROM STDIN", io.StringIO("\n".join(lines) + "\n"))
                 conn.commit()
@@ -128,7 +128,8 @@ def claim_plan(stack: Stack) -> list[str]:
             cur.execute("SELECT min(next_scan_at) - interval '1 second', max(next_scan_at) + interval '1 day' "
                         "FROM watch WHERE status = 'active'")
             before, hold = cur.fetchone()
-            cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + CLAIM.replace("?", "%s"), (hold, "active", before, 50))
+            # Every customer's claim (the periodic job's: no ``--customer`` filter in its ``%s``).
+            cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + (CLAIM % "").replace("?", "%s"), (hold, "active", before, 50))
             return [row[0] for row in cur.fetchall()]
     finally:
         conn.rollback()

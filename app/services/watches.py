@@ -153,7 +153,8 @@ def update_watch(customer_id: str, watch_id: str, *, livemode: bool, interval: s
         if status == PAUSED:
             changes["next_scan_at"] = None
         elif watch.status != ACTIVE or interval != watch.interval:  # resumed, or a new rhythm
-            changes.update(next_scan_at=next_due(slot, interval, watch.created_at, now), missed_since=None)
+            changes.update(next_scan_at=next_due(watch.customer_id, slot, interval, watch.created_at, now),
+                           missed_since=None)
         if not watch_store.update(watch.id, changes, unless_status=ENDED):
             raise WatchEnded()
     return view(watch_store.get(watch.id))
@@ -304,7 +305,7 @@ def _scan_due(watch, now: datetime) -> str:
     # At least half an interval on: a scan made late (tried again, or claimed after a backlog) is
     # not followed by another at the slot's next point within minutes.
     later = now + INTERVALS[watch.interval] / 2
-    _set_due_if_active(watch, next_due(watch.slot, watch.interval, watch.created_at, later))
+    _set_due_if_active(watch, next_due(watch.customer_id, watch.slot, watch.interval, watch.created_at, later))
     return "watch_scans"
 
 

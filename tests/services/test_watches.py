@@ -43,13 +43,19 @@ def run_at(moment: datetime) -> dict:
 
 
 def test_due_times_follow_the_interval_at_the_watch_s_slot():
-    # Slot 3 sits at three quarters of a day (18:00); the first due time is at least a day after creation.
-    first = watch_times.next_due(3, "daily", START, START)
-    assert first == datetime(2026, 11, 22, 18, 0)
-    assert watch_times.next_due(3, "daily", START, first) == first + timedelta(days=1)
-    assert watch_times.next_due(3, "daily", datetime(2026, 11, 21, 19, 0), START) == datetime(2026, 11, 23, 18, 0)
-    phases = [watch_times.phase(k, "weekly") for k in range(8)]
-    assert phases == [timedelta(days=7) * k / 8 for k in (0, 4, 2, 6, 1, 5, 3, 7)]
+    first = watch_times.next_due("cus_a", 3, "daily", START, START)
+    assert START + timedelta(days=1) <= first < START + timedelta(days=2)
+    assert (first - watch_times.EPOCH) % timedelta(days=1) == watch_times.phase("cus_a", 3, "daily")
+    assert watch_times.next_due("cus_a", 3, "daily", START, first) == first + timedelta(days=1)
+    later = watch_times.next_due("cus_a", 3, "daily", START + timedelta(hours=23), START)
+    assert later - (START + timedelta(hours=23)) >= timedelta(days=1) and (later - first) % timedelta(days=1) == \
+        timedelta(0)
+    # Slot k sits at the point vdc(k) of the interval from slot 0 (0, 1/2, 1/4, 3/4, 1/8, ...).
+    week = timedelta(days=7)
+    turned = [(watch_times.phase("cus_a", k, "weekly") - watch_times.phase("cus_a", 0, "weekly")) % week
+              for k in range(8)]
+    assert turned == [week * k / 8 for k in (0, 4, 2, 6, 1, 5, 3, 7)]
+    assert watch_times.phase("cus_a", 0, "weekly") != watch_times.phase("cus_b", 0, "weekly")
 
 
 def test_a_new_watch_takes_the_lowest_free_slot_and_a_new_interval_another(client, account):
@@ -61,7 +67,7 @@ def test_a_new_watch_takes_the_lowest_free_slot_and_a_new_interval_another(clien
     with freeze_time(START):
         moved = client.patch(f"{WATCHES}/{ids[2]}", headers=account.headers, json={"interval": "weekly"})
     assert moved.status_code == 200 and watch(ids[2]).slot == 0  # the first weekly watch
-    assert watch(ids[2]).next_scan_at == watch_times.next_due(0, "weekly", START, START)
+    assert watch(ids[2]).next_scan_at == watch_times.next_due(account.id, 0, "weekly", START, START)
     paused = client.patch(f"{WATCHES}/{ids[0]}", headers=account.headers, json={"status": "paused"})
     assert paused.status_code == 200 and watch(ids[0]).slot == 0  # a paused watch keeps its place
     assert watch(create(client, account, target="user10@example.com")).slot == 2
