@@ -382,6 +382,8 @@ def _watch_slots(database):
         'UPDATE "watch" SET "slot" = numbered.n FROM (SELECT "id", row_number() OVER (PARTITION BY "customer_id", '
         '"livemode", "interval" ORDER BY "created_at", "id") - 1 AS n FROM "watch" WHERE "status" != \'ended\') '
         'AS numbered WHERE "watch"."id" = numbered."id"')
+    database.execute_sql('CREATE INDEX IF NOT EXISTS "watch_slot" ON "watch" ("customer_id", "livemode", "interval", '
+                         '"slot") WHERE "status" != \'ended\'')
 
 
 MIGRATIONS = [

@@ -519,6 +519,8 @@ def test_the_watch_slots_migration_numbers_each_customer_s_open_watches_per_mode
 
         ids = [watch(0), watch(1, status="ended"), watch(2, status="paused"), watch(3, interval="weekly"),
                watch(4, livemode=False), watch(5)]
+        fresh = db.execute_sql("SELECT indexdef FROM pg_indexes WHERE indexname = 'watch_slot'").fetchall()
+        assert fresh
         with db.atomic():
             db.execute_sql('ALTER TABLE "watch" DROP COLUMN "slot"')
             SchemaVersion.delete().where(SchemaVersion.version == 26).execute()
@@ -526,3 +528,4 @@ def test_the_watch_slots_migration_numbers_each_customer_s_open_watches_per_mode
         rows = {w.id: w for w in Watch.select()}
         assert [rows[i].slot for i in ids] == [0, None, 1, 0, 0, 2]
         assert all(rows[i].next_scan_at == start + timedelta(days=1) for i in ids)
+        assert db.execute_sql("SELECT indexdef FROM pg_indexes WHERE indexname = 'watch_slot'").fetchall() == fresh
