@@ -374,6 +374,18 @@ def _watches(database):
                          "'activity:read']::TEXT[] AND NOT ('watches' = ANY(\"scopes\"))")
 
 
+def _watch_slots(database):
+    """Watches spread by slot: each open watch numbered among its customer's of the same mode and
+    interval, oldest first. Due times already set stay; the next ones follow the slot."""
+    database.execute_sql('ALTER TABLE "watch" ADD COLUMN IF NOT EXISTS "slot" INTEGER')
+    database.execute_sql(
+        'UPDATE "watch" SET "slot" = numbered.n FROM (SELECT "id", row_number() OVER (PARTITION BY "customer_id", '
+        '"livemode", "interval" ORDER BY "created_at", "id") - 1 AS n FROM "watch" WHERE "status" != \'ended\') '
+        'AS numbered WHERE "watch"."id" = numbered."id"')
+    database.execute_sql('CREATE INDEX IF NOT EXISTS "watch_slot" ON "watch" ("customer_id", "livemode", "interval", '
+                         '"slot") WHERE "status" != \'ended\'')
+
+
 MIGRATIONS = [
     (1, "initial schema", _initial),
     (2, "quota counters, leaner scan indexes", _quota_counters),
@@ -398,6 +410,7 @@ MIGRATIONS = [
     (23, "events stored once per customer and mode", _events),
     (24, "request ids of up to 128 characters", _longer_request_ids),
     (25, "watches", _watches),
+    (26, "watches spread by slot", _watch_slots),
 ]
 
 

@@ -3,8 +3,9 @@ times and per due watch, and the spread of the due times it produces against the
 
 The watches are written with ``COPY`` (a bench's setup, not the API: 1,000,000 creations would
 each make a baseline scan), each as ``create_watch`` would store it: a customer's watches imported
-together (one creation time a customer, as a CSV import makes them), ``next_scan_at`` from the
-service's own ``app.services.watches.next_due``, so the spread measured is the scheduler's. The
+together (one creation time a customer, as a CSV import makes them), the customer's ``i``-th watch
+in slot ``i`` (as ``watch_times.place`` gives them), ``next_scan_at`` from the service's own
+``app.services.watch_times.next_due``, so the spread measured is the scheduler's. The
 mix (customers at their tier's watch limit, ``--watches`` scales it):
 
 - 24 enterprise customers with 10,000 daily watches each: 240,000 a day, 10,000 falling due an hour;
@@ -39,8 +40,8 @@ HOUR_S = 3600
 COPY_CHUNK = 50_000
 # (tier, customers, watches each, interval) at 1,000,000 watches; "monthly" takes the rest.
 MIX = (("enterprise", 24, 10_000, "daily"), ("business", 10, 1_000, "daily"), ("pro", 10, 100, "daily"))
-COLUMNS = ("id", "customer_id", "api_key_id", "livemode", "kind", "target", "optout_hash", "interval", "status",
-           "created_at", "next_scan_at")
+COLUMNS = ("id", "customer_id", "api_key_id", "livemode", "kind", "target", "optout_hash", "interval", "slot",
+           "status", "created_at", "next_scan_at")
 
 
 def plan(total: int) -> list[tuple[str, int, int, str]]:
@@ -57,7 +58,7 @@ def plan(total: int) -> list[tuple[str, int, int, str]]:
 def store(stack: Stack, total: int, log) -> tuple[dict, float]:
     """The watches written; ``{customer_id: tier}`` and the seconds it took."""
     from app.models import utcnow
-    from app.services.watches import next_due
+    from app.services.watch_times import next_due
     now = utcnow()
     tiers: dict[str, str] = {}
     conn = psycopg2.connect(PG_DSN)
@@ -81,7 +82,8 @@ def store(stack: Stack, total: int, log) -> tuple[dict, float]:
                     at = created + timedelta(milliseconds=i)
                     lines.append("\t".join((watch_id, customer_id, key_id, "t", "email",
                                             f"watch.{written + i}@example.com", secrets.token_hex(32), interval,
-                                            "active", at.isoformat(), next_due(watch_id, interval, at, now).isoformat())))
+                                            str(i), "active", at.isoformat(),
+                                            next_due(customer_id, i, interval, at, now).isoformat())))
                 with conn.cursor() as cur:
                     cur.copy_expert(f"COPY watch ({', '.join(COLUMNS)}) FROM STDIN", io.StringIO("\n".join(lines) + "\n"))
                 conn.commit()
@@ -126,7 +128,8 @@ def claim_plan(stack: Stack) -> list[str]:
             cur.execute("SELECT min(next_scan_at) - interval '1 second', max(next_scan_at) + interval '1 day' "
                         "FROM watch WHERE status = 'active'")
             before, hold = cur.fetchone()
-            cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + CLAIM.replace("?", "%s"), (hold, "active", before, 50))
+            # Every customer's claim (the periodic job's: no ``--customer`` filter in its ``%s``).
+            cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + (CLAIM % "").replace("?", "%s"), (hold, "active", before, 50))
             return [row[0] for row in cur.fetchall()]
     finally:
         conn.rollback()

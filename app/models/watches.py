@@ -1,5 +1,5 @@
 """Watches (D28): a target scanned again on a schedule, its changes announced."""
-from peewee import BooleanField, CharField, DateTimeField, ForeignKeyField, TextField
+from peewee import BooleanField, CharField, DateTimeField, ForeignKeyField, IntegerField, TextField
 
 from app.models.accounts import ApiKey, Customer
 from app.models.base import BaseModel, utcnow
@@ -22,6 +22,9 @@ class Watch(BaseModel):
     # later ends the watches it matches, without reading any target.
     optout_hash = CharField(max_length=64)
     interval = CharField(max_length=10)  # daily, weekly, monthly
+    # Its place among the customer's watches of this mode and interval, which its due times
+    # follow (``app.services.watch_times``).
+    slot = IntegerField(null=True)
     status = CharField(max_length=10, default=ACTIVE)
     purpose = CharField(max_length=32, null=True)
     case_ref = CharField(max_length=128, null=True)
@@ -46,3 +49,6 @@ class Watch(BaseModel):
 Watch.add_index(Watch.index(Watch.next_scan_at, name="watch_due",
                             where=(Watch.status == ACTIVE) & Watch.next_scan_at.is_null(False)))
 Watch.add_index(Watch.index(Watch.optout_hash, name="watch_optout_hash", where=Watch.status != ENDED))
+# A customer's slots of one mode and interval, read by an index-only scan when a watch takes one.
+Watch.add_index(Watch.index(Watch.customer, Watch.livemode, Watch.interval, Watch.slot, name="watch_slot",
+                            where=Watch.status != ENDED))

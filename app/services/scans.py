@@ -38,6 +38,7 @@ from app.services import (
     sandbox_engine,
     suppressions,
     tracking,
+    watch_times,
 )
 from app.services.errors import (
     EngineUnavailable,
@@ -122,6 +123,7 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
         limits = limits_for(customer)
         if new_watches is not None:
             _check_watch_limit(customer, livemode, len(new_watches))
+            watch_times.place(customer_id, livemode, new_watches, now)
         elif watch_id is not None and watch_store.lock_status(watch_id) not in watch_statuses:
             raise WatchEnded()  # ended (or, for a scheduled scan, paused) since it was read
         if n:

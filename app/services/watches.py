@@ -1,13 +1,12 @@
 """Watches (D28): a target scanned again on a schedule.
 
 A watch's first scan is made with it, in one admission (charged and limited as a creation, within
-the customer's watch limit); later scans are due at ``next_scan_at``, which the scheduler claims
-(slice 2). Due times are ``created_at + offset + k * interval``: the offset, stable per watch and
-below the interval, spreads a customer's watches made together over the interval.
+the customer's watch limit); later scans are due at ``next_scan_at``, which the scheduler claims.
+Due times follow the watch's slot among its customer's watches (``watch_times``), which spreads
+them over the interval.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -16,11 +15,12 @@ from app import events
 from app.db import transaction
 from app.models import iso, new_id, utcnow
 from app.models.watches import ACTIVE, ENDED, PAUSED
-from app.services import access, activity, purposes, scans, watch_changes
+from app.services import access, activity, purposes, scans, watch_changes, watch_times
 from app.services.crypto import target_hash
 from app.services.errors import Forbidden, InvalidRequest, NotFound, ServiceError, TargetSuppressed, WatchEnded
 from app.services.paging import Page
 from app.services.targets import normalize_or_refuse, opt_out_key
+from app.services.watch_times import INTERVALS, next_due
 from app.store import customers as customer_store
 from app.store import keys as key_store
 from app.store import watches as watch_store
@@ -33,23 +33,7 @@ HOLD = timedelta(minutes=10)
 # A scan that cannot be made is tried again after an eighth of the interval; after this many
 # intervals without one the watch is paused.
 MISSED_INTERVALS = 3
-INTERVALS = {"daily": timedelta(days=1), "weekly": timedelta(days=7), "monthly": timedelta(days=30)}
 LIST_MAX_LIMIT = 100
-
-
-def offset(watch_id: str, interval: str) -> timedelta:
-    """The watch's stable place within its interval (a hash of its id, to the second)."""
-    seconds = int(INTERVALS[interval].total_seconds())
-    return timedelta(seconds=int(hashlib.sha256(watch_id.encode()).hexdigest()[:12], 16) % seconds)
-
-
-def next_due(watch_id: str, interval: str, created_at: datetime, now: datetime) -> datetime:
-    """The first due time ``created_at + offset + k * interval`` (k >= 1) after ``now``."""
-    step = INTERVALS[interval]
-    first = created_at + offset(watch_id, interval) + step
-    if first > now:
-        return first
-    return first + step * ((now - first) // step + 1)
 
 
 def view(watch) -> dict:
@@ -107,12 +91,12 @@ def _check_interval(interval: str) -> None:
 
 
 def _new_row(customer_id, api_key_id, livemode, kind, target, interval, purpose, case_ref, now) -> dict:
-    """A new watch's row, active, its first scheduled scan an interval (plus its offset) from now."""
-    watch_id = new_id("wch")
-    return {"id": watch_id, "customer": customer_id, "api_key": api_key_id, "livemode": livemode, "kind": kind,
+    """A new watch's row, active; its slot and first due time are given at its admission
+    (``watch_times.place``, under the customer's lock)."""
+    return {"id": new_id("wch"), "customer": customer_id, "api_key": api_key_id, "livemode": livemode, "kind": kind,
             "target": target, "optout_hash": target_hash(*opt_out_key(kind, target)), "interval": interval,
             "status": ACTIVE, "purpose": purpose, "case_ref": case_ref, "created_at": now,
-            "next_scan_at": next_due(watch_id, interval, now, now), "last_scan_id": None, "last_change_at": None,
+            "slot": None, "next_scan_at": None, "last_scan_id": None, "last_change_at": None,
             "last_changes": None, "last_error": None, "missed_since": None, "ended_at": None, "end_reason": None}
 
 
@@ -163,14 +147,28 @@ def update_watch(customer_id: str, watch_id: str, *, livemode: bool, interval: s
     changes["interval"] = interval
     status = status or watch.status
     changes["status"] = status
-    if status == PAUSED:
-        changes["next_scan_at"] = None
-    elif watch.status != ACTIVE or interval != watch.interval:  # resumed, or a new rhythm
-        changes.update(next_scan_at=next_due(watch.id, interval, watch.created_at, now), missed_since=None)
     with transaction():
+        slot = _slot_for(watch, interval, now)
+        changes["slot"] = slot
+        if status == PAUSED:
+            changes["next_scan_at"] = None
+        elif watch.status != ACTIVE or interval != watch.interval:  # resumed, or a new rhythm
+            changes.update(next_scan_at=next_due(watch.customer_id, slot, interval, watch.created_at, now),
+                           missed_since=None)
         if not watch_store.update(watch.id, changes, unless_status=ENDED):
             raise WatchEnded()
     return view(watch_store.get(watch.id))
+
+
+def _slot_for(watch, interval: str, now: datetime) -> int:
+    """The watch's slot in ``interval``: its own, or, moving to another interval, the lowest free
+    there (taken under the customer's lock, as an admission takes new watches' slots)."""
+    if interval == watch.interval:
+        return watch.slot
+    customer_store.lock(watch.customer_id)
+    row = {"interval": interval, "created_at": watch.created_at}
+    watch_times.place(watch.customer_id, watch.livemode, [row], now)
+    return row["slot"]
 
 
 def end_watch(customer_id: str, watch_id: str, *, livemode: bool) -> dict:
@@ -304,7 +302,10 @@ def _scan_due(watch, now: datetime) -> str:
     except ServiceError as exc:  # balance, limits, the engine: tried again later in the interval
         return _missed(watch, now, exc.message)
     watch_store.update(watch.id, {"last_scan_id": outcome.body["scan_id"], "last_error": None, "missed_since": None})
-    _set_due_if_active(watch, next_due(watch.id, watch.interval, watch.created_at, now))
+    # At least half an interval on: a scan made late (tried again, or claimed after a backlog) is
+    # not followed by another at the slot's next point within minutes.
+    later = now + INTERVALS[watch.interval] / 2
+    _set_due_if_active(watch, next_due(watch.customer_id, watch.slot, watch.interval, watch.created_at, later))
     return "watch_scans"
 
 

@@ -27,6 +27,14 @@ def count_open(customer_id: str, livemode: bool) -> int:
                                  & (Watch.status != ENDED)).count())
 
 
+def taken_slots(customer_id: str, livemode: bool, interval: str) -> set[int]:
+    """The slots of the customer's watches of one mode and interval not ended (``watch_times``)."""
+    query = Watch.select(Watch.slot).where(
+        (Watch.customer == customer_id) & (Watch.livemode == livemode) & (Watch.interval == interval)
+        & (Watch.status != ENDED))
+    return {row.slot for row in query if row.slot is not None}
+
+
 def get(watch_id: str) -> Watch | None:
     return Watch.get_or_none(Watch.id == watch_id)
 

@@ -38,7 +38,7 @@ def test_a_watch_is_created_with_its_baseline_scan_paid_by_the_call(client, acco
         "jane.doe@example.com", "email", "weekly", True)
     assert (body["purpose"], body["case_ref"], body["created_at"]) == ("fraud_prevention", "CASE-1",
                                                                        "2026-11-21T12:00:00Z")
-    # A week after its creation, plus its offset within the interval (stable per watch, less than a week).
+    # One to two weeks after its creation: at its slot's place in the interval (app.services.watch_times).
     assert ISO.match(body["next_scan_at"]) and "2026-11-28T12:00:00Z" <= body["next_scan_at"] < "2026-12-05T12:00:00Z"
     [scan] = scans_of_watch(body["watch_id"])
     assert body["last_scan_id"] == scan.id and body["last_change_at"] is None
@@ -71,7 +71,7 @@ def test_list_read_pause_resume_and_end_each_cost_a_credit(client, account):
         resumed = client.patch(f"{WATCHES}/{first}", headers=account.headers,
                                json={"status": "active", "interval": "monthly", "case_ref": "CASE-9"})
     assert resumed.json["status"] == "active" and resumed.json["case_ref"] == "CASE-9"
-    # The next due time after now: 30 days after creation, plus its offset (less than 30 days), or later.
+    # The next due time after now at its slot's place: at least 30 days after creation.
     assert "2026-12-20T08:00:00Z" < resumed.json["next_scan_at"] < "2027-01-20T12:00:00Z"
 
     ended = client.delete(f"{WATCHES}/{first}", headers=account.headers)

@@ -24,6 +24,19 @@ def test_run_due_makes_the_scans_due_at_the_qa_clock(app, client, account):
     assert shown.exit_code == 0 and "watch scans" in shown.output
 
 
+def test_the_operator_s_watch_limit_is_the_one_creations_meet(app, client, account):
+    """``customers limits --watches N`` (D28's operator command) sets the limit the API enforces."""
+    runner = app.test_cli_runner()
+    body = {"target": "jane.doe@example.com", "interval": "daily"}
+    assert client.post("/api/v1/watches", headers=account.headers, json=body).status_code == 201
+    out = json.loads(runner.invoke(args=["customers", "limits", account.id, "--watches", "1", "--json"]).output)
+    assert out["limits"]["watches"] == 1
+    refused = client.post("/api/v1/watches", headers=account.headers, json={**body, "target": "john@example.com"})
+    assert refused.status_code == 429 and refused.json["error"] == "watch_limit_reached"
+    runner.invoke(args=["customers", "limits", account.id, "--watches", "2", "--json"])
+    assert client.post("/api/v1/watches", headers=account.headers,
+                       json={**body, "target": "john@example.com"}).status_code == 201
+
 
 @pytest.mark.config(APP_ENV="production")
 def test_production_refuses_the_qa_clock(app):

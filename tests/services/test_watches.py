@@ -12,7 +12,7 @@ from freezegun import freeze_time
 
 from app.extensions import db
 from app.models import Scan, Watch, WebhookDelivery
-from app.services import billing, watches
+from app.services import billing, watch_times, watches
 from app.store import watches as watch_store
 
 START = datetime(2026, 11, 21, 12, 0, 0)
@@ -42,12 +42,42 @@ def run_at(moment: datetime) -> dict:
         return watches.run_due(moment)
 
 
-def test_due_times_follow_the_interval_with_a_stable_offset_per_watch():
-    first = watches.next_due("wch_a", "daily", START, START)
+def test_due_times_follow_the_interval_at_the_watch_s_slot():
+    first = watch_times.next_due("cus_a", 3, "daily", START, START)
     assert START + timedelta(days=1) <= first < START + timedelta(days=2)
-    assert watches.next_due("wch_a", "daily", START, first) == first + timedelta(days=1)
-    offsets = {watches.offset(f"wch_{n}", "weekly") for n in range(50)}
-    assert len(offsets) > 40 and all(timedelta(0) <= o < timedelta(days=7) for o in offsets)
+    assert (first - watch_times.EPOCH) % timedelta(days=1) == watch_times.phase("cus_a", 3, "daily")
+    assert watch_times.next_due("cus_a", 3, "daily", START, first) == first + timedelta(days=1)
+    later = watch_times.next_due("cus_a", 3, "daily", START + timedelta(hours=23), START)
+    assert later - (START + timedelta(hours=23)) >= timedelta(days=1) and (later - first) % timedelta(days=1) == \
+        timedelta(0)
+    # Slot k sits at the point vdc(k) of the interval from slot 0 (0, 1/2, 1/4, 3/4, 1/8, ...).
+    week = timedelta(days=7)
+    turned = [(watch_times.phase("cus_a", k, "weekly") - watch_times.phase("cus_a", 0, "weekly")) % week
+              for k in range(8)]
+    assert turned == [week * k / 8 for k in (0, 4, 2, 6, 1, 5, 3, 7)]
+    assert watch_times.phase("cus_a", 0, "weekly") != watch_times.phase("cus_b", 0, "weekly")
+
+
+def test_a_new_watch_takes_the_lowest_free_slot_and_a_new_interval_another(client, account):
+    ids = [create(client, account, target=f"user{n}@example.com") for n in range(3)]
+    assert [watch(i).slot for i in ids] == [0, 1, 2]
+    client.delete(f"{WATCHES}/{ids[1]}", headers=account.headers)
+    again = create(client, account, target="user9@example.com")
+    assert watch(again).slot == 1  # the ended watch's slot, free again
+    with freeze_time(START):
+        moved = client.patch(f"{WATCHES}/{ids[2]}", headers=account.headers, json={"interval": "weekly"})
+    assert moved.status_code == 200 and watch(ids[2]).slot == 0  # the first weekly watch
+    assert watch(ids[2]).next_scan_at == watch_times.next_due(account.id, 0, "weekly", START, START)
+    paused = client.patch(f"{WATCHES}/{ids[0]}", headers=account.headers, json={"status": "paused"})
+    assert paused.status_code == 200 and watch(ids[0]).slot == 0  # a paused watch keeps its place
+    assert watch(create(client, account, target="user10@example.com")).slot == 2
+
+
+def test_a_scan_made_late_is_followed_by_the_next_one_at_least_half_an_interval_on(client, account):
+    watch_id = create(client, account)
+    due = watch(watch_id).next_scan_at
+    assert run_at(due + timedelta(hours=13))["watch_scans"] == 1  # claimed 13 hours late (a backlog)
+    assert watch(watch_id).next_scan_at == due + timedelta(days=2)
 
 
 def test_one_customers_due_watches_run_alone_and_the_others_stay_due(client, account, make_customer):
@@ -76,6 +106,22 @@ def test_a_due_watch_is_scanned_once_charged_and_due_again_an_interval_later(cli
     assert later.next_scan_at == due + timedelta(days=1) and later.last_error is None
     with db.connection_context():
         assert billing.balance_of(account.id) == before - 1
+
+
+def test_a_test_keys_watch_is_scanned_on_schedule_on_the_sandbox_free(client, account):
+    from tests import factories
+    with db.connection_context():
+        test = factories.sandbox_key(account)
+    watch_id = create(client, test)
+    due = watch(watch_id).next_scan_at
+    with db.connection_context():
+        before = billing.balance_of(account.id)
+    assert run_at(due)["watch_scans"] == 1
+    baseline, scheduled = scans_of(watch_id)
+    assert (scheduled.livemode, scheduled.engine_id.startswith("sbx_")) == (False, True)
+    assert watch(watch_id).next_scan_at == due + timedelta(days=1)
+    with db.connection_context():
+        assert billing.balance_of(account.id) == before
 
 
 def test_a_paused_watch_is_not_scanned(client, account):
@@ -170,8 +216,9 @@ def test_create_watches_says_per_entry_what_became_of_it_and_spreads_their_scans
     assert [(e["index"], e["error"]) for e in body["rejected"]] == [(20, "target_too_short"),
                                                                       (21, "invalid_request")]
     # Each watch's own place in the interval: made together, they do not fall due together.
-    due = {w["next_scan_at"] for w in body["watches"]}
-    assert len(due) > 15
+    assert sorted(watch(w["watch_id"]).slot for w in body["watches"]) == list(range(20))
+    due = sorted(watch(w["watch_id"]).next_scan_at for w in body["watches"])
+    assert len(set(due)) == 20 and due[-1] - due[0] < timedelta(days=1)
     assert all(watch(w["watch_id"]).last_scan_id == w["last_scan_id"] for w in body["watches"])
     with db.connection_context():
         batch = {s.watch_id for s in Scan.select().where(Scan.bulk == body["bulk_id"])}

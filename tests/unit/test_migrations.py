@@ -489,12 +489,43 @@ def test_the_watches_migration_builds_the_table_and_gives_keys_with_every_scope_
             db.execute_sql('ALTER TABLE "scan" DROP COLUMN "watch_id"')
             db.execute_sql('ALTER TABLE "customer" DROP COLUMN "watch_limit"')
             db.execute_sql("UPDATE \"api_key\" SET \"scopes\" = array_remove(\"scopes\", 'watches')")
-            SchemaVersion.delete().where(SchemaVersion.version == 25).execute()
+            SchemaVersion.delete().where(SchemaVersion.version.in_([25, 26])).execute()
 
-        assert migrations.upgrade() == [25]
+        assert migrations.upgrade() == [25, 26]
         assert migrations.upgrade() == []
 
         assert indexes() == fresh
         assert "watches" in ApiKey.get_by_id(every.id).scopes
         assert ApiKey.get_by_id(narrow.id).scopes == ["scans:read"]
         assert {"watch_id"} <= {c.name for c in db.get_columns("scan")}
+
+
+def test_the_watch_slots_migration_numbers_each_customer_s_open_watches_per_mode_and_interval(app):
+    """Version 26 (D28's spread): each watch not ended takes its place among its customer's of the
+    same mode and interval, oldest first; ended ones take none; due times already set stay."""
+    from datetime import datetime, timedelta
+
+    from app.models import Watch
+
+    with db.connection_context():
+        customer = accounts.create_customer("Slots", "pro", 0)
+        key, _ = accounts.issue_key(customer.id, "k")
+        start = datetime(2026, 11, 1, 9, 0)
+
+        def watch(n, interval="daily", status="active", livemode=True):
+            return Watch.create(id=f"wch_m{n}", customer=customer.id, api_key=key.id, livemode=livemode, kind="email",
+                                target=f"u{n}@example.com", optout_hash="h", interval=interval, status=status,
+                                created_at=start + timedelta(minutes=n), next_scan_at=start + timedelta(days=1)).id
+
+        ids = [watch(0), watch(1, status="ended"), watch(2, status="paused"), watch(3, interval="weekly"),
+               watch(4, livemode=False), watch(5)]
+        fresh = db.execute_sql("SELECT indexdef FROM pg_indexes WHERE indexname = 'watch_slot'").fetchall()
+        assert fresh
+        with db.atomic():
+            db.execute_sql('ALTER TABLE "watch" DROP COLUMN "slot"')
+            SchemaVersion.delete().where(SchemaVersion.version == 26).execute()
+        assert migrations.upgrade() == [26]
+        rows = {w.id: w for w in Watch.select()}
+        assert [rows[i].slot for i in ids] == [0, None, 1, 0, 0, 2]
+        assert all(rows[i].next_scan_at == start + timedelta(days=1) for i in ids)
+        assert db.execute_sql("SELECT indexdef FROM pg_indexes WHERE indexname = 'watch_slot'").fetchall() == fresh
