@@ -93,7 +93,7 @@ def held_phase(stack: Stack, opts, out: Path, log) -> dict:
 
     def snapshot() -> dict[str, float]:
         """The groups' CPU, this database's backends' (``postgres`` counts every database's), and
-        the machine's: ``other`` is what no group took (the held clients, other users)."""
+        the machine's: ``other`` is what none of them took (other users, their databases too)."""
         taken = cpu.snapshot(groups)
         return {**taken, "postgres_db": backends.total(), "machine": cpu.machine_busy()}
 
@@ -104,7 +104,9 @@ def held_phase(stack: Stack, opts, out: Path, log) -> dict:
         result = wrk.run(f"held-{label}", api_url, "read.lua", ["/api/v1/scan/", str(reads)],
                          connections=opts.connections, threads=opts.wrk_threads, duration=opts.duration, workdir=work)
         spent = cpu.delta(before, snapshot())
-        named = sum(v for k, v in spent.items() if k not in ("machine", "postgres_db"))
+        # This database's backends, not every database's: another user's backend that exits takes
+        # its CPU out of "postgres" (a negative figure); their PostgreSQL is theirs, in "other".
+        named = sum(v for k, v in spent.items() if k not in ("machine", "postgres"))
         result.cpu_s.update(spent, other=round(spent["machine"] - named - result.cpu_s.get("wrk", 0.0), 2))
         (out / f"wrk-held-{label}.txt").write_text(result.raw)
         return result.as_dict()
