@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlparse
 
 from peewee import DatabaseProxy, InterfaceError, OperationalError, _savepoint
 from playhouse.db_url import connect, parse
-from playhouse.pool import PooledPostgresqlDatabase
+from playhouse.pool import MaxConnectionsExceeded, PooledPostgresqlDatabase
 
 
 class _Savepoint(_savepoint):
@@ -76,7 +76,10 @@ def _run_after_commit(fn: Callable[..., object], args: tuple, kwargs: dict) -> N
 
 
 log = logging.getLogger(__name__)
-CONNECTION_ERRORS = (OperationalError, InterfaceError)
+# A pool whose every connection stayed taken for its whole timeout is the database not answering
+# in time too (thousands of held calls on a starved CPU): 503 with Retry-After, not 500, so clients
+# back off instead of asking again at once.
+CONNECTION_ERRORS = (OperationalError, InterfaceError, MaxConnectionsExceeded)
 
 class PostgresPool(PooledPostgresqlDatabase):
     """peewee's PostgreSQL pool, without a ``SELECT 1`` for a connection just returned.

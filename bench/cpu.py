@@ -43,6 +43,13 @@ def snapshot(groups: dict[str, int]) -> dict[str, float]:
     return totals
 
 
+def machine_busy() -> float:
+    """CPU seconds so far of the whole machine, every process's (idle and iowait excluded): what
+    the named groups leave of it is the load generator's helpers and other users' work."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(values) - values[3] - values[4]) / TICKS
+
+
 def _cmdline(pid: int) -> str:
     try:
         return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")

@@ -27,7 +27,7 @@ from datetime import UTC
 from pathlib import Path
 
 from bench import cpu, wrk
-from bench.stack import BIN, ROOT, Stack, wait_until
+from bench.stack import BIN, DATABASE, ROOT, Stack, wait_until
 
 
 def _held_now(stack: Stack) -> int:
@@ -43,6 +43,18 @@ def _completed_at(stack: Stack) -> dict[str, float]:
 def _delays(answers: list[dict], finals: dict[str, float]) -> list[float]:
     """Milliseconds from each scan's final state to an answer about it (none before: clamped to 0)."""
     return [max(0.0, (a["at"] - finals[a["scan_id"]]) * 1000) for a in answers if a["scan_id"] in finals]
+
+
+def _final_looks(looks_log: Path) -> dict:
+    """The batch looks that wrote final states: how many, and their durations (ms). A scan's
+    ``completed_at`` is taken as its look begins writing, its waiters hear of it at the commit:
+    the look's time is part of every waiter's delay before the held server does anything."""
+    from bench.phases import summary
+    if not looks_log.exists():
+        return {}
+    rows = [line.split(",") for line in looks_log.read_text().splitlines() if line.strip()]
+    final = [(float(r[1]), int(r[4]) + int(r[5])) for r in rows if len(r) > 5 and int(r[4]) + int(r[5])]
+    return {"looks": len(final), "finals": sum(n for _, n in final), "ms": summary([ms for ms, _ in final])}
 
 
 def held_phase(stack: Stack, opts, out: Path, log) -> dict:
@@ -67,7 +79,8 @@ def held_phase(stack: Stack, opts, out: Path, log) -> dict:
     slow = stack.start_simulator(opts.held_time_scale, "sim-held")
     api_url, api_proc = stack.start_api(slow, "api-held")
     held_url, held_proc = stack.start_held(slow, opts.held_workers, "held")
-    worker = stack.start_worker(slow, "worker-held")
+    looks_log = out / "looks-held.csv"  # each batch look: its time and finals (the waiters' delay begins there)
+    worker = stack.start_worker(slow, "worker-held", looks_log=looks_log)
     keys = [key for _, key in stack.customers(n_customers, "bench-held")]
     stack.sql("VACUUM ANALYZE")
     work = stack.logdir / "wrk"  # key files stay out of the results
@@ -76,14 +89,25 @@ def held_phase(stack: Stack, opts, out: Path, log) -> dict:
     reads.write_text("".join(f"{read_key} {i}\n" for i in done_ids))
     groups = {"api": api_proc.pid, "held": held_proc.pid, "worker": worker.pid,
               "simulator": next(p.pid for p in stack.procs if p.name == "sim-held")}
+    backends = cpu.DatabaseBackends(DATABASE)
+
+    def snapshot() -> dict[str, float]:
+        """The groups' CPU, this database's backends' (``postgres`` counts every database's), and
+        the machine's: ``other`` is what none of them took (other users, their databases too)."""
+        taken = cpu.snapshot(groups)
+        return {**taken, "postgres_db": backends.total(), "machine": cpu.machine_busy()}
 
     def read_load(label: str) -> dict:
         wrk.run(f"warmup-held-{label}", api_url, "read.lua", ["/api/v1/scan/", str(reads)],
                 connections=opts.connections, threads=opts.wrk_threads, duration=opts.warmup, workdir=work)
-        before = cpu.snapshot(groups)
+        before = snapshot()
         result = wrk.run(f"held-{label}", api_url, "read.lua", ["/api/v1/scan/", str(reads)],
                          connections=opts.connections, threads=opts.wrk_threads, duration=opts.duration, workdir=work)
-        result.cpu_s.update(cpu.delta(before, cpu.snapshot(groups)))
+        spent = cpu.delta(before, snapshot())
+        # This database's backends, not every database's: another user's backend that exits takes
+        # its CPU out of "postgres" (a negative figure); their PostgreSQL is theirs, in "other".
+        named = sum(v for k, v in spent.items() if k not in ("machine", "postgres"))
+        result.cpu_s.update(spent, other=round(spent["machine"] - named - result.cpu_s.get("wrk", 0.0), 2))
         (out / f"wrk-held-{label}.txt").write_text(result.raw)
         return result.as_dict()
 
@@ -105,7 +129,8 @@ def held_phase(stack: Stack, opts, out: Path, log) -> dict:
     plan_path.write_text(json.dumps(plan))
     log(f"opening {n_waits} waits and {n_streams} streams on the held-connection server")
     clients = subprocess.Popen([str(BIN / "python"), "-m", "bench.held_clients", str(plan_path), str(result_path)],
-                               cwd=ROOT, stdout=subprocess.PIPE, text=True)
+                               cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    groups["clients"] = clients.pid  # a process group of its own: its CPU counted apart
     try:
         opened_at = time.monotonic()
         if clients.stdout is not None:
@@ -140,6 +165,7 @@ def held_phase(stack: Stack, opts, out: Path, log) -> dict:
         "waits_answered_final": len(result["waits"]), "stream_finals": len(result["streams"]),
         "client_statuses": result["statuses"], "client_errors": result["error_count"],
         "client_error_samples": result["errors"][:5], "unfinished_clients": result["unfinished"],
+        "final_looks_ms": _final_looks(looks_log),
         "goals": {"held_2000": held_at_start >= 2000 and held_at_end >= 2000,
                   "reads_ratio_0_8": ratio is not None and ratio >= 0.8,
                   "wait_p95_under_1s": bool(wait_ms) and percentile(wait_ms, 95) <= 1000

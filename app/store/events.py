@@ -36,7 +36,7 @@ class NewEvent:
 
 def add(new: Sequence[NewEvent], now: datetime) -> list[int]:
     """Store ``new`` in the caller's transaction, in that order, and announce each on ``CHANNEL``
-    (its customer, mode, id, scan and batch; delivered to listeners at the commit); their ids."""
+    (its customer, mode, id, kind, scan and batch; delivered to listeners at the commit); their ids."""
     if not new:
         return []
     for customer_id in sorted({e.customer_id for e in new}):  # sorted: two writers never wait in a circle
@@ -44,9 +44,9 @@ def add(new: Sequence[NewEvent], now: datetime) -> list[int]:
     rows = execute(
         f"WITH added AS (INSERT INTO {_E} (customer_id, livemode, kind, scan_id, bulk_id, watch_id, created_at, body) "
         "SELECT * FROM unnest(?::varchar[], ?::boolean[], ?::varchar[], ?::varchar[], ?::varchar[], ?::varchar[], "
-        "?::timestamp[], ?::text[]) RETURNING id, customer_id, livemode, scan_id, bulk_id) "
-        "SELECT id, pg_notify(?, json_build_object('c', customer_id, 'm', livemode, 'e', id, 's', scan_id, "
-        "'b', bulk_id)::text) FROM added ORDER BY id",
+        "?::timestamp[], ?::text[]) RETURNING id, customer_id, livemode, kind, scan_id, bulk_id) "
+        "SELECT id, pg_notify(?, json_build_object('c', customer_id, 'm', livemode, 'e', id, 'k', kind, "
+        "'s', scan_id, 'b', bulk_id)::text) FROM added ORDER BY id",
         ([e.customer_id for e in new], [e.livemode for e in new], [e.kind for e in new], [e.scan_id for e in new],
          [e.bulk_id for e in new], [e.watch_id for e in new], [now] * len(new), [e.body for e in new],
          CHANNEL)).fetchall()

@@ -142,3 +142,36 @@ def test_the_webhook_settings_customers_read_are_rendered_from_the_configuration
     page = client.get(f"/app/api-keys/{account.key.id}").get_data(as_text=True)
     assert "retried 3 times: at once, after 90 seconds, after 1 hour" in page
     assert "within 7 seconds" in page
+
+
+def test_a_pool_with_no_connection_free_in_time_gives_503_json(base_config, app):
+    """Every connection of the pool taken for its whole timeout (thousands of held calls on a
+    starved CPU) is the database not answering in time: 503 with Retry-After, not a 500."""
+    import threading
+
+    from app.extensions import db
+    pool = db.obj
+    saved = pool._max_connections, pool._wait_timeout
+    taken, done = threading.Event(), threading.Event()
+
+    def hold_the_only_connection():
+        with db.connection_context():
+            taken.set()
+            done.wait(10)
+    holder = threading.Thread(target=hold_the_only_connection)
+    try:
+        pool._max_connections, pool._wait_timeout = len(pool._in_use) + 1, 0.2  # one left: the holder's
+        holder.start()
+        assert taken.wait(5)
+        answers = []
+        asking = threading.Thread(target=lambda: answers.append(app.test_client().get(  # no connection of its own
+            "/api/v1/scan/scn_x", headers={"Authorization": "Bearer service_live_x"})))
+        asking.start()
+        asking.join()
+        response, = answers
+        assert response.status_code == 503 and response.get_json()["error"] == "service_unavailable"
+        assert response.headers["Retry-After"]
+    finally:
+        done.set()
+        holder.join()
+        pool._max_connections, pool._wait_timeout = saved

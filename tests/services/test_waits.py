@@ -107,3 +107,26 @@ def test_while_the_listener_listens_an_unwoken_waiter_reads_again_only_after_the
     now = time.monotonic()
     assert not waits.reread_due(now - waits.REREAD_SECONDS)
     assert waits.reread_due(now - waits.QUIET_REREAD_SECONDS)
+
+
+def test_a_running_event_wakes_the_customers_streams_not_its_scans_waiters(conn, app):
+    """Only a final event can end a wait on a scan or its batch: woken by its running event, each
+    of 2,000 waiters read its scan again for nothing. The announcement says its kind for that."""
+    from app import runtime
+    from app.store import signals
+    session = signals.Listening(runtime.config["DATABASE_DIRECT_URL"] or runtime.config["DATABASE_URL"])
+    try:
+        cust, key = new_customer()
+        scan = new_scan(cust, key)
+        tracking.complete(scan.id, RESULT)  # never seen running: scan.running, then scan.completed
+        heard: list[str] = []
+        ends = time.monotonic() + 5
+        while len([p for p in heard if scan.id in p]) < 2 and time.monotonic() < ends:
+            session.receive(1.0, heard.append)
+    finally:
+        session.close()
+    running, final = [p for p in heard if scan.id in p]
+    feed = waits.feed_topic(cust.id, True)
+    assert waits.topics_of(running) == [feed]
+    assert waits.topics_of(final) == [feed, waits.scan_topic(scan.id)]
+    assert waits.topics_of(f'{{"c": "{cust.id}", "m": true, "s": "{scan.id}"}}') == [feed, waits.scan_topic(scan.id)]
