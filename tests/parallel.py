@@ -57,10 +57,24 @@ def _create_database(maintenance_url: str, name: str) -> None:
 
 
 def worker_redis(url: str, index: int) -> str:
-    """``url`` with the Redis database number of worker ``index``."""
-    number = REDIS_DBS[index % len(REDIS_DBS)]
+    """``url`` with the Redis database number of worker ``index``: ``REDIS_DBS`` taken from the
+    number ``url`` names on (15, the default, is its start), so that two runs on one Redis given
+    different numbers (two checkouts tested at once) do not flush each other's queues."""
     parts = urlsplit(url)
+    start = _db_number(parts)
+    order = REDIS_DBS[REDIS_DBS.index(start):] + REDIS_DBS[:REDIS_DBS.index(start)] if start in REDIS_DBS else REDIS_DBS
+    number = order[index % len(order)]
     if parts.scheme == "unix":
         query = "&".join(p for p in parts.query.split("&") if p and not p.startswith("db="))
         return urlunsplit(parts._replace(query=(query + "&" if query else "") + f"db={number}"))
     return urlunsplit(parts._replace(path=f"/{number}"))
+
+
+def _db_number(parts) -> int | None:
+    """The database number a Redis URL names (its path, or ``db=`` of a socket's query), if any."""
+    if parts.scheme == "unix":
+        found = [p.removeprefix("db=") for p in parts.query.split("&") if p.startswith("db=")]
+        value = found[0] if found else ""
+    else:
+        value = parts.path.strip("/")
+    return int(value) if value.isdigit() else None
