@@ -96,7 +96,7 @@ def test_the_operator_sets_a_keys_payload_and_the_document_shows_thin_bodies(app
     assert nothing.exit_code == 1 and "--url" in nothing.output
     spec = client.get("/api/v1/openapi.json").get_json()
     thin_body = spec["components"]["schemas"]["WebhookCompletedThin"]["properties"]
-    assert set(thin_body) == {"event", "scan_id", "bulk_id", "rerun_of", "livemode", "status", "purpose",
+    assert set(thin_body) == {"event", "scan_id", "bulk_id", "watch_id", "rerun_of", "livemode", "status", "purpose",
                               "case_ref", "completed_at"}
     assert "WebhookFailedThin" in spec["info"]["description"]
 
