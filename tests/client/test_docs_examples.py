@@ -138,3 +138,10 @@ def test_every_python_example_names_only_what_it_defines_or_imports(doc, tmp_pat
     checked = subprocess.run([sys.executable, "-m", "ruff", "check", "--isolated", "--select", "F821,F822,F823",
                               str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/webhooks.md"])  # client.md's say SCAN_API_KEY, the client's
+def test_the_shell_examples_call_the_key_by_one_name(doc):
+    """curl examples say $KEY (README's first example sets it), never another name for the same key."""
+    text = (DOC.parents[1] / doc).read_text()
+    assert re.findall(r"Bearer \$\{?(\w+)", text) and set(re.findall(r"Bearer \$\{?(\w+)", text)) == {"KEY"}
