@@ -341,11 +341,6 @@ def _events(database):
         database.execute_sql(f'CREATE INDEX IF NOT EXISTS "event_{name}" ON "event" ({columns})')
 
 
-# (version, name, function(database)). Append only; never edit an applied one.
-# Version 3 is absent on purpose: it was never assigned (the history has migration 4, portal
-# sessions, appended right after 2), so no database records it. The gap is harmless, as
-# ``upgrade`` applies every version a database lacks, in this order; for the same reason 3 must
-# never be used now: a database at a later version would run it after everything it assumes.
 def _watches(database):
     """Watches (D28): their table, the customer's override of the watch limit, the scan's watch."""
     database.execute_sql('ALTER TABLE "customer" ADD COLUMN IF NOT EXISTS "watch_limit" INTEGER')
@@ -386,6 +381,12 @@ def _watch_slots(database):
                          '"slot") WHERE "status" != \'ended\'')
 
 
+# (version, name, function(database)). Append only; never edit an applied one.
+# Versions 3 and 18 are absent on purpose: neither was ever assigned (the history has migration 4,
+# portal sessions, appended right after 2, and 19 after 17), so no database records them. The gaps
+# are harmless, as ``upgrade`` applies every version a database lacks, in this order; for the same
+# reason they must never be used now: a database at a later version would run them after
+# everything they assume.
 MIGRATIONS = [
     (1, "initial schema", _initial),
     (2, "quota counters, leaner scan indexes", _quota_counters),

@@ -10,7 +10,7 @@ any of its ``suppression_hashes`` is stored (that key's, or the one opt-outs wer
 from __future__ import annotations
 
 from app.models import utcnow
-from app.services import crypto, watch_changes
+from app.services import crypto
 from app.services.errors import TargetSuppressed
 from app.services.targets import identify_or_refuse, opt_out_key, suppression_hashes
 from app.store import suppressions as store
@@ -25,6 +25,9 @@ def add(kind: str | None, target: str) -> dict:
     key_kind, form = opt_out_key(kind, normalized)
     target_hash = crypto.target_hash(key_kind, form)
     added = store.add(target_hash, kind=key_kind, now=utcnow())
+    # Here, not at the top: ending watches sends their events (webhooks, the job queue), which
+    # the operator's list and remove, and every creation's check, have no use for.
+    from app.services import watch_changes
     watch_changes.end_watches_of_optout(target_hash)  # D28: the target's watches end
     return {"target_hash": target_hash, "kind": key_kind, "added": added}
 

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from openapi_spec_validator import validate
@@ -205,6 +206,15 @@ def test_the_prices_customers_read_are_billings(spec):
     assert f"costs {billing.PRICE_WORDS['call']}, except {billing.PRICE_WORDS['free_403']};" in " ".join(
         spec["info"]["description"].split())  # the 403s that cost nothing are named
     assert "`insufficient_scope`, `ip_not_allowed` or `target_suppressed`" in billing.PRICE_WORDS["free_403"]
+
+
+def test_the_readme_never_says_every_403_costs_a_credit():
+    """Where the README says a 403 costs a credit it names the free ones in the same sentence (its
+    behaviour details said a read answered 403 costs 1 credit, unqualified)."""
+    import re
+    text = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    for sentence in re.findall(r"[^.]*\b403\b[^.]*\bcosts? (?:1|a|one) credit[^.]*\.", text):
+        assert "insufficient_scope" in sentence and "ip_not_allowed" in sentence, sentence
 
 
 def test_the_document_is_as_strict_as_the_service(client, account, spec):

@@ -124,3 +124,24 @@ def test_the_listing_example_shows_erased_scans(docs_env, capsys):
     assert any(gone.scan_id in line and "erased at" in line for line in lines), lines
     assert any(kept.scan_id in line and "kept.jane@example.com" in line and kept.result.risk.band in line
                for line in lines), lines
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/webhooks.md", "docs/client.md"])
+def test_every_python_example_names_only_what_it_defines_or_imports(doc, tmp_path):
+    """Examples not run against the API (the receivers of docs/webhooks.md) are at least whole programs:
+    the thin-body receiver once called a function it never defined."""
+    import subprocess
+    import sys
+    text = (DOC.parents[1] / doc).read_text()
+    for index, code in enumerate(re.findall(r"```python\n(.*?)```", text, re.DOTALL)):
+        (tmp_path / f"block_{index}.py").write_text(code)
+    checked = subprocess.run([sys.executable, "-m", "ruff", "check", "--isolated", "--select", "F821,F822,F823",
+                              str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/webhooks.md"])  # client.md's say SCAN_API_KEY, the client's
+def test_the_shell_examples_call_the_key_by_one_name(doc):
+    """curl examples say $KEY (README's first example sets it), never another name for the same key."""
+    text = (DOC.parents[1] / doc).read_text()
+    assert re.findall(r"Bearer \$\{?(\w+)", text) and set(re.findall(r"Bearer \$\{?(\w+)", text)) == {"KEY"}
