@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import pytest
+
 from app.db import db, execute_named
 from app.store import planned
 
 STATEMENT = ("SELECT %(word)s::text || '%%' AS said, %(n)s + 1 AS next, %(at)s::timestamp AS at, "
              "%(nothing)s::text IS NULL AS empty FROM generate_series(1, %(rows)s) ORDER BY 1")
 VALUES = {"word": "ok", "n": 41, "at": datetime(2026, 11, 22, 12, 0), "nothing": None, "rows": 2}
+
+
+@pytest.fixture
+def conn(app):
+    with db.connection_context():
+        yield
 
 
 def functions(name: str) -> int:
