@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cache
 
-from app.db import columns, execute, execute_named, insert_rows_statement, instance, table
+from app.db import columns, execute, insert_rows_statement, instance, table
 from app.models import ApiKey, BulkBatch, Customer, FindingFeedback, Scan
 from app.store import activity as activity_store
 from app.store.cursor_pages import newest_first_where
 from app.store.customers import Statement, add_read, minute_of, named, window_columns, window_times
 from app.store.keys import KEY_COLUMNS, KEY_ROW_LENGTH, conditions, key_from_row
+from app.store.planned import execute_planned
 
 # --- the admission's writes and their reversal ----------------------------------------------
 
@@ -355,7 +356,9 @@ def read_charged(*, bulk: bool, token_digest: str, object_id: str, rules: tuple[
               "resource_id": resource_id, "entry_address": entry_address, "request_id": request_id,
               "status_missing": status_missing, "status_owned": status_owned, "status_other": status_other,
               "status_short": status_short}
-    rows = execute_named(served_read_sql(bulk, rules), params).fetchall()
+    # Through its function (planned once per server connection): a digest no key has finds
+    # nothing and writes nothing.
+    rows = execute_planned(served_read_sql(bulk, rules), params, probe={**params, "digest": ""}).fetchall()
     if not rows:
         return ChargedRead(None)
     n = KEY_ROW_LENGTH

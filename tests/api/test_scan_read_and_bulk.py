@@ -10,6 +10,7 @@ from app.extensions import db
 from app.models import ActivityEntry, BulkBatch, CreditLedger, Scan, utcnow
 from app.services import accounts
 from app.services.pipeline import RULE_NAMES
+from app.store import planned
 from app.store.scans import served_read_sql
 from tests.api.helpers import assert_books_balance, balance, engine_mode, ledger, scans_of
 from tests.api.test_auth_and_errors import assert_error
@@ -297,8 +298,13 @@ def test_a_read_is_one_statement(client, account, what):
             response = client.get(path, headers=account.headers)
     assert response.status_code == 200 and response.headers["X-Credits-Remaining"] == str(balance(account))
     # The read's one statement, which writes the activity log's entry (D20) too: one round trip,
-    # sent as its text (no PREPARE a pooler in transaction mode would lose, D19).
-    assert len(read) == 1 and read[0].startswith(charged), read
+    # a call of the function made from it (planned once per server connection; no PREPARE a
+    # pooler in transaction mode would lose, D19).
+    assert len(read) == 1 and planned.function_of(read[0]) is not None, read
+    with db.connection_context():
+        [(body,)] = db.execute_sql("SELECT prosrc FROM pg_proc WHERE proname = %s",
+                                   (planned.function_of(read[0]),)).fetchall()
+    assert planned.function_body(charged) in body
     [entry] = activity_entries(account)[-1:]
     assert (entry.action, entry.status, entry.credits, entry.key_id, entry.resource_id) == (
         "bulk.read" if what == "bulk" else "scan.read", 200, 1, account.key.id, path.rsplit("/", 1)[1])
