@@ -23,7 +23,11 @@ import re
 import threading
 from datetime import datetime
 
+from peewee import ProgrammingError
+
 from app.db import db, execute_named
+
+UNDEFINED_FUNCTION = "42883"  # SQLSTATE of a call of a function the database does not have
 
 _PARAM = re.compile(r"%\((\w+)\)s")
 # The call of the function made for (database, statement, parameters' types), in this process.
@@ -56,10 +60,23 @@ def execute_planned(sql: str, params: dict, *, probe: dict):
     made = (getattr(db.obj, "_bound_url", ""), sql, signature)
     call = _made.get(made)
     if call is None:
-        function = _make(sql, signature, probe)
-        arguments = ", ".join(f"p_{name} => %({name})s::{kind}" for name, kind in signature)
-        call = _made[made] = f"SELECT * FROM {function}({arguments})"
-    return execute_named(call, params)
+        call = _made[made] = _call(_make(sql, signature, probe), signature)
+    if db.in_transaction():  # an error would end the caller's transaction: no second try here
+        return execute_named(call, params)
+    try:
+        return execute_named(call, params)
+    except ProgrammingError as exc:
+        # The function is gone since this process made it (a restored or reset database): made
+        # again, once. Any other error is the statement's own.
+        if getattr(getattr(exc, "orig", None) or exc.__context__, "pgcode", None) != UNDEFINED_FUNCTION:
+            raise
+        call = _made[made] = _call(_make(sql, signature, probe), signature)
+        return execute_named(call, params)
+
+
+def _call(function: str, signature) -> str:
+    arguments = ", ".join(f"p_{name} => %({name})s::{kind}" for name, kind in signature)
+    return f"SELECT * FROM {function}({arguments})"
 
 
 def _make(sql: str, signature, probe: dict) -> str:

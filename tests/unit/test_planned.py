@@ -41,3 +41,15 @@ def test_a_changed_statement_ships_as_a_function_of_its_own_and_an_existing_one_
     monkeypatch.setattr(planned, "_made", {})  # a new process
     assert planned.execute_planned(changed, VALUES, probe=VALUES).fetchall()[0][1] == 43
     assert functions(second) == 1
+
+
+def test_a_function_dropped_since_it_was_made_is_made_again(conn):
+    """A restored or reset database no longer has the function this process made: the call makes
+    it again, once, instead of failing every read until a restart."""
+    statement = STATEMENT + " LIMIT 5"
+    planned.execute_planned(statement, VALUES, probe={**VALUES, "rows": 0}).fetchall()
+    [name] = [planned.function_of(call) for (_, sql, _), call in planned._made.items() if sql == statement]
+    db.execute_sql(f"DROP FUNCTION {name}")
+    cursor = planned.execute_planned(statement, VALUES, probe={**VALUES, "rows": 0})
+    assert cursor.fetchall() == [("ok%", 42, datetime(2026, 11, 22, 12, 0), True)] * 2
+    assert functions(name) == 1
