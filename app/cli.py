@@ -21,8 +21,8 @@ from app import runtime
 from app.extensions import db
 from app.models.accounts import TIERS, key_display
 from app.models.base import iso
-from app.services import access, portal_roles
-from app.services.errors import AccountError, ServiceError
+from app.services.accounts import access, portal_roles
+from app.services.shared.errors import AccountError, ServiceError
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +218,7 @@ def db_upgrade(as_json):
 @click.option("--credits", default=0, type=int, show_default=True)
 @json_option
 def customers_create(name, tier, credits, as_json):
-    from app.services import accounts
+    from app.services.accounts import accounts
     data = run(as_json, lambda: accounts.customer_dict(accounts.create_customer(name, tier, credits)))
     emit(as_json, data, customer_record(data, title="customer created"))
 
@@ -226,7 +226,7 @@ def customers_create(name, tier, credits, as_json):
 @customers_cli.command("list")
 @json_option
 def customers_list(as_json):
-    from app.services import accounts
+    from app.services.accounts import accounts
     rows = run(as_json, lambda: [accounts.customer_dict(c) for c in accounts.list_customers()])
     emit(as_json, {"customers": rows},
          Table([(c["customer_id"], c["tier"], c["balance"], c["name"]) for c in rows],
@@ -241,7 +241,7 @@ def customers_list(as_json):
 @json_option
 def customers_credit(customer_id, amount, reason, as_json):
     """Add AMOUNT credits (negative to take them back); writes a ledger row, with the reason if given."""
-    from app.services import accounts
+    from app.services.accounts import accounts
     balance = run(as_json, lambda: accounts.add_credits(customer_id, amount, reason))
     reason = (reason or "").strip() or None
     emit(as_json, {"customer_id": customer_id, "amount": amount, "balance": balance, "reason": reason},
@@ -254,7 +254,7 @@ def customers_credit(customer_id, amount, reason, as_json):
 @click.argument("tier", type=click.Choice(TIERS))
 @json_option
 def customers_tier(customer_id, tier, as_json):
-    from app.services import accounts
+    from app.services.accounts import accounts
     data = run(as_json, lambda: accounts.customer_dict(accounts.set_tier(customer_id, tier)))
     emit(as_json, data, customer_record(data))
 
@@ -268,7 +268,7 @@ def customers_tier(customer_id, tier, as_json):
 @json_option
 def customers_limits(customer_id, inflight, hour, day, watches, as_json):
     """Override the tier's limits for one customer (without options: show them)."""
-    from app.services import accounts
+    from app.services.accounts import accounts
     data = run(as_json, lambda: accounts.customer_dict(
         accounts.set_limits(customer_id, inflight=inflight, hour=hour, day=day, watches=watches)))
     emit(as_json, data, limits_table(data))
@@ -286,7 +286,7 @@ def customers_limits(customer_id, inflight, hour, day, watches, as_json):
 @json_option
 def customers_settings(customer_id, require_purpose, result_retention_days, require_2fa, as_json):
     """The customer's settings (without options: show them)."""
-    from app.services import accounts, two_factor
+    from app.services.accounts import accounts, two_factor
     wanted = None if require_purpose is None else require_purpose == "on"
     data = run(as_json, lambda: accounts.customer_dict(accounts.set_settings(
         customer_id, require_purpose=wanted, result_retention_days=result_retention_days)))
@@ -305,7 +305,8 @@ def customers_settings(customer_id, require_purpose, result_retention_days, requ
 @json_option
 def customers_show(customer_id, as_json):
     """Balance, tier, limits, usage now, keys and the latest credit movements."""
-    from app.services import accounts, billing
+    from app.services.accounts import accounts
+    from app.services.billing import billing
     data = run(as_json, lambda: accounts.customer_overview(customer_id))
     usage, limits = data["usage"], data["limits"]
     emit(as_json, data,
@@ -328,7 +329,7 @@ def customers_show(customer_id, as_json):
 @json_option
 def customers_recount(customer_id, as_json):
     """Rebuild the in-flight and window counters from the scans (after editing scans by hand)."""
-    from app.services import accounts
+    from app.services.accounts import accounts
     def recount():
         accounts.get_customer(customer_id)
         return accounts.recount(customer_id)
@@ -353,7 +354,7 @@ def keys_issue(customer_id, name, webhook_url, webhook_secret, webhook_secret_st
                expires_in_days, allowed_ips, as_json):
     """Issue a key. Its plaintext is printed now and can never be shown again. By default it has every
     scope, never expires and works from anywhere."""
-    from app.services import accounts
+    from app.services.accounts import accounts
     if webhook_secret_stdin:
         if webhook_secret is not None:
             fail(as_json, "give --webhook-secret or --webhook-secret-stdin, not both")
@@ -377,7 +378,8 @@ def keys_issue(customer_id, name, webhook_url, webhook_secret, webhook_secret_st
 @json_option
 def keys_set_webhook(key_id, url, secret_stdin, payload, as_json):
     """Set a key's webhook URL (and secret) and what its bodies carry, by the portal's rules."""
-    from app.services import accounts, webhooks
+    from app.services.accounts import accounts
+    from app.services.webhooks import webhooks
     if url is None and payload is None:
         fail(as_json, "give --url, --payload or both")
     if url is None and secret_stdin:
@@ -408,7 +410,7 @@ def keys_set_webhook(key_id, url, secret_stdin, payload, as_json):
 def keys_set_access(key_id, scopes, expires_in_days, allowed_ips, as_json):
     """Change what a key may do (D21): its scopes, its expiry (counted from now) and its IP allowlist
     (``none`` removes it); what is not given stays."""
-    from app.services import accounts
+    from app.services.accounts import accounts
     changes = {} if allowed_ips is None else {"allowed_ips": allowed_ips}
     data = run(as_json, lambda: accounts.key_dict(access.set_access(key_id, scopes=scopes,
                                                                     expires_in_days=expires_in_days, **changes)))
@@ -420,7 +422,7 @@ def keys_set_access(key_id, scopes, expires_in_days, allowed_ips, as_json):
 @json_option
 def keys_show(key_id, as_json):
     """One key: its mode, status, scopes, expiry, allowlist and webhook settings."""
-    from app.services import accounts
+    from app.services.accounts import accounts
     data = run(as_json, lambda: accounts.key_dict(accounts.get_key(key_id)))
     emit(as_json, data, key_record(data))
 
@@ -429,7 +431,7 @@ def keys_show(key_id, as_json):
 @click.argument("customer_id", required=False)
 @json_option
 def keys_list(customer_id, as_json):
-    from app.services import accounts
+    from app.services.accounts import accounts
     rows = run(as_json, lambda: [accounts.key_dict(k) for k in accounts.list_keys(customer_id)])
     emit(as_json, {"keys": rows}, keys_table(rows))
 
@@ -438,7 +440,7 @@ def keys_list(customer_id, as_json):
 @click.argument("key_id")
 @json_option
 def keys_revoke(key_id, as_json):
-    from app.services import accounts
+    from app.services.accounts import accounts
     data = run(as_json, lambda: accounts.key_dict(accounts.revoke_key(key_id)))
     emit(as_json, data, key_record(data))
 
@@ -450,7 +452,7 @@ def keys_revoke(key_id, as_json):
 @json_option
 def keys_roll_secret(key_id, overlap_hours, as_json):
     """Create the key's next webhook secret; printed now, never shown again."""
-    from app.services import webhooks
+    from app.services.webhooks import webhooks
     rolled = run(as_json, lambda: webhooks.roll_secret(key_id, None, overlap_hours))
     switch_at = iso(rolled.switch_at)
     overlap = overlap_hours if rolled.overlapping else 0
@@ -467,7 +469,7 @@ def keys_roll_secret(key_id, overlap_hours, as_json):
 @json_option
 def keys_switch_secret(key_id, as_json):
     """End the key's secret rotation now: the next secret becomes the only one."""
-    from app.services import webhooks
+    from app.services.webhooks import webhooks
     run(as_json, lambda: webhooks.switch_secret(key_id, None))
     emit(as_json, {"key_id": key_id}, f"{key_id}: the next webhook secret is now the only one")
 
@@ -477,7 +479,8 @@ def keys_switch_secret(key_id, as_json):
 @json_option
 def keys_endpoints(key_id, as_json):
     """A key's webhook endpoints (D22): id, URL, events, body, enabled or since when disabled."""
-    from app.services import accounts, endpoints
+    from app.services.accounts import accounts
+    from app.services.webhooks import endpoints
     rows = run(as_json, lambda: endpoints.list_endpoints(accounts.get_key(key_id)))
     emit(as_json, {"key_id": key_id, "endpoints": rows},
          "\n".join(f"{e['endpoint_id']}  {'enabled' if e['enabled'] else 'disabled'}"
@@ -491,7 +494,8 @@ def keys_endpoints(key_id, as_json):
 @json_option
 def keys_enable_endpoint(key_id, endpoint_id, as_json):
     """Enable a key's endpoint again (after auto-disable stopped it): its later events are sent."""
-    from app.services import accounts, endpoints
+    from app.services.accounts import accounts
+    from app.services.webhooks import endpoints
     data = run(as_json, lambda: endpoints.set_enabled(accounts.get_key(key_id), endpoint_id, enabled=True))
     emit(as_json, data, f"{endpoint_id}: enabled; later events of {key_id} are sent to it again")
 
@@ -504,7 +508,8 @@ def keys_enable_endpoint(key_id, endpoint_id, as_json):
 def keys_check_endpoints(key_id, hours_ahead, as_json):
     """Judge the auto-disable rule for the key's enabled endpoints now, as the workers do after
     each delivery that failed for good; prints the endpoints it disabled."""
-    from app.services import accounts, endpoints
+    from app.services.accounts import accounts
+    from app.services.webhooks import endpoints
     if hours_ahead and runtime.config["APP_ENV"] == "production":
         fail(as_json, "--hours-ahead moves the clock for QA and is refused in production")
     disabled = run(as_json, lambda: endpoints.check_endpoints(accounts.get_key(key_id), hours_ahead=hours_ahead))
@@ -523,7 +528,7 @@ def keys_check_endpoints(key_id, hours_ahead, as_json):
 def users_create(customer_id, email, password_stdin, role, as_json):
     """Create a portal user of the customer, an owner unless --role says otherwise (owners add
     the others in the portal too); the password comes from a prompt or stdin, never an argument."""
-    from app.services import accounts
+    from app.services.accounts import accounts
     password = _read_password(password_stdin, as_json)
     user = run(as_json, lambda: accounts.create_user(customer_id, email, password, role))
     emit(as_json, {"user_id": user.id, "customer_id": customer_id, "email": user.email, "role": user.role},
@@ -544,7 +549,7 @@ def _read_password(password_stdin: bool, as_json: bool) -> str:
 @json_option
 def users_list(customer_id, as_json):
     """Portal users (of one customer when given), with their live sessions."""
-    from app.services import portal_users
+    from app.services.accounts import portal_users
     rows = run(as_json, lambda: portal_users.list_users(customer_id))
     emit(as_json, {"users": rows},
          Table([(u["user_id"], u["customer_id"], u["role"], "disabled" if u["disabled"] else "active",
@@ -560,7 +565,7 @@ def users_list(customer_id, as_json):
 @json_option
 def users_reset_password(email, password_stdin, as_json):
     """Set a new password (from a prompt or stdin) and end the user's portal sessions."""
-    from app.services import portal_users
+    from app.services.accounts import portal_users
     run(as_json, lambda: portal_users.get_user(email))  # an unknown e-mail fails before the prompt
     password = _read_password(password_stdin, as_json)
     user, ended = run(as_json, lambda: portal_users.reset_password(email, password))
@@ -573,7 +578,7 @@ def users_reset_password(email, password_stdin, as_json):
 @json_option
 def users_disable(email, as_json):
     """Refuse the user's logins from now on and end their portal sessions."""
-    from app.services import portal_users
+    from app.services.accounts import portal_users
     user, ended = run(as_json, lambda: portal_users.set_disabled(email, True))
     emit(as_json, {**portal_users.user_dict(user), "sessions_ended": ended},
          f"{user.email} disabled; {ended} session(s) ended")
@@ -584,7 +589,7 @@ def users_disable(email, as_json):
 @json_option
 def users_enable(email, as_json):
     """Let a disabled user log in again."""
-    from app.services import portal_users
+    from app.services.accounts import portal_users
     user, _ = run(as_json, lambda: portal_users.set_disabled(email, False))
     emit(as_json, {**portal_users.user_dict(user)}, f"{user.email} enabled")
 
@@ -595,7 +600,7 @@ def scans_recover(as_json):
     """Re-dispatch scans and webhook deliveries whose jobs were lost (D13), now: every one
     whose job is not alive, however recent (the workers' periodic sweep waits
     RECOVERY_STALE_SECONDS)."""
-    from app.services.recovery import sweep
+    from app.services.tracking.recovery import sweep
     report = run(as_json, lambda: sweep(at_once=True))
     emit(as_json, {**report}, Table(list(report.items()), headers=["recovered", "count"]))
 
@@ -606,7 +611,7 @@ def scans_recover(as_json):
 def scans_erase(scan_id, as_json):
     """Erase a completed or failed scan's target, result and webhook bodies now (any customer's),
     as the customer's DELETE /api/v1/scan/{id} would."""
-    from app.services import erasure
+    from app.services.privacy import erasure
     data = run(as_json, lambda: erasure.erase_any_scan(scan_id))
     emit(as_json, data, Table.record([("scan", data["scan_id"]), ("erased at", data["erased_at"])]))
 
@@ -620,7 +625,7 @@ def scans_erase_expired(days_ahead, as_json):
     from datetime import timedelta
 
     from app.models import utcnow
-    from app.services import erasure
+    from app.services.privacy import erasure
     if days_ahead and runtime.config["APP_ENV"] == "production":
         fail(as_json, "--days-ahead moves the clock for QA and is refused in production")
     now = utcnow() + timedelta(days=days_ahead)
@@ -639,7 +644,7 @@ def scans_erase_expired(days_ahead, as_json):
 @json_option
 def deliveries_redeliver(delivery_id, as_json):
     """Send a failed webhook delivery again, as the portal's redeliver button does."""
-    from app.services import webhooks
+    from app.services.webhooks import webhooks
     def redeliver():
         delivery = webhooks.redeliver(delivery_id, webhooks.delivery_owner(delivery_id))
         return {"delivery_id": delivery.id, "key_id": delivery.api_key_id, "event": delivery.event,
@@ -664,7 +669,7 @@ def opt_out_record(data: dict, title: str) -> Table:
 @json_option
 def suppressions_add(kind, target, as_json):
     """Record that the person TARGET belongs to opted out: creations for it are refused, free."""
-    from app.services import suppressions
+    from app.services.privacy import suppressions
     data = run(as_json, lambda: suppressions.add(kind, target))
     emit(as_json, data, opt_out_record(data, "opt-out recorded" if data["added"] else "opt-out was recorded already"))
 
@@ -675,7 +680,7 @@ def suppressions_add(kind, target, as_json):
 @json_option
 def suppressions_remove(kind, target, as_json):
     """Withdraw the opt-outs that refuse TARGET (in any spelling)."""
-    from app.services import suppressions
+    from app.services.privacy import suppressions
     data = run(as_json, lambda: suppressions.remove(kind, target))
     emit(as_json, data, opt_out_record(data, "opt-out withdrawn" if data["removed"] else "no opt-out for this target"))
 
@@ -687,7 +692,7 @@ def suppressions_remove(kind, target, as_json):
 def suppressions_list(kind, target, as_json):
     """Every opt-out, newest first: kind, keyed hash and time (the targets are not stored); with
     KIND TARGET, those that refuse TARGET (in any spelling)."""
-    from app.services import suppressions
+    from app.services.privacy import suppressions
     if kind is not None and target is None:
         raise click.UsageError("give the TARGET after its KIND, or neither")
     rows = run(as_json, lambda: suppressions.list_all(kind, target))
@@ -708,7 +713,7 @@ def watches_run_due(days_ahead, customer_id, as_json):
     from datetime import timedelta
 
     from app.models import utcnow
-    from app.services import watches
+    from app.services.watches import watches
     if days_ahead and runtime.config["APP_ENV"] == "production":
         fail(as_json, "--days-ahead moves the clock for QA and is refused in production")
     report = run(as_json, lambda: watches.run_due(utcnow() + timedelta(days=days_ahead), customer_id=customer_id))

@@ -196,7 +196,7 @@ def transaction():
 
 def write_transaction():
     """The transaction of a customer's admission: the caller serialises writers by locking
-    the customer's row with ``SELECT ... FOR UPDATE`` (``services.accounts.lock_customer``)."""
+    the customer's row with ``SELECT ... FOR UPDATE`` (``services.accounts.accounts.lock_customer``)."""
     return transaction()
 
 
@@ -266,7 +266,7 @@ def _reconnect() -> None:
 # run on another server connection, which has not prepared it, or has prepared it for
 # another client (D19). What the server's parse and plan cost is in docs/performance.md;
 # the served read, where planning was two thirds of the server's time, goes through a
-# server-side function instead, planned once per server connection (``app.store.planned``).
+# server-side function instead, planned once per server connection (``app.store.shared.planned``).
 
 _placeholder_sql: dict[tuple[str, str], str] = {}
 

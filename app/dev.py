@@ -26,7 +26,7 @@ from app.extensions import db
 from app.migrations import upgrade
 from app.models import Customer
 from app.redis_conn import redis_url_of
-from app.services import accounts
+from app.services.accounts import accounts
 
 DEMO_NAME = "Demo customer"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h

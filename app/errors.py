@@ -1,6 +1,6 @@
 """One error shape for every layer (D1).
 
-Services raise the domain errors of ``app.services.errors``; ``SERVICE_ERROR_STATUS``
+Services raise the domain errors of ``app.services.shared.errors``; ``SERVICE_ERROR_STATUS``
 below is the one table of their HTTP statuses and headers. ``ApiError`` is what the
 HTTP layer itself raises. The handlers below turn both, webargs validation errors, werkzeug's
 HTTP errors (404, 405, 413...) and anything
@@ -16,7 +16,7 @@ from flask_wtf.csrf import CSRFError
 from werkzeug.exceptions import HTTPException
 
 from app.db import CONNECTION_ERRORS
-from app.services import errors as domain
+from app.services.shared import errors as domain
 
 log = logging.getLogger("app.errors")
 

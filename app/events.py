@@ -1,10 +1,10 @@
 """The webhook events, in one registry: each kind's name, when it fires, the scan status it
-reports and the fields of the scan its body carries. The body (``services.webhooks.event_body``
+reports and the fields of the scan its body carries. The body (``services.webhooks.webhooks.event_body``
 picks those fields from the scan's read), the body's OpenAPI schema (``app.schemas.scans``
 builds it from the read's own fields), the document's text, the portal's filters and the
 metrics all come from here.
 
-A new kind is one entry here and one call where it fires (``services.webhooks.record_event``
+A new kind is one entry here and one call where it fires (``services.webhooks.webhooks.record_event``
 with the kind). This module imports nothing of the app, so that every layer may use it.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ class EventKind:
     fields: tuple[str, ...]  # the fields of the scan's read the body carries, in order
 
     def body(self, scan_read: dict, *, thin: bool = False) -> dict:
-        """The event's body from a scan's read body (``services.reads.scan_view``); ``thin``:
+        """The event's body from a scan's read body (``services.scans.reads.scan_view``); ``thin``:
         only its ``THIN_FIELDS``."""
         picked = {name: scan_read[name] for name in self.body_fields(thin=thin) if name in scan_read}
         return {"event": self.name, **picked}
@@ -55,9 +55,9 @@ SCAN_RUNNING = EventKind("scan.running", "the engine started work on a scan (sen
 
 EVENTS: tuple[EventKind, ...] = (SCAN_COMPLETED, SCAN_FAILED, SCAN_RUNNING)
 NAMES: tuple[str, ...] = tuple(kind.name for kind in EVENTS)
-# D22: an event about the key's endpoints, not about a scan (its body is ``services.endpoints``').
+# D22: an event about the key's endpoints, not about a scan (its body is ``services.webhooks.endpoints``').
 ENDPOINT_DISABLED = "endpoint.disabled"
-# D28: events about a watch (their bodies are ``services.watch_changes``'): a change found, a watch
+# D28: events about a watch (their bodies are ``services.watches.watch_changes``'): a change found, a watch
 # paused after three intervals without a scan, a watch ended by an opt-out.
 WATCH_CHANGED = "watch.changed"
 WATCH_PAUSED = "watch.paused"

@@ -241,7 +241,7 @@ def _earliest_due_look() -> float | bool | None:
 
     from app.db import db
     from app.models.scans import IN_FLIGHT
-    from app.store.scan_states import next_due
+    from app.store.tracking.scan_states import next_due
     try:
         with db.connection_context():
             due = next_due(statuses=IN_FLIGHT)

@@ -22,14 +22,14 @@ log = logging.getLogger(__name__)
 # its own values and never imports a live rule (app.services), whose meaning may change
 # (tests/unit/test_migrations_frozen.py).
 _IN_FLIGHT_2 = ("queued", "running")  # app.models.scans.IN_FLIGHT, migrations 2 and 6
-_DAY_2 = 86400  # app.services.limits.DAY: the longest window a quota counter serves
-# app.services.access.SCOPES when migration 12 gave existing keys every scope (watches came later,
+_DAY_2 = 86400  # app.services.billing.limits.DAY: the longest window a quota counter serves
+# app.services.accounts.access.SCOPES when migration 12 gave existing keys every scope (watches came later,
 # with migration 25, which adds its scope to the keys that held all of these).
 _SCOPES_12 = ("scans:write", "scans:read", "scans:erase", "webhooks", "activity:read")
 
 
 def _counted_from_scans(database, now: datetime, livemode: bool | None) -> tuple[Counter, Counter]:
-    """What the quota counters held, counted from the scans (app.services.quotas.counted_from_scans
+    """What the quota counters held, counted from the scans (app.services.billing.quotas.counted_from_scans
     as migrations 2 and 6 ran it): scans in flight by customer, and the last day's scans by
     (customer, minute); of one mode, or (``livemode=None``, a database without the column) all."""
     since = now - timedelta(seconds=_DAY_2)
@@ -55,7 +55,7 @@ def _initial(database):
 
 
 def _quota_counters(database):
-    """Customer.in_flight and QuotaMinute (app.services.quotas), filled from the scans; the
+    """Customer.in_flight and QuotaMinute (app.services.billing.quotas), filled from the scans; the
     scan indexes nothing uses go, those of scans in flight become partial (app.models.scans)."""
     from app.models import QuotaMinute, Scan, utcnow
 

@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from app import create_app
     from app.extensions import db
-    from app.services import accounts
+    from app.services.accounts import accounts
     create_app()
     out = []
     with db.connection_context():

@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     sys.stderr = sys.__stderr__
     metrics_http.init_app(floor_app.app)  # before its first request; taken off again below
     from app.db import db
-    from app.services import accounts
+    from app.services.accounts import accounts
     with db.connection_context():
         _, token = accounts.issue_key(customer_id, "bench.inprocess", None, None)
     name = f"inprocess-{time.time()}"

@@ -31,7 +31,8 @@ def main(argv=None) -> int:
     from app.extensions import db
     from app.migrations import upgrade
     from app.models import utcnow
-    from app.services import accounts, billing
+    from app.services.accounts import accounts
+    from app.services.billing import billing
     create_app({"APP_ENV": "test", "DATABASE_URL": opts.database_url, "REDIS_URL": opts.redis_url,
                 "SECRET_KEY": "ledger-bytes", "ENGINE_URL": "http://127.0.0.1:9", "ENGINE_TOKEN": "x",
                 "INSTANCE_PATH": tempfile.mkdtemp(prefix="ledger-bytes-")})

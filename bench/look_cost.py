@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     from app.extensions import db
     from app.models import utcnow
     from app.models.scans import IN_FLIGHT
-    from app.store import scan_states
+    from app.store.tracking import scan_states
     create_app()
     with db.connection_context():
         customer_id, key_id = db.execute_sql("SELECT customer_id, id FROM api_key LIMIT 1").fetchone()

@@ -1,7 +1,7 @@
 """What the watches' scheduler costs (issue 41 item 5), in one process: ``python -m bench.watch_cost``.
 
 Run by the ``watches`` phase (``bench/watches.py``) on its database, once the watches are stored.
-It runs the periodic ``watches`` job's function (``app.services.watches.run_due``) as a worker
+It runs the periodic ``watches`` job's function (``app.services.watches.watches.run_due``) as a worker
 does, from one thread, and times it with the CPU of this process and of its PostgreSQL backend
 (the one connection a worker's periodic turn uses; ``pg_backend_pid()``, read from ``/proc``):
 
@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     opts = p.parse_args(argv)
     from app import create_app
     from app.extensions import db
-    from app.services import watches
+    from app.services.watches import watches
     create_app()
     out: dict = {}
     with db.connection_context():

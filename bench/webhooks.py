@@ -119,7 +119,8 @@ MAKE_DELIVERIES = """
 import json, sys, time
 from app import create_app
 from app.db import db
-from app.services import accounts, webhooks
+from app.services.accounts import accounts
+from app.services.webhooks import webhooks
 create_app()
 plan, rate = json.loads(sys.argv[1]), float(sys.argv[2])
 ids = []
@@ -152,7 +153,8 @@ MAKE_ENDPOINTS = """
 import json, sys
 from app import create_app
 from app.db import db
-from app.services import accounts, endpoints
+from app.services.accounts import accounts
+from app.services.webhooks import endpoints
 create_app()
 urls = json.loads(sys.argv[1])
 made = []
@@ -171,7 +173,7 @@ import json, sys, time
 from app import create_app
 from app.db import db
 from app.models import ApiKey
-from app.services import webhooks
+from app.services.webhooks import webhooks
 create_app()
 plan, rate = json.loads(sys.argv[1]), float(sys.argv[2])
 ids = []

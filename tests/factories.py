@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.models import ApiKey, Customer
-from app.services import accounts
+from app.services.accounts import accounts
 
 
 @dataclass

@@ -10,7 +10,7 @@ short HTTP calls, and forking per job would cost more than the job. RQ's job tim
 still bounds each one. The scheduler is RQ's, made precise (``PreciseScheduler``):
 due times are kept to the millisecond and it looks for due jobs every 0.2 s. Every
 ``RECOVERY_INTERVAL_SECONDS`` a worker runs the periodic jobs that are due
-(``app.services.periodic.SCHEDULE``: the recovery sweep, retention), each one worker at a
+(``app.services.shared.periodic.SCHEDULE``: the recovery sweep, retention), each one worker at a
 time under a Redis lock. If Redis goes away the worker waits and reconnects instead of
 exiting; the first SIGTERM (or Ctrl+C) stops it within seconds all the same, with one
 log line and no traceback (``STOPPING``).
@@ -38,7 +38,7 @@ from app import create_app, runtime
 from app.config import retired_setting_lines, startup_error_line
 from app.db import CONNECTION_ERRORS
 from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, promote_due
-from app.services import periodic
+from app.services.shared import periodic
 from app.startup import StartupError, check
 from workers.database_gate import DatabaseGate
 

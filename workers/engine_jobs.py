@@ -1,7 +1,7 @@
 """The engine queue's jobs: asking the engine to forget an erased scan's investigation, and the
 hand-over of a tracking job left in Redis from before the upgrade that retired them.
 
-Scans in flight are tracked by due times in the database (``app.services.looks``, D24), not by
+Scans in flight are tracked by due times in the database (``app.services.tracking.looks``, D24), not by
 an RQ job each. A tracking job enqueued before the upgrade (or by a process of before it, still
 running during a rolling upgrade) may still come due: ``track_scan`` keeps its dotted path so
 that it runs, and only hands its scan to the batch looks. It never asks the engine nor writes a
@@ -13,7 +13,8 @@ import logging
 
 from app.extensions import db
 from app.logging_setup import log_context
-from app.services import engine, erasure, recovery
+from app.services.privacy import erasure
+from app.services.tracking import engine, recovery
 
 log = logging.getLogger(__name__)
 

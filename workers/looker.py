@@ -1,4 +1,4 @@
-"""The worker's lookers: threads that run the batch looks (``app.services.looks``, D24).
+"""The worker's lookers: threads that run the batch looks (``app.services.tracking.looks``, D24).
 
 Each thread claims the due scans, looks at them and records what it saw, again and again
 while scans are due; with none due it waits until the earliest due time, at most
@@ -16,7 +16,7 @@ import threading
 from app import runtime
 from app.db import CONNECTION_ERRORS, connection_context
 from app.models import utcnow
-from app.services import looks
+from app.services.tracking import looks
 
 log = logging.getLogger("workers.looker")
 

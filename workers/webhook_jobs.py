@@ -1,6 +1,6 @@
 """Webhook delivery jobs (§6, D11): one job makes at most one HTTP request.
 
-The job loads its attempt from ``app.services.deliveries`` (which decides whether this
+The job loads its attempt from ``app.services.webhooks.deliveries`` (which decides whether this
 job may make one), makes the request, and hands the outcome back to it: recording,
 retry scheduling and failing are that service's.
 """
@@ -20,9 +20,9 @@ from app import runtime
 from app.db import CONNECTION_ERRORS
 from app.extensions import db
 from app.logging_setup import log_context
-from app.services import deliveries
-from app.services.deliveries import EXCERPT_BYTES, Outcome, response_excerpt
-from app.services.webhook_urls import AttemptDeadline, UnsafeWebhookUrl, check_scheme, guarded_session
+from app.services.webhooks import deliveries
+from app.services.webhooks.deliveries import EXCERPT_BYTES, Outcome, response_excerpt
+from app.services.webhooks.webhook_urls import AttemptDeadline, UnsafeWebhookUrl, check_scheme, guarded_session
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,9 @@ from app.config import retry_schedule_words
 from app.portal.security import CSP as PORTAL_CSP
 from app.schemas.errors import ErrorSchema
 from app.schemas.scans import TARGET_PATTERNS
-from app.services import access, billing
-from app.services.purposes import PURPOSES
+from app.services.accounts import access
+from app.services.billing import billing
+from app.services.scans.purposes import PURPOSES
 
 STATIC = os.path.join(os.path.dirname(__file__), "static")
 DOCS_CSP = PORTAL_CSP.replace("script-src 'none'", "script-src 'self'")
@@ -243,7 +244,7 @@ def _document_scopes(app: Flask, spec) -> None:
     ``scope=``), so the document says what its code checks, never a copy of it."""
     from app.actions import route_of
     from app.api.hooks import declared_scope
-    from app.services import access
+    from app.services.accounts import access
 
     for rule in app.url_map.iter_rules():
         operations = spec._paths.get(route_of(rule.rule), {})

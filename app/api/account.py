@@ -1,6 +1,6 @@
 """``GET /api/v1/account`` (D21): the calling key's account and what the key may do.
 
-The view stays thin: ``services.accounts.account_view`` charges the call (so the balance in
+The view stays thin: ``services.accounts.accounts.account_view`` charges the call (so the balance in
 the body is the one after it) and builds the body; authentication and D21's check of the key
 (any scope) are ``app.api.hooks.api_call``'s.
 """
@@ -13,7 +13,7 @@ from app.api import hooks
 from app.api.base import ApiBlueprint
 from app.api.openapi import HEADERS, SECURITY, documented_errors
 from app.schemas.account import AccountSchema
-from app.services import access, accounts
+from app.services.accounts import access, accounts
 
 blp = ApiBlueprint("account", __name__, url_prefix="/api/v1",
                    description="Your account: balance, limits, usage, and what the calling key may do.")

@@ -1,6 +1,6 @@
 """The activity log endpoint (D20): the account's entries of the calling key's mode.
 
-The view stays thin: ``services.activity`` owns the query, the target's normalisation and
+The view stays thin: ``services.billing.activity`` owns the query, the target's normalisation and
 hashing, and raises ``InvalidRequest`` (400) for a bad target or cursor; authentication,
 charging (1 credit, as every call) and the limit headers are ``app.api.hooks``'s.
 """
@@ -12,7 +12,8 @@ from app.api import hooks
 from app.api.base import ApiBlueprint
 from app.api.openapi import HEADERS, SECURITY, documented_errors
 from app.schemas.activity import ActivityListQuerySchema, ActivityListSchema
-from app.services import access, activity
+from app.services.accounts import access
+from app.services.billing import activity
 
 blp = ApiBlueprint("activity", __name__, url_prefix="/api/v1",
                    description="The activity log: every call of your keys and every action in the portal.")

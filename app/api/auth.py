@@ -1,5 +1,5 @@
 """API-key authentication of a request (§5): the ``Authorization`` header is read here;
-the key's look-up and rules (D2/D10) are ``app.services.keyauth``'s."""
+the key's look-up and rules (D2/D10) are ``app.services.accounts.keyauth``'s."""
 from __future__ import annotations
 
 import re
@@ -7,7 +7,7 @@ import re
 from flask import request
 
 from app.models import ApiKey
-from app.services import keyauth
+from app.services.accounts import keyauth
 
 BEARER_RE = re.compile(r"^Bearer +(\S+) *$", re.IGNORECASE)
 

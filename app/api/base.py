@@ -10,7 +10,7 @@ from webargs.flaskparser import is_json_request
 from werkzeug.routing import BaseConverter
 
 from app.errors import ApiError
-from app.services import billing
+from app.services.billing import billing
 
 NOT_JSON_MESSAGE = "the request body must be JSON, sent with Content-Type: application/json"
 

@@ -2,7 +2,7 @@
 
 Not part of the customer API: no key, no charge, no activity entry, not in the OpenAPI document.
 The engine signs each call with ``ENGINE_CALLBACK_SECRET`` (Standard Webhooks); the service
-(``app.services.callbacks``) verifies it before touching the database and answers at once. Outside
+(``app.services.tracking.callbacks``) verifies it before touching the database and answers at once. Outside
 ``hooks.api_call`` on purpose: ``hooks.UNACCOUNTED`` names it, and the app refuses to start with
 any other view under ``/engine/``.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from flask import Blueprint, jsonify, request
 
 from app.errors import ApiError
-from app.services import callbacks
+from app.services.tracking import callbacks
 
 PATH = "/engine/v1/callbacks"
 

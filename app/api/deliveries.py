@@ -1,6 +1,6 @@
 """The webhook delivery endpoints (D17): the customer's deliveries, and redelivery.
 
-Views stay thin: ``services.webhooks`` owns the query and the rules and raises the domain
+Views stay thin: ``services.webhooks.webhooks`` owns the query and the rules and raises the domain
 errors (``DeliveryNotFound``, ``DeliveryPending``, ``WebhookUrlMissing``, ``InvalidRequest``)
 that ``app.errors`` maps to their statuses; authentication, charging (1 credit, as every
 call) and the limit headers are ``app.api.hooks.api_call``'s job.
@@ -13,7 +13,8 @@ from app.api import hooks
 from app.api.base import ApiBlueprint
 from app.api.openapi import ERROR_DOCS, HEADERS, SECURITY, error_documenter
 from app.schemas.deliveries import DeliveryListArgs, DeliveryListSchema, RedeliveredSchema
-from app.services import access, webhooks
+from app.services.accounts import access
+from app.services.webhooks import webhooks
 
 blp = ApiBlueprint("deliveries", __name__, url_prefix="/api/v1",
                    description="Webhook deliveries: catch up on the events a receiver missed, and send one again.")

@@ -1,6 +1,6 @@
 """The events list (and stream): every event of the account's scans, stored once per mode.
 
-Views stay thin: ``services.feed`` owns the query and raises ``InvalidRequest`` (400) for a bad
+Views stay thin: ``services.events.feed`` owns the query and raises ``InvalidRequest`` (400) for a bad
 filter or cursor; authentication, charging (1 credit, as every call) and the limit headers are
 ``app.api.hooks``'s.
 """
@@ -13,7 +13,9 @@ from app.api import hooks
 from app.api.base import ApiBlueprint
 from app.api.openapi import HEADERS, SECURITY, documented_errors
 from app.schemas.events import EVENT_ID_PATTERN, EventListArgs, EventListSchema, EventStreamArgs
-from app.services import access, feed, waits
+from app.services.accounts import access
+from app.services.events import feed
+from app.services.tracking import waits
 
 blp = ApiBlueprint("events", __name__, url_prefix="/api/v1",
                    description="Events: what happened to your scans, to read instead of (or besides) webhooks.")

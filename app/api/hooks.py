@@ -1,5 +1,5 @@
 """The HTTP adapter of every authenticated API call: it reads the request's facts once
-(``_request``), hands the call to ``app.services.pipeline`` (authenticate, D21's access check,
+(``_request``), hands the call to ``app.services.shared.pipeline`` (authenticate, D21's access check,
 ``Idempotency-Key``, can pay, serve, charge, record) and writes the answer the pipeline's
 ``Outcome`` says: the view's response (or the pipeline's own: 402, 503, a replay) with
 ``X-Credits-Remaining`` and the RateLimit fields (D8).
@@ -26,9 +26,13 @@ from app.actions import action_for, check_named, route_of
 from app.api.auth import bearer_token, client_address
 from app.errors import UNKNOWN_FIELD, from_service_error, query_error, service_unavailable
 from app.models import ApiKey
-from app.services import access, activity, pipeline, quotas, reads, waits
-from app.services.errors import Forbidden, InsufficientBalance, KeyRefused, NotFound, ServiceError
-from app.services.limits import DAY, HOUR, Limits
+from app.services.accounts import access
+from app.services.billing import activity, quotas
+from app.services.billing.limits import DAY, HOUR, Limits
+from app.services.scans import reads
+from app.services.shared import pipeline
+from app.services.shared.errors import Forbidden, InsufficientBalance, KeyRefused, NotFound, ServiceError
+from app.services.tracking import waits
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The scan endpoints of §4: create, read, bulk create, aggregate read; and the scans list (D17).
 
-Views stay thin: they hand parsed input to ``services.scans`` (creations) and
-``services.reads`` (reads and the list) and return its body;
+Views stay thin: they hand parsed input to ``services.scans.scans`` (creations) and
+``services.scans.reads`` (reads and the list) and return its body;
 authentication, charging and the limit headers are ``app.api.hooks``'s job.
 """
 from __future__ import annotations
@@ -36,7 +36,12 @@ from app.schemas.scans import (
     ScanSchema,
     WaitArgs,
 )
-from app.services import access, activity, erasure, findings, pipeline, reads, scans, waits
+from app.services.accounts import access
+from app.services.billing import activity
+from app.services.privacy import erasure
+from app.services.scans import findings, reads, scans
+from app.services.shared import pipeline
+from app.services.tracking import waits
 
 blp = ApiBlueprint("scans", __name__, url_prefix="/api/v1",
                 description="Create scans, read them, and do both in bulk.")

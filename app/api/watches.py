@@ -1,6 +1,6 @@
 """The watches calls (D28): create (with its baseline scan), list, read, change, end, run now.
 
-Views stay thin: ``services.watches`` owns the rules; authentication, the ``watches`` scope,
+Views stay thin: ``services.watches.watches`` owns the rules; authentication, the ``watches`` scope,
 charging and the limit headers are ``app.api.hooks``'s job. A creation and a run are charged
 by their admission (the credit pays for the scan they start), as a scan creation is.
 """
@@ -32,7 +32,8 @@ from app.schemas.watches import (
     WatchSchema,
     WatchUpdateSchema,
 )
-from app.services import access, watches
+from app.services.accounts import access
+from app.services.watches import watches
 
 blp = ApiBlueprint("watches", __name__, url_prefix="/api/v1",
                    description="Watches: targets scanned again on a schedule, their changes announced.")

@@ -26,7 +26,7 @@ class Customer(BaseModel):
     id = CharField(primary_key=True, max_length=40)
     name = CharField(max_length=200)
     tier = CharField(max_length=20)
-    # Changed only by conditional UPDATEs (services.billing): never read-modify-write.
+    # Changed only by conditional UPDATEs (services.billing.billing): never read-modify-write.
     balance = BigIntegerField(default=0)
     # Per-customer overrides of the tier's limits (D10); NULL = the tier default.
     inflight_limit = IntegerField(null=True)
@@ -67,11 +67,11 @@ class ApiKey(BaseModel):
     # Fernet token of the signing secret, keyed from SECRET_KEY (D11: encrypted at rest).
     webhook_secret_enc = TextField(null=True)
     # Rolling rotation (D16): the next secret (Fernet token too) and when it replaces the
-    # current one. Both NULL when no rotation is under way (app.services.webhooks).
+    # current one. Both NULL when no rotation is under way (app.services.webhooks.webhooks).
     webhook_next_secret_enc = TextField(null=True)
     webhook_secret_switch_at = DateTimeField(null=True)
     # The key's first webhook endpoint (D22) is the columns above and these four; its id is
-    # ``services.endpoints.first_endpoint_id`` (derived from the key's). NULL events: the
+    # ``services.webhooks.endpoints.first_endpoint_id`` (derived from the key's). NULL events: the
     # defaults (scan.completed and scan.failed). ``webhook_disabled_at``: when auto-disable
     # stopped it (NULL while enabled, or when a person disabled it).
     webhook_events = ArrayField(TextField, null=True)
@@ -80,10 +80,10 @@ class ApiKey(BaseModel):
     webhook_disabled_at = DateTimeField(null=True)
     # False for a test key (``service_test_``, D15): its scans go to the sandbox engine, free.
     livemode = BooleanField(default=True, constraints=[SQL("DEFAULT TRUE")])
-    # What the key may do (D21): the scopes it carries (``app.services.access.SCOPES``; every
+    # What the key may do (D21): the scopes it carries (``app.services.accounts.access.SCOPES``; every
     # key is issued with an explicit list), when it stops working (NULL: never), and the CIDR
     # blocks it may be used from (NULL: anywhere), as text in PostgreSQL's own notation: the
-    # served read tests them in its statement with ``<<=`` (``app.store.keys.KEY_CONDITIONS``).
+    # served read tests them in its statement with ``<<=`` (``app.store.accounts.keys.KEY_CONDITIONS``).
     scopes = ArrayField(TextField)
     expires_at = DateTimeField(null=True)
     allowed_ips = ArrayField(TextField, null=True)
@@ -107,7 +107,7 @@ class PortalUser(BaseModel):
     last_login_at = DateTimeField(null=True)
     # Set by an operator (``users disable``): no login, and every session ended.
     disabled = BooleanField(default=False, constraints=[SQL("DEFAULT FALSE")])
-    # What the user may do in the portal (D21, app.services.portal_roles): owner, admin, developer, viewer.
+    # What the user may do in the portal (D21, app.services.accounts.portal_roles): owner, admin, developer, viewer.
     role = CharField(max_length=16, default="owner", constraints=[SQL("DEFAULT 'owner'")])
     # A user added by an owner sets a password through a one-time link: only its token's
     # SHA-256 digest is stored, with its end; both cleared when the link is used.

@@ -188,7 +188,7 @@ class FindingFeedback(BaseModel):
 class EngineCallback(BaseModel):
     """The ``webhook-id`` of each engine callback taken (E7), kept until its timestamp is past the
     5 minutes a signature is accepted for, so a replay of it inside them is refused; then pruned
-    (``app.services.callbacks.forget_expired``, a periodic job). A small table: the ids of the
+    (``app.services.tracking.callbacks.forget_expired``, a periodic job). A small table: the ids of the
     last minutes."""
 
     id = CharField(max_length=200, primary_key=True)

@@ -23,7 +23,7 @@ class Watch(BaseModel):
     optout_hash = CharField(max_length=64)
     interval = CharField(max_length=10)  # daily, weekly, monthly
     # Its place among the customer's watches of this mode and interval, which its due times
-    # follow (``app.services.watch_times``).
+    # follow (``app.services.watches.watch_times``).
     slot = IntegerField(null=True)
     status = CharField(max_length=10, default=ACTIVE)
     purpose = CharField(max_length=32, null=True)

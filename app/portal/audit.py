@@ -16,7 +16,7 @@ import logging
 from flask import g, request
 
 from app.portal import security
-from app.services import activity
+from app.services.billing import activity
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from flask import Blueprint, Response, request, stream_with_context
 from app.models import utcnow
 from app.portal import audit, security
 from app.portal.forms import ActionForm
-from app.services import portal_roles as roles
+from app.services.accounts import portal_roles as roles
 
 bp = Blueprint("portal", __name__, url_prefix="/app", template_folder="templates", static_folder="static")
 bp.after_request(security.add_security_headers)

@@ -2,7 +2,7 @@
 import marshmallow as ma
 from marshmallow import fields
 
-from app.services import access
+from app.services.accounts import access
 
 
 class WindowsSchema(ma.Schema):

@@ -3,7 +3,7 @@ import requests
 
 from app.extensions import db
 from app.models import CreditLedger, Scan
-from app.services import billing
+from app.services.billing import billing
 
 
 def balance(account) -> int:
@@ -43,7 +43,7 @@ def assert_counters_match(customer_id: str) -> None:
     from datetime import timedelta
 
     from app.models import Customer, utcnow
-    from app.services import quotas
+    from app.services.billing import quotas
     now = utcnow()
     customer = Customer.get_by_id(customer_id)
     for livemode, in_flight in ((True, customer.in_flight), (False, customer.test_in_flight)):  # apart (D15)

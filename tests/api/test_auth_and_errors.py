@@ -5,7 +5,8 @@ import pytest
 
 from app.extensions import db
 from app.models import ApiKey, CreditLedger
-from app.services import accounts, billing
+from app.services.accounts import accounts
+from app.services.billing import billing
 
 SCAN = "/api/v1/scan"
 

@@ -10,8 +10,10 @@ from freezegun import freeze_time
 
 from app.extensions import db
 from app.models import ApiKey, CreditLedger, Customer, PortalUser, Scan, WebhookDelivery, utcnow
-from app.services import accounts, billing, webhooks
-from app.services.crypto import decrypt_secret
+from app.services.accounts import accounts
+from app.services.billing import billing
+from app.services.shared.crypto import decrypt_secret
+from app.services.webhooks import webhooks
 from tests.api.helpers import assert_counters_match
 from tests.portal.helpers import PASSWORD, login
 
@@ -388,7 +390,7 @@ def key_status(delivery_id):
 
 
 def test_an_unexpected_failure_is_one_line_too(app, cid, monkeypatch):
-    from app.services import accounts
+    from app.services.accounts import accounts
 
     def broken(customer_id, now=None):
         raise ZeroDivisionError("division by zero\nsecond line")

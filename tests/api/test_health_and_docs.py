@@ -2,7 +2,7 @@
 import pytest
 
 from app import create_app
-from app.services import accounts
+from app.services.accounts import accounts
 from tests.portal.helpers import PASSWORD, login
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from openapi_spec_validator import validate
 
-from app.services import billing
+from app.services.billing import billing
 
 HTTP_METHODS = {"get", "post", "put", "patch", "delete"}
 
@@ -73,7 +73,7 @@ def test_every_operation_names_the_refusals_of_the_key(spec):
 def test_every_operation_says_the_scope_its_view_declares(app, spec):
     from app.actions import route_of
     from app.api.hooks import declared_scope
-    from app.services import access
+    from app.services.accounts import access
 
     seen = 0
     for rule in app.url_map.iter_rules():

@@ -4,7 +4,7 @@ import re
 import pytest
 
 from app.extensions import db
-from app.services import billing
+from app.services.billing import billing
 from tests.api.test_auth_and_errors import assert_error
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"

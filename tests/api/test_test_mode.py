@@ -15,8 +15,9 @@ from freezegun import freeze_time
 
 from app.extensions import db
 from app.models import ApiKey, CreditLedger, Customer, IdempotencyRecord, Scan, WebhookDelivery, utcnow
-from app.services import accounts, quotas
-from app.services.scans import reverse_reservation
+from app.services.accounts import accounts
+from app.services.billing import quotas
+from app.services.scans.scans import reverse_reservation
 from app.webhook_signature import sign, verify_standard
 from tests import factories
 from tests.api.helpers import assert_books_balance, balance, ledger

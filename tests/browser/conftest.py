@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.extensions import db
-from app.services import accounts
+from app.services.accounts import accounts
 from tests.processes import real_clock_env
 
 CHROMIUM = "/usr/bin/chromium"

@@ -91,8 +91,8 @@ def _shot(page, name):
 
 def _finish(scan_id, *, fail=False):
     from app.models import Scan
-    from app.services import tracking
-    from app.services.results import normalize_result
+    from app.services.scans.results import normalize_result
+    from app.services.tracking import tracking
     from app.simulated.results import result_for
     with db.connection_context():
         scan = Scan.get_by_id(scan_id)

@@ -4,7 +4,7 @@ import pytest
 
 from app.extensions import db
 from app.models import Customer
-from app.services import accounts
+from app.services.accounts import accounts
 from tests.browser.conftest import PASSWORD
 from tests.browser.test_portal_browser import _shot
 

@@ -13,8 +13,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.processes]  # a real Chromium pro
 
 
 def _complete(scan_id):
-    from app.services import tracking
-    from app.services.results import normalize_result
+    from app.services.scans.results import normalize_result
+    from app.services.tracking import tracking
     from app.simulated.results import result_for
     with db.connection_context():
         scan = Scan.get_by_id(scan_id)

@@ -63,7 +63,8 @@ def test_a_watch_scans_page_says_what_changed_since_the_previous_one(logged_in, 
     import requests
 
     from app.models import Scan
-    from app.services import results, tracking
+    from app.services.scans import results
+    from app.services.tracking import tracking
     from app.simulated.results import result_for
 
     def complete(scan_id, raw):

@@ -8,7 +8,7 @@ from scan_api_client import Account, AuthenticationError, Forbidden, KeyAccess, 
 from scan_api_client.cli import main
 
 from app.extensions import db
-from app.services import access, accounts
+from app.services.accounts import access, accounts
 from tests.api.helpers import balance
 
 

@@ -25,7 +25,7 @@ from scan_api_client.cli import main
 
 from app.extensions import db
 from app.models import WebhookDelivery
-from app.services import webhooks
+from app.services.webhooks import webhooks
 from tests import factories
 from tests.api.helpers import balance
 

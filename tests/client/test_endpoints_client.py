@@ -11,7 +11,7 @@ import pytest
 from scan_api_client import Endpoint, NotFound, ScanClient, ValidationError
 from scan_api_client.cli import main
 
-from app.services import webhooks
+from app.services.webhooks import webhooks
 
 URL = "https://hooks.example.com/a"
 OTHER = "https://hooks.example.com/b"

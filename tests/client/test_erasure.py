@@ -7,7 +7,7 @@ from scan_api_client import Conflict, ScanClient
 from scan_api_client.cli import main
 
 from app.extensions import db
-from app.services import tracking
+from app.services.tracking import tracking
 
 
 def test_erase_a_scan_and_a_batch(served_app, make_customer):

@@ -10,7 +10,7 @@ from scan_api_client import Event, ScanClient
 from scan_api_client.cli import main
 
 from app.extensions import db
-from app.services import tracking
+from app.services.tracking import tracking
 
 RESULT = {"risk": {"score": 10, "band": "low"}}
 

@@ -21,7 +21,8 @@ from scan_api_client import (
 from scan_api_client.cli import main
 
 from app.extensions import db
-from app.services import accounts, tracking
+from app.services.accounts import accounts
+from app.services.tracking import tracking
 
 BREACH = {"name": "ExampleForum", "date": "2021-06", "accounts": 1200000, "classes": ["emails"]}
 OTHER_BREACH = {"name": "OtherShop", "date": "2024-02", "accounts": 5000, "classes": ["emails", "passwords"]}

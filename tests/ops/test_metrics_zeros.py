@@ -3,7 +3,8 @@ advance is in /metrics, at 0, before anything happened. The lists behind it matc
 import re
 
 from app import metrics
-from app.services import limits, quotas, targets
+from app.services.billing import limits, quotas
+from app.services.privacy import targets
 from workers.webhook_jobs import REQUEST_ERRORS
 
 

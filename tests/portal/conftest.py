@@ -7,8 +7,8 @@ import pytest
 from app.extensions import db
 from app.models import PortalUser
 from app.portal import security
-from app.services import accounts, portal_users
-from app.services import portal_roles as roles
+from app.services.accounts import accounts, portal_users
+from app.services.accounts import portal_roles as roles
 from tests.portal.helpers import PASSWORD
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from app.extensions import db
 from app.models import ActivityEntry
-from app.services import activity
+from app.services.billing import activity
 from tests.portal.helpers import csrf, login
 
 HOSTILE = "<script>alert(1)</script>"

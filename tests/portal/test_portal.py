@@ -5,7 +5,7 @@ import pytest
 
 from app.extensions import db
 from app.models import ApiKey, WebhookDelivery
-from app.services.crypto import decrypt_secret
+from app.services.shared.crypto import decrypt_secret
 from tests.portal.helpers import PASSWORD, csrf, login
 
 
@@ -165,7 +165,7 @@ def test_usage_page(client, portal_account):
 
 def test_test_keys_and_their_deliveries_are_marked_and_usage_counts_live_only(client, portal_account):
     """D15: the portal marks test keys and test deliveries; a test key's scans count in no live figure."""
-    from app.services import webhooks
+    from app.services.webhooks import webhooks
     from tests import factories
 
     with db.connection_context():

@@ -7,8 +7,8 @@ from freezegun import freeze_time
 
 from app.extensions import db
 from app.models import ActivityEntry, ApiKey, WebhookEndpoint
-from app.services import webhooks
-from app.services.crypto import decrypt_secret
+from app.services.shared.crypto import decrypt_secret
+from app.services.webhooks import webhooks
 from tests.portal.helpers import csrf, login
 
 URL = "https://hooks.acme.example/audit"
@@ -109,7 +109,7 @@ def test_a_further_endpoint_rolls_its_secret_after_confirming(client, portal_acc
 
 
 def test_the_delivery_list_shows_each_deliverys_endpoint_and_filters_by_it(client, portal_account, make_customer):
-    from app.services import endpoints
+    from app.services.webhooks import endpoints
     stranger = make_customer(webhook_url=URL + "/stranger")
     with db.connection_context():
         ApiKey.update(webhook_url=URL, webhook_description="Case system").where(

@@ -8,7 +8,7 @@ from freezegun import freeze_time
 
 from app.extensions import db
 from app.models import ApiKey
-from app.services import access, accounts
+from app.services.accounts import access, accounts
 from tests.portal.helpers import csrf, login
 
 FROZEN = "2026-11-21 12:00:00"

@@ -13,8 +13,11 @@ from freezegun import freeze_time
 
 from app.extensions import db
 from app.models import CreditLedger, Scan, WebhookDelivery, utcnow
-from app.services import accounts, billing, tracking, usage, webhooks
-from app.services.results import normalize_result
+from app.services.accounts import accounts
+from app.services.billing import billing, usage
+from app.services.scans.results import normalize_result
+from app.services.tracking import tracking
+from app.services.webhooks import webhooks
 from app.simulated.results import result_for
 from tests.portal.helpers import csrf, login
 

@@ -11,11 +11,11 @@ import pytest
 from app.extensions import db
 from app.models import ActivityEntry, ApiKey, Customer, PortalUser, Scan, utcnow
 from app.models.activity import DEFAULT_PARTITION
-from app.services import portal_roles as roles
-from app.services import tracking
-from app.services.results import normalize_result
+from app.services.accounts import portal_roles as roles
+from app.services.scans.results import normalize_result
+from app.services.tracking import tracking
 from app.simulated.results import result_for
-from app.store import activity as activity_store
+from app.store.billing import activity as activity_store
 from tests.api.helpers import engine_mode
 from tests.portal.helpers import csrf, login
 

@@ -15,8 +15,8 @@ from app.extensions import db
 from app.models import ALL_MODELS, ActivityEntry, PortalUser
 from app.portal import bp as portal_bp
 from app.portal import security
-from app.services import accounts
-from app.services import portal_roles as roles
+from app.services.accounts import accounts
+from app.services.accounts import portal_roles as roles
 from tests.portal.helpers import CSRF_RE, PASSWORD
 
 PUBLIC_ENDPOINTS = {"portal.login", "portal.logout", "portal.login_code", "portal.set_password"}

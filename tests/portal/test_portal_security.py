@@ -17,8 +17,8 @@ from freezegun import freeze_time
 
 from app.extensions import db
 from app.models import ApiKey, PortalSession, utcnow
-from app.services import accounts, login_throttle, portal_users
-from app.services.crypto import encrypt_secret
+from app.services.accounts import accounts, login_throttle, portal_users
+from app.services.shared.crypto import encrypt_secret
 from tests.portal.helpers import CSRF_RE, PASSWORD, csrf, login
 
 LIMIT = login_throttle.MAX_PER_ADDRESS_AND_ACCOUNT
@@ -405,7 +405,7 @@ def test_a_nul_byte_in_a_portal_scan_filter_is_a_clear_400(client, portal_accoun
     assert "NUL" in body["message"]
 
 
-# Moved from the SSRF tests (now tests/services/test_webhook_urls.py, which call the service only).
+# Moved from the SSRF tests (now tests/services/webhooks/test_webhook_urls.py, which call the service only).
 @pytest.mark.parametrize("url", ["https://127.0.0.1:99999/", "https://93.184.216.34:abc/", "https://[::1/"])
 def test_the_portal_answers_a_malformed_url_with_its_form_message(app, client, make_customer, url):
     account = make_customer(webhook_url="https://hooks.example.com/before")

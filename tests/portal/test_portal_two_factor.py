@@ -13,7 +13,7 @@ from freezegun import freeze_time
 
 from app.extensions import db
 from app.models import Customer, PortalUser
-from app.services import login_throttle
+from app.services.accounts import login_throttle
 from tests.portal.helpers import csrf, login
 from tests.portal.test_portal_security import cli
 

@@ -9,7 +9,7 @@ from freezegun import freeze_time
 
 from app.extensions import db
 from app.models import PortalUser
-from app.services import accounts
+from app.services.accounts import accounts
 from tests.portal.helpers import PASSWORD, csrf, login
 
 NOW = datetime(2026, 11, 22, 9, 0, 0)

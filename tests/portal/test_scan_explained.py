@@ -7,8 +7,8 @@ import re
 
 from app.extensions import db
 from app.models import FindingFeedback, Scan
-from app.services import tracking
-from app.services.results import normalize_result
+from app.services.scans.results import normalize_result
+from app.services.tracking import tracking
 from app.simulated.results import result_for
 from tests.portal.helpers import csrf, login
 

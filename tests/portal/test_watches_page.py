@@ -12,8 +12,11 @@ from freezegun import freeze_time
 
 from app.extensions import db
 from app.models import ActivityEntry, Scan, Watch
-from app.services import accounts, billing, results, tracking
-from app.services.results import normalize_result
+from app.services.accounts import accounts
+from app.services.billing import billing
+from app.services.scans import results
+from app.services.scans.results import normalize_result
+from app.services.tracking import tracking
 from app.simulated.results import result_for
 from tests import factories
 from tests.portal.helpers import csrf, login

@@ -26,8 +26,8 @@ from freezegun import freeze_time
 
 from app.extensions import db
 from app.models import DeliveryAttempt, WebhookDelivery, utcnow
-from app.services import deliveries, webhooks
-from app.services.recovery import sweep
+from app.services.tracking.recovery import sweep
+from app.services.webhooks import deliveries, webhooks
 from tests.conftest import ServerThread
 from tests.processes import WorkerProcess, service_env, wait_for
 

@@ -29,8 +29,8 @@ from app import create_app, runtime
 from app.extensions import db
 from app.jobs import WEBHOOK_QUEUE
 from app.models import BulkBatch, CreditLedger, DeliveryAttempt, Scan, WebhookDelivery, utcnow
-from app.services import billing
-from app.services.recovery import sweep
+from app.services.billing import billing
+from app.services.tracking.recovery import sweep
 from bench.load import Call, LoadDriver
 from tests.api.helpers import assert_counters_match
 from tests.conftest import ServerThread
@@ -259,7 +259,7 @@ def portal_login(client, email, password):
 
 def test_database_unreachable_is_503_on_every_route_that_needs_it_and_nothing_is_written(
         app, base_config, make_customer, figures):
-    from app.services import accounts
+    from app.services.accounts import accounts
     acct = make_customer(tier="business", credits=100)
     with db.connection_context():
         accounts.create_user(acct.id, "ops@fault.example", "correct horse battery")

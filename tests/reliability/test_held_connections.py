@@ -27,7 +27,7 @@ import urllib3
 from app import runtime
 from app.extensions import db
 from app.models import Event
-from app.services import tracking, waits
+from app.services.tracking import tracking, waits
 from tests.processes import service_env
 from tests.reliability.servers import Gunicorn
 

@@ -11,7 +11,7 @@ import psycopg2
 
 from app.extensions import db
 from app.models import ActivityEntry
-from app.services import billing
+from app.services.billing import billing
 from bench.load import Call, LoadDriver
 from tests.conftest import ServerThread
 

@@ -22,7 +22,7 @@ import requests
 
 from app.extensions import db
 from app.models import BulkBatch, CreditLedger, Scan
-from app.services import billing
+from app.services.billing import billing
 from bench.load import Call, LoadDriver, timed_run
 from tests.api.helpers import assert_counters_match
 from tests.processes import service_env

@@ -31,7 +31,7 @@ from schemathesis.core.failures import FailureGroup
 from app.extensions import db
 from app.models import BulkBatch, CreditLedger, IdempotencyRecord, Scan, utcnow
 from app.schemas.scans import TARGET_PATTERNS
-from app.services import billing
+from app.services.billing import billing
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 # The bulk calls and the status each answers with its bad items listed in ``rejected`` (D7, D28).

@@ -3,10 +3,10 @@ every route, timing-safe comparisons, SSRF refusals through the portal in produc
 cookie flags, and revocation that takes effect at once.
 
 Referenced rather than repeated: the SSRF guard's address ranges, DNS rebinding and pinning
-(tests.services.test_webhook_urls.py); the portal's login, throttling, open redirects, CSRF on every form and
+(tests.services.webhooks.test_webhook_urls.py); the portal's login, throttling, open redirects, CSRF on every form and
 404 for another customer's key (tests/portal/test_portal.py); keys stored only as digests
 (tests/api/test_auth_and_errors.py); idempotency keys scoped per customer
-(tests/api/test_idempotency.py); secrets redacted by the log filter (tests/api/test_operations.py).
+(tests/api/billing/test_idempotency.py); secrets redacted by the log filter (tests/api/test_operations.py).
 """
 from __future__ import annotations
 
@@ -27,10 +27,11 @@ from app import runtime
 from app.extensions import db
 from app.logging_setup import ContextFilter, JsonFormatter, RedactFilter
 from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, utcnow
-from app.services import accounts, webhooks
-from app.services.crypto import decrypt_secret
+from app.services.accounts import accounts
+from app.services.shared.crypto import decrypt_secret
+from app.services.webhooks import webhooks
 from app.webhook_signature import sign, verify_signature
-from tests.services.test_webhook_urls import FakeDns
+from tests.services.webhooks.test_webhook_urls import FakeDns
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 PASSWORD = "correct horse battery staple"
@@ -356,7 +357,7 @@ def test_secrets_are_compared_in_constant_time(client, account, make_customer, c
         return set(compare_digest_calls)
 
     # API keys: looked up by digest, then the digest compared in constant time.
-    assert "app.services.crypto" in calls_during(
+    assert "app.services.shared.crypto" in calls_during(
         lambda: client.get(f"{SCAN}/scn_x", headers=account.headers))
     # Webhook signatures (the module customers copy into their receivers).
     body = b'{"event": "scan.completed"}'

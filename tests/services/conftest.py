@@ -9,7 +9,7 @@ from peewee import fn
 
 from app.extensions import db
 from app.models import BulkBatch, CreditLedger, Customer, QuotaMinute, Scan
-from app.services import billing
+from app.services.billing import billing
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def conn(app):
 
 def new_customer(tier="business", credits=10, *, webhook_url=None, webhook_secret=None, livemode=True, **limits):
     """A customer (with ``limits`` overrides) and one key of the mode asked: ``(Customer, ApiKey)``."""
-    from app.services import accounts
+    from app.services.accounts import accounts
     cust = accounts.create_customer("Service test", tier, credits)
     if limits:
         accounts.set_limits(cust.id, **limits)
@@ -57,14 +57,14 @@ def new_customer(tier="business", credits=10, *, webhook_url=None, webhook_secre
 
 def new_scan(cust, key, target="jane@example.com", kind=None) -> Scan:
     """A scan admitted and submitted through the service (to the simulator, or the sandbox for a test key)."""
-    from app.services import scans
+    from app.services.scans import scans
     outcome = scans.create_scan(cust, key.id, target, kind, request_id="req_svc", livemode=key.livemode)
     return Scan.get_by_id(outcome.body["scan_id"])
 
 
 def call_entry(customer_id: str, request_id: str | None = None, *, action: str = "scan.read") -> dict:
     """The activity entry a charge of ``billing.charge_call`` writes with it (D25), as a row."""
-    from app.services import activity
+    from app.services.billing import activity
     return activity.call_entry(customer_id=customer_id, livemode=True, key_id="key_test", action=action,
                                resource_id=None, client_address=None, request_id=request_id,
                                status=200).row(credits=billing.CALL_PRICE)

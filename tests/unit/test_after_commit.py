@@ -54,7 +54,7 @@ def test_the_work_sees_its_transaction_committed(conn, app):
     """The work runs after the COMMIT, outside the transaction: another connection sees the row,
     and a transaction the work opens is its own (its own work runs at its own commit)."""
     from app.models import Customer
-    from app.services import accounts
+    from app.services.accounts import accounts
     seen, inner = [], []
 
     def work(customer_id):

@@ -5,7 +5,7 @@ from datetime import datetime
 
 from app import events
 from app.models import Scan
-from app.services import webhooks
+from app.services.webhooks import webhooks
 
 
 def test_every_event_has_its_body_schema_in_the_document(client):

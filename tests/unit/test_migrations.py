@@ -5,7 +5,7 @@ from playhouse.migrate import PostgresqlMigrator, migrate
 from app import migrations
 from app.extensions import db
 from app.models import Customer, SchemaVersion
-from app.services import accounts
+from app.services.accounts import accounts
 from tests.services.conftest import call_entry
 
 
@@ -62,7 +62,7 @@ def test_quota_counters_migration_fills_them_from_existing_scans(app):
     from datetime import timedelta
 
     from app.models import ApiKey, QuotaMinute, Scan, new_id, utcnow
-    from app.services import quotas
+    from app.services.billing import quotas
 
     with db.connection_context():
         customer = accounts.create_customer("Old", "business", 5)
@@ -104,7 +104,7 @@ def test_quota_counters_migration_fills_them_from_existing_scans(app):
 def test_portal_sessions_migration_adds_the_table_and_the_disabled_flag(app):
     """A database from before version 4: its users gain ``disabled`` (false) and can hold sessions."""
     from app.models import PortalSession, PortalUser
-    from app.services import portal_users
+    from app.services.accounts import portal_users
 
     with db.connection_context():
         customer = accounts.create_customer("Old", "pro", 0)
@@ -128,7 +128,7 @@ def test_test_mode_migration_marks_existing_rows_live_and_counts_windows_per_mod
     """A database from before version 6: every key, scan and batch becomes live, the counters
     are rebuilt with the mode in their key, and an Idempotency-Key is unique per mode."""
     from app.models import ApiKey, IdempotencyRecord, QuotaMinute, Scan, new_id, utcnow
-    from app.services import quotas
+    from app.services.billing import quotas
 
     with db.connection_context():
         customer = accounts.create_customer("Old", "business", 5)
@@ -202,8 +202,8 @@ def test_the_activity_log_migration_builds_the_table_a_fresh_database_has(app):
     """Version 10 on a database from before it: the same partitioned table, DEFAULT partition and
     indexes as ``create_tables(ALL_MODELS)`` made for the test session's fresh schema."""
     from app.models import ActivityEntry
-    from app.services import activity
-    from app.store import activity as store
+    from app.services.billing import activity
+    from app.store.billing import activity as store
 
     with db.connection_context():
         fresh = _activity_table_shape()
@@ -228,7 +228,7 @@ def test_the_activity_log_migration_builds_the_table_a_fresh_database_has(app):
 def test_key_access_migration_gives_existing_keys_every_scope_no_expiry_and_no_allowlist(app):
     """A database from before version 12 (D21): its keys keep doing what they did."""
     from app.models import ApiKey
-    from app.services import access
+    from app.services.accounts import access
 
     with db.connection_context():
         customer = accounts.create_customer("Old", "pro", 0)
@@ -317,7 +317,7 @@ def test_the_summed_reads_migration_adds_the_columns_and_the_minute_index(app):
     next reads are summed into their minute's row (D24). Running it again changes nothing."""
     from app.models import CreditLedger, utcnow
     from app.models.accounts import READS_MINUTE_INDEX
-    from app.services import billing
+    from app.services.billing import billing
 
     with db.connection_context():
         customer = accounts.create_customer("Old", "pro", 5)
@@ -349,7 +349,7 @@ def test_the_webhook_endpoints_migration_makes_each_keys_url_its_first_endpoint(
     """Version 15 (D22): the endpoints table, the first endpoint's columns on the key, and each
     delivery written before naming its key's first endpoint."""
     from app.models import ApiKey, WebhookDelivery, WebhookEndpoint
-    from app.services import webhooks
+    from app.services.webhooks import webhooks
 
     with db.connection_context():
         customer = accounts.create_customer("Old", "business", 5)

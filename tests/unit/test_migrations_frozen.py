@@ -45,7 +45,7 @@ def test_the_frozen_copies_import_nothing_of_the_project():
 def test_the_reader_sees_imports_inside_functions(tmp_path):
     """The checker itself, so that a broken reader cannot pass vacuously."""
     sample = tmp_path / "m.py"
-    sample.write_text("import json\nfrom app.db import db\ndef f():\n    from app.services.access import SCOPES\n"
-                      "    import app.services.quotas\n    from . import x\n")
+    sample.write_text("import json\nfrom app.db import db\ndef f():\n    from app.services.accounts.access import SCOPES\n"
+                      "    import app.services.billing.quotas\n    from . import x\n")
     assert [m for m in project_imports(sample) if not allowed(m)] == [
-        "app.services.access", "app.services.quotas", "."]
+        "app.services.accounts.access", "app.services.billing.quotas", "."]

@@ -7,7 +7,7 @@ from datetime import datetime
 import pytest
 
 from app.db import db, execute_named
-from app.store import planned
+from app.store.shared import planned
 
 STATEMENT = ("SELECT %(word)s::text || '%%' AS said, %(n)s + 1 AS next, %(at)s::timestamp AS at, "
              "%(nothing)s::text IS NULL AS empty FROM generate_series(1, %(rows)s) ORDER BY 1")

@@ -8,8 +8,8 @@ from freezegun import freeze_time
 from app.models import Scan
 from app.rawjson import RawJSON, parsed, render
 from app.schemas.scans import BulkCreatedSchema, BulkStateSchema, ScanCreatedSchema, ScanSchema
-from app.services.reads import scan_view
-from app.services.results import normalize_result
+from app.services.scans.reads import scan_view
+from app.services.scans.results import normalize_result
 from simulator.results import result_for
 
 

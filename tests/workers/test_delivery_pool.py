@@ -17,7 +17,7 @@ from app import runtime
 from app.extensions import db
 from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, enqueue_delivery, enqueue_engine_deletions, promote_due
 from app.models import ApiKey, DeliveryAttempt, WebhookDelivery
-from app.services import endpoints, webhooks
+from app.services.webhooks import endpoints, webhooks
 from simulator.procutil import wait_until
 from tests.conftest import ServerThread
 from workers import delivery_pool, webhook_jobs

@@ -21,9 +21,9 @@ from app.extensions import db
 from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, queue
 from app.models import Scan, WebhookDelivery, utcnow
 from app.models.scans import IN_FLIGHT
-from app.services import looks, tracking
-from app.services.results import Owner, band_for, normalize_result
-from app.store import scan_states
+from app.services.scans.results import Owner, band_for, normalize_result
+from app.services.tracking import looks, tracking
+from app.store.tracking import scan_states
 from simulator.investigations import decode_id, plan_for, progress_at
 from simulator.results import EXTRA_FIELD, FULL_DATE, HIGH_SCORE, NO_BAND, messiness_of, phone_profile, result_for
 from tests.conftest import ServerThread

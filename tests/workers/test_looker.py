@@ -5,7 +5,7 @@ from datetime import timedelta
 from freezegun import freeze_time
 
 from app.extensions import db
-from tests.services.test_looks import NOW, hold_a_claim, make_scans
+from tests.services.tracking.test_looks import NOW, hold_a_claim, make_scans
 from workers.looker import HELD_WAIT, IDLE_WAIT, Lookers
 
 

@@ -18,9 +18,9 @@ from app import runtime
 from app.extensions import db
 from app.jobs import ENGINE_QUEUE, queue
 from app.models import BulkBatch, CreditLedger, Scan, utcnow
-from app.services import billing
-from app.services.recovery import sweep
-from app.services.results import Owner, normalize_result
+from app.services.billing import billing
+from app.services.scans.results import Owner, normalize_result
+from app.services.tracking.recovery import sweep
 from tests.jobrunner import enqueue_old_tracking_job
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
@@ -154,7 +154,7 @@ def test_a_reservation_never_submitted_is_reversed_after_the_stale_window(app, c
         raise ProcessDied()
 
     with freeze_time(START) as frozen:
-        monkeypatch.setattr("app.services.engine.submit", die)
+        monkeypatch.setattr("app.services.tracking.engine.submit", die)
         with pytest.raises(ProcessDied):
             client.post(SCAN, json={"target": "john.roe@example.com"}, headers=account.headers)
         monkeypatch.undo()
@@ -189,7 +189,7 @@ def test_a_bulk_reservation_never_submitted_is_reversed_whole(client, make_custo
         raise ProcessDied()
 
     with freeze_time(START) as frozen:
-        monkeypatch.setattr("app.services.engine.submit_batch", die)
+        monkeypatch.setattr("app.services.tracking.engine.submit_batch", die)
         with pytest.raises(ProcessDied):
             client.post(BULK, json={"targets": [{"target": "a.one@example.com"}, {"target": "torvalds"},
                                                 {"target": "+4915123456788"}, {"target": "x"}]},
@@ -272,7 +272,7 @@ def test_sweep_moves_overdue_scheduled_jobs_when_no_scheduler_runs(app, client, 
     from rq import Queue
     from rq.registry import ScheduledJobRegistry
 
-    from app.services.recovery import sweep
+    from app.services.tracking.recovery import sweep
 
     engine_queue = Queue("engine", connection=redis_conn)
     registry = ScheduledJobRegistry(queue=engine_queue)
@@ -290,7 +290,7 @@ def test_sweep_moves_overdue_scheduled_jobs_when_no_scheduler_runs(app, client, 
         with db.connection_context():
             Scan.update(next_look_at=None, tracking_job_id=f"trk-{scan_id}-0").where(Scan.id == scan_id).execute()
         frozen.tick(60)
-        from app.services import recovery
+        from app.services.tracking import recovery
         assert recovery.promote_overdue(utcnow()) == 1
         assert registry.count == 0 and engine_queue.count == 1
         assert jobs.run(frozen, until=lambda: statuses([scan_id]) == ["completed"])
@@ -301,7 +301,7 @@ def test_a_look_whose_commit_was_lost_is_looked_at_again(client, make_customer, 
     """A look at an unfinished scan commits its progress and next due time without waiting for
     PostgreSQL's disk flush. Were that commit lost in a crash, the row would be as before the
     look: its earlier due time, past by then. It is claimed again at once; nothing is lost."""
-    from app.services import looks
+    from app.services.tracking import looks
     account = make_customer(credits=100)
     with freeze_time(START) as frozen:
         scan_id = create(client, account, "slowpoke@example.com")

@@ -11,7 +11,7 @@ from freezegun import freeze_time
 
 from app import metrics
 from app.models import ApiKey, WebhookDelivery
-from app.services import endpoints, webhooks
+from app.services.webhooks import endpoints, webhooks
 from tests.workers.test_webhooks import SECRET, is_final, receiver, start_scan  # noqa: F401 - fixtures
 
 OTHER_SECRET = "whsec_b3RoZXIgcmVjZWl2ZXIgc2VjcmV0IDAxMjM0NTY="

@@ -12,9 +12,10 @@ from freezegun import freeze_time
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from app.models import ApiKey, WebhookDelivery
-from app.services import accounts, webhooks
-from app.services.accounts import AccountError
-from app.services.crypto import decrypt_secret
+from app.services.accounts import accounts
+from app.services.accounts.accounts import AccountError
+from app.services.shared.crypto import decrypt_secret
+from app.services.webhooks import webhooks
 from app.webhook_signature import verify_signature, verify_standard
 from tests.portal.helpers import PASSWORD, csrf, login
 
@@ -71,7 +72,7 @@ def test_a_stored_secret_of_the_old_form_keeps_signing_both_schemes(make_custome
     legacy = "legacy-secret-from-before-whsec"
     url, received = receiver(secret=legacy)
     account = make_customer(webhook_url=url)
-    from app.services.crypto import encrypt_secret
+    from app.services.shared.crypto import encrypt_secret
     ApiKey.update(webhook_secret_enc=encrypt_secret(legacy)).where(ApiKey.id == account.key.id).execute()
     send(account, jobs)
     [got] = received()

@@ -17,8 +17,8 @@ from rq.job import Job, JobStatus
 
 from app.jobs import ENGINE_QUEUE, enqueue_delivery
 from app.models import ApiKey, DeliveryAttempt, Scan, WebhookDelivery, utcnow
-from app.services import deliveries, webhooks
-from app.services.recovery import sweep
+from app.services.tracking.recovery import sweep
+from app.services.webhooks import deliveries, webhooks
 from app.webhook_signature import sign, verify_signature
 from tests.jobrunner import JobRunner
 

@@ -9,8 +9,8 @@ import pytest
 from freezegun import freeze_time
 
 from app.models import WebhookDelivery
-from app.services import webhooks
-from app.services.accounts import AccountError
+from app.services.accounts.accounts import AccountError
+from app.services.webhooks import webhooks
 
 SECRET = "whsec_cG9ydGFsIHNlY3JldCAwMTIzNDU2Nzg5"
 START = "2026-11-21 12:00:00"

@@ -10,9 +10,11 @@ from app import actions as api_actions
 from app.models import utcnow
 from app.portal import audit, security
 from app.portal.blueprint import bp, csv_cell, csv_download, filter_source, target_filter
-from app.services import accounts, activity, time_bounds
-from app.services import portal_roles as roles
-from app.services.errors import InvalidRequest
+from app.services.accounts import accounts
+from app.services.accounts import portal_roles as roles
+from app.services.billing import activity
+from app.services.shared import time_bounds
+from app.services.shared.errors import InvalidRequest
 
 ACTIVITY_MODES = {"live": True, "test": False}
 ACTIVITY_CSV_COLUMNS = ("time_utc", "mode", "action", "key_id", "user_email", "resource_id", "status", "credits",

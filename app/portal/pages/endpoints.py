@@ -11,9 +11,9 @@ from app.portal import security
 from app.portal.blueprint import bp, form_errors
 from app.portal.forms import ActionForm, EndpointForm, RollSecretForm
 from app.portal.pages.keys import back_to_key, owned_key_or_404, render_key_page, run_action
-from app.services import endpoints
-from app.services import portal_roles as roles
-from app.services.errors import Conflict, InvalidRequest, SecretChanged
+from app.services.accounts import portal_roles as roles
+from app.services.shared.errors import Conflict, InvalidRequest, SecretChanged
+from app.services.webhooks import endpoints
 
 
 @bp.post("/api-keys/<key_id>/endpoints")

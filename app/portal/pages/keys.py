@@ -12,10 +12,11 @@ from app.models import ApiKey, utcnow
 from app.portal import security
 from app.portal.blueprint import bp, form_errors, page_arg
 from app.portal.forms import AccessForm, ActionForm, EndpointForm, RollSecretForm, WebhookForm
-from app.services import access, accounts, delivery_console, endpoints, webhooks
-from app.services import portal_roles as roles
-from app.services.accounts import AccountError
-from app.services.crypto import decrypt_secret
+from app.services.accounts import access, accounts
+from app.services.accounts import portal_roles as roles
+from app.services.accounts.accounts import AccountError
+from app.services.shared.crypto import decrypt_secret
+from app.services.webhooks import delivery_console, endpoints, webhooks
 
 STATUSES = webhooks.STATUSES
 EVENTS = events.DELIVERY_EVENTS

@@ -6,8 +6,8 @@ from flask import flash, redirect, render_template, request, url_for
 from app.portal import security
 from app.portal.blueprint import bp, form_errors
 from app.portal.forms import ActionForm, CodeForm, LoginForm, SetPasswordForm
-from app.services import portal_users, two_factor
-from app.services.accounts import AccountError
+from app.services.accounts import portal_users, two_factor
+from app.services.accounts.accounts import AccountError
 
 
 @bp.route("/login", methods=["GET", "POST"])

@@ -9,11 +9,16 @@ from flask import abort, flash, g, redirect, render_template, request, url_for
 from app.portal import audit, security
 from app.portal.blueprint import bp, choice, filter_source, page_arg, target_filter
 from app.portal.forms import ActionForm, EraseForm
-from app.services import accounts, activity, erasure, findings, reads, targets, watch_changes, webhooks
-from app.services import portal_roles as roles
-from app.services import scans as scans_service
-from app.services.errors import Forbidden, InvalidRequest, NotFound, ScanInFlight, ServiceError
-from app.services.paging import Page
+from app.services.accounts import accounts
+from app.services.accounts import portal_roles as roles
+from app.services.billing import activity
+from app.services.privacy import erasure, targets
+from app.services.scans import findings, reads
+from app.services.scans import scans as scans_service
+from app.services.shared.errors import Forbidden, InvalidRequest, NotFound, ScanInFlight, ServiceError
+from app.services.shared.paging import Page
+from app.services.watches import watch_changes
+from app.services.webhooks import webhooks
 
 
 @bp.route("/scans", methods=["GET", "POST"])

@@ -7,9 +7,9 @@ from flask import abort, flash, g, redirect, render_template, request, url_for
 from app.portal import security
 from app.portal.blueprint import bp, form_errors
 from app.portal.forms import ActionForm, InviteForm, RoleForm, SettingsForm, UserStateForm
-from app.services import accounts, portal_users, two_factor
-from app.services import portal_roles as roles
-from app.services.accounts import AccountError
+from app.services.accounts import accounts, portal_users, two_factor
+from app.services.accounts import portal_roles as roles
+from app.services.accounts.accounts import AccountError
 
 
 def _users_page(invite: InviteForm | None = None, link: str | None = None, link_user=None, code: int = 200):

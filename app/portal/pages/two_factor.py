@@ -6,9 +6,9 @@ from flask import flash, g, redirect, render_template, request, url_for
 from app.portal import security
 from app.portal.blueprint import bp, form_errors
 from app.portal.forms import CodeForm
-from app.services import portal_roles as roles
-from app.services import portal_users, two_factor
-from app.services.accounts import AccountError
+from app.services.accounts import portal_roles as roles
+from app.services.accounts import portal_users, two_factor
+from app.services.accounts.accounts import AccountError
 
 
 def _qr_svg(uri: str) -> str:

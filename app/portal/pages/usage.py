@@ -9,11 +9,11 @@ from app.models import utcnow
 from app.portal import charts, security
 from app.portal.blueprint import bp, csv_cell, csv_download, form_errors, page_arg
 from app.portal.forms import LedgerExportForm
-from app.services import billing, quotas
-from app.services import portal_roles as roles
-from app.services import usage as usage_service
-from app.services.errors import InvalidRequest
-from app.services.limits import limits_for
+from app.services.accounts import portal_roles as roles
+from app.services.billing import billing, quotas
+from app.services.billing import usage as usage_service
+from app.services.billing.limits import limits_for
+from app.services.shared.errors import InvalidRequest
 
 
 def _activity_charts(customer_id: str, now) -> list[dict]:

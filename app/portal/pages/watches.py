@@ -13,10 +13,11 @@ from app.models.watches import STATUSES
 from app.portal import audit, security
 from app.portal.blueprint import bp, choice, form_errors, page_arg
 from app.portal.forms import ActionForm, WatchForm, WatchImportForm
-from app.services import activity, watches
-from app.services import portal_roles as roles
-from app.services.errors import NotFound, ServiceError
-from app.services.limits import MAX_BULK_TARGETS
+from app.services.accounts import portal_roles as roles
+from app.services.billing import activity
+from app.services.billing.limits import MAX_BULK_TARGETS
+from app.services.shared.errors import NotFound, ServiceError
+from app.services.watches import watches
 
 MODES = {"live": True, "test": False}
 MAX_CSV_BYTES = 64 * 1024  # 100 rows of the longest targets fit in a third of it

@@ -1,0 +1,1 @@
+"""Events: the stored event feed, its list and its stream's announcements."""

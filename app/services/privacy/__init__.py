@@ -1,0 +1,1 @@
+"""Privacy: erasure, suppressions, targets' identity, engine deletions."""

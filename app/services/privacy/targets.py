@@ -1,0 +1,200 @@
+"""Targets: their validation and kind inference (D4, as amended), in the order D2 fixes, and
+their identity wherever a target is matched (D25).
+
+``normalize`` takes the raw ``target`` and ``kind`` (already known to be strings or
+absent) and returns ``(kind, stored_target)`` or raises ``TargetError`` with the
+first failing check: ``target_too_short``, then ``invalid_kind``, then
+``invalid_target``. A scan keeps that form: what a customer sees never changes.
+
+Matching (opt-outs, the activity log's ``target`` filter, watches) goes through the identity
+functions at the end, the one place that says when two spellings are one person's identifier:
+``canonical`` (one form per kind), ``canonical_hash`` (what the activity log keeps),
+``opt_out_key`` (the form an opt-out is kept under, reduced further so that it errs towards
+refusal) and ``suppression_hashes`` (what an opt-out check looks for).
+"""
+from __future__ import annotations
+
+import re
+
+from email_validator import EmailNotValidError, validate_email
+
+from app.services.shared import crypto
+from app.services.shared.errors import InvalidRequest
+
+KINDS = ("email", "phone", "username")
+MIN_LENGTH = 3
+MAX_LENGTH = 256
+
+PHONE_INFER_RE = re.compile(r"^\+[0-9 ()-]{7,}$")
+PHONE_SEPARATORS_RE = re.compile(r"[ ()-]")
+E164_RE = re.compile(r"^\+[1-9][0-9]{6,14}$")
+HANDLE_RE = re.compile(r"^[A-Za-z0-9._-]{3,64}$")
+EMAIL_LOCAL_MAX = 64  # RFC 5321 4.5.3.1.1; email_validator does not enforce it
+
+
+class TargetError(ValueError):
+    def __init__(self, code: str, message: str, kind: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.kind = kind
+
+
+def infer_kind(target: str) -> str:
+    # Amended D4: a leading "@" marks a handle ("@alice_smith"); any other "@" an address.
+    if target.startswith("@"):
+        return "username"
+    if "@" in target:
+        return "email"
+    if PHONE_INFER_RE.match(target):
+        return "phone"
+    return "username"
+
+
+def _email(target: str) -> str:
+    try:
+        # Syntax only: no DNS look-up (D4). test_environment admits reserved test domains.
+        validate_email(target, check_deliverability=False, test_environment=True)
+    except EmailNotValidError as exc:
+        raise TargetError("invalid_target", f"target is not a valid e-mail address: {exc}", "email") from None
+    local, _, domain = target.rpartition("@")
+    if len(local) > EMAIL_LOCAL_MAX:
+        raise TargetError("invalid_target",
+                          f"target is not a valid e-mail address: the part before the @ has more than "
+                          f"{EMAIL_LOCAL_MAX} characters", "email")
+    return f"{local}@{domain.lower()}"
+
+
+def _phone(target: str) -> str:
+    number = PHONE_SEPARATORS_RE.sub("", target)
+    if not E164_RE.match(number):
+        raise TargetError("invalid_target",
+                          "target is not an international phone number in E.164 form (+ and 7 to 15 digits)", "phone")
+    return number
+
+
+def _username(target: str) -> str:
+    handle = target.removeprefix("@")
+    if not HANDLE_RE.match(handle):
+        raise TargetError("invalid_target",
+                          "target is not a valid username (3 to 64 of A-Z, a-z, 0-9, '.', '_', '-')", "username")
+    return handle
+
+
+NORMALIZERS = {"email": _email, "phone": _phone, "username": _username}
+
+
+def normalize(target: str, kind: str | None) -> tuple[str, str]:
+    text = target.strip()
+    if len(text) < MIN_LENGTH:
+        raise TargetError("target_too_short", f"target must have at least {MIN_LENGTH} characters", kind)
+    if kind is not None and kind not in KINDS:
+        raise TargetError("invalid_kind", "kind must be one of email, phone, username", None)
+    kind = kind or infer_kind(text)
+    if len(text) > MAX_LENGTH:
+        raise TargetError("invalid_target", f"target must have at most {MAX_LENGTH} characters", kind)
+    return kind, NORMALIZERS[kind](text)
+
+
+def normalize_or_refuse(target: str, kind: str | None, *, field: str | None = None) -> tuple[str, str]:
+    """``normalize``, a refused target raised as the 400 a creation answers (``InvalidRequest``
+    with the target's own code; ``field``: the request field named in its ``details`` too)."""
+    return _refusing(normalize, target, kind, field)
+
+
+def _refusing(check, target: str, kind: str | None, field: str | None) -> tuple[str, str]:
+    try:
+        return check(target, kind)
+    except TargetError as exc:
+        details = {field: [exc.message]} if field else None
+        raise InvalidRequest(exc.message, code=exc.code, details=details) from None
+
+
+# --- identity: when two spellings are one target (D25) ---------------------------------------
+
+# A phone number as people write it: dots too, which D4 does not take for a scan's target.
+PHONE_MATCH_RE = re.compile(r"^\+[0-9 ().-]{7,}$")
+PHONE_MATCH_SEPARATORS_RE = re.compile(r"[ ().-]")
+# A username that is a phone number's digits (8 to 15, D25), perhaps written with a "+", dots or dashes.
+NUMBER_HANDLE_RE = re.compile(r"^\+?[0-9.-]+$")
+NUMBER_HANDLE_DIGITS = (8, 15)
+NUMBER_HANDLE_WITH_PLUS_RE = re.compile(r"^\+[0-9]{8,15}$")
+GMAIL_DOMAINS = frozenset({"gmail.com", "googlemail.com"})  # one mailbox: dots in its name do not count
+
+
+def canonical(kind: str, target: str) -> str:
+    """The one form of a target of ``kind`` (any spelling a valid target has): an e-mail address
+    trimmed and case-folded whole, a username without its leading ``@`` and case-folded, a phone
+    number in E.164 without spaces, dashes, dots or brackets."""
+    text = target.strip()
+    if kind == "email":
+        return text.casefold()
+    if kind == "username":
+        return text.removeprefix("@").casefold()
+    if kind == "phone":
+        return PHONE_MATCH_SEPARATORS_RE.sub("", text)
+    raise ValueError(f"no such kind: {kind!r}")
+
+
+def canonical_hash(kind: str, target: str) -> str:
+    """The keyed hash of the canonical form: what the activity log keeps of a target."""
+    return crypto.target_hash(kind, canonical(kind, target))
+
+
+def _mailbox(address: str) -> str:
+    """An address without a ``+tag`` in its local part, a Gmail address without dots in it (and
+    googlemail.com as gmail.com): one mailbox, however its owner spelt it."""
+    local, _, domain = address.rpartition("@")
+    untagged = local.partition("+")[0]
+    local = untagged or local  # "+x@example.com" has nothing before its "+": no tag to drop
+    if domain in GMAIL_DOMAINS:
+        return f"{local.replace('.', '')}@gmail.com"
+    return f"{local}@{domain}"
+
+
+def _number_digits(handle: str) -> str | None:
+    """The digits of a username that is a phone number's (8 to 15 digits), else None. A leading
+    ``00`` is the international call prefix, as ``+`` (no E.164 number starts with 0)."""
+    if not NUMBER_HANDLE_RE.match(handle):
+        return None
+    digits = re.sub(r"[^0-9]", "", handle)
+    digits = digits.removeprefix("00")
+    low, high = NUMBER_HANDLE_DIGITS
+    return digits if low <= len(digits) <= high else None
+
+
+def opt_out_key(kind: str, target: str) -> tuple[str, str]:
+    """``(kind, form)`` an opt-out of ``target`` is kept under, and a check looks for: the
+    canonical form, reduced until every spelling of the person's identifier is one form, erring
+    towards refusal (an address's mailbox, a username of a phone number's digits as that number)."""
+    form = canonical(kind, target)
+    if kind == "email":
+        return kind, _mailbox(form)
+    if kind == "username" and (digits := _number_digits(form)):
+        return "phone", f"+{digits}"
+    return kind, form
+
+
+def suppression_hashes(kind: str, target: str) -> set[str]:
+    """The keyed hashes an opt-out check of ``target`` (as ``normalize`` returns it: a scan's
+    stored target) looks for: its opt-out key's, and the one opt-outs were kept under before
+    canonical forms (the normalised target's own), so that those keep refusing what they refused."""
+    return {crypto.target_hash(*opt_out_key(kind, target)), crypto.target_hash(kind, target)}
+
+
+def identify(target: str, kind: str | None) -> tuple[str, str]:
+    """``normalize`` for a target written where one is matched rather than scanned (an opt-out,
+    the activity log's filter): a phone number may also be written with dots, a username may be
+    a phone number's digits after a ``+``. ``(kind, normalised target)``, or ``TargetError``."""
+    text = target.strip()
+    if kind in (None, "phone") and PHONE_MATCH_RE.match(text):
+        text = text.replace(".", "")
+    if kind == "username" and NUMBER_HANDLE_WITH_PLUS_RE.match(text):
+        return kind, text
+    return normalize(text, kind)
+
+
+def identify_or_refuse(target: str, kind: str | None, *, field: str | None = None) -> tuple[str, str]:
+    """``identify``, a refused target raised as ``normalize_or_refuse`` raises it."""
+    return _refusing(identify, target, kind, field)
+

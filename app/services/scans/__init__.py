@@ -1,0 +1,1 @@
+"""Scans: admission, bulk input, results and findings, reads, purposes."""

@@ -1,0 +1,1 @@
+"""Tracking: a scan's states, the engine, its looks and callbacks, waits and the recovery sweep."""

@@ -1,0 +1,1 @@
+"""Watches: targets scanned again on a schedule, and the changes they announce."""

@@ -1,0 +1,1 @@
+"""Webhooks: a key's webhook settings, endpoints, deliveries and their console, URL checks."""

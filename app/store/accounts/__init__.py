@@ -1,0 +1,1 @@
+"""The statements of the accounts domain (its rules: app/services/accounts/)."""

@@ -1,0 +1,1 @@
+"""The statements of the billing domain (its rules: app/services/billing/)."""

@@ -1,0 +1,1 @@
+"""The statements of the events domain (its rules: app/services/events/)."""

@@ -1,0 +1,1 @@
+"""The statements of the privacy domain (its rules: app/services/privacy/)."""

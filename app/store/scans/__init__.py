@@ -1,0 +1,1 @@
+"""The statements of the scans domain (its rules: app/services/scans/)."""

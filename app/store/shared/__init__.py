@@ -1,0 +1,1 @@
+"""The statements of the shared domain (its rules: app/services/shared/)."""

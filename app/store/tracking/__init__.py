@@ -1,0 +1,1 @@
+"""The statements of the tracking domain (its rules: app/services/tracking/)."""

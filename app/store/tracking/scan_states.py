@@ -1,0 +1,133 @@
+"""The statements that move a scan through its states (D5, D13): the batch looks' claims and
+records (D24), the final states, and the recovery sweep's repairs.
+
+Every state change is a compare-and-set: the UPDATE names the states (``statuses``) and, for a
+look's record, the ``look_generation`` (the fencing token) it expects, and says which rows it
+changed. Which states count as in flight is the services' rule (``app.services.tracking.tracking``,
+``app.services.tracking.recovery``), passed in here.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from peewee import fn
+
+from app.db import columns, db, execute, instance, table
+from app.models import Scan
+
+
+def commit_without_flush() -> None:
+    """Inside a transaction: its COMMIT does not wait for PostgreSQL to flush it to disk."""
+    db.execute_sql("SET LOCAL synchronous_commit = off")
+
+
+def _finish(scan_id: str, statuses: Iterable[str], changes: dict) -> Scan | None:
+    """``update_if`` that returns the row as written (one statement, not an UPDATE and a SELECT)."""
+    query = (Scan.update(**changes).where((Scan.id == scan_id) & Scan.status.in_(statuses))
+             .returning(*Scan._meta.sorted_fields))
+    return next(iter(query.execute()), None)
+
+
+def complete(scan_id: str, *, statuses: Iterable[str], status: str, now: datetime, result_json: str) -> Scan | None:
+    """Make the scan ``status`` (completed) with its result, every recipe done, if it is in one of
+    ``statuses``: the scan as it is now, or None when it was not."""
+    return _finish(scan_id, statuses, {"status": status, "completed_at": now, "last_checked_at": now,
+                                       "result_json": result_json, "recipes_done": Scan.recipes_total})
+
+
+def fail(scan_id: str, *, statuses: Iterable[str], status: str, now: datetime, code: str,
+         message: str) -> Scan | None:
+    """Make the scan ``status`` (failed) with ``code`` and ``message``, if it is in one of
+    ``statuses``: the scan as it is now, or None when it was not."""
+    return _finish(scan_id, statuses, {"status": status, "failed_at": now, "last_checked_at": now,
+                                       "failure_code": code, "failure_message": message})
+
+
+def give_due_times(*, statuses: Sequence[str], now: datetime, scan_id: str | None = None) -> list[str]:
+    """Make every submitted scan in ``statuses`` that has no due look (only ``scan_id`` if given)
+    due ``now`` (a scan an RQ job chain tracked before the upgrade that retired them, D24),
+    clearing its chain's token; the ids of those it changed. One statement: a scan given one by
+    another sweep at the same moment is not changed twice."""
+    where = Scan.status.in_(statuses) & Scan.engine_id.is_null(False) & Scan.next_look_at.is_null()
+    if scan_id is not None:
+        where &= Scan.id == scan_id
+    query = Scan.update(next_look_at=now, tracking_job_id=None).where(where).returning(Scan.id)
+    return [row.id for row in query.execute()]
+
+
+def unsubmitted(*, status: str, created_before: datetime) -> list[Scan]:
+    """Scans in ``status`` (queued) never recorded as submitted, created before ``created_before``."""
+    return list(Scan.select().where((Scan.status == status) & Scan.engine_id.is_null()
+                                    & (Scan.created_at < created_before)))
+
+
+# --- batch looks (D24) ------------------------------------------------------------------------
+
+# No write: the claim is the row locks of the transaction the look runs in (the caller's). Two
+# claims never take one scan (SKIP LOCKED), and a looker that dies ends its transaction, so its
+# scans are due again at once; ``idle_in_transaction_session_timeout`` ends the claim of a looker
+# that hangs. A look then writes each scan once (the record below), not a lease and a record.
+#
+# ``enable_sort = off`` (for the look's transaction): the claim must walk the due index in order
+# and stop at ``limit``. With statistics that see few rows due (a burst of new scans, a table not
+# yet analysed), the planner would rather fetch every due row and sort them all, wide rows
+# under ``FOR UPDATE``: 100 ms a claim, spilled to disk, at 37,000 due (the scale phase).
+CLAIM_DUE = f"""
+SET LOCAL idle_in_transaction_session_timeout = %d; SET LOCAL enable_sort = off;
+SELECT next_look_at, {columns(Scan)} FROM {table(Scan)}
+WHERE status IN %s AND next_look_at IS NOT NULL AND next_look_at <= ?
+ORDER BY next_look_at LIMIT ? FOR UPDATE SKIP LOCKED"""
+
+
+def claim_due(*, statuses: Sequence[str], now: datetime, limit: int,
+              hold_seconds: float) -> list[tuple[datetime, Scan]]:
+    """Inside the caller's transaction: lock up to ``limit`` scans in ``statuses`` due by ``now``,
+    earliest first, and return each one's due time and row. Rows another claim holds are
+    skipped, not waited for: any number of lookers share the due scans. The claim lasts until
+    the transaction ends, or until the session has been idle in it for ``hold_seconds``
+    (PostgreSQL then ends the session: the claim of a looker that hangs)."""
+    sql = CLAIM_DUE % (max(1, int(hold_seconds * 1000)), "(" + ", ".join(["?"] * len(statuses)) + ")")
+    rows = execute(sql, (*statuses, now, limit)).fetchall()
+    return [(row[0], instance(Scan, row[1:])) for row in rows]
+
+
+# ``last_checked_at`` is set by the final states only: ``next_look_at`` says all a look needs. A
+# scan the engine started moves to ``running`` in the same UPDATE (one row version per look, not
+# two); ``was`` is the row as the statement found it (a FROM item sees the row before the
+# UPDATE), to say which ones moved now.
+RECORD_LOOKS = f"""
+UPDATE {table(Scan)} AS s SET next_look_at = v.next_look_at, check_errors = v.check_errors,
+       look_generation = s.look_generation + 1,
+       recipes_total = COALESCE(v.recipes_total, s.recipes_total),
+       recipes_done = COALESCE(v.recipes_done, s.recipes_done),
+       status = CASE WHEN v.running AND s.status = ? THEN ? ELSE s.status END,
+       started_at = CASE WHEN v.running AND s.status = ? THEN ? ELSE s.started_at END
+FROM (VALUES %s) AS v(id, generation, next_look_at, check_errors, recipes_total, recipes_done, running)
+     JOIN {table(Scan)} AS was ON was.id = v.id
+WHERE s.id = v.id AND s.look_generation = v.generation AND s.next_look_at IS NOT NULL AND s.status IN %s
+RETURNING s.id, (v.running AND was.status = ?)"""
+RECORD_ROW = "(?, ?::integer, ?::timestamp, ?::integer, ?::integer, ?::integer, ?::boolean)"
+
+
+def record_looks(looks: Sequence[tuple], *, statuses: Sequence[str], queued: str, running: str,
+                 now: datetime) -> list[tuple[str, bool]]:
+    """Write what each look saw in one UPDATE: ``(scan id, look_generation as claimed,
+    next_look_at, check_errors, recipes_total or None, recipes_done or None, whether the engine
+    runs it)``, each only to a scan still in ``statuses`` whose ``look_generation`` (the looks
+    recorded) is still the one claimed and that still has a due look, adding one to it;
+    a ``queued`` scan the engine runs becomes ``running``, started ``now``. Returns each
+    written scan's id and whether it became ``running`` now. The claim's lock makes the
+    generation check hold; it stays so that a record made without one writes nothing over a
+    later look."""
+    if not looks:
+        return []
+    sql = RECORD_LOOKS % (", ".join([RECORD_ROW] * len(looks)), "(" + ", ".join(["?"] * len(statuses)) + ")")
+    params = [queued, running, queued, now, *(v for look in looks for v in look), *statuses, queued]
+    return [(row[0], bool(row[1])) for row in execute(sql, params).fetchall()]
+
+
+def next_due(*, statuses: Sequence[str]) -> datetime | None:
+    """The earliest due look of a scan in ``statuses`` (the partial index's first entry)."""
+    return (Scan.select(fn.MIN(Scan.next_look_at))
+            .where(Scan.status.in_(statuses) & Scan.next_look_at.is_null(False)).scalar())

@@ -1,0 +1,1 @@
+"""The statements of the watches domain (its rules: app/services/watches/)."""

@@ -1,0 +1,1 @@
+"""The statements of the webhooks domain (its rules: app/services/webhooks/)."""

@@ -1,0 +1,100 @@
+"""The events stream over real HTTP (D27): server-sent events of the account's mode, resumed
+after Last-Event-ID with no event lost, woken by another thread's commit, charged once per
+connection, a heartbeat comment while nothing happens."""
+import threading
+import time
+
+import pytest
+import requests
+
+from app.extensions import db
+from app.models import Event
+from app.services.events import feed
+from app.services.tracking import tracking
+from tests.api.helpers import balance
+
+RESULT = {"risk": {"score": 10, "band": "low"}}
+
+
+def _messages(lines, count, deadline_seconds=8.0):
+    """The next ``count`` SSE messages (dicts of their fields) and the comments seen meanwhile."""
+    messages, comments, current = [], [], {}
+    deadline = time.monotonic() + deadline_seconds
+    for raw in lines:
+        line = raw.decode() if isinstance(raw, bytes) else raw
+        if line.startswith(":"):
+            comments.append(line)
+        elif line == "":
+            if "data" in current:  # an event (not the opening ``retry:``)
+                messages.append(current)
+                if len(messages) == count:
+                    return messages, comments
+            current = {}
+        else:
+            name, _, value = line.partition(": ")
+            current[name] = value
+        if time.monotonic() > deadline:
+            break
+    return messages, comments
+
+
+def _create(url, account, target):
+    return requests.post(f"{url}/api/v1/scan", json={"target": target}, headers=account.headers,
+                         timeout=10).json()["scan_id"]
+
+
+def test_the_stream_resumes_after_last_event_id_and_loses_nothing(served_app, make_customer):
+    account = make_customer(credits=50)
+    url = served_app.url
+    first, second = _create(url, account, "a@example.com"), _create(url, account, "b@example.com")
+    with db.connection_context():
+        tracking.complete(first, RESULT)
+        tracking.complete(second, RESULT)
+        stored = [f"evt_{e.id}" for e in Event.select().where(Event.customer == account.id).order_by(Event.id)]
+    assert len(stored) == 4  # running and completed of each
+    before = balance(account)
+
+    with requests.get(f"{url}/api/v1/events/stream", headers={**account.headers, "Last-Event-ID": stored[0]},
+                      stream=True, timeout=20) as r:
+        assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/event-stream")
+        lines = r.iter_lines(decode_unicode=True)
+        got, _ = _messages(lines, 3)
+        assert [m["id"] for m in got] == stored[1:]
+        assert [m["event"] for m in got] == ["scan.completed", "scan.running", "scan.completed"]
+        assert got[0]["data"] == Event.get_by_id(int(stored[1][4:])).body  # the stored bytes
+
+        third = _create(url, account, "c@example.com")
+        worker = threading.Thread(target=lambda: _complete(third))
+        started = time.monotonic()
+        worker.start()
+        live, _ = _messages(lines, 2)
+        worker.join()
+        assert [m["event"] for m in live] == ["scan.running", "scan.completed"]
+        assert time.monotonic() - started < 4  # woken by the commit, not a later re-read
+        assert all(int(m["id"][4:]) > int(stored[-1][4:]) for m in live)
+    assert balance(account) == before - 2  # the connection and the third scan's creation
+
+
+def _complete(scan_id):
+    time.sleep(0.3)
+    with db.connection_context():
+        tracking.complete(scan_id, RESULT)
+
+
+@pytest.mark.parametrize("query", ["?events=scan.completed&payload=thin"])
+def test_the_stream_filters_and_beats(served_app, make_customer, monkeypatch, query):
+    monkeypatch.setattr(feed, "HEARTBEAT_SECONDS", 0.5)
+    account = make_customer(credits=50)
+    url = served_app.url
+    scan_id = _create(url, account, "a@example.com")
+    with db.connection_context():
+        tracking.complete(scan_id, RESULT)
+    with requests.get(f"{url}/api/v1/events/stream{query}&after=evt_0", headers=account.headers, stream=True,
+                      timeout=20) as r:
+        lines = r.iter_lines(decode_unicode=True)
+        [only], _ = _messages(lines, 1)
+        assert only["event"] == "scan.completed" and "a@example.com" not in only["data"]
+        _, comments = _messages(lines, 1, deadline_seconds=1.5)
+        assert ": heartbeat" in comments
+    r = requests.get(f"{url}/api/v1/events/stream", headers={**account.headers, "Last-Event-ID": "nope"}, timeout=5)
+    assert r.status_code == 400 and r.json()["error"] == "invalid_request"

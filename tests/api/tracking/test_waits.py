@@ -1,0 +1,121 @@
+"""?wait=N over real HTTP (D27): a read answered as soon as its scan is final (the batch: all
+done) and charged once, a creation that answers 200 with the finished scan or 202 as before,
+and the 101st held connection of a key refused with 429, free."""
+import threading
+import time
+
+import requests
+
+from app.extensions import db
+from app.services.tracking import tracking, waits
+from tests.api.helpers import balance
+
+RESULT = {"risk": {"score": 10, "band": "low"}}
+
+
+def _complete_later(scan_ids, delay=0.5):
+    def run():
+        time.sleep(delay)
+        with db.connection_context():
+            for scan_id in scan_ids:
+                tracking.complete(scan_id, RESULT)
+    worker = threading.Thread(target=run)
+    worker.start()
+    return worker
+
+
+def test_a_read_waits_for_its_scan_and_is_charged_once(served_app, make_customer):
+    account = make_customer(credits=50)
+    url = served_app.url
+    scan_id = requests.post(f"{url}/api/v1/scan", json={"target": "jane@example.com"}, headers=account.headers,
+                            timeout=10).json()["scan_id"]
+    before = balance(account)
+    worker = _complete_later([scan_id])
+    started = time.monotonic()
+    r = requests.get(f"{url}/api/v1/scan/{scan_id}?wait=30", headers=account.headers, timeout=40)
+    took = time.monotonic() - started
+    worker.join()
+    assert r.status_code == 200 and r.json()["status"] == "completed" and r.json()["result"]["risk"]["score"] == 10
+    assert took < waits.REREAD_SECONDS - 1  # answered when it completed, not at the next re-read
+    assert balance(account) == before - 1 and r.headers["X-Credits-Remaining"] == str(before - 1)
+
+    started = time.monotonic()  # final already: at once
+    assert requests.get(f"{url}/api/v1/scan/{scan_id}?wait=30", headers=account.headers,
+                        timeout=40).json()["status"] == "completed"
+    assert time.monotonic() - started < 1
+
+
+def test_an_unfinished_scan_answers_after_the_wait_and_a_bad_wait_is_400(served_app, make_customer):
+    account = make_customer(credits=50)
+    url = served_app.url
+    scan_id = requests.post(f"{url}/api/v1/scan", json={"target": "jane@example.com"}, headers=account.headers,
+                            timeout=10).json()["scan_id"]
+    started = time.monotonic()
+    r = requests.get(f"{url}/api/v1/scan/{scan_id}?wait=1", headers=account.headers, timeout=10)
+    assert r.status_code == 200 and r.json()["status"] in ("queued", "running")
+    assert 1.0 <= time.monotonic() - started < 3
+    for bad in ("0", "61", "soon"):
+        r = requests.get(f"{url}/api/v1/scan/{scan_id}?wait={bad}", headers=account.headers, timeout=10)
+        assert r.status_code == 400 and r.json()["error"] == "invalid_request"
+
+
+def test_a_batch_read_waits_until_all_are_done(served_app, make_customer):
+    account = make_customer(credits=50)
+    url = served_app.url
+    created = requests.post(f"{url}/api/v1/scan/bulk", json={"targets": [{"target": "a@example.com"},
+                                                                         {"target": "b@example.com"}]},
+                            headers=account.headers, timeout=10).json()
+    worker = _complete_later([s["scan_id"] for s in created["scans"]])
+    r = requests.get(f"{url}/api/v1/scan/bulk/{created['bulk_id']}?wait=30", headers=account.headers, timeout=40)
+    worker.join()
+    assert r.json()["all_done"] is True and r.json()["completed"] == 2
+
+
+def test_a_creation_that_waits_answers_200_when_final_else_202(served_app, make_customer):
+    account = make_customer(credits=50)
+    url = served_app.url
+    before = balance(account)
+    r = requests.post(f"{url}/api/v1/scan?wait=1", json={"target": "jane@example.com"}, headers=account.headers,
+                      timeout=10)
+    assert r.status_code == 202 and "poll_url" in r.json()  # the creation's answer, as without wait
+    assert balance(account) == before - 1  # the creation alone
+
+    done = {}
+
+    def complete_when_created():  # completes the scan as soon as it exists
+        deadline = time.monotonic() + 10
+        with db.connection_context():
+            from app.models import Scan
+            while time.monotonic() < deadline and not done:
+                scan = Scan.select().where(Scan.customer == account.id, Scan.target == "joe@example.com").first()
+                if scan is not None:
+                    tracking.complete(scan.id, RESULT)
+                    done["id"] = scan.id
+                time.sleep(0.05)
+    worker = threading.Thread(target=complete_when_created)
+    worker.start()
+    r = requests.post(f"{url}/api/v1/scan?wait=20", json={"target": "joe@example.com"},
+                      headers={**account.headers, "Idempotency-Key": "wait-1"}, timeout=30)
+    worker.join()
+    assert r.status_code == 200 and r.json()["status"] == "completed" and r.json()["scan_id"] == done["id"]
+    assert balance(account) == before - 2
+    again = requests.post(f"{url}/api/v1/scan?wait=20", json={"target": "joe@example.com"},
+                          headers={**account.headers, "Idempotency-Key": "wait-1"}, timeout=30)
+    assert again.json()["scan_id"] == done["id"] and again.headers.get("Idempotent-Replayed") == "true"
+
+
+def test_the_101st_held_connection_of_a_key_is_429_and_free(served_app, make_customer, redis_conn):
+    account = make_customer(credits=50)
+    url = served_app.url
+    scan_id = requests.post(f"{url}/api/v1/scan", json={"target": "jane@example.com"}, headers=account.headers,
+                            timeout=10).json()["scan_id"]
+    holds = [waits.hold(account.key.id, 30) for _ in range(waits.MAX_HELD)]  # 100 calls waiting elsewhere
+    before = balance(account)
+    r = requests.get(f"{url}/api/v1/scan/{scan_id}?wait=5", headers=account.headers, timeout=10)
+    assert r.status_code == 429 and r.json()["error"] == "rate_limited" and int(r.headers["Retry-After"]) >= 1
+    r = requests.post(f"{url}/api/v1/scan?wait=5", json={"target": "x@example.com"}, headers=account.headers,
+                      timeout=10)
+    assert r.status_code == 429 and r.json()["error"] == "rate_limited"
+    assert balance(account) == before
+    waits.release(holds[0])
+    assert requests.get(f"{url}/api/v1/scan/{scan_id}?wait=1", headers=account.headers, timeout=10).status_code == 200

@@ -1,0 +1,136 @@
+"""feed: every event stored once per customer and mode (D27) with the bytes a full delivery
+sends, thin bodies derived from it, erasure leaving thin bodies, retention, and the list's
+paging and filters."""
+import json
+from datetime import timedelta
+
+import pytest
+from freezegun import freeze_time
+
+from app.models import Event, WebhookDelivery, utcnow
+from app.services.events import feed
+from app.services.privacy import erasure
+from app.services.shared.errors import InvalidRequest
+from app.services.tracking import tracking
+from app.services.webhooks import endpoints, webhooks
+from tests.services.conftest import new_customer, new_scan
+
+URL = "https://hooks.example.com/x"
+SECRET = "whsec_MDEyMzQ1Njc4OWFiY2RlZg=="
+RESULT = {"risk": {"score": 10, "band": "low"}}
+
+
+def test_an_event_is_stored_once_with_the_full_deliverys_bytes_and_thin_from_them(conn):
+    cust, key = new_customer(webhook_url=URL, webhook_secret=SECRET)
+    endpoints.create(key, url="https://hooks.example.com/thin", payload="thin",
+                     events=["scan.completed", "scan.running"])
+    scan = new_scan(cust, key)
+    tracking.complete(scan.id, RESULT)
+
+    stored = list(Event.select().where(Event.scan_id == scan.id).order_by(Event.id))
+    assert [e.kind for e in stored] == ["scan.running", "scan.completed"]  # one of each, running first
+    completed = stored[1]
+    assert (completed.customer_id, completed.livemode, completed.bulk_id) == (cust.id, True, None)
+    bodies = {d.endpoint_id: d.body for d in WebhookDelivery.select().where(
+        WebhookDelivery.scan_id == scan.id, WebhookDelivery.event == "scan.completed")}
+    full, thin = bodies[webhooks.first_endpoint_id(key.id)], next(b for e, b in bodies.items()
+                                                                  if e != webhooks.first_endpoint_id(key.id))
+    assert completed.body == full  # the same bytes
+    assert feed.thin_body("scan.completed", completed.body) == thin
+    assert "jane" not in thin and json.loads(full)["result"] == RESULT
+
+
+def test_events_are_stored_without_any_endpoint_each_of_its_own_mode(conn):
+    cust, key = new_customer()
+    test_cust, test_key = new_customer(livemode=False)
+    live, sandbox = new_scan(cust, key), new_scan(test_cust, test_key)
+    tracking.fail(live.id, "engine_failed", "no")
+    tracking.complete(sandbox.id, RESULT)
+    assert WebhookDelivery.select().count() == 0
+    rows = {(e.customer_id, e.livemode, e.kind) for e in Event.select()}
+    assert rows == {(cust.id, True, "scan.running"), (cust.id, True, "scan.failed"),
+                    (test_cust.id, False, "scan.running"), (test_cust.id, False, "scan.completed")}
+    assert feed.list_events(cust.id, livemode=False)["data"] == []
+
+
+def test_the_list_pages_newest_first_and_filters(conn):
+    cust, key = new_customer(credits=20)
+    scans = [new_scan(cust, key, f"p{i}@example.com") for i in range(3)]
+    for scan in scans:
+        tracking.complete(scan.id, RESULT)
+    first = feed.list_events(cust.id, livemode=True, limit=4)
+    assert first["has_more"] is True
+    ids = [int(e["event_id"].removeprefix("evt_")) for e in first["data"]]
+    assert ids == sorted(ids, reverse=True)
+    rest = feed.list_events(cust.id, livemode=True, starting_after=first["data"][-1]["event_id"])
+    assert rest["has_more"] is False and len(rest["data"]) == 2
+    assert all(int(e["event_id"][4:]) < ids[-1] for e in rest["data"])
+
+    only = feed.list_events(cust.id, livemode=True, events_filter="scan.completed", scan_id=scans[1].id)
+    [entry] = only["data"]
+    assert (entry["event"], entry["body"].value()["scan_id"]) == ("scan.completed", scans[1].id)
+    thin = feed.list_events(cust.id, livemode=True, scan_id=scans[1].id, payload="thin")["data"]
+    assert all("target" not in e["body"].value() for e in thin) and len(thin) == 2
+    for bad in ({"events_filter": "scan.exploded"}, {"payload": "medium"}, {"starting_after": "dlv_1"}):
+        with pytest.raises(InvalidRequest):
+            feed.list_events(cust.id, livemode=True, **bad)
+
+
+def test_erasure_leaves_the_thin_body_and_retention_removes_old_events(conn):
+    cust, key = new_customer()
+    scan = new_scan(cust, key)
+    tracking.complete(scan.id, RESULT)
+    erasure.erase_scan(customer_id=cust.id, scan_id=scan.id, livemode=True)
+    for event in Event.select():
+        assert "jane" not in event.body and "result" not in json.loads(event.body)
+        assert json.loads(event.body)["scan_id"] == scan.id
+    with freeze_time(utcnow() + timedelta(days=31)):
+        assert feed.remove_past_retention() == 2
+    assert Event.select().count() == 0
+
+
+def test_a_customers_event_ids_increase_in_commit_order(conn):
+    """An event written while another of the customer's is uncommitted waits for that commit, so a
+    stream that passed an id never meets a smaller one later."""
+    import threading
+    import time
+
+    from app.db import transaction
+    from app.extensions import db
+
+    cust, key = new_customer()
+    first, second = new_scan(cust, key), new_scan(cust, key, "joe@example.com")
+    written = {}
+
+    def running(scan):
+        return feed.NewEvent(cust.id, True, "scan.running", '{"event":"scan.running"}', scan_id=scan.id)
+
+    def slow_writer():
+        with db.connection_context(), transaction():
+            written["slow"] = feed.record([running(first)])[0]
+            time.sleep(0.8)
+            written["slow_committed"] = time.monotonic()
+
+    writer = threading.Thread(target=slow_writer)
+    writer.start()
+    while "slow" not in written:
+        time.sleep(0.01)
+    with transaction():
+        written["fast"] = feed.record([running(second)])[0]
+    fast_done = time.monotonic()
+    writer.join()
+    assert written["fast"] > written["slow"]
+    assert fast_done >= written["slow_committed"]  # it waited for the earlier id's commit
+
+
+def test_a_watch_scans_events_are_filed_under_its_watch(conn):
+    from app.models import Scan
+
+    cust, key = new_customer()
+    watched, other = new_scan(cust, key), new_scan(cust, key, "joe@example.com")
+    Scan.update(watch_id="wch_1").where(Scan.id == watched.id).execute()
+    tracking.complete(watched.id, RESULT)
+    tracking.complete(other.id, RESULT)
+    listed = feed.list_events(cust.id, livemode=True, watch_id="wch_1")["data"]
+    assert [e["event"] for e in listed] == ["scan.completed", "scan.running"]
+    assert {e["body"].value()["scan_id"] for e in listed} == {watched.id}

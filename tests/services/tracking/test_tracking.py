@@ -1,0 +1,132 @@
+"""tracking: when to look at a scan, its deadline, and its transitions (D5): progress as a look
+records it, and a final state set once, with the in-flight counter and the webhook event in the
+same transaction."""
+import json
+from datetime import datetime, timedelta
+
+import pytest
+from freezegun import freeze_time
+
+from app.jobs import live_job_ids
+from app.models import Customer, Scan, WebhookDelivery
+from app.models.scans import IN_FLIGHT
+from app.services.tracking import sandbox_engine, tracking
+from app.store.tracking import scan_states
+from tests.api.helpers import assert_counters_match
+from tests.services.conftest import new_customer, new_scan
+
+NOW = datetime(2026, 11, 22, 12, 0, 0)
+RESULT = {"risk": {"score": 10, "band": "low"}}
+
+
+@pytest.mark.parametrize("eta, poll, callbacks, delay", [
+    (5, 10.0, False, 4.5),     # half a second before the eta
+    (60, 10.0, False, 59.5),   # no look long before the scan can be done, however long the poll
+    (0.3, 10.0, False, 0.3),   # too close to take the slack off
+    (0, 10.0, False, 0.25),    # never sooner than MIN_DELAY
+    (60, 10.0, True, 70.0),    # the engine calls back: one poll past the eta, the safety net
+    (0, 10.0, True, 10.0),
+])
+def test_the_first_look_is_just_before_the_eta_or_a_poll_past_it_with_callbacks(eta, poll, callbacks, delay):
+    assert tracking.first_look_delay(eta, poll, callbacks=callbacks) == delay
+
+
+@pytest.mark.parametrize("eta_in, callbacks, delay", [
+    (timedelta(seconds=5), False, 4.5), (timedelta(seconds=0.4), False, 0.4), (timedelta(seconds=0.1), False, 0.25),
+    (timedelta(seconds=-3), False, 10.0), (None, False, 10.0), (timedelta(minutes=5), False, 299.5),
+    (timedelta(minutes=5), True, 310.0), (timedelta(seconds=-3), True, 10.0),
+])
+def test_the_next_look_goes_by_the_eta_then_by_the_poll(eta_in, callbacks, delay):
+    eta_at = NOW + eta_in if eta_in is not None else None
+    assert tracking.look_delay(eta_at, NOW, 10.0, callbacks=callbacks) == delay
+
+
+def test_a_live_scan_times_out_after_scan_timeout_seconds_and_a_test_one_by_the_sandbox(conn):
+    with freeze_time(NOW):
+        cust, key = new_customer()
+        live = new_scan(cust, key)
+        assert tracking.deadline(live) == NOW + timedelta(seconds=900)
+        _, test_key = new_customer(livemode=False)
+        test = new_scan(Customer.get_by_id(test_key.customer_id), test_key)
+        assert tracking.deadline(test) == NOW + timedelta(seconds=sandbox_engine.timeout_seconds("email", test.target))
+        assert tracking.deadline(test) < tracking.deadline(live)
+
+
+def test_completing_sets_the_result_once_and_takes_the_scan_out_of_flight(conn):
+    with freeze_time(NOW) as frozen:
+        cust, key = new_customer()
+        scan = new_scan(cust, key)
+        assert Customer.get_by_id(cust.id).in_flight == 1
+        frozen.tick(30)
+        assert tracking.complete(scan.id, RESULT) is True
+        done = Scan.get_by_id(scan.id)
+        assert (done.status, done.completed_at, done.last_checked_at) == ("completed", NOW + timedelta(seconds=30),
+                                                                            NOW + timedelta(seconds=30))
+        assert json.loads(done.result_json) == RESULT
+        assert done.recipes_done == done.recipes_total == scan.recipes_total
+        assert Customer.get_by_id(cust.id).in_flight == 0
+        assert tracking.complete(scan.id, {"other": 1}) is False  # a replayed job changes nothing
+        assert tracking.fail(scan.id, "engine_failed", "late") is False
+        assert json.loads(Scan.get_by_id(scan.id).result_json) == RESULT
+        assert Customer.get_by_id(cust.id).in_flight == 0
+        assert WebhookDelivery.select().count() == 0  # the key has no webhook URL
+        assert_counters_match(cust.id)
+
+
+def test_failing_keeps_the_code_and_a_bounded_message_and_fires_scan_failed(conn):
+    cust, key = new_customer(webhook_url="https://hooks.example.com/x")
+    scan = new_scan(cust, key)
+    assert tracking.fail(scan.id, "engine_timeout", "x" * 900) is True
+    failed = Scan.get_by_id(scan.id)
+    assert (failed.status, failed.failure_code, len(failed.failure_message)) == ("failed", "engine_timeout", 500)
+    assert failed.failed_at is not None
+    [delivery] = WebhookDelivery.select()
+    assert (delivery.event, delivery.scan_id, delivery.status) == ("scan.failed", scan.id, "pending")
+    assert json.loads(delivery.body)["failure"] == {"code": "engine_timeout", "message": "x" * 500}
+    assert live_job_ids([delivery.job_id]) == {delivery.job_id}  # dispatched after the commit
+    assert Customer.get_by_id(cust.id).in_flight == 0
+
+
+def test_a_completed_scan_of_a_key_with_a_webhook_gets_one_event(conn):
+    cust, key = new_customer(webhook_url="https://hooks.example.com/x")
+    scan = new_scan(cust, key)
+    tracking.complete(scan.id, RESULT)
+    tracking.complete(scan.id, RESULT)
+    [delivery] = WebhookDelivery.select()
+    body = json.loads(delivery.body)
+    assert (delivery.event, body["event"], body["scan_id"], body["status"]) == (
+        "scan.completed", "scan.completed", scan.id, "completed")
+    assert delivery.url == "https://hooks.example.com/x"
+
+
+def test_a_test_scan_leaves_the_test_counter_not_the_live_one(conn):
+    cust, key = new_customer(livemode=False)
+    scan = new_scan(cust, key)
+    assert (Customer.get_by_id(cust.id).in_flight, Customer.get_by_id(cust.id).test_in_flight) == (0, 1)
+    tracking.complete(scan.id, RESULT)
+    assert (Customer.get_by_id(cust.id).in_flight, Customer.get_by_id(cust.id).test_in_flight) == (0, 0)
+
+
+def look(scan_id, running, done, *, generation):
+    """What a batch look records of an unfinished scan (``scan_states.record_looks``)."""
+    now = datetime.now()
+    return scan_states.record_looks([(scan_id, generation, now + timedelta(seconds=1), 0, 8, done, running)],
+                                    statuses=IN_FLIGHT, queued="queued", running="running", now=now)
+
+
+def test_progress_marks_a_queued_scan_running_once_and_leaves_final_scans_alone(conn):
+    with freeze_time(NOW) as frozen:
+        cust, key = new_customer()
+        scan = new_scan(cust, key)
+        assert look(scan.id, False, 0, generation=0) == [(scan.id, False)]
+        assert (Scan.get_by_id(scan.id).status, Scan.get_by_id(scan.id).started_at) == ("queued", None)
+        frozen.tick(5)
+        assert look(scan.id, True, 2, generation=1) == [(scan.id, True)]  # moved now
+        row = Scan.get_by_id(scan.id)
+        assert (row.status, row.started_at, row.recipes_done) == ("running", NOW + timedelta(seconds=5), 2)
+        frozen.tick(5)
+        assert look(scan.id, True, 5, generation=2) == [(scan.id, False)]
+        assert Scan.get_by_id(scan.id).started_at == NOW + timedelta(seconds=5)  # started once
+        tracking.complete(scan.id, RESULT)
+        assert look(scan.id, True, 1, generation=3) == []
+        assert (Scan.get_by_id(scan.id).status, Scan.get_by_id(scan.id).recipes_done) == ("completed", 8)

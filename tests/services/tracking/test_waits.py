@@ -1,0 +1,133 @@
+"""waits: a waiter answered at once when its scan is final, woken by the commit of another
+thread's change well before its re-read would see it, or left to its deadline; the held
+connections of a key counted in Redis, the 101st refused."""
+import threading
+import time
+
+import pytest
+
+from app.extensions import db
+from app.services.scans import reads
+from app.services.shared.errors import RateLimited
+from app.services.tracking import tracking, waits
+from tests.services.conftest import new_customer, new_scan
+
+RESULT = {"risk": {"score": 10, "band": "low"}}
+
+
+def _waiting(cust, scan, seconds):
+    """Wait for ``scan`` as a read with ``?wait`` does; the final body and the seconds it took."""
+    waiter = waits.subscribe(waits.scan_topic(scan.id))
+    try:
+        started = time.monotonic()
+        read = lambda: reads.read_scan(cust.id, scan.id, True)  # noqa: E731
+        body = waits.wait_until(waiter, seconds, read, reads.SCAN_WAIT.done, read())
+        return body, time.monotonic() - started
+    finally:
+        waits.unsubscribe(waiter)
+
+
+def test_a_final_scan_is_answered_at_once(conn):
+    cust, key = new_customer()
+    scan = new_scan(cust, key)
+    tracking.complete(scan.id, RESULT)
+    body, took = _waiting(cust, scan, 30)
+    assert body["status"] == "completed" and took < 0.5
+
+
+def test_the_commit_of_another_thread_wakes_the_waiter_before_its_re_read(conn):
+    cust, key = new_customer()
+    scan = new_scan(cust, key)
+    waits.hub().subscribe("warm-up")  # the listener is up before the test measures
+
+    def complete_later():
+        time.sleep(0.5)
+        with db.connection_context():
+            tracking.complete(scan.id, RESULT)
+    worker = threading.Thread(target=complete_later)
+    worker.start()
+    body, took = _waiting(cust, scan, 30)
+    worker.join()
+    assert body["status"] == "completed"
+    assert 0.4 < took < waits.REREAD_SECONDS - 1  # woken by the signal, not found by a re-read
+
+
+def test_an_unfinished_scan_is_answered_after_the_wait_with_its_state_then(conn):
+    cust, key = new_customer()
+    scan = new_scan(cust, key)
+    body, took = _waiting(cust, scan, 1)
+    assert body["status"] in ("queued", "running") and 1.0 <= took < 2.5
+
+
+def test_a_key_holds_at_most_100_connections_and_a_release_frees_one(app):
+    holds = [waits.hold("key_a", 30) for _ in range(waits.MAX_HELD)]
+    with pytest.raises(RateLimited) as refused:
+        waits.hold("key_a", 30)
+    assert refused.value.code == "rate_limited" and 1 <= refused.value.retry_after <= 30
+    waits.hold("key_b", 30)  # another key's are its own
+    waits.release(holds[0])
+    waits.release(waits.hold("key_a", 30))
+
+
+def test_a_wait_is_1_to_60_seconds():
+    assert waits.check_wait(60) == 60
+    for bad in (0, 61, "5", True, None):
+        with pytest.raises(Exception, match="wait must be"):
+            waits.check_wait(bad)
+
+
+def test_the_listener_hears_with_a_descriptor_above_1023(conn, app):
+    """A server holding thousands of connections gives the LISTEN session a high descriptor,
+    which select() refuses: the listener failed and reconnected in a loop, waking every waiter."""
+    import os
+
+    from app import runtime
+    from app.store.events import signals
+    dummies = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    session = None
+    try:
+        session = signals.Listening(runtime.config["DATABASE_DIRECT_URL"] or runtime.config["DATABASE_URL"])
+        heard: list[str] = []
+        cust, key = new_customer()
+        scan = new_scan(cust, key)
+        tracking.complete(scan.id, RESULT)  # its event is announced at commit
+        ends = time.monotonic() + 5
+        while not heard and time.monotonic() < ends:
+            session.receive(1.0, heard.append)
+        assert any(scan.id in payload for payload in heard)
+    finally:
+        if session is not None:
+            session.close()
+        for fd in dummies:
+            os.close(fd)
+
+
+def test_while_the_listener_listens_an_unwoken_waiter_reads_again_only_after_the_quiet_interval(conn):
+    waits.hub().subscribe("warm-up")  # the listener is up
+    assert waits.hub().listening.wait(5)
+    now = time.monotonic()
+    assert not waits.reread_due(now - waits.REREAD_SECONDS)
+    assert waits.reread_due(now - waits.QUIET_REREAD_SECONDS)
+
+
+def test_a_running_event_wakes_the_customers_streams_not_its_scans_waiters(conn, app):
+    """Only a final event can end a wait on a scan or its batch: woken by its running event, each
+    of 2,000 waiters read its scan again for nothing. The announcement says its kind for that."""
+    from app import runtime
+    from app.store.events import signals
+    session = signals.Listening(runtime.config["DATABASE_DIRECT_URL"] or runtime.config["DATABASE_URL"])
+    try:
+        cust, key = new_customer()
+        scan = new_scan(cust, key)
+        tracking.complete(scan.id, RESULT)  # never seen running: scan.running, then scan.completed
+        heard: list[str] = []
+        ends = time.monotonic() + 5
+        while len([p for p in heard if scan.id in p]) < 2 and time.monotonic() < ends:
+            session.receive(1.0, heard.append)
+    finally:
+        session.close()
+    running, final = [p for p in heard if scan.id in p]
+    feed = waits.feed_topic(cust.id, True)
+    assert waits.topics_of(running) == [feed]
+    assert waits.topics_of(final) == [feed, waits.scan_topic(scan.id)]
+    assert waits.topics_of(f'{{"c": "{cust.id}", "m": true, "s": "{scan.id}"}}') == [feed, waits.scan_topic(scan.id)]

@@ -1,0 +1,55 @@
+"""What a watch's completed scan changed (D28): findings compared by their stable ids (D26) and the
+risk band; the events themselves are tested end to end in tests/api/watches/test_watch_changes.py."""
+from app.services.watches.watch_changes import changes_between
+
+
+def result(finding_ids, score, band):
+    return {"risk": {"score": score, "band": band, "reasons": []},
+            "findings": [{"id": fid, "path": f"breaches[{i}]"} for i, fid in enumerate(finding_ids)]}
+
+
+def test_a_finding_added_or_removed_is_a_change():
+    changes = changes_between(result(["fnd_a", "fnd_b"], 30, "medium"), result(["fnd_b", "fnd_c"], 30, "medium"))
+    assert changes == {"added": ["fnd_c"], "removed": ["fnd_a"],
+                       "risk": {"from": {"score": 30, "band": "medium"}, "to": {"score": 30, "band": "medium"}}}
+
+
+def test_a_band_that_moved_is_a_change_and_a_score_within_it_is_not():
+    assert changes_between(result(["fnd_a"], 30, "medium"), result(["fnd_a"], 40, "medium")) is None
+    moved = changes_between(result(["fnd_a"], 40, "medium"), result(["fnd_a"], 60, "high"))
+    assert moved is not None and (moved["added"], moved["removed"]) == ([], [])
+    assert moved["risk"]["to"] == {"score": 60, "band": "high"}
+
+
+def test_the_same_findings_in_another_order_are_no_change():
+    assert changes_between(result(["fnd_a", "fnd_b"], 10, "low"), result(["fnd_b", "fnd_a"], 10, "low")) is None
+
+
+def test_since_previous_says_what_a_watch_scan_changed_or_why_nothing_is_compared(client, account):
+    import json
+
+    from app.extensions import db
+    from app.models import Scan
+    from app.services.tracking import tracking
+    from app.services.watches.watch_changes import since_previous
+
+    watch = client.post("/api/v1/watches", headers=account.headers,
+                        json={"target": "jane.doe@example.com", "interval": "weekly"}).json
+    baseline = watch["last_scan_id"]
+    again = client.post(f"/api/v1/watches/{watch['watch_id']}/run", headers=account.headers).json["scan_id"]
+    plain = client.post("/api/v1/scan", headers=account.headers, json={"target": "x@example.com"}).json["scan_id"]
+    with db.connection_context():
+        assert since_previous(account.id, plain) is None  # not a watch scan
+        assert since_previous("cus_other", baseline) is None  # another customer's: nothing said
+        assert since_previous(account.id, again)["state"] == "pending"
+        first = result(["fnd_a", "fnd_b"], 30, "medium")
+        assert tracking.complete(baseline, first)
+        assert since_previous(account.id, baseline)["state"] == "baseline"
+        assert tracking.complete(again, result(["fnd_b", "fnd_c"], 60, "high"))
+        found = since_previous(account.id, again)
+        assert (found["state"], found["watch_id"], found["previous_scan_id"]) == ("changed", watch["watch_id"],
+                                                                                   baseline)
+        assert found["changes"]["added"] == ["fnd_c"] and found["changes"]["removed"] == ["fnd_a"]
+        assert found["previous_result"] == json.loads(Scan.get_by_id(baseline).result_json)
+        Scan.update(result_json=None).where(Scan.id == baseline).execute()
+        assert since_previous(account.id, again)["state"] == "erased"
