@@ -120,3 +120,45 @@ def test_a_wrong_way_import_hidden_in_a_function_is_found(tmp_path):
     assert any(v.startswith("app.services.prices reaches flask (app.services.prices -> app.services.money -> "
                             "app.api.views -> flask)") for v in found)
     assert not any(v.startswith(("app.api.views", "workers.jobs")) for v in found)
+
+
+def ungrouped(root: Path) -> list[str]:
+    """What breaks the grouping by domain of ``app/services`` and ``app/store``: a module outside a
+    domain folder (or two deep), a domain package that holds code (a re-export would give a module
+    two names), a store domain no service domain has."""
+    found = []
+    for layer in ("services", "store"):
+        base = root / "app" / layer
+        for path in sorted(base.rglob("*.py")):
+            depth = len(path.relative_to(base).parts)
+            if path.name == "__init__.py" and depth == 2:
+                body = ast.parse(path.read_text()).body
+                if [n for n in body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]:
+                    found.append(f"{path.relative_to(root)} holds code: a domain package only says what it holds")
+            elif depth != 2 and path.relative_to(base) != Path("__init__.py"):
+                found.append(f"{path.relative_to(root)} is not in a domain folder (app/{layer}/<domain>/)")
+    services = {p.name for p in (root / "app/services").iterdir() if (p / "__init__.py").exists()}
+    found += [f"app/store/{p.name}/ is no domain of app/services/" for p in sorted((root / "app/store").iterdir())
+              if (p / "__init__.py").exists() and p.name not in services]
+    return found
+
+
+def test_services_and_store_are_grouped_by_domain():
+    """docs/architecture.md's "where to find" table is only true while every module sits in its domain."""
+    assert ungrouped(ROOT) == []
+
+
+def test_the_grouping_check_finds_a_flat_module_and_a_re_export(tmp_path):
+    for name in ("app/services/__init__.py", "app/services/billing/__init__.py", "app/services/billing/quotas.py",
+                 "app/store/__init__.py", "app/store/billing/__init__.py", "app/store/billing/ledger.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text('"""A domain."""\n')
+    assert ungrouped(tmp_path) == []
+    (tmp_path / "app/services/prices.py").write_text("")
+    (tmp_path / "app/services/billing/__init__.py").write_text('"""Billing."""\nfrom . import quotas\n')
+    (tmp_path / "app/store/mail").mkdir()
+    (tmp_path / "app/store/mail/__init__.py").write_text("")
+    assert ungrouped(tmp_path) == [
+        "app/services/billing/__init__.py holds code: a domain package only says what it holds",
+        "app/services/prices.py is not in a domain folder (app/services/<domain>/)",
+        "app/store/mail/ is no domain of app/services/"]
