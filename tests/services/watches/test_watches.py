@@ -43,22 +43,6 @@ def run_at(moment: datetime) -> dict:
         return watches.run_due(moment)
 
 
-def test_due_times_follow_the_interval_at_the_watch_s_slot():
-    first = watch_times.next_due("cus_a", 3, "daily", START, START)
-    assert START + timedelta(days=1) <= first < START + timedelta(days=2)
-    assert (first - watch_times.EPOCH) % timedelta(days=1) == watch_times.phase("cus_a", 3, "daily")
-    assert watch_times.next_due("cus_a", 3, "daily", START, first) == first + timedelta(days=1)
-    later = watch_times.next_due("cus_a", 3, "daily", START + timedelta(hours=23), START)
-    assert later - (START + timedelta(hours=23)) >= timedelta(days=1) and (later - first) % timedelta(days=1) == \
-        timedelta(0)
-    # Slot k sits at the point vdc(k) of the interval from slot 0 (0, 1/2, 1/4, 3/4, 1/8, ...).
-    week = timedelta(days=7)
-    turned = [(watch_times.phase("cus_a", k, "weekly") - watch_times.phase("cus_a", 0, "weekly")) % week
-              for k in range(8)]
-    assert turned == [week * k / 8 for k in (0, 4, 2, 6, 1, 5, 3, 7)]
-    assert watch_times.phase("cus_a", 0, "weekly") != watch_times.phase("cus_b", 0, "weekly")
-
-
 def test_a_new_watch_takes_the_lowest_free_slot_and_a_new_interval_another(client, account):
     ids = [create(client, account, target=f"user{n}@example.com") for n in range(3)]
     assert [watch(i).slot for i in ids] == [0, 1, 2]
