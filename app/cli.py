@@ -205,8 +205,14 @@ suppressions_cli = OperatorGroup("suppressions", help="Opt-outs of the people ta
 def db_upgrade(as_json):
     """Create or migrate the schema; running it again changes nothing."""
     from app.migrations import current_version, upgrade
+    from app.models import utcnow
+    from app.services.billing import activity
     applied = run(as_json, upgrade)
     version = run(as_json, current_version)
+    # Today's and the coming week's partitions of the activity log now, before the service
+    # writes: one made while entries of its day are being written refuses them (PostgreSQL
+    # routes an entry to the DEFAULT partition, then finds the day's range taken from it).
+    run(as_json, lambda: activity.prepare_partitions(utcnow()))
     emit(as_json, {"applied": applied, "version": version},
          f"schema at version {version}" + (f" (applied {', '.join(map(str, applied))})" if applied
                                            else " (up to date)"))

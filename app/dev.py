@@ -24,9 +24,10 @@ import time
 from app import create_app, runtime
 from app.extensions import db
 from app.migrations import upgrade
-from app.models import Customer
+from app.models import Customer, utcnow
 from app.redis_conn import redis_url_of
 from app.services.accounts import accounts
+from app.services.billing import activity
 
 DEMO_NAME = "Demo customer"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -42,6 +43,7 @@ def prepare() -> tuple[str, str]:
     redis_conn = runtime.redis()
     with db.connection_context():
         upgrade()
+        activity.prepare_partitions(utcnow())  # as `db upgrade` does: before anything writes
         customer = Customer.get_or_none(Customer.name == DEMO_NAME)
         if customer is None:
             customer = accounts.create_customer(DEMO_NAME, "business", 1000)

@@ -38,6 +38,25 @@ def test_db_upgrade_is_idempotent(app):
     assert second["applied"] == []
 
 
+def test_db_upgrade_makes_the_activity_logs_partitions_before_the_service_writes(app):
+    """A day's partition made while entries of that day are written refuses them: the upgrade
+    makes today's and the coming week's, so the service never meets one being made."""
+    from datetime import timedelta
+
+    from app.extensions import db
+    from app.models import utcnow
+    from app.services.billing import activity
+    from app.store.billing import activity as store
+
+    with db.connection_context():
+        for day in store.day_partitions():
+            store.drop_day_partition(day)
+    run_json(app, "db", "upgrade")
+    today = utcnow().date()
+    with db.connection_context():
+        assert store.day_partitions() == [today + timedelta(days=n) for n in range(activity.PARTITION_DAYS_AHEAD + 1)]
+
+
 def test_customer_lifecycle(app):
     customer = run_json(app, "customers", "create", "--name", "Acme", "--tier", "pro", "--credits", "50")
     cid = customer["customer_id"]
