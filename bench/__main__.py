@@ -84,7 +84,7 @@ def parse_args(argv):
                         "(which makes all 100,000 first looks fall due together)")
     p.add_argument("--scale-customers", type=int, default=1,
                    help="customers the scale phase's scans belong to (default 1, as in round 8; a customer's events "
-                        "are stored under its lock, so one customer's finals are written one transaction at a time)")
+                        "are stored under its lock, last in each look's transaction: a one-customer run measures that queue)")
     p.add_argument("--scale-seed-threads", type=int, default=4,
                    help="bulk creation calls at a time while the scale phase creates its scans (default 4)")
     p.add_argument("--scale-max-s", type=float,

@@ -11,8 +11,10 @@ Event ids are rendered ``evt_<n>``: increasing per customer in commit order (``a
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -50,8 +52,36 @@ NewEvent = store.NewEvent
 
 def record(new: Sequence[store.NewEvent], now: datetime | None = None) -> list[int]:
     """Store events, each with its full body's text, in the caller's transaction and in that order
-    (``webhooks._record``, the one path of every event); their ids."""
-    return store.add(list(new), now or utcnow())
+    (``webhooks._record``, the one path of every event); their ids. Inside ``stored_last`` they
+    are stored at its end: no ids yet."""
+    held = getattr(_held, "events", None)
+    if held is None:
+        return store.add(list(new), now or utcnow())
+    held.extend((event, now or utcnow()) for event in new)
+    return []
+
+
+_held = threading.local()  # the events a ``stored_last`` block of this thread holds back
+
+
+@contextmanager
+def stored_last() -> Iterator[None]:
+    """The events recorded in the block are stored when it ends (in its transaction, one
+    statement, in the order recorded): storing them takes their customers' event lock, held to
+    the commit (``app.store.events.events``), so a transaction that stores them last holds it for that
+    statement and its commit only, not for its other work; one customer's transactions then do
+    that work side by side. A block inside another leaves them to the outer one. Nothing in the
+    block may roll back a savepoint and go on: its events would be stored all the same."""
+    if getattr(_held, "events", None) is not None:
+        yield
+        return
+    _held.events = []
+    try:
+        yield
+        held, _held.events = _held.events, None
+        store.add([event for event, _ in held], [at for _, at in held])
+    finally:
+        _held.events = None
 
 
 def thin_body(kind_name: str, body: str) -> str:

@@ -43,6 +43,7 @@ from app import metrics, runtime
 from app.db import transaction
 from app.models import Scan, utcnow
 from app.models.scans import COMPLETED, IN_FLIGHT, QUEUED, RUNNING
+from app.services.events import feed
 from app.services.tracking import engine, sandbox_engine, tracking
 from app.store.tracking import scan_states
 
@@ -118,16 +119,17 @@ def look_due(*, limit: int | None = None) -> dict:
         written = scan_states.record_looks(records, statuses=IN_FLIGHT, queued=QUEUED, running=RUNNING, now=looked)
         moved_ids = {scan_id for scan_id, moved_now in written if moved_now}
         moved = [scan for scan in scans if scan.id in moved_ids]
-        # The finals near the end: they lock their customers' rows (the in-flight counts), which
-        # every look ending a scan of theirs waits for, so the lock is held only until the commit.
-        if finals:
-            finished = tracking.record_finals(finals)
-        # The running events after the finals: stored events take their customers' event lock,
-        # which every transaction takes after its row locks (``app.store.events.events``).
-        for scan in moved:  # as written: the events are of the scan now running
-            scan.status, scan.started_at = RUNNING, looked
-        if moved:
-            tracking.running_events(moved)
+        # The finals and the running events at the end, their events stored last of all: the
+        # finals lock their customers' rows (the in-flight counts) and stored events take their
+        # customers' event lock, after every row lock (``app.store.events.events``); both are held to
+        # the commit, which every other look ending a scan of theirs waits for.
+        with feed.stored_last():
+            if finals:
+                finished = tracking.record_finals(finals)
+            for scan in moved:  # as written: the events are of the scan now running
+                scan.status, scan.started_at = RUNNING, looked
+            if moved:
+                tracking.running_events(moved)
         if not moved and not finals:
             # Progress and due times only: a crash may lose them, and the scans are looked at
             # again (as a chain's hand-over). Moves to ``running`` and final states are durable.

@@ -19,6 +19,7 @@ from app.db import transaction
 from app.models import utcnow
 from app.models.scans import COMPLETED, FAILED, IN_FLIGHT, RUNNING
 from app.services.billing import quotas
+from app.services.events import feed
 from app.services.scans import findings, results
 from app.services.scans.results import InvalidResult, normalize_result
 from app.services.tracking import engine, sandbox_engine
@@ -166,28 +167,32 @@ def record_finals(finals: list[Final]) -> list:
     commit): the scans that took; their deliveries' jobs go once it has committed.
 
     Scans, then customers, are written in id order, so two lookers whose batches share one never
-    wait on each other in a circle. A completed scan's findings show the feedback given on them
-    in earlier scans of the target (D26); a scan no look saw running has its ``scan.running``
-    recorded before its final event, so an endpoint that lists it always hears of it first."""
+    wait on each other in a circle. The customers' rows (the in-flight counts) and their events
+    come last, in that order (``feed.stored_last``): their locks are held to the commit, and a
+    customer's finals wait on each other only for those two statements and the commit, not for
+    the rest. A completed scan's findings show the feedback given on them in earlier scans of
+    the target (D26); a scan no look saw running has its ``scan.running`` recorded before its
+    final event, so an endpoint that lists it always hears of it first."""
     now = utcnow()
     scans = []
-    for final in sorted(finals, key=lambda f: f.scan_id):
-        if final.status == COMPLETED:
-            scan = scan_states.complete(final.scan_id, statuses=IN_FLIGHT, status=COMPLETED, now=now,
-                                        result_json=final.result_json or "{}")
-        else:
-            scan = scan_states.fail(final.scan_id, statuses=IN_FLIGHT, status=FAILED, now=now,
-                                    code=final.code or "engine_failed", message=final.message)
-        if scan is not None:
-            scans.append(scan)
-    # Out of flight in the same transaction as the states (quotas: Customer.in_flight, or test_in_flight).
-    for (customer_id, livemode), n in sorted(Counter((s.customer_id, s.livemode) for s in scans).items()):
-        quotas.move_in_flight(customer_id, livemode, -n)
-    findings.carry_feedback([s for s in scans if s.status == COMPLETED])
-    never_running = [s for s in scans if s.started_at is None]
-    running_events([_as_running(s, now) for s in never_running])
-    webhooks.record_events(scans)
-    watch_changes.record_changes([s for s in scans if s.status == COMPLETED and s.watch_id])  # D28, after its final
+    with feed.stored_last():
+        for final in sorted(finals, key=lambda f: f.scan_id):
+            if final.status == COMPLETED:
+                scan = scan_states.complete(final.scan_id, statuses=IN_FLIGHT, status=COMPLETED, now=now,
+                                            result_json=final.result_json or "{}")
+            else:
+                scan = scan_states.fail(final.scan_id, statuses=IN_FLIGHT, status=FAILED, now=now,
+                                        code=final.code or "engine_failed", message=final.message)
+            if scan is not None:
+                scans.append(scan)
+        findings.carry_feedback([s for s in scans if s.status == COMPLETED])
+        never_running = [s for s in scans if s.started_at is None]
+        running_events([_as_running(s, now) for s in never_running])
+        webhooks.record_events(scans)
+        watch_changes.record_changes([s for s in scans if s.status == COMPLETED and s.watch_id])  # D28, after its final
+        # Out of flight in the same transaction as the states (quotas: Customer.in_flight, or test_in_flight).
+        for (customer_id, livemode), n in sorted(Counter((s.customer_id, s.livemode) for s in scans).items()):
+            quotas.move_in_flight(customer_id, livemode, -n)
     return scans
 
 

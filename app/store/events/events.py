@@ -6,7 +6,8 @@ A customer's event ids increase in commit order: the insert takes the customer's
 lock (an advisory lock held until the commit) before its ids are drawn, so an event committed
 later never has a smaller id than one a stream already passed. Callers take it after every row
 lock of their transaction (a customer's row, a scan's), so two transactions never wait on each
-other in a circle.
+other in a circle, and as late as they can (``services.events.feed.stored_last``): held from this
+statement to the commit, it is where one customer's transactions queue.
 """
 from __future__ import annotations
 
@@ -34,11 +35,13 @@ class NewEvent:
     watch_id: str | None = None
 
 
-def add(new: Sequence[NewEvent], now: datetime) -> list[int]:
-    """Store ``new`` in the caller's transaction, in that order, and announce each on ``CHANNEL``
-    (its customer, mode, id, kind, scan and batch; delivered to listeners at the commit); their ids."""
+def add(new: Sequence[NewEvent], now: datetime | Sequence[datetime]) -> list[int]:
+    """Store ``new`` in the caller's transaction, in that order, each created at ``now`` (or at its
+    own time of ``now``), and announce each on ``CHANNEL`` (its customer, mode, id, kind, scan and
+    batch; delivered to listeners at the commit); their ids."""
     if not new:
         return []
+    created = [now] * len(new) if isinstance(now, datetime) else list(now)
     for customer_id in sorted({e.customer_id for e in new}):  # sorted: two writers never wait in a circle
         execute("SELECT pg_advisory_xact_lock(?, hashtext(?))", (_LOCK_SPACE, customer_id))
     rows = execute(
@@ -48,7 +51,7 @@ def add(new: Sequence[NewEvent], now: datetime) -> list[int]:
         "SELECT id, pg_notify(?, json_build_object('c', customer_id, 'm', livemode, 'e', id, 'k', kind, "
         "'s', scan_id, 'b', bulk_id)::text) FROM added ORDER BY id",
         ([e.customer_id for e in new], [e.livemode for e in new], [e.kind for e in new], [e.scan_id for e in new],
-         [e.bulk_id for e in new], [e.watch_id for e in new], [now] * len(new), [e.body for e in new],
+         [e.bulk_id for e in new], [e.watch_id for e in new], created, [e.body for e in new],
          CHANNEL)).fetchall()
     return [row[0] for row in rows]
 

@@ -134,3 +134,37 @@ def test_a_watch_scans_events_are_filed_under_its_watch(conn):
     listed = feed.list_events(cust.id, livemode=True, watch_id="wch_1")["data"]
     assert [e["event"] for e in listed] == ["scan.completed", "scan.running"]
     assert {e["body"].value()["scan_id"] for e in listed} == {watched.id}
+
+
+def test_events_stored_last_hold_no_lock_of_their_customer_until_the_block_ends(conn):
+    """A transaction that records its events inside ``stored_last`` (a look's: its finals and
+    running events) lets another transaction of the same customer record and commit its own
+    meanwhile; the held events are stored at the block's end, after those, so ids still increase
+    in commit order."""
+    import threading
+
+    from app.db import transaction
+    from app.extensions import db
+
+    cust, key = new_customer()
+    first, second = new_scan(cust, key), new_scan(cust, key, "joe@example.com")
+    other_committed = threading.Event()
+    seen = {}
+
+    def look():
+        with db.connection_context(), transaction(), feed.stored_last():
+            tracking.running_events([first])
+            seen["recorded"] = True
+            seen["other_went_first"] = other_committed.wait(timeout=10)
+
+    looker = threading.Thread(target=look)
+    looker.start()
+    while "recorded" not in seen:
+        other_committed.wait(0.01)
+    with transaction():  # waited for the looker's commit before the change, 10 s
+        tracking.running_events([second])
+    other_committed.set()
+    looker.join()
+    assert seen["other_went_first"]
+    ids = {e.scan_id: e.id for e in Event.select()}
+    assert ids[first.id] > ids[second.id]  # the later commit has the larger id
