@@ -7,7 +7,7 @@ import platform
 import subprocess
 from pathlib import Path
 
-from bench.stack import PG_ADMIN_DSN, ROOT
+from bench.stack import PG_ADMIN_DSN, REDIS_DB, ROOT
 
 # The floor of each endpoint: the thinnest code doing the same durable work (bench/floor_app.py).
 FLOOR_OF = {"read": "floor_read", "read_many": "floor_read", "read_queued": "floor_read",
@@ -213,7 +213,7 @@ def markdown(summary: dict) -> str:
         lines += watches.markdown(summary["watches"])
     flushed = [k for k in ("http", "workers", "latency", "scale", "growth", "watches") if (summary.get(k) or {}).get("redis_flushed")]
     if flushed:
-        lines += [f"**Warning**: Redis db 11 was flushed by another process during: {', '.join(flushed)}; "
+        lines += [f"**Warning**: Redis db {REDIS_DB} was flushed by another process during: {', '.join(flushed)}; "
                   "those figures are not valid.", ""]
     lines += ["## Goals", "", "| Goal | Value | Target | Met |", "|---|---:|---:|---|"]
     for g in summary.get("goals", []):
