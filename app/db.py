@@ -286,6 +286,16 @@ def execute(sql: str, params=()):
     return db.execute_sql(_text(sql), params)
 
 
+def in_list(values) -> str:
+    """``(?, ?, ...)``: one placeholder for each of ``values``, for ``x IN (...)``."""
+    return "(" + ", ".join(["?"] * len(values)) + ")"
+
+
+def sqlstate(exc: Exception) -> str | None:
+    """The SQLSTATE of a database error (peewee wraps the driver's, which carries it)."""
+    return getattr(getattr(exc, "orig", None) or exc.__context__, "pgcode", None)
+
+
 def execute_named(sql: str, params: dict):
     """Run ``sql`` whose parameters are named (psycopg2's ``%(name)s``, a literal ``%`` written
     ``%%``), bound from the dict ``params``, on the bound database; returns the cursor. For a
@@ -332,7 +342,7 @@ def insert_rows_statement(model, rows: list[dict]) -> tuple[str, list]:
             if callable(value):
                 value = value()
             params.append(field.db_value(value))
-    placeholders = "(" + ", ".join("?" * len(fields)) + ")"
+    placeholders = in_list(fields)
     return (f"INSERT INTO {table(model)} ({', '.join(repr_column(f) for f in fields)}) VALUES "
             + ", ".join([placeholders] * len(rows)), params)
 

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from peewee import fn
 
-from app.db import columns, execute, execute_batch, instance, repr_column, table
+from app.db import columns, execute, execute_batch, in_list, instance, repr_column, table
 from app.models import CreditLedger, Customer, PortalUser, QuotaMinute, Scan
 from app.store.billing import activity as activity_store
 
@@ -172,9 +172,8 @@ def scans_by_bucket(customer_id: str, *, since: datetime, unit: str, livemode: b
 def spent_by_bucket(customer_id: str, *, since: datetime, unit: str, except_reasons: Sequence[str]) -> dict[str, int]:
     """The credits the customer's ledger took since ``since`` (net of what it gave back), per
     ``unit``, leaving out the rows of ``except_reasons`` (a non-empty list)."""
-    placeholders = ", ".join("?" * len(except_reasons))
     return _grouped(CreditLedger, f"SUM(-{repr_column(CreditLedger.delta)})", customer_id, since, unit,
-                    f" AND {repr_column(CreditLedger.reason)} NOT IN ({placeholders})", tuple(except_reasons))
+                    f" AND {repr_column(CreditLedger.reason)} NOT IN {in_list(except_reasons)}", tuple(except_reasons))
 
 
 # --- quota windows and the scans in flight (D8) ------------------------------------------

@@ -25,7 +25,7 @@ from datetime import datetime
 
 from peewee import ProgrammingError
 
-from app.db import db, execute_named
+from app.db import db, execute_named, sqlstate
 
 UNDEFINED_FUNCTION = "42883"  # SQLSTATE of a call of a function the database does not have
 
@@ -68,7 +68,7 @@ def execute_planned(sql: str, params: dict, *, probe: dict):
     except ProgrammingError as exc:
         # The function is gone since this process made it (a restored or reset database): made
         # again, once. Any other error is the statement's own.
-        if getattr(getattr(exc, "orig", None) or exc.__context__, "pgcode", None) != UNDEFINED_FUNCTION:
+        if sqlstate(exc) != UNDEFINED_FUNCTION:
             raise
         call = _made[made] = _call(_make(sql, signature, probe), signature)
         return execute_named(call, params)

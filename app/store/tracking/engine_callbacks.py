@@ -12,7 +12,7 @@ from datetime import datetime
 
 from peewee import OperationalError
 
-from app.db import columns, execute, instance, table
+from app.db import columns, execute, in_list, instance, sqlstate, table
 from app.models import EngineCallback, Scan
 
 LOCK_NOT_AVAILABLE = "55P03"  # SQLSTATE of a lock_timeout
@@ -77,14 +77,9 @@ def _run(sql: str, params: tuple):
     try:
         return execute(sql, params)
     except OperationalError as exc:
-        original = getattr(exc, "orig", None) or exc.__context__  # peewee wraps the driver's error
-        if getattr(original, "pgcode", None) == LOCK_NOT_AVAILABLE:
+        if sqlstate(exc) == LOCK_NOT_AVAILABLE:
             raise Busy() from None
         raise
-
-
-def _in(statuses: Sequence[str]) -> str:
-    return "(" + ", ".join(["?"] * len(statuses)) + ")"
 
 
 def take(callback_id: str, *, until: datetime, engine_id: str, statuses: Sequence[str], now: datetime,
@@ -92,7 +87,7 @@ def take(callback_id: str, *, until: datetime, engine_id: str, statuses: Sequenc
     """Remember ``callback_id`` (kept ``until``) and make the scan in one of ``statuses`` with
     ``engine_id`` due by ``now``, after any look holding it: ``(new id, a scan made due)``. Run it
     in a transaction of its own (its settings are ``SET LOCAL``)."""
-    sql = TAKE % (max(1, lock_timeout_ms), _in(statuses))
+    sql = TAKE % (max(1, lock_timeout_ms), in_list(statuses))
     row = _run(sql, (callback_id, until, now, engine_id, *statuses)).fetchone()
     return bool(row[0]), bool(row[1])
 
@@ -104,7 +99,7 @@ def progress(callback_id: str, *, until: datetime, engine_id: str, statuses: Seq
     ``engine_id``; with ``running``, a ``queued`` scan becomes ``running_status``, started ``now``.
     Returns ``(new id, the scan as written if it moved to running now, else None)``. Run it in a
     transaction of its own (its settings are ``SET LOCAL``)."""
-    sql = PROGRESS % (max(1, lock_timeout_ms), _in(statuses))
+    sql = PROGRESS % (max(1, lock_timeout_ms), in_list(statuses))
     params = (callback_id, until, recipes_total, recipes_done, running, queued, running_status,
               running, queued, now, engine_id, *statuses, running, queued)
     row = _run(sql, params).fetchone()

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from peewee import fn
 
-from app.db import columns, db, execute, instance, table
+from app.db import columns, db, execute, in_list, instance, table
 from app.models import Scan
 
 
@@ -87,7 +87,7 @@ def claim_due(*, statuses: Sequence[str], now: datetime, limit: int,
     skipped, not waited for: any number of lookers share the due scans. The claim lasts until
     the transaction ends, or until the session has been idle in it for ``hold_seconds``
     (PostgreSQL then ends the session: the claim of a looker that hangs)."""
-    sql = CLAIM_DUE % (max(1, int(hold_seconds * 1000)), "(" + ", ".join(["?"] * len(statuses)) + ")")
+    sql = CLAIM_DUE % (max(1, int(hold_seconds * 1000)), in_list(statuses))
     rows = execute(sql, (*statuses, now, limit)).fetchall()
     return [(row[0], instance(Scan, row[1:])) for row in rows]
 
@@ -122,7 +122,7 @@ def record_looks(looks: Sequence[tuple], *, statuses: Sequence[str], queued: str
     later look."""
     if not looks:
         return []
-    sql = RECORD_LOOKS % (", ".join([RECORD_ROW] * len(looks)), "(" + ", ".join(["?"] * len(statuses)) + ")")
+    sql = RECORD_LOOKS % (", ".join([RECORD_ROW] * len(looks)), in_list(statuses))
     params = [queued, running, queued, now, *(v for look in looks for v in look), *statuses, queued]
     return [(row[0], bool(row[1])) for row in execute(sql, params).fetchall()]
 
