@@ -60,7 +60,7 @@ def execute_planned(sql: str, params: dict, *, probe: dict):
     made = (getattr(db.obj, "_bound_url", ""), sql, signature)
     call = _made.get(made)
     if call is None:
-        call = _made[made] = _call(_make(sql, signature, probe), signature)
+        call = _made[made] = _make(sql, signature, probe)
     if db.in_transaction():  # an error would end the caller's transaction: no second try here
         return execute_named(call, params)
     try:
@@ -70,16 +70,12 @@ def execute_planned(sql: str, params: dict, *, probe: dict):
         # again, once. Any other error is the statement's own.
         if sqlstate(exc) != UNDEFINED_FUNCTION:
             raise
-        call = _made[made] = _call(_make(sql, signature, probe), signature)
+        call = _made[made] = _make(sql, signature, probe)
         return execute_named(call, params)
 
 
-def _call(function: str, signature) -> str:
-    arguments = ", ".join(f"p_{name} => %({name})s::{kind}" for name, kind in signature)
-    return f"SELECT * FROM {function}({arguments})"
-
-
 def _make(sql: str, signature, probe: dict) -> str:
+    """Make ``sql``'s function unless the database has it; the statement that calls it."""
     with _lock, db.atomic():
         columns = _result_types(sql, dict(signature), probe)
         body = function_body(sql)
@@ -93,7 +89,8 @@ def _make(sql: str, signature, probe: dict) -> str:
         if exists is None:
             execute_named(f"CREATE FUNCTION {name}({arguments}) RETURNS TABLE ({results}) LANGUAGE plpgsql "
                           f"AS $planned$ BEGIN RETURN QUERY {body}; END $planned$", {})
-        return name
+    passed = ", ".join(f"p_{name} => %({name})s::{kind}" for name, kind in signature)
+    return f"SELECT * FROM {name}({passed})"
 
 
 def function_body(sql: str) -> str:
