@@ -9,8 +9,8 @@ from flask import flash, request
 from app.models import utcnow
 from app.portal import security
 from app.portal.blueprint import bp, form_errors
-from app.portal.forms import ActionForm, EndpointForm, RollSecretForm
-from app.portal.pages.keys import back_to_key, owned_key_or_404, render_key_page, run_action
+from app.portal.forms import EndpointForm, RollSecretForm
+from app.portal.pages.keys import back_to_key, key_button, owned_key_or_404, render_key_page, run_action
 from app.services.accounts import portal_roles as roles
 from app.services.shared.errors import Conflict, InvalidRequest, SecretChanged
 from app.services.webhooks import endpoints
@@ -50,13 +50,10 @@ def update_endpoint(key_id, endpoint_id):
 @bp.post("/api-keys/<key_id>/endpoints/<endpoint_id>/enabled")
 @security.requires(roles.ENDPOINTS)
 def set_endpoint_enabled(key_id, endpoint_id):
-    key = owned_key_or_404(key_id)
-    if ActionForm().validate_on_submit():
-        enable = request.form.get("enabled") == "yes"
-        run_action(key.id, lambda: endpoints.set_enabled(key, endpoint_id, enabled=enable),
-             "Endpoint enabled: events are sent to it again." if enable else "Endpoint disabled.",
-             refused=InvalidRequest)
-    return back_to_key(key.id)
+    enable = request.form.get("enabled") == "yes"
+    return key_button(key_id, lambda key: endpoints.set_enabled(key, endpoint_id, enabled=enable),
+                      "Endpoint enabled: events are sent to it again." if enable else "Endpoint disabled.",
+                      refused=InvalidRequest)
 
 
 @bp.post("/api-keys/<key_id>/endpoints/<endpoint_id>/roll-secret")
@@ -85,18 +82,13 @@ def roll_endpoint_secret(key_id, endpoint_id):
 @bp.post("/api-keys/<key_id>/endpoints/<endpoint_id>/switch-secret")
 @security.requires(roles.ENDPOINTS)
 def switch_endpoint_secret(key_id, endpoint_id):
-    key = owned_key_or_404(key_id)
-    if ActionForm().validate_on_submit():
-        run_action(key.id, lambda: endpoints.switch_secret(key, endpoint_id),
-             "The endpoint's next signing secret is now its only one.",
-             refused=(InvalidRequest, SecretChanged))
-    return back_to_key(key.id)
+    return key_button(key_id, lambda key: endpoints.switch_secret(key, endpoint_id),
+                      "The endpoint's next signing secret is now its only one.",
+                      refused=(InvalidRequest, SecretChanged))
 
 
 @bp.post("/api-keys/<key_id>/endpoints/<endpoint_id>/delete")
 @security.requires(roles.ENDPOINTS)
 def delete_endpoint(key_id, endpoint_id):
-    key = owned_key_or_404(key_id)
-    if ActionForm().validate_on_submit():
-        run_action(key.id, lambda: endpoints.delete(key, endpoint_id), "Endpoint deleted.", refused=InvalidRequest)
-    return back_to_key(key.id)
+    return key_button(key_id, lambda key: endpoints.delete(key, endpoint_id), "Endpoint deleted.",
+                      refused=InvalidRequest)

@@ -120,6 +120,16 @@ def run_action(key_id, action, success: str, *,
     return result
 
 
+def key_button(key_id, action, success: str, **refusal):
+    """A button on the key's page: the customer's key (else 404), ``action(key)`` run when the
+    button's form is valid (its CSRF token), its outcome flashed (``run_action``, ``refusal`` as
+    its ``refused``), then back to the key's page."""
+    key = owned_key_or_404(key_id)
+    if ActionForm().validate_on_submit():
+        run_action(key.id, lambda: action(key), success, **refusal)
+    return back_to_key(key.id)
+
+
 @bp.post("/api-keys/<key_id>/webhook")
 @security.requires(roles.WEBHOOKS)
 def save_webhook(key_id):
@@ -207,11 +217,8 @@ def roll_secret(key_id):
 @bp.post("/api-keys/<key_id>/secret/switch")
 @security.requires(roles.WEBHOOKS)
 def switch_secret(key_id):
-    key = owned_key_or_404(key_id)
-    if ActionForm().validate_on_submit():
-        run_action(key.id, lambda: webhooks.switch_secret(key.id, g.portal_customer.id),
-             "The next signing secret is now the only one.")
-    return back_to_key(key.id)
+    return key_button(key_id, lambda key: webhooks.switch_secret(key.id, g.portal_customer.id),
+                      "The next signing secret is now the only one.")
 
 
 @bp.post("/api-keys/<key_id>/secret/reveal")
@@ -229,18 +236,12 @@ def reveal_secret(key_id):
 @bp.post("/api-keys/<key_id>/test-event")
 @security.requires(roles.WEBHOOKS)
 def test_event(key_id):
-    key = owned_key_or_404(key_id)
-    if ActionForm().validate_on_submit():
-        run_action(key.id, lambda: webhooks.send_test_event(key.id, g.portal_customer.id),
-             "Test event queued: its attempts appear below.")
-    return back_to_key(key.id)
+    return key_button(key_id, lambda key: webhooks.send_test_event(key.id, g.portal_customer.id),
+                      "Test event queued: its attempts appear below.")
 
 
 @bp.post("/api-keys/<key_id>/deliveries/<delivery_id>/redeliver")
 @security.requires(roles.DELIVERIES)
 def redeliver(key_id, delivery_id):
-    key = owned_key_or_404(key_id)
-    if ActionForm().validate_on_submit():
-        run_action(key.id, lambda: webhooks.redeliver(delivery_id, g.portal_customer.id),
-             f"Delivery {delivery_id} queued again.")
-    return back_to_key(key.id)
+    return key_button(key_id, lambda _key: webhooks.redeliver(delivery_id, g.portal_customer.id),
+                      f"Delivery {delivery_id} queued again.")
