@@ -8,6 +8,12 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 XDIST := $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadgroup)
 
+# The suite starts a few hundred Python processes (gunicorn, workers, the command line); each one
+# compiling the project from source when the environment says PYTHONDONTWRITEBYTECODE (as this
+# machine's does) cost the part of the suite that starts processes about a minute. Python ignores
+# the variable when it is empty; __pycache__ is in .gitignore.
+test test-fast test-future scenarios: export PYTHONDONTWRITEBYTECODE :=
+
 .PHONY: help install install-test run test test-fast test-future lint scenarios fuzz bench clean client
 
 ## make help: this list.
