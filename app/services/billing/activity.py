@@ -291,11 +291,18 @@ def retention_days() -> int:
     return int(runtime.config["ACTIVITY_RETENTION_DAYS"])
 
 
-def prepare_partitions(now: datetime, days_ahead: int = PARTITION_DAYS_AHEAD) -> int:
+def prepare_partitions(now: datetime, days_ahead: int = PARTITION_DAYS_AHEAD, *, while_writing: bool = False) -> int:
     """Make the partitions of today and the ``days_ahead`` next days that do not exist yet;
     how many were made. An entry of a day without one goes to the DEFAULT partition (nothing
-    is lost) and moves into the day's partition when it is made."""
-    wanted = [now.date() + timedelta(days=n) for n in range(days_ahead + 1)]
+    is lost) and moves into the day's partition when it is made.
+
+    ``while_writing`` (the periodic job, which runs while the service writes): today is left
+    out. A day's partition attached while that day's entries are being written refuses one
+    (PostgreSQL routes it to the DEFAULT partition, then finds the day's range taken from it),
+    so only days still to come are made then; a day that began without one (the job down for
+    a week) keeps its entries in the DEFAULT partition until the retention removes them."""
+    first = 1 if while_writing else 0
+    wanted = [now.date() + timedelta(days=n) for n in range(first, days_ahead + 1)]
     if set(wanted) <= set(store.day_partitions()):  # the usual sweep: one catalog read
         return 0
     made = 0
@@ -339,7 +346,7 @@ def upkeep(now: datetime | None = None) -> dict:
     now = now or utcnow()
     report = {"activity_partitions_made": 0, "activity_partitions_dropped": 0}
     try:
-        report["activity_partitions_made"] = prepare_partitions(now)
+        report["activity_partitions_made"] = prepare_partitions(now, while_writing=True)
         report["activity_partitions_dropped"] = expire(now)
     except Exception as exc:
         log.warning("activity log upkeep postponed to its next turn: %s", exc.__class__.__name__)

@@ -176,9 +176,21 @@ def test_the_periodic_job_makes_and_drops_partitions(no_day_partitions, redis_co
         activity.prepare_partitions(T - timedelta(days=500), days_ahead=0)
     with freeze_time(T):
         report = periodic.run(periodic.BY_NAME["activity_log"])
-    assert report["activity_partitions_made"] == activity.PARTITION_DAYS_AHEAD + 1
+    assert report["activity_partitions_made"] == activity.PARTITION_DAYS_AHEAD  # the days still to come
     assert report["activity_partitions_dropped"] == 1
-    assert store.day_partitions()[0] == T.date()
+    assert store.day_partitions()[0] == T.date() + timedelta(days=1)
+
+
+def test_the_periodic_job_leaves_a_day_that_has_begun_in_the_default_partition(no_day_partitions):
+    """It runs while the service writes: a partition attached while its day's entries are written
+    refuses one, so a day that began without its partition keeps its entries where they are."""
+    today = entry(at=T)
+    assert activity.upkeep(T)["activity_partitions_made"] == activity.PARTITION_DAYS_AHEAD
+    assert store.day_partitions() == [T.date() + timedelta(days=n) for n in range(1, activity.PARTITION_DAYS_AHEAD + 1)]
+    assert store.partition_of(today) == DEFAULT_PARTITION
+    later = entry(at=T + timedelta(hours=1))
+    assert ids(activity.list_entries("cus_a", livemode=True)) == [later, today]
+    assert activity.upkeep(T + timedelta(days=1))["activity_partitions_made"] == 1  # only the new last day
 
 
 def test_upkeep_that_cannot_get_its_locks_waits_for_its_next_turn(no_day_partitions, database_url, caplog):
@@ -195,7 +207,7 @@ def test_upkeep_that_cannot_get_its_locks_waits_for_its_next_turn(no_day_partiti
         other.close()
     assert "activity log upkeep postponed to its next turn: OperationalError" in caplog.text
     assert store.day_partitions() == []
-    assert activity.upkeep(T)["activity_partitions_made"] == activity.PARTITION_DAYS_AHEAD + 1
+    assert activity.upkeep(T)["activity_partitions_made"] == activity.PARTITION_DAYS_AHEAD
 
 
 def test_the_target_filter_finds_every_spelling_of_a_target(conn):
