@@ -32,7 +32,8 @@ class PeriodicJob:
     name: str
     # The setting that says every how many seconds it runs.
     interval_setting: str
-    # What it does; returns a report (counts by action) for the log and the metrics.
+    # What it does, on the connection ``run`` holds for it; returns a report (counts by action)
+    # for the log and the metrics.
     run: Callable[[], dict]
 
     @property
@@ -43,51 +44,24 @@ class PeriodicJob:
         return int(runtime.config[self.interval_setting])
 
 
-def _retention() -> dict:
-    with connection_context():
-        return {"scans_erased": erasure.erase_past_retention()}
-
-
-def _delivery_retention() -> dict:
-    with connection_context():
-        return {"deliveries_removed": deliveries.remove_past_retention()}
-
-
-def _callback_ids() -> dict:
-    with connection_context():
-        return callbacks.forget_expired()
-
-
-def _event_retention() -> dict:
-    with connection_context():
-        return {"events_removed": feed.remove_past_retention()}
-
-
-def _activity_log() -> dict:
-    with connection_context():
-        return activity.upkeep()
-
-
-def _watches() -> dict:
-    with connection_context():
-        return watches.run_due()
-
-
 SCHEDULE = (
     # Nothing lost when Redis, a worker or a dispatch fails (D13): lost jobs, reservations, deliveries.
     PeriodicJob("recovery", "RECOVERY_INTERVAL_SECONDS", recovery.sweep),
     # Personal data kept no longer than each customer's result_retention_days (D20).
-    PeriodicJob("retention", "RETENTION_INTERVAL_SECONDS", _retention),
+    PeriodicJob("retention", "RETENTION_INTERVAL_SECONDS",
+                lambda: {"scans_erased": erasure.erase_past_retention()}),
     # The activity log's day partitions: the coming days' made, those past ACTIVITY_RETENTION_DAYS dropped.
-    PeriodicJob("activity_log", "RETENTION_INTERVAL_SECONDS", _activity_log),
+    PeriodicJob("activity_log", "RETENTION_INTERVAL_SECONDS", activity.upkeep),
     # Webhook deliveries and their bodies kept DELIVERY_RETENTION_DAYS, then removed (D22).
-    PeriodicJob("delivery_retention", "RETENTION_INTERVAL_SECONDS", _delivery_retention),
+    PeriodicJob("delivery_retention", "RETENTION_INTERVAL_SECONDS",
+                lambda: {"deliveries_removed": deliveries.remove_past_retention()}),
     # The engine callback ids kept to refuse replays (E7), forgotten once a replay would be stale.
-    PeriodicJob("callback_ids", "RECOVERY_INTERVAL_SECONDS", _callback_ids),
+    PeriodicJob("callback_ids", "RECOVERY_INTERVAL_SECONDS", callbacks.forget_expired),
     # Stored events (the events list and stream) kept DELIVERY_RETENTION_DAYS too, then removed (D27).
-    PeriodicJob("event_retention", "RETENTION_INTERVAL_SECONDS", _event_retention),
+    PeriodicJob("event_retention", "RETENTION_INTERVAL_SECONDS",
+                lambda: {"events_removed": feed.remove_past_retention()}),
     # The watches' due scans (D28), claimed from the database in batches.
-    PeriodicJob("watches", "WATCH_INTERVAL_SECONDS", _watches),
+    PeriodicJob("watches", "WATCH_INTERVAL_SECONDS", watches.run_due),
 )
 BY_NAME = {job.name: job for job in SCHEDULE}
 
@@ -102,8 +76,10 @@ def claim(job: PeriodicJob) -> bool:
 
 
 def run(job: PeriodicJob) -> dict:
-    """Run ``job`` now (its claim taken, or the operator's command), and record that it ran."""
-    report = job.run()
+    """Run ``job`` now (its claim taken, or the operator's command) on one connection held for
+    the whole job, and record that it ran."""
+    with connection_context():
+        report = job.run()
     metrics.periodic_job_ran(job.name)
     if any(count for action, count in report.items() if action not in QUIET):
         log.info("%s: %s", job.name, report)
