@@ -143,12 +143,16 @@ def canonical(kind: str, target: str) -> str:
 
 def _nfc_folded(text: str) -> str:
     """Case-folded and NFC-normalised: a composed "é" and "e" + U+0301 are one letter."""
+    if text.isascii():  # the common case, at a hundredth of the cost: nothing to compose
+        return text.lower()
     return unicodedata.normalize("NFC", unicodedata.normalize("NFC", text).casefold())
 
 
 def _ascii_domain(domain: str) -> str:
     """A domain as DNS knows it (IDNA 2008 with UTS 46 mapping, as ``email_validator`` checks it):
     ``bücher.example`` and ``xn--bcher-kva.example`` are one. One it cannot encode stays case-folded."""
+    if domain.isascii():  # UTS 46 maps an ASCII name (already checked as an address's) to its lower case
+        return domain.lower()
     try:
         return idna.encode(domain, uts46=True).decode("ascii")
     except idna.IDNAError:
@@ -156,6 +160,8 @@ def _ascii_domain(domain: str) -> str:
 
 
 def _unicode_domain(ascii_domain: str) -> str:
+    if "xn--" not in ascii_domain:  # no label in its ASCII form: the name is its own Unicode form
+        return ascii_domain
     try:
         return idna.decode(ascii_domain)
     except idna.IDNAError:
@@ -164,34 +170,51 @@ def _unicode_domain(ascii_domain: str) -> str:
 
 def _e164(number: str) -> str:
     """A ``+`` number in E.164 as ``phonenumbers`` reads it (a national trunk prefix after the
-    country code dropped, Italy's leading zero kept); one it cannot read stays as written."""
-    parsed = _parsed(number)
-    return phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164) if parsed else number
-
-
-def _parsed(number: str):
+    country code dropped, Italy's leading zero kept); one it cannot read stays as written.
+    ``phonenumbers.parse`` costs some 100 us: a number whose national part no trunk prefix of its
+    country starts (most) is its own E.164 form without it."""
+    split = _country_split(number)
+    if split is None:
+        return number
+    _, national, metadata = split
+    prefix = metadata.national_prefix_for_parsing or metadata.national_prefix
+    if not prefix or not re.match(prefix, national):
+        return number
     try:
-        return phonenumbers.parse(number)
+        parsed = phonenumbers.parse(number)
     except phonenumbers.NumberParseException:
+        return number
+    return phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164)
+
+
+def _country_split(number: str):
+    """``(country code, national part, the country's metadata)`` of ``+digits``, or None (country
+    codes are prefix-free: the first of 1 to 3 digits that is one is the one)."""
+    if not number.startswith("+") or not number[1:].isdigit():
         return None
+    for length in (1, 2, 3):
+        code = int(number[1:1 + length])
+        region = phonenumbers.region_code_for_country_code(code)
+        if region != phonenumbers.UNKNOWN_REGION:
+            metadata = (phonenumbers.PhoneMetadata.metadata_for_nongeo_region(code) if region == "001"
+                        else phonenumbers.PhoneMetadata.metadata_for_region(region))
+            return (code, number[1 + length:], metadata) if metadata is not None else None
+    return None
 
 
-def _earlier_forms(kind: str, target: str) -> set[str]:
-    """The canonical forms the rule before NFC, IDNA and trunk prefixes gave this target's
-    spellings (a case-folded address as written, a number without separators), which opt-outs
-    and activity entries stored then were hashed from: kept hashes cannot be recomputed (only the
-    keyed hash is stored), so a check looks for these too."""
-    form = canonical(kind, target)
+def _earlier_forms(kind: str, form: str) -> set[str]:
+    """The canonical forms the rule before NFC, IDNA and trunk prefixes gave the spellings of the
+    target whose canonical form is ``form`` (a case-folded address as written, a number without
+    separators), which opt-outs and activity entries stored then were hashed from: kept hashes
+    cannot be recomputed (only the keyed hash is stored), so a check looks for these too."""
     if kind == "email":
         local, _, domain = form.rpartition("@")
         return {f"{spelt}@{name}" for spelt in {local, unicodedata.normalize("NFD", local)}
                 for name in {domain, _unicode_domain(domain)}}
-    if kind == "phone" and (parsed := _parsed(form)):
-        region = phonenumbers.region_code_for_number(parsed)
-        metadata = phonenumbers.PhoneMetadata.metadata_for_region(region) if region else None
-        trunk = metadata.national_prefix if metadata is not None else None
-        national = phonenumbers.national_significant_number(parsed)
-        return {form, *([f"+{parsed.country_code}{trunk}{national}"] if trunk else [])}
+    if kind == "phone" and (split := _country_split(form)):
+        code, national, metadata = split
+        trunk = metadata.national_prefix
+        return {form, *([f"+{code}{trunk}{national}"] if trunk else [])}
     return {form}
 
 
@@ -226,8 +249,13 @@ def opt_out_key(kind: str, target: str) -> tuple[str, str]:
     """``(kind, form)`` an opt-out of ``target`` is kept under, and a check looks for: the
     canonical form, reduced until every spelling of the person's identifier is one form, erring
     towards refusal (an address's mailbox, a username of a phone number's digits as that number)."""
-    key_kind, form = _reduced(kind, canonical(kind, target))
-    return key_kind, _e164(form) if key_kind == "phone" else form
+    return _key(kind, canonical(kind, target))
+
+
+def _key(kind: str, form: str) -> tuple[str, str]:
+    """The opt-out key of a canonical ``form``."""
+    key_kind, reduced = _reduced(kind, form)
+    return key_kind, _e164(reduced) if key_kind == "phone" and kind != "phone" else reduced
 
 
 def _reduced(kind: str, form: str) -> tuple[str, str]:
@@ -243,7 +271,8 @@ def canonical_hashes(kind: str, target: str) -> set[str]:
     hashes of canonical forms (the activity log's): its canonical form's, those of the forms
     the earlier rule gave its spellings, and the normalised target's own (kept before canonical
     forms), so that entries kept then are found as they were."""
-    forms = {canonical(kind, target), *_earlier_forms(kind, target)}
+    form = canonical(kind, target)
+    forms = {form, *_earlier_forms(kind, form)}
     return {crypto.target_hash(kind, form) for form in forms} | {crypto.target_hash(kind, target)}
 
 
@@ -253,7 +282,8 @@ def suppression_hashes(kind: str, target: str) -> set[str]:
     (before NFC, IDNA and trunk prefixes: ``_earlier_forms``), and the one opt-outs were kept
     under before canonical forms (the normalised target's own), so that those keep refusing what
     they refused. Watches keep their opt-out hash the same way, so this set finds theirs too."""
-    keys = {opt_out_key(kind, target), *(_reduced(kind, form) for form in _earlier_forms(kind, target))}
+    form = canonical(kind, target)
+    keys = {_key(kind, form), *(_reduced(kind, earlier) for earlier in _earlier_forms(kind, form))}
     return {crypto.target_hash(*key) for key in keys} | {crypto.target_hash(kind, target)}
 
 

@@ -101,3 +101,17 @@ def test_the_checks_find_what_the_earlier_rule_kept(conn):
     assert earlier <= found
     assert crypto.target_hash("email", "pat@bücher.example") in targets.canonical_hashes("email", "pat@xn--bcher-kva.example")
     assert crypto.target_hash("phone", "+4402079460958") in targets.canonical_hashes("phone", "+44 20 7946 0958")
+
+
+def test_the_e164_fast_path_agrees_with_phonenumbers():
+    """A number no trunk prefix of its country starts skips phonenumbers.parse (some 100 us): the
+    result is the same as parsing it, for numbers of every country code written with and without one."""
+    import phonenumbers
+    for code in sorted(phonenumbers.COUNTRY_CODE_TO_REGION_CODE):
+        for national in ("2079460958", "02079460958", "12025550123", "8495123456", "0612345678", "9115123456"):
+            number = f"+{code}{national}"[:16]
+            try:
+                expected = phonenumbers.format_number(phonenumbers.parse(number), phonenumbers.PhoneNumberFormat.E164)
+            except phonenumbers.NumberParseException:
+                expected = number
+            assert targets.canonical("phone", number) == expected, number
