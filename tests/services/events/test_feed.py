@@ -200,7 +200,7 @@ def test_an_event_and_an_admission_take_a_customers_locks_in_one_order(conn, dat
         cursor.execute(LOCK_CUSTOMER.replace("?", "%s"), (cust.id,))
         writer = threading.Thread(target=callback)
         writer.start()
-        writer.join(timeout=5)  # returns at once now; before, the callback was still waiting here
+        writer.join(timeout=10)  # returns at once now; before, the callback was still waiting here
         assert not writer.is_alive(), "the event waited for the admission's row lock"
         cursor.execute("SELECT pg_advisory_xact_lock(27, hashtext(%s))", (cust.id,))  # the admission's event
         admission.commit()
