@@ -218,6 +218,21 @@ def db_upgrade(as_json):
                                            else " (up to date)"))
 
 
+@db_cli.command("check-logging")
+@json_option
+def db_check_logging(as_json):
+    """Warn when PostgreSQL would write statements, with the personal data in them, to its log."""
+    from app.services.privacy import server_log
+    risks = run(as_json, server_log.statement_logging_risks)
+    if risks:
+        if as_json:
+            click.echo(json.dumps({"ok": False, "error": "statements would reach the server's log", "risks": risks}))
+        for line in risks:
+            click.echo(f"warning: {line}", err=True)
+        raise SystemExit(1)
+    emit(as_json, {"risks": []}, "the server logs no statement text")
+
+
 @customers_cli.command("create")
 @click.option("--name", required=True)
 @click.option("--tier", required=True, type=click.Choice(TIERS))

@@ -86,8 +86,9 @@ WATCH_KINDS: tuple[WatchEventKind, ...] = (
     WatchEventKind(WATCH_PAUSED, "a watch was paused after three intervals without a scan it could make (balance, "
                    "limits or its key): the body says why", "WebhookWatchPaused",
                    (*WATCH_FIELDS, "reason", "last_error", "target", "kind")),
+    # No target: the watch forgot it when the person opted out (D25).
     WatchEventKind(WATCH_ENDED, "a watch ended because the person opted out of lookups", "WebhookWatchEnded",
-                   (*WATCH_FIELDS, "reason", "target", "kind")),
+                   (*WATCH_FIELDS, "reason", "kind")),
 )
 WATCH_EVENTS: tuple[str, ...] = tuple(kind.name for kind in WATCH_KINDS)
 

@@ -381,6 +381,20 @@ def _watch_slots(database):
                          '"slot") WHERE "status" != \'ended\'')
 
 
+def _opted_out_watches_forget_target(database):
+    """A watch ended by an opt-out keeps no identifier (D25): its target and opt-out hash may be
+    NULL, and the ones ended before lose them, with the target of their ``watch.ended`` events and
+    deliveries (every such event is about an opt-out)."""
+    database.execute_sql('ALTER TABLE "watch" ALTER COLUMN "target" DROP NOT NULL, '
+                         'ALTER COLUMN "optout_hash" DROP NOT NULL')
+    database.execute_sql('UPDATE "watch" SET "target" = NULL, "optout_hash" = NULL '
+                         'WHERE "end_reason" = \'target_suppressed\'')
+    database.execute_sql('UPDATE "event" SET "body" = ("body"::jsonb - \'target\')::text '
+                         'WHERE "kind" = \'watch.ended\' AND "body"::jsonb ? \'target\'')
+    database.execute_sql('UPDATE "webhook_delivery" SET "body" = ("body"::jsonb - \'target\')::text '
+                         'WHERE "event" = \'watch.ended\' AND "body" IS NOT NULL AND "body"::jsonb ? \'target\'')
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 # Versions 3 and 18 are absent on purpose: neither was ever assigned (the history has migration 4,
 # portal sessions, appended right after 2, and 19 after 17), so no database records them. The gaps
@@ -412,6 +426,7 @@ MIGRATIONS = [
     (24, "request ids of up to 128 characters", _longer_request_ids),
     (25, "watches", _watches),
     (26, "watches spread by slot", _watch_slots),
+    (28, "a watch ended by an opt-out keeps no identifier", _opted_out_watches_forget_target),
 ]
 
 

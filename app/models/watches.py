@@ -17,10 +17,11 @@ class Watch(BaseModel):
     api_key_id: str
     livemode = BooleanField(default=True)
     kind = CharField(max_length=10)
-    target = CharField(max_length=300)
+    # Both NULL once an opt-out ended the watch: it keeps no identifier of the person (D25).
+    target = CharField(max_length=300, null=True)
     # The keyed hash of the target's opt-out key (``targets.opt_out_key``): an opt-out added
     # later ends the watches it matches, without reading any target.
-    optout_hash = CharField(max_length=64)
+    optout_hash = CharField(max_length=64, null=True)
     interval = CharField(max_length=10)  # daily, weekly, monthly
     # Its place among the customer's watches of this mode and interval, which its due times
     # follow (``app.services.watches.watch_times``).

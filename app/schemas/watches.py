@@ -61,7 +61,9 @@ class ChangesSchema(ma.Schema):
 class WatchEntrySchema(ma.Schema):
     watch_id = fields.String(required=True, metadata=WATCH_ID_DOC)
     livemode = fields.Boolean(required=True, metadata={"example": True})
-    target = fields.String(required=True, metadata={"example": "jane.doe@example.com"})
+    target = fields.String(required=True, allow_none=True, metadata={
+        "description": "The target; null once the watch ended because the person opted out of lookups (the "
+                       "watch keeps nothing that identifies them).", "example": "jane.doe@example.com"})
     kind = fields.String(required=True, metadata=KIND_DOC)
     interval = fields.String(required=True, metadata=INTERVAL_DOC)
     status = fields.String(required=True, metadata={"description": "active, paused or ended.", "example": "active"})

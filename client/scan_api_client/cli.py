@@ -407,11 +407,22 @@ def _page_size(args) -> int:
     return 100 if args.all else min(100, args.limit)
 
 
+# What a spreadsheet opening the file would run as a formula when a text cell starts with it.
+# The same rule as the portal's CSV exports; a copy, since this package is installed without the service.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A text cell a spreadsheet would run as a formula (a target, a case reference written by
+    whoever chose it) quoted with a leading ``'``; numbers and other values as they are."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
+
+
 def write_output(out: TextIO, fmt: str, document: Any, rows: list[dict], fields: list[str] = CSV_FIELDS) -> None:
     if fmt == "csv":
         writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({name: csv_cell(value) for name, value in row.items()} for row in rows)
     else:
         json.dump(document, out, indent=2, ensure_ascii=False)
         out.write("\n")

@@ -513,3 +513,14 @@ def test_keys_check_endpoints_refuses_the_qa_clock_in_production(app, make_custo
     refused = run(app, "keys", "check-endpoints", account.key.id, "--hours-ahead", "121")
     assert refused.exit_code != 0 and "refused in production" in refused.output
     assert run_json(app, "keys", "check-endpoints", account.key.id)["disabled"] == []
+
+
+def test_db_check_logging_warns_when_the_server_would_log_statement_text(app):
+    """The test server keeps PostgreSQL's default: a failed statement is logged with its text."""
+    result = run(app, "db", "check-logging")
+    assert result.exit_code == 1
+    assert "warning: log_min_error_statement is error" in result.output and "Traceback" not in result.output
+    answer = run(app, "db", "check-logging", "--json")
+    [document] = [json.loads(line) for line in answer.output.splitlines() if line.startswith("{")]
+    assert answer.exit_code == 1 and document["ok"] is False
+    assert [risk.split(" ")[0] for risk in document["risks"]] == ["log_min_error_statement"]

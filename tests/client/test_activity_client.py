@@ -42,3 +42,13 @@ def test_cli_activity_prints_entries_as_json_and_csv(served_app, account):
     assert [r["action"] for r in rows] == ["activity.list", "scan.create"]
     assert rows[1]["key_id"] == account.key.id and rows[0]["resource_id"] == ""
     assert "jane" not in out.getvalue()
+
+
+def test_cli_activity_csv_quotes_a_case_reference_that_starts_a_formula(served_app, account):
+    env = {"SCAN_API_URL": served_app.url, "SCAN_API_KEY": account.api_key}
+    ScanClient(served_app.url, account.api_key).create("jane.doe@example.com", case_ref='=HYPERLINK("http://x")')
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["activity", "--action", "scan.create", "--format", "csv"], stdout=out, stderr=err,
+                env=env) == 0, err.getvalue()
+    [row] = list(csv.DictReader(io.StringIO(out.getvalue())))
+    assert row["case_ref"] == "'=HYPERLINK(\"http://x\")"

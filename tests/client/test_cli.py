@@ -271,3 +271,22 @@ def test_feedback_on_an_unknown_finding_names_it(cli, jobs):
     assert code == 1 and out == ""
     assert err.count("\n") == 1 and "fnd_not_in_this_result" in err and scan_id in err
     assert "not_found, HTTP 404" in err and "Traceback" not in err
+
+
+# --- CSV cells a spreadsheet would run --------------------------------------------------------
+
+def test_csv_cell_quotes_text_a_spreadsheet_would_run_and_nothing_else():
+    from scan_api_client.cli import csv_cell
+    assert [csv_cell(v) for v in ("=1+2", "+447700900123", "-2", "@SUM(A1)", "\tx", "\rx")] == \
+        ["'=1+2", "'+447700900123", "'-2", "'@SUM(A1)", "'\tx", "'\rx"]
+    assert [csv_cell(v) for v in ("jane@example.com", "", None, -2, 1.5, True)] == \
+        ["jane@example.com", "", None, -2, 1.5, True]
+
+
+def test_list_csv_quotes_a_target_that_starts_a_formula(cli):
+    code, out, err = cli("scan", "=1+2@example.com", "--case-ref", "=HYPERLINK(\"x\")", "--format", "json")
+    assert code == 0, err
+    code, out, err = cli("list", "--format", "csv")
+    assert code == 0, err
+    [row] = rows(out)
+    assert row["target"] == "'=1+2@example.com"

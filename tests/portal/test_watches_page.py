@@ -96,6 +96,17 @@ def test_the_list_shows_status_last_change_and_next_scan_and_pages(client, porta
     assert "Page 2 of 2 · 28 in all" in second_page and "← Newer" in second_page
 
 
+def test_a_watch_ended_by_an_opt_out_shows_no_target(client, portal_account):
+    from app.services.privacy import suppressions
+    ended = api_watch(client, portal_account)
+    with db.connection_context():
+        suppressions.add("email", "jane.doe@example.com")
+    login(client)
+    page = text(client.get(PAGE))
+    row = page[page.index(f'id="{ended["watch_id"]}"'):].split("</tr>")[0]
+    assert "removed: the person opted out" in row and "jane.doe" not in page
+
+
 def test_a_watch_is_added_from_the_form_charged_with_the_chosen_key_and_logged(client, portal_account):
     login(client)
     before = balance(portal_account)

@@ -540,3 +540,39 @@ def test_the_watch_slots_migration_numbers_each_customer_s_open_watches_per_mode
         assert [rows[i].slot for i in ids] == [0, None, 1, 0, 0, 2]
         assert all(rows[i].next_scan_at == start + timedelta(days=1) for i in ids)
         assert db.execute_sql("SELECT indexdef FROM pg_indexes WHERE indexname = 'watch_slot'").fetchall() == fresh
+
+
+def test_the_opted_out_watches_migration_forgets_their_targets_and_those_of_their_events(app):
+    """A watch ended by an opt-out before keeps no identifier after the upgrade: its target and
+    opt-out hash, and the target of its watch.ended event and delivery, are gone; others stay."""
+    import json
+
+    from app.models import Event, Watch, WebhookDelivery
+    [version] = [v for v, _, f in migrations.MIGRATIONS if f is migrations._opted_out_watches_forget_target]
+    with db.connection_context():
+        customer = accounts.create_customer("Forget", "pro", 0)
+        key, _ = accounts.issue_key(customer.id, "k")
+
+        def watch(n, **fields):
+            return Watch.create(id=f"wch_f{n}", customer=customer.id, api_key=key.id, kind="email",
+                                target=f"u{n}@example.com", optout_hash=f"h{n}", interval="daily", **fields).id
+
+        ended, kept = watch(0, status="ended", end_reason="target_suppressed"), watch(1)
+        body = json.dumps({"event": "watch.ended", "watch_id": ended, "target": "u0@example.com", "kind": "email"})
+        changed = json.dumps({"event": "watch.changed", "watch_id": kept, "target": "u1@example.com"})
+        Event.create(customer=customer.id, livemode=True, kind="watch.ended", watch_id=ended, body=body)
+        Event.create(customer=customer.id, livemode=True, kind="watch.changed", watch_id=kept, body=changed)
+        WebhookDelivery.create(id="dlv_f0", customer=customer.id, api_key=key.id, event="watch.ended",
+                               url="https://hooks.example.com/w", body=body)
+        with db.atomic():
+            db.execute_sql('ALTER TABLE "watch" ALTER COLUMN "target" SET NOT NULL, '
+                           'ALTER COLUMN "optout_hash" SET NOT NULL')
+            SchemaVersion.delete().where(SchemaVersion.version == version).execute()
+        assert migrations.upgrade() == [version]
+        rows = {w.id: w for w in Watch.select()}
+        assert (rows[ended].target, rows[ended].optout_hash) == (None, None)
+        assert (rows[kept].target, rows[kept].optout_hash) == ("u1@example.com", "h1")
+        bodies = {e.kind: json.loads(e.body) for e in Event.select().where(Event.customer == customer.id)}
+        assert "target" not in bodies["watch.ended"] and bodies["watch.ended"]["kind"] == "email"
+        assert bodies["watch.changed"]["target"] == "u1@example.com"
+        assert "target" not in json.loads(WebhookDelivery.get_by_id("dlv_f0").body)

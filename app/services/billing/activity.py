@@ -22,8 +22,7 @@ from datetime import date, datetime, timedelta
 from app import runtime
 from app.db import transaction
 from app.models import iso, new_id, utcnow
-from app.services.privacy.targets import canonical_hash, identify_or_refuse
-from app.services.shared import crypto
+from app.services.privacy.targets import canonical_hash, canonical_hashes, identify_or_refuse
 from app.services.shared.errors import InvalidRequest
 from app.store.billing import activity as store
 
@@ -217,12 +216,12 @@ def restate(recorded: Recorded, status: int) -> None:
 def target_filter(target: str | None) -> list[str] | None:
     """The hashes the ``target`` filter looks for: the target's kind inferred as a creation
     without ``kind`` would (a phone number may be written with dots too), then the hash of its
-    canonical form, which entries keep, and of the form a creation normalises it to, which
-    entries kept before canonical forms; an invalid target is refused as a creation refuses it."""
+    canonical form, which entries keep, and those entries kept under earlier rules
+    (``targets.canonical_hashes``); an invalid target is refused as a creation refuses it."""
     if target is None:
         return None
     kind, normalized = identify_or_refuse(target, None, field="target")
-    return list(dict.fromkeys([canonical_hash(kind, normalized), crypto.target_hash(kind, normalized)]))
+    return sorted(canonical_hashes(kind, normalized))
 
 
 def _entry(row) -> dict:

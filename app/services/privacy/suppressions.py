@@ -28,7 +28,7 @@ def add(kind: str | None, target: str) -> dict:
     # Here, not at the top: ending watches sends their events (webhooks, the job queue), which
     # the operator's list and remove, and every creation's check, have no use for.
     from app.services.watches import watch_changes
-    watch_changes.end_watches_of_optout(target_hash)  # D28: the target's watches end
+    watch_changes.end_watches_of_optout(suppression_hashes(kind, normalized))  # D28: the target's watches end
     return {"target_hash": target_hash, "kind": key_kind, "added": added}
 
 

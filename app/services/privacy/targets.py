@@ -15,7 +15,10 @@ refusal) and ``suppression_hashes`` (what an opt-out check looks for).
 from __future__ import annotations
 
 import re
+import unicodedata
 
+import idna
+import phonenumbers
 from email_validator import EmailNotValidError, validate_email
 
 from app.services.shared import crypto
@@ -124,16 +127,95 @@ GMAIL_DOMAINS = frozenset({"gmail.com", "googlemail.com"})  # one mailbox: dots 
 
 def canonical(kind: str, target: str) -> str:
     """The one form of a target of ``kind`` (any spelling a valid target has): an e-mail address
-    trimmed and case-folded whole, a username without its leading ``@`` and case-folded, a phone
-    number in E.164 without spaces, dashes, dots or brackets."""
+    trimmed, case-folded and NFC-normalised, its domain in its IDNA (ASCII) form; a username
+    without its leading ``@``, case-folded; a phone number in E.164 without spaces, dashes, dots,
+    brackets or a trunk prefix written after the country code (``+44 (0)20 …``)."""
     text = target.strip()
     if kind == "email":
-        return text.casefold()
+        local, _, domain = text.rpartition("@")
+        return f"{_nfc_folded(local)}@{_ascii_domain(domain)}"
     if kind == "username":
         return text.removeprefix("@").casefold()
     if kind == "phone":
-        return PHONE_MATCH_SEPARATORS_RE.sub("", text)
+        return _e164(PHONE_MATCH_SEPARATORS_RE.sub("", text))
     raise ValueError(f"no such kind: {kind!r}")
+
+
+def _nfc_folded(text: str) -> str:
+    """Case-folded and NFC-normalised: a composed "é" and "e" + U+0301 are one letter."""
+    if text.isascii():  # the common case, at a hundredth of the cost: nothing to compose
+        return text.lower()
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFC", text).casefold())
+
+
+def _ascii_domain(domain: str) -> str:
+    """A domain as DNS knows it (IDNA 2008 with UTS 46 mapping, as ``email_validator`` checks it):
+    ``bücher.example`` and ``xn--bcher-kva.example`` are one. One it cannot encode stays case-folded."""
+    if domain.isascii():  # UTS 46 maps an ASCII name (already checked as an address's) to its lower case
+        return domain.lower()
+    try:
+        return idna.encode(domain, uts46=True).decode("ascii")
+    except idna.IDNAError:
+        return _nfc_folded(domain)
+
+
+def _unicode_domain(ascii_domain: str) -> str:
+    if "xn--" not in ascii_domain:  # no label in its ASCII form: the name is its own Unicode form
+        return ascii_domain
+    try:
+        return idna.decode(ascii_domain)
+    except idna.IDNAError:
+        return ascii_domain
+
+
+def _e164(number: str) -> str:
+    """A ``+`` number in E.164 as ``phonenumbers`` reads it (a national trunk prefix after the
+    country code dropped, Italy's leading zero kept); one it cannot read stays as written.
+    ``phonenumbers.parse`` costs some 100 us: a number whose national part no trunk prefix of its
+    country starts (most) is its own E.164 form without it."""
+    split = _country_split(number)
+    if split is None:
+        return number
+    _, national, metadata = split
+    prefix = metadata.national_prefix_for_parsing or metadata.national_prefix
+    if not prefix or not re.match(prefix, national):
+        return number
+    try:
+        parsed = phonenumbers.parse(number)
+    except phonenumbers.NumberParseException:
+        return number
+    return phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164)
+
+
+def _country_split(number: str):
+    """``(country code, national part, the country's metadata)`` of ``+digits``, or None (country
+    codes are prefix-free: the first of 1 to 3 digits that is one is the one)."""
+    if not number.startswith("+") or not number[1:].isdigit():
+        return None
+    for length in (1, 2, 3):
+        code = int(number[1:1 + length])
+        region = phonenumbers.region_code_for_country_code(code)
+        if region != phonenumbers.UNKNOWN_REGION:
+            metadata = (phonenumbers.PhoneMetadata.metadata_for_nongeo_region(code) if region == "001"
+                        else phonenumbers.PhoneMetadata.metadata_for_region(region))
+            return (code, number[1 + length:], metadata) if metadata is not None else None
+    return None
+
+
+def _earlier_forms(kind: str, form: str) -> set[str]:
+    """The canonical forms the rule before NFC, IDNA and trunk prefixes gave the spellings of the
+    target whose canonical form is ``form`` (a case-folded address as written, a number without
+    separators), which opt-outs and activity entries stored then were hashed from: kept hashes
+    cannot be recomputed (only the keyed hash is stored), so a check looks for these too."""
+    if kind == "email":
+        local, _, domain = form.rpartition("@")
+        return {f"{spelt}@{name}" for spelt in {local, unicodedata.normalize("NFD", local)}
+                for name in {domain, _unicode_domain(domain)}}
+    if kind == "phone" and (split := _country_split(form)):
+        code, national, metadata = split
+        trunk = metadata.national_prefix
+        return {form, *([f"+{code}{trunk}{national}"] if trunk else [])}
+    return {form}
 
 
 def canonical_hash(kind: str, target: str) -> str:
@@ -167,7 +249,16 @@ def opt_out_key(kind: str, target: str) -> tuple[str, str]:
     """``(kind, form)`` an opt-out of ``target`` is kept under, and a check looks for: the
     canonical form, reduced until every spelling of the person's identifier is one form, erring
     towards refusal (an address's mailbox, a username of a phone number's digits as that number)."""
-    form = canonical(kind, target)
+    return _key(kind, canonical(kind, target))
+
+
+def _key(kind: str, form: str) -> tuple[str, str]:
+    """The opt-out key of a canonical ``form``."""
+    key_kind, reduced = _reduced(kind, form)
+    return key_kind, _e164(reduced) if key_kind == "phone" and kind != "phone" else reduced
+
+
+def _reduced(kind: str, form: str) -> tuple[str, str]:
     if kind == "email":
         return kind, _mailbox(form)
     if kind == "username" and (digits := _number_digits(form)):
@@ -175,11 +266,25 @@ def opt_out_key(kind: str, target: str) -> tuple[str, str]:
     return kind, form
 
 
+def canonical_hashes(kind: str, target: str) -> set[str]:
+    """The keyed hashes a match of ``target`` (as ``normalize`` returns it) looks for among
+    hashes of canonical forms (the activity log's): its canonical form's, those of the forms
+    the earlier rule gave its spellings, and the normalised target's own (kept before canonical
+    forms), so that entries kept then are found as they were."""
+    form = canonical(kind, target)
+    forms = {form, *_earlier_forms(kind, form)}
+    return {crypto.target_hash(kind, form) for form in forms} | {crypto.target_hash(kind, target)}
+
+
 def suppression_hashes(kind: str, target: str) -> set[str]:
     """The keyed hashes an opt-out check of ``target`` (as ``normalize`` returns it: a scan's
-    stored target) looks for: its opt-out key's, and the one opt-outs were kept under before
-    canonical forms (the normalised target's own), so that those keep refusing what they refused."""
-    return {crypto.target_hash(*opt_out_key(kind, target)), crypto.target_hash(kind, target)}
+    stored target) looks for: its opt-out key's, those the earlier rule kept its spellings under
+    (before NFC, IDNA and trunk prefixes: ``_earlier_forms``), and the one opt-outs were kept
+    under before canonical forms (the normalised target's own), so that those keep refusing what
+    they refused. Watches keep their opt-out hash the same way, so this set finds theirs too."""
+    form = canonical(kind, target)
+    keys = {_key(kind, form), *(_reduced(kind, earlier) for earlier in _earlier_forms(kind, form))}
+    return {crypto.target_hash(*key) for key in keys} | {crypto.target_hash(kind, target)}
 
 
 def identify(target: str, kind: str | None) -> tuple[str, str]:

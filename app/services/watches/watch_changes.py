@@ -24,9 +24,10 @@ from app.store.watches import watches as watch_store
 
 def announce(watch, event: str, fields: dict, *, scan_id: str | None = None, full: dict | None = None) -> None:
     """Record a watch event: the thin body has no personal data, the full one adds the target
-    (and ``full``)."""
+    (and ``full``); a watch ended by an opt-out has no target left to add."""
+    target = {"target": watch.target} if watch.target is not None else {}
     body = {"event": event, "watch_id": watch.id, "livemode": watch.livemode, "purpose": watch.purpose,
-            "case_ref": watch.case_ref, **fields, "target": watch.target, "kind": watch.kind, **(full or {})}
+            "case_ref": watch.case_ref, **fields, **target, "kind": watch.kind, **(full or {})}
     webhooks.record_watch_event(key_store.get(watch.api_key_id), body, scan_id=scan_id)
 
 
@@ -112,17 +113,21 @@ def record_changes(scans: list, now: datetime | None = None) -> int:
 
 
 def end_for_optout(watch, now: datetime) -> bool:
-    """End a watch whose target opted out (D25), with ``watch.ended`` reason ``target_suppressed``."""
+    """End a watch whose target opted out (D25), with ``watch.ended`` reason ``target_suppressed``.
+    The watch forgets the person's identifier (its target and opt-out hash) in the same write, so
+    its reads, its list and its event name nobody."""
     with transaction():
         ended = watch_store.update(watch.id, {"status": ENDED, "next_scan_at": None, "ended_at": now,
-                                              "end_reason": "target_suppressed"}, unless_status=ENDED)
+                                              "end_reason": "target_suppressed", "target": None,
+                                              "optout_hash": None}, unless_status=ENDED)
         if ended:
             announce(watch_store.get(watch.id), events.WATCH_ENDED, {"reason": "target_suppressed"})
     return ended
 
 
-def end_watches_of_optout(target_hash: str) -> int:
-    """End every watch an opt-out stored under ``target_hash`` refuses; how many."""
+def end_watches_of_optout(target_hashes: set[str]) -> int:
+    """End every watch an opt-out refuses (``target_hashes``: its ``targets.suppression_hashes``,
+    which find a watch's opt-out hash kept under the earlier canonical rule too); how many."""
     now = utcnow()
     with transaction():
-        return sum(end_for_optout(watch, now) for watch in watch_store.open_with_optout_hash(target_hash))
+        return sum(end_for_optout(watch, now) for watch in watch_store.open_with_optout_hash(target_hashes))

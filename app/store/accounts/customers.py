@@ -23,12 +23,15 @@ Statement = tuple[str, Any]  # (sql, params)
 # --- the customer's row -----------------------------------------------------------------
 
 CUSTOMER_BY_ID = f"SELECT {columns(Customer)} FROM {table(Customer)} WHERE id = ?"
-# The customer's row, locked until the transaction ends (an admission's lock).
-LOCK_CUSTOMER = CUSTOMER_BY_ID + " FOR UPDATE"
+# The customer's row, locked until the transaction ends (an admission's lock). NO KEY UPDATE:
+# admissions still queue on it, while an insert of a row that refers to the customer (an event,
+# a scan, a ledger line) takes its foreign key check's KEY SHARE without waiting for them
+# (``app.store.events.events.lock_customers``: the order a customer's locks are taken in).
+LOCK_CUSTOMER = CUSTOMER_BY_ID + " FOR NO KEY UPDATE"
 
 
 def lock(customer_id: str) -> Customer | None:
-    """The customer's row locked until the transaction ends (``SELECT ... FOR UPDATE``), or None."""
+    """The customer's row locked until the transaction ends (``SELECT ... FOR NO KEY UPDATE``), or None."""
     row = execute(LOCK_CUSTOMER, (customer_id,)).fetchone()
     return None if row is None else instance(Customer, row)
 

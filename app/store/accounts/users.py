@@ -12,6 +12,7 @@ from typing import cast
 from peewee import fn
 
 from app.models import Customer, PortalRecoveryCode, PortalSession, PortalUser
+from app.store.accounts import customers
 
 
 def by_email(email: str) -> PortalUser | None:
@@ -87,7 +88,7 @@ def customer_user(customer_id: str, user_id: str) -> PortalUser | None:
 
 def lock_customer(customer_id: str) -> None:
     """Serialise changes to the customer's users until the transaction ends (the last owner rule)."""
-    Customer.select(Customer.id).where(Customer.id == customer_id).for_update().execute()
+    customers.lock(customer_id)  # the admissions' lock: one strength of it, one order (customers.LOCK_CUSTOMER)
 
 
 def enabled_owner_count(customer_id: str) -> int:

@@ -8,6 +8,12 @@ later never has a smaller id than one a stream already passed. Callers take it a
 lock of their transaction (a customer's row, a scan's), so two transactions never wait on each
 other in a circle, and as late as they can (``services.events.feed.stored_last``): held from this
 statement to the commit, it is where one customer's transactions queue.
+
+The order of a customer's locks, everywhere (``lock_customers``): its row (an admission's
+``FOR NO KEY UPDATE``, or the ``KEY SHARE`` an event row's foreign key takes), then its event
+lock. The insert's foreign key check locks the customer's row too, after the event lock had it
+been left to the insert: a callback holding the event lock then waited for an admission's row
+lock while the admission waited for the event lock (a deadlock, one callback answered 503).
 """
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from app.db import execute, table
-from app.models import Event
+from app.models import Customer, Event
 
 CHANNEL = "scan_api_events"
 _E = table(Event)
@@ -42,8 +48,7 @@ def add(new: Sequence[NewEvent], now: datetime | Sequence[datetime]) -> list[int
     if not new:
         return []
     created = [now] * len(new) if isinstance(now, datetime) else list(now)
-    for customer_id in sorted({e.customer_id for e in new}):  # sorted: two writers never wait in a circle
-        execute("SELECT pg_advisory_xact_lock(?, hashtext(?))", (_LOCK_SPACE, customer_id))
+    lock_customers({e.customer_id for e in new})
     rows = execute(
         f"WITH added AS (INSERT INTO {_E} (customer_id, livemode, kind, scan_id, bulk_id, watch_id, created_at, body) "
         "SELECT * FROM unnest(?::varchar[], ?::boolean[], ?::varchar[], ?::varchar[], ?::varchar[], ?::varchar[], "
@@ -54,6 +59,16 @@ def add(new: Sequence[NewEvent], now: datetime | Sequence[datetime]) -> list[int
          [e.bulk_id for e in new], [e.watch_id for e in new], created, [e.body for e in new],
          CHANNEL)).fetchall()
     return [row[0] for row in rows]
+
+
+def lock_customers(customer_ids: set[str]) -> None:
+    """Take the customers' locks an event insert needs, in the one order (module docstring):
+    their rows' ``KEY SHARE`` (what the insert's foreign key check would take later), then their
+    event locks; customers in id order, so two writers never wait in a circle."""
+    ordered = sorted(customer_ids)
+    execute(f"SELECT id FROM {table(Customer)} WHERE id = ANY(?::varchar[]) ORDER BY id FOR KEY SHARE", (ordered,))
+    for customer_id in ordered:
+        execute("SELECT pg_advisory_xact_lock(?, hashtext(?))", (_LOCK_SPACE, customer_id))
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,7 @@ def previous_completed_scan(watch_id: str, scan: Scan) -> Scan | None:
             .order_by(Scan.created_at.desc(), Scan.id.desc()).first())
 
 
-def open_with_optout_hash(target_hash: str) -> list[Watch]:
-    """The watches not ended whose target an opt-out stored under ``target_hash`` refuses, locked."""
-    return list(Watch.select().where((Watch.optout_hash == target_hash) & (Watch.status != ENDED))
-                .for_update())
+def open_with_optout_hash(target_hashes: set[str]) -> list[Watch]:
+    """The watches not ended whose opt-out hash is one of ``target_hashes``, locked in id order."""
+    return list(Watch.select().where(Watch.optout_hash.in_(sorted(target_hashes)) & (Watch.status != ENDED))
+                .order_by(Watch.id).for_update())

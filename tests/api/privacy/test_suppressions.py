@@ -1,6 +1,7 @@
 """Opt-outs over HTTP and from the operator CLI (D20): a suppressed target is 403
 ``target_suppressed`` and free; in a bulk call a free ``rejected`` entry; the list holds hashes."""
 import json
+import unicodedata
 
 import pytest
 
@@ -114,6 +115,13 @@ def test_the_operator_sets_a_keys_payload_and_the_document_shows_thin_bodies(app
     (("phone", "+1-415-555-0199"), {"target": "+14155550199"}),
     (("username", "14155550199"), {"target": "+1 415 555 0199"}),
     (("username", "+14155550199"), {"target": "14155550199", "kind": "username"}),
+    (("email", "josé.garcía@example.com"), {"target": unicodedata.normalize("NFD", "josé.garcía@example.com")}),
+    (("email", unicodedata.normalize("NFD", "José.García@example.com")), {"target": "jose.garcia@example.com".replace(
+        "jose.garcia", "josé.garcía")}),
+    (("email", "pat@bücher.example"), {"target": "pat@xn--bcher-kva.example"}),
+    (("email", "pat@xn--bcher-kva.example"), {"target": "Pat@BÜCHER.example"}),
+    (("phone", "+44 20 7946 0958"), {"target": "+44 (0)20 7946 0958"}),
+    (("phone", "+44 (0)20 7946 0958"), {"target": "+442079460958"}),
 ])
 def test_an_opt_out_refuses_every_spelling_free_of_charge(app, client, account, added, submitted):
     recorded = cli(app, "suppressions", "add", *added, "--json")
@@ -150,6 +158,18 @@ def test_an_opt_out_stored_before_still_refuses(client, account):
     with db.connection_context():  # as `suppressions add` stored it before: the local part's case kept
         Suppression.insert(target_hash=crypto.target_hash("email", "Jane.Doe@example.com"), kind="email").execute()
     refused = client.post(SCAN, json={"target": "Jane.Doe@EXAMPLE.COM"}, headers=account.headers)
+    assert (refused.status_code, refused.json["error"]) == (403, "target_suppressed")
+
+
+@pytest.mark.parametrize("stored, submitted", [
+    (("email", unicodedata.normalize("NFD", "josé.garcía@example.com")), "josé.garcía@example.com"),
+    (("email", "pat@bücher.example"), "pat@xn--bcher-kva.example"),
+    (("phone", "+4402079460958"), "+44 20 7946 0958"),
+])
+def test_an_opt_out_stored_under_the_earlier_canonical_rule_still_refuses(client, account, stored, submitted):
+    with db.connection_context():  # hashed before NFC, IDNA and trunk prefixes: only the hash is kept
+        Suppression.insert(target_hash=crypto.target_hash(*stored), kind=stored[0]).execute()
+    refused = client.post(SCAN, json={"target": submitted}, headers=account.headers)
     assert (refused.status_code, refused.json["error"]) == (403, "target_suppressed")
 
 

@@ -9,8 +9,9 @@ import pytest
 from freezegun import freeze_time
 
 from app.extensions import db
-from app.models import Scan, WebhookDelivery
+from app.models import Event, Scan, Watch, WebhookDelivery
 from app.services.privacy import suppressions
+from app.services.shared import crypto
 
 WATCHES = "/api/v1/watches"
 START = "2026-11-21 12:00:00"
@@ -93,6 +94,44 @@ def test_an_opt_out_ends_the_targets_watches(client, account, make_customer):
     assert client.get(f"{WATCHES}/{other}", headers=account.headers).json["status"] == "active"
     [event] = deliveries("watch.ended")
     assert (event["watch_id"], event["reason"]) == (watch_id, "target_suppressed")
+
+
+@pytest.mark.config(ENGINE_POLL_SECONDS=1)
+def test_a_watch_ended_by_an_opt_out_keeps_no_identifier(client, account, jobs):
+    """Its read, the list and its ``watch.ended`` (delivered and listed) name nobody, and the row
+    itself has forgotten the target: not hidden, gone, even once its scans are erased."""
+    listen(client, account)
+    created, rerun = watch_and_rescan(client, account, jobs, "jane.doe@example.com")
+    with db.connection_context():
+        suppressions.add("email", "Jane.Doe@example.com")
+    for scan_id in (created["last_scan_id"], rerun["scan_id"]):
+        assert client.delete(f"/api/v1/scan/{scan_id}", headers=account.headers).status_code == 200
+    read = client.get(f"{WATCHES}/{created['watch_id']}", headers=account.headers)
+    assert read.status_code == 200 and (read.json["status"], read.json["target"]) == ("ended", None)
+    [listed] = client.get(WATCHES, headers=account.headers).json["data"]
+    assert listed["target"] is None
+    [event] = deliveries("watch.ended")
+    assert "target" not in event and event["reason"] == "target_suppressed"
+    [feed] = client.get("/api/v1/events", headers=account.headers,
+                        query_string={"events": "watch.ended"}).json["data"]
+    assert feed["body"] == event
+    with db.connection_context():
+        row = Watch.get_by_id(created["watch_id"])
+        assert (row.target, row.optout_hash) == (None, None)
+        bodies = [e.body for e in Event.select()] + [d.body or "" for d in WebhookDelivery.select()]
+    assert not [body for body in bodies if "jane.doe" in body.lower() and "watch.ended" in body]
+
+
+def test_an_opt_out_ends_a_watch_kept_under_the_earlier_canonical_rule(client, account):
+    """A watch made before NFC and IDNA forms keeps the opt-out hash of its domain as written: an
+    opt-out written in the domain's ASCII form ends it all the same."""
+    watch_id = client.post(WATCHES, headers=account.headers,
+                           json={"target": "pat@bücher.example", "interval": "daily"}).json["watch_id"]
+    with db.connection_context():
+        Watch.update(optout_hash=crypto.target_hash("email", "pat@bücher.example")).where(
+            Watch.id == watch_id).execute()
+        suppressions.add("email", "pat@xn--bcher-kva.example")
+    assert client.get(f"{WATCHES}/{watch_id}", headers=account.headers).json["status"] == "ended"
 
 
 @pytest.mark.config(ENGINE_POLL_SECONDS=1)

@@ -2,6 +2,7 @@
 their expiry (a whole partition dropped, never a DELETE walking the log)."""
 from __future__ import annotations
 
+import unicodedata
 from datetime import datetime, timedelta
 
 import pytest
@@ -247,3 +248,21 @@ def test_entries_written_before_canonical_forms_are_found_by_their_own_spelling(
     assert listed("Jane.Doe@EXAMPLE.com") == [legacy_email]  # the spelling it was created with
     assert listed("@SuppHandle") == [legacy_handle]
     assert listed("KIM@example.com") == [lower]  # a lower-case target's old hash is its canonical one
+
+
+def test_the_target_filter_finds_unicode_spellings_and_entries_kept_under_the_earlier_rule(conn):
+    nfd = unicodedata.normalize("NFD", "josé.garcía@example.com")
+    new = entry(action="scan.create", status=202, at=T,
+                subject=activity.Subject("scn_1", activity.hashes_of([("email", nfd)])))
+    # Kept before NFC and IDNA forms: the hash of the domain as it was written.
+    earlier = entry(action="scan.create", status=202, at=T + timedelta(minutes=1), subject=activity.Subject(
+        "scn_2", (crypto.target_hash("email", "pat@bücher.example"),)))
+    trunk = entry(action="scan.create", status=202, at=T + timedelta(minutes=2), subject=activity.Subject(
+        "scn_3", (crypto.target_hash("phone", "+4402079460958"),)))
+
+    def listed(target):
+        return ids(activity.list_entries("cus_a", livemode=True, target=target))
+
+    assert listed("josé.garcía@example.com") == [new]
+    assert listed("pat@xn--bcher-kva.example") == listed("PAT@BÜCHER.example") == [earlier]
+    assert listed("+44 20 7946 0958") == [trunk]

@@ -168,3 +168,43 @@ def test_events_stored_last_hold_no_lock_of_their_customer_until_the_block_ends(
     assert seen["other_went_first"]
     ids = {e.scan_id: e.id for e in Event.select()}
     assert ids[first.id] > ids[second.id]  # the later commit has the larger id
+
+
+def test_an_event_and_an_admission_take_a_customers_locks_in_one_order(conn, database_url):
+    """A callback stores an event while an admission holds the customer's row, and the admission
+    then stores its own event. Before, the event's foreign key check waited for that row while
+    holding the event lock, which the admission then waited for: a deadlock (one of them
+    refused). Now the row's key share comes first and no admission's lock stands in its way."""
+    import threading
+
+    import psycopg2
+
+    from app.db import transaction
+    from app.extensions import db
+    from app.store.accounts.customers import LOCK_CUSTOMER
+    cust, key = new_customer()
+    scan = new_scan(cust, key)
+    outcome = {}
+
+    def callback():
+        try:
+            with db.connection_context(), transaction():
+                outcome["id"] = feed.record([feed.NewEvent(cust.id, True, "scan.running", '{"event":"scan.running"}',
+                                                           scan_id=scan.id)])[0]
+        except Exception as exc:
+            outcome["error"] = exc
+
+    admission = psycopg2.connect(database_url)
+    try:
+        cursor = admission.cursor()
+        cursor.execute(LOCK_CUSTOMER.replace("?", "%s"), (cust.id,))
+        writer = threading.Thread(target=callback)
+        writer.start()
+        writer.join(timeout=10)  # returns at once now; before, the callback was still waiting here
+        assert not writer.is_alive(), "the event waited for the admission's row lock"
+        cursor.execute("SELECT pg_advisory_xact_lock(27, hashtext(%s))", (cust.id,))  # the admission's event
+        admission.commit()
+    finally:
+        admission.close()
+        writer.join()
+    assert "error" not in outcome and outcome["id"] > 0

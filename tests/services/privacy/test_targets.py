@@ -1,4 +1,6 @@
 """Target validation and kind inference (D4) and the order of its errors (D2)."""
+import unicodedata
+
 import pytest
 
 from app.services.privacy import targets
@@ -68,4 +70,48 @@ def test_the_suppression_check_hashes_are_the_opt_out_key_and_the_old_form(conn)
         crypto.target_hash("email", "Jane.Doe+news@gmail.com")}    # what it was stored under before
     assert targets.suppression_hashes("username", "14155550199") == {
         crypto.target_hash("phone", "+14155550199"), crypto.target_hash("username", "14155550199")}
-    assert targets.suppression_hashes("phone", "+14155550199") == {crypto.target_hash("phone", "+14155550199")}
+    assert targets.suppression_hashes("phone", "+14155550199") == {
+        crypto.target_hash("phone", "+14155550199"),
+        crypto.target_hash("phone", "+114155550199")}  # "+1 (1) 415...": the earlier rule kept the trunk prefix
+
+
+NFD_JOSE = unicodedata.normalize("NFD", "José.García@example.com")
+
+
+def test_the_canonical_form_is_nfc_with_an_ascii_domain_and_no_trunk_prefix():
+    assert NFD_JOSE != "José.García@example.com"
+    assert targets.canonical("email", NFD_JOSE) == targets.canonical("email", "josé.garcía@example.com") \
+        == "josé.garcía@example.com"
+    assert targets.canonical("email", "Pat@BÜCHER.example") == targets.canonical("email", "pat@xn--bcher-kva.example") \
+        == "pat@xn--bcher-kva.example"
+    assert targets.canonical("phone", "+44 (0)20 7946 0958") == targets.canonical("phone", "+44 20 7946 0958") \
+        == "+442079460958"
+    assert targets.canonical("phone", "+39 06 1234 5678") == "+390612345678"  # Italy's leading 0 is the number's
+    assert targets.opt_out_key("username", "4402079460958") == ("phone", "+442079460958")
+
+
+def test_the_checks_find_what_the_earlier_rule_kept(conn):
+    """Opt-outs and activity entries hashed before NFC, IDNA and trunk prefixes: only their keyed
+    hashes exist, so the checks look for the forms the earlier rule gave each spelling."""
+    earlier = {crypto.target_hash("email", NFD_JOSE.casefold()), crypto.target_hash("email", "pat@bücher.example"),
+               crypto.target_hash("phone", "+4402079460958")}
+    found = (targets.suppression_hashes("email", "josé.garcía@example.com")
+             | targets.suppression_hashes("email", "pat@xn--bcher-kva.example")
+             | targets.suppression_hashes("phone", "+442079460958"))
+    assert earlier <= found
+    assert crypto.target_hash("email", "pat@bücher.example") in targets.canonical_hashes("email", "pat@xn--bcher-kva.example")
+    assert crypto.target_hash("phone", "+4402079460958") in targets.canonical_hashes("phone", "+44 20 7946 0958")
+
+
+def test_the_e164_fast_path_agrees_with_phonenumbers():
+    """A number no trunk prefix of its country starts skips phonenumbers.parse (some 100 us): the
+    result is the same as parsing it, for numbers of every country code written with and without one."""
+    import phonenumbers
+    for code in sorted(phonenumbers.COUNTRY_CODE_TO_REGION_CODE):
+        for national in ("2079460958", "02079460958", "12025550123", "8495123456", "0612345678", "9115123456"):
+            number = f"+{code}{national}"[:16]
+            try:
+                expected = phonenumbers.format_number(phonenumbers.parse(number), phonenumbers.PhoneNumberFormat.E164)
+            except phonenumbers.NumberParseException:
+                expected = number
+            assert targets.canonical("phone", number) == expected, number
