@@ -85,7 +85,8 @@ class EventStream(MethodView):
         check, thin = feed.check_filters(events_filter=events, payload=payload, **filters)
         start = feed.stream_start(request.headers.get("Last-Event-ID"), after)
         held = waits.hold(key.id, feed.HEARTBEAT_SECONDS * 3)  # 429 rate_limited: refused, free
-        body = feed.stream(key.customer_id, key.livemode, check, thin=thin, start=start, held=held)
+        body = feed.stream(key.customer_id, key.livemode, check, thin=thin, start=start, held=held,
+                           allowed=hooks.still_allowed(key, access.SCANS_READ))
         response = Response(stream_with_context(body), mimetype="text/event-stream")
         response.headers["X-Accel-Buffering"] = "no"  # a proxy in front must pass each event on at once
         response.implicit_sequence_conversion = False  # nothing may read it whole (its length: none)

@@ -62,13 +62,15 @@ def render(body: dict, status: int = 200) -> Response:
 
 def charged(report: pipeline.Served, *, balance: int, usage: quotas.Usage | None, limits: Limits | None = None,
             credits: int, subject: activity.Subject | None = None, recorded: activity.Recorded | None = None,
-            replayable: bool = False) -> None:
+            replayable: bool = False, stored: tuple[int, str] | None = None) -> None:
     """Say in the view's ``report`` what its service charged in its own transaction (the
     pipeline charges nothing more), what the entry says about its object, the entry written with
     the charge (D25) and ``replayable``: an answer other than a 202 that created something, which
-    an ``Idempotency-Key`` replays as it does every 202 (never a 201 holding a secret)."""
+    an ``Idempotency-Key`` replays as it does every 202 (never a 201 holding a secret); ``stored``:
+    the answer (status, text) an ``Idempotency-Key`` replays in place of this one."""
     report.charge = pipeline.Charge(balance, usage, limits, credits=credits)
     report.subject, report.recorded, report.replayable = subject, recorded, replayable
+    report.stored = stored
 
 
 def call_entry(key: ApiKey, status: int) -> activity.CallEntry:
@@ -194,12 +196,18 @@ def _waiting_read(render_read: Callable, serve: Callable, awaited: reads.Awaited
             if read.body is not None and read.error is None:
                 read.body = waits.wait_until(
                     waiter, seconds, lambda: awaited.read(read.key.customer_id, object_id, read.key.livemode),
-                    awaited.done, read.body)
+                    awaited.done, read.body, still_allowed(read.key, facts.scope))
         finally:
             waits.unsubscribe(waiter)
     finally:
         waits.release(held)
     return _read(render_read, serve, object_id, facts, read)
+
+
+def still_allowed(key: ApiKey, scope: str) -> Callable[[], bool]:
+    """Whether ``key`` may still make a call needing ``scope`` from this call's address: what a
+    call that stays open (a wait, a stream) asks while it runs (``pipeline.still_allowed``)."""
+    return partial(pipeline.still_allowed, key.id, pipeline.Caller(scope, client_address()))
 
 
 def _int_arg(name: str):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -143,7 +143,10 @@ def last_event(customer_id: str, livemode: bool) -> int:
 
 # --- the stream ---------------------------------------------------------------------------
 
-HEARTBEAT_SECONDS = 10.0  # a comment line at least this often: proxies keep the connection, a gone client is found
+# A comment line at least this often: proxies keep the connection, a gone client is found, and the
+# key is asked again whether it may still read (``waits.KEY_CHECK_SECONDS``).
+HEARTBEAT_SECONDS = waits.KEY_CHECK_SECONDS
+KEY_REFUSED = ": this key may no longer read events\n\n"  # the stream's last line when its key is refused
 GATHER_SECONDS = 0.2  # a woken stream waits this long for the rest of a burst before it reads
 
 
@@ -168,12 +171,16 @@ def sse_message(row: tuple, *, thin: bool) -> str:
 
 
 def stream(customer_id: str, livemode: bool, filters: store.Filters, *, thin: bool, start: StreamFrom,
-           held: waits.Held) -> Iterator[str]:
+           held: waits.Held, allowed: Callable[[], bool] = lambda: True) -> Iterator[str]:
     """The text of a stream of the customer's events of that mode (D27), oldest first, from
-    ``start``, forever: woken by each stored event's announcement, reading the stored events
-    again when woken and as ``waits.reread_due`` says (a lost announcement only delays one), a heartbeat comment
-    every ``HEARTBEAT_SECONDS``. Its hold (``waits.hold``) is extended while it runs and released
-    when the client goes (the server closes the generator)."""
+    ``start``, until its key may no longer read them: woken by each stored event's announcement, reading the stored
+    events again when woken and as ``waits.reread_due`` says (a lost announcement only delays one), a heartbeat
+    comment every ``HEARTBEAT_SECONDS``. Its hold (``waits.hold``) is extended while it runs and released
+    when the client goes (the server closes the generator).
+
+    ``allowed`` (``pipeline.still_allowed``: one look-up by primary key) is asked at each heartbeat
+    and after each read that found events, before they are sent: a key revoked, expired or
+    narrowed ends its streams within a heartbeat, and no event stored after the change is sent."""
     waiter = waits.subscribe(waits.feed_topic(customer_id, livemode))  # before the first read
     try:
         after = start.after if start.after is not None else store.last_id(customer_id, livemode)
@@ -184,7 +191,11 @@ def stream(customer_id: str, livemode: bool, filters: store.Filters, *, thin: bo
         while True:
             if due:
                 rows = store.oldest_first(customer_id, livemode, filters, after=after, limit=LIST_MAX_LIMIT)
+                refused = bool(rows) and not allowed()  # asked after the read: the key could still see them
                 release_connection()
+                if refused:
+                    yield KEY_REFUSED
+                    return
                 for row in rows:
                     after = row[0]
                     yield sse_message(row, thin=thin)
@@ -196,6 +207,11 @@ def stream(customer_id: str, livemode: bool, filters: store.Filters, *, thin: bo
             if woken:  # events come in bursts (a batch's scans change together): one read for the burst
                 time.sleep(GATHER_SECONDS)
             if time.monotonic() - beat >= HEARTBEAT_SECONDS:
+                refused = not allowed()
+                release_connection()
+                if refused:
+                    yield KEY_REFUSED
+                    return
                 yield ": heartbeat\n\n"
                 waits.extend(held, HEARTBEAT_SECONDS * 3)
                 beat = time.monotonic()
