@@ -168,3 +168,22 @@ def test_events_stored_last_hold_no_lock_of_their_customer_until_the_block_ends(
     assert seen["other_went_first"]
     ids = {e.scan_id: e.id for e in Event.select()}
     assert ids[first.id] > ids[second.id]  # the later commit has the larger id
+
+
+def test_a_stream_sends_nothing_it_read_once_its_key_is_refused(conn, app):
+    from app.services.tracking import waits
+    cust, key = new_customer()
+    scan = new_scan(cust, key)
+    tracking.complete(scan.id, RESULT)  # two events stored before the stream starts after evt_0
+    allowed = [True]
+    held = waits.hold(key.id, 30)
+    text = feed.stream(cust.id, True, feed.check_filters()[0], thin=False, start=feed.StreamFrom(0), held=held,
+                       allowed=lambda: allowed[0])
+    assert next(text).startswith("retry:")
+    assert next(text).startswith("id: evt_")  # read and allowed: sent
+    next(text)
+    allowed[0] = False
+    other = new_scan(cust, key, target="joe@example.com")
+    tracking.complete(other.id, RESULT)
+    rest = list(text)  # it reads the new events, asks, and ends without them
+    assert rest == [feed.KEY_REFUSED]
