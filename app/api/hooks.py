@@ -184,7 +184,7 @@ def _waiting_read(render_read: Callable, serve: Callable, awaited: reads.Awaited
     object is not final the waiting, with uncharged reads of it again."""
     key = _authorize(facts)
     try:
-        seconds = waits.check_wait(_int_arg("wait"))
+        seconds = waits.parse_wait(request.args.get("wait", ""))
         held = waits.hold(key.id, seconds)
     except ServiceError as exc:  # a 400 is charged as any, a 429 is free (D3)
         refused = _Answer(partial(_raise_for, exc))
@@ -208,12 +208,6 @@ def still_allowed(key: ApiKey, scope: str) -> Callable[[], bool]:
     """Whether ``key`` may still make a call needing ``scope`` from this call's address: what a
     call that stays open (a wait, a stream) asks while it runs (``pipeline.still_allowed``)."""
     return partial(pipeline.still_allowed, key.id, pipeline.Caller(scope, client_address()))
-
-
-def _int_arg(name: str):
-    """The query's ``name`` as a whole number, or the text given (the check names it)."""
-    text = request.args.get(name, "")
-    return int(text) if text.isascii() and text.isdigit() and len(text) < 6 else text
 
 
 def _raise_for(exc: Exception, key: ApiKey, report: pipeline.Served):

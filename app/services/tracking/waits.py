@@ -293,10 +293,13 @@ def release(held: Held) -> None:
         log.warning("could not release a held connection's count: %s", exc.__class__.__name__)
 
 
-def check_wait(seconds) -> int:
-    """The seconds a call asked to wait, 1 to 60."""
+def parse_wait(text: str) -> int:
+    """The seconds a call asked to wait (``?wait=`` on reads and creations alike): a whole number
+    of ``WAIT_RANGE`` in ASCII digits only (no sign, space or other script's digits, which
+    ``int`` would take); ``InvalidRequest`` otherwise."""
     low, high = WAIT_RANGE
-    if isinstance(seconds, bool) or not isinstance(seconds, int) or not low <= seconds <= high:
+    if not (isinstance(text, str) and text.isascii() and text.isdigit() and len(text) <= len(str(high))
+            and low <= int(text) <= high):
         raise InvalidRequest(f"wait must be a whole number of seconds from {low} to {high}",
-                             details={"wait": [f"must be from {low} to {high}"]})
-    return seconds
+                             details={"wait": [f"must be a whole number from {low} to {high}"]})
+    return int(text)

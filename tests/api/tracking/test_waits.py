@@ -217,3 +217,19 @@ def test_a_creation_whose_key_loses_scans_read_while_it_waits_answers_202(served
                       timeout=30)
     worker.join()
     assert r.status_code == 202 and "result" not in r.json()
+
+
+def test_reads_and_creations_refuse_the_same_waits(served_app, make_customer):
+    account = make_customer(credits=50)
+    url = served_app.url
+    scan_id = requests.post(f"{url}/api/v1/scan", json={"target": "jane@example.com"}, headers=account.headers,
+                            timeout=10).json()["scan_id"]
+    for bad in (" 5", "+5", "\uff15", "\u0665", "0", "61", "5.0"):
+        read = requests.get(f"{url}/api/v1/scan/{scan_id}", params={"wait": bad}, headers=account.headers, timeout=10)
+        made = requests.post(f"{url}/api/v1/scan", params={"wait": bad}, json={"target": "joe@example.com"},
+                             headers=account.headers, timeout=10)
+        assert read.status_code == made.status_code == 400, (bad, read.text, made.text)
+        assert read.json()["error"] == made.json()["error"] == "invalid_request"
+        assert "wait" in made.json()["details"]
+    with db.connection_context():
+        assert Scan.select().where(Scan.customer == account.id).count() == 1  # no creation went through
