@@ -150,15 +150,17 @@ def test_a_waiting_read_whose_key_changes_gets_nothing_that_changed_after(served
                             timeout=10).json()["scan_id"]
     changes = {"revoked": lambda: accounts.revoke_key(account.key.id), "narrowed": _narrowed(account.key.id),
                "expired": lambda: ApiKey.update(expires_at=utcnow()).where(ApiKey.id == account.key.id).execute()}
+    before = balance(account)
     worker = _later(changes[change], lambda: tracking.complete(scan_id, RESULT))
     started = time.monotonic()
     r = requests.get(f"{url}/api/v1/scan/{scan_id}?wait=20", headers=account.headers, timeout=30)
     worker.join()
-    # Answered when its scan completed, with what it had read while its key could read: not the result.
-    assert r.status_code == 200 and r.json()["status"] in ("queued", "running") and "result" not in r.json()
+    # Answered when its scan completed, with the refusal its key gets now (free), not the result.
+    assert (r.status_code, r.json()["error"]) == {"revoked": (401, "invalid_token"), "expired": (401, "key_expired"),
+                                                  "narrowed": (403, "insufficient_scope")}[change]
+    assert "jane@example.com" not in r.text and "risk" not in r.text
     assert time.monotonic() - started < waits.REREAD_SECONDS - 1
-    assert requests.get(f"{url}/api/v1/scan/{scan_id}?wait=5", headers=account.headers,
-                        timeout=10).status_code in (401, 403)
+    assert balance(account) == before
 
 
 def test_a_waiting_read_whose_key_is_revoked_ends_at_its_next_check(served_app, make_customer, monkeypatch):
@@ -171,7 +173,7 @@ def test_a_waiting_read_whose_key_is_revoked_ends_at_its_next_check(served_app, 
     started = time.monotonic()
     r = requests.get(f"{url}/api/v1/scan/{scan_id}?wait=10", headers=account.headers, timeout=20)
     worker.join()
-    assert r.status_code == 200 and r.json()["status"] in ("queued", "running")
+    assert r.status_code == 401 and r.json()["error"] == "invalid_token"
     assert time.monotonic() - started < waits.KEY_CHECK_SECONDS + 1.5  # not the 10 s it asked for
 
 
@@ -233,3 +235,27 @@ def test_reads_and_creations_refuse_the_same_waits(served_app, make_customer):
         assert "wait" in made.json()["details"]
     with db.connection_context():
         assert Scan.select().where(Scan.customer == account.id).count() == 1  # no creation went through
+
+
+def test_a_waiting_read_is_charged_when_it_answers_not_when_it_begins(served_app, make_customer):
+    account = make_customer(credits=50)
+    url = served_app.url
+    scan_id = requests.post(f"{url}/api/v1/scan", json={"target": "jane@example.com"}, headers=account.headers,
+                            timeout=10).json()["scan_id"]
+    before = balance(account)
+    answer = {}
+    waiting = threading.Thread(target=lambda: answer.update(r=requests.get(
+        f"{url}/api/v1/scan/{scan_id}?wait=3", headers=account.headers, timeout=10)))
+    waiting.start()
+    time.sleep(1.5)
+    assert balance(account) == before  # a wait cut short here (its process stopped) costs nothing
+    waiting.join()
+    assert answer["r"].status_code == 200 and answer["r"].headers["X-Credits-Remaining"] == str(before - 1)
+    assert balance(account) == before - 1
+
+    broke = make_customer(credits=0)  # a balance below one read: 402 at once, not after the wait
+    started = time.monotonic()
+    r = requests.get(f"{url}/api/v1/scan/{scan_id}?wait=30", headers=broke.headers, timeout=10)
+    assert r.status_code == 402 and time.monotonic() - started < 2
+    other = requests.get(f"{url}/api/v1/scan/scn_{'0' * 22}?wait=30", headers=account.headers, timeout=10)
+    assert other.status_code == 404 and time.monotonic() - started < 4
