@@ -21,11 +21,12 @@ blp = ApiBlueprint("events", __name__, url_prefix="/api/v1",
                    description="Events: what happened to your scans, to read instead of (or besides) webhooks.")
 
 LIST_EXAMPLE = {"ok": True, "has_more": True, "data": [
-    {"event_id": "evt_1042", "event": "scan.completed", "created_at": "2026-11-21T12:03:05Z", "livemode": True,
+    {"event_id": feed.EXAMPLE_ID, "event": "scan.completed", "created_at": "2026-11-21T12:03:05Z", "livemode": True,
      "body": {"event": "scan.completed", "scan_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q", "livemode": True,
               "target": "jane.doe@example.com", "kind": "email", "status": "completed", "purpose": None,
               "case_ref": None, "completed_at": "2026-11-21T12:03:05Z", "result": {}}},
-    {"event_id": "evt_1040", "event": "scan.running", "created_at": "2026-11-21T12:02:10Z", "livemode": True,
+    {"event_id": "evt_0b9d3e51c7a24f68b1e2d4c6a8f0e3b5", "event": "scan.running",
+     "created_at": "2026-11-21T12:02:10Z", "livemode": True,
      "body": {"event": "scan.running", "scan_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q", "livemode": True,
               "target": "jane.doe@example.com", "kind": "email", "status": "running", "purpose": None,
               "case_ref": None, "created_at": "2026-11-21T12:02:00Z", "eta_seconds": 55}}]}
@@ -50,14 +51,14 @@ class EventList(MethodView):
         return hooks.render(feed.list_events(key.customer_id, livemode=key.livemode, events_filter=events, **query))
 
 
-STREAM_EXAMPLE = ("retry: 2000\n: events after evt_1041\n\n"
-                  "id: evt_1042\nevent: scan.completed\n"
+STREAM_EXAMPLE = ("retry: 2000\n: events after evt_d27a94c0e15b4f3e8a6c2b0d9f71e4a8\n\n"
+                  f"id: {feed.EXAMPLE_ID}\nevent: scan.completed\n"
                   'data: {"event":"scan.completed","scan_id":"scn_3kT9wQ0vXl2mYp7aRz1b4Q","livemode":true,...}\n\n'
                   ": heartbeat\n\n")
 LAST_EVENT_ID = {"in": "header", "name": "Last-Event-ID", "required": False,
                  "schema": {"type": "string", "pattern": EVENT_ID_PATTERN},
                  "description": "The `id` of the last event received: the stream resumes after it (browsers' "
-                                "EventSource sends it by itself when it reconnects).", "example": "evt_1042"}
+                                "EventSource sends it by itself when it reconnects).", "example": feed.EXAMPLE_ID}
 
 
 @blp.route("/events/stream")

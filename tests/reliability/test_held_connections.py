@@ -27,6 +27,7 @@ import urllib3
 from app import runtime
 from app.extensions import db
 from app.models import Event
+from app.services.events import feed
 from app.services.tracking import tracking, waits
 from tests.processes import service_env
 from tests.reliability.servers import Gunicorn
@@ -74,7 +75,7 @@ def complete(scan_ids) -> None:
 
 def stored_events(account) -> list[str]:
     with db.connection_context():
-        return [f"evt_{e.id}" for e in Event.select().where(Event.customer == account.id).order_by(Event.id)]
+        return [feed.event_id(e.id) for e in Event.select().where(Event.customer == account.id).order_by(Event.id)]
 
 
 def held_count(account) -> int:
@@ -234,7 +235,6 @@ def test_redis_flushed_mid_stream_loses_no_event(servers, make_customer):
 
 def test_a_revoked_key_loses_its_streams_and_waits_on_the_held_server_within_a_heartbeat(servers, make_customer):
     from app.services.accounts import accounts
-    from app.services.events import feed
     _, held = servers
     account = make_customer(tier="enterprise", credits=1000)
     scans = create_scans(held.url, account, 3)

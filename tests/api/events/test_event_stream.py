@@ -51,7 +51,7 @@ def test_the_stream_resumes_after_last_event_id_and_loses_nothing(served_app, ma
     with db.connection_context():
         tracking.complete(first, RESULT)
         tracking.complete(second, RESULT)
-        stored = [f"evt_{e.id}" for e in Event.select().where(Event.customer == account.id).order_by(Event.id)]
+        stored = [feed.event_id(e.id) for e in Event.select().where(Event.customer == account.id).order_by(Event.id)]
     assert len(stored) == 4  # running and completed of each
     before = balance(account)
 
@@ -62,7 +62,7 @@ def test_the_stream_resumes_after_last_event_id_and_loses_nothing(served_app, ma
         got, _ = _messages(lines, 3)
         assert [m["id"] for m in got] == stored[1:]
         assert [m["event"] for m in got] == ["scan.completed", "scan.running", "scan.completed"]
-        assert got[0]["data"] == Event.get_by_id(int(stored[1][4:])).body  # the stored bytes
+        assert got[0]["data"] == Event.get_by_id(feed.parse_event_id(stored[1], "id")).body  # the stored bytes
 
         third = _create(url, account, "c@example.com")
         worker = threading.Thread(target=lambda: _complete(third))
@@ -72,7 +72,7 @@ def test_the_stream_resumes_after_last_event_id_and_loses_nothing(served_app, ma
         worker.join()
         assert [m["event"] for m in live] == ["scan.running", "scan.completed"]
         assert time.monotonic() - started < 4  # woken by the commit, not a later re-read
-        assert all(int(m["id"][4:]) > int(stored[-1][4:]) for m in live)
+        assert all(feed.parse_event_id(m["id"], "id") > feed.parse_event_id(stored[-1], "id") for m in live)
     assert balance(account) == before - 2  # the connection and the third scan's creation
 
 
@@ -90,8 +90,8 @@ def test_the_stream_filters_and_beats(served_app, make_customer, monkeypatch, qu
     scan_id = _create(url, account, "a@example.com")
     with db.connection_context():
         tracking.complete(scan_id, RESULT)
-    with requests.get(f"{url}/api/v1/events/stream{query}&after=evt_0", headers=account.headers, stream=True,
-                      timeout=20) as r:
+    with requests.get(f"{url}/api/v1/events/stream{query}&after={feed.event_id(0)}", headers=account.headers,
+                      stream=True, timeout=20) as r:
         lines = r.iter_lines(decode_unicode=True)
         [only], _ = _messages(lines, 1)
         assert only["event"] == "scan.completed" and "a@example.com" not in only["data"]

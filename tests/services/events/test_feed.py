@@ -60,11 +60,11 @@ def test_the_list_pages_newest_first_and_filters(conn):
         tracking.complete(scan.id, RESULT)
     first = feed.list_events(cust.id, livemode=True, limit=4)
     assert first["has_more"] is True
-    ids = [int(e["event_id"].removeprefix("evt_")) for e in first["data"]]
+    ids = [feed.parse_event_id(e["event_id"], "id") for e in first["data"]]
     assert ids == sorted(ids, reverse=True)
     rest = feed.list_events(cust.id, livemode=True, starting_after=first["data"][-1]["event_id"])
     assert rest["has_more"] is False and len(rest["data"]) == 2
-    assert all(int(e["event_id"][4:]) < ids[-1] for e in rest["data"])
+    assert all(feed.parse_event_id(e["event_id"], "id") < ids[-1] for e in rest["data"])
 
     only = feed.list_events(cust.id, livemode=True, events_filter="scan.completed", scan_id=scans[1].id)
     [entry] = only["data"]
@@ -174,7 +174,7 @@ def test_a_stream_sends_nothing_it_read_once_its_key_is_refused(conn, app):
     from app.services.tracking import waits
     cust, key = new_customer()
     scan = new_scan(cust, key)
-    tracking.complete(scan.id, RESULT)  # two events stored before the stream starts after evt_0
+    tracking.complete(scan.id, RESULT)  # two events stored before the stream starts after number 0
     allowed = [True]
     held = waits.hold(key.id, 30)
     text = feed.stream(cust.id, True, feed.check_filters()[0], thin=False, start=feed.StreamFrom(0), held=held,
