@@ -81,8 +81,10 @@ class EventStream(MethodView):
         """Your scans' events as they happen (of the calling key's mode), the same as the events list, oldest
         first, on one connection that stays open: an alternative to webhooks for a receiver that cannot be
         reached from the internet. Reconnect with `Last-Event-ID` (or `after`) to resume after the last event
-        you received: nothing is lost in between, for as long as events are kept. Each key may have 100
-        streams and waiting calls open at once. Costs {price} per connection."""
+        you received: nothing is lost in between, for as long as events are kept. The stream ends, with a last
+        comment line saying why, within 10 seconds of its key being revoked, expiring or losing `scans:read`,
+        and sends nothing stored after that. Each key may have 100 streams and waiting calls open at once.
+        Costs {price} per connection."""
         check, thin = feed.check_filters(events_filter=events, payload=payload, **filters)
         start = feed.stream_start(request.headers.get("Last-Event-ID"), after)
         held = waits.hold(key.id, feed.HEARTBEAT_SECONDS * 3)  # 429 rate_limited: refused, free

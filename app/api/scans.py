@@ -131,9 +131,12 @@ def waited_scan(outcome: scans.Outcome, key, seconds: int) -> dict | None:
 
     def read() -> dict:
         return reads.read_scan(key.customer_id, scan_id, key.livemode)
+    allowed = hooks.still_allowed(key, access.SCANS_READ)
     try:
-        body = waits.wait_until(waiter, seconds, read, reads.SCAN_WAIT.done, read(),
-                                hooks.still_allowed(key, access.SCANS_READ))
+        first = read()
+        if not allowed():  # asked after the read: the key may have changed since the call began
+            return None
+        body = waits.wait_until(waiter, seconds, read, reads.SCAN_WAIT.done, first, allowed)
     finally:
         waits.unsubscribe(waiter)
     return body if reads.SCAN_WAIT.done(body) else None
