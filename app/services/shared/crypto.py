@@ -12,6 +12,7 @@ import base64
 import hashlib
 import hmac
 import secrets
+import threading
 from functools import lru_cache
 
 from cryptography.fernet import Fernet, InvalidToken
@@ -104,18 +105,32 @@ def _number_cipher(secret_key: str) -> Cipher:
     return Cipher(algorithms.AES(key), modes.ECB())  # noqa: S305
 
 
+_number_contexts = threading.local()  # each thread's (greenlet's) own: a context is not to be shared
+
+
+def _number_context(secret_key: str) -> tuple:
+    """This thread's encryptor and decryptor of ``_number_cipher``: making one costs ~100 us, an
+    ECB block through a kept one ~10 us, and a list page seals 100 ids (never finalized: ECB
+    keeps no state between blocks)."""
+    held = getattr(_number_contexts, "held", None)
+    if held is None or held[0] != secret_key:
+        cipher = _number_cipher(secret_key)
+        held = _number_contexts.held = (secret_key, cipher.encryptor(), cipher.decryptor())
+    return held
+
+
 def seal_number(number: int) -> str:
     """A number from 0 to 2**64 - 1 as 32 hex digits that neither reveal it nor its order (AES,
     with a key derived from ``SECRET_KEY``, of the number and a fixed tag): what a customer
     sees of a sequence shared by every customer (event ids), so it learns nothing of others'."""
-    encryptor = _number_cipher(runtime.config["SECRET_KEY"]).encryptor()
-    return (encryptor.update(_SEALED_TAG + number.to_bytes(8, "big")) + encryptor.finalize()).hex()
+    _, encryptor, _ = _number_context(runtime.config["SECRET_KEY"])
+    return encryptor.update(_SEALED_TAG + number.to_bytes(8, "big")).hex()
 
 
 def open_number(text: str) -> int | None:
     """The number ``seal_number`` sealed as ``text``, or None for any other text."""
     if len(text) != 32 or not all(c in "0123456789abcdef" for c in text):
         return None
-    decryptor = _number_cipher(runtime.config["SECRET_KEY"]).decryptor()
-    block = decryptor.update(bytes.fromhex(text)) + decryptor.finalize()
+    _, _, decryptor = _number_context(runtime.config["SECRET_KEY"])
+    block = decryptor.update(bytes.fromhex(text))
     return int.from_bytes(block[8:], "big") if hmac.compare_digest(block[:8], _SEALED_TAG) else None
