@@ -42,6 +42,7 @@ bind = os.environ.get("HELD_BIND") or f"127.0.0.1:{os.environ.get('HELD_PORT') o
 worker_class = "gevent"
 workers = int(os.environ.get("HELD_WORKERS", multiprocessing.cpu_count()))
 worker_connections = int(os.environ.get("HELD_CONNECTIONS") or 2000)
-# A stream never ends by itself: on a stop or reload its clients are cut after this long and
-# reconnect with Last-Event-ID (nothing is lost); a wait ends within 60 s anyway.
+# A stream ends only with its client or its key (revoked, expired, narrowed): on a stop or reload
+# its clients are cut after this long and reconnect with Last-Event-ID (nothing is lost); a wait
+# ends within 60 s anyway.
 graceful_timeout = 10

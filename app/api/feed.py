@@ -21,11 +21,12 @@ blp = ApiBlueprint("events", __name__, url_prefix="/api/v1",
                    description="Events: what happened to your scans, to read instead of (or besides) webhooks.")
 
 LIST_EXAMPLE = {"ok": True, "has_more": True, "data": [
-    {"event_id": "evt_1042", "event": "scan.completed", "created_at": "2026-11-21T12:03:05Z", "livemode": True,
+    {"event_id": feed.EXAMPLE_ID, "event": "scan.completed", "created_at": "2026-11-21T12:03:05Z", "livemode": True,
      "body": {"event": "scan.completed", "scan_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q", "livemode": True,
               "target": "jane.doe@example.com", "kind": "email", "status": "completed", "purpose": None,
               "case_ref": None, "completed_at": "2026-11-21T12:03:05Z", "result": {}}},
-    {"event_id": "evt_1040", "event": "scan.running", "created_at": "2026-11-21T12:02:10Z", "livemode": True,
+    {"event_id": "evt_0b9d3e51c7a24f68b1e2d4c6a8f0e3b5", "event": "scan.running",
+     "created_at": "2026-11-21T12:02:10Z", "livemode": True,
      "body": {"event": "scan.running", "scan_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q", "livemode": True,
               "target": "jane.doe@example.com", "kind": "email", "status": "running", "purpose": None,
               "case_ref": None, "created_at": "2026-11-21T12:02:00Z", "eta_seconds": 55}}]}
@@ -50,14 +51,14 @@ class EventList(MethodView):
         return hooks.render(feed.list_events(key.customer_id, livemode=key.livemode, events_filter=events, **query))
 
 
-STREAM_EXAMPLE = ("retry: 2000\n: events after evt_1041\n\n"
-                  "id: evt_1042\nevent: scan.completed\n"
+STREAM_EXAMPLE = ("retry: 2000\n: events after evt_d27a94c0e15b4f3e8a6c2b0d9f71e4a8\n\n"
+                  f"id: {feed.EXAMPLE_ID}\nevent: scan.completed\n"
                   'data: {"event":"scan.completed","scan_id":"scn_3kT9wQ0vXl2mYp7aRz1b4Q","livemode":true,...}\n\n'
                   ": heartbeat\n\n")
 LAST_EVENT_ID = {"in": "header", "name": "Last-Event-ID", "required": False,
                  "schema": {"type": "string", "pattern": EVENT_ID_PATTERN},
                  "description": "The `id` of the last event received: the stream resumes after it (browsers' "
-                                "EventSource sends it by itself when it reconnects).", "example": "evt_1042"}
+                                "EventSource sends it by itself when it reconnects).", "example": feed.EXAMPLE_ID}
 
 
 @blp.route("/events/stream")
@@ -80,12 +81,15 @@ class EventStream(MethodView):
         """Your scans' events as they happen (of the calling key's mode), the same as the events list, oldest
         first, on one connection that stays open: an alternative to webhooks for a receiver that cannot be
         reached from the internet. Reconnect with `Last-Event-ID` (or `after`) to resume after the last event
-        you received: nothing is lost in between, for as long as events are kept. Each key may have 100
-        streams and waiting calls open at once. Costs {price} per connection."""
+        you received: nothing is lost in between, for as long as events are kept. The stream ends, with a last
+        comment line saying why, within 10 seconds of its key being revoked, expiring or losing `scans:read`,
+        and sends nothing stored after that. Each key may have 100 streams and waiting calls open at once.
+        Costs {price} per connection."""
         check, thin = feed.check_filters(events_filter=events, payload=payload, **filters)
         start = feed.stream_start(request.headers.get("Last-Event-ID"), after)
         held = waits.hold(key.id, feed.HEARTBEAT_SECONDS * 3)  # 429 rate_limited: refused, free
-        body = feed.stream(key.customer_id, key.livemode, check, thin=thin, start=start, held=held)
+        body = feed.stream(key.customer_id, key.livemode, check, thin=thin, start=start, held=held,
+                           allowed=hooks.still_allowed(key, access.SCANS_READ))
         response = Response(stream_with_context(body), mimetype="text/event-stream")
         response.headers["X-Accel-Buffering"] = "no"  # a proxy in front must pass each event on at once
         response.implicit_sequence_conversion = False  # nothing may read it whole (its length: none)

@@ -27,7 +27,7 @@ from app.api.auth import bearer_token, client_address
 from app.errors import UNKNOWN_FIELD, from_service_error, query_error, service_unavailable
 from app.models import ApiKey
 from app.services.accounts import access
-from app.services.billing import activity, quotas
+from app.services.billing import activity, billing, quotas
 from app.services.billing.limits import DAY, HOUR, Limits
 from app.services.scans import reads
 from app.services.shared import pipeline
@@ -62,13 +62,15 @@ def render(body: dict, status: int = 200) -> Response:
 
 def charged(report: pipeline.Served, *, balance: int, usage: quotas.Usage | None, limits: Limits | None = None,
             credits: int, subject: activity.Subject | None = None, recorded: activity.Recorded | None = None,
-            replayable: bool = False) -> None:
+            replayable: bool = False, stored: tuple[int, str] | None = None) -> None:
     """Say in the view's ``report`` what its service charged in its own transaction (the
     pipeline charges nothing more), what the entry says about its object, the entry written with
     the charge (D25) and ``replayable``: an answer other than a 202 that created something, which
-    an ``Idempotency-Key`` replays as it does every 202 (never a 201 holding a secret)."""
+    an ``Idempotency-Key`` replays as it does every 202 (never a 201 holding a secret); ``stored``:
+    the answer (status, text) an ``Idempotency-Key`` replays in place of this one."""
     report.charge = pipeline.Charge(balance, usage, limits, credits=credits)
     report.subject, report.recorded, report.replayable = subject, recorded, replayable
+    report.stored = stored
 
 
 def call_entry(key: ApiKey, status: int) -> activity.CallEntry:
@@ -146,12 +148,10 @@ def served_read(serve: Callable, *, scope: str | None = None, wait: reads.Awaite
     return decorate
 
 
-def _read(render_read: Callable, serve: Callable, object_id: str, facts: pipeline.Request,
-          read: pipeline.ServedRead | None = None) -> Response:
+def _read(render_read: Callable, serve: Callable, object_id: str, facts: pipeline.Request) -> Response:
     """The served read (its one statement), then its answer rendered and accounted (the
     statement charged it and wrote its entry: the pipeline corrects the status if it changed)."""
-    if read is None:
-        read = _serve_read(serve, object_id, facts)
+    read = _serve_read(serve, object_id, facts)
     answer = _Answer(_read_runner(render_read, read))
     g.caller = read.key
     return _respond(pipeline.account(read.key, facts, answer, idempotent=False, recorded=read.recorded), answer)
@@ -178,11 +178,14 @@ def _waiting_read(render_read: Callable, serve: Callable, awaited: reads.Awaited
                   facts: pipeline.Request) -> Response:
     """A read that answers once its object is final or after ``wait`` seconds (D27), charged
     once, as the read: the key's checks first (free refusals), then one of the key's held
-    connections (429 ``rate_limited`` beyond the limit, free), the served read, and while its
-    object is not final the waiting, with uncharged reads of it again."""
+    connections (429 ``rate_limited`` beyond the limit, free), the waiting, with uncharged reads,
+    and at its end the served read (key, charge, entry and object in one statement) whose body
+    is the answer. Charged when it answers, not when it began: a wait cut short (its process
+    stopped, the client gone) is not charged, and a key refused meanwhile (revoked, expired,
+    narrowed: asked every ``waits.KEY_CHECK_SECONDS``) gets its refusal, free, as any call."""
     key = _authorize(facts)
     try:
-        seconds = waits.check_wait(_int_arg("wait"))
+        seconds = waits.parse_wait(request.args.get("wait", ""))
         held = waits.hold(key.id, seconds)
     except ServiceError as exc:  # a 400 is charged as any, a 429 is free (D3)
         refused = _Answer(partial(_raise_for, exc))
@@ -190,22 +193,31 @@ def _waiting_read(render_read: Callable, serve: Callable, awaited: reads.Awaited
     try:
         waiter = waits.subscribe(awaited.topic(object_id))  # before the read: no change falls between
         try:
-            read = _serve_read(serve, object_id, facts)
-            if read.body is not None and read.error is None:
-                read.body = waits.wait_until(
-                    waiter, seconds, lambda: awaited.read(read.key.customer_id, object_id, read.key.livemode),
-                    awaited.done, read.body)
+            first = _awaitable(key, awaited, object_id)
+            if first is not None:
+                waits.wait_until(waiter, seconds, lambda: awaited.read(key.customer_id, object_id, key.livemode),
+                                 awaited.done, first, still_allowed(key, facts.scope))
         finally:
             waits.unsubscribe(waiter)
     finally:
         waits.release(held)
-    return _read(render_read, serve, object_id, facts, read)
+    return _read(render_read, serve, object_id, facts)
 
 
-def _int_arg(name: str):
-    """The query's ``name`` as a whole number, or the text given (the check names it)."""
-    text = request.args.get(name, "")
-    return int(text) if text.isascii() and text.isdigit() and len(text) < 6 else text
+def _awaitable(key: ApiKey, awaited: reads.Awaited, object_id: str) -> dict | None:
+    """The object's body, read uncharged, if a wait for it may begin; None when the served read
+    must answer at once (no such object, another customer's, a balance below one read)."""
+    try:
+        billing.check_can_pay(key.customer.balance, key.livemode)
+        return awaited.read(key.customer_id, object_id, key.livemode)
+    except ServiceError:
+        return None
+
+
+def still_allowed(key: ApiKey, scope: str) -> Callable[[], bool]:
+    """Whether ``key`` may still make a call needing ``scope`` from this call's address: what a
+    call that stays open (a wait, a stream) asks while it runs (``pipeline.still_allowed``)."""
+    return partial(pipeline.still_allowed, key.id, pipeline.Caller(scope, client_address()))
 
 
 def _raise_for(exc: Exception, key: ApiKey, report: pipeline.Served):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from app import events
 from app.schemas.errors import ErrorSchema
+from app.services.tracking.waits import KEY_CHECK_SECONDS, WAIT_RANGE
 
 HEADERS = {
     "X-Credits-Remaining": {"description": "Balance after this call's charge.", "schema": {"type": "integer"}},
@@ -93,12 +94,15 @@ IDEMPOTENCY_HEADER = {"in": "header", "name": "Idempotency-Key", "required": Fal
 SECURITY = [{"bearerAuth": []}]
 # ``?wait=N`` of the reads, whose wrapper parses it (``hooks.served_read``): documented by hand.
 WAIT_PARAMETER = {"in": "query", "name": "wait", "required": False,
-                  "schema": {"type": "integer", "minimum": 1, "maximum": 60},
-                  "description": "Wait up to this many seconds (1 to 60) for the answer: it comes as soon as the "
+                  "schema": {"type": "integer", "minimum": WAIT_RANGE[0], "maximum": WAIT_RANGE[1]},
+                  "description": f"Wait up to this many seconds ({WAIT_RANGE[0]} to {WAIT_RANGE[1]}, in digits) for "
+                                 "the answer: it comes as soon as the "
                                  "scan is completed or failed (a batch: every scan of it), else after that long "
-                                 "with the state then. Charged as one read. Each key may have 100 such calls "
+                                 "with the state then. Charged as one read, when it answers; a key revoked, "
+                                 "expired or without the scope `scans:read` meanwhile gets its refusal (401 or "
+                                 f"403, free) within {KEY_CHECK_SECONDS:g} seconds. Each key may have 100 such calls "
                                  "waiting at once; one more is refused with 429 `rate_limited` and `Retry-After`."}
-WAIT_ERRORS = {400: "`invalid_request` (`wait` is not a whole number from 1 to 60)",
+WAIT_ERRORS = {400: f"`invalid_request` (`wait` is not a whole number from {WAIT_RANGE[0]} to {WAIT_RANGE[1]})",
                429: "`rate_limited` (the key already has 100 calls waiting); with `Retry-After`, free of charge"}
 
 

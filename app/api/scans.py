@@ -71,13 +71,16 @@ def with_poll_urls(body: dict) -> dict:
     return body
 
 
-def created(outcome: scans.Outcome, report: pipeline.Served, *, status: int = 202, body: dict | None = None,
-            replayable: bool = False):
-    """A creation's answer (``body``: else its own, with the URLs to poll), and in the call's
-    ``report`` what its admission charged and the activity entry it wrote with the charge."""
+def created(outcome: scans.Outcome, report: pipeline.Served, *, waited: dict | None = None):
+    """A creation's answer: 202 with its own body and the URLs to poll, or (``waited``) 200 with
+    the finished scan's read; and in the call's ``report`` what its admission charged and the
+    activity entry it wrote with the charge. An ``Idempotency-Key`` replays the 202 either way:
+    a replay reads nothing (the scan may have been erased since, the retrying key may not read)."""
+    creation = hooks.render(with_poll_urls(outcome.body), 202)
     hooks.charged(report, balance=outcome.balance, usage=outcome.usage, limits=outcome.limits, credits=outcome.cost,
-                  subject=outcome.subject, recorded=outcome.recorded, replayable=replayable)
-    return hooks.render(with_poll_urls(outcome.body) if body is None else body, status)
+                  subject=outcome.subject, recorded=outcome.recorded,
+                  stored=None if waited is None else (202, creation.get_data(as_text=True)))
+    return creation if waited is None else hooks.render(waited, 200)
 
 
 def served(read: pipeline.ServedRead):
@@ -103,7 +106,11 @@ class ScanCreate(MethodView):
     def post(self, key, body, wait=None, *, report):
         """Queue an investigation of one target. With `wait`, the answer waits up to that many seconds for the
         scan to finish: 200 with the scan as its read shows it when it completed or failed in time, else 202 as
-        without it. Costs {price}."""
+        without it. The finished scan is a read: a key without the scope `scans:read` gets the 202 whatever
+        `wait` says, and so does a key that is revoked, expires or loses that scope while it waits. A retry with
+        the same `Idempotency-Key` answers the 202. Costs {price}."""
+        if not access.has_scope(key, access.SCANS_READ):
+            wait = None  # the finished scan is a read this key may not make: it gets the creation's answer
         held = waits.hold(key.id, wait) if wait is not None else None  # 429 rate_limited: nothing created
         try:
             outcome = scans.create_scan(key.customer, key.id, body["target"], body.get("kind"),
@@ -113,10 +120,8 @@ class ScanCreate(MethodView):
         finally:
             if held is not None:
                 waits.release(held)
-        if final is None:
-            return created(outcome, report)
-        # Its entry, written as 202, says 200; replayed by its Idempotency-Key as a 202 would be.
-        return created(outcome, report, status=200, body=final, replayable=True)
+        # Its entry, written as 202, says 200 when it waited in time.
+        return created(outcome, report, waited=final)
 
 
 def waited_scan(outcome: scans.Outcome, key, seconds: int) -> dict | None:
@@ -126,8 +131,12 @@ def waited_scan(outcome: scans.Outcome, key, seconds: int) -> dict | None:
 
     def read() -> dict:
         return reads.read_scan(key.customer_id, scan_id, key.livemode)
+    allowed = hooks.still_allowed(key, access.SCANS_READ)
     try:
-        body = waits.wait_until(waiter, seconds, read, reads.SCAN_WAIT.done, read())
+        first = read()
+        if not allowed():  # asked after the read: the key may have changed since the call began
+            return None
+        body = waits.wait_until(waiter, seconds, read, reads.SCAN_WAIT.done, first, allowed)
     finally:
         waits.unsubscribe(waiter)
     return body if reads.SCAN_WAIT.done(body) else None

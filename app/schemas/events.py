@@ -3,13 +3,14 @@ import marshmallow as ma
 from marshmallow import RAISE, fields, validate
 
 from app import events as kinds
+from app.services.events.feed import EXAMPLE_ID
 
 TIME_DOC = {"format": "date-time", "example": "2026-11-21T12:00:00Z"}
 KINDS = ", ".join(f"`{name}`" for name in kinds.DELIVERY_EVENTS)
 _KIND = "|".join(name.replace(".", "\\.") for name in kinds.DELIVERY_EVENTS)
 KINDS_PATTERN = f"^({_KIND})(,({_KIND}))*$"
-# An event id as the list and the stream write it (``evt_<n>``), or its number alone.
-EVENT_ID_PATTERN = "^(evt_)?[0-9]{1,18}$"
+# An event id as the list and the stream write it: ``evt_`` and a sealed number (``feed.event_id``).
+EVENT_ID_PATTERN = "^evt_[0-9a-f]{32}$"
 
 
 class EventFilterArgs(ma.Schema):
@@ -37,13 +38,14 @@ class EventListArgs(EventFilterArgs):
         "description": "Events per page, 1 to 100."})
     starting_after = fields.String(validate=validate.Regexp(EVENT_ID_PATTERN), metadata={
         "description": "The `event_id` of the last entry of the previous page: the page after it.",
-        "example": "evt_1042"})
+        "example": EXAMPLE_ID})
 
 
 class EventSchema(ma.Schema):
     event_id = fields.String(required=True, metadata={
-        "description": "The event's id: a later event of your account always has a larger one.",
-        "example": "evt_1042"})
+        "description": "The event's id, opaque: give it back as `starting_after`, `after` or `Last-Event-ID` to "
+                       "resume after it. Ids do not sort in time order: the list and the stream give events in "
+                       "their order.", "example": EXAMPLE_ID})
     event = fields.String(required=True, metadata={"enum": list(kinds.DELIVERY_EVENTS), "example": "scan.completed"})
     created_at = fields.String(required=True, metadata=TIME_DOC)
     livemode = fields.Boolean(required=True, metadata={
@@ -66,4 +68,4 @@ class EventListSchema(ma.Schema):
 class EventStreamArgs(EventFilterArgs):
     after = fields.String(validate=validate.Regexp(EVENT_ID_PATTERN), metadata={
         "description": "Start after this event (as the `Last-Event-ID` header does, which wins when both are "
-                       "given); without either, the stream starts with the next event.", "example": "evt_1042"})
+                       "given); without either, the stream starts with the next event.", "example": EXAMPLE_ID})

@@ -17,6 +17,8 @@ from app.services.billing.limits import MAX_BULK_TARGETS
 from app.services.privacy.targets import MAX_LENGTH, MIN_LENGTH
 from app.services.scans.purposes import CASE_REF_MAX, CASE_REF_PATTERN, PURPOSES
 from app.services.shared import time_bounds
+from app.services.shared.errors import InvalidRequest
+from app.services.tracking.waits import WAIT_RANGE, parse_wait
 
 KIND_DOC = {"description": "email, phone or username. When absent it is inferred from the target: a leading "
                           "`@` marks a username (`@janedoe`), any other `@` an e-mail address, `+` followed by "
@@ -430,17 +432,28 @@ class UtcDateTime(fields.AwareDateTime):
             raise ma.ValidationError(str(exc)) from None
 
 
-WAIT_WORDS = ("Wait up to this many seconds (1 to 60) for the answer: it comes as soon as the scan is completed "
-              "or failed, else after that long with the state then. Each key may have 100 such calls waiting at "
-              "once; one more is refused with 429 `rate_limited` and `Retry-After`.")
+WAIT_WORDS = (f"Wait up to this many seconds ({WAIT_RANGE[0]} to {WAIT_RANGE[1]}, in digits) for the answer: it "
+              "comes as soon as the scan is completed or failed, else after that long with the state then (a key "
+              "without the scope `scans:read` gets the creation's answer at once). Each key may have 100 such calls "
+              "waiting at once; one more is refused with 429 `rate_limited` and `Retry-After`.")
+
+
+class WaitSeconds(fields.Integer):
+    """``?wait=``, parsed by the one parser of reads and creations (``waits.parse_wait``)."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        try:
+            return parse_wait(value)
+        except InvalidRequest as exc:
+            raise ma.ValidationError(exc.details["wait"]) from None
 
 
 class WaitArgs(ma.Schema):
     class Meta:
         unknown = RAISE  # an unknown query parameter is a 400 naming it
 
-    wait = fields.Integer(validate=ma.validate.Range(min=1, max=60), metadata={"description": WAIT_WORDS,
-                                                                               "example": 30})
+    wait = WaitSeconds(metadata={"description": WAIT_WORDS, "example": 30, "minimum": WAIT_RANGE[0],
+                                 "maximum": WAIT_RANGE[1]})
 
 
 class ScanListQuerySchema(ma.Schema):

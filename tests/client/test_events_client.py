@@ -6,6 +6,7 @@ import json
 import threading
 import time
 
+import pytest
 from scan_api_client import Event, ScanClient
 from scan_api_client.cli import main
 
@@ -69,3 +70,23 @@ def test_the_cli_lists_events(served_app, account):
     assert code == 0, err.getvalue()
     [entry] = json.loads(out.getvalue())
     assert entry["event"] == "scan.failed" and entry["body"]["scan_id"] == scan.scan_id
+
+
+def test_following_events_stops_with_an_error_when_the_key_is_revoked(served_app, account, monkeypatch):
+    from scan_api_client.errors import AuthenticationError
+
+    from app.services.accounts import accounts
+    from app.services.events import feed
+    monkeypatch.setattr(feed, "HEARTBEAT_SECONDS", 0.5)
+    api = ScanClient(served_app.url, account.api_key, sleep=lambda s: None)
+    scan = api.create("a@example.com")
+    followed = api.events(events=["scan.running"])
+    worker = _complete_later(scan.scan_id)
+    assert next(followed).event == "scan.running"
+    worker.join()
+    with db.connection_context():
+        accounts.revoke_key(account.key.id)
+    started = time.monotonic()
+    with pytest.raises(AuthenticationError) as refused:  # the stream ends and reconnecting is refused
+        next(followed)
+    assert refused.value.status == 401 and time.monotonic() - started < 3

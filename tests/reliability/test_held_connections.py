@@ -27,6 +27,7 @@ import urllib3
 from app import runtime
 from app.extensions import db
 from app.models import Event
+from app.services.events import feed
 from app.services.tracking import tracking, waits
 from tests.processes import service_env
 from tests.reliability.servers import Gunicorn
@@ -74,7 +75,7 @@ def complete(scan_ids) -> None:
 
 def stored_events(account) -> list[str]:
     with db.connection_context():
-        return [f"evt_{e.id}" for e in Event.select().where(Event.customer == account.id).order_by(Event.id)]
+        return [feed.event_id(e.id) for e in Event.select().where(Event.customer == account.id).order_by(Event.id)]
 
 
 def held_count(account) -> int:
@@ -230,3 +231,38 @@ def test_redis_flushed_mid_stream_loses_no_event(servers, make_customer):
         follower.stop()
         assert follower.connections == 1  # the same connection throughout
         assert follower.ids == events and len(events) == 8
+
+
+def test_a_revoked_key_loses_its_streams_and_waits_on_the_held_server_within_a_heartbeat(servers, make_customer):
+    from app.services.accounts import accounts
+    _, held = servers
+    account = make_customer(tier="enterprise", credits=1000)
+    scans = create_scans(held.url, account, 3)
+    seen, ended = [], threading.Event()
+
+    def follow():
+        with requests.get(f"{held.url}/api/v1/events/stream", headers=account.headers, stream=True,
+                          timeout=30) as answer:
+            for line in answer.iter_lines(decode_unicode=True):
+                seen.append(line)  # noqa: PERF402 - read by the test while it streams
+        ended.set()
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    wait_for(lambda: seen, 10, "the stream to open")
+    waiting = {}
+    waiter = threading.Thread(target=lambda: waiting.update(r=requests.get(
+        f"{held.url}/api/v1/scan/{scans[2]}?wait=60", headers=account.headers, timeout=70)), daemon=True)
+    waiter.start()
+    complete(scans[:1])
+    wait_for(lambda: sum(line.startswith("data:") for line in seen) == 2, 10, "the events before the change")
+
+    with db.connection_context():
+        accounts.revoke_key(account.key.id)
+    revoked = time.monotonic()
+    complete(scans[1:])  # after the revocation: neither the stream nor the wait may show them
+    assert ended.wait(feed.HEARTBEAT_SECONDS + 3), "the stream goes on after its key was revoked"
+    waiter.join(feed.HEARTBEAT_SECONDS + 3)
+    assert time.monotonic() - revoked < feed.HEARTBEAT_SECONDS + 3
+    assert sum(line.startswith("data:") for line in seen) == 2 and "held1@example.com" not in "".join(seen)
+    assert waiting["r"].status_code == 401 and "held2@example.com" not in waiting["r"].text
+    wait_for(lambda: held_count(account) == 0, 5, "the key's held connections to be released")

@@ -43,9 +43,9 @@ def claim_request(customer_id: str, key: str, endpoint: str, raw_body: bytes, li
 def settle(record_id: int, status: int, body, *, created: bool = False) -> None:
     """Store the answer of a claimed request when it is the one replayed, else release the key.
     ``body`` is the answer's text, or a function that gives it (read only when it is stored).
-    ``created``: an answer that created something whatever its status (a watch's 201, a creation
-    that waited for its scan and answers 200, D27), stored so a retry replays it instead of
-    creating again."""
+    ``created``: an answer that created something whatever its status (a watch's 201), stored
+    so a retry replays it instead of creating again. (A creation answered 200 after waiting for
+    its scan stores its 202: a replay reads nothing.)"""
     if status == STORED_STATUS or created:
         complete(record_id, status, body() if callable(body) else body)
     else:

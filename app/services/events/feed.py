@@ -6,14 +6,15 @@ the webhook endpoints agree.
 full body whose bytes a full delivery sends too); a thin body is derived from the stored full
 one by the registry's one rule (``events.thin_body``). Erasure (D20) leaves an
 erased scan's events their thin bodies; retention removes events after ``DELIVERY_RETENTION_DAYS``.
-Event ids are rendered ``evt_<n>``: increasing per customer in commit order (``app.store.events.events``).
+Event ids are the stored numbers sealed (``event_id``): the numbers increase in commit order
+(``app.store.events.events``) across customers, the ids a customer sees reveal neither them nor their order.
 """
 from __future__ import annotations
 
 import json
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -22,11 +23,13 @@ from app import events, runtime
 from app.db import release_connection, transaction
 from app.models import iso, utcnow
 from app.rawjson import RawJSON
+from app.services.shared import crypto
 from app.services.shared.errors import InvalidRequest
 from app.services.tracking import waits
 from app.store.events import events as store
 
 PREFIX = "evt_"
+EXAMPLE_ID = "evt_6f1c2a9e0b4d47c8a3e5f7d9b1c3e5a7"
 LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT = 20, 100
 RETENTION_BATCH = 1000
 PAYLOADS = events.PAYLOADS
@@ -34,17 +37,19 @@ _THINNED = frozenset((*events.NAMES, *events.WATCH_EVENTS))  # the kinds whose t
 
 
 def event_id(number: int) -> str:
-    return f"{PREFIX}{number}"
+    """The id customers see of stored event ``number``: sealed (``crypto.seal_number``), as the
+    numbers are one sequence across customers, which would show each how busy the others are."""
+    return f"{PREFIX}{crypto.seal_number(number)}"
 
 
 def parse_event_id(text: str, what: str) -> int:
-    """The number of an event id ``evt_<n>`` (a bare number too: what a stream's ``id:`` lines
-    carry back in ``Last-Event-ID``); ``InvalidRequest`` naming ``what`` otherwise."""
-    digits = text.removeprefix(PREFIX)
-    if not digits.isascii() or not digits.isdigit() or len(digits) > 18:
-        raise InvalidRequest(f"{what} must be an event id such as evt_1234",
+    """The number of an event id ``evt_...`` this service gave; ``InvalidRequest`` naming
+    ``what`` otherwise (a made-up or altered id, or one given under another ``SECRET_KEY``)."""
+    number = crypto.open_number(text.removeprefix(PREFIX)) if text.startswith(PREFIX) else None
+    if number is None:
+        raise InvalidRequest(f"{what} must be an event id this service gave, such as {EXAMPLE_ID}",
                              details={what: ["not an event id"]})
-    return int(digits)
+    return number
 
 
 NewEvent = store.NewEvent
@@ -121,8 +126,8 @@ def list_events(customer_id: str, *, livemode: bool, events_filter: str | None =
                 bulk_id: str | None = None, watch_id: str | None = None, payload: str | None = None,
                 limit: int = LIST_DEFAULT_LIMIT, starting_after: str | None = None) -> dict:
     """The body of ``GET /events``: the customer's events of the calling key's mode, newest
-    first (D17's paging: ``starting_after`` is the last event id of the previous page; any
-    well-formed id pages, one removed by retention too, since ids only increase)."""
+    first (D17's paging: ``starting_after`` is the last event id of the previous page; any id
+    this service gave pages, one removed by retention too, since the numbers they seal only increase)."""
     filters, thin = check_filters(events_filter=events_filter, scan_id=scan_id, bulk_id=bulk_id,
                                   watch_id=watch_id, payload=payload)
     before = parse_event_id(starting_after, "starting_after") if starting_after is not None else None
@@ -143,7 +148,10 @@ def last_event(customer_id: str, livemode: bool) -> int:
 
 # --- the stream ---------------------------------------------------------------------------
 
-HEARTBEAT_SECONDS = 10.0  # a comment line at least this often: proxies keep the connection, a gone client is found
+# A comment line at least this often: proxies keep the connection, a gone client is found, and the
+# key is asked again whether it may still read (``waits.KEY_CHECK_SECONDS``).
+HEARTBEAT_SECONDS = waits.KEY_CHECK_SECONDS
+KEY_REFUSED = ": this key may no longer read events\n\n"  # the stream's last line when its key is refused
 GATHER_SECONDS = 0.2  # a woken stream waits this long for the rest of a burst before it reads
 
 
@@ -168,12 +176,16 @@ def sse_message(row: tuple, *, thin: bool) -> str:
 
 
 def stream(customer_id: str, livemode: bool, filters: store.Filters, *, thin: bool, start: StreamFrom,
-           held: waits.Held) -> Iterator[str]:
+           held: waits.Held, allowed: Callable[[], bool] = lambda: True) -> Iterator[str]:
     """The text of a stream of the customer's events of that mode (D27), oldest first, from
-    ``start``, forever: woken by each stored event's announcement, reading the stored events
-    again when woken and as ``waits.reread_due`` says (a lost announcement only delays one), a heartbeat comment
-    every ``HEARTBEAT_SECONDS``. Its hold (``waits.hold``) is extended while it runs and released
-    when the client goes (the server closes the generator)."""
+    ``start``, until its key may no longer read them: woken by each stored event's announcement, reading the stored
+    events again when woken and as ``waits.reread_due`` says (a lost announcement only delays one), a heartbeat
+    comment every ``HEARTBEAT_SECONDS``. Its hold (``waits.hold``) is extended while it runs and released
+    when the client goes (the server closes the generator).
+
+    ``allowed`` (``pipeline.still_allowed``: one look-up by primary key) is asked at each heartbeat
+    and after each read that found events, before they are sent: a key revoked, expired or
+    narrowed ends its streams within a heartbeat, and no event stored after the change is sent."""
     waiter = waits.subscribe(waits.feed_topic(customer_id, livemode))  # before the first read
     try:
         after = start.after if start.after is not None else store.last_id(customer_id, livemode)
@@ -184,7 +196,11 @@ def stream(customer_id: str, livemode: bool, filters: store.Filters, *, thin: bo
         while True:
             if due:
                 rows = store.oldest_first(customer_id, livemode, filters, after=after, limit=LIST_MAX_LIMIT)
+                refused = bool(rows) and not allowed()  # asked after the read: the key could still see them
                 release_connection()
+                if refused:
+                    yield KEY_REFUSED
+                    return
                 for row in rows:
                     after = row[0]
                     yield sse_message(row, thin=thin)
@@ -196,6 +212,11 @@ def stream(customer_id: str, livemode: bool, filters: store.Filters, *, thin: bo
             if woken:  # events come in bursts (a batch's scans change together): one read for the burst
                 time.sleep(GATHER_SECONDS)
             if time.monotonic() - beat >= HEARTBEAT_SECONDS:
+                refused = not allowed()
+                release_connection()
+                if refused:
+                    yield KEY_REFUSED
+                    return
                 yield ": heartbeat\n\n"
                 waits.extend(held, HEARTBEAT_SECONDS * 3)
                 beat = time.monotonic()

@@ -77,6 +77,14 @@ def rule_values(caller: Caller, now: datetime) -> dict:
             "any_scope": access.ANY_SCOPE, "billed_modes": billing.billed_modes()}
 
 
+def still_allowed(key_id: str, caller: Caller, now: datetime | None = None) -> bool:
+    """Whether the key still passes every rule of ``KEY_RULES`` for ``caller`` (one look-up by
+    primary key): a call that stays open (a stream, a wait) asks again while it runs, so a key
+    revoked, expired or narrowed since the call began stops getting what is made after."""
+    held = key_store.conditions_hold([key_id], RULE_NAMES, rule_values(caller, now or utcnow())).get(key_id)
+    return held is not None and all(held.values())
+
+
 def may_be_charged(key: ApiKey, caller: Caller, now: datetime) -> bool:
     """Whether every rule of ``KEY_RULES`` holds: what the served read's statement decides."""
     return all(rule.holds(key, caller, now) for rule in KEY_RULES)
@@ -135,7 +143,8 @@ class Served:
     charged in its own transaction (None: the pipeline charges the call if its answer is
     charged), what the activity entry says about its object, the entry its service wrote with
     its charge (D25), whether an ``Idempotency-Key`` replays it though it is no 202 (a watch's
-    201, a creation answered 200 after waiting), and its body as a replay stores it."""
+    201), its body as a replay stores it, and ``stored``: the answer (status, text) a replay
+    gives in its place (a creation answered 200 after waiting replays its 202, which reads nothing)."""
 
     status: int
     code: str | None = None
@@ -144,6 +153,7 @@ class Served:
     recorded: activity.Recorded | None = None
     replayable: bool = False
     text: Callable[[], str] = str
+    stored: tuple[int, str] | None = None
 
 
 class Answerer(Protocol):
@@ -246,7 +256,8 @@ def _answer(key: ApiKey, request: Request, answerer: Answerer, *, idempotent: bo
         outcome = _charge(key, request, answerer, served)
         if claim is not None:
             answered = outcome.answer or served
-            idempotency.settle(claim, outcome.status, answered.text, created=answered.replayable)
+            status, text = answered.stored or (outcome.status, answered.text)
+            idempotency.settle(claim, status, text, created=answered.replayable)
             claim = None
         return outcome
     finally:

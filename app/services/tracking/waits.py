@@ -47,6 +47,7 @@ MAX_HELD = 100           # held connections (waits and streams) per key
 REREAD_SECONDS = 5.0     # a waiter reads the truth again at least this often while the listener is away
 QUIET_REREAD_SECONDS = 30.0  # ... and this often while it listens (a last safety net)
 WAIT_RANGE = (1, 60)     # the seconds a call may ask to wait
+KEY_CHECK_SECONDS = 10.0  # a held call asks again this often whether its key may make it (a stream: each heartbeat)
 HOLD_MARGIN = 30         # a hold lapses this long after its end when its process did not release it
 LISTEN_RETRY_SECONDS = 1.0
 
@@ -206,20 +207,34 @@ def unsubscribe(waiter: Waiter) -> None:
     hub().unsubscribe(waiter)
 
 
-def wait_until(waiter: Waiter, seconds: float, read: Callable[[], T], done: Callable[[T], bool], first: T) -> T:
+def wait_until(waiter: Waiter, seconds: float, read: Callable[[], T], done: Callable[[T], bool], first: T,
+               allowed: Callable[[], bool] = lambda: True) -> T:
     """``first`` if ``done`` already, else what ``read`` gives once it is ``done`` or ``seconds``
     have passed (read again when woken, at the end, and as ``reread_due`` says). ``waiter``
-    must have been subscribed before ``first`` was read, so no change falls between them."""
+    must have been subscribed before ``first`` was read, so no change falls between them.
+
+    ``allowed``: whether the call's key may still read (``pipeline.still_allowed``), asked every
+    ``KEY_CHECK_SECONDS`` and after each read again, before its body is kept: once it says no,
+    the wait ends with the last body read while it said yes, so nothing that changed after a
+    key was revoked, expired or narrowed reaches the call."""
     deadline = time.monotonic() + seconds
     body, read_at = first, time.monotonic()
+    checked_at = read_at
     while not done(body):
         left = deadline - time.monotonic()
         if left <= 0:
             break
         release_connection()  # none held while asleep: a pool serves many waiters
-        woken = waiter.sleep(min(left, REREAD_SECONDS))
+        woken = waiter.sleep(min(left, REREAD_SECONDS, max(0.0, checked_at + KEY_CHECK_SECONDS - time.monotonic())))
+        if time.monotonic() - checked_at >= KEY_CHECK_SECONDS:
+            if not allowed():
+                break
+            checked_at = time.monotonic()
         if woken or time.monotonic() >= deadline or reread_due(read_at):  # at the end: the state then
-            body, read_at = read(), time.monotonic()
+            fresh, read_at = read(), time.monotonic()
+            if not allowed():  # asked after the read: the key could still see what it read
+                break
+            body, checked_at = fresh, time.monotonic()
     return body
 
 
@@ -278,10 +293,13 @@ def release(held: Held) -> None:
         log.warning("could not release a held connection's count: %s", exc.__class__.__name__)
 
 
-def check_wait(seconds) -> int:
-    """The seconds a call asked to wait, 1 to 60."""
+def parse_wait(text: str) -> int:
+    """The seconds a call asked to wait (``?wait=`` on reads and creations alike): a whole number
+    of ``WAIT_RANGE`` in ASCII digits only (no sign, space or other script's digits, which
+    ``int`` would take); ``InvalidRequest`` otherwise."""
     low, high = WAIT_RANGE
-    if isinstance(seconds, bool) or not isinstance(seconds, int) or not low <= seconds <= high:
+    if not (isinstance(text, str) and text.isascii() and text.isdigit() and len(text) <= len(str(high))
+            and low <= int(text) <= high):
         raise InvalidRequest(f"wait must be a whole number of seconds from {low} to {high}",
-                             details={"wait": [f"must be from {low} to {high}"]})
-    return seconds
+                             details={"wait": [f"must be a whole number from {low} to {high}"]})
+    return int(text)

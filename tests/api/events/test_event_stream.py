@@ -8,7 +8,8 @@ import pytest
 import requests
 
 from app.extensions import db
-from app.models import Event
+from app.models import ApiKey, Event, utcnow
+from app.services.accounts import accounts
 from app.services.events import feed
 from app.services.tracking import tracking
 from tests.api.helpers import balance
@@ -50,7 +51,7 @@ def test_the_stream_resumes_after_last_event_id_and_loses_nothing(served_app, ma
     with db.connection_context():
         tracking.complete(first, RESULT)
         tracking.complete(second, RESULT)
-        stored = [f"evt_{e.id}" for e in Event.select().where(Event.customer == account.id).order_by(Event.id)]
+        stored = [feed.event_id(e.id) for e in Event.select().where(Event.customer == account.id).order_by(Event.id)]
     assert len(stored) == 4  # running and completed of each
     before = balance(account)
 
@@ -61,7 +62,7 @@ def test_the_stream_resumes_after_last_event_id_and_loses_nothing(served_app, ma
         got, _ = _messages(lines, 3)
         assert [m["id"] for m in got] == stored[1:]
         assert [m["event"] for m in got] == ["scan.completed", "scan.running", "scan.completed"]
-        assert got[0]["data"] == Event.get_by_id(int(stored[1][4:])).body  # the stored bytes
+        assert got[0]["data"] == Event.get_by_id(feed.parse_event_id(stored[1], "id")).body  # the stored bytes
 
         third = _create(url, account, "c@example.com")
         worker = threading.Thread(target=lambda: _complete(third))
@@ -71,7 +72,7 @@ def test_the_stream_resumes_after_last_event_id_and_loses_nothing(served_app, ma
         worker.join()
         assert [m["event"] for m in live] == ["scan.running", "scan.completed"]
         assert time.monotonic() - started < 4  # woken by the commit, not a later re-read
-        assert all(int(m["id"][4:]) > int(stored[-1][4:]) for m in live)
+        assert all(feed.parse_event_id(m["id"], "id") > feed.parse_event_id(stored[-1], "id") for m in live)
     assert balance(account) == before - 2  # the connection and the third scan's creation
 
 
@@ -89,8 +90,8 @@ def test_the_stream_filters_and_beats(served_app, make_customer, monkeypatch, qu
     scan_id = _create(url, account, "a@example.com")
     with db.connection_context():
         tracking.complete(scan_id, RESULT)
-    with requests.get(f"{url}/api/v1/events/stream{query}&after=evt_0", headers=account.headers, stream=True,
-                      timeout=20) as r:
+    with requests.get(f"{url}/api/v1/events/stream{query}&after={feed.event_id(0)}", headers=account.headers,
+                      stream=True, timeout=20) as r:
         lines = r.iter_lines(decode_unicode=True)
         [only], _ = _messages(lines, 1)
         assert only["event"] == "scan.completed" and "a@example.com" not in only["data"]
@@ -98,3 +99,61 @@ def test_the_stream_filters_and_beats(served_app, make_customer, monkeypatch, qu
         assert ": heartbeat" in comments
     r = requests.get(f"{url}/api/v1/events/stream", headers={**account.headers, "Last-Event-ID": "nope"}, timeout=5)
     assert r.status_code == 400 and r.json()["error"] == "invalid_request"
+
+
+def _to_the_end(lines, seconds):
+    """The lines until the stream ends, or (it goes on) until ``seconds`` passed; whether it ended."""
+    got, deadline = [], time.monotonic() + seconds
+    for line in lines:
+        got.append(line)
+        if time.monotonic() > deadline:
+            return got, False
+    return got, True
+
+
+def _revoke(key_id):
+    accounts.revoke_key(key_id)
+
+
+def _narrow(key_id):
+    with db.connection_context():
+        ApiKey.update(scopes=["scans:write"]).where(ApiKey.id == key_id).execute()
+
+
+def _expire(key_id):
+    with db.connection_context():
+        ApiKey.update(expires_at=utcnow()).where(ApiKey.id == key_id).execute()
+
+
+@pytest.mark.parametrize("change", [_revoke, _narrow, _expire], ids=["revoked", "narrowed", "expired"])
+def test_a_key_revoked_narrowed_or_expired_ends_its_stream_and_gets_no_later_event(
+        served_app, make_customer, monkeypatch, change):
+    monkeypatch.setattr(feed, "HEARTBEAT_SECONDS", 1.0)
+    account = make_customer(credits=50)
+    url = served_app.url
+    first, second = _create(url, account, "a@example.com"), _create(url, account, "b@example.com")
+    with requests.get(f"{url}/api/v1/events/stream", headers=account.headers, stream=True, timeout=20) as r:
+        lines = r.iter_lines(decode_unicode=True)
+        _complete(first)
+        before, _ = _messages(lines, 2)  # what happens while the key may read arrives
+        assert [m["event"] for m in before] == ["scan.running", "scan.completed"]
+        with db.connection_context():
+            change(account.key.id)
+        _complete(second)  # made after the change: its target and result must not reach the stream
+        rest, ended = _to_the_end(lines, feed.HEARTBEAT_SECONDS + 1)
+    assert not any(line.startswith("data:") for line in rest), rest
+    assert ended and ": this key may no longer read events" in rest
+
+
+def test_a_stream_whose_key_changes_while_nothing_happens_ends_at_the_next_heartbeat(
+        served_app, make_customer, monkeypatch):
+    monkeypatch.setattr(feed, "HEARTBEAT_SECONDS", 1.0)
+    account = make_customer(credits=50)
+    with requests.get(f"{served_app.url}/api/v1/events/stream", headers=account.headers, stream=True,
+                      timeout=20) as r:
+        lines = r.iter_lines(decode_unicode=True)
+        next(lines)  # the stream is open
+        with db.connection_context():
+            accounts.revoke_key(account.key.id)
+        rest, ended = _to_the_end(lines, feed.HEARTBEAT_SECONDS + 1)
+    assert ended and ": this key may no longer read events" in rest

@@ -60,11 +60,11 @@ def test_the_list_pages_newest_first_and_filters(conn):
         tracking.complete(scan.id, RESULT)
     first = feed.list_events(cust.id, livemode=True, limit=4)
     assert first["has_more"] is True
-    ids = [int(e["event_id"].removeprefix("evt_")) for e in first["data"]]
+    ids = [feed.parse_event_id(e["event_id"], "id") for e in first["data"]]
     assert ids == sorted(ids, reverse=True)
     rest = feed.list_events(cust.id, livemode=True, starting_after=first["data"][-1]["event_id"])
     assert rest["has_more"] is False and len(rest["data"]) == 2
-    assert all(int(e["event_id"][4:]) < ids[-1] for e in rest["data"])
+    assert all(feed.parse_event_id(e["event_id"], "id") < ids[-1] for e in rest["data"])
 
     only = feed.list_events(cust.id, livemode=True, events_filter="scan.completed", scan_id=scans[1].id)
     [entry] = only["data"]
@@ -208,3 +208,22 @@ def test_an_event_and_an_admission_take_a_customers_locks_in_one_order(conn, dat
         admission.close()
         writer.join()
     assert "error" not in outcome and outcome["id"] > 0
+
+
+def test_a_stream_sends_nothing_it_read_once_its_key_is_refused(conn, app):
+    from app.services.tracking import waits
+    cust, key = new_customer()
+    scan = new_scan(cust, key)
+    tracking.complete(scan.id, RESULT)  # two events stored before the stream starts after number 0
+    allowed = [True]
+    held = waits.hold(key.id, 30)
+    text = feed.stream(cust.id, True, feed.check_filters()[0], thin=False, start=feed.StreamFrom(0), held=held,
+                       allowed=lambda: allowed[0])
+    assert next(text).startswith("retry:")
+    assert next(text).startswith("id: evt_")  # read and allowed: sent
+    next(text)
+    allowed[0] = False
+    other = new_scan(cust, key, target="joe@example.com")
+    tracking.complete(other.id, RESULT)
+    rest = list(text)  # it reads the new events, asks, and ends without them
+    assert rest == [feed.KEY_REFUSED]

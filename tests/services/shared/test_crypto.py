@@ -54,3 +54,18 @@ def test_same_compares_exactly():
     assert crypto.same("abc", "abc")
     assert not crypto.same("abc", "abd")
     assert not crypto.same("abc", "abcd")
+
+
+def test_a_sealed_number_opens_to_itself_and_reveals_neither_it_nor_its_order(app, monkeypatch):
+    numbers = [0, 1, 2, 3, 1041, 1042, 2**63, 2**64 - 1]
+    sealed = [crypto.seal_number(n) for n in numbers]
+    assert all(re.fullmatch(r"[0-9a-f]{32}", text) for text in sealed) and len(set(sealed)) == len(numbers)
+    assert [crypto.open_number(text) for text in sealed] == numbers
+    run = [crypto.seal_number(n) for n in range(1000, 1020)]
+    assert run != sorted(run) and run != sorted(run, reverse=True)  # not in the numbers' order
+    assert not any(str(n) in text for n, text in zip(numbers[4:6], sealed[4:6], strict=True))
+    altered = sealed[5][:-1] + ("0" if sealed[5][-1] != "0" else "1")
+    for made_up in (altered, "0" * 32, sealed[5].upper(), sealed[5][:-2], f" {sealed[5][1:]}", "1042", ""):
+        assert crypto.open_number(made_up) is None
+    monkeypatch.setitem(runtime.config, "SECRET_KEY", "another-secret-key-of-enough-length-here")
+    assert crypto.seal_number(1042) != sealed[5] and crypto.open_number(sealed[5]) is None

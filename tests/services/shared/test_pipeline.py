@@ -227,3 +227,17 @@ def test_the_ledger_note_names_the_route_of_a_refused_or_read_call_never_its_id(
     assert note("DELETE", 404) == "DELETE /api/v1/scan/{scan_id} (404)"
     assert note("GET", 404) == note("GET", 200) == "GET /api/v1/scan/{scan_id}"  # a minute's reads: one row
     assert note("POST", 400, path="/nowhere", route=None) == "POST /nowhere"
+
+
+def test_still_allowed_says_no_once_the_key_is_revoked_expired_or_narrowed(conn):
+    from app.models import utcnow
+    caller = pipeline.Caller(access.SCANS_READ, "203.0.113.9")
+    keys = [new_customer()[1] for _ in range(4)]
+    assert all(pipeline.still_allowed(key.id, caller) for key in keys)
+    revoked, expired, narrowed, kept = keys
+    accounts.revoke_key(revoked.id)
+    ApiKey.update(expires_at=utcnow()).where(ApiKey.id == expired.id).execute()
+    ApiKey.update(scopes=[access.SCANS_WRITE]).where(ApiKey.id == narrowed.id).execute()
+    assert [pipeline.still_allowed(key.id, caller) for key in keys] == [False, False, False, True]
+    assert pipeline.still_allowed(kept.id, pipeline.Caller(access.SCANS_WRITE, "203.0.113.9"))
+    assert not pipeline.still_allowed("key_unknown", caller)

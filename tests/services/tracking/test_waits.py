@@ -8,7 +8,7 @@ import pytest
 
 from app.extensions import db
 from app.services.scans import reads
-from app.services.shared.errors import RateLimited
+from app.services.shared.errors import InvalidRequest, RateLimited
 from app.services.tracking import tracking, waits
 from tests.services.conftest import new_customer, new_scan
 
@@ -69,11 +69,11 @@ def test_a_key_holds_at_most_100_connections_and_a_release_frees_one(app):
     waits.release(waits.hold("key_a", 30))
 
 
-def test_a_wait_is_1_to_60_seconds():
-    assert waits.check_wait(60) == 60
-    for bad in (0, 61, "5", True, None):
-        with pytest.raises(Exception, match="wait must be"):
-            waits.check_wait(bad)
+def test_a_wait_is_1_to_60_seconds_in_ascii_digits():
+    assert waits.parse_wait("60") == 60 and waits.parse_wait("1") == 1 and waits.parse_wait("05") == 5
+    for bad in ("0", "61", "", " 5", "+5", "5 ", "\uff15", "\u0665", "5.0", "1e1", "0060", None, 5):
+        with pytest.raises(InvalidRequest, match="wait must be"):
+            waits.parse_wait(bad)
 
 
 def test_the_listener_hears_with_a_descriptor_above_1023(conn, app):
@@ -131,3 +131,41 @@ def test_a_running_event_wakes_the_customers_streams_not_its_scans_waiters(conn,
     assert waits.topics_of(running) == [feed]
     assert waits.topics_of(final) == [feed, waits.scan_topic(scan.id)]
     assert waits.topics_of(f'{{"c": "{cust.id}", "m": true, "s": "{scan.id}"}}') == [feed, waits.scan_topic(scan.id)]
+
+
+def test_a_wait_whose_key_is_refused_ends_with_what_it_read_while_allowed(conn, monkeypatch):
+    monkeypatch.setattr(waits, "KEY_CHECK_SECONDS", 0.5)
+    cust, key = new_customer()
+    scan = new_scan(cust, key)
+    waiter = waits.subscribe(waits.scan_topic(scan.id))
+    asked = []
+
+    def allowed():  # the key is refused from its first check on
+        asked.append(time.monotonic())
+        return False
+    try:
+        read = lambda: reads.read_scan(cust.id, scan.id, True)  # noqa: E731
+        first = read()
+        tracking.complete(scan.id, RESULT)  # wakes the waiter: its read finds the result, which it may not send
+        started = time.monotonic()
+        body = waits.wait_until(waiter, 10, read, reads.SCAN_WAIT.done, first, allowed)
+    finally:
+        waits.unsubscribe(waiter)
+    assert body is first and "result" not in body
+    assert asked and time.monotonic() - started < 1.5
+
+
+def test_an_unwoken_wait_asks_about_its_key_once_per_check_interval(conn, monkeypatch):
+    monkeypatch.setattr(waits, "KEY_CHECK_SECONDS", 0.5)
+    cust, key = new_customer()
+    scan = new_scan(cust, key)
+    waiter = waits.subscribe(waits.scan_topic(scan.id))
+    asked = []
+    try:
+        read = lambda: reads.read_scan(cust.id, scan.id, True)  # noqa: E731
+        started = time.monotonic()
+        body = waits.wait_until(waiter, 2, read, reads.SCAN_WAIT.done, read(), lambda: asked.append(1) or True)
+    finally:
+        waits.unsubscribe(waiter)
+    assert body["status"] in ("queued", "running") and 2.0 <= time.monotonic() - started < 3
+    assert 3 <= len(asked) <= 6  # every half second, and once more after the read at the end
