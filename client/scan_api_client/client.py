@@ -517,7 +517,7 @@ class ScanClient:
             headers["Last-Event-ID"] = last
         url = f"{self.base_url}{API_PREFIX}/events/stream"
         try:
-            # The read timeout outlasts the server's heartbeat (a comment at least every 15 s).
+            # The read timeout outlasts the server's heartbeat (a comment every 10 s) several times over.
             with self.session.get(url, params=params, headers=headers, stream=True,
                                   timeout=(self.timeout, max(self.timeout, 45))) as response:
                 self._record(response)
