@@ -80,7 +80,8 @@ clean:
 	rm -rf $(VENV) instance artifacts .pytest_cache
 
 ## make scenarios: the QA scenarios end to end (pytest, one test per file), against API + worker + simulator
-## started as real processes. PYTEST_ARGS='-k bulk', '-m webhooks', '-v', '-n auto', '--junitxml=FILE'.
+## started as real processes on free ports (SCENARIO_API_PORT=9100 SCENARIO_SIM_PORT=9700: those ports).
+## PYTEST_ARGS='-k bulk', '-m webhooks', '-v', '-n auto', '--junitxml=FILE'.
 # The scenarios run under pytest, so this installs the test tools (after `make run`, which
 # installs only the runtime and honcho, a bare `install` left pytest missing).
 scenarios: install-test
