@@ -123,6 +123,8 @@ def test_make_run_leaves_nothing_running_however_it_is_stopped(instance_tmp, how
         log.close()
     output = (tmp_path / "run.log").read_text(errors="replace")
     assert "Traceback" not in output, output[-3000:]
+    assert "Demo customer: cus_" in output and "password: " in output, output[-3000:]  # a fresh instance
+    assert f"127.0.0.1:{env['HELD_PORT']}/api/v1/scan?wait=60" in output
 
 
 def _requirements(name: str) -> set[str]:
