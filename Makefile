@@ -30,14 +30,16 @@ $(VENV)/.installed-run: requirements.txt requirements-dev.txt | $(PY)
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
-$(VENV)/.installed-test: requirements.txt requirements-test.txt | $(PY)
+# The suite starts `make run` itself (tests/ops/test_embedded_servers.py): its requirements
+# include the development runner's.
+$(VENV)/.installed-test: requirements.txt requirements-dev.txt requirements-test.txt | $(PY)
 	$(PY) -m pip install --quiet -r requirements-test.txt
 	touch $@
 
 ## make install: the service's runtime requirements plus the development runner (honcho).
 install: $(VENV)/.installed-run
 
-## make install-test: the runtime requirements plus the test suite's tools.
+## make install-test: the runtime requirements, honcho (the suite runs make run) and the test suite's tools.
 install-test: $(VENV)/.installed-test
 
 ## make run: API + worker + simulator on an embedded PostgreSQL and Redis (instance/), with a demo key;
@@ -78,8 +80,9 @@ clean:
 	rm -rf $(VENV) instance artifacts .pytest_cache
 
 ## make scenarios: the QA scenarios end to end (pytest, one test per file), against API + worker + simulator
-## started as real processes. PYTEST_ARGS='-k bulk', '-m webhooks', '-v', '-n auto', '--junitxml=FILE'.
-# The scenarios run under pytest, so this installs the test tools too (after `make run`, which
+## started as real processes on free ports (SCENARIO_API_PORT=9100 SCENARIO_SIM_PORT=9700: those ports).
+## PYTEST_ARGS='-k bulk', '-m webhooks', '-v', '-n auto', '--junitxml=FILE'.
+# The scenarios run under pytest, so this installs the test tools (after `make run`, which
 # installs only the runtime and honcho, a bare `install` left pytest missing).
 scenarios: install-test
 	$(PY) -m simulator scenario all $(PYTEST_ARGS)

@@ -8,9 +8,11 @@ The rules live in the services: a command parses, calls them, and prints.
 """
 from __future__ import annotations
 
+import getpass
 import json
 import logging
 import sys
+import warnings
 
 import click
 import peewee
@@ -556,13 +558,21 @@ def users_create(customer_id, email, password_stdin, role, as_json):
          f"user {user.id} <{user.email}>, {user.role}")
 
 
+NOT_GIVEN = "no password given: use --password-stdin (no terminal to prompt on)"
+
+
 def _read_password(password_stdin: bool, as_json: bool) -> str:
     if password_stdin:
         return sys.stdin.readline().rstrip("\n")
-    try:
-        return click.prompt("New password", hide_input=True, confirmation_prompt=True, err=True)
-    except click.Abort:
-        fail(as_json, "no password given")
+    # Without a terminal getpass would fall back on reading the password from the pipe in clear,
+    # after a GetPassWarning ("may be echoed"): made an error here, it says what to do instead.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", getpass.GetPassWarning)
+        try:
+            return click.prompt("New password", hide_input=True, confirmation_prompt=True, err=True)
+        except (click.Abort, getpass.GetPassWarning):
+            click.echo(err=True)  # after the prompt's text
+            fail(as_json, NOT_GIVEN)
 
 
 @users_cli.command("list")

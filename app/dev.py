@@ -1,7 +1,8 @@
 """``make run``: the whole service on the embedded defaults, for a newcomer.
 
 Starts (or finds) the embedded PostgreSQL and Redis (``app.embedded``), builds the schema,
-makes a demo customer with a fresh key, prints a ready ``curl``, then runs the API
+makes a demo customer with a fresh key and a portal owner (its password printed when it is made),
+prints them with a ready ``curl`` (and one that waits on the held-connection server), then runs the API
 (gunicorn), the held-connection server (``gunicorn.held.conf.py``, on ``API_PORT`` + 1), a
 worker and the simulator together under honcho until it is stopped.
 
@@ -14,22 +15,26 @@ its parent (``make``) be killed, this process gets a SIGTERM and stops as above.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
 from app import create_app, runtime
 from app.extensions import db
 from app.migrations import upgrade
 from app.models import Customer, utcnow
 from app.redis_conn import redis_url_of
-from app.services.accounts import accounts
+from app.services.accounts import accounts, portal_users
 from app.services.billing import activity
+from app.services.shared.errors import AccountError
 
 DEMO_NAME = "Demo customer"
+DEMO_PORTAL_EMAIL = "demo@example.com"  # the demo customer's portal owner
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 # The demo's target: a clean one (simulator/results.py makes one target in five "messy", to
@@ -37,18 +42,70 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 EXAMPLE_TARGET = "john.doe@example.com"
 
 
-def prepare() -> tuple[str, str]:
-    """Schema, demo customer and a new demo key; returns (api_key, redis_url)."""
+@dataclass(frozen=True)
+class Demo:
+    """What ``make run`` prints: the demo customer, its new key and its portal login."""
+
+    customer_id: str
+    api_key: str
+    portal_email: str
+    portal_password: str | None  # None: the user existed; its password was printed when it was made
+
+
+def demo_accounts() -> Demo:
+    """The demo customer (made on the first run), a new key of it, and its portal owner (made,
+    with a random password printed once, when there is none). Inside a database connection."""
+    customer = Customer.get_or_none(Customer.name == DEMO_NAME)
+    if customer is None:
+        customer = accounts.create_customer(DEMO_NAME, "business", 1000)
+    _, api_key = accounts.issue_key(customer.id, "demo key (make run)")
+    password = None
+    try:
+        portal_users.get_user(DEMO_PORTAL_EMAIL)
+    except AccountError:
+        password = secrets.token_urlsafe(12)
+        accounts.create_user(customer.id, DEMO_PORTAL_EMAIL, password)
+    return Demo(customer.id, api_key, DEMO_PORTAL_EMAIL, password)
+
+
+def prepare() -> tuple[Demo, str]:
+    """Schema, demo customer, a new demo key and the portal user; returns (demo, redis_url)."""
     create_app()
     redis_conn = runtime.redis()
     with db.connection_context():
         upgrade()
         activity.prepare_partitions(utcnow())  # as `db upgrade` does: before anything writes
-        customer = Customer.get_or_none(Customer.name == DEMO_NAME)
-        if customer is None:
-            customer = accounts.create_customer(DEMO_NAME, "business", 1000)
-        _, api_key = accounts.issue_key(customer.id, "demo key (make run)")
-    return api_key, redis_url_of(redis_conn)
+        demo = demo_accounts()
+    return demo, redis_url_of(redis_conn)
+
+
+def banner(demo: Demo, api_port: str, held_port: str) -> str:
+    """The lines ``make run`` prints before it starts the processes."""
+    base, held = f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{held_port}"
+    if demo.portal_password:
+        login = f"{demo.portal_email}  password: {demo.portal_password}  (shown once)"
+    else:
+        login = (f"{demo.portal_email}  (its password was shown when make run made it; a new one: "
+                 f"flask --app wsgi users reset-password {demo.portal_email})")
+    return f"""
+Public Scan API (development) on {base}  -  docs: {base}/api/docs
+Demo customer: {demo.customer_id}
+Demo key (shown once): {demo.api_key}
+Portal: {base}/app/login  {login}
+
+  curl -s -X POST {base}/api/v1/scan -H 'Authorization: Bearer {demo.api_key}' \\
+       -H 'Content-Type: application/json' -d '{{"target": "{EXAMPLE_TARGET}"}}'
+
+Then GET the poll_url it returns with the same header. Or let the server wait for the result, in
+one call of up to 60 s, on the held-connection server ({held}, API_PORT + 1):
+
+  curl -s -X POST '{held}/api/v1/scan?wait=60' -H 'Authorization: Bearer {demo.api_key}' \\
+       -H 'Content-Type: application/json' -d '{{"target": "{EXAMPLE_TARGET}"}}'
+
+(a read waits the same: GET {held}/api/v1/scan/SCAN_ID?wait=60). Calls that stay
+open (?wait=N and /api/v1/events/stream) are served there without a thread each (in production
+nginx sends them there; {base} answers them too). Ctrl-C stops everything.
+"""
 
 
 def _signal_on_parent_death() -> bool:
@@ -92,7 +149,7 @@ def run_until_stopped(argv: list[str], env: dict) -> int:
 def main() -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # until honcho runs
     stop_with_parent()
-    api_key, redis_url = prepare()
+    demo, redis_url = prepare()
     api_port = os.environ.get("API_PORT", "8000")
     sim_port = os.environ.get("SIM_PORT", "8700")
     held_port = os.environ.get("HELD_PORT", str(int(api_port) + 1))
@@ -108,18 +165,7 @@ def main() -> int:
                API_PORT=api_port, HELD_PORT=held_port, SIM_PORT=sim_port, PUBLIC_BASE_URL=f"http://127.0.0.1:{api_port}",
                SIM_TIME_SCALE=os.environ.get("SIM_TIME_SCALE", "0.1"), PYTHONUNBUFFERED="1",
                PROMETHEUS_MULTIPROC_DIR=metrics_dir)
-    base = f"http://127.0.0.1:{api_port}"
-    print(f"""
-Public Scan API (development) on {base}  -  docs: {base}/api/docs
-Demo key (shown once): {api_key}
-
-  curl -s -X POST {base}/api/v1/scan -H 'Authorization: Bearer {api_key}' \\
-       -H 'Content-Type: application/json' -d '{{"target": "{EXAMPLE_TARGET}"}}'
-
-Then GET the poll_url it returns with the same header. Ctrl-C stops everything.
-Calls that stay open (?wait=N, /api/v1/events/stream) are served without a thread each on
-http://127.0.0.1:{held_port} (in production nginx sends them there); {base} serves them too.
-""", flush=True)
+    print(banner(demo, api_port, held_port), flush=True)
     return run_until_stopped([os.path.join(bin_dir, "honcho"), "-f", "Procfile.dev", "start"], env)
 
 

@@ -1,9 +1,11 @@
 """Show that slow clients no longer stall the API behind nginx (ops/nginx.conf).
 
     python ops/check_slow_clients.py --upstream 127.0.0.1:8000 [--attackers 10] [--seconds 20]
+                                     [--http-port 9080 --https-port 9443]
 
 Runs nginx (from PATH or --nginx) with ops/nginx.conf in a temporary directory on free
-loopback ports, with a throw-away self-signed certificate, in front of the API at
+loopback ports (or those of --http-port and --https-port: a firewall, a container's forwarded
+ports), with a throw-away self-signed certificate, in front of the API at
 --upstream. Then, twice (straight at gunicorn, then through nginx), it opens
 ``--attackers`` sockets that each send a request to /healthz with a chunked body that
 never ends, and meanwhile times a normal ``GET /healthz`` every 0.25 s. It prints one
@@ -35,6 +37,17 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def port_free(port: int) -> bool:
+    """Whether nothing listens on loopback ``port`` (nginx would otherwise fail to start, or, with
+    another server there, the attack would measure that one)."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def self_signed(directory: Path) -> tuple[Path, Path]:
@@ -77,9 +90,12 @@ def site_config(upstream: str, http_port: int, https_port: int, cert: Path, key:
 
 class Nginx:
     def __init__(self, upstream: str, binary: str = "nginx", replace: dict[str, str] | None = None,
-                 held: str | None = None):
+                 held: str | None = None, http_port: int | None = None, https_port: int | None = None):
+        self.http_port, self.https_port = http_port or free_port(), https_port or free_port()
+        for port in (self.http_port, self.https_port):
+            if not port_free(port):
+                raise RuntimeError(f"port {port} is in use: choose another (--http-port, --https-port)")
         self.dir = Path(tempfile.mkdtemp(prefix="scan-api-nginx-"))
-        self.http_port, self.https_port = free_port(), free_port()
         cert, key = self_signed(self.dir)
         (self.dir / "site.conf").write_text(site_config(upstream, self.http_port, self.https_port, cert, key,
                                                         self.dir, replace, held))
@@ -195,16 +211,20 @@ def attack(host, port, tls, attackers: int, seconds: float, probe_timeout: float
             "median_ms": round(sorted(answered)[len(answered) // 2], 1) if answered else None}
 
 
-def run(upstream: str, attackers: int = 10, seconds: float = 20, nginx_binary: str = "nginx") -> dict:
+def run(upstream: str, attackers: int = 10, seconds: float = 20, nginx_binary: str = "nginx",
+        http_port: int | None = None, https_port: int | None = None) -> dict:
+    """The attack straight at ``upstream``, then through nginx listening on ``http_port`` and
+    ``https_port`` (default: free ports)."""
     host, port = upstream.rsplit(":", 1)
     direct = attack(host, int(port), False, attackers, seconds)
     time.sleep(2)
-    server = Nginx(upstream, nginx_binary)
+    server = Nginx(upstream, nginx_binary, http_port=http_port, https_port=https_port)
     try:
         proxied = attack("127.0.0.1", server.https_port, True, attackers, seconds)
     finally:
         server.stop()
-    return {"attackers": attackers, "seconds": seconds, "direct_to_gunicorn": direct, "behind_nginx": proxied}
+    return {"attackers": attackers, "seconds": seconds, "direct_to_gunicorn": direct, "behind_nginx": proxied,
+            "nginx_ports": {"http": server.http_port, "https": server.https_port}}
 
 
 def main(argv=None) -> int:
@@ -214,18 +234,34 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--max-ms", type=float, default=1000, help="slowest acceptable probe behind nginx")
     parser.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
+    parser.add_argument("--http-port", type=_port, default=None, metavar="PORT",
+                        help="nginx's plain HTTP port on 127.0.0.1 (default: a free one)")
+    parser.add_argument("--https-port", type=_port, default=None, metavar="PORT",
+                        help="nginx's HTTPS port on 127.0.0.1, the one attacked (default: a free one)")
     args = parser.parse_args(argv)
     if not os.path.exists(args.nginx):
         print("error: nginx is not installed (apt-get install -y nginx)", file=sys.stderr)
         return 2
+    if args.http_port is not None and args.http_port == args.https_port:
+        parser.error("--http-port and --https-port must differ")
     try:
-        report = run(args.upstream, args.attackers, args.seconds, args.nginx)
+        report = run(args.upstream, args.attackers, args.seconds, args.nginx, args.http_port, args.https_port)
     except (RuntimeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(report))
     behind = report["behind_nginx"]
     return 0 if behind["failed_or_timed_out"] == 0 and (behind["max_ms"] or 0) <= args.max_ms else 1
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1 to 65535)")
+    return port
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ class EventStream(MethodView):
     @blp.arguments(EventStreamArgs, location="query", as_kwargs=True)
     @blp.response(200, description="A stream of server-sent events (`text/event-stream`) that stays open: "
                                    "each event as `id:` (its event id), `event:` (its kind) and `data:` (its body, "
-                                   "one line of JSON), and a comment line at least every 15 seconds.",
+                                   f"one line of JSON), and a comment line every {feed.HEARTBEAT_SECONDS:g} seconds.",
                   headers=HEADERS, content_type="text/event-stream", example=STREAM_EXAMPLE)
     @documented_errors(400, 401, 402, 429, 503, blueprint=blp, overrides={
         400: "`invalid_request` (a filter, `after` or `Last-Event-ID` is not valid; with `details`)",

@@ -1,7 +1,5 @@
 """``python -m scan_api_client``: the same command line as ``scan-api``."""
-import sys
-
-from scan_api_client.cli import main
+from scan_api_client.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -11,8 +11,11 @@
     scan-api watches import people.csv --interval weekly > report.json
 
 stdout carries only the JSON or CSV answer; progress and errors go to stderr (a live bar
-when stderr is a terminal, a plain line per change otherwise). Exit codes: 0 done,
-1 the API answered an error (or could not be reached), 2 usage error, 3 ``--wait`` timed out.
+when stderr is a terminal, a plain line per change otherwise). ``--wait`` lets the server hold
+each read until the scan (the batch) is final, up to 60 s a read; those reads and ``events
+--follow`` go to ``--wait-url`` (``SCAN_API_WAIT_URL``) when given. Exit codes: 0 done,
+1 the API answered an error (or could not be reached), 2 usage error, 3 ``--wait`` timed out,
+141 the reader of stdout went away (``scan-api list | head``: nothing more is written, quietly).
 
 ``main(argv, stdin=, stdout=, stderr=, env=, sleep=, clock=, session=)`` runs in-process and
 returns the exit code, so tests and other programs can call it without a subprocess.
@@ -37,7 +40,8 @@ from scan_api_client.models import WATCH_INTERVALS, WATCH_STATUSES
 from scan_api_client.progress import ProgressBar
 
 EXIT_OK, EXIT_API_ERROR, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
-KEY_ENV, URL_ENV = "SCAN_API_KEY", "SCAN_API_URL"
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a command stopped by a closed pipe
+KEY_ENV, URL_ENV, WAIT_URL_ENV = "SCAN_API_KEY", "SCAN_API_URL", "SCAN_API_WAIT_URL"
 CSV_FIELDS = ["scan_id", "target", "kind", "status", "risk_score", "risk_band", "findings", "breaches", "partial",
               "coverage", "finished_at", "erased_at", "error", "message"]
 DELIVERY_CSV_FIELDS = ["delivery_id", "endpoint_id", "event", "scan_id", "status", "attempts", "last_http_status",
@@ -113,14 +117,20 @@ def build_parser(out: TextIO, err: TextIO) -> argparse.ArgumentParser:
                         help=f"API key (default: ${KEY_ENV})")
     common.add_argument("--url", default=argparse.SUPPRESS,
                         help=f"API base URL (default: ${URL_ENV}, else {DEFAULT_BASE_URL})")
+    common.add_argument("--wait-url", default=argparse.SUPPRESS,
+                        help=f"where reads that wait and the events stream go (default: ${WAIT_URL_ENV}, else "
+                             "--url; make run: the API's port + 1)")
     output = Parser(add_help=False)
     output.add_argument("--format", choices=("json", "csv"), default="json", help="output on stdout (default json)")
     waiting = Parser(add_help=False)
-    waiting.add_argument("--wait", action="store_true", help="poll until finished, progress on stderr")
+    waiting.add_argument("--wait", action="store_true",
+                         help="wait until finished, progress on stderr: the server holds each read until then, "
+                              "up to 60 s a read (1 credit each)")
     waiting.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                          help="with --wait: give up after this long (exit 3; the scans go on)")
     waiting.add_argument("--poll-interval", type=float, default=12.0, metavar="SECONDS",
-                         help="with --wait: seconds between reads, each costs 1 credit (default 12)")
+                         help="with --wait: the pause after a read the server answered early without the final "
+                              "state, i.e. did not hold (default 12)")
 
     purposing = Parser(add_help=False)
     purposing.add_argument("--purpose", help="why you look this up: fraud_prevention, kyc_aml, due_diligence, "
@@ -295,33 +305,41 @@ def _watches_parser(sub, common, output, waiting, purposing, paging) -> None:
 
 # --- input ------------------------------------------------------------------------------
 
-def read_targets(text: str) -> list[dict]:
-    """Targets from CSV text: a ``target[,kind]`` header row, or one ``target[,kind]`` per line.
+def read_numbered_targets(text: str) -> list[tuple[int, dict]]:
+    """Targets from CSV text, each with its row number in the file as a spreadsheet (and the portal's
+    watches import) numbers it: a header row is row 1, and skipped rows are counted.
 
-    Blank lines and lines starting with ``#`` are skipped; an empty kind is left to the API to infer.
+    A ``target[,kind]`` header row, or one ``target[,kind]`` per line. Blank lines and lines starting
+    with ``#`` are skipped; an empty kind is left to the API to infer.
     """
-    rows = [row for row in csv.reader(io.StringIO(text.lstrip("\ufeff")))
+    rows = [(number, row) for number, row in enumerate(csv.reader(io.StringIO(text.lstrip("\ufeff"))), start=1)
             if row and any(cell.strip() for cell in row) and not row[0].lstrip().startswith("#")]
     if not rows:
         return []
-    header = [cell.strip().lower() for cell in rows[0]]
+    header = [cell.strip().lower() for cell in rows[0][1]]
     if "target" in header:
         target_at, kind_at = header.index("target"), (header.index("kind") if "kind" in header else None)
         rows = rows[1:]
     else:
         target_at, kind_at = 0, 1
     targets = []
-    for row in rows:
+    for number, row in rows:
         item = {"target": row[target_at].strip() if target_at < len(row) else ""}
         kind = row[kind_at].strip() if kind_at is not None and kind_at < len(row) else ""
         if kind:
             item["kind"] = kind
-        targets.append(item)
+        targets.append((number, item))
     return targets
 
 
-def load_targets(path: str, stdin: TextIO, most: int | None = MAX_BULK_TARGETS) -> list[dict]:
-    """The targets of a file (``-``: stdin); more than ``most`` (None: no cap) is a usage error."""
+def read_targets(text: str) -> list[dict]:
+    """Targets from CSV text (``read_numbered_targets`` without the numbers)."""
+    return [item for _, item in read_numbered_targets(text)]
+
+
+def load_targets(path: str, stdin: TextIO, most: int | None = MAX_BULK_TARGETS) -> list[tuple[int, dict]]:
+    """The targets of a file (``-``: stdin) with their row numbers; more than ``most`` (None: no cap)
+    is a usage error."""
     if path == "-":
         text = stdin.read()
     else:
@@ -330,7 +348,7 @@ def load_targets(path: str, stdin: TextIO, most: int | None = MAX_BULK_TARGETS) 
                 text = handle.read()
         except OSError as exc:
             raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    targets = read_targets(text)
+    targets = read_numbered_targets(text)
     source = "stdin" if path == "-" else path
     if not targets:
         raise UsageError(f"no targets in {source}")
@@ -488,7 +506,8 @@ def _scan(run: _Run) -> None:
 
 def _bulk(run: _Run) -> None:
     args, client = run.args, run.client
-    created = client.bulk(run.targets or [], purpose=args.purpose, case_ref=args.case_ref).raw
+    created = client.bulk([target for _, target in run.targets or []], purpose=args.purpose,
+                          case_ref=args.case_ref).raw
     if not args.wait:
         write_output(run.out, args.format, created, bulk_rows(created, created.get("scans") or []))
         return
@@ -670,10 +689,13 @@ def watch_row(watch: dict) -> dict:
     return {name: "" if value is None else value for name, value in row.items()}
 
 
-def import_rows(targets: list[dict], answers: list[dict], error: ApiError | None = None) -> list[dict]:
-    """The import's report, one row per target in file order (``row`` 1 is the first target): its
-    watch, or why it was rejected; with ``error``, the targets no answer covers as ``not_sent``."""
-    rows = [{"row": n + 1, "target": t.get("target", ""), "kind": t.get("kind", ""), "outcome": "not_sent",
+def import_rows(targets: list[dict], answers: list[dict], error: ApiError | None = None,
+                numbers: list[int] | None = None) -> list[dict]:
+    """The import's report, one row per target in file order, ``row`` its row in the file (``numbers``,
+    as the portal's import numbers them: the header is row 1; without them, 1 is the first target):
+    its watch, or why it was rejected; with ``error``, the targets no answer covers as ``not_sent``."""
+    numbers = numbers or list(range(1, len(targets) + 1))
+    rows = [{"row": numbers[n], "target": t.get("target", ""), "kind": t.get("kind", ""), "outcome": "not_sent",
              "watch_id": "", "error": error.code if error else "", "message": error.message if error else ""}
             for n, t in enumerate(targets)]
     for chunk, answer in enumerate(answers):
@@ -690,7 +712,8 @@ def import_rows(targets: list[dict], answers: list[dict], error: ApiError | None
 def _watches_import(run: _Run) -> None:
     """Every target of the file, in bulk calls of at most ``MAX_BULK_TARGETS``; the report covers
     the chunks sent even when a later one is refused (then the error ends the command, exit 1)."""
-    args, targets = run.args, run.targets or []
+    args, numbered = run.args, run.targets or []
+    targets = [target for _, target in numbered]
     answers: list[dict] = []
     failure: ApiError | None = None
     for start in range(0, len(targets), MAX_BULK_TARGETS):
@@ -701,7 +724,7 @@ def _watches_import(run: _Run) -> None:
         except ApiError as exc:
             failure = exc
             break
-    rows = import_rows(targets, answers, failure)
+    rows = import_rows(targets, answers, failure, [number for number, _ in numbered])
     counts = {outcome: sum(row["outcome"] == outcome for row in rows) for outcome in ("created", "rejected",
                                                                                       "not_sent")}
     write_output(run.out, args.format, {"total": len(rows), **counts, "rows": rows}, rows, fields=IMPORT_CSV_FIELDS)
@@ -764,7 +787,8 @@ def _check_usage(args: argparse.Namespace, key: str | None) -> None:
 def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: TextIO | None = None,
          stderr: TextIO | None = None, env: dict | None = None, sleep: Callable[[float], Any] | None = None,
          clock: Callable[[], float] | None = None, session=None) -> int:
-    """Run the CLI; returns the exit code (0 ok, 1 API error, 2 usage error, 3 wait timeout)."""
+    """Run the CLI; returns the exit code (0 ok, 1 API error, 2 usage error, 3 wait timeout, 141 stdout
+    closed by its reader)."""
     stdin = stdin if stdin is not None else sys.stdin
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
@@ -775,9 +799,12 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: 
         args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
     except _ParserExit as exc:
         return exc.status
+    except BrokenPipeError:  # `scan-api --help | head -1`
+        return EXIT_BROKEN_PIPE
 
     key = getattr(args, "key", None) or env.get(KEY_ENV)
     url = getattr(args, "url", None) or env.get(URL_ENV) or DEFAULT_BASE_URL
+    wait_url = getattr(args, "wait_url", None) or env.get(WAIT_URL_ENV) or None
     run: _Run | None = None
     try:
         _check_usage(args, key)
@@ -785,7 +812,7 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: 
                    else load_targets(args.file, stdin, most=None)
                    if getattr(args, "watches_action", None) == "import" else None)
         client = ScanClient(url, key, session=session, sleep=sleep, clock=clock,
-                            poll_interval=getattr(args, "poll_interval", 12.0))
+                            poll_interval=getattr(args, "poll_interval", 12.0), wait_url=wait_url)
         with client:
             run = _Run(args, client, out, err, clock or time.monotonic, targets)
             COMMANDS[args.command](run)
@@ -805,8 +832,14 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: 
         _close_progress(run)
         err.write("interrupted\n")
         return 130
+    except BrokenPipeError:  # stdout's reader went away (`| head`): it wants nothing more
+        _close_progress(run)
+        return EXIT_BROKEN_PIPE
     finally:
-        err.flush()
+        try:
+            err.flush()
+        except BrokenPipeError:
+            pass
 
 
 def _close_progress(run: _Run | None) -> None:
@@ -816,4 +849,10 @@ def _close_progress(run: _Run | None) -> None:
 
 def run() -> None:
     """The ``scan-api`` entry point."""
-    sys.exit(main())
+    code = main()
+    if code == EXIT_BROKEN_PIPE:
+        # Python flushes stdout once more on exit: onto the closed pipe that would print "Exception
+        # ignored ... BrokenPipeError". What is left in it goes nowhere instead.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(code)

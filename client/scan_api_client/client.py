@@ -7,6 +7,11 @@
   longer than ``max_retry_after`` is not waited for: the error is raised at once.
 - Both POSTs always carry an ``Idempotency-Key`` (generated unless given), the same on every
   retry of one call, so a retried creation never creates (or charges) twice.
+- ``wait``/``wait_bulk`` let the server wait: each read asks it to answer as soon as the scan (the
+  batch) is final, holding the call up to 60 s (``?wait=``), and they read again until it is final
+  or their ``timeout`` has passed; one credit per read, not one per poll. Calls that wait, and the
+  events stream, go to ``wait_url`` (default ``base_url``: behind the service's proxy they are sent
+  to its held-connection server by themselves; ``make run`` serves that one on the API's port + 1).
 - ``sleep`` and ``clock`` are injectable: tests and simulations never sleep for real.
 - Answers are the dataclasses of ``scan_api_client.models`` (each keeps its JSON body on ``raw``);
   errors are the typed exceptions of ``scan_api_client.errors``.
@@ -16,6 +21,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 import uuid
@@ -68,6 +74,7 @@ RETRY_STATUSES = frozenset({429, 502, 503})
 USER_AGENT = "scan-api-client/1"
 LIVE_KEY_PREFIX, TEST_KEY_PREFIX = "service_live_", "service_test_"
 MAX_PAGE = 100
+MAX_WAIT = 60  # the longest a read may ask the server to hold it (``?wait=``), seconds
 
 
 def parse_rate_limit(policy: str | None, current: str | None) -> dict[str, dict[str, Any]]:
@@ -124,8 +131,11 @@ class ScanClient:
     """Client of one API base URL with one API key.
 
     ``base_url`` e.g. ``https://api.example.com`` (a trailing ``/api/v1`` is accepted too);
-    ``timeout`` seconds per HTTP request; ``poll_interval`` seconds between two reads in
-    ``wait``/``wait_bulk`` (10 to 15 recommended; each read costs 1 credit);
+    ``wait_url`` where the calls that wait (``?wait=``) and the events stream go (default
+    ``base_url``; ``make run``: its held-connection server, the API's port + 1);
+    ``timeout`` seconds per HTTP request (a call that waits gets its wait on top);
+    ``poll_interval`` the pause in ``wait``/``wait_bulk`` after a read the server answered early
+    without a final state (it did not hold the call), so such reads are not made back to back;
     ``max_retries`` retries of one call on 429/502/503 or a failed connection;
     ``max_retry_after`` the longest ``Retry-After`` (s) worth sleeping through (None: no cap);
     ``sleep(seconds)`` and ``clock()`` (monotonic seconds) default to the ``time`` module's.
@@ -134,12 +144,14 @@ class ScanClient:
     def __init__(self, base_url: str, api_key: str, *, session: requests.Session | None = None,
                  timeout: float = 30, poll_interval: float = 12.0, max_retries: int = 3,
                  sleep: Callable[[float], Any] | None = None, max_retry_after: float | None = 300.0,
-                 clock: Callable[[], float] | None = None, user_agent: str = USER_AGENT):
+                 clock: Callable[[], float] | None = None, user_agent: str = USER_AGENT,
+                 wait_url: str | None = None):
         if not api_key:
             raise ValueError("api_key is required")
         base = (base_url or DEFAULT_BASE_URL).rstrip("/")
         base = base.removesuffix(API_PREFIX)
         self.base_url = base
+        self.wait_url = wait_url.rstrip("/").removesuffix(API_PREFIX) if wait_url else base
         self.api_key = api_key
         self.session = session if session is not None else requests.Session()
         self._own_session = session is None
@@ -199,7 +211,8 @@ class ScanClient:
 
     def _request(self, method: str, path: str, *, json_body: Any = None, params: dict | None = None,
                  idempotency_key: str | None = None, wait: int | None = None) -> dict:
-        url = f"{self.base_url}{API_PREFIX}{path}"
+        base = self.wait_url if wait else self.base_url
+        url = f"{base}{API_PREFIX}{path}"
         headers = {"Authorization": f"Bearer {self.api_key}", "Accept": "application/json",
                    "User-Agent": self.user_agent}
         if idempotency_key is not None:
@@ -212,7 +225,7 @@ class ScanClient:
                                                 timeout=self.timeout + (wait or 0))
             except requests.ConnectionError as exc:
                 if attempt >= self.max_retries:
-                    raise TransportError(f"cannot reach {self.base_url}: {_reason(exc)}") from exc
+                    raise TransportError(f"cannot reach {base}: {_reason(exc)}") from exc
                 self._sleep(self._backoff(attempt))
                 attempt += 1
                 continue
@@ -515,9 +528,9 @@ class ScanClient:
                    "User-Agent": self.user_agent}
         if last:
             headers["Last-Event-ID"] = last
-        url = f"{self.base_url}{API_PREFIX}/events/stream"
+        url = f"{self.wait_url}{API_PREFIX}/events/stream"
         try:
-            # The read timeout outlasts the server's heartbeat (a comment at least every 15 s).
+            # The read timeout outlasts the server's heartbeat (a comment every 10 s) several times over.
             with self.session.get(url, params=params, headers=headers, stream=True,
                                   timeout=(self.timeout, max(self.timeout, 45))) as response:
                 self._record(response)
@@ -535,7 +548,7 @@ class ScanClient:
                                                "body": json.loads(fields["data"])})
                     fields = {}
         except requests.RequestException as exc:
-            raise TransportError(f"the events stream of {self.base_url} broke: {_reason(exc)}") from exc
+            raise TransportError(f"the events stream of {self.wait_url} broke: {_reason(exc)}") from exc
 
     @property
     def watches(self) -> Watches:
@@ -550,48 +563,55 @@ class ScanClient:
 
     # --- waiting ---------------------------------------------------------------------
 
-    def _poll(self, read: Callable[[], Any], done: Callable[[Any], bool], resource_id: str,
-              timeout: float | None, on_progress: Callable[[Any], Any] | None,
-              poll_interval: float | None):
+    def _await(self, read: Callable[[int], Any], done: Callable[[Any], bool], resource_id: str,
+               timeout: float | None, on_progress: Callable[[Any], Any] | None,
+               poll_interval: float | None):
+        """``read(wait)`` until ``done``: each read asks the server to hold it up to ``MAX_WAIT`` s
+        (never past ``timeout``), so a scan of three minutes costs three or four reads."""
         interval = self.poll_interval if poll_interval is None else poll_interval
         start = self._now()
         while True:
-            state = read()
+            left = None if timeout is None else timeout - (self._now() - start)
+            asked = MAX_WAIT if left is None else max(1, min(MAX_WAIT, math.ceil(left)))
+            sent = self._now()
+            state = read(asked)
             if on_progress is not None:
                 on_progress(state)
             if done(state):
                 return state
-            elapsed = self._now() - start
-            delay = interval
-            if timeout is not None:
-                remaining = timeout - elapsed
-                if remaining <= 0:
-                    raise WaitTimeout(resource_id, state, elapsed, timeout)
-                delay = min(interval, remaining)
-            self._sleep(delay)
+            now = self._now()
+            elapsed = now - start
+            if timeout is not None and elapsed >= timeout:
+                raise WaitTimeout(resource_id, state, elapsed, timeout)
+            if now - sent < asked / 2:
+                # Answered early without a final state: the call was not held (a proxy in the way,
+                # a server that cut it short). Pause as a poll would rather than pay for reads back to back.
+                self._sleep(interval if timeout is None else max(0.0, min(interval, timeout - elapsed)))
 
     def wait(self, scan_id: str | Scan, *, timeout: float | None = None,
              on_progress: Callable[[Scan], Any] | None = None, poll_interval: float | None = None,
              progress: bool = False) -> Scan:
-        """Read the scan every ``poll_interval`` s until it is ``completed`` or ``failed``; its final state.
+        """Read the scan, letting the server hold each read until it is ``completed`` or ``failed`` (up
+        to 60 s a read, 1 credit each), until it is; its final state.
 
         ``on_progress(scan)`` is called after every read; ``progress=True`` draws a progress bar on
         stderr. Raises ``WaitTimeout`` once ``timeout`` seconds have passed without a final state
-        (the scan itself goes on).
+        (the scan itself goes on). ``poll_interval``: see the class.
         """
         scan_id = scan_id.scan_id if isinstance(scan_id, Scan) else scan_id
         with _Bar(progress, scan_id, on_progress) as callback:
-            return self._poll(lambda: self.get(scan_id), lambda s: s.done, scan_id, timeout, callback,
-                              poll_interval)
+            return self._await(lambda wait: self.get(scan_id, wait=wait), lambda s: s.done, scan_id, timeout,
+                               callback, poll_interval)
 
     def wait_bulk(self, bulk_id: str | Batch, *, timeout: float | None = None,
                   on_progress: Callable[[Batch], Any] | None = None, poll_interval: float | None = None,
                   progress: bool = False) -> Batch:
-        """Read the batch every ``poll_interval`` s until ``all_done``; its final aggregate state."""
+        """Read the batch, each read held by the server until ``all_done`` (up to 60 s), until it is;
+        its final aggregate state."""
         bulk_id = bulk_id.bulk_id if isinstance(bulk_id, Batch) else bulk_id
         with _Bar(progress, bulk_id, on_progress) as callback:
-            return self._poll(lambda: self.get_bulk(bulk_id), lambda b: bool(b.all_done), bulk_id, timeout,
-                              callback, poll_interval)
+            return self._await(lambda wait: self.get_bulk(bulk_id, wait=wait), lambda b: bool(b.all_done), bulk_id,
+                               timeout, callback, poll_interval)
 
 
 def _cursor(item) -> str:

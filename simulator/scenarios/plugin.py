@@ -60,6 +60,12 @@ def pytest_addoption(parser):
                     help="multiply every wait's timeout (slow machines)")
     group.addoption("--scenario-time-scale", type=float, default=None, metavar="X",
                     help="the started simulator's SIM_TIME_SCALE (default 0.02: scans take 1.2 to 3.6 s)")
+    group.addoption("--scenario-api-port", default=None, metavar="PORT",
+                    help="the started API's port (default: $SCENARIO_API_PORT, else a free one; with -n, "
+                         "worker N adds N)")
+    group.addoption("--scenario-sim-port", default=None, metavar="PORT",
+                    help="the started simulator's port (default: $SCENARIO_SIM_PORT, else a free one; with -n, "
+                         "worker N adds N)")
 
 
 def pytest_configure(config):
@@ -192,10 +198,11 @@ class ScenarioSession:
             from simulator.scenarios.stack import DEFAULT_TIME_SCALE, StackError, running_stack
             self.exit = ExitStack()
             try:
+                api_port, sim_port = self._ports(option)
                 self.stack = self.exit.enter_context(running_stack(
                     quiet=True, time_scale=option("scenario_time_scale") or DEFAULT_TIME_SCALE,
                     # xdist workers each start a stack: shared test services would collide.
-                    use_test_services=not self.xdist_worker))
+                    use_test_services=not self.xdist_worker, api_port=api_port, sim_port=sim_port))
             except StackError as exc:
                 self.error = f"the scenario stack did not start: {exc}"
                 with self._no_capture():
@@ -203,6 +210,15 @@ class ScenarioSession:
                 raise StackUnavailable(self.error) from None
             self.run_config = self.stack.run_config(timeout_scale=option("scenario_timeout_scale"))
             return self.stack
+
+    def _ports(self, option) -> tuple[int | None, int | None]:
+        """The ports chosen for the stack (None: a free one); each xdist worker's stack adds its
+        number (gw2: PORT + 2), so that the workers' stacks do not collide."""
+        from simulator.scenarios.stack import PORT_SETTINGS, chosen_port
+        ports = (chosen_port(option("scenario_api_port"), PORT_SETTINGS["api"]),
+                 chosen_port(option("scenario_sim_port"), PORT_SETTINGS["simulator"]))
+        offset = int(self.config.workerinput["workerid"].removeprefix("gw")) if self.xdist_worker else 0
+        return tuple(None if port is None else port + offset for port in ports)  # type: ignore[return-value]
 
     def _external(self, option) -> None:
         config = runner.RunConfig(

@@ -792,6 +792,10 @@ def build_parser(prog: str = "python -m simulator scenario") -> argparse.Argumen
     parser.add_argument("--parallel", type=int, default=None, help="scenarios run at once on one stack (default 4)")
     parser.add_argument("--timeout-scale", type=float, default=None, help="multiply every wait's timeout")
     parser.add_argument("--time-scale", type=float, default=None, help="the started simulator's SIM_TIME_SCALE")
+    parser.add_argument("--api-port", type=int, default=None, metavar="PORT",
+                        help="the started API's port (default: $SCENARIO_API_PORT, else a free one)")
+    parser.add_argument("--sim-port", type=int, default=None, metavar="PORT",
+                        help="the started simulator's port (default: $SCENARIO_SIM_PORT, else a free one)")
     return parser
 
 
@@ -811,7 +815,8 @@ def pytest_args(argv: list[str], prog: str = "python -m simulator scenario") -> 
     options = {"--scenario-base-url": args.base_url, "--scenario-sim-url": args.sim_url,
                "--scenario-hook-base-url": args.hook_base_url, "--scenario-operator": args.operator,
                "--scenario-operator-query": args.operator_query, "--scenario-parallel": args.parallel,
-               "--scenario-timeout-scale": args.timeout_scale, "--scenario-time-scale": args.time_scale}
+               "--scenario-timeout-scale": args.timeout_scale, "--scenario-time-scale": args.time_scale,
+               "--scenario-api-port": args.api_port, "--scenario-sim-port": args.sim_port}
     # Files outside the project (a scenario of one's own) are named relative to their folder.
     inside = all(Path(t).resolve().is_relative_to(PROJECT_ROOT) for t in targets)
     rootdir = PROJECT_ROOT if inside else Path(os.path.commonpath([Path(t).resolve().parent for t in targets]))

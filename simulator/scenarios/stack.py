@@ -3,7 +3,8 @@
     python -m simulator.scenarios.stack NAME|all [options]   # the same as python -m simulator scenario
     python -m simulator.scenarios.stack --serve          # start it, print the URLs, wait for Ctrl-C
 
-Starts, each in its own process group, on free local ports:
+Starts, each in its own process group, on free local ports (or those chosen: ``--api-port`` and
+``--sim-port`` of the command line, ``SCENARIO_API_PORT`` and ``SCENARIO_SIM_PORT`` in the environment):
 
 - the API: ``gunicorn wsgi:app`` with 2 workers x 4 threads,
 - a worker: ``python -m workers``,
@@ -67,6 +68,39 @@ STACK_SETTINGS = {
 
 class StackError(RuntimeError):
     """The stack could not be started; the message says which part and why."""
+
+
+# Where the stack listens, when it should not be on free ports chosen by the OS (a firewall, a
+# port forwarded into a container): ``make scenarios SCENARIO_API_PORT=9100 SCENARIO_SIM_PORT=9700``.
+PORT_SETTINGS = {"api": "SCENARIO_API_PORT", "simulator": "SCENARIO_SIM_PORT"}
+
+
+def chosen_port(value, name: str) -> int | None:
+    """The port given (an option's value, else the environment's ``name``), or None: a free one.
+    ``StackError`` for one that is not a port number."""
+    value = value if value not in (None, "") else os.environ.get(name) or None
+    if value is None:
+        return None
+    try:
+        port = int(value)
+    except (TypeError, ValueError):
+        port = 0
+    if not 1 <= port <= 65535:
+        raise StackError(f"{name}: {value!r} is not a port number (1 to 65535)")
+    return port
+
+
+def _claim_port(port: int | None, what: str) -> int:
+    """``port`` when it is free now (else ``StackError`` naming it), or a free one when None."""
+    if port is None:
+        return free_port()
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise StackError(f"the {what}'s port {port} is not free: {exc.strerror or exc}") from None
+    return port
 
 
 def dedicated_redis_url(url: str, db: int | None = None) -> str:
@@ -225,17 +259,21 @@ def _keep_logs(stack: Stack, artifacts_dir: Path) -> Path | None:
 @contextmanager
 def running_stack(*, time_scale: float = DEFAULT_TIME_SCALE, startup_timeout: float = 60,
                   artifacts_dir: Path = ARTIFACTS_DIR, quiet: bool = False, env: dict | None = None,
-                  use_test_services: bool = True):
+                  use_test_services: bool = True, api_port: int | None = None, sim_port: int | None = None):
     """Start the stack, yield a ``Stack``, tear it down; keep the logs if anything failed
     (an exception, or ``stack.failed`` set by a failed scenario or ``mark_failed()``).
     ``use_test_services=False`` ignores ``TEST_DATABASE_URL``/``TEST_REDIS_URL`` (one stack
-    per pytest-xdist worker: they would share, and reset, one database)."""
+    per pytest-xdist worker: they would share, and reset, one database). ``api_port`` and
+    ``sim_port``: where the API and the simulator listen (default: free ports); a port in use
+    is a ``StackError`` before anything starts."""
+    api_port, sim_port = _claim_port(api_port, "API"), _claim_port(sim_port, "simulator")
+    if api_port == sim_port:
+        raise StackError(f"the API and the simulator cannot share port {api_port}")
     workdir = Path(tempfile.mkdtemp(prefix="scan-scenarios-"))
     log_dir = workdir / "logs"
     log_dir.mkdir()
     instance = workdir / "instance"
     instance.mkdir()
-    api_port, sim_port = free_port(), free_port()
     base_url, sim_url = f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{sim_port}"
     embedded_servers = shared_redis = None
     stack = None
@@ -339,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
 def serve() -> int:
     """Start the stack and keep it up, for running ``python -m simulator scenario`` against it by hand."""
     try:
-        with running_stack() as stack:
+        with running_stack(api_port=chosen_port(None, PORT_SETTINGS["api"]),
+                           sim_port=chosen_port(None, PORT_SETTINGS["simulator"])) as stack:
             # The engine's settings too: an operator command may submit scans (watches run-due).
             operator_env = " ".join(f"{k}={shlex.quote(stack.env[k])}"
                                     for k in ("APP_ENV", "DATABASE_URL", "REDIS_URL", "SECRET_KEY", "INSTANCE_PATH",

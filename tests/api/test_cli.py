@@ -438,7 +438,7 @@ def test_users_create_without_a_terminal_or_password_is_a_json_error(app, cid):
     """No --password-stdin and no terminal to prompt on: one JSON error, not click's 'Aborted!'."""
     result = run(app, "users", "create", cid, "ops@example.com", "--json", input="")
     assert result.exit_code == 1
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"ok": False, "error": "no password given"}
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"ok": False, "error": "no password given: use --password-stdin (no terminal to prompt on)"}
     assert "Aborted" not in result.output
 
 

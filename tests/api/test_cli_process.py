@@ -72,3 +72,19 @@ def test_tables_go_to_stdout_and_log_lines_to_stderr(env):
 ])
 def test_which_command_lines_are_operator_commands(args, expected):
     assert is_operator_command(args) is expected
+
+
+def test_users_create_without_a_terminal_says_to_use_password_stdin_without_getpass_warning(env):
+    """Run from a script (no terminal: stdin a pipe, no controlling terminal), the prompt's getpass
+    warned "GetPassWarning: Can not control echo on the terminal" and "Password input may be echoed"
+    before failing; now one line says what to do."""
+    created = json.loads(flask(env, "customers", "create", "--name", "Acme", "--tier", "pro", "--json").stdout)
+    result = subprocess.run([sys.executable, "-m", "flask", "--app", "wsgi", "users", "create",
+                             created["customer_id"], "ops@example.com"], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=120, stdin=subprocess.DEVNULL, start_new_session=True)
+    assert result.returncode == 1
+    assert "error: no password given: use --password-stdin" in result.stderr
+    assert "GetPassWarning" not in result.stderr and "echoed" not in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    listed = json.loads(flask(env, "users", "list", created["customer_id"], "--json").stdout)
+    assert listed["users"] == []  # nothing made

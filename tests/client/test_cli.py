@@ -3,15 +3,24 @@ against the real API on a real HTTP port; waits run RQ jobs on frozen time insid
 import csv
 import io
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+import requests
 from freezegun import freeze_time
 from scan_api_client.cli import main, read_targets
 
+from app.extensions import db
+from app.services.tracking import tracking
 from tests.api.helpers import balance, scans_of
+from tests.client.held import HeldOnFrozenTime
 
 START = "2026-11-21 12:00:00"
+CLIENT_DIR = Path(__file__).resolve().parents[2] / "client"
 PLAIN_PROGRESS = re.compile(r"^\[\d\d:\d\d\] (scn|blk)_\S+: queued \d+  running \d+  completed \d+  failed \d+")
 
 
@@ -37,8 +46,12 @@ class Cli:
             if jobs is not None:
                 jobs.run()
 
+        # While time is frozen, the server's hold of a read that waits moves the world on (tests/client/held.py).
+        held = HeldOnFrozenTime(frozen, jobs) if frozen is not None and jobs is not None else None
+        self.asked = held.asked if held is not None else []
         code = main(list(argv), stdin=io.StringIO(stdin), stdout=out, stderr=err,
-                    env=self.env if env is None else env, sleep=sleep)
+                    env=self.env if env is None else env, sleep=sleep,
+                    session=held.session() if held is not None else None)
         return code, out.getvalue(), err.getvalue()
 
 
@@ -61,9 +74,11 @@ def test_scan_wait_json_prints_the_completed_scan_and_progress_on_stderr(cli, jo
     assert scan["status"] == "completed" and scan["target"] == "jane@example.com" and "result" in scan
     lines = err.splitlines()
     assert lines and all(PLAIN_PROGRESS.match(line) for line in lines), err
-    assert lines[0].startswith("[00:00]") and "completed 1" in lines[-1] and "(1/1 done)" in lines[-1]
-    assert cli.sleeps and set(cli.sleeps) == {12.0}
+    assert "completed 1" in lines[-1] and "(1/1 done)" in lines[-1]  # a line per read, the last one final
+    # The server held each read (up to 60 s): no poll every 12 s, each paid for.
+    assert cli.sleeps == [] and cli.asked and set(cli.asked) == {60}
     assert len(scans_of(account)) == 1
+    assert balance(account) == 100 - 1 - len(cli.asked)  # the creation and one credit per read
 
 
 def test_scan_without_wait_in_csv(cli):
@@ -80,7 +95,7 @@ def test_scan_wait_to_failed_is_still_exit_0_with_the_failure_in_csv(cli, jobs):
     assert code == 0, err
     [row] = rows(out)
     assert (row["status"], row["error"]) == ("failed", "engine_failed") and row["finished_at"]
-    assert set(cli.sleeps) == {10.0}
+    assert cli.sleeps == [] and set(cli.asked) == {60}
 
 
 def test_progress_is_a_redrawn_bar_on_a_terminal(cli, jobs):
@@ -88,7 +103,7 @@ def test_progress_is_a_redrawn_bar_on_a_terminal(cli, jobs):
         code, out, err = cli("scan", "jane@example.com", "--wait", stderr=Tty(), frozen=frozen, jobs=jobs)
     assert code == 0
     # tqdm's bar, redrawn in place (\r) and left on its own line at the end
-    assert err.count("\r") >= len(cli.sleeps) + 1 and err.endswith("\n") and err.count("\n") == 1
+    assert err.count("\r") >= len(cli.asked) and err.endswith("\n") and err.count("\n") == 1
     final = err.rstrip("\n").rsplit("\r", 1)[-1]
     assert final.startswith("scn_") and "1/1" in final and "completed 1" in final and "#" * 24 in final
     assert json.loads(out)["status"] == "completed"
@@ -101,6 +116,7 @@ def test_wait_timeout_exits_3_with_the_last_state(cli, jobs):
     assert code == 3
     assert json.loads(out)["status"] in {"queued", "running"}
     assert "not finished after 30 s" in err.splitlines()[-1] and "get scn_" in err
+    assert cli.asked == [30] and cli.sleeps == []  # one read held 30 s, never past the timeout
 
 
 # --- bulk ---------------------------------------------------------------------------------
@@ -290,3 +306,53 @@ def test_list_csv_quotes_a_target_that_starts_a_formula(cli):
     assert code == 0, err
     [row] = rows(out)
     assert row["target"] == "'=1+2@example.com"
+
+
+@pytest.mark.processes
+def test_output_into_a_closed_pipe_ends_quietly(served_app, account):
+    """`scan-api list | head` ended with a BrokenPipeError traceback when head had read enough (and
+    "Exception ignored" at exit): now nothing is written after the reader went, status 141 as a
+    command stopped by SIGPIPE, stderr empty."""
+    scan_id = main_json(served_app, account, "scan", "jane@example.com")["scan_id"]
+    env = dict(os.environ, PYTHONPATH=str(CLIENT_DIR), SCAN_API_URL=served_app.url, SCAN_API_KEY=account.api_key)
+    for argv in (["get", scan_id], ["--help"]):
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # the reader is gone before the answer comes
+        try:
+            done = subprocess.run([sys.executable, "-m", "scan_api_client", *argv], stdout=write_end,
+                                  stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, timeout=60, text=True)
+        finally:
+            os.close(write_end)
+        assert (done.returncode, done.stderr) == (141, ""), argv
+
+
+def main_json(served_app, account, *argv):
+    out, err = io.StringIO(), io.StringIO()
+    assert main(list(argv), stdout=out, stderr=err, env={"SCAN_API_URL": served_app.url,
+                                                           "SCAN_API_KEY": account.api_key}) == 0, err.getvalue()
+    return json.loads(out.getvalue())
+
+
+def test_the_wait_url_option_and_setting_send_the_reads_that_wait_there(served_app, account):
+    """--wait-url (SCAN_API_WAIT_URL): where the reads that wait go, e.g. make run's API_PORT + 1."""
+    sent = []
+
+    class Recording(requests.Session):
+        def request(self, method, url, *args, **kwargs):
+            sent.append((url.split("/api/v1")[0], (kwargs.get("params") or {}).get("wait")))
+            return super().request(method, url, *args, **kwargs)
+
+    scan_id = main_json(served_app, account, "scan", "fail.me@example.com")["scan_id"]
+    with db.connection_context():
+        tracking.fail(scan_id, "engine_failed", "no")
+    elsewhere = "http://127.0.0.1:9"  # nothing there: only the reads that wait may go there
+    for argv, env in ((["get", scan_id, "--wait-url", elsewhere], {}), (["get", scan_id], {"SCAN_API_WAIT_URL": elsewhere})):
+        out, err = io.StringIO(), io.StringIO()
+        assert main(argv, stdout=out, stderr=err, session=Recording(),
+                    env={"SCAN_API_URL": served_app.url, "SCAN_API_KEY": account.api_key, **env}) == 0, err.getvalue()
+    assert sent == [(served_app.url, None), (served_app.url, None)]
+    code = main(["scan", "x@example.com", "--wait", "--wait-url", elsewhere, "--timeout", "5"], stdout=io.StringIO(),
+                stderr=(err := io.StringIO()), session=Recording(), sleep=lambda s: None,
+                env={"SCAN_API_URL": served_app.url, "SCAN_API_KEY": account.api_key})
+    assert code == 1 and "cannot reach http://127.0.0.1:9" in err.getvalue()
+    assert sent[-1] == (elsewhere, 5)  # the read that waits went to the wait URL

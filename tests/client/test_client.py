@@ -5,6 +5,7 @@ client's injected ``sleep``, so nothing here sleeps for real.
 """
 import http.server
 import threading
+import time
 
 import pytest
 import requests
@@ -30,19 +31,25 @@ from scan_api_client import (
 )
 from scan_api_client.errors import parse_retry_after
 
+from app.extensions import db
+from app.services.tracking import tracking
 from app.webhook_signature import sign
 from tests.api.helpers import balance, engine_mode, scans_of
+from tests.client.held import HeldOnFrozenTime
+from tests.conftest import ServerThread
 
 START = "2026-11-21 12:00:00"
 CREATED_FIELDS = {"ok", "scan_id", "livemode", "kind", "recipes_to_run", "eta_seconds", "poll_url"}
 
 
 class Recorder:
-    """A ``sleep`` for the client: records each pause, moves frozen time by it and runs the jobs due."""
+    """A ``sleep`` for the client: records each pause, moves frozen time by it and runs the jobs due.
+    With both, ``held`` stands in for the server's hold of the reads that wait (``tests/client/held.py``)."""
 
     def __init__(self, frozen=None, jobs=None, then=None):
         self.frozen, self.jobs, self.then = frozen, jobs, then
         self.calls = []
+        self.held = HeldOnFrozenTime(frozen, jobs) if frozen is not None and jobs is not None else None
 
     def __call__(self, seconds):
         self.calls.append(seconds)
@@ -56,6 +63,9 @@ class Recorder:
 
 def make_client(served_app, account, **kwargs):
     kwargs.setdefault("sleep", Recorder())
+    held = getattr(kwargs["sleep"], "held", None)
+    if held is not None:
+        kwargs.setdefault("session", held.session())
     return ScanClient(served_app.url, account.api_key, **kwargs)
 
 
@@ -114,7 +124,7 @@ def test_base_url_may_end_in_api_v1(served_app, account):
 
 # --- waiting ----------------------------------------------------------------------------
 
-def test_wait_polls_until_completed(served_app, account, jobs):
+def test_wait_reads_held_by_the_server_until_completed(served_app, account, jobs):
     with freeze_time(START) as frozen:
         sleep = Recorder(frozen, jobs)
         api = make_client(served_app, account, sleep=sleep)
@@ -123,9 +133,59 @@ def test_wait_polls_until_completed(served_app, account, jobs):
         final = api.wait(scan_id, on_progress=seen.append)
     assert final.status == "completed" and final.scan_id == scan_id
     assert final.result.risk.band in {"low", "medium", "high", "critical"}
-    assert sleep.calls and set(sleep.calls) == {12.0}  # the default poll interval, §4.2: 10 to 15 s
-    assert len(seen) == len(sleep.calls) + 1 and seen[0].status in {"queued", "running"}
-    assert seen[-1] is final
+    assert sleep.calls == [] and set(sleep.held.asked) == {60}  # no polling: each read held up to 60 s
+    assert len(seen) == len(sleep.held.asked) and seen[-1] is final
+
+
+def test_wait_lets_the_server_hold_the_read_and_pays_for_one(served_app, account):
+    """On real time: the read is answered when the scan completes (another thread, 0.3 s later), one
+    credit for the wait. It used to read every 12 s (here: at once, the sleep being a no-op), one
+    credit each."""
+    sleep = Recorder()
+    api = make_client(served_app, account, sleep=sleep)
+    scan = api.create("jane@example.com")
+    worker = _complete_later(scan.scan_id)
+    started = time.monotonic()
+    done = api.wait(scan, timeout=30)
+    worker.join()
+    assert done.status == "completed" and time.monotonic() - started < 10
+    assert sleep.calls == [] and balance(account) == 100 - 2  # the creation and one read
+
+
+def test_reads_that_wait_and_the_stream_go_to_the_wait_url(app, served_app, account):
+    """``make run`` serves the calls that wait on the API's port + 1 (no nginx in front to send them
+    there): ``wait_url`` names it; every other call goes to the base URL."""
+    held = ServerThread(app)
+    sent = []
+
+    class Recording(requests.Session):
+        def request(self, method, url, *args, **kwargs):
+            sent.append((method, url.split("/api/v1")[0], (kwargs.get("params") or {}).get("wait")))
+            return super().request(method, url, *args, **kwargs)
+
+    try:
+        api = ScanClient(served_app.url, account.api_key, wait_url=f"{held.url}/api/v1", session=Recording(),
+                         sleep=Recorder())
+        scan = api.create("jane@example.com")
+        worker = _complete_later(scan.scan_id)
+        assert api.wait(scan, timeout=30).status == "completed"
+        worker.join()
+        next(api.events(after="evt_0"))
+    finally:
+        held.stop()
+    assert sent[0] == ("POST", served_app.url, None)
+    assert sent[1][:2] == ("GET", held.url) and 1 <= sent[1][2] <= 60  # the read that waits
+    assert sent[-1][:2] == ("GET", held.url)  # the events stream
+
+
+def _complete_later(scan_id, delay=0.3):
+    def run():
+        time.sleep(delay)
+        with db.connection_context():
+            tracking.complete(scan_id, {"risk": {"score": 10, "band": "low"}})
+    worker = threading.Thread(target=run)
+    worker.start()
+    return worker
 
 
 def test_wait_ends_on_failed(served_app, account, jobs):
@@ -144,7 +204,7 @@ def test_wait_timeout_raises_with_the_last_state(served_app, account, jobs):
         scan_id = api.create("hang.me@example.com").scan_id
         with pytest.raises(WaitTimeout) as caught:
             api.wait(scan_id, timeout=50)
-    assert sleep.calls == [12, 12, 12, 12, 2]  # never past the deadline
+    assert sleep.calls == [] and sleep.held.asked == [50]  # one read, held never past the deadline
     assert caught.value.resource_id == scan_id and caught.value.last.status in {"queued", "running"}
     assert caught.value.elapsed >= 50
 
@@ -158,7 +218,7 @@ def test_wait_bulk_until_all_done(served_app, account, jobs):
         final = api.wait_bulk(bulk_id, on_progress=seen.append)
     assert final.all_done is True
     assert (final.queued, final.running, final.completed, final.failed) == (0, 0, 2, 1)
-    assert seen[0].all_done is False and set(sleep.calls) == {12.0}
+    assert seen[-1].all_done is True and sleep.calls == [] and set(sleep.held.asked) == {60}
 
 
 # --- back-off and retries -----------------------------------------------------------------

@@ -28,6 +28,7 @@ from app.models import WebhookDelivery
 from app.services.webhooks import webhooks
 from tests import factories
 from tests.api.helpers import balance
+from tests.client.held import HeldOnFrozenTime
 
 SECRET = "whsec_Y2xpZW50IGRlbGl2ZXJpZXMgc2VjcmV0IDAxMjM0NTY3OA=="
 START = "2026-11-21 12:00:00"
@@ -273,7 +274,8 @@ def test_a_test_key_through_the_client(served_app, make_customer, receiver, jobs
         def sleep(seconds):
             frozen.tick(seconds)
             jobs.run()
-        api = ScanClient(served_app.url, test.api_key, sleep=sleep, poll_interval=2)
+        api = ScanClient(served_app.url, test.api_key, sleep=sleep, poll_interval=2,
+                         session=HeldOnFrozenTime(frozen, jobs).session())
         assert api.livemode is False
         created = api.create("jane.doe@example.com")
         assert created.livemode is False and api.last_credits == 10  # free; the live balance shown

@@ -21,6 +21,7 @@ from scan_api_client.cli import main
 
 from app.extensions import db
 from tests import factories
+from tests.client.held import HeldOnFrozenTime
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "client.md"
 HOOK_SECRET = "whsec_ZG9jcyBleGFtcGxlcyByZWNlaXZlciBzZWNyZXQgMDE="
@@ -51,6 +52,7 @@ def docs_env(served_app, make_customer, simulator, jobs, monkeypatch, tmp_path):
             frozen.tick(seconds)
             jobs.run()
         monkeypatch.setattr(client_module, "_default_sleep", sleep)
+        HeldOnFrozenTime(frozen, jobs).patch(monkeypatch)  # the server's hold of the reads that wait
         yield env
 
 

@@ -18,9 +18,11 @@ from scan_api_client import (
     WatchEnded,
     WatchLimitReached,
 )
-from scan_api_client.cli import main
+from scan_api_client.cli import import_rows, main, read_numbered_targets
+from werkzeug.datastructures import FileStorage
 
 from app.extensions import db
+from app.portal.pages.watches import csv_targets
 from app.services.accounts import accounts
 from app.services.tracking import tracking
 
@@ -181,7 +183,8 @@ def test_an_import_that_cannot_be_sent_reports_every_row_not_sent(served_app, ma
                              "--interval", "weekly", "--format", "csv")
     assert code == 1
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert [(r["row"], r["outcome"]) for r in rows] == [("1", "not_sent"), ("2", "not_sent"), ("3", "not_sent")]
+    # Numbered as the portal numbers them: by the row in the file, the header being row 1.
+    assert [(r["row"], r["outcome"]) for r in rows] == [("2", "not_sent"), ("3", "not_sent"), ("4", "not_sent")]
     assert all(r["error"] for r in rows) and "0 watched, 0 rejected, 3 not sent of 3 targets" in err
 
 
@@ -202,8 +205,18 @@ def test_create_bulk_and_the_csv_import_in_chunks(served_app, app, make_customer
     assert code == 0, err
     report = json.loads(out)
     assert (report["total"], report["created"], report["rejected"], report["not_sent"]) == (150, 149, 1, 0)
-    assert [r["row"] for r in report["rows"]] == list(range(1, 151))
+    assert [r["row"] for r in report["rows"]] == list(range(2, 152))  # the header is row 1
     assert report["rows"][120]["outcome"] == "created" and report["rows"][120]["target"] == "person120@example.com"
     assert (report["rows"][-1]["outcome"], report["rows"][-1]["error"]) == ("rejected", "target_too_short")
     assert len({r["watch_id"] for r in report["rows"][:-1]}) == 149
     assert "149 watched, 1 rejected of 150 targets" in err
+
+
+def test_the_import_numbers_rows_as_the_portals_import_does():
+    """The portal's report numbers a row as a spreadsheet does (the header is row 1, blank rows
+    counted); the command line's numbered the targets from 1, so row 3 of one was row 2 of the other."""
+    text = "target,kind\njane@example.com,email\n\n,\nab,\n+14155552671,phone\n"
+    portal, why = csv_targets(FileStorage(io.BytesIO(text.encode()), filename="people.csv"))
+    assert why is None
+    assert [number for number, _ in read_numbered_targets(text)] == [number for number, _ in portal] == [2, 5, 6]
+    assert import_rows([t for _, t in portal], [], None, [2, 5, 6])[1]["row"] == 5

@@ -11,14 +11,18 @@ and output are in ``test_scenario_plugin.py``.
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import requests
 
+from simulator.procutil import free_port, wait_until
 from simulator.scenarios import SCENARIO_DIR, model, runner
 from simulator.scenarios.operator import PROJECT_ROOT
 
@@ -130,6 +134,59 @@ def test_a_failed_run_prints_its_result_and_where_the_logs_are_on_lines_of_their
     assert (kept / "api.log").is_file()
     shutil.rmtree(kept)
     assert "PytestUnknownMarkWarning" not in done.stdout
+
+
+ON_PORTS = """\
+description: Runs on the API port it was given (the poll URL is made of it).
+setup: {credits: 5}
+steps:
+  - create: {target: ports.chosen@example.com, kind: email}
+    expect:
+      status: 202
+      body: {poll_url: {matches: '^http://127[.]0[.]0[.]1:PORT/api/v1/scan/scn_'}}
+"""
+
+
+@pytest.mark.processes
+def test_the_stack_runs_on_the_ports_chosen(tmp_path):
+    """``make scenarios`` and ``python -m simulator scenario`` always took free ports; an option (and
+    a setting) chooses them."""
+    api_port, sim_port = free_port(), free_port()
+    scenario = tmp_path / "on_ports.yaml"
+    scenario.write_text(ON_PORTS.replace("PORT", str(api_port)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    run = subprocess.Popen([sys.executable, "-m", "simulator", "scenario", str(scenario), "--api-port", str(api_port)],
+                           cwd=PROJECT_ROOT, env=dict(env, SCENARIO_SIM_PORT=str(sim_port)), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_until(lambda: requests.get(f"http://127.0.0.1:{sim_port}/_sim/engine/mode", timeout=2).ok, 120,
+                   "the simulator on the port chosen")
+        output, _ = run.communicate(timeout=280)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait(30)
+    assert run.returncode == 0, output
+    assert re.search(r"on_ports\.yaml  3/3 met", output), output
+
+
+def test_a_chosen_port_in_use_is_refused_before_anything_starts(tmp_path):
+    scenario = tmp_path / "on_ports.yaml"
+    scenario.write_text(ON_PORTS)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "simulator", "scenario", str(scenario)], cwd=PROJECT_ROOT,
+                              env=dict(os.environ, SCENARIO_API_PORT=str(port)), capture_output=True, text=True,
+                              timeout=120)
+    assert done.returncode != 0
+    assert f"the API's port {port} is not free" in done.stdout + done.stderr
+
+
+def test_the_port_options_go_to_pytest():
+    command = runner.pytest_args(["all", "--api-port", "9100", "--sim-port", "9700"])
+    assert "--scenario-api-port=9100" in command and "--scenario-sim-port=9700" in command
 
 
 @pytest.mark.parametrize("argv, message", [

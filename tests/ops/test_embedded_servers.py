@@ -88,8 +88,8 @@ def test_make_run_leaves_nothing_running_however_it_is_stopped(instance_tmp, how
     started, target, sig = STOPS[how]
     if started == "make" and shutil.which("make") is None:
         pytest.skip("make is not installed")
-    if not (Path(sys.executable).parent / "honcho").exists():
-        pytest.skip("honcho is missing: make run installs it (requirements-dev.txt)")
+    # Not a skip: `make test` installs honcho (requirements-test.txt includes requirements-dev.txt).
+    assert (Path(sys.executable).parent / "honcho").exists(), "honcho is missing: make install-test installs it"
     tmp_path = instance_tmp
     instance = tmp_path / "instance"
     env = _dev_env(instance)
@@ -123,6 +123,30 @@ def test_make_run_leaves_nothing_running_however_it_is_stopped(instance_tmp, how
         log.close()
     output = (tmp_path / "run.log").read_text(errors="replace")
     assert "Traceback" not in output, output[-3000:]
+    assert "Demo customer: cus_" in output and "password: " in output, output[-3000:]  # a fresh instance
+    assert f"127.0.0.1:{env['HELD_PORT']}/api/v1/scan?wait=60" in output
+
+
+def _requirements(name: str) -> set[str]:
+    """The packages a requirements file pins, those of the files it includes (``-r``) too."""
+    names: set[str] = set()
+    for line in (ROOT / name).read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line.startswith("-r "):
+            names |= _requirements(line[3:].strip())
+        elif line:
+            names.add(line.split("==")[0].strip().lower())
+    return names
+
+
+def test_make_test_installs_what_the_make_run_tests_need():
+    """A fresh clone's `make test` skipped the tests above ("honcho is missing: make run installs it"):
+    its requirements now hold make run's, and its install stamp is redone when they change."""
+    assert _requirements("requirements-dev.txt") <= _requirements("requirements-test.txt")
+    assert "honcho" in _requirements("requirements-test.txt")
+    stamp = next(line for line in (ROOT / "Makefile").read_text().splitlines()
+                 if line.startswith("$(VENV)/.installed-test:"))
+    assert "requirements-dev.txt" in stamp
 
 
 def _answers(url: str) -> bool:

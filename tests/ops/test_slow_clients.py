@@ -75,6 +75,27 @@ def raw(port: int, request: bytes) -> tuple[int, dict]:
     return int(head.split()[1]), json.loads(body)
 
 
+def test_the_check_runs_nginx_on_the_ports_chosen(gunicorn, capsys):
+    """It always took free ports; --http-port and --https-port choose them (a firewall, a container)."""
+    http_port, https_port = closed_port(), closed_port()
+    status = check_slow_clients.main(["--upstream", gunicorn, "--attackers", "1", "--seconds", "1", "--max-ms",
+                                      "60000", "--nginx", NGINX, "--http-port", str(http_port),
+                                      "--https-port", str(https_port)])
+    report = json.loads(capsys.readouterr().out)
+    assert status == 0, report
+    assert report["nginx_ports"] == {"http": http_port, "https": https_port}
+    assert report["behind_nginx"]["failed_or_timed_out"] == 0  # probes went through nginx on that port
+
+
+def test_a_chosen_port_in_use_is_refused_before_nginx_starts():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(RuntimeError, match=f"port {port} is in use"):
+            check_slow_clients.Nginx(f"127.0.0.1:{closed_port()}", NGINX, https_port=port)
+
+
 def test_what_nginx_refuses_is_answered_in_the_json_envelope(gunicorn):
     server = check_slow_clients.Nginx(gunicorn, NGINX)
     try:

@@ -65,8 +65,8 @@ def describe(row: CreditLedger) -> dict:
              "endpoint": "", "what": "", "reason": "", "reads": row.reads}
     if row.reason == billing.READS_REASON:
         # A minute's reads of one endpoint, summed (D24): dated by the latest, with the balance
-        # after it, so the ledger in time order reads as a running balance; each read is in
-        # the activity log.
+        # after it (a movement between them is listed before the row: not a running balance row
+        # by row, but the changes add up to the balance); each read is in the activity log.
         entry.update(what=billing.reads_words(row.reads or 0), endpoint=note)
     elif row.reason in OPERATOR_KINDS:
         entry["what"] = "Credits added by your account manager" if row.delta >= 0 else \

@@ -281,8 +281,8 @@ def add_read(*, source: str, note_sql: str, livemode_sql: str, param=positional)
     """The INSERT that adds one read's charge to its minute's row of summed reads (D24): the
     row of the customer, mode, endpoint (the note) and minute is created by its first read and
     grown by the next ones (``delta`` their sum, ``reads`` their count, ``balance_after`` the
-    balance after the latest, ``created_at`` its time: the row is dated when its balance was, so
-    the ledger in time order reads as a running balance), so a read adds no row. ``source`` is the CTE of the charged
+    balance after the latest, ``created_at`` its time: the row is dated when its balance was),
+    so a read adds no row. ``source`` is the CTE of the charged
     customer (``id``, ``balance``); its parameters (``param``: positional, in this order, or
     named): ``delta``, ``reason``, those of ``note_sql``, ``now``, those of ``livemode_sql``,
     ``minute``. Returns ``balance_after``.

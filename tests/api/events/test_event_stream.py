@@ -1,8 +1,10 @@
 """The events stream over real HTTP (D27): server-sent events of the account's mode, resumed
 after Last-Event-ID with no event lost, woken by another thread's commit, charged once per
 connection, a heartbeat comment while nothing happens."""
+import re
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -157,3 +159,25 @@ def test_a_stream_whose_key_changes_while_nothing_happens_ends_at_the_next_heart
             accounts.revoke_key(account.key.id)
         rest, ended = _to_the_end(lines, feed.HEARTBEAT_SECONDS + 1)
     assert ended and ": this key may no longer read events" in rest
+
+
+# "comment line every 10 s", "heartbeat comment at least every 15 s", "a comment every 10 seconds"...
+HEARTBEAT_TEXT = re.compile(r"(?:comment line|heartbeat comment|a comment)[^.;|]*?every (\d+(?:\.\d+)?) s",
+                            re.IGNORECASE)
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_the_heartbeat_interval_is_one_number_in_the_code_the_openapi_text_and_every_doc(client):
+    """The stream's heartbeat was "at least every 15 s" in the README's table and the OpenAPI text and
+    "every 10 s" in the README's details and the code: every text now gives the code's constant."""
+    said: dict[float, list[str]] = {}
+    for path in [ROOT / "README.md", ROOT / "client" / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+                 ROOT / "client" / "scan_api_client" / "client.py"]:
+        for found in HEARTBEAT_TEXT.finditer(path.read_text()):
+            said.setdefault(float(found[1]), []).append(path.name)
+    stream = client.get("/api/v1/openapi.json").get_json()["paths"]["/api/v1/events/stream"]["get"]
+    for found in HEARTBEAT_TEXT.finditer(stream["responses"]["200"]["description"]):
+        said.setdefault(float(found[1]), []).append("openapi.json")
+    where = {name for names in said.values() for name in names}
+    assert {"openapi.json", "README.md"} <= where, said
+    assert set(said) == {feed.HEARTBEAT_SECONDS}, said

@@ -81,10 +81,11 @@ def test_the_ledger_pages_newest_first(conn):
     assert len(usage.ledger_page(cust.id, page=0, per_page=1000).items) == 5  # clamped
 
 
-def test_the_ledger_in_time_order_reads_as_a_running_balance(conn):
+def test_summed_reads_are_dated_by_the_latest_with_the_balance_after_it(conn):
     """A minute's summed reads are dated by the latest, with the balance after it: a movement
     made between the minute's reads is listed before the row, and the newest row's balance is the
-    balance (the CLI's ``customers show`` and the portal's usage page list these)."""
+    balance (the CLI's ``customers show`` and the portal's usage page list these). The README once
+    called this a running balance; row by row it is not (94 - 2 is not 93), but the changes add up."""
     at = datetime(2026, 11, 22, 12, 30, 5)
     with freeze_time(at - timedelta(hours=1)):
         cust, _ = new_customer(credits=100)
@@ -98,6 +99,7 @@ def test_the_ledger_in_time_order_reads_as_a_running_balance(conn):
                    accounts.customer_overview(cust.id)["ledger"]):
         assert [(r["delta"], r["balance_after"]) for r in listed] == [(-2, 93), (-5, 94), (100, 100)]
         assert listed[0]["balance_after"] == billing.balance_of(cust.id)
+        assert sum(r["delta"] for r in listed) == billing.balance_of(cust.id)
     times = [r["created_at"] for r in usage.ledger_page(cust.id, page=1, per_page=10).items]
     assert times[:2] == [at + timedelta(seconds=20), at + timedelta(seconds=10)]
 
