@@ -77,9 +77,9 @@ def _open(browser, served_app, viewport):
     return context, tab
 
 
-def _shoot(tab, name):
+def _shoot(tab, name, *, full_page=True):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    tab.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    tab.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full_page)
 
 
 
@@ -144,7 +144,9 @@ def test_the_key_page_reads_at_a_laptops_width(browser, served_app, busy_account
         assert tab.url.endswith("#revealed")
         box, top = _box(secret), tab.evaluate("window.scrollY")
         assert top > 0 and box["y"] >= 0 and box["y"] + box["height"] <= LAPTOP["height"]  # in view, no scrolling
-        _shoot(tab, "portal_1280_key_secret_shown")
+        shown = _box(tab.locator("#revealed"))
+        assert box["x"] + box["width"] <= shown["x"] + shown["width"]  # inside its box, whole
+        _shoot(tab, "portal_1280_key_secret_shown", full_page=False)  # what the person sees
     finally:
         context.close()
 
