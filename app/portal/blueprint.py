@@ -11,8 +11,10 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-from flask import Blueprint, Response, request, stream_with_context
+from flask import Blueprint, Response, g, make_response, render_template, request, stream_with_context
+from werkzeug.exceptions import NotFound
 
+from app import errors
 from app.models import utcnow
 from app.portal import audit, security
 from app.portal.forms import ActionForm
@@ -21,6 +23,20 @@ from app.services.accounts import portal_roles as roles
 bp = Blueprint("portal", __name__, url_prefix="/app", template_folder="templates", static_folder="static")
 bp.after_request(security.add_security_headers)
 bp.after_request(audit.record_action)  # every portal action is an activity log entry (D20)
+
+
+@bp.app_errorhandler(NotFound)
+def not_found(exc: NotFound):
+    """A 404 under the portal's address (an unknown or another customer's id, an unknown page) is a
+    page in the portal's layout; anywhere else, the API's JSON error, as before."""
+    if request.blueprint != bp.name and not request.path.startswith(f"{bp.url_prefix}/"):
+        return errors.handle_http_exception(exc)
+    if g.get("user") is None:  # no view ran (an unknown page): the navigation of whoever is logged in
+        user = security.current_user()
+        if user is not None:
+            g.user, g.portal_customer = user, user.customer
+    page = make_response(render_template("portal/not_found.html", **inject_logout_form()), 404)
+    return page if request.blueprint == bp.name else security.add_security_headers(page)  # else done by bp
 
 
 @bp.context_processor

@@ -49,6 +49,7 @@ def test_the_navigation_is_one_line_at_1280_px(page, served_app, portal_user):
 def test_the_key_page_is_laid_out_for_a_person(logged_in, served_app, portal_user):
     page = logged_in
     page.goto(f"{served_app.url}/app/api-keys/{portal_user.key.id}")
+    page.locator("main details").evaluate_all("all => all.forEach(d => { d.open = true; })")  # folded forms
     endpoints, grid = page.locator("section.endpoints"), page.locator("main > div.grid").first
     # Endpoints: a section of their own, as wide as the page's content (the cards' grid above it).
     assert abs(_box(endpoints)["width"] - _box(grid)["width"]) < 2

@@ -34,7 +34,7 @@ def test_check_a_partial_result_follow_a_reason_and_mark_a_finding(logged_in, se
     page.goto(f"{served_app.url}/app/scans/{scan_id}")
 
     coverage = page.get_by_role("region", name="Coverage")
-    assert f"{result['coverage']['checked']} sources asked" in coverage.inner_text()
+    assert f"{result['coverage']['checked']} of {len(result['sources'])} sources asked" in coverage.inner_text()
     coverage.get_by_text("Partial result").wait_for()
     sources = page.locator("table.sources tbody tr")
     assert sources.count() == len(result["sources"])

@@ -29,7 +29,7 @@ def test_the_scan_page_shows_coverage_sources_reasons_and_each_findings_sources(
     login(client)
     page = client.get(f"/app/scans/{scan_id}").get_data(as_text=True)
     coverage = result["coverage"]
-    glance = (f"{coverage['checked']} sources asked · {coverage['found']} found something · "
+    glance = (f"{coverage['checked']} of {len(result['sources'])} sources asked · {coverage['found']} found something · "
               f"{coverage['failed']} could not answer")
     assert glance in page
     assert "Partial result" in page and f'action="/app/scans/{scan_id}/rerun"' in page

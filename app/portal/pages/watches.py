@@ -31,9 +31,13 @@ def _watches_page(add: WatchForm | None = None, upload: WatchImportForm | None =
                                      page=page_arg())
     keys = watches.watch_keys(customer_id)
     add, upload = add or WatchForm(formdata=None), upload or WatchImportForm(formdata=None)
+    # A live key is offered first: a test-mode key's watches run in the sandbox, never on the live engine.
+    live = next((k.id for k in keys if k.livemode), None)
     for form in (add, upload):
         form.key_id.choices = [(k.id, f"{k.name or k.id} ({k.display}{'' if k.livemode else ', test mode'})")
                                for k in keys]
+        if form.key_id.data is None:
+            form.key_id.data = live
     # Where a pause, resume or end sends the person back to: this list as it is filtered and paged.
     back = {name: value for name, value in {**filters, "page": listing.page if listing.page > 1 else None}.items()
             if value}

@@ -253,18 +253,23 @@ def scan_detail(customer_id: str, scan_id: str) -> dict:
 
 
 def batch_detail(customer_id: str, bulk_id: str) -> dict:
-    """A batch's counters and its scans in request order (``rejected_count`` as in ``read_bulk``)."""
+    """A batch's counters and its scans in request order (``rejected_count`` as in ``read_bulk``,
+    ``rejected_indexes`` the places in the request of the targets refused)."""
     batch = scan_store.owned_batch(bulk_id, customer_id)
     if batch is None:
         raise NotFound("no bulk batch with this id")
     now = utcnow()
-    scans = [_summary(s, now) for s in scan_store.batch_scans(batch.id)]
+    rows = scan_store.batch_scans(batch.id)
+    scans = [_summary(s, now) for s in rows]
+    # A refused target is not kept (the creation's answer listed it with its reason): its place
+    # in the request is what is left, the indexes no scan took.
+    rejected_indexes = sorted(set(range(batch.total)) - {s.bulk_index for s in rows})
     counts = dict.fromkeys(STATUSES, 0)
     for scan in scans:
         counts[scan["status"]] += 1
     return {"bulk_id": batch.id, "livemode": batch.livemode, "created_at": batch.created_at, "total": batch.total,
             "counts": counts,
-            "rejected_count": max(0, batch.total - len(scans)),
+            "rejected_count": max(0, batch.total - len(scans)), "rejected_indexes": rejected_indexes,
             "all_done": counts[QUEUED] + counts[RUNNING] == 0, "scans": scans, "key": _key_ref(batch.api_key_id)}
 
 

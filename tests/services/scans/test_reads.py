@@ -158,6 +158,17 @@ def test_the_portal_batch_page_counts_and_orders_its_scans(conn):
         reads.batch_detail(new_customer()[0].id, outcome.body["bulk_id"])
 
 
+def test_the_portal_batch_page_says_where_in_the_request_each_refused_target_was(conn):
+    """Refused targets are not kept: their places are the indexes no scan took, as the creation's
+    ``rejected`` entries numbered them."""
+    cust, key = new_customer(credits=10)
+    outcome = scans.create_bulk(cust, key.id, [{"target": "x"}, {"target": "a@example.com"}, {"target": "y"},
+                                               {"target": "b@example.com"}], request_id="req_b")
+    detail = reads.batch_detail(cust.id, outcome.body["bulk_id"])
+    assert detail["rejected_indexes"] == [entry["index"] for entry in outcome.body["rejected"]] == [0, 2]
+    assert detail["rejected_count"] == 2
+
+
 def _with_token(credits=10, livemode=True):
     cust, _ = new_customer(credits=credits)
     key, token = accounts.issue_key(cust.id, "reader", livemode=livemode)
