@@ -4,6 +4,7 @@
 (D13) hold across it: no answered creation lost, every scan final, every webhook sent once."""
 from __future__ import annotations
 
+import signal
 import time
 from datetime import timedelta
 
@@ -16,10 +17,12 @@ from app.models import utcnow
 from app.redis_conn import new_client
 from app.services.tracking.recovery import sweep
 from bench.load import Call, LoadDriver
+from simulator.procutil import wait_until
 from tests.conftest import ServerThread, marked_config
 from tests.jobrunner import JobRunner
+from tests.processes import WorkerProcess, service_env
 from tests.reliability.sentinel import SentinelSet, sentinel_binary
-from tests.reliability.test_faults import SECRET, STALE, Receiver, assert_settled, scans_of, settled
+from tests.reliability.test_faults import SCAN, SECRET, STALE, Receiver, assert_settled, scans_of, settled
 
 pytestmark = [
     pytest.mark.processes,
@@ -111,3 +114,42 @@ def test_the_queues_go_on_from_the_new_master_and_nothing_is_lost(app, base_conf
                    faults="Redis master SIGKILLed between two rounds of scans; Sentinel promoted the replica",
                    inputs={"creations": len(answers)}, failures=0, answered={"202": len(answers)},
                    recovered=recovered, end=dict(end, failover_seconds=round(failover_seconds, 1)))
+
+
+@pytest.mark.config(WEBHOOK_RETRY_SCHEDULE=(0.5, 1))
+def test_a_worker_process_and_its_scheduler_go_on_from_the_new_master(app, base_config, sentinels, make_customer,
+                                                                      simulator, request, tmp_path):
+    """``python -m workers`` on the redis+sentinel URL: its looks, deliveries and RQ's scheduler (a
+    failed attempt's retry is a scheduled job) go on after the master is killed, without a restart."""
+    sentinel_app = create_app(dict(base_config, REDIS_URL=sentinels.url, **marked_config(request)))
+    # The receiver's answers in order: the first request of each round fails (5 requests a round:
+    # 4 first attempts and the failed one's retry).
+    hook = Receiver(simulator, "sentinel-worker", responses=(500, 200, 200, 200, 200, 500, 200))
+    acct = make_customer(tier="enterprise", credits=1000, inflight=100, hour=1000, day=1000,
+                         webhook_url=hook.url, webhook_secret=SECRET)
+    env = service_env(sentinel_app, simulator.url, tmp_path / "instance", ENGINE_POLL_SECONDS=0.5,
+                      WEBHOOK_RETRY_SCHEDULE="0.5,1", LOG_LEVEL="INFO")
+    worker = WorkerProcess(env, tmp_path / "worker.log")
+    client = sentinel_app.test_client()
+
+    def announced(n):
+        wait_until(lambda: sum(d["response_status"] == 200 for d in hook.deliveries()) >= n, 90,
+                   f"{n} webhooks delivered\n{worker.output()[-3000:]}")
+    try:
+        for i in range(4):
+            assert client.post(SCAN, json={"target": f"w.before.{i}@example.com"}, headers=acct.headers).status_code == 202
+        announced(4)
+        new = sentinels.kill_master()
+        for i in range(4):
+            assert client.post(SCAN, json={"target": f"w.after.{i}@example.com"}, headers=acct.headers).status_code == 202
+        announced(8)
+        assert worker.proc.poll() is None
+    finally:
+        worker.kill(signal.SIGTERM)
+    received = hook.deliveries()
+    ok = [d for d in received if d["response_status"] == 200]
+    assert len(ok) == 8 and len(set(delivery_ids(ok))) == 8 and len(received) == 10
+    assert port_of(runtime.redis()) == new.port
+    assert "Traceback" not in worker.output()
+    end = assert_settled(acct)
+    assert end["completed"] == 8
