@@ -38,7 +38,6 @@ from app import create_app, runtime
 from app.config import retired_setting_lines, startup_error_line
 from app.db import CONNECTION_ERRORS
 from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, promote_due
-from app.redis_conn import is_sentinel_url, new_client
 from app.services.shared import periodic
 from app.startup import StartupError, check
 from workers.database_gate import DatabaseGate
@@ -73,15 +72,6 @@ class PreciseScheduler(RQScheduler):
     ``interval``, which also sets the lock's lifetime, stays RQ's); the lock that elects
     one scheduler per queue is RQ's.
     """
-
-    @property
-    def connection(self):
-        """RQ's scheduler copies the worker's client from its pool's class and arguments, which a
-        Sentinel client's pool cannot be made from; one is made from REDIS_URL by the one factory
-        instead (D31), after the fork, as RQ makes its copy."""
-        if self._connection is None and is_sentinel_url(runtime.config.get("REDIS_URL")):
-            self._connection = new_client(runtime.config["REDIS_URL"])
-        return super().connection
 
     def work(self):
         """RQ 2.12's loop, made to ride out a Redis outage: RQ's scheduler process dies on
