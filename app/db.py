@@ -141,7 +141,17 @@ def connect_args(url: str) -> dict:
     ``target_session_attrs`` reach libpq intact (D31), which tries the hosts in order and keeps
     the first that has what the URL asks (``read-write``: the primary). One reading of a URL for
     the pool, the LISTEN session and the start-up check."""
-    return database_connect_args(url)
+    return {**TCP_DEFAULTS, **database_connect_args(url)}
+
+
+# A primary that vanishes from the network (a host cut off, not a server stopped) answers nothing,
+# not even a reset: without these a query in flight or an idle LISTEN session waited for the
+# kernel's retransmissions, a quarter of an hour. Keepalives find an idle connection dead within
+# about 11 s, tcp_user_timeout one whose request went unanswered by the peer's kernel within 10 s;
+# the pool then drops it and the next one goes to the new primary (D31). A slow query is not cut:
+# its bytes were acknowledged. The URL's own values win; libpq ignores them on a unix socket.
+TCP_DEFAULTS = {"keepalives": "1", "keepalives_idle": "5", "keepalives_interval": "2", "keepalives_count": "3",
+                "tcp_user_timeout": "10000"}
 
 
 def describe_url(url: str) -> str:

@@ -20,6 +20,7 @@ from app.store.events.events import CHANNEL
 from bench.load import Call, LoadDriver
 from simulator.procutil import free_port
 from tests.conftest import ServerThread, embedded_folder
+from tests.reliability import netns
 from tests.reliability.servers import TcpProxy
 from tests.reliability.test_faults import SCAN, _through, _upstream, assert_503
 
@@ -163,3 +164,63 @@ def test_the_primary_moving_to_the_next_host_costs_503s_then_the_pool_recovers(a
                    inputs={"before": len(before), "after": len(after)}, failures=0,
                    answered={"503": sum(a.status == 503 for a in after)},
                    recovered_seconds=round(recovered_after, 2))
+
+
+_no_netns = netns.available()
+
+
+@pytest.mark.skipif(_no_netns is not None, reason=_no_netns or "")
+def test_a_primary_cut_off_the_network_is_left_within_30_seconds(app, base_config, make_customer, figures):
+    """The first host drops off the network without a word (a network namespace whose link goes down):
+    no reset, no refusal. Every call still gets its answer, normal or 503 with Retry-After, within 30 s;
+    the pool and the LISTEN session leave the dead connections and the API is served from the second
+    host; no restart."""
+    acct = make_customer(tier="enterprise", credits=1000, inflight=1000, hour=1000, day=1000)
+    base = base_config["DATABASE_URL"]
+    host = netns.IsolatedHost(_upstream(base))
+    url = with_hosts(base, [(host.address, host.PORT), server_of(base)]) + "&connect_timeout=2"
+    served = ServerThread(create_app(dict(base_config, DATABASE_URL=url, DATABASE_DIRECT_URL=url)))
+    driver = LoadDriver(served.url, concurrency=8, timeout=90)
+    session = signals.Listening(url)
+
+    def calls(n):
+        return [Call("POST", SCAN, acct.headers, {"target": f"cut{i}@example.com"}) if i % 4 == 0 else
+                Call("GET", f"{SCAN}/scn_unknown{i}", acct.headers) for i in range(n)]
+    try:
+        before = driver.run(calls(40))
+        assert session._conn.info.host == host.address  # the first host serves until the cut
+        host.cut()
+        cut_at = time.monotonic()
+        after, recovered_after, session_lost_after = [], None, None
+        while time.monotonic() - cut_at < 60:  # rounds until one is answered in full
+            answers = driver.run(calls(16))
+            after += answers
+            if {a.status for a in answers} <= {202, 404}:
+                recovered_after = time.monotonic() - cut_at
+                break
+        while session_lost_after is None and time.monotonic() - cut_at < 60:
+            try:
+                session.receive(1, lambda payload: None)
+            except psycopg2.Error:
+                session_lost_after = time.monotonic() - cut_at
+    finally:
+        driver.close()
+        served.stop()
+        session.close()
+        host.close()
+        create_app(base_config)
+    assert {a.status for a in before} == {202, 404}
+    assert {a.status for a in after} <= {202, 404, 503}, sorted({(a.status, a.error) for a in after})
+    for answer in after:
+        assert answer.seconds < 30, (answer.status, answer.seconds)
+        if answer.status == 503:
+            assert_503(answer.status, answer.body, answer.headers)
+    assert recovered_after is not None and recovered_after < 30, recovered_after
+    assert session_lost_after is not None and session_lost_after < 30, session_lost_after
+    figures.update(requests=len(before) + len(after), concurrency=8,
+                   faults="the first host of DATABASE_URL cut off the network (link down in its namespace: "
+                          "no reset, no refusal)",
+                   inputs={"before": len(before), "after": len(after)}, failures=0,
+                   answered={"503": sum(a.status == 503 for a in after)},
+                   slowest_answer_seconds=round(max(a.seconds for a in after), 1),
+                   recovered_seconds=round(recovered_after, 1), listen_session_lost_seconds=round(session_lost_after, 1))
