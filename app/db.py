@@ -184,14 +184,15 @@ def check_reachable(url: str, timeout: int = 5) -> None:
             conn.close()
 
 
-def make_database(url: str):
+def make_database(url: str, **pool_options):
     # Pooled: connections are returned to the pool on close() and reused. A connection that
     # fails (the primary moved: D31) is discarded by the pool; the next one goes through libpq's
     # host list again, to whichever host is the primary now.
     args = dict(connect_args(url))
     args.setdefault("connect_timeout", 5)
     name = args.pop("dbname", None) or args.get("user") or "postgres"  # libpq's own default: the user's name
-    return PostgresPool(name, max_connections=32, stale_timeout=300, timeout=10, **args)
+    options = {"max_connections": 32, "stale_timeout": 300, "timeout": 10, **pool_options}
+    return PostgresPool(name, **options, **args)
 
 
 def database_url(settings: dict) -> str:
