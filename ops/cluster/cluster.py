@@ -238,6 +238,9 @@ def app_env(host: str) -> dict:
         "SECRET_KEY": "cluster-secret-key-for-the-reference-cluster-only",
         "PUBLIC_BASE_URL": f"http://{addr('lb')}", "TRUSTED_PROXIES": "1",
         "INSTANCE_PATH": str(instance), "PROMETHEUS_MULTIPROC_DIR": str(instance / "prometheus"),
+        # A job Redis lost in a failover (dispatched in the seconds without a master) is found again
+        # by the sweep; sooner than the defaults (60 s, 120 s), so that a drill settles in minutes.
+        "RECOVERY_INTERVAL_SECONDS": "10", "RECOVERY_STALE_SECONDS": "30",
         "PYTHONUNBUFFERED": "1",
     })
     return env
@@ -300,8 +303,17 @@ def start_app(venv_python: str) -> str:
     return key
 
 
+# What HAProxy answers itself (no API host free, one that died mid-answer, one too slow): the API's
+# own 503, JSON with Retry-After, not HAProxy's HTML page.
+UNAVAILABLE = ("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 5\r\n"
+               "Cache-Control: no-store\r\nConnection: close\r\n\r\n"
+               '{"ok": false, "error": "service_unavailable", "message": "the service is unavailable; retry shortly", '
+               '"request_id": "req_load_balancer"}\n')
+
+
 def start_lb() -> None:
-    servers = "\n".join(f"    server {h} {addr(h)}:{{port}} check" for h in ("api1", "api2"))
+    servers = "\n".join(f"    server {h} {addr(h)}:{{port}} check inter 1s fall 2 rise 2" for h in ("api1", "api2"))
+    (STATE / "unavailable.http").write_text(UNAVAILABLE)
     conf = STATE / "haproxy.cfg"
     conf.write_text(f"""global
     maxconn 4000
@@ -311,6 +323,13 @@ defaults
     timeout client 120s
     timeout server 120s
     option forwardfor
+    # A host that refuses the connection (dead) is skipped for the other: the request never reached it.
+    option redispatch
+    retries 2
+    retry-on conn-failure
+    errorfile 502 {STATE / 'unavailable.http'}
+    errorfile 503 {STATE / 'unavailable.http'}
+    errorfile 504 {STATE / 'unavailable.http'}
 frontend api
     bind {addr('lb')}:80
     acl held url_param(wait) -m found
@@ -319,7 +338,6 @@ frontend api
     default_backend api
 backend api
     option httpchk GET /healthz
-    retry-on conn-failure
 {servers.format(port=8000)}
 backend held
     option httpchk GET /healthz
