@@ -5,7 +5,9 @@ read every ``PAUSE`` seconds, through the load balancer) for a few seconds, the 
 every answer has been normal for ``CALM_SECONDS`` (at most ``FAULT_SECONDS``), then the settling: every
 answered creation's scan final. Prints per fault: requests sent, answered, 503, other, seconds to
 recover, answered creations found after, scans final, ledger = balance, webhooks received (once each;
-duplicates by delivery id counted). Then stops the cluster (as Ctrl-C does).
+duplicates by delivery id counted), and what a client of the event stream that resumes with
+``Last-Event-ID`` saw: how often it resumed, and the stored events of the fault's scans it missed (the
+gap). Then stops the cluster (as Ctrl-C does).
 
 Faults, in this order: a worker host cut off the network for a minute; an API host killed; the Redis
 master killed; the PostgreSQL primary's host killed.
@@ -106,6 +108,67 @@ class Load:
         return bad[-1] if bad else None
 
 
+class Stream:
+    """One client of ``GET /api/v1/events/stream`` through the load balancer, that resumes with
+    ``Last-Event-ID`` whenever its connection ends (as the documented client does)."""
+
+    def __init__(self, key: str):
+        self.key, self.ids, self.last, self.resumed = key, set(), None, 0
+        self._stop = threading.Event()
+        self._conn = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        conn = self._conn
+        if conn is not None and conn.sock is not None:
+            try:
+                conn.sock.shutdown(2)
+            except OSError:
+                pass
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        import http.client
+        while not self._stop.is_set():
+            try:
+                self._conn = http.client.HTTPConnection(cluster.addr("lb"), 80, timeout=40)
+                headers = {"Authorization": f"Bearer {self.key}", "Accept": "text/event-stream"}
+                if self.last:
+                    headers["Last-Event-ID"] = self.last
+                self._conn.request("GET", "/api/v1/events/stream", headers=headers)
+                answer = self._conn.getresponse()
+                if answer.status == 200:
+                    while not self._stop.is_set():
+                        line = answer.fp.readline()
+                        if not line:
+                            break
+                        if line.startswith(b"id:"):
+                            self.last = line[3:].strip().decode()
+                            self.ids.add(self.last)
+            except Exception:  # noqa: S110 - cut, refused, timed out: resumed below
+                pass
+            finally:
+                if self._conn is not None:
+                    self._conn.close()
+            if not self._stop.is_set():
+                self.resumed += 1
+                self._stop.wait(1)
+
+
+def events_of(key: str, scan_ids: list[str]) -> set[str]:
+    """Every stored event of ``scan_ids``, as ``GET /api/v1/events`` lists them."""
+    ids = set()
+    for scan_id in scan_ids:
+        _, body, _ = call("GET", f"{LB}/api/v1/events?scan_id={scan_id}&limit=100", key)
+        ids |= {event["event_id"] for event in (body or {}).get("data", [])}
+    return ids
+
+
 def psql(sql: str, params=()) -> list[tuple]:
     import psycopg2
     conn = psycopg2.connect(cluster.database_url())
@@ -149,6 +212,8 @@ def webhooks() -> Counter:
 
 def run_fault(key: str, name: str, inject, heal=None) -> dict:
     before = webhooks()
+    stream = Stream(key).__enter__()
+    time.sleep(2)  # connected before the load's first event
     with Load(key, name.split(maxsplit=1)[0].lower()) as load:
         time.sleep(BASELINE_SECONDS)
         at = time.monotonic()
@@ -170,11 +235,16 @@ def run_fault(key: str, name: str, inject, heal=None) -> dict:
         + sum(1 for _, s, shaped in load.answers if s == 503 and not shaped)
     settled = settle(load.created, before)
     received = settled["received"]
+    stored = events_of(key, load.created)
+    time.sleep(2)  # the last events on the stream's way
+    stream.__exit__()
     return {"fault": name, "sent": len(load.answers), "answered": len(load.answers) - statuses.get(0, 0),
             "503": statuses.get(503, 0), "other": other, "recover_s": recovered,
             "created": len(load.created), "found": settled["found"], "final": settled["final"],
             "ledger_eq_balance": books(), "webhooks": sum(received.values()),
-            "duplicates": sum(n - 1 for n in received.values() if n > 1)}
+            "duplicates": sum(n - 1 for n in received.values() if n > 1),
+            "stream_resumed": stream.resumed, "stream_events": len(stored & stream.ids),
+            "stream_gap": len(stored - stream.ids)}
 
 
 def kill(host: str, only: str | None = None) -> None:
@@ -236,12 +306,12 @@ def main() -> int:
         figures = drill(key)
         print(json.dumps(figures, indent=1), flush=True)
         header = ("fault", "sent", "answered", "503", "other", "recover_s", "created", "found", "final",
-                  "ledger_eq_balance", "webhooks", "duplicates")
+                  "ledger_eq_balance", "webhooks", "duplicates", "stream_resumed", "stream_events", "stream_gap")
         print(" | ".join(header))
         for row in figures:
             print(" | ".join(str(row[h]) for h in header), flush=True)
         return 0 if all(r["other"] == 0 and r["found"] == r["created"] == r["final"] and r["ledger_eq_balance"]
-                        and r["duplicates"] == 0 for r in figures) else 1
+                        and r["duplicates"] == 0 and r["stream_gap"] == 0 for r in figures) else 1
     except KeyboardInterrupt:
         cluster.say("stopping")
         return 1
