@@ -14,7 +14,7 @@ XDIST := $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist 
 # the variable when it is empty; __pycache__ is in .gitignore.
 test test-fast test-future scenarios: export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: help install install-test run test test-fast test-future lint scenarios fuzz bench clean client
+.PHONY: help install install-test run test test-fast test-future lint scenarios fuzz bench clean client cluster cluster-down drill
 
 ## make help: this list.
 help:
@@ -100,3 +100,21 @@ BENCH_ARGS ?=
 bench: install
 	@command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 2; }
 	$(PY) -m bench $(BENCH_ARGS)
+
+## make cluster: the reference cluster on this machine, as root: a load balancer, 2 API hosts, 2 worker
+## hosts, PostgreSQL on 2 hosts under Patroni, Redis on 2 hosts with 3 Sentinels, the simulator, each a
+## network namespace in 198.18.0.0/24 (ops/cluster/cluster.py). Prints the API's address and a demo key,
+## runs until Ctrl-C; needs Debian's patroni etcd-server haproxy redis-server redis-sentinel postgresql-15.
+cluster: install
+	$(PY) ops/cluster/cluster.py up
+
+## make cluster-down: stop a cluster left running (its processes, namespaces, bridge and state).
+cluster-down: | $(PY)
+	$(PY) ops/cluster/cluster.py down
+
+## make drill: `make cluster` under bounded load through four faults (a worker host cut off for a
+## minute, an API host killed, the Redis master killed, the PostgreSQL primary's host killed), printing
+## per fault what was sent, answered, 503 and other, seconds to recover, scans found and final, the books
+## and webhooks (ops/cluster/drill.py; figures in docs/reliability.md). About 10 minutes; stops the cluster.
+drill: install
+	$(PY) ops/cluster/drill.py

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from datetime import UTC
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 ENVIRONMENTS = ("development", "test", "production")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMATS = ("json", "text")
-REDIS_SCHEMES = ("redis", "rediss", "unix")
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
+SENTINEL_SCHEME = "redis+sentinel"
+SENTINEL_DEFAULT_PORT = 26379
 DAY = 86_400
 
 # Settings production refuses to start without (D10a): a default for any of these
@@ -63,8 +66,62 @@ def _redis_url(url: str | None) -> str | None:
     scheme = url.split("://", 1)[0].lower() if url and "://" in url else None
     if url is not None and scheme not in REDIS_SCHEMES:
         shown = scheme or url[:20]
-        raise ConfigError(f"REDIS_URL must be a redis://, rediss:// or unix:// URL, got {shown!r}")
+        raise ConfigError("REDIS_URL must be a redis://, rediss://, unix:// or "
+                          f"redis+sentinel://host:port[,host:port...]/name[/db] URL, got {shown!r}")
+    if scheme == SENTINEL_SCHEME:
+        parse_sentinel_url(url)
     return url
+
+
+@dataclass(frozen=True)
+class SentinelUrl:
+    """``redis+sentinel://[[user]:password@]host:port[,host:port...]/name[/db]`` (D31): the Sentinels
+    to ask, the name of the master they watch, the database number; the credentials are the Redis
+    servers' (master and replicas), the Sentinels are asked without."""
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+
+
+def parse_sentinel_url(url: str) -> SentinelUrl:
+    """The parts of a ``redis+sentinel://`` URL, or ConfigError naming what is wrong (never the password)."""
+    usage = "REDIS_URL must be redis+sentinel://host:port[,host:port...]/name[/db]"
+    rest = url.split("://", 1)[1]
+    netloc, _, path = rest.partition("/")
+    credentials, _, hosts = netloc.rpartition("@")
+    username = password = None
+    if credentials:
+        user, colon, secret = credentials.partition(":")
+        username, password = (unquote(user) or None), (unquote(secret) if colon else None)
+        if not colon:  # redis://secret@host: one word before the @ is the password, as redis-py reads it
+            username, password = None, unquote(user)
+    sentinels = []
+    for part in hosts.split(","):
+        host, port = _host_and_port(part.strip(), SENTINEL_DEFAULT_PORT)
+        if not host or port is None:
+            raise ConfigError(f"{usage}: {part.strip()[:60]!r} is not a host:port")
+        sentinels.append((host, port))
+    path = path.split("?", 1)[0].strip("/")
+    service, _, db = path.partition("/")
+    if not service:
+        raise ConfigError(f"{usage}: the master's name (as the Sentinels know it) is missing")
+    if db and not (db.isdigit() and int(db) < 10_000):
+        raise ConfigError(f"{usage}: the database {db[:20]!r} is not a number")
+    return SentinelUrl(tuple(sentinels), unquote(service), int(db or 0), username, password)
+
+
+def _host_and_port(part: str, default_port: int) -> tuple[str, int | None]:
+    """``host:port``, ``[v6]:port`` or ``host`` (the default port); the port None when it is no port."""
+    if part.startswith("["):
+        host, _, port = part[1:].partition("]")
+        port = port[1:] if port.startswith(":") else ("" if not port else "x")
+    else:
+        host, _, port = part.rpartition(":") if ":" in part else (part, "", "")
+    if not port:
+        return host, default_port
+    return host, int(port) if port.isdigit() and 0 < int(port) < 65536 else None
 
 
 def _choice(env, name, default, choices, *, upper=False):
@@ -265,6 +322,41 @@ def _check_database_url(url: str | None, name: str = "DATABASE_URL") -> None:
             raise ConfigError(f"{name}: SQLite is no longer supported, PostgreSQL is the only database: "
                               "use postgresql://... or leave it unset for the embedded PostgreSQL")
         raise ConfigError(f"{name} has an unknown scheme {shown!r}: use postgresql://...")
+    database_connect_args(url, name)
+
+
+# libpq's values of target_session_attrs (PostgreSQL 14 and newer clients).
+TARGET_SESSION_ATTRS = ("any", "read-write", "read-only", "primary", "standby", "prefer-standby")
+
+
+def database_connect_args(url: str, name: str = "DATABASE_URL") -> dict:
+    """psycopg2's keyword arguments for a ``postgresql://`` URL, read by libpq itself (D31): several
+    hosts (``h1:5432,h2:5432``, tried in order) and ``target_session_attrs=read-write`` (only a primary
+    will do) pass through to libpq intact, as do ``sslmode`` and the other libpq parameters. ConfigError
+    names what is wrong in one line, never the password."""
+    import psycopg2
+    from psycopg2.extensions import parse_dsn
+
+    scheme, _, rest = url.partition("://")
+    if "+" in scheme:  # peewee's spellings (postgresql+pool://): the pool is always on
+        url = f"postgresql://{rest}"
+    try:
+        args = parse_dsn(url)
+    except psycopg2.ProgrammingError as exc:
+        # libpq's message may quote the whole URL, password included: only its reason is shown.
+        reason = str(exc).strip().splitlines()[0].removeprefix("invalid dsn: ").split(': "', 1)[0]
+        raise ConfigError(f"{name} is not a PostgreSQL URL libpq can read: {reason}") from None
+    hosts = args.get("host", "").split(",")
+    ports = args.get("port", "").split(",") if "port" in args else []
+    if any(p and not (p.isdigit() and 0 < int(p) < 65536) for p in ports):
+        raise ConfigError(f"{name} has a port that is not a number from 1 to 65535")
+    if len(ports) > 1 and len(ports) != len(hosts):
+        raise ConfigError(f"{name} names {len(hosts)} hosts and {len(ports)} ports: give one port, or one per host")
+    attrs = args.get("target_session_attrs")
+    if attrs is not None and attrs not in TARGET_SESSION_ATTRS:
+        raise ConfigError(f"{name}: target_session_attrs must be one of {', '.join(TARGET_SESSION_ATTRS)}, "
+                          f"got {attrs[:30]!r}")
+    return args
 
 
 def check_production(config: dict) -> None:

@@ -11,11 +11,12 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from urllib.parse import parse_qs, urlparse
 
+import psycopg2
 from peewee import DatabaseProxy, InterfaceError, OperationalError, _savepoint
-from playhouse.db_url import connect, parse
 from playhouse.pool import MaxConnectionsExceeded, PooledPostgresqlDatabase
+
+from app.config import ConfigError, database_connect_args
 
 
 class _Savepoint(_savepoint):
@@ -135,33 +136,63 @@ class DatabaseUnreachable(Exception):
     """The database at DATABASE_URL does not answer; the message is one line without secrets."""
 
 
+def connect_args(url: str) -> dict:
+    """psycopg2's keyword arguments for ``url`` as libpq reads it: several hosts and
+    ``target_session_attrs`` reach libpq intact (D31), which tries the hosts in order and keeps
+    the first that has what the URL asks (``read-write``: the primary). One reading of a URL for
+    the pool, the LISTEN session and the start-up check."""
+    return {**TCP_DEFAULTS, **database_connect_args(url)}
+
+
+# A primary that vanishes from the network (a host cut off, not a server stopped) answers nothing,
+# not even a reset: without these a query in flight or an idle LISTEN session waited for the
+# kernel's retransmissions, a quarter of an hour. Keepalives find an idle connection dead within
+# about 11 s, tcp_user_timeout one whose request went unanswered by the peer's kernel within 10 s;
+# the pool then drops it and the next one goes to the new primary (D31). A slow query is not cut:
+# its bytes were acknowledged. The URL's own values win; libpq ignores them on a unix socket.
+TCP_DEFAULTS = {"keepalives": "1", "keepalives_idle": "5", "keepalives_interval": "2", "keepalives_count": "3",
+                "tcp_user_timeout": "10000"}
+
+
 def describe_url(url: str) -> str:
-    """``scheme://host:port/name`` of a database URL, without its user or password."""
-    parsed = urlparse(url)
-    host = parsed.hostname or parse_qs(parsed.query).get("host", ["localhost"])[0]  # a socket's folder
-    port = f":{parsed.port}" if parsed.port else ""
-    return f"{parsed.scheme}://{host}{port}{parsed.path}"
+    """``scheme://host:port[,host:port...]/name`` of a database URL, without its user or password."""
+    scheme = url.split("://", 1)[0]
+    try:
+        args = connect_args(url)
+    except ConfigError:
+        return f"{scheme}://(unreadable URL)"
+    hosts = args.get("host", "localhost").split(",")  # a host may be a socket's folder
+    ports = args.get("port", "").split(",")
+    ports = ports * len(hosts) if len(ports) == 1 else ports
+    where = ",".join(f"{host}:{port}" if port else host for host, port in zip(hosts, ports, strict=False))
+    return f"{scheme}://{where}/{args.get('dbname', '')}"
 
 
 def check_reachable(url: str, timeout: int = 5) -> None:
     """Open one connection to ``url`` and run ``SELECT 1``, outside the shared proxy (so a
     forking server holds no connection), or raise DatabaseUnreachable."""
-    database = None
+    conn = None
     try:
-        database = connect(url, connect_timeout=timeout)
-        database.connect()
-        database.execute_sql("SELECT 1")
+        conn = psycopg2.connect(**dict(connect_args(url), connect_timeout=timeout))
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT 1")
     except Exception as exc:  # any driver's failure: one line, never its traceback
         first = (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]
         raise DatabaseUnreachable(f"the database at {describe_url(url)} is unreachable: {first}") from None
     finally:
-        if database is not None and not database.is_closed():
-            database.close()
+        if conn is not None:
+            conn.close()
 
 
-def make_database(url: str):
-    # Pooled: connections are returned to the pool on close() and reused.
-    return PostgresPool(**parse(url), max_connections=32, stale_timeout=300, timeout=10, connect_timeout=5)
+def make_database(url: str, **pool_options):
+    # Pooled: connections are returned to the pool on close() and reused. A connection that
+    # fails (the primary moved: D31) is discarded by the pool; the next one goes through libpq's
+    # host list again, to whichever host is the primary now.
+    args = dict(connect_args(url))
+    args.setdefault("connect_timeout", 5)
+    name = args.pop("dbname", None) or args.get("user") or "postgres"  # libpq's own default: the user's name
+    options = {"max_connections": 32, "stale_timeout": 300, "timeout": 10, **pool_options}
+    return PostgresPool(name, **options, **args)
 
 
 def database_url(settings: dict) -> str:

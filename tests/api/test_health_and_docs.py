@@ -149,12 +149,12 @@ def test_a_pool_with_no_connection_free_in_time_gives_503_json(base_config, app)
     starved CPU) is the database not answering in time: 503 with Retry-After, not a 500."""
     import threading
 
-    from app.db import PostgresPool, parse
+    from app.db import make_database
     from app.extensions import db
     # A pool of its own with one connection: the suite's pool may hold idle connections, which
     # peewee hands out whatever its limit, and threads of earlier tests may give some back.
     saved = db.obj
-    pool = PostgresPool(**parse(saved._bound_url), max_connections=1, timeout=0.2)
+    pool = make_database(saved._bound_url, max_connections=1, timeout=0.2)
     taken, done = threading.Event(), threading.Event()
 
     def hold_the_only_connection():

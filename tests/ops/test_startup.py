@@ -61,6 +61,12 @@ CASES = [
      "postgresql://127.0.0.1:{port}/scans is unreachable"),
     # Each of these used to be accepted, or to crash one process with a traceback.
     ("redis url of another scheme", {"REDIS_URL": "foo://bar"}, "REDIS_URL must be a redis://"),
+    # D31: several database hosts, Redis through Sentinel.
+    ("sentinel url without a master name", {"REDIS_URL": "redis+sentinel://s1:26379,s2:26379"},
+     "the master's name (as the Sentinels know it) is missing"),
+    ("unreachable database hosts",
+     {"DATABASE_URL": "postgresql://scan:pw-xyz@127.0.0.1:{port},127.0.0.1:{port}/scans?target_session_attrs=read-write"},
+     "postgresql://127.0.0.1:{port},127.0.0.1:{port}/scans is unreachable"),
     ("negative webhook timeout", {"WEBHOOK_TIMEOUT_SECONDS": "-1"}, "WEBHOOK_TIMEOUT_SECONDS must be a number more than 0"),
     ("poll interval not a number", {"ENGINE_POLL_SECONDS": "nan"}, "ENGINE_POLL_SECONDS must be a number"),
     ("retry schedule of no number", {"WEBHOOK_RETRY_SCHEDULE": "0,30,inf"}, "WEBHOOK_RETRY_SCHEDULE must be"),

@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import psycopg2
 import psycopg2.extensions
-from playhouse.db_url import parse
 
+from app.db import connect_args
 from app.store.events.events import CHANNEL
 
 
@@ -49,9 +49,8 @@ class Listening:
 
 
 def _connect_args(url: str) -> dict:
-    """psycopg2's arguments for ``url``, as the pool parses it (``app.db.make_database``)."""
-    args = parse(url)
-    if "database" in args:
-        args["dbname"] = args.pop("database")
+    """psycopg2's arguments for ``url``, as the pool reads it (``app.db.connect_args``: several hosts
+    and ``target_session_attrs`` go to libpq, so a session reopened after a failover finds the new primary)."""
+    args = dict(connect_args(url))
     args.setdefault("connect_timeout", 5)
     return args
