@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 
 from app import metrics, runtime
 from app.db import transaction
-from app.logging_setup import Tally
+from app.log_tally import Tally
 from app.models import utcnow
 from app.models.scans import IN_FLIGHT, QUEUED, RUNNING
 from app.services.shared.errors import CallbackRefused, CallbackReplayed, InvalidRequest, PayloadTooLarge, TryAgain

@@ -18,7 +18,7 @@ from standardwebhooks.webhooks import Webhook
 from app import runtime
 from app.db import transaction
 from app.extensions import db
-from app.logging_setup import Tally
+from app.log_tally import Tally
 from app.models import EngineCallback, Event, Scan, utcnow
 from app.models.scans import IN_FLIGHT
 from app.services.scans import reads
