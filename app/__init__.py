@@ -20,16 +20,23 @@ from app.db import database_url, init_db
 from app.errors import allow_header, register_error_handlers
 from app.extensions import csrf, db
 from app.logging_setup import setup_logging
+from app.services.shared.crypto import KEY_PREFIXES
+from app.webhook_signature import SECRET_PREFIX as WEBHOOK_SECRET_PREFIX
 
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-# A client id shaped like an API key or a webhook secret is a secret sent there by mistake:
-# it is never echoed, logged or stored (any case: erring towards replacing it).
-SECRET_SHAPED_RE = re.compile(r"^(service_live_|service_test_|whsec_)", re.IGNORECASE)
+# The prefixes of every credential the service hands out that has one: API keys (live and test)
+# and webhook and engine callback secrets (portal session and set-password tokens carry none).
+# ops/nginx.conf's $scan_request_id map lists the same (tests/ops check that they agree).
+SECRET_PREFIXES = (*KEY_PREFIXES, WEBHOOK_SECRET_PREFIX)
+# A client id that holds one of them anywhere (``key:service_live_...``, ``a.whsec_...``) holds a
+# secret sent there by mistake: it is never echoed, logged or stored (any case: erring towards
+# replacing it).
+SECRET_SHAPED_RE = re.compile("|".join(map(re.escape, SECRET_PREFIXES)), re.IGNORECASE)
 
 
 def client_request_id(value: str) -> str | None:
     """The client's ``X-Request-Id`` when the service may keep it, else None."""
-    if REQUEST_ID_RE.match(value) and not SECRET_SHAPED_RE.match(value):
+    if REQUEST_ID_RE.match(value) and not SECRET_SHAPED_RE.search(value):
         return value
     return None
 SLASHES_RE = re.compile(r"/{2,}")
@@ -42,11 +49,12 @@ def is_api_path(path: str) -> bool:
 
 class PortalSessionInterface(SecureCookieSessionInterface):
     """The signed cookie session belongs to the portal. API calls authenticate with a
-    bearer key and never use it, so they get Flask's null session: no cookie is
-    verified on the way in or written on the way out (a tenth of a read's Python time)."""
+    bearer key, and the engine's callbacks with a signature: neither uses it, so they get
+    Flask's null session: no cookie is verified on the way in or written on the way out (a
+    tenth of a read's Python time, and of a forged callback's refusal)."""
 
     def open_session(self, app, request):
-        if request.path.startswith("/api/"):
+        if request.path.startswith(("/api/", "/engine/")):
             return self.make_null_session(app)
         return super().open_session(app, request)
 

@@ -80,6 +80,9 @@ SWEEP_LAST = Gauge("scan_api_recovery_last_sweep_timestamp_seconds", "Unix time 
                    multiprocess_mode="max")
 SCANS_ERASED = Counter("scan_api_scans_erased_total", "Scans whose personal data was erased, by why",
                        ["reason"])
+CALLBACKS_REFUSED = Counter("scan_api_engine_callbacks_refused_total",
+                            "Engine callbacks refused before their signature was verified, by reason "
+                            "(the log has one line a minute per process for them, not one each)", ["reason"])
 PERIODIC_LAST = Gauge("scan_api_periodic_job_last_run_timestamp_seconds",
                       "Unix time each periodic job last ran to its end", ["job"], multiprocess_mode="max")
 
@@ -98,6 +101,7 @@ ERASURE_REASONS = ("request", "retention")
 FEEDBACK_VERDICTS = ("false_positive", "confirmed")
 # A source label is the engine's id of the source, when it looks like one; anything else is
 # counted as "other", so that no engine can put arbitrary text (or personal data) in a label.
+CALLBACK_REFUSALS = ("too_large", "unsigned", "not_configured", "malformed", "stale", "bad_signature")
 SOURCE_LABEL = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
 
@@ -118,6 +122,8 @@ def _start_at_zero() -> None:
         WEBHOOK_DELIVERY_LATENCY.labels(event=event)
     for reason in ERASURE_REASONS:
         SCANS_ERASED.labels(reason=reason)
+    for reason in CALLBACK_REFUSALS:
+        CALLBACKS_REFUSED.labels(reason=reason)
     for verdict in FEEDBACK_VERDICTS:  # the sources are the engine's: only "none" is known in advance
         FINDING_FEEDBACK.labels(source="none", verdict=verdict)
 
@@ -155,6 +161,10 @@ def count_webhook_attempt(succeeded: bool, error: str | None, status_code: int |
 
 def count_endpoint_disabled() -> None:
     ENDPOINTS_DISABLED.inc()
+
+
+def count_callback_refused(reason: str) -> None:
+    CALLBACKS_REFUSED.labels(reason=reason).inc()
 
 
 def count_erased(reason: str, count: int) -> None:

@@ -42,6 +42,8 @@ def init_app(app) -> None:
         status = str(response.status_code)
         HTTP_REQUESTS.labels(method=request.method, route=rule, status=status).inc()
         HTTP_LATENCY.labels(method=request.method, route=rule, status=status).observe(seconds)
+        if g.get("logged_in_aggregate"):  # a refusal its service counts and logs once a minute
+            return response
         caller = g.get("caller")  # the authenticated key (app.api.hooks)
         size = response.calculate_content_length()
         access_log.info("%s %s %s %.1f ms", request.method, rule, status, seconds * 1000, extra={

@@ -37,7 +37,8 @@ class ActivityList(MethodView):
     @blp.response(200, ActivityListSchema, headers=HEADERS, example=LIST_EXAMPLE,
                   description="One page of entries, newest first.")
     @documented_errors(400, 401, 402, 503, blueprint=blp, overrides={
-        400: "`invalid_request` (a filter, `limit` or `starting_after` is not valid; with `details`), "
+        400: "`invalid_request` (a filter, `limit` or `starting_after` is not valid, or `starting_after` is "
+             "not one of your entries; with `details`), "
              "`target_too_short`, `invalid_target` (the `target` filter, checked as in a creation)"},
         codes={400: ("invalid_request", "target_too_short", "invalid_target")})
     @blp.priced("call")

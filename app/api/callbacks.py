@@ -8,9 +8,8 @@ any other view under ``/engine/``.
 """
 from __future__ import annotations
 
-from flask import Blueprint, jsonify, request
+from flask import Blueprint, g, jsonify, request
 
-from app.errors import ApiError
 from app.services.tracking import callbacks
 
 PATH = "/engine/v1/callbacks"
@@ -20,8 +19,14 @@ blp = Blueprint("engine_callbacks", __name__)
 
 @blp.post(PATH)
 def receive():
-    # Bounded before the body is read: a callback is five short fields.
-    if request.content_length is not None and request.content_length > callbacks.MAX_BODY_BYTES:
-        raise ApiError(413, "payload_too_large", f"the callback body is larger than {callbacks.MAX_BODY_BYTES} bytes")
-    callbacks.receive(request.get_data(cache=False), request.headers)
+    try:
+        # Bounded before the body is read: a callback is five short fields. A chunked body (no
+        # Content-Length) is measured once read, and refused the same way (413).
+        callbacks.check_size(request.content_length)
+        callbacks.receive(request.get_data(cache=False), request.headers)
+    except callbacks.REFUSED:
+        # Counted and logged in aggregate by the service: no request line of its own
+        # (app.metrics_http), so that a flood of forgeries does not flood the log.
+        g.logged_in_aggregate = True
+        raise
     return jsonify({"ok": True})

@@ -64,8 +64,9 @@ class DeliveryList(MethodView):
     @blp.arguments(DeliveryListArgs, location="query", as_kwargs=True)
     @blp.response(200, DeliveryListSchema, headers=HEADERS, example=LIST_EXAMPLE,
                   description="One page of deliveries, newest first.")
-    @documented_errors({400: "`invalid_request` (a filter, `limit` or `starting_after` refused, with `details` "
-                             "for the query's shape)", **ERRORS})
+    @documented_errors({400: "`invalid_request` (a filter, `limit` or `starting_after` refused, `starting_after` "
+                             "not one of your deliveries included; with `details` for the query's shape)",
+                        **ERRORS})
     @blp.priced("call")
     def get(self, key, limit, **filters):
         """The webhook deliveries of every key of the account, newest first, each with its attempts and

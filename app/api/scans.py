@@ -238,7 +238,9 @@ class BulkCreate(MethodView):
                403: ("bulk_not_allowed",)})
     @blp.priced("bulk")
     def post(self, key, body, *, report):
-        """Queue up to 100 targets (Business and Enterprise). Costs {price}."""
+        """Queue up to 100 targets (Business and Enterprise). A target that is not valid (an empty one
+        included) does not refuse the call: it is listed in `rejected` with why, free of charge, and the
+        valid ones are queued. Costs {price}."""
         outcome = scans.create_bulk(key.customer, key.id, body["targets"], request_id=g.request_id,
                                     livemode=key.livemode, purpose=body.get("purpose"),
                                     case_ref=body.get("case_ref"), entry=hooks.call_entry(key, 202))
@@ -285,7 +287,8 @@ class ScanList(MethodView):
                        "kind": "username", "created_at": "2026-11-21T11:59:00Z",
                        "bulk_id": "blk_Q2x0mV8rLk1cYt6nWb3a9g"}]})
     @documented_errors(400, 401, 402, 503, overrides={
-        400: "`invalid_request` (a filter, `limit` or `starting_after` is not valid; with `details`)"},
+        400: "`invalid_request` (a filter, `limit` or `starting_after` is not valid, or `starting_after` is "
+             "not one of your scans; with `details`)"},
         codes={400: ("invalid_request",)})
     @blp.priced("call")
     def get(self, key, **query):

@@ -159,7 +159,8 @@ class WatchCollection(MethodView):
     @blp.doc(security=SECURITY, summary="List watches", operationId="listWatches")
     @blp.arguments(WatchListQuerySchema, location="query", as_kwargs=True)
     @blp.response(200, WatchListSchema, headers=HEADERS, description="One page of watches, newest first.")
-    @documented_errors({400: "`invalid_request` (a filter, `limit` or `starting_after` is not valid)", **COMMON})
+    @documented_errors({400: "`invalid_request` (a filter, `limit` or `starting_after` is not valid, or "
+                             "`starting_after` is not one of your watches)", **COMMON})
     @blp.priced("call")
     def get(self, key, **query):
         """List your watches, newest first, 1 to 100 per page; `has_more` says whether to ask for the next page

@@ -41,7 +41,9 @@ class ActivityListQuerySchema(ma.Schema):
         "description": "Page size, 1 to 100.", "example": 20})
     starting_after = fields.String(validate=ID_RULES, metadata={
         "pattern": "^[A-Za-z0-9_-]+$",
-        "description": "The last `activity_id` of the previous page: the page starts with the entry just before it.",
+        "description": "The last `activity_id` of the previous page: the page starts with the entry just before it. "
+                       "A well-formed id that is not one of your entries (of the calling key's mode) is refused "
+                       "with 400 `invalid_request`, as a malformed one is.",
         "example": "act_Wq3nV7xL0bKp2mYt9cR4sA"})
 
 

@@ -25,7 +25,9 @@ class DeliveryListArgs(ma.Schema):
     limit = fields.Integer(load_default=20, validate=validate.Range(min=1, max=100), metadata={
         "description": "Deliveries per page, 1 to 100."})
     starting_after = fields.String(validate=validate.Length(min=1, max=200), metadata={
-        "description": "The `delivery_id` of the last entry of the previous page: the page after it.",
+        "description": "The `delivery_id` of the last entry of the previous page: the page after it. A "
+                       "well-formed id that is not one of your account's deliveries (of the calling key's mode) "
+                       "is refused with 400 `invalid_request`, as a malformed one is.",
         "example": "dlv_T3JhbmdlIGp1aWNlIGJveA"})
 
 

@@ -85,8 +85,12 @@ class BulkCreateSchema(ma.Schema):
 
     # allow_none: a null item is one more item that is not an object, rejected on its own (D7).
     targets = fields.List(fields.Raw(allow_none=True), required=True, metadata={
-        "description": f"1 to {MAX_BULK_TARGETS} targets, each {{target, kind}}. Invalid ones are listed in "
-                       "`rejected`.", "minItems": 1, "maxItems": MAX_BULK_TARGETS,
+        "description": f"1 to {MAX_BULK_TARGETS} targets, each {{target, kind}}. An item that is not a valid "
+                       "`BulkTarget` (an empty or too short target, one in no known form, a kind it does not "
+                       "match, an unknown field, null, not an object) does not make the call a 400: it is an "
+                       "entry of `rejected` in the answer, with its error (`invalid_request`, "
+                       "`target_too_short`, `invalid_kind`, `invalid_target`), free of charge, and the "
+                       "valid targets are accepted.", "minItems": 1, "maxItems": MAX_BULK_TARGETS,
         "items": {"$ref": "#/components/schemas/BulkTarget"},
         "example": [{"target": "jane.doe@example.com", "kind": "email"}, {"target": "+447700900123"},
                     {"target": "@janedoe", "kind": "username"}]})
@@ -482,7 +486,9 @@ class ScanListQuerySchema(ma.Schema):
                                              ma.validate.Regexp(r"^[A-Za-z0-9_-]+$")], metadata={
         "pattern": "^[A-Za-z0-9_-]+$",
         "description": "The last `scan_id` of the previous page: the page starts with the scan created just "
-                       "before it.", "example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
+                       "before it. A well-formed id that is not one of your scans (of the calling key's mode) is "
+                       "refused with 400 `invalid_request`, as a malformed one is.",
+        "example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
 
 
 class ScanListEntrySchema(BulkScanStateSchema):

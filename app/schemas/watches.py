@@ -119,7 +119,9 @@ class WatchListQuerySchema(ma.Schema):
     limit = fields.Integer(load_default=20, validate=ma.validate.Range(min=1, max=100), metadata={
         "description": "Page size, 1 to 100.", "example": 20})
     starting_after = fields.String(validate=ID_FIELD, metadata={
-        "description": "The last `watch_id` of the previous page.", "example": "wch_Q2x0mV8rLk1cYt6nWb3a9g"})
+        "description": "The last `watch_id` of the previous page. A well-formed id that is not one of your "
+                       "watches (of the calling key's mode) is refused with 400 `invalid_request`, as a malformed "
+                       "one is.", "example": "wch_Q2x0mV8rLk1cYt6nWb3a9g"})
 
 
 class WatchListSchema(ma.Schema):

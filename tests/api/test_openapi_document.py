@@ -293,3 +293,36 @@ def test_every_query_parameter_the_service_takes_is_in_the_document(app, spec):
     for (path, method), names in accepted.items():
         documented = {p["name"] for p in spec["paths"][path][method].get("parameters", []) if p["in"] == "query"}
         assert names <= documented, (method, path, names - documented)
+
+
+# The four lists whose cursor must be one of the caller's objects (the events feed pages from any
+# well-formed id), each with a well-formed id that is no one's.
+OWN_CURSORS = {"/api/v1/scans": "scn_3kT9wQ0vXl2mYp7aRz1b4Q", "/api/v1/activity": "act_Wq3nV7xL0bKp2mYt9cR4sA",
+               "/api/v1/deliveries": "dlv_T3JhbmdlIGp1aWNlIGJveA", "/api/v1/watches": "wch_Q2x0mV8rLk1cYt6nWb3a9g"}
+
+
+@pytest.mark.parametrize("path", OWN_CURSORS)
+def test_the_document_says_an_unknown_cursor_is_a_400_as_the_service_answers(client, account, spec, path):
+    operation = spec["paths"][path]["get"]
+    cursor = next(p for p in operation["parameters"] if p["name"] == "starting_after")
+    assert "not one of your" in cursor["description"] and "400 `invalid_request`" in cursor["description"]
+    assert "`starting_after` is not one of your" in operation["responses"]["400"]["description"] \
+        or "`starting_after` not one of your" in operation["responses"]["400"]["description"]
+    answer = client.get(path, query_string={"starting_after": OWN_CURSORS[path]}, headers=account.headers)
+    assert (answer.status_code, answer.json["error"]) == (400, "invalid_request"), answer.json
+
+
+@pytest.mark.parametrize("path", ["/api/v1/scan/bulk", "/api/v1/watches/bulk"])
+def test_the_document_says_an_empty_bulk_target_is_a_rejected_entry_as_the_service_answers(
+        client, make_customer, spec, path):
+    schema = spec["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    name = schema["$ref"].rsplit("/", 1)[-1]
+    words = spec["components"]["schemas"][name]["properties"]["targets"]["description"]
+    assert "an empty or too short target" in words and "`rejected`" in words and "not make the call a 400" in words
+    account = make_customer(tier="enterprise", credits=100)
+    body = {"targets": [{"target": ""}, {"target": "jane@example.com"}]}
+    if "watches" in path:
+        body["interval"] = "weekly"
+    answer = client.post(path, json=body, headers=account.headers)
+    assert answer.status_code in (201, 202), answer.json
+    assert [(r["index"], r["target"]) for r in answer.json["rejected"]] == [(0, "")]

@@ -4,6 +4,7 @@ them as query parameters, charged like every 400."""
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 
@@ -14,9 +15,12 @@ from tests.api.test_auth_and_errors import assert_error
 
 SECRET_SHAPED = ["service_live_AbCdEf0123456789", "service_test_AbCdEf0123456789", "whsec_AbCdEf0123456789",
                  "SERVICE_LIVE_AbCdEf0123456789"]
+# A key or secret inside a longer id is as much a secret: anywhere in it, in any case.
+SECRET_INSIDE = ["key:service_live_AbCdEf0123456789", "xservice_live_AbCdEf0123456789",
+                 "id-service_test_AbCdEf0123456789-1", "a.whsec_AbCdEf0123456789", "order.WHSEC_Zz0123456789"]
 
 
-@pytest.mark.parametrize("value", SECRET_SHAPED)
+@pytest.mark.parametrize("value", SECRET_SHAPED + SECRET_INSIDE)
 @pytest.mark.parametrize("path", ["/api/v1/no-such-path", "/no-such-page", "/healthz"])
 def test_a_secret_shaped_request_id_is_replaced_everywhere(client, caplog, value, path):
     with caplog.at_level(logging.DEBUG):
@@ -28,8 +32,8 @@ def test_a_secret_shaped_request_id_is_replaced_everywhere(client, caplog, value
         assert response.get_json()["request_id"] == response.headers["X-Request-Id"]
 
 
-def test_a_secret_shaped_request_id_is_not_stored_in_the_activity_log(client, account, caplog):
-    value = "whsec_" + "Z" * 24
+@pytest.mark.parametrize("value", ["whsec_" + "Z" * 24, "key:service_live_" + "Z" * 24, "a.whsec_" + "Z" * 24])
+def test_a_secret_shaped_request_id_is_not_stored_in_the_activity_log(client, account, caplog, value):
     with caplog.at_level(logging.DEBUG):
         response = client.get("/api/v1/scans", headers={**account.headers, "X-Request-Id": value})
     assert response.status_code == 200
@@ -39,9 +43,20 @@ def test_a_secret_shaped_request_id_is_not_stored_in_the_activity_log(client, ac
     assert value not in caplog.text
 
 
-def test_an_ordinary_request_id_is_still_kept(client):
-    assert client.get("/nowhere", headers={"X-Request-Id": "order-42_retry.1"}).get_json()["request_id"] == \
-        "order-42_retry.1"
+@pytest.mark.parametrize("value", ["order-42_retry.1", "service-live-1", "whsec", "my_service_livestock"])
+def test_an_ordinary_request_id_is_still_kept(client, value):
+    assert client.get("/nowhere", headers={"X-Request-Id": value}).get_json()["request_id"] == value
+
+
+def test_every_prefix_of_a_credential_is_one_the_ids_are_checked_for():
+    """The prefixes come from where the credentials are made: a new kind of key is covered at once."""
+    from app import SECRET_PREFIXES, client_request_id
+    from app.services.shared import crypto
+    made = [crypto.new_api_key(livemode=True), crypto.new_api_key(livemode=False), crypto.new_webhook_secret()]
+    for secret in made:
+        assert secret.startswith(SECRET_PREFIXES)
+        allowed = re.sub(r"[^A-Za-z0-9._:-]", "x", secret)  # a webhook secret's base64 may hold + and /
+        assert client_request_id("id-" + allowed + "-1") is None
 
 
 LONGEST_ID = "order-42." + "x" * 119  # 128 characters: the longest id a client may send

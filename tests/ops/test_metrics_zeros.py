@@ -24,7 +24,8 @@ def test_a_fresh_process_serves_the_known_series_at_zero(client):
                    'scan_api_rate_limited_total{code="rate_limit_day"}',
                    'scan_api_webhook_attempts_total{outcome="failed",reason="timeout"}',
                    'scan_api_webhook_delivery_seconds_count{event="scan.failed"}',
-                   'scan_api_finding_feedback_total{source="none",verdict="false_positive"}'):
+                   'scan_api_finding_feedback_total{source="none",verdict="false_positive"}',
+                   'scan_api_engine_callbacks_refused_total{reason="bad_signature"}'):
         assert f"{series} 0.0" in fresh, series
         assert f"{series} " in served, series
 
@@ -35,5 +36,7 @@ def test_the_label_lists_are_the_services_own():
     assert {name for _, name in REQUEST_ERRORS} <= set(metrics.ATTEMPT_FAILURES)
     codes = set(re.findall(r'"(rate_limit_[a-z]+)"', open(quotas.__file__).read()))
     assert codes == set(metrics.RATE_LIMIT_CODES)
+    from app.services.tracking.callbacks import REFUSAL_REASONS
+    assert metrics.CALLBACK_REFUSALS == REFUSAL_REASONS
     from app.models.scans import FEEDBACK_VERDICTS
     assert metrics.FEEDBACK_VERDICTS == FEEDBACK_VERDICTS

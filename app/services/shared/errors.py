@@ -200,6 +200,13 @@ class CallbackRefused(ServiceError):
     code = "invalid_signature"
 
 
+class PayloadTooLarge(InvalidRequest):
+    """A request body over the size its endpoint takes (an engine callback's 4 KiB), however it
+    was sent: with a Content-Length or chunked."""
+
+    code = "payload_too_large"
+
+
 class CallbackReplayed(InvalidRequest):
     """An engine callback whose ``webhook-id`` was taken before (a replay): nothing changes."""
 

@@ -11,7 +11,10 @@ needs. Looks stay the safety net: a lost callback delays a scan to its next look
 
 Cheap to refuse: everything a forger can send is refused before the database is touched, with
 constant, small work (a bounded body, the headers, one HMAC), so a flood of bogus callbacks costs
-the database nothing. A well signed callback costs one statement (``store.tracking.engine_callbacks.take``)
+the database nothing; and the log next to nothing: a refusal before the signature is verified is
+counted (``scan_api_engine_callbacks_refused_total``, by reason) and written as one line a minute
+per process with the count (``REFUSALS``), never one line each (the view leaves out its request
+line). A well signed callback costs one statement (``store.tracking.engine_callbacks.take``)
 that remembers its ``webhook-id`` (a replay within the 5 minutes a signature is accepted for is
 refused) and makes its scan due. An unknown engine id is accepted like a known one: the answer
 tells no caller which ids exist. Nothing about the target, nor the engine id (an engine's id may
@@ -20,14 +23,16 @@ encode its target), is logged.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from app import runtime
+from app import metrics, runtime
 from app.db import transaction
+from app.log_tally import Tally
 from app.models import utcnow
 from app.models.scans import IN_FLIGHT, QUEUED, RUNNING
-from app.services.shared.errors import CallbackRefused, CallbackReplayed, InvalidRequest, TryAgain
+from app.services.shared.errors import CallbackRefused, CallbackReplayed, InvalidRequest, PayloadTooLarge, TryAgain
 from app.services.tracking import tracking
 from app.store.tracking import engine_callbacks
 from app.webhook_signature import (
@@ -47,6 +52,10 @@ LOCK_TIMEOUT_MS = 1000
 RETRY_AFTER_SECONDS = 1
 
 TAKEN, UNCHANGED = "taken", "unchanged"
+# Why a callback was refused before its signature was verified: the metric's labels, the line's words.
+REFUSAL_REASONS = ("too_large", "unsigned", "not_configured", "malformed", "stale", "bad_signature")
+REFUSED = (CallbackRefused, PayloadTooLarge)  # what REFUSALS counts: all a forger can cause
+REFUSALS = Tally(logging.getLogger(__name__), "%d engine callbacks refused in the last %.0f s (%s)")
 UNFINISHED = ("pending", "running")  # the engine's statuses of an investigation still going on
 
 
@@ -54,7 +63,7 @@ def receive(raw_body: bytes, headers: Mapping[str, str]) -> str:
     """Verify the callback ``raw_body`` with its ``headers`` and make its scan due: ``taken`` (the
     scan is due now, or was already, after any look holding it) or ``unchanged`` (an unknown id,
     or a scan no batch look tracks), both answered alike. Raises ``CallbackRefused`` (unsigned,
-    wrongly signed, stale), ``InvalidRequest`` (too large, or not E7's body), ``CallbackReplayed``
+    wrongly signed, stale), ``PayloadTooLarge``, ``InvalidRequest`` (not E7's body), ``CallbackReplayed``
     and ``TryAgain``; none changes anything."""
     moment = utcnow()
     now = moment.replace(tzinfo=UTC).timestamp()
@@ -94,24 +103,37 @@ def _count(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31 else None
 
 
+def check_size(length: int | None) -> None:
+    """Refuse a body over ``MAX_BODY_BYTES`` (413) before it is read, when its length is announced."""
+    if length is not None and length > MAX_BODY_BYTES:
+        raise _refused("too_large", PayloadTooLarge(f"the callback body is larger than {MAX_BODY_BYTES} bytes"))
+
+
+def _refused(reason: str, error: CallbackRefused | PayloadTooLarge):
+    """``error``, counted by ``reason`` and left to the minute's line."""
+    metrics.count_callback_refused(reason)
+    REFUSALS.add(reason)
+    return error
+
+
 def _verify(raw_body: bytes, headers: Mapping[str, str], now: float) -> tuple[str, int]:
     """The callback's id and timestamp once its signature is verified; no database, no I/O."""
-    if len(raw_body) > MAX_BODY_BYTES:
-        raise InvalidRequest(f"the callback body is larger than {MAX_BODY_BYTES} bytes", code="payload_too_large")
+    check_size(len(raw_body))
     secret = runtime.config.get("ENGINE_CALLBACK_SECRET")
     callback_id, timestamp = _header(headers, ID_HEADER), _header(headers, TIMESTAMP_HEADER)
     if not (callback_id and timestamp and _header(headers, STANDARD_SIGNATURE_HEADER)):
-        raise CallbackRefused("the callback is not signed: webhook-id, webhook-timestamp and webhook-signature "
-                              "are required")
+        raise _refused("unsigned", CallbackRefused(
+            "the callback is not signed: webhook-id, webhook-timestamp and webhook-signature are required"))
     if not secret:
-        raise CallbackRefused("this service takes no engine callbacks (no ENGINE_CALLBACK_SECRET is set)")
+        raise _refused("not_configured", CallbackRefused(
+            "this service takes no engine callbacks (no ENGINE_CALLBACK_SECRET is set)"))
     if len(callback_id) > MAX_CALLBACK_ID or not timestamp.isascii() or not timestamp.isdigit() or len(timestamp) > 12:
-        raise CallbackRefused("the callback's webhook-id or webhook-timestamp is malformed")
+        raise _refused("malformed", CallbackRefused("the callback's webhook-id or webhook-timestamp is malformed"))
     if abs(now - int(timestamp)) > TOLERANCE_SECONDS:
-        raise CallbackRefused(f"the callback's webhook-timestamp is more than {TOLERANCE_SECONDS // 60} minutes "
-                              "away from now")
+        raise _refused("stale", CallbackRefused(
+            f"the callback's webhook-timestamp is more than {TOLERANCE_SECONDS // 60} minutes away from now"))
     if not verify_standard(secret, raw_body, headers, now=now):
-        raise CallbackRefused("the callback's webhook-signature does not match")
+        raise _refused("bad_signature", CallbackRefused("the callback's webhook-signature does not match"))
     return callback_id, int(timestamp)
 
 

@@ -4,6 +4,7 @@ changes nothing; and a flood of bogus callbacks costs the database nothing (not 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from datetime import timedelta
 
@@ -16,7 +17,7 @@ from app import runtime
 from app.api import hooks
 from app.extensions import db
 from app.models import ActivityEntry, EngineCallback, Scan, utcnow
-from app.services.tracking import looks
+from app.services.tracking import callbacks, looks
 from tests.api.helpers import balance
 from tests.conftest import ServerThread
 from tests.services.tracking.test_callbacks import NOW, OTHER_SECRET, SECRET, promised, signed
@@ -24,6 +25,13 @@ from tests.services.tracking.test_callbacks import NOW, OTHER_SECRET, SECRET, pr
 PATH = "/engine/v1/callbacks"
 pytestmark = pytest.mark.config(ENGINE_CALLBACK_URL="http://127.0.0.1:9/engine/v1/callbacks",
                                 ENGINE_CALLBACK_SECRET=SECRET, ENGINE_POLL_SECONDS=600.0)
+
+
+@pytest.fixture(autouse=True)
+def _refusals_written():
+    """Each test's refusals are written out when it ends, not at exit (pytest's stream is closed by then)."""
+    yield
+    callbacks.REFUSALS.flush()
 
 
 def post(client, call, **extra):
@@ -109,6 +117,52 @@ def test_bogus_callbacks_cost_the_database_nothing(client, account, database_cal
     with freeze_time(NOW):
         assert post(client, signed(engine_id, msg_id="msg_real")).status_code == 200
     assert any("engine_callback" in str(sql) for sql in database_calls)
+
+
+def test_a_body_over_4_kib_is_a_413_whether_announced_or_chunked(served_app, client, account):
+    """A chunked body has no Content-Length to refuse up front: measured once read, it is refused
+    alike (it was a 400), and nothing changes."""
+    with freeze_time(NOW):
+        scan = create_scan(client, account)
+        body, headers = signed(scan.engine_id, msg_id="msg_big")
+        big = body[:-1] + b', "pad": "' + b"x" * 5000 + b'"}'
+    url = served_app.url + PATH
+    announced = requests.post(url, data=big, headers={**headers, "Content-Type": "application/json"}, timeout=10)
+    chunked = requests.post(url, data=iter([big[:2000], big[2000:]]), timeout=10,
+                            headers={**headers, "Content-Type": "application/json"})
+    assert "Content-Length" not in chunked.request.headers  # sent chunked
+    for response in (announced, chunked):
+        assert (response.status_code, response.json()["error"]) == (413, "payload_too_large"), response.text
+        assert response.json()["message"] == "the callback body is larger than 4096 bytes"
+    with db.connection_context():
+        assert EngineCallback.select().count() == 0
+
+
+def test_a_flood_of_forged_callbacks_writes_no_line_per_call(client, account, caplog):
+    """50,000 wrongly signed callbacks wrote 51,520 log lines: now none per call, the refusals
+    are counted (metric) and written as one line with their count when the minute ends."""
+    from tests.services.tracking.test_callbacks import refusals_counted
+    callbacks.REFUSALS.flush()
+    caplog.clear()
+    before = refusals_counted("bad_signature")
+    with freeze_time(NOW):
+        forged = signed("inv_forged", msg_id="msg_forged", secret=OTHER_SECRET)
+        with caplog.at_level(logging.DEBUG):
+            answers = {post(client, forged).status_code for _ in range(300)}
+            assert answers == {401}
+            assert [r.getMessage() for r in caplog.records] == []  # not one line per refusal
+            callbacks.REFUSALS.flush()  # the end of the minute
+    assert [r.getMessage() for r in caplog.records] == [
+        "300 engine callbacks refused in the last 60 s (bad_signature 300)"]
+    assert refusals_counted("bad_signature") - before == 300
+    served = client.get("/metrics").get_data(as_text=True)
+    assert 'scan_api_engine_callbacks_refused_total{reason="bad_signature"}' in served
+    # A signed callback keeps its request line: only refusals are aggregated.
+    with freeze_time(NOW), caplog.at_level(logging.INFO, logger="app.access"):
+        caplog.clear()
+        assert post(client, signed("inv_forged", msg_id="msg_signed")).status_code == 200
+    lines = [r.getMessage() for r in caplog.records if r.name == "app.access"]
+    assert len(lines) == 1 and lines[0].startswith("POST /engine/v1/callbacks 200 "), lines
 
 
 def refused_calls_list(engine_id):

@@ -6,6 +6,7 @@ Callbacks are signed here with the ``standardwebhooks`` library, as an engine wo
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -17,10 +18,11 @@ from standardwebhooks.webhooks import Webhook
 from app import runtime
 from app.db import transaction
 from app.extensions import db
+from app.log_tally import Tally
 from app.models import EngineCallback, Event, Scan, utcnow
 from app.models.scans import IN_FLIGHT
 from app.services.scans import reads
-from app.services.shared.errors import CallbackRefused, CallbackReplayed, InvalidRequest
+from app.services.shared.errors import CallbackRefused, CallbackReplayed, InvalidRequest, PayloadTooLarge
 from app.services.tracking import callbacks, looks, tracking
 from app.store.scans import scans as scan_store
 from app.store.tracking import scan_states
@@ -33,6 +35,13 @@ NOW = datetime(2026, 11, 22, 12, 0, 0)
 
 pytestmark = pytest.mark.config(ENGINE_CALLBACK_URL="http://127.0.0.1:9/engine/v1/callbacks",
                                 ENGINE_CALLBACK_SECRET=SECRET, ENGINE_POLL_SECONDS=600.0)
+
+
+@pytest.fixture(autouse=True)
+def _refusals_written():
+    """Each test's refusals are written out when it ends, not at exit (pytest's stream is closed by then)."""
+    yield
+    callbacks.REFUSALS.flush()
 
 
 def signed(engine_id: str, *, msg_id: str = "msg_1", at: datetime | None = None, secret: str = SECRET,
@@ -181,6 +190,58 @@ def test_unsigned_wrongly_signed_and_stale_callbacks_are_refused_and_change_noth
         assert EngineCallback.select().count() == 0
 
 
+REASONS = {"unsigned": "unsigned", "no signature": "unsigned", "wrong secret": "bad_signature",
+           "body changed": "bad_signature", "stale": "stale", "from the future": "stale"}
+
+
+def refusals_counted(reason: str) -> float:
+    from prometheus_client import REGISTRY
+    return REGISTRY.get_sample_value("scan_api_engine_callbacks_refused_total", {"reason": reason}) or 0.0
+
+
+def test_every_refusal_is_counted_by_reason_and_logged_in_one_line_with_the_count(conn, caplog):
+    """A flood of forgeries is one log line per interval (and process), saying how many, never a line
+    each; the metric counts each by its reason."""
+    callbacks.REFUSALS.flush()
+    caplog.clear()
+    with freeze_time(NOW):
+        calls = refused_calls("inv_1")
+        before = {reason: refusals_counted(reason) for reason in set(REASONS.values()) | {"too_large", "malformed"}}
+        with caplog.at_level(logging.DEBUG):
+            for _ in range(50):
+                for body, headers in calls.values():
+                    with pytest.raises(CallbackRefused):
+                        callbacks.receive(body, headers)
+                with pytest.raises(PayloadTooLarge):
+                    callbacks.receive(*signed("x" * callbacks.MAX_BODY_BYTES))
+                with pytest.raises(CallbackRefused):
+                    callbacks.receive(b"{}", {"webhook-id": "m" * 300, "webhook-timestamp": "1",
+                                              "webhook-signature": "v1,AAAA"})
+            assert caplog.records == []  # nothing yet: the line is written when the minute ends
+            timer = callbacks.REFUSALS._timer
+            assert timer is not None and timer.is_alive() and timer.interval == 60
+            counts = callbacks.REFUSALS.flush()
+        assert timer.finished.is_set()  # cancelled: it writes no second line
+    expected = {"unsigned": 100, "bad_signature": 100, "stale": 100, "too_large": 50, "malformed": 50}
+    assert counts == expected
+    assert {reason: refusals_counted(reason) - before[reason] for reason in expected} == expected
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["400 engine callbacks refused in the last 60 s (bad_signature 100, malformed 50, stale 100, "
+                     "too_large 50, unsigned 100)"]
+    assert callbacks.REFUSALS.flush() == {}  # and the next interval starts from nothing
+
+
+def test_the_refusals_line_is_written_by_its_timer_when_the_interval_ends(caplog):
+    """The timer of the first refusal writes the line by itself (here after 50 ms, not a minute)."""
+    tally = Tally(logging.getLogger("test.tally"), "%d refused in %.0f s (%s)", interval=0.05)
+    with caplog.at_level(logging.INFO, logger="test.tally"):
+        for _ in range(3):
+            tally.add("stale")
+        tally._timer.join(5)
+    assert [r.getMessage() for r in caplog.records] == ["3 refused in 0 s (stale 3)"]
+    assert tally._timer is None
+
+
 def test_a_replayed_callback_is_refused_and_changes_nothing(conn):
     with freeze_time(NOW) as frozen:
         cust, key = new_customer()
@@ -207,7 +268,7 @@ def test_a_callback_that_is_not_e7s_body_is_a_400_after_its_signature_and_change
                        "webhook-signature": Webhook(SECRET).sign("msg_body", at.replace(tzinfo=UTC), raw.decode())}
             with pytest.raises(InvalidRequest):
                 callbacks.receive(raw, headers)
-        with pytest.raises(InvalidRequest):
+        with pytest.raises(PayloadTooLarge):  # a 413, before its signature is looked at
             callbacks.receive(*signed("x" * callbacks.MAX_BODY_BYTES))
         assert state(scan.id) == before
 
