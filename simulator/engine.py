@@ -33,7 +33,8 @@ Controls (no auth, for tests and QA): ``POST /_sim/engine/mode`` with ``{"mode":
 ``{"mode": "down"}`` (every ``/v1`` call answers 503) or ``{"mode": "flaky", "every": N}``
 (every N-th ``/v1`` call since the mode was set answers 500), each with ``"batch_look": false`` to
 answer the batch look with 404 as an engine without it does (default true) and ``"deletion": false``
-to answer deletions with 405 as an engine without E7's deletion does (default true); ``GET /_sim/engine/mode``;
+to answer deletions with 405 as an engine without E7's deletion does (default true) and
+``"sources_listing": false`` to answer ``GET /v1/sources`` with 404 (E8); ``GET /_sim/engine/mode``;
 ``GET /_sim/engine/stats`` → ``{"submit", "batch", "status", "looks", "deletes", "total"}`` calls received,
 counted before mode and auth are applied; ``GET /_sim/engine/volume`` → ``{"submitted", "looked"}``
 investigations submitted (single and batch items) and ids asked in batch looks, counted once
@@ -94,7 +95,7 @@ class EngineControl:
     def reset(self) -> None:
         with self._lock:
             self._mode, self._every, self._calls_in_mode = "up", None, 0
-            self._batch_look = self._deletion = True
+            self._batch_look = self._deletion = self._listing = True
             self._stats = Counter()
             self._volume = Counter()
             self._generations: Counter = Counter()  # (kind, target) -> investigations of a changing target
@@ -102,15 +103,20 @@ class EngineControl:
         self.callbacks.reset()
         self.sources.reset()
 
-    def set_mode(self, mode: str, every: int | None, batch_look: bool = True, deletion: bool = True) -> None:
+    def set_mode(self, mode: str, every: int | None, batch_look: bool = True, deletion: bool = True,
+                 sources_listing: bool = True) -> None:
         with self._lock:
             self._mode, self._every, self._calls_in_mode = mode, every, 0
-            self._batch_look, self._deletion = batch_look, deletion
+            self._batch_look, self._deletion, self._listing = batch_look, deletion, sources_listing
 
     def mode(self) -> dict:
         with self._lock:
             return {"mode": self._mode, "every": self._every, "batch_look": self._batch_look,
-                    "deletion": self._deletion}
+                    "deletion": self._deletion, "sources_listing": self._listing}
+
+    def sources_listing(self) -> bool:
+        with self._lock:
+            return self._listing
 
     def batch_look(self) -> bool:
         with self._lock:
@@ -321,13 +327,19 @@ def set_mode():
         raise InvalidBody("batch_look must be true or false")
     if not isinstance(deletion, bool):
         raise InvalidBody("deletion must be true or false")
-    control().set_mode(mode, every, batch_look, deletion)
+    listing = body.get("sources_listing", True)
+    if not isinstance(listing, bool):
+        raise InvalidBody("sources_listing must be true or false")
+    control().set_mode(mode, every, batch_look, deletion, listing)
     return jsonify(control().mode())
 
 
 @engine_bp.get("/v1/sources")
 def list_sources():
-    """E8's listing: each source, the kinds it answers for, its known-good and known-bad identities."""
+    """E8's listing: each source, the kinds it answers for, its known-good and known-bad identities.
+    With ``sources_listing`` off (``/_sim/engine/mode``) it answers 404, as an engine without it would."""
+    if not control().sources_listing():
+        return json_error(404, "not_found", "This engine does not list its sources (simulated).")
     return jsonify(sources.listing())
 
 
