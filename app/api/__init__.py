@@ -124,8 +124,10 @@ BLUEPRINTS = (
     Mount("app.api.feed"),
     Mount("app.api.watches"),
     Mount("app.api.account"),
+    Mount("app.api.sources"),
     Mount("app.api.callbacks", documented=False),
     Mount("app.api.health", documented=False, csrf_exempt=False),
+    Mount("app.api.status", documented=False, csrf_exempt=False),
 )
 
 
@@ -189,6 +191,8 @@ def register_api(app: Flask) -> Api:
                                                    "follow instead of receiving webhooks."},
                  {"name": "watches", "description": "Watches: targets scanned again on a schedule, what "
                                                     "changed announced."},
+                 {"name": "sources", "description": "The sources the investigations consult, and how well "
+                                                    "each answers now."},
                  {"name": "account", "description": "Your balance, limits and usage, and what the calling key "
                                                     "may do."},
                  {"name": "webhooks", "description": "Events the service sends to your webhook URL when a scan "

@@ -20,7 +20,7 @@ from app import metrics, runtime
 from app.db import transaction
 from app.models import iso, utcnow
 from app.services.shared.errors import NotFound
-from app.services.sources import health
+from app.services.sources import health, status
 from app.services.tracking import engine
 from app.store.sources import sources as store
 
@@ -55,7 +55,7 @@ def refresh(now: datetime) -> bool:
         source_id, name = item.get("id"), item.get("name")
         if not isinstance(source_id, str) or not source_id or len(source_id) > 80:
             continue
-        listed_kinds = item.get("kinds") if isinstance(item.get("kinds"), list) else []
+        listed_kinds: list = item["kinds"] if isinstance(item.get("kinds"), list) else []
         kinds = [k for k in listed_kinds if k in ("email", "phone", "username")]
         raw: dict = item["probes"] if isinstance(item.get("probes"), dict) else {}
         identities = {role: _identity(raw.get(role)) for role in ROLES}
@@ -179,7 +179,14 @@ def _judge_round(source, outcome: str, answers: dict, now: datetime) -> None:
 
 
 def run_health() -> dict:
-    """The ``sources`` periodic job: rounds judged, sources judged, old counts removed."""
+    """The ``sources`` periodic job: the engine's listing read again (what the status page says of
+    the engine), rounds judged, sources judged, old counts removed."""
+    try:
+        refresh(utcnow())
+        status.note_engine(True)
+    except engine.EngineError as exc:
+        log.warning("engine sources listing: %s", exc)
+        status.note_engine(False)
     report = look()
     report.update(health.evaluate())
     removed = health.remove_old()
