@@ -271,3 +271,14 @@ def test_feedback_on_an_unknown_finding_names_it(cli, jobs):
     assert code == 1 and out == ""
     assert err.count("\n") == 1 and "fnd_not_in_this_result" in err and scan_id in err
     assert "not_found, HTTP 404" in err and "Traceback" not in err
+
+
+def test_sources_lists_them_as_json_and_csv(cli):
+    from tests.client.test_client import _seed_sources
+    _seed_sources()
+    code, out, err = cli("sources", "--format", "json")
+    assert code == 0, err
+    assert [s["id"] for s in json.loads(out)["data"]] == ["github"]
+    code, out, err = cli("sources", "--format", "csv")
+    assert code == 0, err
+    assert out.splitlines()[0].startswith("id,name,status") and out.splitlines()[1].startswith("github,GitHub,healthy")

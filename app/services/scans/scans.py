@@ -211,11 +211,13 @@ def _calls_back(answer: dict) -> bool:
 def _submit(customer_id, rows, batch, cost, request_id, livemode=True, sources=None, recorded=None) -> list[dict]:
     """``sources``: a re-run of those sources only (E6); ``recorded``: the call's entry."""
     items = [{"target": r["target"], "kind": r["kind"], "reference": r["id"]} for r in rows]
+    # D30: a quarantined source is left out of live submissions (the sandbox has no health); read
+    # once per kind, not per item.
+    asked = ({kind: source_health.asked_sources(kind, sources) for kind in {item["kind"] for item in items}}
+             if livemode else {item["kind"]: sources for item in items})
     for item in items:
-        # D30: a quarantined source is left out of live submissions (the sandbox has no health).
-        asked = source_health.asked_sources(item["kind"], sources) if livemode else sources
-        if asked is not None:
-            item["sources"] = asked
+        if asked[item["kind"]] is not None:
+            item["sources"] = asked[item["kind"]]
     backend = engine_for(livemode)
     try:
         answers = [backend.submit(**items[0])] if batch is None else backend.submit_batch(items)

@@ -25,7 +25,9 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from app import events, metrics
+from redis.exceptions import RedisError
+
+from app import events, metrics, runtime
 from app.db import transaction
 from app.models import iso, utcnow
 from app.services.shared.errors import InvalidRequest, NotFound
@@ -48,9 +50,11 @@ NO_LATENCY = -1
 KEPT = timedelta(hours=25)  # the status page's day, and the hour before its first cell
 AUTO, OPERATOR = "auto", "operator"
 QUARANTINED_REASON = "quarantined"
-# What submissions read of the sources (quarantine, kinds, names), kept this long in each process:
-# a submission adds no query, and a quarantine reaches every process within it.
+# What submissions read of the sources (quarantine, kinds, names) is kept in each process and read
+# again when a quarantine or release anywhere moved the generation (a Redis counter) on, or after
+# CACHE_SECONDS at most (Redis down): a submission adds no database query.
 CACHE_SECONDS = 5.0
+GENERATION_KEY = "scan-api:sources:generation"
 
 
 def latency_class(latency_ms) -> int:
@@ -312,26 +316,42 @@ class Catalogue:
 
 
 _cache_lock = threading.Lock()
-_cache: dict = {"at": None, "value": None}
+_cache: dict = {"at": None, "value": None, "generation": None}
+
+
+def _generation() -> bytes | None:
+    try:
+        return runtime.redis().get(GENERATION_KEY)
+    except RedisError:
+        return None
 
 
 def catalogue() -> Catalogue:
-    """The sources as submissions read them, at most ``CACHE_SECONDS`` old in this process."""
+    """The sources as submissions read them: this process's copy while no quarantine or release
+    moved the generation on (and at most ``CACHE_SECONDS`` old), else read again."""
+    generation = _generation()
     with _cache_lock:
         at, value = _cache["at"], _cache["value"]
-        if value is not None and at is not None and time.monotonic() - at < CACHE_SECONDS:
+        if (value is not None and at is not None and time.monotonic() - at < CACHE_SECONDS
+                and generation == _cache["generation"]):
             return value
     rows = store.all_sources()
     value = Catalogue({s.id: s.name for s in rows}, {s.id: tuple(json.loads(s.kinds or "[]")) for s in rows},
                       frozenset(s.id for s in rows if s.quarantined))
     with _cache_lock:
-        _cache["at"], _cache["value"] = time.monotonic(), value
+        _cache["at"], _cache["value"], _cache["generation"] = time.monotonic(), value, generation
     return value
 
 
 def forget_cache() -> None:
+    """After a change of the sources: this process reads them again, and every other at its next
+    submission (the generation moved on)."""
     with _cache_lock:
         _cache["at"], _cache["value"] = None, None
+    try:
+        runtime.redis().incr(GENERATION_KEY)
+    except RedisError:
+        pass
 
 
 def asked_sources(kind: str, only: list[str] | None = None) -> list[str] | None:
