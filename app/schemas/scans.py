@@ -183,7 +183,7 @@ class SourceSchema(ma.Schema):
                                                                        "example": "2026-11-21T12:01:40Z"})
     latency_ms = fields.Integer(required=True, allow_none=True, metadata={"example": 412})
     reason = fields.String(metadata={
-        "enum": ["quarantined"],
+        "enum": ["quarantined"], "example": "quarantined",
         "description": "Present on a skipped source left out by this service: `quarantined` (it was down or "
                        "answered its checks wrongly when the scan was made; `GET /api/v1/sources`). A re-run asks it "
                        "once it is back. Coverage and `partial` count only the sources asked."})
