@@ -102,3 +102,16 @@ def test_a_quarantined_source_is_left_out_listed_as_skipped_and_rerun_once_back(
         # The completed scans' answers were counted for the sources' health.
         counted = health.store.counts_since(datetime(2026, 11, 21))
     assert "gravatar" in counted and json.dumps(counted)
+
+
+def test_source_events_are_listed_only_when_asked_for(client, account):
+    seed([("gravatar", "Gravatar", "error", 100)] * 20)
+    with db.connection_context():
+        health.evaluate(datetime(2026, 11, 21, 11, 55))
+    plain = client.get("/api/v1/events", headers=account.headers)
+    assert plain.status_code == 200 and plain.json["data"] == []  # never by default
+    asked = client.get("/api/v1/events?events=source.degraded,scan.completed", headers=account.headers)
+    (event,) = asked.json["data"]
+    assert event["event"] == "source.degraded" and event["livemode"] is True
+    assert event["body"] == {"event": "source.degraded", "source_id": "gravatar", "name": "Gravatar",
+                             "status": "down", "previous_status": "healthy", "at": "2026-11-21T11:55:00Z"}
