@@ -540,3 +540,28 @@ def test_the_watch_slots_migration_numbers_each_customer_s_open_watches_per_mode
         assert [rows[i].slot for i in ids] == [0, None, 1, 0, 0, 2]
         assert all(rows[i].next_scan_at == start + timedelta(days=1) for i in ids)
         assert db.execute_sql("SELECT indexdef FROM pg_indexes WHERE indexname = 'watch_slot'").fetchall() == fresh
+
+
+def test_the_source_health_migration_builds_the_tables_a_fresh_database_has(app):
+    """Version 30 on a database from before it (D30): the source and source_minute tables and their
+    indexes as a fresh database has them."""
+    from app.models import Source, SourceMinute
+
+    def shape():
+        columns = db.execute_sql("SELECT table_name, column_name, data_type, is_nullable FROM "
+                                 "information_schema.columns WHERE table_name IN ('source', 'source_minute') "
+                                 "ORDER BY table_name, column_name").fetchall()
+        indexes = db.execute_sql("SELECT indexname, indexdef FROM pg_indexes WHERE tablename IN "
+                                 "('source', 'source_minute') ORDER BY indexname").fetchall()
+        return columns, indexes
+
+    with db.connection_context():
+        fresh = shape()
+        assert len(fresh[0]) == 25 and {"source_pkey", "source_minute_pkey", "source_minute_minute"} <= {
+            name for name, _ in fresh[1]}
+        with db.atomic():
+            db.drop_tables([Source, SourceMinute], cascade=True)
+            SchemaVersion.delete().where(SchemaVersion.version == 30).execute()
+        assert migrations.upgrade() == [30]
+        assert migrations.upgrade() == []
+        assert shape() == fresh
