@@ -84,6 +84,10 @@ the {watch_schemas} schemas, thin: the same names ending in `Thin`):
 
 {watch_events}
 
+and, to any endpoint of your keys that lists them, `source.degraded` (a source the investigations
+consult became `degraded`, `down` or `broken`) and `source.recovered` (it is `healthy` again), with
+the body `{"event", "source_id", "name", "status", "previous_status", "at"}` (see `GET /api/v1/sources`).
+
 Each is signed with the key's secret: the
 Standard Webhooks headers `webhook-id`, `webhook-timestamp` and `webhook-signature`, and
 `X-Service-Signature: sha256=<hex HMAC-SHA256 of the raw body>`. The bodies and headers are
