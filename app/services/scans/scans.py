@@ -323,7 +323,7 @@ def create_rerun(customer, api_key_id, scan_id, *, request_id, livemode=True,
     target = original.target  # None once erased (D20), when it has no result either
     if not sources or target is None:
         raise NothingToRerun(_why_nothing_to_rerun(original.status, erased=target is None,
-                                                   quarantined=bool(failed_source_ids(result))))
+                                                   quarantined=livemode and bool(source_health.rerun_wanted(result))))
     purpose, case_ref = purposes.check(original.purpose, original.case_ref, required=customer.require_purpose)
     suppressions.check(original.kind, target)  # opted out since: 403, free, as a creation
     rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (original.kind, target))],

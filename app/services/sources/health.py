@@ -380,9 +380,13 @@ def mark_left_out(result: dict, kind: str) -> dict:
     return result
 
 
+def rerun_wanted(result: dict | None) -> list[str]:
+    """The sources a re-run would ask: those that failed or were quarantined."""
+    return [s["id"] for s in (result or {}).get("sources") or []
+            if s.get("status") in FAILED_STATUSES or s.get("reason") == QUARANTINED_REASON]
+
+
 def rerun_sources(result: dict | None) -> list[str]:
     """What a re-run asks: the sources that failed or were quarantined, and are not quarantined now."""
-    wanted = [s["id"] for s in (result or {}).get("sources") or []
-              if s.get("status") in FAILED_STATUSES or s.get("reason") == QUARANTINED_REASON]
     quarantined = catalogue().quarantined
-    return [s for s in wanted if s not in quarantined]
+    return [s for s in rerun_wanted(result) if s not in quarantined]

@@ -248,7 +248,9 @@ def apply_look(scan, state: dict, *, past_deadline: bool = False) -> Final | Pro
         except InvalidResult as exc:
             log.warning("scan %s: invalid engine result: %s", scan.id, exc)
             return failed(scan.id, "engine_failed", "the engine returned a result that is not valid")
-        if scan.livemode:  # the quarantined sources its submission left out (D30)
+        # The quarantined sources its submission left out (D30); a re-run asked named sources
+        # only, and its merge keeps the original's other answers.
+        if scan.livemode and not scan.rerun_of:
             result = source_health.mark_left_out(result, scan.kind)
         return completed(scan.id, _whole_picture(scan, result))
     if status == "error":
