@@ -35,6 +35,7 @@ ACTIONS = {
     "GET /api/v1/events": "events.list",
     "GET /api/v1/events/stream": "events.stream",
     "GET /api/v1/account": "account.read",
+    "GET /api/v1/sources": "sources.list",
     "POST /api/v1/watches": "watch.create",
     "POST /api/v1/watches/bulk": "watches.create",
     "GET /api/v1/watches": "watches.list",

@@ -751,7 +751,65 @@ def watches_run_due(days_ahead, customer_id, as_json):
     emit(as_json, report, Table.record([(name.replace("_", " "), count) for name, count in report.items()]))
 
 
-GROUPS = (db_cli, customers_cli, keys_cli, users_cli, scans_cli, deliveries_cli, watches_cli, suppressions_cli)
+sources_cli = OperatorGroup("sources", help="The engine's sources: health, probes, quarantine (D30).")
+
+
+def sources_table(rows: list[dict]) -> Table:
+    return Table([(r["id"], r["status"], r["since"], r["answered_ratio"], r["p95_latency_ms"], r["last_probe_at"],
+                   r["last_probe_ok"], r["quarantined"], r.get("quarantine_reason")) for r in rows],
+                 headers=["id", "status", "since", "answered", "p95 ms", "last probe", "probe ok", "quarantined",
+                          "reason"], empty="no sources known yet")
+
+
+@sources_cli.command("list")
+@json_option
+def sources_list(as_json):
+    """Every source: status, the last hour's share answered and p95, the last probe, quarantine."""
+    from app.services.sources import health
+    rows = run(as_json, health.operator_view)
+    emit(as_json, {"sources": rows}, sources_table(rows))
+
+
+@sources_cli.command("probe")
+@click.argument("source_id", required=False)
+@click.option("--wait", "wait_seconds", type=click.FloatRange(0, 300), default=30.0, show_default=True,
+              metavar="SECONDS", help="How long to wait for the answers before judging (0: send only).")
+@json_option
+def sources_probe(source_id, wait_seconds, as_json):
+    """Probe SOURCE_ID (or every source the engine lists) now: its known-good and known-bad identities,
+    then (with --wait) the answers judged and every source judged again."""
+    from app.services.sources import health, probes
+    report = run(as_json, lambda: probes.probe_now(source_id, wait_seconds=wait_seconds))
+    rows = run(as_json, health.operator_view)
+    if source_id is not None:
+        rows = [r for r in rows if r["id"] == source_id]
+    emit(as_json, {"report": report, "sources": rows},
+         Table.record([(name.replace("_", " "), count) for name, count in report.items()]), sources_table(rows))
+
+
+@sources_cli.command("quarantine")
+@click.argument("source_id")
+@click.option("--reason", required=True, help="Why (shown to operators; 1 to 300 characters).")
+@json_option
+def sources_quarantine(source_id, reason, as_json):
+    """Leave SOURCE_ID out of new submissions until `sources release`."""
+    from app.services.sources import health
+    row = run(as_json, lambda: health.quarantine(source_id, reason))
+    emit(as_json, {"source": row}, f"source {source_id} quarantined: new scans leave it out")
+
+
+@sources_cli.command("release")
+@click.argument("source_id")
+@json_option
+def sources_release(source_id, as_json):
+    """Ask SOURCE_ID again in new submissions; its health is counted afresh from now."""
+    from app.services.sources import health
+    row = run(as_json, lambda: health.release(source_id))
+    emit(as_json, {"source": row}, f"source {source_id} released: new scans ask it again")
+
+
+GROUPS = (db_cli, customers_cli, keys_cli, users_cli, scans_cli, deliveries_cli, watches_cli, suppressions_cli,
+          sources_cli)
 # The options of the ``flask`` command itself that take a value (``--app wsgi``).
 _FLASK_OPTIONS_WITH_VALUE = {"--app", "-A", "--env-file", "-e"}
 

@@ -230,6 +230,8 @@ def load_settings(env=None) -> dict:
         "RETENTION_INTERVAL_SECONDS": _number(env, "RETENTION_INTERVAL_SECONDS", 3600, 1, DAY),
         # How often the scheduler makes the watches' due scans (D28).
         "WATCH_INTERVAL_SECONDS": _number(env, "WATCH_INTERVAL_SECONDS", 60, 1, DAY),
+        # How often each engine source is probed (D30): a round of two submissions per source.
+        "SOURCE_PROBE_MINUTES": _number(env, "SOURCE_PROBE_MINUTES", 15, 1, 24 * 60),
         # Request bodies above this many bytes answer 413 (a bulk of 100 fits easily).
         "MAX_CONTENT_LENGTH": _number(env, "MAX_CONTENT_LENGTH", 256 * 1024, 1024, 100 * 1024 * 1024),
         "LOG_LEVEL": _choice(env, "LOG_LEVEL", "INFO", LOG_LEVELS, upper=True),

@@ -108,8 +108,16 @@ def thin_body(body: dict) -> dict:
     return thin_watch_body(body) if name in WATCH_EVENTS else body
 
 
+# D30: events about one of the engine's sources, not about a customer's scan: its status changed
+# (worse: degraded; back to healthy: recovered). Bodies ``{event, source_id, name, status,
+# previous_status, at}`` (``services.sources.health``), no personal data; only to endpoints and
+# streams that list them (``services.webhooks.webhooks.record_service_event``).
+SOURCE_DEGRADED = "source.degraded"
+SOURCE_RECOVERED = "source.recovered"
+SOURCE_EVENTS: tuple[str, ...] = (SOURCE_DEGRADED, SOURCE_RECOVERED)
+
 # Every event a delivery may carry: what an endpoint may list and the deliveries' filters take.
-DELIVERY_EVENTS: tuple[str, ...] = (*NAMES, ENDPOINT_DISABLED, *WATCH_EVENTS)
+DELIVERY_EVENTS: tuple[str, ...] = (*NAMES, ENDPOINT_DISABLED, *WATCH_EVENTS, *SOURCE_EVENTS)
 
 
 def for_status(status: str) -> EventKind:

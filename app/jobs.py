@@ -172,3 +172,13 @@ def promote_due(q: Queue, before: float) -> int:
             registry.remove(job_id, pipeline=pipe)
         pipe.execute()
     return moved
+
+
+def workers_alive() -> int | None:
+    """How many workers are registered and beating (RQ's registry); None when Redis does not answer."""
+    from redis.exceptions import RedisError
+    from rq import Worker
+    try:
+        return Worker.count(connection=runtime.redis())
+    except RedisError:
+        return None

@@ -281,3 +281,42 @@ def render() -> tuple[bytes, str]:
 
 def token_matches(given: str, token: str) -> bool:
     return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+
+
+# D30: each source's answers (scans' and probes'), its status and quarantine, by its id (no
+# personal data: the engine's source ids). A source's series start at zero when it is first judged.
+SOURCE_ANSWERS = Counter("scan_api_source_answers_total", "Source answers counted for source health, by outcome",
+                         ["source", "outcome"])
+SOURCE_STATUS = Gauge("scan_api_source_status", "1 for each source's current status, 0 for the others",
+                      ["source", "status"], multiprocess_mode="mostrecent")
+SOURCE_QUARANTINED = Gauge("scan_api_source_quarantined", "1 when the source is left out of new submissions",
+                           ["source"], multiprocess_mode="mostrecent")
+SOURCE_PROBES = Counter("scan_api_source_probes_total", "Probe rounds judged, by outcome", ["source", "outcome"])
+SOURCE_STATUSES = ("healthy", "degraded", "down", "broken")
+PROBE_OUTCOMES = ("right", "wrong", "unanswered")
+
+
+def _source_label(source_id: str) -> str:
+    return source_id if SOURCE_LABEL.match(source_id) else "other"
+
+
+def count_source_answers(source_id: str, answers: int, answered: int) -> None:
+    label = _source_label(source_id)
+    SOURCE_ANSWERS.labels(source=label, outcome="answered").inc(answered)
+    SOURCE_ANSWERS.labels(source=label, outcome="failed").inc(answers - answered)
+
+
+def set_source_state(source_id: str, status: str, quarantined: bool) -> None:
+    """A source's status and quarantine as judged now; every status of it present (zeros, not gaps)."""
+    label = _source_label(source_id)
+    for name in SOURCE_STATUSES:
+        SOURCE_STATUS.labels(source=label, status=name).set(1 if name == status else 0)
+    SOURCE_QUARANTINED.labels(source=label).set(1 if quarantined else 0)
+    for outcome in ("answered", "failed"):
+        SOURCE_ANSWERS.labels(source=label, outcome=outcome)
+    for outcome in PROBE_OUTCOMES:
+        SOURCE_PROBES.labels(source=label, outcome=outcome)
+
+
+def count_source_probe(source_id: str, outcome: str) -> None:
+    SOURCE_PROBES.labels(source=_source_label(source_id), outcome=outcome).inc()

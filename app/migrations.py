@@ -395,6 +395,23 @@ def _opted_out_watches_forget_target(database):
                          'WHERE "event" = \'watch.ended\' AND "body" IS NOT NULL AND "body"::jsonb ? \'target\'')
 
 
+def _source_health(database):
+    """Source health (D30): the sources, their answers per minute; the tables as the models make them."""
+    database.execute_sql(
+        'CREATE TABLE IF NOT EXISTS "source" ("id" VARCHAR(80) NOT NULL PRIMARY KEY, "name" VARCHAR(200) NOT NULL, '
+        '"kinds" TEXT NOT NULL, "probes" TEXT, "status" VARCHAR(10) NOT NULL, "status_since" TIMESTAMP NOT NULL, '
+        '"counted_since" TIMESTAMP NOT NULL, "quarantined" BOOLEAN NOT NULL, "quarantined_at" TIMESTAMP, '
+        '"quarantined_by" VARCHAR(10), "quarantine_reason" VARCHAR(300), "probe_streak" INTEGER NOT NULL, '
+        '"last_probe_at" TIMESTAMP, "last_probe_ok" BOOLEAN, "last_probes" TEXT NOT NULL, '
+        '"probe_good_id" VARCHAR(300), "probe_bad_id" VARCHAR(300), "probe_sent_at" TIMESTAMP, '
+        '"next_probe_at" TIMESTAMP, "created_at" TIMESTAMP NOT NULL)')
+    database.execute_sql(
+        'CREATE TABLE IF NOT EXISTS "source_minute" ("source_id" VARCHAR(80) NOT NULL, "minute" TIMESTAMP NOT NULL, '
+        '"bucket" SMALLINT NOT NULL, "answers" INTEGER NOT NULL, "answered" INTEGER NOT NULL, '
+        'PRIMARY KEY ("source_id", "minute", "bucket"))')
+    database.execute_sql('CREATE INDEX IF NOT EXISTS "source_minute_minute" ON "source_minute" ("minute")')
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 # Versions 3 and 18 are absent on purpose: neither was ever assigned (the history has migration 4,
 # portal sessions, appended right after 2, and 19 after 17), so no database records them. The gaps
@@ -427,6 +444,7 @@ MIGRATIONS = [
     (25, "watches", _watches),
     (26, "watches spread by slot", _watch_slots),
     (28, "a watch ended by an opt-out keeps no identifier", _opted_out_watches_forget_target),
+    (30, "source health", _source_health),
 ]
 
 

@@ -33,7 +33,8 @@ Controls (no auth, for tests and QA): ``POST /_sim/engine/mode`` with ``{"mode":
 ``{"mode": "down"}`` (every ``/v1`` call answers 503) or ``{"mode": "flaky", "every": N}``
 (every N-th ``/v1`` call since the mode was set answers 500), each with ``"batch_look": false`` to
 answer the batch look with 404 as an engine without it does (default true) and ``"deletion": false``
-to answer deletions with 405 as an engine without E7's deletion does (default true); ``GET /_sim/engine/mode``;
+to answer deletions with 405 as an engine without E7's deletion does (default true) and
+``"sources_listing": false`` to answer ``GET /v1/sources`` with 404 (E8); ``GET /_sim/engine/mode``;
 ``GET /_sim/engine/stats`` → ``{"submit", "batch", "status", "looks", "deletes", "total"}`` calls received,
 counted before mode and auth are applied; ``GET /_sim/engine/volume`` → ``{"submitted", "looked"}``
 investigations submitted (single and batch items) and ids asked in batch looks, counted once
@@ -45,6 +46,11 @@ scan in flight is looked at many times, and decoding its id again each time was 
 look's cost (100,000 scans in flight at a 10 s poll are 10,000 ids a second). Ids still carry all
 their state: a restarted simulator answers the same.
 
+Sources (E8, ``simulator.sources``): ``GET /v1/sources`` lists them with their probe identities;
+a submission with ``"probe": true`` (and ``"sources": [id]``) is a probe, answered after a few
+seconds (times the time scale); ``POST /_sim/engine/sources/<id>`` ``{"mode": "ok"|"error"|"slow"|
+"wrong"}`` breaks a source on purpose and ``GET /_sim/engine/sources`` shows the modes.
+
 Artifacts named in results are served at ``GET /_sim/artifacts/<id>.pdf`` and ``.card.json``.
 """
 import hmac
@@ -54,10 +60,10 @@ from collections import Counter
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from simulator import artifacts
+from simulator import artifacts, sources
 from simulator.callbacks import CallbackSender
 from simulator.errors import json_error
-from simulator.investigations import CHANGING, JUNK, KINDS, decode_id, encode_id, now_ms, plan_for, progress_at
+from simulator.investigations import CHANGING, JUNK, KINDS, NORMAL, decode_id, encode_id, now_ms, plan_for, progress_at
 from simulator.results import result_for
 
 MAX_BATCH = 100
@@ -71,7 +77,8 @@ engine_bp = Blueprint("engine", __name__)
 
 # Which stats counter each API view feeds; also the set of views that mode and auth apply to.
 _STAT_OF_ENDPOINT = {"engine.submit": "submit", "engine.submit_batch": "batch", "engine.status": "status",
-                     "engine.status_batch": "looks", "engine.delete": "deletes"}
+                     "engine.status_batch": "looks", "engine.delete": "deletes",
+                     "engine.list_sources": "sources"}
 
 
 class EngineControl:
@@ -82,27 +89,34 @@ class EngineControl:
         # Ids deleted (E7). A reset keeps them: it must not bring back what the engine forgot.
         self.deleted: set[str] = set()
         self.callbacks = CallbackSender(callback_secret, self.deleted.__contains__)
+        self.sources = sources.SourceModes()
         self.reset()
 
     def reset(self) -> None:
         with self._lock:
             self._mode, self._every, self._calls_in_mode = "up", None, 0
-            self._batch_look = self._deletion = True
+            self._batch_look = self._deletion = self._listing = True
             self._stats = Counter()
             self._volume = Counter()
             self._generations: Counter = Counter()  # (kind, target) -> investigations of a changing target
         self.plans: dict[str, tuple] = {}  # engine id -> (Investigation, Plan); see the module's docstring
         self.callbacks.reset()
+        self.sources.reset()
 
-    def set_mode(self, mode: str, every: int | None, batch_look: bool = True, deletion: bool = True) -> None:
+    def set_mode(self, mode: str, every: int | None, batch_look: bool = True, deletion: bool = True,
+                 sources_listing: bool = True) -> None:
         with self._lock:
             self._mode, self._every, self._calls_in_mode = mode, every, 0
-            self._batch_look, self._deletion = batch_look, deletion
+            self._batch_look, self._deletion, self._listing = batch_look, deletion, sources_listing
 
     def mode(self) -> dict:
         with self._lock:
             return {"mode": self._mode, "every": self._every, "batch_look": self._batch_look,
-                    "deletion": self._deletion}
+                    "deletion": self._deletion, "sources_listing": self._listing}
+
+    def sources_listing(self) -> bool:
+        with self._lock:
+            return self._listing
 
     def batch_look(self) -> bool:
         with self._lock:
@@ -264,10 +278,11 @@ def _look(engine_id: str) -> dict | None:
     if progress.status == "done":
         artifact_base = f"{request.host_url}_sim/artifacts/{engine_id}"
         finished = time.gmtime(investigation.created_ms / 1000 + plan.duration_s)
-        sources = None if investigation.sources is None else list(investigation.sources)
+        asked = None if investigation.sources is None else list(investigation.sources)
         body["result"] = JUNK_RESULT if plan.behaviour == JUNK else result_for(
-            kind, target, artifact_base, sources=sources, checked_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", finished),
+            kind, target, artifact_base, sources=asked, checked_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", finished),
             generation=investigation.generation)
+        sources.apply(body["result"], kind, target, probe=investigation.probe, modes=control().sources.snapshot())
     elif progress.status == "error":
         body["error"] = {"code": "engine_failed", "message": f"Recipe {progress.recipes_done + 1} failed (simulated)."}
     return body
@@ -284,7 +299,7 @@ def _decoded(engine_id: str) -> tuple | None:
         investigation = decode_id(engine_id)
         if investigation is None:
             return None
-        known = (investigation, plan_for(investigation.kind, investigation.target, _time_scale()))
+        known = (investigation, _plan(investigation.kind, investigation.target, investigation.probe))
         if len(plans) >= PLAN_CACHE_SIZE:
             plans.clear()  # cheaper than an LRU's bookkeeping on every look; the next looks decode again
         plans[engine_id] = known  # a dict's item assignment is atomic under the GIL: threads may race, harmlessly
@@ -312,8 +327,36 @@ def set_mode():
         raise InvalidBody("batch_look must be true or false")
     if not isinstance(deletion, bool):
         raise InvalidBody("deletion must be true or false")
-    control().set_mode(mode, every, batch_look, deletion)
+    listing = body.get("sources_listing", True)
+    if not isinstance(listing, bool):
+        raise InvalidBody("sources_listing must be true or false")
+    control().set_mode(mode, every, batch_look, deletion, listing)
     return jsonify(control().mode())
+
+
+@engine_bp.get("/v1/sources")
+def list_sources():
+    """E8's listing: each source, the kinds it answers for, its known-good and known-bad identities.
+    With ``sources_listing`` off (``/_sim/engine/mode``) it answers 404, as an engine without it would."""
+    if not control().sources_listing():
+        return json_error(404, "not_found", "This engine does not list its sources (simulated).")
+    return jsonify(sources.listing())
+
+
+@engine_bp.get("/_sim/engine/sources")
+def get_sources():
+    return jsonify(control().sources.state())
+
+
+@engine_bp.post("/_sim/engine/sources/<source_id>")
+def set_source(source_id: str):
+    if source_id not in sources.NAMES:
+        return json_error(404, "not_found", "No such source.")
+    mode = _json_body().get("mode")
+    if mode not in sources.MODES:
+        raise InvalidBody(f"mode must be one of {', '.join(sources.MODES)}")
+    control().sources.set(source_id, mode)
+    return jsonify({"id": source_id, "name": sources.NAMES[source_id], "mode": mode})
 
 
 @engine_bp.get("/_sim/engine/callbacks")
@@ -374,8 +417,8 @@ def _json_body() -> dict:
     return body
 
 
-def _parse_item(item) -> tuple[str, str, list[str] | None, str | None, str | None]:
-    """``(kind, target, sources, reference, callback_url)`` of a valid submission."""
+def _parse_item(item) -> tuple[str, str, list[str] | None, str | None, str | None, bool]:
+    """``(kind, target, sources, reference, callback_url, probe)`` of a valid submission."""
     if not isinstance(item, dict):
         raise InvalidBody("an investigation must be a JSON object")
     kind, target, reference = item.get("kind"), item.get("target"), item.get("reference")
@@ -385,29 +428,42 @@ def _parse_item(item) -> tuple[str, str, list[str] | None, str | None, str | Non
         raise InvalidBody("target must be a non-empty string")
     if reference is not None and not isinstance(reference, str):
         raise InvalidBody("reference must be a string")
-    sources = item.get("sources")
-    if sources is not None and not (isinstance(sources, list) and sources
-                                    and all(isinstance(s, str) and s for s in sources)):
+    asked = item.get("sources")
+    if asked is not None and not (isinstance(asked, list) and asked and all(isinstance(s, str) and s for s in asked)):
         raise InvalidBody("sources must be a non-empty list of source ids")
+    probe = item.get("probe", False)
+    if not isinstance(probe, bool):
+        raise InvalidBody("probe must be true or false")
+    if probe and asked is None:
+        raise InvalidBody("a probe names the sources it asks")
     callback_url = item.get("callback_url")
     if callback_url is not None and not (isinstance(callback_url, str)
                                          and callback_url.startswith(("http://", "https://"))):
         raise InvalidBody("callback_url must be an http(s) URL")
-    return kind, target, sources, reference, callback_url
+    return kind, target, asked, reference, callback_url, probe
 
 
-def _submission(kind: str, target: str, sources: list[str] | None = None, reference: str | None = None,
-                callback_url: str | None = None) -> dict:
-    plan = plan_for(kind, target, _time_scale())
-    generation = control().next_generation(kind, target) if plan.behaviour == CHANGING else 0
+def _submission(kind: str, target: str, asked: list[str] | None = None, reference: str | None = None,
+                callback_url: str | None = None, probe: bool = False) -> dict:
+    plan = _plan(kind, target, probe)
+    generation = control().next_generation(kind, target) if plan.behaviour == CHANGING and not probe else 0
     created_ms = now_ms()
-    engine_id = encode_id(kind, target, created_ms, sources=sources, generation=generation)
+    engine_id = encode_id(kind, target, created_ms, sources=asked, generation=generation, probe=probe)
     answer: dict[str, object] = {"id": engine_id, "recipes": plan.recipes, "eta_seconds": plan.eta_seconds}
     sender = _sender()
     if callback_url is not None and sender.secret:  # no secret: no promise (E7)
         sender.schedule(engine_id, reference, callback_url, plan, created_ms / 1000)
         answer["callbacks"] = True
     return answer
+
+
+def _plan(kind: str, target: str, probe: bool):
+    """An investigation's plan; a probe's answers after ``sources.PROBE_SECONDS`` (E8: an engine may
+    answer a probe faster), whatever its target."""
+    plan = plan_for(kind, target, _time_scale())
+    if probe:
+        return type(plan)(duration_s=sources.PROBE_SECONDS * _time_scale(), recipes=plan.recipes, behaviour=NORMAL)
+    return plan
 
 
 def _time_scale() -> float:

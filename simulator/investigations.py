@@ -3,7 +3,8 @@
 The simulator keeps no table of investigations. An engine id is ``inv_`` followed by the
 URL-safe base64 (unpadded) of a random 12-byte nonce and the AES-GCM encryption of
 ``{"k": kind, "t": target, "c": created_unix_ms}`` (with ``"s": [source ids]`` for a re-run
-of some sources, E6, and ``"g": n`` for the n-th investigation of a ``changing`` target),
+of some sources, E6, ``"g": n`` for the n-th investigation of a ``changing`` target and ``"p": 1``
+for a probe, E8),
 so any simulator process sharing its key, restarted or not, answers the same for the same
 id, and the nonce keeps two submissions of one target apart. The id does not show its
 target: whoever holds an erased scan's engine id learns nothing from it (D25). The key is
@@ -70,6 +71,7 @@ class Investigation:
     created_ms: int
     sources: tuple[str, ...] | None = None  # a re-run of these sources only
     generation: int = 0  # earlier investigations of the same ``changing`` target (E7)
+    probe: bool = False  # a probe of a source (E8): it answers sooner
 
 
 def now_ms() -> int:
@@ -79,7 +81,7 @@ def now_ms() -> int:
 
 
 def encode_id(kind: str, target: str, created_ms: int | None = None, sources: list[str] | None = None,
-              generation: int = 0) -> str:
+              generation: int = 0, probe: bool = False) -> str:
     """Create a new engine id for an investigation submitted now (or at ``created_ms``);
     ``sources``: a re-run of those only; ``generation``: see ``Investigation``."""
     payload: dict[str, object] = {"k": kind, "t": target, "c": now_ms() if created_ms is None else created_ms}
@@ -87,6 +89,8 @@ def encode_id(kind: str, target: str, created_ms: int | None = None, sources: li
         payload["s"] = list(sources)
     if generation:
         payload["g"] = generation
+    if probe:
+        payload["p"] = 1
     raw = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     nonce = secrets.token_bytes(NONCE_BYTES)
     sealed = nonce + _CIPHER.encrypt(nonce, raw, None)
@@ -118,7 +122,8 @@ def decode_id(engine_id: str) -> Investigation | None:
     if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
         return None
     return Investigation(kind=kind, target=target, created_ms=created,
-                         sources=None if sources is None else tuple(sources), generation=generation)
+                         sources=None if sources is None else tuple(sources), generation=generation,
+                         probe=payload.get("p") == 1)
 
 
 def plan_for(kind: str, target: str, time_scale: float) -> Plan:

@@ -84,6 +84,10 @@ the {watch_schemas} schemas, thin: the same names ending in `Thin`):
 
 {watch_events}
 
+and, to any endpoint of your keys that lists them, `source.degraded` (a source the investigations
+consult became `degraded`, `down` or `broken`) and `source.recovered` (it is `healthy` again), with
+the body `{"event", "source_id", "name", "status", "previous_status", "at"}` (see `GET /api/v1/sources`).
+
 Each is signed with the key's secret: the
 Standard Webhooks headers `webhook-id`, `webhook-timestamp` and `webhook-signature`, and
 `X-Service-Signature: sha256=<hex HMAC-SHA256 of the raw body>`. The bodies and headers are
@@ -124,8 +128,10 @@ BLUEPRINTS = (
     Mount("app.api.feed"),
     Mount("app.api.watches"),
     Mount("app.api.account"),
+    Mount("app.api.sources"),
     Mount("app.api.callbacks", documented=False),
     Mount("app.api.health", documented=False, csrf_exempt=False),
+    Mount("app.api.status", documented=False, csrf_exempt=False),
 )
 
 
@@ -189,6 +195,8 @@ def register_api(app: Flask) -> Api:
                                                    "follow instead of receiving webhooks."},
                  {"name": "watches", "description": "Watches: targets scanned again on a schedule, what "
                                                     "changed announced."},
+                 {"name": "sources", "description": "The sources the investigations consult, and how well "
+                                                    "each answers now."},
                  {"name": "account", "description": "Your balance, limits and usage, and what the calling key "
                                                     "may do."},
                  {"name": "webhooks", "description": "Events the service sends to your webhook URL when a scan "

@@ -10,6 +10,7 @@ from app.models.events import Event
 from app.models.privacy import EngineDeletion, Suppression
 from app.models.scans import BulkBatch, EngineCallback, FindingFeedback, IdempotencyRecord, QuotaMinute, Scan
 from app.models.schema_version import SchemaVersion
+from app.models.sources import Source, SourceMinute
 from app.models.watches import Watch
 from app.models.webhooks import DeliveryAttempt, WebhookDelivery, WebhookEndpoint
 
@@ -35,13 +36,15 @@ ALL_MODELS = [
     Event,
     EngineCallback,
     Watch,
+    Source,
+    SourceMinute,
 ]
 
 __all__ = [
     "ALL_MODELS", "ActivityEntry", "ApiKey", "BaseModel", "BulkBatch", "CreditLedger", "Customer", "DeliveryAttempt",
     "EngineCallback", "EngineDeletion", "Event", "FindingFeedback",
     "IdempotencyRecord", "PortalRecoveryCode", "PortalSession", "PortalUser", "QuotaMinute", "Scan", "SchemaVersion",
-    "Suppression", "Watch",
+    "Source", "SourceMinute", "Suppression", "Watch",
     "WebhookDelivery", "WebhookEndpoint", "iso", "new_id",
     "utcnow",
 ]

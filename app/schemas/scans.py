@@ -184,10 +184,15 @@ class SourceSchema(ma.Schema):
         "enum": SOURCE_STATUSES, "example": "found",
         "description": "found: it found something; not_found: it answered with nothing; error, rate_limited, "
                        "timeout: it could not answer (the result is partial; re-run the scan to ask it again); "
-                       "skipped: not asked for this kind of target."})
+                       "skipped: not asked for this kind of target, or (with `reason`) left out by this service."})
     checked_at = fields.String(required=True, allow_none=True, metadata={"format": "date-time",
                                                                        "example": "2026-11-21T12:01:40Z"})
     latency_ms = fields.Integer(required=True, allow_none=True, metadata={"example": 412})
+    reason = fields.String(metadata={
+        "enum": ["quarantined"], "example": "quarantined",
+        "description": "Present on a skipped source left out by this service: `quarantined` (it was down or "
+                       "answered its checks wrongly when the scan was made; `GET /api/v1/sources`). A re-run asks it "
+                       "once it is back. Coverage and `partial` count only the sources asked."})
 
 
 class CoverageSchema(ma.Schema):

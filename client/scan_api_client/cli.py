@@ -207,6 +207,8 @@ def build_parser(out: TextIO, err: TextIO) -> argparse.ArgumentParser:
     erase_bulk.add_argument("bulk_id")
     sub.add_parser("account", parents=[common, output],
                    help="your balance, limits and usage, and what the key may do (scopes, expiry, IP allowlist)")
+    sub.add_parser("sources", parents=[common, output],
+                   help="the sources the investigations consult and how well each answers now (1 credit)")
     _endpoints_parser(sub, common, output)
     _watches_parser(sub, common, output, waiting, purposing, paging)
     for choice in sub.choices.values():
@@ -632,6 +634,17 @@ def _account(run: _Run) -> None:
     write_output(run.out, run.args.format, account, [row], fields=ACCOUNT_CSV_FIELDS)
 
 
+SOURCE_CSV_FIELDS = ["id", "name", "status", "since", "answered_ratio", "p95_latency_ms", "last_probe_at",
+                     "last_probe_ok", "quarantined"]
+
+
+def _sources(run: _Run) -> None:
+    sources = [source.raw for source in run.client.list_sources()]
+    write_output(run.out, run.args.format, {"data": sources},
+                 [{name: source.get(name) for name in SOURCE_CSV_FIELDS} for source in sources],
+                 fields=SOURCE_CSV_FIELDS)
+
+
 def endpoint_row(endpoint: dict) -> dict:
     row = {name: endpoint.get(name) for name in ENDPOINT_CSV_FIELDS}
     row["events"] = " ".join(endpoint.get("events") or [])
@@ -768,7 +781,8 @@ def _watches(run: _Run) -> None:
 COMMANDS: dict[str, Callable[[_Run], None]] = {
     "scan": _scan, "bulk": _bulk, "get": _get, "get-bulk": _get_bulk, "list": _list,
     "deliveries": _deliveries, "redeliver": _redeliver, "erase": _erase, "erase-bulk": _erase_bulk,
-    "activity": _activity, "account": _account, "rerun": _rerun, "feedback": _feedback, "endpoints": _endpoints,
+    "activity": _activity, "account": _account, "sources": _sources, "rerun": _rerun, "feedback": _feedback,
+    "endpoints": _endpoints,
     "events": _events, "watches": _watches,
 }
 

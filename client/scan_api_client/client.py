@@ -52,6 +52,7 @@ from scan_api_client.models import (
     Finding,
     Page,
     Scan,
+    SourceHealth,
     Watch,
     WatchBatch,
 )
@@ -431,6 +432,12 @@ class ScanClient:
         return delivery
 
     # --- webhook endpoints --------------------------------------------------------------
+
+    def list_sources(self) -> list[SourceHealth]:
+        """``GET /api/v1/sources``: every source the investigations consult, with its status, its share of
+        usable answers and p95 latency over the last hour, its last check and whether new scans leave it
+        out for now (1 credit; any key may call it, whatever its scopes)."""
+        return [SourceHealth.from_dict(s) for s in self._request("GET", "/sources").get("data", [])]
 
     def list_endpoints(self) -> list[Endpoint]:
         """``GET /api/v1/endpoints``: this key's webhook endpoints, its webhook URL first (1 credit)."""

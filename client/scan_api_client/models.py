@@ -472,6 +472,25 @@ class Account(_Model):
     raw: dict = field(default_factory=dict, repr=False)
 
 
+@dataclass
+class SourceHealth(_Model):
+    """``GET /api/v1/sources``: one source the investigations consult and its health over the last
+    hour. ``status``: healthy, degraded, down or broken; ``quarantined``: left out of new scans (they
+    list it as skipped with ``reason: "quarantined"``) until it is back."""
+
+    id: str = ""
+    name: str = ""
+    kinds: list[str] = field(default_factory=list)
+    status: str = ""
+    since: str | None = None
+    answered_ratio: float | None = None
+    p95_latency_ms: int | None = None
+    last_probe_at: str | None = None
+    last_probe_ok: bool | None = None
+    quarantined: bool = False
+    raw: dict = field(default_factory=dict, repr=False)
+
+
 WATCH_INTERVALS = ("daily", "weekly", "monthly")
 WATCH_STATUSES = ("active", "paused", "ended")
 

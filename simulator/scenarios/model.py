@@ -50,11 +50,14 @@ ACTIONS: dict[str, set[str]] = {
     "credits": set(),
     "receiver": {"responses", "delay_ms", "secrets", "name"},
     "operator": {"command"},
+    "source": {"id", "mode"},
 }
 # Arguments given as a bare value instead of a mapping: ``read: "{{scan.scan_id}}"``.
 SCALAR_ARGUMENT = {"read": "scan", "read_bulk": "bulk", "engine": "mode", "webhooks": "count",
                    "operator": "command"}
-HTTP_ACTIONS = {"create", "bulk", "read", "read_bulk", "request", "wait", "engine"}
+HTTP_ACTIONS = {"create", "bulk", "read", "read_bulk", "request", "wait", "engine", "source"}
+# A simulated engine source's modes (E8): ``source: {id: gravatar, mode: wrong}``.
+SOURCE_MODES = ("ok", "error", "slow", "wrong")
 STEP_KEYS = {"name", "save", "expect", "customer", "repeat"}
 SETUP_KEYS = {"tier", "credits", "limits", "receiver", "key_mode", "engine"}
 # The key issued to each customer: live (service_live_…) or test (service_test_…, keys issue --test).
@@ -127,6 +130,8 @@ class Step:
             detail = f"{what} {until if isinstance(until, str) else '/'.join(map(str, until))}"
         elif self.action == "engine":
             detail = str(args.get("mode", ""))
+        elif self.action == "source":
+            detail = f"{args.get('id', '')} {args.get('mode', '')}"
         elif self.action == "webhooks":
             detail = " ".join(part for part in (str(args["count"]) if "count" in args else "",
                                                 f"at {args['receiver']}" if args.get("receiver") else "") if part)
@@ -157,7 +162,8 @@ class Scenario:
     @property
     def exclusive(self) -> bool:
         """Whether it changes state shared by all scenarios (the engine's mode): run it alone."""
-        return self.exclusive_flag or self.engine is not None or any(s.action == "engine" for s in self.steps)
+        return self.exclusive_flag or self.engine is not None or any(s.action in ("engine", "source")
+                                                                     for s in self.steps)
 
 
 # --- loading ---------------------------------------------------------------------------
@@ -283,6 +289,8 @@ def _step(number: int, raw: Any, customers: dict, where: str) -> Step:
         raise ScenarioError(f"{where}: wait needs status, all_done or until")
     if action == "request" and "path" not in args:
         raise ScenarioError(f"{where}: request needs a path")
+    if action == "source" and (not args.get("id") or args.get("mode") not in SOURCE_MODES):
+        raise ScenarioError(f"{where}: source needs an id and a mode of {', '.join(SOURCE_MODES)}")
     if action == "operator" and not args.get("command"):
         raise ScenarioError(f"{where}: operator needs a command (a string or a list of words)")
     for key in ("until",):

@@ -243,6 +243,7 @@ class ScenarioRun:
         self.variables: dict[str, Any] = {"run": {"id": self.run_id}, "scenario": scenario.name, "_meta": {}}
         self.http = requests.Session()
         self.engine_changed = False
+        self.sources_changed: set[str] = set()
 
     # rows
 
@@ -265,6 +266,12 @@ class ScenarioRun:
         finally:
             if self.engine_changed:
                 self._restore_engine()
+            for source_id in sorted(self.sources_changed):
+                try:
+                    self.http.post(f"{self.config.sim_url}/_sim/engine/sources/{source_id}", json={"mode": "ok"},
+                                   timeout=self.config.http_timeout).raise_for_status()
+                except requests.RequestException as exc:
+                    self.row("teardown", f"source {source_id} restored to ok", False, _error_text(exc))
             self.http.close()
             self.result.duration = time.monotonic() - started
             self.result.accounts = {name: {k: v for k, v in account.items()
@@ -442,6 +449,15 @@ class ScenarioRun:
 
     def do_engine(self, args, account, label, expect) -> Observation:
         return self.set_engine(args)
+
+    def do_source(self, args, account, label, expect) -> Observation:
+        """Set a simulated source's mode (E8); every source changed is set back to ``ok`` at the end."""
+        response = self.http.post(f"{self.config.sim_url}/_sim/engine/sources/{args['id']}",
+                                  json={"mode": args["mode"]}, timeout=self.config.http_timeout)
+        if response.status_code != 200:
+            raise StepError(f"simulator refused source mode {args}: {response.status_code} {response.text[:200]}")
+        self.sources_changed.add(args["id"])
+        return Observation(response.status_code, response.headers, response.json())
 
     def _receiver(self, account: dict, name: str | None = None) -> str:
         if name is not None:

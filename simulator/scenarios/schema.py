@@ -42,6 +42,7 @@ TAGS: dict[str, str] = {
     "privacy": "personal data: purpose, erasure on request, retention, opt-outs",
     "results": "a result's sources, coverage, findings and reasons; feedback on findings; re-runs",
     "watches": "watches taken through their intervals with the QA clock (flask watches run-due --days-ahead)",
+    "sources": "source health: probes, quarantine, the sources list and status page",
 }
 
 _ANY: dict = {}
@@ -86,6 +87,8 @@ ACTION_ARGS: dict[str, dict] = {
     "credits": {"type": ["object", "null"]},
     "receiver": {"type": ["object", "null"], "properties": {
         "responses": _RESPONSES, "delay_ms": _NON_NEGATIVE, "secrets": _SECRETS, "name": _RECEIVER_NAME}},
+    "source": {"type": "object", "required": ["id", "mode"], "properties": {
+        "id": {"type": "string", "minLength": 1}, "mode": {"enum": list(model.SOURCE_MODES)}}},
     "operator": {"type": ["string", "array", "object"], "items": _TEXT_OR_NUMBER, "properties": {
         "command": {"type": ["string", "array"], "minLength": 1, "minItems": 1, "items": _TEXT_OR_NUMBER}}},
 }

@@ -356,3 +356,14 @@ def test_the_wait_url_option_and_setting_send_the_reads_that_wait_there(served_a
                 env={"SCAN_API_URL": served_app.url, "SCAN_API_KEY": account.api_key})
     assert code == 1 and "cannot reach http://127.0.0.1:9" in err.getvalue()
     assert sent[-1] == (elsewhere, 5)  # the read that waits went to the wait URL
+
+
+def test_sources_lists_them_as_json_and_csv(cli):
+    from tests.client.test_client import _seed_sources
+    _seed_sources()
+    code, out, err = cli("sources", "--format", "json")
+    assert code == 0, err
+    assert [s["id"] for s in json.loads(out)["data"]] == ["github"]
+    code, out, err = cli("sources", "--format", "csv")
+    assert code == 0, err
+    assert out.splitlines()[0].startswith("id,name,status") and out.splitlines()[1].startswith("github,GitHub,healthy")

@@ -456,3 +456,26 @@ def test_purpose_and_case_ref_go_with_a_creation_and_come_back(served_app, make_
     batch = api.bulk(["john@example.com"], purpose="other")
     entry = api.get_bulk(batch.bulk_id).scans[0]
     assert (entry.purpose, entry.case_ref) == ("other", None)
+
+
+# --- sources (D30) ------------------------------------------------------------------------
+
+def _seed_sources():
+    from app.extensions import db
+    from app.models import utcnow
+    from app.services.sources import health
+    health.forget_cache()
+    with db.connection_context(), db.atomic():
+        health.record_answers([("github", "GitHub", "found", 300)] * 3 + [("github", "GitHub", "error", None)],
+                              utcnow())
+
+
+def test_the_client_lists_the_sources(served_app, account):
+    from scan_api_client import SourceHealth
+    _seed_sources()
+    api = make_client(served_app, account)
+    (github,) = api.list_sources()
+    assert isinstance(github, SourceHealth)
+    assert (github.id, github.name, github.status, github.answered_ratio, github.quarantined) == (
+        "github", "GitHub", "healthy", 0.75, False)
+    assert api.last_credits == 99

@@ -25,7 +25,7 @@ PUBLIC_ENDPOINTS = {"portal.login", "portal.logout", "portal.login_code", "porta
 EXPECTED = {
     "portal.home": roles.READ, "portal.keys": roles.READ, "portal.key_page": roles.READ,
     "portal.scans": roles.READ, "portal.scan_page": roles.READ, "portal.batch_page": roles.READ,
-    "portal.usage": roles.READ, "portal.ledger_csv": roles.READ,
+    "portal.usage": roles.READ, "portal.ledger_csv": roles.READ, "portal.sources": roles.READ,
     "portal.activity_log": roles.READ, "portal.activity_csv": roles.READ,
     "portal.watches": roles.READ, "portal.add_watch": roles.SCANS, "portal.import_watches": roles.SCANS,
     "portal.pause_watch": roles.SCANS, "portal.resume_watch": roles.SCANS, "portal.end_watch": roles.SCANS,

@@ -338,19 +338,22 @@ def set_mode(client, **body):
 
 def test_down_mode_answers_503_to_every_engine_call(client):
     engine_id = submit(client, "alice@example.com").get_json()["id"]
-    assert set_mode(client, mode="down") == {"mode": "down", "every": None, "batch_look": True, "deletion": True}
+    assert set_mode(client, mode="down") == {"mode": "down", "every": None, "batch_look": True, "deletion": True,
+                                                           "sources_listing": True}
     batch = {"items": [{"target": "a@example.com", "kind": "email", "reference": "r"}]}
     for response in (submit(client, "bob@example.com"), client.get(f"/v1/investigations/{engine_id}"),
                      client.post("/v1/investigations/batch", json=batch)):
         assert response.status_code == 503
         assert response.get_json()["error"]["code"] == "engine_unavailable"
-    assert client.get("/_sim/engine/mode").get_json() == {"mode": "down", "every": None, "batch_look": True, "deletion": True}
+    assert client.get("/_sim/engine/mode").get_json() == {"mode": "down", "every": None, "batch_look": True, "deletion": True,
+                                                           "sources_listing": True}
     set_mode(client, mode="up")
     assert submit(client, "bob@example.com").status_code == 201
 
 
 def test_flaky_mode_fails_every_nth_call(client):
-    assert set_mode(client, mode="flaky", every=3) == {"mode": "flaky", "every": 3, "batch_look": True, "deletion": True}
+    assert set_mode(client, mode="flaky", every=3) == {"mode": "flaky", "every": 3, "batch_look": True, "deletion": True,
+                                                           "sources_listing": True}
     codes = [submit(client, f"u{i}@example.com").status_code for i in range(7)]
     assert codes == [201, 201, 500, 201, 201, 500, 201]
     set_mode(client, mode="up")
@@ -388,7 +391,8 @@ def test_reset_restores_up_mode_and_zero_stats(client):
     set_mode(client, mode="down")
     response = client.post("/_sim/engine/reset")
     assert response.status_code == 200
-    assert client.get("/_sim/engine/mode").get_json() == {"mode": "up", "every": None, "batch_look": True, "deletion": True}
+    assert client.get("/_sim/engine/mode").get_json() == {"mode": "up", "every": None, "batch_look": True, "deletion": True,
+                                                           "sources_listing": True}
     assert client.get("/_sim/engine/stats").get_json() == {"submit": 0, "batch": 0, "status": 0, "looks": 0,
                                                                "deletes": 0, "total": 0}
     assert submit(client, "alice@example.com").status_code == 201

@@ -576,3 +576,29 @@ def test_the_opted_out_watches_migration_forgets_their_targets_and_those_of_thei
         assert "target" not in bodies["watch.ended"] and bodies["watch.ended"]["kind"] == "email"
         assert bodies["watch.changed"]["target"] == "u1@example.com"
         assert "target" not in json.loads(WebhookDelivery.get_by_id("dlv_f0").body)
+
+
+def test_the_source_health_migration_builds_the_tables_a_fresh_database_has(app):
+    """The source health migration on a database from before it (D30): the source and source_minute tables and their
+    indexes as a fresh database has them."""
+    from app.models import Source, SourceMinute
+    [version] = [v for v, _, f in migrations.MIGRATIONS if f is migrations._source_health]
+
+    def shape():
+        columns = db.execute_sql("SELECT table_name, column_name, data_type, is_nullable FROM "
+                                 "information_schema.columns WHERE table_name IN ('source', 'source_minute') "
+                                 "ORDER BY table_name, column_name").fetchall()
+        indexes = db.execute_sql("SELECT indexname, indexdef FROM pg_indexes WHERE tablename IN "
+                                 "('source', 'source_minute') ORDER BY indexname").fetchall()
+        return columns, indexes
+
+    with db.connection_context():
+        fresh = shape()
+        assert len(fresh[0]) == 25 and {"source_pkey", "source_minute_pkey", "source_minute_minute"} <= {
+            name for name, _ in fresh[1]}
+        with db.atomic():
+            db.drop_tables([Source, SourceMinute], cascade=True)
+            SchemaVersion.delete().where(SchemaVersion.version == version).execute()
+        assert migrations.upgrade() == [version]
+        assert migrations.upgrade() == []
+        assert shape() == fresh

@@ -33,6 +33,8 @@ EXAMPLE_ID = "evt_6f1c2a9e0b4d47c8a3e5f7d9b1c3e5a7"
 LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT = 20, 100
 RETENTION_BATCH = 1000
 PAYLOADS = events.PAYLOADS
+# The kinds a list or stream without ``events=`` holds: all but the sources' (D30, never by default).
+DEFAULT_KINDS = tuple(name for name in events.DELIVERY_EVENTS if name not in events.SOURCE_EVENTS)
 _THINNED = frozenset((*events.NAMES, *events.WATCH_EVENTS))  # the kinds whose thin body differs
 
 
@@ -101,7 +103,8 @@ def check_filters(*, events_filter: str | None = None, scan_id: str | None = Non
                   watch_id: str | None = None, payload: str | None = None) -> tuple[store.Filters, bool]:
     """The list's and the stream's filters (``events``: comma-separated kinds) and whether the
     bodies are thin; ``InvalidRequest`` for a kind or payload that does not exist."""
-    kinds = None
+    # Without ``events``, every kind but those about the service's sources, which go only where asked for.
+    kinds: tuple[str, ...] | None = DEFAULT_KINDS
     if events_filter is not None:
         kinds = tuple(name.strip() for name in events_filter.split(",") if name.strip())
         unknown = [name for name in kinds if name not in events.DELIVERY_EVENTS]

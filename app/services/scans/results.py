@@ -272,6 +272,10 @@ def coverage_of(sources: list[dict]) -> dict:
     return {"checked": checked, "found": found, "failed": failed, "ratio": ratio}
 
 
+# A source this service left out of the submission because it was quarantined (D30).
+QUARANTINED = "quarantined"
+
+
 def failed_source_ids(result: dict | None) -> list[str]:
     """The ids of the sources a result's engine could not check (what a re-run asks for)."""
     return [s["id"] for s in (result or {}).get("sources") or [] if s.get("status") in FAILED_STATUSES]
@@ -390,6 +394,8 @@ def _sources(raw) -> list[dict]:
             "checked_at": _timestamp(item.get("checked_at")),
             "latency_ms": _latency(latency),
         })
+        if sources[-1]["status"] == "skipped" and item.get("reason") == QUARANTINED:
+            sources[-1]["reason"] = QUARANTINED  # left out by this service (D30), kept on every later read
     return sources
 
 

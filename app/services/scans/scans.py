@@ -42,6 +42,7 @@ from app.services.shared.errors import (
     WatchEnded,
     WatchLimitReached,
 )
+from app.services.sources import health as source_health
 from app.services.tracking import engine, looks, sandbox_engine, tracking
 from app.services.watches import watch_times
 from app.store.accounts import customers as customer_store
@@ -210,9 +211,13 @@ def _calls_back(answer: dict) -> bool:
 def _submit(customer_id, rows, batch, cost, request_id, livemode=True, sources=None, recorded=None) -> list[dict]:
     """``sources``: a re-run of those sources only (E6); ``recorded``: the call's entry."""
     items = [{"target": r["target"], "kind": r["kind"], "reference": r["id"]} for r in rows]
-    if sources is not None:
-        for item in items:
-            item["sources"] = sources
+    # D30: a quarantined source is left out of live submissions (the sandbox has no health); read
+    # once per kind, not per item.
+    asked = ({kind: source_health.asked_sources(kind, sources) for kind in {item["kind"] for item in items}}
+             if livemode else {item["kind"]: sources for item in items})
+    for item in items:
+        if asked[item["kind"]] is not None:
+            item["sources"] = asked[item["kind"]]
     backend = engine_for(livemode)
     try:
         answers = [backend.submit(**items[0])] if batch is None else backend.submit_batch(items)
@@ -290,13 +295,15 @@ def create_watch_scan(customer, api_key_id, kind, target, *, request_id, livemod
     return Outcome(body, balance, limits, usage, cost, subject, recorded)
 
 
-def _why_nothing_to_rerun(status: str, *, erased: bool) -> str:
+def _why_nothing_to_rerun(status: str, *, erased: bool, quarantined: bool = False) -> str:
     """The one reason of ``NothingToRerun`` that applies, so the customer knows whether to wait,
     or that there is nothing left to do."""
     if status != COMPLETED:
         return f"this scan has no source to re-run: it is {status}, and only a completed scan can be re-run"
     if erased:
         return "this scan has no source to re-run: its target and result were erased"
+    if quarantined:
+        return "this scan's sources to re-run are quarantined: re-run it once they are healthy again"
     return "this scan has no source to re-run: every source answered"
 
 
@@ -312,10 +319,11 @@ def create_rerun(customer, api_key_id, scan_id, *, request_id, livemode=True,
     if original.customer_id != customer.id:
         raise Forbidden("this scan belongs to another customer")
     result = json.loads(original.result_json) if original.status == COMPLETED and original.result_json else None
-    sources = failed_source_ids(result)
+    sources = source_health.rerun_sources(result) if livemode else failed_source_ids(result)
     target = original.target  # None once erased (D20), when it has no result either
     if not sources or target is None:
-        raise NothingToRerun(_why_nothing_to_rerun(original.status, erased=target is None))
+        raise NothingToRerun(_why_nothing_to_rerun(original.status, erased=target is None,
+                                                   quarantined=livemode and bool(source_health.rerun_wanted(result))))
     purpose, case_ref = purposes.check(original.purpose, original.case_ref, required=customer.require_purpose)
     suppressions.check(original.kind, target)  # opted out since: 403, free, as a creation
     rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (original.kind, target))],

@@ -20,6 +20,7 @@ from app.db import CONNECTION_ERRORS, connection_context
 from app.services.billing import activity
 from app.services.events import feed
 from app.services.privacy import erasure
+from app.services.sources import probes
 from app.services.tracking import callbacks, recovery
 from app.services.watches import watches
 from app.services.webhooks import deliveries
@@ -35,13 +36,15 @@ class PeriodicJob:
     # What it does, on the connection ``run`` holds for it; returns a report (counts by action)
     # for the log and the metrics.
     run: Callable[[], dict]
+    # Seconds in one unit of the setting (60: a setting in minutes).
+    unit: int = 1
 
     @property
     def lock(self) -> str:
         return f"scan-api:periodic:{self.name}"
 
     def interval(self) -> int:
-        return int(runtime.config[self.interval_setting])
+        return int(runtime.config[self.interval_setting]) * self.unit
 
 
 SCHEDULE = (
@@ -62,6 +65,11 @@ SCHEDULE = (
                 lambda: {"events_removed": feed.remove_past_retention()}),
     # The watches' due scans (D28), claimed from the database in batches.
     PeriodicJob("watches", "WATCH_INTERVAL_SECONDS", watches.run_due),
+    # Source health (D30): a probe round per source every SOURCE_PROBE_MINUTES (at most two
+    # submissions per source per interval, one worker at a time)...
+    PeriodicJob("source_probes", "SOURCE_PROBE_MINUTES", probes.send, unit=60),
+    # ...and, at every turn, the rounds answered judged, the sources judged, old counts removed.
+    PeriodicJob("sources", "RECOVERY_INTERVAL_SECONDS", probes.run_health),
 )
 BY_NAME = {job.name: job for job in SCHEDULE}
 

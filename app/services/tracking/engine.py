@@ -164,3 +164,39 @@ INVESTIGATION_SHOWN = "/v1/investigations/<id>"
 
 def _investigation_path(engine_id: str) -> str:
     return f"/v1/investigations/{quote(engine_id, safe='')}"
+
+
+# --- E8: the engine's sources and their probes (D30) ---------------------------------
+
+SOURCES_PATH = "/v1/sources"
+
+
+def list_sources() -> list[dict] | None:
+    """The engine's sources with their probe identities (E8), or None when it does not list them
+    (404 or 405): the service then judges sources by scans' answers alone."""
+    response, seconds, call = _request("GET", SOURCES_PATH, timeout=runtime.config["ENGINE_STATUS_TIMEOUT_SECONDS"],
+                                       expect=(200, 404, 405))
+    if response.status_code != 200:
+        metrics.observe_engine_call(call, seconds)
+        return None
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    listed = body.get("sources") if isinstance(body, dict) else None
+    if not isinstance(listed, list):
+        metrics.observe_engine_call(call, seconds, "malformed")
+        raise EngineError(f"GET {SOURCES_PATH}: answer is not a sources listing")
+    metrics.observe_engine_call(call, seconds)
+    return [item for item in listed if isinstance(item, dict)]
+
+
+def submit_probes(items: list[dict]) -> list[dict]:
+    """Submit probes (E8: ``sources: [id]`` and ``"probe": true``, at most 100) in one batch; never
+    with a callback URL: a probe is no scan, and nothing waits for it but the next health turn."""
+    body = _call("POST", "/v1/investigations/batch", json={"items": [{**item, "probe": True} for item in items]},
+                 timeout=runtime.config["ENGINE_SUBMIT_TIMEOUT_SECONDS"], expect=(200, 201))
+    answers = body.get("items")
+    if not isinstance(answers, list) or len(answers) != len(items):
+        raise EngineError("batch answer does not match the request")
+    return [_submission(item) for item in answers]

@@ -251,6 +251,22 @@ def record_watch_event(key: ApiKey, body: dict, *, scan_id: str | None = None) -
     return _record([event], {key.id: key_endpoints(key)})
 
 
+def record_service_event(body: dict) -> list[WebhookDelivery]:
+    """Record an event about the service itself, not about a customer's scan (D30: a source's
+    status): a delivery to every enabled endpoint of any customer's key that lists it (never by
+    default), and the event stored once per customer and mode with a key, so that a stream or the
+    events list asking for its kind sees it. Its body holds no personal data (full and thin alike)."""
+    name = body["event"]
+    pending = []
+    for key in endpoint_store.keys_listing(name):
+        for endpoint in key_endpoints(key):
+            if name in endpoint.events and endpoint.enabled:
+                pending.append(_create_delivery(key, name, body, None, endpoint))
+    feed.record([feed.NewEvent(customer_id, livemode, name, encode_body(body))
+                 for customer_id, livemode in key_store.customer_modes()])
+    return pending
+
+
 def send_on_commit(delivery: WebhookDelivery) -> None:
     """Enqueue the job of a delivery made pending in the caller's transaction once it commits (at
     once outside one); a job Redis refuses is enqueued by the recovery sweep."""

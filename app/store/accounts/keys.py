@@ -117,3 +117,10 @@ def of_customer_newest_first(customer_id: str) -> list[ApiKey]:
 def revoke(key_id: str, now: datetime) -> None:
     """Mark the key revoked at ``now``, unless it already is."""
     ApiKey.update(revoked_at=now).where((ApiKey.id == key_id) & ApiKey.revoked_at.is_null()).execute()
+
+
+def customer_modes() -> list[tuple[str, bool]]:
+    """Each (customer, mode) with a key not revoked, in that order."""
+    query = (ApiKey.select(ApiKey.customer, ApiKey.livemode).where(ApiKey.revoked_at.is_null()).distinct()
+             .order_by(ApiKey.customer, ApiKey.livemode))
+    return [(row.customer_id, row.livemode) for row in query]

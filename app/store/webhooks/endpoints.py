@@ -71,3 +71,12 @@ def in_window(endpoint_id: str, *, statuses: tuple[str, ...], since: datetime, u
                        & (WebhookDelivery.created_at >= since) & (WebhookDelivery.created_at < until)
                        & WebhookDelivery.body.is_null(False))
                 .order_by(WebhookDelivery.created_at, WebhookDelivery.id))
+
+
+def keys_listing(event: str) -> list[ApiKey]:
+    """The keys not revoked with an endpoint (their own URL or a further one) whose events list
+    ``event``, in id order."""
+    further = WebhookEndpoint.select(WebhookEndpoint.api_key).where(WebhookEndpoint.webhook_events.contains(event))
+    return list(ApiKey.select().where(ApiKey.revoked_at.is_null() & (
+        (ApiKey.webhook_url.is_null(False) & ApiKey.webhook_events.contains(event)) | ApiKey.id.in_(further)))
+        .order_by(ApiKey.id))

@@ -12,15 +12,18 @@ def test_each_job_runs_once_per_its_own_interval_among_all_workers(app, redis_co
     first = periodic.run_due()
     assert set(first) == {job.name for job in periodic.SCHEDULE} == {"recovery", "retention", "activity_log",
                                                                       "delivery_retention", "callback_ids",
-                                                                      "event_retention", "watches"}
+                                                                      "event_retention", "watches",
+                                                                      "source_probes", "sources"}
     assert first["watches"] == {"watch_scans": 0, "watch_scans_missed": 0, "watch_scans_skipped": 0,
                                 "watches_paused": 0, "watches_ended": 0}
     assert {"scans_redispatched", "reservations_reversed"} <= set(first["recovery"])
     assert first["retention"] == {"scans_erased": 0}
     assert first["event_retention"] == {"events_removed": 0}
+    assert first["source_probes"]["probes_sent"] >= 10  # a round per source the engine lists (D30)
     assert periodic.run_due() == {}  # another worker (or this one) ran them within their intervals
     assert 0 < redis_conn.ttl(periodic.BY_NAME["recovery"].lock) <= 29
     assert 3500 < redis_conn.ttl(periodic.BY_NAME["retention"].lock) <= 3599
+    assert 15 * 60 - 100 < redis_conn.ttl(periodic.BY_NAME["source_probes"].lock) <= 15 * 60 - 1  # SOURCE_PROBE_MINUTES
     redis_conn.delete(periodic.BY_NAME["recovery"].lock)  # the recovery interval is over
     assert set(periodic.run_due()) == {"recovery"}
 

@@ -1,0 +1,1 @@
+"""Sources: each engine source's health, its probes and quarantine (D30)."""

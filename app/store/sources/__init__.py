@@ -1,0 +1,1 @@
+"""The statements of the sources domain (its rules: app/services/sources/)."""
