@@ -39,6 +39,7 @@ SERVICE_ERROR_STATUS = (
     (domain.EndpointNotFound, 404),
     (domain.DeliveryPending, 409),
     (domain.WebhookUrlMissing, 400),
+    (domain.InvalidRequired, 400),
     (domain.InvalidRequest, 400),
     (domain.NotAuthenticated, 401),
     (domain.CallbackRefused, 401),

@@ -381,6 +381,14 @@ def _watch_slots(database):
                          '"slot") WHERE "status" != \'ended\'')
 
 
+def _confidence(database):
+    """Findings with a confidence (D29): the ``min_confidence`` and ``required`` match rule a scan,
+    and a watch for its scans, was created with (NULL: none)."""
+    for name in ("scan", "watch"):
+        database.execute_sql(f'ALTER TABLE "{name}" ADD COLUMN IF NOT EXISTS "min_confidence" DOUBLE PRECISION')
+        database.execute_sql(f'ALTER TABLE "{name}" ADD COLUMN IF NOT EXISTS "required" VARCHAR(500)')
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 # Versions 3 and 18 are absent on purpose: neither was ever assigned (the history has migration 4,
 # portal sessions, appended right after 2, and 19 after 17), so no database records them. The gaps
@@ -412,6 +420,7 @@ MIGRATIONS = [
     (24, "request ids of up to 128 characters", _longer_request_ids),
     (25, "watches", _watches),
     (26, "watches spread by slot", _watch_slots),
+    (29, "findings with a confidence: min_confidence and required", _confidence),
 ]
 
 
