@@ -20,7 +20,8 @@ HEADERS = {
 }
 ERROR_DOCS = {
     400: "`invalid_request` (body shape, with `details`), `target_too_short`, `invalid_kind`, `invalid_target`, "
-         "`invalid_purpose`, `purpose_required` (your account asks for a purpose on every scan)",
+         "`invalid_purpose`, `purpose_required` (your account asks for a purpose on every scan), "
+         "`invalid_required` (the `required` rule does not parse; the message names the position)",
     401: "`unauthorized` (header missing or malformed), `invalid_token` (unknown or revoked key)",
     402: "`insufficient_balance`",
     403: "`forbidden` (another customer's resource)",
@@ -37,6 +38,8 @@ ERROR_EXAMPLES = {
     "target_too_short": (400, "target must have at least 3 characters"),
     "invalid_kind": (400, "kind must be one of email, phone, username"),
     "invalid_target": (400, "target is not a valid e-mail address"),
+    "invalid_required": (400, "required: unknown word 'profile' (one of profiles, profiles.verified, emails, "
+                              "phones, breaches, phone_profile, AND, OR, parentheses) at position 1"),
     "invalid_purpose": (400, "purpose must be one of fraud_prevention, kyc_aml, due_diligence, background_check, "
                              "security_research, law_enforcement, other"),
     "purpose_required": (400, "this account requires a purpose on every scan: one of fraud_prevention, ..."),
@@ -65,7 +68,7 @@ ERROR_EXAMPLES = {
 }
 CODES = {
     400: ("invalid_request", "target_too_short", "invalid_kind", "invalid_target", "invalid_purpose",
-          "purpose_required"),
+          "purpose_required", "invalid_required"),
     401: ("unauthorized", "invalid_token"),
     402: ("insufficient_balance",),
     403: ("forbidden",),
@@ -98,7 +101,15 @@ WAIT_PARAMETER = {"in": "query", "name": "wait", "required": False,
                                  "scan is completed or failed (a batch: every scan of it), else after that long "
                                  "with the state then. Charged as one read. Each key may have 100 such calls "
                                  "waiting at once; one more is refused with 429 `rate_limited` and `Retry-After`."}
-WAIT_ERRORS = {400: "`invalid_request` (`wait` is not a whole number from 1 to 60)",
+# ``?min_confidence=`` of the reads, parsed by the same wrapper.
+MIN_CONFIDENCE_PARAMETER = {"in": "query", "name": "min_confidence", "required": False,
+                            "schema": {"type": "number", "minimum": 0, "maximum": 1},
+                            "description": "For this read only, in place of the scan's own `min_confidence`: leave "
+                                           "out of each result the findings under this confidence (0 to 1), with "
+                                           "their items and the score's reasons that rest only on them "
+                                           "(`result.filtered` says how many)."}
+WAIT_ERRORS = {400: "`invalid_request` (`wait` is not a whole number from 1 to 60, or `min_confidence` not a "
+                    "number from 0 to 1)",
                429: "`rate_limited` (the key already has 100 calls waiting); with `Retry-After`, free of charge"}
 
 
