@@ -148,10 +148,10 @@ def _drop_items(result: dict, paths: set[str]) -> dict[str, str]:
         group, _, member = name.partition(".")
         holder = result.get(group) if member else result
         key = member or group
-        items = holder.get(key) if isinstance(holder, dict) else None
-        if not isinstance(items, list):
+        if not isinstance(holder, dict) or not isinstance(holder.get(key), list):
             continue
-        kept = []
+        items: list = holder[key]
+        kept: list = []
         for index, item in enumerate(items):
             if f"{name}[{index}]" in paths:
                 continue

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import NoReturn
 
 from app.models.scans import COMPLETED
 from app.services.billing import activity, billing
@@ -28,7 +29,7 @@ WORDS = ("profiles", "profiles.verified", "emails", "phones", "breaches", "phone
 _TOKEN = re.compile(r"\s*(?:(\()|(\))|([A-Za-z_.]+))")
 
 
-def _fail(message: str, position: int):
+def _fail(message: str, position: int) -> NoReturn:
     text = f"required: {message} at position {position}"
     raise InvalidRequired(text, details={"required": [text]})
 
@@ -43,8 +44,8 @@ def _tokens(text: str) -> list[tuple[str, str, int]]:
         if match is None:
             position = at + len(text[at:]) - len(text[at:].lstrip()) + 1
             _fail(f"unexpected character {text[position - 1]!r}", position)
-        start = match.start(match.lastindex) + 1  # type: ignore[arg-type]
-        value = match.group(match.lastindex)  # type: ignore[arg-type]
+        group = match.lastindex or 0
+        start, value = match.start(group) + 1, match.group(group)
         if value in ("(", ")"):
             tokens.append((value, value, start))
         elif value.upper() in ("AND", "OR"):
@@ -87,7 +88,7 @@ class _Parser:
         token = self._peek()
         if token is None:
             _fail("a word or '(' is missing", self._end())
-        kind, value, position = token  # type: ignore[misc]
+        kind, value, position = token
         if kind == "word":
             self.at += 1
             return ("word", value)
@@ -102,7 +103,6 @@ class _Parser:
             self.at += 1
             return inner
         _fail(f"a word or '(' was expected, not {value!r}", position)
-        raise AssertionError  # _fail raised
 
 
 def parse(text) -> tuple | None:
