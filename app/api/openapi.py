@@ -219,12 +219,15 @@ WEBHOOK_RESULT_EXAMPLE = {
     "partial": True,
     "findings": [
         {"id": "fnd_xkbJCSOE9oL-xMQk4e0X", "path": "profiles.verified[0]", "source_ids": ["github"],
-         "feedback": None},
+         "confidence": 0.88, "matched_on": ["email", "name"], "feedback": None},
         {"id": "fnd_Tk4AfyWcO25EB_XyH-Ff", "path": "contacts.emails[0]", "source_ids": ["mailbox_verifier"],
+         "confidence": 1.0, "matched_on": ["email"],
          "feedback": {"verdict": "confirmed", "note": "", "at": "2026-11-21T12:30:00Z",
                       "scan_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"}},
         {"id": "fnd_75Ml5C0uCxYLlJdzJ7o9", "path": "breaches[0]", "source_ids": ["breach_index"],
-         "feedback": None}]}
+         "confidence": 0.97, "matched_on": ["email"], "feedback": None}],
+    "match": True,
+    "filtered": {"min_confidence": 0.5, "findings_left_out": 1}}
 
 
 def webhook_callbacks(operation_id: str) -> dict:

@@ -248,15 +248,15 @@ class FindingSchema(ma.Schema):
         "example": "breaches[0]"})
     source_ids = fields.List(fields.String(), required=True, metadata={
         "description": "The sources that found it (`sources[].id`).", "example": ["breach_index"]})
-    confidence = fields.Float(metadata={
+    confidence = fields.Float(required=True, metadata={
         "description": "How sure it is that the item belongs to the person, 0 to 1 with two decimals: your own "
                        "feedback when you gave some (`confirmed` 1, `false_positive` 0, also in your later scans of "
                        "the target), else the engine's estimate, else 0.9 for a verified profile, 0.4 for a weak "
                        "one, 0.7 for an e-mail address or phone number, 0.95 for a breach, plus 0.05 for each "
-                       "further source that found it (at most 0.99). Absent on results stored before confidences.",
+                       "further source that found it (at most 0.99).",
         "minimum": 0, "maximum": 1, "example": 0.95})
     matched_on = fields.List(fields.String(metadata={"enum": ["email", "phone", "username", "name", "photo",
-                                                              "other"]}), metadata={
+                                                              "other"]}), required=True, metadata={
         "description": "What ties the item to the target, as the engine says: `email`, `phone`, `username`, "
                        "`name`, `photo`, `other`; empty when it does not say.", "example": ["email", "name"]})
     feedback = fields.Nested(FeedbackSchema, required=True, allow_none=True, metadata={
@@ -294,7 +294,7 @@ class ResultSchema(ma.Schema):
         "description": "One per item of `profiles.verified`, `profiles.weak`, `contacts.emails`, "
                        "`contacts.phones` and `breaches`, in that order: its id (for feedback), path, sources, "
                        "confidence and what it matched on."})
-    match = fields.Boolean(metadata={
+    match = fields.Boolean(required=True, metadata={
         "description": "Whether the scan found what its `required` rule asks for (true without a rule). When "
                        "false the result has no items, only its sources, coverage and the codes of its reasons, "
                        "and the scan's creation was refunded.", "example": True})

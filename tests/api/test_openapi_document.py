@@ -103,7 +103,7 @@ def test_webhook_events_and_their_signature_headers(spec):
     assert "callbacks" in spec["paths"]["/api/v1/scan/bulk"]["post"]
 
 
-EXPLANATION_SCHEMAS = ("Result", "Risk", "Reason", "Source", "Coverage", "Finding", "Feedback")
+EXPLANATION_SCHEMAS = ("Result", "Risk", "Reason", "Source", "Coverage", "Finding", "Feedback", "Filtered")
 
 
 def _resolve(spec, schema):
@@ -111,14 +111,19 @@ def _resolve(spec, schema):
     return spec["components"]["schemas"][ref.rsplit("/", 1)[1]] if ref else schema
 
 
+# The result's only field present some of the time: what a min_confidence left out (D29).
+OPTIONAL_RESULT_FIELDS = {"result": {"filtered"}}
+
+
 def _matches(spec, schema, value, where="result"):
-    """``value`` has exactly the properties of ``schema`` (all required), at every level."""
+    """``value`` has exactly the properties of ``schema`` (all required but OPTIONAL_RESULT_FIELDS), at every level."""
     if value is None:
         assert schema.get("nullable"), where
         return
     schema = _resolve(spec, schema)
     if schema.get("type") == "object" or "properties" in schema:
-        assert set(value) == set(schema["properties"]) == set(schema.get("required", [])), where
+        optional = OPTIONAL_RESULT_FIELDS.get(where, set())
+        assert set(value) == set(schema["properties"]) == set(schema.get("required", [])) | optional, where
         for name, item in value.items():
             _matches(spec, schema["properties"][name], item, f"{where}.{name}")
     elif schema.get("type") == "array":

@@ -31,7 +31,8 @@ def test_every_absent_version_is_explained_where_the_versions_are_listed():
     absent = sorted(set(range(1, max(versions))) - versions)
     source = inspect.getsource(migrations)
     note = source[:source.index("\nMIGRATIONS = [")].rsplit("\n\n", 1)[-1]  # the comment just above the list
-    assert absent == [3, 18] and "Versions 3 and 18 are absent on purpose" in note
+    assert absent[:2] == [3, 18] and "Versions 3 and 18 are absent on purpose" in note
+    assert absent[2:] in ([], [27, 28]) and (not absent[2:] or "Versions 27 and 28 are held" in note)
 
 
 def test_a_new_migration_is_applied_once_and_keeps_rows(app, monkeypatch):
@@ -500,9 +501,10 @@ def test_the_watches_migration_builds_the_table_and_gives_keys_with_every_scope_
             db.execute_sql('ALTER TABLE "scan" DROP COLUMN "watch_id"')
             db.execute_sql('ALTER TABLE "customer" DROP COLUMN "watch_limit"')
             db.execute_sql("UPDATE \"api_key\" SET \"scopes\" = array_remove(\"scopes\", 'watches')")
-            SchemaVersion.delete().where(SchemaVersion.version.in_([25, 26])).execute()
+            # 29 adds the watch's min_confidence and required (D29): the table dropped lost them too.
+            SchemaVersion.delete().where(SchemaVersion.version.in_([25, 26, 29])).execute()
 
-        assert migrations.upgrade() == [25, 26]
+        assert migrations.upgrade() == [25, 26, 29]
         assert migrations.upgrade() == []
 
         assert indexes() == fresh
@@ -540,3 +542,33 @@ def test_the_watch_slots_migration_numbers_each_customer_s_open_watches_per_mode
         assert [rows[i].slot for i in ids] == [0, None, 1, 0, 0, 2]
         assert all(rows[i].next_scan_at == start + timedelta(days=1) for i in ids)
         assert db.execute_sql("SELECT indexdef FROM pg_indexes WHERE indexname = 'watch_slot'").fetchall() == fresh
+
+
+def test_the_confidence_migration_gives_stored_results_a_match_and_their_findings_a_confidence(app):
+    """Version 29 (D29): a result stored before has ``match`` true and each finding its confidence by
+    the rule without an engine's estimate (the customer's feedback first), ``matched_on`` empty; a
+    result stored since is left alone."""
+    import json
+
+    from app.models import Scan, utcnow
+
+    old = {"risk": {"score": 5, "band": "low", "reasons": []}, "findings": [
+        {"id": "fnd_a", "path": "profiles.weak[0]", "source_ids": ["s1", "s2"], "feedback": None},
+        {"id": "fnd_b", "path": "breaches[0]", "source_ids": ["s1"],
+         "feedback": {"verdict": "false_positive", "note": "", "at": None, "scan_id": "scn_v29a"}},
+        {"id": "fnd_c", "path": "breaches[1]", "source_ids": ["s1", "s2", "s3"], "feedback": None}]}
+    new = {"findings": [], "match": False}
+    with db.connection_context():
+        customer = accounts.create_customer("Conf", "pro", 0)
+        key, _ = accounts.issue_key(customer.id, "k")
+        for scan_id, result in (("scn_v29a", old), ("scn_v29b", new)):
+            Scan.create(id=scan_id, customer=customer.id, api_key=key.id, kind="email", target="a@example.com",
+                        status="completed", created_at=utcnow(), result_json=json.dumps(result))
+        SchemaVersion.delete().where(SchemaVersion.version == 29).execute()
+        assert migrations.upgrade() == [29]
+        migrated = json.loads(Scan.get_by_id("scn_v29a").result_json)
+        assert migrated["match"] is True
+        assert [(f["id"], f["confidence"], f["matched_on"]) for f in migrated["findings"]] == [
+            ("fnd_a", 0.45, []), ("fnd_b", 0.0, []), ("fnd_c", 0.99, [])]
+        assert list(migrated["findings"][0]) == ["id", "path", "source_ids", "confidence", "matched_on", "feedback"]
+        assert json.loads(Scan.get_by_id("scn_v29b").result_json) == new
