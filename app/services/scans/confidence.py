@@ -104,17 +104,19 @@ def _confidence(finding: dict) -> float:
     return confidence_of(name, sources=len(finding.get("source_ids") or []), feedback=finding.get("feedback"))
 
 
-def filtered(result: dict, minimum: float | None) -> dict:
+def filtered(result: dict, minimum: float | None, *, fresh: bool = False) -> dict:
     """``result`` as shown with ``minimum``: findings under it left out of ``findings``, their
     items out of the item lists (the other findings' paths renumbered), reasons whose findings
     are all left out dropped (the others name only findings kept), the score the sum of the
     remaining reasons and its band derived again (a score without reasons stands), and
-    ``filtered: {min_confidence, findings_left_out}``. ``minimum`` None: the result as it is."""
+    ``filtered: {min_confidence, findings_left_out}``. ``minimum`` None: the result as it is.
+    ``fresh``: ``result`` was just parsed for this and nothing else holds it, so it is changed in
+    place (a read's copy would cost a third of its filtering)."""
     if minimum is None or not isinstance(result, dict):
         return result
     from app.services.scans.results import band_for  # the bands are the result's own rule
 
-    shown = copy.deepcopy(result)
+    shown = result if fresh else copy.deepcopy(result)
     left_out = below(shown, minimum)
     if left_out:
         moved = _drop_items(shown, left_out)

@@ -70,7 +70,7 @@ def final_fields(status: str, completed_at, result_json: str | None, failed_at, 
             return {"completed_at": iso(completed_at), "erased_at": iso(erased_at)}
         text = result_json or "null"  # a completed scan always has one until it is erased
         if minimum is not None and result_json:
-            shown = confidence.filtered(json.loads(text), minimum)
+            shown = confidence.filtered(json.loads(text), minimum, fresh=True)
             return {"completed_at": iso(completed_at),
                     "result": RawJSON(json.dumps(shown, separators=(",", ":"))) if raw_result else shown}
         return {"completed_at": iso(completed_at), "result": RawJSON(text) if raw_result else json.loads(text)}

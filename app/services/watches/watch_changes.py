@@ -51,7 +51,7 @@ def _item(result: dict, path: str):
 def shown(scan) -> dict:
     """A completed scan's result as its customer sees it, at its own ``min_confidence`` (D29): what
     a watch compares, so a finding under it neither comes nor goes."""
-    return confidence.filtered(json.loads(scan.result_json), scan.min_confidence)
+    return confidence.filtered(json.loads(scan.result_json), scan.min_confidence, fresh=True)
 
 
 def changes_between(previous: dict, current: dict) -> dict | None:

@@ -137,3 +137,27 @@ def test_a_false_positive_drops_the_finding_under_the_minimum_in_the_next_scan_o
     assert sure["id"] not in {f["id"] for f in result["findings"]}
     carried = next(f for f in shown["findings"] if f["id"] == sure["id"])
     assert carried["confidence"] == 0.0 and carried["feedback"]["scan_id"] == first
+
+
+@pytest.mark.config(ENGINE_POLL_SECONDS=1)
+def test_the_confidence_filter_adds_no_statement_to_a_served_read(client, make_customer, jobs, capsys):
+    """The served read stays one statement with its BEGIN and COMMIT, whether a minimum applies (the
+    read's or the scan's own) or not; the figures are printed for the report (``-s``)."""
+    from bench import confidence_read
+    account = make_customer(credits=100_000)
+    with freeze_time(START) as frozen:
+        scan_id = complete(client, account, jobs, frozen, "jane@example.com")
+        filtered_id = complete(client, account, jobs, frozen, "john@example.com", min_confidence=0.5)
+        bulk_id = client.post(BULK, json={"targets": [{"target": f"p{i}@example.com"} for i in range(10)]},
+                              headers=account.headers).json["bulk_id"]
+        assert jobs.run(frozen, until=lambda: client.get(f"{BULK}/{bulk_id}", headers=account.headers)
+                        .json["all_done"])
+    report = confidence_read.measure(client, account.headers, confidence_read.paths_for(scan_id, filtered_id,
+                                                                                        bulk_id), n=100)
+    with capsys.disabled():
+        print("\n" + confidence_read.table(report))
+    assert all(row["status"] == 200 for row in report.values())
+    plain = report["read"]["sql"]
+    assert plain == report["read ?min_confidence=0.5"]["sql"] == report["read of a scan with its own min_confidence"][
+        "sql"] <= 3
+    assert report["bulk read"]["sql"] == report["bulk read ?min_confidence=0.5"]["sql"]
