@@ -271,3 +271,18 @@ def test_feedback_on_an_unknown_finding_names_it(cli, jobs):
     assert code == 1 and out == ""
     assert err.count("\n") == 1 and "fnd_not_in_this_result" in err and scan_id in err
     assert "not_found, HTTP 404" in err and "Traceback" not in err
+
+
+def test_scan_and_get_take_min_confidence_and_required(cli, jobs, account):
+    with freeze_time(START) as frozen:
+        code, out, err = cli("scan", "jane@example.com", "--min-confidence", "0.5", "--required",
+                             "profiles.verified OR breaches", "--wait", frozen=frozen, jobs=jobs)
+        assert code == 0, err
+        scan = json.loads(out)
+        code, again, err = cli("get", scan["scan_id"], "--min-confidence", "0")
+    assert code == 0, err
+    assert (scan["min_confidence"], scan["required"]) == (0.5, "profiles.verified OR breaches")
+    assert scan["result"]["filtered"]["min_confidence"] == 0.5
+    assert json.loads(again)["result"]["filtered"] == {"min_confidence": 0.0, "findings_left_out": 0}
+    code, out, err = cli("scan", "jane@example.com", "--required", "breaches OR (emails")
+    assert code == 1 and "invalid_required" in err and "position" in err
