@@ -267,13 +267,15 @@ def portal_scans(customer_id: str, *, status: str | None = None, kind: str | Non
     return Page([_summary(s, now) for s in rows], total, page, per_page)
 
 
-def scan_detail(customer_id: str, scan_id: str) -> dict:
-    """One scan in any state with its key, and its ``final_state`` (``result`` parsed, or ``failure``)."""
+def scan_detail(customer_id: str, scan_id: str, *, min_confidence: float | None = None) -> dict:
+    """One scan in any state with its key, and its ``final_state`` (``result`` parsed, or ``failure``;
+    ``min_confidence``: the page's filter, else the scan's own, D29)."""
     scan = scan_store.owned_scan(scan_id, customer_id)
     if scan is None:
         raise NotFound("no scan with this id")
     detail = _summary(scan, utcnow())
-    detail.update(final_state(scan) or {})
+    detail.update(final_state(scan, min_confidence=min_confidence) or {})
+    detail.update(min_confidence=scan.min_confidence, required=scan.required)
     detail.update(started_at=scan.started_at, key=_key_ref(scan.api_key_id),
                   reruns=[{"scan_id": rid, "status": status, "created_at": created_at} for rid, status, created_at
                           in scan_store.reruns_of(scan.id, customer_id, since=scan.created_at, limit=MAX_RERUNS)])
