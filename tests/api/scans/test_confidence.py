@@ -161,3 +161,33 @@ def test_the_confidence_filter_adds_no_statement_to_a_served_read(client, make_c
     assert plain == report["read ?min_confidence=0.5"]["sql"] == report["read of a scan with its own min_confidence"][
         "sql"] <= 3
     assert report["bulk read"]["sql"] == report["bulk read ?min_confidence=0.5"]["sql"]
+
+
+@pytest.mark.config(ENGINE_POLL_SECONDS=1)
+def test_webhook_bodies_use_the_scans_own_minimum_and_a_missed_rule(client, make_customer, jobs):
+    import json
+
+    from app.models import WebhookDelivery
+    account = make_customer(webhook_url="https://receiver.example.com/hook", webhook_secret="whsec_" + "A" * 32)
+    with freeze_time(START) as frozen:
+        filtered_id = complete(client, account, jobs, frozen, "jane@example.com", min_confidence=0.5)
+        missed_id = complete(client, account, jobs, frozen, "john@example.com", required="phone_profile")
+        shown = read(client, account, filtered_id).json
+    with db.connection_context():
+        bodies = {d.scan_id: json.loads(d.body) for d in WebhookDelivery.select().where(
+            WebhookDelivery.scan_id.in_([filtered_id, missed_id]))}
+    assert bodies[filtered_id]["result"] == shown["result"] and shown["result"]["filtered"]["min_confidence"] == 0.5
+    assert all(f["confidence"] >= 0.5 for f in bodies[filtered_id]["result"]["findings"])
+    assert bodies[missed_id]["result"]["match"] is False and bodies[missed_id]["result"]["findings"] == []
+
+
+def test_a_watch_keeps_its_minimum_and_rule_and_gives_them_to_its_scans(client, account):
+    answer = client.post("/api/v1/watches", json={"target": "jane@example.com", "interval": "weekly",
+                                                  "min_confidence": 0.6, "required": "breaches"},
+                         headers=account.headers)
+    assert answer.status_code == 201, answer.json
+    assert (answer.json["min_confidence"], answer.json["required"]) == (0.6, "breaches")
+    scan = read(client, account, answer.json["last_scan_id"]).json
+    assert (scan["min_confidence"], scan["required"], scan["watch_id"]) == (0.6, "breaches", answer.json["watch_id"])
+    run = client.post(f"/api/v1/watches/{answer.json['watch_id']}/run", headers=account.headers)
+    assert read(client, account, run.json["scan_id"]).json["min_confidence"] == 0.6
