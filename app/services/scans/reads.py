@@ -240,7 +240,7 @@ def _risk_summary(scan) -> dict:
     """A completed scan's risk (score and band) and whether its result is partial, for a list row."""
     if scan.status != COMPLETED or not scan.result_json:
         return {"risk": None, "partial": False}
-    result = json.loads(scan.result_json)
+    result = confidence.filtered(json.loads(scan.result_json), scan.min_confidence, fresh=True)  # as its reads
     risk = result.get("risk") or {}
     return {"risk": {"score": risk.get("score"), "band": risk.get("band")}, "partial": bool(result.get("partial"))}
 
