@@ -40,6 +40,7 @@ SERVICE_ERROR_STATUS = (
     (domain.DeliveryPending, 409),
     (domain.WebhookUrlMissing, 400),
     (domain.PayloadTooLarge, 413),
+    (domain.InvalidRequired, 400),
     (domain.InvalidRequest, 400),
     (domain.NotAuthenticated, 401),
     (domain.CallbackRefused, 401),

@@ -412,6 +412,48 @@ def _source_health(database):
     database.execute_sql('CREATE INDEX IF NOT EXISTS "source_minute_minute" ON "source_minute" ("minute")')
 
 
+def _confidence(database):
+    """Findings with a confidence (D29): the ``min_confidence`` and ``required`` match rule a scan,
+    and a watch for its scans, was created with (NULL: none); and every stored result as a result
+    is now stored: ``match`` true (no rule was asked), each finding with its ``confidence`` and an
+    empty ``matched_on`` (engines gave no estimate before). The rule is written out here as it is
+    today (feedback, else a base per kind plus 0.05 per further source, at most 0.99), not imported."""
+    import json
+
+    for name in ("scan", "watch"):
+        database.execute_sql(f'ALTER TABLE "{name}" ADD COLUMN IF NOT EXISTS "min_confidence" DOUBLE PRECISION')
+        database.execute_sql(f'ALTER TABLE "{name}" ADD COLUMN IF NOT EXISTS "required" VARCHAR(500)')
+    base = {"profiles.verified": 0.90, "profiles.weak": 0.40, "contacts.emails": 0.70, "contacts.phones": 0.70,
+            "breaches": 0.95}
+
+    def confidence(finding: dict) -> float:
+        verdict = (finding.get("feedback") or {}).get("verdict")
+        if verdict in ("confirmed", "false_positive"):
+            return 1.0 if verdict == "confirmed" else 0.0
+        kind = str(finding.get("path", "")).partition("[")[0]
+        return round(min(0.99, base.get(kind, 0.0) + 0.05 * max(0, len(finding.get("source_ids") or []) - 1)), 2)
+
+    p = database.param
+    after = ""
+    while True:  # in pages, by id: a large table is never held in memory whole
+        rows = database.execute_sql(
+            f'SELECT id, result_json FROM "scan" WHERE id > {p} AND result_json IS NOT NULL '
+            f'AND result_json NOT LIKE {p} ORDER BY id LIMIT 500', (after, '%"match":%')).fetchall()
+        if not rows:
+            return
+        for scan_id, text in rows:
+            result = json.loads(text)
+            if isinstance(result, dict):
+                result["findings"] = [
+                    {"id": f.get("id"), "path": f.get("path"), "source_ids": f.get("source_ids") or [],
+                     "confidence": confidence(f), "matched_on": [], "feedback": f.get("feedback")}
+                    for f in result.get("findings") or [] if isinstance(f, dict)]
+                result["match"] = True
+                database.execute_sql(f'UPDATE "scan" SET result_json = {p} WHERE id = {p}',
+                                     (json.dumps(result, separators=(",", ":")), scan_id))
+        after = rows[-1][0]
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 # Versions 3 and 18 are absent on purpose: neither was ever assigned (the history has migration 4,
 # portal sessions, appended right after 2, and 19 after 17), so no database records them. The gaps
@@ -443,8 +485,9 @@ MIGRATIONS = [
     (24, "request ids of up to 128 characters", _longer_request_ids),
     (25, "watches", _watches),
     (26, "watches spread by slot", _watch_slots),
-    (28, "a watch ended by an opt-out keeps no identifier", _opted_out_watches_forget_target),
-    (30, "source health", _source_health),
+    (27, "a watch ended by an opt-out keeps no identifier", _opted_out_watches_forget_target),
+    (28, "findings with a confidence: min_confidence and required", _confidence),
+    (29, "source health", _source_health),
 ]
 
 

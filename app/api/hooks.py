@@ -24,12 +24,12 @@ from flask import Response, current_app, g, request
 from app import rawjson
 from app.actions import action_for, check_named, route_of
 from app.api.auth import bearer_token, client_address
-from app.errors import UNKNOWN_FIELD, from_service_error, query_error, service_unavailable
+from app.errors import UNKNOWN_FIELD, ApiError, from_service_error, query_error, service_unavailable
 from app.models import ApiKey
 from app.services.accounts import access
 from app.services.billing import activity, billing, quotas
 from app.services.billing.limits import DAY, HOUR, Limits
-from app.services.scans import reads
+from app.services.scans import confidence, reads
 from app.services.shared import pipeline
 from app.services.shared.errors import Forbidden, InsufficientBalance, KeyRefused, NotFound, ServiceError
 from app.services.tracking import waits
@@ -95,10 +95,10 @@ def _takes_query(view: Callable) -> bool:
     return any(parameter.get("in") == "query" for parameter in parameters)
 
 
-def refuse_query() -> Response:
-    """A call with query parameters to a path that takes none: 400 naming them, as a query
-    schema names its unknown ones (charged like any 400)."""
-    raise query_error({name: [UNKNOWN_FIELD] for name in request.args})
+def refuse_query(names=None) -> Response:
+    """A call with query parameters to a path that takes none (or ``names``, ones it does not
+    take): 400 naming them, as a query schema names its unknown ones (charged like any 400)."""
+    raise query_error({name: [UNKNOWN_FIELD] for name in (request.args if names is None else sorted(names))})
 
 
 def _api_call(view: Callable, scope: str | None) -> Callable:
@@ -135,23 +135,49 @@ def served_read(serve: Callable, *, scope: str | None = None, wait: reads.Awaite
         def call(self, **route):
             (object_id,) = route.values()
             facts = _request(scope)
-            if wait is not None and list(request.args) == ["wait"]:
-                return _waiting_read(lambda read: view(self, read), serve, wait, object_id, facts)
-            if request.args:  # refused before the read, after the key's checks, as on other paths
-                answer = _Answer(lambda key, report: refuse_query())
-                key = _authorize(facts)
-                return _respond(pipeline.account(key, facts, answer, idempotent=False), answer)
-            return _read(lambda read: view(self, read), serve, object_id, facts)
+            unknown = set(request.args) - READ_QUERY if wait is not None else set(request.args)
+            if unknown:  # refused before the read, after the key's checks, as on other paths
+                return _refused_read(facts, lambda key, report: refuse_query(unknown))
+            try:
+                minimum = _min_confidence_arg()
+            except ApiError as exc:  # a 400, charged as any (D3)
+                return _refused_read(facts, partial(_raise_for, exc))
+            if "wait" in request.args:
+                return _waiting_read(lambda read: view(self, read), serve, wait, object_id, facts, minimum)
+            return _read(lambda read: view(self, read), serve, object_id, facts, minimum=minimum)
         call.accounted = True  # type: ignore[attr-defined] # see check_accounted
         call.scope = scope  # type: ignore[attr-defined]
         return call
     return decorate
 
 
-def _read(render_read: Callable, serve: Callable, object_id: str, facts: pipeline.Request) -> Response:
+# The query parameters of the served reads (D27's wait, D29's min_confidence).
+READ_QUERY = frozenset({"wait", "min_confidence"})
+
+
+def _refused_read(facts: pipeline.Request, refuse: Callable) -> Response:
+    """A served read refused for its query (400, charged as any), after the key's checks."""
+    answer = _Answer(refuse)
+    key = _authorize(facts)
+    return _respond(pipeline.account(key, facts, answer, idempotent=False), answer)
+
+
+def _min_confidence_arg() -> float | None:
+    """The read's ``min_confidence`` (D29), or None; 400 naming it when it is not 0 to 1."""
+    if "min_confidence" not in request.args:
+        return None
+    try:
+        return confidence.check_minimum(request.args.get("min_confidence", ""))
+    except ValueError as exc:
+        raise query_error({"min_confidence": [str(exc)]}) from None
+
+
+def _read(render_read: Callable, serve: Callable, object_id: str, facts: pipeline.Request, *,
+          minimum: float | None = None) -> Response:
     """The served read (its one statement), then its answer rendered and accounted (the
-    statement charged it and wrote its entry: the pipeline corrects the status if it changed)."""
-    read = _serve_read(serve, object_id, facts)
+    statement charged it and wrote its entry: the pipeline corrects the status if it changed);
+    ``minimum``: the read's ``min_confidence`` (D29)."""
+    read = _serve_read(serve, object_id, facts, minimum)
     answer = _Answer(_read_runner(render_read, read))
     g.caller = read.key
     return _respond(pipeline.account(read.key, facts, answer, idempotent=False, recorded=read.recorded), answer)
@@ -166,16 +192,18 @@ def _read_runner(render_read: Callable, read: pipeline.ServedRead) -> Callable:
     return run
 
 
-def _serve_read(serve: Callable, object_id: str, facts: pipeline.Request) -> pipeline.ServedRead:
+def _serve_read(serve: Callable, object_id: str, facts: pipeline.Request,
+                minimum: float | None = None) -> pipeline.ServedRead:
     try:
-        return pipeline.read(serve, bearer_token(), object_id, facts, _status_of, entry=_read_entry(facts))
+        return pipeline.read(serve, bearer_token(), object_id, facts, _status_of, entry=_read_entry(facts),
+                             min_confidence=minimum)
     except KeyRefused as exc:
         _note_refusal(exc)
         raise
 
 
 def _waiting_read(render_read: Callable, serve: Callable, awaited: reads.Awaited, object_id: str,
-                  facts: pipeline.Request) -> Response:
+                  facts: pipeline.Request, minimum: float | None = None) -> Response:
     """A read that answers once its object is final or after ``wait`` seconds (D27), charged
     once, as the read: the key's checks first (free refusals), then one of the key's held
     connections (429 ``rate_limited`` beyond the limit, free), the waiting, with uncharged reads,
@@ -201,7 +229,7 @@ def _waiting_read(render_read: Callable, serve: Callable, awaited: reads.Awaited
             waits.unsubscribe(waiter)
     finally:
         waits.release(held)
-    return _read(render_read, serve, object_id, facts)
+    return _read(render_read, serve, object_id, facts, minimum=minimum)
 
 
 def _awaitable(key: ApiKey, awaited: reads.Awaited, object_id: str) -> dict | None:

@@ -21,7 +21,8 @@ HEADERS = {
 }
 ERROR_DOCS = {
     400: "`invalid_request` (body shape, with `details`), `target_too_short`, `invalid_kind`, `invalid_target`, "
-         "`invalid_purpose`, `purpose_required` (your account asks for a purpose on every scan)",
+         "`invalid_purpose`, `purpose_required` (your account asks for a purpose on every scan), "
+         "`invalid_required` (the `required` rule does not parse; the message names the position)",
     401: "`unauthorized` (header missing or malformed), `invalid_token` (unknown or revoked key)",
     402: "`insufficient_balance`",
     403: "`forbidden` (another customer's resource)",
@@ -38,6 +39,8 @@ ERROR_EXAMPLES = {
     "target_too_short": (400, "target must have at least 3 characters"),
     "invalid_kind": (400, "kind must be one of email, phone, username"),
     "invalid_target": (400, "target is not a valid e-mail address"),
+    "invalid_required": (400, "required: unknown word 'profile' (one of profiles, profiles.verified, emails, "
+                              "phones, breaches, phone_profile, AND, OR, parentheses) at position 1"),
     "invalid_purpose": (400, "purpose must be one of fraud_prevention, kyc_aml, due_diligence, background_check, "
                              "security_research, law_enforcement, other"),
     "purpose_required": (400, "this account requires a purpose on every scan: one of fraud_prevention, ..."),
@@ -66,7 +69,7 @@ ERROR_EXAMPLES = {
 }
 CODES = {
     400: ("invalid_request", "target_too_short", "invalid_kind", "invalid_target", "invalid_purpose",
-          "purpose_required"),
+          "purpose_required", "invalid_required"),
     401: ("unauthorized", "invalid_token"),
     402: ("insufficient_balance",),
     403: ("forbidden",),
@@ -102,7 +105,15 @@ WAIT_PARAMETER = {"in": "query", "name": "wait", "required": False,
                                  "expired or without the scope `scans:read` meanwhile gets its refusal (401 or "
                                  f"403, free) within {KEY_CHECK_SECONDS:g} seconds. Each key may have 100 such calls "
                                  "waiting at once; one more is refused with 429 `rate_limited` and `Retry-After`."}
-WAIT_ERRORS = {400: f"`invalid_request` (`wait` is not a whole number from {WAIT_RANGE[0]} to {WAIT_RANGE[1]})",
+# ``?min_confidence=`` of the reads, parsed by the same wrapper.
+MIN_CONFIDENCE_PARAMETER = {"in": "query", "name": "min_confidence", "required": False,
+                            "schema": {"type": "number", "minimum": 0, "maximum": 1},
+                            "description": "For this read only, in place of the scan's own `min_confidence`: leave "
+                                           "out of each result the findings under this confidence (0 to 1), with "
+                                           "their items and the score's reasons that rest only on them "
+                                           "(`result.filtered` says how many)."}
+WAIT_ERRORS = {400: f"`invalid_request` (`wait` is not a whole number from {WAIT_RANGE[0]} to {WAIT_RANGE[1]}, or "
+                    "`min_confidence` not a number from 0 to 1)",
                429: "`rate_limited` (the key already has 100 calls waiting); with `Retry-After`, free of charge"}
 
 
@@ -212,12 +223,15 @@ WEBHOOK_RESULT_EXAMPLE = {
     "partial": True,
     "findings": [
         {"id": "fnd_xkbJCSOE9oL-xMQk4e0X", "path": "profiles.verified[0]", "source_ids": ["github"],
-         "feedback": None},
+         "confidence": 0.88, "matched_on": ["email", "name"], "feedback": None},
         {"id": "fnd_Tk4AfyWcO25EB_XyH-Ff", "path": "contacts.emails[0]", "source_ids": ["mailbox_verifier"],
+         "confidence": 1.0, "matched_on": ["email"],
          "feedback": {"verdict": "confirmed", "note": "", "at": "2026-11-21T12:30:00Z",
                       "scan_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"}},
         {"id": "fnd_75Ml5C0uCxYLlJdzJ7o9", "path": "breaches[0]", "source_ids": ["breach_index"],
-         "feedback": None}]}
+         "confidence": 0.97, "matched_on": ["email"], "feedback": None}],
+    "match": True,
+    "filtered": {"min_confidence": 0.5, "findings_left_out": 1}}
 
 
 def webhook_callbacks(operation_id: str) -> dict:

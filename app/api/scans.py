@@ -16,6 +16,7 @@ from app.api.openapi import (
     ERROR_DOCS,
     HEADERS,
     IDEMPOTENCY_HEADER,
+    MIN_CONFIDENCE_PARAMETER,
     SECURITY,
     WAIT_ERRORS,
     WAIT_PARAMETER,
@@ -115,7 +116,8 @@ class ScanCreate(MethodView):
         try:
             outcome = scans.create_scan(key.customer, key.id, body["target"], body.get("kind"),
                                         request_id=g.request_id, livemode=key.livemode, purpose=body.get("purpose"),
-                                        case_ref=body.get("case_ref"), entry=hooks.call_entry(key, 202))
+                                        case_ref=body.get("case_ref"), entry=hooks.call_entry(key, 202),
+                                        match=scans.MatchRules.of(body))
             final = waited_scan(outcome, key, wait) if held is not None else None
         finally:
             if held is not None:
@@ -145,7 +147,8 @@ def waited_scan(outcome: scans.Outcome, key, seconds: int) -> dict | None:
 @blp.route("/scan/<scan_id:scan_id>")
 class ScanRead(MethodView):
     @hooks.served_read(pipeline.serve_scan_read, scope=access.SCANS_READ, wait=reads.SCAN_WAIT)
-    @blp.doc(security=SECURITY, summary="Read a scan", operationId="getScan", parameters=[WAIT_PARAMETER])
+    @blp.doc(security=SECURITY, summary="Read a scan", operationId="getScan",
+             parameters=[WAIT_PARAMETER, MIN_CONFIDENCE_PARAMETER])
     @blp.response(200, ScanSchema, headers=HEADERS,
                   description="The scan in its current state; which fields appear depends on `status`.")
     @documented_errors(400, 401, 402, 403, 404, 429, 503, overrides=WAIT_ERRORS,
@@ -243,14 +246,16 @@ class BulkCreate(MethodView):
         valid ones are queued. Costs {price}."""
         outcome = scans.create_bulk(key.customer, key.id, body["targets"], request_id=g.request_id,
                                     livemode=key.livemode, purpose=body.get("purpose"),
-                                    case_ref=body.get("case_ref"), entry=hooks.call_entry(key, 202))
+                                    case_ref=body.get("case_ref"), entry=hooks.call_entry(key, 202),
+                                    match=scans.MatchRules.of(body))
         return created(outcome, report)
 
 
 @blp.route("/scan/bulk/<string:bulk_id>")
 class BulkRead(MethodView):
     @hooks.served_read(pipeline.serve_bulk_read, scope=access.SCANS_READ, wait=reads.BULK_WAIT)
-    @blp.doc(security=SECURITY, summary="Read a bulk batch", operationId="getBulk", parameters=[WAIT_PARAMETER])
+    @blp.doc(security=SECURITY, summary="Read a bulk batch", operationId="getBulk",
+             parameters=[WAIT_PARAMETER, MIN_CONFIDENCE_PARAMETER])
     @blp.response(200, BulkStateSchema, headers=HEADERS, description="Counts by status and every scan.")
     @documented_errors(400, 401, 402, 403, 404, 429, 503, overrides=WAIT_ERRORS,
                        codes={400: ("invalid_request",), 404: ("not_found",), 429: ("rate_limited",)})

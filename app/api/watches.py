@@ -33,6 +33,7 @@ from app.schemas.watches import (
     WatchUpdateSchema,
 )
 from app.services.accounts import access
+from app.services.scans import scans
 from app.services.watches import watches
 
 blp = ApiBlueprint("watches", __name__, url_prefix="/api/v1",
@@ -150,7 +151,8 @@ class WatchCollection(MethodView):
         limited as a scan creation."""
         view, outcome = watches.create_watch(key.customer, key.id, body["target"], body.get("kind"),
                                              body["interval"], request_id=g.request_id, livemode=key.livemode,
-                                             purpose=body.get("purpose"), case_ref=body.get("case_ref"))
+                                             purpose=body.get("purpose"), case_ref=body.get("case_ref"),
+                                             match=scans.MatchRules.of(body))
         hooks.charged(report, balance=outcome.balance, usage=outcome.usage, limits=outcome.limits,
                       credits=outcome.cost, subject=outcome.subject, replayable=True)
         return hooks.render(view, 201)
@@ -190,7 +192,7 @@ class WatchBulk(MethodView):
         made, outcome = watches.create_watches(key.customer, key.id, body["targets"], body["interval"],
                                                request_id=g.request_id, livemode=key.livemode,
                                                purpose=body.get("purpose"), case_ref=body.get("case_ref"),
-                                               entry=hooks.call_entry(key, 201))
+                                               entry=hooks.call_entry(key, 201), match=scans.MatchRules.of(body))
         hooks.charged(report, balance=outcome.balance, usage=outcome.usage, limits=outcome.limits,
                       credits=outcome.cost, subject=outcome.subject, recorded=outcome.recorded, replayable=True)
         return hooks.render(made, 201)

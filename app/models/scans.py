@@ -6,6 +6,7 @@ from peewee import (
     CharField,
     CompositeKey,
     DateTimeField,
+    DoubleField,
     ForeignKeyField,
     IntegerField,
     TextField,
@@ -92,6 +93,10 @@ class Scan(BaseModel):
     rerun_of = CharField(max_length=40, null=True)
     # The watch that made it (D28); a plain id, so ending or erasing leaves scans alone.
     watch_id = CharField(max_length=40, null=True)
+    # D29: findings under this confidence are left out of what the customer sees (NULL: none), and
+    # the match rule the scan must meet for its creation to be paid (NULL: none), as created.
+    min_confidence = DoubleField(null=True)
+    required = CharField(max_length=500, null=True)
 
     class Meta:
         indexes = (

@@ -1,5 +1,5 @@
 """Watches (D28): a target scanned again on a schedule, its changes announced."""
-from peewee import BooleanField, CharField, DateTimeField, ForeignKeyField, IntegerField, TextField
+from peewee import BooleanField, CharField, DateTimeField, DoubleField, ForeignKeyField, IntegerField, TextField
 
 from app.models.accounts import ApiKey, Customer
 from app.models.base import BaseModel, utcnow
@@ -40,6 +40,9 @@ class Watch(BaseModel):
     missed_since = DateTimeField(null=True)
     ended_at = DateTimeField(null=True)
     end_reason = CharField(max_length=40, null=True)
+    # D29: given to each of its scans (NULL: none).
+    min_confidence = DoubleField(null=True)
+    required = CharField(max_length=500, null=True)
 
     class Meta:
         table_name = "watch"

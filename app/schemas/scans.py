@@ -60,6 +60,35 @@ ERASED_AT_DOC = {"format": "date-time", "example": "2026-11-21T09:30:00Z",
                                 "and charges stay."}
 
 
+MIN_CONFIDENCE_DOC = {
+    "description": "Leave out of the result the findings whose `confidence` is under this number (0 to 1), with "
+                   "their items and the score's reasons that rest only on them; `result.filtered` says how many. "
+                   "Kept with the scan, returned on its reads, and used for its webhook bodies and events. "
+                   "Absent or null: nothing is left out.",
+    "minimum": 0, "maximum": 1, "example": 0.5}
+REQUIRED_DOC = {
+    "description": "What the scan must find (at or above `min_confidence`) for you to pay for it: the words "
+                   "`profiles` (verified or weak), `profiles.verified`, `emails`, `phones`, `breaches` and "
+                   "`phone_profile`, joined by `AND`, `OR` and parentheses (`AND` binds tighter). A completed scan "
+                   "that does not match has `result.match: false`, no items (only its sources, coverage and the "
+                   "codes of its reasons), and the credit its creation cost given back when it completes. A rule "
+                   "that does not parse is 400 `invalid_required`, naming the position. Absent or null: every "
+                   "completed scan matches.",
+    "maxLength": 500, "example": "profiles.verified OR breaches"}
+
+
+def min_confidence_field(**options) -> fields.Field:
+    """``min_confidence`` in a creation's body: a number 0 to 1 (else 400 naming it), or null."""
+    return fields.Float(allow_none=True, validate=ma.validate.Range(min=0, max=1), metadata=MIN_CONFIDENCE_DOC,
+                        **options)
+
+
+def required_field() -> fields.Field:
+    """``required`` in a creation's body: checked by the service, so a rule that does not parse is
+    its own code (``invalid_required``)."""
+    return fields.Raw(allow_none=True, metadata={**REQUIRED_DOC, "type": "string"})
+
+
 class ScanCreateSchema(ma.Schema):
     class Meta:
         unknown = RAISE
@@ -69,6 +98,8 @@ class ScanCreateSchema(ma.Schema):
     # Raw: checked by the service, so that a wrong value is its own code (invalid_purpose).
     purpose = fields.Raw(allow_none=True, metadata={**PURPOSE_DOC, "type": "string"})
     case_ref = fields.Raw(allow_none=True, metadata={**CASE_REF_REQUEST_DOC, "type": "string"})
+    min_confidence = min_confidence_field()
+    required = required_field()
 
 
 class BulkTargetSchema(ma.Schema):
@@ -98,6 +129,8 @@ class BulkCreateSchema(ma.Schema):
                                                     "description": "Why you look these people up (every target); "
                                                                    "null or absent: none."})
     case_ref = fields.Raw(allow_none=True, metadata={**CASE_REF_REQUEST_DOC, "type": "string"})
+    min_confidence = min_confidence_field()
+    required = required_field()
 
 
 # --- result (D6) ------------------------------------------------------------------
@@ -226,9 +259,28 @@ class FindingSchema(ma.Schema):
         "example": "breaches[0]"})
     source_ids = fields.List(fields.String(), required=True, metadata={
         "description": "The sources that found it (`sources[].id`).", "example": ["breach_index"]})
+    confidence = fields.Float(required=True, metadata={
+        "description": "How sure it is that the item belongs to the person, 0 to 1 with two decimals: your own "
+                       "feedback when you gave some (`confirmed` 1, `false_positive` 0, also in your later scans of "
+                       "the target), else the engine's estimate, else 0.9 for a verified profile, 0.4 for a weak "
+                       "one, 0.7 for an e-mail address or phone number, 0.95 for a breach, plus 0.05 for each "
+                       "further source that found it (at most 0.99).",
+        "minimum": 0, "maximum": 1, "example": 0.95})
+    matched_on = fields.List(fields.String(metadata={"enum": ["email", "phone", "username", "name", "photo",
+                                                              "other"]}), required=True, metadata={
+        "description": "What ties the item to the target, as the engine says: `email`, `phone`, `username`, "
+                       "`name`, `photo`, `other`; empty when it does not say.", "example": ["email", "name"]})
     feedback = fields.Nested(FeedbackSchema, required=True, allow_none=True, metadata={
         "description": "Your latest feedback on this finding, given on this scan or on an earlier scan of the "
                        "same target, or null."})
+
+
+class FilteredSchema(ma.Schema):
+    min_confidence = fields.Float(required=True, metadata={
+        "description": "The minimum applied: the read's `min_confidence` when it gave one, else the scan's.",
+        "example": 0.5})
+    findings_left_out = fields.Integer(required=True, metadata={
+        "description": "How many findings were under it (with their items).", "example": 2})
 
 
 class ResultSchema(ma.Schema):
@@ -251,7 +303,14 @@ class ResultSchema(ma.Schema):
                        "`POST /api/v1/scan/{scan_id}/rerun` asks them again.", "example": False})
     findings = fields.List(fields.Nested(FindingSchema), required=True, metadata={
         "description": "One per item of `profiles.verified`, `profiles.weak`, `contacts.emails`, "
-                       "`contacts.phones` and `breaches`, in that order: its id (for feedback), path and sources."})
+                       "`contacts.phones` and `breaches`, in that order: its id (for feedback), path, sources, "
+                       "confidence and what it matched on."})
+    match = fields.Boolean(required=True, metadata={
+        "description": "Whether the scan found what its `required` rule asks for (true without a rule). When "
+                       "false the result has no items, only its sources, coverage and the codes of its reasons, "
+                       "and the scan's creation was refunded.", "example": True})
+    filtered = fields.Nested(FilteredSchema, metadata={
+        "description": "Only when a `min_confidence` applies (the scan's own, or the read's): what it left out."})
 
 
 class FailureSchema(ma.Schema):
@@ -303,6 +362,10 @@ class ScanSchema(ma.Schema):
     purpose = fields.String(required=True, allow_none=True, metadata=READ_PURPOSE_DOC)
     case_ref = fields.String(required=True, allow_none=True, metadata=READ_CASE_REF_DOC)
     created_at = fields.String(required=True, metadata=TIME_DOC)
+    min_confidence = fields.Float(metadata={**MIN_CONFIDENCE_DOC, "description": "Only when the scan was created "
+                                            "with one: its `min_confidence`."})
+    required = fields.String(metadata={**REQUIRED_DOC, "description": "Only when the scan was created with one: "
+                                       "its `required` rule."})
     bulk_id = fields.String(metadata={"description": "Only for scans created by a bulk call."})
     watch_id = fields.String(metadata=WATCH_ID_DOC)
     rerun_of = fields.String(metadata=RERUN_OF_DOC)
@@ -354,6 +417,8 @@ class BulkScanStateSchema(ma.Schema):
     kind = fields.String(required=True, metadata=KIND_DOC)
     purpose = fields.String(required=True, allow_none=True, metadata=READ_PURPOSE_DOC)
     case_ref = fields.String(required=True, allow_none=True, metadata=READ_CASE_REF_DOC)
+    min_confidence = ScanSchema._declared_fields["min_confidence"]
+    required = ScanSchema._declared_fields["required"]
     completed_at = fields.String(metadata={**TIME_DOC, "description": "completed only."})
     result = fields.Nested(ResultSchema, metadata={"description": "completed only."})
     failed_at = fields.String(metadata={**TIME_DOC, "description": "failed only."})
@@ -463,6 +528,7 @@ class WaitArgs(ma.Schema):
 
     wait = WaitSeconds(metadata={"description": WAIT_WORDS, "example": 30, "minimum": WAIT_RANGE[0],
                                  "maximum": WAIT_RANGE[1]})
+
 
 
 class ScanListQuerySchema(ma.Schema):

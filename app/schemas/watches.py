@@ -35,6 +35,8 @@ class WatchBulkCreateSchema(ma.Schema):
     interval = WatchCreateSchema._declared_fields["interval"]
     purpose = BulkCreateSchema._declared_fields["purpose"]
     case_ref = BulkCreateSchema._declared_fields["case_ref"]
+    min_confidence = BulkCreateSchema._declared_fields["min_confidence"]
+    required = BulkCreateSchema._declared_fields["required"]
 
 
 class WatchUpdateSchema(ma.Schema):
@@ -79,6 +81,12 @@ class WatchEntrySchema(ma.Schema):
         "description": "Why the last scheduled scan could not be made (it is tried again later).", "example": None})
     last_changes = fields.Nested(ChangesSchema, required=True, allow_none=True, metadata={
         "description": "What the last change found (as in the watch.changed event)."})
+    min_confidence = fields.Float(metadata={
+        "description": "Only when the watch was created with one: the `min_confidence` each of its scans has (its "
+                       "comparisons leave out the findings under it).", "example": 0.5})
+    required = fields.String(metadata={
+        "description": "Only when the watch was created with one: the `required` rule each of its scans has.",
+        "example": "profiles.verified OR breaches"})
 
 
 class WatchSchema(WatchEntrySchema):

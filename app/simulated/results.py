@@ -15,7 +15,9 @@ engine asks for them without the mess (``messy=False``).
 Each result also explains itself (E6): ``sources`` (ten to twenty of ``SOURCES``, each found,
 not found or skipped; a ``partial…`` target has some rate-limited or timed out),
 ``evidence`` (the sources behind each item, by its path) and ``risk.reasons`` (points that
-add up to the score and name the items behind them). A re-run asks for some sources only
+add up to the score and name the items behind them). Each evidence entry carries the engine's
+``confidence`` that the item is the person's and what it ``matched_on`` (E8): deterministic, weak
+profiles mostly under 0.5, breaches at 0.95 or more. A re-run asks for some sources only
 (``sources=``): its result lists those, none of them failing.
 
 A ``changing…`` target's result grows with each investigation (E7): ``generation`` (how many of
@@ -299,9 +301,30 @@ def _explain(result: dict, kind: str, target: str, *, only: list[str] | None, ch
     result["sources"] = [{"id": s, "name": name, "status": statuses[s], "checked_at": checked_at,
                           "latency_ms": rng.randint(40, 1500) if statuses[s] != "skipped" else None}
                          for s, name in SOURCES if s in statuses]
-    result["evidence"] = [{"path": path, "source_ids": [s for s in ids if s in statuses and s not in failed]}
-                          for path, ids in evidence]
+    result["evidence"] = [{"path": path, "source_ids": [s for s in ids if s in statuses and s not in failed],
+                           **_estimate(kind, target, path)} for path, ids in evidence]
     result["risk"]["reasons"] = _reasons(result)
+
+
+# E8: the engine's estimate per kind of item, drawn from these ranges (weak profiles mostly under
+# 0.5, breaches at 0.95 or more), and what ties each kind of item to each kind of target.
+_ESTIMATES = {"profiles.verified": (0.72, 0.99), "profiles.weak": (0.12, 0.58), "contacts.emails": (0.55, 0.92),
+              "contacts.phones": (0.55, 0.92), "breaches": (0.95, 0.99)}
+_MATCHED_ON = {"profiles.verified": {"email": ["email", "name"], "phone": ["phone", "name"],
+                                     "username": ["username", "photo"]},
+               "profiles.weak": {"email": ["name"], "phone": ["name"], "username": ["username"]},
+               "contacts.emails": {"email": ["email"], "phone": ["phone", "other"], "username": ["username"]},
+               "contacts.phones": {"email": ["email", "other"], "phone": ["phone"], "username": ["other"]},
+               "breaches": {"email": ["email"], "phone": ["phone"], "username": ["username"]}}
+
+
+def _estimate(kind: str, target: str, path: str) -> dict:
+    """E8's ``confidence`` and ``matched_on`` of the item at ``path``: the same for the same
+    target and item every time (a generator seeded with both)."""
+    name = path.partition("[")[0]
+    low, high = _ESTIMATES[name]
+    rng = random.Random(target_digest(kind, target) + b"confidence:" + path.encode())
+    return {"confidence": round(rng.uniform(low, high), 2), "matched_on": list(_MATCHED_ON[name][kind])}
 
 
 def _fail_some(statuses: dict[str, str], rng: random.Random) -> None:

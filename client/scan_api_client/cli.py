@@ -136,6 +136,15 @@ def build_parser(out: TextIO, err: TextIO) -> argparse.ArgumentParser:
     purposing.add_argument("--purpose", help="why you look this up: fraud_prevention, kyc_aml, due_diligence, "
                                              "background_check, security_research, law_enforcement or other")
     purposing.add_argument("--case-ref", metavar="REF", help="your own reference for the case (1 to 128 characters)")
+    purposing.add_argument("--min-confidence", type=float, metavar="X",
+                           help="leave out of results the findings whose confidence is under X (0 to 1)")
+    purposing.add_argument("--required", metavar="RULE",
+                           help="pay only when a scan finds this, e.g. 'profiles.verified OR breaches' (words: "
+                                "profiles, profiles.verified, emails, phones, breaches, phone_profile; AND, OR, "
+                                "parentheses); one that does not has no items and its credit back")
+    reading = Parser(add_help=False)
+    reading.add_argument("--min-confidence", type=float, metavar="X",
+                         help="for this read: leave out the findings under X (0 to 1), in place of the scan's own")
 
     parser = Parser(prog="scan-api", parents=[common],
                     description="Client of the Public Scan API. Every API call costs 1 credit.",
@@ -149,9 +158,9 @@ def build_parser(out: TextIO, err: TextIO) -> argparse.ArgumentParser:
                           help=f"scan up to {MAX_BULK_TARGETS} targets (Business and Enterprise tiers)")
     bulk.add_argument("file", metavar="FILE",
                       help="CSV with a 'target,kind' header, or one target per line; '-' reads stdin")
-    get = sub.add_parser("get", parents=[common, output], help="read one scan")
+    get = sub.add_parser("get", parents=[common, output, reading], help="read one scan")
     get.add_argument("scan_id")
-    get_bulk = sub.add_parser("get-bulk", parents=[common, output], help="read a bulk batch")
+    get_bulk = sub.add_parser("get-bulk", parents=[common, output, reading], help="read a bulk batch")
     get_bulk.add_argument("bulk_id")
     paging = Parser(add_help=False)
     paging.add_argument("--limit", type=int, default=20, metavar="N",
@@ -497,7 +506,8 @@ class _Run:
 
 def _scan(run: _Run) -> None:
     args, client = run.args, run.client
-    created = client.create(args.target, args.kind, purpose=args.purpose, case_ref=args.case_ref)
+    created = client.create(args.target, args.kind, purpose=args.purpose, case_ref=args.case_ref,
+                            min_confidence=args.min_confidence, required=args.required)
     if not args.wait:
         write_output(run.out, args.format, created.raw, [scan_row({**created.raw, "target": args.target})])
         return
@@ -509,7 +519,7 @@ def _scan(run: _Run) -> None:
 def _bulk(run: _Run) -> None:
     args, client = run.args, run.client
     created = client.bulk([target for _, target in run.targets or []], purpose=args.purpose,
-                          case_ref=args.case_ref).raw
+                          case_ref=args.case_ref, min_confidence=args.min_confidence, required=args.required).raw
     if not args.wait:
         write_output(run.out, args.format, created, bulk_rows(created, created.get("scans") or []))
         return
@@ -521,12 +531,12 @@ def _bulk(run: _Run) -> None:
 
 
 def _get(run: _Run) -> None:
-    scan = run.client.get(run.args.scan_id).raw
+    scan = run.client.get(run.args.scan_id, min_confidence=run.args.min_confidence).raw
     write_output(run.out, run.args.format, scan, [scan_row(scan)])
 
 
 def _get_bulk(run: _Run) -> None:
-    batch = run.client.get_bulk(run.args.bulk_id).raw
+    batch = run.client.get_bulk(run.args.bulk_id, min_confidence=run.args.min_confidence).raw
     write_output(run.out, run.args.format, batch, [scan_row(s) for s in batch.get("scans") or []])
 
 
@@ -733,7 +743,8 @@ def _watches_import(run: _Run) -> None:
         try:
             answers.append(run.client.watches.create_bulk(targets[start:start + MAX_BULK_TARGETS],
                                                           interval=args.interval, purpose=args.purpose,
-                                                          case_ref=args.case_ref).raw)
+                                                          case_ref=args.case_ref, min_confidence=args.min_confidence,
+                                                          required=args.required).raw)
         except ApiError as exc:
             failure = exc
             break
@@ -767,7 +778,8 @@ def _watches(run: _Run) -> None:
                                                 max_items=None if args.all else args.limit)]
     elif action == "create":
         document = watches.create(args.target, args.kind, interval=args.interval, purpose=args.purpose,
-                                  case_ref=args.case_ref).raw
+                                  case_ref=args.case_ref, min_confidence=args.min_confidence,
+                                  required=args.required).raw
     elif action == "update":
         case_ref = None if args.no_case_ref else args.case_ref if args.case_ref is not None else UNCHANGED
         document = watches.update(args.watch_id, interval=args.interval, status=args.status, case_ref=case_ref).raw

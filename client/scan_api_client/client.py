@@ -115,9 +115,13 @@ def _reason(exc: Exception) -> str:
     return exc.__class__.__name__
 
 
-def _purpose_fields(purpose: str | None, case_ref: str | None) -> dict:
-    """The creation's purpose and case reference, only those given (the service checks them)."""
-    return {name: value for name, value in (("purpose", purpose), ("case_ref", case_ref)) if value is not None}
+def _purpose_fields(purpose: str | None, case_ref: str | None, min_confidence: float | None = None,
+                    required: str | None = None) -> dict:
+    """The creation's purpose, case reference, minimum confidence and match rule, only those given
+    (the service checks them)."""
+    return {name: value for name, value in (("purpose", purpose), ("case_ref", case_ref),
+                                            ("min_confidence", min_confidence), ("required", required))
+            if value is not None}
 
 
 def _target_item(item: dict | str) -> dict:
@@ -254,13 +258,16 @@ class ScanClient:
     # --- endpoints -------------------------------------------------------------------
 
     def create(self, target: str, kind: str | None = None, idempotency_key: str | None = None, *,
-               purpose: str | None = None, case_ref: str | None = None, wait: int | None = None) -> Scan:
+               purpose: str | None = None, case_ref: str | None = None, wait: int | None = None,
+               min_confidence: float | None = None, required: str | None = None) -> Scan:
         """``POST /api/v1/scan``: queue a scan. The ``Scan`` has ``scan_id``, ``kind``, ``eta_seconds``,
         ``recipes_to_run``, ``poll_url`` and status ``queued``. ``purpose`` (``fraud_prevention``,
         ``kyc_aml``, ...) says why, ``case_ref`` is your own reference; both come back on reads.
         ``wait`` (1 to 60 s): the server answers with the finished scan (its read) when it completes or
-        fails within that time, else as without it; the creation's price only."""
-        body = {"target": target, **_purpose_fields(purpose, case_ref)}
+        fails within that time, else as without it; the creation's price only. ``min_confidence`` (0 to
+        1): findings under it are left out of the result; ``required`` (e.g. ``"profiles.verified OR
+        breaches"``): a scan that does not find it has no items and its credit back."""
+        body = {"target": target, **_purpose_fields(purpose, case_ref, min_confidence, required)}
         if kind:
             body["kind"] = kind
         answer = self._request("POST", "/scan", json_body=body, idempotency_key=_idempotency(idempotency_key),
@@ -270,14 +277,16 @@ class ScanClient:
             scan.target = target
         return scan
 
-    def get(self, scan_id: str, *, wait: int | None = None) -> Scan:
+    def get(self, scan_id: str, *, wait: int | None = None, min_confidence: float | None = None) -> Scan:
         """``GET /api/v1/scan/{id}``: the scan in its current state (1 credit). ``wait`` (1 to 60 s): the
-        server answers as soon as the scan is completed or failed, else after that long (still 1 credit)."""
+        server answers as soon as the scan is completed or failed, else after that long (still 1 credit).
+        ``min_confidence`` (0 to 1): for this read, in place of the scan's own, leave out the findings under it."""
         return Scan.from_dict(self._request("GET", f"/scan/{self._id(scan_id, 'scan_id')}",
-                                            params=_wait_param(wait), wait=wait))
+                                            params=_read_params(wait, min_confidence), wait=wait))
 
     def bulk(self, targets: Iterable[dict | str], idempotency_key: str | None = None, *,
-             purpose: str | None = None, case_ref: str | None = None) -> Batch:
+             purpose: str | None = None, case_ref: str | None = None, min_confidence: float | None = None,
+             required: str | None = None) -> Batch:
         """``POST /api/v1/scan/bulk``: 1 to 100 targets (``"a@b.c"`` or ``{"target", "kind"}``).
 
         Business and Enterprise tiers. The ``Batch`` lists the queued ``scans`` and the ``rejected`` targets."""
@@ -286,15 +295,16 @@ class ScanClient:
             raise ValueError("a bulk call needs at least one target")
         if len(items) > MAX_BULK_TARGETS:
             raise ValueError(f"a bulk call takes at most {MAX_BULK_TARGETS} targets, not {len(items)}")
-        body = {"targets": items, **_purpose_fields(purpose, case_ref)}
+        body = {"targets": items, **_purpose_fields(purpose, case_ref, min_confidence, required)}
         return Batch.from_dict(self._request("POST", "/scan/bulk", json_body=body,
                                              idempotency_key=_idempotency(idempotency_key)))
 
-    def get_bulk(self, bulk_id: str, *, wait: int | None = None) -> Batch:
+    def get_bulk(self, bulk_id: str, *, wait: int | None = None, min_confidence: float | None = None) -> Batch:
         """``GET /api/v1/scan/bulk/{bulk_id}``: counts by status, ``all_done`` and every scan (1 credit).
-        ``wait`` (1 to 60 s): answered as soon as every scan is completed or failed, else after that long."""
+        ``wait`` (1 to 60 s): answered as soon as every scan is completed or failed, else after that long.
+        ``min_confidence``: as for ``get``, for every scan of the batch."""
         return Batch.from_dict(self._request("GET", f"/scan/bulk/{self._id(bulk_id, 'bulk_id')}",
-                                             params=_wait_param(wait), wait=wait))
+                                             params=_read_params(wait, min_confidence), wait=wait))
 
     def rerun(self, scan: str | Scan, idempotency_key: str | None = None) -> Scan:
         """``POST /api/v1/scan/{id}/rerun``: ask again the sources that could not answer for a completed
@@ -638,6 +648,17 @@ def _wait_param(wait: int | None) -> dict | None:
     return {"wait": wait}
 
 
+def _read_params(wait: int | None, min_confidence: float | None) -> dict | None:
+    """A read's query: ``wait`` and ``min_confidence``, those given."""
+    params = dict(_wait_param(wait) or {})
+    if min_confidence is not None:
+        if isinstance(min_confidence, bool) or not isinstance(min_confidence, (int, float)) \
+                or not 0 <= min_confidence <= 1:
+            raise ValueError("min_confidence is a number from 0 to 1")
+        params["min_confidence"] = min_confidence
+    return params or None
+
+
 def _event_filters(events, scan_id, bulk_id, watch_id, payload) -> dict:
     kinds = events if events is None or isinstance(events, str) else ",".join(events)
     return {name: value for name, value in (("events", kinds), ("scan_id", scan_id), ("bulk_id", bulk_id),
@@ -660,18 +681,21 @@ class Watches:
         return f"/watches/{self._client._id(watch_id, 'watch_id')}{suffix}"
 
     def create(self, target: str, kind: str | None = None, *, interval: str, purpose: str | None = None,
-               case_ref: str | None = None, idempotency_key: str | None = None) -> Watch:
+               case_ref: str | None = None, idempotency_key: str | None = None, min_confidence: float | None = None,
+               required: str | None = None) -> Watch:
         """``POST /api/v1/watches``: follow ``target`` every ``interval`` (``daily``, ``weekly`` or
         ``monthly``). Its first scan, the one later scans are compared with, is queued at once and paid
         by this call (as a scan creation); ``last_scan_id`` names it."""
-        body = {"target": target, "interval": interval, **_purpose_fields(purpose, case_ref)}
+        body = {"target": target, "interval": interval,
+                **_purpose_fields(purpose, case_ref, min_confidence, required)}
         if kind:
             body["kind"] = kind
         return Watch.from_dict(self._client._request("POST", "/watches", json_body=body,
                                                      idempotency_key=_idempotency(idempotency_key)))
 
     def create_bulk(self, targets: Iterable[dict | str], *, interval: str, purpose: str | None = None,
-                    case_ref: str | None = None, idempotency_key: str | None = None) -> WatchBatch:
+                    case_ref: str | None = None, idempotency_key: str | None = None,
+                    min_confidence: float | None = None, required: str | None = None) -> WatchBatch:
         """``POST /api/v1/watches/bulk``: 1 to 100 targets (``"a@b.c"`` or ``{"target", "kind"}``), each a
         watch of its own with the same interval, purpose and case reference (Business and Enterprise
         tiers). The ``WatchBatch`` lists the ``watches`` created and the ``rejected`` targets with why."""
@@ -680,7 +704,8 @@ class Watches:
             raise ValueError("a bulk call needs at least one target")
         if len(items) > MAX_BULK_TARGETS:
             raise ValueError(f"a bulk call takes at most {MAX_BULK_TARGETS} targets, not {len(items)}")
-        body = {"targets": items, "interval": interval, **_purpose_fields(purpose, case_ref)}
+        body = {"targets": items, "interval": interval,
+                **_purpose_fields(purpose, case_ref, min_confidence, required)}
         return WatchBatch.from_dict(self._client._request("POST", "/watches/bulk", json_body=body,
                                                           idempotency_key=_idempotency(idempotency_key)))
 

@@ -56,8 +56,9 @@ class ApiError(ScanClientError):
 
 class ValidationError(ApiError):
     """400: ``invalid_request``, ``target_too_short``, ``invalid_kind``, ``invalid_target``,
-    ``too_many_targets``, ``no_targets``, ``webhook_url_missing`` (a redelivery for a key that has no
-    webhook URL now); also used for 413 ``payload_too_large``."""
+    ``too_many_targets``, ``no_targets``, ``invalid_required`` (a ``required`` rule that does not
+    parse), ``webhook_url_missing`` (a redelivery for a key that has no webhook URL now); also used
+    for 413 ``payload_too_large``."""
 
 
 class AuthenticationError(ApiError):

@@ -26,6 +26,7 @@ __all__ = [
     "DeliveryAttempt",
     "Failure",
     "Feedback",
+    "Filtered",
     "Finding",
     "KeyAccess",
     "Page",
@@ -196,7 +197,20 @@ class Finding(_Model):
     id: str = ""
     path: str = ""
     source_ids: list[str] = field(default_factory=list)
+    # How sure it is that the item is the person's (0 to 1): your feedback (1 confirmed, 0 false
+    # positive), else the engine's estimate, else a base per kind of item; and what tied it to the target.
+    confidence: float | None = None
+    matched_on: list[str] = field(default_factory=list)
     feedback: Feedback | None = None
+    raw: dict = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class Filtered(_Model):
+    """What a ``min_confidence`` left out of a result: the minimum applied and how many findings."""
+
+    min_confidence: float = 0.0
+    findings_left_out: int = 0
     raw: dict = field(default_factory=dict, repr=False)
 
 
@@ -220,6 +234,9 @@ class Result(_Model):
     coverage: Coverage = field(default_factory=Coverage)
     partial: bool = False
     findings: list[Finding] = field(default_factory=list)
+    # False when the scan did not find what its ``required`` rule asked: no items, its creation refunded.
+    match: bool = True
+    filtered: Filtered | None = None  # set when a min_confidence left findings out
     raw: dict = field(default_factory=dict, repr=False)
 
     def finding(self, finding_id: str) -> Finding | None:
@@ -266,6 +283,8 @@ class Scan(_Model):
     purpose: str | None = None  # why the scan was made, as given at creation (or None)
     case_ref: str | None = None  # the case reference given at creation (or None)
     created_at: str | None = None
+    min_confidence: float | None = None  # as given at creation (or None)
+    required: str | None = None  # the match rule given at creation (or None)
     bulk_id: str | None = None
     rerun_of: str | None = None  # the scan this one re-runs the failed sources of
     watch_id: str | None = None  # the watch a run (``watches.run``) made it for
@@ -528,6 +547,8 @@ class Watch(_Model):
     last_change_at: str | None = None
     last_error: str | None = None
     last_changes: WatchChanges | None = None
+    min_confidence: float | None = None  # given to each of its scans (or None)
+    required: str | None = None
     index: int | None = None
     raw: dict = field(default_factory=dict, repr=False)
 

@@ -104,7 +104,7 @@ def test_webhook_events_and_their_signature_headers(spec):
 
 
 OPTIONAL_PROPERTIES = {"reason"}
-EXPLANATION_SCHEMAS = ("Result", "Risk", "Reason", "Source", "Coverage", "Finding", "Feedback")
+EXPLANATION_SCHEMAS = ("Result", "Risk", "Reason", "Source", "Coverage", "Finding", "Feedback", "Filtered")
 
 
 def _resolve(spec, schema):
@@ -112,16 +112,22 @@ def _resolve(spec, schema):
     return spec["components"]["schemas"][ref.rsplit("/", 1)[1]] if ref else schema
 
 
+# The result's only field present some of the time: what a min_confidence left out (D29).
+OPTIONAL_RESULT_FIELDS = {"result": {"filtered"}}
+
+
 def _matches(spec, schema, value, where="result"):
-    """``value`` has exactly the properties of ``schema`` (all required), at every level."""
+    """``value`` has exactly the properties of ``schema`` (all required but OPTIONAL_RESULT_FIELDS), at every level."""
     if value is None:
         assert schema.get("nullable"), where
         return
     schema = _resolve(spec, schema)
     if schema.get("type") == "object" or "properties" in schema:
         required = set(schema.get("required", []))
-        # Every property required but a quarantined source's ``reason``, present on that source only.
-        assert set(schema["properties"]) - required <= OPTIONAL_PROPERTIES, where
+        # Every property required but a quarantined source's ``reason`` (present on that source only)
+        # and the result's ``filtered`` (what a min_confidence left out).
+        optional = OPTIONAL_PROPERTIES | OPTIONAL_RESULT_FIELDS.get(where, set())
+        assert set(schema["properties"]) - required <= optional, where
         assert required <= set(value) <= set(schema["properties"]), where
         for name, item in value.items():
             _matches(spec, schema["properties"][name], item, f"{where}.{name}")

@@ -367,3 +367,18 @@ def test_sources_lists_them_as_json_and_csv(cli):
     code, out, err = cli("sources", "--format", "csv")
     assert code == 0, err
     assert out.splitlines()[0].startswith("id,name,status") and out.splitlines()[1].startswith("github,GitHub,healthy")
+
+
+def test_scan_and_get_take_min_confidence_and_required(cli, jobs, account):
+    with freeze_time(START) as frozen:
+        code, out, err = cli("scan", "jane@example.com", "--min-confidence", "0.5", "--required",
+                             "profiles.verified OR breaches", "--wait", frozen=frozen, jobs=jobs)
+        assert code == 0, err
+        scan = json.loads(out)
+        code, again, err = cli("get", scan["scan_id"], "--min-confidence", "0")
+    assert code == 0, err
+    assert (scan["min_confidence"], scan["required"]) == (0.5, "profiles.verified OR breaches")
+    assert scan["result"]["filtered"]["min_confidence"] == 0.5
+    assert json.loads(again)["result"]["filtered"] == {"min_confidence": 0.0, "findings_left_out": 0}
+    code, out, err = cli("scan", "jane@example.com", "--required", "breaches OR (emails")
+    assert code == 1 and "invalid_required" in err and "position" in err

@@ -68,3 +68,32 @@ def test_feedback_on_an_unknown_finding_says_which(served_app, account, jobs):
     assert isinstance(error, NotFound) and (error.status, error.code) == (404, "not_found")
     assert (error.finding_id, error.scan_id) == ("fnd_unknown_one", scan.scan_id)
     assert "fnd_unknown_one" in str(error) and scan.scan_id in error.message and error.request_id
+
+
+# --- confidence, min_confidence and required -----------------------------------------------
+
+def test_findings_have_a_confidence_and_a_minimum_and_a_rule_go_with_creations_and_reads(served_app, account, jobs):
+    from scan_api_client.models import Filtered
+    with freeze_time(START) as frozen:
+        api = make_client(served_app, account, sleep=Recorder(frozen, jobs))
+        scan = api.wait(api.create("jane@example.com", min_confidence=0.5, required="breaches OR profiles").scan_id)
+        every = api.get(scan.scan_id, min_confidence=0)
+        missed = api.wait(api.create("john@example.com", required="phone_profile").scan_id)
+        batch = api.bulk(["ann@example.com"], min_confidence=0.9, required="breaches")
+        with pytest.raises(ValueError):
+            api.get(scan.scan_id, min_confidence=2)
+    assert (scan.min_confidence, scan.required) == (0.5, "breaches OR profiles")
+    assert isinstance(scan.result.filtered, Filtered) and scan.result.filtered.min_confidence == 0.5
+    assert all(f.confidence >= 0.5 and f.matched_on for f in scan.result.findings) and scan.result.match is True
+    assert every.result.filtered.findings_left_out == 0 and len(every.result.findings) > len(scan.result.findings)
+    assert missed.result.match is False and missed.result.findings == [] and missed.result.sources
+    read = api.get_bulk(batch.bulk_id, min_confidence=0.95)
+    assert read.scans[0].min_confidence == 0.9 and read.scans[0].required == "breaches"
+
+
+def test_a_bad_rule_is_a_validation_error_naming_the_position(served_app, account):
+    from scan_api_client import ValidationError
+    api = make_client(served_app, account)
+    with pytest.raises(ValidationError) as refused:
+        api.create("jane@example.com", required="breaches AND")
+    assert refused.value.code == "invalid_required" and "at position 13" in refused.value.message

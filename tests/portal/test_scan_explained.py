@@ -89,3 +89,39 @@ def test_feedback_on_another_customers_scan_or_without_csrf_is_refused(client, p
     assert client.post(path, data={"verdict": "confirmed"}).status_code == 400
     with db.connection_context():
         assert FindingFeedback.select().count() == 0
+
+
+def test_each_finding_shows_its_confidence_and_matched_on_and_the_page_filters_by_confidence(client, portal_account):
+    """D29: the confidence and what it matched on beside each finding; ``?min_confidence=`` (the page's
+    form) leaves out the findings under it, and says how many; a bad value is refused, the page shown."""
+    scan_id, result = completed(client, portal_account, "jane@example.com")
+    login(client)
+    page = client.get(f"/app/scans/{scan_id}").get_data(as_text=True)
+    assert 'id="confidence-filter"' in page and 'name="min_confidence"' in page
+    for finding in result["findings"]:
+        row = re.search(rf'<tr id="{finding["id"]}">(.*?)</tr>', page, re.DOTALL).group(1)
+        assert f'data-confidence="{finding["confidence"]}"' in row
+        assert all(f'<span class="badge">{word}</span>' in row for word in finding["matched_on"])
+    low = [f for f in result["findings"] if f["confidence"] < 0.5]
+    assert low
+    filtered = client.get(f"/app/scans/{scan_id}?min_confidence=0.5")
+    text = filtered.get_data(as_text=True)
+    assert filtered.status_code == 200
+    assert all(f'id="{f["id"]}"' not in text for f in low)
+    assert f"{len(low)} finding" in re.search(r'id="filtered-note"[^>]*>(.*?)</p>', text, re.DOTALL).group(1)
+    refused = client.get(f"/app/scans/{scan_id}?min_confidence=7")
+    assert refused.status_code == 400 and "Confidence filter" in refused.get_data(as_text=True)
+    assert all(f'id="{f["id"]}"' in refused.get_data(as_text=True) for f in low)  # shown as created
+
+
+def test_a_scan_that_did_not_meet_its_rule_says_so(client, portal_account):
+    answer = client.post("/api/v1/scan", json={"target": "jane@example.com", "required": "phone_profile"},
+                         headers=portal_account.headers)
+    scan_id = answer.get_json()["scan_id"]
+    with db.connection_context():
+        scan = Scan.get_by_id(scan_id)
+        raw = result_for(scan.kind, scan.target, "https://artifacts.example/inv_1", messy=False)
+        assert tracking.complete(scan_id, normalize_result(raw, scan.kind, scan_id=scan_id))
+    login(client)
+    page = client.get(f"/app/scans/{scan_id}").get_data(as_text=True)
+    assert 'id="no-match"' in page and "<code>phone_profile</code>" in page

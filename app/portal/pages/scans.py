@@ -13,7 +13,7 @@ from app.services.accounts import accounts
 from app.services.accounts import portal_roles as roles
 from app.services.billing import activity
 from app.services.privacy import erasure, targets
-from app.services.scans import findings, reads
+from app.services.scans import confidence, findings, reads
 from app.services.scans import scans as scans_service
 from app.services.shared.errors import Forbidden, InvalidRequest, NotFound, ScanInFlight, ServiceError
 from app.services.shared.paging import Page
@@ -45,16 +45,32 @@ def scans():
 @bp.get("/scans/<scan_id>")
 @security.requires(roles.READ)
 def scan_page(scan_id):
+    minimum, refused = _min_confidence_arg()
     try:
-        scan = reads.scan_detail(g.portal_customer.id, scan_id)
+        scan = reads.scan_detail(g.portal_customer.id, scan_id, min_confidence=minimum)
     except NotFound:
         abort(404)
     explained = _explained(scan.get("result"))
-    return render_template("portal/scan.html", scan=scan, explained=explained,
+    page = render_template("portal/scan.html", scan=scan, explained=explained,
                            watch=_watch_changes(scan_id, explained),
                            action=ActionForm(), erase_form=EraseForm(),
                            retention_days=g.portal_customer.result_retention_days,
-                           deliveries=webhooks.scan_deliveries(scan["scan_id"], g.portal_customer.id))
+                           deliveries=webhooks.scan_deliveries(scan["scan_id"], g.portal_customer.id),
+                           min_confidence=request.args.get("min_confidence", "") if refused else minimum)
+    return page, 400 if refused else 200
+
+
+def _min_confidence_arg() -> tuple[float | None, bool]:
+    """The page's confidence filter (``?min_confidence=``, D29): the minimum asked (None: the scan's
+    own), and whether it was refused (flashed; the page shows the scan's own then)."""
+    text = request.args.get("min_confidence")
+    if text is None or text.strip() == "":
+        return None, False
+    try:
+        return confidence.check_minimum(text), False
+    except ValueError as exc:
+        flash(f"Confidence filter: {exc}", "error")
+        return None, True
 
 
 def _watch_changes(scan_id: str, explained: dict) -> dict | None:

@@ -69,6 +69,12 @@ def unsubmitted_scan_refund(*, bulk: bool, livemode: bool) -> int:
     return SCAN_PRICE if is_billed(livemode) else 0
 
 
+def creation_refund(livemode: bool) -> int:
+    """What a completed scan that did not meet its ``required`` rule gives back (D29): the price
+    its creation paid for it; nothing when it paid nothing (test mode)."""
+    return SCAN_PRICE if is_billed(livemode) else 0
+
+
 def credits(n: int) -> str:
     return f"{n} credit" if n == 1 else f"{n} credits"
 

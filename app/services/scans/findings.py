@@ -22,6 +22,7 @@ from app import metrics
 from app.db import transaction
 from app.models import Scan, iso, utcnow
 from app.models.scans import COMPLETED, FEEDBACK_VERDICTS
+from app.services.scans import confidence
 from app.services.scans.results import feedback_of
 from app.services.shared.errors import Forbidden, InvalidRequest, NotFound
 from app.store.scans import scans as scan_store
@@ -61,6 +62,7 @@ def give_feedback(customer_id: str, scan_id: str, finding_id: str, *, verdict, n
         if finding is None:
             raise NotFound("no finding with this id in this scan's result")
         finding["feedback"] = feedback_of({"verdict": verdict, "note": note, "at": iso(now), "scan_id": scan.id})
+        confidence.with_feedback(finding)  # D29: the customer's word wins
         scan_store.set_result_json(scan.id, json.dumps(result, separators=(",", ":")))
         _forward(scan, finding_id, finding["feedback"])
         scan_store.insert_feedback({"scan": scan.id, "finding_id": finding_id, "verdict": verdict, "note": note,
@@ -104,6 +106,7 @@ def _set_feedback(result: dict, feedback: dict[str, dict | None]) -> bool:
     for finding in result.get("findings") or []:
         if finding.get("id") in feedback:
             finding["feedback"] = feedback[finding["id"]]
+            confidence.with_feedback(finding)  # D29: on later scans too
             changed = True
     return changed
 

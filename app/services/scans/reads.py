@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from app.models import BulkBatch, Scan, iso, utcnow
 from app.models.scans import COMPLETED, FAILED, QUEUED, RUNNING
 from app.rawjson import RawJSON
+from app.services.scans import confidence
 from app.services.shared.errors import Forbidden, InvalidRequest, NotFound
 from app.services.shared.paging import Page
 from app.services.tracking import waits
@@ -58,14 +59,20 @@ def remaining_eta(scan, now) -> int:
 
 
 def final_fields(status: str, completed_at, result_json: str | None, failed_at, failure_code: str | None,
-                 failure_message: str | None, *, raw_result: bool = False, erased_at=None) -> dict | None:
+                 failure_message: str | None, *, raw_result: bool = False, erased_at=None,
+                 minimum: float | None = None) -> dict | None:
     """``completed_at`` and ``result`` of a completed scan, or ``failed_at`` and ``failure`` of a
     failed one, in that order; None for a scan in flight. An erased scan (D20) has its time and
-    ``erased_at`` in their place: its result and failure message are gone."""
+    ``erased_at`` in their place: its result and failure message are gone. ``minimum``: the
+    findings under this confidence are left out of the result shown (D29; None: none)."""
     if status == COMPLETED:
         if erased_at is not None:
             return {"completed_at": iso(completed_at), "erased_at": iso(erased_at)}
         text = result_json or "null"  # a completed scan always has one until it is erased
+        if minimum is not None and result_json:
+            shown = confidence.filtered(json.loads(text), minimum, fresh=True)
+            return {"completed_at": iso(completed_at),
+                    "result": RawJSON(json.dumps(shown, separators=(",", ":"))) if raw_result else shown}
         return {"completed_at": iso(completed_at), "result": RawJSON(text) if raw_result else json.loads(text)}
     if status == FAILED:
         if erased_at is not None:
@@ -74,25 +81,42 @@ def final_fields(status: str, completed_at, result_json: str | None, failed_at, 
     return None
 
 
-def final_state(scan, *, raw_result: bool = False) -> dict | None:
-    """``final_fields`` of a scan row."""
+def shown_minimum(own: float | None, asked: float | None) -> float | None:
+    """The ``min_confidence`` a result is shown with (D29): the read's own when it asks, else the
+    scan's (webhook bodies, events and watches never ask)."""
+    return asked if asked is not None else own
+
+
+def match_rules(body: dict, min_confidence: float | None, required: str | None) -> None:
+    """A scan's ``min_confidence`` and ``required`` as created, in its bodies when it has them."""
+    if min_confidence is not None:
+        body["min_confidence"] = min_confidence
+    if required is not None:
+        body["required"] = required
+
+
+def final_state(scan, *, raw_result: bool = False, min_confidence: float | None = None) -> dict | None:
+    """``final_fields`` of a scan row; ``min_confidence``: the read's, else the scan's own."""
     return final_fields(scan.status, scan.completed_at, scan.result_json, scan.failed_at, scan.failure_code,
-                        scan.failure_message, raw_result=raw_result, erased_at=scan.erased_at)
+                        scan.failure_message, raw_result=raw_result, erased_at=scan.erased_at,
+                        minimum=shown_minimum(scan.min_confidence, min_confidence))
 
 
-def scan_view(scan, now, *, raw_result: bool = False) -> dict:
-    """The read body of D5 for one scan in any state (``raw_result``: the result as RawJSON)."""
+def scan_view(scan, now, *, raw_result: bool = False, min_confidence: float | None = None) -> dict:
+    """The read body of D5 for one scan in any state (``raw_result``: the result as RawJSON;
+    ``min_confidence``: the read's, D29)."""
     body = {"ok": True, "scan_id": scan.id, "livemode": scan.livemode, "status": scan.status}
     if scan.target is not None:  # None once erased (D20)
         body["target"] = scan.target
     body.update(kind=scan.kind, purpose=scan.purpose, case_ref=scan.case_ref, created_at=iso(scan.created_at))
+    match_rules(body, scan.min_confidence, scan.required)
     if scan.bulk_id:
         body["bulk_id"] = scan.bulk_id
     if scan.watch_id:
         body["watch_id"] = scan.watch_id
     if scan.rerun_of:
         body["rerun_of"] = scan.rerun_of
-    final = final_state(scan, raw_result=raw_result)
+    final = final_state(scan, raw_result=raw_result, min_confidence=min_confidence)
     if final is not None:
         body.update(final)
     else:
@@ -101,13 +125,14 @@ def scan_view(scan, now, *, raw_result: bool = False) -> dict:
     return body
 
 
-def read_scan(customer_id: str, scan_id: str, livemode: bool = True) -> dict:
+def read_scan(customer_id: str, scan_id: str, livemode: bool = True, min_confidence: float | None = None) -> dict:
     """The body of ``GET /scan/{id}``; a completed scan's result is ``RawJSON``. A scan of the
     other mode than the calling key's is not found (D15)."""
-    return scan_view(owned(Scan, scan_id, customer_id, "scan", livemode), utcnow(), raw_result=True)
+    return scan_view(owned(Scan, scan_id, customer_id, "scan", livemode), utcnow(), raw_result=True,
+                     min_confidence=min_confidence)
 
 
-def read_bulk(customer_id: str, bulk_id: str, livemode: bool = True) -> dict:
+def read_bulk(customer_id: str, bulk_id: str, livemode: bool = True, min_confidence: float | None = None) -> dict:
     """The body of ``GET /scan/bulk/{id}``; completed scans' results are ``RawJSON``.
 
     ``rejected_count`` (amended D7) is the targets refused at creation: the batch stores
@@ -115,25 +140,27 @@ def read_bulk(customer_id: str, bulk_id: str, livemode: bool = True) -> dict:
     their difference, and ``total`` = queued + running + completed + failed + rejected_count.
     """
     batch = owned(BulkBatch, bulk_id, customer_id, "bulk batch", livemode)
-    return bulk_body(batch, scan_store.batch_scan_rows(batch.id))
+    return bulk_body(batch, scan_store.batch_scan_rows(batch.id), min_confidence)
 
 
-def bulk_body(batch, scans) -> dict:
+def bulk_body(batch, scans, min_confidence: float | None = None) -> dict:
     """The aggregate body of ``batch`` from its scans' rows (the columns of
-    ``app.store.scans.scans.BATCH_SCANS``, in order)."""
+    ``app.store.scans.scans.BATCH_SCANS``, in order); ``min_confidence``: the read's (D29)."""
     counts = {QUEUED: 0, RUNNING: 0, COMPLETED: 0, FAILED: 0}
     entries = []
     all_done = True
     as_time = Scan.completed_at.python_value  # raw rows, as the model would read them
     for (scan_id, status, target, kind, purpose, case_ref, completed_at, result_json, failed_at, failure_code,
-         failure_message, erased_at) in scans:
+         failure_message, erased_at, own_minimum, required) in scans:
         counts[status] += 1
         entry = {"scan_id": scan_id, "livemode": batch.livemode, "status": status}
         if target is not None:  # None once erased (D20)
             entry["target"] = target
         entry.update(kind=kind, purpose=purpose, case_ref=case_ref)
+        match_rules(entry, own_minimum, required)
         final = final_fields(status, as_time(completed_at), result_json, as_time(failed_at), failure_code,
-                             failure_message, raw_result=True, erased_at=as_time(erased_at))
+                             failure_message, raw_result=True, erased_at=as_time(erased_at),
+                             minimum=shown_minimum(own_minimum, min_confidence))
         if final is None:
             all_done = False
         else:
@@ -145,18 +172,19 @@ def bulk_body(batch, scans) -> dict:
 
 def _list_entry(row, livemode: bool) -> dict:
     (scan_id, status, target, kind, purpose, case_ref, bulk_id, watch_id, created_at, completed_at, result_json,
-     failed_at, failure_code, failure_message, erased_at) = row
+     failed_at, failure_code, failure_message, erased_at, own_minimum, required) = row
     as_time = Scan.created_at.python_value  # raw rows, as the model would read them
     entry = {"scan_id": scan_id, "livemode": livemode, "status": status}
     if target is not None:  # None once erased (D20)
         entry["target"] = target
     entry.update(kind=kind, purpose=purpose, case_ref=case_ref, created_at=iso(as_time(created_at)))
+    match_rules(entry, own_minimum, required)
     if bulk_id:
         entry["bulk_id"] = bulk_id
     if watch_id:
         entry["watch_id"] = watch_id
     final = final_fields(status, as_time(completed_at), result_json, as_time(failed_at), failure_code,
-                         failure_message, raw_result=True, erased_at=as_time(erased_at))
+                         failure_message, raw_result=True, erased_at=as_time(erased_at), minimum=own_minimum)
     if final is not None:
         entry.update(final)
     return entry
@@ -212,7 +240,7 @@ def _risk_summary(scan) -> dict:
     """A completed scan's risk (score and band) and whether its result is partial, for a list row."""
     if scan.status != COMPLETED or not scan.result_json:
         return {"risk": None, "partial": False}
-    result = json.loads(scan.result_json)
+    result = confidence.filtered(json.loads(scan.result_json), scan.min_confidence, fresh=True)  # as its reads
     risk = result.get("risk") or {}
     return {"risk": {"score": risk.get("score"), "band": risk.get("band")}, "partial": bool(result.get("partial"))}
 
@@ -239,13 +267,15 @@ def portal_scans(customer_id: str, *, status: str | None = None, kind: str | Non
     return Page([_summary(s, now) for s in rows], total, page, per_page)
 
 
-def scan_detail(customer_id: str, scan_id: str) -> dict:
-    """One scan in any state with its key, and its ``final_state`` (``result`` parsed, or ``failure``)."""
+def scan_detail(customer_id: str, scan_id: str, *, min_confidence: float | None = None) -> dict:
+    """One scan in any state with its key, and its ``final_state`` (``result`` parsed, or ``failure``;
+    ``min_confidence``: the page's filter, else the scan's own, D29)."""
     scan = scan_store.owned_scan(scan_id, customer_id)
     if scan is None:
         raise NotFound("no scan with this id")
     detail = _summary(scan, utcnow())
-    detail.update(final_state(scan) or {})
+    detail.update(final_state(scan, min_confidence=min_confidence) or {})
+    detail.update(min_confidence=scan.min_confidence, required=scan.required)
     detail.update(started_at=scan.started_at, key=_key_ref(scan.api_key_id),
                   reruns=[{"scan_id": rid, "status": status, "created_at": created_at} for rid, status, created_at
                           in scan_store.reruns_of(scan.id, customer_id, since=scan.created_at, limit=MAX_RERUNS)])
@@ -281,7 +311,7 @@ class Awaited:
     the read again (uncharged: the call paid once) and when its body is final."""
 
     topic: Callable[[str], str]
-    read: Callable[[str, str, bool], dict]
+    read: Callable[..., dict]  # (customer_id, object_id, livemode, min_confidence=None)
     done: Callable[[dict], bool]
 
 

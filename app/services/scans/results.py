@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 from app.services.privacy import targets
+from app.services.scans import confidence
 from app.services.shared import crypto
 
 log = logging.getLogger(__name__)
@@ -228,14 +229,24 @@ def _add_explanation(result: dict, raw: dict, moves: dict[str, dict[int, int]], 
     by_path = {finding["path"]: finding for finding in findings}
     earlier = _earlier_findings(raw.get("findings")) if stored else {}
     evidence = raw.get("evidence") if "evidence" in raw else [
-        {"path": path, "source_ids": item.get("source_ids")} for path, item in earlier.items()]
-    for path, source_ids in _evidence(evidence, moves):
+        {"path": path, "source_ids": item.get("source_ids"), "confidence": item.get("confidence"),
+         "matched_on": item.get("matched_on")} for path, item in earlier.items()]
+    estimates: dict[str, float] = {}
+    for path, source_ids, estimate, matched in _evidence(evidence, moves):
         finding = by_path.get(path)
         if finding is not None:
             finding["source_ids"] += [s for s in source_ids if s in known and s not in finding["source_ids"]]
+            finding["matched_on"] += [m for m in matched if m not in finding["matched_on"]]
+            if estimate is not None:
+                estimates[path] = max(estimate, estimates.get(path, 0.0))
     for path, item in earlier.items():
         if path in by_path:
             by_path[path]["feedback"] = feedback_of(item.get("feedback"))
+    for path, finding in by_path.items():  # D29: one rule (app.services.scans.confidence)
+        finding["confidence"] = confidence.confidence_of(PATH_RE.match(path).group(1),  # type: ignore[union-attr]
+                                                         engine=estimates.get(path),
+                                                         sources=len(finding["source_ids"]),
+                                                         feedback=finding["feedback"])
     paths_of = {item["id"]: path for path, item in earlier.items() if isinstance(item.get("id"), str)}
     result["risk"]["reasons"] = _reasons(_dict(raw.get("risk")).get("reasons"), result["risk"]["score"],
                                          by_path, moves, scan_id, paths_of)
@@ -243,6 +254,7 @@ def _add_explanation(result: dict, raw: dict, moves: dict[str, dict[int, int]], 
     result["coverage"] = coverage_of(sources)
     result["partial"] = result["coverage"]["failed"] > 0
     result["findings"] = findings
+    result["match"] = True  # D29: until a scan's ``required`` says otherwise when it completes
 
 
 def _earlier_findings(raw) -> dict[str, dict]:
@@ -342,7 +354,8 @@ def _findings(result: dict, scan_id: str | None, owner: Owner | None = None) -> 
         for index in range(len(_items(result, name))):
             path = f"{name}[{index}]"
             fid = item_finding_id(owner, identities[path]) if owner is not None else finding_id(scan_id, path)
-            findings.append({"id": fid, "path": path, "source_ids": [], "feedback": None})
+            findings.append({"id": fid, "path": path, "source_ids": [], "confidence": 0.0, "matched_on": [],
+                             "feedback": None})
     return findings
 
 
@@ -411,8 +424,10 @@ def _moved_path(path, moves: dict[str, dict[int, int]]) -> str | None:
     return f"{name}[{index}]"
 
 
-def _evidence(raw, moves) -> list[tuple[str, list[str]]]:
-    pairs = []
+def _evidence(raw, moves) -> list[tuple[str, list[str], float | None, list[str]]]:
+    """Each usable evidence entry: its item's path, its sources, and the engine's estimate and
+    ``matched_on`` (E8, optional)."""
+    entries = []
     for item in _optional_list(raw):
         if not isinstance(item, dict):
             continue
@@ -420,8 +435,10 @@ def _evidence(raw, moves) -> list[tuple[str, list[str]]]:
         source_ids = item.get("source_ids")
         if path is None or not isinstance(source_ids, list):
             continue
-        pairs.append((path, [s for s in map(_source_id, source_ids) if s]))
-    return pairs
+        entries.append((path, [s for s in map(_source_id, source_ids) if s],
+                        confidence.engine_confidence(item.get("confidence")),
+                        confidence.matched_on(item.get("matched_on"))))
+    return entries
 
 
 class _BadReasons(ValueError):
@@ -529,6 +546,7 @@ def _merged_findings(original: dict, rerun: dict, merged: dict, original_scan_id
         if identity in by_identity:
             kept = findings[by_identity[identity]]
             kept["source_ids"] += [s for s in finding["source_ids"] if s not in kept["source_ids"]]
+            _merge_confidence(kept, finding)
         else:
             name = PATH_RE.match(path).group(1)  # type: ignore[union-attr]  # paths are ours
             items = _items(merged, name)
@@ -543,6 +561,19 @@ def _merged_findings(original: dict, rerun: dict, merged: dict, original_scan_id
         return order[match.group(1)], int(match.group(2))  # type: ignore[union-attr]
 
     return ids, [findings[path] for path in sorted(findings, key=place)]
+
+
+def _merge_confidence(kept: dict, found: dict) -> None:
+    """A finding both found (D29): what either said it matched on, and the higher of the two
+    confidences, or of the rule's for every source that found it (the customer's feedback, kept
+    with the original's finding, still wins)."""
+    kept["matched_on"] = list(dict.fromkeys((kept.get("matched_on") or []) + (found.get("matched_on") or [])))
+    if kept.get("feedback") is not None:
+        confidence.with_feedback(kept)
+        return
+    name = PATH_RE.match(kept["path"]).group(1)  # type: ignore[union-attr]  # paths are ours
+    kept["confidence"] = max(float(kept.get("confidence") or 0.0), float(found.get("confidence") or 0.0),
+                             confidence.confidence_of(name, sources=len(kept["source_ids"])))
 
 
 def _merged_sources(original, rerun: list[dict]) -> list[dict]:

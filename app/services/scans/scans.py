@@ -31,7 +31,7 @@ from app.services.billing import activity, billing, quotas
 from app.services.billing.limits import Limits, limits_for, watch_limit_for
 from app.services.privacy import suppressions
 from app.services.privacy.targets import normalize_or_refuse
-from app.services.scans import bulk, purposes
+from app.services.scans import bulk, purposes, required
 from app.services.scans.results import failed_source_ids
 from app.services.shared.errors import (
     EngineUnavailable,
@@ -51,6 +51,28 @@ from app.store.scans import scans as scan_store
 from app.store.watches import watches as watch_store
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MatchRules:
+    """What a creation asked of its scans' findings (D29): ``min_confidence`` (findings under it
+    are left out of what the customer sees) and ``required`` (the match rule the scan must meet
+    for its creation to be paid); each None when not asked. Kept on every scan it creates."""
+
+    min_confidence: float | None = None
+    required: str | None = None
+
+    @classmethod
+    def of(cls, body: dict) -> MatchRules:
+        """The rules of a creation's parsed body (``min_confidence`` already a number 0 to 1)."""
+        return cls(body.get("min_confidence"), body.get("required"))
+
+    def checked(self) -> MatchRules:
+        """The rules with ``required`` parsed (400 ``invalid_required`` naming the position)."""
+        return MatchRules(self.min_confidence, required.check(self.required))
+
+
+NO_RULES = MatchRules()
 
 
 @dataclass
@@ -88,7 +110,7 @@ def _lock_and_count(customer_id, now, livemode):
 
 def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livemode=True, purpose=None,
            case_ref=None, rerun_of=None, entry: activity.CallEntry | None = None, watch_id=None,
-           new_watches: list[dict] | None = None, watch_statuses=("active", "paused")):
+           new_watches: list[dict] | None = None, watch_statuses=("active", "paused"), match: MatchRules = NO_RULES):
     """Step 1: check and reserve in one transaction. Returns (scans, batch, balance, limits, usage).
     ``entry``: the call's activity entry, written in the transaction that charges it (D25).
     ``watch_id``: the watch the scan is made for (D28); ``new_watches``: the rows of new watches,
@@ -137,6 +159,7 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
                 "created_at": now, "livemode": livemode,
                 "purpose": purpose, "case_ref": case_ref, "rerun_of": rerun_of,
                 "watch_id": new_watches[position]["id"] if new_watches else watch_id,
+                "min_confidence": match.min_confidence, "required": match.required,
             })
         if rows:
             writes.append(scan_store.insert_scans_statement(rows))
@@ -242,16 +265,18 @@ def _count_created(rows, customer, batch=None) -> None:
 
 
 def create_scan(customer, api_key_id, target, kind, *, request_id, livemode=True, purpose=None,
-                case_ref=None, entry: activity.CallEntry | None = None) -> Outcome:
+                case_ref=None, entry: activity.CallEntry | None = None, match: MatchRules = NO_RULES) -> Outcome:
     """Queue one scan (a test scan when ``livemode`` is False, D15) with its purpose and case
     reference (D20); the body has no URLs (the HTTP layer adds ``poll_url``). ``entry``: the
     call's activity entry, written with the charge (D25); an exception raised once it is written
     carries it (``activity.RECORDED``)."""
     kind, target = normalize_or_refuse(target, kind)
     purpose, case_ref = purposes.check(purpose, case_ref, required=customer.require_purpose)
+    match = match.checked()
     suppressions.check(kind, target)  # an opt-out: 403, before anything is reserved or charged
     rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (kind, target))], request_id=request_id,
-                                             livemode=livemode, purpose=purpose, case_ref=case_ref, entry=entry)
+                                             livemode=livemode, purpose=purpose, case_ref=case_ref, entry=entry,
+                                             match=match)
     recorded = entry.recorded() if entry is not None else None
     with activity.entry_follows(recorded):
         answer = _submit(customer.id, rows, None, billing.admission_cost(1, livemode=livemode), request_id, livemode,
@@ -266,7 +291,7 @@ def create_scan(customer, api_key_id, target, kind, *, request_id, livemode=True
 
 def create_watch_scan(customer, api_key_id, kind, target, *, request_id, livemode, purpose, case_ref, watch_id,
                       new_watch: dict | None = None, scheduled: bool = False,
-                      entry: activity.CallEntry | None = None) -> Outcome:
+                      entry: activity.CallEntry | None = None, match: MatchRules = NO_RULES) -> Outcome:
     """Queue a watch's scan (D28), admitted, charged and limited as a creation; with ``new_watch``
     the watch itself is created in the same transaction (its baseline scan). A refused engine
     leaves neither. The body is a creation's, with ``watch_id``. ``entry``: the call's activity
@@ -277,7 +302,7 @@ def create_watch_scan(customer, api_key_id, kind, target, *, request_id, livemod
                                              watch_id=watch_id,
                                              new_watches=[new_watch] if new_watch is not None else None,
                                              watch_statuses=("active",) if scheduled else ("active", "paused"),
-                                             entry=entry)
+                                             entry=entry, match=match)
     cost = billing.admission_cost(1, livemode=livemode)
     recorded = entry.recorded() if entry is not None else None
     try:
@@ -326,9 +351,11 @@ def create_rerun(customer, api_key_id, scan_id, *, request_id, livemode=True,
                                                    quarantined=livemode and bool(source_health.rerun_wanted(result))))
     purpose, case_ref = purposes.check(original.purpose, original.case_ref, required=customer.require_purpose)
     suppressions.check(original.kind, target)  # opted out since: 403, free, as a creation
+    # A re-run asks what its original asked of its findings (D29).
     rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (original.kind, target))],
                                              request_id=request_id, livemode=livemode, purpose=purpose,
-                                             case_ref=case_ref, rerun_of=original.id, entry=entry)
+                                             case_ref=case_ref, rerun_of=original.id, entry=entry,
+                                             match=MatchRules(original.min_confidence, original.required))
     recorded = entry.recorded() if entry is not None else None
     with activity.entry_follows(recorded):
         answer = _submit(customer.id, rows, None, billing.admission_cost(1, livemode=livemode), request_id,
@@ -370,14 +397,15 @@ def screen_bulk(customer, targets, purpose, case_ref) -> tuple[list, list, str |
 
 
 def create_watch_batch(customer, api_key_id, accepted, total, new_watches, *, request_id, livemode, purpose,
-                       case_ref, entry: activity.CallEntry | None = None) -> Outcome:
+                       case_ref, entry: activity.CallEntry | None = None, match: MatchRules = NO_RULES) -> Outcome:
     """Many watches at once (D28): ``new_watches``, one row per ``accepted`` target (as
     ``screen_bulk`` gives them), each created with its baseline scan in one batch of ``total``
     targets, admitted, charged and limited as a bulk call, within the watch limit. A refused engine
     leaves no watch. The body lists the batch's scans, each with its ``watch_id`` and ``index``."""
     rows, batch, balance, limits, usage = _admit(customer.id, api_key_id, accepted, request_id=request_id,
                                                  bulk_total=total, livemode=livemode, purpose=purpose,
-                                                 case_ref=case_ref, entry=entry, new_watches=new_watches)
+                                                 case_ref=case_ref, entry=entry, new_watches=new_watches,
+                                                 match=match)
     cost = billing.admission_cost(len(rows), bulk=True, livemode=livemode)
     recorded = entry.recorded() if entry is not None else None
     if rows:
@@ -395,13 +423,14 @@ def create_watch_batch(customer, api_key_id, accepted, total, new_watches, *, re
 
 
 def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True, purpose=None,
-                case_ref=None, entry: activity.CallEntry | None = None) -> Outcome:
-    """Queue a bulk batch, every scan with the call's purpose and case reference (D20); the
-    body has no URLs (the HTTP layer adds the poll URLs)."""
+                case_ref=None, entry: activity.CallEntry | None = None, match: MatchRules = NO_RULES) -> Outcome:
+    """Queue a bulk batch, every scan with the call's purpose and case reference (D20) and its
+    ``min_confidence`` and ``required`` (D29); the body has no URLs (the HTTP layer adds the poll URLs)."""
     accepted, rejected, purpose, case_ref = screen_bulk(customer, targets, purpose, case_ref)
+    match = match.checked()
     rows, batch, balance, limits, usage = _admit(customer.id, api_key_id, accepted, request_id=request_id,
                                                  bulk_total=len(targets), livemode=livemode, purpose=purpose,
-                                                 case_ref=case_ref, entry=entry)
+                                                 case_ref=case_ref, entry=entry, match=match)
     cost = billing.admission_cost(len(rows), bulk=True, livemode=livemode)
     recorded = entry.recorded() if entry is not None else None
     if rows:

@@ -26,6 +26,12 @@ class InvalidRequest(ServiceError):
     """The input breaks a rule (target syntax, bulk size, Idempotency-Key shape...)."""
 
 
+class InvalidRequired(InvalidRequest):
+    """A ``required`` match rule that does not parse (D29); the message names the position."""
+
+    code = "invalid_required"
+
+
 class NotAuthenticated(ServiceError):
     """No API key, or one that is unknown or revoked (``code``: ``unauthorized``, ``invalid_token``)."""
 

@@ -212,13 +212,15 @@ def authorize(token: str, request: Request, status_of: Callable[[Exception], int
 
 
 def read(serve: Callable[..., ServedRead], token: str, object_id: str, request: Request,
-         status_of: Callable[[Exception], int], *, entry: activity.ReadEntry) -> ServedRead:
+         status_of: Callable[[Exception], int], *, entry: activity.ReadEntry,
+         min_confidence: float | None = None) -> ServedRead:
     """A served read (``serve_scan_read`` or ``serve_bulk_read``: key, rules, charge, entry and
     object in one statement) of ``object_id`` by ``token``; D21's refusal of the key recorded
     (free) and raised, as ``authorize`` does. ``account`` then answers it."""
     try:
         notes = {status: request.note(status) for status in (200, 403, 404)}
-        return serve(token, object_id, request.request_id, notes, caller=request.caller, entry=entry)
+        return serve(token, object_id, request.request_id, notes, caller=request.caller, entry=entry,
+                     min_confidence=min_confidence)
     except KeyRefused as exc:
         _record(cast(ApiKey, exc.key), request, status_of(exc), credits=0)
         raise
@@ -395,30 +397,31 @@ class _ReadKind:
     read: Callable = field(repr=False)
 
 
-_SCAN = _ReadKind(False, "scan", lambda scan, entries, now: reads.scan_view(scan, now, raw_result=True),
-                  reads.read_scan)
-_BULK = _ReadKind(True, "bulk batch", lambda batch, entries, now: reads.bulk_body(batch, entries), reads.read_bulk)
+_SCAN = _ReadKind(False, "scan", lambda scan, entries, now, minimum: reads.scan_view(
+    scan, now, raw_result=True, min_confidence=minimum), reads.read_scan)
+_BULK = _ReadKind(True, "bulk batch", lambda batch, entries, now, minimum: reads.bulk_body(batch, entries, minimum),
+                  reads.read_bulk)
 
 
 def serve_scan_read(token: str, scan_id: str, request_id: str | None, notes: dict[int, str], *,
-                    caller: Caller, entry: activity.ReadEntry) -> ServedRead:
+                    caller: Caller, entry: activity.ReadEntry, min_confidence: float | None = None) -> ServedRead:
     """``GET /scan/{id}`` for the bearer ``token``: raises ``NotAuthenticated`` (401) and D21's
     refusals (``access.check``), else the read.
     ``notes``: the charge's ledger note for an answer 200, 403 and 404 (``billing.charge_call``);
     ``entry``: the call's activity entry, written by the statement when it may charge the key
-    (``ServedRead.recorded``)."""
-    return _serve_read(token, scan_id, request_id, notes, _SCAN, caller, entry)
+    (``ServedRead.recorded``); ``min_confidence``: the read's own (D29)."""
+    return _serve_read(token, scan_id, request_id, notes, _SCAN, caller, entry, min_confidence)
 
 
 def serve_bulk_read(token: str, bulk_id: str, request_id: str | None, notes: dict[int, str], *,
-                    caller: Caller, entry: activity.ReadEntry) -> ServedRead:
+                    caller: Caller, entry: activity.ReadEntry, min_confidence: float | None = None) -> ServedRead:
     """``GET /scan/bulk/{id}`` for the bearer ``token``: raises ``NotAuthenticated`` (401) and
     D21's refusals, else the read (``entry`` as for ``serve_scan_read``)."""
-    return _serve_read(token, bulk_id, request_id, notes, _BULK, caller, entry)
+    return _serve_read(token, bulk_id, request_id, notes, _BULK, caller, entry, min_confidence)
 
 
 def _serve_read(token, object_id, request_id, notes, kind: _ReadKind, caller: Caller,
-                entry: activity.ReadEntry) -> ServedRead:
+                entry: activity.ReadEntry, min_confidence: float | None = None) -> ServedRead:
     now = utcnow()
     token_digest = keyauth.digest_of(token)
     notes = {status: billing.call_note(note) for status, note in notes.items()}
@@ -434,14 +437,15 @@ def _serve_read(token, object_id, request_id, notes, kind: _ReadKind, caller: Ca
     key = keyauth.live_key(found.key, token_digest, now)
     access.check(key, scope=caller.scope, client_address=caller.address, now=now)
     if not billing.is_billed(key.livemode):  # a test key: nothing was charged; its read as before (D15)
-        return _serve_in_turn(key, object_id, request_id, notes, kind.read, now, entry)
+        return _serve_in_turn(key, object_id, request_id, notes,
+                              lambda *args: kind.read(*args, min_confidence=min_confidence), now, entry)
     recorded = None if found.entry_status is None else activity.Recorded(entry.id, now, found.entry_status)
     if found.balance is None:  # nothing was charged: the balance is short (read again: the row may have just changed)
         return ServedRead(key, error=InsufficientBalance(billing.balance_of(key.customer_id)), recorded=recorded)
     served = ServedRead(key, balance=found.balance, usage=quotas.usage_from(found.windows, now), recorded=recorded)
     try:
         row = reads.owned_row(found.found, kind.what, customer_id=key.customer_id, livemode=key.livemode)
-        served.body = kind.body_of(row, found.entries, now)
+        served.body = kind.body_of(row, found.entries, now, min_confidence)
     except (NotFound, Forbidden) as exc:
         served.error = exc
     return served

@@ -20,7 +20,7 @@ from app.models import utcnow
 from app.models.scans import COMPLETED, FAILED, IN_FLIGHT, RUNNING
 from app.services.billing import quotas
 from app.services.events import feed
-from app.services.scans import findings, results
+from app.services.scans import findings, required, results
 from app.services.scans.results import InvalidResult, normalize_result
 from app.services.sources import health as source_health
 from app.services.tracking import engine, sandbox_engine
@@ -187,12 +187,14 @@ def record_finals(finals: list[Final]) -> list:
             if scan is not None:
                 scans.append(scan)
         findings.carry_feedback([s for s in scans if s.status == COMPLETED])
+        missed = required.settle(scans)  # D29: before their events, whose bodies read the result
         never_running = [s for s in scans if s.started_at is None]
         running_events([_as_running(s, now) for s in never_running])
         webhooks.record_events(scans)
         watch_changes.record_changes([s for s in scans if s.status == COMPLETED and s.watch_id])  # D28, after its final
         # Out of flight in the same transaction as the states (quotas: Customer.in_flight, or test_in_flight).
         for (customer_id, livemode), n in sorted(Counter((s.customer_id, s.livemode) for s in scans).items()):
+            required.refund([s for s in missed if s.customer_id == customer_id and s.livemode == livemode])
             quotas.move_in_flight(customer_id, livemode, -n)
     return scans
 

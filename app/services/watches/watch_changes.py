@@ -15,6 +15,7 @@ from app.db import transaction
 from app.models import utcnow
 from app.models.scans import COMPLETED
 from app.models.watches import ENDED
+from app.services.scans import confidence
 from app.services.scans.results import PATH_RE
 from app.services.webhooks import webhooks
 from app.store.accounts import keys as key_store
@@ -48,6 +49,12 @@ def _item(result: dict, path: str):
     return node[index] if isinstance(node, list) and index < len(node) else None
 
 
+def shown(scan) -> dict:
+    """A completed scan's result as its customer sees it, at its own ``min_confidence`` (D29): what
+    a watch compares, so a finding under it neither comes nor goes."""
+    return confidence.filtered(json.loads(scan.result_json), scan.min_confidence, fresh=True)
+
+
 def changes_between(previous: dict, current: dict) -> dict | None:
     """``{added, removed, risk: {from, to}}`` between two results (finding ids keep their identity
     across a customer's scans of a target), or None when no finding came or went and the band held."""
@@ -78,8 +85,8 @@ def since_previous(customer_id: str, scan_id: str) -> dict | None:
         return {**about, "state": "baseline"}
     if not scan.result_json or not previous.result_json:
         return {**about, "state": "erased"}
-    before = json.loads(previous.result_json)
-    changes = changes_between(before, json.loads(scan.result_json))
+    before = shown(previous)
+    changes = changes_between(before, shown(scan))
     if changes is None:
         return {**about, "state": "unchanged"}
     return {**about, "state": "changed", "changes": changes, "previous_result": before}
@@ -98,8 +105,8 @@ def record_changes(scans: list, now: datetime | None = None) -> int:
         previous = watch_store.previous_completed_scan(scan.watch_id, scan)
         if watch is None or watch.status == ENDED or previous is None or not previous.result_json:
             continue
-        current = json.loads(scan.result_json)
-        changes = changes_between(json.loads(previous.result_json), current)
+        current = shown(scan)
+        changes = changes_between(shown(previous), current)
         if changes is None:
             continue
         watch_store.update(watch.id, {"last_changes": json.dumps(changes), "last_change_at": now})

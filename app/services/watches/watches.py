@@ -46,27 +46,47 @@ def view(watch) -> dict:
             "case_ref": watch.case_ref, "created_at": iso(watch.created_at), "next_scan_at": iso(watch.next_scan_at),
             "last_scan_id": watch.last_scan_id, "last_change_at": iso(watch.last_change_at),
             "last_error": watch.last_error,
-            "last_changes": json.loads(watch.last_changes) if watch.last_changes else None}
+            "last_changes": json.loads(watch.last_changes) if watch.last_changes else None,
+            **_match_fields(watch)}
+
+
+def _match_fields(watch) -> dict:
+    """A watch's ``min_confidence`` and ``required`` (D29), when it was created with them."""
+    fields: dict = {}
+    if watch.min_confidence is not None:
+        fields["min_confidence"] = watch.min_confidence
+    if watch.required is not None:
+        fields["required"] = watch.required
+    return fields
+
+
+def _rules(watch) -> scans.MatchRules:
+    """What each of the watch's scans asks of its findings: the watch's own (D29)."""
+    return scans.MatchRules(watch.min_confidence, watch.required)
 
 
 def create_watch(customer, api_key_id, target, kind, interval, *, request_id, livemode=True, purpose=None,
-                 case_ref=None, entry: activity.CallEntry | None = None) -> tuple[dict, scans.Outcome]:
+                 case_ref=None, entry: activity.CallEntry | None = None,
+                 match: scans.MatchRules = scans.NO_RULES) -> tuple[dict, scans.Outcome]:
     """Create a watch and queue its baseline scan: ``(the watch's body, the scan's outcome)``.
-    ``entry``: the call's activity entry, written with the charge (D25)."""
+    ``entry``: the call's activity entry, written with the charge (D25); ``match``: what each of its
+    scans asks of its findings (D29)."""
     kind, target = normalize_or_refuse(target, kind)
     purpose, case_ref = purposes.check(purpose, case_ref, required=customer.require_purpose)
     _check_interval(interval)
-    row = _new_row(customer.id, api_key_id, livemode, kind, target, interval, purpose, case_ref, utcnow())
+    match = match.checked()
+    row = _new_row(customer.id, api_key_id, livemode, kind, target, interval, purpose, case_ref, utcnow(), match)
     watch_id = row["id"]
     outcome = scans.create_watch_scan(customer, api_key_id, kind, target, request_id=request_id, livemode=livemode,
                                       purpose=purpose, case_ref=case_ref, watch_id=watch_id, new_watch=row,
-                                      entry=entry)
+                                      entry=entry, match=match)
     watch_store.update(watch_id, {"last_scan_id": outcome.body["scan_id"]})
     return view(watch_store.get(watch_id)), outcome
 
 
 def create_watches(customer, api_key_id, targets: list, interval: str, *, request_id, livemode=True, purpose=None,
-                   case_ref=None, entry: activity.CallEntry | None = None) -> tuple[dict, scans.Outcome]:
+                   case_ref=None, entry: activity.CallEntry | None = None,
+                   match: scans.MatchRules = scans.NO_RULES) -> tuple[dict, scans.Outcome]:
     """Many watches in one call (D28's bulk creation, the portal's CSV import): the targets are
     taken as a bulk scan's (at most 100, Business and Enterprise, each invalid or opted-out one
     rejected, free); each valid one becomes a watch with its baseline scan, all admitted together
@@ -74,11 +94,13 @@ def create_watches(customer, api_key_id, targets: list, interval: str, *, reques
     ``(body, outcome)``: the body says, per entry, the watch created or why it was rejected."""
     _check_interval(interval)
     accepted, rejected, purpose, case_ref = scans.screen_bulk(customer, targets, purpose, case_ref)
+    match = match.checked()
     now = utcnow()
-    rows = [_new_row(customer.id, api_key_id, livemode, kind, target, interval, purpose, case_ref, now)
+    rows = [_new_row(customer.id, api_key_id, livemode, kind, target, interval, purpose, case_ref, now, match)
             for _, (kind, target) in accepted]
     outcome = scans.create_watch_batch(customer, api_key_id, accepted, len(targets), rows, request_id=request_id,
-                                       livemode=livemode, purpose=purpose, case_ref=case_ref, entry=entry)
+                                       livemode=livemode, purpose=purpose, case_ref=case_ref, entry=entry,
+                                       match=match)
     made = outcome.body["scans"]
     watch_store.set_last_scans({s["watch_id"]: s["scan_id"] for s in made})
     found = {w.id: w for w in watch_store.get_many([s["watch_id"] for s in made])}
@@ -93,14 +115,16 @@ def _check_interval(interval: str) -> None:
         raise InvalidRequest(f"interval must be one of {', '.join(INTERVALS)}")
 
 
-def _new_row(customer_id, api_key_id, livemode, kind, target, interval, purpose, case_ref, now) -> dict:
+def _new_row(customer_id, api_key_id, livemode, kind, target, interval, purpose, case_ref, now,
+             match: scans.MatchRules = scans.NO_RULES) -> dict:
     """A new watch's row, active; its slot and first due time are given at its admission
     (``watch_times.place``, under the customer's lock)."""
     return {"id": new_id("wch"), "customer": customer_id, "api_key": api_key_id, "livemode": livemode, "kind": kind,
             "target": target, "optout_hash": target_hash(*opt_out_key(kind, target)), "interval": interval,
             "status": ACTIVE, "purpose": purpose, "case_ref": case_ref, "created_at": now,
             "slot": None, "next_scan_at": None, "last_scan_id": None, "last_change_at": None,
-            "last_changes": None, "last_error": None, "missed_since": None, "ended_at": None, "end_reason": None}
+            "last_changes": None, "last_error": None, "missed_since": None, "ended_at": None, "end_reason": None,
+            "min_confidence": match.min_confidence, "required": match.required}
 
 
 def _entry(watch) -> dict:
@@ -189,7 +213,7 @@ def run_watch(customer, api_key_id, watch_id, *, request_id, livemode=True) -> s
         raise WatchEnded()
     outcome = scans.create_watch_scan(customer, api_key_id, watch.kind, watch.target, request_id=request_id,
                                       livemode=livemode, purpose=watch.purpose, case_ref=watch.case_ref,
-                                      watch_id=watch.id)
+                                      watch_id=watch.id, match=_rules(watch))
     watch_store.update(watch.id, {"last_scan_id": outcome.body["scan_id"]})
     return outcome
 
@@ -296,7 +320,7 @@ def _scan_due(watch, now: datetime) -> str:
     try:
         outcome = scans.create_watch_scan(customer, watch.api_key_id, watch.kind, watch.target, request_id=None,
                                           livemode=watch.livemode, purpose=watch.purpose, case_ref=watch.case_ref,
-                                          watch_id=watch.id, scheduled=True)
+                                          watch_id=watch.id, scheduled=True, match=_rules(watch))
     except WatchEnded:  # paused or ended by its customer since the claim: nothing to do
         return "watch_scans_skipped"
     except TargetSuppressed:

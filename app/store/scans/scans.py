@@ -81,9 +81,10 @@ def record_submissions(submissions: Sequence[tuple[str, str, int, datetime, date
 SCAN_BY_ID = f"SELECT {columns(Scan)} FROM {table(Scan)} WHERE id = ?"
 BATCH_BY_ID = f"SELECT {columns(BulkBatch)} FROM {table(BulkBatch)} WHERE id = ?"
 BATCH_SCANS = (f"SELECT id, status, target, kind, purpose, case_ref, completed_at, result_json, failed_at, "
-               f"failure_code, failure_message, erased_at FROM {table(Scan)} WHERE bulk_id = ? ORDER BY bulk_index")
+               f"failure_code, failure_message, erased_at, min_confidence, required FROM {table(Scan)} "
+               f"WHERE bulk_id = ? ORDER BY bulk_index")
 LIST_COLUMNS = ("id, status, target, kind, purpose, case_ref, bulk_id, watch_id, created_at, completed_at, "
-                "result_json, failed_at, failure_code, failure_message, erased_at")
+                "result_json, failed_at, failure_code, failure_message, erased_at, min_confidence, required")
 LIST_CURSOR = f"SELECT created_at FROM {table(Scan)} WHERE id = ? AND customer_id = ? AND livemode = ?"
 
 
@@ -284,7 +285,7 @@ w AS MATERIALIZED (
 _WINDOWS = 8  # the new balance, the entry's status, then the six window columns
 _BATCH_WIDTH = len(BulkBatch._meta.sorted_fields)
 _SCAN_ENTRY = ("s.id, s.status, s.target, s.kind, s.purpose, s.case_ref, s.completed_at, s.result_json, s.failed_at, "
-               "s.failure_code, s.failure_message, s.erased_at")  # the columns of BATCH_SCANS
+               "s.failure_code, s.failure_message, s.erased_at, s.min_confidence, s.required")  # BATCH_SCANS' columns
 _NO_ENTRY = ", ".join(["NULL"] * len(_SCAN_ENTRY.split(",")))  # the first row has no scan's
 
 

@@ -153,8 +153,8 @@ def test_feedback_shows_on_later_reads_costs_a_credit_and_is_counted_per_source(
         assert answer.status_code == 200, answer.json
         given = answer.json["finding"]["feedback"]
         assert answer.json == {"ok": True, "scan_id": scan_id, "finding": {
-            **finding, "feedback": {"verdict": "false_positive", "note": "not her", "at": given["at"],
-                                    "scan_id": scan_id}}}
+            **finding, "confidence": 0.0,  # D29: the customer's word wins
+            "feedback": {"verdict": "false_positive", "note": "not her", "at": given["at"], "scan_id": scan_id}}}
         assert ISO.match(given["at"]) and given["at"] > "2026-11-21T12:01:00Z"
         assert balance(account) == before - 1
         read = client.get(f"{SCAN}/{scan_id}", headers=account.headers).json["result"]

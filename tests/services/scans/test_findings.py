@@ -35,8 +35,10 @@ def test_feedback_is_written_into_the_stored_result_and_kept_as_history(scan):
     email = result["findings"][0]
     with freeze_time("2026-11-21 12:00:00"):
         given = findings.give_feedback(account.id, row.id, email["id"], verdict="false_positive", note="  other  ")
-    assert given["finding"] == {**email, "feedback": {"verdict": "false_positive", "note": "other",
-                                                      "at": "2026-11-21T12:00:00Z", "scan_id": row.id}}
+    assert email["confidence"] == 0.75  # an e-mail address found by two sources (D29)
+    assert given["finding"] == {**email, "confidence": 0.0,  # the customer's word wins
+                                "feedback": {"verdict": "false_positive", "note": "other",
+                                             "at": "2026-11-21T12:00:00Z", "scan_id": row.id}}
     stored = json.loads(Scan.get_by_id(row.id).result_json)
     assert stored["findings"][0] == given["finding"] and stored["findings"][1] == result["findings"][1]
     assert {k: v for k, v in stored.items() if k != "findings"} == {k: v for k, v in result.items() if k != "findings"}
@@ -45,6 +47,7 @@ def test_feedback_is_written_into_the_stored_result_and_kept_as_history(scan):
     assert [(h["verdict"], h["source_ids"]) for h in history] == [("false_positive", ["gravatar", "breach_index"]),
                                                                   ("confirmed", ["gravatar", "breach_index"])]
     assert json.loads(Scan.get_by_id(row.id).result_json)["findings"][0]["feedback"]["verdict"] == "confirmed"
+    assert json.loads(Scan.get_by_id(row.id).result_json)["findings"][0]["confidence"] == 1.0
 
 
 @pytest.mark.parametrize("verdict,note,fields", [("maybe", None, {"verdict"}), (None, "x", {"verdict"}),

@@ -8,7 +8,7 @@ import pytest
 from app.services.scans.results import InvalidResult, band_for, failed_source_ids, finding_id, normalize_result
 
 D6_FIELDS = ("risk", "counts", "profiles", "contacts", "breaches", "phone_profile", "ai_summary", "artifacts")
-E6_FIELDS = ("sources", "coverage", "partial", "findings")
+E6_FIELDS = ("sources", "coverage", "partial", "findings", "match")  # match: D29
 TOP_LEVEL = {*D6_FIELDS, *E6_FIELDS}
 NO_EXPLANATION = {"sources": [], "coverage": {"checked": 0, "found": 0, "failed": 0, "ratio": 1.0},
                   "partial": False}
@@ -25,6 +25,7 @@ EMPTY = {
     "artifacts": {"pdf": "", "person_card": ""},
     **NO_EXPLANATION,
     "findings": [],
+    "match": True,
 }
 
 
@@ -434,6 +435,7 @@ def test_reasons_are_checked_against_the_clamped_score():
 def test_normalising_a_stored_result_changes_nothing_feedback_included():
     once = normalize_result(explained(), "phone", scan_id="scn_1")
     once["findings"][0]["feedback"] = {"verdict": "false_positive", "note": "not her", "at": "2026-11-21T12:00:00Z"}
+    once["findings"][0]["confidence"] = 0.0  # the feedback's, as the service writes it with the feedback
     assert normalize_result(json.loads(json.dumps(once)), "phone", scan_id="scn_1", stored=True) == once
 
 

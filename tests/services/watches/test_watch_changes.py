@@ -53,3 +53,24 @@ def test_since_previous_says_what_a_watch_scan_changed_or_why_nothing_is_compare
         assert found["previous_result"] == json.loads(Scan.get_by_id(baseline).result_json)
         Scan.update(result_json=None).where(Scan.id == baseline).execute()
         assert since_previous(account.id, again)["state"] == "erased"
+
+
+def test_a_watch_compares_its_scans_as_shown_at_their_own_minimum():
+    """D29: a finding under the scan's min_confidence neither comes nor goes."""
+    from app.models import Scan
+    from app.services.scans.results import normalize_result
+    from app.services.watches import watch_changes
+
+    raw = {"breaches": [{"name": "One", "date": "2019-03"}], "profiles": {"weak": [{"platform": "x", "handle": "a"}]},
+           "sources": [{"id": "s1", "status": "found"}],
+           "evidence": [{"path": "profiles.weak[0]", "source_ids": ["s1"], "confidence": 0.2},
+                        {"path": "breaches[0]", "source_ids": ["s1"], "confidence": 0.97}]}
+    before = normalize_result({**raw, "profiles": {"weak": []}, "evidence": raw["evidence"][1:]}, "email",
+                              scan_id="scn_w")
+    after = normalize_result(raw, "email", scan_id="scn_w")
+    as_json = __import__("json").dumps
+    previous = Scan(result_json=as_json(before), min_confidence=0.5)
+    current = Scan(result_json=as_json(after), min_confidence=0.5)
+    assert watch_changes.changes_between(watch_changes.shown(previous), watch_changes.shown(current)) is None
+    current.min_confidence = None
+    assert watch_changes.changes_between(watch_changes.shown(previous), watch_changes.shown(current))["added"]
