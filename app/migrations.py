@@ -395,6 +395,16 @@ def _opted_out_watches_forget_target(database):
                          'WHERE "event" = \'watch.ended\' AND "body" IS NOT NULL AND "body"::jsonb ? \'target\'')
 
 
+def _activity_export_order(database):
+    """ActivityEntry.xact (the writing transaction's id, the audit export's order) and its index.
+    Existing entries read '0' (a constant default: no rewrite of the log), then new ones get
+    their transaction's id."""
+    database.execute_sql('ALTER TABLE "activity_entry" ADD COLUMN IF NOT EXISTS "xact" XID8 NOT NULL DEFAULT \'0\'')
+    database.execute_sql('ALTER TABLE "activity_entry" ALTER COLUMN "xact" SET DEFAULT pg_current_xact_id()')
+    database.execute_sql('CREATE INDEX IF NOT EXISTS "activity_entry_customer_id_livemode_xact_created_at_id" '
+                         'ON "activity_entry" ("customer_id", "livemode", "xact", "created_at", "id")')
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 # Versions 3 and 18 are absent on purpose: neither was ever assigned (the history has migration 4,
 # portal sessions, appended right after 2, and 19 after 17), so no database records them. The gaps
@@ -427,6 +437,7 @@ MIGRATIONS = [
     (25, "watches", _watches),
     (26, "watches spread by slot", _watch_slots),
     (28, "a watch ended by an opt-out keeps no identifier", _opted_out_watches_forget_target),
+    (32, "activity entries in the order they were written", _activity_export_order),
 ]
 
 
