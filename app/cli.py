@@ -196,6 +196,8 @@ users_cli = OperatorGroup("users", help="Portal users.")
 scans_cli = OperatorGroup("scans", help="Scan maintenance.")
 deliveries_cli = OperatorGroup("deliveries", help="Webhook deliveries.")
 watches_cli = OperatorGroup("watches", help="Watches: the scheduler of their due scans.")
+subjects_cli = OperatorGroup("subjects", help="A data subject's requests: what is held about a person and who "
+                                             "looked them up; erasure of every customer's scans of them.")
 suppressions_cli = OperatorGroup("suppressions", help="Opt-outs of the people targets belong to (stored as keyed "
                                                       "hashes, never as targets).")
 
@@ -722,6 +724,31 @@ def suppressions_list(kind, target, as_json):
                headers=["kind", "hash", "since"], empty="no opt-outs"))
 
 
+@subjects_cli.command("export")
+@click.argument("target")
+@click.option("--kind", type=KIND, default=None, help="The target's kind, when it could be read as another.")
+def subjects_export(target, kind):
+    """For a person's access request, as JSON: which customers looked TARGET up (in any spelling),
+    when and why (purpose, case_ref), the scans and watches still holding it, and whether the person
+    opted out. The JSON names no target: keep the request's own record of whom it is about."""
+    from app.services.privacy import subjects
+    emit(True, run(True, lambda: subjects.export(target, kind)))
+
+
+@subjects_cli.command("erase")
+@click.argument("target")
+@click.option("--kind", type=KIND, default=None, help="The target's kind, when it could be read as another.")
+@json_option
+def subjects_erase(target, kind, as_json):
+    """Erase every customer's completed and failed scans of TARGET (in any spelling), as their own
+    erasure does; each customer is told (event subject.erased, the scans' ids, never the target).
+    Scans still in flight are listed: run the command again once they have finished."""
+    from app.services.privacy import subjects
+    data = run(as_json, lambda: subjects.erase(target, kind))
+    emit(as_json, data, Table.record([("scans erased", data["erased"]),
+                                      ("still in flight", ", ".join(data["in_flight"]) or "none")]))
+
+
 @watches_cli.command("run-due")
 @click.option("--days-ahead", type=click.IntRange(0, 3650), default=0, metavar="N",
               help="QA only (refused in production): as if it were N days from now.")
@@ -741,7 +768,8 @@ def watches_run_due(days_ahead, customer_id, as_json):
     emit(as_json, report, Table.record([(name.replace("_", " "), count) for name, count in report.items()]))
 
 
-GROUPS = (db_cli, customers_cli, keys_cli, users_cli, scans_cli, deliveries_cli, watches_cli, suppressions_cli)
+GROUPS = (db_cli, customers_cli, keys_cli, users_cli, scans_cli, deliveries_cli, watches_cli, suppressions_cli,
+          subjects_cli)
 # The options of the ``flask`` command itself that take a value (``--app wsgi``).
 _FLASK_OPTIONS_WITH_VALUE = {"--app", "-A", "--env-file", "-e"}
 

@@ -108,8 +108,15 @@ def thin_body(body: dict) -> dict:
     return thin_watch_body(body) if name in WATCH_EVENTS else body
 
 
+# Events about a person the customer holds scans of (bodies: ``services.privacy.subjects``'), one per
+# customer and mode, to every endpoint of its keys that lists it: ``{event, scan_ids, at}``, never the
+# target. Sent only to endpoints that list them (like every kind but the default two), always in the feed.
+SUBJECT_OPTED_OUT = "subject.opted_out"  # the person opted out: delete your own copies of these scans
+SUBJECT_ERASED = "subject.erased"  # the person's scans were erased at their request
+SUBJECT_EVENTS: tuple[str, ...] = (SUBJECT_OPTED_OUT, SUBJECT_ERASED)
+
 # Every event a delivery may carry: what an endpoint may list and the deliveries' filters take.
-DELIVERY_EVENTS: tuple[str, ...] = (*NAMES, ENDPOINT_DISABLED, *WATCH_EVENTS)
+DELIVERY_EVENTS: tuple[str, ...] = (*NAMES, ENDPOINT_DISABLED, *WATCH_EVENTS, *SUBJECT_EVENTS)
 
 
 def for_status(status: str) -> EventKind:
