@@ -246,6 +246,54 @@ def customers_create(name, tier, credits, as_json):
     emit(as_json, data, customer_record(data, title="customer created"))
 
 
+def sink_record(data: dict, title: str) -> Table:
+    return Table.record([("sink", data["sink_id"]), ("customer", data["customer_id"]), ("url", data["url"]),
+                         ("format", data["format"]), ("delivered", data["delivered"]),
+                         ("last error", data["last_error"] or "-")], title=title)
+
+
+@customers_cli.command("audit-sink")
+@click.argument("customer_id")
+@click.option("--url", required=True, help="The SIEM's collector URL (https; checked as a webhook URL is).")
+@click.option("--token-stdin", is_flag=True, required=True, help="Read the collector's token from standard input.")
+@click.option("--format", "sink_format", type=click.Choice(["splunk_hec", "ndjson"]), default="splunk_hec",
+              show_default=True, help="splunk_hec: Splunk's HTTP Event Collector (Authorization: Splunk TOKEN); "
+                                      "ndjson: one entry a line (Authorization: Bearer TOKEN).")
+@json_option
+def customers_audit_sink(customer_id, url, token_stdin, sink_format, as_json):
+    """Push every new activity entry of CUSTOMER_ID to a SIEM, batched, within a minute (retried as
+    webhooks are). The token is kept encrypted and never shown again."""
+    from app.services.billing import audit_sinks
+    token = read_secret_line()
+    if not token:
+        fail(as_json, "no token on standard input")
+    data = run(as_json, lambda: audit_sinks.add(customer_id, url=url, token=token, format=sink_format))
+    emit(as_json, data, sink_record(data, "audit sink added"))
+
+
+@customers_cli.command("audit-sinks")
+@click.argument("customer_id")
+@json_option
+def customers_audit_sinks(customer_id, as_json):
+    """The customer's audit sinks, with what each delivered and its last error (never a token)."""
+    from app.services.billing import audit_sinks
+    rows = run(as_json, lambda: audit_sinks.list_sinks(customer_id))
+    emit(as_json, {"sinks": rows}, Table([(r["sink_id"], r["format"], r["url"], r["delivered"],
+                                           r["last_error"] or "-") for r in rows],
+                                         headers=["sink", "format", "url", "delivered", "last error"],
+                                         empty="no audit sinks"))
+
+
+@customers_cli.command("audit-sink-remove")
+@click.argument("sink_id")
+@json_option
+def customers_audit_sink_remove(sink_id, as_json):
+    """Stop pushing to an audit sink and forget it (its token with it)."""
+    from app.services.billing import audit_sinks
+    data = run(as_json, lambda: audit_sinks.remove(sink_id))
+    emit(as_json, data, f"audit sink {sink_id} removed")
+
+
 @customers_cli.command("list")
 @json_option
 def customers_list(as_json):

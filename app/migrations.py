@@ -405,6 +405,13 @@ def _activity_export_order(database):
                          'ON "activity_entry" ("customer_id", "livemode", "xact", "created_at", "id")')
 
 
+def _audit_sinks(database):
+    """The audit sinks table (D32), built from its model as on a fresh database."""
+    from app.models import AuditSink
+
+    database.create_tables([AuditSink], safe=True)
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 # Versions 3 and 18 are absent on purpose: neither was ever assigned (the history has migration 4,
 # portal sessions, appended right after 2, and 19 after 17), so no database records them. The gaps
@@ -438,6 +445,7 @@ MIGRATIONS = [
     (26, "watches spread by slot", _watch_slots),
     (28, "a watch ended by an opt-out keeps no identifier", _opted_out_watches_forget_target),
     (32, "activity entries in the order they were written", _activity_export_order),
+    (33, "audit sinks", _audit_sinks),
 ]
 
 

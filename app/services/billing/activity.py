@@ -234,6 +234,11 @@ def _entry(row) -> dict:
             "purpose": purpose, "case_ref": case_ref}
 
 
+def public_entry(row) -> dict:
+    """An entry as the API, the export and the audit sinks show it (``READ_COLUMNS``' row)."""
+    return _entry(row)
+
+
 def _page(customer_id: str, *, livemode: bool | None, limit: int, starting_after: str | None,
           target: str | None, **filters) -> tuple[list[tuple], bool]:
     hashes = target_filter(target)

@@ -111,21 +111,33 @@ def all_rows(customer_id: str, *, batch: int = 1000, **filters) -> Iterator[tupl
         before = (rows[-1][1], rows[-1][0])
 
 
-def export_rows(customer_id: str, *, livemode: bool, after: tuple[str, datetime, str] | None,
+def export_rows(customer_id: str, *, livemode: bool | None, after: tuple[str, datetime, str] | None,
                 limit: int) -> list[tuple]:
     """Up to ``limit`` rows (``READ_COLUMNS`` then ``xact`` as text) of the customer's entries of
-    one mode in the order they were written, ``(xact, created_at, id)``, after the cursor
+    one mode (None: both) in the order they were written, ``(xact, created_at, id)``, after the cursor
     ``after`` and written by a transaction older than every one still running: each of those has
     ended, so no entry will ever appear before the last row returned (an entry's time and id are
     chosen before its transaction commits, in no order). Read in one statement: the watermark is
     the statement's own snapshot's."""
-    where = ["customer_id = ?", "livemode = ?", "xact < pg_snapshot_xmin(pg_current_snapshot())"]
-    params: list = [customer_id, livemode]
+    where = ["customer_id = ?", "xact < pg_snapshot_xmin(pg_current_snapshot())"]
+    params: list = [customer_id]
+    if livemode is not None:  # None: both modes (an audit sink's)
+        where.append("livemode = ?")
+        params.append(livemode)
     if after is not None:
         where.append("(xact, created_at, id) > (?::xid8, ?, ?)")
         params.extend(after)
     return execute(f"SELECT {', '.join(READ_COLUMNS)}, xact::text FROM {table(ActivityEntry)} "
                    f"WHERE {' AND '.join(where)} ORDER BY xact, created_at, id LIMIT ?", params + [limit]).fetchall()
+
+
+def last_export_position(customer_id: str) -> tuple[str, datetime, str] | None:
+    """``(xact, created_at, id)`` of the last entry of the customer (both modes) ``export_rows``
+    would give now, or None."""
+    row = execute(f"SELECT xact::text, created_at, id FROM {table(ActivityEntry)} WHERE customer_id = ? "
+                  f"AND xact < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY xact DESC, created_at DESC, id DESC "
+                  f"LIMIT 1", (customer_id,)).fetchone()
+    return None if row is None else (row[0], row[1], row[2])
 
 
 # --- day partitions -------------------------------------------------------------------------
