@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 BATCH_SIZE = 500
 IDLE_SECONDS = 5.0  # a sink with nothing new looks again this much later: well within the minute
-LEASE_MARGIN_SECONDS = 30  # a lease outlives the request's deadline by this much
+LEASE_MARGIN_SECONDS = 5  # a lease outlives the request's deadline by this much (its two short writes)
 SOURCE, SOURCETYPE = "public-scan-api:activity", "_json"
 MAX_TOKEN = 512
 
