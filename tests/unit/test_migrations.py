@@ -211,6 +211,7 @@ def test_the_activity_log_migration_builds_the_table_a_fresh_database_has(app):
         assert fresh["default"] == [("activity_entry_default",)]
         assert {name for name, _ in fresh["indexes"]} == {
             "activity_entry_pkey", "activity_entry_customer_id_livemode_created_at_id",
+            "activity_entry_customer_id_livemode_xact_created_at_id",
             "activity_entry_target_hashes", "activity_entry_resource"}
         with db.atomic():
             db.drop_tables([ActivityEntry], cascade=True)
@@ -576,3 +577,37 @@ def test_the_opted_out_watches_migration_forgets_their_targets_and_those_of_thei
         assert "target" not in bodies["watch.ended"] and bodies["watch.ended"]["kind"] == "email"
         assert bodies["watch.changed"]["target"] == "u1@example.com"
         assert "target" not in json.loads(WebhookDelivery.get_by_id("dlv_f0").body)
+
+
+def test_the_export_order_migration_adds_xact_without_rewriting_old_entries(app):
+    """Version 32: entries from before it read xact 0 (exported first, by time); new ones get
+    their transaction's id; the table is as a fresh database has it."""
+    from app.services.billing import activity
+
+    with db.connection_context():
+        fresh = _activity_table_shape()
+        with db.atomic():
+            db.execute_sql('DROP INDEX IF EXISTS "activity_entry_customer_id_livemode_xact_created_at_id"')
+            db.execute_sql('ALTER TABLE "activity_entry" DROP COLUMN "xact"')
+            SchemaVersion.delete().where(SchemaVersion.version == 32).execute()
+        old = activity.record(customer_id="cus_m32", livemode=True, action="scan.read", status=200)
+        assert migrations.upgrade() == [32]
+        assert migrations.upgrade() == []
+        assert _activity_table_shape() == fresh
+        new = activity.record(customer_id="cus_m32", livemode=True, action="scan.read", status=200)
+        xacts = dict(db.execute_sql("SELECT id, xact::text FROM activity_entry WHERE customer_id = 'cus_m32'"))
+        assert xacts[old] == "0" and int(xacts[new]) > 0
+        page = activity.export_page("cus_m32", livemode=True)
+        assert [e["activity_id"] for e in page.entries] == [old, new]
+
+
+def test_the_audit_sinks_migration_builds_the_table(app):
+    from app.models import AuditSink
+
+    with db.connection_context():
+        with db.atomic():
+            db.drop_tables([AuditSink])
+            SchemaVersion.delete().where(SchemaVersion.version == 33).execute()
+        assert migrations.upgrade() == [33]
+        assert migrations.upgrade() == []
+        assert "audit_sink" in db.get_tables()

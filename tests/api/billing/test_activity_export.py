@@ -52,3 +52,24 @@ def test_a_bad_cursor_or_limit_is_a_400_naming_it(client, account):
     assert "limit" in json.dumps(response.get_json())
     response = client.get(EXPORT, query_string={"starting_after": "x"}, headers=account.headers)
     assert_error(response, 400, "invalid_request")
+
+
+def test_the_operator_adds_lists_and_removes_an_audit_sink_with_the_token_on_stdin(app, account):
+    runner = app.test_cli_runner()
+    added = runner.invoke(args=["customers", "audit-sink", account.id, "--url", "https://siem.example/hec",
+                                "--token-stdin", "--json"], input="s3cret-hec-token\n")
+    assert added.exit_code == 0, added.output
+    sink = json.loads(added.output)
+    assert sink["ok"] is True and sink["format"] == "splunk_hec" and "s3cret-hec-token" not in added.output
+    listed = runner.invoke(args=["customers", "audit-sinks", account.id])
+    assert sink["sink_id"] in listed.output and "s3cret" not in listed.output
+    no_token = runner.invoke(args=["customers", "audit-sink", account.id, "--url", "https://siem.example/hec",
+                                   "--token-stdin"], input="")
+    assert no_token.exit_code == 1 and "Traceback" not in no_token.output
+    bad_format = runner.invoke(args=["customers", "audit-sink", account.id, "--url", "https://siem.example/hec",
+                                     "--token-stdin", "--format", "xml"], input="t\n")
+    assert bad_format.exit_code != 0
+    removed = runner.invoke(args=["customers", "audit-sink-remove", sink["sink_id"], "--json"])
+    assert json.loads(removed.output)["removed"] is True
+    again = runner.invoke(args=["customers", "audit-sink-remove", sink["sink_id"]])
+    assert again.exit_code == 1 and "no audit sink" in again.output
