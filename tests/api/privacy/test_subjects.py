@@ -41,3 +41,19 @@ def test_a_target_that_is_not_one_is_one_line_and_exit_1(app):
     assert erased.exit_code == 1 and len(erased.output.strip().splitlines()) == 1, erased.output
     for result in (exported, erased):
         assert "Traceback" not in result.output and "jane" not in result.output
+
+
+def test_an_opt_out_reaches_the_customer_as_subject_opted_out_in_its_events_without_the_target(app, client,
+                                                                                                account):
+    scan_id = client.post(SCAN, json={"target": "jane.doe@example.com"}, headers=account.headers).get_json()["scan_id"]
+    endpoint = client.post("/api/v1/endpoints", json={"url": "https://receiver.example/privacy",
+                                                      "events": ["subject.opted_out"]}, headers=account.headers)
+    assert endpoint.status_code == 201, endpoint.get_json()
+    assert cli(app, "suppressions", "add", "email", "Jane.Doe+x@Example.com").exit_code == 0
+    listed = client.get("/api/v1/events", query_string={"events": "subject.opted_out"}, headers=account.headers)
+    [event] = listed.get_json()["data"]
+    assert event["body"]["scan_ids"] == [scan_id] and set(event["body"]) == {"event", "scan_ids", "at"}
+    deliveries = client.get("/api/v1/deliveries", query_string={"event": "subject.opted_out"},
+                            headers=account.headers).get_json()["data"]
+    assert [json.loads(d["body"])["scan_ids"] for d in deliveries] == [[scan_id]]  # the exact bytes sent
+    assert "jane" not in listed.get_data(as_text=True).lower()
