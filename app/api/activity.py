@@ -58,7 +58,7 @@ EXPORT_EXAMPLE = "\n".join(json.dumps(entry, separators=(",", ":")) for entry in
 EXPORT_HEADERS = {
     **HEADERS,
     "X-Next-Cursor": {"description": "Where the next page starts: pass it as `cursor`. Present on every page, "
-                                     "an empty one too (then it is the cursor you sent).",
+                                     "an empty one too (where the same export resumes).",
                       "schema": {"type": "string"}},
     "X-Has-More": {"description": "`true` when the page is full and more entries are ready now; `false` when you "
                                   "have everything written so far (ask again later with the same cursor).",
