@@ -80,6 +80,9 @@ SWEEP_LAST = Gauge("scan_api_recovery_last_sweep_timestamp_seconds", "Unix time 
                    multiprocess_mode="max")
 SCANS_ERASED = Counter("scan_api_scans_erased_total", "Scans whose personal data was erased, by why",
                        ["reason"])
+AUDIT_SINK_BATCHES = Counter("scan_api_audit_sink_batches_total",
+                             "Batches of activity entries sent to audit sinks, by outcome", ["outcome"])
+AUDIT_SINK_ENTRIES = Counter("scan_api_audit_sink_entries_total", "Activity entries audit sinks acknowledged")
 PERIODIC_LAST = Gauge("scan_api_periodic_job_last_run_timestamp_seconds",
                       "Unix time each periodic job last ran to its end", ["job"], multiprocess_mode="max")
 
@@ -95,6 +98,7 @@ ATTEMPT_FAILURES = ("timeout", "connection_error", "tls_error", "redirect_not_fo
                     "request_error", "worker_lost", "http_4xx", "http_5xx")
 EVENTS = events.DELIVERY_EVENTS
 ERASURE_REASONS = ("request", "retention")
+AUDIT_SINK_OUTCOMES = ("acknowledged", "failed", "stale")
 FEEDBACK_VERDICTS = ("false_positive", "confirmed")
 # A source label is the engine's id of the source, when it looks like one; anything else is
 # counted as "other", so that no engine can put arbitrary text (or personal data) in a label.
@@ -118,6 +122,8 @@ def _start_at_zero() -> None:
         WEBHOOK_DELIVERY_LATENCY.labels(event=event)
     for reason in ERASURE_REASONS:
         SCANS_ERASED.labels(reason=reason)
+    for outcome in AUDIT_SINK_OUTCOMES:
+        AUDIT_SINK_BATCHES.labels(outcome=outcome)
     for verdict in FEEDBACK_VERDICTS:  # the sources are the engine's: only "none" is known in advance
         FINDING_FEEDBACK.labels(source="none", verdict=verdict)
 
@@ -155,6 +161,12 @@ def count_webhook_attempt(succeeded: bool, error: str | None, status_code: int |
 
 def count_endpoint_disabled() -> None:
     ENDPOINTS_DISABLED.inc()
+
+
+def count_audit_sink_batch(outcome: str, entries: int) -> None:
+    AUDIT_SINK_BATCHES.labels(outcome=outcome).inc()
+    if outcome == "acknowledged":
+        AUDIT_SINK_ENTRIES.inc(entries)
 
 
 def count_erased(reason: str, count: int) -> None:

@@ -22,7 +22,7 @@ import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from app import runtime
+from app import metrics, runtime
 from app.db import transaction
 from app.models import AuditSink, iso, new_id, utcnow
 from app.models.audit import FORMATS
@@ -181,6 +181,7 @@ def record(batch: Batch, *, status: int | None, error: str | None, now: datetime
             done = store.failed(batch.sink_id, batch.lease, status=status, error=error or f"http_{status}",
                                 next_at=next_at)
     outcome = ("acknowledged" if ok else "failed") if done else "stale"
+    metrics.count_audit_sink_batch(outcome, batch.count)
     log.info("audit sink %s: %d entries %s (status %s%s)", batch.sink_id, batch.count, outcome, status,
              f", {error}" if error else "")
     return outcome

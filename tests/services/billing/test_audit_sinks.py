@@ -82,6 +82,21 @@ def test_a_failed_batch_is_sent_again_from_the_same_position_on_the_webhook_sche
     assert (row.failures, row.delivered, row.last_error) == (0, 1, None)
 
 
+def test_batches_are_counted_by_outcome_from_zero(customer, hec):
+    from app import metrics
+    url, _, configure = hec
+    before = {o: metrics.AUDIT_SINK_BATCHES.labels(outcome=o)._value.get() for o in metrics.AUDIT_SINK_OUTCOMES}
+    entries_before = metrics.AUDIT_SINK_ENTRIES._value.get()
+    configure([500, 200])
+    sink_id = audit_sinks.add(customer.id, url=url, token=TOKEN)["sink_id"]
+    entry(customer.id)
+    entry(customer.id)
+    assert [pusher.push(sink_id), pusher.push(sink_id)] == ["failed", "acknowledged"]
+    after = {o: metrics.AUDIT_SINK_BATCHES.labels(outcome=o)._value.get() for o in metrics.AUDIT_SINK_OUTCOMES}
+    assert {o: after[o] - before[o] for o in after} == {"acknowledged": 1, "failed": 1, "stale": 0}
+    assert metrics.AUDIT_SINK_ENTRIES._value.get() - entries_before == 2
+
+
 def test_retries_after_the_schedule_keep_its_last_delay(app):
     app.config["WEBHOOK_RETRY_SCHEDULE"] = (0, 30, 300)
     assert [audit_sinks.retry_delay(n) for n in (1, 2, 3, 4, 9)] == [0, 30, 300, 300, 300]
