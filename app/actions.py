@@ -32,6 +32,7 @@ ACTIONS = {
     "POST /api/v1/endpoints/{endpoint_id}/switch-secret": "endpoint.switch_secret",
     "POST /api/v1/endpoints/{endpoint_id}/recover": "endpoint.recover",
     "GET /api/v1/activity": "activity.list",
+    "GET /api/v1/activity/export": "activity.export",
     "GET /api/v1/events": "events.list",
     "GET /api/v1/events/stream": "events.stream",
     "GET /api/v1/account": "account.read",

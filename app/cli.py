@@ -198,6 +198,8 @@ users_cli = OperatorGroup("users", help="Portal users.")
 scans_cli = OperatorGroup("scans", help="Scan maintenance.")
 deliveries_cli = OperatorGroup("deliveries", help="Webhook deliveries.")
 watches_cli = OperatorGroup("watches", help="Watches: the scheduler of their due scans.")
+subjects_cli = OperatorGroup("subjects", help="A data subject's requests: what is held about a person and who "
+                                             "looked them up; erasure of every customer's scans of them.")
 suppressions_cli = OperatorGroup("suppressions", help="Opt-outs of the people targets belong to (stored as keyed "
                                                       "hashes, never as targets).")
 
@@ -244,6 +246,54 @@ def customers_create(name, tier, credits, as_json):
     from app.services.accounts import accounts
     data = run(as_json, lambda: accounts.customer_dict(accounts.create_customer(name, tier, credits)))
     emit(as_json, data, customer_record(data, title="customer created"))
+
+
+def sink_record(data: dict, title: str) -> Table:
+    return Table.record([("sink", data["sink_id"]), ("customer", data["customer_id"]), ("url", data["url"]),
+                         ("format", data["format"]), ("delivered", data["delivered"]),
+                         ("last error", data["last_error"] or "-")], title=title)
+
+
+@customers_cli.command("audit-sink")
+@click.argument("customer_id")
+@click.option("--url", required=True, help="The SIEM's collector URL (https; checked as a webhook URL is).")
+@click.option("--token-stdin", is_flag=True, required=True, help="Read the collector's token from standard input.")
+@click.option("--format", "sink_format", type=click.Choice(["splunk_hec", "ndjson"]), default="splunk_hec",
+              show_default=True, help="splunk_hec: Splunk's HTTP Event Collector (Authorization: Splunk TOKEN); "
+                                      "ndjson: one entry a line (Authorization: Bearer TOKEN).")
+@json_option
+def customers_audit_sink(customer_id, url, token_stdin, sink_format, as_json):
+    """Push every new activity entry of CUSTOMER_ID to a SIEM, batched, within a minute (retried as
+    webhooks are). The token is kept encrypted and never shown again."""
+    from app.services.billing import audit_sinks
+    token = read_secret_line()
+    if not token:
+        fail(as_json, "no token on standard input")
+    data = run(as_json, lambda: audit_sinks.add(customer_id, url=url, token=token, format=sink_format))
+    emit(as_json, data, sink_record(data, "audit sink added"))
+
+
+@customers_cli.command("audit-sinks")
+@click.argument("customer_id")
+@json_option
+def customers_audit_sinks(customer_id, as_json):
+    """The customer's audit sinks, with what each delivered and its last error (never a token)."""
+    from app.services.billing import audit_sinks
+    rows = run(as_json, lambda: audit_sinks.list_sinks(customer_id))
+    emit(as_json, {"sinks": rows}, Table([(r["sink_id"], r["format"], r["url"], r["delivered"],
+                                           r["last_error"] or "-") for r in rows],
+                                         headers=["sink", "format", "url", "delivered", "last error"],
+                                         empty="no audit sinks"))
+
+
+@customers_cli.command("audit-sink-remove")
+@click.argument("sink_id")
+@json_option
+def customers_audit_sink_remove(sink_id, as_json):
+    """Stop pushing to an audit sink and forget it (its token with it)."""
+    from app.services.billing import audit_sinks
+    data = run(as_json, lambda: audit_sinks.remove(sink_id))
+    emit(as_json, data, f"audit sink {sink_id} removed")
 
 
 @customers_cli.command("list")
@@ -732,6 +782,31 @@ def suppressions_list(kind, target, as_json):
                headers=["kind", "hash", "since"], empty="no opt-outs"))
 
 
+@subjects_cli.command("export")
+@click.argument("target")
+@click.option("--kind", type=KIND, default=None, help="The target's kind, when it could be read as another.")
+def subjects_export(target, kind):
+    """For a person's access request, as JSON: which customers looked TARGET up (in any spelling),
+    when and why (purpose, case_ref), the scans and watches still holding it, and whether the person
+    opted out. The JSON names no target: keep the request's own record of whom it is about."""
+    from app.services.privacy import subjects
+    emit(True, run(True, lambda: subjects.export(target, kind)))
+
+
+@subjects_cli.command("erase")
+@click.argument("target")
+@click.option("--kind", type=KIND, default=None, help="The target's kind, when it could be read as another.")
+@json_option
+def subjects_erase(target, kind, as_json):
+    """Erase every customer's completed and failed scans of TARGET (in any spelling), as their own
+    erasure does; each customer is told (event subject.erased, the scans' ids, never the target).
+    Scans still in flight are listed: run the command again once they have finished."""
+    from app.services.privacy import subjects
+    data = run(as_json, lambda: subjects.erase(target, kind))
+    emit(as_json, data, Table.record([("scans erased", data["erased"]),
+                                      ("still in flight", ", ".join(data["in_flight"]) or "none")]))
+
+
 @watches_cli.command("run-due")
 @click.option("--days-ahead", type=click.IntRange(0, 3650), default=0, metavar="N",
               help="QA only (refused in production): as if it were N days from now.")
@@ -809,7 +884,7 @@ def sources_release(source_id, as_json):
 
 
 GROUPS = (db_cli, customers_cli, keys_cli, users_cli, scans_cli, deliveries_cli, watches_cli, suppressions_cli,
-          sources_cli)
+          sources_cli, subjects_cli)
 # The options of the ``flask`` command itself that take a value (``--app wsgi``).
 _FLASK_OPTIONS_WITH_VALUE = {"--app", "-A", "--env-file", "-e"}
 

@@ -116,8 +116,15 @@ SOURCE_DEGRADED = "source.degraded"
 SOURCE_RECOVERED = "source.recovered"
 SOURCE_EVENTS: tuple[str, ...] = (SOURCE_DEGRADED, SOURCE_RECOVERED)
 
+# Events about a person the customer holds scans of (bodies: ``services.privacy.subjects``'), one per
+# customer and mode, to every endpoint of its keys that lists it: ``{event, scan_ids, at}``, never the
+# target. Sent only to endpoints that list them (like every kind but the default two), always in the feed.
+SUBJECT_OPTED_OUT = "subject.opted_out"  # the person opted out: delete your own copies of these scans
+SUBJECT_ERASED = "subject.erased"  # the person's scans were erased at their request
+SUBJECT_EVENTS: tuple[str, ...] = (SUBJECT_OPTED_OUT, SUBJECT_ERASED)
+
 # Every event a delivery may carry: what an endpoint may list and the deliveries' filters take.
-DELIVERY_EVENTS: tuple[str, ...] = (*NAMES, ENDPOINT_DISABLED, *WATCH_EVENTS, *SOURCE_EVENTS)
+DELIVERY_EVENTS: tuple[str, ...] = (*NAMES, ENDPOINT_DISABLED, *WATCH_EVENTS, *SOURCE_EVENTS, *SUBJECT_EVENTS)
 
 
 def for_status(status: str) -> EventKind:

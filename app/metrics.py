@@ -83,6 +83,9 @@ SCANS_ERASED = Counter("scan_api_scans_erased_total", "Scans whose personal data
 CALLBACKS_REFUSED = Counter("scan_api_engine_callbacks_refused_total",
                             "Engine callbacks refused before their signature was verified, by reason "
                             "(the log has one line a minute per process for them, not one each)", ["reason"])
+AUDIT_SINK_BATCHES = Counter("scan_api_audit_sink_batches_total",
+                             "Batches of activity entries sent to audit sinks, by outcome", ["outcome"])
+AUDIT_SINK_ENTRIES = Counter("scan_api_audit_sink_entries_total", "Activity entries audit sinks acknowledged")
 PERIODIC_LAST = Gauge("scan_api_periodic_job_last_run_timestamp_seconds",
                       "Unix time each periodic job last ran to its end", ["job"], multiprocess_mode="max")
 
@@ -98,6 +101,7 @@ ATTEMPT_FAILURES = ("timeout", "connection_error", "tls_error", "redirect_not_fo
                     "request_error", "worker_lost", "http_4xx", "http_5xx")
 EVENTS = events.DELIVERY_EVENTS
 ERASURE_REASONS = ("request", "retention")
+AUDIT_SINK_OUTCOMES = ("acknowledged", "failed", "stale")
 FEEDBACK_VERDICTS = ("false_positive", "confirmed")
 # A source label is the engine's id of the source, when it looks like one; anything else is
 # counted as "other", so that no engine can put arbitrary text (or personal data) in a label.
@@ -124,6 +128,8 @@ def _start_at_zero() -> None:
         SCANS_ERASED.labels(reason=reason)
     for reason in CALLBACK_REFUSALS:
         CALLBACKS_REFUSED.labels(reason=reason)
+    for outcome in AUDIT_SINK_OUTCOMES:
+        AUDIT_SINK_BATCHES.labels(outcome=outcome)
     for verdict in FEEDBACK_VERDICTS:  # the sources are the engine's: only "none" is known in advance
         FINDING_FEEDBACK.labels(source="none", verdict=verdict)
 
@@ -165,6 +171,10 @@ def count_endpoint_disabled() -> None:
 
 def count_callback_refused(reason: str) -> None:
     CALLBACKS_REFUSED.labels(reason=reason).inc()
+def count_audit_sink_batch(outcome: str, entries: int) -> None:
+    AUDIT_SINK_BATCHES.labels(outcome=outcome).inc()
+    if outcome == "acknowledged":
+        AUDIT_SINK_ENTRIES.inc(entries)
 
 
 def count_erased(reason: str, count: int) -> None:

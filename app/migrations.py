@@ -454,6 +454,23 @@ def _confidence(database):
         after = rows[-1][0]
 
 
+def _activity_export_order(database):
+    """ActivityEntry.xact (the writing transaction's id, the audit export's order) and its index.
+    Existing entries read '0' (a constant default: no rewrite of the log), then new ones get
+    their transaction's id."""
+    database.execute_sql('ALTER TABLE "activity_entry" ADD COLUMN IF NOT EXISTS "xact" XID8 NOT NULL DEFAULT \'0\'')
+    database.execute_sql('ALTER TABLE "activity_entry" ALTER COLUMN "xact" SET DEFAULT pg_current_xact_id()')
+    database.execute_sql('CREATE INDEX IF NOT EXISTS "activity_entry_customer_id_livemode_xact_created_at_id" '
+                         'ON "activity_entry" ("customer_id", "livemode", "xact", "created_at", "id")')
+
+
+def _audit_sinks(database):
+    """The audit sinks table (D32), built from its model as on a fresh database."""
+    from app.models import AuditSink
+
+    database.create_tables([AuditSink], safe=True)
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 # Versions 3 and 18 are absent on purpose: neither was ever assigned (the history has migration 4,
 # portal sessions, appended right after 2, and 19 after 17), so no database records them. The gaps
@@ -488,6 +505,8 @@ MIGRATIONS = [
     (27, "a watch ended by an opt-out keeps no identifier", _opted_out_watches_forget_target),
     (28, "findings with a confidence: min_confidence and required", _confidence),
     (29, "source health", _source_health),
+    (30, "activity entries in the order they were written", _activity_export_order),
+    (31, "audit sinks", _audit_sinks),
 ]
 
 

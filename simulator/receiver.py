@@ -15,6 +15,12 @@
   ``webhook-id``/``webhook-timestamp``/``webhook-signature`` (D16: a ``v1,`` entry signed by
   one of the secrets, a timestamp within 5 minutes). Both compare in constant time.
 
+- ``POST /_sim/hec/<name>/services/collector/event``: the receiver as a Splunk HTTP Event
+  Collector, its ``secret`` the HEC token. ``Authorization: Splunk TOKEN`` is checked in constant
+  time (401 ``{"text": "Invalid token", "code": 4}`` otherwise, the batch not taken); the body's
+  concatenated JSON objects are parsed (400 ``{"code": 6}`` when one is not an object with an
+  ``event``) and recorded with the delivery as ``events``, ``token_valid`` beside them.
+
 A delivery is recorded when it arrives, before the delay, so a sender that gives up waiting
 has still delivered it, as with a real slow receiver.
 """
@@ -22,6 +28,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -172,6 +179,51 @@ def hook(name: str):
     if delay_ms:
         time.sleep(delay_ms / 1000)
     return _answer(status, redirect_to)
+
+
+def hec_events(raw_body: bytes) -> list[dict] | None:
+    """The objects of a HEC body (JSON objects one after another, whitespace between allowed), or
+    None when it is not one."""
+    text, decoder, events, at = raw_body.decode("utf-8", errors="replace"), json.JSONDecoder(), [], 0
+    while True:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at == len(text):
+            return events or None
+        try:
+            value, at = decoder.raw_decode(text, at)
+        except ValueError:
+            return None
+        if not isinstance(value, dict) or "event" not in value:
+            return None
+        events.append(value)
+
+
+@receiver_bp.post("/_sim/hec/<name>/services/collector/event")
+def hec(name: str):
+    raw_body = request.get_data(cache=True)
+    received_ms = int(time.time() * 1000)
+    given = (request.headers.get("Authorization") or "").encode("utf-8")
+    with registry().lock:
+        receiver = registry().receivers.get(name)
+        if receiver is None:
+            return json_error(404, "unknown_receiver", f"No receiver named {name!r}.")
+        token_valid = any(hmac.compare_digest(f"Splunk {s}".encode(), given) for s in receiver.secrets)
+        events = hec_events(raw_body) if token_valid else None
+        status = receiver.next_status() if events is not None else (400 if token_valid else 401)
+        receiver.deliveries.append({
+            "received_at": _iso_ms(received_ms), "received_at_ms": received_ms, "headers": dict(request.headers),
+            "body": raw_body.decode("utf-8", errors="replace"), "token_valid": token_valid,
+            "events": events or [], "response_status": status,
+        })
+        delay_ms = receiver.delay_ms
+    if delay_ms:
+        time.sleep(delay_ms / 1000)
+    if status == 401:
+        return jsonify({"text": "Invalid token", "code": 4}), 401
+    if status == 400:
+        return jsonify({"text": "Invalid data format", "code": 6}), 400
+    return jsonify({"text": "Success" if status < 300 else "Error", "code": 0 if status < 300 else 9}), status
 
 
 @receiver_bp.get("/_sim/receivers/<name>/deliveries")

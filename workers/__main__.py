@@ -325,9 +325,15 @@ def main(argv=None) -> int:
         pool = DeliveryPool(size=args.webhook_concurrency, stopping=STOPPING, database=DATABASE)  # started by _work
         log.info("delivering webhooks %d at a time (at most %d per endpoint, %d per receiver host)",
                  pool.size, pool.per_endpoint, pool.per_host)
+    sinks = None
+    if WEBHOOK_QUEUE in queues and not args.burst:  # audit sinks (D32) go out with the webhooks
+        from workers.audit_sinks import SinkPusher
+        sinks = SinkPusher(stopping=STOPPING).start()
     try:
         return _work(queues, args, pool)
     finally:
+        if sinks is not None:
+            sinks.stop()
         if pool is not None:
             pool.stop()
         if lookers is not None:

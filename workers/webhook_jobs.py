@@ -62,7 +62,7 @@ def run(delivery_id: str, job_id: str | None, admit: Callable[[str, str], bool] 
             attempt = deliveries.start_attempt(delivery_id, job_id, admit)
         if isinstance(attempt, str):
             return attempt
-        outcome = _post(attempt.url, attempt.headers, attempt.body)
+        outcome = post(attempt.url, attempt.headers, attempt.body)
         return _record(attempt, outcome)
 
 
@@ -80,7 +80,7 @@ def _record(attempt, outcome: Outcome) -> str:
     raise AssertionError("unreachable")
 
 
-def _post(url: str, headers: dict, body: bytes) -> Outcome:
+def post(url: str, headers: dict, body: bytes) -> Outcome:
     started = time.monotonic()
     outcome = Outcome()
     # requests' timeout bounds each socket read; the deadline bounds the whole attempt (D11).

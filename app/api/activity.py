@@ -6,12 +6,15 @@ charging (1 credit, as every call) and the limit headers are ``app.api.hooks``'s
 """
 from __future__ import annotations
 
+import json
+
+from flask import Response
 from flask.views import MethodView
 
 from app.api import hooks
 from app.api.base import ApiBlueprint
 from app.api.openapi import HEADERS, SECURITY, documented_errors
-from app.schemas.activity import ActivityListQuerySchema, ActivityListSchema
+from app.schemas.activity import ActivityExportQuerySchema, ActivityListQuerySchema, ActivityListSchema
 from app.services.accounts import access
 from app.services.billing import activity
 
@@ -50,3 +53,42 @@ class ActivityList(MethodView):
         are removed once older than the service's retention period (400 days unless agreed otherwise). Costs
         {price} per page."""
         return hooks.render(activity.list_entries(key.customer_id, livemode=key.livemode, **query))
+
+
+EXPORT_EXAMPLE = "\n".join(json.dumps(entry, separators=(",", ":")) for entry in reversed(LIST_EXAMPLE["data"])) + "\n"
+EXPORT_HEADERS = {
+    **HEADERS,
+    "X-Next-Cursor": {"description": "Where the next page starts: pass it as `cursor`. Present on every page, "
+                                     "an empty one too (where the same export resumes).",
+                      "schema": {"type": "string"}},
+    "X-Has-More": {"description": "`true` when the page is full and more entries are ready now; `false` when you "
+                                  "have everything written so far (ask again later with the same cursor).",
+                   "schema": {"type": "string", "enum": ["true", "false"]}},
+}
+
+
+@blp.route("/activity/export")
+class ActivityExport(MethodView):
+    @hooks.api_call(scope=access.ACTIVITY_READ)
+    @blp.doc(security=SECURITY, summary="Export the activity log", operationId="exportActivity", tags=["activity"])
+    @blp.arguments(ActivityExportQuerySchema, location="query", as_kwargs=True)
+    @blp.response(200, description="Entries as NDJSON (`application/x-ndjson`): one JSON object per line, each "
+                                   "an entry as in the activity list, oldest first; an empty body when nothing new "
+                                   "is ready.",
+                  headers=EXPORT_HEADERS, content_type="application/x-ndjson", example=EXPORT_EXAMPLE)
+    @documented_errors(400, 401, 402, 503, blueprint=blp, overrides={
+        400: "`invalid_request` (`cursor` or `limit` is not valid; with `details`)"},
+        codes={400: ("invalid_request",)})
+    @blp.priced("call")
+    def get(self, key, **query):
+        """Your whole activity log (of the calling key's mode), oldest first, to keep in your own audit store or
+        SIEM: page after page with the cursor of the previous page, without gaps or repeats even while calls are
+        being made. An entry is exported once every call that began before it has finished (usually within a
+        second), so an export never passes an entry still being written; when you have caught up, the page is
+        empty and you ask again later with the same cursor. Costs {price} per page."""
+        page = activity.export_page(key.customer_id, livemode=key.livemode, **query)
+        body = "".join(json.dumps(entry, separators=(",", ":")) + "\n" for entry in page.entries)
+        response = Response(body, mimetype="application/x-ndjson")
+        response.headers["X-Next-Cursor"] = page.next_cursor
+        response.headers["X-Has-More"] = "true" if page.has_more else "false"
+        return response

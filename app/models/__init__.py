@@ -5,6 +5,7 @@ runner creates them in that order.
 """
 from app.models.accounts import ApiKey, CreditLedger, Customer, PortalRecoveryCode, PortalSession, PortalUser
 from app.models.activity import ActivityEntry
+from app.models.audit import AuditSink
 from app.models.base import BaseModel, iso, new_id, utcnow
 from app.models.events import Event
 from app.models.privacy import EngineDeletion, Suppression
@@ -36,12 +37,14 @@ ALL_MODELS = [
     Event,
     EngineCallback,
     Watch,
+    AuditSink,
     Source,
     SourceMinute,
 ]
 
 __all__ = [
-    "ALL_MODELS", "ActivityEntry", "ApiKey", "BaseModel", "BulkBatch", "CreditLedger", "Customer", "DeliveryAttempt",
+    "ALL_MODELS", "ActivityEntry", "ApiKey", "AuditSink", "BaseModel", "BulkBatch", "CreditLedger", "Customer",
+    "DeliveryAttempt",
     "EngineCallback", "EngineDeletion", "Event", "FindingFeedback",
     "IdempotencyRecord", "PortalRecoveryCode", "PortalSession", "PortalUser", "QuotaMinute", "Scan", "SchemaVersion",
     "Source", "SourceMinute", "Suppression", "Watch",

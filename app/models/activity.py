@@ -11,13 +11,24 @@ made. A fresh database (``create_tables(ALL_MODELS)``) and an upgraded one (migr
 No foreign keys: every insert would look the customer and key up, and the log must
 outlive what it talks about (a revoked key, an erased scan).
 """
-from peewee import SQL, BooleanField, CharField, CompositeKey, DateTimeField, IntegerField, SmallIntegerField
+from peewee import SQL, BooleanField, CharField, CompositeKey, DateTimeField, Field, IntegerField, SmallIntegerField
 from playhouse.postgres_ext import ArrayField
 
 from app.models.base import BaseModel, utcnow
 
 TABLE = "activity_entry"
 DEFAULT_PARTITION = f"{TABLE}_default"
+
+
+class Xid8Field(Field):
+    """PostgreSQL's 64-bit transaction id (``xid8``: never wraps around), read as text."""
+
+    field_type = "XID8"
+
+
+# What a new entry's ``xact`` is: the id of the transaction that writes it. Entries written
+# before the column existed read '0' (all committed long ago), without a rewrite of the log.
+XACT_DEFAULT = "pg_current_xact_id()"
 
 
 class ActivityEntry(BaseModel):
@@ -40,6 +51,11 @@ class ActivityEntry(BaseModel):
     # a single scan, one per queued target for a bulk call, so that a bulk call stays one entry
     # and "who looked up this target" is one GIN index look-up (target_hashes @> ARRAY[hash]).
     target_hashes = ArrayField(CharField, field_kwargs={"max_length": 64}, null=True, index=False)
+    # The transaction that wrote the entry: the audit export's order and cursor. Every entry of a
+    # transaction older than the oldest one still running (pg_snapshot_xmin) is committed and
+    # visible, so an export that stops there never skips an entry that commits later with an
+    # earlier time or id (app.services.billing.activity.export_page).
+    xact = Xid8Field(constraints=[SQL(f"DEFAULT {XACT_DEFAULT}")])
 
     class Meta:
         table_name = TABLE
@@ -49,6 +65,8 @@ class ActivityEntry(BaseModel):
         indexes = (
             # A customer's entries of one mode, newest first (the API's and the portal's lists).
             (("customer_id", "livemode", "created_at", "id"), False),
+            # The same, in the order the entries were written (the audit export, oldest first).
+            (("customer_id", "livemode", "xact", "created_at", "id"), False),
         )
 
     @classmethod

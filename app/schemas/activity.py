@@ -84,3 +84,17 @@ class ActivityListSchema(ma.Schema):
     data = fields.List(fields.Nested(ActivityEntrySchema), required=True, metadata={"description": "Newest first."})
     has_more = fields.Boolean(required=True, metadata={
         "description": "More entries follow: ask again with `starting_after` = the last `activity_id` of `data`."})
+
+
+class ActivityExportQuerySchema(ma.Schema):
+    class Meta:
+        unknown = RAISE  # an unknown query parameter is a 400 naming it
+
+    cursor = fields.String(validate=[validate.Length(min=1, max=200), validate.Regexp(r"^[A-Za-z0-9_-]+$")],
+                           metadata={"pattern": "^[A-Za-z0-9_-]+$",
+                                     "description": "The `X-Next-Cursor` of the previous page: the export goes on "
+                                                    "just after it. Without it, the export starts with your oldest "
+                                                    "entry.",
+                                     "example": "MTIzNDU2LjIwMjYxMTIxVDEyMDAwNTAwMDAwMC5hY3RfV3EzblY3eEw"})
+    limit = fields.Integer(load_default=1000, validate=validate.Range(min=1, max=1000), metadata={
+        "description": "Most entries in the page, 1 to 1000.", "example": 1000})

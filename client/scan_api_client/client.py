@@ -26,6 +26,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -216,10 +217,16 @@ class ScanClient:
 
     def _request(self, method: str, path: str, *, json_body: Any = None, params: dict | None = None,
                  idempotency_key: str | None = None, wait: int | None = None) -> dict:
+        return _json_object(self._response(method, path, json_body=json_body, params=params,
+                                           idempotency_key=idempotency_key, wait=wait))
+
+    def _response(self, method: str, path: str, *, json_body: Any = None, params: dict | None = None,
+                  idempotency_key: str | None = None, wait: int | None = None,
+                  accept: str = "application/json") -> requests.Response:
+        """The successful answer (retried as the status says), or the error it raises."""
         base = self.wait_url if wait else self.base_url
         url = f"{base}{API_PREFIX}{path}"
-        headers = {"Authorization": f"Bearer {self.api_key}", "Accept": "application/json",
-                   "User-Agent": self.user_agent}
+        headers = {"Authorization": f"Bearer {self.api_key}", "Accept": accept, "User-Agent": self.user_agent}
         if idempotency_key is not None:
             headers["Idempotency-Key"] = idempotency_key
         attempt = 0
@@ -238,7 +245,7 @@ class ScanClient:
                 raise TransportError(f"{method} {url} failed: {_reason(exc)}") from exc
             self._record(response)
             if response.status_code < 400:
-                return _json_object(response)
+                return response
             error = error_from_response(response)
             if (response.status_code not in RETRY_STATUSES or error.code in NOT_RETRIED_CODES
                     or attempt >= self.max_retries):
@@ -431,6 +438,22 @@ class ScanClient:
         """Every entry matching ``filters`` (those of ``list_activity``), newest first, page after page."""
         return self._all(lambda starting_after: self.list_activity(limit=page_size, starting_after=starting_after,
                                                                    **filters), max_items)
+
+    def export_activity(self, cursor: str | None = None, *, limit: int | None = None) -> ActivityExportPage:
+        """``GET /api/v1/activity/export``: one page of your activity log (of this key's mode), oldest
+        first (1 credit). Pass the previous page's ``next_cursor`` to go on; ``has_more`` is False once
+        you have everything written so far (ask again later with the same cursor)."""
+        params = {"cursor": cursor, "limit": limit}
+        response = self._response("GET", "/activity/export", params={k: v for k, v in params.items() if v is not None},
+                                  accept="application/x-ndjson")
+        entries = [ActivityEntry.from_dict(json.loads(line)) for line in response.text.splitlines() if line.strip()]
+        return ActivityExportPage(entries, response.headers.get("X-Next-Cursor", cursor or ""),
+                                  response.headers.get("X-Has-More") == "true")
+
+    def iter_activity_export(self, cursor: str | None = None, *, page_size: int | None = None) -> ActivityExport:
+        """Every entry written so far after ``cursor`` (None: from your oldest), oldest first, page
+        after page. The iterator's ``cursor`` is where to resume (store it with what you exported)."""
+        return ActivityExport(self, cursor, page_size)
 
     def redeliver(self, delivery_id: str, idempotency_key: str | None = None) -> Delivery:
         """``POST /api/v1/deliveries/{id}/redeliver``: queue a new attempt of a finished delivery
@@ -819,3 +842,28 @@ def _json_object(response) -> dict:
         raise ApiError(response.status_code, "invalid_response", f"HTTP {response.status_code} answer {what}",
                        response.headers.get("X-Request-Id"), headers=response.headers)
     return answer
+
+
+@dataclass
+class ActivityExportPage:
+    """One page of the activity export: its entries, the cursor of the next page, whether more are ready now."""
+
+    entries: list
+    next_cursor: str
+    has_more: bool
+
+
+class ActivityExport:
+    """Iterates over the activity export page after page, until it has everything written so far;
+    ``cursor`` is the position after the last entry of the last page read (resume from it later)."""
+
+    def __init__(self, client: ScanClient, cursor: str | None, page_size: int | None):
+        self.client, self.cursor, self.page_size = client, cursor, page_size
+
+    def __iter__(self) -> Iterator[ActivityEntry]:
+        while True:
+            page = self.client.export_activity(self.cursor, limit=self.page_size)
+            yield from page.entries
+            self.cursor = page.next_cursor
+            if not page.has_more:
+                return

@@ -52,3 +52,19 @@ def test_cli_activity_csv_quotes_a_case_reference_that_starts_a_formula(served_a
                 env=env) == 0, err.getvalue()
     [row] = list(csv.DictReader(io.StringIO(out.getvalue())))
     assert row["case_ref"] == "'=HYPERLINK(\"http://x\")"
+
+
+def test_iter_activity_export_goes_oldest_first_and_resumes_from_its_cursor(served_app, account):
+    api = ScanClient(served_app.url, account.api_key, sleep=lambda s: None)
+    created = api.create("jane.doe@example.com", purpose="kyc_aml")
+    api.list_scans(limit=1)
+    export = api.iter_activity_export(page_size=2)
+    first = list(export)
+    # each page's call is an entry too: the second page holds the first page's call, then ends
+    assert [e.action for e in first] == ["scan.create", "scans.list", "activity.export"]
+    assert first[0].resource_id == created.scan_id and all(isinstance(e, ActivityEntry) for e in first)
+    resumed = list(api.iter_activity_export(export.cursor))
+    assert [e.action for e in resumed] == ["activity.export"]  # the last page's call, nothing seen before
+    assert resumed[0].activity_id not in {e.activity_id for e in first}
+    with pytest.raises(ValidationError):
+        api.export_activity("bm9wZQ")

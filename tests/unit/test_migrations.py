@@ -211,6 +211,7 @@ def test_the_activity_log_migration_builds_the_table_a_fresh_database_has(app):
         assert fresh["default"] == [("activity_entry_default",)]
         assert {name for name, _ in fresh["indexes"]} == {
             "activity_entry_pkey", "activity_entry_customer_id_livemode_created_at_id",
+            "activity_entry_customer_id_livemode_xact_created_at_id",
             "activity_entry_target_hashes", "activity_entry_resource"}
         with db.atomic():
             db.drop_tables([ActivityEntry], cascade=True)
@@ -637,3 +638,39 @@ def test_the_confidence_migration_gives_stored_results_a_match_and_their_finding
             ("fnd_a", 0.45, []), ("fnd_b", 0.0, []), ("fnd_c", 0.99, [])]
         assert list(migrated["findings"][0]) == ["id", "path", "source_ids", "confidence", "matched_on", "feedback"]
         assert json.loads(Scan.get_by_id("scn_v29b").result_json) == new
+
+
+def test_the_export_order_migration_adds_xact_without_rewriting_old_entries(app):
+    """The export order migration: entries from before it read xact 0 (exported first, by time);
+    new ones get their transaction's id; the table is as a fresh database has it."""
+    from app.services.billing import activity
+    [version] = [v for v, _, f in migrations.MIGRATIONS if f is migrations._activity_export_order]
+
+    with db.connection_context():
+        fresh = _activity_table_shape()
+        with db.atomic():
+            db.execute_sql('DROP INDEX IF EXISTS "activity_entry_customer_id_livemode_xact_created_at_id"')
+            db.execute_sql('ALTER TABLE "activity_entry" DROP COLUMN "xact"')
+            SchemaVersion.delete().where(SchemaVersion.version == version).execute()
+        old = activity.record(customer_id="cus_m32", livemode=True, action="scan.read", status=200)
+        assert migrations.upgrade() == [version]
+        assert migrations.upgrade() == []
+        assert _activity_table_shape() == fresh
+        new = activity.record(customer_id="cus_m32", livemode=True, action="scan.read", status=200)
+        xacts = dict(db.execute_sql("SELECT id, xact::text FROM activity_entry WHERE customer_id = 'cus_m32'"))
+        assert xacts[old] == "0" and int(xacts[new]) > 0
+        page = activity.export_page("cus_m32", livemode=True)
+        assert [e["activity_id"] for e in page.entries] == [old, new]
+
+
+def test_the_audit_sinks_migration_builds_the_table(app):
+    from app.models import AuditSink
+    [version] = [v for v, _, f in migrations.MIGRATIONS if f is migrations._audit_sinks]
+
+    with db.connection_context():
+        with db.atomic():
+            db.drop_tables([AuditSink])
+            SchemaVersion.delete().where(SchemaVersion.version == version).execute()
+        assert migrations.upgrade() == [version]
+        assert migrations.upgrade() == []
+        assert "audit_sink" in db.get_tables()

@@ -13,6 +13,7 @@ DELETE walking the log. ``upkeep`` runs both as a periodic job (``app.services.s
 """
 from __future__ import annotations
 
+import base64
 import logging
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -233,6 +234,11 @@ def _entry(row) -> dict:
             "purpose": purpose, "case_ref": case_ref}
 
 
+def public_entry(row) -> dict:
+    """An entry as the API, the export and the audit sinks show it (``READ_COLUMNS``' row)."""
+    return _entry(row)
+
+
 def _page(customer_id: str, *, livemode: bool | None, limit: int, starting_after: str | None,
           target: str | None, **filters) -> tuple[list[tuple], bool]:
     hashes = target_filter(target)
@@ -282,6 +288,66 @@ def export_entries(customer_id: str, *, livemode: bool | None = None, target: st
         for row in store.all_rows(customer_id, livemode=livemode, target_hashes=hashes, **filters):
             yield _entry(row)
     return entries()
+
+
+# --- the audit export: every entry once, oldest first, resumable --------------------------------
+
+EXPORT_DEFAULT_LIMIT, EXPORT_MAX_LIMIT = 1000, 1000
+_CURSOR_TIME = "%Y%m%dT%H%M%S%f"
+# Before every entry: an export started without a cursor resumes from here.
+START = ("0", datetime.min, "")  # noqa: DTZ901 (the database keeps naive UTC times)
+
+
+def encode_cursor(position: tuple[str, datetime, str]) -> str:
+    """The opaque cursor of an export position ``(xact, created_at, id)``."""
+    xact, created_at, entry_id = position
+    raw = f"{xact}.{created_at.strftime(_CURSOR_TIME)}.{entry_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None) -> tuple[str, datetime, str]:
+    """The position a cursor names; a cursor this service did not make is a 400."""
+    if cursor is None:
+        return START
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+        xact, moment, entry_id = raw.split(".")
+        position = xact, datetime.strptime(moment, _CURSOR_TIME), entry_id
+    except ValueError:  # UnicodeDecodeError and binascii.Error are ValueErrors
+        position = None
+    if position is None or not xact.isdigit() or len(xact) > 20 or len(entry_id) > 40:
+        raise InvalidRequest("cursor is not a cursor of the activity export",
+                             details={"cursor": ["use the X-Next-Cursor of a previous export page"]})
+    return position
+
+
+@dataclass(frozen=True)
+class ExportPage:
+    entries: list[dict]
+    next_cursor: str  # where the next page starts; the same cursor when nothing new was ready
+    has_more: bool  # the page is full: more entries are ready now
+
+
+def export_page(customer_id: str, *, livemode: bool, cursor: str | None = None,
+                limit: int = EXPORT_DEFAULT_LIMIT) -> ExportPage:
+    """One page of ``GET /activity/export``: the customer's entries of the key's mode in the order
+    they were written (oldest first), after ``cursor``.
+
+    Resumable with nothing lost or repeated while entries are being written: an entry's time and
+    id are chosen before the transaction that writes it commits, and commits come in no order, so
+    a cursor on time or id could pass an entry that commits a moment later behind it. The page
+    holds only entries written by transactions older than the oldest one still running
+    (PostgreSQL's snapshot xmin), ordered by that transaction's id: every such transaction has
+    ended, so no entry can ever appear behind the cursor. An entry shows up once every call that
+    began before it has finished (usually well under a second; a long transaction anywhere in the
+    database holds the export back, it never makes it skip)."""
+    position = decode_cursor(cursor)
+    limit = max(1, min(EXPORT_MAX_LIMIT, int(limit)))
+    rows = store.export_rows(customer_id, livemode=livemode, after=position, limit=limit)
+    if rows:
+        last = rows[-1]
+        position = (last[-1], last[1], last[0])
+    return ExportPage([_entry(row[:-1]) for row in rows], encode_cursor(position), len(rows) == limit)
 
 
 # --- retention -------------------------------------------------------------------------------

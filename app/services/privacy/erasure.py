@@ -114,6 +114,12 @@ def erase_batch(*, customer_id: str, bulk_id: str, livemode: bool) -> dict:
             "in_flight": sum(1 for _, status, _ in states if status not in FINAL)}
 
 
+def erase_for_subject(scan_ids: Sequence[str], now: datetime, *, owner: tuple[str, bool]) -> list[str]:
+    """A data subject's erasure (``services.privacy.subjects``): the customer's final ``scan_ids``
+    erased as its own request would erase them; the ids erased now."""
+    return _erase(scan_ids, now, reason="request", owner=owner)
+
+
 def due_for_retention(now: datetime | None = None) -> int:
     """How many final scans are past their customer's retention now (what the job would erase)."""
     return scan_store.count_past_retention(final=FINAL, now=now or utcnow())

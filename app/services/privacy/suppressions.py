@@ -29,6 +29,9 @@ def add(kind: str | None, target: str) -> dict:
     # the operator's list and remove, and every creation's check, have no use for.
     from app.services.watches import watch_changes
     watch_changes.end_watches_of_optout(suppression_hashes(kind, normalized))  # D28: the target's watches end
+    if added:  # each customer holding a scan of the person is told once, when the opt-out is new
+        from app.services.privacy import subjects
+        subjects.tell_opted_out(kind, normalized)
     return {"target_hash": target_hash, "kind": key_kind, "added": added}
 
 

@@ -267,6 +267,23 @@ def record_service_event(body: dict) -> list[WebhookDelivery]:
     return pending
 
 
+def record_customer_event(customer_id: str, livemode: bool, body: dict) -> list[WebhookDelivery]:
+    """Record an event about the customer's data rather than one key's (``subject.*``): a delivery
+    to every endpoint, of each of the customer's active keys of ``livemode``, that lists it, and
+    the event once in the feed. The pending deliveries, whose jobs go when the caller's transaction commits."""
+    pending = []
+    for key in key_store.all_oldest_first(customer_id):
+        if key.livemode != livemode or key.revoked_at is not None:
+            continue
+        for endpoint in key_endpoints(key):
+            if body["event"] in endpoint.events and endpoint.enabled:
+                delivery = _create_delivery(endpoint.key, body["event"], body, None, endpoint)
+                if delivery.status == PENDING:
+                    pending.append(delivery)
+    feed.record([feed.NewEvent(customer_id, livemode, body["event"], encode_body(body))])
+    return pending
+
+
 def send_on_commit(delivery: WebhookDelivery) -> None:
     """Enqueue the job of a delivery made pending in the caller's transaction once it commits (at
     once outside one); a job Redis refuses is enqueued by the recovery sweep."""

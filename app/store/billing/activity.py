@@ -111,6 +111,35 @@ def all_rows(customer_id: str, *, batch: int = 1000, **filters) -> Iterator[tupl
         before = (rows[-1][1], rows[-1][0])
 
 
+def export_rows(customer_id: str, *, livemode: bool | None, after: tuple[str, datetime, str] | None,
+                limit: int) -> list[tuple]:
+    """Up to ``limit`` rows (``READ_COLUMNS`` then ``xact`` as text) of the customer's entries of
+    one mode (None: both) in the order they were written, ``(xact, created_at, id)``, after the cursor
+    ``after`` and written by a transaction older than every one still running: each of those has
+    ended, so no entry will ever appear before the last row returned (an entry's time and id are
+    chosen before its transaction commits, in no order). Read in one statement: the watermark is
+    the statement's own snapshot's."""
+    where = ["customer_id = ?", "xact < pg_snapshot_xmin(pg_current_snapshot())"]
+    params: list = [customer_id]
+    if livemode is not None:  # None: both modes (an audit sink's)
+        where.append("livemode = ?")
+        params.append(livemode)
+    if after is not None:
+        where.append("(xact, created_at, id) > (?::xid8, ?, ?)")
+        params.extend(after)
+    return execute(f"SELECT {', '.join(READ_COLUMNS)}, xact::text FROM {table(ActivityEntry)} "
+                   f"WHERE {' AND '.join(where)} ORDER BY xact, created_at, id LIMIT ?", params + [limit]).fetchall()
+
+
+def last_export_position(customer_id: str) -> tuple[str, datetime, str] | None:
+    """``(xact, created_at, id)`` of the last entry of the customer (both modes) ``export_rows``
+    would give now, or None."""
+    row = execute(f"SELECT xact::text, created_at, id FROM {table(ActivityEntry)} WHERE customer_id = ? "
+                  f"AND xact < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY xact DESC, created_at DESC, id DESC "
+                  f"LIMIT 1", (customer_id,)).fetchone()
+    return None if row is None else (row[0], row[1], row[2])
+
+
 # --- day partitions -------------------------------------------------------------------------
 
 def partition_name(day: date) -> str:
@@ -157,9 +186,12 @@ def create_day_partition(day: date) -> bool:
     # routed there, and they are made a week ahead, so nothing waits in practice.
     execute(f'LOCK TABLE "{DEFAULT_PARTITION}" IN SHARE ROW EXCLUSIVE MODE')
     # The DEFAULT partition holds only the entries of days that had no partition: small.
+    # Moved with their writing transaction's id (``xact``): the audit export's cursor has passed
+    # them already, a new id would export them twice.
+    moved = ", ".join((*COLUMNS, "xact"))
     execute(f'WITH moved AS (DELETE FROM "{DEFAULT_PARTITION}" WHERE created_at >= ? AND created_at < ? '
-            f'RETURNING {", ".join(COLUMNS)}) INSERT INTO "{name}" ({", ".join(COLUMNS)}) '
-            f'SELECT {", ".join(COLUMNS)} FROM moved', (start, end))
+            f'RETURNING {moved}) INSERT INTO "{name}" ({moved}) '
+            f'SELECT {moved} FROM moved', (start, end))
     db.execute_sql(f"ALTER TABLE {table(ActivityEntry)} ATTACH PARTITION \"{name}\" "
                    f"FOR VALUES FROM ('{start:%Y-%m-%d}') TO ('{end:%Y-%m-%d}')")
     return True

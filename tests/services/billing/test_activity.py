@@ -266,3 +266,64 @@ def test_the_target_filter_finds_unicode_spellings_and_entries_kept_under_the_ea
     assert listed("josé.garcía@example.com") == [new]
     assert listed("pat@xn--bcher-kva.example") == listed("PAT@BÜCHER.example") == [earlier]
     assert listed("+44 20 7946 0958") == [trunk]
+
+
+# --- the audit export ---------------------------------------------------------------------------
+
+def exported(cursor=None, *, customer_id="cus_a", livemode=True, limit=1000):
+    page = activity.export_page(customer_id, livemode=livemode, cursor=cursor, limit=limit)
+    return [e["activity_id"] for e in page.entries], page
+
+
+def test_the_export_pages_through_every_entry_of_the_mode_once_in_the_order_written(conn):
+    written = [entry(at=T + timedelta(seconds=n)) for n in range(5)]
+    entry(livemode=False)  # another mode
+    entry("cus_b")  # another customer
+    first, page = exported(limit=2)
+    assert first == written[:2] and page.has_more
+    second, page = exported(page.next_cursor, limit=2)
+    third, last = exported(page.next_cursor, limit=2)
+    assert second == written[2:4] and third == written[4:] and not last.has_more
+    again, empty = exported(last.next_cursor)
+    assert again == [] and empty.next_cursor == last.next_cursor  # caught up: ask later with the same cursor
+    later = entry(at=T - timedelta(days=1))  # an earlier clock: still after everything exported
+    assert exported(last.next_cursor)[0] == [later]
+    assert exported(livemode=False)[0] != [] and exported(customer_id="cus_b")[0] != []
+
+
+def test_an_entry_still_being_written_holds_the_export_back_so_it_is_never_skipped(conn, database_url):
+    """An entry's time and id are chosen before its transaction commits: a transaction that began
+    first may commit last, behind entries already exported. The export stops before the oldest
+    transaction still running, so the late one is exported after, not lost."""
+    import psycopg2
+
+    before = entry(at=T)
+    other = psycopg2.connect(database_url)
+    try:
+        row = activity._row(entry_id="act_late", created_at=T + timedelta(seconds=1), customer_id="cus_a",
+                            livemode=True, action="scan.read", status=200, credits=1)
+        other.cursor().execute(store.INSERT.replace("?", "%s"), store.values(row))  # not committed yet
+        after = entry(at=T + timedelta(seconds=2))  # committed, with a later time
+        held, page = exported()
+        assert held == [before]  # `after` waits for the open transaction
+        other.commit()
+    finally:
+        other.close()
+    rest, _ = exported(page.next_cursor)
+    assert rest == ["act_late", after]
+
+
+def test_a_cursor_the_service_did_not_make_is_refused(conn):
+    for cursor in ("nope", "bm9wZQ", activity.encode_cursor(("0", T, "act_1")).replace("M", "!")):
+        with pytest.raises(InvalidRequest) as refused:
+            activity.export_page("cus_a", livemode=True, cursor=cursor)
+        assert "cursor" in refused.value.details
+
+
+def test_entries_moved_into_their_day_partition_are_not_exported_again(no_day_partitions):
+    first = entry(at=T)
+    exported_ids, page = exported()
+    assert exported_ids == [first] and store.partition_of(first) == DEFAULT_PARTITION
+    activity.prepare_partitions(T)  # moves it out of the DEFAULT partition
+    assert store.partition_of(first) != DEFAULT_PARTITION
+    assert exported(page.next_cursor)[0] == []
