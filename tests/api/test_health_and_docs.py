@@ -56,7 +56,8 @@ def test_openapi_document_declares_every_endpoint_code_and_the_bearer_scheme(cli
     assert {"ok", "error", "message", "request_id"} <= set(error["required"])
     result = spec["components"]["schemas"]["Result"]
     assert set(result["properties"]) == {"risk", "counts", "profiles", "contacts", "breaches", "phone_profile",
-                                         "ai_summary", "artifacts", "sources", "coverage", "partial", "findings"}
+                                         "ai_summary", "artifacts", "sources", "coverage", "partial", "findings", "match",
+                                         "filtered"}
     created = paths["/api/v1/scan"]["post"]["responses"]["202"]
     assert {"X-Credits-Remaining", "RateLimit", "RateLimit-Policy"} <= set(created["headers"])
 
