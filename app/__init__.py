@@ -22,9 +22,9 @@ from app.extensions import csrf, db
 from app.logging_setup import setup_logging
 
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-# A client id shaped like an API key or a webhook secret is a secret sent there by mistake:
+# A client id shaped like an API key, a webhook secret or a SCIM token is a secret sent there by mistake:
 # it is never echoed, logged or stored (any case: erring towards replacing it).
-SECRET_SHAPED_RE = re.compile(r"^(service_live_|service_test_|whsec_)", re.IGNORECASE)
+SECRET_SHAPED_RE = re.compile(r"^(service_live_|service_test_|whsec_|scim_)", re.IGNORECASE)
 
 
 def client_request_id(value: str) -> str | None:
@@ -46,7 +46,7 @@ class PortalSessionInterface(SecureCookieSessionInterface):
     verified on the way in or written on the way out (a tenth of a read's Python time)."""
 
     def open_session(self, app, request):
-        if request.path.startswith("/api/"):
+        if request.path.startswith(("/api/", "/scim/")):  # SCIM: the customer's bearer token, no cookie
             return self.make_null_session(app)
         return super().open_session(app, request)
 
