@@ -98,37 +98,61 @@ def schema(schema_id):
     return _answer(scim.schema(schema_id, _base_url()))
 
 
+def _selected(resource: dict, given) -> dict:
+    """The resource with the attributes the request asks for (``attributes``, ``excludedAttributes``)."""
+    return scim.select_attributes(resource, attributes=given.get("attributes"),
+                                  excluded=given.get("excludedAttributes"))
+
+
+def _listed(given) -> Response:
+    page = scim.list_users(g.scim_customer_id, _base_url(), filter_text=given.get("filter"),
+                           start_index=given.get("startIndex"), count=given.get("count"))
+    page["Resources"] = [_selected(resource, given) for resource in page["Resources"]]
+    return _answer(page)
+
+
 @blp.get("/Users")
 @scim_authenticated
 def list_users():
-    args = request.args
-    return _answer(scim.list_users(g.scim_customer_id, _base_url(), filter_text=args.get("filter"),
-                                   start_index=args.get("startIndex"), count=args.get("count")))
+    return _listed(request.args)
+
+
+@blp.post("/Users/.search")
+@blp.post("/.search")
+@scim_authenticated
+def search_users():
+    """A query sent as a body (RFC 7644 §3.4.3): the same parameters as the list's. At the root too,
+    where it searches every resource type: Users are the only one."""
+    body = _body()
+    if not isinstance(body, dict) or scim.SEARCH_SCHEMA not in (body.get("schemas") or []):
+        raise InvalidRequest(f"a search body lists the schema {scim.SEARCH_SCHEMA}", code=scim.INVALID_SYNTAX)
+    given = {name: ",".join(value) if isinstance(value, list) else value for name, value in body.items()}
+    return _listed(given)
 
 
 @blp.post("/Users")
 @scim_authenticated
 def create_user():
     body = scim.create_user(g.scim_customer_id, _body(), _base_url())
-    return _answer(body, 201, location=body["meta"]["location"])
+    return _answer(_selected(body, request.args), 201, location=body["meta"]["location"])
 
 
 @blp.get("/Users/<user_id>")
 @scim_authenticated
 def get_user(user_id):
-    return _answer(scim.get_user(g.scim_customer_id, user_id, _base_url()))
+    return _answer(_selected(scim.get_user(g.scim_customer_id, user_id, _base_url()), request.args))
 
 
 @blp.put("/Users/<user_id>")
 @scim_authenticated
 def replace_user(user_id):
-    return _answer(scim.replace_user(g.scim_customer_id, user_id, _body(), _base_url()))
+    return _answer(_selected(scim.replace_user(g.scim_customer_id, user_id, _body(), _base_url()), request.args))
 
 
 @blp.patch("/Users/<user_id>")
 @scim_authenticated
 def patch_user(user_id):
-    return _answer(scim.patch_user(g.scim_customer_id, user_id, _body(), _base_url()))
+    return _answer(_selected(scim.patch_user(g.scim_customer_id, user_id, _body(), _base_url()), request.args))
 
 
 @blp.delete("/Users/<user_id>")

@@ -44,6 +44,7 @@ PROVISIONED_BY = "scim"  # ``PortalUser.provisioned_by`` of a user a SCIM client
 USER_SCHEMA = "urn:ietf:params:scim:schemas:core:2.0:User"
 LIST_SCHEMA = "urn:ietf:params:scim:api:messages:2.0:ListResponse"
 PATCH_SCHEMA = "urn:ietf:params:scim:api:messages:2.0:PatchOp"
+SEARCH_SCHEMA = "urn:ietf:params:scim:api:messages:2.0:SearchRequest"
 SPC_SCHEMA = "urn:ietf:params:scim:schemas:core:2.0:ServiceProviderConfig"
 RESOURCE_TYPE_SCHEMA = "urn:ietf:params:scim:schemas:core:2.0:ResourceType"
 SCHEMA_SCHEMA = "urn:ietf:params:scim:schemas:core:2.0:Schema"
@@ -118,7 +119,7 @@ def user_resource(user: PortalUser, base_url: str) -> dict:
         "userName": user.email,
         "active": not user.disabled,
         "emails": [{"value": user.email, "type": "work", "primary": True}],
-        "roles": [{"value": user.role, "primary": True}],
+        "roles": [{"value": user.role}],
         "meta": {"resourceType": "User", "created": iso(user.created_at), "lastModified": iso(user.created_at),
                  "location": f"{base_url}/Users/{user.id}"},
     })
@@ -128,6 +129,55 @@ def user_resource(user: PortalUser, base_url: str) -> dict:
 def list_response(resources: list, *, total: int | None = None, start_index: int = 1) -> dict:
     return {"schemas": [LIST_SCHEMA], "totalResults": len(resources) if total is None else total,
             "startIndex": start_index, "itemsPerPage": len(resources), "Resources": resources}
+
+
+ALWAYS_RETURNED = ("id", "schemas")
+
+
+def select_attributes(resource: dict, *, attributes: str | None = None, excluded: str | None = None) -> dict:
+    """``resource`` with only the ``attributes`` asked for, or without the ``excluded`` ones (RFC 7644
+    §3.4.2.5: comma-separated names, any case, with or without the schema's URN, ``parent.sub`` for a
+    sub-attribute); ``id`` and ``schemas`` are always returned."""
+    if attributes:
+        wanted = _attribute_names(attributes)
+        kept = {}
+        for name, value in resource.items():
+            subs = [sub for top, sub in wanted if top == name.lower()]
+            if name in ALWAYS_RETURNED or None in subs:
+                kept[name] = value
+            elif subs:
+                kept[name] = _sub_attributes(value, lambda key, subs=subs: key.lower() in subs)
+        return kept
+    if excluded:
+        kept = dict(resource)
+        for top, sub in _attribute_names(excluded):
+            name = next((key for key in kept if key.lower() == top and key not in ALWAYS_RETURNED), None)
+            if name is not None and sub is None:
+                del kept[name]
+            elif name is not None:
+                kept[name] = _sub_attributes(kept[name], lambda key, sub=sub: key.lower() != sub)
+        return kept
+    return resource
+
+
+def _attribute_names(text: str) -> list[tuple[str, str | None]]:
+    names = []
+    for part in text.split(","):
+        part = part.strip()
+        if part.lower().startswith(USER_SCHEMA.lower() + ":"):
+            part = part[len(USER_SCHEMA) + 1:]
+        top, _, sub = part.lower().partition(".")
+        if top:
+            names.append((top, sub or None))
+    return names
+
+
+def _sub_attributes(value, keep):
+    if isinstance(value, list):
+        return [_sub_attributes(item, keep) for item in value]
+    if isinstance(value, dict):
+        return {key: inner for key, inner in value.items() if keep(key)}
+    return value
 
 
 def get_user(customer_id: str, user_id: str, base_url: str) -> dict:
@@ -393,17 +443,17 @@ def schemas(base_url: str) -> list[dict]:
         "attributes": [
             _attribute("userName", required=True, uniqueness="server",
                        description="The user's login e-mail address; unique across the service."),
-            _attribute("active", "boolean", description="False: the user cannot sign in, and its sessions end."),
+            _attribute("active", "boolean", required=True,
+                       description="False: the user cannot sign in, and its sessions end (absent: true)."),
             _attribute("emails", "complex", multiValued=True, mutability="readOnly",
                        description="The login e-mail, as the primary work address.",
                        subAttributes=[_attribute("value", mutability="readOnly"),
                                       _attribute("type", mutability="readOnly", canonicalValues=["work"]),
                                       _attribute("primary", "boolean", mutability="readOnly")]),
-            _attribute("roles", "complex", multiValued=True,
+            _attribute("roles", "complex", multiValued=True, required=True,
                        description="The user's portal role: one of viewer, developer, admin (given several, the "
-                                   "most powerful; none: viewer).",
-                       subAttributes=[_attribute("value", canonicalValues=list(ROLES)),
-                                      _attribute("primary", "boolean")]),
+                                   "most powerful; absent: viewer).",
+                       subAttributes=[_attribute("value", required=True, canonicalValues=list(ROLES))]),
         ],
         "meta": {"resourceType": "Schema", "location": f"{base_url}/Schemas/{USER_SCHEMA}"},
     }

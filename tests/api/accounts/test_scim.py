@@ -121,7 +121,7 @@ def test_create_makes_a_portal_user_marked_as_provisioned_by_scim(idp):
     body = idp.create("Ada@Acme.example", roles=[{"value": "developer"}], externalId="okta-1",
                       name={"givenName": "Ada"})
     assert body["schemas"] == [USER] and body["userName"] == "ada@acme.example" and body["active"] is True
-    assert body["roles"] == [{"value": "developer", "primary": True}] and body["externalId"] == "okta-1"
+    assert body["roles"] == [{"value": "developer"}] and body["externalId"] == "okta-1"
     assert body["emails"][0]["value"] == "ada@acme.example"
     assert body["meta"]["resourceType"] == "User"
     assert body["meta"]["location"].endswith(f"/scim/v2/Users/{body['id']}")
@@ -135,7 +135,7 @@ def test_create_answers_201_with_location_and_scim_json(idp):
     answer = idp.call("POST", "/Users", {"schemas": [USER], "userName": "bo@acme.example"})
     body = scim_json(answer)
     assert answer.status_code == 201 and answer.headers["Location"] == body["meta"]["location"]
-    assert body["roles"] == [{"value": "viewer", "primary": True}]  # no role given: the least
+    assert body["roles"] == [{"value": "viewer"}]  # no role given: the least
     assert answer.headers["Cache-Control"] == "no-store"
 
 
@@ -370,3 +370,24 @@ def test_the_app_refuses_to_start_with_a_scim_view_outside_its_authentication(ap
     app.url_map.add(type(next(app.url_map.iter_rules()))("/scim/v2/Extra", endpoint="scim.extra"))
     with pytest.raises(RuntimeError, match="scim_authenticated"):
         check_accounted(app)
+
+
+def test_attributes_and_excluded_attributes_choose_what_is_returned(idp):
+    created = idp.create(roles=[{"value": "admin"}])
+    only = scim_json(idp.call("GET", f"/Users/{created['id']}?attributes=userName,roles.value"))
+    assert only == {"schemas": [USER], "id": created["id"], "userName": created["userName"],
+                    "roles": [{"value": "admin"}]}
+    without = scim_json(idp.call("GET", f"/Users?excludedAttributes=active,{USER}:emails,id"))["Resources"][0]
+    assert "active" not in without and "emails" not in without and without["id"] == created["id"]
+
+
+def test_a_search_sent_as_a_body_filters_and_pages_as_the_list(idp):
+    idp.create("a@acme.example")
+    wanted = idp.create("b@acme.example")
+    for path in ("/Users/.search", "/.search"):
+        body = scim_json(idp.call("POST", path, {
+            "schemas": ["urn:ietf:params:scim:api:messages:2.0:SearchRequest"],
+            "filter": 'userName eq "b@acme.example"', "attributes": ["userName"], "count": 5}))
+        assert body["totalResults"] == 1 and body["Resources"] == [
+            {"schemas": [USER], "id": wanted["id"], "userName": "b@acme.example"}]
+    assert_error(idp.call("POST", "/.search", {"filter": "x"}), 400, "invalidSyntax")

@@ -56,7 +56,7 @@ def test_the_token_status_shows_when_but_never_the_token(customer):
     ([{"value": "viewer"}, {"value": "admin"}, "developer"], "admin")])
 def test_the_role_is_the_most_powerful_of_the_roles_given(customer, roles, role):
     body = make(customer.id, roles=roles) if roles is not None else make(customer.id)
-    assert body["roles"] == [{"value": role, "primary": True}]
+    assert body["roles"] == [{"value": role}]
 
 
 @pytest.mark.parametrize("text, match", [
