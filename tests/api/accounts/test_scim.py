@@ -391,3 +391,33 @@ def test_a_search_sent_as_a_body_filters_and_pages_as_the_list(idp):
         assert body["totalResults"] == 1 and body["Resources"] == [
             {"schemas": [USER], "id": wanted["id"], "userName": "b@acme.example"}]
     assert_error(idp.call("POST", "/.search", {"filter": "x"}), 400, "invalidSyntax")
+
+
+# --- the operator's command -------------------------------------------------------------------------
+
+def test_the_operator_issues_the_token_once_replaces_it_and_revokes_it(app, account, caplog):
+    runner = app.test_cli_runner()
+    with caplog.at_level(logging.INFO):
+        shown = runner.invoke(args=["customers", "scim-token", account.id])
+    assert shown.exit_code == 0, shown.output
+    token = shown.output.strip().rsplit(" ", 1)[-1]
+    assert token.startswith("scim_") and "shown once" in shown.output
+    assert all(token not in record.getMessage() for record in caplog.records)
+    with db.connection_context():
+        assert Customer.get_by_id(account.id).scim_token_digest == digest(token)
+    client = app.test_client()
+    assert client.get("/scim/v2/Users", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+    again = json.loads(runner.invoke(args=["customers", "scim-token", account.id, "--json"]).output)
+    assert again["ok"] and again["scim_token"] != token
+    assert client.get("/scim/v2/Users", headers={"Authorization": f"Bearer {token}"}).status_code == 401
+    revoked = json.loads(runner.invoke(args=["customers", "scim-token", account.id, "--revoke", "--json"]).output)
+    assert revoked == {"ok": True, "customer_id": account.id, "revoked": True}
+    newer = again["scim_token"]
+    assert client.get("/scim/v2/Users", headers={"Authorization": f"Bearer {newer}"}).status_code == 401
+    with db.connection_context():
+        assert Customer.get_by_id(account.id).scim_token_digest is None
+
+
+def test_the_command_for_an_unknown_customer_is_one_line(app):
+    result = app.test_cli_runner().invoke(args=["customers", "scim-token", "cus_nobody"])
+    assert result.exit_code == 1 and "no customer cus_nobody" in result.output and "Traceback" not in result.output
