@@ -89,7 +89,7 @@ SCIM_ERROR_SCHEMA = "urn:ietf:params:scim:api:messages:2.0:Error"
 
 
 def scim_error_response(status, error, message, *, headers=None):
-    """An error of ``/scim/`` in SCIM's error schema (RFC 7644 §3.12): the status as a string, and
+    """An error of ``/scim/`` in SCIM's error schema (RFC 7644, section 3.12): the status as a string, and
     ``scimType`` when the error's code is one SCIM defines."""
     body = {"schemas": [SCIM_ERROR_SCHEMA], "status": str(status), "detail": message}
     if error in SCIM_TYPES:

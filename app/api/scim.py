@@ -121,7 +121,7 @@ def list_users():
 @blp.post("/.search")
 @scim_authenticated
 def search_users():
-    """A query sent as a body (RFC 7644 §3.4.3): the same parameters as the list's. At the root too,
+    """A query sent as a body (RFC 7644, section 3.4.3): the same parameters as the list's. At the root too,
     where it searches every resource type: Users are the only one."""
     body = _body()
     if not isinstance(body, dict) or scim.SEARCH_SCHEMA not in (body.get("schemas") or []):

@@ -136,7 +136,7 @@ ALWAYS_RETURNED = ("id", "schemas")
 
 def select_attributes(resource: dict, *, attributes: str | None = None, excluded: str | None = None) -> dict:
     """``resource`` with only the ``attributes`` asked for, or without the ``excluded`` ones (RFC 7644
-    §3.4.2.5: comma-separated names, any case, with or without the schema's URN, ``parent.sub`` for a
+    section 3.4.2.5: comma-separated names, any case, with or without the schema's URN, ``parent.sub`` for a
     sub-attribute); ``id`` and ``schemas`` are always returned."""
     if attributes:
         wanted = _attribute_names(attributes)
@@ -284,7 +284,7 @@ def _resource_body(body) -> dict:
 
 
 def _canonical(values: dict) -> dict:
-    """The attributes SCIM reads without case (RFC 7643 §2.1), by their names here; others dropped."""
+    """The attributes SCIM reads without case (RFC 7643, section 2.1), by their names here; others dropped."""
     kept = {}
     for name, value in values.items():
         bare = name.rsplit(":", 1)[-1] if name.lower().startswith(USER_SCHEMA.lower() + ":") else name
