@@ -12,7 +12,7 @@ What a SCIM ``User`` is here:
   powerful, as roles nest; none: ``viewer``); ``owner`` is given by an owner in the portal only;
 - ``active``: false disables the user and ends every session at once, as does a delete;
 - ``externalId`` is kept as sent; ``emails`` is read only (the login e-mail); other attributes
-  of a body are ignored, a PATCH path naming one is ``invalidPath``.
+  are ignored, in a body as in a PATCH path (providers send their whole attribute mapping).
 An owner is listed and read but never changed by SCIM (403): the identity provider must not be able
 to lock the customer out of its own portal (and the last-owner rule stays the portal's).
 
@@ -68,7 +68,7 @@ _FILTER_RE = re.compile(r'^\s*(?:urn:ietf:params:scim:schemas:core:2\.0:User:)?(
 _ROLE_PATH_RE = re.compile(r"^roles(\[[^\]]*\])?(\.value)?$", re.IGNORECASE)
 _CANONICAL = {"username": "userName", "externalid": "externalId", "active": "active", "roles": "roles",
               "emails": "emails", "id": "id", "meta": "meta", "schemas": "schemas"}
-_READ_ONLY = ("emails", "id", "meta")
+_READ_ONLY = ("emails", "id", "meta", "schemas")
 
 
 # --- the customer's token -------------------------------------------------------------------------
@@ -375,6 +375,8 @@ def _patched(user: PortalUser, operations: list[dict]) -> dict:
             attributes.update({name: v for name, v in _canonical(value).items() if name not in _READ_ONLY})
             continue
         name = _path_attribute(path)
+        if name is None:
+            continue
         if op == "remove":
             if name == "userName":
                 raise InvalidRequest("userName is required: it cannot be removed", code=MUTABILITY)
@@ -384,19 +386,21 @@ def _patched(user: PortalUser, operations: list[dict]) -> dict:
     return _fields_of(attributes)
 
 
-def _path_attribute(path) -> str:
-    """The attribute a PATCH path changes; ``invalidPath`` for one not kept, ``mutability`` for a read-only one."""
-    if not isinstance(path, str):
-        raise InvalidRequest("path must be a string", code=INVALID_PATH)
-    bare = path[len(USER_SCHEMA) + 1:] if path.lower().startswith(USER_SCHEMA.lower() + ":") else path
+def _path_attribute(path) -> str | None:
+    """The attribute a PATCH path changes, or None for one not kept here (``name.givenName``, ``title``,
+    ``emails[type eq "work"].value``...: ignored, as in a whole body, since providers send their whole
+    mapping); ``invalidPath`` for no path at all, ``mutability`` for ``id``, ``meta``, ``schemas``."""
+    if not isinstance(path, str) or not path.strip():
+        raise InvalidRequest("path must be an attribute's name", code=INVALID_PATH)
+    bare = path.strip()
+    if bare.lower().startswith(USER_SCHEMA.lower() + ":"):
+        bare = bare[len(USER_SCHEMA) + 1:]
     if _ROLE_PATH_RE.match(bare):
         return "roles"
     name = _CANONICAL.get(bare.lower())
-    if name in _READ_ONLY or bare.lower().startswith("emails"):
+    if name in ("id", "meta", "schemas"):
         raise InvalidRequest(f"{bare} is read only", code=MUTABILITY)
-    if name is None or name == "schemas":
-        raise InvalidRequest(f"no attribute {bare} is kept for a User", code=INVALID_PATH)
-    return name
+    return None if name == "emails" else name
 
 
 # --- discovery ------------------------------------------------------------------------------------

@@ -256,8 +256,8 @@ def test_patch_replace_add_and_remove_change_role_and_external_id(idp):
 @pytest.mark.parametrize("operations, scim_type", [
     ([{"op": "remove"}], "noTarget"),
     ([{"op": "move", "path": "active", "value": True}], "invalidSyntax"),
-    ([{"op": "replace", "path": "nickName", "value": "x"}], "invalidPath"),
-    ([{"op": "replace", "path": "emails", "value": [{"value": "x@y.example"}]}], "mutability"),
+    ([{"op": "replace", "path": "", "value": "x"}], "invalidPath"),
+    ([{"op": "replace", "path": "id", "value": "usr_mine"}], "mutability"),
     ([{"op": "remove", "path": "userName"}], "mutability"),
     ([{"op": "replace", "path": "roles", "value": [{"value": "owner"}]}], "invalidValue"),
     ([{"op": "replace", "path": "roles", "value": "admin"}, {"op": "replace", "path": "active", "value": 3}],
@@ -269,6 +269,17 @@ def test_an_invalid_patch_is_400_and_changes_nothing_of_the_user(idp, operations
     assert_error(idp.call("PATCH", f"/Users/{created['id']}", {"schemas": [PATCH], "Operations": operations}),
                  400, scim_type)
     assert (row(created["id"]).role, row(created["id"]).disabled) == ("viewer", False)
+
+
+def test_a_patch_path_to_an_attribute_not_kept_is_ignored_as_in_a_body(idp):
+    created = idp.create()
+    answer = idp.call("PATCH", f"/Users/{created['id']}", {"schemas": [PATCH], "Operations": [
+        {"op": "replace", "path": "name.givenName", "value": "Ada"},
+        {"op": "replace", "path": 'emails[type eq "work"].value', "value": "other@acme.example"},
+        {"op": "replace", "path": "active", "value": False}]})
+    body = scim_json(answer)
+    assert answer.status_code == 200 and body["active"] is False and body["userName"] == created["userName"]
+    assert "name" not in body
 
 
 def test_a_patch_without_its_schema_is_400(idp):
@@ -421,3 +432,11 @@ def test_the_operator_issues_the_token_once_replaces_it_and_revokes_it(app, acco
 def test_the_command_for_an_unknown_customer_is_one_line(app):
     result = app.test_cli_runner().invoke(args=["customers", "scim-token", "cus_nobody"])
     assert result.exit_code == 1 and "no customer cus_nobody" in result.output and "Traceback" not in result.output
+
+
+def test_a_body_too_large_is_413_in_scims_error_schema_and_makes_nothing(idp, app):
+    limit = app.config["MAX_CONTENT_LENGTH"]
+    answer = idp.call("POST", "/Users", {"schemas": [USER], "userName": "big@acme.example", "externalId": "x" * limit})
+    assert_error(answer, 413)
+    with db.connection_context():
+        assert PortalUser.select().count() == 0
