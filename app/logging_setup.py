@@ -41,7 +41,9 @@ def _request_fields() -> dict:
         if not has_request_context():
             return {}
         caller = g.get("caller")  # the authenticated key (app.api.hooks)
-        return {"request_id": g.get("request_id"), "customer_id": caller.customer_id if caller is not None else None}
+        # else the customer whose SCIM token authenticated the request (app.api.scim)
+        customer_id = caller.customer_id if caller is not None else g.get("scim_customer_id")
+        return {"request_id": g.get("request_id"), "customer_id": customer_id}
     except Exception:  # logging must never fail the code that logs
         return {}
 

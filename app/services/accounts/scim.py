@@ -120,8 +120,8 @@ def user_resource(user: PortalUser, base_url: str) -> dict:
         "active": not user.disabled,
         "emails": [{"value": user.email, "type": "work", "primary": True}],
         "roles": [{"value": user.role}],
-        "meta": {"resourceType": "User", "created": iso(user.created_at), "lastModified": iso(user.created_at),
-                 "location": f"{base_url}/Users/{user.id}"},
+        # No lastModified: no time of a user's last change is kept (the portal changes users too).
+        "meta": {"resourceType": "User", "created": iso(user.created_at), "location": f"{base_url}/Users/{user.id}"},
     })
     return body
 

@@ -440,3 +440,20 @@ def test_a_body_too_large_is_413_in_scims_error_schema_and_makes_nothing(idp, ap
     assert_error(answer, 413)
     with db.connection_context():
         assert PortalUser.select().count() == 0
+
+
+def test_a_scim_requests_log_lines_name_the_customer_whose_token_it_was(idp, app):
+    from flask import g
+
+    from app.logging_setup import ContextFilter
+    seen = {}
+
+    @app.after_request
+    def keep(response):
+        record = logging.LogRecord("app.test", logging.INFO, __file__, 1, "during the request", None, None)
+        ContextFilter().filter(record)
+        seen["customer_id"] = record.customer_id if g.get("scim_customer_id") else None
+        return response
+
+    idp.call("GET", "/Users")
+    assert seen["customer_id"] == idp.account.id
