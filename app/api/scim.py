@@ -13,6 +13,7 @@ from functools import wraps
 from flask import Blueprint, Response, current_app, g, request
 from werkzeug.exceptions import BadRequest, UnsupportedMediaType
 
+from app.api.scans import base_url
 from app.services.accounts import scim
 from app.services.shared.errors import InvalidRequest
 
@@ -48,7 +49,9 @@ def _answer(body: dict | None, status: int = 200, location: str | None = None) -
 
 
 def _base_url() -> str:
-    return request.host_url.rstrip("/") + PREFIX
+    """Where the resources are (``meta.location``, ``Location``): under ``PUBLIC_BASE_URL`` (production
+    requires it), not a client's Host header."""
+    return base_url() + PREFIX
 
 
 def _body():

@@ -131,10 +131,13 @@ def test_create_makes_a_portal_user_marked_as_provisioned_by_scim(idp):
     assert user.password_hash == portal_users.NO_PASSWORD  # signs in by SSO or a set-password link
 
 
-def test_create_answers_201_with_location_and_scim_json(idp):
-    answer = idp.call("POST", "/Users", {"schemas": [USER], "userName": "bo@acme.example"})
+def test_create_answers_201_with_location_and_scim_json(idp, app):
+    app.config["PUBLIC_BASE_URL"] = "https://scan.example"
+    answer = idp.call("POST", "/Users", {"schemas": [USER], "userName": "bo@acme.example"},
+                      headers={"Host": "attacker.example"})
     body = scim_json(answer)
     assert answer.status_code == 201 and answer.headers["Location"] == body["meta"]["location"]
+    assert body["meta"]["location"] == f"https://scan.example/scim/v2/Users/{body['id']}"
     assert body["roles"] == [{"value": "viewer"}]  # no role given: the least
     assert answer.headers["Cache-Control"] == "no-store"
 
