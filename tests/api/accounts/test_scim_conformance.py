@@ -58,6 +58,6 @@ def test_scim2_tester_reports_no_failure_against_the_served_app(served_app, acco
     results = check_server(client, raise_exceptions=False)
     assert results, "the checker ran no check"
     failures = [f"{r.title} [{r.resource_type}]: {r.reason}" for r in results
-                if r.status in (Status.ERROR, Status.CRITICAL)]
+                if r.status in (Status.DEVIATION, Status.ERROR, Status.CRITICAL)]
     assert failures == [], "\n".join(failures)
-    assert sum(r.status == Status.SUCCESS for r in results) >= 10
+    assert sum(r.status == Status.SUCCESS for r in results) >= 30  # 35 with scim2-tester 0.5.2
