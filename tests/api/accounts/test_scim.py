@@ -140,6 +140,7 @@ def test_create_answers_201_with_location_and_scim_json(idp, app):
     assert body["meta"]["location"] == f"https://scan.example/scim/v2/Users/{body['id']}"
     assert body["roles"] == [{"value": "viewer"}]  # no role given: the least
     assert answer.headers["Cache-Control"] == "no-store"
+    assert "Set-Cookie" not in answer.headers  # no portal session opened for a bearer-token protocol
 
 
 def test_a_taken_user_name_is_409_uniqueness_also_another_customers(idp, make_customer):
