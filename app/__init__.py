@@ -20,14 +20,15 @@ from app.db import database_url, init_db
 from app.errors import allow_header, register_error_handlers
 from app.extensions import csrf, db
 from app.logging_setup import setup_logging
+from app.services.accounts.scim import TOKEN_PREFIX as SCIM_TOKEN_PREFIX
 from app.services.shared.crypto import KEY_PREFIXES
 from app.webhook_signature import SECRET_PREFIX as WEBHOOK_SECRET_PREFIX
 
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-# The prefixes of every credential the service hands out that has one: API keys (live and test)
-# and webhook and engine callback secrets (portal session and set-password tokens carry none).
+# The prefixes of every credential the service hands out that has one: API keys (live and test),
+# webhook and engine callback secrets and SCIM tokens (portal session and set-password tokens carry none).
 # ops/nginx.conf's $scan_request_id map lists the same (tests/ops check that they agree).
-SECRET_PREFIXES = (*KEY_PREFIXES, WEBHOOK_SECRET_PREFIX)
+SECRET_PREFIXES = (*KEY_PREFIXES, WEBHOOK_SECRET_PREFIX, SCIM_TOKEN_PREFIX)
 # A client id that holds one of them anywhere (``key:service_live_...``, ``a.whsec_...``) holds a
 # secret sent there by mistake: it is never echoed, logged or stored (any case: erring towards
 # replacing it).
@@ -54,7 +55,7 @@ class PortalSessionInterface(SecureCookieSessionInterface):
     tenth of a read's Python time, and of a forged callback's refusal)."""
 
     def open_session(self, app, request):
-        if request.path.startswith(("/api/", "/engine/")):
+        if request.path.startswith(("/api/", "/engine/", "/scim/")):  # SCIM: the customer's bearer token, no cookie
             return self.make_null_session(app)
         return super().open_session(app, request)
 

@@ -373,6 +373,24 @@ def customers_settings(customer_id, require_purpose, result_retention_days, requ
                                       ("require 2fa", "on" if settings["require_2fa"] else "off")]))
 
 
+@customers_cli.command("scim-token")
+@click.argument("customer_id")
+@click.option("--revoke", is_flag=True, help="Revoke the customer's SCIM token instead: provisioning stops.")
+@json_option
+def customers_scim_token(customer_id, revoke, as_json):
+    """Issue the customer's SCIM token (for its identity provider, at /scim/v2/), printed now and never
+    again; an earlier token stops working. With --revoke, revoke it."""
+    from app.services.accounts import scim
+    if revoke:
+        had = run(as_json, lambda: scim.revoke_token(customer_id))
+        emit(as_json, {"customer_id": customer_id, "revoked": had},
+             f"SCIM token of {customer_id} revoked" if had else f"{customer_id} had no SCIM token")
+        return
+    token = run(as_json, lambda: scim.issue_token(customer_id))
+    emit(as_json, {"customer_id": customer_id, "scim_token": token},
+         f"SCIM token of {customer_id} (shown once, store it now; an earlier one no longer works): {token}")
+
+
 @customers_cli.command("show")
 @click.argument("customer_id")
 @json_option

@@ -16,6 +16,7 @@ from flask_wtf.csrf import CSRFError
 from werkzeug.exceptions import HTTPException
 
 from app.db import CONNECTION_ERRORS
+from app.services.accounts.scim import SCIM_TYPES
 from app.services.shared import errors as domain
 
 log = logging.getLogger("app.errors")
@@ -85,7 +86,26 @@ def allow_header(methods) -> str:
     return ", ".join(sorted(m for m in methods if m != "OPTIONS"))
 
 
+SCIM_PATH = "/scim/"
+SCIM_ERROR_SCHEMA = "urn:ietf:params:scim:api:messages:2.0:Error"
+
+
+def scim_error_response(status, error, message, *, headers=None):
+    """An error of ``/scim/`` in SCIM's error schema (RFC 7644, section 3.12): the status as a string, and
+    ``scimType`` when the error's code is one SCIM defines."""
+    body = {"schemas": [SCIM_ERROR_SCHEMA], "status": str(status), "detail": message}
+    if error in SCIM_TYPES:
+        body["scimType"] = error
+    response = current_app.response_class(current_app.json.dumps(body), status=status,
+                                          mimetype="application/scim+json")
+    for name, value in (headers or {}).items():
+        response.headers[name] = str(value)
+    return response
+
+
 def error_response(status, error, message, *, details=None, headers=None):
+    if request.path.startswith(SCIM_PATH):  # the identity providers' protocol has its own error body
+        return scim_error_response(status, error, message, headers=headers)
     body = {"ok": False, "error": error, "message": message, "request_id": g.get("request_id")}
     if details:
         body["details"] = details

@@ -3,7 +3,7 @@
 ``LOG_FORMAT=json`` (the production default) writes one JSON object per line for log
 shippers; ``text`` is for people at a terminal. Jobs bind the scan or delivery they
 work on with ``log_context(...)``; requests contribute their request and customer id.
-A redaction filter masks anything shaped like an API key or a webhook secret, so a
+A redaction filter masks anything shaped like an API key, a webhook secret or a SCIM token, so a
 secret that slips into a message still never reaches the logs.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from types import MappingProxyType
 # Never mutated: log_context sets a new dict; the default is a read-only empty mapping.
 _context: contextvars.ContextVar[Mapping] = contextvars.ContextVar("log_context", default=MappingProxyType({}))
 _configured = False
-SECRET_RE = re.compile(r"(service_live_|service_test_|whsec_)[A-Za-z0-9_\-]{4,}")
+SECRET_RE = re.compile(r"(service_live_|service_test_|whsec_|scim_)[A-Za-z0-9_\-]{4,}")
 FIELDS = ("request_id", "customer_id", "scan_id", "delivery_id")
 
 
@@ -41,7 +41,9 @@ def _request_fields() -> dict:
         if not has_request_context():
             return {}
         caller = g.get("caller")  # the authenticated key (app.api.hooks)
-        return {"request_id": g.get("request_id"), "customer_id": caller.customer_id if caller is not None else None}
+        # else the customer whose SCIM token authenticated the request (app.api.scim)
+        customer_id = caller.customer_id if caller is not None else g.get("scim_customer_id")
+        return {"request_id": g.get("request_id"), "customer_id": customer_id}
     except Exception:  # logging must never fail the code that logs
         return {}
 

@@ -471,6 +471,18 @@ def _audit_sinks(database):
     database.create_tables([AuditSink], safe=True)
 
 
+def _scim(database):
+    """SCIM provisioning (D32): the customer's token digest and its time, the user's provisioning
+    mark (also added by single sign-on's migration: IF NOT EXISTS, in either order) and its
+    identity provider id."""
+    database.execute_sql('ALTER TABLE "customer" ADD COLUMN IF NOT EXISTS "scim_token_digest" VARCHAR(64), '
+                         'ADD COLUMN IF NOT EXISTS "scim_token_set_at" TIMESTAMP')
+    database.execute_sql('CREATE UNIQUE INDEX IF NOT EXISTS "customer_scim_token_digest" '
+                         'ON "customer" ("scim_token_digest")')
+    database.execute_sql('ALTER TABLE "portal_user" ADD COLUMN IF NOT EXISTS "provisioned_by" VARCHAR(8), '
+                         'ADD COLUMN IF NOT EXISTS "scim_external_id" TEXT')
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 # Versions 3 and 18 are absent on purpose: neither was ever assigned (the history has migration 4,
 # portal sessions, appended right after 2, and 19 after 17), so no database records them. The gaps
@@ -507,6 +519,7 @@ MIGRATIONS = [
     (29, "source health", _source_health),
     (30, "activity entries in the order they were written", _activity_export_order),
     (31, "audit sinks", _audit_sinks),
+    (32, "SCIM provisioning: token digest, provisioned users", _scim),
 ]
 
 

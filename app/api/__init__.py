@@ -119,7 +119,9 @@ class Mount:
 # Every blueprint of the API package, registered in this order (the document's order of
 # operations) by ``register_api``, and nowhere else. The documented ones authenticate with bearer
 # keys, never cookies; the engine's callbacks (E7) are signed by the engine, outside the document
-# and its accounting (``hooks.UNACCOUNTED``); the health checks take no key and no form.
+# and its accounting (``hooks.UNACCOUNTED``); SCIM (D32) authenticates with the customer's SCIM
+# token, outside the document and its accounting too (``hooks.check_accounted`` holds every view under
+# ``/scim/`` to ``scim.scim_authenticated``); the health checks take no key and no form.
 BLUEPRINTS = (
     Mount("app.api.scans"),
     Mount("app.api.deliveries"),
@@ -130,6 +132,7 @@ BLUEPRINTS = (
     Mount("app.api.account"),
     Mount("app.api.sources"),
     Mount("app.api.callbacks", documented=False),
+    Mount("app.api.scim", documented=False),
     Mount("app.api.health", documented=False, csrf_exempt=False),
     Mount("app.api.status", documented=False, csrf_exempt=False),
 )

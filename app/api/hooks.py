@@ -24,7 +24,7 @@ from flask import Response, current_app, g, request
 from app import rawjson
 from app.actions import action_for, check_named, route_of
 from app.api.auth import bearer_token, client_address
-from app.errors import UNKNOWN_FIELD, ApiError, from_service_error, query_error, service_unavailable
+from app.errors import SCIM_PATH, UNKNOWN_FIELD, ApiError, from_service_error, query_error, service_unavailable
 from app.models import ApiKey
 from app.services.accounts import access
 from app.services.billing import activity, billing, quotas
@@ -302,11 +302,16 @@ UNACCOUNTED = {
 def check_accounted(app) -> None:
     """Refuse to start when a view of the API is not wrapped by ``api_call`` or ``served_read``,
     or declares no scope (D21): it would answer without authentication, access check or charge
-    (fail closed, at start, not per request). ``UNACCOUNTED`` lists the views outside them."""
+    (fail closed, at start, not per request). ``UNACCOUNTED`` lists the views outside them; a view
+    under ``/scim/`` must be wrapped by SCIM's own authentication instead."""
     for rule in app.url_map.iter_rules():
         if rule.rule.startswith("/engine/") and rule.rule not in UNACCOUNTED:
             raise RuntimeError(f"{rule.endpoint} ({rule.rule}) is outside hooks.api_call: list it in "
                                f"hooks.UNACCOUNTED, saying why, if it must be")
+        if rule.rule.startswith(SCIM_PATH) and not getattr(app.view_functions.get(rule.endpoint),
+                                                            "scim_authenticated", False):
+            # SCIM (D32) is outside the customer API's accounting, but never outside its own token.
+            raise RuntimeError(f"{rule.endpoint} ({rule.rule}) is not wrapped by app.api.scim.scim_authenticated")
         view_class = getattr(app.view_functions.get(rule.endpoint), "view_class", None)
         if view_class is None or not rule.rule.startswith("/api/v1/"):
             continue

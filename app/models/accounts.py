@@ -46,6 +46,10 @@ class Customer(BaseModel):
     result_retention_days = IntegerField(default=90, constraints=[SQL("DEFAULT 90")])
     # Every portal user must log in with a second factor (D21); set by an owner or an operator.
     require_2fa = BooleanField(default=False, constraints=[SQL("DEFAULT FALSE")])
+    # The customer's SCIM bearer token (D32): its SHA-256 digest only, and when it was issued;
+    # both NULL when none is (or it was revoked). A new token replaces the digest.
+    scim_token_digest = CharField(max_length=64, null=True, unique=True)
+    scim_token_set_at = DateTimeField(null=True)
 
 
 class ApiKey(BaseModel):
@@ -119,6 +123,11 @@ class PortalUser(BaseModel):
     totp_secret_enc = TextField(null=True)
     totp_enabled_at = DateTimeField(null=True)
     totp_last_step = BigIntegerField(null=True)
+    # Who made the user when it was not a person in the portal: "scim" (the customer's identity
+    # provider, D32) or "sso" (a first sign-in); NULL for a user an operator or an owner added.
+    provisioned_by = CharField(max_length=8, null=True)
+    # The identity provider's own id of the user (SCIM ``externalId``), kept as it was sent.
+    scim_external_id = TextField(null=True)
 
 
 class PortalRecoveryCode(BaseModel):

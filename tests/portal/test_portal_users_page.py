@@ -133,3 +133,20 @@ def test_the_users_page_marks_a_user_who_has_not_set_a_password_yet(app, portal_
     set_password(app.test_client(), link)
     row = user_row(client, dev.id)
     assert ">active<" in row.group(0)
+
+
+def test_the_users_page_shows_who_scim_made_and_whether_a_scim_token_is_set_never_the_token(app, portal_account):
+    from app.services.accounts import scim
+    owner = app.test_client()
+    login(owner)
+    page = owner.get("/app/users").get_data(as_text=True)
+    assert "No SCIM token is set" in page and ">SCIM</span>" not in page
+    with db.connection_context():
+        token = scim.issue_token(portal_account.id)
+        made = scim.create_user(portal_account.id, {"userName": "idp@acme.example"}, "http://x/scim/v2")
+    page = owner.get("/app/users").get_data(as_text=True)
+    assert "A SCIM token is set since" in page and token not in page and "scim_" not in page
+    row = page[page.index(f'id="user-{made["id"]}"'):]
+    assert ">SCIM</span>" in row[:row.index("</tr>")]
+    owners_row = page[page.index('id="user-'):]
+    assert ">SCIM</span>" not in owners_row[:owners_row.index("</tr>")]  # the owner was not made by SCIM

@@ -674,3 +674,29 @@ def test_the_audit_sinks_migration_builds_the_table(app):
         assert migrations.upgrade() == [version]
         assert migrations.upgrade() == []
         assert "audit_sink" in db.get_tables()
+
+
+def test_the_scim_migration_adds_the_token_digest_and_the_provisioning_mark_in_either_order(app):
+    """A database from before SCIM: the customer gains its token's digest (unique) and time, the user
+    its mark and identity provider id, all NULL; a mark added first by single sign-on's migration is kept."""
+    from app.models import PortalUser
+    [version] = [v for v, _, f in migrations.MIGRATIONS if f is migrations._scim]
+
+    with db.connection_context():
+        customer = accounts.create_customer("Old", "pro", 0)
+        user = accounts.create_user(customer.id, "old@acme.example", "long enough password")
+        with db.atomic():
+            db.execute_sql('ALTER TABLE "customer" DROP COLUMN "scim_token_digest", DROP COLUMN "scim_token_set_at"')
+            db.execute_sql('ALTER TABLE "portal_user" DROP COLUMN "scim_external_id"')
+            db.execute_sql("UPDATE \"portal_user\" SET \"provisioned_by\" = 'sso'")  # as if SSO's ran first
+            SchemaVersion.delete().where(SchemaVersion.version == version).execute()
+
+        assert migrations.upgrade() == [version]
+        assert migrations.upgrade() == []
+
+        kept = PortalUser.get_by_id(user.id)
+        assert (kept.provisioned_by, kept.scim_external_id) == ("sso", None)
+        assert Customer.get_by_id(customer.id).scim_token_digest is None
+        indexes = [row[0] for row in db.execute_sql(
+            "SELECT indexdef FROM pg_indexes WHERE tablename = 'customer' AND indexname = 'customer_scim_token_digest'")]
+        assert indexes and "UNIQUE" in indexes[0]

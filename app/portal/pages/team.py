@@ -7,7 +7,7 @@ from flask import abort, flash, g, redirect, render_template, request, url_for
 from app.portal import security
 from app.portal.blueprint import bp, form_errors
 from app.portal.forms import ActionForm, InviteForm, RoleForm, SettingsForm, UserStateForm
-from app.services.accounts import accounts, portal_users, two_factor
+from app.services.accounts import accounts, portal_users, scim, two_factor
 from app.services.accounts import portal_roles as roles
 from app.services.accounts.accounts import AccountError
 
@@ -17,7 +17,8 @@ def _users_page(invite: InviteForm | None = None, link: str | None = None, link_
     return render_template("portal/users.html", users=listed, invite=invite or InviteForm(formdata=None),
                            role_forms={u.id: RoleForm(formdata=None, role=u.role, prefix=u.id) for u in listed},
                            action=ActionForm(), state=UserStateForm(formdata=None), link=link, link_user=link_user,
-                           role_words=roles.ROLE_WORDS, no_password=portal_users.NO_PASSWORD, link_hours=int(
+                           role_words=roles.ROLE_WORDS, no_password=portal_users.NO_PASSWORD,
+                           scim=scim.token_status(g.portal_customer), scim_mark=scim.PROVISIONED_BY, link_hours=int(
                                portal_users.SET_PASSWORD_LINK_LIFETIME.total_seconds() // 3600)), code
 
 

@@ -36,6 +36,16 @@ def lock(customer_id: str) -> Customer | None:
     return None if row is None else instance(Customer, row)
 
 
+def set_scim_token(customer_id: str, token_digest: str | None, at) -> bool:
+    """Store (or, with None, clear) the customer's SCIM token digest and its time; whether the customer exists."""
+    return Customer.update(scim_token_digest=token_digest, scim_token_set_at=at).where(
+        Customer.id == customer_id).execute() == 1
+
+
+def by_scim_token(token_digest: str) -> Customer | None:
+    return Customer.get_or_none(Customer.scim_token_digest == token_digest)
+
+
 def find(customer_id: str) -> Customer | None:
     return Customer.get_or_none(Customer.id == customer_id)
 

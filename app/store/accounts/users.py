@@ -9,8 +9,9 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import cast
 
-from peewee import fn
+from peewee import IntegrityError, fn
 
+from app.db import db
 from app.models import Customer, PortalRecoveryCode, PortalSession, PortalUser
 from app.store.accounts import customers
 
@@ -78,8 +79,54 @@ def all_users(customer_id: str | None = None) -> list[PortalUser]:
     return list(query)
 
 
-def insert_user(*, user_id: str, customer_id: str, email: str, password_hash: str, role: str) -> PortalUser:
-    return PortalUser.create(id=user_id, customer=customer_id, email=email, password_hash=password_hash, role=role)
+def insert_user(*, user_id: str, customer_id: str, email: str, password_hash: str, role: str,
+                disabled: bool = False, provisioned_by: str | None = None,
+                scim_external_id: str | None = None) -> PortalUser:
+    return PortalUser.create(id=user_id, customer=customer_id, email=email, password_hash=password_hash, role=role,
+                             disabled=disabled, provisioned_by=provisioned_by, scim_external_id=scim_external_id)
+
+
+# What a SCIM filter may match on (``app.services.accounts.scim``): its attribute's column.
+SCIM_FILTER_COLUMNS = {"userName": PortalUser.email, "externalId": PortalUser.scim_external_id, "id": PortalUser.id}
+
+
+def customer_users_page(customer_id: str, *, match: tuple[str, str] | None, offset: int,
+                        limit: int) -> tuple[int, list[PortalUser]]:
+    """How many of the customer's users ``match`` (attribute, value: equal), and ``limit`` of them
+    from ``offset``, oldest first."""
+    query = PortalUser.select().where(PortalUser.customer == customer_id)
+    if match is not None:
+        query = query.where(SCIM_FILTER_COLUMNS[match[0]] == match[1])
+    total = query.count()
+    page = list(query.order_by(PortalUser.created_at, PortalUser.id).offset(offset).limit(limit)) if limit else []
+    return total, page
+
+
+def insert_unique_user(**fields) -> PortalUser | None:
+    """``insert_user``, or None when the e-mail is taken (two customers' requests at once: the
+    unique index decides), in a savepoint so that the caller's transaction goes on."""
+    try:
+        with db.atomic():
+            return insert_user(**fields)
+    except IntegrityError:
+        return None
+
+
+def set_provisioned(user_id: str, *, email: str, role: str, disabled: bool, scim_external_id: str | None) -> bool:
+    """Write what a SCIM client sets of a user (its login e-mail, role, state and own id); False
+    when the e-mail is another user's (the unique index decides), nothing written."""
+    try:
+        with db.atomic():
+            PortalUser.update(email=email, role=role, disabled=disabled, scim_external_id=scim_external_id).where(
+                PortalUser.id == user_id).execute()
+    except IntegrityError:
+        return False
+    return True
+
+
+def delete_user(user_id: str) -> int:
+    """Remove the user; its sessions and recovery codes go with it (ON DELETE CASCADE)."""
+    return PortalUser.delete().where(PortalUser.id == user_id).execute()
 
 
 def customer_user(customer_id: str, user_id: str) -> PortalUser | None:
