@@ -395,6 +395,16 @@ def _opted_out_watches_forget_target(database):
                          'WHERE "event" = \'watch.ended\' AND "body" IS NOT NULL AND "body"::jsonb ? \'target\'')
 
 
+def _single_sign_on(database):
+    """CustomerSso (D32: a customer's OpenID Connect sign-in), PortalUser.provisioned_by and
+    PortalUser.password_login_until (the operator's emergency door)."""
+    from app.models import CustomerSso
+
+    for column in ('"provisioned_by" VARCHAR(8)', '"password_login_until" TIMESTAMP'):
+        database.execute_sql(f'ALTER TABLE "portal_user" ADD COLUMN IF NOT EXISTS {column}')
+    database.create_tables([CustomerSso], safe=True)
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 # Versions 3 and 18 are absent on purpose: neither was ever assigned (the history has migration 4,
 # portal sessions, appended right after 2, and 19 after 17), so no database records them. The gaps
@@ -427,6 +437,7 @@ MIGRATIONS = [
     (25, "watches", _watches),
     (26, "watches spread by slot", _watch_slots),
     (28, "a watch ended by an opt-out keeps no identifier", _opted_out_watches_forget_target),
+    (34, "single sign-on by OpenID Connect", _single_sign_on),
 ]
 
 

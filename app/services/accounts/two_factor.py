@@ -21,9 +21,9 @@ import pyotp
 
 from app.db import transaction
 from app.models import PortalUser, utcnow
-from app.services.accounts import accounts, login_throttle
+from app.services.accounts import accounts, login_throttle, portal_users
 from app.services.accounts.accounts import AccountError
-from app.services.accounts.portal_users import LoginRefused, LoginThrottled
+from app.services.accounts.portal_users import LoginRefused, LoginThrottled, SsoRequired
 from app.services.shared.crypto import decrypt_secret, encrypt_secret
 from app.store.accounts import users
 
@@ -148,6 +148,8 @@ def verify_login(user_id: str, code: str, address: str | None) -> PortalUser:
     user = users.get_or_none(user_id)
     if user is None:  # removed between the two steps
         raise LoginRefused()
+    if not portal_users.password_login_allowed(user):  # single sign-on required since the password step
+        raise SsoRequired()
     attempt = _throttled(user.id, address)
     how = None if user.disabled else _check(user, code, recovery=True)
     if how is None:
