@@ -576,3 +576,27 @@ def test_the_opted_out_watches_migration_forgets_their_targets_and_those_of_thei
         assert "target" not in bodies["watch.ended"] and bodies["watch.ended"]["kind"] == "email"
         assert bodies["watch.changed"]["target"] == "u1@example.com"
         assert "target" not in json.loads(WebhookDelivery.get_by_id("dlv_f0").body)
+
+
+def test_the_single_sign_on_migration_adds_the_table_and_the_users_columns_and_keeps_users(app):
+    """Version 34 on a database from before it (D32): the customer_sso table as a fresh database has
+    it, and the users' provisioned_by and password_login_until, empty for the users already there."""
+    from app.models import CustomerSso, PortalUser
+
+    def columns(table):
+        return sorted((c.name, c.data_type, c.null) for c in db.get_columns(table))
+
+    with db.connection_context():
+        fresh = columns("customer_sso"), columns("portal_user")
+        customer = accounts.create_customer("Old", "pro", 0)
+        user = accounts.create_user(customer.id, "old@acme.example", "correct horse battery")
+        with db.atomic():
+            db.drop_tables([CustomerSso], cascade=True)
+            db.execute_sql('ALTER TABLE "portal_user" DROP COLUMN "provisioned_by", DROP COLUMN "password_login_until"')
+            SchemaVersion.delete().where(SchemaVersion.version == 34).execute()
+
+        assert migrations.upgrade() == [34]
+        assert migrations.upgrade() == []
+        assert (columns("customer_sso"), columns("portal_user")) == fresh
+        kept = PortalUser.get_by_id(user.id)
+        assert kept.email == "old@acme.example" and kept.provisioned_by is None and kept.password_login_until is None
