@@ -186,3 +186,17 @@ def test_admins_see_the_settings_without_the_secret_and_owners_see_who_sso_made(
     users_page = clients["owner"].get("/app/users").get_data(as_text=True)
     row = users_page[users_page.index("dave@acme.example"):][:600]
     assert ">SSO</span>" in row and "invited" not in row
+
+
+def test_a_user_signed_in_by_sso_is_not_sent_to_enrol_a_second_factor(client, sso_account):
+    """The customer requires two-factor login; its provider owns the factors of its domains' users,
+    while a user outside them (a password user) still enrols first."""
+    with db.connection_context():
+        from app.services.accounts import accounts, two_factor
+        two_factor.set_required(sso_account.id, True, by="test")
+        accounts.create_user(sso_account.id, "contractor@outside.example", PASSWORD, role="developer")
+    sign_in(client, "alice@acme.example", "alice")
+    assert client.get("/app/api-keys").status_code == 200
+    contractor = client.application.test_client()
+    assert login(contractor, email="contractor@outside.example").status_code == 302
+    assert contractor.get("/app/api-keys").headers["Location"].endswith("/app/account/two-factor")
