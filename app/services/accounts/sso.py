@@ -46,6 +46,8 @@ from app.store.accounts import sso as sso_store
 from app.store.accounts import users
 
 log = logging.getLogger(__name__)
+# Authlib logs the PKCE verifier (and OAuth 1 request tokens) at DEBUG: never, whatever LOG_LEVEL says.
+logging.getLogger("authlib").setLevel(logging.INFO)
 
 SCOPE = "openid email profile"
 HTTP_TIMEOUT = 10  # seconds for each call to the provider (discovery, JWKS, token)

@@ -216,3 +216,23 @@ def test_required_refuses_password_and_totp_sign_in_but_for_the_emergency_door(c
     user, _ = sso.emergency_password_login("ops@acme.example", PASSWORD + "!")
     assert user.password_login_until is not None
     assert portal_users.authenticate("ops@acme.example", PASSWORD + "!", "10.0.0.1").id == user.id
+
+
+def test_no_secret_reaches_the_log_even_at_debug(settings, oidc_provider, caplog):
+    """Authlib writes the PKCE verifier at DEBUG; the service keeps its logger above that."""
+    import logging
+    with caplog.at_level(logging.DEBUG):
+        pending = sso.begin("alice@acme.example", op.REDIRECT_URI).pending
+        with pytest.raises(sso.SsoRefused):
+            sso.finish(pending, {"state": pending["state"], "code": "not-a-code"})
+    text = caplog.text
+    assert pending["verifier"] not in text and oidc_provider.secrets[op.PORTAL_CLIENT] not in text
+    assert "alice@acme.example" not in text
+
+
+def test_an_unreachable_provider_refuses_the_sign_in_without_a_trace(customer):
+    sso.configure(customer.id, issuer=f"http://127.0.0.1:{op.free_port()}", client_id="x", client_secret="s",
+                  domains="acme.example")
+    with pytest.raises(sso.SsoRefused) as refused:
+        sso.begin("alice@acme.example", op.REDIRECT_URI)
+    assert refused.value.reason == "discovery"
