@@ -61,18 +61,3 @@ def test_users_reset_login_opens_password_sign_in_for_a_day_under_required_sso(a
     with db.connection_context():
         assert PortalUser.get(PortalUser.email == "ops@acme.example").password_login_until is not None
         assert portal_users.authenticate("ops@acme.example", "a new long password", "10.0.0.1")
-
-
-def test_customers_scim_token_prints_the_token_once_and_keeps_its_digest(app, account):
-    from app.models import Customer
-    from app.services.shared.crypto import digest
-    result = run(app, "customers", "scim-token", account.id, "--json")
-    assert result.exit_code == 0, result.output
-    token = json.loads(result.output.strip().splitlines()[-1])["token"]
-    assert token.startswith("scim_")
-    with db.connection_context():
-        assert Customer.get_by_id(account.id).scim_token_digest == digest(token)
-    assert run(app, "customers", "scim-token", account.id, "--revoke").exit_code == 0
-    with db.connection_context():
-        assert Customer.get_by_id(account.id).scim_token_digest is None
-    assert run(app, "customers", "scim-token", "cus_nobody").exit_code == 1

@@ -600,19 +600,3 @@ def test_the_single_sign_on_migration_adds_the_table_and_the_users_columns_and_k
         assert (columns("customer_sso"), columns("portal_user")) == fresh
         kept = PortalUser.get_by_id(user.id)
         assert kept.email == "old@acme.example" and kept.provisioned_by is None and kept.password_login_until is None
-
-
-def test_the_scim_tokens_migration_adds_the_digest_column_with_its_unique_index(app):
-    """Version 35 (D32): customer.scim_token_digest and its unique index, as a fresh database has them."""
-    def state():
-        columns = sorted((c.name, c.data_type) for c in db.get_columns("customer"))
-        return columns, sorted((i.name, i.unique) for i in db.get_indexes("customer"))
-
-    with db.connection_context():
-        fresh = state()
-        with db.atomic():
-            db.execute_sql('ALTER TABLE "customer" DROP COLUMN "scim_token_digest"')
-            SchemaVersion.delete().where(SchemaVersion.version == 35).execute()
-        assert migrations.upgrade() == [35]
-        assert migrations.upgrade() == []
-        assert state() == fresh

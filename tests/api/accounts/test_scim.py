@@ -169,13 +169,3 @@ def test_the_discovery_endpoints(client, idp):
     names = {a["name"] for a in schemas["Resources"][0]["attributes"]}
     assert {"userName", "active", "roles"} <= names
     assert call(client, "GET", f"/Schemas/{USER}", idp).get_json()["id"] == USER
-
-
-def test_the_users_page_marks_users_made_by_scim(client, idp, app):
-    from tests.portal.helpers import login
-    make(client, idp, "jane@acme.example")
-    owner = app.test_client()
-    assert login(owner).status_code == 302
-    page = owner.get("/app/users").get_data(as_text=True)
-    row = page[page.index("jane@acme.example"):][:600]
-    assert ">SCIM</span>" in row and "invited" not in row
