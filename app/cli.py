@@ -362,23 +362,6 @@ def customers_sso(customer_id, issuer, client_id, client_secret_stdin, domains, 
         ("redirect URI", f"https://PORTAL_HOST{data['redirect_path']}")]))
 
 
-@customers_cli.command("scim-token")
-@click.argument("customer_id")
-@click.option("--revoke", is_flag=True, help="Stop the current token, issuing none.")
-@json_option
-def customers_scim_token(customer_id, revoke, as_json):
-    """A new SCIM bearer token for the customer's identity provider, printed ONCE (the previous one
-    stops working); the service keeps only its digest."""
-    from app.services.accounts import scim
-    if revoke:
-        revoked = run(as_json, lambda: scim.revoke_token(customer_id))
-        emit(as_json, {"customer_id": customer_id, "revoked": revoked}, f"{customer_id}: SCIM token revoked")
-        return
-    token = run(as_json, lambda: scim.issue_token(customer_id))
-    emit(as_json, {"customer_id": customer_id, "token": token, "base_url": "https://API_HOST/scim/v2"},
-         f"SCIM token of {customer_id} (shown once): {token}\nSCIM base URL: https://API_HOST/scim/v2")
-
-
 @customers_cli.command("show")
 @click.argument("customer_id")
 @json_option

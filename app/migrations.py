@@ -405,13 +405,6 @@ def _single_sign_on(database):
     database.create_tables([CustomerSso], safe=True)
 
 
-def _scim_tokens(database):
-    """Customer.scim_token_digest (D32: a customer's SCIM bearer token, as its digest only)."""
-    database.execute_sql('ALTER TABLE "customer" ADD COLUMN IF NOT EXISTS "scim_token_digest" VARCHAR(64)')
-    database.execute_sql('CREATE UNIQUE INDEX IF NOT EXISTS "customer_scim_token_digest" '
-                         'ON "customer" ("scim_token_digest")')
-
-
 # (version, name, function(database)). Append only; never edit an applied one.
 # Versions 3 and 18 are absent on purpose: neither was ever assigned (the history has migration 4,
 # portal sessions, appended right after 2, and 19 after 17), so no database records them. The gaps
@@ -445,7 +438,6 @@ MIGRATIONS = [
     (26, "watches spread by slot", _watch_slots),
     (28, "a watch ended by an opt-out keeps no identifier", _opted_out_watches_forget_target),
     (34, "single sign-on by OpenID Connect", _single_sign_on),
-    (35, "SCIM tokens", _scim_tokens),
 ]
 
 

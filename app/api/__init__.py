@@ -125,7 +125,6 @@ BLUEPRINTS = (
     Mount("app.api.watches"),
     Mount("app.api.account"),
     Mount("app.api.callbacks", documented=False),
-    Mount("app.api.scim", documented=False),
     Mount("app.api.health", documented=False, csrf_exempt=False),
 )
 

@@ -46,8 +46,6 @@ class Customer(BaseModel):
     result_retention_days = IntegerField(default=90, constraints=[SQL("DEFAULT 90")])
     # Every portal user must log in with a second factor (D21); set by an owner or an operator.
     require_2fa = BooleanField(default=False, constraints=[SQL("DEFAULT FALSE")])
-    # SHA-256 of the customer's SCIM bearer token (``scim_…``, D32; ``customers scim-token``), never the token.
-    scim_token_digest = CharField(max_length=64, null=True, unique=True)
 
 
 class ApiKey(BaseModel):
