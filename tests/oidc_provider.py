@@ -26,6 +26,10 @@ from simulator.procutil import wait_until
 FOLDER = Path(__file__).resolve().parent / "oidc"
 PORTAL_CLIENT = "scan-portal"
 OTHER_CLIENT = "other-app"
+# For the browser test: the portal served on 127.0.0.1 on a port known only then; a loopback
+# redirect URI of a native client matches on any port (RFC 8252 §7.3), as oidc-provider implements.
+BROWSER_CLIENT = "scan-portal-browser"
+LOOPBACK_REDIRECT_URI = "http://127.0.0.1/app/login/sso/callback"
 REDIRECT_URI = "http://localhost/app/login/sso/callback"
 ACCOUNTS = {
     "alice": {"email": "alice@acme.example", "email_verified": True, "name": "Alice", "groups": ["scan-admins"]},
@@ -70,14 +74,19 @@ def start(tmp: Path) -> Provider:
     port = free_port()
     key = RSAKey.generate_key(2048, parameters={"kid": "test-signing-1", "use": "sig", "alg": "RS256"},
                               private=True)
-    client_secrets = {PORTAL_CLIENT: secrets.token_urlsafe(24), OTHER_CLIENT: secrets.token_urlsafe(24)}
+    client_secrets = {PORTAL_CLIENT: secrets.token_urlsafe(24), OTHER_CLIENT: secrets.token_urlsafe(24),
+                      BROWSER_CLIENT: secrets.token_urlsafe(24)}
     config = {
         "port": port,
         "jwks": {"keys": [key.as_dict(private=True)]},
         "clients": [{"client_id": cid, "client_secret": secret, "redirect_uris": [REDIRECT_URI],
                      "grant_types": ["authorization_code"], "response_types": ["code"],
                      "token_endpoint_auth_method": "client_secret_basic"}
-                    for cid, secret in client_secrets.items()],
+                    for cid, secret in client_secrets.items() if cid != BROWSER_CLIENT]
+                   + [{"client_id": BROWSER_CLIENT, "client_secret": client_secrets[BROWSER_CLIENT],
+                       "application_type": "native", "redirect_uris": [LOOPBACK_REDIRECT_URI],
+                       "grant_types": ["authorization_code"], "response_types": ["code"],
+                       "token_endpoint_auth_method": "client_secret_basic"}],
         "accounts": ACCOUNTS,
     }
     config_path = tmp / "oidc-provider.json"

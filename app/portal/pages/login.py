@@ -60,7 +60,9 @@ def _to_provider(form):
         flash("Your organisation's sign-in service cannot be reached. Try again later.", "error")
         return render_template("portal/login.html", form=form), 502
     security.begin_sso(redirect_to.pending, security.safe_next(form.next.data))
-    return redirect(redirect_to.url)
+    # Not a redirect: the login page's CSP (form-action 'self') rightly stops a form's redirect to
+    # another site, so this page, within it, sends the browser on (a navigation, not the form's).
+    return render_template("portal/sso_redirect.html", url=redirect_to.url)
 
 
 @bp.get("/login/sso/callback")
