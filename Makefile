@@ -32,9 +32,13 @@ $(VENV)/.installed-run: requirements.txt requirements-dev.txt | $(PY)
 
 # The suite starts `make run` itself (tests/ops/test_embedded_servers.py): its requirements
 # include the development runner's.
-$(VENV)/.installed-test: requirements.txt requirements-dev.txt requirements-test.txt | $(PY)
+$(VENV)/.installed-test: requirements.txt requirements-dev.txt requirements-test.txt tests/oidc/node_modules/.package-lock.json | $(PY)
 	$(PY) -m pip install --quiet -r requirements-test.txt
 	touch $@
+
+# The OpenID provider the single sign-on tests sign in against (npm oidc-provider, pinned by its lock file).
+tests/oidc/node_modules/.package-lock.json: tests/oidc/package.json tests/oidc/package-lock.json
+	cd tests/oidc && npm ci --no-audit --no-fund --silent
 
 ## make install: the service's runtime requirements plus the development runner (honcho).
 install: $(VENV)/.installed-run

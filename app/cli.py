@@ -391,6 +391,47 @@ def customers_scim_token(customer_id, revoke, as_json):
          f"SCIM token of {customer_id} (shown once, store it now; an earlier one no longer works): {token}")
 
 
+@customers_cli.command("sso")
+@click.argument("customer_id")
+@click.option("--issuer", metavar="URL", help="The OpenID provider's issuer (https; http outside production only).")
+@click.option("--client-id", metavar="X", help="The portal's client id at the provider.")
+@click.option("--client-secret-stdin", is_flag=True, help="Read the client secret from standard input.")
+@click.option("--domains", metavar="A.COM[,B.COM]", help="The e-mail domains that sign in through the provider.")
+@click.option("--default-role", type=click.Choice(portal_roles.ROLES), default=portal_roles.VIEWER,
+              show_default=True, help="The role of a user the provider's claim maps to no role.")
+@click.option("--role-claim", metavar="CLAIM", help="The ID token's claim whose values give the role.")
+@click.option("--role-map", metavar="'VALUE=ROLE,...'", help="Which claim value gives which role.")
+@click.option("--required", is_flag=True, help="Refuse password and TOTP sign-in for the customer's users.")
+@click.option("--remove", is_flag=True, help="Remove the customer's single sign-on.")
+@json_option
+def customers_sso(customer_id, issuer, client_id, client_secret_stdin, domains, default_role, role_claim,
+                  role_map, required, remove, as_json):
+    """Portal sign-in through the customer's OpenID Connect provider (without options: show it;
+    the client secret is never shown)."""
+    from app.services.accounts import sso
+    if remove:
+        removed = run(as_json, lambda: sso.remove(customer_id))
+        emit(as_json, {"customer_id": customer_id, "removed": removed},
+             f"{customer_id}: single sign-on {'removed' if removed else 'was not set'}")
+        return
+    if issuer or client_id or domains or client_secret_stdin:
+        if not (issuer and client_id and domains and client_secret_stdin):
+            fail(as_json, "--issuer, --client-id, --client-secret-stdin and --domains go together")
+        secret = read_secret_line()
+        found = run(as_json, lambda: sso.configure(
+            customer_id, issuer=issuer, client_id=client_id, client_secret=secret, domains=domains,
+            default_role=default_role, role_claim=role_claim, role_map=role_map, required=required))
+    else:
+        found = run(as_json, lambda: sso.settings(customer_id))
+    data = sso.settings_dict(found)
+    emit(as_json, data, Table.record([
+        ("customer", data["customer_id"]), ("issuer", data["issuer"]), ("client id", data["client_id"]),
+        ("client secret", data["client_secret"]), ("domains", ", ".join(data["domains"])),
+        ("default role", data["default_role"]), ("role claim", data["role_claim"]),
+        ("role map", ", ".join(data["role_map"]) or None), ("required", data["required"]),
+        ("redirect URI", f"https://PORTAL_HOST{data['redirect_path']}")]))
+
+
 @customers_cli.command("show")
 @click.argument("customer_id")
 @json_option
@@ -670,6 +711,23 @@ def users_reset_password(email, password_stdin, as_json):
     user, ended = run(as_json, lambda: portal_users.reset_password(email, password))
     emit(as_json, {**portal_users.user_dict(user), "sessions_ended": ended},
          f"password of {user.email} reset; {ended} session(s) ended")
+
+
+@users_cli.command("reset-login")
+@click.argument("email")
+@click.option("--password-stdin", is_flag=True, help="Read the new password from standard input.")
+@json_option
+def users_reset_login(email, password_stdin, as_json):
+    """Emergency sign-in: a new password, every session ended, and password sign-in allowed for a
+    day although the customer's single sign-on is required."""
+    from app.services.accounts import portal_users, sso
+    run(as_json, lambda: portal_users.get_user(email))
+    password = _read_password(password_stdin, as_json)
+    user, ended = run(as_json, lambda: sso.emergency_password_login(email, password))
+    emit(as_json, {**portal_users.user_dict(user), "sessions_ended": ended,
+                   "password_login_until": iso(user.password_login_until)},
+         f"password of {user.email} reset; password sign-in allowed until {iso(user.password_login_until)}; "
+         f"{ended} session(s) ended")
 
 
 @users_cli.command("disable")

@@ -483,6 +483,16 @@ def _scim(database):
                          'ADD COLUMN IF NOT EXISTS "scim_external_id" TEXT')
 
 
+def _single_sign_on(database):
+    """CustomerSso (D32: a customer's OpenID Connect sign-in), PortalUser.provisioned_by and
+    PortalUser.password_login_until (the operator's emergency door)."""
+    from app.models import CustomerSso
+
+    for column in ('"provisioned_by" VARCHAR(8)', '"password_login_until" TIMESTAMP'):
+        database.execute_sql(f'ALTER TABLE "portal_user" ADD COLUMN IF NOT EXISTS {column}')
+    database.create_tables([CustomerSso], safe=True)
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 # Versions 3 and 18 are absent on purpose: neither was ever assigned (the history has migration 4,
 # portal sessions, appended right after 2, and 19 after 17), so no database records them. The gaps
@@ -520,6 +530,7 @@ MIGRATIONS = [
     (30, "activity entries in the order they were written", _activity_export_order),
     (31, "audit sinks", _audit_sinks),
     (32, "SCIM provisioning: token digest, provisioned users", _scim),
+    (33, "single sign-on by OpenID Connect", _single_sign_on),
 ]
 
 

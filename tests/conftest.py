@@ -173,6 +173,15 @@ def requests_reset(engine_url):
     requests.post(f"{engine_url}/_sim/engine/reset", timeout=5)
 
 
+@pytest.fixture(scope="session")
+def oidc_provider(tmp_path_factory):
+    """A real OpenID provider (npm ``oidc-provider``) for the session: tests/oidc_provider.py."""
+    from tests import oidc_provider as provider
+    running = provider.start(tmp_path_factory.mktemp("oidc"))
+    yield running
+    provider.stop(running)
+
+
 @pytest.fixture
 def client(app):
     return app.test_client()
@@ -212,7 +221,7 @@ def jobs(app):
 
 # Fixtures that start a real process; a test using one must carry ``@pytest.mark.processes``
 # so that ``make test-fast`` (-m "not processes and not slow") really leaves it out.
-PROCESS_FIXTURES = {"gunicorn", "dedicated_redis", "stack", "browser"}
+PROCESS_FIXTURES = {"gunicorn", "dedicated_redis", "stack", "browser", "oidc_provider"}
 
 
 def pytest_collection_modifyitems(config, items):

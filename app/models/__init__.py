@@ -3,7 +3,15 @@
 ``ALL_MODELS`` is in dependency order (referenced tables first); the migration
 runner creates them in that order.
 """
-from app.models.accounts import ApiKey, CreditLedger, Customer, PortalRecoveryCode, PortalSession, PortalUser
+from app.models.accounts import (
+    ApiKey,
+    CreditLedger,
+    Customer,
+    CustomerSso,
+    PortalRecoveryCode,
+    PortalSession,
+    PortalUser,
+)
 from app.models.activity import ActivityEntry
 from app.models.audit import AuditSink
 from app.models.base import BaseModel, iso, new_id, utcnow
@@ -22,6 +30,7 @@ ALL_MODELS = [
     PortalUser,
     PortalSession,
     PortalRecoveryCode,
+    CustomerSso,
     CreditLedger,
     BulkBatch,
     Scan,
@@ -44,6 +53,7 @@ ALL_MODELS = [
 
 __all__ = [
     "ALL_MODELS", "ActivityEntry", "ApiKey", "AuditSink", "BaseModel", "BulkBatch", "CreditLedger", "Customer",
+    "CustomerSso",
     "DeliveryAttempt",
     "EngineCallback", "EngineDeletion", "Event", "FindingFeedback",
     "IdempotencyRecord", "PortalRecoveryCode", "PortalSession", "PortalUser", "QuotaMinute", "Scan", "SchemaVersion",

@@ -123,11 +123,35 @@ class PortalUser(BaseModel):
     totp_secret_enc = TextField(null=True)
     totp_enabled_at = DateTimeField(null=True)
     totp_last_step = BigIntegerField(null=True)
-    # Who made the user when it was not a person in the portal: "scim" (the customer's identity
-    # provider, D32) or "sso" (a first sign-in); NULL for a user an operator or an owner added.
+    # Who made the user when no person did (D32): "sso" (its first sign-in through the customer's
+    # OpenID provider) or "scim" (the customer's identity provider provisioning it); NULL: the
+    # operator or an owner. The portal's users page says it.
     provisioned_by = CharField(max_length=8, null=True)
     # The identity provider's own id of the user (SCIM ``externalId``), kept as it was sent.
     scim_external_id = TextField(null=True)
+    # An operator's emergency door (``users reset-login``): until then the user may sign in
+    # with a password although the customer's single sign-on is required (D32).
+    password_login_until = DateTimeField(null=True)
+
+
+class CustomerSso(BaseModel):
+    """A customer's OpenID Connect sign-in (D32): its provider, its client, the e-mail domains
+    it signs in, how the provider's claim maps to portal roles, and whether it is the only way in.
+    One per customer; a domain belongs to one customer at most (``app.services.accounts.sso``)."""
+
+    customer = ForeignKeyField(Customer, primary_key=True, backref="sso", on_delete="CASCADE")
+    customer_id: str
+    issuer = TextField()
+    client_id = TextField()
+    # Fernet token of the client secret, keyed from SECRET_KEY like webhook secrets: never shown again.
+    client_secret_enc = TextField()
+    domains = ArrayField(TextField)
+    default_role = CharField(max_length=16, default="viewer")
+    role_claim = TextField(null=True)
+    # ``value=role`` pairs of ``--role-map``, in the operator's order.
+    role_map = ArrayField(TextField, null=True)
+    required = BooleanField(default=False, constraints=[SQL("DEFAULT FALSE")])
+    updated_at = DateTimeField(default=utcnow)
 
 
 class PortalRecoveryCode(BaseModel):

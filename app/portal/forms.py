@@ -27,7 +27,8 @@ from app.services.webhooks.endpoints import EVENT_NAMES, MAX_DESCRIPTION
 
 class LoginForm(FlaskForm):
     email = EmailField("E-mail", validators=[DataRequired(), Email(check_deliverability=False), Length(max=320)])
-    password = PasswordField("Password", validators=[DataRequired(), Length(max=1000)])
+    # Optional here: an e-mail of a single sign-on domain needs none (D32); the view asks for it otherwise.
+    password = PasswordField("Password", validators=[Optional(), Length(max=1000)])
     next = HiddenField()
 
 

@@ -80,6 +80,23 @@ def second_step() -> tuple[str, str] | None:
     return pending["user"], pending.get("next") or ""
 
 
+SSO_KEY = "sso_pending"
+
+
+def begin_sso(pending: dict, next_path: str | None) -> None:
+    """Keep a single sign-on under way (state, nonce, PKCE verifier) in the signed cookie until the
+    provider's answer; like the second step, no session exists before it."""
+    portal_users.end_session(session.get(SESSION_KEY))
+    session.clear()
+    session[SSO_KEY] = {**pending, "next": next_path or ""}
+
+
+def take_sso() -> dict | None:
+    """The single sign-on under way, taken once: an answer replayed finds nothing."""
+    pending = session.pop(SSO_KEY, None)
+    return pending if isinstance(pending, dict) else None
+
+
 def end_session() -> None:
     g.actor = current_user()  # who logs out, for the activity log (app.portal.audit)
     portal_users.end_session(session.get(SESSION_KEY))

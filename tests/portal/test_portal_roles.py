@@ -19,7 +19,8 @@ from app.services.accounts import accounts
 from app.services.accounts import portal_roles as roles
 from tests.portal.helpers import CSRF_RE, PASSWORD
 
-PUBLIC_ENDPOINTS = {"portal.login", "portal.logout", "portal.login_code", "portal.set_password"}
+PUBLIC_ENDPOINTS = {"portal.login", "portal.logout", "portal.login_code", "portal.set_password",
+                    "portal.sso_callback"}
 # What D21 gives each view, written here a second time on purpose: a view declared with the
 # wrong permission (or a new view nobody gave a role) fails below, not in production.
 EXPECTED = {
@@ -40,6 +41,7 @@ EXPECTED = {
     "portal.two_factor_disable": roles.ACCOUNT,
     "portal.users": roles.USERS, "portal.invite_user": roles.USERS, "portal.user_role": roles.USERS,
     "portal.user_state": roles.USERS, "portal.user_link": roles.USERS, "portal.settings": roles.SETTINGS,
+    "portal.single_sign_on": roles.SSO,
     **dict.fromkeys(PUBLIC_ENDPOINTS, security.PUBLIC),
 }
 

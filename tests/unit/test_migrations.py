@@ -700,3 +700,28 @@ def test_the_scim_migration_adds_the_token_digest_and_the_provisioning_mark_in_e
         indexes = [row[0] for row in db.execute_sql(
             "SELECT indexdef FROM pg_indexes WHERE tablename = 'customer' AND indexname = 'customer_scim_token_digest'")]
         assert indexes and "UNIQUE" in indexes[0]
+
+
+def test_the_single_sign_on_migration_adds_the_table_and_the_users_columns_and_keeps_users(app):
+    """The single sign-on migration on a database from before it (D32): the customer_sso table as a fresh database has
+    it, and the users' provisioned_by and password_login_until, empty for the users already there."""
+    from app.models import CustomerSso, PortalUser
+    [version] = [v for v, _, f in migrations.MIGRATIONS if f is migrations._single_sign_on]
+
+    def columns(table):
+        return sorted((c.name, c.data_type, c.null) for c in db.get_columns(table))
+
+    with db.connection_context():
+        fresh = columns("customer_sso"), columns("portal_user")
+        customer = accounts.create_customer("Old", "pro", 0)
+        user = accounts.create_user(customer.id, "old@acme.example", "correct horse battery")
+        with db.atomic():
+            db.drop_tables([CustomerSso], cascade=True)
+            db.execute_sql('ALTER TABLE "portal_user" DROP COLUMN "provisioned_by", DROP COLUMN "password_login_until"')
+            SchemaVersion.delete().where(SchemaVersion.version == version).execute()
+
+        assert migrations.upgrade() == [version]
+        assert migrations.upgrade() == []
+        assert (columns("customer_sso"), columns("portal_user")) == fresh
+        kept = PortalUser.get_by_id(user.id)
+        assert kept.email == "old@acme.example" and kept.provisioned_by is None and kept.password_login_until is None

@@ -6,7 +6,7 @@ from flask import flash, redirect, render_template, request, url_for
 from app.portal import security
 from app.portal.blueprint import bp, form_errors
 from app.portal.forms import ActionForm, CodeForm, LoginForm, SetPasswordForm
-from app.services.accounts import portal_users, two_factor
+from app.services.accounts import portal_users, sso, two_factor
 from app.services.accounts.accounts import AccountError
 
 
@@ -16,10 +16,20 @@ def login():
     form = LoginForm()
     status, headers = 200, {}
     if form.validate_on_submit():
+        # An e-mail of a single sign-on domain goes to its provider, with or without a password;
+        # the "Sign in with SSO" button sends the e-mail alone (D32).
+        if request.form.get("sso") or sso.for_email(form.email.data):
+            return _to_provider(form)
+        if not form.password.data:
+            flash("Enter your password.", "error")
+            return render_template("portal/login.html", form=form), 400
         try:
             # remote_addr is the client's address: ProxyFix has applied X-Forwarded-For
             # through TRUSTED_PROXIES proxies, and only those.
             user = portal_users.authenticate(form.email.data, form.password.data, request.remote_addr)
+        except portal_users.SsoRequired:
+            flash("Your organisation signs in with single sign-on only.", "error")
+            status = 403
         except portal_users.LoginThrottled as exc:
             minutes = -(-exc.retry_after // 60)
             flash(f"Too many failed attempts. Wait {minutes} minute{'s' if minutes > 1 else ''} and try again.",
@@ -38,6 +48,36 @@ def login():
     elif request.method == "GET":
         form.next.data = security.safe_next(request.args.get("next")) or ""
     return render_template("portal/login.html", form=form), status, headers
+
+
+def _to_provider(form):
+    try:
+        redirect_to = sso.begin(form.email.data, url_for("portal.sso_callback", _external=True))
+    except sso.NotConfigured:
+        flash("No single sign-on is set up for this e-mail: sign in with your password.", "error")
+        return render_template("portal/login.html", form=form), 400
+    except sso.SsoRefused:
+        flash("Your organisation's sign-in service cannot be reached. Try again later.", "error")
+        return render_template("portal/login.html", form=form), 502
+    security.begin_sso(redirect_to.pending, security.safe_next(form.next.data))
+    # Not a redirect: the login page's CSP (form-action 'self') rightly stops a form's redirect to
+    # another site, so this page, within it, sends the browser on (a navigation, not the form's).
+    return render_template("portal/sso_redirect.html", url=redirect_to.url)
+
+
+@bp.get("/login/sso/callback")
+@security.public
+def sso_callback():
+    """The provider's answer: the session starts only when every check of ``sso.finish`` holds."""
+    pending = security.take_sso()
+    try:
+        user = sso.finish(pending, request.args.to_dict())
+    except sso.SsoRefused:
+        flash("Single sign-on did not succeed. Try again, or ask your administrator.", "error")
+        return render_template("portal/login.html", form=LoginForm()), 401
+    security.begin_session(user)
+    next_path = security.safe_next((pending or {}).get("next"))
+    return redirect(next_path or url_for("portal.keys"))
 
 
 @bp.post("/logout")

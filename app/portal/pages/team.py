@@ -18,7 +18,8 @@ def _users_page(invite: InviteForm | None = None, link: str | None = None, link_
                            role_forms={u.id: RoleForm(formdata=None, role=u.role, prefix=u.id) for u in listed},
                            action=ActionForm(), state=UserStateForm(formdata=None), link=link, link_user=link_user,
                            role_words=roles.ROLE_WORDS, no_password=portal_users.NO_PASSWORD,
-                           scim=scim.token_status(g.portal_customer), scim_mark=scim.PROVISIONED_BY, link_hours=int(
+                           scim=scim.token_status(g.portal_customer),
+                           provisioned_words=portal_users.PROVISIONED_WORDS, link_hours=int(
                                portal_users.SET_PASSWORD_LINK_LIFETIME.total_seconds() // 3600)), code
 
 

@@ -6,7 +6,8 @@ it, and the owner holds everything.
 
 - ``viewer``: reads only (every page), and the user's own login (two-factor enrolment).
 - ``developer``: also webhooks (URL, secrets, test events), deliveries (redeliver) and scans.
-- ``admin``: also keys' scopes, expiry and allowlists, and webhook endpoints.
+- ``admin``: also keys' scopes, expiry and allowlists, webhook endpoints, and the single sign-on
+  settings (to read: an operator sets them).
 - ``owner``: also the users and the customer's settings.
 
 No flask here: the portal asks, and the tests walk every role through every view with it.
@@ -25,12 +26,13 @@ WEBHOOKS = "webhooks"      # a key's webhook URL, payload, signing secrets, test
 DELIVERIES = "deliveries"  # redeliver a delivery
 KEY_ACCESS = "key_access"  # a key's scopes, expiry and IP allowlist
 ENDPOINTS = "endpoints"    # a key's webhook endpoints
+SSO = "sso"                # the customer's single sign-on settings, read only (an operator sets them, D32)
 USERS = "users"            # add users, change roles, disable users
 SETTINGS = "settings"      # the customer's settings (two-factor required)
 
 _VIEWER = frozenset({READ, ACCOUNT})
 _DEVELOPER = _VIEWER | {SCANS, WEBHOOKS, DELIVERIES}
-_ADMIN = _DEVELOPER | {KEY_ACCESS, ENDPOINTS}
+_ADMIN = _DEVELOPER | {KEY_ACCESS, ENDPOINTS, SSO}
 _OWNER = _ADMIN | {USERS, SETTINGS}
 
 ROLE_PERMISSIONS: dict[str, frozenset[str]] = {OWNER: _OWNER, ADMIN: _ADMIN, DEVELOPER: _DEVELOPER, VIEWER: _VIEWER}

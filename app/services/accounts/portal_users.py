@@ -20,6 +20,7 @@ from app.models import PortalUser, iso, new_id, utcnow
 from app.services.accounts import login_throttle, portal_roles
 from app.services.accounts.accounts import AccountError, get_customer
 from app.services.shared.crypto import digest
+from app.store.accounts import sso as sso_store
 from app.store.accounts import users
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,8 @@ SESSION_LIFETIME = timedelta(hours=8)
 SET_PASSWORD_LINK_LIFETIME = timedelta(hours=24)
 # The password of a user who has not used the set-password link yet: no hash matches it.
 NO_PASSWORD = "!"  # noqa: S105 (not a password: a hash nothing matches)
+# Who made a user no person made (PortalUser.provisioned_by, D32), in the portal's words.
+PROVISIONED_WORDS = {"sso": "single sign-on (at the user's first sign-in)", "scim": "provisioning (SCIM)"}
 MIN_PASSWORD_LENGTH = 10
 MAX_PASSWORD_LENGTH = 1000
 
@@ -37,6 +40,10 @@ _DUMMY_HASH = generate_password_hash("not-a-real-password", method="scrypt")
 
 class LoginRefused(Exception):
     """Wrong e-mail or password, or a disabled user: one answer for all three."""
+
+
+class SsoRequired(LoginRefused):
+    """The password is right but the customer signs in only through its provider (D32)."""
 
 
 class LoginThrottled(Exception):
@@ -70,8 +77,19 @@ def authenticate(email: str, password: str, address: str | None) -> PortalUser:
         raise
     if user is None or not valid or user.disabled:
         raise LoginRefused()
+    if not password_login_allowed(user):
+        raise SsoRequired()  # counted as a failed attempt: guessing is throttled all the same
     login_throttle.succeeded(attempt)
     return user
+
+
+def password_login_allowed(user: PortalUser) -> bool:
+    """Whether ``user`` may sign in with a password (and then a TOTP code): not when the customer's
+    single sign-on is required (D32), but for an operator's emergency door (``users reset-login``)."""
+    settings = sso_store.get(user.customer_id)
+    if settings is None or not settings.required:
+        return True
+    return user.password_login_until is not None and user.password_login_until > utcnow()
 
 
 def start_session(user: PortalUser) -> str:
@@ -149,6 +167,7 @@ def live_sessions(user_ids: list[str]) -> dict[str, int]:
 def user_dict(user: PortalUser, sessions: int = 0) -> dict:
     return {"user_id": user.id, "customer_id": user.customer_id, "email": user.email,
             "role": user.role, "disabled": bool(user.disabled), "two_factor": user.totp_enabled_at is not None,
+            "provisioned_by": user.provisioned_by,
             "created_at": iso(user.created_at),
             "last_login_at": iso(user.last_login_at), "sessions": sessions}
 

@@ -21,10 +21,11 @@ import pyotp
 
 from app.db import transaction
 from app.models import PortalUser, utcnow
-from app.services.accounts import accounts, login_throttle
+from app.services.accounts import accounts, login_throttle, portal_users
 from app.services.accounts.accounts import AccountError
-from app.services.accounts.portal_users import LoginRefused, LoginThrottled
+from app.services.accounts.portal_users import LoginRefused, LoginThrottled, SsoRequired
 from app.services.shared.crypto import decrypt_secret, encrypt_secret
+from app.store.accounts import sso as sso_store
 from app.store.accounts import users
 
 log = logging.getLogger(__name__)
@@ -47,8 +48,15 @@ def enabled(user: PortalUser) -> bool:
 
 
 def required(user: PortalUser) -> bool:
-    """The user's customer requires a second factor and the user has none yet: enrol first."""
-    return bool(user.customer.require_2fa) and not enabled(user)
+    """The user's customer requires a second factor and the user has none yet: enrol first. Not for
+    a user of the customer's single sign-on domains (D32): its provider owns the factors."""
+    return bool(user.customer.require_2fa) and not enabled(user) and not _signs_in_by_sso(user)
+
+
+def _signs_in_by_sso(user: PortalUser) -> bool:
+    _, _, domain = user.email.rpartition("@")
+    settings = sso_store.by_domain(domain)
+    return settings is not None and settings.customer_id == user.customer_id
 
 
 def pending_secret(user: PortalUser) -> str:
@@ -148,6 +156,8 @@ def verify_login(user_id: str, code: str, address: str | None) -> PortalUser:
     user = users.get_or_none(user_id)
     if user is None:  # removed between the two steps
         raise LoginRefused()
+    if not portal_users.password_login_allowed(user):  # single sign-on required since the password step
+        raise SsoRequired()
     attempt = _throttled(user.id, address)
     how = None if user.disabled else _check(user, code, recovery=True)
     if how is None:
