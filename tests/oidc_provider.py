@@ -27,7 +27,7 @@ FOLDER = Path(__file__).resolve().parent / "oidc"
 PORTAL_CLIENT = "scan-portal"
 OTHER_CLIENT = "other-app"
 # For the browser test: the portal served on 127.0.0.1 on a port known only then; a loopback
-# redirect URI of a native client matches on any port (RFC 8252 §7.3), as oidc-provider implements.
+# redirect URI of a native client matches on any port (RFC 8252, section 7.3), as oidc-provider implements.
 BROWSER_CLIENT = "scan-portal-browser"
 LOOPBACK_REDIRECT_URI = "http://127.0.0.1/app/login/sso/callback"
 REDIRECT_URI = "http://localhost/app/login/sso/callback"
