@@ -6,8 +6,8 @@ it, and the owner holds everything.
 
 - ``viewer``: reads only (every page), and the user's own login (two-factor enrolment).
 - ``developer``: also webhooks (URL, secrets, test events), deliveries (redeliver) and scans.
-- ``admin``: also keys' scopes, expiry and allowlists, webhook endpoints, and the single sign-on
-  settings (to read: an operator sets them).
+- ``admin``: also keys' scopes, expiry and allowlists, webhook endpoints, and the sign-in and
+  provisioning settings: single sign-on, SCIM and the audit sinks (to read: an operator sets them).
 - ``owner``: also the users and the customer's settings.
 
 No flask here: the portal asks, and the tests walk every role through every view with it.
@@ -26,7 +26,7 @@ WEBHOOKS = "webhooks"      # a key's webhook URL, payload, signing secrets, test
 DELIVERIES = "deliveries"  # redeliver a delivery
 KEY_ACCESS = "key_access"  # a key's scopes, expiry and IP allowlist
 ENDPOINTS = "endpoints"    # a key's webhook endpoints
-SSO = "sso"                # the customer's single sign-on settings, read only (an operator sets them, D32)
+SSO = "sso"                # the customer's SSO, SCIM and audit sink settings, read only (an operator sets them, D32)
 USERS = "users"            # add users, change roles, disable users
 SETTINGS = "settings"      # the customer's settings (two-factor required)
 
