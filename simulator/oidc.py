@@ -268,7 +268,7 @@ def token():
 
 
 def _client_credentials() -> tuple[str | None, str | None]:
-    """``client_secret_basic`` (form-encoded id and secret, RFC 6749 §2.3.1) or ``client_secret_post``."""
+    """``client_secret_basic`` (id and secret form-encoded, as RFC 6749 section 2.3.1 says) or ``client_secret_post``."""
     auth = request.authorization
     if auth is not None and auth.type == "basic":
         return unquote_plus(auth.username or ""), unquote_plus(auth.password or "")
