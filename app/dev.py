@@ -2,6 +2,8 @@
 
 Starts (or finds) the embedded PostgreSQL and Redis (``app.embedded``), builds the schema,
 makes a demo customer with a fresh key and a portal owner (its password printed when it is made),
+and a demo customer signing in ``sso.example`` by single sign-on through the simulator's stand-in
+OpenID provider (``simulator.oidc``),
 prints them with a ready ``curl`` (and one that waits on the held-connection server), then runs the API
 (gunicorn), the held-connection server (``gunicorn.held.conf.py``, on ``API_PORT`` + 1), a
 worker and the simulator together under honcho until it is stopped.
@@ -14,6 +16,7 @@ its parent (``make``) be killed, this process gets a SIGTERM and stops as above.
 """
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -29,13 +32,19 @@ from app.extensions import db
 from app.migrations import upgrade
 from app.models import Customer, utcnow
 from app.redis_conn import redis_url_of
-from app.services.accounts import accounts, portal_users
+from app.services.accounts import accounts, portal_users, sso
 from app.services.billing import activity
 from app.services.shared.errors import AccountError
 
 DEMO_NAME = "Demo customer"
 DEMO_PORTAL_EMAIL = "demo@example.com"  # the demo customer's portal owner
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# The demo SSO customer: its domain's people are the simulator's demo users (simulator/oidc.py).
+DEMO_SSO_NAME = "Demo SSO customer"
+DEMO_SSO_DOMAIN = "sso.example"
+DEMO_SSO_EMAIL = "jane@sso.example"
+DEMO_SSO_CLIENT = "scan-portal-demo"
+DEMO_SSO_ROLE_MAP = "scan-admins=admin,scan-devs=developer"
 
 # The demo's target: a clean one (simulator/results.py makes one target in five "messy", to
 # exercise the service's repairs; a newcomer's first scan should not be one of them).
@@ -68,18 +77,61 @@ def demo_accounts() -> Demo:
     return Demo(customer.id, api_key, DEMO_PORTAL_EMAIL, password)
 
 
-def prepare() -> tuple[Demo, str]:
-    """Schema, demo customer, a new demo key and the portal user; returns (demo, redis_url)."""
+@dataclass(frozen=True)
+class DemoSso:
+    """The demo SSO customer and the client the simulator's provider is to know it by."""
+
+    customer_id: str
+    issuer: str
+    client_secret: str
+    redirect_uris: list[str]
+
+    def sim_clients(self) -> str:
+        """``SIM_OIDC_CLIENTS`` for the simulator's process."""
+        return json.dumps({DEMO_SSO_CLIENT: {"secret": self.client_secret, "redirect_uris": self.redirect_uris}})
+
+
+def demo_sso(api_port: str, sim_port: str) -> DemoSso:
+    """The demo SSO customer (made on the first run) signing in ``sso.example`` through the
+    simulator's provider on ``sim_port``. Its settings are set again at every run, with a new client
+    secret: the simulator keeps its clients in memory only, so the secret is handed to it afresh
+    (and a SECRET_KEY changed since the last run does not matter). Inside a database connection."""
+    customer = Customer.get_or_none(Customer.name == DEMO_SSO_NAME)
+    if customer is None:
+        customer = accounts.create_customer(DEMO_SSO_NAME, "business", 1000)
+    issuer = f"http://127.0.0.1:{sim_port}/_sim/oidc"  # http: accepted outside production only
+    secret = secrets.token_urlsafe(24)
+    sso.configure(customer.id, issuer=issuer, client_id=DEMO_SSO_CLIENT, client_secret=secret,
+                  domains=DEMO_SSO_DOMAIN, role_claim="groups", role_map=DEMO_SSO_ROLE_MAP)
+    # the portal's callback as the browser's address names it (url_for(_external=True))
+    callbacks = [f"http://{host}:{api_port}/app/login/sso/callback" for host in ("127.0.0.1", "localhost")]
+    return DemoSso(customer.id, issuer, secret, callbacks)
+
+
+def prepare(api_port: str = "8000", sim_port: str = "8700") -> tuple[Demo, DemoSso, str]:
+    """Schema, demo customer, a new demo key, the portal user and the demo SSO customer; returns
+    (demo, demo_sso, redis_url)."""
     create_app()
     redis_conn = runtime.redis()
     with db.connection_context():
         upgrade()
         activity.prepare_partitions(utcnow())  # as `db upgrade` does: before anything writes
         demo = demo_accounts()
-    return demo, redis_url_of(redis_conn)
+        demo_sso_customer = demo_sso(api_port, sim_port)
+    return demo, demo_sso_customer, redis_url_of(redis_conn)
 
 
-def banner(demo: Demo, api_port: str, held_port: str) -> str:
+def sso_banner(demo_sso_customer: DemoSso, api_port: str) -> str:
+    """How to sign in by single sign-on (in ``banner``, after the password login)."""
+    return f"""Portal by single sign-on: {DEMO_SSO_NAME} ({demo_sso_customer.customer_id}) signs in @{DEMO_SSO_DOMAIN}
+through the simulator's stand-in OpenID provider ({demo_sso_customer.issuer}, development only):
+at http://127.0.0.1:{api_port}/app/login type {DEMO_SSO_EMAIL} and press "Sign in with SSO", then pick who
+you are on the simulator's page (jane: admin, sam: developer, val: viewer; una's e-mail is not
+verified, so the portal refuses her).
+"""
+
+
+def banner(demo: Demo, api_port: str, held_port: str, demo_sso_customer: DemoSso | None = None) -> str:
     """The lines ``make run`` prints before it starts the processes."""
     base, held = f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{held_port}"
     if demo.portal_password:
@@ -87,12 +139,13 @@ def banner(demo: Demo, api_port: str, held_port: str) -> str:
     else:
         login = (f"{demo.portal_email}  (its password was shown when make run made it; a new one: "
                  f"flask --app wsgi users reset-password {demo.portal_email})")
+    single_sign_on = "\n" + sso_banner(demo_sso_customer, api_port) if demo_sso_customer else ""
     return f"""
 Public Scan API (development) on {base}  -  docs: {base}/api/docs
 Demo customer: {demo.customer_id}
 Demo key (shown once): {demo.api_key}
 Portal: {base}/app/login  {login}
-
+{single_sign_on}
   curl -s -X POST {base}/api/v1/scan -H 'Authorization: Bearer {demo.api_key}' \\
        -H 'Content-Type: application/json' -d '{{"target": "{EXAMPLE_TARGET}"}}'
 
@@ -149,9 +202,9 @@ def run_until_stopped(argv: list[str], env: dict) -> int:
 def main() -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # until honcho runs
     stop_with_parent()
-    demo, redis_url = prepare()
     api_port = os.environ.get("API_PORT", "8000")
     sim_port = os.environ.get("SIM_PORT", "8700")
+    demo, demo_sso_customer, redis_url = prepare(api_port, sim_port)
     held_port = os.environ.get("HELD_PORT", str(int(api_port) + 1))
     bin_dir = os.path.dirname(sys.executable)  # the venv's gunicorn and python come first
     # The API and the worker add up their metrics in one directory, emptied at each start.
@@ -164,8 +217,8 @@ def main() -> int:
                ENGINE_URL=f"http://127.0.0.1:{sim_port}",
                API_PORT=api_port, HELD_PORT=held_port, SIM_PORT=sim_port, PUBLIC_BASE_URL=f"http://127.0.0.1:{api_port}",
                SIM_TIME_SCALE=os.environ.get("SIM_TIME_SCALE", "0.1"), PYTHONUNBUFFERED="1",
-               PROMETHEUS_MULTIPROC_DIR=metrics_dir)
-    print(banner(demo, api_port, held_port), flush=True)
+               PROMETHEUS_MULTIPROC_DIR=metrics_dir, SIM_OIDC_CLIENTS=demo_sso_customer.sim_clients())
+    print(banner(demo, api_port, held_port, demo_sso_customer), flush=True)
     return run_until_stopped([os.path.join(bin_dir, "honcho"), "-f", "Procfile.dev", "start"], env)
 
 

@@ -6,6 +6,8 @@ Settings, from the ``config`` argument or else the environment:
 - ``SIM_TIME_SCALE``: factor applied to the 60 to 180 s investigation durations (default 1).
 - ``ENGINE_CALLBACK_SECRET``: the ``whsec_`` secret callbacks are signed with (E7); unset, the
   simulator offers no callbacks (``simulator.callbacks``).
+- ``SIM_OIDC_CLIENTS``: clients of the stand-in OpenID provider under ``/_sim/oidc``
+  (``simulator.oidc``, development and QA only), as JSON.
 """
 import json
 import os
@@ -13,6 +15,7 @@ import os
 from flask import Flask
 from werkzeug.exceptions import HTTPException
 
+from simulator import oidc
 from simulator.engine import engine_bp
 from simulator.receiver import receiver_bp
 
@@ -31,6 +34,8 @@ def create_sim_app(config: dict | None = None) -> Flask:
     app.json.sort_keys = False
     app.register_blueprint(engine_bp)
     app.register_blueprint(receiver_bp)
+    app.register_blueprint(oidc.oidc_bp)
+    oidc.init_app(app)
     app.register_error_handler(HTTPException, _json_http_error)
     return app
 

@@ -34,8 +34,8 @@ logging.getLogger("werkzeug").setLevel(logging.WARNING)
 class ServerThread:
     """A WSGI app on a real socket in a daemon thread (threaded, like gunicorn's threads)."""
 
-    def __init__(self, wsgi_app):
-        self.server = make_server("127.0.0.1", 0, wsgi_app, threaded=True)
+    def __init__(self, wsgi_app, port: int = 0):
+        self.server = make_server("127.0.0.1", port, wsgi_app, threaded=True)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
