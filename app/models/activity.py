@@ -52,7 +52,7 @@ class ActivityEntry(BaseModel):
     # and "who looked up this target" is one GIN index look-up (target_hashes @> ARRAY[hash]).
     target_hashes = ArrayField(CharField, field_kwargs={"max_length": 64}, null=True, index=False)
     # The transaction that wrote the entry: the audit export's order and cursor. Every entry of a
-    # transaction older than the oldest one still running (pg_snapshot_xmin) is committed and
+    # transaction older than the oldest one still running in this database is committed and
     # visible, so an export that stops there never skips an entry that commits later with an
     # earlier time or id (app.services.billing.activity.export_page).
     xact = Xid8Field(constraints=[SQL(f"DEFAULT {XACT_DEFAULT}")])

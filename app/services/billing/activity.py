@@ -337,9 +337,9 @@ def export_page(customer_id: str, *, livemode: bool, cursor: str | None = None,
     id are chosen before the transaction that writes it commits, and commits come in no order, so
     a cursor on time or id could pass an entry that commits a moment later behind it. The page
     holds only entries written by transactions older than the oldest one still running
-    (PostgreSQL's snapshot xmin), ordered by that transaction's id: every such transaction has
+    in this database (``store.export_watermark``), ordered by that transaction's id: every such transaction has
     ended, so no entry can ever appear behind the cursor. An entry shows up once every call that
-    began before it has finished (usually well under a second; a long transaction anywhere in the
+    began before it has finished (usually well under a second; a long transaction writing to the
     database holds the export back, it never makes it skip)."""
     position = decode_cursor(cursor)
     limit = max(1, min(EXPORT_MAX_LIMIT, int(limit)))

@@ -111,16 +111,37 @@ def all_rows(customer_id: str, *, batch: int = 1000, **filters) -> Iterator[tupl
         before = (rows[-1][1], rows[-1][0])
 
 
+def export_watermark() -> int:
+    """The xid8 below which every transaction that wrote to this database has ended: the oldest
+    transaction id still running here, else the next one to be assigned. Read before the page's
+    own statement, whose later snapshot then sees every entry below it (an entry's transaction
+    that was running at this read is above the watermark; one given its id after the read is at
+    or above the snapshot's xmax, read first). This database only: PostgreSQL's own snapshot xmin
+    counts the transactions of every database on the server, so a long one in another database
+    (another service, another test worker) held the export back for nothing."""
+    xmax, running = execute(
+        "SELECT pg_snapshot_xmax(pg_current_snapshot())::text, "
+        "array_agg(backend_xid::text) FILTER (WHERE backend_xid IS NOT NULL) "
+        "FROM pg_stat_activity WHERE datname = current_database()").fetchone()
+    return min([int(xmax), *(_full_xid(int(xid), int(xmax)) for xid in running or [])])
+
+
+def _full_xid(xid: int, xmax: int) -> int:
+    """The 64-bit id (xid8) of a running transaction's 32-bit ``xid``: the epoch of ``xmax``, or
+    the one before when the counter wrapped between them."""
+    full = (xmax & ~0xFFFFFFFF) | xid
+    return full - (1 << 32) if full >= xmax else full
+
+
 def export_rows(customer_id: str, *, livemode: bool | None, after: tuple[str, datetime, str] | None,
                 limit: int) -> list[tuple]:
     """Up to ``limit`` rows (``READ_COLUMNS`` then ``xact`` as text) of the customer's entries of
     one mode (None: both) in the order they were written, ``(xact, created_at, id)``, after the cursor
-    ``after`` and written by a transaction older than every one still running: each of those has
-    ended, so no entry will ever appear before the last row returned (an entry's time and id are
-    chosen before its transaction commits, in no order). Read in one statement: the watermark is
-    the statement's own snapshot's."""
-    where = ["customer_id = ?", "xact < pg_snapshot_xmin(pg_current_snapshot())"]
-    params: list = [customer_id]
+    ``after`` and written by a transaction below ``export_watermark``: each of those has ended, so
+    no entry will ever appear before the last row returned (an entry's time and id are chosen
+    before its transaction commits, in no order)."""
+    where = ["customer_id = ?", "xact < ?::xid8"]
+    params: list = [customer_id, str(export_watermark())]
     if livemode is not None:  # None: both modes (an audit sink's)
         where.append("livemode = ?")
         params.append(livemode)
@@ -135,8 +156,8 @@ def last_export_position(customer_id: str) -> tuple[str, datetime, str] | None:
     """``(xact, created_at, id)`` of the last entry of the customer (both modes) ``export_rows``
     would give now, or None."""
     row = execute(f"SELECT xact::text, created_at, id FROM {table(ActivityEntry)} WHERE customer_id = ? "
-                  f"AND xact < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY xact DESC, created_at DESC, id DESC "
-                  f"LIMIT 1", (customer_id,)).fetchone()
+                  f"AND xact < ?::xid8 ORDER BY xact DESC, created_at DESC, id DESC "
+                  f"LIMIT 1", (customer_id, str(export_watermark()))).fetchone()
     return None if row is None else (row[0], row[1], row[2])
 
 
