@@ -19,14 +19,6 @@ from tests import factories
 NOW = datetime(2026, 3, 2, 12, 0, 0)
 
 
-@pytest.fixture
-def conn(app):
-    health.forget_cache()
-    with db.connection_context():
-        yield
-    health.forget_cache()
-
-
 def answers(source_id, good, bad, latency=200):
     return [(source_id, source_id.title(), "not_found", latency)] * good + [(source_id, source_id.title(), "error", latency)] * bad
 

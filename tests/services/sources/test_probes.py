@@ -8,7 +8,6 @@ import pytest
 import requests
 from freezegun import freeze_time
 
-from app.extensions import db
 from app.models import ActivityEntry, CreditLedger, Event, Scan, Source
 from app.services.sources import health, probes
 from simulator.sources import PROBE_SECONDS
@@ -16,14 +15,6 @@ from tests import factories
 
 START = datetime(2026, 3, 2, 12, 0, 0)
 PROBE_DONE = timedelta(seconds=PROBE_SECONDS * 0.01 + 1)  # the suite's simulator runs at a 0.01 time scale
-
-
-@pytest.fixture
-def conn(app):
-    health.forget_cache()
-    with db.connection_context():
-        yield
-    health.forget_cache()
 
 
 def sim(simulator, path, body=None):

@@ -4,20 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import pytest
-
 from app.extensions import db
 from app.services.sources import health, status
 
 NOW = datetime(2026, 3, 2, 12, 30)
-
-
-@pytest.fixture
-def conn(app):
-    health.forget_cache()
-    with db.connection_context():
-        yield
-    health.forget_cache()
 
 
 def test_the_engine_is_unknown_until_the_health_job_saw_it(conn):
