@@ -46,11 +46,15 @@ class SinkPusher:
         return self
 
     def run(self) -> None:
+        paused = False  # an outage is one line here (the worker's database watch logs its retries)
         while not self.stopping.is_set():
             try:
                 self.dispatch()
+                paused = False
             except CONNECTION_ERRORS as exc:
-                log.warning("audit sinks: database unavailable (%s), retrying", exc.__class__.__name__)
+                if not paused:
+                    log.warning("audit sinks: paused until the database answers (%s)", exc.__class__.__name__)
+                paused = True
             except Exception as exc:  # a bug must not end the thread: one line, and the next turn
                 log.warning("audit sinks: dispatch failed (%s)", exc.__class__.__name__)
             self.stopping.wait(self.poll_seconds)

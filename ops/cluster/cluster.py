@@ -255,7 +255,7 @@ from app.extensions import db
 from app.models import Customer
 from app.services.accounts import accounts
 from app.services.billing import billing
-key = prepare()[0]
+key = prepare()[0].api_key
 create_app()
 with db.connection_context():
     customer = Customer.get(Customer.name == "Demo customer")

@@ -97,12 +97,12 @@ def test_every_problem_is_listed_in_line_order_and_never_cut():
         "s.yaml:2: tags[0] must be one of " + ", ".join(sorted(TAGS)) + ", got 'webhook' (did you mean 'webhooks'?)",
         "s.yaml:4: setup.tier must be one of pro, business, enterprise, got 'gold'",
         "s.yaml:6: step 1: unknown key 'creat' (did you mean 'create'?); allowed: attempts, bulk, create, credits, "
-        "customer, engine, expect, name, operator, read, read_bulk, receiver, repeat, request, save, wait, webhooks",
+        "customer, engine, expect, name, operator, read, read_bulk, receiver, repeat, request, save, source, wait, webhooks",
         "s.yaml:7: step 2: a step needs exactly one action of create, bulk, read, read_bulk, request, wait, engine, "
-        "webhooks, attempts, credits, receiver, operator; got read, credits",
+        "webhooks, attempts, credits, receiver, operator, source; got read, credits",
         "s.yaml:9: step 3.engine must be one of up, down, flaky, got 'dwn' (did you mean 'down'?)",
         f"s.yaml:10: step 3: unknown key '{long_name}'; allowed: attempts, bulk, create, credits, customer, engine, "
-        "expect, name, operator, read, read_bulk, receiver, repeat, request, save, wait, webhooks",
+        "expect, name, operator, read, read_bulk, receiver, repeat, request, save, source, wait, webhooks",
     ]
 
 

@@ -109,10 +109,11 @@ def real_cursors(client, rich, scan_ids) -> dict:
     events = client.get("/api/v1/events", headers=rich.headers).json["data"]
     watch = client.post("/api/v1/watches", json={"target": "watched@example.com", "interval": "weekly"},
                         headers=rich.headers).json
-    assert deliveries and activity and events and watch["ok"]
+    export = client.get("/api/v1/activity/export", headers=rich.headers).headers.get("X-Next-Cursor")
+    assert deliveries and activity and events and watch["ok"] and export
     return {"/api/v1/scans": scan_ids[0], "/api/v1/deliveries": deliveries[0]["delivery_id"],
             "/api/v1/activity": activity[-1]["activity_id"], "/api/v1/events": events[0]["event_id"],
-            "/api/v1/watches": watch["watch_id"]}
+            "/api/v1/watches": watch["watch_id"], "/api/v1/activity/export": export}
 
 
 KIND_FORMS = {kind: re.compile(f"^({pattern})$") for kind, pattern in TARGET_PATTERNS.items()}
@@ -211,6 +212,9 @@ def test_schemathesis_finds_no_server_error_and_no_answer_off_the_document(serve
     def check(case, label):
         if label.endswith("positive") and case.query and "starting_after" in case.query:
             case.query["starting_after"] = cursors[case.path]
+        if label.endswith("positive") and case.query and case.path == "/api/v1/activity/export" \
+                and "cursor" in case.query:  # an export's cursor is one the service gave
+            case.query["cursor"] = cursors[case.path]
         if label.endswith("positive") and case.path == "/api/v1/events/stream":  # an event id is one it gave
             for where, name in ((case.query, "after"), (case.headers, "Last-Event-ID")):
                 if where and name in where:

@@ -36,7 +36,7 @@ ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 YEAR_MONTH = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 E164 = re.compile(r"^\+[1-9][0-9]{6,14}$")
 TOP_LEVEL = {"risk", "counts", "profiles", "contacts", "breaches", "phone_profile", "ai_summary", "artifacts",
-             "sources", "coverage", "partial", "findings"}
+             "sources", "coverage", "partial", "findings", "match"}
 SIM_SCALE = 0.01  # tests/conftest.py: the simulator's SIM_TIME_SCALE
 
 

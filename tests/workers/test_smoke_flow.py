@@ -12,4 +12,4 @@ def test_single_scan_completes_by_scheduled_time(client, account, jobs):
         body = client.get(f"/api/v1/scan/{scan_id}", headers=account.headers).json
         assert body["status"] == "completed"
         assert set(body["result"]) == {"risk", "counts", "profiles", "contacts", "breaches", "phone_profile",
-                                       "ai_summary", "artifacts", "sources", "coverage", "partial", "findings"}
+                                       "ai_summary", "artifacts", "sources", "coverage", "partial", "findings", "match"}

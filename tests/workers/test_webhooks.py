@@ -24,7 +24,7 @@ from tests.jobrunner import JobRunner
 
 SECRET = "whsec_cmVjZWl2ZXIgc2VjcmV0IDAxMjM0NTY3ODk="
 RESULT_FIELDS = {"risk", "counts", "profiles", "contacts", "breaches", "phone_profile", "ai_summary", "artifacts",
-                 "sources", "coverage", "partial", "findings"}
+                 "sources", "coverage", "partial", "findings", "match"}
 START = "2026-11-21 12:00:00"
 
 

@@ -48,7 +48,7 @@ def test_a_test_event_is_a_signed_scan_completed_marked_test(make_customer, rece
     assert body["test"] is True and body["event"] == "scan.completed" and body["status"] == "completed"
     assert body["scan_id"].startswith("scn_test_")
     assert set(body["result"]) == {"risk", "counts", "profiles", "contacts", "breaches", "phone_profile",
-                                   "ai_summary", "artifacts", "sources", "coverage", "partial", "findings"}
+                                   "ai_summary", "artifacts", "sources", "coverage", "partial", "findings", "match"}
 
 
 # --- redelivery -----------------------------------------------------------------------------

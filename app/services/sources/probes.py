@@ -70,8 +70,12 @@ def send(now: datetime | None = None, only: str | None = None, *, force: bool = 
     """Send a round to every probed source (or ``only`` that one) without one in flight (``force``:
     whatever is in flight is replaced; a round past its expiry is judged unanswered first)."""
     now = now or utcnow()
-    if not refresh(now):
-        return {"probes_unsupported": 1}
+    try:
+        if not refresh(now):
+            return {"probes_unsupported": 1}
+    except engine.EngineError as exc:  # the engine unreachable: one line, the next interval tries again
+        log.warning("probes not sent: the engine's sources listing failed (%s)", exc)
+        return {"probes_not_sent": 1}
     chosen = [s for s in store.all_sources() if s.probes and (only is None or s.id == only)]
     if only is not None and not chosen:
         raise NotFound("no source with this id that the engine lists with probes")
