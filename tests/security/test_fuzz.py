@@ -215,6 +215,8 @@ def test_schemathesis_finds_no_server_error_and_no_answer_off_the_document(serve
         if label.endswith("positive") and case.query and case.path == "/api/v1/activity/export" \
                 and "cursor" in case.query:  # an export's cursor is one the service gave
             case.query["cursor"] = cursors[case.path]
+        if label.endswith("positive") and isinstance(case.body, dict) and isinstance(case.body.get("required"), str):
+            case.body["required"] = "profiles.verified OR (emails AND breaches)"  # a grammar no schema can say
         if label.endswith("positive") and case.path == "/api/v1/events/stream":  # an event id is one it gave
             for where, name in ((case.query, "after"), (case.headers, "Last-Event-ID")):
                 if where and name in where:

@@ -77,7 +77,8 @@ def check_minimum(value, name: str = "min_confidence") -> float | None:
     if isinstance(value, str):
         text = value.strip()
         try:
-            value = float(text) if text and len(text) <= 20 else None
+            # 32: any float as a client's JSON library writes it ("1.984976690197388e-217" is 22)
+            value = float(text) if text and len(text) <= 32 else None
         except ValueError:
             value = None
     number = engine_confidence(value)

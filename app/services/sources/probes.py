@@ -202,14 +202,39 @@ def run_health() -> dict:
 def probe_now(source_id: str | None = None, *, wait_seconds: float = 0.0) -> dict:
     """The operator's ``sources probe [ID]``: a round now (replacing one in flight), then, with
     ``wait_seconds``, its answers awaited that long and the sources judged."""
+    before = _newest_rounds(source_id)
     report = send(only=source_id, force=True)
     deadline = time.monotonic() + wait_seconds
     while wait_seconds and time.monotonic() < deadline:
-        report.update(look())
+        look()
         if not any(s.probe_sent_at is not None for s in store.all_sources()
                    if source_id is None or s.id == source_id):
             break
         time.sleep(0.2)  # real time: an operator's command waiting for the engine's answers
     if wait_seconds:
+        report.update(_judged_since(before, source_id))
         report.update(health.evaluate())
     return report
+
+
+def _rounds(source_id: str | None) -> dict[str, list[dict]]:
+    """Each source's judged rounds, newest first (``last_probes``)."""
+    return {s.id: json.loads(s.last_probes or "[]") for s in store.all_sources()
+            if source_id is None or s.id == source_id}
+
+
+def _newest_rounds(source_id: str | None) -> dict[str, dict | None]:
+    return {sid: (rounds[0] if rounds else None) for sid, rounds in _rounds(source_id).items()}
+
+
+def _judged_since(before: dict[str, dict | None], source_id: str | None) -> dict:
+    """The rounds judged since ``before`` (``_newest_rounds``), counted from the sources' last
+    probes: whoever judged them, this command or a worker's periodic look at the same time."""
+    counts: dict[str, int] = {}
+    for sid, rounds in _rounds(source_id).items():
+        for entry in rounds:
+            if entry == before.get(sid):
+                break
+            key = f"probes_{entry.get('outcome')}"
+            counts[key] = counts.get(key, 0) + 1
+    return counts

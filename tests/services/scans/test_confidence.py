@@ -105,7 +105,8 @@ def test_a_rerun_keeps_the_higher_confidence_and_the_feedback():
     assert by_path["profiles.weak[0]"]["confidence"] == 1.0  # the customer's word still wins
 
 
-@pytest.mark.parametrize("value, expected", [(None, None), (0, 0.0), (1, 1.0), ("0.25", 0.25), (" 1 ", 1.0)])
+@pytest.mark.parametrize("value, expected", [(None, None), (0, 0.0), (1, 1.0), ("0.25", 0.25), (" 1 ", 1.0),
+                                             ("1.984976690197388e-217", 1.984976690197388e-217)])
 def test_a_minimum_as_given(value, expected):
     assert confidence.check_minimum(value) == expected
 
