@@ -156,16 +156,14 @@ def look(now: datetime | None = None) -> dict:
         bad = _answer(states.get(str(source.probe_bad_id)), source.id)
         if good is None or bad is None:
             if source.probe_sent_at is not None and source.probe_sent_at <= now - ROUND_EXPIRES_INTERVALS * interval():
-                _judge_round(source, UNANSWERED, {}, now)
-                report[UNANSWERED] += 1
+                report[UNANSWERED] += _judge_round(source, UNANSWERED, {}, now)
             continue
         outcome = outcome_of(good[0], bad[0])
-        _judge_round(source, outcome, {"known_good": good, "known_bad": bad}, now)
-        report[outcome] += 1
+        report[outcome] += _judge_round(source, outcome, {"known_good": good, "known_bad": bad}, now)
     return {f"probes_{k}": v for k, v in report.items() if v}
 
 
-def _judge_round(source, outcome: str, answers: dict, now: datetime) -> None:
+def _judge_round(source, outcome: str, answers: dict, now: datetime) -> bool:
     streak = source.probe_streak
     if outcome == RIGHT:
         streak = max(streak, 0) + 1
@@ -176,10 +174,13 @@ def _judge_round(source, outcome: str, answers: dict, now: datetime) -> None:
     entry = {"at": iso(now), "outcome": outcome, **{role: answer[0] for role, answer in answers.items()}}
     last = [entry, *json.loads(source.last_probes or "[]")][:LAST_PROBES_KEPT]
     with transaction():
+        if not store.judge_round(source.id, source.probe_sent_at, probe_streak=streak, last_probe_at=now,
+                                 last_probe_ok=outcome == RIGHT, last_probes=json.dumps(last), probe_good_id=None,
+                                 probe_bad_id=None, probe_sent_at=None):
+            return False  # judged by another process first: counted once, there
         health.record_answers([(source.id, source.name, status, latency) for status, latency in answers.values()], now)
-        store.update(source.id, probe_streak=streak, last_probe_at=now, last_probe_ok=outcome == RIGHT,
-                     last_probes=json.dumps(last), probe_good_id=None, probe_bad_id=None, probe_sent_at=None)
     metrics.count_source_probe(source.id, outcome)
+    return True
 
 
 def run_health() -> dict:

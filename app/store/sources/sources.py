@@ -87,3 +87,9 @@ def upsert_listed(source_id: str, name: str, kinds: str, probes: str | None, now
 
 def update(source_id: str, **fields) -> None:
     Source.update(**fields).where(Source.id == source_id).execute()
+
+
+def judge_round(source_id: str, sent_at, **fields) -> bool:
+    """Write a round's judgement if the round sent at ``sent_at`` is still the one in flight
+    (compare-and-set: a worker's periodic look and an operator's probe may judge it at once)."""
+    return Source.update(**fields).where(Source.id == source_id, Source.probe_sent_at == sent_at).execute() == 1

@@ -107,3 +107,19 @@ def test_the_operator_probes_one_source_now(conn, simulator):
     assert Source.select().where(Source.probe_sent_at.is_null(False)).count() == 0
     with pytest.raises(Exception, match="no source"):
         probes.probe_now("nope")
+
+
+def test_a_round_judged_by_two_processes_at_once_counts_once(conn):
+    """A worker's periodic look and an operator's `sources probe` may judge one round at once:
+    the judgement is a compare-and-set on the round in flight, so the second changes nothing (it
+    moved the streak twice, and a source could be quarantined after one wrong round)."""
+    from app.store.sources import sources as store
+    now = datetime(2026, 3, 2, 12, 0)
+    store.upsert_listed("twice", "Twice", '["email"]', None, now)
+    store.update("twice", probe_sent_at=now, probe_good_id="g", probe_bad_id="b")
+    [first_view] = [s for s in store.all_sources() if s.id == "twice"]
+    [second_view] = [s for s in store.all_sources() if s.id == "twice"]  # read by the other process
+    assert probes._judge_round(first_view, probes.WRONG, {}, now + timedelta(seconds=5)) is True
+    assert probes._judge_round(second_view, probes.WRONG, {}, now + timedelta(seconds=5)) is False
+    [source] = [s for s in store.all_sources() if s.id == "twice"]
+    assert (source.probe_streak, source.probe_sent_at, source.last_probes.count("wrong")) == (-1, None, 1)
