@@ -127,6 +127,11 @@ def move_in_flight(customer_id: str, livemode: bool, n: int) -> None:
     customer_store.run(move_in_flight_statement(customer_id, livemode, n))
 
 
+def move_in_flight_many(moves: dict[tuple[str, bool], int]) -> None:
+    """``move_in_flight`` for many customers and modes at once (``moves[(customer_id, livemode)]``), in one statement."""
+    customer_store.move_in_flight_many(moves)
+
+
 def _seconds_until(moment: datetime | None, now: datetime) -> int:
     if moment is None:
         return 0

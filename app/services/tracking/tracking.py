@@ -175,17 +175,9 @@ def record_finals(finals: list[Final]) -> list:
     the target (D26); a scan no look saw running has its ``scan.running`` recorded before its
     final event, so an endpoint that lists it always hears of it first."""
     now = utcnow()
-    scans = []
     with feed.stored_last():
-        for final in sorted(finals, key=lambda f: f.scan_id):
-            if final.status == COMPLETED:
-                scan = scan_states.complete(final.scan_id, statuses=IN_FLIGHT, status=COMPLETED, now=now,
-                                            result_json=final.result_json or "{}")
-            else:
-                scan = scan_states.fail(final.scan_id, statuses=IN_FLIGHT, status=FAILED, now=now,
-                                        code=final.code or "engine_failed", message=final.message)
-            if scan is not None:
-                scans.append(scan)
+        scans = scan_states.finish([(f.scan_id, f.status, f.result_json or "{}", f.code or "engine_failed", f.message)
+                                    for f in finals], statuses=IN_FLIGHT, completed=COMPLETED, now=now)
         findings.carry_feedback([s for s in scans if s.status == COMPLETED])
         missed = required.settle(scans)  # D29: before their events, whose bodies read the result
         never_running = [s for s in scans if s.started_at is None]
@@ -193,9 +185,10 @@ def record_finals(finals: list[Final]) -> list:
         webhooks.record_events(scans)
         watch_changes.record_changes([s for s in scans if s.status == COMPLETED and s.watch_id])  # D28, after its final
         # Out of flight in the same transaction as the states (quotas: Customer.in_flight, or test_in_flight).
-        for (customer_id, livemode), n in sorted(Counter((s.customer_id, s.livemode) for s in scans).items()):
+        # One statement locks every customer's row in id order; the refunds then write rows it holds.
+        quotas.move_in_flight_many({owner: -n for owner, n in Counter((s.customer_id, s.livemode) for s in scans).items()})
+        for customer_id, livemode in sorted({(s.customer_id, s.livemode) for s in missed}):
             required.refund([s for s in missed if s.customer_id == customer_id and s.livemode == livemode])
-            quotas.move_in_flight(customer_id, livemode, -n)
     return scans
 
 

@@ -145,10 +145,19 @@ def first_endpoint_id(key_id: str) -> str:
     return "ep_" + key_id.split("_", 1)[1]
 
 
-def key_endpoints(key: ApiKey) -> list[Endpoint]:
-    """The key's endpoints, first first: the key's own URL (when set), then the further ones."""
+def key_endpoints(key: ApiKey, further: list[WebhookEndpoint] | None = None) -> list[Endpoint]:
+    """The key's endpoints, first first: the key's own URL (when set), then the further ones
+    (``further``, its rows when the caller read them already)."""
     first = [Endpoint(first_endpoint_id(key.id), key, key)] if key.webhook_url else []
-    return first + [Endpoint(row.id, key, row) for row in endpoint_store.of_key(key.id)]
+    rows = endpoint_store.of_key(key.id) if further is None else further
+    return first + [Endpoint(row.id, key, row) for row in rows]
+
+
+def keys_endpoints(key_ids: set[str]) -> dict[str, list[Endpoint]]:
+    """``key_endpoints`` of each key, in two statements whatever their number (a batch look ends
+    scans of many keys: one read per key was most of its statements with 100 customers)."""
+    keys, further = key_store.get_many(key_ids), endpoint_store.of_keys(key_ids)
+    return {key_id: key_endpoints(key, further[key_id]) for key_id, key in keys.items()}
 
 
 def endpoint_of_delivery(delivery: WebhookDelivery, key: ApiKey) -> Endpoint | None:
@@ -217,10 +226,9 @@ def _record(occurrences: list[Occurrence], endpoints_of: dict[str, list[Endpoint
     key's endpoints are read once (``endpoints_of`` may hold some already). The pending deliveries,
     whose jobs go when the caller's transaction commits."""
     endpoints_of = dict(endpoints_of or {})
+    endpoints_of.update(keys_endpoints({event.key_id for event in occurrences} - endpoints_of.keys()))
     pending = []
     for event in occurrences:
-        if event.key_id not in endpoints_of:
-            endpoints_of[event.key_id] = key_endpoints(key_store.get(event.key_id))
         name = event.full["event"]
         for endpoint in endpoints_of[event.key_id]:
             if name not in endpoint.events or not (endpoint.enabled or endpoint.disabled_at):

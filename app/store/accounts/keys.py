@@ -102,6 +102,14 @@ def get(key_id: str) -> ApiKey:
     return ApiKey.get_by_id(key_id)
 
 
+def get_many(key_ids: set[str]) -> dict[str, ApiKey]:
+    """The keys by id, in one statement (``ApiKey.DoesNotExist`` if one of them is missing)."""
+    found = {key.id: key for key in ApiKey.select().where(ApiKey.id.in_(list(key_ids)))} if key_ids else {}
+    if len(found) != len(key_ids):
+        raise ApiKey.DoesNotExist(f"{len(key_ids) - len(found)} of {len(key_ids)} keys do not exist")
+    return found
+
+
 def all_oldest_first(customer_id: str | None = None) -> list[ApiKey]:
     """Every key, oldest first, or (``customer_id``) one customer's."""
     query = ApiKey.select().order_by(ApiKey.created_at)
