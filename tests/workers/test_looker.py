@@ -2,11 +2,12 @@
 import threading
 from datetime import timedelta
 
+import pytest
 from freezegun import freeze_time
 
 from app.extensions import db
 from tests.services.tracking.test_looks import NOW, hold_a_claim, make_scans
-from workers.looker import HELD_WAIT, IDLE_WAIT, Lookers
+from workers.looker import BATCH_LINGER, HELD_WAIT, IDLE_WAIT, Lookers
 
 
 def test_a_turn_waits_a_little_while_the_due_scans_are_claimed_by_another_looker(app, simulator):
@@ -26,6 +27,19 @@ def test_a_turn_waits_a_little_while_the_due_scans_are_claimed_by_another_looker
         release.set()
         thread.join(10)
     with freeze_time(NOW + timedelta(seconds=60)):
-        assert lookers.turn() == 0.0  # claimed and looked at: straight to the next turn
+        assert lookers.turn() == BATCH_LINGER  # claimed and looked at, not a full batch: a pause
         wait = lookers.turn()  # nothing due now: until the next due look, at most IDLE_WAIT
     assert 0 < wait <= IDLE_WAIT
+
+
+@pytest.mark.config(ENGINE_BATCH_SIZE=2)
+def test_after_a_full_batch_the_next_turn_comes_at_once_and_after_a_partial_one_after_a_pause(app, simulator):
+    """Scans falling due one by one (callbacks) are looked at together: a batch that was not full
+    is followed by ``BATCH_LINGER``, during which more fall due; a full one by the next at once."""
+    with db.connection_context(), freeze_time(NOW) as frozen:
+        make_scans(3)
+        frozen.tick(60)
+        lookers = Lookers(size=1, stopping=threading.Event(), database=None)
+        assert lookers.turn() == 0.0  # two of three: full
+        assert lookers.turn() == BATCH_LINGER  # the third alone
+    assert 0 < BATCH_LINGER <= IDLE_WAIT
