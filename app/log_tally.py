@@ -1,5 +1,5 @@
 """Occurrences logged in aggregate: one line per interval and process with their count, for what
-can come in floods (forged engine callbacks). Apart from ``app.logging_setup``, which reaches
+can come in floods (forged engine callbacks, and the engine's own: several a scan). Apart from ``app.logging_setup``, which reaches
 Flask for a request's fields, so that services may use it."""
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ class Tally:
     (a daemon thread) that writes the line when the interval ends; a process that exits writes what
     it still holds. Exact counts are the metrics' (``app.metrics``): the line says it happened."""
 
-    def __init__(self, logger: logging.Logger, message: str, interval: float = 60.0):
-        self.logger, self.message, self.interval = logger, message, interval
+    def __init__(self, logger: logging.Logger, message: str, interval: float = 60.0, level: int = logging.WARNING):
+        self.logger, self.message, self.interval, self.level = logger, message, interval, level
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
         self._timer: threading.Timer | None = None
@@ -44,7 +44,7 @@ class Tally:
         if timer is not None and timer is not threading.current_thread():
             timer.cancel()
         if counts:
-            self.logger.warning(self.message, sum(counts.values()), self.interval,
+            self.logger.log(self.level, self.message, sum(counts.values()), self.interval,
                                 ", ".join(f"{reason} {n}" for reason, n in sorted(counts.items())),
                                 extra={"http": {"count": sum(counts.values()), "reasons": counts}})
         return counts

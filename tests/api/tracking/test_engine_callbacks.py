@@ -32,6 +32,7 @@ def _refusals_written():
     """Each test's refusals are written out when it ends, not at exit (pytest's stream is closed by then)."""
     yield
     callbacks.REFUSALS.flush()
+    callbacks.TAKEN_LINES.flush()
 
 
 def post(client, call, **extra):
@@ -157,12 +158,25 @@ def test_a_flood_of_forged_callbacks_writes_no_line_per_call(client, account, ca
     assert refusals_counted("bad_signature") - before == 300
     served = client.get("/metrics").get_data(as_text=True)
     assert 'scan_api_engine_callbacks_refused_total{reason="bad_signature"}' in served
-    # A signed callback keeps its request line: only refusals are aggregated.
-    with freeze_time(NOW), caplog.at_level(logging.INFO, logger="app.access"):
+
+
+def test_callbacks_taken_are_one_line_a_minute_by_what_they_said_not_a_line_each(client, account, caplog):
+    """The engine calls back at every change of every scan (about nine a scan): a request line each
+    was the busiest line of the log. Taken ones are counted into one line a minute; one that is
+    not taken (here a replay) keeps its request line."""
+    callbacks.TAKEN_LINES.flush()
+    with freeze_time(NOW), caplog.at_level(logging.INFO):
         caplog.clear()
-        assert post(client, signed("inv_forged", msg_id="msg_signed")).status_code == 200
+        for number, status in enumerate(("running", "running", "done")):
+            assert post(client, signed("inv_some", msg_id=f"msg_taken_{number}", status=status)).status_code == 200
+        assert [r.getMessage() for r in caplog.records] == []
+        callbacks.TAKEN_LINES.flush()  # the end of the minute
+        assert [r.getMessage() for r in caplog.records] == [
+            "3 engine callbacks taken in the last 60 s (final 1, progress 2)"]
+        caplog.clear()
+        assert post(client, signed("inv_some", msg_id="msg_taken_0", status="running")).status_code == 400
     lines = [r.getMessage() for r in caplog.records if r.name == "app.access"]
-    assert len(lines) == 1 and lines[0].startswith("POST /engine/v1/callbacks 200 "), lines
+    assert len(lines) == 1 and lines[0].startswith("POST /engine/v1/callbacks 400 "), lines
 
 
 def refused_calls_list(engine_id):
