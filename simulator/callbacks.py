@@ -156,7 +156,7 @@ class CallbackSender:
             investigation = self._next_due()
             try:
                 self._take(session, investigation)
-            except Exception:  # a sender must not die of one callback: counted failed, the next taken
+            except Exception:  # a sender must not die of one callback: counted failed, the investigation forgotten
                 log.exception("callback for %s", investigation.engine_id)
                 self._done(investigation, "failed", investigation.next, [])
 
