@@ -1,6 +1,6 @@
 """Command line: ``python -m simulator`` serves the simulator; ``scenario`` runs QA scenarios.
 
-    python -m simulator [--host 127.0.0.1] [--port 8700] [--time-scale X]
+    python -m simulator [--host 127.0.0.1] [--port 8700] [--time-scale X] [--callback-senders N]
     python -m simulator scenario NAME|all [scenario options] [pytest options]
 
 Everything after ``scenario`` is handed to ``simulator.scenarios.runner.main(argv)``, which
@@ -38,15 +38,19 @@ def _parse_serve_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=8700)
     parser.add_argument("--time-scale", type=float, default=None,
                         help="multiply investigation durations (default: SIM_TIME_SCALE or 1)")
+    parser.add_argument("--callback-senders", type=int, default=None,
+                        help="threads sending callbacks, one connection each (default: SIM_CALLBACK_SENDERS or 8)")
     return parser.parse_args(argv)
 
 
 def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = {} if args.time_scale is None else {"SIM_TIME_SCALE": args.time_scale}
+    if args.callback_senders is not None:
+        config["SIM_CALLBACK_SENDERS"] = args.callback_senders
     app = create_sim_app(config)
-    log.info("simulator listening on http://%s:%d (time scale %s, engine token %s)",
-             args.host, args.port, app.config["SIM_TIME_SCALE"],
+    log.info("simulator listening on http://%s:%d (time scale %s, %d callback senders, engine token %s)",
+             args.host, args.port, app.config["SIM_TIME_SCALE"], app.config["SIM_CALLBACK_SENDERS"],
              "required" if app.config["ENGINE_TOKEN"] else "not checked")
     run_simple(args.host, args.port, app, threaded=True)
     return 0

@@ -61,7 +61,7 @@ from collections import Counter
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from simulator import artifacts, sources
-from simulator.callbacks import CallbackSender
+from simulator.callbacks import DEFAULT_SENDERS, CallbackSender
 from simulator.errors import json_error
 from simulator.investigations import CHANGING, JUNK, KINDS, NORMAL, decode_id, encode_id, now_ms, plan_for, progress_at
 from simulator.results import result_for
@@ -84,11 +84,11 @@ _STAT_OF_ENDPOINT = {"engine.submit": "submit", "engine.submit_batch": "batch", 
 class EngineControl:
     """Mode and call counters, shared by the server's threads."""
 
-    def __init__(self, callback_secret: str = "") -> None:
+    def __init__(self, callback_secret: str = "", callback_senders: int = DEFAULT_SENDERS) -> None:
         self._lock = threading.Lock()
         # Ids deleted (E7). A reset keeps them: it must not bring back what the engine forgot.
         self.deleted: set[str] = set()
-        self.callbacks = CallbackSender(callback_secret, self.deleted.__contains__)
+        self.callbacks = CallbackSender(callback_secret, self.deleted.__contains__, callback_senders)
         self.sources = sources.SourceModes()
         self.reset()
 
@@ -164,7 +164,9 @@ class InvalidBody(ValueError):
 
 @engine_bp.record_once
 def _install_control(state) -> None:
-    state.app.extensions["sim_engine"] = EngineControl(state.app.config.get("ENGINE_CALLBACK_SECRET") or "")
+    config = state.app.config
+    state.app.extensions["sim_engine"] = EngineControl(config.get("ENGINE_CALLBACK_SECRET") or "",
+                                                       int(config.get("SIM_CALLBACK_SENDERS") or DEFAULT_SENDERS))
 
 
 def control() -> EngineControl:
