@@ -81,7 +81,9 @@ def parse_args(argv):
     p.add_argument("--scale-spread", action="store_true",
                    help="sql seeding: each scan's first look at a random point of one poll interval, as a steady "
                         "stream of creations spreads them, instead of min(eta - 0.5 s, poll) after the submission "
-                        "(which makes all 100,000 first looks fall due together)")
+                        "(which makes all 100,000 first looks fall due together); without callbacks only: with "
+                        "them a scan's first look is the safety net one poll past its eta, as creation schedules it, "
+                        "and an early look would be one a scan with callbacks never has")
     p.add_argument("--scale-customers", type=int, default=1,
                    help="customers the scale phase's scans belong to (default 1, as in round 8; a customer's events "
                         "are stored under its lock, last in each look's transaction: a one-customer run measures that queue)")

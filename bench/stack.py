@@ -26,15 +26,18 @@ from simulator.procutil import free_port, wait_until
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 HOST = "127.0.0.1"
-PG_ADMIN_DSN = f"host={HOST} port=5432 user=postgres dbname=postgres"
+# BENCH_PG_PORT: a PostgreSQL server of the bench's own (say one with pg_stat_statements loaded, whose
+# whole CPU is then the bench's), instead of the machine's on 5432.
+PG_PORT = int(os.environ.get("BENCH_PG_PORT", "5432"))
+PG_ADMIN_DSN = f"host={HOST} port={PG_PORT} user=postgres dbname=postgres"
 # Another bench on the same machine (a helper's, a colleague's) keeps out of this one's way with
 # its own database and Redis db: every phase drops the schema and flushes the db.
 DATABASE = os.environ.get("BENCH_DATABASE", "bench")
 if not DATABASE.replace("_", "").isalnum():
     raise SystemExit(f"BENCH_DATABASE must be a plain name, not {DATABASE!r}")
 REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "11"))
-PG_DSN = f"host={HOST} port=5432 user=postgres dbname={DATABASE}"
-DATABASE_URL = f"postgresql://postgres@{HOST}:5432/{DATABASE}"
+PG_DSN = f"host={HOST} port={PG_PORT} user=postgres dbname={DATABASE}"
+DATABASE_URL = f"postgresql://postgres@{HOST}:{PG_PORT}/{DATABASE}"
 REDIS_URL = f"redis://{HOST}:6379/{REDIS_DB}"
 ENGINE_TOKEN = "bench-engine-token"
 # Fresh per run: production refuses keys published in the repository.

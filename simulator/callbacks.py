@@ -9,8 +9,8 @@ Without the secret it makes no promise and sends nothing.
 
 Progress is a function of time (``progress_at``), so the moments of change are known at submission
 (``changes``). The schedule holds one entry per investigation: the moment of its next change. Several
-sender threads (``SIM_CALLBACK_SENDERS``, default 8) take the entries due, oldest first; a request
-never waits for a callback. A sender that takes an entry sends the investigation's progress as of
+sender threads (``SIM_CALLBACK_SENDERS``, default 8) take the entries due, a due final before any
+progress, else oldest first; a request never waits for a callback. A sender that takes an entry sends the investigation's progress as of
 now (what a look would answer then), then schedules the investigation's next change after that one,
 if any. Why several: one sender sent about 64 callbacks a second, and a receiver slow to answer (or
 silent until the timeout) held every other receiver's callbacks behind it; with several, it holds
@@ -104,6 +104,10 @@ class CallbackSender:
         self.secret = secret
         self.senders = senders
         self._is_deleted = is_deleted
+        # Two schedules: the investigations whose next change is their final one, and the others.
+        # Senders take a due final first: behind, they would otherwise send a final only after every
+        # progress due before it (seconds to minutes late), and a final is what the service waits for.
+        self._finals: list[tuple[float, int, _Investigation]] = []
         self._due: list[tuple[float, int, _Investigation]] = []
         self._order = itertools.count()
         self._wake = threading.Condition()
@@ -134,20 +138,23 @@ class CallbackSender:
 
     def state(self) -> dict:
         with self._wake:
-            return {"drop": self._drop, "scheduled": len(self._due) + self._in_hand,
+            return {"drop": self._drop, "scheduled": len(self._finals) + len(self._due) + self._in_hand,
                     **{name: self._counts[name] for name in COUNT_NAMES}}
 
     def reset(self) -> None:
         with self._wake:
             self._due.clear()
+            self._finals.clear()
             self._drop = False
             self._counts.clear()
             self._in_hand = 0
             self._epoch += 1
 
     def _push(self, due: float, investigation: _Investigation) -> None:
-        """Schedule (under ``_wake``); wakes a sender, which may have to wait less now."""
-        heapq.heappush(self._due, (due, next(self._order), investigation))
+        """Schedule (under ``_wake``), with the finals when its next change is its last; wakes a
+        sender, which may have to wait less now."""
+        final = investigation.next == len(changes(investigation.plan)) - 1
+        heapq.heappush(self._finals if final else self._due, (due, next(self._order), investigation))
         self._wake.notify()
 
     def _run(self) -> None:
@@ -203,13 +210,15 @@ class CallbackSender:
         with self._wake:
             while True:
                 now = time.time()
-                if self._due and self._due[0][0] <= now:
-                    self._in_hand += 1
-                    investigation = heapq.heappop(self._due)[2]
-                    if self._due and self._due[0][0] <= now:
-                        self._wake.notify()  # more are due: another sender can take the next at once
-                    return investigation
-                self._wake.wait(timeout=None if not self._due else max(0.0, self._due[0][0] - now))
+                for schedule in (self._finals, self._due):  # a due final first
+                    if schedule and schedule[0][0] <= now:
+                        self._in_hand += 1
+                        investigation = heapq.heappop(schedule)[2]
+                        if any(other and other[0][0] <= now for other in (self._finals, self._due)):
+                            self._wake.notify()  # more are due: another sender can take the next at once
+                        return investigation
+                heads = [schedule[0][0] for schedule in (self._finals, self._due) if schedule]
+                self._wake.wait(timeout=max(0.0, min(heads) - now) if heads else None)
 
     def _send(self, session: requests.Session, investigation: _Investigation, body: dict) -> str | float:
         """``sent``, ``failed``, or the seconds after which to send it again (a retry asked for)."""

@@ -302,9 +302,25 @@ def test_the_schedule_holds_one_entry_per_investigation_not_one_per_change():
     for n in range(10_000):
         sender.schedule(f"inv_{n}", None, "http://127.0.0.1:9/", plan, later)
     assert len(changes(plan)) == 9
-    assert sender.state()["scheduled"] == len(sender._due) == 10_000
+    assert sender.state()["scheduled"] == len(sender._due) + len(sender._finals) == 10_000
     sender.reset()
     assert sender.state()["scheduled"] == 0
+
+
+def test_a_due_final_is_sent_before_progress_due_earlier():
+    """A sender behind takes a due final first: the service waits for finals, and behind a backlog
+    of progress a final went out seconds to minutes late."""
+    sender = CallbackSender(SECRET, lambda engine_id: False, senders=1)
+    plan = Plan(duration_s=100, recipes=8, behaviour=NORMAL)
+    now = time.time()
+    progress_due = callbacks._Investigation("inv_progress", None, "http://127.0.0.1:9/", plan, now - 50, 0)
+    final_due = callbacks._Investigation("inv_final", None, "http://127.0.0.1:9/", plan, now - 100, 0)
+    final_due.next = len(changes(plan)) - 1  # all but its final sent
+    with sender._wake:
+        sender._push(now - 40, progress_due)  # due 40 s ago
+        sender._push(now - 1, final_due)  # due a second ago
+    assert [sender._next_due().engine_id for _ in range(2)] == ["inv_final", "inv_progress"]
+    assert sender.state()["scheduled"] == 2  # in a sender's hands, not yet done with
 
 
 def test_the_number_of_senders_is_a_setting(monkeypatch):
