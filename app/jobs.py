@@ -4,7 +4,9 @@ Shared by the services (which enqueue) and the workers (which run the jobs); the
 never imports ``workers``: jobs are referenced by dotted path, so the API process never
 imports job code. Dispatch never raises: the
 rows it points at are committed first (D13), and a dispatch that Redis refused is
-found and redone by the recovery sweep.
+found and redone by the recovery sweep. Committed first by construction: an enqueue called
+inside a transaction waits for its commit (``_after_commit``, as warehouse's tasks do), so no
+caller has to remember to defer it and none can send a job for rows that may roll back.
 
 A delayed job is put into RQ's ScheduledJobRegistry here (``_save_scheduled``, ``_due``),
 not by ``Queue.enqueue_in``: RQ 2.12 writes the registry entry outside the pipeline it
@@ -17,6 +19,7 @@ entry's score is the due time to the millisecond: the workers' scheduler
 """
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
@@ -26,6 +29,7 @@ from rq.job import Job, JobStatus
 from rq.registry import ScheduledJobRegistry
 
 from app import runtime
+from app.db import after_commit, db
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +98,19 @@ def _due(q: Queue, pipe, due: dict[str, float]) -> None:
         pipe.zadd(ScheduledJobRegistry(queue=q).key, due)
 
 
+def _after_commit(send):
+    """``send`` once the caller's transaction commits (never if it rolls back), at once outside one.
+    Deferred, it returns True: it is on its way, and if Redis refuses it then, the sweep redoes it."""
+    @functools.wraps(send)
+    def enqueue(*args, **kwargs) -> bool:
+        if db.in_transaction():
+            after_commit(send, *args, **kwargs)
+            return True
+        return send(*args, **kwargs)
+    return enqueue
+
+
+@_after_commit
 def enqueue_delivery(delivery_id: str, job_id: str | None, delay_seconds: float = 0) -> bool:
     if job_id is None:  # the row's column may be null in type only: a pending delivery always has its job
         raise ValueError(f"delivery {delivery_id} has no job to enqueue")
@@ -115,6 +132,7 @@ def enqueue_delivery(delivery_id: str, job_id: str | None, delay_seconds: float 
         return False
 
 
+@_after_commit
 def enqueue_engine_deletions(deletion_ids: list[str]) -> bool:
     """Enqueue the job of each engine deletion, retried on ``FORGET_RETRY_SCHEDULE``, in one round
     trip. Its argument is the row's id, not the engine id: the engine id stays in the database."""

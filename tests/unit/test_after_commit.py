@@ -180,3 +180,22 @@ def _break_connection_at_commit() -> None:
     thread = threading.Thread(target=kill)
     thread.start()
     thread.join()
+
+
+def test_a_job_enqueued_inside_a_transaction_goes_when_it_commits_and_never_if_it_rolls_back(conn):
+    """Every enqueue of ``app.jobs`` waits for the commit by itself (as warehouse's tasks do): no
+    call site has to remember ``after_commit``, and none can send a job for rows that roll back."""
+    from app import runtime
+    from app.jobs import WEBHOOK_QUEUE, delivery_job_id, enqueue_delivery, queue
+    runtime.redis().flushdb()
+    webhooks = queue(WEBHOOK_QUEUE)
+    with transaction():
+        assert enqueue_delivery("dlv_committed", delivery_job_id("dlv_committed", 1)) is True
+        assert webhooks.count == 0  # not before the COMMIT
+    assert webhooks.job_ids == [delivery_job_id("dlv_committed", 1)]
+    rolled_back(lambda: enqueue_delivery("dlv_rolled_back", delivery_job_id("dlv_rolled_back", 1)))
+    with transaction():
+        pass
+    assert webhooks.job_ids == [delivery_job_id("dlv_committed", 1)]
+    assert enqueue_delivery("dlv_outside", delivery_job_id("dlv_outside", 1)) is True  # outside one: at once
+    assert webhooks.count == 2

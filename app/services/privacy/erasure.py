@@ -15,7 +15,7 @@ lock for long.
 
 Erasure leaves no handle that leads back to the person (D25): the scan's engine id goes with its
 target and result, into an ``EngineDeletion`` row written in the same transaction. When it
-commits (``app.db.after_commit``) a job asks the engine to delete the investigation (E7), retried
+commits (``app.jobs`` enqueues wait for the commit) a job asks the engine to delete the investigation (E7), retried
 until the engine answers 2xx or 404 (``app.jobs.enqueue_engine_deletions``); the customer's answer
 never waits for it, and the recovery sweep enqueues again a deletion whose job Redis lost
 (``recover_engine_deletions``).
@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from app import jobs, metrics, runtime
-from app.db import after_commit, transaction
+from app.db import transaction
 from app.models import BulkBatch, Scan, iso, utcnow
 from app.models.scans import FINAL
 from app.models.webhooks import CANCELLED, PENDING
@@ -64,7 +64,7 @@ def _erase(scan_ids: Sequence[str], now: datetime, *, reason: str, owner: tuple[
         # Live scans' investigations only: a test scan's id is the sandbox's, no engine has it.
         deletions = deletion_store.add([engine_id for _, engine_id, live in rows if live and engine_id], now)
         if deletions:  # Redis down: the sweep enqueues them
-            after_commit(jobs.enqueue_engine_deletions, deletions)
+            jobs.enqueue_engine_deletions(deletions)  # once this transaction commits
         if erased:
             delivery_store.erase_for_scans(erased, pending=PENDING, cancelled=CANCELLED, now=now)
             feed.erase_for_scans(erased)  # their stored events keep thin bodies (D27)

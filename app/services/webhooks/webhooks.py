@@ -2,7 +2,7 @@
 
 A delivery row (with the exact body bytes every attempt will send) is committed in
 the transaction that finishes a scan; writing a pending row registers its job to be
-enqueued when that transaction commits (``send_on_commit``, through ``app.db.after_commit``),
+enqueued when that transaction commits (``send_on_commit``: ``app.jobs`` enqueues wait for the commit),
 and a job Redis refused is enqueued later by the recovery sweep. Sending is
 ``workers.webhook_jobs``.
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from app import events, runtime
-from app.db import after_commit, write_transaction
+from app.db import write_transaction
 from app.jobs import delivery_job_id, enqueue_delivery
 from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, WebhookEndpoint, iso, new_id, utcnow
 from app.models.scans import COMPLETED
@@ -295,7 +295,7 @@ def record_customer_event(customer_id: str, livemode: bool, body: dict) -> list[
 def send_on_commit(delivery: WebhookDelivery) -> None:
     """Enqueue the job of a delivery made pending in the caller's transaction once it commits (at
     once outside one); a job Redis refuses is enqueued by the recovery sweep."""
-    after_commit(enqueue_delivery, delivery.id, delivery.job_id)
+    enqueue_delivery(delivery.id, delivery.job_id)
 
 
 # --- The key's management page (D12) -------------------------------------------------
