@@ -145,6 +145,16 @@ def apply_after(statements: list, customer_id: str, delta: int, reason: str, *, 
                                                                   **ref))
 
 
+def move_reservation(customer_id: str, livemode: bool, delta: int, reason: str, *, in_flight: int, **ref) -> None:
+    """Give back (or take) a scan reservation: ``delta`` credits with their ledger row and the scans
+    in flight moved by ``in_flight``, in the caller's transaction; a mode that is not billed (test
+    keys, D15) moves only its own count in flight. The one place that says so for every reversal."""
+    if is_billed(livemode):
+        apply(customer_id, delta, reason, in_flight=in_flight, **ref)
+    else:
+        quotas.move_in_flight(customer_id, livemode, in_flight)
+
+
 def charge(customer_id: str, amount: int, reason: str, **ref) -> int | None:
     """Take ``amount`` credits; the new balance, or None when the balance is short."""
     with transaction():

@@ -108,10 +108,34 @@ def _lock_and_count(customer_id, now, livemode):
     return customer, quotas.usage_from(windows, now)
 
 
+@dataclass(frozen=True)
+class Admission:
+    """What step 1 of a creation reserved (``_admit``): the scans' rows, their batch (a bulk call's),
+    what it charged and the balance after, and the limits and window usage the answer reports."""
+
+    rows: list[dict]
+    batch: BulkBatch | None
+    cost: int
+    balance: int
+    limits: Limits
+    usage: quotas.Usage
+    purpose: str | None
+    case_ref: str | None
+
+    def outcome(self, body: dict, recorded: activity.Recorded | None) -> Outcome:
+        """The served creation: ``body`` with the call's entry about the batch (or its one scan),
+        carrying the hashes of every target it queued (D20)."""
+        subject = activity.Subject(self.batch.id if self.batch else self.rows[0]["id"],
+                                   activity.hashes_of((r["kind"], r["target"]) for r in self.rows),
+                                   self.purpose, self.case_ref)
+        return Outcome(body, self.balance, self.limits, self.usage, self.cost, subject, recorded)
+
+
 def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livemode=True, purpose=None,
            case_ref=None, rerun_of=None, entry: activity.CallEntry | None = None, watch_id=None,
-           new_watches: list[dict] | None = None, watch_statuses=("active", "paused"), match: MatchRules = NO_RULES):
-    """Step 1: check and reserve in one transaction. Returns (scans, batch, balance, limits, usage).
+           new_watches: list[dict] | None = None, watch_statuses=("active", "paused"),
+           match: MatchRules = NO_RULES) -> Admission:
+    """Step 1: check and reserve in one transaction.
     ``entry``: the call's activity entry, written in the transaction that charges it (D25).
     ``watch_id``: the watch the scan is made for (D28); ``new_watches``: the rows of new watches,
     one per item (its scan is the watch's first), created within the customer's watch limit
@@ -179,7 +203,7 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
             balance = customer.balance
             customer_store.run_together(writes + [quotas.move_in_flight_statement(customer_id, livemode, n)])
     # Counted under the lock, plus the scans this call created: ``r`` counts them (D8).
-    return rows, batch, balance, limits, quotas.with_new_scans(usage, n, now)
+    return Admission(rows, batch, cost, balance, limits, quotas.with_new_scans(usage, n, now), purpose, case_ref)
 
 
 def _check_watch_limit(customer, livemode: bool, adding: int) -> None:
@@ -201,13 +225,10 @@ def _reverse(customer_id, rows, batch, cost, request_id, livemode=True, recorded
             scan_store.delete_scans([r["id"] for r in rows])
         if batch:
             scan_store.delete_batch(batch.id)
-        if billing.is_billed(livemode):
-            billing.apply(customer_id, cost, "refund", in_flight=-len(rows), request_id=request_id,
-                           bulk_id=batch.id if batch else None,
-                           scan_id=rows[0]["id"] if rows and not batch else None,
-                           note="engine submission failed")
-        else:
-            quotas.move_in_flight(customer_id, livemode, -len(rows))
+        billing.move_reservation(customer_id, livemode, cost, "refund", in_flight=-len(rows), request_id=request_id,
+                                 bulk_id=batch.id if batch else None,
+                                 scan_id=rows[0]["id"] if rows and not batch else None,
+                                 note="engine submission failed")
         if rows:  # after the customer's row, as admissions lock them (quotas: lock order)
             quotas.count_created(customer_id, rows[0]["created_at"], -len(rows), livemode)
 
@@ -251,6 +272,34 @@ def _submit(customer_id, rows, batch, cost, request_id, livemode=True, sources=N
     return answers
 
 
+def _queue(customer, admitted: Admission, *, request_id, livemode, entry: activity.CallEntry | None,
+           sources=None, undo: Callable[[], None] | None = None) -> tuple[list[dict], activity.Recorded | None]:
+    """Step 2 of every creation: submit what ``_admit`` reserved (``sources``: a re-run's), its
+    reservation given back if the engine refuses (and ``undo`` run: a new watch goes with it), then
+    counted. Returns the engine's answers and the call's entry as written with the charge (D25);
+    an exception raised once it is written carries it (``activity.entry_follows``)."""
+    recorded = entry.recorded() if entry is not None else None
+    if not admitted.rows:  # a bulk call whose every target was refused: nothing to submit
+        return [], recorded
+    try:
+        with activity.entry_follows(recorded):
+            answers = _submit(customer.id, admitted.rows, admitted.batch, admitted.cost, request_id, livemode,
+                              sources=sources, recorded=recorded)
+    except EngineUnavailable:
+        if undo is not None:
+            undo()
+        raise
+    _count_created(admitted.rows, customer, admitted.batch)
+    return answers, recorded
+
+
+def _created(admitted: Admission, answer: dict, **extra) -> dict:
+    """The body of a single scan's creation."""
+    row = admitted.rows[0]
+    return {"ok": True, "scan_id": row["id"], "livemode": row["livemode"], "kind": row["kind"],
+            "recipes_to_run": answer["recipes"], "eta_seconds": answer["eta_seconds"], **extra}
+
+
 def _count_created(rows, customer, batch=None) -> None:
     """Metrics and the log: a line per single scan, one line per bulk batch (its scans are
     the batch's rows; a hundred lines per call cost more than the call's SQL)."""
@@ -274,19 +323,10 @@ def create_scan(customer, api_key_id, target, kind, *, request_id, livemode=True
     purpose, case_ref = purposes.check(purpose, case_ref, required=customer.require_purpose)
     match = match.checked()
     suppressions.check(kind, target)  # an opt-out: 403, before anything is reserved or charged
-    rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (kind, target))], request_id=request_id,
-                                             livemode=livemode, purpose=purpose, case_ref=case_ref, entry=entry,
-                                             match=match)
-    recorded = entry.recorded() if entry is not None else None
-    with activity.entry_follows(recorded):
-        answer = _submit(customer.id, rows, None, billing.admission_cost(1, livemode=livemode), request_id, livemode,
-                         recorded=recorded)[0]
-    _count_created(rows, customer)
-    scan_id = rows[0]["id"]
-    body = {"ok": True, "scan_id": scan_id, "livemode": livemode, "kind": kind, "recipes_to_run": answer["recipes"],
-            "eta_seconds": answer["eta_seconds"]}
-    subject = activity.Subject(scan_id, activity.hashes_of([(kind, target)]), purpose, case_ref)
-    return Outcome(body, balance, limits, usage, billing.admission_cost(1, livemode=livemode), subject, recorded)
+    admitted = _admit(customer.id, api_key_id, [(0, (kind, target))], request_id=request_id, livemode=livemode,
+                      purpose=purpose, case_ref=case_ref, entry=entry, match=match)
+    [answer], recorded = _queue(customer, admitted, request_id=request_id, livemode=livemode, entry=entry)
+    return admitted.outcome(_created(admitted, answer), recorded)
 
 
 def create_watch_scan(customer, api_key_id, kind, target, *, request_id, livemode, purpose, case_ref, watch_id,
@@ -297,27 +337,13 @@ def create_watch_scan(customer, api_key_id, kind, target, *, request_id, livemod
     leaves neither. The body is a creation's, with ``watch_id``. ``entry``: the call's activity
     entry, written with the charge (D25)."""
     suppressions.check(kind, target)
-    rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (kind, target))], request_id=request_id,
-                                             livemode=livemode, purpose=purpose, case_ref=case_ref,
-                                             watch_id=watch_id,
-                                             new_watches=[new_watch] if new_watch is not None else None,
-                                             watch_statuses=("active",) if scheduled else ("active", "paused"),
-                                             entry=entry, match=match)
-    cost = billing.admission_cost(1, livemode=livemode)
-    recorded = entry.recorded() if entry is not None else None
-    try:
-        with activity.entry_follows(recorded):
-            answer = _submit(customer.id, rows, None, cost, request_id, livemode, recorded=recorded)[0]
-    except EngineUnavailable:
-        if new_watch is not None:
-            watch_store.delete_many([watch_id])
-        raise
-    _count_created(rows, customer)
-    scan_id = rows[0]["id"]
-    body = {"ok": True, "scan_id": scan_id, "livemode": livemode, "kind": kind, "recipes_to_run": answer["recipes"],
-            "eta_seconds": answer["eta_seconds"], "watch_id": watch_id}
-    subject = activity.Subject(scan_id, activity.hashes_of([(kind, target)]), purpose, case_ref)
-    return Outcome(body, balance, limits, usage, cost, subject, recorded)
+    admitted = _admit(customer.id, api_key_id, [(0, (kind, target))], request_id=request_id, livemode=livemode,
+                      purpose=purpose, case_ref=case_ref, watch_id=watch_id,
+                      new_watches=[new_watch] if new_watch is not None else None,
+                      watch_statuses=("active",) if scheduled else ("active", "paused"), entry=entry, match=match)
+    [answer], recorded = _queue(customer, admitted, request_id=request_id, livemode=livemode, entry=entry,
+                                undo=(lambda: watch_store.delete_many([watch_id])) if new_watch is not None else None)
+    return admitted.outcome(_created(admitted, answer, watch_id=watch_id), recorded)
 
 
 def _why_nothing_to_rerun(status: str, *, erased: bool, quarantined: bool = False) -> str:
@@ -352,19 +378,12 @@ def create_rerun(customer, api_key_id, scan_id, *, request_id, livemode=True,
     purpose, case_ref = purposes.check(original.purpose, original.case_ref, required=customer.require_purpose)
     suppressions.check(original.kind, target)  # opted out since: 403, free, as a creation
     # A re-run asks what its original asked of its findings (D29).
-    rows, _, balance, limits, usage = _admit(customer.id, api_key_id, [(0, (original.kind, target))],
-                                             request_id=request_id, livemode=livemode, purpose=purpose,
-                                             case_ref=case_ref, rerun_of=original.id, entry=entry,
-                                             match=MatchRules(original.min_confidence, original.required))
-    recorded = entry.recorded() if entry is not None else None
-    with activity.entry_follows(recorded):
-        answer = _submit(customer.id, rows, None, billing.admission_cost(1, livemode=livemode), request_id,
-                         livemode, sources=sources, recorded=recorded)[0]
-    _count_created(rows, customer)
-    body = {"ok": True, "scan_id": rows[0]["id"], "livemode": livemode, "kind": original.kind,
-            "recipes_to_run": answer["recipes"], "eta_seconds": answer["eta_seconds"], "rerun_of": original.id}
-    subject = activity.Subject(rows[0]["id"], activity.hashes_of([(original.kind, target)]), purpose, case_ref)
-    return Outcome(body, balance, limits, usage, billing.admission_cost(1, livemode=livemode), subject, recorded)
+    admitted = _admit(customer.id, api_key_id, [(0, (original.kind, target))], request_id=request_id,
+                      livemode=livemode, purpose=purpose, case_ref=case_ref, rerun_of=original.id, entry=entry,
+                      match=MatchRules(original.min_confidence, original.required))
+    [answer], recorded = _queue(customer, admitted, request_id=request_id, livemode=livemode, entry=entry,
+                                sources=sources)
+    return admitted.outcome(_created(admitted, answer, rerun_of=original.id), recorded)
 
 
 def portal_rerun(customer, scan_id, *, request_id,
@@ -402,24 +421,13 @@ def create_watch_batch(customer, api_key_id, accepted, total, new_watches, *, re
     ``screen_bulk`` gives them), each created with its baseline scan in one batch of ``total``
     targets, admitted, charged and limited as a bulk call, within the watch limit. A refused engine
     leaves no watch. The body lists the batch's scans, each with its ``watch_id`` and ``index``."""
-    rows, batch, balance, limits, usage = _admit(customer.id, api_key_id, accepted, request_id=request_id,
-                                                 bulk_total=total, livemode=livemode, purpose=purpose,
-                                                 case_ref=case_ref, entry=entry, new_watches=new_watches,
-                                                 match=match)
-    cost = billing.admission_cost(len(rows), bulk=True, livemode=livemode)
-    recorded = entry.recorded() if entry is not None else None
-    if rows:
-        try:
-            with activity.entry_follows(recorded):
-                _submit(customer.id, rows, batch, cost, request_id, livemode, recorded=recorded)
-        except EngineUnavailable:
-            watch_store.delete_many([w["id"] for w in new_watches])
-            raise
-        _count_created(rows, customer, batch)
-    body = {"ok": True, "bulk_id": batch.id, "livemode": livemode, "total": total,
-            "scans": [{"scan_id": r["id"], "watch_id": r["watch_id"], "index": r["bulk_index"]} for r in rows]}
-    subject = activity.Subject(batch.id, activity.hashes_of((r["kind"], r["target"]) for r in rows), purpose, case_ref)
-    return Outcome(body, balance, limits, usage, cost, subject, recorded)
+    admitted = _admit(customer.id, api_key_id, accepted, request_id=request_id, bulk_total=total, livemode=livemode,
+                      purpose=purpose, case_ref=case_ref, entry=entry, new_watches=new_watches, match=match)
+    _, recorded = _queue(customer, admitted, request_id=request_id, livemode=livemode, entry=entry,
+                         undo=lambda: watch_store.delete_many([w["id"] for w in new_watches]))
+    body = {"ok": True, "bulk_id": admitted.batch.id, "livemode": livemode, "total": total,
+            "scans": [{"scan_id": r["id"], "watch_id": r["watch_id"], "index": r["bulk_index"]} for r in admitted.rows]}
+    return admitted.outcome(body, recorded)
 
 
 def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True, purpose=None,
@@ -428,23 +436,16 @@ def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True, pur
     ``min_confidence`` and ``required`` (D29); the body has no URLs (the HTTP layer adds the poll URLs)."""
     accepted, rejected, purpose, case_ref = screen_bulk(customer, targets, purpose, case_ref)
     match = match.checked()
-    rows, batch, balance, limits, usage = _admit(customer.id, api_key_id, accepted, request_id=request_id,
-                                                 bulk_total=len(targets), livemode=livemode, purpose=purpose,
-                                                 case_ref=case_ref, entry=entry, match=match)
-    cost = billing.admission_cost(len(rows), bulk=True, livemode=livemode)
-    recorded = entry.recorded() if entry is not None else None
-    if rows:
-        with activity.entry_follows(recorded):
-            _submit(customer.id, rows, batch, cost, request_id, livemode, recorded=recorded)
-        _count_created(rows, customer, batch)
+    admitted = _admit(customer.id, api_key_id, accepted, request_id=request_id, bulk_total=len(targets),
+                      livemode=livemode, purpose=purpose, case_ref=case_ref, entry=entry, match=match)
+    _, recorded = _queue(customer, admitted, request_id=request_id, livemode=livemode, entry=entry)
+    rows = admitted.rows
     body = {
-        "ok": True, "bulk_id": batch.id, "livemode": livemode, "total": len(targets), "queued": len(rows),
+        "ok": True, "bulk_id": admitted.batch.id, "livemode": livemode, "total": len(targets), "queued": len(rows),
         "rejected": rejected,
         "scans": [{"scan_id": r["id"], "livemode": livemode, "target": r["target"], "kind": r["kind"]} for r in rows],
     }
-    # The one entry of the call carries the hashes of every target it queued (D20).
-    subject = activity.Subject(batch.id, activity.hashes_of((r["kind"], r["target"]) for r in rows), purpose, case_ref)
-    return Outcome(body, balance, limits, usage, cost, subject, recorded)
+    return admitted.outcome(body, recorded)
 
 
 def reverse_reservation(scan) -> bool:
@@ -454,12 +455,10 @@ def reverse_reservation(scan) -> bool:
         deleted = scan_store.delete_unsubmitted(scan.id, QUEUED)
         if not deleted:
             return False
-        if billing.is_billed(scan.livemode):
-            refund = billing.unsubmitted_scan_refund(bulk=scan.bulk_id is not None, livemode=scan.livemode)
-            billing.apply(scan.customer_id, refund, "refund", in_flight=-1, scan_id=scan.id,
-                           bulk_id=scan.bulk_id, note="reservation never submitted to the engine")
-        else:
-            quotas.move_in_flight(scan.customer_id, scan.livemode, -1)
+        billing.move_reservation(scan.customer_id, scan.livemode,
+                                 billing.unsubmitted_scan_refund(bulk=scan.bulk_id is not None, livemode=scan.livemode),
+                                 "refund", in_flight=-1, scan_id=scan.id, bulk_id=scan.bulk_id,
+                                 note="reservation never submitted to the engine")
         quotas.count_created(scan.customer_id, scan.created_at, -1, scan.livemode)  # after the customer's row
         if scan.bulk_id and not scan_store.batch_has_scans(scan.bulk_id):
             scan_store.delete_batch(scan.bulk_id)
