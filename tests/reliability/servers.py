@@ -53,9 +53,11 @@ class Gunicorn:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def stop(self) -> None:
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """``sig``: SIGTERM, gunicorn's graceful stop (held streams get ``graceful_timeout``), or
+        SIGQUIT, its quick one (every connection cut at once)."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(sig)
             try:
                 self.proc.wait(20)
             except subprocess.TimeoutExpired:

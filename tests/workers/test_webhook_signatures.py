@@ -244,7 +244,7 @@ def _race(database_url, key_id, customer_id, replace):
     def both_waiting():
         with watcher.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                           "AND query LIKE 'UPDATE%%api_key%%'")
+                           "AND datname = current_database() AND query LIKE 'UPDATE%%api_key%%'")
             return cursor.fetchone()[0] == 2
 
     try:

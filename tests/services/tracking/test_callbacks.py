@@ -155,7 +155,8 @@ def wait_for_lock_waiter(seconds: float = 5.0) -> bool:
     while time.monotonic() < ends:
         # (In a transaction the statistics are a snapshot taken once: cleared before each look.)
         db.execute_sql("SELECT pg_stat_clear_snapshot()")
-        waiting = db.execute_sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").fetchone()[0]
+        waiting = db.execute_sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                 "AND datname = current_database()").fetchone()[0]
         if waiting:
             return True
         time.sleep(0.02)
