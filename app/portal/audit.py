@@ -111,12 +111,6 @@ def record_action(response):
     user = _actor()
     if user is None:
         return response
-    recorded = g.get("action_recorded")
-    try:
-        if recorded is None:
-            activity.record(**_fields(user), livemode=True, status=response.status_code)
-        elif recorded.status != response.status_code:
-            activity.restate(recorded, response.status_code)
-    except Exception as exc:
-        log.error("could not write this portal action's activity log entry: %s", exc.__class__.__name__)  # noqa: TRY400
+    activity.record_once(g.get("action_recorded"), what="portal action", status=response.status_code,
+                         **_fields(user), livemode=True)
     return response

@@ -212,6 +212,22 @@ def restate(recorded: Recorded, status: int) -> None:
     store.set_status(recorded.id, recorded.created_at, status)
 
 
+def record_once(recorded: Recorded | None, *, what: str, status: int, **fields) -> None:
+    """An API call's or a portal action's entry, once its answer is decided: written now (``record``
+    with ``fields``), unless the transaction that charged it wrote it already (``recorded``: then
+    corrected only when the answer's status is not the one it wrote). The answer stands whatever
+    happens here: a failure is one log line naming ``what`` (no personal data, not even the
+    driver's message), never a changed answer."""
+    try:
+        if recorded is not None:
+            if recorded.status != status:
+                restate(recorded, status)
+            return
+        record(status=status, **fields)
+    except Exception as exc:
+        log.error("could not write this %s's activity log entry: %s", what, exc.__class__.__name__)  # noqa: TRY400
+
+
 # --- reading ---------------------------------------------------------------------------------
 
 def target_filter(target: str | None) -> list[str] | None:

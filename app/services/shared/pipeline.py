@@ -341,20 +341,10 @@ def call_entry(key: ApiKey, request: Request, status: int) -> activity.CallEntry
 
 def _record(key: ApiKey, request: Request, status: int, *, credits: int,
             recorded: activity.Recorded | None = None, subject: activity.Subject | None = None) -> None:
-    """The call's activity log entry: one INSERT, unless its charge wrote it (``recorded``: then
-    an UPDATE only when the answer's status is not the one it wrote). The answer is decided: a
-    failure here is one log line (no personal data, not even the driver's message), never a
-    changed answer."""
-    try:
-        if recorded is not None:
-            if recorded.status != status:
-                activity.restate(recorded, status)
-            return
-        activity.record(customer_id=key.customer_id, livemode=key.livemode, key_id=key.id, action=request.action,
-                        status=status, credits=credits, resource_id=request.resource_id,
-                        client_address=request.client_address, request_id=request.request_id, subject=subject)
-    except Exception as exc:
-        log.error("could not write this call's activity log entry: %s", exc.__class__.__name__)  # noqa: TRY400
+    """The call's activity log entry, unless its charge wrote it (``activity.record_once``)."""
+    activity.record_once(recorded, what="call", status=status, customer_id=key.customer_id, livemode=key.livemode,
+                         key_id=key.id, action=request.action, credits=credits, resource_id=request.resource_id,
+                         client_address=request.client_address, request_id=request.request_id, subject=subject)
 
 
 # --- served reads: authentication, charge and read in one statement ---------------------
