@@ -146,6 +146,12 @@ def round_trips(monkeypatch):
     return sent
 
 
+def http_requests(status: str) -> float:
+    from prometheus_client import REGISTRY
+    return REGISTRY.get_sample_value("scan_api_http_requests_total",
+                                     {"method": "POST", "route": PATH, "status": status}) or 0.0
+
+
 def test_a_callback_taken_is_one_round_trip_to_the_database_and_gives_its_connection_back(client, account,
                                                                                           round_trips):
     """``BEGIN``, the statement and ``COMMIT`` were three round trips a callback: the statement now
@@ -171,6 +177,25 @@ def test_a_callback_taken_is_one_round_trip_to_the_database_and_gives_its_connec
             # Its settings ended with it (D19: nothing outlives a transaction behind a pooler).
             assert db.execute_sql("SELECT current_setting('lock_timeout'), "
                                   "current_setting('synchronous_commit')").fetchone() == ("0", "on")
+
+
+def test_a_callback_taken_is_answered_in_front_of_flask_as_flask_answered_it(app, client, account, monkeypatch):
+    """The fast path (``app.api.callbacks.FastPath``) answers a callback taken with the view's
+    status, body and headers, the client's request id echoed, and counts it in the same metric."""
+    with freeze_time(NOW):
+        scan = create_scan(client, account)
+        before = http_requests("200")
+        fast = post(client, signed(scan.engine_id, msg_id="msg_fast", status="running"), **{"X-Request-Id": "abc-1"})
+        generated = post(client, signed(scan.engine_id, msg_id="msg_fast_2", status="running"))
+        monkeypatch.setattr(app, "wsgi_app", app.wsgi_app.wsgi_app)  # Flask alone, as before
+        flask = post(client, signed(scan.engine_id, msg_id="msg_flask", status="running"), **{"X-Request-Id": "abc-2"})
+    assert http_requests("200") - before == 3
+    assert fast.status_code == flask.status_code == 200 and fast.data == flask.data == b'{"ok":true}\n'
+    assert (fast.headers["X-Request-Id"], flask.headers["X-Request-Id"]) == ("abc-1", "abc-2")
+    assert generated.headers["X-Request-Id"].startswith("req_")
+    def without_id(response):
+        return sorted((k, v) for k, v in response.headers.items() if k != "X-Request-Id")
+    assert without_id(fast) == without_id(flask)
 
 
 def test_a_body_over_4_kib_is_a_413_whether_announced_or_chunked(served_app, client, account):
