@@ -8,7 +8,8 @@ any other view under ``/engine/``.
 
 The engine calls back at every change of every scan (about nine a scan), so a callback taken is
 answered in front of Flask (``FastPath``): Flask's request cycle (its contexts, hooks, routing and
-response object) was about half of a callback's CPU, for a call that needs none of it. Whatever is
+response object) was about half of a callback's Python time in process, a third of the API's CPU
+per callback under gunicorn (bench.callback_cost), for a call that needs none of it. Whatever is
 not a callback taken (a refusal, a replay, a busy scan, an error, a body with no length or too
 long for one) goes through Flask as before, to this view, which renders it from the one error table
 (``app.errors``) with Flask's hooks, metrics and log line: every answer but the ``200`` is Flask's.
