@@ -40,6 +40,20 @@ def client_request_id(value: str) -> str | None:
     if REQUEST_ID_RE.match(value) and not SECRET_SHAPED_RE.search(value):
         return value
     return None
+
+
+REQUEST_ID_KEY = "scan_api.request_id"
+
+
+def request_id(environ: dict) -> str:
+    """The id of the request of WSGI ``environ``: the client's ``X-Request-Id`` when the service
+    may keep it, else a new one. Kept in ``environ``, so that a layer in front of Flask (the engine
+    callbacks' fast path, ``app.api.callbacks``) and Flask give the same one."""
+    value = environ.get(REQUEST_ID_KEY)
+    if value is None:
+        value = environ[REQUEST_ID_KEY] = (client_request_id(environ.get("HTTP_X_REQUEST_ID", ""))
+                                           or f"req_{secrets.token_hex(12)}")
+    return value
 SLASHES_RE = re.compile(r"/{2,}")
 
 
@@ -112,13 +126,16 @@ def create_app(config: dict | None = None, *, operator: bool = False) -> Flask:
 
     from app import metrics_http
     metrics_http.init_app(app)  # /metrics, and a log line and counters per request
+
+    from app.api import callbacks
+    callbacks.install_fast_path(app)  # the engine's callbacks taken, answered in front of Flask
     return app
 
 
 def _register_request_hooks(app: Flask) -> None:
     @app.before_request
     def assign_request_id():
-        g.request_id = client_request_id(request.headers.get("X-Request-Id", "")) or f"req_{secrets.token_hex(12)}"
+        g.request_id = request_id(request.environ)
 
     @app.before_request
     def refuse_oversized_streams():

@@ -36,9 +36,10 @@ DATABASE = os.environ.get("BENCH_DATABASE", "bench")
 if not DATABASE.replace("_", "").isalnum():
     raise SystemExit(f"BENCH_DATABASE must be a plain name, not {DATABASE!r}")
 REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "11"))
+REDIS_PORT = int(os.environ.get("BENCH_REDIS_PORT", "6379"))  # a Redis server of the run's own
 PG_DSN = f"host={HOST} port={PG_PORT} user=postgres dbname={DATABASE}"
 DATABASE_URL = f"postgresql://postgres@{HOST}:{PG_PORT}/{DATABASE}"
-REDIS_URL = f"redis://{HOST}:6379/{REDIS_DB}"
+REDIS_URL = f"redis://{HOST}:{REDIS_PORT}/{REDIS_DB}"
 ENGINE_TOKEN = "bench-engine-token"
 # Fresh per run: production refuses keys published in the repository.
 SECRET_KEY = "bench-" + __import__("secrets").token_urlsafe(32)

@@ -14,9 +14,10 @@ constant, small work (a bounded body, the headers, one HMAC), so a flood of bogu
 the database nothing; and the log next to nothing: a refusal before the signature is verified is
 counted (``scan_api_engine_callbacks_refused_total``, by reason) and written as one line a minute
 per process with the count (``REFUSALS``), never one line each (the view leaves out its request
-line); so are the callbacks taken (``TAKEN_LINES``), which come at every change of every scan. A well signed callback costs one statement (``store.tracking.engine_callbacks.take``)
-that remembers its ``webhook-id`` (a replay within the 5 minutes a signature is accepted for is
-refused) and makes its scan due. An unknown engine id is accepted like a known one: the answer
+line); so are the callbacks taken (``TAKEN_LINES``), which come at every change of every scan. A
+well signed callback costs one statement (``store.tracking.engine_callbacks.take``, ``progress``:
+one round trip, which commits on its own) that remembers its ``webhook-id`` (a replay within the
+5 minutes a signature is accepted for is refused) and makes its scan due or records its progress. An unknown engine id is accepted like a known one: the answer
 tells no caller which ids exist. Nothing about the target, nor the engine id (an engine's id may
 encode its target), is logged.
 """
@@ -76,12 +77,12 @@ def receive(raw_body: bytes, headers: Mapping[str, str]) -> str:
     body = _body(raw_body)
     until = datetime.fromtimestamp(timestamp + TOLERANCE_SECONDS, UTC).replace(tzinfo=None)
     try:
-        with transaction():
-            if body.get("status") in UNFINISHED:
-                new, taken = _progress(callback_id, body, until=until, now=moment)
-            else:
-                new, taken = engine_callbacks.take(callback_id, until=until, engine_id=body["id"],
-                                                   statuses=IN_FLIGHT, now=moment, lock_timeout_ms=LOCK_TIMEOUT_MS)
+        # Outside a transaction: each statement is its own, one round trip (store's module).
+        if body.get("status") in UNFINISHED:
+            new, taken = _progress(callback_id, body, until=until, now=moment)
+        else:
+            new, taken = engine_callbacks.take(callback_id, until=until, engine_id=body["id"],
+                                               statuses=IN_FLIGHT, now=moment, lock_timeout_ms=LOCK_TIMEOUT_MS)
     except engine_callbacks.Busy:
         raise TryAgain("the scan is being looked at; send the callback again shortly",
                        retry_after=RETRY_AFTER_SECONDS) from None
@@ -92,15 +93,20 @@ def receive(raw_body: bytes, headers: Mapping[str, str]) -> str:
 
 
 def _progress(callback_id: str, body: dict, *, until: datetime, now: datetime) -> tuple[bool, bool]:
-    """Record a progress callback's ``body`` in the caller's transaction: ``(new id, a scan moved
-    to running)``. A scan moved writes its ``scan.running`` event with it, durably."""
-    new, moved = engine_callbacks.progress(
-        callback_id, until=until, engine_id=body["id"], statuses=IN_FLIGHT, running=body["status"] == "running",
-        recipes_total=_count(body.get("recipes_total")), recipes_done=_count(body.get("recipes_done")),
-        queued=QUEUED, running_status=RUNNING, now=now, lock_timeout_ms=LOCK_TIMEOUT_MS)
-    if moved is not None:
-        engine_callbacks.durable()
-        tracking.running_events([moved])
+    """Record a progress callback's ``body``: ``(new id, a scan moved to running)``. Most are one
+    statement that commits on its own; the one that moves a queued scan to running (once a scan)
+    is a transaction that writes its ``scan.running`` event with it, durably."""
+    counts = {"recipes_total": _count(body.get("recipes_total")), "recipes_done": _count(body.get("recipes_done"))}
+    common = {"until": until, "engine_id": body["id"], "statuses": IN_FLIGHT, "running": body["status"] == "running",
+              "queued": QUEUED, "lock_timeout_ms": LOCK_TIMEOUT_MS, **counts}
+    new, starting = engine_callbacks.progress(callback_id, **common)
+    if not starting:
+        return new, False
+    with transaction():
+        new, moved = engine_callbacks.start(callback_id, running_status=RUNNING, now=now, **common)
+        if moved is not None:
+            engine_callbacks.durable()
+            tracking.running_events([moved])
     return new, moved is not None
 
 

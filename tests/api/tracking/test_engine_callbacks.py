@@ -120,6 +120,84 @@ def test_bogus_callbacks_cost_the_database_nothing(client, account, database_cal
     assert any("engine_callback" in str(sql) for sql in database_calls)
 
 
+@pytest.fixture
+def round_trips(monkeypatch):
+    """The query strings the database object sends (each a cursor's one ``execute``: a statement
+    through ``execute_sql`` as well as peewee's own ``BEGIN`` and ``COMMIT``), from now on."""
+    sent = []
+    database = db.obj
+    cursor = database.cursor
+
+    class Spied:
+        def __init__(self, real):
+            self.real = real
+
+        def execute(self, sql, *args, **kwargs):
+            sent.append(sql)
+            return self.real.execute(sql, *args, **kwargs)
+
+        def __getattr__(self, name):  # fetchone, rowcount, description...
+            return getattr(self.real, name)
+
+    def spied(*args, **kwargs):
+        return Spied(cursor(*args, **kwargs))
+
+    monkeypatch.setattr(database, "cursor", spied)
+    return sent
+
+
+def http_requests(status: str) -> float:
+    from prometheus_client import REGISTRY
+    return REGISTRY.get_sample_value("scan_api_http_requests_total",
+                                     {"method": "POST", "route": PATH, "status": status}) or 0.0
+
+
+def test_a_callback_taken_is_one_round_trip_to_the_database_and_gives_its_connection_back(client, account,
+                                                                                          round_trips):
+    """``BEGIN``, the statement and ``COMMIT`` were three round trips a callback: the statement now
+    commits on its own (one query string, one implicit transaction). A progress callback that
+    moves its queued scan to running is the exception (once a scan): its event is written in the
+    same transaction."""
+    with freeze_time(NOW):
+        scan = create_scan(client, account)
+        round_trips.clear()
+        assert post(client, signed(scan.engine_id, msg_id="msg_start", status="running", done=0)).status_code == 200
+        assert len(round_trips) > 1 and "BEGIN" in round_trips  # the move to running, with its event
+        assert db.is_closed()  # the connection is back in the pool
+        for number, (status, done) in enumerate((("running", 2), ("running", 3), ("done", 6))):
+            round_trips.clear()
+            assert post(client, signed(scan.engine_id, msg_id=f"msg_{number}", status=status,
+                                       done=done)).status_code == 200
+            assert len(round_trips) == 1 and "engine_callback" in round_trips[0], (status, round_trips)
+            assert db.is_closed()
+        with db.connection_context():
+            stored = Scan.get_by_id(scan.id)
+            assert (stored.status, stored.recipes_done, stored.next_look_at) == ("running", 3, utcnow())
+            assert EngineCallback.select().count() == 4
+            # Its settings ended with it (D19: nothing outlives a transaction behind a pooler).
+            assert db.execute_sql("SELECT current_setting('lock_timeout'), "
+                                  "current_setting('synchronous_commit')").fetchone() == ("0", "on")
+
+
+def test_a_callback_taken_is_answered_in_front_of_flask_as_flask_answered_it(app, client, account, monkeypatch):
+    """The fast path (``app.api.callbacks.FastPath``) answers a callback taken with the view's
+    status, body and headers, the client's request id echoed, and counts it in the same metric."""
+    with freeze_time(NOW):
+        scan = create_scan(client, account)
+        before = http_requests("200")
+        fast = post(client, signed(scan.engine_id, msg_id="msg_fast", status="running"), **{"X-Request-Id": "abc-1"})
+        generated = post(client, signed(scan.engine_id, msg_id="msg_fast_2", status="running"))
+        monkeypatch.setattr(app, "wsgi_app", app.wsgi_app.wsgi_app)  # Flask alone, as before
+        flask = post(client, signed(scan.engine_id, msg_id="msg_flask", status="running"), **{"X-Request-Id": "abc-2"})
+    assert http_requests("200") - before == 3
+    assert fast.status_code == flask.status_code == 200 and fast.data == flask.data == b'{"ok":true}\n'
+    assert (fast.headers["X-Request-Id"], flask.headers["X-Request-Id"]) == ("abc-1", "abc-2")
+    assert generated.headers["X-Request-Id"].startswith("req_")
+    def without_id(response):
+        return sorted((k, v) for k, v in response.headers.items() if k != "X-Request-Id")
+    assert without_id(fast) == without_id(flask)
+
+
 def test_a_body_over_4_kib_is_a_413_whether_announced_or_chunked(served_app, client, account):
     """A chunked body has no Content-Length to refuse up front: measured once read, it is refused
     alike (it was a 400), and nothing changes."""
