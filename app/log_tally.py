@@ -1,6 +1,6 @@
 """Occurrences logged in aggregate: one line per interval and process with their count, for what
-can come in floods (forged engine callbacks, and the engine's own: several a scan). Apart from ``app.logging_setup``, which reaches
-Flask for a request's fields, so that services may use it."""
+can come in floods (forged engine callbacks, and the engine's own: several a scan). Apart from
+``app.logging_setup``, which reaches Flask for a request's fields, so that services may use it."""
 from __future__ import annotations
 
 import atexit

@@ -86,7 +86,7 @@ class FastPath:
         try:
             body = environ["wsgi.input"].read(int(length))
             if len(body) < int(length):
-                raise ClientDisconnected()  # as werkzeug says it reading the body for the view: 400
+                raise ClientDisconnected()  # noqa: TRY301 - as werkzeug says it reading the body for the view: 400
             headers = {name: environ[key] for name, key in WEBHOOK_HEADERS if key in environ}
             with log_context(request_id=rid):
                 callbacks.receive(body, headers)

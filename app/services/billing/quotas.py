@@ -128,7 +128,8 @@ def move_in_flight(customer_id: str, livemode: bool, n: int) -> None:
 
 
 def move_in_flight_many(moves: dict[tuple[str, bool], int]) -> None:
-    """``move_in_flight`` for many customers and modes at once (``moves[(customer_id, livemode)]``), in one statement."""
+    """``move_in_flight`` for many customers and modes at once (``moves[(customer_id, livemode)]``),
+    in one statement."""
     customer_store.move_in_flight_many(moves)
 
 

@@ -122,6 +122,13 @@ class Admission:
     purpose: str | None
     case_ref: str | None
 
+    @property
+    def batch_id(self) -> str:
+        """The batch's id: a bulk call's admission always makes one."""
+        if self.batch is None:
+            raise ValueError("this admission is not a bulk call's")
+        return self.batch.id
+
     def outcome(self, body: dict, recorded: activity.Recorded | None) -> Outcome:
         """The served creation: ``body`` with the call's entry about the batch (or its one scan),
         carrying the hashes of every target it queued (D20)."""
@@ -425,7 +432,7 @@ def create_watch_batch(customer, api_key_id, accepted, total, new_watches, *, re
                       purpose=purpose, case_ref=case_ref, entry=entry, new_watches=new_watches, match=match)
     _, recorded = _queue(customer, admitted, request_id=request_id, livemode=livemode, entry=entry,
                          undo=lambda: watch_store.delete_many([w["id"] for w in new_watches]))
-    body = {"ok": True, "bulk_id": admitted.batch.id, "livemode": livemode, "total": total,
+    body = {"ok": True, "bulk_id": admitted.batch_id, "livemode": livemode, "total": total,
             "scans": [{"scan_id": r["id"], "watch_id": r["watch_id"], "index": r["bulk_index"]} for r in admitted.rows]}
     return admitted.outcome(body, recorded)
 
@@ -441,7 +448,7 @@ def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True, pur
     _, recorded = _queue(customer, admitted, request_id=request_id, livemode=livemode, entry=entry)
     rows = admitted.rows
     body = {
-        "ok": True, "bulk_id": admitted.batch.id, "livemode": livemode, "total": len(targets), "queued": len(rows),
+        "ok": True, "bulk_id": admitted.batch_id, "livemode": livemode, "total": len(targets), "queued": len(rows),
         "rejected": rejected,
         "scans": [{"scan_id": r["id"], "livemode": livemode, "target": r["target"], "kind": r["kind"]} for r in rows],
     }

@@ -17,9 +17,9 @@ per process with the count (``REFUSALS``), never one line each (the view leaves 
 line); so are the callbacks taken (``TAKEN_LINES``), which come at every change of every scan. A
 well signed callback costs one statement (``store.tracking.engine_callbacks.take``, ``progress``:
 one round trip, which commits on its own) that remembers its ``webhook-id`` (a replay within the
-5 minutes a signature is accepted for is refused) and makes its scan due or records its progress. An unknown engine id is accepted like a known one: the answer
-tells no caller which ids exist. Nothing about the target, nor the engine id (an engine's id may
-encode its target), is logged.
+5 minutes a signature is accepted for is refused) and makes its scan due or records its progress.
+An unknown engine id is accepted like a known one: the answer tells no caller which ids exist.
+Nothing about the target, nor the engine id (an engine's id may encode its target), is logged.
 """
 from __future__ import annotations
 

@@ -186,7 +186,8 @@ def record_finals(finals: list[Final]) -> list:
         watch_changes.record_changes([s for s in scans if s.status == COMPLETED and s.watch_id])  # D28, after its final
         # Out of flight in the same transaction as the states (quotas: Customer.in_flight, or test_in_flight).
         # One statement locks every customer's row in id order; the refunds then write rows it holds.
-        quotas.move_in_flight_many({owner: -n for owner, n in Counter((s.customer_id, s.livemode) for s in scans).items()})
+        out_of_flight = Counter((s.customer_id, s.livemode) for s in scans)
+        quotas.move_in_flight_many({owner: -n for owner, n in out_of_flight.items()})
         for customer_id, livemode in sorted({(s.customer_id, s.livemode) for s in missed}):
             required.refund([s for s in missed if s.customer_id == customer_id and s.livemode == livemode])
     return scans

@@ -15,8 +15,9 @@ the delivery on: ``succeeded`` on any 2xx; otherwise the next job is scheduled
 ``WEBHOOK_RETRY_SCHEDULE[k-1]`` seconds later (k = the attempt's place in its series),
 or the delivery is ``failed`` when the schedule is used up (``_after_failure``: the one
 place that decides whether and when a delivery is retried). It registers what follows on
-that transaction's commit (``app.db.after_commit``; ``app.jobs`` enqueues wait for it by themselves): the next job, or for a delivery that failed
-for good the auto-disable rule of D22; if Redis refuses the job, the sweep enqueues it.
+that transaction's commit (``app.db.after_commit``; ``app.jobs`` enqueues wait for it by
+themselves): the next job, or for a delivery that failed for good the auto-disable rule of D22;
+if Redis refuses the job, the sweep enqueues it.
 
 A delivery pool makes hundreds of attempts a second in one process (``workers.delivery_pool``),
 so an attempt is three statements (load, claim, and on success close), written

@@ -8,7 +8,7 @@ changed. Which states count as in flight is the services' rule (``app.services.t
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
 from peewee import fn
