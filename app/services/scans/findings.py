@@ -23,7 +23,7 @@ from app.db import transaction
 from app.models import Scan, iso, utcnow
 from app.models.scans import COMPLETED, FEEDBACK_VERDICTS
 from app.services.scans import confidence
-from app.services.scans.results import feedback_of
+from app.services.scans.results import JustWritten, feedback_of, parsed_result
 from app.services.shared.errors import Forbidden, InvalidRequest, NotFound
 from app.store.scans import scans as scan_store
 
@@ -80,12 +80,13 @@ def _forward(scan: Scan, finding_id: str, feedback: dict) -> None:
             scan_store.set_result_json(later.id, json.dumps(result, separators=(",", ":")))
 
 
-def carry_feedback(scans: list[Scan]) -> None:
+def carry_feedback(scans: list[Scan], just_written: JustWritten | None = None) -> None:
     """In the transaction that completes ``scans``: each of their findings shows the latest feedback
     given on it in an earlier scan of the same customer and mode (D26), written into the stored
     result (and into ``scan.result_json``, which the webhook's body reads). One statement for
-    all of them; a second write only for a scan that has such feedback."""
-    parsed = {scan.id: json.loads(scan.result_json) for scan in scans if scan.result_json}
+    all of them; a second write only for a scan that has such feedback. ``just_written``: the
+    results as the look wrote them (``parsed_result``)."""
+    parsed = {scan.id: parsed_result(scan, just_written) for scan in scans if scan.result_json}
     ids = sorted({f["id"] for result in parsed.values() for f in result.get("findings") or []})
     given = scan_store.feedback_on(ids, sorted({scan.customer_id for scan in scans}))
     for scan in scans:
@@ -94,8 +95,11 @@ def carry_feedback(scans: list[Scan]) -> None:
                   for row in given  # oldest first: the latest is kept
                   if row.customer_id == scan.customer_id and row.livemode == scan.livemode
                   and row.scan_created_at < scan.created_at and row.scan_id != scan.id}
-        result = parsed.get(scan.id)
-        if latest and result is not None and _set_feedback(result, latest):
+        text = scan.result_json
+        if not latest or not text:
+            continue
+        result = json.loads(text)  # a copy of its own to change: ``parsed``'s may be shared
+        if _set_feedback(result, latest):
             scan.result_json = json.dumps(result, separators=(",", ":"))
             scan_store.set_result_json(scan.id, scan.result_json)
 

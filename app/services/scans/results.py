@@ -20,12 +20,15 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
+import json
 import logging
 import math
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 from app.services.privacy import targets
@@ -68,6 +71,8 @@ def _int(value, default=0, *, minimum=0):
 
 
 def _text(value, default="") -> str:
+    if value.__class__ is str:  # nearly every call (a result has thousands): the checks below say the same
+        return value[:MAX_TEXT]
     if value is None:
         return default
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
@@ -215,6 +220,22 @@ def normalize_result(raw, kind: str, *, scan_id: str | None = None, owner: Owner
         raise InvalidResult(str(exc)) from exc
 
 
+# What a batch look just wrote, by scan id: each result's JSON text and the dict it was dumped from.
+JustWritten = Mapping[str, tuple[str, dict]]
+
+
+def parsed_result(scan, just_written: JustWritten | None = None) -> dict:
+    """``scan.result_json`` parsed; or, while that is still the text in ``just_written``, the dict it
+    was written from: the writes that follow a batch look's finals (feedback carried, source answers
+    counted) read its results without parsing again what it just wrote (a parse per write was a
+    tenth of a look's CPU). Read only: the dict may be shared, never to be changed."""
+    if just_written:
+        text, result = just_written.get(scan.id, (None, None))
+        if result is not None and text == scan.result_json:
+            return result
+    return json.loads(scan.result_json)
+
+
 # --- E6: sources, evidence, reasons (D23) ---------------------------------------------
 
 def _add_explanation(result: dict, raw: dict, moves: dict[str, dict[int, int]], scan_id: str | None,
@@ -243,7 +264,7 @@ def _add_explanation(result: dict, raw: dict, moves: dict[str, dict[int, int]], 
         if path in by_path:
             by_path[path]["feedback"] = feedback_of(item.get("feedback"))
     for path, finding in by_path.items():  # D29: one rule (app.services.scans.confidence)
-        finding["confidence"] = confidence.confidence_of(PATH_RE.match(path).group(1),  # type: ignore[union-attr]
+        finding["confidence"] = confidence.confidence_of(_list_and_index(path)[0],  # type: ignore[index]
                                                          engine=estimates.get(path),
                                                          sources=len(finding["source_ids"]),
                                                          feedback=finding["feedback"])
@@ -303,8 +324,16 @@ def item_finding_id(owner: Owner, identity: tuple) -> str:
     """A finding's id (D26): a keyed hash of the customer, the canonical target and what the item
     is (``_identities``), so the same item has the same id in every scan of the customer for the
     target, another customer's differs, and nothing of the item can be read from it."""
-    message = "\x1f".join((owner.customer_id, owner.kind, targets.canonical(owner.kind, owner.target),
-                            *(str(part) for part in identity)))
+    return _item_id(_owner_part(owner), identity)
+
+
+def _owner_part(owner: Owner) -> str:
+    """The start of the message of every finding id of ``owner``'s result (once per result, not per item)."""
+    return "\x1f".join((owner.customer_id, owner.kind, targets.canonical(owner.kind, owner.target)))
+
+
+def _item_id(owner_part: str, identity: tuple) -> str:
+    message = "\x1f".join((owner_part, *map(str, identity)))
     return "fnd_" + base64.urlsafe_b64encode(crypto.finding_digest(message)[:15]).decode("ascii")
 
 
@@ -348,19 +377,26 @@ def _items(result: dict, name: str) -> list:
 
 
 def _findings(result: dict, scan_id: str | None, owner: Owner | None = None) -> list[dict]:
-    identities = _identities(result) if owner is not None else {}
-    findings: list[dict] = []
-    for name in FINDING_LISTS:
-        for index in range(len(_items(result, name))):
-            path = f"{name}[{index}]"
-            fid = item_finding_id(owner, identities[path]) if owner is not None else finding_id(scan_id, path)
-            findings.append({"id": fid, "path": path, "source_ids": [], "confidence": 0.0, "matched_on": [],
-                             "feedback": None})
-    return findings
+    paths = [f"{name}[{index}]" for name in FINDING_LISTS for index in range(len(_items(result, name)))]
+    if owner is not None:
+        identities = _identities(result)
+        owner_part = _owner_part(owner)  # once, not per item
+        ids = [_item_id(owner_part, identities[path]) for path in paths]
+    else:
+        ids = [finding_id(scan_id, path) for path in paths]
+    return [{"id": fid, "path": path, "source_ids": [], "confidence": 0.0, "matched_on": [], "feedback": None}
+            for path, fid in zip(paths, ids)]
 
 
 def _timestamp(value) -> str | None:
-    if not isinstance(value, str) or not value.strip():
+    return _timestamp_of(value) if isinstance(value, str) else None
+
+
+@lru_cache(maxsize=4096)
+def _timestamp_of(value: str) -> str | None:
+    """``value`` as UTC ``...Z``, or None. Cached: a result's sources mostly answered at one time,
+    and parsing and formatting it for each of them was a tenth of a normalisation."""
+    if not value.strip():
         return None
     try:
         moment = datetime.fromisoformat(value.strip())
@@ -372,6 +408,8 @@ def _timestamp(value) -> str | None:
 
 
 def _source_id(value) -> str | None:
+    if value.__class__ is str:  # nearly every one: the checks below say the same
+        return value.strip()[:MAX_ID] or None
     text = _text(value).strip() if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
     return text[:MAX_ID] or None
 
@@ -382,6 +420,8 @@ def _optional_list(value) -> list:
 
 
 def _latency(value) -> int | None:
+    if value.__class__ is int and value >= 0:  # the common case: as it is
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         return None
     return int(value)
@@ -399,25 +439,32 @@ def _sources(raw) -> list[dict]:
             continue
         seen.add(source_id)
         status = item.get("status")
-        latency = item.get("latency_ms")
-        sources.append({
-            "id": source_id,
-            "name": _text(item.get("name")).strip()[:200] or source_id,
-            "status": status if status in SOURCE_STATUSES else "error",
-            "checked_at": _timestamp(item.get("checked_at")),
-            "latency_ms": _latency(latency),
-        })
-        if sources[-1]["status"] == "skipped" and item.get("reason") == QUARANTINED:
-            sources[-1]["reason"] = QUARANTINED  # left out by this service (D30), kept on every later read
+        if status not in SOURCE_STATUSES:
+            status = "error"
+        source = {"id": source_id, "name": _text(item.get("name")).strip()[:200] or source_id, "status": status,
+                  "checked_at": _timestamp(item.get("checked_at")), "latency_ms": _latency(item.get("latency_ms"))}
+        if status == "skipped" and item.get("reason") == QUARANTINED:
+            source["reason"] = QUARANTINED  # left out by this service (D30), kept on every later read
+        sources.append(source)
     return sources
+
+
+@lru_cache(maxsize=4096)
+def _list_and_index(path: str) -> tuple[str, int] | None:
+    """The list of items and the index a path names (``profiles.weak[2]``: ``("profiles.weak", 2)``),
+    or None. Cached: every result names the same few paths, several times each."""
+    match = PATH_RE.match(path.strip())
+    if match is None or match.group(1) not in FINDING_LISTS:
+        return None
+    return match.group(1), int(match.group(2))
 
 
 def _moved_path(path, moves: dict[str, dict[int, int]]) -> str | None:
     """The engine's path of an item as a path into the normalised result (None: no such item)."""
-    match = PATH_RE.match(path.strip()) if isinstance(path, str) else None
-    if match is None or match.group(1) not in FINDING_LISTS:
+    parsed = _list_and_index(path) if isinstance(path, str) else None
+    if parsed is None:
         return None
-    name, index = match.group(1), int(match.group(2))
+    name, index = parsed
     if name in moves:
         moved = moves[name].get(index)
         return None if moved is None else f"{name}[{moved}]"

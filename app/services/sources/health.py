@@ -30,6 +30,7 @@ from redis.exceptions import RedisError
 from app import events, metrics, runtime
 from app.db import transaction
 from app.models import iso, utcnow
+from app.services.scans.results import JustWritten, parsed_result
 from app.services.shared.errors import InvalidRequest, NotFound
 from app.services.webhooks import webhooks
 from app.store.sources import sources as store
@@ -104,13 +105,14 @@ def answers_of(result: dict) -> list[tuple[str, str, str, object]]:
             for s in result.get("sources") or [] if isinstance(s, dict) and s.get("reason") != QUARANTINED_REASON]
 
 
-def record_scans(scans: list) -> None:
-    """Count the source answers of the scans that just completed (``tracking.record_finals``, in its
-    transaction). Live scans only: test scans' sources are the sandbox's, not the engine's."""
+def record_scans(scans: list, just_written: JustWritten | None = None) -> None:
+    """Count the source answers of the scans that just completed (``tracking.announce``, after their
+    commit). Live scans only: test scans' sources are the sandbox's, not the engine's.
+    ``just_written``: the results as the look wrote them (``parsed_result``)."""
     answers = []
     for scan in scans:
         if scan.livemode and scan.result_json:
-            answers += answers_of(json.loads(scan.result_json))
+            answers += answers_of(parsed_result(scan, just_written))
     if answers:
         record_answers(answers, utcnow())
 
@@ -381,6 +383,8 @@ def mark_left_out(result: dict, kind: str) -> dict:
     """A completed live scan's result with each quarantined source it does not mention listed as
     ``skipped`` with ``reason: "quarantined"`` (coverage counts the sources asked: unchanged)."""
     known = catalogue()
+    if not known.quarantined:  # nearly always: nothing to add
+        return result
     mentioned = {s.get("id") for s in result.get("sources") or []}
     left_out = [s for s in sorted(known.quarantined) if s not in mentioned and known.applies(s, kind)]
     if left_out:

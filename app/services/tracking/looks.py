@@ -138,7 +138,7 @@ def look_due(*, limit: int | None = None) -> dict:
         first = states.get(errors[0])
         log.warning("engine error for %d of %d scans looked at (%s), e.g. scan %s; looking again with back-off",
                     len(errors), len(scans), first if isinstance(first, Exception) else "unusable answer", errors[0])
-    tracking.announce(finished)
+    tracking.announce(finished, finals)
     return report
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from app import events, metrics, runtime
@@ -122,10 +123,11 @@ class Progress:
     recipes_done: int | None
 
 
-def running_events(scans: list) -> list:
+def running_events(scans: list, endpoints_of: dict | None = None) -> list:
     """The ``scan.running`` events of scans that have just moved to ``running`` (in the caller's
-    transaction): their deliveries, whose jobs go once it has committed."""
-    return webhooks.record_events(scans, events.SCAN_RUNNING)
+    transaction): their deliveries, whose jobs go once it has committed. ``endpoints_of``: the
+    keys' endpoints when the caller read them already (``webhooks.keys_endpoints``)."""
+    return webhooks.record_events(scans, events.SCAN_RUNNING, endpoints_of=endpoints_of)
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,8 @@ class Final:
     result_json: str | None = None
     code: str | None = None
     message: str = ""
+    # The dict ``result_json`` was dumped from, for the writes after it to read (``results.parsed_result``).
+    result: dict | None = field(default=None, compare=False, repr=False)
 
     @property
     def outcome(self) -> str:
@@ -146,7 +150,12 @@ class Final:
 
 
 def completed(scan_id: str, result: dict) -> Final:
-    return Final(scan_id, COMPLETED, result_json=json.dumps(result, separators=(",", ":")))
+    return Final(scan_id, COMPLETED, result_json=json.dumps(result, separators=(",", ":")), result=result)
+
+
+def just_written(finals: Iterable[Final]) -> results.JustWritten:
+    """The completed finals' results by scan id, as their text and the dict it was dumped from."""
+    return {f.scan_id: (f.result_json, f.result) for f in finals if f.result is not None and f.result_json}
 
 
 def failed(scan_id: str, code: str, message: str) -> Final:
@@ -159,7 +168,7 @@ def finish(finals: list[Final]) -> int:
     announce them (``announce``). Returns how many took."""
     with transaction():
         scans = record_finals(finals)
-    announce(scans)
+    announce(scans, finals)
     return len(scans)
 
 
@@ -178,11 +187,13 @@ def record_finals(finals: list[Final]) -> list:
     with feed.stored_last():
         scans = scan_states.finish([(f.scan_id, f.status, f.result_json or "{}", f.code or "engine_failed", f.message)
                                     for f in finals], statuses=IN_FLIGHT, completed=COMPLETED, now=now)
-        findings.carry_feedback([s for s in scans if s.status == COMPLETED])
+        findings.carry_feedback([s for s in scans if s.status == COMPLETED], just_written(finals))
         missed = required.settle(scans)  # D29: before their events, whose bodies read the result
         never_running = [s for s in scans if s.started_at is None]
-        running_events([_as_running(s, now) for s in never_running])
-        webhooks.record_events(scans)
+        # The keys' endpoints read once for both events (two statements, and a model per row, each time).
+        endpoints = webhooks.keys_endpoints({s.api_key_id for s in scans})
+        running_events([_as_running(s, now) for s in never_running], endpoints)
+        webhooks.record_events(scans, endpoints_of=endpoints)
         watch_changes.record_changes([s for s in scans if s.status == COMPLETED and s.watch_id])  # D28, after its final
         # Out of flight in the same transaction as the states (quotas: Customer.in_flight, or test_in_flight).
         # One statement locks every customer's row in id order; the refunds then write rows it holds.
@@ -200,16 +211,17 @@ def _as_running(scan, now):
                          "failed_at": None})
 
 
-def announce(scans: list) -> None:
+def announce(scans: list, finals: Iterable[Final] = ()) -> None:
     """After the commit of ``record_finals``: the metrics and log lines of the scans that ended,
     and their sources' answers counted for source health (D30) in a short transaction of their
     own, so that lookers finishing scans side by side never queue on a source's counts; a count
-    lost to a failure here only thins one minute of a statistic."""
+    lost to a failure here only thins one minute of a statistic. ``finals``: those written, whose
+    results need no parsing again."""
     completed_scans = [s for s in scans if s.status == COMPLETED]
     if completed_scans:
         try:
             with transaction():
-                source_health.record_scans(completed_scans)
+                source_health.record_scans(completed_scans, just_written(finals))
         except CONNECTION_ERRORS:
             raise
         except Exception as exc:

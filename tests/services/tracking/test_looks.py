@@ -13,9 +13,10 @@ from freezegun import freeze_time
 from app import runtime
 from app.db import transaction
 from app.jobs import ENGINE_QUEUE, queue
-from app.models import Customer, Scan, WebhookDelivery, utcnow
+from app.models import Customer, Event, Scan, WebhookDelivery, utcnow
 from app.models.scans import IN_FLIGHT
 from app.services.tracking import looks, recovery, tracking
+from app.services.webhooks import webhooks
 from app.store.tracking import scan_states
 from tests.api.helpers import assert_counters_match
 from tests.jobrunner import JobRunner
@@ -73,6 +74,34 @@ def test_one_engine_request_looks_at_a_whole_claim_and_completes_every_scan(conn
     assert no_engine_job()
     assert Customer.get_by_id(cust.id).in_flight == 0
     assert_counters_match(cust.id)
+
+
+HOOK_URL, HOOK_SECRET = "https://hooks.example.com/x", "whsec_MDEyMzQ1Njc4OWFiY2RlZg=="
+
+
+def compact(value) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def test_a_looks_bodies_are_the_compact_json_of_each_scans_read_byte_for_byte(conn, simulator):
+    """A batch look writes each completed scan's result into its webhook and feed bodies as the
+    stored text (not parsed and written again): the bytes are still those of the body with the
+    result parsed, in compact JSON with ASCII escapes (the simulator's names have accents)."""
+    with freeze_time(NOW) as frozen:
+        cust, key = new_customer(credits=1000, inflight=1000, hour=10_000, day=10_000, webhook_url=HOOK_URL,
+                                 webhook_secret=HOOK_SECRET)
+        ids = [new_scan(cust, key, target=f"person.{i}@example.com").id for i in range(12)]
+        frozen.tick(600)
+        assert looks.look_due()["completed"] == 12
+        scans = rows(ids)
+        deliveries = {d.scan_id: d.body for d in WebhookDelivery.select().where(WebhookDelivery.scan_id.in_(ids))}
+        feed = {(e.scan_id, e.kind): e.body for e in Event.select().where(Event.scan_id.in_(ids))}
+        expected = {scan_id: compact(webhooks.event_body(scan)) for scan_id, scan in scans.items()}
+    assert deliveries == expected
+    assert {scan_id: feed[(scan_id, "scan.completed")] for scan_id in ids} == expected
+    running = [feed[(scan_id, "scan.running")] for scan_id in ids]
+    assert all(body == compact(json.loads(body)) for body in running)
+    assert any("\\u00" in body for body in expected.values())  # an accent, escaped as json.dumps does
 
 
 def claim(limit, *, now=None, hold_seconds=30.0):
