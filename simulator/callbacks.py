@@ -8,18 +8,19 @@ signed as Standard Webhooks (``webhook-id``, ``webhook-timestamp``, ``webhook-si
 Without the secret it makes no promise and sends nothing.
 
 Progress is a function of time (``progress_at``), so the moments of change are known at submission
-(``changes``). The schedule holds one entry per investigation: the moment of its next change. Several
-sender threads (``SIM_CALLBACK_SENDERS``, default 8) take the entries due, a due final before any
-progress, else oldest first; a request never waits for a callback. A sender that takes an entry sends the investigation's progress as of
-now (what a look would answer then), then schedules the investigation's next change after that one,
-if any. Why several: one sender sent about 64 callbacks a second, and a receiver slow to answer (or
+(``changes``). The schedule holds two entries per investigation at most: the moment of its next
+progress, and the moment of its final. Several sender threads (``SIM_CALLBACK_SENDERS``, default 8)
+take the entries due, a due final before any progress, else oldest first; a request never waits for
+a callback. A sender that takes an entry sends the investigation's state as of now (what a look
+would answer then), then schedules the investigation's next progress after that one, if any before
+the final; once the final is sent, the other entry is dropped unsent. Why several: one sender sent about 64 callbacks a second, and a receiver slow to answer (or
 silent until the timeout) held every other receiver's callbacks behind it; with several, it holds
 only the sender sending to it. Why the newest only: a sender that is behind (a 100,000-scan benchmark
 kept 895,925 callbacks waiting when there was one entry per change) would otherwise send progress
 already out of date, and a scan's "done" waited behind its own stale "running"s; a behind sender
 sends the newest state once, and the changes it skipped are counted ``superseded``. On time, every
-change is sent, in order. One entry per investigation also keeps 100,000 investigations in about
-100,000 entries. Each sender keeps its own HTTP session, so a receiver sees one kept-alive
+change is sent, in order. Behind, a final never waits for its progress: it has its own entry. Two
+entries at most per investigation also keep 100,000 investigations in about 200,000 entries. Each sender keeps its own HTTP session, so a receiver sees one kept-alive
 connection per sender rather than one connection per callback.
 
 Sending is best effort, as E7 allows: a receiver's error or silence is counted, not retried, except
@@ -86,17 +87,19 @@ class _Investigation:
     its first change neither sent nor superseded yet; the changes are computed again when needed
     rather than kept, so that an entry stays small."""
 
-    __slots__ = ("attempt", "created_s", "engine_id", "epoch", "next", "plan", "reference", "url")
+    __slots__ = ("attempt", "closed", "created_s", "engine_id", "epoch", "next", "plan", "reference", "url")
 
     def __init__(self, engine_id: str, reference: str | None, url: str, plan: Plan, created_s: float,
                  epoch: int) -> None:
         self.engine_id, self.reference, self.url, self.plan = engine_id, reference, url, plan
         self.created_s, self.epoch = created_s, epoch
         self.next = self.attempt = 0
+        self.closed = False  # its final sent (or failed, dropped), or the investigation deleted
 
 
 class CallbackSender:
-    """The schedule of callbacks (one entry per investigation) and the threads that send them."""
+    """The schedule of callbacks (two entries per investigation at most: its next progress and its
+    final) and the threads that send them."""
 
     def __init__(self, secret: str, is_deleted: Callable[[str], bool], senders: int = DEFAULT_SENDERS) -> None:
         if senders < 1:
@@ -104,9 +107,12 @@ class CallbackSender:
         self.secret = secret
         self.senders = senders
         self._is_deleted = is_deleted
-        # Two schedules: the investigations whose next change is their final one, and the others.
-        # Senders take a due final first: behind, they would otherwise send a final only after every
-        # progress due before it (seconds to minutes late), and a final is what the service waits for.
+        # Two schedules: every investigation's final (an entry of its own from the submission on), and
+        # its next progress. Senders take a due final first, and a final never waits for the progress
+        # before it: behind, a final waited in its investigation's one entry for every progress due
+        # before it (the scale phase's finals came no sooner than the looks one poll past the eta),
+        # and a final is what the service waits for. Whichever entry sends the final, the other is
+        # then dropped unsent.
         self._finals: list[tuple[float, int, _Investigation]] = []
         self._due: list[tuple[float, int, _Investigation]] = []
         self._order = itertools.count()
@@ -114,7 +120,8 @@ class CallbackSender:
         self._threads: list[threading.Thread] = []
         self._drop = False
         self._counts: Counter = Counter()
-        self._in_hand = 0  # taken from the schedule by a sender, not yet back or done with
+        self._in_hand: list[_Investigation] = []  # taken by senders, not yet back or done with
+        self._open = 0  # investigations with a callback still to send ("scheduled")
         # A reset forgets what senders hold too: what they took before it is neither counted nor
         # scheduled again when they are done with it.
         self._epoch = 0
@@ -124,8 +131,11 @@ class CallbackSender:
         if not found:  # nothing will ever change (no plan is so, but then nothing to say)
             return
         with self._wake:
-            self._push(created_s + found[0][0], _Investigation(engine_id, reference, url, plan, created_s,
-                                                               self._epoch))
+            investigation = _Investigation(engine_id, reference, url, plan, created_s, self._epoch)
+            self._open += 1
+            self._push(created_s + found[0][0], investigation)
+            if len(found) > 1:  # its final is due then whatever its progress waits for (see _finals)
+                heapq.heappush(self._finals, (created_s + found[-1][0], next(self._order), investigation))
             if not self._threads:
                 self._threads = [threading.Thread(target=self._run, name=f"sim-callbacks-{n}", daemon=True)
                                  for n in range(self.senders)]
@@ -138,7 +148,7 @@ class CallbackSender:
 
     def state(self) -> dict:
         with self._wake:
-            return {"drop": self._drop, "scheduled": len(self._finals) + len(self._due) + self._in_hand,
+            return {"drop": self._drop, "scheduled": self._open,
                     **{name: self._counts[name] for name in COUNT_NAMES}}
 
     def reset(self) -> None:
@@ -147,8 +157,15 @@ class CallbackSender:
             self._finals.clear()
             self._drop = False
             self._counts.clear()
-            self._in_hand = 0
+            self._in_hand.clear()
+            self._open = 0
             self._epoch += 1
+
+    def _close(self, investigation: _Investigation) -> None:
+        """Under ``_wake``: the investigation has no callback left to send (counted once)."""
+        if not investigation.closed:
+            investigation.closed = True
+            self._open -= 1
 
     def _push(self, due: float, investigation: _Investigation) -> None:
         """Schedule (under ``_wake``), with the finals when its next change is its last; wakes a
@@ -168,11 +185,11 @@ class CallbackSender:
                 self._done(investigation, "failed", investigation.next, [])
 
     def _take(self, session: requests.Session, investigation: _Investigation) -> None:
-        """Send the investigation's progress as of now, if it still exists."""
-        if self._is_deleted(investigation.engine_id):
-            self._done(investigation, None, investigation.next, [])
-            return
+        """Send the investigation's progress as of now, if it still exists and its final was not sent."""
         found = changes(investigation.plan)
+        if investigation.next >= len(found) or self._is_deleted(investigation.engine_id):
+            self._done(investigation, None, investigation.next, [])  # its other entry sent the final
+            return
         # As of now, and at least the change it was due for (see HAIR_S).
         elapsed = max(time.time() - investigation.created_s, found[investigation.next][0] + HAIR_S)
         progress = progress_at(investigation.plan, elapsed)
@@ -192,8 +209,10 @@ class CallbackSender:
         with self._wake:
             if investigation.epoch != self._epoch:  # forgotten by a reset while in a sender's hands
                 return
-            self._in_hand -= 1
-            if outcome is None:  # deleted: forgotten
+            self._in_hand.remove(investigation)
+            self._wake.notify()  # its other entry, held back meanwhile, may be due
+            if outcome is None:  # deleted, or finished by its other entry: forgotten
+                self._close(investigation)
                 return
             if isinstance(outcome, float):  # asked to retry after that many seconds: due again then
                 investigation.attempt += 1
@@ -203,22 +222,48 @@ class CallbackSender:
             self._counts[outcome] += 1
             self._counts["superseded"] += index - investigation.next
             investigation.next, investigation.attempt = index + 1, 0
-            if investigation.next < len(found):
+            if investigation.next >= len(changes(investigation.plan)):
+                self._close(investigation)
+            # The next progress, if any before the final: the final has its own entry already.
+            if investigation.next < len(found) - 1:
                 self._push(investigation.created_s + found[investigation.next][0], investigation)
 
     def _next_due(self) -> _Investigation:
         with self._wake:
             while True:
                 now = time.time()
+                heads = []
                 for schedule in (self._finals, self._due):  # a due final first
-                    if schedule and schedule[0][0] <= now:
-                        self._in_hand += 1
-                        investigation = heapq.heappop(schedule)[2]
-                        if any(other and other[0][0] <= now for other in (self._finals, self._due)):
-                            self._wake.notify()  # more are due: another sender can take the next at once
-                        return investigation
-                heads = [schedule[0][0] for schedule in (self._finals, self._due) if schedule]
+                    taken = self._take_due(schedule, now)
+                    if isinstance(taken, _Investigation):
+                        self._in_hand.append(taken)
+                        self._wake.notify()  # another sender may find the next due at once
+                        return taken
+                    if taken is not None:
+                        heads.append(taken)
+                # Nothing to take now: until the earliest entry due, or until a sender is done.
                 self._wake.wait(timeout=max(0.0, min(heads) - now) if heads else None)
+
+    def _take_due(self, schedule: list, now: float) -> _Investigation | float | None:
+        """Under ``_wake``: pop the earliest entry of ``schedule`` due by ``now`` whose investigation
+        no sender holds, else the due time of the earliest such entry (None: there is none). One
+        sender at a time per investigation: a receiver that does not answer holds only the sender
+        sending to it, not a second one with its final's entry too."""
+        held = []
+        try:
+            while schedule:
+                due, _, investigation = schedule[0]
+                if any(investigation is busy for busy in self._in_hand):
+                    held.append(heapq.heappop(schedule))
+                    continue
+                if due <= now:
+                    heapq.heappop(schedule)
+                    return investigation
+                return due
+            return None
+        finally:
+            for entry in held:
+                heapq.heappush(schedule, entry)
 
     def _send(self, session: requests.Session, investigation: _Investigation, body: dict) -> str | float:
         """``sent``, ``failed``, or the seconds after which to send it again (a retry asked for)."""

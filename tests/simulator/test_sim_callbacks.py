@@ -295,14 +295,15 @@ def test_a_sender_sends_on_one_kept_alive_connection(sim_with, hooks):
     assert len(hooks.calls) >= 10 and len({port for _, _, port in hooks.calls}) == 1
 
 
-def test_the_schedule_holds_one_entry_per_investigation_not_one_per_change():
+def test_the_schedule_holds_two_entries_per_investigation_not_one_per_change():
     sender = CallbackSender(SECRET, lambda engine_id: False, senders=1)
     plan = Plan(duration_s=100, recipes=8, behaviour=NORMAL)
     later = time.time() + 3600  # none due while counted
     for n in range(10_000):
         sender.schedule(f"inv_{n}", None, "http://127.0.0.1:9/", plan, later)
     assert len(changes(plan)) == 9
-    assert sender.state()["scheduled"] == len(sender._due) + len(sender._finals) == 10_000
+    # Two entries each at most (its next progress and its final), not one per change (9).
+    assert sender.state()["scheduled"] == len(sender._due) == len(sender._finals) == 10_000
     sender.reset()
     assert sender.state()["scheduled"] == 0
 
@@ -320,7 +321,7 @@ def test_a_due_final_is_sent_before_progress_due_earlier():
         sender._push(now - 40, progress_due)  # due 40 s ago
         sender._push(now - 1, final_due)  # due a second ago
     assert [sender._next_due().engine_id for _ in range(2)] == ["inv_final", "inv_progress"]
-    assert sender.state()["scheduled"] == 2  # in a sender's hands, not yet done with
+    assert len(sender._in_hand) == 2  # in senders' hands, not yet done with
 
 
 def test_the_number_of_senders_is_a_setting(monkeypatch):
