@@ -90,5 +90,4 @@ class Redeliver(MethodView):
     def post(self, key, delivery_id):
         """Send a failed or succeeded delivery again: same `delivery_id`, same body, signed anew with the key's
         secrets of now, to the key's webhook URL of now, with the full retry schedule. Costs {price}."""
-        webhooks.redeliver(delivery_id, key.customer_id, livemode=key.livemode)
-        return {"ok": True, **webhooks.customer_delivery(delivery_id)}
+        return {"ok": True, **webhooks.redelivered(delivery_id, key.customer_id, livemode=key.livemode)}

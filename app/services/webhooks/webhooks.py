@@ -423,7 +423,20 @@ def redeliver(delivery_id: str, customer_id: str, livemode: bool | None = None) 
     scan was erased (its body is gone, D20), ``DeliveryErased``; a key
     without a webhook URL now raises ``WebhookUrlMissing``. ``livemode``: the calling API key's
     mode, whose deliveries only it may redeliver (D15); None for the portal and the operator."""
-    delivery = _owned_delivery(delivery_id, customer_id, livemode)
+    with write_transaction():  # its job goes when the series is committed (``app.jobs``)
+        return _restart_series(_owned_delivery(delivery_id, customer_id, livemode))
+
+
+def redelivered(delivery_id: str, customer_id: str, livemode: bool) -> dict:
+    """``redeliver``, and the delivery as the API answers it: as the redelivery left it (pending,
+    its new series not begun). Built before the commit that sends its job, so that a receiver
+    quicker than the answer does not turn it into the attempt's outcome."""
+    with write_transaction():
+        delivery = redeliver(delivery_id, customer_id, livemode)
+        return api_delivery_dict(delivery, _attempts_by_delivery([delivery.id])[delivery.id])
+
+
+def _restart_series(delivery: WebhookDelivery) -> WebhookDelivery:
     if delivery.body is None:
         raise DeliveryErased("the scan of this delivery was erased: there is nothing left to send")
     if delivery.status == PENDING:
@@ -761,6 +774,3 @@ def customer_deliveries(customer_id: str, *, status: str | None = None, event: s
     return [api_delivery_dict(d, attempts[d.id]) for d in page], len(rows) > limit
 
 
-def customer_delivery(delivery_id: str) -> dict:
-    delivery = delivery_store.get(delivery_id)
-    return api_delivery_dict(delivery, _attempts_by_delivery([delivery.id])[delivery.id])
