@@ -408,6 +408,9 @@ def main(argv: list[str] | None = None) -> int:
         stopping.append(signum)
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, stop)
+    # Ctrl-C too, explicitly: a process started in the background of a script (`make cluster &`, a CI
+    # job) inherits SIGINT ignored, and Python then leaves it so: Ctrl-C would not stop the cluster.
+    signal.signal(signal.SIGINT, stop)
     try:
         key = up(sys.executable)
         say(f"up: API http://{addr('lb')}/ (held calls too), PostgreSQL {database_url()}, Redis {redis_url()}")
