@@ -45,6 +45,17 @@ class ServerThread:
         self.server.server_close()
 
 
+@pytest.fixture(autouse=True)
+def _tallies_written():
+    """What the service logs in aggregate (``app.log_tally``: engine callbacks refused and taken) is
+    written out when each test ends, while pytest's streams are open: at the worker's exit it was a
+    logging error each."""
+    yield
+    from app.services.tracking import callbacks
+    for tally in (callbacks.REFUSALS, callbacks.TAKEN_LINES):
+        tally.flush()
+
+
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory):
     url = os.environ.get("TEST_REDIS_URL")

@@ -37,12 +37,6 @@ pytestmark = pytest.mark.config(ENGINE_CALLBACK_URL="http://127.0.0.1:9/engine/v
                                 ENGINE_CALLBACK_SECRET=SECRET, ENGINE_POLL_SECONDS=600.0)
 
 
-@pytest.fixture(autouse=True)
-def _refusals_written():
-    """Each test's refusals are written out when it ends, not at exit (pytest's stream is closed by then)."""
-    yield
-    callbacks.REFUSALS.flush()
-
 
 def signed(engine_id: str, *, msg_id: str = "msg_1", at: datetime | None = None, secret: str = SECRET,
            status: str = "done", done: int = 6) -> tuple[bytes, dict]:
