@@ -29,7 +29,7 @@ from pathlib import Path
 from app.webhook_signature import sign_standard
 from bench import cpu
 from bench.stack import PG_DSN, ROOT, Stack
-from bench.wrk import LUA
+from bench.wrk import combined_script
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -70,7 +70,8 @@ def send(stack: Stack, url: str, tag: str, lines: list[str], threads: int, conne
     path = workdir / "calls.tsv"
     path.write_text("\n".join(lines) + "\n")
     wrk = subprocess.Popen(["wrk", f"-t{threads}", f"-c{connections}", "-d600s", "--timeout=10s",
-                            "-s", str(LUA / "callbacks.lua"), url, "--", str(path), str(threads)],
+                            "-s", str(combined_script("callbacks", "callbacks.lua", workdir)), url, "--", str(path),
+                            str(threads)],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     taken, since = -1, time.monotonic()
     while wrk.poll() is None and time.monotonic() - since < 5:

@@ -50,11 +50,17 @@ def wrk_available() -> bool:
     return shutil.which("wrk") is not None
 
 
+def combined_script(name: str, script: str, workdir: Path) -> Path:
+    """``lua/common.lua`` (status counting, the ``BENCH_*`` lines) followed by ``script``, as wrk loads it."""
+    combined = workdir / f"{name}.lua"
+    combined.write_text((LUA / "common.lua").read_text() + "\n" + (LUA / script).read_text())
+    return combined
+
+
 def run(name: str, url: str, script: str, args: list[str], *, connections: int, threads: int, duration: float,
         workdir: Path, timeout_s: float = 10.0) -> WrkResult:
     local_only(url)
-    combined = workdir / f"{name}.lua"
-    combined.write_text((LUA / "common.lua").read_text() + "\n" + (LUA / script).read_text())
+    combined = combined_script(name, script, workdir)
     cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration:g}s", f"--timeout={timeout_s:g}s",
            "--latency", "-s", str(combined), url]
     if args:

@@ -3,17 +3,11 @@
 -- time would be a replay): thread k of n sends lines k, k+n, ... and stops once its share is
 -- sent (the answers still on their way on its other connections are not waited for, nor counted:
 -- stopping on answers instead, one request lost to a reconnection kept a thread sending spares).
--- Prints the answers by status.
-local threads = {}
-
-function setup(thread)
-  table.insert(threads, thread)
-  thread:set("thread_id", #threads)
-end
+-- Loaded after common.lua (bench.wrk.combined_script), which counts and prints the answers by status.
 
 function init(args)
   local me, count = thread_id, tonumber(args[2])
-  requests, statuses, sent = {}, {}, 0
+  requests, sent = {}, 0
   local i = 0
   for line in io.lines(args[1]) do
     if i % count == me - 1 then
@@ -36,19 +30,4 @@ function request()
     return spare
   end
   return requests[sent]
-end
-
-function response(status, headers, body)
-  statuses[status] = (statuses[status] or 0) + 1
-end
-
-function done(summary, latency, requests)
-  local total = {}
-  for _, thread in ipairs(threads) do
-    for code, n in pairs(thread:get("statuses")) do total[code] = (total[code] or 0) + n end
-  end
-  local parts = {}
-  for code, n in pairs(total) do table.insert(parts, string.format('"%d": %d', code, n)) end
-  io.write("BENCH_STATUS {" .. table.concat(parts, ", ") .. "}\n")
-  io.write(string.format("BENCH_LATENCY_US p50=%d p99=%d\n", latency:percentile(50), latency:percentile(99)))
 end
