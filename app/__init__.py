@@ -54,6 +54,8 @@ def request_id(environ: dict) -> str:
         value = environ[REQUEST_ID_KEY] = (client_request_id(environ.get("HTTP_X_REQUEST_ID", ""))
                                            or f"req_{secrets.token_hex(12)}")
     return value
+
+
 SLASHES_RE = re.compile(r"/{2,}")
 
 

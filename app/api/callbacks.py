@@ -22,7 +22,7 @@ from flask import Blueprint, g, jsonify, request
 from werkzeug.exceptions import ClientDisconnected
 
 from app import request_id
-from app.db import db
+from app.db import release_connection
 from app.logging_setup import log_context
 from app.metrics import HTTP_LATENCY, HTTP_REQUESTS
 from app.metrics_http import STARTED_AT
@@ -93,17 +93,11 @@ class FastPath:
         except Exception as exc:  # a refusal, a replay, a busy scan, the database: Flask's answer
             environ[OUTCOME] = exc  # (and Flask's teardown gives the connection back)
             return self.wsgi_app(environ, start_response)
-        _release()
+        release_connection()  # as Flask's teardown does
         start_response("200 OK", [*TAKEN_HEADERS, ("X-Request-Id", rid), ("X-Content-Type-Options", "nosniff")])
         self.counted.inc()
         self.timed.observe(time.perf_counter() - started)
         return [TAKEN_BODY]
-
-
-def _release() -> None:
-    """Give the thread's database connection back to the pool, as Flask's teardown does."""
-    if not db.is_closed():
-        db.close()
 
 
 def install_fast_path(app) -> None:

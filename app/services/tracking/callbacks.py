@@ -76,9 +76,10 @@ def receive(raw_body: bytes, headers: Mapping[str, str]) -> str:
     callback_id, timestamp = _verify(raw_body, headers, now)
     body = _body(raw_body)
     until = datetime.fromtimestamp(timestamp + TOLERANCE_SECONDS, UTC).replace(tzinfo=None)
+    unfinished = body.get("status") in UNFINISHED
     try:
         # Outside a transaction: each statement is its own, one round trip (store's module).
-        if body.get("status") in UNFINISHED:
+        if unfinished:
             new, taken = _progress(callback_id, body, until=until, now=moment)
         else:
             new, taken = engine_callbacks.take(callback_id, until=until, engine_id=body["id"],
@@ -88,7 +89,7 @@ def receive(raw_body: bytes, headers: Mapping[str, str]) -> str:
                        retry_after=RETRY_AFTER_SECONDS) from None
     if not new:
         raise CallbackReplayed("this callback was received before (same webhook-id)")
-    TAKEN_LINES.add("progress" if body.get("status") in UNFINISHED else "final")
+    TAKEN_LINES.add("progress" if unfinished else "final")
     return TAKEN if taken else UNCHANGED
 
 
