@@ -17,7 +17,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from app.gunicorn_hooks import QuerylessLogger, install_json_errors
-from app.startup import check_or_exit
+from app.plumbing.startup import check_or_exit
 
 _settings = check_or_exit()
 
@@ -65,9 +65,9 @@ if _settings["LOG_FORMAT"] == "json":
     logconfig_dict = {
         "version": 1,
         "disable_existing_loggers": False,
-        "filters": {"context": {"()": "app.logging_setup.ContextFilter"},
-                    "redact": {"()": "app.logging_setup.RedactFilter"}},
-        "formatters": {"json": {"()": "app.logging_setup.JsonFormatter"}},
+        "filters": {"context": {"()": "app.plumbing.logging_setup.ContextFilter"},
+                    "redact": {"()": "app.plumbing.logging_setup.RedactFilter"}},
+        "formatters": {"json": {"()": "app.plumbing.logging_setup.JsonFormatter"}},
         "handlers": {"json_stderr": {"class": "logging.StreamHandler", "formatter": "json",
                                      "filters": ["context", "redact"], "stream": "ext://sys.stderr"}},
         "root": {"level": _settings["LOG_LEVEL"], "handlers": []},  # the app adds its own in each worker

@@ -18,7 +18,7 @@ if not UNDER_GUNICORN:
 
 from app import create_app  # noqa: E402
 from app.cli import is_operator_command  # noqa: E402
-from app.startup import StartupError, check, exit_with  # noqa: E402
+from app.plumbing.startup import StartupError, check, exit_with  # noqa: E402
 
 WORKER_BOOT_ERROR = 3  # gunicorn.arbiter.Arbiter.WORKER_BOOT_ERROR
 

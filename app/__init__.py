@@ -1,6 +1,6 @@
 """The Public Scan API: ``create_app`` builds the Flask application.
 
-Settings come from the environment (``app.config``) with ``config`` overriding them;
+Settings come from the environment (``app.plumbing.config``) with ``config`` overriding them;
 the database, Redis, error handlers, the flask-smorest ``Api`` with its OpenAPI
 document, the blueprints and the operator CLI are bound here and nowhere else.
 """
@@ -14,15 +14,15 @@ from flask.sessions import SecureCookieSessionInterface
 from werkzeug.exceptions import NotFound
 from werkzeug.routing import RequestRedirect
 
-from app import config as app_config
-from app import runtime
-from app.db import database_url, init_db
+from app.accounts.scim import TOKEN_PREFIX as SCIM_TOKEN_PREFIX
 from app.errors import allow_header, register_error_handlers
 from app.extensions import csrf, db
-from app.logging_setup import setup_logging
-from app.services.accounts.scim import TOKEN_PREFIX as SCIM_TOKEN_PREFIX
-from app.services.shared.crypto import KEY_PREFIXES
-from app.webhook_signature import SECRET_PREFIX as WEBHOOK_SECRET_PREFIX
+from app.plumbing import config as app_config
+from app.plumbing import runtime
+from app.plumbing.crypto import KEY_PREFIXES
+from app.plumbing.db import database_url, init_db
+from app.plumbing.logging_setup import setup_logging
+from app.plumbing.signatures import SECRET_PREFIX as WEBHOOK_SECRET_PREFIX
 
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # The prefixes of every credential the service hands out that has one: API keys (live and test),
@@ -48,7 +48,7 @@ REQUEST_ID_KEY = "scan_api.request_id"
 def request_id(environ: dict) -> str:
     """The id of the request of WSGI ``environ``: the client's ``X-Request-Id`` when the service
     may keep it, else a new one. Kept in ``environ``, so that a layer in front of Flask (the engine
-    callbacks' fast path, ``app.api.callbacks``) and Flask give the same one."""
+    callbacks' fast path, ``app.tracking.routes``) and Flask give the same one."""
     value = environ.get(REQUEST_ID_KEY)
     if value is None:
         value = environ[REQUEST_ID_KEY] = (client_request_id(environ.get("HTTP_X_REQUEST_ID", ""))
@@ -129,7 +129,7 @@ def create_app(config: dict | None = None, *, operator: bool = False) -> Flask:
     from app import metrics_http
     metrics_http.init_app(app)  # /metrics, and a log line and counters per request
 
-    from app.api import callbacks
+    from app.tracking import routes as callbacks
     callbacks.install_fast_path(app)  # the engine's callbacks taken, answered in front of Flask
     return app
 

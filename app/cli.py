@@ -19,12 +19,12 @@ import peewee
 from flask import Flask
 from flask.cli import AppGroup
 
-from app import runtime
+from app.accounts import access, portal_roles
+from app.accounts.models import TIERS, key_display
 from app.extensions import db
-from app.models.accounts import TIERS, key_display
-from app.models.base import iso
-from app.services.accounts import access, portal_roles
-from app.services.shared.errors import AccountError, ServiceError
+from app.plumbing import runtime
+from app.plumbing.errors import AccountError, ServiceError
+from app.plumbing.models import iso
 
 log = logging.getLogger(__name__)
 
@@ -208,15 +208,15 @@ suppressions_cli = OperatorGroup("suppressions", help="Opt-outs of the people ta
 @json_option
 def db_upgrade(as_json):
     """Create or migrate the schema; running it again changes nothing."""
+    from app.activity import entries
     from app.migrations import current_version, upgrade
-    from app.models import utcnow
-    from app.services.billing import activity
+    from app.plumbing.models import utcnow
     applied = run(as_json, upgrade)
     version = run(as_json, current_version)
     # Today's and the coming week's partitions of the activity log now, before the service
     # writes: one made while entries of its day are being written refuses them (PostgreSQL
     # routes an entry to the DEFAULT partition, then finds the day's range taken from it).
-    run(as_json, lambda: activity.prepare_partitions(utcnow()))
+    run(as_json, lambda: entries.prepare_partitions(utcnow()))
     emit(as_json, {"applied": applied, "version": version},
          f"schema at version {version}" + (f" (applied {', '.join(map(str, applied))})" if applied
                                            else " (up to date)"))
@@ -226,7 +226,7 @@ def db_upgrade(as_json):
 @json_option
 def db_check_logging(as_json):
     """Warn when PostgreSQL would write statements, with the personal data in them, to its log."""
-    from app.services.privacy import server_log
+    from app.privacy import server_log
     risks = run(as_json, server_log.statement_logging_risks)
     if risks:
         if as_json:
@@ -243,8 +243,8 @@ def db_check_logging(as_json):
 @click.option("--credits", default=0, type=int, show_default=True)
 @json_option
 def customers_create(name, tier, credits, as_json):
-    from app.services.accounts import accounts
-    data = run(as_json, lambda: accounts.customer_dict(accounts.create_customer(name, tier, credits)))
+    from app.accounts import admin
+    data = run(as_json, lambda: admin.customer_dict(admin.create_customer(name, tier, credits)))
     emit(as_json, data, customer_record(data, title="customer created"))
 
 
@@ -265,7 +265,7 @@ def sink_record(data: dict, title: str) -> Table:
 def customers_audit_sink(customer_id, url, token_stdin, sink_format, as_json):
     """Push every new activity entry of CUSTOMER_ID to a SIEM, batched, within a minute (retried as
     webhooks are). The token is kept encrypted and never shown again."""
-    from app.services.billing import audit_sinks
+    from app.activity import audit_sinks
     token = read_secret_line()
     if not token:
         fail(as_json, "no token on standard input")
@@ -278,7 +278,7 @@ def customers_audit_sink(customer_id, url, token_stdin, sink_format, as_json):
 @json_option
 def customers_audit_sinks(customer_id, as_json):
     """The customer's audit sinks, with what each delivered and its last error (never a token)."""
-    from app.services.billing import audit_sinks
+    from app.activity import audit_sinks
     rows = run(as_json, lambda: audit_sinks.list_sinks(customer_id))
     emit(as_json, {"sinks": rows}, Table([(r["sink_id"], r["format"], r["url"], r["delivered"],
                                            r["last_error"] or "-") for r in rows],
@@ -291,7 +291,7 @@ def customers_audit_sinks(customer_id, as_json):
 @json_option
 def customers_audit_sink_remove(sink_id, as_json):
     """Stop pushing to an audit sink and forget it (its token with it)."""
-    from app.services.billing import audit_sinks
+    from app.activity import audit_sinks
     data = run(as_json, lambda: audit_sinks.remove(sink_id))
     emit(as_json, data, f"audit sink {sink_id} removed")
 
@@ -299,8 +299,8 @@ def customers_audit_sink_remove(sink_id, as_json):
 @customers_cli.command("list")
 @json_option
 def customers_list(as_json):
-    from app.services.accounts import accounts
-    rows = run(as_json, lambda: [accounts.customer_dict(c) for c in accounts.list_customers()])
+    from app.accounts import admin
+    rows = run(as_json, lambda: [admin.customer_dict(c) for c in admin.list_customers()])
     emit(as_json, {"customers": rows},
          Table([(c["customer_id"], c["tier"], c["balance"], c["name"]) for c in rows],
                headers=["customer", "tier", "balance", "name"], empty="no customers"))
@@ -314,8 +314,8 @@ def customers_list(as_json):
 @json_option
 def customers_credit(customer_id, amount, reason, as_json):
     """Add AMOUNT credits (negative to take them back); writes a ledger row, with the reason if given."""
-    from app.services.accounts import accounts
-    balance = run(as_json, lambda: accounts.add_credits(customer_id, amount, reason))
+    from app.accounts import admin
+    balance = run(as_json, lambda: admin.add_credits(customer_id, amount, reason))
     reason = (reason or "").strip() or None
     emit(as_json, {"customer_id": customer_id, "amount": amount, "balance": balance, "reason": reason},
          Table.record([("customer", customer_id), ("change", f"{amount:+d}"), ("balance", balance),
@@ -327,8 +327,8 @@ def customers_credit(customer_id, amount, reason, as_json):
 @click.argument("tier", type=click.Choice(TIERS))
 @json_option
 def customers_tier(customer_id, tier, as_json):
-    from app.services.accounts import accounts
-    data = run(as_json, lambda: accounts.customer_dict(accounts.set_tier(customer_id, tier)))
+    from app.accounts import admin
+    data = run(as_json, lambda: admin.customer_dict(admin.set_tier(customer_id, tier)))
     emit(as_json, data, customer_record(data))
 
 
@@ -341,9 +341,9 @@ def customers_tier(customer_id, tier, as_json):
 @json_option
 def customers_limits(customer_id, inflight, hour, day, watches, as_json):
     """Override the tier's limits for one customer (without options: show them)."""
-    from app.services.accounts import accounts
-    data = run(as_json, lambda: accounts.customer_dict(
-        accounts.set_limits(customer_id, inflight=inflight, hour=hour, day=day, watches=watches)))
+    from app.accounts import admin
+    data = run(as_json, lambda: admin.customer_dict(
+        admin.set_limits(customer_id, inflight=inflight, hour=hour, day=day, watches=watches)))
     emit(as_json, data, limits_table(data))
 
 
@@ -359,13 +359,13 @@ def customers_limits(customer_id, inflight, hour, day, watches, as_json):
 @json_option
 def customers_settings(customer_id, require_purpose, result_retention_days, require_2fa, as_json):
     """The customer's settings (without options: show them)."""
-    from app.services.accounts import accounts, two_factor
+    from app.accounts import admin, two_factor
     wanted = None if require_purpose is None else require_purpose == "on"
-    data = run(as_json, lambda: accounts.customer_dict(accounts.set_settings(
+    data = run(as_json, lambda: admin.customer_dict(admin.set_settings(
         customer_id, require_purpose=wanted, result_retention_days=result_retention_days)))
     if require_2fa is not None:
         run(as_json, lambda: two_factor.set_required(customer_id, require_2fa == "on", by="operator"))
-        data = run(as_json, lambda: accounts.customer_dict(accounts.get_customer(customer_id)))
+        data = run(as_json, lambda: admin.customer_dict(admin.get_customer(customer_id)))
     settings = data["settings"]
     emit(as_json, data, Table.record([("customer", data["customer_id"]),
                                       ("require purpose", "on" if settings["require_purpose"] else "off"),
@@ -380,7 +380,7 @@ def customers_settings(customer_id, require_purpose, result_retention_days, requ
 def customers_scim_token(customer_id, revoke, as_json):
     """Issue the customer's SCIM token (for its identity provider, at /scim/v2/), printed now and never
     again; an earlier token stops working. With --revoke, revoke it."""
-    from app.services.accounts import scim
+    from app.accounts import scim
     if revoke:
         had = run(as_json, lambda: scim.revoke_token(customer_id))
         emit(as_json, {"customer_id": customer_id, "revoked": had},
@@ -408,7 +408,7 @@ def customers_sso(customer_id, issuer, client_id, client_secret_stdin, domains, 
                   role_map, required, remove, as_json):
     """Portal sign-in through the customer's OpenID Connect provider (without options: show it;
     the client secret is never shown)."""
-    from app.services.accounts import sso
+    from app.accounts import sso
     if remove:
         removed = run(as_json, lambda: sso.remove(customer_id))
         emit(as_json, {"customer_id": customer_id, "removed": removed},
@@ -437,9 +437,9 @@ def customers_sso(customer_id, issuer, client_id, client_secret_stdin, domains, 
 @json_option
 def customers_show(customer_id, as_json):
     """Balance, tier, limits, usage now, keys and the latest credit movements."""
-    from app.services.accounts import accounts
-    from app.services.billing import billing
-    data = run(as_json, lambda: accounts.customer_overview(customer_id))
+    from app.accounts import admin
+    from app.billing import charges
+    data = run(as_json, lambda: admin.customer_overview(customer_id))
     usage, limits = data["usage"], data["limits"]
     emit(as_json, data,
          customer_record(data),
@@ -449,7 +449,7 @@ def customers_show(customer_id, as_json):
                headers=["quota", "now", "limit"], title="usage"),
          keys_table(data["keys"], title="keys"),
          Table([(r["created_at"], f"{r['delta']:+d}", r["balance_after"],
-                 r["kind"] if r["reads"] is None else billing.reads_words(r["reads"]), r["note"],
+                 r["kind"] if r["reads"] is None else charges.reads_words(r["reads"]), r["note"],
                  r["scan_id"])
                 for r in data["ledger"]],
                headers=["time", "change", "balance", "kind", "note / reason", "reference"],
@@ -461,10 +461,10 @@ def customers_show(customer_id, as_json):
 @json_option
 def customers_recount(customer_id, as_json):
     """Rebuild the in-flight and window counters from the scans (after editing scans by hand)."""
-    from app.services.accounts import accounts
+    from app.accounts import admin
     def recount():
-        accounts.get_customer(customer_id)
-        return accounts.recount(customer_id)
+        admin.get_customer(customer_id)
+        return admin.recount(customer_id)
     result = run(as_json, recount)
     emit(as_json, result, f"{customer_id} in flight {result['in_flight']['was']} -> {result['in_flight']['now']}, "
                           f"{result['day']} scans in the last day")
@@ -486,17 +486,17 @@ def keys_issue(customer_id, name, webhook_url, webhook_secret, webhook_secret_st
                expires_in_days, allowed_ips, as_json):
     """Issue a key. Its plaintext is printed now and can never be shown again. By default it has every
     scope, never expires and works from anywhere."""
-    from app.services.accounts import accounts
+    from app.accounts import admin
     if webhook_secret_stdin:
         if webhook_secret is not None:
             fail(as_json, "give --webhook-secret or --webhook-secret-stdin, not both")
         webhook_secret = read_secret_line()
         if not webhook_secret:
             fail(as_json, "no webhook secret on standard input")
-    key, plaintext = run(as_json, lambda: accounts.issue_key(
+    key, plaintext = run(as_json, lambda: admin.issue_key(
         customer_id, name, webhook_url, webhook_secret, livemode=not test_mode, scopes=scopes,
         expires_in_days=expires_in_days, allowed_ips=allowed_ips))
-    data = accounts.key_dict(key)
+    data = admin.key_dict(key)
     emit(as_json, {**data, "api_key": plaintext}, key_record(data), f"api key (shown once, store it now): {plaintext}")
 
 
@@ -510,8 +510,8 @@ def keys_issue(customer_id, name, webhook_url, webhook_secret, webhook_secret_st
 @json_option
 def keys_set_webhook(key_id, url, secret_stdin, payload, as_json):
     """Set a key's webhook URL (and secret) and what its bodies carry, by the portal's rules."""
-    from app.services.accounts import accounts
-    from app.services.webhooks import webhooks
+    from app.accounts import admin
+    from app.webhooks import outbox
     if url is None and payload is None:
         fail(as_json, "give --url, --payload or both")
     if url is None and secret_stdin:
@@ -523,12 +523,12 @@ def keys_set_webhook(key_id, url, secret_stdin, payload, as_json):
             fail(as_json, "no webhook secret on standard input")
 
     def save():
-        key = accounts.get_key(key_id)
+        key = admin.get_key(key_id)
         if url is not None:
-            key = webhooks.set_webhook(key.id, key.customer_id, url, secret)
+            key = outbox.set_webhook(key.id, key.customer_id, url, secret)
         if payload is not None:
-            key = webhooks.set_payload(key.id, key.customer_id, payload)
-        return accounts.key_dict(key)
+            key = outbox.set_payload(key.id, key.customer_id, payload)
+        return admin.key_dict(key)
     data = run(as_json, save)
     emit(as_json, data, key_record(data))
 
@@ -542,9 +542,9 @@ def keys_set_webhook(key_id, url, secret_stdin, payload, as_json):
 def keys_set_access(key_id, scopes, expires_in_days, allowed_ips, as_json):
     """Change what a key may do (D21): its scopes, its expiry (counted from now) and its IP allowlist
     (``none`` removes it); what is not given stays."""
-    from app.services.accounts import accounts
+    from app.accounts import admin
     changes = {} if allowed_ips is None else {"allowed_ips": allowed_ips}
-    data = run(as_json, lambda: accounts.key_dict(access.set_access(key_id, scopes=scopes,
+    data = run(as_json, lambda: admin.key_dict(access.set_access(key_id, scopes=scopes,
                                                                     expires_in_days=expires_in_days, **changes)))
     emit(as_json, data, key_record(data))
 
@@ -554,8 +554,8 @@ def keys_set_access(key_id, scopes, expires_in_days, allowed_ips, as_json):
 @json_option
 def keys_show(key_id, as_json):
     """One key: its mode, status, scopes, expiry, allowlist and webhook settings."""
-    from app.services.accounts import accounts
-    data = run(as_json, lambda: accounts.key_dict(accounts.get_key(key_id)))
+    from app.accounts import admin
+    data = run(as_json, lambda: admin.key_dict(admin.get_key(key_id)))
     emit(as_json, data, key_record(data))
 
 
@@ -563,8 +563,8 @@ def keys_show(key_id, as_json):
 @click.argument("customer_id", required=False)
 @json_option
 def keys_list(customer_id, as_json):
-    from app.services.accounts import accounts
-    rows = run(as_json, lambda: [accounts.key_dict(k) for k in accounts.list_keys(customer_id)])
+    from app.accounts import admin
+    rows = run(as_json, lambda: [admin.key_dict(k) for k in admin.list_keys(customer_id)])
     emit(as_json, {"keys": rows}, keys_table(rows))
 
 
@@ -572,8 +572,8 @@ def keys_list(customer_id, as_json):
 @click.argument("key_id")
 @json_option
 def keys_revoke(key_id, as_json):
-    from app.services.accounts import accounts
-    data = run(as_json, lambda: accounts.key_dict(accounts.revoke_key(key_id)))
+    from app.accounts import admin
+    data = run(as_json, lambda: admin.key_dict(admin.revoke_key(key_id)))
     emit(as_json, data, key_record(data))
 
 
@@ -584,8 +584,8 @@ def keys_revoke(key_id, as_json):
 @json_option
 def keys_roll_secret(key_id, overlap_hours, as_json):
     """Create the key's next webhook secret; printed now, never shown again."""
-    from app.services.webhooks import webhooks
-    rolled = run(as_json, lambda: webhooks.roll_secret(key_id, None, overlap_hours))
+    from app.webhooks import outbox
+    rolled = run(as_json, lambda: outbox.roll_secret(key_id, None, overlap_hours))
     switch_at = iso(rolled.switch_at)
     overlap = overlap_hours if rolled.overlapping else 0
     emit(as_json, {"key_id": key_id, "webhook_secret": rolled.secret, "switch_at": switch_at,
@@ -601,8 +601,8 @@ def keys_roll_secret(key_id, overlap_hours, as_json):
 @json_option
 def keys_switch_secret(key_id, as_json):
     """End the key's secret rotation now: the next secret becomes the only one."""
-    from app.services.webhooks import webhooks
-    run(as_json, lambda: webhooks.switch_secret(key_id, None))
+    from app.webhooks import outbox
+    run(as_json, lambda: outbox.switch_secret(key_id, None))
     emit(as_json, {"key_id": key_id}, f"{key_id}: the next webhook secret is now the only one")
 
 
@@ -611,9 +611,9 @@ def keys_switch_secret(key_id, as_json):
 @json_option
 def keys_endpoints(key_id, as_json):
     """A key's webhook endpoints (D22): id, URL, events, body, enabled or since when disabled."""
-    from app.services.accounts import accounts
-    from app.services.webhooks import endpoints
-    rows = run(as_json, lambda: endpoints.list_endpoints(accounts.get_key(key_id)))
+    from app.accounts import admin
+    from app.webhooks import endpoints
+    rows = run(as_json, lambda: endpoints.list_endpoints(admin.get_key(key_id)))
     emit(as_json, {"key_id": key_id, "endpoints": rows},
          "\n".join(f"{e['endpoint_id']}  {'enabled' if e['enabled'] else 'disabled'}"
                    f"{' since ' + e['disabled_at'] if e['disabled_at'] else ''}  {e['url']}  "
@@ -626,9 +626,9 @@ def keys_endpoints(key_id, as_json):
 @json_option
 def keys_enable_endpoint(key_id, endpoint_id, as_json):
     """Enable a key's endpoint again (after auto-disable stopped it): its later events are sent."""
-    from app.services.accounts import accounts
-    from app.services.webhooks import endpoints
-    data = run(as_json, lambda: endpoints.set_enabled(accounts.get_key(key_id), endpoint_id, enabled=True))
+    from app.accounts import admin
+    from app.webhooks import endpoints
+    data = run(as_json, lambda: endpoints.set_enabled(admin.get_key(key_id), endpoint_id, enabled=True))
     emit(as_json, data, f"{endpoint_id}: enabled; later events of {key_id} are sent to it again")
 
 
@@ -640,11 +640,11 @@ def keys_enable_endpoint(key_id, endpoint_id, as_json):
 def keys_check_endpoints(key_id, hours_ahead, as_json):
     """Judge the auto-disable rule for the key's enabled endpoints now, as the workers do after
     each delivery that failed for good; prints the endpoints it disabled."""
-    from app.services.accounts import accounts
-    from app.services.webhooks import endpoints
+    from app.accounts import admin
+    from app.webhooks import endpoints
     if hours_ahead and runtime.config["APP_ENV"] == "production":
         fail(as_json, "--hours-ahead moves the clock for QA and is refused in production")
-    disabled = run(as_json, lambda: endpoints.check_endpoints(accounts.get_key(key_id), hours_ahead=hours_ahead))
+    disabled = run(as_json, lambda: endpoints.check_endpoints(admin.get_key(key_id), hours_ahead=hours_ahead))
     emit(as_json, {"key_id": key_id, "disabled": disabled},
          "\n".join(f"{e}: disabled; its later events are recorded as skipped" for e in disabled)
          or f"{key_id}: no endpoint disabled")
@@ -660,9 +660,9 @@ def keys_check_endpoints(key_id, hours_ahead, as_json):
 def users_create(customer_id, email, password_stdin, role, as_json):
     """Create a portal user of the customer, an owner unless --role says otherwise (owners add
     the others in the portal too); the password comes from a prompt or stdin, never an argument."""
-    from app.services.accounts import accounts
+    from app.accounts import admin
     password = _read_password(password_stdin, as_json)
-    user = run(as_json, lambda: accounts.create_user(customer_id, email, password, role))
+    user = run(as_json, lambda: admin.create_user(customer_id, email, password, role))
     emit(as_json, {"user_id": user.id, "customer_id": customer_id, "email": user.email, "role": user.role},
          f"user {user.id} <{user.email}>, {user.role}")
 
@@ -689,7 +689,7 @@ def _read_password(password_stdin: bool, as_json: bool) -> str:
 @json_option
 def users_list(customer_id, as_json):
     """Portal users (of one customer when given), with their live sessions."""
-    from app.services.accounts import portal_users
+    from app.accounts import portal_users
     rows = run(as_json, lambda: portal_users.list_users(customer_id))
     emit(as_json, {"users": rows},
          Table([(u["user_id"], u["customer_id"], u["role"], "disabled" if u["disabled"] else "active",
@@ -705,7 +705,7 @@ def users_list(customer_id, as_json):
 @json_option
 def users_reset_password(email, password_stdin, as_json):
     """Set a new password (from a prompt or stdin) and end the user's portal sessions."""
-    from app.services.accounts import portal_users
+    from app.accounts import portal_users
     run(as_json, lambda: portal_users.get_user(email))  # an unknown e-mail fails before the prompt
     password = _read_password(password_stdin, as_json)
     user, ended = run(as_json, lambda: portal_users.reset_password(email, password))
@@ -720,7 +720,7 @@ def users_reset_password(email, password_stdin, as_json):
 def users_reset_login(email, password_stdin, as_json):
     """Emergency sign-in: a new password, every session ended, and password sign-in allowed for a
     day although the customer's single sign-on is required."""
-    from app.services.accounts import portal_users, sso
+    from app.accounts import portal_users, sso
     run(as_json, lambda: portal_users.get_user(email))
     password = _read_password(password_stdin, as_json)
     user, ended = run(as_json, lambda: sso.emergency_password_login(email, password))
@@ -735,7 +735,7 @@ def users_reset_login(email, password_stdin, as_json):
 @json_option
 def users_disable(email, as_json):
     """Refuse the user's logins from now on and end their portal sessions."""
-    from app.services.accounts import portal_users
+    from app.accounts import portal_users
     user, ended = run(as_json, lambda: portal_users.set_disabled(email, True))
     emit(as_json, {**portal_users.user_dict(user), "sessions_ended": ended},
          f"{user.email} disabled; {ended} session(s) ended")
@@ -746,7 +746,7 @@ def users_disable(email, as_json):
 @json_option
 def users_enable(email, as_json):
     """Let a disabled user log in again."""
-    from app.services.accounts import portal_users
+    from app.accounts import portal_users
     user, _ = run(as_json, lambda: portal_users.set_disabled(email, False))
     emit(as_json, {**portal_users.user_dict(user)}, f"{user.email} enabled")
 
@@ -757,7 +757,7 @@ def scans_recover(as_json):
     """Re-dispatch scans and webhook deliveries whose jobs were lost (D13), now: every one
     whose job is not alive, however recent (the workers' periodic sweep waits
     RECOVERY_STALE_SECONDS)."""
-    from app.services.tracking.recovery import sweep
+    from app.tracking.recovery import sweep
     report = run(as_json, lambda: sweep(at_once=True))
     emit(as_json, {**report}, Table(list(report.items()), headers=["recovered", "count"]))
 
@@ -768,7 +768,7 @@ def scans_recover(as_json):
 def scans_erase(scan_id, as_json):
     """Erase a completed or failed scan's target, result and webhook bodies now (any customer's),
     as the customer's DELETE /api/v1/scan/{id} would."""
-    from app.services.privacy import erasure
+    from app.privacy import erasure
     data = run(as_json, lambda: erasure.erase_any_scan(scan_id))
     emit(as_json, data, Table.record([("scan", data["scan_id"]), ("erased at", data["erased_at"])]))
 
@@ -781,8 +781,8 @@ def scans_erase_expired(days_ahead, as_json):
     """Erase now every scan past its customer's result retention, as the workers' periodic job does."""
     from datetime import timedelta
 
-    from app.models import utcnow
-    from app.services.privacy import erasure
+    from app.plumbing.models import utcnow
+    from app.privacy import erasure
     if days_ahead and runtime.config["APP_ENV"] == "production":
         fail(as_json, "--days-ahead moves the clock for QA and is refused in production")
     now = utcnow() + timedelta(days=days_ahead)
@@ -801,9 +801,9 @@ def scans_erase_expired(days_ahead, as_json):
 @json_option
 def deliveries_redeliver(delivery_id, as_json):
     """Send a failed webhook delivery again, as the portal's redeliver button does."""
-    from app.services.webhooks import webhooks
+    from app.webhooks import outbox
     def redeliver():
-        delivery = webhooks.redeliver(delivery_id, webhooks.delivery_owner(delivery_id))
+        delivery = outbox.redeliver(delivery_id, outbox.delivery_owner(delivery_id))
         return {"delivery_id": delivery.id, "key_id": delivery.api_key_id, "event": delivery.event,
                 "status": delivery.status, "url": delivery.url, "attempts_before": delivery.series_start}
     data = run(as_json, redeliver)
@@ -826,7 +826,7 @@ def opt_out_record(data: dict, title: str) -> Table:
 @json_option
 def suppressions_add(kind, target, as_json):
     """Record that the person TARGET belongs to opted out: creations for it are refused, free."""
-    from app.services.privacy import suppressions
+    from app.privacy import suppressions
     data = run(as_json, lambda: suppressions.add(kind, target))
     emit(as_json, data, opt_out_record(data, "opt-out recorded" if data["added"] else "opt-out was recorded already"))
 
@@ -837,7 +837,7 @@ def suppressions_add(kind, target, as_json):
 @json_option
 def suppressions_remove(kind, target, as_json):
     """Withdraw the opt-outs that refuse TARGET (in any spelling)."""
-    from app.services.privacy import suppressions
+    from app.privacy import suppressions
     data = run(as_json, lambda: suppressions.remove(kind, target))
     emit(as_json, data, opt_out_record(data, "opt-out withdrawn" if data["removed"] else "no opt-out for this target"))
 
@@ -849,7 +849,7 @@ def suppressions_remove(kind, target, as_json):
 def suppressions_list(kind, target, as_json):
     """Every opt-out, newest first: kind, keyed hash and time (the targets are not stored); with
     KIND TARGET, those that refuse TARGET (in any spelling)."""
-    from app.services.privacy import suppressions
+    from app.privacy import suppressions
     if kind is not None and target is None:
         raise click.UsageError("give the TARGET after its KIND, or neither")
     rows = run(as_json, lambda: suppressions.list_all(kind, target))
@@ -865,7 +865,7 @@ def subjects_export(target, kind):
     """For a person's access request, as JSON: which customers looked TARGET up (in any spelling),
     when and why (purpose, case_ref), the scans and watches still holding it, and whether the person
     opted out. The JSON names no target: keep the request's own record of whom it is about."""
-    from app.services.privacy import subjects
+    from app.privacy import subjects
     emit(True, run(True, lambda: subjects.export(target, kind)))
 
 
@@ -877,7 +877,7 @@ def subjects_erase(target, kind, as_json):
     """Erase every customer's completed and failed scans of TARGET (in any spelling), as their own
     erasure does; each customer is told (event subject.erased, the scans' ids, never the target).
     Scans still in flight are listed: run the command again once they have finished."""
-    from app.services.privacy import subjects
+    from app.privacy import subjects
     data = run(as_json, lambda: subjects.erase(target, kind))
     emit(as_json, data, Table.record([("scans erased", data["erased"]),
                                       ("still in flight", ", ".join(data["in_flight"]) or "none")]))
@@ -894,8 +894,8 @@ def watches_run_due(days_ahead, customer_id, as_json):
     of them (scans made, missed and tried again later, watches paused or ended)."""
     from datetime import timedelta
 
-    from app.models import utcnow
-    from app.services.watches import watches
+    from app.plumbing.models import utcnow
+    from app.watches import watchlist as watches
     if days_ahead and runtime.config["APP_ENV"] == "production":
         fail(as_json, "--days-ahead moves the clock for QA and is refused in production")
     report = run(as_json, lambda: watches.run_due(utcnow() + timedelta(days=days_ahead), customer_id=customer_id))
@@ -916,7 +916,7 @@ def sources_table(rows: list[dict]) -> Table:
 @json_option
 def sources_list(as_json):
     """Every source: status, the last hour's share answered and p95, the last probe, quarantine."""
-    from app.services.sources import health
+    from app.sources import health
     rows = run(as_json, health.operator_view)
     emit(as_json, {"sources": rows}, sources_table(rows))
 
@@ -929,7 +929,7 @@ def sources_list(as_json):
 def sources_probe(source_id, wait_seconds, as_json):
     """Probe SOURCE_ID (or every source the engine lists) now: its known-good and known-bad identities,
     then (with --wait) the answers judged and every source judged again."""
-    from app.services.sources import health, probes
+    from app.sources import health, probes
     report = run(as_json, lambda: probes.probe_now(source_id, wait_seconds=wait_seconds))
     rows = run(as_json, health.operator_view)
     if source_id is not None:
@@ -944,7 +944,7 @@ def sources_probe(source_id, wait_seconds, as_json):
 @json_option
 def sources_quarantine(source_id, reason, as_json):
     """Leave SOURCE_ID out of new submissions until `sources release`."""
-    from app.services.sources import health
+    from app.sources import health
     row = run(as_json, lambda: health.quarantine(source_id, reason))
     emit(as_json, {"source": row}, f"source {source_id} quarantined: new scans leave it out")
 
@@ -954,7 +954,7 @@ def sources_quarantine(source_id, reason, as_json):
 @json_option
 def sources_release(source_id, as_json):
     """Ask SOURCE_ID again in new submissions; its health is counted afresh from now."""
-    from app.services.sources import health
+    from app.sources import health
     row = run(as_json, lambda: health.release(source_id))
     emit(as_json, {"source": row}, f"source {source_id} released: new scans ask it again")
 

@@ -1,6 +1,6 @@
 """``make run``: the whole service on the embedded defaults, for a newcomer.
 
-Starts (or finds) the embedded PostgreSQL and Redis (``app.embedded``), builds the schema,
+Starts (or finds) the embedded PostgreSQL and Redis (``app.plumbing.embedded``), builds the schema,
 makes a demo customer with a fresh key and a portal owner (its password printed when it is made),
 and a demo customer signing in ``sso.example`` by single sign-on through the simulator's stand-in
 OpenID provider (``simulator.oidc``),
@@ -27,14 +27,16 @@ import threading
 import time
 from dataclasses import dataclass
 
-from app import create_app, runtime
+from app import create_app
+from app.accounts import admin, portal_users, sso
+from app.accounts.models import Customer
+from app.activity import entries
 from app.extensions import db
 from app.migrations import upgrade
-from app.models import Customer, utcnow
-from app.redis_conn import redis_url_of
-from app.services.accounts import accounts, portal_users, sso
-from app.services.billing import activity
-from app.services.shared.errors import AccountError
+from app.plumbing import runtime
+from app.plumbing.errors import AccountError
+from app.plumbing.models import utcnow
+from app.plumbing.redis_conn import redis_url_of
 
 DEMO_NAME = "Demo customer"
 DEMO_PORTAL_EMAIL = "demo@example.com"  # the demo customer's portal owner
@@ -66,14 +68,14 @@ def demo_accounts() -> Demo:
     with a random password printed once, when there is none). Inside a database connection."""
     customer = Customer.get_or_none(Customer.name == DEMO_NAME)
     if customer is None:
-        customer = accounts.create_customer(DEMO_NAME, "business", 1000)
-    _, api_key = accounts.issue_key(customer.id, "demo key (make run)")
+        customer = admin.create_customer(DEMO_NAME, "business", 1000)
+    _, api_key = admin.issue_key(customer.id, "demo key (make run)")
     password = None
     try:
         portal_users.get_user(DEMO_PORTAL_EMAIL)
     except AccountError:
         password = secrets.token_urlsafe(12)
-        accounts.create_user(customer.id, DEMO_PORTAL_EMAIL, password)
+        admin.create_user(customer.id, DEMO_PORTAL_EMAIL, password)
     return Demo(customer.id, api_key, DEMO_PORTAL_EMAIL, password)
 
 
@@ -98,7 +100,7 @@ def demo_sso(api_port: str, sim_port: str) -> DemoSso:
     (and a SECRET_KEY changed since the last run does not matter). Inside a database connection."""
     customer = Customer.get_or_none(Customer.name == DEMO_SSO_NAME)
     if customer is None:
-        customer = accounts.create_customer(DEMO_SSO_NAME, "business", 1000)
+        customer = admin.create_customer(DEMO_SSO_NAME, "business", 1000)
     issuer = f"http://127.0.0.1:{sim_port}/_sim/oidc"  # http: accepted outside production only
     secret = secrets.token_urlsafe(24)
     sso.configure(customer.id, issuer=issuer, client_id=DEMO_SSO_CLIENT, client_secret=secret,
@@ -115,7 +117,7 @@ def prepare(api_port: str = "8000", sim_port: str = "8700") -> tuple[Demo, DemoS
     redis_conn = runtime.redis()
     with db.connection_context():
         upgrade()
-        activity.prepare_partitions(utcnow())  # as `db upgrade` does: before anything writes
+        entries.prepare_partitions(utcnow())  # as `db upgrade` does: before anything writes
         demo = demo_accounts()
         demo_sso_customer = demo_sso(api_port, sim_port)
     return demo, demo_sso_customer, redis_url_of(redis_conn)

@@ -1,6 +1,6 @@
 """One error shape for every layer (D1).
 
-Services raise the domain errors of ``app.services.shared.errors``; ``SERVICE_ERROR_STATUS``
+Services raise the domain errors of ``app.plumbing.errors``; ``SERVICE_ERROR_STATUS``
 below is the one table of their HTTP statuses and headers. ``ApiError`` is what the
 HTTP layer itself raises. The handlers below turn both, webargs validation errors, werkzeug's
 HTTP errors (404, 405, 413...) and anything
@@ -15,9 +15,9 @@ from flask import Flask, current_app, g, jsonify, request
 from flask_wtf.csrf import CSRFError
 from werkzeug.exceptions import HTTPException
 
-from app.db import CONNECTION_ERRORS
-from app.services.accounts.scim import SCIM_TYPES
-from app.services.shared import errors as domain
+from app.accounts.scim import SCIM_TYPES
+from app.plumbing import errors as domain
+from app.plumbing.db import CONNECTION_ERRORS
 
 log = logging.getLogger("app.errors")
 

@@ -7,6 +7,6 @@ holds one app's OpenAPI document.
 """
 from flask_wtf import CSRFProtect
 
-from app.db import db  # noqa: F401  (the app, workers and tests import it from here too)
+from app.plumbing.db import db  # noqa: F401  (the app, workers and tests import it from here too)
 
 csrf = CSRFProtect()

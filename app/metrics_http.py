@@ -1,5 +1,5 @@
-"""Flask side of ``app.metrics``: the ``/metrics`` endpoint, and per request one log line
-(logger ``app.access``) and the HTTP counters. Apart from ``app.metrics`` so that the
+"""Flask side of ``app.plumbing.metrics``: the ``/metrics`` endpoint, and per request one log line
+(logger ``app.access``) and the HTTP counters. Apart from ``app.plumbing.metrics`` so that the
 services, which count through that module, never reach Flask."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 from flask import Blueprint, Response, current_app, g, request
 
 from app.errors import error_response
-from app.metrics import HTTP_LATENCY, HTTP_REQUESTS, LOOPBACK, render, token_matches
+from app.plumbing.metrics import HTTP_LATENCY, HTTP_REQUESTS, LOOPBACK, render, token_matches
 
 access_log = logging.getLogger("app.access")
 STARTED_AT = "scan_api.started_at"  # in a WSGI environ: when a layer in front of Flask took the request

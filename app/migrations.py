@@ -13,23 +13,25 @@ import logging
 from collections import Counter
 from datetime import datetime, timedelta
 
-from app.db import db, table
-from app.models import ALL_MODELS, IdempotencyRecord, SchemaVersion
+from app.plumbing.db import db, table
+from app.scans.models import IdempotencyRecord
+from app.schema_version import SchemaVersion
+from app.tables import ALL_MODELS
 
 log = logging.getLogger(__name__)
 
 # The values the migrations below used, as they were when each was written: a migration holds
 # its own values and never imports a live rule (app.services), whose meaning may change
 # (tests/unit/test_migrations_frozen.py).
-_IN_FLIGHT_2 = ("queued", "running")  # app.models.scans.IN_FLIGHT, migrations 2 and 6
-_DAY_2 = 86400  # app.services.billing.limits.DAY: the longest window a quota counter serves
-# app.services.accounts.access.SCOPES when migration 12 gave existing keys every scope (watches came later,
+_IN_FLIGHT_2 = ("queued", "running")  # app.scans.models.IN_FLIGHT, migrations 2 and 6
+_DAY_2 = 86400  # app.billing.limits.DAY: the longest window a quota counter serves
+# app.accounts.access.SCOPES when migration 12 gave existing keys every scope (watches came later,
 # with migration 25, which adds its scope to the keys that held all of these).
 _SCOPES_12 = ("scans:write", "scans:read", "scans:erase", "webhooks", "activity:read")
 
 
 def _counted_from_scans(database, now: datetime, livemode: bool | None) -> tuple[Counter, Counter]:
-    """What the quota counters held, counted from the scans (app.services.billing.quotas.counted_from_scans
+    """What the quota counters held, counted from the scans (app.billing.quotas.counted_from_scans
     as migrations 2 and 6 ran it): scans in flight by customer, and the last day's scans by
     (customer, minute); of one mode, or (``livemode=None``, a database without the column) all."""
     since = now - timedelta(seconds=_DAY_2)
@@ -55,9 +57,10 @@ def _initial(database):
 
 
 def _quota_counters(database):
-    """Customer.in_flight and QuotaMinute (app.services.billing.quotas), filled from the scans; the
-    scan indexes nothing uses go, those of scans in flight become partial (app.models.scans)."""
-    from app.models import QuotaMinute, Scan, utcnow
+    """Customer.in_flight and QuotaMinute (app.billing.quotas), filled from the scans; the
+    scan indexes nothing uses go, those of scans in flight become partial (app.scans.models)."""
+    from app.plumbing.models import utcnow
+    from app.scans.models import QuotaMinute, Scan
 
     # Plain ALTER TABLE with its default: existing rows get it in the same statement.
     database.execute_sql('ALTER TABLE "customer" ADD COLUMN "in_flight" INTEGER NOT NULL DEFAULT 0')
@@ -76,10 +79,10 @@ def _quota_counters(database):
 
 
 def _portal_sessions(database):
-    """Server-side portal sessions (app.models.accounts.PortalSession) and PortalUser.disabled.
+    """Server-side portal sessions (app.accounts.models.PortalSession) and PortalUser.disabled.
 
     Safe to run on a schema that has them already (a test re-runs every migration)."""
-    from app.models import PortalSession
+    from app.accounts.models import PortalSession
 
     # Plain ALTER TABLE, as in _quota_counters.
     if "disabled" not in {c.name for c in database.get_columns("portal_user")}:
@@ -103,7 +106,8 @@ def _test_mode(database):
     """Test mode (D15): ``livemode`` on keys, batches, scans, deliveries and idempotency
     records (existing rows are live), ``Customer.test_in_flight``, and the per-minute quota
     counters keyed by mode. Safe on a schema that has any of it already."""
-    from app.models import IdempotencyRecord, QuotaMinute, utcnow
+    from app.plumbing.models import utcnow
+    from app.scans.models import IdempotencyRecord, QuotaMinute
 
     for name in ("api_key", "bulk_batch", "scan", "webhook_delivery", "idempotency_record"):
         if "livemode" not in {c.name for c in database.get_columns(name)}:
@@ -132,7 +136,7 @@ def _longer_idempotency_endpoint(database):
 
 def _suppressions(database):
     """Suppression: data subjects' opt-outs, as keyed hashes of their targets (D20)."""
-    from app.models import Suppression
+    from app.privacy.models import Suppression
 
     database.create_tables([Suppression], safe=True)
 
@@ -152,7 +156,7 @@ def _purpose(database):
 def _activity_log(database):
     """The activity log (D20): a table partitioned by day with its DEFAULT partition, built by
     ``ActivityEntry.create_table`` exactly as on a fresh database (idempotent: IF NOT EXISTS)."""
-    from app.models import ActivityEntry
+    from app.activity.models import ActivityEntry
 
     database.create_tables([ActivityEntry], safe=True)
 
@@ -160,7 +164,7 @@ def _activity_log(database):
 def _retention(database):
     """Customer.result_retention_days, Scan.erased_at, a nullable Scan.target and
     WebhookDelivery.body (erased with the scan), and the retention job's partial index (D20)."""
-    from app.models import Scan
+    from app.scans.models import Scan
 
     database.execute_sql('ALTER TABLE "customer" ADD COLUMN IF NOT EXISTS "result_retention_days" INTEGER NOT NULL '
                          'DEFAULT 90')
@@ -184,7 +188,7 @@ def _key_access(database):
 def _portal_roles_and_two_factor(database):
     """PortalUser.role (existing users are owners: they were the customer's only kind of user),
     the one-time set-password link, TOTP; Customer.require_2fa; PortalRecoveryCode (D21)."""
-    from app.models import PortalRecoveryCode
+    from app.accounts.models import PortalRecoveryCode
 
     user = '"portal_user"'
     for column in ("\"role\" VARCHAR(16) NOT NULL DEFAULT 'owner'", '"password_token_digest" VARCHAR(64) UNIQUE',
@@ -203,7 +207,7 @@ def _results_explained(database):
     import json
 
     from app.frozen.results_13 import normalize_result
-    from app.models import FindingFeedback
+    from app.scans.models import FindingFeedback
 
     database.execute_sql('ALTER TABLE "scan" ADD COLUMN IF NOT EXISTS "rerun_of" VARCHAR(40)')
     database.create_tables([FindingFeedback], safe=True)
@@ -226,7 +230,7 @@ def _webhook_endpoints(database):
     """Webhook endpoints (D22): the table of a key's further endpoints, the first endpoint's new
     columns on the key, and each delivery's endpoint; a delivery written before names its key's
     first endpoint, whose id is ``ep_`` and the key id after its ``key_`` prefix."""
-    from app.models import WebhookEndpoint
+    from app.webhooks.models import WebhookEndpoint
     database.create_tables([WebhookEndpoint], safe=True)
     for ddl in ('"webhook_events" TEXT[]', '"webhook_enabled" BOOLEAN NOT NULL DEFAULT TRUE',
                 '"webhook_description" TEXT NOT NULL DEFAULT \'\'', '"webhook_disabled_at" TIMESTAMP'):
@@ -241,7 +245,7 @@ def _webhook_endpoints(database):
 def _summed_reads(database):
     """CreditLedger.livemode, minute and reads, and the unique index of a minute's row of summed
     reads (D24): the charges of reads become one row per customer, mode, endpoint and minute."""
-    from app.models import CreditLedger
+    from app.accounts.models import CreditLedger
 
     for column in ('"livemode" BOOLEAN', '"minute" TIMESTAMP', '"reads" INTEGER'):
         database.execute_sql(f'ALTER TABLE "credit_ledger" ADD COLUMN IF NOT EXISTS {column}')
@@ -249,7 +253,7 @@ def _summed_reads(database):
 
 
 def _batch_looks(database):
-    from app.models import Scan
+    from app.scans.models import Scan
 
     database.execute_sql('ALTER TABLE "scan" ADD COLUMN IF NOT EXISTS "next_look_at" TIMESTAMP')
     database.execute_sql('ALTER TABLE "scan" ADD COLUMN IF NOT EXISTS "look_generation" INTEGER NOT NULL DEFAULT 0')
@@ -466,7 +470,7 @@ def _activity_export_order(database):
 
 def _audit_sinks(database):
     """The audit sinks table (D32), built from its model as on a fresh database."""
-    from app.models import AuditSink
+    from app.activity.audit_models import AuditSink
 
     database.create_tables([AuditSink], safe=True)
 
@@ -486,7 +490,7 @@ def _scim(database):
 def _single_sign_on(database):
     """CustomerSso (D32: a customer's OpenID Connect sign-in), PortalUser.provisioned_by and
     PortalUser.password_login_until (the operator's emergency door)."""
-    from app.models import CustomerSso
+    from app.accounts.models import CustomerSso
 
     for column in ('"provisioned_by" VARCHAR(8)', '"password_login_until" TIMESTAMP'):
         database.execute_sql(f'ALTER TABLE "portal_user" ADD COLUMN IF NOT EXISTS {column}')

@@ -26,7 +26,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from app.webhook_signature import sign_standard
+from app.plumbing.signatures import sign_standard
 from bench import cpu
 from bench.stack import PG_DSN, ROOT, Stack
 from bench.wrk import combined_script

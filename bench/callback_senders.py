@@ -19,7 +19,7 @@ import multiprocessing
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from app.simulated.conventions import NORMAL, Plan
+from app.tracking.simulated.conventions import NORMAL, Plan
 from simulator.callbacks import CallbackSender
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

@@ -8,7 +8,7 @@ process and one run, so the figures are comparable with each other.
 
     python -m bench.confidence_read API_KEY SCAN_ID FILTERED_SCAN_ID BULK_ID [N]
 
-(ids of the bench database, as for ``bench.queries``). ``tests/api/scans/test_confidence.py`` runs
+(ids of the bench database, as for ``bench.queries``). ``tests/scans/routes/test_confidence.py`` runs
 ``measure`` on the test database and holds the statement counts equal.
 """
 from __future__ import annotations

@@ -69,7 +69,7 @@ CREATE TABLE floor.ledger (id bigserial PRIMARY KEY, customer_id text NOT NULL R
 -- A read's charge is added to its customer's row of the endpoint and minute (the service's D24 rows).
 CREATE UNIQUE INDEX floor_ledger_reads_minute ON floor.ledger (customer_id, note, minute) WHERE minute IS NOT NULL;
 -- The activity log (D20): one entry per call, partitioned by day with a DEFAULT partition and the
--- service's three indexes (app.models.activity), so an entry costs what the service's costs.
+-- service's three indexes (app.activity.models), so an entry costs what the service's costs.
 CREATE TABLE floor.activity (id text NOT NULL, created_at timestamptz NOT NULL, customer_id text NOT NULL,
                              livemode boolean NOT NULL, key_id text, user_id text, user_email text,
                              action text NOT NULL, resource_id text, status smallint NOT NULL,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from app import metrics_http
-from app.logging_setup import setup_logging
+from app.plumbing.logging_setup import setup_logging
 from bench.floor_app import app
 
 setup_logging(os.environ.get("LOG_LEVEL", "INFO"), os.environ.get("LOG_FORMAT", "json"))

@@ -83,10 +83,10 @@ def main(argv=None) -> int:
     from wsgi import app
     sys.stderr = sys.__stderr__
     metrics_http.init_app(floor_app.app)  # before its first request; taken off again below
-    from app.db import db
-    from app.services.accounts import accounts
+    from app.accounts import admin
+    from app.plumbing.db import db
     with db.connection_context():
-        _, token = accounts.issue_key(customer_id, "bench.inprocess", None, None)
+        _, token = admin.issue_key(customer_id, "bench.inprocess", None, None)
     name = f"inprocess-{time.time()}"
     floor_token = floor_app.add_customer(FLOOR_DSN, name)
     with conn.cursor() as cur:  # the floor's new key, moved to the customer that owns the scan

@@ -1,7 +1,7 @@
 """Ledger bytes per read: a row per read (before D24) against reads summed per minute.
 
 On a scratch database (the ledger is emptied between shapes), N reads are charged through
-``billing.charge_call`` in three shapes: one row each with its path and request id (how every
+``charges.charge_call`` in three shapes: one row each with its path and request id (how every
 read was charged before), summed with ``--per-minute`` reads of one endpoint a minute, and
 summed with one read a minute (the worst case: every read its own row). After each, the
 ledger's ``pg_total_relation_size`` (table, TOAST and indexes) is divided by N, before and
@@ -28,23 +28,23 @@ def main(argv=None) -> int:
     p.add_argument("--per-minute", type=int, default=100, help="reads of one endpoint a minute (default 100)")
     opts = p.parse_args(argv)
     from app import create_app
+    from app.accounts import admin
+    from app.billing import charges
     from app.extensions import db
     from app.migrations import upgrade
-    from app.models import utcnow
-    from app.services.accounts import accounts
-    from app.services.billing import billing
+    from app.plumbing.models import utcnow
     create_app({"APP_ENV": "test", "DATABASE_URL": opts.database_url, "REDIS_URL": opts.redis_url,
                 "SECRET_KEY": "ledger-bytes", "ENGINE_URL": "http://127.0.0.1:9", "ENGINE_TOKEN": "x",
                 "INSTANCE_PATH": tempfile.mkdtemp(prefix="ledger-bytes-")})
     start = utcnow().replace(second=0, microsecond=0)  # naive UTC, as the app stores times
 
     def per_call(i: int) -> None:  # before: a row per read, its path and request id
-        billing.charge_call(customer.id, f"req_{secrets.token_hex(12)}", start + timedelta(seconds=i),
+        charges.charge_call(customer.id, f"req_{secrets.token_hex(12)}", start + timedelta(seconds=i),
                             f"GET /api/v1/scan/scn_{secrets.token_urlsafe(16)}")
 
     def summed(per_minute: int):
         def charge(i: int) -> None:
-            billing.charge_call(customer.id, None, start + timedelta(minutes=i // per_minute),
+            charges.charge_call(customer.id, None, start + timedelta(minutes=i // per_minute),
                                 "GET /api/v1/scan/{scan_id}", read_of=True)
         return charge
 
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     figures = {"reads": opts.n}
     with db.connection_context():
         upgrade()
-        customer = accounts.create_customer("ledger bytes", "enterprise", 10 ** 12)
+        customer = admin.create_customer("ledger bytes", "enterprise", 10 ** 12)
         for name, charge in (("row per read", per_call), (f"summed, {opts.per_minute} a minute",
                                                            summed(opts.per_minute)),
                              ("summed, 1 a minute", summed(1))):

@@ -25,11 +25,11 @@ def main(argv=None) -> int:
     p.add_argument("--batches", type=int, default=30, help="claims of 100 per shape (default 30)")
     opts = p.parse_args(argv)
     from app import create_app
-    from app.db import transaction
     from app.extensions import db
-    from app.models import utcnow
-    from app.models.scans import IN_FLIGHT
-    from app.store.tracking import scan_states
+    from app.plumbing.db import transaction
+    from app.plumbing.models import utcnow
+    from app.scans.models import IN_FLIGHT
+    from app.tracking.statements import scan_states
     create_app()
     with db.connection_context():
         customer_id, key_id = db.execute_sql("SELECT customer_id, id FROM api_key LIMIT 1").fetchone()

@@ -6,7 +6,7 @@ durations (scans of 60 to 180 s), the API and two workers, all with
 per scan, ``ENGINE_BATCH_LOOK=off``) is gone with that setting, and what is said of it below
 describes the runs that compared the two (docs/performance.md):
 
-- ``auto``: the batch look (``app.services.tracking.looks.look_due``, claimed from PostgreSQL by the
+- ``auto``: the batch look (``app.tracking.looks.look_due``, claimed from PostgreSQL by the
   workers' looker threads); ``bench.worker`` logs every batch it claimed: its lags (seconds
   past each scan's due time), engine requests and outcomes;
 - ``off``: today's tracking, an RQ job per scan chained with ``enqueue_in``; the lag of a look
@@ -21,7 +21,7 @@ would never all be in flight at once. ``sql`` (the default for ``auto``): the en
 submissions are real (batches of 100 to the simulator, which then answers for 60-180 s
 investigations), and each chunk of 5,000 is written at once with ``COPY`` as creation writes
 it: the scan rows (queued, engine id, recipes, eta, ``next_look_at`` at min(eta - 0.5 s, poll)
-after the submission, as ``app.services.tracking.tracking.first_look_delay``) and the customer's
+after the submission, as ``app.tracking.states.first_look_delay``) and the customer's
 in-flight counter; the admission's charge, quota counter and ledger row are left out (they
 are not tracking's). ``off`` always uses ``api``: its scans need their RQ jobs.
 
@@ -416,7 +416,7 @@ def seed_sql(sim: str, customer_ids: list[str], n: int, poll: float, threads: in
     (see the module's docstring). With ``spread``, each first look falls at a random point of
     the next ``poll`` seconds (scans created in a steady stream, not all in a few seconds).
     Returns the seconds it took."""
-    from app.services.tracking.tracking import first_look_delay
+    from app.tracking.states import first_look_delay
     conn = psycopg2.connect(PG_DSN)
     with conn.cursor() as cur:
         cur.execute("SELECT customer_id, min(id) FROM api_key WHERE customer_id = ANY(%s) GROUP BY 1",

@@ -1,7 +1,7 @@
 """What the watches' scheduler costs (issue 41 item 5), in one process: ``python -m bench.watch_cost``.
 
-Run by the ``watches`` phase (``bench/watches.py``) on its database, once the watches are stored.
-It runs the periodic ``watches`` job's function (``app.services.watches.watches.run_due``) as a worker
+Run by the ``watches`` phase (``bench/watchlist.py``) on its database, once the watches are stored.
+It runs the periodic ``watches`` job's function (``app.watches.watchlist.run_due``) as a worker
 does, from one thread, and times it with the CPU of this process and of its PostgreSQL backend
 (the one connection a worker's periodic turn uses; ``pg_backend_pid()``, read from ``/proc``):
 
@@ -47,15 +47,15 @@ def main(argv=None) -> int:
     opts = p.parse_args(argv)
     from app import create_app
     from app.extensions import db
-    from app.services.watches import watches
+    from app.watches import watchlist
     create_app()
     out: dict = {}
     with db.connection_context():
         backend = db.execute_sql("SELECT pg_backend_pid()").fetchone()[0]
         earliest = db.execute_sql("SELECT min(next_scan_at) FROM watch WHERE status = 'active'").fetchone()[0]
         idle_now = earliest - timedelta(seconds=1)
-        watches.run_due(idle_now)  # warm: plans cached, modules imported
-        idle = [measure(lambda: watches.run_due(idle_now), backend) for _ in range(opts.ticks)]
+        watchlist.run_due(idle_now)  # warm: plans cached, modules imported
+        idle = [measure(lambda: watchlist.run_due(idle_now), backend) for _ in range(opts.ticks)]
         if any(sum(r["answer"].values()) for r in idle):
             raise SystemExit("a watch was due during the idle ticks")
         n = len(idle)
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
                                  "OFFSET %s LIMIT 1", (opts.due - 1,)).fetchone()[0]
         runs, scanned = [], 0
         while True:
-            run = measure(lambda: watches.run_due(due_now), backend)
+            run = measure(lambda: watchlist.run_due(due_now), backend)
             runs.append(run)
             scanned += run["answer"]["watch_scans"]
             if not sum(run["answer"].values()):

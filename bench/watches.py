@@ -5,7 +5,7 @@ The watches are written with ``COPY`` (a bench's setup, not the API: 1,000,000 c
 each make a baseline scan), each as ``create_watch`` would store it: a customer's watches imported
 together (one creation time a customer, as a CSV import makes them), the customer's ``i``-th watch
 in slot ``i`` (as ``watch_times.place`` gives them), ``next_scan_at`` from the service's own
-``app.services.watches.watch_times.next_due``, so the spread measured is the scheduler's. The
+``app.watches.watch_times.next_due``, so the spread measured is the scheduler's. The
 mix (customers at their tier's watch limit, ``--watches`` scales it):
 
 - 24 enterprise customers with 10,000 daily watches each: 240,000 a day, 10,000 falling due an hour;
@@ -16,7 +16,7 @@ Then ``python -m bench.watch_cost`` (one process, as a worker's periodic turn) r
 ``watches`` job with nothing due (``--watch-ticks`` times) and with ``--watch-due`` watches due,
 their scans submitted to the simulator. The spread: for each customer, the most of its watches
 due within any one hour (a sliding hour over the next day), against its tier's hourly limit
-(``app.services.billing.limits.TIER_LIMITS``; the bench's customers have their limits overridden, so the
+(``app.billing.limits.TIER_LIMITS``; the bench's customers have their limits overridden, so the
 scans are never refused while measured).
 """
 from __future__ import annotations
@@ -57,8 +57,8 @@ def plan(total: int) -> list[tuple[str, int, int, str]]:
 
 def store(stack: Stack, total: int, log) -> tuple[dict, float]:
     """The watches written; ``{customer_id: tier}`` and the seconds it took."""
-    from app.models import utcnow
-    from app.services.watches.watch_times import next_due
+    from app.plumbing.models import utcnow
+    from app.watches.watch_times import next_due
     now = utcnow()
     tiers: dict[str, str] = {}
     conn = psycopg2.connect(PG_DSN)
@@ -97,7 +97,7 @@ def store(stack: Stack, total: int, log) -> tuple[dict, float]:
 def spread(stack: Stack, tiers: dict[str, str]) -> dict:
     """The due times over the next day: per customer the most due within one sliding hour, against
     its tier's hourly limit; the watches due in the busiest hour of all."""
-    from app.services.billing.limits import TIER_LIMITS
+    from app.billing.limits import TIER_LIMITS
     rows = stack.sql("SELECT customer_id, extract(epoch from next_scan_at) FROM watch WHERE status = 'active' "
                      "AND next_scan_at < (now() AT TIME ZONE 'utc') + interval '1 day'")
     by_customer: dict[str, list[float]] = defaultdict(list)
@@ -119,9 +119,9 @@ def spread(stack: Stack, tiers: dict[str, str]) -> dict:
 
 
 def claim_plan(stack: Stack) -> list[str]:
-    """``EXPLAIN ANALYZE`` of the scheduler's claim (``app.store.watches.watches.CLAIM``) a second before the
+    """``EXPLAIN ANALYZE`` of the scheduler's claim (``app.watches.statements.CLAIM``) a second before the
     earliest due time: what a run of the job costs PostgreSQL with nothing due (rolled back)."""
-    from app.store.watches.watches import CLAIM
+    from app.watches.statements import CLAIM
     conn = psycopg2.connect(PG_DSN)
     try:
         with conn.cursor() as cur:

@@ -118,9 +118,9 @@ def reset() -> None:
 MAKE_DELIVERIES = """
 import json, sys, time
 from app import create_app
-from app.db import db
-from app.services.accounts import accounts
-from app.services.webhooks import webhooks
+from app.plumbing.db import db
+from app.accounts import admin as accounts
+from app.webhooks import outbox as webhooks
 create_app()
 plan, rate = json.loads(sys.argv[1]), float(sys.argv[2])
 ids = []
@@ -152,9 +152,9 @@ print(json.dumps({"ids": ids}))
 MAKE_ENDPOINTS = """
 import json, sys
 from app import create_app
-from app.db import db
-from app.services.accounts import accounts
-from app.services.webhooks import endpoints
+from app.plumbing.db import db
+from app.accounts import admin as accounts
+from app.webhooks import endpoints
 create_app()
 urls = json.loads(sys.argv[1])
 made = []
@@ -171,9 +171,9 @@ print(json.dumps({"endpoints": made}))
 ENDPOINT_DELIVERIES = """
 import json, sys, time
 from app import create_app
-from app.db import db
-from app.models import ApiKey
-from app.services.webhooks import webhooks
+from app.plumbing.db import db
+from app.accounts.models import ApiKey
+from app.webhooks import outbox as webhooks
 create_app()
 plan, rate = json.loads(sys.argv[1]), float(sys.argv[2])
 ids = []

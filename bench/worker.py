@@ -11,7 +11,7 @@ Each job appends one line to ``--jobs-log``:
 time from the job's ``enqueued_at`` (the scheduler moving it to its queue, or an
 immediate enqueue) to the start of its execution.
 
-With ``--looks-log``, ``app.services.tracking.looks.look_due`` (the batch look, D24, run by the
+With ``--looks-log``, ``app.tracking.looks.look_due`` (the batch look, D24, run by the
 worker's looker thread) is wrapped too, before the worker's modules import it: each call
 that claimed scans appends
 ``started_unix,exec_ms,claimed,engine_requests,completed,failed,unfinished,LAGS`` where LAGS
@@ -71,7 +71,7 @@ def install(jobs_log: str) -> None:
 def install_looks(looks_log: str) -> bool:
     """Wrap ``look_due`` when this code base has it (False when not: no batch look yet)."""
     try:
-        import app.services.tracking.looks as looks
+        import app.tracking.looks as looks
     except ImportError:
         return False
     out = open(looks_log, "a", buffering=1)

@@ -50,7 +50,7 @@ from collections.abc import Callable
 
 import requests
 
-from app.simulated.conventions import PENDING_FRACTION, Plan, Progress, progress_at
+from app.tracking.simulated.conventions import PENDING_FRACTION, Plan, Progress, progress_at
 from simulator.receiver import standard_signature
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ API (``Authorization: Bearer <ENGINE_TOKEN>`` required when ``ENGINE_TOKEN`` is 
 
 Submissions (single and batch items) accept ``"sources": [ids]``: a re-run of those sources
 only (E6). Results carry ``sources``, ``evidence`` and ``risk.reasons`` (see
-``app.simulated.results``); ``partial…`` targets (phones ending ``7777``) end with some
+``app.tracking.simulated.results``); ``partial…`` targets (phones ending ``7777``) end with some
 sources rate-limited or timed out.
 
 Investigations are stateless (see ``simulator.investigations``), so the results and the
@@ -27,7 +27,7 @@ Investigations are stateless (see ``simulator.investigations``), so the results 
 restarts. A ``junk`` investigation (phones ending ``6666``) ends ``done`` with ``"result": "not an object"``.
 A ``changing`` target (phones ending ``4444``) finds more at each new investigation (E7): one more
 breach each time and one more verified profile every other time, counted from the investigations of
-that target this process received since its last reset (``app.simulated.results``).
+that target this process received since its last reset (``app.tracking.simulated.results``).
 
 Controls (no auth, for tests and QA): ``POST /_sim/engine/mode`` with ``{"mode": "up"}``,
 ``{"mode": "down"}`` (every ``/v1`` call answers 503) or ``{"mode": "flaky", "every": N}``

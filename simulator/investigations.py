@@ -14,7 +14,7 @@ recipes, behaviour) is derived from ``sha256("kind:target")``.
 
 The target conventions (``fail``/``slow``/``hang``/``partial``/``junk``), the recipe count and the
 progress over time are shared with the service's sandbox engine and documented in
-``app.simulated.conventions``; here ``slow`` takes the longest duration (180 s x time
+``app.tracking.simulated.conventions``; here ``slow`` takes the longest duration (180 s x time
 scale). ``junk`` is an extension of E3, there to exercise the service's
 rejection of results that cannot be made valid.
 """
@@ -31,7 +31,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 # Re-exported: the simulator's modules and tests import them from here.
-from app.simulated.conventions import (  # noqa: F401
+from app.tracking.simulated.conventions import (  # noqa: F401
     CHANGING,
     FAIL,
     HANG,

@@ -1,7 +1,7 @@
 """The simulated engine's sources (E8): their listing with probe identities, probes, and modes
 that break a source on purpose.
 
-- ``GET /v1/sources`` lists each source of ``app.simulated.results.SOURCES`` with the kinds it
+- ``GET /v1/sources`` lists each source of ``app.tracking.simulated.results.SOURCES`` with the kinds it
   answers for and its probes: a known-good identity it must find and a known-bad one it must not.
 - A probe is a submission with ``"sources": [id]`` and ``"probe": true``: it ends after
   ``PROBE_SECONDS`` (times the time scale) with that source ``found`` for its known-good identity
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 
-from app.simulated.results import CARRIER, MAILBOX, SOURCES
+from app.tracking.simulated.results import CARRIER, MAILBOX, SOURCES
 
 MODES = ("ok", "error", "slow", "wrong")
 PROBE_SECONDS = 5

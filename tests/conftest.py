@@ -1,9 +1,9 @@
 """Shared fixtures: real parts only.
 
 - Redis: ``TEST_REDIS_URL`` (CI: the machine's Redis) or an embedded server for the
-  session (``app.embedded``), flushed before every test, as rq's own tests do.
+  session (``app.plumbing.embedded``), flushed before every test, as rq's own tests do.
 - Database: ``TEST_DATABASE_URL`` (CI: the machine's PostgreSQL) or an embedded PostgreSQL
-  for the session (``app.embedded``, in a temporary folder, stopped with the session); the
+  for the session (``app.plumbing.embedded``, in a temporary folder, stopped with the session); the
   schema is built once per session with ``db upgrade`` and every table emptied per test.
 - The engine: the bundled simulator served over real HTTP on a free port.
 - ``served_app``: the API itself on a real threaded HTTP server, for concurrency tests.
@@ -22,9 +22,11 @@ import pytest
 import requests
 from werkzeug.serving import make_server
 
-from app import create_app, runtime
+from app import create_app
 from app.extensions import db
-from app.models import ALL_MODELS, SchemaVersion
+from app.plumbing import runtime
+from app.schema_version import SchemaVersion
+from app.tables import ALL_MODELS
 from tests import factories
 
 # One line per request from the in-test servers buries the output that matters.
@@ -47,11 +49,11 @@ class ServerThread:
 
 @pytest.fixture(autouse=True)
 def _tallies_written():
-    """What the service logs in aggregate (``app.log_tally``: engine callbacks refused and taken) is
+    """What the service logs in aggregate (``app.plumbing.log_tally``: engine callbacks refused and taken) is
     written out when each test ends, while pytest's streams are open: at the worker's exit it was a
     logging error each."""
     yield
-    from app.services.tracking import callbacks
+    from app.tracking import callbacks
     for tally in (callbacks.REFUSALS, callbacks.TAKEN_LINES):
         tally.flush()
 
@@ -62,7 +64,7 @@ def redis_url(tmp_path_factory):
     if url:
         yield url
         return
-    from app import embedded
+    from app.plumbing import embedded
     folder = tmp_path_factory.mktemp("redis")
     server = embedded.redis_client(folder)
     yield f"unix://{server.socket_file}"
@@ -75,7 +77,7 @@ def database_url(tmp_path_factory):
     if url:
         yield url
         return
-    from app import embedded
+    from app.plumbing import embedded
     folder = embedded_folder("postgres")
     yield embedded.postgres_url(folder, durable=False)  # the session's throwaway data
     embedded.stop(folder)
@@ -143,8 +145,8 @@ def _schema(base_config):
 
 
 def _empty_tables():
-    from app.models import utcnow
-    from app.services.billing import activity
+    from app.activity import entries
+    from app.plumbing.models import utcnow
 
     with db.connection_context(), db.atomic():
         for model in reversed(ALL_MODELS):
@@ -154,7 +156,7 @@ def _empty_tables():
         # The activity log's partitions of today and the coming week, as `db upgrade` and the
         # periodic job leave them (a test before may have dropped them): a test's processes
         # never meet one being made while they write.
-        activity.prepare_partitions(utcnow())
+        entries.prepare_partitions(utcnow())
 
 
 def marked_config(request) -> dict:
@@ -270,3 +272,7 @@ LONG_FIRST = (
 def _long_first(item) -> int:
     module = item.nodeid.split("::", 1)[0]
     return LONG_FIRST.index(module) if module in LONG_FIRST else len(LONG_FIRST)
+
+
+# The fixtures of the domains' tests (tests/<domain>/) and of the portal's pages, wherever their tests are.
+pytest_plugins = ["tests.domain_fixtures", "tests.portal_fixtures"]

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.models import ApiKey, Customer
-from app.services.accounts import accounts
+from app.accounts import admin
+from app.accounts.models import ApiKey, Customer
 
 
 @dataclass
@@ -24,14 +24,14 @@ class Account:
 
 def customer(tier="business", credits=100, *, inflight=None, hour=None, day=None, webhook_url=None,
              webhook_secret=None, name="Test customer") -> Account:
-    cust = accounts.create_customer(name, tier, credits)
+    cust = admin.create_customer(name, tier, credits)
     if inflight is not None or hour is not None or day is not None:
-        cust = accounts.set_limits(cust.id, inflight=inflight, hour=hour, day=day)
-    key, plaintext = accounts.issue_key(cust.id, "test key", webhook_url, webhook_secret)
+        cust = admin.set_limits(cust.id, inflight=inflight, hour=hour, day=day)
+    key, plaintext = admin.issue_key(cust.id, "test key", webhook_url, webhook_secret)
     return Account(cust, key, plaintext)
 
 
 def sandbox_key(account: Account, *, webhook_url=None, webhook_secret=None, name="sandbox key") -> Account:
     """A test-mode key (``service_test_…``, D15) for the same customer as ``account``."""
-    key, plaintext = accounts.issue_key(account.id, name, webhook_url, webhook_secret, livemode=False)
+    key, plaintext = admin.issue_key(account.id, name, webhook_url, webhook_secret, livemode=False)
     return Account(account.customer, key, plaintext)

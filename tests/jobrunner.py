@@ -2,7 +2,7 @@
 
 Jobs scheduled with ``enqueue_in`` wait in RQ's ScheduledJobRegistry. ``run`` moves
 the due ones to their queue and works the queues in burst mode with a real
-``SimpleWorker``, and runs the batch looks that are due (``app.services.tracking.looks``, as a
+``SimpleWorker``, and runs the batch looks that are due (``app.tracking.looks``, as a
 worker's lookers do, when the engine queue is among its queues); when only future work is
 left and a freezegun ``freezer`` is given, it moves frozen time to the next scheduled job
 or due look, as RQ's scheduler and the lookers would reach it, and goes on.
@@ -14,9 +14,9 @@ from datetime import UTC, datetime, timedelta
 from rq import Queue, SimpleWorker
 from rq.registry import ScheduledJobRegistry
 
-from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, promote_due
-from app.jobs import queue as job_queue
-from app.services.tracking import looks
+from app.plumbing.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, promote_due
+from app.plumbing.jobs import queue as job_queue
+from app.tracking import looks
 
 
 class JobRunner:

@@ -17,7 +17,7 @@ from simulator.procutil import wait_until
 def service_env(app, engine_url: str, instance: Path, **extra) -> dict:
     """The environment of an API or worker process bound to this test's database, Redis and engine;
     ``extra`` settings override (values are turned into strings)."""
-    from app import runtime
+    from app.plumbing import runtime
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEST_", "PYTEST"))}
     env.update({
         "APP_ENV": "test",

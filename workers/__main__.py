@@ -10,7 +10,7 @@ short HTTP calls, and forking per job would cost more than the job. RQ's job tim
 still bounds each one. The scheduler is RQ's, made precise (``PreciseScheduler``):
 due times are kept to the millisecond and it looks for due jobs every 0.2 s. Every
 ``RECOVERY_INTERVAL_SECONDS`` a worker runs the periodic jobs that are due
-(``app.services.shared.periodic.SCHEDULE``: the recovery sweep, retention), each one worker at a
+(``app.periodic.SCHEDULE``: the recovery sweep, retention), each one worker at a
 time under a Redis lock. If Redis goes away the worker waits and reconnects instead of
 exiting; the first SIGTERM (or Ctrl+C) stops it within seconds all the same, with one
 log line and no traceback (``STOPPING``).
@@ -34,12 +34,12 @@ from rq.exceptions import StopRequested
 from rq.scheduler import RQScheduler
 from rq.worker import WorkerStatus
 
-from app import create_app, runtime
-from app.config import retired_setting_lines, startup_error_line
-from app.db import CONNECTION_ERRORS
-from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, promote_due
-from app.services.shared import periodic
-from app.startup import StartupError, check
+from app import create_app, periodic
+from app.plumbing import runtime
+from app.plumbing.config import retired_setting_lines, startup_error_line
+from app.plumbing.db import CONNECTION_ERRORS
+from app.plumbing.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, promote_due
+from app.plumbing.startup import StartupError, check
 from workers.database_gate import DatabaseGate
 
 log = logging.getLogger("workers")
@@ -61,12 +61,12 @@ SCHEDULER_INTERVAL = 0.2
 # RQ internals: RQ 2.12 has no public way to change its scheduler's precision or to
 # give a worker another scheduler class, so PreciseScheduler overrides ``work`` and
 # ``enqueue_scheduled_jobs`` (using the scheduler's private state as RQ's own code does)
-# and ScanWorker overrides ``_start_scheduler``. Moving the due jobs is app.jobs.promote_due.
+# and ScanWorker overrides ``_start_scheduler``. Moving the due jobs is app.plumbing.jobs.promote_due.
 class PreciseScheduler(RQScheduler):
     """RQ's scheduler, to the millisecond rather than the second.
 
     RQ's takes the jobs whose due time is at most now rounded down to the second, once
-    a second; ``app.jobs`` stores due times to the millisecond, and this one takes
+    a second; ``app.plumbing.jobs`` stores due times to the millisecond, and this one takes
     those due by now, every SCHEDULER_INTERVAL. ``work`` and ``enqueue_scheduled_jobs``
     are RQ 2.12's with those two changes (the heartbeat stays once a second, and
     ``interval``, which also sets the lock's lifetime, stays RQ's); the lock that elects

@@ -1,5 +1,5 @@
 """The audit sinks' pusher (D32): a thread of ``python -m workers`` that sends each due sink's next
-batch (``app.services.billing.audit_sinks``) on a small pool of its own threads.
+batch (``app.activity.audit_sinks``) on a small pool of its own threads.
 
 Isolation is per sink, as webhook deliveries are per endpoint (``workers.delivery_pool``): a sink
 has at most one batch in flight in a process (and, through its lease, in all of them), so a sink
@@ -18,9 +18,9 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from app.db import CONNECTION_ERRORS
+from app.activity import audit_sinks
 from app.extensions import db
-from app.services.billing import audit_sinks
+from app.plumbing.db import CONNECTION_ERRORS
 from workers import webhook_jobs
 
 log = logging.getLogger("workers.audit_sinks")

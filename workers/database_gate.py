@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from app import runtime
-from app.db import DatabaseUnreachable, check_reachable
+from app.plumbing import runtime
+from app.plumbing.db import DatabaseUnreachable, check_reachable
 
 log = logging.getLogger("workers.database")
 

@@ -6,7 +6,7 @@ loop: a dispatcher thread takes delivery jobs from the queue only when one of
 same attempt as the RQ job: the service fences it, writes its attempt row before the
 request and records the outcome). Threads rather than asyncio: the request goes through
 the same ``requests`` session whose connections the SSRF guard checks and the attempt
-deadline watches (``app.services.webhooks.webhook_urls``), and the database calls around it stay the
+deadline watches (``app.webhooks.webhook_urls``), and the database calls around it stay the
 synchronous service calls; a delivery spends its time waiting on a socket, where a thread
 costs no CPU.
 
@@ -40,10 +40,10 @@ from urllib.parse import urlsplit
 from redis.exceptions import RedisError
 from rq.job import Job, JobStatus
 
-from app import runtime
-from app.db import CONNECTION_ERRORS
-from app.jobs import WEBHOOK_QUEUE, queue
-from app.services.webhooks import deliveries
+from app.plumbing import runtime
+from app.plumbing.db import CONNECTION_ERRORS
+from app.plumbing.jobs import WEBHOOK_QUEUE, queue
+from app.webhooks import deliveries
 from workers import webhook_jobs
 from workers.database_gate import DatabaseGate
 

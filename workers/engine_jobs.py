@@ -1,7 +1,7 @@
 """The engine queue's jobs: asking the engine to forget an erased scan's investigation, and the
 hand-over of a tracking job left in Redis from before the upgrade that retired them.
 
-Scans in flight are tracked by due times in the database (``app.services.tracking.looks``, D24), not by
+Scans in flight are tracked by due times in the database (``app.tracking.looks``, D24), not by
 an RQ job each. A tracking job enqueued before the upgrade (or by a process of before it, still
 running during a rolling upgrade) may still come due: ``track_scan`` keeps its dotted path so
 that it runs, and only hands its scan to the batch looks. It never asks the engine nor writes a
@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 
 from app.extensions import db
-from app.logging_setup import log_context
-from app.services.privacy import erasure
-from app.services.tracking import engine, recovery
+from app.plumbing.logging_setup import log_context
+from app.privacy import erasure
+from app.tracking import engine, recovery
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def track_scan(scan_id: str) -> str:
 
 def forget_investigation(deletion_id: str) -> str:
     """Ask the engine to delete an erased scan's investigation (D25, E7). An engine error raises:
-    RQ tries again on ``app.jobs.FORGET_RETRY_SCHEDULE``, then the recovery sweep does."""
+    RQ tries again on ``app.plumbing.jobs.FORGET_RETRY_SCHEDULE``, then the recovery sweep does."""
     with db.connection_context():
         engine_id = erasure.engine_id_to_forget(deletion_id)
         if engine_id is None:

@@ -1,4 +1,4 @@
-"""The worker's lookers: threads that run the batch looks (``app.services.tracking.looks``, D24).
+"""The worker's lookers: threads that run the batch looks (``app.tracking.looks``, D24).
 
 Each thread claims the due scans, looks at them and records what it saw, again and again
 while scans are due (after a batch that was not full, a pause of ``BATCH_LINGER`` first, so that
@@ -14,10 +14,10 @@ from __future__ import annotations
 import logging
 import threading
 
-from app import runtime
-from app.db import CONNECTION_ERRORS, connection_context
-from app.models import utcnow
-from app.services.tracking import looks
+from app.plumbing import runtime
+from app.plumbing.db import CONNECTION_ERRORS, connection_context
+from app.plumbing.models import utcnow
+from app.tracking import looks
 
 log = logging.getLogger("workers.looker")
 

@@ -1,6 +1,6 @@
 """Webhook delivery jobs (§6, D11): one job makes at most one HTTP request.
 
-The job loads its attempt from ``app.services.webhooks.deliveries`` (which decides whether this
+The job loads its attempt from ``app.webhooks.deliveries`` (which decides whether this
 job may make one), makes the request, and hands the outcome back to it: recording,
 retry scheduling and failing are that service's.
 """
@@ -16,13 +16,13 @@ from rq import get_current_job
 from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.exceptions import ReadTimeoutError
 
-from app import runtime
-from app.db import CONNECTION_ERRORS
 from app.extensions import db
-from app.logging_setup import log_context
-from app.services.webhooks import deliveries
-from app.services.webhooks.deliveries import EXCERPT_BYTES, Outcome, response_excerpt
-from app.services.webhooks.webhook_urls import AttemptDeadline, UnsafeWebhookUrl, check_scheme, guarded_session
+from app.plumbing import runtime
+from app.plumbing.db import CONNECTION_ERRORS
+from app.plumbing.logging_setup import log_context
+from app.webhooks import deliveries
+from app.webhooks.deliveries import EXCERPT_BYTES, Outcome, response_excerpt
+from app.webhooks.webhook_urls import AttemptDeadline, UnsafeWebhookUrl, check_scheme, guarded_session
 
 log = logging.getLogger(__name__)
 

@@ -16,14 +16,14 @@ from html import escape
 from flask import Flask, request, send_from_directory, url_for
 from flask_smorest import Api
 
-from app import events
-from app.config import retry_schedule_words
+from app.accounts import access
+from app.api.envelope import ErrorSchema
+from app.billing import charges
+from app.events import kinds as events
+from app.plumbing.config import retry_schedule_words
 from app.portal.security import CSP as PORTAL_CSP
-from app.schemas.errors import ErrorSchema
-from app.schemas.scans import TARGET_PATTERNS
-from app.services.accounts import access
-from app.services.billing import billing
-from app.services.scans.purposes import PURPOSES
+from app.scans.purposes import PURPOSES
+from app.scans.schemas import TARGET_PATTERNS
 
 STATIC = os.path.join(os.path.dirname(__file__), "static")
 DOCS_CSP = PORTAL_CSP.replace("script-src 'none'", "script-src 'self'")
@@ -123,18 +123,18 @@ class Mount:
 # token, outside the document and its accounting too (``hooks.check_accounted`` holds every view under
 # ``/scim/`` to ``scim.scim_authenticated``); the health checks take no key and no form.
 BLUEPRINTS = (
-    Mount("app.api.scans"),
-    Mount("app.api.deliveries"),
-    Mount("app.api.endpoints"),
-    Mount("app.api.activity"),
-    Mount("app.api.feed"),
-    Mount("app.api.watches"),
-    Mount("app.api.account"),
-    Mount("app.api.sources"),
-    Mount("app.api.callbacks", documented=False),
-    Mount("app.api.scim", documented=False),
+    Mount("app.scans.routes"),
+    Mount("app.webhooks.routes.deliveries"),
+    Mount("app.webhooks.routes.endpoints"),
+    Mount("app.activity.routes"),
+    Mount("app.events.routes"),
+    Mount("app.watches.routes"),
+    Mount("app.accounts.routes.account"),
+    Mount("app.sources.routes.catalogue"),
+    Mount("app.tracking.routes", documented=False),
+    Mount("app.accounts.routes.scim", documented=False),
     Mount("app.api.health", documented=False, csrf_exempt=False),
-    Mount("app.api.status", documented=False, csrf_exempt=False),
+    Mount("app.sources.routes.status", documented=False, csrf_exempt=False),
 )
 
 
@@ -179,8 +179,8 @@ def register_api(app: Flask) -> Api:
                  .replace("{thin_schemas}", " and ".join(f"`{kind.schema}Thin`" for kind in events.EVENTS))
                  .replace("{watch_events}", "\n".join(f"- `{kind.name}`: {kind.fires}." for kind in events.WATCH_KINDS))
                  .replace("{watch_schemas}", ", ".join(f"`{kind.schema}`" for kind in events.WATCH_KINDS))
-                 .replace("{call_price}", billing.PRICE_WORDS["call"])
-                 .replace("{free_403}", billing.PRICE_WORDS["free_403"])
+                 .replace("{call_price}", charges.PRICE_WORDS["call"])
+                 .replace("{free_403}", charges.PRICE_WORDS["free_403"])
                  .replace("{scopes}", "\n".join(f"- `{scope}`: {words}." for scope, words
                                                  in access.SCOPE_WORDS.items()))
                  .replace("{timeout}", f'{app.config["WEBHOOK_TIMEOUT_SECONDS"]:g}')
@@ -209,9 +209,9 @@ def register_api(app: Flask) -> Api:
     api.spec.components.security_scheme("bearerAuth", {
         "type": "http", "scheme": "bearer", "bearerFormat": "service_live_<random> or service_test_<random>"})
 
-    from app.schemas.scans import WEBHOOK_BODY_SCHEMAS, BulkTargetSchema
+    from app.scans.schemas import WEBHOOK_BODY_SCHEMAS, BulkTargetSchema
     api.spec.components.schema("BulkTarget", schema=BulkTargetSchema)
-    from app.schemas.watches import WATCH_EVENT_SCHEMAS
+    from app.watches.schemas import WATCH_EVENT_SCHEMAS
     for name, schema in {**WEBHOOK_BODY_SCHEMAS, **WATCH_EVENT_SCHEMAS}.items():
         api.spec.components.schema(name, schema=schema)
     from app.extensions import csrf
@@ -253,9 +253,9 @@ def register_api(app: Flask) -> Api:
 def _document_scopes(app: Flask, spec) -> None:
     """Each operation's description ends with the scope its view declares (``hooks.api_call``'s
     ``scope=``), so the document says what its code checks, never a copy of it."""
+    from app.accounts import access
     from app.actions import route_of
     from app.api.hooks import declared_scope
-    from app.services.accounts import access
 
     for rule in app.url_map.iter_rules():
         operations = spec._paths.get(route_of(rule.rule), {})

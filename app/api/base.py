@@ -9,8 +9,8 @@ from flask_smorest.arguments import ArgumentsMixin
 from webargs.flaskparser import is_json_request
 from werkzeug.routing import BaseConverter
 
+from app.billing import charges
 from app.errors import ApiError
-from app.services.billing import billing
 
 NOT_JSON_MESSAGE = "the request body must be JSON, sent with Content-Type: application/json"
 
@@ -71,10 +71,10 @@ class ApiBlueprint(Blueprint):
 
     def priced(self, what: str):
         """The view's docstring as its OpenAPI description, with the price of ``what``
-        (``billing.PRICE_WORDS``: call, scan, bulk) at ``{price}``: the document says what
+        (``charges.PRICE_WORDS``: call, scan, bulk) at ``{price}``: the document says what
         billing charges. Put it right above the ``def``."""
         def decorate(view):
-            view.__doc__ = (view.__doc__ or "").replace("{price}", billing.PRICE_WORDS[what])
+            view.__doc__ = (view.__doc__ or "").replace("{price}", charges.PRICE_WORDS[what])
             return self.doc(description=inspect.cleandoc(view.__doc__))(view)
         return decorate
 

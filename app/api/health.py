@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify
 
-from app import runtime
 from app.extensions import db
+from app.plumbing import runtime
 
 blp = Blueprint("health", __name__)
 

@@ -1,5 +1,5 @@
 """The HTTP adapter of every authenticated API call: it reads the request's facts once
-(``_request``), hands the call to ``app.services.shared.pipeline`` (authenticate, D21's access check,
+(``_request``), hands the call to ``app.pipeline`` (authenticate, D21's access check,
 ``Idempotency-Key``, can pay, serve, charge, record) and writes the answer the pipeline's
 ``Outcome`` says: the view's response (or the pipeline's own: 402, 503, a replay) with
 ``X-Credits-Remaining`` and the RateLimit fields (D8).
@@ -21,18 +21,18 @@ from functools import cache, partial, wraps
 
 from flask import Response, current_app, g, request
 
-from app import rawjson
+from app import pipeline
+from app.accounts import access
+from app.accounts.models import ApiKey
+from app.accounts.routes.auth import bearer_token, client_address
 from app.actions import action_for, check_named, route_of
-from app.api.auth import bearer_token, client_address
+from app.activity import entries
+from app.billing import charges, quotas
+from app.billing.limits import DAY, HOUR, Limits
 from app.errors import SCIM_PATH, UNKNOWN_FIELD, ApiError, from_service_error, query_error, service_unavailable
-from app.models import ApiKey
-from app.services.accounts import access
-from app.services.billing import activity, billing, quotas
-from app.services.billing.limits import DAY, HOUR, Limits
-from app.services.scans import confidence, reads
-from app.services.shared import pipeline
-from app.services.shared.errors import Forbidden, InsufficientBalance, KeyRefused, NotFound, ServiceError
-from app.services.tracking import waits
+from app.plumbing import rawjson
+from app.plumbing.errors import Forbidden, InsufficientBalance, KeyRefused, NotFound, ServiceError
+from app.scans import confidence, reads, waits
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def render(body: dict, status: int = 200) -> Response:
 
 
 def charged(report: pipeline.Served, *, balance: int, usage: quotas.Usage | None, limits: Limits | None = None,
-            credits: int, subject: activity.Subject | None = None, recorded: activity.Recorded | None = None,
+            credits: int, subject: entries.Subject | None = None, recorded: entries.Recorded | None = None,
             replayable: bool = False, stored: tuple[int, str] | None = None) -> None:
     """Say in the view's ``report`` what its service charged in its own transaction (the
     pipeline charges nothing more), what the entry says about its object, the entry written with
@@ -73,7 +73,7 @@ def charged(report: pipeline.Served, *, balance: int, usage: quotas.Usage | None
     report.stored = stored
 
 
-def call_entry(key: ApiKey, status: int) -> activity.CallEntry:
+def call_entry(key: ApiKey, status: int) -> entries.CallEntry:
     """This call's activity entry, for the statement or transaction that charges the call to
     write with its charge (D25); ``status``: the answer the call gives when served."""
     return pipeline.call_entry(key, _request(), status)
@@ -236,7 +236,7 @@ def _awaitable(key: ApiKey, awaited: reads.Awaited, object_id: str) -> dict | No
     """The object's body, read uncharged, if a wait for it may begin; None when the served read
     must answer at once (no such object, another customer's, a balance below one read)."""
     try:
-        billing.check_can_pay(key.customer.balance, key.livemode)
+        charges.check_can_pay(key.customer.balance, key.livemode)
         return awaited.read(key.customer_id, object_id, key.livemode)
     except ServiceError:
         return None
@@ -252,10 +252,10 @@ def _raise_for(exc: Exception, key: ApiKey, report: pipeline.Served):
     raise exc
 
 
-def _read_entry(facts: pipeline.Request) -> activity.ReadEntry:
+def _read_entry(facts: pipeline.Request) -> entries.ReadEntry:
     """This read's activity entry, for its statement to write (the status the error table gives
     the object not found, none (200), another customer's, the balance short)."""
-    return activity.read_entry(action=facts.action, resource_id=facts.resource_id,
+    return entries.read_entry(action=facts.action, resource_id=facts.resource_id,
                                client_address=facts.client_address, request_id=facts.request_id,
                                statuses=_read_statuses())
 
@@ -295,7 +295,7 @@ def declared_scope(app, rule, method: str) -> str | None:
 # app refuses to start with any other view under ``/engine/`` (as with any unwrapped ``/api/v1/``).
 UNACCOUNTED = {
     "/engine/v1/callbacks": "the engine's callbacks (E7): signed with ENGINE_CALLBACK_SECRET, not a customer's "
-                            "key; free, no activity entry (app/api/callbacks.py)",
+                            "key; free, no activity entry (app/tracking/routes.py)",
 }
 
 
@@ -311,7 +311,8 @@ def check_accounted(app) -> None:
         if rule.rule.startswith(SCIM_PATH) and not getattr(app.view_functions.get(rule.endpoint),
                                                             "scim_authenticated", False):
             # SCIM (D32) is outside the customer API's accounting, but never outside its own token.
-            raise RuntimeError(f"{rule.endpoint} ({rule.rule}) is not wrapped by app.api.scim.scim_authenticated")
+            raise RuntimeError(f"{rule.endpoint} ({rule.rule}) is not wrapped by "
+                               "app.accounts.routes.scim.scim_authenticated")
         view_class = getattr(app.view_functions.get(rule.endpoint), "view_class", None)
         if view_class is None or not rule.rule.startswith("/api/v1/"):
             continue

@@ -6,9 +6,9 @@ Nothing here runs per request: these are read when the blueprints are decorated.
 """
 from __future__ import annotations
 
-from app import events
-from app.schemas.errors import ErrorSchema
-from app.services.tracking.waits import KEY_CHECK_SECONDS, WAIT_RANGE
+from app.api.envelope import ErrorSchema
+from app.events import kinds as events
+from app.scans.waits import KEY_CHECK_SECONDS, WAIT_RANGE
 
 HEADERS = {
     "X-Credits-Remaining": {"description": "Balance after this call's charge.", "schema": {"type": "integer"}},

@@ -1,4 +1,4 @@
-# Frozen: app/services/scans/results.py as migration 13 ("results explained") last ran it (commit
+# Frozen: app/scans/results.py as migration 13 ("results explained") last ran it (commit
 # d45ed08, where it gained ``stored=True``). Never edit it: the live normaliser may change,
 # this one must not. Only app/migrations.py imports it.
 """Validation and normalisation of the engine's result (E2, D6).

@@ -15,8 +15,8 @@ import logging
 
 from flask import g, request
 
+from app.activity import entries
 from app.portal import security
-from app.services.billing import activity
 
 log = logging.getLogger(__name__)
 
@@ -65,14 +65,14 @@ EXPORTS = frozenset({"portal.ledger_csv", "portal.activity_csv"})
 SEARCHES = frozenset({"portal.scans", "portal.activity_log"})
 
 
-def charged_entry(livemode: bool, *, status: int) -> activity.CallEntry:
+def charged_entry(livemode: bool, *, status: int) -> entries.CallEntry:
     """This action's entry, for the service that charges it to write with the charge (D25: no
     charge without its entry); ``status``: the answer the portal gives when it is served. Once
     written, the view says so (``written``) and ``record_action`` writes no second one."""
-    return activity.call_entry(**_fields(_actor()), livemode=livemode, key_id=None, status=status)
+    return entries.call_entry(**_fields(_actor()), livemode=livemode, key_id=None, status=status)
 
 
-def written(recorded: activity.Recorded | None) -> None:
+def written(recorded: entries.Recorded | None) -> None:
     """The service wrote this request's entry with its charge (``charged_entry``)."""
     if recorded is not None:
         g.action_recorded = recorded
@@ -111,6 +111,6 @@ def record_action(response):
     user = _actor()
     if user is None:
         return response
-    activity.record_once(g.get("action_recorded"), what="portal action", status=response.status_code,
+    entries.record_once(g.get("action_recorded"), what="portal action", status=response.status_code,
                          **_fields(user), livemode=True)
     return response

@@ -1,7 +1,7 @@
 """The portal's blueprint (D12) and what its pages share: the after-request hooks (security
 headers, the activity log's entry of every action), the template filters, and the helpers that
 read a list's page and filters (a filter that can hold a target is taken only from a posted form).
-The pages are ``app.portal.pages``, one module per page or small group of pages; views are thin:
+The pages are ``app.portal.page_modules``, one module per page or small group of pages; views are thin:
 the rules live in ``app.services``."""
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from flask import Blueprint, Response, g, make_response, render_template, reques
 from werkzeug.exceptions import NotFound
 
 from app import errors
-from app.models import utcnow
+from app.accounts import portal_roles as roles
+from app.plumbing.models import utcnow
 from app.portal import audit, security
 from app.portal.forms import ActionForm
-from app.services.accounts import portal_roles as roles
 
 bp = Blueprint("portal", __name__, url_prefix="/app", template_folder="templates", static_folder="static")
 bp.after_request(security.add_security_headers)

@@ -18,11 +18,11 @@ from wtforms.fields.choices import SelectChoice
 from wtforms.validators import DataRequired, Email, EqualTo, InputRequired, Length, NumberRange, Optional
 from wtforms.widgets import CheckboxInput, ListWidget
 
-from app.services.accounts.portal_roles import ROLE_WORDS, ROLES
-from app.services.privacy.targets import KINDS
-from app.services.scans.purposes import PURPOSES
-from app.services.watches.watches import INTERVALS
-from app.services.webhooks.endpoints import EVENT_NAMES, MAX_DESCRIPTION
+from app.accounts.portal_roles import ROLE_WORDS, ROLES
+from app.scans.purposes import PURPOSES
+from app.scans.targets import KINDS
+from app.watches.watchlist import INTERVALS
+from app.webhooks.endpoints import EVENT_NAMES, MAX_DESCRIPTION
 
 
 class LoginForm(FlaskForm):

@@ -1,12 +1,12 @@
 """Portal sessions, safe redirects and security headers.
 
 The session cookie (signed, HttpOnly) carries only ``sid``, a random token; the session
-itself is a database row (``app.services.accounts.portal_users``), looked up on every request, so
+itself is a database row (``app.accounts.portal_users``), looked up on every request, so
 logout, a password reset or a disabled user ends it at once. Login throttling is
-``app.services.accounts.login_throttle``.
+``app.accounts.login_throttle``.
 
 Every portal view declares, in one place, what it needs: ``@requires(permission)`` (a
-permission of ``app.services.accounts.portal_roles``; it also asks for a login) or ``@public``.
+permission of ``app.accounts.portal_roles``; it also asks for a login) or ``@public``.
 ``check_declared`` refuses to start the app when a portal view declares neither, so a new
 page cannot forget its role. A refusal is a 403 page, logged, before the view runs:
 nothing is changed.
@@ -20,8 +20,9 @@ from urllib.parse import urlsplit
 
 from flask import current_app, g, redirect, render_template, request, session, url_for
 
-from app.models import PortalUser, utcnow
-from app.services.accounts import portal_roles, portal_users, two_factor
+from app.accounts import portal_roles, portal_users, two_factor
+from app.accounts.models import PortalUser
+from app.plumbing.models import utcnow
 
 log = logging.getLogger(__name__)
 PUBLIC = "public"  # no login needed: the login pages, the set-password link

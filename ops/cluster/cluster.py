@@ -252,9 +252,9 @@ PREPARE = """
 from app import create_app
 from app.dev import prepare
 from app.extensions import db
-from app.models import Customer
-from app.services.accounts import accounts
-from app.services.billing import billing
+from app.accounts.models import Customer
+from app.accounts import admin as accounts
+from app.billing import charges as billing
 key = prepare()[0].api_key
 create_app()
 with db.connection_context():
@@ -272,8 +272,8 @@ print(key)
 WEBHOOK = """
 from app import create_app
 from app.extensions import db
-from app.models import Customer
-from app.services.accounts import accounts
+from app.accounts.models import Customer
+from app.accounts import admin as accounts
 create_app()
 with db.connection_context():
     customer = Customer.get(Customer.name == "Demo customer")

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.models.accounts import TIERS
+from app.accounts.models import TIERS
 
 ENGINE_MODES = ("up", "down", "flaky")
 MAIN = "main"

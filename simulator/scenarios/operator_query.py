@@ -3,7 +3,7 @@
 Read-only operator view for the QA scenarios: the operator CLI (``flask --app wsgi``) has no
 command for the delivery attempt log, which lives in the tables ``webhook_delivery`` and
 ``delivery_attempt`` (the portal shows it on the key's page). Configured like every
-operator command, from the environment (``DATABASE_URL``, read by ``app.config``). Prints
+operator command, from the environment (``DATABASE_URL``, read by ``app.plumbing.config``). Prints
 one JSON object::
 
     {"key_id": "...", "deliveries": [{"delivery_id", "event", "scan_id", "status", "url",
@@ -27,7 +27,7 @@ def _iso(value):
 
 def attempt_log(key_id: str) -> dict:
     from app.extensions import db
-    from app.models import DeliveryAttempt, WebhookDelivery
+    from app.webhooks.models import DeliveryAttempt, WebhookDelivery
 
     with db.connection_context():
         deliveries = list(WebhookDelivery.select()
@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # The service's own settings (DATABASE_URL or its default), but only the database is
     # bound: building the whole app would triple the cost of a query the runner polls.
-    from app import config as app_config
-    from app.db import database_url, init_db
+    from app.plumbing import config as app_config
+    from app.plumbing.db import database_url, init_db
     init_db(database_url(app_config.finalize(app_config.load_settings())))
     try:
         answer = attempt_log(args.key_id)

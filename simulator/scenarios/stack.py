@@ -11,7 +11,7 @@ Starts, each in its own process group, on free local ports (or those chosen: ``-
 - the engine simulator: ``python -m simulator --port P --time-scale 0.02``,
 
 on a temporary instance folder with an embedded PostgreSQL and an embedded Redis
-(``app.embedded``) that this script starts itself and hands over as ``DATABASE_URL`` and
+(``app.plumbing.embedded``) that this script starts itself and hands over as ``DATABASE_URL`` and
 ``REDIS_URL=unix://...`` (they stop with it, however it ends). When
 ``TEST_DATABASE_URL`` / ``TEST_REDIS_URL`` are set (CI) those are used instead: the
 schema of that database is dropped and recreated, and Redis gets a dedicated database
@@ -282,7 +282,7 @@ def running_stack(*, time_scale: float = DEFAULT_TIME_SCALE, startup_timeout: fl
         database_url = os.environ.get("TEST_DATABASE_URL") if use_test_services else None
         reset_schema = bool(database_url)
         if not database_url or not (use_test_services and os.environ.get("TEST_REDIS_URL")):
-            from app import embedded
+            from app.plumbing import embedded
             embedded_servers = embedded
         if not database_url:
             database_url = embedded_servers.postgres_url(instance, durable=False)
@@ -351,7 +351,7 @@ def drop_schema() -> int:
     """Drop every table of the service in ``DATABASE_URL`` (the stack's dedicated test database only)."""
     from app import create_app
     from app.extensions import db
-    from app.models import ALL_MODELS
+    from app.tables import ALL_MODELS
     create_app()
     with db.connection_context():
         db.drop_tables(list(reversed(ALL_MODELS)), safe=True, cascade=True)

@@ -1,14 +1,15 @@
 """Small helpers for API tests."""
 import requests
 
+from app.accounts.models import CreditLedger
+from app.billing import charges
 from app.extensions import db
-from app.models import CreditLedger, Scan
-from app.services.billing import billing
+from app.scans.models import Scan
 
 
 def balance(account) -> int:
     with db.connection_context():
-        return billing.balance_of(account.id)
+        return charges.balance_of(account.id)
 
 
 def ledger(account) -> list[tuple[int, str]]:
@@ -22,11 +23,11 @@ def assert_books_balance(account) -> None:
     summed reads (D24) took one call's price per read it counts, one row per mode, endpoint and
     minute; the quota counters agree with the scans themselves (in flight, both windows)."""
     with db.connection_context():
-        total, current = billing.ledger_sum(account.id), billing.balance_of(account.id)
+        total, current = charges.ledger_sum(account.id), charges.balance_of(account.id)
         reads = read_rows(account)
         assert_counters_match(account.id)
     assert total == current >= 0
-    assert all(r.reads >= 1 and r.delta == -r.reads * billing.CALL_PRICE for r in reads)
+    assert all(r.reads >= 1 and r.delta == -r.reads * charges.CALL_PRICE for r in reads)
     assert len({(r.livemode, r.note, r.minute) for r in reads}) == len(reads)
 
 
@@ -34,7 +35,7 @@ def read_rows(account) -> list[CreditLedger]:
     """The customer's ledger rows of summed reads (D24), oldest first."""
     with db.connection_context():
         return list(CreditLedger.select().where((CreditLedger.customer == account.id)
-                                                & (CreditLedger.reason == billing.READS_REASON))
+                                                & (CreditLedger.reason == charges.READS_REASON))
                     .order_by(CreditLedger.id))
 
 
@@ -42,8 +43,9 @@ def assert_counters_match(customer_id: str) -> None:
     """``Customer.in_flight`` and the per-minute windows equal what counting the scans gives."""
     from datetime import timedelta
 
-    from app.models import Customer, utcnow
-    from app.services.billing import quotas
+    from app.accounts.models import Customer
+    from app.billing import quotas
+    from app.plumbing.models import utcnow
     now = utcnow()
     customer = Customer.get_by_id(customer_id)
     for livemode, in_flight in ((True, customer.in_flight), (False, customer.test_in_flight)):  # apart (D15)

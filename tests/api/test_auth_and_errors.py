@@ -3,10 +3,10 @@ import logging
 
 import pytest
 
+from app.accounts import admin
+from app.accounts.models import ApiKey, CreditLedger
+from app.billing import charges
 from app.extensions import db
-from app.models import ApiKey, CreditLedger
-from app.services.accounts import accounts
-from app.services.billing import billing
 
 SCAN = "/api/v1/scan"
 
@@ -37,7 +37,7 @@ def test_unknown_or_foreign_tokens_are_invalid(client, account, token):
 def test_revoked_key_is_invalid_at_once(client, account):
     assert client.get(f"{SCAN}/scn_x", headers=account.headers).status_code == 404
     with db.connection_context():
-        accounts.revoke_key(account.key.id)
+        admin.revoke_key(account.key.id)
     assert_error(client.get(f"{SCAN}/scn_x", headers=account.headers), 401, "invalid_token")
 
 
@@ -45,7 +45,7 @@ def test_401_costs_nothing_and_carries_no_account_headers(client, account):
     response = client.get(f"{SCAN}/scn_x", headers={"Authorization": "Bearer service_live_nope"})
     assert "X-Credits-Remaining" not in response.headers
     with db.connection_context():
-        assert billing.balance_of(account.id) == 100
+        assert charges.balance_of(account.id) == 100
 
 
 def test_key_is_stored_only_as_digest(client, account):
@@ -69,7 +69,7 @@ def test_unknown_path_is_404_before_authentication_and_free(client, account):
         assert_error(client.get(path, headers=account.headers), 404, "not_found")
     assert_error(client.get("/api/v1/nope"), 404, "not_found")
     with db.connection_context():
-        assert billing.balance_of(account.id) == 100
+        assert charges.balance_of(account.id) == 100
 
 
 def test_wrong_method_is_405_with_allow(client, account):
@@ -103,7 +103,7 @@ def test_body_without_json_content_type_is_invalid_request_naming_it(client, acc
     assert "Content-Type: application/json" in body["message"] and "JSON" in body["message"]
     assert "Missing data" not in str(body)
     with db.connection_context():
-        assert billing.balance_of(account.id) == 99  # a served 400, charged like any validation error
+        assert charges.balance_of(account.id) == 99  # a served 400, charged like any validation error
 
 
 def test_json_content_type_with_parameters_is_accepted(client, account):
@@ -148,4 +148,4 @@ def test_every_charge_has_a_ledger_row(client, account):
     with db.connection_context():
         rows = list(CreditLedger.select().where(CreditLedger.customer == account.id).order_by(CreditLedger.id))
         assert [r.delta for r in rows] == [100, -1]
-        assert billing.ledger_sum(account.id) == billing.balance_of(account.id) == 99
+        assert charges.ledger_sum(account.id) == charges.balance_of(account.id) == 99

@@ -8,12 +8,15 @@ import pytest
 import requests
 from freezegun import freeze_time
 
+from app.accounts import admin
+from app.accounts.models import ApiKey, CreditLedger, Customer, PortalUser
+from app.billing import charges
 from app.extensions import db
-from app.models import ApiKey, CreditLedger, Customer, PortalUser, Scan, WebhookDelivery, utcnow
-from app.services.accounts import accounts
-from app.services.billing import billing
-from app.services.shared.crypto import decrypt_secret
-from app.services.webhooks import webhooks
+from app.plumbing.crypto import decrypt_secret
+from app.plumbing.models import utcnow
+from app.scans.models import Scan
+from app.webhooks import outbox
+from app.webhooks.models import WebhookDelivery
 from tests.api.helpers import assert_counters_match
 from tests.portal.helpers import PASSWORD, login
 
@@ -43,10 +46,10 @@ def test_db_upgrade_makes_the_activity_logs_partitions_before_the_service_writes
     makes today's and the coming week's, so the service never meets one being made."""
     from datetime import timedelta
 
+    from app.activity import entries
+    from app.activity.statements import entries as store
     from app.extensions import db
-    from app.models import utcnow
-    from app.services.billing import activity
-    from app.store.billing import activity as store
+    from app.plumbing.models import utcnow
 
     with db.connection_context():
         for day in store.day_partitions():
@@ -54,7 +57,7 @@ def test_db_upgrade_makes_the_activity_logs_partitions_before_the_service_writes
     run_json(app, "db", "upgrade")
     today = utcnow().date()
     with db.connection_context():
-        assert store.day_partitions() == [today + timedelta(days=n) for n in range(activity.PARTITION_DAYS_AHEAD + 1)]
+        assert store.day_partitions() == [today + timedelta(days=n) for n in range(entries.PARTITION_DAYS_AHEAD + 1)]
 
 
 def test_customer_lifecycle(app):
@@ -73,7 +76,7 @@ def test_customer_lifecycle(app):
     with db.connection_context():
         assert [(r.delta, r.note) for r in CreditLedger.select().order_by(CreditLedger.id)] == [
             (50, "initial credits"), (25, "goodwill, ticket 4411"), (-5, "granted twice")]
-        assert billing.ledger_sum(cid) == billing.balance_of(cid) == 70
+        assert charges.ledger_sum(cid) == charges.balance_of(cid) == 70
 
 
 def test_credit_without_a_reason_works_and_a_given_reason_reaches_the_customer(app, client):
@@ -87,11 +90,11 @@ def test_credit_without_a_reason_works_and_a_given_reason_reaches_the_customer(a
     assert given["balance"] == 20
     with db.connection_context():
         rows = [(r.delta, r.reason, r.note) for r in CreditLedger.select().order_by(CreditLedger.id)]
-        assert billing.ledger_sum(cid) == billing.balance_of(cid) == 20
+        assert charges.ledger_sum(cid) == charges.balance_of(cid) == 20
     # A debit is not called a grant.
     assert rows == [(10, "grant", "initial credits"), (5, "grant", None), (7, "grant", None),
                     (-2, "debit", "refund for ticket 4411")]
-    accounts.create_user(cid, "ops@acme.example", PASSWORD)
+    admin.create_user(cid, "ops@acme.example", PASSWORD)
     login(client)
     usage = client.get("/app/usage").get_data(as_text=True)
     assert "Reason: refund for ticket 4411" in usage
@@ -230,7 +233,7 @@ def test_a_credit_up_to_the_columns_range_is_accepted(app, cid):
     assert_one_line_failure(run(app, "customers", "credit", cid, "1", "--reason", "one more"))
     assert run_json(app, "customers", "credit", cid, str(-BIGINT_MAX), "--reason", "all back")["balance"] == 0
     with db.connection_context():
-        assert billing.ledger_sum(cid) == billing.balance_of(cid) == 0
+        assert charges.ledger_sum(cid) == charges.balance_of(cid) == 0
 
 
 def test_human_output_is_tables_never_a_python_repr(app, cid):
@@ -387,7 +390,7 @@ def test_deliveries_redeliver_sends_a_failed_delivery_again(app, make_customer, 
                   timeout=5).raise_for_status()
     account = make_customer(webhook_url=f"{simulator.url}/_sim/hooks/{name}", webhook_secret=SECRET)
     with db.connection_context():
-        delivery = webhooks.send_test_event(account.key.id, account.customer.id)
+        delivery = outbox.send_test_event(account.key.id, account.customer.id)
     pending = run(app, "deliveries", "redeliver", delivery.id)
     assert_one_line_failure(pending)
     assert "pending" in pending.stderr
@@ -409,11 +412,11 @@ def key_status(delivery_id):
 
 
 def test_an_unexpected_failure_is_one_line_too(app, cid, monkeypatch):
-    from app.services.accounts import accounts
+    from app.accounts import admin
 
     def broken(customer_id, now=None):
         raise ZeroDivisionError("division by zero\nsecond line")
-    monkeypatch.setattr(accounts, "customer_overview", broken)
+    monkeypatch.setattr(admin, "customer_overview", broken)
     result = run(app, "customers", "show", cid)
     assert_one_line_failure(result)
     assert result.stderr == "error: unexpected ZeroDivisionError: division by zero\n"
@@ -454,7 +457,7 @@ def test_every_json_answer_says_ok(app, cid, args):
 def test_every_list_is_one_table_style(app, cid):
     """Headers with a rule of dashes under them, columns two spaces apart: the same for every list
     (users list had a style of its own)."""
-    accounts.create_user(cid, "ops@acme.example", PASSWORD)
+    admin.create_user(cid, "ops@acme.example", PASSWORD)
     run_json(app, "keys", "issue", cid)
     for args in (["customers", "list"], ["keys", "list"], ["users", "list"]):
         lines = run(app, *args).stdout.splitlines()
@@ -474,7 +477,7 @@ def test_rolling_a_key_without_a_secret_says_what_it_did(app, make_customer):
 
 def test_keys_endpoints_and_enable_endpoint(app, make_customer):
     account = make_customer(webhook_url="https://hooks.example.com/a")
-    first = webhooks.first_endpoint_id(account.key.id)
+    first = outbox.first_endpoint_id(account.key.id)
     with db.connection_context():
         ApiKey.update(webhook_enabled=False, webhook_disabled_at=datetime(2026, 11, 26, 13, 0)).where(
             ApiKey.id == account.key.id).execute()
@@ -492,12 +495,12 @@ def test_keys_endpoints_and_enable_endpoint(app, make_customer):
 @pytest.mark.config(WEBHOOK_DISABLE_AFTER_HOURS=120)
 def test_keys_check_endpoints_judges_auto_disable_with_a_qa_clock(app, make_customer):
     account = make_customer(webhook_url="https://hooks.example.com/a")
-    first = webhooks.first_endpoint_id(account.key.id)
+    first = outbox.first_endpoint_id(account.key.id)
     with db.connection_context():
         key = ApiKey.get_by_id(account.key.id)
         for _ in range(10):
-            body = webhooks.sample_event_body()
-            webhooks._create_delivery(key, body["event"], body, None, status="failed")
+            body = outbox.sample_event_body()
+            outbox._create_delivery(key, body["event"], body, None, status="failed")
     assert run_json(app, "keys", "check-endpoints", account.key.id)["disabled"] == []
     text = run(app, "keys", "check-endpoints", account.key.id).stdout
     assert "no endpoint disabled" in text

@@ -15,7 +15,7 @@ from tests.processes import service_env
 ROOT = Path(__file__).resolve().parents[2]
 FLASK = [sys.executable, "-X", "importtime", "-m", "flask", "--app", "wsgi"]
 # What serving requests needs and no operator command does.
-NOT_NEEDED = ("flask_smorest", "apispec", "app.api", "app.portal", "app.services.webhooks.webhooks", "rq", "app.jobs")
+NOT_NEEDED = ("flask_smorest", "apispec", "app.api", "app.portal", "app.webhooks.outbox", "rq", "app.plumbing.jobs")
 
 
 def flask(env: dict, *args: str) -> subprocess.CompletedProcess:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
+from app.accounts import admin, portal_users
+from app.accounts.models import CustomerSso, PortalUser
 from app.extensions import db
-from app.models import CustomerSso, PortalUser
-from app.services.accounts import accounts, portal_users
-from app.services.shared.crypto import decrypt_secret
+from app.plumbing.crypto import decrypt_secret
 from tests.portal.helpers import PASSWORD
 
 SECRET = "client-secret-never-printed-0123456789"
@@ -51,7 +51,7 @@ def test_customers_sso_refusals_are_one_line_and_change_nothing(app, account):
 
 def test_users_reset_login_opens_password_sign_in_for_a_day_under_required_sso(app, account):
     with db.connection_context():
-        accounts.create_user(account.id, "ops@acme.example", PASSWORD)
+        admin.create_user(account.id, "ops@acme.example", PASSWORD)
     assert run(app, *sso_args(account.id, "--required"), input=SECRET + "\n").exit_code == 0
     result = run(app, "users", "reset-login", "ops@acme.example", "--password-stdin", "--json",
                  input="a new long password\n")

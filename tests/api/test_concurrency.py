@@ -4,7 +4,7 @@ import threading
 import requests
 
 from app.extensions import db
-from app.models import Scan
+from app.scans.models import Scan
 from tests.api.helpers import assert_books_balance, balance, read_rows, scans_of
 
 SCAN = "/api/v1/scan"

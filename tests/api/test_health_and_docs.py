@@ -2,7 +2,7 @@
 import pytest
 
 from app import create_app
-from app.services.accounts import accounts
+from app.accounts import admin
 from tests.portal.helpers import PASSWORD, login
 
 
@@ -138,7 +138,7 @@ def test_the_webhook_settings_customers_read_are_rendered_from_the_configuration
     assert "retried 3 times: at once, after 90 seconds, after 1 hour" in described
     assert "within 7 seconds" in described
     account = make_customer()
-    accounts.create_user(account.id, "ops@acme.example", PASSWORD)
+    admin.create_user(account.id, "ops@acme.example", PASSWORD)
     login(client)
     page = client.get(f"/app/api-keys/{account.key.id}").get_data(as_text=True)
     assert "retried 3 times: at once, after 90 seconds, after 1 hour" in page
@@ -150,8 +150,8 @@ def test_a_pool_with_no_connection_free_in_time_gives_503_json(base_config, app)
     starved CPU) is the database not answering in time: 503 with Retry-After, not a 500."""
     import threading
 
-    from app.db import make_database
     from app.extensions import db
+    from app.plumbing.db import make_database
     # A pool of its own with one connection: the suite's pool may hold idle connections, which
     # peewee hands out whatever its limit, and threads of earlier tests may give some back.
     saved = db.obj

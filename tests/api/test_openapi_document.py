@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from openapi_spec_validator import validate
 
-from app.services.billing import billing
+from app.billing import charges
 
 HTTP_METHODS = {"get", "post", "put", "patch", "delete"}
 
@@ -71,9 +71,9 @@ def test_every_operation_names_the_refusals_of_the_key(spec):
 
 
 def test_every_operation_says_the_scope_its_view_declares(app, spec):
+    from app.accounts import access
     from app.actions import route_of
     from app.api.hooks import declared_scope
-    from app.services.accounts import access
 
     seen = 0
     for rule in app.url_map.iter_rules():
@@ -209,13 +209,13 @@ def test_the_prices_customers_read_are_billings(spec):
     """Every operation says its price in billing's words (a new price is one change in billing), at the
     end of its first paragraph (the scope it needs follows)."""
     by_id = {operation["operationId"]: operation for _, _, operation in operations(spec)}
-    assert by_id["createBulk"]["description"].split("\n\n")[0].endswith(f"Costs {billing.PRICE_WORDS['bulk']}.")
-    assert by_id["createScan"]["description"].split("\n\n")[0].endswith(f"Costs {billing.PRICE_WORDS['scan']}.")
-    assert by_id["getScan"]["description"].split("\n\n")[0].endswith(f"Costs {billing.PRICE_WORDS['call']}.")
+    assert by_id["createBulk"]["description"].split("\n\n")[0].endswith(f"Costs {charges.PRICE_WORDS['bulk']}.")
+    assert by_id["createScan"]["description"].split("\n\n")[0].endswith(f"Costs {charges.PRICE_WORDS['scan']}.")
+    assert by_id["getScan"]["description"].split("\n\n")[0].endswith(f"Costs {charges.PRICE_WORDS['call']}.")
     assert "{price}" not in json.dumps(spec) and "{call_price}" not in json.dumps(spec)
-    assert f"costs {billing.PRICE_WORDS['call']}, except {billing.PRICE_WORDS['free_403']};" in " ".join(
+    assert f"costs {charges.PRICE_WORDS['call']}, except {charges.PRICE_WORDS['free_403']};" in " ".join(
         spec["info"]["description"].split())  # the 403s that cost nothing are named
-    assert "`insufficient_scope`, `ip_not_allowed` or `target_suppressed`" in billing.PRICE_WORDS["free_403"]
+    assert "`insufficient_scope`, `ip_not_allowed` or `target_suppressed`" in charges.PRICE_WORDS["free_403"]
 
 
 def test_the_readme_never_says_every_403_costs_a_credit():

@@ -3,8 +3,8 @@ import re
 
 import pytest
 
+from app.billing import charges
 from app.extensions import db
-from app.services.billing import billing
 from tests.api.test_auth_and_errors import assert_error
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
@@ -13,7 +13,7 @@ METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 def balance(account):
     with db.connection_context():
-        return billing.balance_of(account.id)
+        return charges.balance_of(account.id)
 
 
 def call(client, method, path, **kwargs):
@@ -57,7 +57,7 @@ def test_options_is_free_empty_and_names_the_methods(client, account, path, allo
         assert "X-Credits-Remaining" not in response.headers
     assert balance(account) == 100
     with db.connection_context():
-        assert billing.ledger_sum(account.id) == 100
+        assert charges.ledger_sum(account.id) == 100
 
 
 def test_options_on_an_unknown_api_path_is_404_json(client, account):

@@ -13,12 +13,15 @@ import pytest
 import requests
 from freezegun import freeze_time
 
+from app.accounts import admin
+from app.accounts.models import ApiKey, CreditLedger, Customer
+from app.billing import quotas
 from app.extensions import db
-from app.models import ApiKey, CreditLedger, Customer, IdempotencyRecord, Scan, WebhookDelivery, utcnow
-from app.services.accounts import accounts
-from app.services.billing import quotas
-from app.services.scans.scans import reverse_reservation
-from app.webhook_signature import sign, verify_standard
+from app.plumbing.models import utcnow
+from app.plumbing.signatures import sign, verify_standard
+from app.scans.creation import reverse_reservation
+from app.scans.models import IdempotencyRecord, Scan
+from app.webhooks.models import WebhookDelivery
 from tests import factories
 from tests.api.helpers import assert_books_balance, balance, ledger
 
@@ -83,7 +86,7 @@ def test_the_cli_issues_a_test_key_once_stored_as_a_digest_and_lists_its_mode(ap
 def test_a_test_key_is_redacted_from_logs(sandbox):
     import logging
 
-    from app.logging_setup import RedactFilter
+    from app.plumbing.logging_setup import RedactFilter
     _, test = sandbox
     record = logging.LogRecord("t", logging.INFO, __file__, 1, "key %s used", (test.api_key,), None)
     RedactFilter().filter(record)
@@ -96,7 +99,7 @@ def test_an_unknown_test_key_is_invalid_token(client, sandbox):
     r = client.get("/api/v1/scan/scn_x", headers={"Authorization": "Bearer service_test_" + "x" * 43})
     assert r.status_code == 401 and r.json["error"] == "invalid_token"
     with db.connection_context():
-        accounts.revoke_key(test.key.id)
+        admin.revoke_key(test.key.id)
     r = client.get("/api/v1/scan/scn_x", headers=test.headers)
     assert r.status_code == 401 and r.json["error"] == "invalid_token"
 

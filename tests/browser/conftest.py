@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from app.accounts import admin
 from app.extensions import db
-from app.services.accounts import accounts
 from tests.processes import real_clock_env
 
 CHROMIUM = "/usr/bin/chromium"
@@ -63,7 +63,7 @@ def page(browser, request):
 def portal_user(make_customer):
     acct = make_customer(tier="business", credits=50)
     with db.connection_context():
-        accounts.create_user(acct.id, "ops@acme.example", PASSWORD)
+        admin.create_user(acct.id, "ops@acme.example", PASSWORD)
     return acct
 
 

@@ -5,7 +5,7 @@ import pytest
 import requests
 
 from app.extensions import db
-from app.models import WebhookDelivery
+from app.webhooks.models import WebhookDelivery
 
 pytestmark = [pytest.mark.browser, pytest.mark.processes]  # a real Chromium process
 
@@ -90,17 +90,17 @@ def _shot(page, name):
 
 
 def _finish(scan_id, *, fail=False):
-    from app.models import Scan
-    from app.services.scans.results import normalize_result
-    from app.services.tracking import tracking
-    from app.simulated.results import result_for
+    from app.scans.models import Scan
+    from app.scans.results import normalize_result
+    from app.tracking import states
+    from app.tracking.simulated.results import result_for
     with db.connection_context():
         scan = Scan.get_by_id(scan_id)
         if fail:
-            assert tracking.fail(scan_id, "engine_failed", "the engine could not finish this investigation")
+            assert states.fail(scan_id, "engine_failed", "the engine could not finish this investigation")
         else:
             raw = result_for(scan.kind, scan.target, f"https://artifacts.example/{scan_id}")
-            assert tracking.complete(scan_id, normalize_result(raw, scan.kind))
+            assert states.complete(scan_id, normalize_result(raw, scan.kind))
 
 
 def test_walk_scans_batch_usage_and_delivery_console(logged_in, served_app, portal_user, simulator, jobs):

@@ -2,9 +2,9 @@
 line, the key page's endpoints in a full-width section, each checkbox beside its label, ids whole."""
 import pytest
 
+from app.accounts import admin
+from app.accounts.models import Customer
 from app.extensions import db
-from app.models import Customer
-from app.services.accounts import accounts
 from tests.browser.conftest import PASSWORD
 from tests.browser.test_portal_browser import _shot
 
@@ -26,7 +26,7 @@ def test_the_navigation_is_one_line_at_1280_px(page, served_app, portal_user):
     """An owner (every item) with a long e-mail address and account name: the name gives way."""
     email = "operations.and.compliance.team@acme-investigations-international.example"
     with db.connection_context():
-        accounts.create_user(portal_user.id, email, PASSWORD)
+        admin.create_user(portal_user.id, email, PASSWORD)
         Customer.update(name="Acme Investigations International Holdings (Europe)").where(
             Customer.id == portal_user.id).execute()
     page.goto(f"{served_app.url}/app/login")

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import requests
 
+from app.accounts.models import ApiKey
 from app.extensions import db
-from app.models import ApiKey
-from app.services.privacy import erasure
-from app.services.webhooks import endpoints, webhooks
+from app.privacy import erasure
+from app.webhooks import endpoints, outbox
 from tests import factories
 from tests.browser.conftest import ARTIFACTS
 from tests.browser.test_portal_browser import _finish, receiver
@@ -29,7 +29,7 @@ def busy_account(served_app, portal_user, simulator, jobs):
     url = receiver(simulator, "phone-walk", [200])
     with db.connection_context():
         key = ApiKey.get_by_id(portal_user.key.id)
-        webhooks.set_webhook(key.id, portal_user.id, url, "whsec_YnJvd3NlciBzZWNyZXQgMDEyMzQ1Njc4OQ==")
+        outbox.set_webhook(key.id, portal_user.id, url, "whsec_YnJvd3NlciBzZWNyZXQgMDEyMzQ1Njc4OQ==")
         key = ApiKey.get_by_id(key.id)
         for n in range(2):
             endpoints.create(key, url=f"{url}?endpoint={n}&a-rather-long-query-string=that-goes-on-and-on",

@@ -6,22 +6,22 @@ import pytest
 import requests
 
 from app.extensions import db
-from app.models import Scan
+from app.scans.models import Scan
 from tests.browser.test_portal_browser import _shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.processes]  # a real Chromium process
 
 
 def _complete(scan_id):
-    from app.services.scans.results import normalize_result
-    from app.services.tracking import tracking
-    from app.simulated.results import result_for
+    from app.scans.results import normalize_result
+    from app.tracking import states
+    from app.tracking.simulated.results import result_for
     with db.connection_context():
         scan = Scan.get_by_id(scan_id)
         raw = result_for(scan.kind, scan.target, f"https://artifacts.example/{scan_id}", messy=False,
                          checked_at="2026-11-21T12:01:00Z")
         result = normalize_result(raw, scan.kind, scan_id=scan_id)
-        assert tracking.complete(scan_id, result)
+        assert states.complete(scan_id, result)
     return result
 
 

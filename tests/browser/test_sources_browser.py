@@ -3,8 +3,8 @@ navigation, a quarantined source shown as such, and the public status page it li
 import pytest
 
 from app.extensions import db
-from app.models import utcnow
-from app.services.sources import health
+from app.plumbing.models import utcnow
+from app.sources import health
 from tests.browser.test_portal_browser import _shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.processes]  # a real Chromium process

@@ -4,8 +4,8 @@ signed in. A browser also enforces what a test client does not: the page's CSP o
 redirect to another origin, and the session cookie's SameSite on the provider's redirect back."""
 import pytest
 
+from app.accounts import sso
 from app.extensions import db
-from app.services.accounts import sso
 from tests import oidc_provider as op
 
 pytestmark = [pytest.mark.browser, pytest.mark.processes]

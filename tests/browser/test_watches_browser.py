@@ -3,7 +3,7 @@ report read row by row, the watches listed with their next scan, one paused."""
 import pytest
 
 from app.extensions import db
-from app.models import Watch
+from app.watches.models import Watch
 from tests.browser.test_portal_browser import _shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.processes]  # a real Chromium process
@@ -62,16 +62,16 @@ def test_a_watch_scans_page_says_what_changed_since_the_previous_one(logged_in, 
 
     import requests
 
-    from app.models import Scan
-    from app.services.scans import results
-    from app.services.tracking import tracking
-    from app.simulated.results import result_for
+    from app.scans import results
+    from app.scans.models import Scan
+    from app.tracking import states
+    from app.tracking.simulated.results import result_for
 
     def complete(scan_id, raw):
         with db.connection_context():
             scan = Scan.get_by_id(scan_id)
             owner = results.Owner(scan.customer_id, scan.kind, scan.target)
-            assert tracking.complete(scan_id, results.normalize_result(raw, scan.kind, scan_id=scan_id, owner=owner))
+            assert states.complete(scan_id, results.normalize_result(raw, scan.kind, scan_id=scan_id, owner=owner))
 
     target = "jane.watch@example.com"
     watch = requests.post(f"{served_app.url}/api/v1/watches", json={"target": target, "interval": "weekly"},

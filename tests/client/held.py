@@ -6,7 +6,7 @@ would measure frozen time and never end. So while time is frozen, this stands in
 before the read is sent, the world moves on as it would while the server held it (the jobs and looks
 due run, frozen time moves to the next one) until the scan or batch is final or N seconds have passed,
 and the read is then answered at once (sent without ``wait``). What the client asked for is kept in
-``asked``. The server's own hold is tested on real time (``tests/api/tracking/test_waits.py``,
+``asked``. The server's own hold is tested on real time (``tests/scans/routes/test_waits.py``,
 ``tests/client/test_events_client.py``).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 import requests
 
 from app.extensions import db
-from app.models import Scan
+from app.scans.models import Scan
 
 FINAL = ("completed", "failed")
 READ = re.compile(r"/api/v1/scan/(?:bulk/(?P<bulk>[^/?]+)|(?P<scan>[^/?]+))$")

@@ -7,14 +7,14 @@ from freezegun import freeze_time
 from scan_api_client import Account, AuthenticationError, Forbidden, KeyAccess, ScanClient, Windows
 from scan_api_client.cli import main
 
+from app.accounts import access, admin
 from app.extensions import db
-from app.services.accounts import access, accounts
 from tests.api.helpers import balance
 
 
 def _key(account, **rules) -> str:
     with db.connection_context():
-        return accounts.issue_key(account.id, "client", **rules)[1]
+        return admin.issue_key(account.id, "client", **rules)[1]
 
 
 def test_account_returns_the_account_and_the_keys_access(served_app, account):

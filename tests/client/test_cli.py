@@ -15,7 +15,7 @@ from freezegun import freeze_time
 from scan_api_client.cli import main, read_targets
 
 from app.extensions import db
-from app.services.tracking import tracking
+from app.tracking import states
 from tests.api.helpers import balance, scans_of
 from tests.client.held import HeldOnFrozenTime
 
@@ -344,7 +344,7 @@ def test_the_wait_url_option_and_setting_send_the_reads_that_wait_there(served_a
 
     scan_id = main_json(served_app, account, "scan", "fail.me@example.com")["scan_id"]
     with db.connection_context():
-        tracking.fail(scan_id, "engine_failed", "no")
+        states.fail(scan_id, "engine_failed", "no")
     elsewhere = "http://127.0.0.1:9"  # nothing there: only the reads that wait may go there
     for argv, env in ((["get", scan_id, "--wait-url", elsewhere], {}), (["get", scan_id], {"SCAN_API_WAIT_URL": elsewhere})):
         out, err = io.StringIO(), io.StringIO()

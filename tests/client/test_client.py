@@ -32,8 +32,8 @@ from scan_api_client import (
 from scan_api_client.errors import parse_retry_after
 
 from app.extensions import db
-from app.services.tracking import tracking
-from app.webhook_signature import sign
+from app.plumbing.signatures import sign
+from app.tracking import states
 from tests.api.helpers import balance, engine_mode, scans_of
 from tests.client.held import HeldOnFrozenTime
 from tests.conftest import ServerThread
@@ -183,7 +183,7 @@ def _complete_later(scan_id, delay=0.3):
     def run():
         time.sleep(delay)
         with db.connection_context():
-            tracking.complete(scan_id, {"risk": {"score": 10, "band": "low"}})
+            states.complete(scan_id, {"risk": {"score": 10, "band": "low"}})
     worker = threading.Thread(target=run)
     worker.start()
     return worker
@@ -463,8 +463,8 @@ def test_purpose_and_case_ref_go_with_a_creation_and_come_back(served_app, make_
 
 def _seed_sources():
     from app.extensions import db
-    from app.models import utcnow
-    from app.services.sources import health
+    from app.plumbing.models import utcnow
+    from app.sources import health
     health.forget_cache()
     with db.connection_context(), db.atomic():
         health.record_answers([("github", "GitHub", "found", 300)] * 3 + [("github", "GitHub", "error", None)],

@@ -24,8 +24,8 @@ from scan_api_client import (
 from scan_api_client.cli import main
 
 from app.extensions import db
-from app.models import WebhookDelivery
-from app.services.webhooks import webhooks
+from app.webhooks import outbox
+from app.webhooks.models import WebhookDelivery
 from tests import factories
 from tests.api.helpers import balance
 from tests.client.held import HeldOnFrozenTime
@@ -67,7 +67,7 @@ def test_iter_deliveries_walks_every_page_with_filters_and_typed_entries(served_
     with freeze_time(START) as frozen:
         tests = []
         for _ in range(5):  # the 4th is answered 500: failed (no retries in this test)
-            tests.append(webhooks.send_test_event(account.key.id, account.customer.id).id)
+            tests.append(outbox.send_test_event(account.key.id, account.customer.id).id)
             jobs.run()
             frozen.tick(1)
         failing = api.create("fail.me@example.com").scan_id
@@ -76,7 +76,7 @@ def test_iter_deliveries_walks_every_page_with_filters_and_typed_entries(served_
         completing = api.create("jane.doe@example.com").scan_id
         assert jobs.run(frozen, until=lambda: finished(completing))
         frozen.tick(61)  # a 6th test event a minute after the first: the per-key limit is 5 a minute
-        pending = webhooks.send_test_event(account.key.id, account.customer.id).id  # its job not run
+        pending = outbox.send_test_event(account.key.id, account.customer.id).id  # its job not run
         by_scan = {d.scan_id: d.id for d in WebhookDelivery.select().where(WebhookDelivery.scan_id.is_null(False))}
 
         before = balance(account)
@@ -124,7 +124,7 @@ def test_redeliver_is_202_and_pending_or_unknown_ids_are_typed_errors(served_app
     other = make_customer(webhook_url=url, webhook_secret=SECRET, name="Other")
     api = ScanClient(served_app.url, account.api_key, sleep=no_sleep)
     with freeze_time(START) as frozen:
-        delivery = webhooks.send_test_event(account.key.id, account.customer.id)
+        delivery = outbox.send_test_event(account.key.id, account.customer.id)
         jobs.run()
         frozen.tick(600)
         before = balance(account)
@@ -148,7 +148,7 @@ def test_redeliver_is_202_and_pending_or_unknown_ids_are_typed_errors(served_app
     assert missing.value.code == "not_found"
     with pytest.raises(NotFound):  # another customer's delivery is unknown to this one
         ScanClient(served_app.url, other.api_key).redeliver(delivery.id)
-    webhooks.set_webhook(account.key.id, account.customer.id, None)
+    outbox.set_webhook(account.key.id, account.customer.id, None)
     with pytest.raises(ValidationError) as no_url:
         api.redeliver(delivery.id)
     assert no_url.value.code == "webhook_url_missing"
@@ -159,13 +159,13 @@ def test_cli_deliveries_and_redeliver(served_app, make_customer, receiver, jobs)
     url, received = receiver(responses=[200, 500])
     account = make_customer(webhook_url=url, webhook_secret=SECRET)
     with freeze_time(START) as frozen:
-        ok = webhooks.send_test_event(account.key.id, account.customer.id).id
+        ok = outbox.send_test_event(account.key.id, account.customer.id).id
         jobs.run()
         frozen.tick(1)
-        bad = webhooks.send_test_event(account.key.id, account.customer.id).id
+        bad = outbox.send_test_event(account.key.id, account.customer.id).id
         jobs.run()
         frozen.tick(1)
-        pending = webhooks.send_test_event(account.key.id, account.customer.id).id
+        pending = outbox.send_test_event(account.key.id, account.customer.id).id
 
         code, out, err = cli(served_app, account.api_key, "deliveries", "--all")
         assert code == 0, err
@@ -176,10 +176,10 @@ def test_cli_deliveries_and_redeliver(served_app, make_customer, receiver, jobs)
         header, row = out.strip().splitlines()
         assert header.split(",") == ["delivery_id", "endpoint_id", "event", "scan_id", "status", "attempts",
                                      "last_http_status", "last_error", "next_attempt_at"]
-        assert row.split(",") == [bad, webhooks.first_endpoint_id(account.key.id), "scan.completed", "", "failed",
+        assert row.split(",") == [bad, outbox.first_endpoint_id(account.key.id), "scan.completed", "", "failed",
                                   "1", "500", "", ""]
         code, out, err = cli(served_app, account.api_key, "deliveries", "--status", "pending", "--format", "csv",
-                             "--endpoint-id", webhooks.first_endpoint_id(account.key.id))
+                             "--endpoint-id", outbox.first_endpoint_id(account.key.id))
         [row] = list(csv.DictReader(io.StringIO(out)))
         assert (row["delivery_id"], row["status"]) == (pending, "pending") and row["next_attempt_at"].endswith("Z")
         code, out, err = cli(served_app, account.api_key, "deliveries", "--endpoint-id", "ep_other")
@@ -211,7 +211,7 @@ def strip_standard(headers: dict) -> dict:
 def test_verify_webhook_on_real_deliveries_through_a_secret_rotation(app, make_customer, receiver, jobs):
     url, received = receiver()
     account = make_customer(webhook_url=url, webhook_secret=SECRET)
-    delivery = webhooks.send_test_event(account.key.id, account.customer.id)
+    delivery = outbox.send_test_event(account.key.id, account.customer.id)
     jobs.run()
     [got] = received()
     raw, headers = got["body"].encode(), got["headers"]
@@ -223,10 +223,10 @@ def test_verify_webhook_on_real_deliveries_through_a_secret_rotation(app, make_c
         verify_webhook(raw.replace(b"scan.completed", b"scan.failed"), headers, SECRET)
 
     with db.connection_context():
-        rolled = webhooks.roll_secret(account.key.id, account.customer.id, overlap_hours=24)
+        rolled = outbox.roll_secret(account.key.id, account.customer.id, overlap_hours=24)
     nxt = rolled.secret if hasattr(rolled, "secret") else rolled[0]
     assert nxt.startswith("whsec_") and nxt != SECRET
-    webhooks.send_test_event(account.key.id, account.customer.id)
+    outbox.send_test_event(account.key.id, account.customer.id)
     jobs.run()
     got = received()[-1]
     raw, headers = got["body"].encode(), got["headers"]
@@ -249,8 +249,8 @@ def test_verify_webhook_on_real_deliveries_through_a_secret_rotation(app, make_c
             verify_webhook(raw, headers, [SECRET, nxt])
 
     with db.connection_context():
-        webhooks.switch_secret(account.key.id, account.customer.id)
-    webhooks.send_test_event(account.key.id, account.customer.id)
+        outbox.switch_secret(account.key.id, account.customer.id)
+    outbox.send_test_event(account.key.id, account.customer.id)
     jobs.run()
     got = received()[-1]
     raw, headers = got["body"].encode(), got["headers"]

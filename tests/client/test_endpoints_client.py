@@ -11,7 +11,7 @@ import pytest
 from scan_api_client import Endpoint, NotFound, ScanClient, ValidationError
 from scan_api_client.cli import main
 
-from app.services.webhooks import webhooks
+from app.webhooks import outbox
 
 URL = "https://hooks.example.com/a"
 OTHER = "https://hooks.example.com/b"
@@ -26,7 +26,7 @@ def test_the_endpoints_calls(served_app, make_customer):
     account = make_customer(webhook_url=URL, webhook_secret=SECRET)
     api = ScanClient(served_app.url, account.api_key, sleep=no_sleep)
     [first] = api.list_endpoints()
-    assert isinstance(first, Endpoint) and first.endpoint_id == webhooks.first_endpoint_id(account.key.id)
+    assert isinstance(first, Endpoint) and first.endpoint_id == outbox.first_endpoint_id(account.key.id)
     assert (first.url, first.events, first.secret) == (URL, ["scan.completed", "scan.failed"], None)
 
     created = api.create_endpoint(OTHER, events=["scan.running"], payload="thin", description="progress")
@@ -61,7 +61,7 @@ def run_cli(served_app, key, *argv):
 
 def test_the_endpoints_subcommands(served_app, make_customer):
     account = make_customer(webhook_url=URL, webhook_secret=SECRET)
-    first = webhooks.first_endpoint_id(account.key.id)
+    first = outbox.first_endpoint_id(account.key.id)
 
     def cli(*argv):
         code, out, err = run_cli(served_app, account.api_key, "endpoints", *argv)

@@ -7,7 +7,7 @@ from scan_api_client import Conflict, ScanClient
 from scan_api_client.cli import main
 
 from app.extensions import db
-from app.services.tracking import tracking
+from app.tracking import states
 
 
 def test_erase_a_scan_and_a_batch(served_app, make_customer):
@@ -18,7 +18,7 @@ def test_erase_a_scan_and_a_batch(served_app, make_customer):
         api.erase(scan.scan_id)
     assert caught.value.code == "scan_in_flight"
     with db.connection_context():
-        tracking.complete(scan.scan_id, {"risk": {"score": 5, "band": "low"}})
+        states.complete(scan.scan_id, {"risk": {"score": 5, "band": "low"}})
     erased = api.erase(scan.scan_id)
     assert erased["ok"] is True and erased["scan_id"] == scan.scan_id
     read = api.get(scan.scan_id)
@@ -31,7 +31,7 @@ def test_cli_erase_prints_the_answer(served_app, account):
     api = ScanClient(served_app.url, account.api_key)
     scan_id = api.create("jane.doe@example.com").scan_id
     with db.connection_context():
-        tracking.complete(scan_id, {"risk": {"score": 5, "band": "low"}})
+        states.complete(scan_id, {"risk": {"score": 5, "band": "low"}})
     out, err = io.StringIO(), io.StringIO()
     code = main(["erase", scan_id], stdout=out, stderr=err,
                 env={"SCAN_API_KEY": account.api_key, "SCAN_API_URL": served_app.url})
@@ -48,7 +48,7 @@ def test_erased_scans_in_the_completed_list_are_typed_as_erased(served_app, acco
     kept, gone = api.create("kept.person@example.com").scan_id, api.create("gone.person@example.com").scan_id
     with db.connection_context():
         for scan_id in (kept, gone):
-            tracking.complete(scan_id, {"risk": {"score": 5, "band": "low"}, "partial": False})
+            states.complete(scan_id, {"risk": {"score": 5, "band": "low"}, "partial": False})
     api.erase(gone)
     listed = {scan.scan_id: scan for scan in api.iter_scans(status="completed")}
     assert set(listed) == {kept, gone}

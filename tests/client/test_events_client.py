@@ -11,7 +11,7 @@ from scan_api_client import Event, ScanClient
 from scan_api_client.cli import main
 
 from app.extensions import db
-from app.services.tracking import tracking
+from app.tracking import states
 
 RESULT = {"risk": {"score": 10, "band": "low"}}
 
@@ -20,7 +20,7 @@ def _complete_later(scan_id, delay=0.3):
     def run():
         time.sleep(delay)
         with db.connection_context():
-            tracking.complete(scan_id, RESULT)
+            states.complete(scan_id, RESULT)
     worker = threading.Thread(target=run)
     worker.start()
     return worker
@@ -41,7 +41,7 @@ def test_events_are_listed_and_followed_with_resume(served_app, account):
     api = ScanClient(served_app.url, account.api_key, sleep=lambda s: None)
     first = api.create("a@example.com")
     with db.connection_context():
-        tracking.complete(first.scan_id, RESULT)
+        states.complete(first.scan_id, RESULT)
     listed = list(api.iter_events(page_size=1))
     assert [e.event for e in listed] == ["scan.completed", "scan.running"] and isinstance(listed[0], Event)
     assert listed[0].scan_id == first.scan_id
@@ -63,7 +63,7 @@ def test_the_cli_lists_events(served_app, account):
     api = ScanClient(served_app.url, account.api_key, sleep=lambda s: None)
     scan = api.create("a@example.com")
     with db.connection_context():
-        tracking.fail(scan.scan_id, "engine_failed", "no")
+        states.fail(scan.scan_id, "engine_failed", "no")
     out, err = io.StringIO(), io.StringIO()
     code = main(["events", "--events", "scan.failed", "--url", served_app.url, "--key", account.api_key],
                 stdout=out, stderr=err)
@@ -75,8 +75,8 @@ def test_the_cli_lists_events(served_app, account):
 def test_following_events_stops_with_an_error_when_the_key_is_revoked(served_app, account, monkeypatch):
     from scan_api_client.errors import AuthenticationError
 
-    from app.services.accounts import accounts
-    from app.services.events import feed
+    from app.accounts import admin
+    from app.events import feed
     monkeypatch.setattr(feed, "HEARTBEAT_SECONDS", 0.5)
     api = ScanClient(served_app.url, account.api_key, sleep=lambda s: None)
     scan = api.create("a@example.com")
@@ -85,7 +85,7 @@ def test_following_events_stops_with_an_error_when_the_key_is_revoked(served_app
     assert next(followed).event == "scan.running"
     worker.join()
     with db.connection_context():
-        accounts.revoke_key(account.key.id)
+        admin.revoke_key(account.key.id)
     started = time.monotonic()
     with pytest.raises(AuthenticationError) as refused:  # the stream ends and reconnecting is refused
         next(followed)

@@ -21,10 +21,10 @@ from scan_api_client import (
 from scan_api_client.cli import import_rows, main, read_numbered_targets
 from werkzeug.datastructures import FileStorage
 
+from app.accounts import admin
 from app.extensions import db
-from app.portal.pages.watches import csv_targets
-from app.services.accounts import accounts
-from app.services.tracking import tracking
+from app.tracking import states
+from app.watches.pages import csv_targets
 
 BREACH = {"name": "ExampleForum", "date": "2021-06", "accounts": 1200000, "classes": ["emails"]}
 OTHER_BREACH = {"name": "OtherShop", "date": "2024-02", "accounts": 5000, "classes": ["emails", "passwords"]}
@@ -39,7 +39,7 @@ def complete(scan_id, *breaches):
     service's ids follow an item across a target's scans)."""
     findings = [{"id": f"fnd_{b['name']}", "path": f"breaches[{n}]", "source_ids": []} for n, b in enumerate(breaches)]
     with db.connection_context():
-        tracking.complete(scan_id, {"risk": {"score": 10 * len(breaches), "band": "low"}, "breaches": list(breaches),
+        states.complete(scan_id, {"risk": {"score": 10 * len(breaches), "band": "low"}, "breaches": list(breaches),
                                     "findings": findings})
 
 
@@ -110,7 +110,7 @@ def test_a_change_is_read_on_the_watch_and_in_the_events(served_app, account):
 
 def test_the_watch_limit_is_raised_at_once_not_retried(served_app, account):
     with db.connection_context():
-        accounts.set_limits(account.id, watches=1)
+        admin.set_limits(account.id, watches=1)
     api = ScanClient(served_app.url, account.api_key, sleep=no_sleep)  # a retry would sleep first
     api.watches.create("jane.doe@example.com", interval="weekly")
     with pytest.raises(WatchLimitReached) as refused:

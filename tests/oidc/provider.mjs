@@ -1,4 +1,4 @@
-// An independent OpenID provider for the SSO tests (tests/portal/test_sso.py): the `oidc-provider`
+// An independent OpenID provider for the SSO tests (tests/accounts/pages/test_sso.py): the `oidc-provider`
 // package with its development login form, configured by the JSON file named on the command line:
 // {port, clients: [...], jwks: {keys: [...]}, accounts: {id: {claims}}}. Prints "listening URL" once up.
 import { readFileSync } from 'node:fs';

@@ -138,7 +138,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a supervisor's stop: clean up as on Ctrl-C
     upstream, folder = os.environ.get("TEST_DATABASE_URL"), None
     if not upstream:
-        from app import embedded
+        from app.plumbing import embedded
         folder = Path(tempfile.mkdtemp(prefix="scan-api-test-postgres-"))
         upstream = embedded.postgres_url(folder, durable=False)
     try:
@@ -150,7 +150,7 @@ def main(argv: list[str]) -> int:
                                                      TEST_DATABASE_DIRECT_URL=upstream))
     finally:
         if folder is not None:
-            from app import embedded
+            from app.plumbing import embedded
             embedded.stop(folder)
             shutil.rmtree(folder, ignore_errors=True)
 

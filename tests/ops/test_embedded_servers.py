@@ -158,13 +158,13 @@ def _answers(url: str) -> bool:
 
 OWNER = textwrap.dedent("""
     import sys, time
-    from app import embedded
+    from app.plumbing import embedded
     print(embedded.postgres_url(sys.argv[1]), embedded.redis_client(sys.argv[1]).socket_file, flush=True)
     time.sleep(600)
 """)
 USER = textwrap.dedent("""
     import sys
-    from app import embedded
+    from app.plumbing import embedded
     url = embedded.postgres_url(sys.argv[1])
     embedded.redis_client(sys.argv[1]).set("seen", "1")
     import psycopg2

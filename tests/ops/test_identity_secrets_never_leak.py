@@ -25,8 +25,10 @@ from urllib.parse import parse_qs, quote, urlsplit
 import pytest
 import requests
 
+from app.accounts.models import Customer
+from app.activity.audit_models import AuditSink
+from app.activity.models import ActivityEntry
 from app.extensions import db
-from app.models import ActivityEntry, AuditSink, Customer
 from simulator.procutil import wait_until
 from tests import oidc_provider as op
 from tests.ops.test_startup import closed_port

@@ -6,12 +6,12 @@ import requests
 from werkzeug.security import check_password_hash
 
 from app import dev
+from app.accounts.models import Customer, PortalUser
 from app.extensions import db
-from app.models import Customer, PortalUser
 from simulator.app import create_sim_app
+from tests.accounts.pages.test_sso_simulator import pick_at_provider, to_provider
 from tests.conftest import ServerThread
 from tests.oidc_provider import free_port
-from tests.portal.test_sso_simulator import pick_at_provider, to_provider
 
 
 def test_the_demo_has_a_customer_id_a_key_and_a_portal_login_shown_once(app):

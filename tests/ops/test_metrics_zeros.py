@@ -2,9 +2,9 @@
 advance is in /metrics, at 0, before anything happened. The lists behind it match the services'."""
 import re
 
-from app import metrics
-from app.services.billing import limits, quotas
-from app.services.privacy import targets
+from app.billing import limits, quotas
+from app.plumbing import metrics
+from app.scans import targets
 from workers.webhook_jobs import REQUEST_ERRORS
 
 
@@ -16,7 +16,7 @@ def test_a_fresh_process_serves_the_known_series_at_zero(client):
     import sys
     env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
     fresh = subprocess.run([sys.executable, "-c", "from prometheus_client import generate_latest; "
-                            "import app.metrics; print(generate_latest().decode())"],
+                            "import app.plumbing.metrics; print(generate_latest().decode())"],
                            capture_output=True, text=True, env=env, timeout=60, check=True).stdout
     served = client.get("/metrics").get_data(as_text=True)  # the test client is loopback
     for series in ('scan_api_scans_created_total{kind="phone",tier="enterprise"}',
@@ -36,7 +36,7 @@ def test_the_label_lists_are_the_services_own():
     assert {name for _, name in REQUEST_ERRORS} <= set(metrics.ATTEMPT_FAILURES)
     codes = set(re.findall(r'"(rate_limit_[a-z]+)"', open(quotas.__file__).read()))
     assert codes == set(metrics.RATE_LIMIT_CODES)
-    from app.services.tracking.callbacks import REFUSAL_REASONS
+    from app.tracking.callbacks import REFUSAL_REASONS
     assert metrics.CALLBACK_REFUSALS == REFUSAL_REASONS
-    from app.models.scans import FEEDBACK_VERDICTS
+    from app.scans.models import FEEDBACK_VERDICTS
     assert metrics.FEEDBACK_VERDICTS == FEEDBACK_VERDICTS

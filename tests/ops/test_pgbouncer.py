@@ -10,8 +10,10 @@ import pytest
 from freezegun import freeze_time
 
 from app import create_app
+from app.activity.models import ActivityEntry
 from app.extensions import db
-from app.models import ActivityEntry, Scan, WebhookDelivery
+from app.scans.models import Scan
+from app.webhooks.models import WebhookDelivery
 from bench.load import Call, LoadDriver
 from tests.api.helpers import assert_books_balance
 from tests.conftest import ServerThread

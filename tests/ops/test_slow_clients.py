@@ -179,11 +179,11 @@ def production_gunicorn(app, simulator, tmp_path):
 def test_the_portal_login_works_behind_nginx_on_a_port_other_than_443(production_gunicorn, make_customer):
     """nginx sent Host without its port, so the CSRF check's "same origin" saw
     https://127.0.0.1 against a Referer of https://127.0.0.1:PORT and refused every login."""
-    from app.services.accounts import accounts
+    from app.accounts import admin
     from tests.portal.helpers import CSRF_RE, PASSWORD
     upstream, log = production_gunicorn
     account = make_customer()
-    accounts.create_user(account.id, "ops@acme.example", PASSWORD)
+    admin.create_user(account.id, "ops@acme.example", PASSWORD)
     server = check_slow_clients.Nginx(upstream, NGINX)
     base = f"https://127.0.0.1:{server.https_port}"
     try:

@@ -3,9 +3,10 @@ import re
 
 import pytest
 
+from app.accounts.models import ApiKey
 from app.extensions import db
-from app.models import ApiKey, WebhookDelivery
-from app.services.shared.crypto import decrypt_secret
+from app.plumbing.crypto import decrypt_secret
+from app.webhooks.models import WebhookDelivery
 from tests.portal.helpers import PASSWORD, csrf, login
 
 
@@ -165,13 +166,13 @@ def test_usage_page(client, portal_account):
 
 def test_test_keys_and_their_deliveries_are_marked_and_usage_counts_live_only(client, portal_account):
     """D15: the portal marks test keys and test deliveries; a test key's scans count in no live figure."""
-    from app.services.webhooks import webhooks
+    from app.webhooks import outbox
     from tests import factories
 
     with db.connection_context():
         test = factories.sandbox_key(portal_account, name="ci sandbox")
-        webhooks.set_webhook(test.key.id, portal_account.id, "https://hooks.example.com/scan")
-        delivery = webhooks.send_test_event(test.key.id, portal_account.id)
+        outbox.set_webhook(test.key.id, portal_account.id, "https://hooks.example.com/scan")
+        delivery = outbox.send_test_event(test.key.id, portal_account.id)
     assert client.post("/api/v1/scan", json={"target": "jane@example.com"}, headers=test.headers).status_code == 202
     login(client)
     keys = client.get("/app/api-keys").get_data(as_text=True)

@@ -11,14 +11,17 @@ from datetime import timedelta
 import pytest
 from freezegun import freeze_time
 
+from app.accounts import admin
+from app.accounts.models import CreditLedger
+from app.billing import charges, usage
 from app.extensions import db
-from app.models import CreditLedger, Scan, WebhookDelivery, utcnow
-from app.services.accounts import accounts
-from app.services.billing import billing, usage
-from app.services.scans.results import normalize_result
-from app.services.tracking import tracking
-from app.services.webhooks import webhooks
-from app.simulated.results import result_for
+from app.plumbing.models import utcnow
+from app.scans.models import Scan
+from app.scans.results import normalize_result
+from app.tracking import states
+from app.tracking.simulated.results import result_for
+from app.webhooks import outbox
+from app.webhooks.models import WebhookDelivery
 from tests.portal.helpers import csrf, login
 
 HOSTILE = "<script>alert(1)</script>"
@@ -35,7 +38,7 @@ def complete(scan_id, result=None):
     with db.connection_context():
         scan = Scan.get_by_id(scan_id)
         raw = result or result_for(scan.kind, scan.target, "https://artifacts.example/inv_1")
-        assert tracking.complete(scan_id, normalize_result(raw, scan.kind))
+        assert states.complete(scan_id, normalize_result(raw, scan.kind))
 
 
 def text(response):
@@ -142,7 +145,7 @@ def test_phone_scan_shows_its_phone_profile(client, portal_account):
 def test_failed_queued_and_hostile_targets(client, portal_account):
     failed = create(client, portal_account, "dave@example.com")
     with db.connection_context():
-        tracking.fail(failed, "engine_failed", "the engine gave up <b>badly</b>")
+        states.fail(failed, "engine_failed", "the engine gave up <b>badly</b>")
     queued = create(client, portal_account, "erin@example.com")
     login(client)
     page = text(client.get(f"/app/scans/{failed}"))
@@ -198,7 +201,7 @@ def test_delivery_console_rows_attempts_and_masked_request(client, portal_accoun
                   json={"secret": "whsec_console_0123456789", "responses": [500, 200]}).raise_for_status()
     secret = "whsec_Y29uc29sZSBzZWNyZXQgMDEyMzQ1Njc4OQ=="
     with db.connection_context():
-        webhooks.set_webhook(portal_account.key.id, portal_account.id, f"{simulator.url}/_sim/hooks/console", secret)
+        outbox.set_webhook(portal_account.key.id, portal_account.id, f"{simulator.url}/_sim/hooks/console", secret)
     scan_id = create(client, portal_account, "kate@example.com")
     complete(scan_id)
     with freeze_time(utcnow() + timedelta(seconds=1)) as frozen:
@@ -240,7 +243,7 @@ def test_usage_charts_are_svg_with_titles_and_count_in_sql(client, portal_accoun
 
 def test_ledger_says_what_each_movement_was(client, portal_account):
     with db.connection_context():
-        accounts.add_credits(portal_account.id, 5, "goodwill after the <b>outage</b>")
+        admin.add_credits(portal_account.id, 5, "goodwill after the <b>outage</b>")
     scan_id = create(client, portal_account, "noah@example.com")
     with freeze_time(utcnow()):  # one minute: its reads of one endpoint are one row (D24)
         for _ in range(3):
@@ -261,7 +264,7 @@ def test_ledger_says_what_each_movement_was(client, portal_account):
 
 def test_ledger_csv_for_a_period(client, portal_account):
     with db.connection_context():
-        accounts.add_credits(portal_account.id, 3, "=HYPERLINK(\"http://evil\")")
+        admin.add_credits(portal_account.id, 3, "=HYPERLINK(\"http://evil\")")
     with freeze_time(utcnow()):  # one minute: its reads are one row (D24)
         scan_id = create(client, portal_account, "olivia@example.com")
         for _ in range(3):
@@ -309,7 +312,7 @@ def test_ledger_csv_refuses_bad_periods_as_form_errors(client, portal_account, q
 def test_new_pages_keep_the_security_headers_and_no_key_or_secret(client, portal_account):
     scan_id = create(client, portal_account, "paul@example.com")
     with db.connection_context():
-        webhooks.set_webhook(portal_account.key.id, portal_account.id, "https://hooks.example.com/x",
+        outbox.set_webhook(portal_account.key.id, portal_account.id, "https://hooks.example.com/x",
                              "whsec_c2Vrcml0LXNla3JpdC0wMTIzNDU2Nzg5")
     login(client)
     for path in ("/app/scans", f"/app/scans/{scan_id}", "/app/usage", f"/app/api-keys/{portal_account.key.id}"):
@@ -345,9 +348,9 @@ def test_a_refused_call_is_in_the_ledger_by_route_without_the_foreign_id(client,
 def test_the_usage_page_says_billings_prices(client, portal_account):
     login(client)
     page = text(client.get("/app/usage"))
-    assert f"a bulk call {billing.PRICE_WORDS['bulk']}." in page
-    free = billing.PRICE_WORDS["free_403"].replace("`", "")
-    assert f"costs {billing.PRICE_WORDS['call']} (except {free});" in page  # the free 403s named
+    assert f"a bulk call {charges.PRICE_WORDS['bulk']}." in page
+    free = charges.PRICE_WORDS["free_403"].replace("`", "")
+    assert f"costs {charges.PRICE_WORDS['call']} (except {free});" in page  # the free 403s named
     assert "insufficient_scope, ip_not_allowed or target_suppressed" in page
 
 
@@ -374,7 +377,7 @@ def test_a_finished_scan_is_erased_from_its_page_once_the_box_is_ticked(client, 
 
 
 def test_owners_set_the_personal_data_settings(client, portal_account):
-    from app.models import Customer
+    from app.accounts.models import Customer
     login(client)
     page = text(client.get("/app/settings"))
     assert 'value="90"' in page and "Require a purpose" in page
@@ -395,4 +398,4 @@ def test_owners_set_the_personal_data_settings(client, portal_account):
 
 def balance_of(account) -> int:
     with db.connection_context():
-        return billing.balance_of(account.id)
+        return charges.balance_of(account.id)

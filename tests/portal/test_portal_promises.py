@@ -8,14 +8,16 @@ import re
 
 import pytest
 
+from app.accounts import portal_roles as roles
+from app.accounts.models import ApiKey, Customer, PortalUser
+from app.activity.models import DEFAULT_PARTITION, ActivityEntry
+from app.activity.statements import entries as activity_store
 from app.extensions import db
-from app.models import ActivityEntry, ApiKey, Customer, PortalUser, Scan, utcnow
-from app.models.activity import DEFAULT_PARTITION
-from app.services.accounts import portal_roles as roles
-from app.services.scans.results import normalize_result
-from app.services.tracking import tracking
-from app.simulated.results import result_for
-from app.store.billing import activity as activity_store
+from app.plumbing.models import utcnow
+from app.scans.models import Scan
+from app.scans.results import normalize_result
+from app.tracking import states
+from app.tracking.simulated.results import result_for
 from tests.api.helpers import engine_mode
 from tests.portal.helpers import csrf, login
 
@@ -34,7 +36,7 @@ def complete(scan_id) -> dict:
         raw = result_for(scan.kind, scan.target, "https://artifacts.example/inv_1", messy=False,
                          checked_at="2026-11-21T12:01:00Z")
         result = normalize_result(raw, scan.kind, scan_id=scan_id)
-        assert tracking.complete(scan_id, result)
+        assert states.complete(scan_id, result)
     return result
 
 

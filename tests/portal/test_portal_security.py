@@ -15,10 +15,11 @@ import pytest
 import requests
 from freezegun import freeze_time
 
+from app.accounts import admin, login_throttle, portal_users
+from app.accounts.models import ApiKey, PortalSession
 from app.extensions import db
-from app.models import ApiKey, PortalSession, utcnow
-from app.services.accounts import accounts, login_throttle, portal_users
-from app.services.shared.crypto import encrypt_secret
+from app.plumbing.crypto import encrypt_secret
+from app.plumbing.models import utcnow
 from tests.portal.helpers import CSRF_RE, PASSWORD, csrf, login
 
 LIMIT = login_throttle.MAX_PER_ADDRESS_AND_ACCOUNT
@@ -28,7 +29,7 @@ LIMIT = login_throttle.MAX_PER_ADDRESS_AND_ACCOUNT
 def portal_account(portal_account):
     """The portal's account with a second owner, dev@acme.example (sessions per user and per browser)."""
     with db.connection_context():
-        accounts.create_user(portal_account.id, "dev@acme.example", PASSWORD)
+        admin.create_user(portal_account.id, "dev@acme.example", PASSWORD)
     return portal_account
 
 
@@ -193,7 +194,7 @@ def test_a_disabled_user_cannot_log_in_and_loses_their_sessions(app, client, por
 def test_users_list_as_json_and_as_a_table(app, client, portal_account, make_customer):
     other = make_customer()
     with db.connection_context():
-        accounts.create_user(other.id, "someone@other.example", PASSWORD)
+        admin.create_user(other.id, "someone@other.example", PASSWORD)
     login(client)
     cli(app, "users", "disable", "dev@acme.example")
     result = cli(app, "users", "list", portal_account.id, "--json")
@@ -351,7 +352,7 @@ def test_x_forwarded_for_is_honoured_through_one_trusted_proxy(app, portal_accou
 
 @pytest.mark.parametrize("raw, message", [("-1", "from 0 to 10"), ("two", "must be a whole number"), ("11", "from 0 to 10")])
 def test_trusted_proxies_setting_is_checked(raw, message):
-    from app.config import ConfigError, load_settings
+    from app.plumbing.config import ConfigError, load_settings
     with pytest.raises(ConfigError, match=message):
         load_settings({"TRUSTED_PROXIES": raw})
     assert load_settings({})["TRUSTED_PROXIES"] == 0 and load_settings({"TRUSTED_PROXIES": "2"})[
@@ -405,12 +406,12 @@ def test_a_nul_byte_in_a_portal_scan_filter_is_a_clear_400(client, portal_accoun
     assert "NUL" in body["message"]
 
 
-# Moved from the SSRF tests (now tests/services/webhooks/test_webhook_urls.py, which call the service only).
+# Moved from the SSRF tests (now tests/webhooks/test_webhook_urls.py, which call the service only).
 @pytest.mark.parametrize("url", ["https://127.0.0.1:99999/", "https://93.184.216.34:abc/", "https://[::1/"])
 def test_the_portal_answers_a_malformed_url_with_its_form_message(app, client, make_customer, url):
     account = make_customer(webhook_url="https://hooks.example.com/before")
     with db.connection_context():
-        accounts.create_user(account.id, "ops@acme.example", PASSWORD)
+        admin.create_user(account.id, "ops@acme.example", PASSWORD)
     login(client)
     page = f"/app/api-keys/{account.key.id}"
     saved = client.post(f"{page}/webhook", data={"url": url, "csrf_token": csrf(client, page)})

@@ -16,10 +16,10 @@ import pytest
 import requests
 
 from app.extensions import db
-from app.models import EngineCallback
+from app.scans.models import EngineCallback
 from tests.processes import service_env
 from tests.reliability.servers import Gunicorn
-from tests.services.tracking.test_callbacks import SECRET
+from tests.tracking.test_callbacks import SECRET
 
 WRK = shutil.which("wrk")
 FLOOD = int(os.environ.get("FLOOD_CALLBACKS") or 50_000)  # fewer: a quick look while editing

@@ -12,11 +12,12 @@ from urllib.parse import quote
 import psycopg2
 import pytest
 
-from app import create_app, embedded
-from app.db import check_reachable, connect_args, execute
+from app import create_app
+from app.events.statements import signals
+from app.events.statements.stored import CHANNEL
 from app.extensions import db
-from app.store.events import signals
-from app.store.events.events import CHANNEL
+from app.plumbing import embedded
+from app.plumbing.db import check_reachable, connect_args, execute
 from bench.load import Call, LoadDriver
 from simulator.procutil import free_port
 from tests.conftest import ServerThread, embedded_folder

@@ -25,9 +25,10 @@ import redis as redis_lib
 from freezegun import freeze_time
 
 from app.extensions import db
-from app.models import DeliveryAttempt, WebhookDelivery, utcnow
-from app.services.tracking.recovery import sweep
-from app.services.webhooks import deliveries, webhooks
+from app.plumbing.models import utcnow
+from app.tracking.recovery import sweep
+from app.webhooks import deliveries, outbox
+from app.webhooks.models import DeliveryAttempt, WebhookDelivery
 from tests.conftest import ServerThread
 from tests.processes import WorkerProcess, service_env, wait_for
 
@@ -105,7 +106,7 @@ def worker_env(app, simulator, tmp_path, redis_url) -> dict:
 def send_test_events(account, n: int) -> dict[str, bytes]:
     """``n`` deliveries to the account's receiver; their exact body bytes, by delivery id."""
     with db.connection_context():
-        made = [webhooks.send_test_event(account.key.id, account.customer.id) for _ in range(n)]
+        made = [outbox.send_test_event(account.key.id, account.customer.id) for _ in range(n)]
     return {d.id: d.body.encode("utf-8") for d in made}
 
 

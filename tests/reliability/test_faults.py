@@ -25,12 +25,16 @@ import requests
 from freezegun import freeze_time
 from peewee import OperationalError
 
-from app import create_app, runtime
+from app import create_app
+from app.accounts.models import CreditLedger
+from app.billing import charges
 from app.extensions import db
-from app.jobs import WEBHOOK_QUEUE
-from app.models import BulkBatch, CreditLedger, DeliveryAttempt, Scan, WebhookDelivery, utcnow
-from app.services.billing import billing
-from app.services.tracking.recovery import sweep
+from app.plumbing import runtime
+from app.plumbing.jobs import WEBHOOK_QUEUE
+from app.plumbing.models import utcnow
+from app.scans.models import BulkBatch, Scan
+from app.tracking.recovery import sweep
+from app.webhooks.models import DeliveryAttempt, WebhookDelivery
 from bench.load import Call, LoadDriver
 from tests.api.helpers import assert_counters_match
 from tests.conftest import ServerThread
@@ -90,7 +94,7 @@ def assert_settled(account, *, deliveries_expected=True) -> dict:
         if deliveries_expected:
             assert sorted(d.scan_id for d in deliveries) == sorted(s.id for s in scans)
         # The books: the ledger sums to the balance, every single scan has its one charge.
-        assert billing.ledger_sum(account.id) == billing.balance_of(account.id) >= 0
+        assert charges.ledger_sum(account.id) == charges.balance_of(account.id) >= 0
         assert_counters_match(account.id)  # in flight and the windows, after every reversal
         ledger = list(CreditLedger.select().where(CreditLedger.customer == account.id))
         charged = [r.scan_id for r in ledger if r.reason == "scan"]
@@ -259,10 +263,10 @@ def portal_login(client, email, password):
 
 def test_database_unreachable_is_503_on_every_route_that_needs_it_and_nothing_is_written(
         app, base_config, make_customer, figures):
-    from app.services.accounts import accounts
+    from app.accounts import admin
     acct = make_customer(tier="business", credits=100)
     with db.connection_context():
-        accounts.create_user(acct.id, "ops@fault.example", "correct horse battery")
+        admin.create_user(acct.id, "ops@fault.example", "correct horse battery")
     good = app.test_client()
     assert portal_login(good, "ops@fault.example", "correct horse battery")[0].status_code == 302
     login_token = CSRF_RE.search(good.get("/app/login").get_data(as_text=True)).group(1)
@@ -307,7 +311,7 @@ def test_database_unreachable_is_503_on_every_route_that_needs_it_and_nothing_is
     with db.connection_context():  # nothing was written: the customer's grant only
         assert Scan.select().count() == 0 and BulkBatch.select().count() == 0
         assert [r.delta for r in CreditLedger.select().where(CreditLedger.customer == acct.id)] == [100]
-        assert billing.balance_of(acct.id) == 100
+        assert charges.balance_of(acct.id) == 100
     figures.update(requests=len(needs_db) + 6, concurrency=1, faults="database unreachable (closed port)",
                    inputs={"routes_needing_db": len(needs_db) + 1, "routes_without_db": 4}, failures=0,
                    answers=answers)
@@ -374,7 +378,7 @@ def test_the_database_failing_at_any_statement_leaves_nothing_half_written(app, 
                 created.update([body["scan_id"]] if "scan_id" in body else [s["scan_id"] for s in body["scans"]])
             # After every single fault: the books balance and every scan has its charge.
             with db.connection_context():
-                assert billing.ledger_sum(acct.id) == billing.balance_of(acct.id)
+                assert charges.ledger_sum(acct.id) == charges.balance_of(acct.id)
                 scans = list(Scan.select().where(Scan.customer == acct.id))
                 charged = {r.scan_id for r in CreditLedger.select().where(
                     (CreditLedger.customer == acct.id) & (CreditLedger.reason == "scan"))}
@@ -399,7 +403,7 @@ def test_the_database_failing_at_any_statement_leaves_nothing_half_written(app, 
         elif status == 202:
             expected -= max(body.get("queued", 1), 1)
     with db.connection_context():
-        assert billing.balance_of(acct.id) == expected == billing.ledger_sum(acct.id)
+        assert charges.balance_of(acct.id) == expected == charges.ledger_sum(acct.id)
     answered_batches = {b["bulk_id"] for n, s, b in answers if s == 202 and n == "bulk"}
     assert batches_with_scans <= {own_bulk["bulk_id"]} | answered_batches
     figures.update(requests=len(answers) + 2, concurrency=1,
@@ -442,7 +446,7 @@ def test_postgresql_lost_mid_run_answers_503_then_the_pool_recovers(app, base_co
     stale = [a for a in after if a.status == 503]
     assert len(stale) <= 8 and {a.status for a in after[-40:]} == {202, 404}
     with db.connection_context():
-        assert billing.ledger_sum(acct.id) == billing.balance_of(acct.id)
+        assert charges.ledger_sum(acct.id) == charges.balance_of(acct.id)
         created = {a.body["scan_id"] for a in before + during + after if a.status == 202}
         assert {s.id for s in Scan.select().where(Scan.customer == acct.id)} == created
     figures.update(requests=len(before) + len(during) + len(after) + 1, concurrency=8,
@@ -489,8 +493,8 @@ def test_a_creation_whose_commit_answer_is_lost_answers_what_happened(app, base_
     assert proxy.cuts == 1  # the fault really happened, at a COMMIT
     with db.connection_context():
         scans = list(Scan.select().where(Scan.customer == acct.id))
-        assert billing.ledger_sum(acct.id) == billing.balance_of(acct.id)
-        balance = billing.balance_of(acct.id)
+        assert charges.ledger_sum(acct.id) == charges.balance_of(acct.id)
+        balance = charges.balance_of(acct.id)
     if cut == "after":
         assert answer.status_code == 202, answer.get_json()
         created = [answer.get_json()["scan_id"]] if path == SCAN else [s["scan_id"] for s in answer.get_json()["scans"]]
@@ -540,7 +544,7 @@ def assert_nothing_created(acct, credits):
     with db.connection_context():
         assert Scan.select().where(Scan.customer == acct.id).count() == 0
         assert BulkBatch.select().where(BulkBatch.customer == acct.id).count() == 0
-        assert billing.balance_of(acct.id) == credits == billing.ledger_sum(acct.id)
+        assert charges.balance_of(acct.id) == credits == charges.ledger_sum(acct.id)
         return [r.reason for r in CreditLedger.select().where(CreditLedger.customer == acct.id)
                 .order_by(CreditLedger.id)]
 

@@ -24,11 +24,12 @@ import pytest
 import requests
 import urllib3
 
-from app import runtime
+from app.events import feed
+from app.events.models import Event
 from app.extensions import db
-from app.models import Event
-from app.services.events import feed
-from app.services.tracking import tracking, waits
+from app.plumbing import runtime
+from app.scans import waits
+from app.tracking import states
 from tests.processes import service_env
 from tests.reliability.servers import Gunicorn
 
@@ -72,7 +73,7 @@ def create_scans(url: str, account, count: int, **session) -> list[str]:
 def complete(scan_ids) -> None:
     with db.connection_context():
         for scan_id in scan_ids:
-            assert tracking.complete(scan_id, RESULT)
+            assert states.complete(scan_id, RESULT)
 
 
 def stored_events(account) -> list[str]:
@@ -236,7 +237,7 @@ def test_redis_flushed_mid_stream_loses_no_event(servers, make_customer):
 
 
 def test_a_revoked_key_loses_its_streams_and_waits_on_the_held_server_within_a_heartbeat(servers, make_customer):
-    from app.services.accounts import accounts
+    from app.accounts import admin
     _, held = servers
     account = make_customer(tier="enterprise", credits=1000)
     scans = create_scans(held.url, account, 3)
@@ -259,7 +260,7 @@ def test_a_revoked_key_loses_its_streams_and_waits_on_the_held_server_within_a_h
     wait_for(lambda: sum(line.startswith("data:") for line in seen) == 2, 10, "the events before the change")
 
     with db.connection_context():
-        accounts.revoke_key(account.key.id)
+        admin.revoke_key(account.key.id)
     revoked = time.monotonic()
     complete(scans[1:])  # after the revocation: neither the stream nor the wait may show them
     assert ended.wait(feed.HEARTBEAT_SECONDS + 3), "the stream goes on after its key was revoked"

@@ -9,9 +9,9 @@ import threading
 
 import psycopg2
 
+from app.activity.models import ActivityEntry
+from app.billing import charges
 from app.extensions import db
-from app.models import ActivityEntry
-from app.services.billing import billing
 from bench.load import Call, LoadDriver
 from tests.conftest import ServerThread
 
@@ -94,9 +94,9 @@ def test_killed_connections_answer_at_most_503_and_every_charge_has_its_entry(ap
         assert missing == []
         assert all(entries[a.headers["X-Request-Id"]].status == a.status for a in served_ok)
         # No charge without its entry: what the entries say was spent is what the ledger took.
-        spent = CREDITS - billing.balance_of(account.id)
+        spent = CREDITS - charges.balance_of(account.id)
         assert sum(e.credits for e in entries.values()) == spent
-        assert billing.ledger_sum(account.id) == billing.balance_of(account.id) >= 0
+        assert charges.ledger_sum(account.id) == charges.balance_of(account.id) >= 0
     figures.update(requests=len(answers), concurrency=8, backends_killed=killer.killed,
                    faults=f"every backend of the database terminated every {KILL_EVERY_SECONDS}s",
                    answers={str(s): sum(a.status == s for a in answers) for s in statuses}, failures=0)

@@ -20,9 +20,10 @@ from collections import Counter, defaultdict
 import pytest
 import requests
 
+from app.accounts.models import CreditLedger
+from app.billing import charges
 from app.extensions import db
-from app.models import BulkBatch, CreditLedger, Scan
-from app.services.billing import billing
+from app.scans.models import BulkBatch, Scan
 from bench.load import Call, LoadDriver, timed_run
 from tests.api.helpers import assert_counters_match
 from tests.processes import service_env
@@ -164,7 +165,7 @@ def test_concurrent_creations_and_mixed_reads_under_gunicorn(app, simulator, mak
         for name, acct in accounts.items():
             mine = [a for a in everything if a.call.tag[0] == name]
             charged = sum(cost(a) for a in mine)
-            balance, ledger_sum = billing.balance_of(acct.id), billing.ledger_sum(acct.id)
+            balance, ledger_sum = charges.balance_of(acct.id), charges.ledger_sum(acct.id)
             assert balance == CREDITS - charged == ledger_sum, (name, balance, CREDITS - charged, ledger_sum)
             assert_counters_match(acct.id)
             reported = [int(a.headers["X-Credits-Remaining"]) for a in mine if "X-Credits-Remaining" in a.headers]

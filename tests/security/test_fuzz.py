@@ -32,10 +32,12 @@ from schemathesis.checks import load_all_checks
 from schemathesis.core.failures import FailureGroup
 from schemathesis.specs.openapi.converter import to_json_schema
 
+from app.accounts.models import CreditLedger
+from app.billing import charges
 from app.extensions import db
-from app.models import BulkBatch, CreditLedger, IdempotencyRecord, Scan, utcnow
-from app.schemas.scans import TARGET_PATTERNS
-from app.services.billing import billing
+from app.plumbing.models import utcnow
+from app.scans.models import BulkBatch, IdempotencyRecord, Scan
+from app.scans.schemas import TARGET_PATTERNS
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 # The bulk calls and the status each answers with its bad items listed in ``rejected`` (D7, D28).
@@ -77,8 +79,8 @@ def assert_json_error(response, status, code=None) -> dict:
 
 def books_balance(account) -> int:
     with db.connection_context():
-        balance = billing.balance_of(account.id)
-        assert billing.ledger_sum(account.id) == balance
+        balance = charges.balance_of(account.id)
+        assert charges.ledger_sum(account.id) == balance
     return balance
 
 

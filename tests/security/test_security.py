@@ -3,10 +3,10 @@ every route, timing-safe comparisons, SSRF refusals through the portal in produc
 cookie flags, and revocation that takes effect at once.
 
 Referenced rather than repeated: the SSRF guard's address ranges, DNS rebinding and pinning
-(tests.services.webhooks.test_webhook_urls.py); the portal's login, throttling, open redirects, CSRF on every form and
+(tests.webhooks.test_webhook_urls.py); the portal's login, throttling, open redirects, CSRF on every form and
 404 for another customer's key (tests/portal/test_portal.py); keys stored only as digests
 (tests/api/test_auth_and_errors.py); idempotency keys scoped per customer
-(tests/api/billing/test_idempotency.py); secrets redacted by the log filter (tests/api/test_operations.py).
+(tests/billing/routes/test_idempotency.py); secrets redacted by the log filter (tests/api/test_operations.py).
 """
 from __future__ import annotations
 
@@ -23,15 +23,17 @@ import pytest
 import requests
 from freezegun import freeze_time
 
-from app import runtime
+from app.accounts import admin
+from app.accounts.models import ApiKey
 from app.extensions import db
-from app.logging_setup import ContextFilter, JsonFormatter, RedactFilter
-from app.models import ApiKey, DeliveryAttempt, WebhookDelivery, utcnow
-from app.services.accounts import accounts
-from app.services.shared.crypto import decrypt_secret
-from app.services.webhooks import webhooks
-from app.webhook_signature import sign, verify_signature
-from tests.services.webhooks.test_webhook_urls import FakeDns
+from app.plumbing import runtime
+from app.plumbing.crypto import decrypt_secret
+from app.plumbing.logging_setup import ContextFilter, JsonFormatter, RedactFilter
+from app.plumbing.models import utcnow
+from app.plumbing.signatures import sign, verify_signature
+from app.webhooks import outbox
+from app.webhooks.models import DeliveryAttempt, WebhookDelivery
+from tests.webhooks.test_webhook_urls import FakeDns
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 PASSWORD = "correct horse battery staple"
@@ -65,7 +67,7 @@ class Portal:
 
 def portal_user(acct, email):
     with db.connection_context():
-        accounts.create_user(acct.id, email, PASSWORD)
+        admin.create_user(acct.id, email, PASSWORD)
     return email
 
 
@@ -160,9 +162,9 @@ def _flow(app, client, make_customer, simulator, jobs, pipeline):
     cli_key = json.loads(cli.output)["api_key"]
     secrets += [cli_key, "whsec_Y2xpIHNldCBzZWNyZXQgMDEyMzQ1Njc4OWFi"]
     with db.connection_context():
-        key2, plain2 = accounts.issue_key(owner.id, "second")
-        webhooks.set_webhook(key2.id, owner.id, hook, "whsec_c2V0IHdlYmhvb2sgc2VjcmV0IGFiY2RlZmdo")
-        generated = webhooks.generate_secret(key2.id, owner.id)
+        key2, plain2 = admin.issue_key(owner.id, "second")
+        outbox.set_webhook(key2.id, owner.id, hook, "whsec_c2V0IHdlYmhvb2sgc2VjcmV0IGFiY2RlZmdo")
+        generated = outbox.generate_secret(key2.id, owner.id)
     secrets += [plain2, "whsec_c2V0IHdlYmhvb2sgc2VjcmV0IGFiY2RlZmdo", generated]
 
     # The portal: set a secret through the form, generate one, reveal it.
@@ -196,7 +198,7 @@ def _flow(app, client, make_customer, simulator, jobs, pipeline):
         bodies.append(client.get(f"{SCAN}/x", headers={"Authorization": f"Basic {owner.api_key}"}).get_data(
             as_text=True))
         with db.connection_context():
-            accounts.revoke_key(key2.id)
+            admin.revoke_key(key2.id)
         bodies.append(client.get(f"{SCAN}/x", headers={"Authorization": f"Bearer {plain2}"}).get_data(as_text=True))
         assert jobs.run(frozen, until=lambda: _deliveries_final())
     with db.connection_context():
@@ -357,16 +359,16 @@ def test_secrets_are_compared_in_constant_time(client, account, make_customer, c
         return set(compare_digest_calls)
 
     # API keys: looked up by digest, then the digest compared in constant time.
-    assert "app.services.shared.crypto" in calls_during(
+    assert "app.plumbing.crypto" in calls_during(
         lambda: client.get(f"{SCAN}/scn_x", headers=account.headers))
     # Webhook signatures (the module customers copy into their receivers).
     body = b'{"event": "scan.completed"}'
-    assert calls_during(lambda: verify_signature("s" * 20, body, sign("s" * 20, body))) == {"app.webhook_signature"}
-    assert calls_during(lambda: verify_signature("s" * 20, body, "sha256=00")) == {"app.webhook_signature"}
+    assert calls_during(lambda: verify_signature("s" * 20, body, sign("s" * 20, body))) == {"app.plumbing.signatures"}
+    assert calls_during(lambda: verify_signature("s" * 20, body, "sha256=00")) == {"app.plumbing.signatures"}
     # The metrics token.
-    assert "app.metrics" in calls_during(lambda: client.get(
+    assert "app.plumbing.metrics" in calls_during(lambda: client.get(
         "/metrics", headers={"Authorization": "Bearer metrics-token-0123456789"}))
-    assert "app.metrics" in calls_during(lambda: client.get("/metrics", headers={"Authorization": "Bearer nope"}))
+    assert "app.plumbing.metrics" in calls_during(lambda: client.get("/metrics", headers={"Authorization": "Bearer nope"}))
     # The portal: password hashes, CSRF tokens and the session cookie's signature.
     portal_user(account, "ops@timing.example")
     seen = calls_during(lambda: Portal(client, "ops@timing.example"))
@@ -518,7 +520,7 @@ def test_a_revoked_key_is_refused_at_once_even_on_an_open_keep_alive_connection(
                                    timeout=10)
         assert idempotent.status_code == 202
         with db.connection_context():
-            accounts.revoke_key(account.key.id)
+            admin.revoke_key(account.key.id)
         status, body = get(f"{SCAN}/scn_x")
         if server == "gunicorn":
             assert conn.sock is sock  # the very same connection

@@ -10,7 +10,7 @@ import requests
 from standardwebhooks.webhooks import Webhook
 from werkzeug.serving import make_server
 
-from app.simulated.conventions import FAIL, HANG, NORMAL, Plan, Progress
+from app.tracking.simulated.conventions import FAIL, HANG, NORMAL, Plan, Progress
 from simulator import callbacks
 from simulator.app import create_sim_app
 from simulator.callbacks import CallbackSender, changes

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from app.webhook_signature import sign_standard
+from app.plumbing.signatures import sign_standard
 from simulator.receiver import standard_signed_by, verify_signature
 
 SECRET = "whsec_test"

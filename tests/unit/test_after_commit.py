@@ -1,4 +1,4 @@
-"""Work after commit (``app.db.after_commit``): run once when the outermost transaction of the
+"""Work after commit (``app.plumbing.db.after_commit``): run once when the outermost transaction of the
 thread's connection commits, dropped with a rollback or with the savepoint it was registered in,
 at once outside a transaction, and never an exception into a caller whose transaction committed."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from app.db import CONNECTION_ERRORS, after_commit, transaction, transaction_with_known_outcome
 from app.extensions import db
+from app.plumbing.db import CONNECTION_ERRORS, after_commit, transaction, transaction_with_known_outcome
 
 
 class Boom(Exception):
@@ -53,8 +53,8 @@ def test_a_commit_runs_the_work_once_after_it_and_a_rollback_drops_it(conn):
 def test_the_work_sees_its_transaction_committed(conn, app):
     """The work runs after the COMMIT, outside the transaction: another connection sees the row,
     and a transaction the work opens is its own (its own work runs at its own commit)."""
-    from app.models import Customer
-    from app.services.accounts import accounts
+    from app.accounts import admin
+    from app.accounts.models import Customer
     seen, inner = [], []
 
     def work(customer_id):
@@ -68,14 +68,14 @@ def test_the_work_sees_its_transaction_committed(conn, app):
         seen.append(db.in_transaction())
 
     with transaction():
-        customer = accounts.create_customer("After commit", "business", 1)
+        customer = admin.create_customer("After commit", "business", 1)
         after_commit(work, customer.id)
     assert seen == [True, False] and inner == ["inner"]
     assert Customer.get_by_id(customer.id)
 
 
 def _exists(customer_id) -> bool:
-    from app.models import Customer
+    from app.accounts.models import Customer
     with db.connection_context():
         return Customer.select().where(Customer.id == customer_id).exists()
 
@@ -136,11 +136,11 @@ def test_failed_work_is_one_line_and_neither_stops_the_rest_nor_reaches_the_call
     def refused(_):
         raise ConnectionError("Redis at 10.0.0.1 refused jane@example.com")
 
-    with caplog.at_level(logging.WARNING, logger="app.db"), transaction():
+    with caplog.at_level(logging.WARNING, logger="app.plumbing.db"), transaction():
         after_commit(refused, "first")
         after_commit(sent.append, "second")
     assert sent == ["second"]
-    lines = [r.getMessage() for r in caplog.records if r.name == "app.db"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "app.plumbing.db"]
     assert len(lines) == 1 and "refused" in lines[0] and "ConnectionError" in lines[0]
     assert "jane" not in lines[0]  # the class only: a message may carry personal data
 
@@ -183,10 +183,10 @@ def _break_connection_at_commit() -> None:
 
 
 def test_a_job_enqueued_inside_a_transaction_goes_when_it_commits_and_never_if_it_rolls_back(conn):
-    """Every enqueue of ``app.jobs`` waits for the commit by itself (as warehouse's tasks do): no
+    """Every enqueue of ``app.plumbing.jobs`` waits for the commit by itself (as warehouse's tasks do): no
     call site has to remember ``after_commit``, and none can send a job for rows that roll back."""
-    from app import runtime
-    from app.jobs import WEBHOOK_QUEUE, delivery_job_id, enqueue_delivery, queue
+    from app.plumbing import runtime
+    from app.plumbing.jobs import WEBHOOK_QUEUE, delivery_job_id, enqueue_delivery, queue
     runtime.redis().flushdb()
     webhooks = queue(WEBHOOK_QUEUE)
     with transaction():

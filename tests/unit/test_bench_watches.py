@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from app.services.billing.limits import TIER_LIMITS, WATCH_LIMITS
-from app.services.watches.watch_times import INTERVALS, next_due
+from app.billing.limits import TIER_LIMITS, WATCH_LIMITS
+from app.watches.watch_times import INTERVALS, next_due
 from bench.watches import HOUR_S, max_in_window, plan
 
 

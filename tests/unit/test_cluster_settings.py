@@ -3,9 +3,16 @@ from __future__ import annotations
 
 import pytest
 
-from app.config import ConfigError, SentinelUrl, database_connect_args, finalize, load_settings, parse_sentinel_url
-from app.db import describe_url
-from app.redis_conn import new_client, redis_url_of
+from app.plumbing.config import (
+    ConfigError,
+    SentinelUrl,
+    database_connect_args,
+    finalize,
+    load_settings,
+    parse_sentinel_url,
+)
+from app.plumbing.db import describe_url
+from app.plumbing.redis_conn import new_client, redis_url_of
 
 MULTI = "postgresql://scan:pw-xyz@db1.internal:5432,db2.internal:5433/scans?target_session_attrs=read-write"
 

@@ -1,7 +1,7 @@
 """Settings from the environment (D10a)."""
 import pytest
 
-from app.config import (
+from app.plumbing.config import (
     DEV_SECRET_KEY,
     ConfigError,
     check_production,
@@ -26,7 +26,7 @@ def test_defaults_match_the_decisions():
 def test_development_leaves_the_database_to_the_embedded_server_and_fills_a_dev_secret(tmp_path, monkeypatch):
     monkeypatch.setenv("INSTANCE_PATH", str(tmp_path))
     settings = finalize(load_settings({}))
-    assert settings["DATABASE_URL"] is None  # app.db.database_url: the embedded PostgreSQL
+    assert settings["DATABASE_URL"] is None  # app.plumbing.db.database_url: the embedded PostgreSQL
     assert settings["SECRET_KEY"]
 
 

@@ -1,11 +1,11 @@
-"""The event registry (app.events) is the one list of webhook events: the services, the OpenAPI
+"""The event registry (app.events.kinds) is the one list of webhook events: the services, the OpenAPI
 document, the portal and the client all say what it says."""
 import sys
 from datetime import datetime
 
-from app import events
-from app.models import Scan
-from app.services.webhooks import webhooks
+from app.events import kinds as events
+from app.scans.models import Scan
+from app.webhooks import outbox
 
 
 def test_every_event_has_its_body_schema_in_the_document(client):
@@ -26,10 +26,10 @@ def test_a_final_scan_sends_the_event_of_its_status():
     moment = datetime(2026, 1, 2, 3, 4, 5)
     failed = Scan(id="scn_x", status="failed", livemode=True, target="a@example.com", kind="email",
                   failed_at=moment, failure_code="engine_failed", failure_message="no")
-    assert webhooks.event_body(failed)["event"] == "scan.failed"
+    assert outbox.event_body(failed)["event"] == "scan.failed"
     done = Scan(id="scn_y", status="completed", livemode=True, target="a@example.com", kind="email",
                 completed_at=moment, result_json="{}")
-    assert webhooks.event_body(done)["event"] == "scan.completed"
+    assert outbox.event_body(done)["event"] == "scan.completed"
 
 
 def test_the_client_keeps_no_copy_of_the_event_names():
@@ -54,12 +54,12 @@ def test_a_kinds_body_is_its_fields_of_the_read_in_order():
 
 def test_a_new_kind_needs_only_its_registry_entry():
     """What a newcomer adds for a new event: the entry. Its body and its schema follow from it."""
-    from app.schemas.scans import _webhook_body_schema
+    from app.scans.schemas import _webhook_body_schema
     running = events.EventKind("scan.running", "the engine started work on a scan", "WebhookRunning", "running",
                                (*events.SCAN_FIELDS, "progress"))
     scan = Scan(id="scn_r", status="running", livemode=True, target="a@example.com", kind="email",
                 created_at=datetime(2026, 1, 2, 3, 4, 5), recipes_total=8, recipes_done=3)
-    body = webhooks.event_body(scan, running)
+    body = outbox.event_body(scan, running)
     assert body == {"event": "scan.running", "scan_id": "scn_r", "livemode": True, "target": "a@example.com",
                     "kind": "email", "status": "running", "purpose": None, "case_ref": None,
                     "progress": {"recipes_total": 8, "recipes_done": 3}}

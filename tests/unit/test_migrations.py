@@ -3,10 +3,11 @@ from peewee import TextField
 from playhouse.migrate import PostgresqlMigrator, migrate
 
 from app import migrations
+from app.accounts import admin
+from app.accounts.models import Customer
 from app.extensions import db
-from app.models import Customer, SchemaVersion
-from app.services.accounts import accounts
-from tests.services.conftest import call_entry
+from app.schema_version import SchemaVersion
+from tests.domain_fixtures import call_entry
 
 
 def test_upgrade_twice_changes_nothing(app):
@@ -36,7 +37,7 @@ def test_every_absent_version_is_explained_where_the_versions_are_listed():
 
 def test_a_new_migration_is_applied_once_and_keeps_rows(app, monkeypatch):
     with db.connection_context():
-        customer = accounts.create_customer("Kept", "pro", 5)
+        customer = admin.create_customer("Kept", "pro", 5)
 
         def add_column(database):
             migrator = PostgresqlMigrator(database)
@@ -61,12 +62,14 @@ def test_quota_counters_migration_fills_them_from_existing_scans(app):
     """A version-1 database with scans: version 2 adds the counters with the right values."""
     from datetime import timedelta
 
-    from app.models import ApiKey, QuotaMinute, Scan, new_id, utcnow
-    from app.services.billing import quotas
+    from app.accounts.models import ApiKey
+    from app.billing import quotas
+    from app.plumbing.models import new_id, utcnow
+    from app.scans.models import QuotaMinute, Scan
 
     with db.connection_context():
-        customer = accounts.create_customer("Old", "business", 5)
-        key, _ = accounts.issue_key(customer.id, "k")
+        customer = admin.create_customer("Old", "business", 5)
+        key, _ = admin.issue_key(customer.id, "k")
         now = utcnow()
         statuses = ["queued", "running", "completed", "failed", "queued"]
         ages = [timedelta(seconds=10), timedelta(minutes=30), timedelta(hours=2), timedelta(hours=23),
@@ -103,12 +106,12 @@ def test_quota_counters_migration_fills_them_from_existing_scans(app):
 
 def test_portal_sessions_migration_adds_the_table_and_the_disabled_flag(app):
     """A database from before version 4: its users gain ``disabled`` (false) and can hold sessions."""
-    from app.models import PortalSession, PortalUser
-    from app.services.accounts import portal_users
+    from app.accounts import portal_users
+    from app.accounts.models import PortalSession, PortalUser
 
     with db.connection_context():
-        customer = accounts.create_customer("Old", "pro", 0)
-        user = accounts.create_user(customer.id, "old@acme.example", "long enough password")
+        customer = admin.create_customer("Old", "pro", 0)
+        user = admin.create_user(customer.id, "old@acme.example", "long enough password")
         with db.atomic():
             db.drop_tables([PortalSession])
             db.execute_sql('ALTER TABLE "portal_user" DROP COLUMN "disabled"')
@@ -127,12 +130,14 @@ def test_portal_sessions_migration_adds_the_table_and_the_disabled_flag(app):
 def test_test_mode_migration_marks_existing_rows_live_and_counts_windows_per_mode(app):
     """A database from before version 6: every key, scan and batch becomes live, the counters
     are rebuilt with the mode in their key, and an Idempotency-Key is unique per mode."""
-    from app.models import ApiKey, IdempotencyRecord, QuotaMinute, Scan, new_id, utcnow
-    from app.services.billing import quotas
+    from app.accounts.models import ApiKey
+    from app.billing import quotas
+    from app.plumbing.models import new_id, utcnow
+    from app.scans.models import IdempotencyRecord, QuotaMinute, Scan
 
     with db.connection_context():
-        customer = accounts.create_customer("Old", "business", 5)
-        key, _ = accounts.issue_key(customer.id, "k")
+        customer = admin.create_customer("Old", "business", 5)
+        key, _ = admin.issue_key(customer.id, "k")
         now = utcnow()
         Scan.create(id=new_id("scn"), customer=customer.id, api_key=key.id, kind="email", target="a@example.com",
                     status="completed", created_at=now)
@@ -168,11 +173,11 @@ def test_test_mode_migration_marks_existing_rows_live_and_counts_windows_per_mod
 def test_the_idempotency_endpoint_holds_a_redelivery_path(app):
     """Version 7: an Idempotency-Key's endpoint is the request's path, and a redelivery's is
     longer than the 40 characters version 1 allowed (PostgreSQL refused it: a 500)."""
-    from app.models import IdempotencyRecord
+    from app.scans.models import IdempotencyRecord
 
     path = "/api/v1/deliveries/dlv_" + "x" * 22 + "/redeliver"
     with db.connection_context():
-        customer = accounts.create_customer("Old", "business", 5)
+        customer = admin.create_customer("Old", "business", 5)
         with db.atomic():
             db.execute_sql('ALTER TABLE "idempotency_record" ALTER COLUMN "endpoint" TYPE VARCHAR(40)')
             SchemaVersion.delete().where(SchemaVersion.version == 7).execute()
@@ -201,9 +206,9 @@ def _activity_table_shape() -> dict:
 def test_the_activity_log_migration_builds_the_table_a_fresh_database_has(app):
     """Version 10 on a database from before it: the same partitioned table, DEFAULT partition and
     indexes as ``create_tables(ALL_MODELS)`` made for the test session's fresh schema."""
-    from app.models import ActivityEntry
-    from app.services.billing import activity
-    from app.store.billing import activity as store
+    from app.activity import entries
+    from app.activity.models import ActivityEntry
+    from app.activity.statements import entries as store
 
     with db.connection_context():
         fresh = _activity_table_shape()
@@ -222,18 +227,18 @@ def test_the_activity_log_migration_builds_the_table_a_fresh_database_has(app):
         assert migrations.upgrade() == []
 
         assert _activity_table_shape() == fresh
-        entry_id = activity.record(customer_id="cus_x", livemode=True, action="scan.read", status=200)
+        entry_id = entries.record(customer_id="cus_x", livemode=True, action="scan.read", status=200)
         assert store.partition_of(entry_id) == "activity_entry_default"  # no day partition yet: nothing lost
 
 
 def test_key_access_migration_gives_existing_keys_every_scope_no_expiry_and_no_allowlist(app):
     """A database from before version 12 (D21): its keys keep doing what they did."""
-    from app.models import ApiKey
-    from app.services.accounts import access
+    from app.accounts import access
+    from app.accounts.models import ApiKey
 
     with db.connection_context():
-        customer = accounts.create_customer("Old", "pro", 0)
-        key, _ = accounts.issue_key(customer.id, "old key")
+        customer = admin.create_customer("Old", "pro", 0)
+        key, _ = admin.issue_key(customer.id, "old key")
         with db.atomic():
             for column in ("scopes", "expires_at", "allowed_ips"):
                 db.execute_sql(f'ALTER TABLE "api_key" DROP COLUMN "{column}"')
@@ -252,18 +257,18 @@ def test_key_access_migration_gives_existing_keys_every_scope_no_expiry_and_no_a
         key = ApiKey.get_by_id(key.id)
         assert (key.scopes, key.expires_at, key.allowed_ips) == (list(access.SCOPES), None, None)
         # and a new key is still issued as the operator says
-        narrow, _ = accounts.issue_key(customer.id, "new key", scopes="scans:read")
+        narrow, _ = admin.issue_key(customer.id, "new key", scopes="scans:read")
         assert ApiKey.get_by_id(narrow.id).scopes == ["scans:read"]
 
 
 def test_roles_and_two_factor_migration_makes_existing_users_owners(app):
     """A database from before version 14: its users become owners without a second factor, and
     customers do not require one."""
-    from app.models import PortalRecoveryCode, PortalUser
+    from app.accounts.models import PortalRecoveryCode, PortalUser
 
     with db.connection_context():
-        customer = accounts.create_customer("Old", "pro", 0)
-        user = accounts.create_user(customer.id, "old@acme.example", "long enough password")
+        customer = admin.create_customer("Old", "pro", 0)
+        user = admin.create_user(customer.id, "old@acme.example", "long enough password")
         with db.atomic():
             db.drop_tables([PortalRecoveryCode])
             for column in ("role", "password_token_digest", "password_token_expires_at", "totp_secret_enc",
@@ -285,14 +290,15 @@ def test_the_results_explained_migration_adds_rerun_of_feedback_and_explains_sto
     """Version 13 (D23): a result stored before it gains an empty explanation and its findings, once."""
     import json
 
-    from app.models import FindingFeedback, Scan, new_id, utcnow
+    from app.plumbing.models import new_id, utcnow
+    from app.scans.models import FindingFeedback, Scan
 
     old_result = {"risk": {"score": 12, "band": "low"}, "counts": {"cases": 1, "entities": 1, "findings": 1},
                   "profiles": {"verified": [], "weak": []}, "contacts": {"emails": ["a@example.com"], "phones": []},
                   "breaches": [], "phone_profile": None, "ai_summary": "", "artifacts": {"pdf": "", "person_card": ""}}
     with db.connection_context():
-        customer = accounts.create_customer("Old", "business", 5)
-        key, _ = accounts.issue_key(customer.id, "k")
+        customer = admin.create_customer("Old", "business", 5)
+        key, _ = admin.issue_key(customer.id, "k")
         scan_id = new_id("scn")
         Scan.create(id=scan_id, customer=customer.id, api_key=key.id, kind="email", target="a@example.com",
                     status="completed", created_at=utcnow(), result_json=json.dumps(old_result))
@@ -316,12 +322,12 @@ def test_the_results_explained_migration_adds_rerun_of_feedback_and_explains_sto
 def test_the_summed_reads_migration_adds_the_columns_and_the_minute_index(app):
     """A database from before version 16: its ledger rows stay movements of their own, and the
     next reads are summed into their minute's row (D24). Running it again changes nothing."""
-    from app.models import CreditLedger, utcnow
-    from app.models.accounts import READS_MINUTE_INDEX
-    from app.services.billing import billing
+    from app.accounts.models import READS_MINUTE_INDEX, CreditLedger
+    from app.billing import charges
+    from app.plumbing.models import utcnow
 
     with db.connection_context():
-        customer = accounts.create_customer("Old", "pro", 5)
+        customer = admin.create_customer("Old", "pro", 5)
         with db.atomic():
             db.execute_sql(f'DROP INDEX "{READS_MINUTE_INDEX}"')
             for column in ("livemode", "minute", "reads"):
@@ -338,24 +344,25 @@ def test_the_summed_reads_migration_adds_the_columns_and_the_minute_index(app):
         assert index.unique and index.columns == ["customer_id", "livemode", "note", "minute"]
         now = utcnow()
         for _ in range(2):
-            billing.charge_call(customer.id, None, now, "GET /api/v1/account", read_of=True,
+            charges.charge_call(customer.id, None, now, "GET /api/v1/account", read_of=True,
                                 entry=call_entry(customer.id))
         rows = [(r.reason, r.reads, r.delta) for r in
                 CreditLedger.select().where(CreditLedger.customer == customer.id).order_by(CreditLedger.id)]
         assert rows == [("grant", None, 5), ("reads", 2, -2)]
-        assert billing.ledger_sum(customer.id) == billing.balance_of(customer.id) == 3
+        assert charges.ledger_sum(customer.id) == charges.balance_of(customer.id) == 3
 
 
 def test_the_webhook_endpoints_migration_makes_each_keys_url_its_first_endpoint(app):
     """Version 15 (D22): the endpoints table, the first endpoint's columns on the key, and each
     delivery written before naming its key's first endpoint."""
-    from app.models import ApiKey, WebhookDelivery, WebhookEndpoint
-    from app.services.webhooks import webhooks
+    from app.accounts.models import ApiKey
+    from app.webhooks import outbox
+    from app.webhooks.models import WebhookDelivery, WebhookEndpoint
 
     with db.connection_context():
-        customer = accounts.create_customer("Old", "business", 5)
-        key, _ = accounts.issue_key(customer.id, "k", "https://hooks.example.com/a")
-        delivery = webhooks.send_test_event(key.id, customer.id)
+        customer = admin.create_customer("Old", "business", 5)
+        key, _ = admin.issue_key(customer.id, "k", "https://hooks.example.com/a")
+        delivery = outbox.send_test_event(key.id, customer.id)
         with db.atomic():
             db.drop_tables([WebhookEndpoint])
             db.execute_sql('DROP INDEX "webhook_delivery_endpoint_id_created_at"')
@@ -366,7 +373,7 @@ def test_the_webhook_endpoints_migration_makes_each_keys_url_its_first_endpoint(
 
         assert migrations.upgrade() == [15]
         assert migrations.upgrade() == []
-        assert WebhookDelivery.get_by_id(delivery.id).endpoint_id == webhooks.first_endpoint_id(key.id)
+        assert WebhookDelivery.get_by_id(delivery.id).endpoint_id == outbox.first_endpoint_id(key.id)
         migrated = ApiKey.get_by_id(key.id)
         assert (migrated.webhook_events, migrated.webhook_enabled, migrated.webhook_description) == (None, True, "")
         assert WebhookEndpoint.select().count() == 0
@@ -375,8 +382,10 @@ def test_the_webhook_endpoints_migration_makes_each_keys_url_its_first_endpoint(
 def test_the_engine_deletions_migration_takes_the_engine_ids_of_scans_erased_before(app):
     """Version 19 (D25): scans erased before keep no engine id; a live one's becomes a deletion to
     ask the engine for, a test one's (the sandbox's) goes."""
-    from app.models import EngineDeletion, Scan, utcnow
-    from tests.services.conftest import new_customer, new_scan
+    from app.plumbing.models import utcnow
+    from app.privacy.models import EngineDeletion
+    from app.scans.models import Scan
+    from tests.domain_fixtures import new_customer, new_scan
 
     with db.connection_context():
         cust, key = new_customer()
@@ -399,15 +408,16 @@ def test_the_findings_identity_migration_indexes_feedback_by_finding_and_names_i
     stored in a result names the scan it was given on (the one it is in); the rest is untouched."""
     import json
 
-    from app.models import Scan, new_id, utcnow
+    from app.plumbing.models import new_id, utcnow
+    from app.scans.models import Scan
 
     feedback = {"verdict": "false_positive", "note": "not her", "at": "2026-11-21T12:00:00Z"}
     stored = {"risk": {"score": 0, "band": "low", "reasons": []}, "contacts": {"emails": ["a@example.com"]},
               "findings": [{"id": "fnd_a", "path": "contacts.emails[0]", "source_ids": [], "feedback": feedback},
                            {"id": "fnd_b", "path": "breaches[0]", "source_ids": [], "feedback": None}]}
     with db.connection_context():
-        customer = accounts.create_customer("Old", "business", 5)
-        key, _ = accounts.issue_key(customer.id, "k")
+        customer = admin.create_customer("Old", "business", 5)
+        key, _ = admin.issue_key(customer.id, "k")
         with_feedback, without = new_id("scn"), new_id("scn")
         plain = {**stored, "findings": [{**f, "feedback": None} for f in stored["findings"]]}
         for scan_id, result in ((with_feedback, stored), (without, plain)):
@@ -454,11 +464,12 @@ def test_the_one_way_to_track_migration_makes_the_chains_scans_due_and_leaves_th
     are left as they were; the chains' index goes."""
     from datetime import timedelta
 
-    from app.models import Scan, new_id, utcnow
+    from app.plumbing.models import new_id, utcnow
+    from app.scans.models import Scan
 
     with db.connection_context():
-        customer = accounts.create_customer("Chains", "pro", 5)
-        key, _ = accounts.issue_key(customer.id, "k")
+        customer = admin.create_customer("Chains", "pro", 5)
+        key, _ = admin.issue_key(customer.id, "k")
         later = utcnow() + timedelta(hours=1)
 
         def scan(status, engine_id, next_look_at):
@@ -483,7 +494,8 @@ def test_the_watches_migration_builds_the_table_and_gives_keys_with_every_scope_
     """Version 25 on a database from before it (D28): the watch table and indexes a fresh database
     has, the customer's and the scan's new columns; keys that held every scope hold ``watches`` too,
     narrowed keys stay narrow."""
-    from app.models import ApiKey, Watch
+    from app.accounts.models import ApiKey
+    from app.watches.models import Watch
     again = [25, 26] + [v for v, _, f in migrations.MIGRATIONS
                         if f in (migrations._opted_out_watches_forget_target, migrations._confidence)]
 
@@ -494,9 +506,9 @@ def test_the_watches_migration_builds_the_table_and_gives_keys_with_every_scope_
     with db.connection_context():
         fresh = indexes()
         assert {name for name, _ in fresh} >= {"watch_pkey", "watch_due", "watch_optout_hash", "scan_watch"}
-        customer = accounts.create_customer("Old", "pro", 0)
-        every, _ = accounts.issue_key(customer.id, "every scope")
-        narrow, _ = accounts.issue_key(customer.id, "narrow", scopes="scans:read")
+        customer = admin.create_customer("Old", "pro", 0)
+        every, _ = admin.issue_key(customer.id, "every scope")
+        narrow, _ = admin.issue_key(customer.id, "narrow", scopes="scans:read")
         with db.atomic():
             db.drop_tables([Watch], cascade=True)
             db.execute_sql('DROP INDEX "scan_watch"')
@@ -521,11 +533,11 @@ def test_the_watch_slots_migration_numbers_each_customer_s_open_watches_per_mode
     same mode and interval, oldest first; ended ones take none; due times already set stay."""
     from datetime import datetime, timedelta
 
-    from app.models import Watch
+    from app.watches.models import Watch
 
     with db.connection_context():
-        customer = accounts.create_customer("Slots", "pro", 0)
-        key, _ = accounts.issue_key(customer.id, "k")
+        customer = admin.create_customer("Slots", "pro", 0)
+        key, _ = admin.issue_key(customer.id, "k")
         start = datetime(2026, 11, 1, 9, 0)
 
         def watch(n, interval="daily", status="active", livemode=True):
@@ -552,11 +564,13 @@ def test_the_opted_out_watches_migration_forgets_their_targets_and_those_of_thei
     opt-out hash, and the target of its watch.ended event and delivery, are gone; others stay."""
     import json
 
-    from app.models import Event, Watch, WebhookDelivery
+    from app.events.models import Event
+    from app.watches.models import Watch
+    from app.webhooks.models import WebhookDelivery
     [version] = [v for v, _, f in migrations.MIGRATIONS if f is migrations._opted_out_watches_forget_target]
     with db.connection_context():
-        customer = accounts.create_customer("Forget", "pro", 0)
-        key, _ = accounts.issue_key(customer.id, "k")
+        customer = admin.create_customer("Forget", "pro", 0)
+        key, _ = admin.issue_key(customer.id, "k")
 
         def watch(n, **fields):
             return Watch.create(id=f"wch_f{n}", customer=customer.id, api_key=key.id, kind="email",
@@ -586,7 +600,7 @@ def test_the_opted_out_watches_migration_forgets_their_targets_and_those_of_thei
 def test_the_source_health_migration_builds_the_tables_a_fresh_database_has(app):
     """The source health migration on a database from before it (D30): the source and source_minute tables and their
     indexes as a fresh database has them."""
-    from app.models import Source, SourceMinute
+    from app.sources.models import Source, SourceMinute
     [version] = [v for v, _, f in migrations.MIGRATIONS if f is migrations._source_health]
 
     def shape():
@@ -615,7 +629,8 @@ def test_the_confidence_migration_gives_stored_results_a_match_and_their_finding
     result stored since is left alone."""
     import json
 
-    from app.models import Scan, utcnow
+    from app.plumbing.models import utcnow
+    from app.scans.models import Scan
 
     old = {"risk": {"score": 5, "band": "low", "reasons": []}, "findings": [
         {"id": "fnd_a", "path": "profiles.weak[0]", "source_ids": ["s1", "s2"], "feedback": None},
@@ -624,8 +639,8 @@ def test_the_confidence_migration_gives_stored_results_a_match_and_their_finding
         {"id": "fnd_c", "path": "breaches[1]", "source_ids": ["s1", "s2", "s3"], "feedback": None}]}
     new = {"findings": [], "match": False}
     with db.connection_context():
-        customer = accounts.create_customer("Conf", "pro", 0)
-        key, _ = accounts.issue_key(customer.id, "k")
+        customer = admin.create_customer("Conf", "pro", 0)
+        key, _ = admin.issue_key(customer.id, "k")
         for scan_id, result in (("scn_v29a", old), ("scn_v29b", new)):
             Scan.create(id=scan_id, customer=customer.id, api_key=key.id, kind="email", target="a@example.com",
                         status="completed", created_at=utcnow(), result_json=json.dumps(result))
@@ -643,7 +658,7 @@ def test_the_confidence_migration_gives_stored_results_a_match_and_their_finding
 def test_the_export_order_migration_adds_xact_without_rewriting_old_entries(app):
     """The export order migration: entries from before it read xact 0 (exported first, by time);
     new ones get their transaction's id; the table is as a fresh database has it."""
-    from app.services.billing import activity
+    from app.activity import entries
     [version] = [v for v, _, f in migrations.MIGRATIONS if f is migrations._activity_export_order]
 
     with db.connection_context():
@@ -652,19 +667,19 @@ def test_the_export_order_migration_adds_xact_without_rewriting_old_entries(app)
             db.execute_sql('DROP INDEX IF EXISTS "activity_entry_customer_id_livemode_xact_created_at_id"')
             db.execute_sql('ALTER TABLE "activity_entry" DROP COLUMN "xact"')
             SchemaVersion.delete().where(SchemaVersion.version == version).execute()
-        old = activity.record(customer_id="cus_m32", livemode=True, action="scan.read", status=200)
+        old = entries.record(customer_id="cus_m32", livemode=True, action="scan.read", status=200)
         assert migrations.upgrade() == [version]
         assert migrations.upgrade() == []
         assert _activity_table_shape() == fresh
-        new = activity.record(customer_id="cus_m32", livemode=True, action="scan.read", status=200)
+        new = entries.record(customer_id="cus_m32", livemode=True, action="scan.read", status=200)
         xacts = dict(db.execute_sql("SELECT id, xact::text FROM activity_entry WHERE customer_id = 'cus_m32'"))
         assert xacts[old] == "0" and int(xacts[new]) > 0
-        page = activity.export_page("cus_m32", livemode=True)
+        page = entries.export_page("cus_m32", livemode=True)
         assert [e["activity_id"] for e in page.entries] == [old, new]
 
 
 def test_the_audit_sinks_migration_builds_the_table(app):
-    from app.models import AuditSink
+    from app.activity.audit_models import AuditSink
     [version] = [v for v, _, f in migrations.MIGRATIONS if f is migrations._audit_sinks]
 
     with db.connection_context():
@@ -679,12 +694,12 @@ def test_the_audit_sinks_migration_builds_the_table(app):
 def test_the_scim_migration_adds_the_token_digest_and_the_provisioning_mark_in_either_order(app):
     """A database from before SCIM: the customer gains its token's digest (unique) and time, the user
     its mark and identity provider id, all NULL; a mark added first by single sign-on's migration is kept."""
-    from app.models import PortalUser
+    from app.accounts.models import PortalUser
     [version] = [v for v, _, f in migrations.MIGRATIONS if f is migrations._scim]
 
     with db.connection_context():
-        customer = accounts.create_customer("Old", "pro", 0)
-        user = accounts.create_user(customer.id, "old@acme.example", "long enough password")
+        customer = admin.create_customer("Old", "pro", 0)
+        user = admin.create_user(customer.id, "old@acme.example", "long enough password")
         with db.atomic():
             db.execute_sql('ALTER TABLE "customer" DROP COLUMN "scim_token_digest", DROP COLUMN "scim_token_set_at"')
             db.execute_sql('ALTER TABLE "portal_user" DROP COLUMN "scim_external_id"')
@@ -705,7 +720,7 @@ def test_the_scim_migration_adds_the_token_digest_and_the_provisioning_mark_in_e
 def test_the_single_sign_on_migration_adds_the_table_and_the_users_columns_and_keeps_users(app):
     """The single sign-on migration on a database from before it (D32): the customer_sso table as a fresh database has
     it, and the users' provisioned_by and password_login_until, empty for the users already there."""
-    from app.models import CustomerSso, PortalUser
+    from app.accounts.models import CustomerSso, PortalUser
     [version] = [v for v, _, f in migrations.MIGRATIONS if f is migrations._single_sign_on]
 
     def columns(table):
@@ -713,8 +728,8 @@ def test_the_single_sign_on_migration_adds_the_table_and_the_users_columns_and_k
 
     with db.connection_context():
         fresh = columns("customer_sso"), columns("portal_user")
-        customer = accounts.create_customer("Old", "pro", 0)
-        user = accounts.create_user(customer.id, "old@acme.example", "correct horse battery")
+        customer = admin.create_customer("Old", "pro", 0)
+        user = admin.create_user(customer.id, "old@acme.example", "correct horse battery")
         with db.atomic():
             db.drop_tables([CustomerSso], cascade=True)
             db.execute_sql('ALTER TABLE "portal_user" DROP COLUMN "provisioned_by", DROP COLUMN "password_login_until"')

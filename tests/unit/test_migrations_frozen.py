@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 # What a migration may import: the standard library, the connection and the tables, and the
 # frozen copies made for it (which import nothing of the project).
-ALLOWED = ("app.db", "app.models", "app.frozen")
+ALLOWED = ("app.plumbing.db", "app.tables", "app.frozen")
 
 
 def project_imports(path: Path) -> list[str]:
@@ -45,7 +45,7 @@ def test_the_frozen_copies_import_nothing_of_the_project():
 def test_the_reader_sees_imports_inside_functions(tmp_path):
     """The checker itself, so that a broken reader cannot pass vacuously."""
     sample = tmp_path / "m.py"
-    sample.write_text("import json\nfrom app.db import db\ndef f():\n    from app.services.accounts.access import SCOPES\n"
-                      "    import app.services.billing.quotas\n    from . import x\n")
+    sample.write_text("import json\nfrom app.plumbing.db import db\ndef f():\n    from app.accounts.access import SCOPES\n"
+                      "    import app.billing.quotas\n    from . import x\n")
     assert [m for m in project_imports(sample) if not allowed(m)] == [
-        "app.services.accounts.access", "app.services.billing.quotas", "."]
+        "app.accounts.access", "app.billing.quotas", "."]

@@ -14,7 +14,7 @@ SOURCES = [*sorted((ROOT / "app").rglob("*.py")), *sorted((ROOT / "workers").rgl
 # The embedded development server's own settings (ALTER SYSTEM), on a connection of its own.
 NOT_THROUGH_THE_POOL = {ROOT / "app" / "embedded.py"}
 # Modules whose session state lives on a connection to DATABASE_DIRECT_URL: the LISTEN session
-# of the waits and streams (D27), opened by app/services/tracking/waits.py with that URL.
+# of the waits and streams (D27), opened by app/scans/waits.py with that URL.
 # Found by name, wherever its domain's folder puts it.
 DIRECT_SESSION_MODULES: set[Path] = set((ROOT / "app" / "store").rglob("signals.py"))
 

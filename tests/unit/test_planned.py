@@ -6,8 +6,8 @@ from datetime import datetime
 
 import pytest
 
-from app.db import db, execute_named
-from app.store.shared import planned
+from app.plumbing import planned
+from app.plumbing.db import db, execute_named
 
 STATEMENT = ("SELECT %(word)s::text || '%%' AS said, %(n)s + 1 AS next, %(at)s::timestamp AS at, "
              "%(nothing)s::text IS NULL AS empty FROM generate_series(1, %(rows)s) ORDER BY 1")

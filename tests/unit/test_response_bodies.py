@@ -1,15 +1,15 @@
-"""The scan endpoints answer without a marshmallow dump (``app.api.scans.json_body``): their
+"""The scan endpoints answer without a marshmallow dump (``app.scans.routes.json_body``): their
 bodies must be exactly what the response schema would dump, byte for byte, in every state."""
 import json
 from datetime import datetime, timedelta
 
 from freezegun import freeze_time
 
-from app.models import Scan
-from app.rawjson import RawJSON, parsed, render
-from app.schemas.scans import BulkCreatedSchema, BulkStateSchema, ScanCreatedSchema, ScanSchema
-from app.services.scans.reads import scan_view
-from app.services.scans.results import normalize_result
+from app.plumbing.rawjson import RawJSON, parsed, render
+from app.scans.models import Scan
+from app.scans.reads import scan_view
+from app.scans.results import normalize_result
+from app.scans.schemas import BulkCreatedSchema, BulkStateSchema, ScanCreatedSchema, ScanSchema
 from simulator.results import result_for
 
 

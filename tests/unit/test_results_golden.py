@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from app import runtime
-from app.services.scans import results
-from app.simulated.results import result_for
+from app.plumbing import runtime
+from app.scans import results
+from app.tracking.simulated.results import result_for
 
 GOLDEN = Path(__file__).with_name("results_golden.json")
 SECRET_KEY = "golden-secret-key"  # finding ids are keyed (D26): a fixed key, fixed ids

@@ -2,8 +2,8 @@
 shows, for clean and messy targets alike."""
 import re
 
-from app.services.scans.results import normalize_result
-from app.simulated.results import HIGH_SCORE, messiness_of, result_for
+from app.scans.results import normalize_result
+from app.tracking.simulated.results import HIGH_SCORE, messiness_of, result_for
 
 SAID = re.compile(r"Overall risk is (\w+) \((\d+)/100\)\.")
 

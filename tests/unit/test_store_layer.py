@@ -1,8 +1,8 @@
 """SQL lives in ``app/store/`` only: no service builds or runs a statement.
 
 Read from the source (``ast``), as the layer test reads imports. A service may use
-``app.db``'s transactions (services own them) and the models' constants and row classes,
-but not ``app.db``'s statement helpers, not peewee, not a model's query methods, not a
+``app.plumbing.db``'s transactions (services own them) and the models' constants and row classes,
+but not ``app.plumbing.db``'s statement helpers, not peewee, not a model's query methods, not a
 row's ``save``, and no string that reads as SQL.
 """
 from __future__ import annotations
@@ -42,10 +42,10 @@ def sql_in(source: str) -> list[str]:
     models, found = set(), []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module.startswith("app.models"):
+            if node.module.startswith("app.tables"):
                 models.update(a.asname or a.name for a in node.names if a.name[:1].isupper() and not a.name.isupper())
-            if node.module == "app.db":
-                found += [f"{node.lineno}: app.db.{a.name}" for a in node.names if a.name in STATEMENT_HELPERS]
+            if node.module == "app.plumbing.db":
+                found += [f"{node.lineno}: app.plumbing.db.{a.name}" for a in node.names if a.name in STATEMENT_HELPERS]
             if node.module.split(".")[0] == "peewee":
                 found.append(f"{node.lineno}: peewee")
         elif isinstance(node, ast.Import):
@@ -66,8 +66,9 @@ def sql_in(source: str) -> list[str]:
 def test_the_scanner_finds_what_it_must():
     """The scanner itself, so that a broken one cannot pass the services vacuously."""
     source = '''
-from app.db import execute, transaction
-from app.models import Scan, COMPLETED
+from app.plumbing.db import execute, transaction
+from app.scans.models import Scan
+from app.tables import COMPLETED
 import peewee
 A = "SELECT id FROM scans WHERE x = 1"
 B = f"UPDATE {t} SET balance = 1"
@@ -79,8 +80,8 @@ def f(scan):
 '''
     found = sql_in(source)
     assert [f.split(": ")[1] for f in found] == [
-        "app.db.execute", "peewee", "SQL text", "SQL text", "Scan.select()", ".save()"]
-    assert sql_in("from app.db import transaction\nx = {'a': 1}.get('a')\nnote = 'selected from the list'\n") == []
+        "app.plumbing.db.execute", "peewee", "SQL text", "SQL text", "Scan.select()", ".save()"]
+    assert sql_in("from app.plumbing.db import transaction\nx = {'a': 1}.get('a')\nnote = 'selected from the list'\n") == []
 
 
 def test_no_service_holds_sql():

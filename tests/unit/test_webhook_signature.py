@@ -1,7 +1,7 @@
-"""``app.webhook_signature`` (§6.3): the service signs, receivers verify."""
+"""``app.plumbing.signatures`` (§6.3): the service signs, receivers verify."""
 import pytest
 
-from app.webhook_signature import sign, verify_signature
+from app.plumbing.signatures import sign, verify_signature
 from simulator.receiver import verify_signature as simulator_verify
 
 SECRET = "whsec_example"
@@ -38,7 +38,7 @@ from datetime import UTC, datetime  # noqa: E402
 
 from standardwebhooks import Webhook  # noqa: E402
 
-from app.webhook_signature import decode_secret, secret_key, sign_standard, verify_standard  # noqa: E402
+from app.plumbing.signatures import decode_secret, secret_key, sign_standard, verify_standard  # noqa: E402
 
 WHSEC = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 OTHER = "whsec_b3RoZXIgc2VjcmV0IDAxMjM0NTY3ODlhYmNkZWY="

@@ -16,12 +16,12 @@ from collections import Counter
 import pytest
 import requests
 
+from app.activity import audit_sinks, entries
 from app.extensions import db
-from app.services.billing import activity, audit_sinks
 from simulator.receiver import hec_events
 from tests.conftest import ServerThread
+from tests.domain_fixtures import new_customer
 from tests.processes import WorkerProcess, service_env, wait_for
-from tests.services.conftest import new_customer
 from workers.audit_sinks import SinkPusher
 
 TOKEN = "hec-token-kill-test"
@@ -64,7 +64,7 @@ class HoldingHec:
 
 def write_entries(customer_id: str, n: int) -> list[str]:
     with db.connection_context():
-        return [activity.record(customer_id=customer_id, livemode=True, action="scan.read", status=200)
+        return [entries.record(customer_id=customer_id, livemode=True, action="scan.read", status=200)
                 for _ in range(n)]
 
 

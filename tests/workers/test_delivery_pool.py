@@ -13,11 +13,12 @@ import pytest
 from peewee import OperationalError
 from rq import Queue
 
-from app import runtime
+from app.accounts.models import ApiKey
 from app.extensions import db
-from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, enqueue_delivery, enqueue_engine_deletions, promote_due
-from app.models import ApiKey, DeliveryAttempt, WebhookDelivery
-from app.services.webhooks import endpoints, webhooks
+from app.plumbing import runtime
+from app.plumbing.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, enqueue_delivery, enqueue_engine_deletions, promote_due
+from app.webhooks import endpoints, outbox
+from app.webhooks.models import DeliveryAttempt, WebhookDelivery
 from simulator.procutil import wait_until
 from tests.conftest import ServerThread
 from workers import delivery_pool, webhook_jobs
@@ -77,8 +78,8 @@ def test_a_hanging_receiver_takes_its_share_and_the_others_keep_flowing(make_cus
     fast_account = make_customer(webhook_url=f"{fast.server.url}/hook")
     with db.connection_context():
         # The hanging receiver's deliveries first: one at a time, they would hold everything up.
-        slow_ids = [webhooks.send_test_event(slow_account.key.id, slow_account.customer.id).id for _ in range(12)]
-        fast_ids = [webhooks.send_test_event(fast_account.key.id, fast_account.customer.id).id for _ in range(30)]
+        slow_ids = [outbox.send_test_event(slow_account.key.id, slow_account.customer.id).id for _ in range(12)]
+        fast_ids = [outbox.send_test_event(fast_account.key.id, fast_account.customer.id).id for _ in range(30)]
     pool = DeliveryPool(size=6, per_endpoint=2).start()
     try:
         wait_until(lambda: statuses(fast_account.key.id) == {"succeeded": 30}, 30, "the fast receiver's deliveries")
@@ -134,12 +135,12 @@ def test_a_hanging_endpoint_does_not_hold_up_another_customers_endpoint_on_the_s
     try:
         with db.connection_context():
             for _ in range(10):
-                webhooks.send_test_event(slow_account.key.id, slow_account.customer.id)
+                outbox.send_test_event(slow_account.key.id, slow_account.customer.id)
         wait_until(lambda: receiver.most == 2 and pool.parked() == 8, 30, "the hanging endpoint at its share")
         made = {}
         with db.connection_context():
             for _ in range(20):
-                delivery = webhooks.send_test_event(fast_account.key.id, fast_account.customer.id)
+                delivery = outbox.send_test_event(fast_account.key.id, fast_account.customer.id)
                 made[delivery.id] = time.time()
         wait_until(lambda: statuses(fast_account.key.id) == {"succeeded": 20}, 30, "the fast endpoint's deliveries")
         assert statuses(slow_account.key.id) == {"pending": 10}  # still held: nothing waited for it to end
@@ -165,9 +166,9 @@ def test_two_endpoints_of_one_key_at_the_same_url_hold_a_share_each(make_custome
             key = ApiKey.get_by_id(account.key.id)
             second, _ = endpoints.create(key, url=receiver.server.url, events=["endpoint.disabled"])
             for _ in range(4):
-                webhooks.send_test_event(key.id, account.customer.id)  # to the first endpoint
-                webhooks.record_key_event(key, {"event": "endpoint.disabled"},  # its job goes with the row
-                                          leave_out=webhooks.first_endpoint_id(key.id))
+                outbox.send_test_event(key.id, account.customer.id)  # to the first endpoint
+                outbox.record_key_event(key, {"event": "endpoint.disabled"},  # its job goes with the row
+                                          leave_out=outbox.first_endpoint_id(key.id))
         wait_until(lambda: receiver.most == 4 and pool.parked() == 4, 30, "each endpoint at its own share")
         receiver.release.set()
         wait_until(lambda: statuses(account.key.id) == {"succeeded": 8}, 30, "every delivery sent")
@@ -191,7 +192,7 @@ def test_the_host_ceiling_bounds_one_host_across_its_endpoints(make_customer):
         with db.connection_context():
             for account in accounts:
                 for _ in range(2):
-                    webhooks.send_test_event(account.key.id, account.customer.id)
+                    outbox.send_test_event(account.key.id, account.customer.id)
         wait_until(lambda: receiver.now == 3 and pool.parked() == 3, 30, "three in flight, three parked")
         receiver.release.set()
         for account in accounts:
@@ -210,7 +211,7 @@ def test_a_warm_stop_puts_the_parked_jobs_back_in_redis(make_customer):
     account = make_customer(webhook_url=f"{hanging.server.url}/hook")
     with db.connection_context():
         for _ in range(5):
-            webhooks.send_test_event(account.key.id, account.customer.id)
+            outbox.send_test_event(account.key.id, account.customer.id)
     pool = DeliveryPool(size=4, per_endpoint=1).start()
     try:
         wait_until(lambda: pool.parked() == 4 and len(hanging.ids) == 1, 30, "one request and four parked jobs")
@@ -246,7 +247,7 @@ def test_a_parked_job_with_nothing_to_send_does_not_strand_the_jobs_parked_behin
 
     def send():
         with db.connection_context():
-            return webhooks.send_test_event(account.key.id, account.customer.id)
+            return outbox.send_test_event(account.key.id, account.customer.id)
 
     try:
         send()
@@ -308,7 +309,7 @@ def test_a_job_that_meets_a_database_error_is_retried_not_dropped(make_customer,
     receiver = Receiver(hang=False)
     account = make_customer(webhook_url=f"{receiver.server.url}/hook")
     with db.connection_context():
-        ids = [webhooks.send_test_event(account.key.id, account.customer.id).id for _ in range(20)]
+        ids = [outbox.send_test_event(account.key.id, account.customer.id).id for _ in range(20)]
     # Connections 1, 4, 7, ... of the delivery threads fail: both the first (load and reserve)
     # and the second (record) service call of some jobs meet a refused connection.
     flaky = FlakyConnections(db.obj, every=3, failures=12)
@@ -341,7 +342,7 @@ def test_the_pool_starts_once_rq_has_sized_the_redis_timeouts(app, redis_conn, m
 
     from workers import __main__ as worker_main
 
-    redis_conn.connection_pool.connection_kwargs["socket_timeout"] = 5  # as app.redis_conn sets it
+    redis_conn.connection_pool.connection_kwargs["socket_timeout"] = 5  # as app.plumbing.redis_conn sets it
     redis_conn.connection_pool.reset()  # a process starting: no connection opened yet
     seen = {}
 

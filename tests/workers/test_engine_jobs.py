@@ -16,20 +16,21 @@ import pytest
 import requests
 from freezegun import freeze_time
 
-from app import runtime
 from app.extensions import db
-from app.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, queue
-from app.models import Scan, WebhookDelivery, utcnow
-from app.models.scans import IN_FLIGHT
-from app.services.scans.results import Owner, band_for, normalize_result
-from app.services.tracking import looks, tracking
-from app.store.tracking import scan_states
+from app.plumbing import runtime
+from app.plumbing.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, queue
+from app.plumbing.models import utcnow
+from app.scans.models import IN_FLIGHT, Scan
+from app.scans.results import Owner, band_for, normalize_result
+from app.tracking import looks, states
+from app.tracking.statements import scan_states
+from app.webhooks.models import WebhookDelivery
 from simulator.investigations import decode_id, plan_for, progress_at
 from simulator.results import EXTRA_FIELD, FULL_DATE, HIGH_SCORE, NO_BAND, messiness_of, phone_profile, result_for
 from tests.conftest import ServerThread
 from tests.jobrunner import enqueue_old_tracking_job
 
-backoff = tracking.backoff
+backoff = states.backoff
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 START = "2026-11-21 12:00:00"
 ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
@@ -144,7 +145,7 @@ def look_log(monkeypatch):
 
     def recording(scan, state, now):
         outcome = real(scan, state, now)
-        if isinstance(outcome, tracking.Final):
+        if isinstance(outcome, states.Final):
             calls.append((scan.id, now, outcome.outcome, None))
         else:
             calls.append((scan.id, now, outcome[0], outcome[1][2]))
@@ -602,8 +603,8 @@ def test_replaying_looks_and_old_jobs_for_a_finished_scan_changes_nothing(client
                                             statuses=IN_FLIGHT, queued="queued", running="running",
                                             now=utcnow()) == []
         # A second verdict is refused by the compare-and-set.
-        assert tracking.complete(scan_id, {"risk": {"score": 1}}) is False
-        assert tracking.fail(scan_id, "engine_failed", "late") is False
+        assert states.complete(scan_id, {"risk": {"score": 1}}) is False
+        assert states.fail(scan_id, "engine_failed", "late") is False
         after = row(scan_id)
     assert engine_stats(simulator) == calls  # no replay asked the engine anything
     assert after.status == "completed"
@@ -666,11 +667,11 @@ def test_two_jobs_racing_to_finish_a_scan_finish_it_once(client, make_customer, 
     with freeze_time(START) as frozen:
         scan_id = create(client, account, "jane.doe@example.com")["scan_id"]
         result = normalize_result({"risk": {"score": 30}}, "email")
-        assert tracking.complete(scan_id, result) is True
+        assert states.complete(scan_id, result) is True
         first = row(scan_id)
         frozen.tick(5)
-        assert tracking.complete(scan_id, normalize_result({"risk": {"score": 90}}, "email")) is False
-        assert tracking.fail(scan_id, "engine_timeout", "too late") is False
+        assert states.complete(scan_id, normalize_result({"risk": {"score": 90}}, "email")) is False
+        assert states.fail(scan_id, "engine_timeout", "too late") is False
     after = row(scan_id)
     assert after.status == "completed" and after.completed_at == first.completed_at
     assert json.loads(after.result_json)["risk"] == {"score": 30, "band": "medium", "reasons": []}
@@ -687,7 +688,7 @@ def test_progress_is_not_recorded_on_a_finished_scan(client, make_customer):
         scan_id = create(client, account, "jane.doe@example.com")["scan_id"]
         with db.connection_context():
             claimed = row(scan_id).look_generation
-            assert tracking.fail(scan_id, "engine_failed", "x") is True
+            assert states.fail(scan_id, "engine_failed", "x") is True
             assert scan_states.record_looks([(scan_id, claimed, utcnow(), 0, 99, 50, True)], statuses=IN_FLIGHT,
                                             queued="queued", running="running", now=utcnow()) == []
     scan = row(scan_id)

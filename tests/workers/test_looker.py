@@ -6,7 +6,7 @@ import pytest
 from freezegun import freeze_time
 
 from app.extensions import db
-from tests.services.tracking.test_looks import NOW, hold_a_claim, make_scans
+from tests.tracking.test_looks import NOW, hold_a_claim, make_scans
 from workers.looker import BATCH_LINGER, HELD_WAIT, IDLE_WAIT, Lookers
 
 

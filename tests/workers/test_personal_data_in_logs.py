@@ -8,7 +8,7 @@ import logging
 from freezegun import freeze_time
 
 from app.extensions import db
-from app.models import WebhookDelivery
+from app.webhooks.models import WebhookDelivery
 from tests.workers.test_webhooks import START, hooked, receiver  # noqa: F401 - fixtures
 
 TARGETS = ("canary.one@example.com", "fail.canary@example.com", "+447700900555", "canaryhandle")

@@ -14,13 +14,15 @@ import requests
 from freezegun import freeze_time
 from rq.registry import ScheduledJobRegistry
 
-from app import runtime
+from app.accounts.models import CreditLedger
+from app.billing import charges
 from app.extensions import db
-from app.jobs import ENGINE_QUEUE, queue
-from app.models import BulkBatch, CreditLedger, Scan, utcnow
-from app.services.billing import billing
-from app.services.scans.results import Owner, normalize_result
-from app.services.tracking.recovery import sweep
+from app.plumbing import runtime
+from app.plumbing.jobs import ENGINE_QUEUE, queue
+from app.plumbing.models import utcnow
+from app.scans.models import BulkBatch, Scan
+from app.scans.results import Owner, normalize_result
+from app.tracking.recovery import sweep
 from tests.jobrunner import enqueue_old_tracking_job
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
@@ -66,7 +68,7 @@ def books(account) -> tuple[int, int, list]:
     """(balance, sum of the ledger, [(delta, reason), ...])."""
     with db.connection_context():
         entries = list(CreditLedger.select().where(CreditLedger.customer == account.id).order_by(CreditLedger.id))
-        balance = billing.balance_of(account.id)
+        balance = charges.balance_of(account.id)
     return balance, sum(e.delta for e in entries), [(e.delta, e.reason) for e in entries]
 
 
@@ -154,7 +156,7 @@ def test_a_reservation_never_submitted_is_reversed_after_the_stale_window(app, c
         raise ProcessDied()
 
     with freeze_time(START) as frozen:
-        monkeypatch.setattr("app.services.tracking.engine.submit", die)
+        monkeypatch.setattr("app.tracking.engine.submit", die)
         with pytest.raises(ProcessDied):
             client.post(SCAN, json={"target": "john.roe@example.com"}, headers=account.headers)
         monkeypatch.undo()
@@ -189,7 +191,7 @@ def test_a_bulk_reservation_never_submitted_is_reversed_whole(client, make_custo
         raise ProcessDied()
 
     with freeze_time(START) as frozen:
-        monkeypatch.setattr("app.services.tracking.engine.submit_batch", die)
+        monkeypatch.setattr("app.tracking.engine.submit_batch", die)
         with pytest.raises(ProcessDied):
             client.post(BULK, json={"targets": [{"target": "a.one@example.com"}, {"target": "torvalds"},
                                                 {"target": "+4915123456788"}, {"target": "x"}]},
@@ -272,7 +274,7 @@ def test_sweep_moves_overdue_scheduled_jobs_when_no_scheduler_runs(app, client, 
     from rq import Queue
     from rq.registry import ScheduledJobRegistry
 
-    from app.services.tracking.recovery import sweep
+    from app.tracking.recovery import sweep
 
     engine_queue = Queue("engine", connection=redis_conn)
     registry = ScheduledJobRegistry(queue=engine_queue)
@@ -290,7 +292,7 @@ def test_sweep_moves_overdue_scheduled_jobs_when_no_scheduler_runs(app, client, 
         with db.connection_context():
             Scan.update(next_look_at=None, tracking_job_id=f"trk-{scan_id}-0").where(Scan.id == scan_id).execute()
         frozen.tick(60)
-        from app.services.tracking import recovery
+        from app.tracking import recovery
         assert recovery.promote_overdue(utcnow()) == 1
         assert registry.count == 0 and engine_queue.count == 1
         assert jobs.run(frozen, until=lambda: statuses([scan_id]) == ["completed"])
@@ -301,7 +303,7 @@ def test_a_look_whose_commit_was_lost_is_looked_at_again(client, make_customer, 
     """A look at an unfinished scan commits its progress and next due time without waiting for
     PostgreSQL's disk flush. Were that commit lost in a crash, the row would be as before the
     look: its earlier due time, past by then. It is claimed again at once; nothing is lost."""
-    from app.services.tracking import looks
+    from app.tracking import looks
     account = make_customer(credits=100)
     with freeze_time(START) as frozen:
         scan_id = create(client, account, "slowpoke@example.com")
@@ -416,7 +418,7 @@ def test_scans_in_flight_before_the_upgrade_complete_after_it(app, client, make_
 def test_scans_recover_redispatches_a_fresh_delivery_whose_job_is_gone(app, client, make_customer, redis_conn,
                                                                         simulator):
     """The same for webhook deliveries: one created moments ago whose job Redis lost is sent now, once."""
-    from app.models import DeliveryAttempt, WebhookDelivery
+    from app.webhooks.models import DeliveryAttempt, WebhookDelivery
     from tests.jobrunner import JobRunner
     requests.post(f"{simulator.url}/_sim/receivers/recover-now", json={"secret": "whsec_cmVjb3Zlci1ub3cgc2VjcmV0IDAxMjM=",
                                                                       "responses": [200]}, timeout=5)

@@ -1,6 +1,6 @@
 from freezegun import freeze_time
 
-from app.models import Scan
+from app.scans.models import Scan
 
 
 def test_single_scan_completes_by_scheduled_time(client, account, jobs):

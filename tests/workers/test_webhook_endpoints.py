@@ -9,9 +9,10 @@ from datetime import datetime, timedelta
 import pytest
 from freezegun import freeze_time
 
-from app import metrics
-from app.models import ApiKey, WebhookDelivery
-from app.services.webhooks import endpoints, webhooks
+from app.accounts.models import ApiKey
+from app.plumbing import metrics
+from app.webhooks import endpoints, outbox
+from app.webhooks.models import WebhookDelivery
 from tests.workers.test_webhooks import SECRET, is_final, receiver, start_scan  # noqa: F401 - fixtures
 
 OTHER_SECRET = "whsec_b3RoZXIgcmVjZWl2ZXIgc2VjcmV0IDAxMjM0NTY="
@@ -52,7 +53,7 @@ def test_an_event_goes_to_each_enabled_endpoint_that_lists_it(client, make_custo
     # Each signed with its own endpoint's secret (the receivers check with the one they were given).
     assert got_first["headers"]["X-Service-Delivery"] != got_thin["headers"]["X-Service-Delivery"]
     by_endpoint = {d.endpoint_id: d for d in deliveries_of(scan_id) if d.event == "scan.completed"}
-    assert set(by_endpoint) == {webhooks.first_endpoint_id(key.id), second["endpoint_id"]}
+    assert set(by_endpoint) == {outbox.first_endpoint_id(key.id), second["endpoint_id"]}
     # scan.running went only to the endpoint that lists it, once.
     [running] = running_only.deliveries()
     body = json.loads(running["body"])
@@ -76,7 +77,7 @@ def delivered_events(hook) -> list[tuple[str, str]]:
 def test_an_endpoint_failing_for_days_is_disabled_skipped_recovered(client, make_customer, receiver, jobs):  # noqa: F811
     down, healthy = receiver(responses=[500]), receiver(secret=OTHER_SECRET)
     account = make_customer(webhook_url=down.url, webhook_secret=SECRET, credits=500)
-    first_id = webhooks.first_endpoint_id(account.key.id)
+    first_id = outbox.first_endpoint_id(account.key.id)
     endpoints.create(key_of(account), url=healthy.url, secret=OTHER_SECRET,
                      events=["scan.completed", "endpoint.disabled"])
     disabled_before = metrics.ENDPOINTS_DISABLED._value.get()

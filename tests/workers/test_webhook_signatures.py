@@ -1,6 +1,6 @@
 """Standard Webhooks signatures and rolling secret rotation (D16), on real deliveries to the
 simulator's receivers (E4), checked with the ``standardwebhooks`` package from PyPI and with
-``app/webhook_signature.py``; rotation through the service, the operator CLI and the portal."""
+``app/plumbing/signatures.py``; rotation through the service, the operator CLI and the portal."""
 from __future__ import annotations
 
 import json
@@ -11,12 +11,13 @@ import pytest
 from freezegun import freeze_time
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from app.models import ApiKey, WebhookDelivery
-from app.services.accounts import accounts
-from app.services.accounts.accounts import AccountError
-from app.services.shared.crypto import decrypt_secret
-from app.services.webhooks import webhooks
-from app.webhook_signature import verify_signature, verify_standard
+from app.accounts import admin
+from app.accounts.admin import AccountError
+from app.accounts.models import ApiKey
+from app.plumbing.crypto import decrypt_secret
+from app.plumbing.signatures import verify_signature, verify_standard
+from app.webhooks import outbox
+from app.webhooks.models import WebhookDelivery
 from tests.portal.helpers import PASSWORD, csrf, login
 
 SECRET = "whsec_c2lnbmF0dXJlcyB0ZXN0IHNlY3JldCAwMTIzNDU2Nzg5"
@@ -37,7 +38,7 @@ def unix(moment: str) -> int:
 
 def send(account, jobs) -> dict:
     """Send one test event and return what the receiver got."""
-    delivery = webhooks.send_test_event(account.key.id, account.customer.id)
+    delivery = outbox.send_test_event(account.key.id, account.customer.id)
     jobs.run()
     assert WebhookDelivery.get_by_id(delivery.id).status == "succeeded"
     return delivery
@@ -72,7 +73,7 @@ def test_a_stored_secret_of_the_old_form_keeps_signing_both_schemes(make_custome
     legacy = "legacy-secret-from-before-whsec"
     url, received = receiver(secret=legacy)
     account = make_customer(webhook_url=url)
-    from app.services.shared.crypto import encrypt_secret
+    from app.plumbing.crypto import encrypt_secret
     ApiKey.update(webhook_secret_enc=encrypt_secret(legacy)).where(ApiKey.id == account.key.id).execute()
     send(account, jobs)
     [got] = received()
@@ -86,14 +87,14 @@ def test_rolling_rotation_breaks_no_receiver(make_customer, receiver, jobs):
     old_url, old_only = receiver(secret=SECRET)
     account = make_customer(webhook_url=old_url, webhook_secret=SECRET)
     with freeze_time(START) as frozen:
-        rolled = webhooks.roll_secret(account.key.id, account.customer.id, overlap_hours=24)
+        rolled = outbox.roll_secret(account.key.id, account.customer.id, overlap_hours=24)
         new = rolled.secret
         assert re.fullmatch(r"whsec_[A-Za-z0-9+/]{43}=", new) and new != SECRET
         assert rolled.switch_at == datetime(2026, 11, 22, 12, 0, 0)
         key = ApiKey.get_by_id(account.key.id)
         assert decrypt_secret(key.webhook_next_secret_enc) == new and new not in key.webhook_next_secret_enc
         with pytest.raises(AccountError, match="already under way"):
-            webhooks.roll_secret(account.key.id, account.customer.id)
+            outbox.roll_secret(account.key.id, account.customer.id)
 
         for hours in (0, 23):  # during the overlap
             frozen.tick(hours * 3600)
@@ -123,15 +124,15 @@ def test_switch_now_ends_the_overlap_and_an_overlap_of_zero_replaces_at_once(mak
     url, received = receiver()
     account = make_customer(webhook_url=url, webhook_secret=SECRET)
     with pytest.raises(AccountError, match="no secret rotation"):
-        webhooks.switch_secret(account.key.id, account.customer.id)
-    new = webhooks.roll_secret(account.key.id, account.customer.id, overlap_hours=168).secret
-    webhooks.switch_secret(account.key.id, account.customer.id)
+        outbox.switch_secret(account.key.id, account.customer.id)
+    new = outbox.roll_secret(account.key.id, account.customer.id, overlap_hours=168).secret
+    outbox.switch_secret(account.key.id, account.customer.id)
     send(account, jobs)
     headers = received()[-1]["headers"]
     assert received()[-1]["signature_valid"] is False and len(headers["Webhook-Signature"].split(" ")) == 1
     assert Webhook(new).verify(received()[-1]["body"], headers)
 
-    newer = webhooks.roll_secret(account.key.id, account.customer.id, overlap_hours=0).secret
+    newer = outbox.roll_secret(account.key.id, account.customer.id, overlap_hours=0).secret
     key = ApiKey.get_by_id(account.key.id)
     assert decrypt_secret(key.webhook_secret_enc) == newer and key.webhook_next_secret_enc is None
 
@@ -180,7 +181,7 @@ def test_cli_roll_and_switch(app, make_customer, caplog):
 
 def test_portal_rolls_with_confirmation_then_switches_now(client, make_customer):
     account = make_customer(webhook_secret=SECRET)
-    accounts.create_user(account.id, "ops@acme.example", PASSWORD)
+    admin.create_user(account.id, "ops@acme.example", PASSWORD)
     page = f"/app/api-keys/{account.key.id}"
     with freeze_time(START):
         login(client)
@@ -259,8 +260,8 @@ def _race(database_url, key_id, customer_id, replace):
 
 
 @pytest.mark.parametrize("replace", [
-    lambda key_id, customer_id: webhooks.roll_secret(key_id, customer_id, 0).secret,
-    lambda key_id, customer_id: webhooks.generate_secret(key_id, customer_id),
+    lambda key_id, customer_id: outbox.roll_secret(key_id, customer_id, 0).secret,
+    lambda key_id, customer_id: outbox.generate_secret(key_id, customer_id),
 ], ids=["roll with no overlap", "generate"])
 def test_a_double_click_leaves_one_secret_in_force_and_says_so(app, make_customer, replace):
     """Two replacements that read the same secret: one wins, the other is refused, so no page

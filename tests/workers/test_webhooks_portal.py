@@ -8,9 +8,9 @@ import json
 import pytest
 from freezegun import freeze_time
 
-from app.models import WebhookDelivery
-from app.services.accounts.accounts import AccountError
-from app.services.webhooks import webhooks
+from app.accounts.admin import AccountError
+from app.webhooks import outbox
+from app.webhooks.models import WebhookDelivery
 
 SECRET = "whsec_cG9ydGFsIHNlY3JldCAwMTIzNDU2Nzg5"
 START = "2026-11-21 12:00:00"
@@ -39,7 +39,7 @@ def final(delivery_id: str) -> bool:
 def test_a_test_event_is_a_signed_scan_completed_marked_test(make_customer, receiver, jobs):
     url, received = receiver()
     account = make_customer(webhook_url=url, webhook_secret=SECRET)
-    delivery = webhooks.send_test_event(account.key.id, account.customer.id)
+    delivery = outbox.send_test_event(account.key.id, account.customer.id)
     jobs.run()
     assert WebhookDelivery.get_by_id(delivery.id).status == "succeeded" and delivery.scan_id is None
     [got] = received()
@@ -60,17 +60,17 @@ def test_redelivery_starts_a_new_series_to_the_current_url(make_customer, receiv
     new_url, new_received = receiver(responses=[500, 200])
     account = make_customer(webhook_url=old_url, webhook_secret=SECRET)
     with freeze_time(START) as frozen:
-        delivery = webhooks.send_test_event(account.key.id, account.customer.id)
+        delivery = outbox.send_test_event(account.key.id, account.customer.id)
         assert jobs.run(frozen, until=lambda: final(delivery.id))
         failed = WebhookDelivery.get_by_id(delivery.id)
         assert (failed.status, failed.attempts) == ("failed", 2)
 
-        webhooks.set_webhook(account.key.id, account.customer.id, new_url)
+        outbox.set_webhook(account.key.id, account.customer.id, new_url)
         frozen.tick(3600)
-        again = webhooks.redeliver(delivery.id, account.customer.id)
+        again = outbox.redeliver(delivery.id, account.customer.id)
         assert (again.id, again.status, again.body) == (delivery.id, "pending", failed.body)
-        with pytest.raises(webhooks.DeliveryPending, match="pending"):
-            webhooks.redeliver(delivery.id, account.customer.id)  # pending again already
+        with pytest.raises(outbox.DeliveryPending, match="pending"):
+            outbox.redeliver(delivery.id, account.customer.id)  # pending again already
         assert jobs.run(frozen, until=lambda: final(delivery.id))
 
     done = WebhookDelivery.get_by_id(delivery.id)
@@ -80,7 +80,7 @@ def test_redelivery_starts_a_new_series_to_the_current_url(make_customer, receiv
     assert [d["response_status"] for d in second_series] == [500, 200]
     assert {d["body"] for d in second_series} == {failed.body}
     assert {d["headers"]["X-Service-Delivery"] for d in second_series} == {delivery.id}
-    log = webhooks.list_deliveries(account.key.id, account.customer.id).items[0]["attempts"]
+    log = outbox.list_deliveries(account.key.id, account.customer.id).items[0]["attempts"]
     assert [(a["number"], a["url"], a["outcome"]) for a in log] == [
         (4, new_url, "succeeded"), (3, new_url, "failed"), (2, old_url, "failed"), (1, old_url, "failed")]
 
@@ -89,12 +89,12 @@ def test_redelivery_starts_a_new_series_to_the_current_url(make_customer, receiv
 def test_a_pending_delivery_is_not_redelivered_a_succeeded_one_is(make_customer, receiver, jobs):
     url, received = receiver()
     account = make_customer(webhook_url=url, webhook_secret=SECRET)
-    delivery = webhooks.send_test_event(account.key.id, account.customer.id)
-    with pytest.raises(webhooks.DeliveryPending, match="pending"):
-        webhooks.redeliver(delivery.id, account.customer.id)  # pending
+    delivery = outbox.send_test_event(account.key.id, account.customer.id)
+    with pytest.raises(outbox.DeliveryPending, match="pending"):
+        outbox.redeliver(delivery.id, account.customer.id)  # pending
     jobs.run()
     assert WebhookDelivery.get_by_id(delivery.id).status == "succeeded"
-    again = webhooks.redeliver(delivery.id, account.customer.id)
+    again = outbox.redeliver(delivery.id, account.customer.id)
     assert (again.status, again.series_start) == ("pending", 1)
     jobs.run()
     assert (WebhookDelivery.get_by_id(delivery.id).status, len(received())) == ("succeeded", 2)
@@ -104,11 +104,11 @@ def test_a_pending_delivery_is_not_redelivered_a_succeeded_one_is(make_customer,
 def test_redelivery_needs_a_webhook_url(make_customer, receiver, jobs):
     url, _ = receiver(responses=[500])
     account = make_customer(webhook_url=url, webhook_secret=SECRET)
-    delivery = webhooks.send_test_event(account.key.id, account.customer.id)
+    delivery = outbox.send_test_event(account.key.id, account.customer.id)
     jobs.run()
-    webhooks.set_webhook(account.key.id, account.customer.id, None)
+    outbox.set_webhook(account.key.id, account.customer.id, None)
     with pytest.raises(AccountError, match="no webhook URL"):
-        webhooks.redeliver(delivery.id, account.customer.id)
+        outbox.redeliver(delivery.id, account.customer.id)
     assert WebhookDelivery.get_by_id(delivery.id).status == "failed"
 
 
@@ -120,7 +120,7 @@ def test_the_delivery_log_is_newest_first_filtered_and_paged(client, make_custom
     url, _ = receiver(responses=[200, 500])
     account = make_customer(webhook_url=url, webhook_secret=SECRET)
     with freeze_time(START) as frozen:
-        ok = webhooks.send_test_event(account.key.id, account.customer.id)
+        ok = outbox.send_test_event(account.key.id, account.customer.id)
         jobs.run()
         frozen.tick(1)
         scan_id = client.post("/api/v1/scan", json={"target": "fail.me@example.com"},
@@ -128,7 +128,7 @@ def test_the_delivery_log_is_newest_first_filtered_and_paged(client, make_custom
         assert jobs.run(frozen, until=lambda: WebhookDelivery.select()
                         .where(WebhookDelivery.scan_id == scan_id, WebhookDelivery.status == "failed").exists())
 
-    page = webhooks.list_deliveries(account.key.id, account.customer.id)
+    page = outbox.list_deliveries(account.key.id, account.customer.id)
     assert (page.total, page.page, page.pages) == (2, 1, 1)
     newest, oldest = page.items
     assert (newest["scan_id"], newest["event"], newest["status"], newest["test"]) == (
@@ -137,7 +137,7 @@ def test_the_delivery_log_is_newest_first_filtered_and_paged(client, make_custom
     assert (oldest["delivery_id"], oldest["status"], oldest["test"]) == (ok.id, "succeeded", True)
     assert oldest["attempts"][0]["response_excerpt"] == '{"status":200}\n'
 
-    only = webhooks.list_deliveries
+    only = outbox.list_deliveries
     assert [d["delivery_id"] for d in only(account.key.id, account.customer.id, status="succeeded").items] == [ok.id]
     assert [d["scan_id"] for d in only(account.key.id, account.customer.id, event="scan.failed").items] == [scan_id]
     assert only(account.key.id, account.customer.id, status="failed", event="scan.completed").items == []

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from app import runtime
 from app.extensions import db
-from app.models import Scan
+from app.plumbing import runtime
+from app.scans.models import Scan
 from simulator.procutil import wait_until
 from tests.conftest import ServerThread
 from tests.processes import WorkerProcess, service_env, wait_for
@@ -132,7 +132,7 @@ def test_a_failing_sweep_does_not_stop_the_worker(app, monkeypatch):
     def broken():
         raise RuntimeError("database went away")
 
-    monkeypatch.setattr("app.services.tracking.recovery.sweep", broken)
+    monkeypatch.setattr("app.tracking.recovery.sweep", broken)
     worker = build_worker()
     worker.run_maintenance_tasks()  # logged, not raised
 

@@ -1,0 +1,329 @@
+"""Customers, API keys and portal users: what the operator CLI and the portal manage."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from werkzeug.security import generate_password_hash
+
+from app.accounts import access
+from app.accounts.models import TIERS, ApiKey, Customer, PortalUser
+from app.accounts.statements import customers as customer_store
+from app.accounts.statements import keys as key_store
+from app.billing import charges, quotas
+from app.billing.limits import Limits, limits_for, watch_limit_for
+from app.plumbing.crypto import digest, new_api_key
+from app.plumbing.db import transaction, write_transaction
+from app.plumbing.errors import AccountError, InsufficientBalance
+from app.plumbing.models import iso, new_id, utcnow
+
+# The columns' ranges: balances and ledger deltas are BIGINT, limit overrides INTEGER.
+# A number outside them would fail in the database.
+BIGINT_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+MAX_NAME_LENGTH = 200  # Customer.name, ApiKey.name
+MAX_REASON_LENGTH = 500
+
+if TYPE_CHECKING:  # the entry of a charged call: only its type here (operator commands import less)
+    from app.activity import entries
+
+
+def _check_range(field: str, value: int, low: int, high: int) -> int:
+    if not low <= value <= high:
+        raise AccountError(f"{field} must be a whole number from {low} to {high}")
+    return value
+
+
+def _check_text(field: str, value: str | None, max_length: int, *, required: bool) -> str:
+    value = (value or "").strip()
+    if required and not value:
+        raise AccountError(f"{field} must not be empty")
+    if len(value) > max_length:
+        raise AccountError(f"{field} must have at most {max_length} characters")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise AccountError(f"{field} must not contain control characters")
+    return value
+
+
+def _known_id(value: str) -> bool:
+    # No id holds a NUL (PostgreSQL refuses to even compare one) or exceeds the id columns.
+    return isinstance(value, str) and "\x00" not in value and len(value) <= 40
+
+
+def create_customer(name: str, tier: str, credits: int = 0) -> Customer:
+    if tier not in TIERS:
+        raise AccountError(f"tier must be one of {', '.join(TIERS)}")
+    name = _check_text("name", name, MAX_NAME_LENGTH, required=True)
+    _check_range("credits", credits, 0, BIGINT_MAX)
+    with transaction():
+        customer = customer_store.insert(customer_id=new_id("cus"), name=name, tier=tier, balance=0)
+        if credits:
+            charges.credit(customer.id, credits, "grant", note="initial credits")
+    return customer_store.get(customer.id)
+
+
+def lock_customer(customer_id: str) -> Customer:
+    """The customer's row, locked until the transaction ends: this serialises a customer's
+    admissions (``SELECT ... FOR UPDATE``). Call inside ``app.plumbing.db.write_transaction``."""
+    customer = customer_store.lock(customer_id)
+    if customer is None:
+        raise Customer.DoesNotExist(f"no customer {customer_id}")
+    return customer
+
+
+def get_customer(customer_id: str) -> Customer:
+    customer = customer_store.find(customer_id) if _known_id(customer_id) else None
+    if customer is None:
+        raise AccountError(f"no customer {customer_id}")
+    return customer
+
+
+def list_customers() -> list[Customer]:
+    return customer_store.all_oldest_first()
+
+
+def set_tier(customer_id: str, tier: str) -> Customer:
+    if tier not in TIERS:
+        raise AccountError(f"tier must be one of {', '.join(TIERS)}")
+    get_customer(customer_id)
+    customer_store.update(customer_id, {"tier": tier})
+    return get_customer(customer_id)
+
+
+def set_limits(customer_id: str, *, inflight=None, hour=None, day=None, watches=None) -> Customer:
+    get_customer(customer_id)
+    changes = {}
+    for field, value in (("inflight_limit", inflight), ("hour_limit", hour), ("day_limit", day),
+                         ("watch_limit", watches)):
+        if value is not None:
+            changes[field] = _check_range(field, value, 0, INT_MAX)
+    if changes:
+        customer_store.update(customer_id, changes)
+    return get_customer(customer_id)
+
+
+def set_settings(customer_id: str, *, require_purpose: bool | None = None,
+                 result_retention_days: int | None = None, require_2fa: bool | None = None) -> Customer:
+    """The customer's settings: ``require_purpose`` (D20: creations must say why),
+    ``result_retention_days`` (D20: how long a final scan's personal data is kept),
+    ``require_2fa`` (D21: every portal user logs in with a second factor)."""
+    get_customer(customer_id)
+    changes: dict = {}
+    if require_purpose is not None:
+        changes["require_purpose"] = bool(require_purpose)
+    if result_retention_days is not None:
+        from app.privacy import erasure
+        changes["result_retention_days"] = _check_range("result_retention_days", result_retention_days,
+                                                        *erasure.RETENTION_DAYS_RANGE)
+    if require_2fa is not None:
+        changes["require_2fa"] = bool(require_2fa)
+    if changes:
+        customer_store.update(customer_id, changes)
+    return get_customer(customer_id)
+
+
+def add_credits(customer_id: str, amount: int, reason: str | None = None) -> int:
+    """Add ``amount`` credits (negative: take them back) with the operator's optional ``reason``,
+    which the ledger row keeps (its ``note``) and the customer sees with the movement; returns
+    the new balance. A credit is a ``grant``, a debit a ``debit`` (``usage.OPERATOR_KINDS``)."""
+    customer = get_customer(customer_id)
+    if amount == 0:
+        raise AccountError("amount must not be zero")
+    _check_range("amount", amount, -BIGINT_MAX, BIGINT_MAX)
+    reason = _check_text("reason", reason, MAX_REASON_LENGTH, required=False) or None
+    if amount > 0:
+        if customer.balance > BIGINT_MAX - amount:
+            raise AccountError(f"the balance would exceed {BIGINT_MAX}")
+        return charges.credit(customer_id, amount, "grant", note=reason)
+    balance = charges.charge(customer_id, -amount, "debit", note=reason)
+    if balance is None:
+        raise AccountError("the balance is smaller than the debit")
+    return balance
+
+
+def issue_key(customer_id: str, name: str = "", webhook_url: str | None = None,
+              webhook_secret: str | None = None, *, livemode: bool = True, scopes=None,
+              expires_in_days: int | None = None, allowed_ips=None) -> tuple[ApiKey, str]:
+    """A new key (a test key, ``service_test_…``, when ``livemode`` is False: D15); returns the
+    row and the plaintext, which is never stored or shown again. D21: ``scopes`` (default:
+    all), ``expires_in_days`` (default: never), ``allowed_ips`` (default: anywhere), checked
+    by ``app.accounts.access`` before anything is written.
+
+    The webhook URL and secret go through ``outbox.set_webhook``, the portal's own
+    rules, in the key's transaction: a refused one leaves no key behind.
+    """
+    get_customer(customer_id)
+    name = _check_text("name", name, MAX_NAME_LENGTH, required=False)
+    key_scopes = access.parse_scopes(scopes) if scopes is not None else list(access.SCOPES)
+    expires_at = access.expiry_in_days(expires_in_days, utcnow()) if expires_in_days is not None else None
+    blocks = access.parse_allowlist(allowed_ips)
+    plaintext = new_api_key(livemode)
+    with transaction():
+        key = key_store.insert(key_id=new_id("key"), customer_id=customer_id, name=name, digest=digest(plaintext),
+                               prefix=plaintext[:17], last4=plaintext[-4:], livemode=livemode,
+                               scopes=key_scopes, expires_at=expires_at, allowed_ips=blocks)
+        if webhook_url or webhook_secret is not None:
+            from app.webhooks import outbox
+            key = outbox.set_webhook(key.id, customer_id, webhook_url, webhook_secret)
+    return key, plaintext
+
+
+def get_key(key_id: str) -> ApiKey:
+    key = key_store.find(key_id) if _known_id(key_id) else None
+    if key is None:
+        raise AccountError(f"no key {key_id}")
+    return key
+
+
+def list_keys(customer_id: str | None = None) -> list[ApiKey]:
+    """Every key, oldest first, or one customer's (an unknown customer has none)."""
+    if customer_id and not _known_id(customer_id):
+        return []
+    return key_store.all_oldest_first(customer_id)
+
+
+def customer_keys(customer_id: str) -> list[ApiKey]:
+    """A customer's keys, newest first (the portal's list)."""
+    return key_store.of_customer_newest_first(customer_id)
+
+
+def revoke_key(key_id: str) -> ApiKey:
+    get_key(key_id)  # an unknown key is refused before anything changes
+    key_store.revoke(key_id, utcnow())
+    return key_store.get(key_id)
+
+
+def create_user(customer_id: str, email: str, password: str, role: str = "owner") -> PortalUser:
+    """A portal user of the customer with ``role`` (D21; the operator's default: an owner, who adds
+    the others in the portal)."""
+    from app.accounts.portal_roles import ROLES
+    get_customer(customer_id)
+    if role not in ROLES:
+        raise AccountError(f"role must be one of {', '.join(ROLES)}, not {str(role)[:20]!r}")
+    email = email.strip().lower()
+    if "@" not in email:
+        raise AccountError("email must be an e-mail address")
+    if len(password) < 10:
+        raise AccountError("password must have at least 10 characters")
+    if customer_store.portal_user_by_email(email):
+        raise AccountError(f"a user {email} exists already")
+    return customer_store.insert_portal_user(user_id=new_id("usr"), customer_id=customer_id, email=email,
+                                             password_hash=generate_password_hash(password, method="scrypt"),
+                                             role=role)
+
+
+def customer_dict(customer: Customer) -> dict:
+    limits = limits_for(customer)
+    return {
+        "customer_id": customer.id, "name": customer.name, "tier": customer.tier, "balance": customer.balance,
+        "limits": {"inflight": limits.inflight, "hour": limits.hour, "day": limits.day,
+                   "watches": watch_limit_for(customer)},
+        "overrides": {"inflight": customer.inflight_limit, "hour": customer.hour_limit, "day": customer.day_limit,
+                      "watches": customer.watch_limit},
+        "settings": {"require_purpose": customer.require_purpose,
+                     "result_retention_days": customer.result_retention_days, "require_2fa": customer.require_2fa},
+    }
+
+
+def customer_overview(customer_id: str, now=None, ledger_rows: int = 10) -> dict:
+    """What an operator needs to know about a customer at once: the balance, tier and
+    limits, the usage ``now`` (as the portal's usage page counts it), the keys, and the
+    latest credit movements with their notes (an operator's credit keeps its reason there)."""
+    customer = get_customer(customer_id)
+    now = now or utcnow()
+    window = quotas.window_usage(customer.id, now)
+    keys = key_store.all_oldest_first(customer.id)
+    ledger = customer_store.latest_ledger(customer.id, ledger_rows)
+    return {
+        **customer_dict(customer),
+        "created_at": iso(customer.created_at),
+        "usage": {"in_flight": quotas.inflight_count(customer.id), "hour": window.hour, "day": window.day},
+        "keys": [key_dict(k) for k in keys],
+        "ledger": [{"created_at": iso(row.created_at), "delta": row.delta, "balance_after": row.balance_after,
+                    "kind": row.reason, "note": row.note, "scan_id": row.scan_id or row.bulk_id,
+                    "reads": row.reads}
+                   for row in ledger],
+    }
+
+
+def key_dict(key: ApiKey) -> dict:
+    return {
+        "key_id": key.id, "customer_id": key.customer_id, "name": key.name, "prefix": key.prefix,
+        "last4": key.last4, "created_at": iso(key.created_at), "last_used_at": iso(key.last_used_at),
+        "revoked_at": iso(key.revoked_at), "status": _status(key),
+        "mode": "live" if key.livemode else "test",
+        "webhook_url": key.webhook_url, "has_webhook_secret": bool(key.webhook_secret_enc),
+        "webhook_payload": key.webhook_payload, **access.access_of(key),
+    }
+
+
+def _status(key: ApiKey) -> str:
+    if not key.is_live:
+        return "revoked"
+    return "expired" if access.is_expired(key, utcnow()) else "active"
+
+
+def recount(customer_id: str) -> dict:
+    """Rebuild the customer's quota counters from its scans (``flask customers recount``).
+
+    The counters move with every scan in the code, so this only matters after scans were
+    changed by hand in the database. Under the admission's lock: an admission waits, and a
+    scan finishing meanwhile is counted in flight here and taken out after (its UPDATE of
+    the customer waits for this transaction), so the counters stay right.
+    """
+    now = utcnow()
+    with write_transaction():
+        customer = lock_customer(customer_id)
+        counted, minutes = quotas.counted_from_scans(now, customer_id)
+        test_counted, test_minutes = quotas.counted_from_scans(now, customer_id, livemode=False)
+        in_flight, test_in_flight = counted[customer_id], test_counted[customer_id]
+        customer_store.set_in_flight(customer_id, in_flight=in_flight, test_in_flight=test_in_flight)
+        customer_store.delete_minutes(customer_id)
+        for livemode, counts in ((True, minutes), (False, test_minutes)):
+            for (_, minute), count in counts.items():
+                quotas.count_created(customer_id, minute, count, livemode)
+    return {"customer_id": customer_id, "in_flight": {"was": customer.in_flight, "now": in_flight},
+            "day": sum(minutes.values())}
+
+
+@dataclass(frozen=True)
+class AccountView:
+    """The answer of ``GET /api/v1/account``: its body, and the balance after its charge with the
+    limits and window usage the answer's headers report, and the activity entry written with the
+    charge (None: not charged)."""
+
+    body: dict
+    balance: int
+    limits: Limits
+    usage: quotas.Usage
+    credits: int = 0  # what the call cost (the activity log's entry says it)
+    recorded: entries.Recorded | None = None
+
+
+def account_view(key: ApiKey, *, request_id: str | None, endpoint: str | None,
+                 entry: entries.CallEntry) -> AccountView:
+    """The calling key's account (D21): customer, tier, balance, limits, usage of the key's mode,
+    and what the key may do. It costs one call like any other, charged here so that the
+    balance shown is the one after it (``endpoint``: the ledger row's note; ``entry``: the
+    call's activity entry, written with the charge, D25); a test key pays nothing and sees the
+    live balance and its own windows (D15)."""
+    now = utcnow()
+    customer = key.customer
+    credits = 0
+    recorded = None
+    if charges.is_billed(key.livemode):
+        balance, usage = charges.charge_call(customer.id, request_id, now, endpoint, read_of=key.livemode,
+                                             entry=entry.row(credits=charges.CALL_PRICE))
+        if balance is None:  # the balance ran out since the key was read: not served
+            raise InsufficientBalance(charges.balance_of(customer.id))
+        credits = charges.CALL_PRICE
+        recorded = entry.recorded()
+    else:
+        balance, usage = charges.balance_of(customer.id), quotas.window_usage(customer.id, now, key.livemode)
+    limits = limits_for(customer)
+    inflight = customer.in_flight if key.livemode else customer.test_in_flight
+    body = {"ok": True, "customer_id": customer.id, "tier": customer.tier, "balance": balance,
+            "limits": {"inflight": limits.inflight, "hour": limits.hour, "day": limits.day},
+            "usage": {"inflight": inflight, "hour": usage.hour, "day": usage.day},
+            "key": {"key_id": key.id, "livemode": key.livemode, **access.access_of(key)}}
+    return AccountView(body, balance, limits, usage, credits, recorded)

@@ -1,0 +1,1 @@
+"""The domain's portal pages, one module per page or small group of pages."""

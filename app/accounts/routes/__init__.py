@@ -1,0 +1,1 @@
+"""The domain's HTTP routes, one module per resource."""

@@ -1,0 +1,121 @@
+"""Usage figures for the portal (issue 19): activity per day and per hour, the ledger
+described for a person, and the ledger of a period for a CSV export.
+
+Aggregations run in SQL (``GROUP BY`` the day or hour of ``created_at``) over the
+customer's rows of the period, which the ``(customer, created_at)`` indexes of ``scan``
+and ``credit_ledger`` select; Python only fills the buckets with no row with zeros.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+
+from app.accounts.models import CreditLedger
+from app.accounts.statements import customers as customer_store
+from app.billing import charges
+from app.plumbing.errors import InvalidRequest
+from app.plumbing.models import utcnow
+from app.plumbing.paging import Page
+
+MAX_PER_PAGE = 100
+MAX_EXPORT_DAYS = 366
+EXPORT_CHUNK = 1000
+# The ledger reasons of an operator's movements, a credit and a debit (the note is the reason given, if any).
+OPERATOR_KINDS = ("grant", "debit")
+
+@dataclass
+class Bucket:
+    start: datetime
+    label: str
+    scans: int
+    credits: int
+
+
+def activity(customer_id: str, unit: str = "day", now: datetime | None = None) -> list[Bucket]:
+    """Scans created and credits spent per day over the last 30 days (today included), or
+    per hour over the last 48 hours (this hour included), oldest first.
+
+    Credits spent are the charges net of refunds: an operator's credits are not spending.
+    """
+    now = now or utcnow()
+    if unit == "day":
+        first = datetime.combine(now.date() - timedelta(days=29), time())
+        starts = [first + timedelta(days=i) for i in range(30)]
+        label_of = "%Y-%m-%d"
+    elif unit == "hour":
+        first = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=47)
+        starts = [first + timedelta(hours=i) for i in range(48)]
+        label_of = "%Y-%m-%d %H"
+    else:
+        raise ValueError(f"unknown unit {unit}")
+    # Live scans only: a test key's scans are free and count apart (D15).
+    scans = customer_store.scans_by_bucket(customer_id, since=first, unit=unit, livemode=True)
+    spent = customer_store.spent_by_bucket(customer_id, since=first, unit=unit, except_reasons=OPERATOR_KINDS)
+    return [Bucket(start, start.strftime(label_of), scans.get(start.strftime(label_of), 0),
+                   spent.get(start.strftime(label_of), 0)) for start in starts]
+
+
+# --- the ledger, described ------------------------------------------------------------
+
+def describe(row: CreditLedger) -> dict:
+    """What a credit movement was: the API endpoint and resource it paid for, or the
+    operator's reason for a credit."""
+    note = row.note or ""
+    entry = {"id": row.id, "created_at": row.created_at, "delta": row.delta, "balance_after": row.balance_after,
+             "kind": row.reason, "scan_id": row.scan_id, "bulk_id": row.bulk_id, "request_id": row.request_id,
+             "endpoint": "", "what": "", "reason": "", "reads": row.reads}
+    if row.reason == charges.READS_REASON:
+        # A minute's reads of one endpoint, summed (D24): dated by the latest, with the balance
+        # after it (a movement between them is listed before the row: not a running balance row
+        # by row, but the changes add up to the balance); each read is in the activity log.
+        entry.update(what=charges.reads_words(row.reads or 0), endpoint=note)
+    elif row.reason in OPERATOR_KINDS:
+        entry["what"] = "Credits added by your account manager" if row.delta >= 0 else \
+            "Credits taken back by your account manager"
+        entry["reason"] = note
+    elif row.reason == "scan":
+        entry.update(what="Scan created", endpoint="POST /api/v1/scan")
+    elif row.reason == "bulk":
+        entry.update(what="Bulk batch created", endpoint="POST /api/v1/scan/bulk")
+    elif row.reason == "refund":
+        entry.update(what="Refund", reason=note)
+    elif row.reason == "call":
+        # A served call's note is its method and path, kept by the API when it charged.
+        entry.update(what="API call", endpoint=note)
+    else:
+        entry.update(what=row.reason, reason=note)
+    return entry
+
+
+def ledger_page(customer_id: str, page: int = 1, per_page: int = 25) -> Page:
+    page, per_page = max(1, page), min(MAX_PER_PAGE, max(1, per_page))
+    total = customer_store.ledger_count(customer_id)
+    rows = customer_store.ledger_page(customer_id, page=page, per_page=per_page)
+    return Page([describe(r) for r in rows], total, page, per_page)
+
+
+def check_period(start: date, end: date, today: date | None = None) -> tuple[datetime, datetime]:
+    """The half-open UTC interval of the days ``start`` to ``end`` included; ``InvalidRequest``
+    says why a period is refused (the portal shows it on the form)."""
+    today = today or utcnow().date()
+    if start > end:
+        raise InvalidRequest("the first day must not be after the last day")
+    if (end - start).days + 1 > MAX_EXPORT_DAYS:
+        raise InvalidRequest(f"a period covers at most {MAX_EXPORT_DAYS} days")
+    if start > today:
+        raise InvalidRequest("the period starts in the future")
+    return datetime.combine(start, time()), datetime.combine(end + timedelta(days=1), time())
+
+
+def ledger_export(customer_id: str, since: datetime, until: datetime):
+    """The movements of ``[since, until)``, oldest first, described; read in chunks
+    (keyset on created_at, id) so a long period never sits in memory at once."""
+    last = None
+    while True:
+        rows = customer_store.ledger_chunk(customer_id=customer_id, since=since, until=until, after=last,
+                                           limit=EXPORT_CHUNK)
+        for row in rows:
+            yield describe(row)
+        if len(rows) < EXPORT_CHUNK:
+            return
+        last = (rows[-1].created_at, rows[-1].id)

@@ -1,1 +1,0 @@
-"""Marshmallow schemas: request parsing and the documented response shapes."""

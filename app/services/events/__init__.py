@@ -1,1 +1,0 @@
-"""Events: the stored event feed, its list and its stream's announcements."""

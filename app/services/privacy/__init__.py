@@ -1,1 +1,0 @@
-"""Privacy: erasure, suppressions, targets' identity, engine deletions."""

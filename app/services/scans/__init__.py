@@ -1,1 +1,0 @@
-"""Scans: admission, bulk input, results and findings, reads, purposes."""

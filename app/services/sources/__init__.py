@@ -1,1 +1,0 @@
-"""Sources: each engine source's health, its probes and quarantine (D30)."""

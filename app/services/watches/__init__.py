@@ -1,1 +1,0 @@
-"""Watches: targets scanned again on a schedule, and the changes they announce."""

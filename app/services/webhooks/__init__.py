@@ -1,1 +1,0 @@
-"""Webhooks: a key's webhook settings, endpoints, deliveries and their console, URL checks."""

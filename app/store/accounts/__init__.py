@@ -1,1 +1,0 @@
-"""The statements of the accounts domain (its rules: app/services/accounts/)."""

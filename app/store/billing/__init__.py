@@ -1,1 +1,0 @@
-"""The statements of the billing domain (its rules: app/services/billing/)."""

@@ -1,1 +1,0 @@
-"""The statements of the events domain (its rules: app/services/events/)."""

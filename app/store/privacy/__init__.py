@@ -1,1 +1,0 @@
-"""The statements of the privacy domain (its rules: app/services/privacy/)."""

@@ -1,1 +1,0 @@
-"""The statements of the scans domain (its rules: app/services/scans/)."""

@@ -1,1 +1,0 @@
-"""The statements of the shared domain (its rules: app/services/shared/)."""

@@ -1,1 +1,0 @@
-"""The statements of the sources domain (its rules: app/services/sources/)."""

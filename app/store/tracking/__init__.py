@@ -1,1 +1,0 @@
-"""The statements of the tracking domain (its rules: app/services/tracking/)."""

@@ -1,1 +1,0 @@
-"""The statements of the watches domain (its rules: app/services/watches/)."""

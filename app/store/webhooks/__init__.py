@@ -1,1 +1,0 @@
-"""The statements of the webhooks domain (its rules: app/services/webhooks/)."""

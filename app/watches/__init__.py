@@ -1,0 +1,3 @@
+"""Watches: a target scanned again on a schedule.
+
+Offers: ``watchlist`` (create, read, change, end, run due), ``watch_times``, ``watch_changes``, ``models``."""
