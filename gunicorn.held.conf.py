@@ -3,7 +3,7 @@ serving the calls that stay open (``?wait=N`` on scan and batch reads and on cre
 ``GET /api/v1/events/stream``) on gevent greenlets instead of threads.
 
 A held call spends its life asleep on a flag the process's one LISTEN session sets
-(``app.scans.waits``): under the threaded server each one holds one of gunicorn's 16
+(``app.events.waits``): under the threaded server each one holds one of gunicorn's 16
 threads per core, so a few dozen of them starve every ordinary read. Here each costs a
 greenlet and a socket, thousands per process. ops/nginx.conf sends those calls (and only
 those) here; everything else stays on the threaded server, where CPU-bound work does not

@@ -4,7 +4,7 @@ Every command prints readable tables, or one JSON object with ``--json`` so scri
 and the QA scenarios can drive it; both come from ``emit``. Failures, a mistyped
 argument included, exit with status 1 and one line on stderr (with ``--json`` also
 ``{"ok": false, "error": ...}`` on stdout); no traceback reaches the terminal.
-The rules live in the services: a command parses, calls them, and prints.
+The rules live in the domains' packages: a command parses, calls them, and prints.
 """
 from __future__ import annotations
 
@@ -511,7 +511,7 @@ def keys_issue(customer_id, name, webhook_url, webhook_secret, webhook_secret_st
 def keys_set_webhook(key_id, url, secret_stdin, payload, as_json):
     """Set a key's webhook URL (and secret) and what its bodies carry, by the portal's rules."""
     from app.accounts import admin
-    from app.webhooks import outbox
+    from app.webhooks import key_settings
     if url is None and payload is None:
         fail(as_json, "give --url, --payload or both")
     if url is None and secret_stdin:
@@ -525,9 +525,9 @@ def keys_set_webhook(key_id, url, secret_stdin, payload, as_json):
     def save():
         key = admin.get_key(key_id)
         if url is not None:
-            key = outbox.set_webhook(key.id, key.customer_id, url, secret)
+            key = key_settings.set_webhook(key.id, key.customer_id, url, secret)
         if payload is not None:
-            key = outbox.set_payload(key.id, key.customer_id, payload)
+            key = key_settings.set_payload(key.id, key.customer_id, payload)
         return admin.key_dict(key)
     data = run(as_json, save)
     emit(as_json, data, key_record(data))
@@ -584,8 +584,8 @@ def keys_revoke(key_id, as_json):
 @json_option
 def keys_roll_secret(key_id, overlap_hours, as_json):
     """Create the key's next webhook secret; printed now, never shown again."""
-    from app.webhooks import outbox
-    rolled = run(as_json, lambda: outbox.roll_secret(key_id, None, overlap_hours))
+    from app.webhooks import signing_secrets
+    rolled = run(as_json, lambda: signing_secrets.roll_secret(key_id, None, overlap_hours))
     switch_at = iso(rolled.switch_at)
     overlap = overlap_hours if rolled.overlapping else 0
     emit(as_json, {"key_id": key_id, "webhook_secret": rolled.secret, "switch_at": switch_at,
@@ -601,8 +601,8 @@ def keys_roll_secret(key_id, overlap_hours, as_json):
 @json_option
 def keys_switch_secret(key_id, as_json):
     """End the key's secret rotation now: the next secret becomes the only one."""
-    from app.webhooks import outbox
-    run(as_json, lambda: outbox.switch_secret(key_id, None))
+    from app.webhooks import signing_secrets
+    run(as_json, lambda: signing_secrets.switch_secret(key_id, None))
     emit(as_json, {"key_id": key_id}, f"{key_id}: the next webhook secret is now the only one")
 
 
@@ -757,7 +757,7 @@ def scans_recover(as_json):
     """Re-dispatch scans and webhook deliveries whose jobs were lost (D13), now: every one
     whose job is not alive, however recent (the workers' periodic sweep waits
     RECOVERY_STALE_SECONDS)."""
-    from app.tracking.recovery import sweep
+    from app.recovery import sweep
     report = run(as_json, lambda: sweep(at_once=True))
     emit(as_json, {**report}, Table(list(report.items()), headers=["recovered", "count"]))
 
@@ -801,9 +801,9 @@ def scans_erase_expired(days_ahead, as_json):
 @json_option
 def deliveries_redeliver(delivery_id, as_json):
     """Send a failed webhook delivery again, as the portal's redeliver button does."""
-    from app.webhooks import outbox
+    from app.webhooks import delivery_log
     def redeliver():
-        delivery = outbox.redeliver(delivery_id, outbox.delivery_owner(delivery_id))
+        delivery = delivery_log.redeliver(delivery_id, delivery_log.delivery_owner(delivery_id))
         return {"delivery_id": delivery.id, "key_id": delivery.api_key_id, "event": delivery.event,
                 "status": delivery.status, "url": delivery.url, "attempts_before": delivery.series_start}
     data = run(as_json, redeliver)

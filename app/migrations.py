@@ -21,7 +21,7 @@ from app.tables import ALL_MODELS
 log = logging.getLogger(__name__)
 
 # The values the migrations below used, as they were when each was written: a migration holds
-# its own values and never imports a live rule (app.services), whose meaning may change
+# its own values and never imports a live rule (a domain's, app/<domain>/), whose meaning may change
 # (tests/unit/test_migrations_frozen.py).
 _IN_FLIGHT_2 = ("queued", "running")  # app.scans.models.IN_FLIGHT, migrations 2 and 6
 _DAY_2 = 86400  # app.billing.limits.DAY: the longest window a quota counter serves

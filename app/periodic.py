@@ -15,13 +15,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from app import recovery
 from app.activity import entries
 from app.events import feed
 from app.plumbing import metrics, runtime
 from app.plumbing.db import CONNECTION_ERRORS, connection_context
 from app.privacy import erasure
 from app.sources import probes
-from app.tracking import callbacks, recovery
+from app.tracking import callbacks
 from app.watches import watchlist
 from app.webhooks import deliveries
 

@@ -343,7 +343,7 @@ def call_entry(key: ApiKey, request: Request, status: int) -> activity.CallEntry
 
 def _record(key: ApiKey, request: Request, status: int, *, credits: int,
             recorded: activity.Recorded | None = None, subject: activity.Subject | None = None) -> None:
-    """The call's activity log entry, unless its charge wrote it (``activity.record_once``)."""
+    """The call's activity log entry, unless its charge wrote it (``entries.record_once``)."""
     activity.record_once(recorded, what="call", status=status, customer_id=key.customer_id, livemode=key.livemode,
                          key_id=key.id, action=request.action, credits=credits, resource_id=request.resource_id,
                          client_address=request.client_address, request_id=request.request_id, subject=subject)

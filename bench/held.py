@@ -49,7 +49,7 @@ def _final_looks(looks_log: Path) -> dict:
     """The batch looks that wrote final states: how many, and their durations (ms). A scan's
     ``completed_at`` is taken as its look begins writing, its waiters hear of it at the commit:
     the look's time is part of every waiter's delay before the held server does anything."""
-    from bench.phases import summary
+    from bench.measure import summary
     if not looks_log.exists():
         return {}
     rows = [line.split(",") for line in looks_log.read_text().splitlines() if line.strip()]
@@ -58,7 +58,7 @@ def _final_looks(looks_log: Path) -> dict:
 
 
 def held_phase(stack: Stack, opts, out: Path, log) -> dict:
-    from bench.phases import Api, create_scans, percentile, status_counts, summary
+    from bench.measure import Api, create_scans, percentile, status_counts, summary
     stack.reset_database()
     stack.flush_redis()
     n_customers, n_waits, n_streams = opts.held_customers, opts.held_waits, opts.held_streams

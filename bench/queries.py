@@ -61,7 +61,7 @@ def install(counter: Counting) -> None:
     redis.Redis.execute_command = execute_command
     redis.client.Pipeline.execute = execute
 
-    from app.tracking import engine
+    from app.plumbing import engine
     call = engine._call
 
     def engine_call(*args, **kwargs):

@@ -227,7 +227,7 @@ def run(stack: Stack, opts, out: Path, log, mode: str, n: int) -> dict:
     look_logs = [stack.logdir / f"looks-scale-{mode}-{i}.csv" for i in range(MAX_WORKERS)]
     workers = [stack.start_worker(sim, f"worker-scale-{mode}-{i}", jobs_log=job_logs[i], looks_log=look_logs[i],
                                   **env) for i in range(MAX_WORKERS)]
-    from bench.phases import Api, create_scans, stop_workers, wait_for_workers
+    from bench.measure import Api, create_scans, stop_workers, wait_for_workers
     wait_for_workers(stack, MAX_WORKERS)
     time.sleep(1)
     memory_before = stack.redis().info("memory")["used_memory"]
@@ -362,7 +362,7 @@ def per_completed_scan(stack: Stack, rows: list[dict], worker_groups: list[str],
     or in a batch) per scan that reached its final state, the final state's delay after the engine
     finished it, and CPU per final scan (workers + PostgreSQL's backends of this database, + the
     API that takes the callbacks)."""
-    from bench.phases import engine_done_ms, summary
+    from bench.measure import engine_done_ms, summary
     finals = stack.sql("SELECT engine_id, extract(epoch from COALESCE(completed_at, failed_at)) * 1000 FROM scan "
                        "WHERE status IN ('completed', 'failed') AND engine_id IS NOT NULL")
     delays = []

@@ -119,22 +119,22 @@ MAKE_DELIVERIES = """
 import json, sys, time
 from app import create_app
 from app.plumbing.db import db
-from app.accounts import admin as accounts
-from app.webhooks import outbox as webhooks
+from app.accounts import admin
+from app.webhooks import outbox
 create_app()
 plan, rate = json.loads(sys.argv[1]), float(sys.argv[2])
 ids = []
 with db.connection_context():
     keys = []
     for url, count in plan:
-        customer = accounts.create_customer("bench", "enterprise", 10)
-        keys.append((accounts.issue_key(customer.id, "bench", url, None)[0], url, count))
+        customer = admin.create_customer("bench", "enterprise", 10)
+        keys.append((admin.issue_key(customer.id, "bench", url, None)[0], url, count))
     if rate <= 0:  # all rows, then all jobs (a row's job is sent when its transaction commits)
         with db.atomic():
             for key, url, count in keys:
                 for _ in range(count):
-                    body = webhooks.sample_event_body()
-                    ids.append((webhooks._create_delivery(key, body["event"], body, scan_id=None).id, url))
+                    body = outbox.sample_event_body()
+                    ids.append((outbox._create_delivery(key, body["event"], body, scan_id=None).id, url))
     else:  # one delivery (row, then job) every 1/rate s, the URLs in turn
         order = [(key, url) for n in range(max(c for _, _, c in keys)) for key, url, c in keys if n < c]
         start = time.monotonic()
@@ -142,8 +142,8 @@ with db.connection_context():
             pause = start + i / rate - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
-            body = webhooks.sample_event_body()
-            delivery = webhooks._create_delivery(key, body["event"], body, scan_id=None)  # row, then its job
+            body = outbox.sample_event_body()
+            delivery = outbox._create_delivery(key, body["event"], body, scan_id=None)  # row, then its job
             ids.append((delivery.id, url))
 print(json.dumps({"ids": ids}))
 """
@@ -153,15 +153,15 @@ MAKE_ENDPOINTS = """
 import json, sys
 from app import create_app
 from app.plumbing.db import db
-from app.accounts import admin as accounts
+from app.accounts import admin
 from app.webhooks import endpoints
 create_app()
 urls = json.loads(sys.argv[1])
 made = []
 with db.connection_context():
     for start in range(0, len(urls), endpoints.MAX_ENDPOINTS):  # a key holds at most 10
-        customer = accounts.create_customer("bench", "enterprise", 10)
-        key, _ = accounts.issue_key(customer.id, "bench", None, None)
+        customer = admin.create_customer("bench", "enterprise", 10)
+        key, _ = admin.issue_key(customer.id, "bench", None, None)
         for url in urls[start:start + endpoints.MAX_ENDPOINTS]:
             created, _ = endpoints.create(key, url=url, events=["scan.completed"])
             made.append((key.id, created["endpoint_id"], url))
@@ -173,14 +173,14 @@ import json, sys, time
 from app import create_app
 from app.plumbing.db import db
 from app.accounts.models import ApiKey
-from app.webhooks import outbox as webhooks
+from app.webhooks import outbox
 create_app()
 plan, rate = json.loads(sys.argv[1]), float(sys.argv[2])
 ids = []
 with db.connection_context():
     found = {}
     for key_id in dict.fromkeys(k for k, _, _ in plan):
-        for endpoint in webhooks.key_endpoints(ApiKey.get_by_id(key_id)):
+        for endpoint in outbox.key_endpoints(ApiKey.get_by_id(key_id)):
             found[endpoint.id] = endpoint
     order = [(found[e], url) for _, e, url in plan]
     start = time.monotonic()
@@ -189,8 +189,8 @@ with db.connection_context():
             pause = start + i / rate - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
-        body = webhooks.sample_event_body()
-        delivery = webhooks._create_delivery(endpoint.key, body["event"], body, None, endpoint)  # row, then job
+        body = outbox.sample_event_body()
+        delivery = outbox._create_delivery(endpoint.key, body["event"], body, None, endpoint)  # row, then job
         ids.append((delivery.id, url))
 print(json.dumps({"ids": ids}))
 """

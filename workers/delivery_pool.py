@@ -6,7 +6,7 @@ loop: a dispatcher thread takes delivery jobs from the queue only when one of
 same attempt as the RQ job: the service fences it, writes its attempt row before the
 request and records the outcome). Threads rather than asyncio: the request goes through
 the same ``requests`` session whose connections the SSRF guard checks and the attempt
-deadline watches (``app.webhooks.webhook_urls``), and the database calls around it stay the
+deadline watches (``app.plumbing.outbound_urls``), and the database calls around it stay the
 synchronous service calls; a delivery spends its time waiting on a socket, where a thread
 costs no CPU.
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 
+from app import recovery
 from app.extensions import db
+from app.plumbing import engine
 from app.plumbing.logging_setup import log_context
 from app.privacy import erasure
-from app.tracking import engine, recovery
 
 log = logging.getLogger(__name__)
 

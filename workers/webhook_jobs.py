@@ -20,9 +20,9 @@ from app.extensions import db
 from app.plumbing import runtime
 from app.plumbing.db import CONNECTION_ERRORS
 from app.plumbing.logging_setup import log_context
+from app.plumbing.outbound_urls import AttemptDeadline, UnsafeWebhookUrl, check_scheme, guarded_session
 from app.webhooks import deliveries
 from app.webhooks.deliveries import EXCERPT_BYTES, Outcome, response_excerpt
-from app.webhooks.webhook_urls import AttemptDeadline, UnsafeWebhookUrl, check_scheme, guarded_session
 
 log = logging.getLogger(__name__)
 

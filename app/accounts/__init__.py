@@ -1,6 +1,16 @@
 """Accounts: customers, API keys and what a key may do, portal users, sign-in (two-factor,
 single sign-on) and SCIM provisioning.
 
-Offers: ``admin`` (what the CLI and the portal manage), ``access`` (scopes, expiry, allowlist),
-``keyauth``, ``portal_users``, ``portal_roles``, ``two_factor``, ``login_throttle``, ``sso``, ``scim``,
-and ``models``."""
+What other domains may import from it is ``OFFERS``; the rest is its own (tests/unit/test_layers.py).
+The key lookups (``statements.keys``) are offered as statements: every domain that acts for a key
+reads its row, and a rule wrapped around each lookup would only rename it. Billing's statements
+take the customer row's one lock (``statements.customers.LOCK_CUSTOMER``)."""
+
+OFFERS = (
+    "access",
+    "admin",
+    "models",
+    "portal_roles",
+    "statements.customers",
+    "statements.keys",
+)

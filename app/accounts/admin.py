@@ -10,7 +10,7 @@ from app.accounts import access
 from app.accounts.models import TIERS, ApiKey, Customer, PortalUser
 from app.accounts.statements import customers as customer_store
 from app.accounts.statements import keys as key_store
-from app.billing import charges, quotas
+from app.billing import charges, quotas, usage
 from app.billing.limits import Limits, limits_for, watch_limit_for
 from app.plumbing.crypto import digest, new_api_key
 from app.plumbing.db import transaction, write_transaction
@@ -149,7 +149,7 @@ def issue_key(customer_id: str, name: str = "", webhook_url: str | None = None,
     all), ``expires_in_days`` (default: never), ``allowed_ips`` (default: anywhere), checked
     by ``app.accounts.access`` before anything is written.
 
-    The webhook URL and secret go through ``outbox.set_webhook``, the portal's own
+    The webhook URL and secret go through ``key_settings.set_webhook``, the portal's own
     rules, in the key's transaction: a refused one leaves no key behind.
     """
     get_customer(customer_id)
@@ -163,8 +163,8 @@ def issue_key(customer_id: str, name: str = "", webhook_url: str | None = None,
                                prefix=plaintext[:17], last4=plaintext[-4:], livemode=livemode,
                                scopes=key_scopes, expires_at=expires_at, allowed_ips=blocks)
         if webhook_url or webhook_secret is not None:
-            from app.webhooks import outbox
-            key = outbox.set_webhook(key.id, customer_id, webhook_url, webhook_secret)
+            from app.webhooks import key_settings
+            key = key_settings.set_webhook(key.id, customer_id, webhook_url, webhook_secret)
     return key, plaintext
 
 
@@ -233,7 +233,7 @@ def customer_overview(customer_id: str, now=None, ledger_rows: int = 10) -> dict
     now = now or utcnow()
     window = quotas.window_usage(customer.id, now)
     keys = key_store.all_oldest_first(customer.id)
-    ledger = customer_store.latest_ledger(customer.id, ledger_rows)
+    ledger = usage.latest_ledger(customer.id, ledger_rows)
     return {
         **customer_dict(customer),
         "created_at": iso(customer.created_at),
@@ -277,8 +277,7 @@ def recount(customer_id: str) -> dict:
         counted, minutes = quotas.counted_from_scans(now, customer_id)
         test_counted, test_minutes = quotas.counted_from_scans(now, customer_id, livemode=False)
         in_flight, test_in_flight = counted[customer_id], test_counted[customer_id]
-        customer_store.set_in_flight(customer_id, in_flight=in_flight, test_in_flight=test_in_flight)
-        customer_store.delete_minutes(customer_id)
+        quotas.reset_counters(customer_id, in_flight=in_flight, test_in_flight=test_in_flight)
         for livemode, counts in ((True, minutes), (False, test_minutes)):
             for (_, minute), count in counts.items():
                 quotas.count_created(customer_id, minute, count, livemode)

@@ -26,7 +26,7 @@ class Customer(BaseModel):
     id = CharField(primary_key=True, max_length=40)
     name = CharField(max_length=200)
     tier = CharField(max_length=20)
-    # Changed only by conditional UPDATEs (services.billing.billing): never read-modify-write.
+    # Changed only by conditional UPDATEs (app.billing.charges): never read-modify-write.
     balance = BigIntegerField(default=0)
     # Per-customer overrides of the tier's limits (D10); NULL = the tier default.
     inflight_limit = IntegerField(null=True)
@@ -75,7 +75,7 @@ class ApiKey(BaseModel):
     webhook_next_secret_enc = TextField(null=True)
     webhook_secret_switch_at = DateTimeField(null=True)
     # The key's first webhook endpoint (D22) is the columns above and these four; its id is
-    # ``services.webhooks.endpoints.first_endpoint_id`` (derived from the key's). NULL events: the
+    # ``app.webhooks.endpoints.first_endpoint_id`` (derived from the key's). NULL events: the
     # defaults (scan.completed and scan.failed). ``webhook_disabled_at``: when auto-disable
     # stopped it (NULL while enabled, or when a person disabled it).
     webhook_events = ArrayField(TextField, null=True)

@@ -14,7 +14,7 @@ No flask here: the portal asks, and the tests walk every role through every view
 """
 from __future__ import annotations
 
-from app.accounts.admin import AccountError
+from app.plumbing.errors import AccountError
 
 OWNER, ADMIN, DEVELOPER, VIEWER = "owner", "admin", "developer", "viewer"
 ROLES = (OWNER, ADMIN, DEVELOPER, VIEWER)  # most powerful first

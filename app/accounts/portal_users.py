@@ -16,12 +16,13 @@ from datetime import timedelta
 from werkzeug.security import check_password_hash, generate_password_hash
 
 from app.accounts import login_throttle, portal_roles
-from app.accounts.admin import AccountError, get_customer
+from app.accounts.admin import get_customer
 from app.accounts.models import PortalUser
 from app.accounts.statements import sso as sso_store
 from app.accounts.statements import users
 from app.plumbing.crypto import digest
 from app.plumbing.db import transaction
+from app.plumbing.errors import AccountError
 from app.plumbing.models import iso, new_id, utcnow
 
 log = logging.getLogger(__name__)

@@ -37,13 +37,14 @@ from joserfc.errors import JoseError
 from requests import RequestException
 
 from app.accounts import portal_roles, portal_users
-from app.accounts.admin import AccountError, get_customer
+from app.accounts.admin import get_customer
 from app.accounts.models import CustomerSso, PortalUser
 from app.accounts.statements import sso as sso_store
 from app.accounts.statements import users
 from app.plumbing import runtime
 from app.plumbing.crypto import decrypt_secret, encrypt_secret
 from app.plumbing.db import transaction
+from app.plumbing.errors import AccountError
 from app.plumbing.models import new_id, utcnow
 
 log = logging.getLogger(__name__)

@@ -20,13 +20,13 @@ from datetime import UTC
 import pyotp
 
 from app.accounts import admin, login_throttle, portal_users
-from app.accounts.admin import AccountError
 from app.accounts.models import PortalUser
 from app.accounts.portal_users import LoginRefused, LoginThrottled, SsoRequired
 from app.accounts.statements import sso as sso_store
 from app.accounts.statements import users
 from app.plumbing.crypto import decrypt_secret, encrypt_secret
 from app.plumbing.db import transaction
+from app.plumbing.errors import AccountError
 from app.plumbing.models import utcnow
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from app.plumbing import crypto, metrics, runtime
 from app.plumbing.db import transaction
 from app.plumbing.errors import AccountError
 from app.plumbing.models import iso, new_id, utcnow
-from app.webhooks.webhook_urls import check_webhook_url
+from app.plumbing.outbound_urls import check_webhook_url
 
 log = logging.getLogger(__name__)
 

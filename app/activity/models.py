@@ -4,7 +4,7 @@ The table is partitioned by day (PostgreSQL declarative partitioning, RANGE on
 ``created_at``), so that expiring a day of entries is a ``DROP TABLE`` of its partition,
 never a DELETE that walks the log (``app.activity.statements.entries``). A DEFAULT partition takes
 the entries of a day whose partition does not exist yet, so that none is ever lost;
-``store.billing.activity.create_day_partition`` moves them into the day's partition when it is
+``app.activity.statements.entries.create_day_partition`` moves them into the day's partition when it is
 made. A fresh database (``create_tables(ALL_MODELS)``) and an upgraded one (migration
 10) both build the table through ``ActivityEntry.create_table`` below: the same DDL.
 
@@ -47,7 +47,7 @@ class ActivityEntry(BaseModel):
     request_id = CharField(max_length=128, null=True)  # a client's X-Request-Id: 1 to 128 characters
     purpose = CharField(max_length=32, null=True)
     case_ref = CharField(max_length=128, null=True)
-    # The keyed hashes (services.shared.crypto.target_hash) of the targets a creation queued: one for
+    # The keyed hashes (app.plumbing.crypto.target_hash) of the targets a creation queued: one for
     # a single scan, one per queued target for a bulk call, so that a bulk call stays one entry
     # and "who looked up this target" is one GIN index look-up (target_hashes @> ARRAY[hash]).
     target_hashes = ArrayField(CharField, field_kwargs={"max_length": 64}, null=True, index=False)

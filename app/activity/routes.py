@@ -1,6 +1,6 @@
 """The activity log endpoint (D20): the account's entries of the calling key's mode.
 
-The view stays thin: ``services.billing.activity`` owns the query, the target's normalisation and
+The view stays thin: ``app.activity.entries`` owns the query, the target's normalisation and
 hashing, and raises ``InvalidRequest`` (400) for a bad target or cursor; authentication,
 charging (1 credit, as every call) and the limit headers are ``app.api.hooks``'s.
 """

@@ -30,9 +30,10 @@ from app.activity import entries
 from app.billing import charges, quotas
 from app.billing.limits import DAY, HOUR, Limits
 from app.errors import SCIM_PATH, UNKNOWN_FIELD, ApiError, from_service_error, query_error, service_unavailable
+from app.events import waits
 from app.plumbing import rawjson
 from app.plumbing.errors import Forbidden, InsufficientBalance, KeyRefused, NotFound, ServiceError
-from app.scans import confidence, reads, waits
+from app.scans import confidence, reads
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from app.api.envelope import ErrorSchema
 from app.events import kinds as events
-from app.scans.waits import KEY_CHECK_SECONDS, WAIT_RANGE
+from app.events.waits import KEY_CHECK_SECONDS, WAIT_RANGE
 
 HEADERS = {
     "X-Credits-Remaining": {"description": "Balance after this call's charge.", "schema": {"type": "integer"}},

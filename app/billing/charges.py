@@ -1,7 +1,7 @@
 """Credits: every change is one conditional UPDATE plus a ledger row (D3).
 
 The balance is never read, changed and written back: the update takes ``n`` only where
-the balance is at least ``n`` and returns the new one (``app.accounts.statements.customers.APPLY``),
+the balance is at least ``n`` and returns the new one (``app.billing.statements.balances.APPLY``),
 so it either succeeds whole or touches no row, and concurrent calls can neither overdraw
 nor lose a credit. Callers run these inside their own transaction when the charge must
 commit together with other rows (a scan and its charge, D3/D13). The statements are the
@@ -15,8 +15,8 @@ the same statement as the UPDATE, so the ledger still sums to the balance.
 """
 from __future__ import annotations
 
-from app.accounts.statements import customers as customer_store
 from app.billing import quotas
+from app.billing.statements import balances
 from app.plumbing.db import transaction
 from app.plumbing.errors import InsufficientBalance
 from app.plumbing.models import utcnow
@@ -123,7 +123,7 @@ def apply_statement(customer_id: str, delta: int, reason: str, *, in_flight: int
     unknown = set(ref) - LEDGER_REFS
     if unknown:
         raise TypeError(f"unknown ledger fields: {', '.join(sorted(unknown))}")
-    return customer_store.apply_statement(customer_id=customer_id, delta=delta, reason=reason, in_flight=in_flight,
+    return balances.apply_statement(customer_id=customer_id, delta=delta, reason=reason, in_flight=in_flight,
                                           scan_id=ref.get("scan_id"), bulk_id=ref.get("bulk_id"),
                                           request_id=ref.get("request_id"), note=ref.get("note"), now=utcnow())
 
@@ -135,13 +135,13 @@ def apply(customer_id: str, delta: int, reason: str, *, in_flight: int = 0, **re
     Runs in the caller's transaction (``charge`` and ``credit`` open their own); returns
     the new balance, or None when a debit would overdraw it (nothing is written then)."""
     # The conditional UPDATE and its ledger row in one statement (one round trip).
-    return customer_store.apply(apply_statement(customer_id, delta, reason, in_flight=in_flight, **ref))
+    return balances.apply(apply_statement(customer_id, delta, reason, in_flight=in_flight, **ref))
 
 
 def apply_after(statements: list, customer_id: str, delta: int, reason: str, *, in_flight: int = 0,
                 **ref) -> int | None:
     """Run ``statements`` (``(sql, params)``), then ``apply``, in one round trip."""
-    return customer_store.apply_after(statements, apply_statement(customer_id, delta, reason, in_flight=in_flight,
+    return balances.apply_after(statements, apply_statement(customer_id, delta, reason, in_flight=in_flight,
                                                                   **ref))
 
 
@@ -171,11 +171,11 @@ def credit(customer_id: str, amount: int, reason: str, **ref) -> int:
 
 
 def balance_of(customer_id: str) -> int:
-    return customer_store.balance_of(customer_id)
+    return balances.balance_of(customer_id)
 
 
 def ledger_sum(customer_id: str) -> int:
-    return customer_store.ledger_sum(customer_id)
+    return balances.ledger_sum(customer_id)
 
 
 def call_note(endpoint: str | None) -> str | None:
@@ -190,11 +190,11 @@ def charge_call(customer_id: str, request_id: str | None, now, endpoint: str | N
 
     ``endpoint`` (method and path) is kept as the ledger row's note, so the customer's
     ledger says what each credit paid for. ``entry``: the call's activity entry (a row,
-    ``activity.CallEntry.row``), written by the same statement when it charges (D25: a charge
+    ``entries.CallEntry.row``), written by the same statement when it charges (D25: a charge
     never commits without its entry). ``read_of``: the mode of the key when the call is a
     read (``is_read``; ``endpoint`` then its route, e.g. ``GET /api/v1/scan/{scan_id}``): its
     charge is added to the minute's row of summed reads (D24) rather than a row of its own."""
-    balance, windows = customer_store.charge_with_windows(
+    balance, windows = balances.charge_with_windows(
         customer_id=customer_id, price=CALL_PRICE, reason=CALL_REASON if read_of is None else READS_REASON,
         request_id=request_id, note=call_note(endpoint), now=now, starts=quotas.window_starts(now),
         entry=entry, read_of=read_of)

@@ -13,7 +13,7 @@ import json
 import re
 from datetime import timedelta
 
-from app.billing import statements as records
+from app.billing.statements import idempotency as records
 from app.plumbing.errors import Conflict, InvalidRequest
 from app.plumbing.models import utcnow
 

@@ -18,7 +18,7 @@ Lock order: a transaction that changes both takes the customer's row before its
 ``QuotaMinute`` row (admission locks the customer first; a reversal that did the
 opposite deadlocked against it on PostgreSQL).
 
-Every call runs these, so they are written once as SQL (``app.accounts.statements.customers``); the
+Every call runs these, so they are written once as SQL (``app.billing.statements.balances``); the
 windows' lengths and which statuses are in flight are decided here.
 """
 from __future__ import annotations
@@ -28,9 +28,9 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from app.accounts.statements import customers as customer_store
-from app.accounts.statements.customers import minute_of
 from app.billing.limits import DAY, HOUR, Limits
+from app.billing.statements import balances
+from app.billing.statements.balances import minute_of
 from app.plumbing.errors import RateLimited
 from app.plumbing.metrics import RATE_LIMITED
 from app.scans.models import IN_FLIGHT
@@ -57,7 +57,7 @@ def window_starts(now: datetime) -> tuple[datetime, datetime]:
 
 
 def usage_from(row, now: datetime) -> Usage:
-    """A ``Usage`` from the six window values of ``app.accounts.statements.customers.WINDOW_COLUMNS``."""
+    """A ``Usage`` from the six window values of ``app.billing.statements.balances.WINDOW_COLUMNS``."""
     day_minutes, hour_minutes, day_edge, hour_edge, day_oldest, hour_oldest = row
     return Usage(hour=int(hour_minutes) + int(hour_edge), day=int(day_minutes) + int(day_edge),
                  hour_oldest=_as_datetime(hour_oldest), day_oldest=_as_datetime(day_oldest), now=now)
@@ -65,18 +65,18 @@ def usage_from(row, now: datetime) -> Usage:
 
 def window_usage(customer_id: str, now: datetime, livemode: bool = True) -> Usage:
     """The customer's hour and day windows of live scans (or of test scans: ``livemode=False``)."""
-    return usage_from(customer_store.windows(customer_id, window_starts(now), livemode=livemode), now)
+    return usage_from(balances.windows(customer_id, window_starts(now), livemode=livemode), now)
 
 
 def count_created_statement(customer_id: str, created_at: datetime, n: int, livemode: bool = True) -> tuple:
     """The SQL and parameters of ``count_created``, to run with others."""
-    return customer_store.count_created_statement(customer_id, created_at=created_at, n=n, livemode=livemode)
+    return balances.count_created_statement(customer_id, created_at=created_at, n=n, livemode=livemode)
 
 
 def count_created(customer_id: str, created_at: datetime, n: int, livemode: bool = True) -> None:
     """Add ``n`` scans created at ``created_at`` to the windows (negative: take them back)."""
     if n:
-        customer_store.run(count_created_statement(customer_id, created_at, n, livemode))
+        balances.run(count_created_statement(customer_id, created_at, n, livemode))
 
 
 def counted_from_scans(now: datetime, customer_id: str | None = None,
@@ -85,7 +85,7 @@ def counted_from_scans(now: datetime, customer_id: str | None = None,
     all; of one mode, or with ``livemode=None`` all of them): scans in flight by customer,
     and the last day's scans by (customer, minute)."""
     day_start = now - timedelta(seconds=DAY)
-    rows = customer_store.scans_for_counting(statuses=IN_FLIGHT, since=day_start, customer_id=customer_id,
+    rows = balances.scans_for_counting(statuses=IN_FLIGHT, since=day_start, customer_id=customer_id,
                                              livemode=livemode)
     in_flight: Counter[str] = Counter()
     minutes: Counter[tuple[str, datetime]] = Counter()
@@ -99,7 +99,7 @@ def counted_from_scans(now: datetime, customer_id: str | None = None,
 
 def prune_minutes(now: datetime) -> int:
     """Drop the minutes no window can reach any more (the sweep calls this)."""
-    return customer_store.delete_minutes_before(minute_of(now - timedelta(seconds=DAY)))
+    return balances.delete_minutes_before(minute_of(now - timedelta(seconds=DAY)))
 
 
 def with_new_scans(usage: Usage, n: int, created_at: datetime) -> Usage:
@@ -113,24 +113,24 @@ def with_new_scans(usage: Usage, n: int, created_at: datetime) -> Usage:
 def inflight_count(customer_id: str, livemode: bool = True) -> int:
     """The scans in flight of one mode counted one by one (``Customer.in_flight``, or
     ``test_in_flight`` for test scans, keeps the same number)."""
-    return customer_store.count_scans(customer_id, livemode=livemode, statuses=IN_FLIGHT)
+    return balances.count_scans(customer_id, livemode=livemode, statuses=IN_FLIGHT)
 
 
 def move_in_flight_statement(customer_id: str, livemode: bool, n: int) -> tuple:
     """The SQL and parameters of ``move_in_flight``, to run with others."""
-    return customer_store.move_in_flight_statement(customer_id, livemode=livemode, n=n)
+    return balances.move_in_flight_statement(customer_id, livemode=livemode, n=n)
 
 
 def move_in_flight(customer_id: str, livemode: bool, n: int) -> None:
     """Move the customer's count of scans in flight of this mode (D15: counted apart) by ``n``.
-    (A live admission moves it in ``billing.apply``'s UPDATE, with the charge.)"""
-    customer_store.run(move_in_flight_statement(customer_id, livemode, n))
+    (A live admission moves it in ``charges.apply``'s UPDATE, with the charge.)"""
+    balances.run(move_in_flight_statement(customer_id, livemode, n))
 
 
 def move_in_flight_many(moves: dict[tuple[str, bool], int]) -> None:
     """``move_in_flight`` for many customers and modes at once (``moves[(customer_id, livemode)]``),
     in one statement."""
-    customer_store.move_in_flight_many(moves)
+    balances.move_in_flight_many(moves)
 
 
 def _seconds_until(moment: datetime | None, now: datetime) -> int:
@@ -152,13 +152,13 @@ def _window_retry_after(customer_id: str, now: datetime, window: int, count: int
     if n > limit:
         return window  # can never fit in this window; the hint is the window itself
     must_leave = count + n - limit
-    created = _as_datetime(customer_store.nth_created_since(customer_id, livemode=livemode,
+    created = _as_datetime(balances.nth_created_since(customer_id, livemode=livemode,
                                                             since=now - timedelta(seconds=window), n=must_leave))
     return max(1, _seconds_until(created + timedelta(seconds=window), now)) if created else 1
 
 
 def _inflight_retry_after(customer_id: str, now: datetime, livemode: bool) -> int:
-    soonest = customer_store.soonest_eta(customer_id, livemode=livemode, statuses=IN_FLIGHT)
+    soonest = balances.soonest_eta(customer_id, livemode=livemode, statuses=IN_FLIGHT)
     return max(1, min(_seconds_until(_as_datetime(soonest), now), 900)) if soonest else 30
 
 
@@ -196,3 +196,22 @@ def check(customer, limits: Limits, n: int, now: datetime, *, bulk: bool = False
 def _limited(code: str, message: str, retry_after: int) -> RateLimited:
     RATE_LIMITED.labels(code=code).inc()
     return RateLimited(code, message, retry_after)
+
+
+def reset_counters(customer_id: str, *, in_flight: int, test_in_flight: int) -> None:
+    """Set the customer's counts of scans in flight and forget its minute counters (both modes),
+    which ``recount`` then counts again from its scans; under the admission's lock."""
+    balances.set_in_flight(customer_id, in_flight=in_flight, test_in_flight=test_in_flight)
+    balances.delete_minutes(customer_id)
+
+
+def lock_and_count(customer_id: str, now: datetime, livemode: bool):
+    """The customer's row, locked until the transaction ends, and its windows counted under
+    that lock, or None: one round trip of two statements (each statement takes its own snapshot
+    under READ COMMITTED, so the counts see every admission committed before the lock was
+    granted)."""
+    found = balances.lock_with_windows(customer_id, window_starts(now), livemode=livemode)
+    if found is None:
+        return None
+    customer, windows = found
+    return customer, usage_from(windows, now)

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 
 from app.accounts.models import CreditLedger
-from app.accounts.statements import customers as customer_store
 from app.billing import charges
+from app.billing.statements import balances
 from app.plumbing.errors import InvalidRequest
 from app.plumbing.models import utcnow
 from app.plumbing.paging import Page
@@ -49,8 +49,8 @@ def activity(customer_id: str, unit: str = "day", now: datetime | None = None) -
     else:
         raise ValueError(f"unknown unit {unit}")
     # Live scans only: a test key's scans are free and count apart (D15).
-    scans = customer_store.scans_by_bucket(customer_id, since=first, unit=unit, livemode=True)
-    spent = customer_store.spent_by_bucket(customer_id, since=first, unit=unit, except_reasons=OPERATOR_KINDS)
+    scans = balances.scans_by_bucket(customer_id, since=first, unit=unit, livemode=True)
+    spent = balances.spent_by_bucket(customer_id, since=first, unit=unit, except_reasons=OPERATOR_KINDS)
     return [Bucket(start, start.strftime(label_of), scans.get(start.strftime(label_of), 0),
                    spent.get(start.strftime(label_of), 0)) for start in starts]
 
@@ -89,8 +89,8 @@ def describe(row: CreditLedger) -> dict:
 
 def ledger_page(customer_id: str, page: int = 1, per_page: int = 25) -> Page:
     page, per_page = max(1, page), min(MAX_PER_PAGE, max(1, per_page))
-    total = customer_store.ledger_count(customer_id)
-    rows = customer_store.ledger_page(customer_id, page=page, per_page=per_page)
+    total = balances.ledger_count(customer_id)
+    rows = balances.ledger_page(customer_id, page=page, per_page=per_page)
     return Page([describe(r) for r in rows], total, page, per_page)
 
 
@@ -112,10 +112,15 @@ def ledger_export(customer_id: str, since: datetime, until: datetime):
     (keyset on created_at, id) so a long period never sits in memory at once."""
     last = None
     while True:
-        rows = customer_store.ledger_chunk(customer_id=customer_id, since=since, until=until, after=last,
+        rows = balances.ledger_chunk(customer_id=customer_id, since=since, until=until, after=last,
                                            limit=EXPORT_CHUNK)
         for row in rows:
             yield describe(row)
         if len(rows) < EXPORT_CHUNK:
             return
         last = (rows[-1].created_at, rows[-1].id)
+
+
+def latest_ledger(customer_id: str, limit: int) -> list[CreditLedger]:
+    """The customer's latest ``limit`` ledger rows, newest first (an operator's overview)."""
+    return balances.latest_ledger(customer_id, limit)

@@ -1,3 +1,9 @@
 """Events: the registry of event kinds, the stored feed and its stream.
 
-Offers: ``kinds`` (every event's name, when it fires and its body), ``feed``, ``models``."""
+What other domains may import from it is ``OFFERS``; the rest is its own (tests/unit/test_layers.py)."""
+
+OFFERS = (
+    "feed",
+    "kinds",
+    "waits",
+)

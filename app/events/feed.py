@@ -2,7 +2,7 @@
 mode whether or not an endpoint or a stream wants it, so that the events list, the stream and
 the webhook endpoints agree.
 
-``record`` runs in the transaction of the state change (``webhooks._record`` calls it with the
+``record`` runs in the transaction of the state change (``outbox._record`` calls it with the
 full body whose bytes a full delivery sends too); a thin body is derived from the stored full
 one by the registry's one rule (``events.thin_body``). Erasure (D20) leaves an
 erased scan's events their thin bodies; retention removes events after ``DELIVERY_RETENTION_DAYS``.
@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from app.events import kinds as events
+from app.events import waits
 from app.events.statements import stored as store
 from app.plumbing import crypto, runtime
 from app.plumbing.db import release_connection, transaction
 from app.plumbing.errors import InvalidRequest
 from app.plumbing.models import iso, utcnow
 from app.plumbing.rawjson import RawJSON
-from app.scans import waits
 
 PREFIX = "evt_"
 EXAMPLE_ID = "evt_6f1c2a9e0b4d47c8a3e5f7d9b1c3e5a7"
@@ -59,7 +59,7 @@ NewEvent = store.NewEvent
 
 def record(new: Sequence[store.NewEvent], now: datetime | None = None) -> list[int]:
     """Store events, each with its full body's text, in the caller's transaction and in that order
-    (``webhooks._record``, the one path of every event); their ids. Inside ``stored_last`` they
+    (``outbox._record``, the one path of every event); their ids. Inside ``stored_last`` they
     are stored at its end: no ids yet."""
     held = getattr(_held, "events", None)
     if held is None:

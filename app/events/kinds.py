@@ -1,10 +1,10 @@
 """The webhook events, in one registry: each kind's name, when it fires, the scan status it
-reports and the fields of the scan its body carries. The body (``services.webhooks.webhooks.event_body``
+reports and the fields of the scan its body carries. The body (``app.webhooks.outbox.event_body``
 picks those fields from the scan's read), the body's OpenAPI schema (``app.scans.schemas``
 builds it from the read's own fields), the document's text, the portal's filters and the
 metrics all come from here.
 
-A new kind is one entry here and one call where it fires (``services.webhooks.webhooks.record_event``
+A new kind is one entry here and one call where it fires (``app.webhooks.outbox.record_event``
 with the kind). This module imports nothing of the app, so that every layer may use it.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ class EventKind:
     fields: tuple[str, ...]  # the fields of the scan's read the body carries, in order
 
     def body(self, scan_read: dict, *, thin: bool = False) -> dict:
-        """The event's body from a scan's read body (``services.scans.reads.scan_view``); ``thin``:
+        """The event's body from a scan's read body (``app.scans.reads.scan_view``); ``thin``:
         only its ``THIN_FIELDS``."""
         picked = {name: scan_read[name] for name in self.body_fields(thin=thin) if name in scan_read}
         return {"event": self.name, **picked}
@@ -48,16 +48,16 @@ SCAN_FAILED = EventKind("scan.failed", "a scan failed: the body carries the fail
                         "WebhookFailed", "failed", (*SCAN_FIELDS, "failed_at", "failure"))
 
 # D22: sent once, when the engine starts work; only to the endpoints that list it. D26: always before
-# the final event (``tracking.record_finals`` sends it first for a scan no look saw running).
+# the final event (``states.record_finals`` sends it first for a scan no look saw running).
 SCAN_RUNNING = EventKind("scan.running", "the engine started work on a scan (sent only to endpoints that list it; "
                          "a scan that ends before it was seen running gets it just before its final event)",
                          "WebhookRunning", "running", (*SCAN_FIELDS, "created_at", "eta_seconds"))
 
 EVENTS: tuple[EventKind, ...] = (SCAN_COMPLETED, SCAN_FAILED, SCAN_RUNNING)
 NAMES: tuple[str, ...] = tuple(kind.name for kind in EVENTS)
-# D22: an event about the key's endpoints, not about a scan (its body is ``services.webhooks.endpoints``').
+# D22: an event about the key's endpoints, not about a scan (its body is ``app.webhooks.endpoints``').
 ENDPOINT_DISABLED = "endpoint.disabled"
-# D28: events about a watch (their bodies are ``services.watches.watch_changes``'): a change found, a watch
+# D28: events about a watch (their bodies are ``app.watches.watch_changes``'): a change found, a watch
 # paused after three intervals without a scan, a watch ended by an opt-out.
 WATCH_CHANGED = "watch.changed"
 WATCH_PAUSED = "watch.paused"
@@ -110,13 +110,13 @@ def thin_body(body: dict) -> dict:
 
 # D30: events about one of the engine's sources, not about a customer's scan: its status changed
 # (worse: degraded; back to healthy: recovered). Bodies ``{event, source_id, name, status,
-# previous_status, at}`` (``services.sources.health``), no personal data; only to endpoints and
-# streams that list them (``services.webhooks.webhooks.record_service_event``).
+# previous_status, at}`` (``app.sources.health``), no personal data; only to endpoints and
+# streams that list them (``app.webhooks.outbox.record_service_event``).
 SOURCE_DEGRADED = "source.degraded"
 SOURCE_RECOVERED = "source.recovered"
 SOURCE_EVENTS: tuple[str, ...] = (SOURCE_DEGRADED, SOURCE_RECOVERED)
 
-# Events about a person the customer holds scans of (bodies: ``services.privacy.subjects``'), one per
+# Events about a person the customer holds scans of (bodies: ``app.privacy.subjects``'), one per
 # customer and mode, to every endpoint of its keys that lists it: ``{event, scan_ids, at}``, never the
 # target. Sent only to endpoints that list them (like every kind but the default two), always in the feed.
 SUBJECT_OPTED_OUT = "subject.opted_out"  # the person opted out: delete your own copies of these scans

@@ -1,6 +1,6 @@
 """The events list (and stream): every event of the account's scans, stored once per mode.
 
-Views stay thin: ``services.events.feed`` owns the query and raises ``InvalidRequest`` (400) for a bad
+Views stay thin: ``app.events.feed`` owns the query and raises ``InvalidRequest`` (400) for a bad
 filter or cursor; authentication, charging (1 credit, as every call) and the limit headers are
 ``app.api.hooks``'s.
 """
@@ -13,9 +13,8 @@ from app.accounts import access
 from app.api import hooks
 from app.api.base import ApiBlueprint
 from app.api.openapi import HEADERS, SECURITY, documented_errors
-from app.events import feed
+from app.events import feed, waits
 from app.events.schemas import EVENT_ID_PATTERN, EventListArgs, EventListSchema, EventStreamArgs
-from app.scans import waits
 
 blp = ApiBlueprint("events", __name__, url_prefix="/api/v1",
                    description="Events: what happened to your scans, to read instead of (or besides) webhooks.")

@@ -68,7 +68,7 @@ def _redis_url(url: str | None) -> str | None:
         shown = scheme or url[:20]
         raise ConfigError("REDIS_URL must be a redis://, rediss://, unix:// or "
                           f"redis+sentinel://host:port[,host:port...]/name[/db] URL, got {shown!r}")
-    if scheme == SENTINEL_SCHEME:
+    if url is not None and scheme == SENTINEL_SCHEME:
         parse_sentinel_url(url)
     return url
 
@@ -155,7 +155,7 @@ def _duration_words(seconds: float) -> str:
     elif seconds % 60 == 0:
         n, unit = int(seconds // 60), "minute"
     else:
-        n, unit = seconds, "second"
+        n, unit = seconds, "second"  # type: ignore[assignment]  # a fraction of a second stays one
     return f"after {n:g} {unit}{'' if n == 1 else 's'}"
 
 

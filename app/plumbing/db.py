@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg2
 from peewee import DatabaseProxy, InterfaceError, OperationalError, _savepoint
@@ -31,7 +32,7 @@ class _Savepoint(_savepoint):
 
     def _begin(self):
         self._mark = len(self.db._state.commit_callbacks)
-        super()._begin()
+        super()._begin()  # type: ignore[misc]  # peewee's savepoint has it; its stubs do not
 
     def rollback(self, begin=True):
         del self.db._state.commit_callbacks[self._mark:]
@@ -227,7 +228,7 @@ def transaction():
 
 def write_transaction():
     """The transaction of a customer's admission: the caller serialises writers by locking
-    the customer's row with ``SELECT ... FOR UPDATE`` (``services.accounts.accounts.lock_customer``)."""
+    the customer's row with ``SELECT ... FOR UPDATE`` (``app.accounts.admin.lock_customer``)."""
     return transaction()
 
 
@@ -312,6 +313,11 @@ def _text(sql: str) -> str:
     return text
 
 
+# A statement built by one function and run by another (several of them in one round trip:
+# ``execute_batch``): its SQL and its parameters.
+Statement = tuple[str, Any]
+
+
 def execute(sql: str, params=()):
     """Run ``sql`` (``?`` placeholders) on the bound database; returns the cursor."""
     return db.execute_sql(_text(sql), params)
@@ -334,7 +340,7 @@ def execute_named(sql: str, params: dict):
     return db.execute_sql(sql, params)
 
 
-def execute_batch(statements: list[tuple[str, object]]):
+def execute_batch(statements: list[Statement]):
     """Run ``statements`` (``(sql, params)``, in order) in one round trip and return the last
     one's cursor (each still its own statement: under READ COMMITTED each sees what the
     previous ones committed or locked)."""

@@ -175,7 +175,7 @@ def promote_due(q: Queue, before: float) -> int:
     recovery sweep and the tests' job runner all call this."""
     conn = q.connection
     registry = ScheduledJobRegistry(queue=q)
-    job_ids = registry.get_jobs_to_schedule(before)
+    job_ids = registry.get_jobs_to_schedule(before)  # type: ignore[arg-type]  # a score: fractions count
     if not job_ids:
         return 0
     moved = 0

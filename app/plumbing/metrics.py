@@ -23,8 +23,6 @@ import os
 import re
 import time
 
-from app.events import kinds as events
-
 # The multiprocess folder is made if it does not exist yet (a first boot, a tmpfs after a
 # reboot): the first metric below writes its file there, and a missing folder was a
 # 60-line traceback at import.
@@ -32,15 +30,10 @@ if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    REGISTRY,
-    CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
-    generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
 
 LOOPBACK = {"127.0.0.1", "::1"}
 
@@ -99,7 +92,10 @@ FAILURE_CODES = ("engine_failed", "engine_timeout", "engine_error")
 RATE_LIMIT_CODES = ("rate_limit_inflight", "rate_limit_hour", "rate_limit_day")
 ATTEMPT_FAILURES = ("timeout", "connection_error", "tls_error", "redirect_not_followed", "ssrf_refused",
                     "request_error", "worker_lost", "http_4xx", "http_5xx")
-EVENTS = events.DELIVERY_EVENTS
+STARTED_AT = "scan_api.started_at"  # in a WSGI environ: when a layer in front of Flask took the request
+# The events' names (``app.events.kinds.DELIVERY_EVENTS``, a domain's, which this module does not reach).
+EVENTS = ("scan.completed", "scan.failed", "scan.running", "endpoint.disabled", "watch.changed", "watch.paused",
+          "watch.ended", "source.degraded", "source.recovered", "subject.opted_out", "subject.erased")
 ERASURE_REASONS = ("request", "retention")
 AUDIT_SINK_OUTCOMES = ("acknowledged", "failed", "stale")
 FEEDBACK_VERDICTS = ("false_positive", "confirmed")
@@ -197,96 +193,6 @@ def count_sweep(report: dict) -> None:
 
 
 # --- Scrape-time figures: constant work whatever the data ----------------------------------
-
-
-class LiveCollector:
-    """Queue depths, the oldest waiting job's age and scheduled jobs (a few Redis commands
-    per queue), and whether the database and Redis answer."""
-
-    def collect(self):
-        from app.plumbing.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE
-        depth = GaugeMetricFamily("scan_api_queue_depth", "Jobs waiting in each RQ queue", labels=["queue"])
-        oldest = GaugeMetricFamily("scan_api_queue_oldest_job_age_seconds",
-                                   "Age of the job waiting longest in each RQ queue (0 when empty)", labels=["queue"])
-        scheduled = GaugeMetricFamily("scan_api_scheduled_jobs", "Jobs scheduled for later, by queue",
-                                      labels=["queue"])
-        overdue = GaugeMetricFamily("scan_api_scheduled_overdue_seconds",
-                                    "How far past its due time the most overdue scheduled job is (0: none)",
-                                    labels=["queue"])
-        looks_overdue = GaugeMetricFamily(
-            "scan_api_looks_overdue_seconds",
-            "How far past its due time the most overdue batch look at a scan in flight is (0: none)")
-        redis_up = GaugeMetricFamily("scan_api_redis_up", "1 when Redis answered this scrape")
-        db_up = GaugeMetricFamily("scan_api_database_up", "1 when the database answered this scrape")
-        try:
-            from app.plumbing import runtime
-            conn = runtime.redis()
-            now = time.time()
-            for name in (ENGINE_QUEUE, WEBHOOK_QUEUE):
-                with conn.pipeline(transaction=False) as pipe:
-                    pipe.llen(f"rq:queue:{name}").lindex(f"rq:queue:{name}", 0)
-                    pipe.zcard(f"rq:scheduled:{name}").zrange(f"rq:scheduled:{name}", 0, 0, withscores=True)
-                    length, head, n_scheduled, first_due = pipe.execute()
-                depth.add_metric([name], length)
-                oldest.add_metric([name], _job_age(conn, head, now))
-                scheduled.add_metric([name], n_scheduled)
-                overdue.add_metric([name], max(0.0, now - first_due[0][1]) if first_due else 0.0)
-            redis_up.add_metric([], 1)
-        except Exception:  # Redis down: say so, and still report the rest
-            redis_up.add_metric([], 0)
-        due = _earliest_due_look()
-        db_up.add_metric([], 0 if due is False else 1)
-        looks_overdue.add_metric([], max(0.0, time.time() - due) if isinstance(due, float) else 0.0)
-        yield from (depth, oldest, scheduled, overdue, looks_overdue, redis_up, db_up)
-
-
-def _job_age(conn, job_id, now: float) -> float:
-    if not job_id:
-        return 0.0
-    from rq.utils import utcparse
-    job_id = job_id.decode() if isinstance(job_id, bytes) else job_id
-    raw = conn.hget(f"rq:job:{job_id}", "enqueued_at")
-    if not raw:
-        return 0.0
-    try:
-        return max(0.0, now - utcparse(raw.decode() if isinstance(raw, bytes) else raw).timestamp())
-    except ValueError:
-        return 0.0
-
-
-def _earliest_due_look() -> float | bool | None:
-    """The earliest due look's Unix time (the first entry of a partial index: as cheap as
-    ``SELECT 1``), None when no scan is due for one, False when the database does not answer."""
-    from datetime import UTC
-
-    from app.plumbing.db import db
-    from app.scans.models import IN_FLIGHT
-    from app.tracking.statements.scan_states import next_due
-    try:
-        with db.connection_context():
-            due = next_due(statuses=IN_FLIGHT)
-    except Exception:
-        return False
-    return None if due is None else due.replace(tzinfo=UTC).timestamp()
-
-
-_live = LiveCollector()
-
-
-def registry() -> CollectorRegistry:
-    scrape = CollectorRegistry()
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        from prometheus_client import multiprocess
-        multiprocess.MultiProcessCollector(scrape)
-    else:
-        for collector in list(REGISTRY._collector_to_names):
-            scrape.register(collector)
-    scrape.register(_live)
-    return scrape
-
-
-def render() -> tuple[bytes, str]:
-    return generate_latest(registry()), CONTENT_TYPE_LATEST
 
 
 def token_matches(given: str, token: str) -> bool:

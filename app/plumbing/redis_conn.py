@@ -61,7 +61,7 @@ def new_client(url: str) -> redis.Redis:
 
 
 def is_sentinel_url(url: str | None) -> bool:
-    return bool(url) and url.split("://", 1)[0].lower() == SENTINEL_SCHEME
+    return url is not None and url.split("://", 1)[0].lower() == SENTINEL_SCHEME
 
 
 def redis_url_of(conn: redis.Redis) -> str:

@@ -45,3 +45,4 @@ def check_or_exit(env=None, status: int = 1, reach_database: bool | None = None)
         return check(env, reach_database)
     except StartupError as exc:
         exit_with(str(exc), status, env)
+        raise  # exit_with raised SystemExit: never reached

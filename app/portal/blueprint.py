@@ -2,7 +2,7 @@
 headers, the activity log's entry of every action), the template filters, and the helpers that
 read a list's page and filters (a filter that can hold a target is taken only from a posted form).
 The pages are ``app.portal.page_modules``, one module per page or small group of pages; views are thin:
-the rules live in ``app.services``."""
+the rules live in the domains' packages (``app/<domain>/``)."""
 from __future__ import annotations
 
 import csv

@@ -35,7 +35,7 @@ class LoginForm(FlaskForm):
 class WebhookForm(FlaskForm):
     url = URLField("Webhook URL", validators=[Optional(), Length(max=2048)],
                    description="Scans finished with this key are POSTed here. Leave empty to stop deliveries.")
-    # No length rule here: services.webhooks.webhooks.set_webhook owns the secret's rules for every entry point.
+    # No length rule here: app.webhooks.key_settings.set_webhook owns the secret's rules for every entry point.
     secret = StringField("Signing secret", validators=[Optional()],
                          description="whsec_ followed by base64 of 16 to 128 random bytes. Leave empty to keep the "
                                      "current secret; a secret set here replaces it at once.")
@@ -48,7 +48,7 @@ class WebhookForm(FlaskForm):
 
 class EndpointForm(FlaskForm):
     """A webhook endpoint of the key (added, or changed with a prefix per endpoint); the URL's and
-    the events' rules are the service's (``services.webhooks.endpoints``), said as a form error."""
+    the events' rules are the service's (``app.webhooks.endpoints``), said as a form error."""
 
     url = URLField("Endpoint URL", validators=[DataRequired(), Length(max=2048)],
                    description="Events are POSTed here (https, public addresses only).")
@@ -66,7 +66,7 @@ class EndpointForm(FlaskForm):
 
 class AccessForm(FlaskForm):
     """What a key may do (D21): its scopes narrowed, its expiry made earlier, its IP allowlist edited.
-    The rules (never wider, never later) are ``services.accounts.access.narrow_access``'s."""
+    The rules (never wider, never later) are ``app.accounts.access.narrow_access``'s."""
 
     scopes = SelectMultipleField("Scopes", choices=[], option_widget=CheckboxInput(),
                                  widget=ListWidget(prefix_label=False),
@@ -144,7 +144,7 @@ class CodeForm(FlaskForm):
 class SettingsForm(FlaskForm):
     require_2fa = BooleanField("Require two-factor login for every user")
     require_purpose = BooleanField("Require a purpose on every scan")
-    # No range rule here: services.accounts.accounts.set_settings owns it for every entry point.
+    # No range rule here: app.accounts.admin.set_settings owns it for every entry point.
     result_retention_days = IntegerField("Keep finished scans' targets and results for (days)",
                                          validators=[InputRequired(message="a number of days is needed")])
 
@@ -152,7 +152,7 @@ class SettingsForm(FlaskForm):
 
 class _WatchFields(FlaskForm):
     """The fields a watch and a CSV import share: the key it is made with (its mode is the watch's),
-    how often, why, and the customer's reference. Their rules are ``services.watches.watches``'."""
+    how often, why, and the customer's reference. Their rules are ``app.watches.watchlist``'."""
 
     key_id = SelectField("API key", choices=[], validate_choice=False,
                          validators=[DataRequired(message="choose a key with the scope watches")],

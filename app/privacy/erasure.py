@@ -29,9 +29,9 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
-from app.billing import statements as idempotency_store
+from app.billing.statements import idempotency as idempotency_store
 from app.events import feed
-from app.plumbing import jobs, metrics, runtime
+from app.plumbing import engine, jobs, metrics, runtime
 from app.plumbing.db import transaction
 from app.plumbing.errors import NotFound, ScanInFlight
 from app.plumbing.models import iso, utcnow
@@ -39,7 +39,6 @@ from app.privacy.statements import engine_deletions as deletion_store
 from app.scans import statements as scan_store
 from app.scans.models import FINAL, BulkBatch, Scan
 from app.scans.reads import owned
-from app.tracking import engine
 from app.webhooks.models import CANCELLED, PENDING
 from app.webhooks.statements import deliveries as delivery_store
 
@@ -116,7 +115,7 @@ def erase_batch(*, customer_id: str, bulk_id: str, livemode: bool) -> dict:
 
 
 def erase_for_subject(scan_ids: Sequence[str], now: datetime, *, owner: tuple[str, bool]) -> list[str]:
-    """A data subject's erasure (``services.privacy.subjects``): the customer's final ``scan_ids``
+    """A data subject's erasure (``app.privacy.subjects``): the customer's final ``scan_ids``
     erased as its own request would erase them; the ids erased now."""
     return _erase(scan_ids, now, reason="request", owner=owner)
 

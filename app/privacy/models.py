@@ -7,7 +7,7 @@ from app.plumbing.models import BaseModel, utcnow
 class Suppression(BaseModel):
     """A data subject's opt-out: creations for this target are refused (403 ``target_suppressed``).
 
-    Only the keyed hash of the normalised target is kept (``services.shared.crypto.target_hash``), never
+    Only the keyed hash of the normalised target is kept (``app.plumbing.crypto.target_hash``), never
     the target: the list itself discloses nobody."""
 
     target_hash = CharField(max_length=64, primary_key=True)

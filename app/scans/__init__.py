@@ -1,5 +1,19 @@
 """Scans: a scan's target, creation, result and reads, including a read that waits (``?wait``).
 
-Offers: ``creation`` (admission, submission, reversal), ``bulk``, ``reads``, ``waits``, ``results``,
-``findings``, ``confidence``, ``required``, ``purposes``, ``targets`` (validation and a target's
-identity), ``models``."""
+What other domains may import from it is ``OFFERS``; the rest is its own (tests/unit/test_layers.py).
+Erasure, a look's final state and a watch's comparison read and write scans' rows in their own
+transactions (``statements``)."""
+
+OFFERS = (
+    "confidence",
+    "creation",
+    "findings",
+    "models",
+    "purposes",
+    "reads",
+    "required",
+    "results",
+    "schemas",
+    "statements",
+    "targets",
+)

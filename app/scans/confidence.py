@@ -21,6 +21,8 @@ import copy
 import math
 import re
 
+from app.scans.bands import band_for
+
 BASE = {"profiles.verified": 0.90, "profiles.weak": 0.40, "contacts.emails": 0.70, "contacts.phones": 0.70,
         "breaches": 0.95}
 PER_SOURCE = 0.05
@@ -115,8 +117,6 @@ def filtered(result: dict, minimum: float | None, *, fresh: bool = False) -> dic
     place (a read's copy would cost a third of its filtering)."""
     if minimum is None or not isinstance(result, dict):
         return result
-    from app.scans.results import band_for  # the bands are the result's own rule
-
     shown = result if fresh else copy.deepcopy(result)
     left_out = below(shown, minimum)
     if left_out:

@@ -1,6 +1,6 @@
 """Scans: admission (limits + charge + rows in one transaction), engine submission and
-the reversal of a reservation. Reads are ``services.scans.reads``; bulk input validation
-``services.scans.bulk``; the price of a creation ``charges.admission_cost``.
+the reversal of a reservation. Reads are ``app.scans.reads``; bulk input validation
+``app.scans.bulk``; the price of a creation ``charges.admission_cost``.
 
 Admission follows D3, D7, D8 and D13:
 1. One write transaction serialises a customer's admissions (``SELECT ... FOR UPDATE``
@@ -24,11 +24,11 @@ from datetime import timedelta
 
 from app.accounts import access
 from app.accounts.models import Customer
-from app.accounts.statements import customers as customer_store
 from app.accounts.statements import keys as key_store
 from app.activity import entries
 from app.billing import charges, quotas
 from app.billing.limits import Limits, limits_for, watch_limit_for
+from app.plumbing import engine
 from app.plumbing.db import transaction, transaction_with_known_outcome
 from app.plumbing.errors import (
     EngineUnavailable,
@@ -48,7 +48,7 @@ from app.scans.models import COMPLETED, QUEUED, BulkBatch
 from app.scans.results import failed_source_ids
 from app.scans.targets import normalize_or_refuse
 from app.sources import health as source_health
-from app.tracking import engine, looks, sandbox_engine, states
+from app.tracking import looks, sandbox_engine, states
 from app.watches import statements as watch_store
 from app.watches import watch_times
 
@@ -96,18 +96,6 @@ def engine_for(livemode: bool):
     inside the service for test ones. Submission asks it; the batch looks split their claims
     by the same rule (``looks._look``)."""
     return engine if livemode else sandbox_engine
-
-
-def _lock_and_count(customer_id, now, livemode):
-    """The customer's row, locked until the transaction ends, and its windows counted under
-    that lock: one round trip of two statements (each statement takes its own snapshot
-    under READ COMMITTED, so the counts see every admission committed before the lock was
-    granted)."""
-    found = customer_store.lock_with_windows(customer_id, quotas.window_starts(now), livemode=livemode)
-    if found is None:
-        raise Customer.DoesNotExist(f"no customer {customer_id}")
-    customer, windows = found
-    return customer, quotas.usage_from(windows, now)
 
 
 @dataclass(frozen=True)
@@ -165,7 +153,10 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
         return bool(rows) and scan_store.scan_exists(rows[0]["id"])
 
     with transaction_with_known_outcome(committed):
-        customer, usage = _lock_and_count(customer_id, now, livemode)
+        found = quotas.lock_and_count(customer_id, now, livemode)
+        if found is None:
+            raise Customer.DoesNotExist(f"no customer {customer_id}")
+        customer, usage = found
         if customer.balance < cost:
             raise InsufficientBalance(customer.balance, cost)
         limits = limits_for(customer)
@@ -210,7 +201,7 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
                 raise InsufficientBalance(customer.balance, cost)
         else:  # test mode: no charge, no ledger row; the answer shows the live balance unchanged
             balance = customer.balance
-            customer_store.run_together(writes + [quotas.move_in_flight_statement(customer_id, livemode, n)])
+            scan_store.run_together(writes + [quotas.move_in_flight_statement(customer_id, livemode, n)])
     # Counted under the lock, plus the scans this call created: ``r`` counts them (D8).
     return Admission(rows, batch, cost, balance, limits, quotas.with_new_scans(usage, n, now), purpose, case_ref)
 

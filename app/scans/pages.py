@@ -18,7 +18,7 @@ from app.privacy import erasure
 from app.scans import confidence, findings, reads, targets
 from app.scans import creation as scans_service
 from app.watches import watch_changes
-from app.webhooks import outbox
+from app.webhooks import delivery_log
 
 
 @bp.route("/scans", methods=["GET", "POST"])
@@ -55,7 +55,7 @@ def scan_page(scan_id):
                            watch=_watch_changes(scan_id, explained),
                            action=ActionForm(), erase_form=EraseForm(),
                            retention_days=g.portal_customer.result_retention_days,
-                           deliveries=outbox.scan_deliveries(scan["scan_id"], g.portal_customer.id),
+                           deliveries=delivery_log.scan_deliveries(scan["scan_id"], g.portal_customer.id),
                            min_confidence=request.args.get("min_confidence", "") if refused else minimum)
     return page, 400 if refused else 200
 

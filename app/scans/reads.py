@@ -20,11 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.accounts.statements import keys as key_store
+from app.events import waits
 from app.plumbing.errors import Forbidden, InvalidRequest, NotFound
 from app.plumbing.models import iso, utcnow
 from app.plumbing.paging import Page
 from app.plumbing.rawjson import RawJSON
-from app.scans import confidence, waits
+from app.scans import confidence
 from app.scans import statements as scan_store
 from app.scans.models import COMPLETED, FAILED, QUEUED, RUNNING, BulkBatch, Scan
 

@@ -33,11 +33,10 @@ from urllib.parse import urlsplit
 
 from app.plumbing import crypto
 from app.scans import confidence, targets
+from app.scans.bands import BAND_NAMES, band_for
 
 log = logging.getLogger(__name__)
 
-BANDS = (("low", 0, 24), ("medium", 25, 49), ("high", 50, 74), ("critical", 75, 100))
-BAND_NAMES = {name for name, _, _ in BANDS}
 DATE_RE = re.compile(r"^(\d{4})-(\d{1,2})(?:-\d{1,2})?(?:[T ].*)?$")
 E164_RE = re.compile(r"^\+[1-9][0-9]{6,14}$")
 MAX_ITEMS = 500
@@ -53,10 +52,6 @@ PATH_RE = re.compile(r"^([a-z_.]+)\[(\d+)\]$")
 
 class InvalidResult(ValueError):
     pass
-
-
-def band_for(score: int) -> str:
-    return next(name for name, low, high in BANDS if low <= score <= high)
 
 
 def _int(value, default=0, *, minimum=0):

@@ -1,18 +1,19 @@
 """The scan endpoints of §4: create, read, bulk create, aggregate read; and the scans list (D17).
 
-Views stay thin: they hand parsed input to ``services.scans.scans`` (creations) and
-``services.scans.reads`` (reads and the list) and return its body;
+Views stay thin: they hand parsed input to ``app.scans.creation`` (creations) and
+``app.scans.reads`` (reads and the list) and return its body;
 authentication, charging and the limit headers are ``app.api.hooks``'s job.
 """
 from __future__ import annotations
 
-from flask import current_app, g, request
+from flask import g
 from flask.views import MethodView
 
 from app import pipeline
 from app.accounts import access
 from app.activity import entries
 from app.api import hooks, openapi
+from app.api.answers import created
 from app.api.base import ApiBlueprint
 from app.api.openapi import (
     CODES,
@@ -25,9 +26,10 @@ from app.api.openapi import (
     WAIT_PARAMETER,
     webhook_callbacks,
 )
+from app.events import waits
 from app.privacy import erasure
 from app.scans import creation as scans
-from app.scans import findings, reads, waits
+from app.scans import findings, reads
 from app.scans.schemas import (
     BulkCreatedSchema,
     BulkCreateSchema,
@@ -51,37 +53,6 @@ blp = ApiBlueprint("scans", __name__, url_prefix="/api/v1",
 def documented_errors(*statuses, **options):
     """``openapi.documented_errors`` for this blueprint's operations."""
     return openapi.documented_errors(*statuses, blueprint=blp, **options)
-
-
-def base_url() -> str:
-    return current_app.config["PUBLIC_BASE_URL"] or request.host_url.rstrip("/")
-
-
-def scan_url(scan_id: str) -> str:
-    return f"{base_url()}/api/v1/scan/{scan_id}"
-
-
-def with_poll_urls(body: dict) -> dict:
-    """A creation's body with the URLs to poll, last in each object as the schemas order them."""
-    if "bulk_id" in body:
-        for entry in body["scans"]:
-            entry["poll_url"] = scan_url(entry["scan_id"])
-        body["aggregate_poll_url"] = f"{base_url()}/api/v1/scan/bulk/{body['bulk_id']}"
-    else:
-        body["poll_url"] = scan_url(body["scan_id"])
-    return body
-
-
-def created(outcome: scans.Outcome, report: pipeline.Served, *, waited: dict | None = None):
-    """A creation's answer: 202 with its own body and the URLs to poll, or (``waited``) 200 with
-    the finished scan's read; and in the call's ``report`` what its admission charged and the
-    activity entry it wrote with the charge. An ``Idempotency-Key`` replays the 202 either way:
-    a replay reads nothing (the scan may have been erased since, the retrying key may not read)."""
-    creation = hooks.render(with_poll_urls(outcome.body), 202)
-    hooks.charged(report, balance=outcome.balance, usage=outcome.usage, limits=outcome.limits, credits=outcome.cost,
-                  subject=outcome.subject, recorded=outcome.recorded,
-                  stored=None if waited is None else (202, creation.get_data(as_text=True)))
-    return creation if waited is None else hooks.render(waited, 200)
 
 
 def served(read: pipeline.ServedRead):

@@ -2,7 +2,7 @@
 
 Request schemas check only the body's shape (types, required fields) and refuse unknown fields:
 the semantic checks (``target_too_short``, ``invalid_kind``, ``invalid_target``) run afterwards in
-``services.privacy.targets`` in the order D2 fixes. The document says those checks too (``TARGET_DOC``'s
+``app.scans.targets`` in the order D2 fixes. The document says those checks too (``TARGET_DOC``'s
 pattern, ``app.api._shape_schemas``), so that a request it calls valid is one the service takes.
 """
 import copy
@@ -14,11 +14,11 @@ from marshmallow import RAISE, fields
 
 from app.billing.limits import MAX_BULK_TARGETS
 from app.events import kinds as events
+from app.events.waits import WAIT_RANGE, parse_wait
 from app.plumbing import time_bounds
 from app.plumbing.errors import InvalidRequest
 from app.scans.purposes import CASE_REF_MAX, CASE_REF_PATTERN, PURPOSES
 from app.scans.targets import MAX_LENGTH, MIN_LENGTH
-from app.scans.waits import WAIT_RANGE, parse_wait
 
 KIND_DOC = {"description": "email, phone or username. When absent it is inferred from the target: a leading "
                           "`@` marks a username (`@janedoe`), any other `@` an e-mail address, `+` followed by "
@@ -27,7 +27,7 @@ KIND_DOC = {"description": "email, phone or username. When absent it is inferred
             "enum": ["email", "phone", "username"], "example": "email"}
 
 
-# The forms of target the service takes (services.privacy.targets), as one pattern: an e-mail address (the
+# The forms of target the service takes (app.scans.targets), as one pattern: an e-mail address (the
 # common ASCII form; e-mail-validator takes more), an E.164 phone number, a username (a leading @
 # allowed). Which form goes with which `kind` is said by app.api._shape_schemas.
 EMAIL_PATTERN = (r"[A-Za-z0-9_+-]{1,32}(\.[A-Za-z0-9_+-]{1,15}){0,2}@"
@@ -103,7 +103,7 @@ class ScanCreateSchema(ma.Schema):
 
 
 class BulkTargetSchema(ma.Schema):
-    """One bulk target; documented only: each item is checked on its own (``services.scans.bulk``, which
+    """One bulk target; documented only: each item is checked on its own (``app.scans.bulk``, which
     refuses unknown fields in it too), so a bad one is rejected, not fatal."""
 
     target = ScanCreateSchema._declared_fields["target"]
@@ -489,7 +489,7 @@ class BulkErasedSchema(ma.Schema):
 # --- the scans list -----------------------------------------------------------------
 
 class UtcDateTime(fields.AwareDateTime):
-    """A list's time bound, loaded as the naive UTC the columns hold: ``services.shared.time_bounds``
+    """A list's time bound, loaded as the naive UTC the columns hold: ``app.plumbing.time_bounds``
     holds the rule (ISO 8601, UTC without an offset, within the calendar), which the portal shares."""
 
     default_error_messages: ClassVar[dict[str, str]] = {"invalid": time_bounds.NOT_A_TIME}

@@ -13,11 +13,11 @@ from datetime import datetime, timedelta
 from functools import cache
 
 from app.accounts.models import ApiKey, Customer
-from app.accounts.statements.customers import Statement, add_read, minute_of, named, window_columns, window_times
 from app.accounts.statements.keys import KEY_COLUMNS, KEY_ROW_LENGTH, conditions, key_from_row
 from app.activity.statements import entries as activity_store
+from app.billing.statements.balances import add_read, minute_of, named, window_columns, window_times
 from app.plumbing.cursor_pages import newest_first_where
-from app.plumbing.db import columns, execute, insert_rows_statement, instance, table
+from app.plumbing.db import Statement, columns, execute, execute_batch, insert_rows_statement, instance, table
 from app.plumbing.planned import execute_planned
 from app.scans.models import BulkBatch, FindingFeedback, Scan
 
@@ -27,6 +27,12 @@ def insert_batch_statement(row: dict) -> Statement:
     """The INSERT of one bulk batch (``row`` keyed by field name), to run with others."""
     sql, params = insert_rows_statement(BulkBatch, [row])
     return sql, tuple(params)
+
+
+
+def run_together(statements: list[Statement]) -> None:
+    """An admission's writes (its batch, scans, watches, in-flight count) in order, in one round trip."""
+    execute_batch(statements)
 
 
 def insert_scans_statement(rows: list[dict]) -> Statement:
@@ -329,7 +335,7 @@ class ChargedRead:
 @dataclass(frozen=True)
 class ReadCharge:
     """What a served read charges and writes, beside its key's rules' values: ``price``, added
-    to the row of ``reason`` (``customers.add_read``) with the note ``notes`` names for the
+    to the row of ``reason`` (``balances.add_read``) with the note ``notes`` names for the
     object not found, the key's customer's, another's; the activity entry ``entry`` (its id,
     action, resource id, client address and request id) whose status is one of ``statuses``
     (not found, the customer's, another's, as ``notes``; the balance short)."""

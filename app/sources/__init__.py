@@ -1,3 +1,7 @@
 """Sources: the engine's sources, their health, probes, quarantine and the public status page.
 
-Offers: ``health``, ``probes``, ``status``, ``models``."""
+What other domains may import from it is ``OFFERS``; the rest is its own (tests/unit/test_layers.py)."""
+
+OFFERS = (
+    "health",
+)

@@ -107,7 +107,7 @@ def answers_of(result: dict) -> list[tuple[str, str, str, object]]:
 
 
 def record_scans(scans: list, just_written: JustWritten | None = None) -> None:
-    """Count the source answers of the scans that just completed (``tracking.announce``, after their
+    """Count the source answers of the scans that just completed (``states.announce``, after their
     commit). Live scans only: test scans' sources are the sandbox's, not the engine's.
     ``just_written``: the results as the look wrote them (``parsed_result``)."""
     answers = []

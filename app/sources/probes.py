@@ -16,13 +16,12 @@ import logging
 import time
 from datetime import datetime, timedelta
 
-from app.plumbing import metrics, runtime
+from app.plumbing import engine, metrics, runtime
 from app.plumbing.db import transaction
 from app.plumbing.errors import NotFound
 from app.plumbing.models import iso, utcnow
 from app.sources import health, status
 from app.sources import statements as store
-from app.tracking import engine
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,10 @@
-"""Tracking: a scan in flight until its final state: the batch looks, the engine's client and
-callbacks, the sandbox engine and its simulated results, and the recovery sweep.
+"""Tracking: a scan in flight until its final state: the batch looks, the engine's callbacks,
+the sandbox engine and its simulated results (the engine's client is the plumbing's).
 
-Offers: ``states`` (state changes and the rules of a look), ``looks``, ``engine``, ``sandbox_engine``,
-``callbacks``, ``recovery``."""
+What other domains may import from it is ``OFFERS``; the rest is its own (tests/unit/test_layers.py)."""
+
+OFFERS = (
+    "looks",
+    "sandbox_engine",
+    "states",
+)

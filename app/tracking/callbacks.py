@@ -15,7 +15,7 @@ the database nothing; and the log next to nothing: a refusal before the signatur
 counted (``scan_api_engine_callbacks_refused_total``, by reason) and written as one line a minute
 per process with the count (``REFUSALS``), never one line each (the view leaves out its request
 line); so are the callbacks taken (``TAKEN_LINES``), which come at every change of every scan. A
-well signed callback costs one statement (``store.tracking.engine_callbacks.take``, ``progress``:
+well signed callback costs one statement (``app.tracking.statements.engine_callbacks.take``, ``progress``:
 one round trip, which commits on its own) that remembers its ``webhook-id`` (a replay within the
 5 minutes a signature is accepted for is refused) and makes its scan due or records its progress.
 An unknown engine id is accepted like a known one: the answer tells no caller which ids exist.

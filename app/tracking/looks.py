@@ -29,7 +29,7 @@ each run ``look_due`` in a loop:
 
 Nothing lives in Redis: emptying it loses no look. A scan in flight without a due time (tracked
 by an RQ job chain before the upgrade that retired them) is given one by migration 22, by the
-recovery sweep (``app.tracking.recovery``) and by any tracking job of before still in Redis
+recovery sweep (``app.recovery``) and by any tracking job of before still in Redis
 (``workers.engine_jobs.track_scan``).
 """
 from __future__ import annotations
@@ -40,11 +40,11 @@ import time
 from datetime import datetime, timedelta
 
 from app.events import feed
-from app.plumbing import metrics, runtime
+from app.plumbing import engine, metrics, runtime
 from app.plumbing.db import transaction
 from app.plumbing.models import utcnow
 from app.scans.models import COMPLETED, IN_FLIGHT, QUEUED, RUNNING, Scan
-from app.tracking import engine, sandbox_engine
+from app.tracking import sandbox_engine
 from app.tracking import states as tracking
 from app.tracking.statements import scan_states
 

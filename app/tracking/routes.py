@@ -21,12 +21,11 @@ import time
 from flask import Blueprint, g, jsonify, request
 from werkzeug.exceptions import ClientDisconnected
 
-from app import request_id
-from app.metrics_http import STARTED_AT
 from app.plumbing.db import release_connection
 from app.plumbing.logging_setup import log_context
-from app.plumbing.metrics import HTTP_LATENCY, HTTP_REQUESTS
+from app.plumbing.metrics import HTTP_LATENCY, HTTP_REQUESTS, STARTED_AT
 from app.plumbing.signatures import ID_HEADER, STANDARD_SIGNATURE_HEADER, TIMESTAMP_HEADER
+from app.request_ids import request_id
 from app.tracking import callbacks
 
 PATH = "/engine/v1/callbacks"

@@ -1,7 +1,7 @@
 """The sandbox engine: answers test-mode scans inside the service (decisions D15).
 
 Test keys' scans never reach ``ENGINE_URL``. This module answers the two questions the
-engine client (``app.tracking.engine``) answers, with the same shapes, and no network:
+engine client (``app.plumbing.engine``) answers, with the same shapes, and no network:
 
 - ``submit(target, kind, reference, sources=None)`` -> ``{"id", "recipes", "eta_seconds"}``
   (and ``submit_batch(items)``, like the client's; ``sources``: a re-run of those only, E6);
@@ -45,8 +45,8 @@ import time
 from datetime import UTC, datetime
 
 from app.plumbing import runtime
+from app.plumbing.engine import EngineError
 from app.scans.results import normalize_result
-from app.tracking.engine import EngineError
 from app.tracking.simulated.conventions import (
     FAIL,
     HANG,

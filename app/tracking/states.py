@@ -18,7 +18,7 @@ from datetime import timedelta
 from app.billing import quotas
 from app.events import feed
 from app.events import kinds as events
-from app.plumbing import metrics, runtime
+from app.plumbing import engine, metrics, runtime
 from app.plumbing.db import CONNECTION_ERRORS, transaction
 from app.plumbing.models import utcnow
 from app.scans import findings, required, results
@@ -26,7 +26,7 @@ from app.scans import statements as scan_store
 from app.scans.models import COMPLETED, FAILED, IN_FLIGHT, RUNNING
 from app.scans.results import InvalidResult, normalize_result
 from app.sources import health as source_health
-from app.tracking import engine, sandbox_engine
+from app.tracking import sandbox_engine
 from app.tracking.statements import scan_states
 from app.watches import watch_changes
 from app.webhooks import outbox

@@ -1,6 +1,6 @@
 """The watches calls (D28): create (with its baseline scan), list, read, change, end, run now.
 
-Views stay thin: ``services.watches.watches`` owns the rules; authentication, the ``watches`` scope,
+Views stay thin: ``app.watches.watchlist`` owns the rules; authentication, the ``watches`` scope,
 charging and the limit headers are ``app.api.hooks``'s job. A creation and a run are charged
 by their admission (the credit pays for the scan they start), as a scan creation is.
 """
@@ -11,6 +11,7 @@ from flask.views import MethodView
 
 from app.accounts import access
 from app.api import hooks
+from app.api.answers import created
 from app.api.base import ApiBlueprint
 from app.api.openapi import (
     HEADERS,
@@ -23,7 +24,6 @@ from app.api.openapi import (
 )
 from app.events import kinds as events
 from app.scans import creation
-from app.scans.routes import created
 from app.watches import watchlist
 from app.watches.schemas import (
     WatchBulkCreatedSchema,

@@ -5,8 +5,7 @@ from datetime import datetime
 
 from peewee import Case
 
-from app.accounts.statements.customers import Statement
-from app.plumbing.db import execute, insert_rows_statement, table
+from app.plumbing.db import Statement, execute, insert_rows_statement, table
 from app.scans.models import COMPLETED, Scan
 from app.watches.models import ACTIVE, ENDED, Watch
 

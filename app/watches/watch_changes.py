@@ -1,7 +1,7 @@
 """What a watch's completed scan changed (D28), and the watch events.
 
-Kept apart from ``services.watches.watches`` (which admits scans) so that the final transition of a scan
-(``tracking.record_finals``) and an opt-out (``suppressions.add``) can record watch events
+Kept apart from ``app.watches.watchlist`` (which admits scans) so that the final transition of a scan
+(``states.record_finals``) and an opt-out (``suppressions.add``) can record watch events
 without importing the admission. Events go to the endpoints of the watch's key that list them,
 in the caller's transaction.
 """

@@ -11,8 +11,7 @@ import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from app.accounts import access
-from app.accounts.statements import customers as customer_store
+from app.accounts import access, admin
 from app.accounts.statements import keys as key_store
 from app.activity import entries
 from app.events import kinds as events
@@ -192,7 +191,7 @@ def _slot_for(watch, interval: str, now: datetime) -> int:
     there (taken under the customer's lock, as an admission takes new watches' slots)."""
     if interval == watch.interval:
         return watch.slot
-    customer_store.lock(watch.customer_id)
+    admin.lock_customer(watch.customer_id)
     row = {"interval": interval, "created_at": watch.created_at}
     watch_times.place(watch.customer_id, watch.livemode, [row], now)
     return row["slot"]
@@ -312,7 +311,7 @@ def run_due(now: datetime | None = None, *, customer_id: str | None = None) -> d
 
 def _scan_due(watch, now: datetime) -> str:
     """One due watch's scan; what became of it (a key of ``run_due``'s report)."""
-    customer = customer_store.get(watch.customer_id)
+    customer = admin.get_customer(watch.customer_id)
     if not key_may_watch(key_store.get(watch.api_key_id), now):
         # A person who revoked or narrowed a key stops its spending, scheduled scans included.
         return _missed(watch, now, "the API key that created this watch is revoked, expired or lacks the scope "

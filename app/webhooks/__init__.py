@@ -1,6 +1,14 @@
 """Webhooks: a key's endpoints and settings, the delivery rows written with each event, their
 attempts and signatures, and the SSRF guard.
 
-Offers: ``outbox`` (events to delivery rows, a key's settings, signing secrets, redelivery),
-``deliveries`` (the attempt state machine), ``delivery_console``, ``endpoints``, ``webhook_urls``,
-``special_addresses``, ``models``."""
+What other domains may import from it is ``OFFERS``; the rest is its own (tests/unit/test_layers.py).
+Erasure empties the bodies of erased scans' deliveries in its transaction (``statements.deliveries``)."""
+
+OFFERS = (
+    "deliveries",
+    "delivery_log",
+    "key_settings",
+    "models",
+    "outbox",
+    "statements.deliveries",
+)

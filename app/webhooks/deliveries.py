@@ -34,7 +34,7 @@ from app.plumbing import metrics, runtime
 from app.plumbing.db import after_commit, transaction
 from app.plumbing.jobs import DELIVERY_JOB_TIMEOUT, delivery_job_id, enqueue_delivery, job_attempt_number, live_job_ids
 from app.plumbing.models import utcnow
-from app.webhooks import endpoints, outbox
+from app.webhooks import endpoints, signing_secrets
 from app.webhooks.models import FAILED, IN_PROGRESS, PENDING, SUCCEEDED, DeliveryAttempt, WebhookDelivery
 from app.webhooks.statements import deliveries as store
 
@@ -98,7 +98,7 @@ def start_attempt(delivery_id: str, job_id: str | None,
     now = utcnow()
     # Every header, both signature schemes, from the key's secrets as they are now (D16),
     # so a rotation also covers the retries of earlier deliveries.
-    headers = outbox.delivery_headers(delivery, body, now, key=signer)
+    headers = signing_secrets.delivery_headers(delivery, body, now, key=signer)
     attempt = reserve(delivery, number, job_id, now)
     if attempt is None:
         return "stale"

@@ -5,13 +5,13 @@ from marshmallow import RAISE, fields, validate
 from app.events import kinds as event_registry
 from app.scans.schemas import UtcDateTime
 from app.webhooks.endpoints import EVENT_NAMES, MAX_DESCRIPTION
-from app.webhooks.outbox import DEFAULT_OVERLAP_HOURS, MAX_OVERLAP_HOURS
+from app.webhooks.signing_secrets import DEFAULT_OVERLAP_HOURS, MAX_OVERLAP_HOURS
 
 TIME_DOC = {"format": "date-time", "example": "2026-11-21T12:00:00Z"}
 ENDPOINT_ID = {"example": "ep_Q2hlcnJ5IHRvbWF0b2Vz"}
-# The URL's shape as services.webhooks.webhook_urls checks it (https, a host name, an optional port and path);
+# The URL's shape as app.plumbing.outbound_urls checks it (https, a host name, an optional port and path);
 # that its host resolves to public addresses only is checked when it is saved and cannot be a pattern.
-# whsec_ and standard base64 of 16 to 128 bytes (services.webhooks.webhooks.check_secret), padded.
+# whsec_ and standard base64 of 16 to 128 bytes (app.webhooks.key_settings.check_secret), padded.
 _B64 = "[A-Za-z0-9+/]"
 SECRET_PATTERN = (f"^whsec_(({_B64}{{4}}){{6,42}}|({_B64}{{4}}){{5,42}}({_B64}{{2}}==|{_B64}{{3}}=))$")
 URL_DOC = {"description": "Where events are posted: an https URL that resolves to public addresses only.",

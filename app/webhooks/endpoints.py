@@ -3,8 +3,8 @@ secrets, auto-disable and recovery.
 
 The key's first endpoint is the key's own webhook columns (so ``keys set-webhook``, the key
 page and the deliveries written before endpoints keep working); further ones are
-``WebhookEndpoint`` rows with the same column names (``webhooks.Endpoint`` hides the
-difference). Fan-out of an event to the endpoints is ``webhooks.record_event``.
+``WebhookEndpoint`` rows with the same column names (``outbox.Endpoint`` hides the
+difference). Fan-out of an event to the endpoints is ``outbox.record_event``.
 
 Functions take the key the caller acts for (an API key, or the portal's key page's key) and
 raise ``EndpointNotFound`` for an endpoint of another key; a refused input raises
@@ -24,25 +24,27 @@ from app.plumbing.db import write_transaction
 from app.plumbing.errors import AccountError, Conflict, EndpointNotFound, InvalidRequest, SecretChanged
 from app.plumbing.jobs import delivery_job_id
 from app.plumbing.models import iso, new_id, utcnow
+from app.plumbing.outbound_urls import check_webhook_url
+from app.webhooks.key_settings import check_secret
 from app.webhooks.models import CANCELLED, FAILED, PENDING, SKIPPED, WebhookDelivery
 from app.webhooks.outbox import (
     DEFAULT_EVENTS,
-    DEFAULT_OVERLAP_HOURS,
     Endpoint,
-    RolledSecret,
-    check_secret,
     first_endpoint_id,
     key_endpoints,
     record_key_event,
+    send_on_commit,
+)
+from app.webhooks.signing_secrets import (
+    DEFAULT_OVERLAP_HOURS,
+    RolledSecret,
     roll_secret_of,
     secret_state,
-    send_on_commit,
     switch_secret_of,
 )
 from app.webhooks.statements import deliveries as delivery_store
 from app.webhooks.statements import endpoints as store
 from app.webhooks.statements import key_settings as settings_store
-from app.webhooks.webhook_urls import check_webhook_url
 
 log = logging.getLogger(__name__)
 

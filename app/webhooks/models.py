@@ -50,7 +50,7 @@ class WebhookDelivery(BaseModel):
 
 class WebhookEndpoint(BaseModel):
     """A key's endpoint after its first (D22). Its fields are named as the key's own webhook
-    columns, so signing and rolling rotation (``services.webhooks.webhooks``) work on either row."""
+    columns, so signing and rolling rotation (``app.webhooks.outbox``) work on either row."""
 
     id = CharField(primary_key=True, max_length=40)
     customer = ForeignKeyField(Customer, on_delete="CASCADE")

@@ -1,4 +1,4 @@
-"""Webhook events and deliveries (§6, D11, D12, D13).
+"""Webhook events to delivery rows (§6, D11, D13).
 
 A delivery row (with the exact body bytes every attempt will send) is committed in
 the transaction that finishes a scan; writing a pending row registers its job to be
@@ -11,83 +11,45 @@ Each delivery job makes at most one attempt, and its id names that attempt:
 only the job it names may act, and a job that ran once (or was replayed) finds the
 token moved on and does nothing.
 
-The functions at the end serve the key's management page (D12). They take the
-logged-in customer's id and raise ``LookupError`` for a key of another customer
-(``DeliveryNotFound``, a ``LookupError`` too, for a delivery), which the portal answers
-as 404; a refused input raises ``AccountError`` (or one of the delivery errors of
-``services.shared.errors`` that are ``AccountError`` too, so the HTTP layer maps them).
-
-Signing (D16): ``delivery_headers`` builds every header of one attempt, both signature
-schemes included, from the key's active secrets (``signing_secrets``). A rolling
-rotation (``roll_secret``, ``switch_secret``) keeps a next secret beside the current
-one until ``webhook_secret_switch_at``; the switch is made lazily, by the first signing
-or read that finds the overlap over (``_promote_if_due``).
-
-The customer's deliveries for the API (D17) are ``customer_deliveries``, whose one
-query is ``app.webhooks.statements.deliveries``' ``customers_page``.
+A key's settings are ``key_settings``, its signing secrets and the headers they sign
+``signing_secrets``, the deliveries customers read and send again ``delivery_log``.
 """
+
 from __future__ import annotations
 
 import json
 import logging
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from app.accounts.models import ApiKey
 from app.accounts.statements import keys as key_store
 from app.events import feed
 from app.events import kinds as events
 from app.plumbing import rawjson, runtime
-from app.plumbing.crypto import decrypt_secret, encrypt_secret, new_webhook_secret
 from app.plumbing.db import write_transaction
 from app.plumbing.errors import (
     AccountError,
-    DeliveryErased,
-    DeliveryNotFound,
-    DeliveryPending,
-    InvalidRequest,
-    SecretChanged,
-    WebhookUrlMissing,
 )
 from app.plumbing.jobs import delivery_job_id, enqueue_delivery
 from app.plumbing.models import iso, new_id, utcnow
-from app.plumbing.paging import Page
-from app.plumbing.signatures import (
-    ID_HEADER,
-    SIGNATURE_HEADER,
-    STANDARD_SIGNATURE_HEADER,
-    TIMESTAMP_HEADER,
-    decode_secret,
-    sign,
-    sign_standard,
-)
 from app.scans.models import COMPLETED
 from app.scans.reads import scan_view
 from app.scans.results import normalize_result
+from app.webhooks.key_settings import owned_key
 from app.webhooks.models import (
-    CANCELLED,
-    FAILED,
     PENDING,
     SKIPPED,
-    SUCCEEDED,
-    DeliveryAttempt,
     WebhookDelivery,
     WebhookEndpoint,
 )
 from app.webhooks.statements import deliveries as delivery_store
 from app.webhooks.statements import endpoints as endpoint_store
-from app.webhooks.statements import key_settings as settings_store
-from app.webhooks.webhook_urls import check_webhook_url
 
 log = logging.getLogger(__name__)
 
-MAX_PER_PAGE = 100
 USER_AGENT = "Service-Webhook/1"
-# A hand-set secret: whsec_ + base64 of this many bytes (a generated one has 32).
-MIN_SECRET_BYTES, MAX_SECRET_BYTES = 16, 128
-MAX_OVERLAP_HOURS, DEFAULT_OVERLAP_HOURS = 7 * 24, 24
-STATUSES = (PENDING, SUCCEEDED, FAILED, CANCELLED, SKIPPED)
 # Test events are limited per key over this many seconds (WEBHOOK_TEST_EVENTS_PER_MINUTE).
 TEST_EVENT_WINDOW = 60
 
@@ -327,145 +289,6 @@ def send_on_commit(delivery: WebhookDelivery) -> None:
 # --- The key's management page (D12) -------------------------------------------------
 
 
-def owned_key(key_id: str, customer_id: str) -> ApiKey:
-    """The customer's key ``key_id``; ``LookupError`` for another customer's or none."""
-    key = key_store.customers_key(key_id, customer_id)
-    if key is None:
-        raise LookupError(f"no key {key_id}")
-    return key
-
-
-def _owned_delivery(delivery_id: str, customer_id: str, livemode: bool | None = None) -> WebhookDelivery:
-    """The customer's delivery (of one mode when ``livemode`` is given: an API key sees its own
-    mode's only, D15; the portal and the operator see both)."""
-    delivery = None
-    if "\x00" not in delivery_id and len(delivery_id) <= 40:  # PostgreSQL cannot compare a NUL
-        delivery = delivery_store.of_customer(delivery_id, customer_id, livemode)
-    if delivery is None:
-        raise DeliveryNotFound(f"no delivery {delivery_id}")
-    return delivery
-
-
-def check_secret(secret: str) -> str:
-    """The one rule for a secret set by hand (portal, CLI, key issue): ``whsec_`` + standard
-    base64 (padding optional) of 16 to 128 bytes, what Standard Webhooks libraries decode."""
-    key = decode_secret(secret) if isinstance(secret, str) else None
-    if key is None:
-        raise AccountError("the webhook secret must be whsec_ followed by standard base64 (A-Z, a-z, 0-9, + "
-                           f"and /) of {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} random bytes; or generate one")
-    if not MIN_SECRET_BYTES <= len(key) <= MAX_SECRET_BYTES:
-        raise AccountError(f"the base64 part of the webhook secret must decode to {MIN_SECRET_BYTES} to "
-                           f"{MAX_SECRET_BYTES} bytes, not {len(key)}")
-    return secret
-
-
-def set_payload(key_id: str, customer_id: str, payload: str) -> ApiKey:
-    """What the key's event bodies carry: ``full`` or ``thin`` (D20); later events only."""
-    if payload not in events.PAYLOADS:
-        raise AccountError(f"payload must be one of {', '.join(events.PAYLOADS)}")
-    key = owned_key(key_id, customer_id)
-    settings_store.set_payload(key.id, payload)
-    return key_store.get(key.id)
-
-
-def set_webhook(key_id: str, customer_id: str, url: str | None, secret: str | None = None) -> ApiKey:
-    """Set (or with an empty ``url`` remove) the key's webhook URL, and its secret when given.
-
-    The one place a webhook URL and secret are checked and stored: the portal, the
-    operator's ``keys set-webhook`` and ``keys issue`` (``accounts.issue_key``) all
-    come here, so every entry point applies the same rules (14.12).
-    ``secret`` None or empty keeps the current one; a secret given replaces it at once and
-    ends a rotation under way. Deliveries already written keep the URL they were
-    addressed to; a redelivery takes the key's URL of that moment.
-    """
-    key = owned_key(key_id, customer_id)
-    url = (url or "").strip()
-    if url:
-        check_webhook_url(url)
-    settings_store.set_webhook(key.id, url=url or None,
-                          secret_enc=encrypt_secret(check_secret(secret)) if secret else None)
-    return key_store.get(key.id)
-
-
-def generate_secret(key_id: str, customer_id: str) -> str:
-    """Replace the key's signing secret with a new random one; returns it, to show once.
-
-    Attempts made from now on, retries of earlier deliveries included, are signed
-    with the new secret alone (a rotation under way ends): ``roll_secret`` is the
-    rotation that breaks no receiver.
-    """
-    key = owned_key(key_id, customer_id)
-    plaintext = new_webhook_secret()
-    _replace_secret(key, plaintext)
-    log.info("key %s: webhook secret rotated", key.id)
-    return plaintext
-
-
-def _replace_secret(key: ApiKey | WebhookEndpoint, plaintext: str) -> None:
-    """Make ``plaintext`` the key's only secret, if its secrets are still those ``key`` was read
-    with: compare-and-set, so of two requests racing (a double click on "Generate secret" or on
-    "Roll secret" with no overlap) one wins and the other is told, instead of both showing a
-    secret as in force when only the last one written signs."""
-    changed = settings_store.replace_secret(key.id, secret_enc=encrypt_secret(plaintext),
-                                       was_secret_enc=key.webhook_secret_enc,
-                                       was_next_secret_enc=key.webhook_next_secret_enc, model=type(key))
-    if not changed:
-        raise SecretChanged()
-
-
-def delivery_owner(delivery_id: str) -> str:
-    """The id of the customer a delivery belongs to (for the operator CLI); ``DeliveryNotFound`` if none."""
-    customer_id = delivery_store.owner(delivery_id) if "\x00" not in delivery_id else None
-    if customer_id is None:
-        raise DeliveryNotFound(f"no delivery {delivery_id}")
-    return customer_id
-
-
-def can_redeliver(delivery: WebhookDelivery) -> bool:
-    """Whether ``redeliver`` would take it: its attempts are over and its body was not erased."""
-    return delivery.status != PENDING and delivery.body is not None
-
-
-def redeliver(delivery_id: str, customer_id: str, livemode: bool | None = None) -> WebhookDelivery:
-    """Start a new attempt series for a failed or succeeded delivery: same id, same body
-    bytes, signed anew, the full retry schedule again, sent to the key's current webhook URL.
-
-    A pending delivery raises ``DeliveryPending``: its own attempts are still to come; one whose
-    scan was erased (its body is gone, D20), ``DeliveryErased``; a key
-    without a webhook URL now raises ``WebhookUrlMissing``. ``livemode``: the calling API key's
-    mode, whose deliveries only it may redeliver (D15); None for the portal and the operator."""
-    with write_transaction():  # its job goes when the series is committed (``app.plumbing.jobs``)
-        return _restart_series(_owned_delivery(delivery_id, customer_id, livemode))
-
-
-def redelivered(delivery_id: str, customer_id: str, livemode: bool) -> dict:
-    """``redeliver``, and the delivery as the API answers it: as the redelivery left it (pending,
-    its new series not begun). Built before the commit that sends its job, so that a receiver
-    quicker than the answer does not turn it into the attempt's outcome."""
-    with write_transaction():
-        delivery = redeliver(delivery_id, customer_id, livemode)
-        return api_delivery_dict(delivery, _attempts_by_delivery([delivery.id])[delivery.id])
-
-
-def _restart_series(delivery: WebhookDelivery) -> WebhookDelivery:
-    if delivery.body is None:
-        raise DeliveryErased("the scan of this delivery was erased: there is nothing left to send")
-    if delivery.status == PENDING:
-        raise DeliveryPending("the delivery is pending: its attempts are still under way")
-    endpoint = endpoint_of_delivery(delivery, key_store.get(delivery.api_key_id))
-    url = endpoint.url if endpoint is not None else None
-    if not url:
-        raise WebhookUrlMissing("the key has no webhook URL" if endpoint is None or endpoint.first
-                                else "the delivery's endpoint was deleted")
-    changed = delivery_store.restart_series(delivery, status=PENDING, url=url, next_attempt_at=utcnow(),
-                                            job_id=delivery_job_id(delivery.id, delivery.attempts + 1))
-    if not changed:
-        raise DeliveryPending("the delivery is being redelivered already")
-    delivery = delivery_store.get(delivery.id)
-    send_on_commit(delivery)
-    return delivery
-
-
 def sample_event_body(livemode: bool = True) -> dict:
     """A ``scan.completed`` body for no real scan: ``"test": true``, a ``scn_test_`` id, and the
     ``livemode`` of the key it is sent for."""
@@ -494,294 +317,5 @@ def send_test_event(key_id: str, customer_id: str) -> WebhookDelivery:
             raise AccountError(f"Too many test events: at most {limit} a minute per key. "
                                f"Try again in {max(1, wait)} seconds.")
         return _create_delivery(key, body["event"], body, scan_id=None)
-
-
-def attempt_dict(attempt: DeliveryAttempt) -> dict:
-    return {
-        "number": attempt.number, "started_at": iso(attempt.started_at), "url": attempt.url,
-        "status_code": attempt.status_code, "error": attempt.error, "duration_ms": attempt.duration_ms,
-        "response_excerpt": attempt.response_excerpt, "outcome": attempt.outcome,
-    }
-
-
-def delivery_dict(delivery: WebhookDelivery, attempts: list[DeliveryAttempt]) -> dict:
-    return {
-        "delivery_id": delivery.id, "event": delivery.event, "scan_id": delivery.scan_id,
-        "test": delivery.scan_id is None, "livemode": delivery.livemode, "url": delivery.url, "status": delivery.status,
-        "attempts": [attempt_dict(a) for a in attempts], "created_at": iso(delivery.created_at),
-        "finished_at": iso(delivery.finished_at),
-        "next_attempt_at": iso(delivery.next_attempt_at) if delivery.status == PENDING else None,
-        "can_redeliver": can_redeliver(delivery),
-    }
-
-
-def delivery_rows(key_id: str, customer_id: str, status: str | None = None, event: str | None = None,
-                  page: int = 1, per_page: int = 20, endpoint_id: str | None = None) -> tuple[ApiKey, Page]:
-    """The customer's key and a page of its deliveries (to ``endpoint_id`` when given), newest
-    first, as ``(delivery, attempts newest first)`` pairs (``list_deliveries`` and the portal's
-    console shape them)."""
-    key = owned_key(key_id, customer_id)
-    page, per_page = max(1, page), min(MAX_PER_PAGE, max(1, per_page))
-    total, deliveries = delivery_store.page_of_key(key.id, status=status, event=event, page=page, per_page=per_page,
-                                                   endpoint_id=endpoint_id)
-    attempts: dict[str, list[DeliveryAttempt]] = {d.id: [] for d in deliveries}
-    if deliveries:
-        for row in delivery_store.attempts_of(attempts, newest_first=True):
-            attempts[row.delivery_id].append(row)
-    return key, Page([(d, attempts[d.id]) for d in deliveries], total, page, per_page)
-
-
-def list_deliveries(key_id: str, customer_id: str, status: str | None = None, event: str | None = None,
-                    page: int = 1, per_page: int = 20) -> Page:
-    """The key's deliveries, newest first, each with its attempts (newest first)."""
-    _, rows = delivery_rows(key_id, customer_id, status, event, page, per_page)
-    rows.items = [delivery_dict(d, attempts) for d, attempts in rows.items]
-    return rows
-
-
-def scan_deliveries(scan_id: str, customer_id: str) -> list[dict]:
-    """The deliveries of one of the customer's scans, newest first, without their attempts."""
-    rows = delivery_store.of_scan(scan_id, customer_id)
-    return [{"delivery_id": d.id, "event": d.event, "status": d.status, "attempts": d.attempts,
-             "created_at": d.created_at, "key_id": d.api_key_id,
-             "next_attempt_at": d.next_attempt_at if d.status == PENDING else None} for d in rows]
-
-
-# --- Signing and rolling rotation (D16) ------------------------------------------------
-
-
-@dataclass
-class SigningSecrets:
-    """The key's active secrets: ``current`` signs ``X-Service-Signature``; ``active``
-    (current first, then the next one during a rotation) sign ``webhook-signature``."""
-
-    current: str | None
-    active: list[str]
-
-
-@dataclass
-class RolledSecret:
-    secret: str  # the next secret's plaintext, to show once
-    switch_at: datetime  # when it becomes the only one (now, for an overlap of 0 or a first secret)
-    overlapping: bool = False  # both secrets sign until switch_at (False: it replaced the old one at once)
-
-
-def _promote_if_due(key: ApiKey | WebhookEndpoint, now: datetime) -> None:
-    """End the key's rotation when its overlap is over: the next secret becomes current and
-    the old one is gone. Compare-and-set, so concurrent callers switch once."""
-    if not key.webhook_next_secret_enc or key.webhook_secret_switch_at is None or key.webhook_secret_switch_at > now:
-        return
-    _switch(key)
-
-
-def _switch(key: ApiKey | WebhookEndpoint) -> bool:
-    nxt = key.webhook_next_secret_enc
-    changed = settings_store.switch_to_next(key.id, nxt, type(key))
-    key.webhook_secret_enc, key.webhook_next_secret_enc, key.webhook_secret_switch_at = nxt, None, None
-    if changed:
-        log.info("key %s: webhook secret rotation finished, the next secret is now the only one", key.id)
-    return bool(changed)
-
-
-def signing_secrets(key: ApiKey | WebhookEndpoint, now: datetime) -> SigningSecrets:
-    """The secrets that sign an attempt made ``now``, as they are now, so a rotation also
-    covers the retries of earlier deliveries. A secret that cannot be decrypted
-    (``SECRET_KEY`` changed) is left out, with a warning."""
-    _promote_if_due(key, now)
-    current = decrypt_secret(key.webhook_secret_enc)
-    nxt = decrypt_secret(key.webhook_next_secret_enc)
-    for token, plaintext in ((key.webhook_secret_enc, current), (key.webhook_next_secret_enc, nxt)):
-        if token and plaintext is None:
-            log.warning("key %s: a webhook secret cannot be decrypted (SECRET_KEY changed?); "
-                        "deliveries are signed without it", key.id)
-    return SigningSecrets(current, [s for s in (current, nxt) if s])
-
-
-def _unix_ms(moment: datetime) -> int:
-    return int(moment.replace(tzinfo=UTC).timestamp() * 1000)
-
-
-SIGNATURE_HEADERS = (SIGNATURE_HEADER, STANDARD_SIGNATURE_HEADER)
-
-
-def unsigned_headers(delivery: WebhookDelivery, now: datetime) -> dict:
-    """The headers of an attempt made at ``now``, all but the two signatures: ``X-Service-*``
-    (§6.2) and Standard Webhooks' ``webhook-id`` and ``webhook-timestamp`` (D16). The
-    portal's delivery console shows them as sent."""
-    ms = _unix_ms(now)
-    return {
-        "Content-Type": "application/json",
-        "User-Agent": USER_AGENT,
-        "X-Service-Event": delivery.event,
-        "X-Service-Delivery": delivery.id,
-        "X-Service-Timestamp": str(ms),
-        ID_HEADER: delivery.id,
-        TIMESTAMP_HEADER: str(ms // 1000),
-    }
-
-
-def delivery_headers(delivery: WebhookDelivery, body: bytes, now: datetime,
-                     key: ApiKey | WebhookEndpoint | None = None) -> dict:
-    """Every header of one attempt of ``delivery`` made ``now``, with ``body`` its exact bytes.
-
-    ``unsigned_headers``, ``X-Service-Signature`` from the current secret, and
-    ``webhook-signature`` with one ``v1,`` entry per active secret (D16). A key without a
-    usable secret sends neither signature header (an empty key could be forged). ``key``
-    may be passed when the caller has the row already.
-    """
-    ms = _unix_ms(now)
-    headers = unsigned_headers(delivery, now)
-    secrets_now = signing_secrets(key or _signer(delivery), now)
-    if secrets_now.current:
-        headers[SIGNATURE_HEADER] = sign(secrets_now.current, body)
-    if secrets_now.active:
-        headers[STANDARD_SIGNATURE_HEADER] = sign_standard(secrets_now.active, delivery.id, ms // 1000, body)
-    return headers
-
-
-def _signer(delivery: WebhookDelivery) -> ApiKey | WebhookEndpoint:
-    """The row whose secrets sign the delivery: its endpoint's, or its key's (the first endpoint, D22)."""
-    if delivery.endpoint_id and delivery.endpoint_id != first_endpoint_id(delivery.api_key_id):
-        row = endpoint_store.get(delivery.endpoint_id)
-        if row is not None:
-            return row
-    return key_store.get(delivery.api_key_id)
-
-
-def _key_for(key_id: str, customer_id: str | None) -> ApiKey:
-    """The key, of ``customer_id``; ``None`` is the operator (CLI), who may act on any key."""
-    if not isinstance(key_id, str) or "\x00" in key_id or len(key_id) > 40:
-        raise LookupError(f"no key {key_id}")
-    if customer_id is not None:
-        return owned_key(key_id, customer_id)
-    key = key_store.find(key_id)
-    if key is None:
-        raise LookupError(f"no key {key_id}")
-    return key
-
-
-def secret_state(key: ApiKey | WebhookEndpoint, now: datetime | None = None) -> dict:
-    """Whether the key has a secret and a rotation under way (ending when), for pages and the CLI."""
-    _promote_if_due(key, now or utcnow())
-    return {"has_secret": bool(key.webhook_secret_enc), "rotating": bool(key.webhook_next_secret_enc),
-            "switch_at": iso(key.webhook_secret_switch_at) if key.webhook_next_secret_enc else None}
-
-
-def check_overlap_hours(hours) -> int:
-    if isinstance(hours, bool) or not isinstance(hours, int) or not 0 <= hours <= MAX_OVERLAP_HOURS:
-        raise AccountError(f"the overlap must be a whole number of hours from 0 to {MAX_OVERLAP_HOURS} (7 days)")
-    return hours
-
-
-def roll_secret(key_id: str, customer_id: str | None, overlap_hours: int = DEFAULT_OVERLAP_HOURS,
-                now: datetime | None = None) -> RolledSecret:
-    """Create the key's next secret; returns it (to show once) and when it becomes the only one.
-
-    During the overlap ``X-Service-Signature`` keeps the current secret and
-    ``webhook-signature`` carries both. An overlap of 0, or a key without a usable
-    secret, makes the new secret current at once. A rotation already under way is
-    refused: switch it first, so a next secret a receiver may have installed is never
-    silently replaced.
-    """
-    return roll_secret_of(_key_for(key_id, customer_id), overlap_hours, now or utcnow())
-
-
-def roll_secret_of(key: ApiKey | WebhookEndpoint, overlap_hours: int, now: datetime) -> RolledSecret:
-    """``roll_secret`` of a key or an endpoint row (D22: each endpoint rotates its own secret)."""
-    overlap_hours = check_overlap_hours(overlap_hours)
-    _promote_if_due(key, now)
-    if key.webhook_next_secret_enc:
-        raise AccountError("a secret rotation is already under way: switch to the next secret first")
-    plaintext = new_webhook_secret()
-    if overlap_hours == 0 or decrypt_secret(key.webhook_secret_enc) is None:
-        _replace_secret(key, plaintext)
-        log.info("key %s: webhook secret replaced (no overlap)", key.id)
-        return RolledSecret(plaintext, now)
-    switch_at = now + timedelta(hours=overlap_hours)
-    # Compare-and-set on the secrets read: a concurrent roll or switch that won makes this one a
-    # 409 rather than a rotation from a current secret that is no longer the one shown.
-    changed = settings_store.start_rotation(key.id, next_secret_enc=encrypt_secret(plaintext), switch_at=switch_at,
-                                       was_secret_enc=key.webhook_secret_enc, model=type(key))
-    if not changed:
-        raise SecretChanged()
-    log.info("key %s: webhook secret rolled, both secrets sign until %s", key.id, iso(switch_at))
-    return RolledSecret(plaintext, switch_at, overlapping=True)
-
-
-def switch_secret(key_id: str, customer_id: str | None, now: datetime | None = None) -> ApiKey:
-    """End the rotation under way now: the next secret becomes the only one."""
-    key = _key_for(key_id, customer_id)
-    switch_secret_of(key, now or utcnow())
-    return key_store.get(key.id)
-
-
-def switch_secret_of(key: ApiKey | WebhookEndpoint, now: datetime) -> None:
-    """``switch_secret`` of a key or an endpoint row (D22: each endpoint rotates its own secret)."""
-    _promote_if_due(key, now)
-    if not key.webhook_next_secret_enc:
-        raise AccountError("no secret rotation is under way: roll the secret first")
-    if not _switch(key):  # another switch or roll of the rotation read here won
-        raise SecretChanged()
-
-
-# --- The customer's deliveries over the API (D17) ---------------------------------------
-
-
-def api_attempt_dict(attempt: DeliveryAttempt) -> dict:
-    return {"attempt": attempt.number, "at": iso(attempt.started_at), "outcome": attempt.outcome,
-            "http_status": attempt.status_code, "error": attempt.error, "duration_ms": attempt.duration_ms}
-
-
-def api_delivery_dict(delivery: WebhookDelivery, attempts: list[DeliveryAttempt]) -> dict:
-    """A delivery as the API shows it: attempts oldest first, the exact body sent."""
-    return {"delivery_id": delivery.id,
-            "endpoint_id": delivery.endpoint_id or first_endpoint_id(delivery.api_key_id),
-            "event": delivery.event, "scan_id": delivery.scan_id,
-            "livemode": delivery.livemode, "status": delivery.status, "created_at": iso(delivery.created_at),
-            "attempts": [api_attempt_dict(a) for a in attempts],
-            # null once finished: only a pending delivery has a next attempt
-            "next_attempt_at": iso(delivery.next_attempt_at) if delivery.status == PENDING else None,
-            "body": delivery.body}
-
-
-def _attempts_by_delivery(delivery_ids: list[str]) -> dict[str, list[DeliveryAttempt]]:
-    attempts: dict[str, list[DeliveryAttempt]] = {d: [] for d in delivery_ids}
-    if delivery_ids:
-        for row in delivery_store.attempts_of(delivery_ids):
-            attempts[row.delivery_id].append(row)
-    return attempts
-
-
-def customer_deliveries(customer_id: str, *, status: str | None = None, event: str | None = None,
-                        scan_id: str | None = None, endpoint_id: str | None = None, limit: int = 20,
-                        starting_after: str | None = None, livemode: bool = True) -> tuple[list[dict], bool]:
-    """One page of the customer's deliveries of the calling key's mode (D15), newest first, and
-    whether older ones follow.
-
-    ``starting_after`` is the last delivery id of the previous page; one that is not the
-    customer's is refused (``InvalidRequest``), like a malformed filter.
-    """
-    if status is not None and status not in STATUSES:
-        raise InvalidRequest(f"status must be one of {', '.join(STATUSES)}")
-    if event is not None and event not in events.DELIVERY_EVENTS:
-        raise InvalidRequest(f"event must be one of {', '.join(events.DELIVERY_EVENTS)}")
-    if not 1 <= limit <= MAX_PER_PAGE:
-        raise InvalidRequest(f"limit must be from 1 to {MAX_PER_PAGE}")
-    for given in (scan_id, endpoint_id):
-        if given is not None and ("\x00" in given or len(given) > 40):
-            return [], False  # no id holds a NUL (PostgreSQL cannot compare one) or is that long
-    cursor = None
-    if starting_after is not None:
-        if "\x00" not in starting_after and len(starting_after) <= 40:
-            cursor = delivery_store.customers_delivery(customer_id, starting_after, livemode=livemode)
-        if cursor is None:
-            raise InvalidRequest(f"starting_after: no delivery {starting_after} of this account")
-    # One more than the page, to tell whether older ones follow.
-    rows = delivery_store.customers_page(customer_id, livemode=livemode, status=status, event=event,
-                                         scan_id=scan_id, endpoint_id=endpoint_id, after=cursor,
-                                         limit=limit + 1)
-    page = rows[:limit]
-    attempts = _attempts_by_delivery([d.id for d in page])
-    return [api_delivery_dict(d, attempts[d.id]) for d in page], len(rows) > limit
 
 

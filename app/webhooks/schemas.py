@@ -3,7 +3,7 @@ import marshmallow as ma
 from marshmallow import RAISE, fields, validate
 
 from app.events import kinds as events
-from app.webhooks.outbox import STATUSES
+from app.webhooks.delivery_log import STATUSES
 
 TIME_DOC = {"format": "date-time", "example": "2026-11-21T12:00:00Z"}
 BODY_EXAMPLE = ('{"event":"scan.completed","scan_id":"scn_3kT9wQ0vXl2mYp7aRz1b4Q","target":"jane.doe@example.com",'

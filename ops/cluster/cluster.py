@@ -253,17 +253,17 @@ from app import create_app
 from app.dev import prepare
 from app.extensions import db
 from app.accounts.models import Customer
-from app.accounts import admin as accounts
-from app.billing import charges as billing
+from app.accounts import admin
+from app.billing import charges
 key = prepare()[0].api_key
 create_app()
 with db.connection_context():
     customer = Customer.get(Customer.name == "Demo customer")
-    accounts.set_tier(customer.id, "enterprise")
-    accounts.set_limits(customer.id, inflight=100000, hour=1000000, day=10000000)
-    balance = billing.balance_of(customer.id)
+    admin.set_tier(customer.id, "enterprise")
+    admin.set_limits(customer.id, inflight=100000, hour=1000000, day=10000000)
+    balance = charges.balance_of(customer.id)
     if balance < 1000000:
-        billing.credit(customer.id, 1000000 - balance, "reference cluster")
+        charges.credit(customer.id, 1000000 - balance, "reference cluster")
 print(key)
 """
 
@@ -273,11 +273,11 @@ WEBHOOK = """
 from app import create_app
 from app.extensions import db
 from app.accounts.models import Customer
-from app.accounts import admin as accounts
+from app.accounts import admin
 create_app()
 with db.connection_context():
     customer = Customer.get(Customer.name == "Demo customer")
-    print(accounts.issue_key(customer.id, "drill", webhook_url="{url}", webhook_secret="{secret}")[1])
+    print(admin.issue_key(customer.id, "drill", webhook_url="{url}", webhook_secret="{secret}")[1])
 """
 
 

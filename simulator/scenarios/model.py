@@ -169,13 +169,6 @@ class Scenario:
 # --- loading ---------------------------------------------------------------------------
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Read, validate against the JSON Schema (``schema.py``: file, line, "did you mean"), parse."""
-    from simulator.scenarios.schema import validate_file  # it builds on this module's constants
-    path = Path(path)
-    return parse_scenario(validate_file(path), path)
-
-
 def parse_scenario(data: Any, path: Path | None = None, default_name: str | None = None) -> Scenario:
     where = str(path) if path else "scenario"
     if not isinstance(data, dict):

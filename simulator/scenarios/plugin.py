@@ -34,6 +34,7 @@ import pytest
 import requests
 
 from simulator.scenarios import SCENARIO_DIR, model, runner
+from simulator.scenarios.files import load_scenario
 from simulator.scenarios.operator import Operator
 from simulator.scenarios.schema import TAGS
 
@@ -111,7 +112,7 @@ class ScenarioMissed(AssertionError):
 
 class ScenarioFile(pytest.File):
     def collect(self):
-        scenario = model.load_scenario(self.path)
+        scenario = load_scenario(self.path)
         yield ScenarioItem.from_parent(self, name=scenario.name, scenario=scenario)
 
     def repr_failure(self, excinfo, style=None):

@@ -42,6 +42,7 @@ import requests
 
 from simulator.receiver import standard_signed_by
 from simulator.scenarios import SCENARIO_DIR
+from simulator.scenarios.files import load_scenario
 from simulator.scenarios.model import (
     DEFAULT_TIMEOUT,
     MAIN,
@@ -51,7 +52,6 @@ from simulator.scenarios.model import (
     ScenarioError,
     check_path,
     describe,
-    load_scenario,
     render,
     resolve_names,
     resolve_path,

@@ -2,7 +2,7 @@
 import pytest
 
 from app.accounts import portal_roles as roles
-from app.accounts.admin import AccountError
+from app.plumbing.errors import AccountError
 
 
 def test_the_owner_holds_every_permission():

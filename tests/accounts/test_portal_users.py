@@ -6,10 +6,10 @@ import pytest
 from freezegun import freeze_time
 
 from app.accounts import admin, login_throttle, portal_users
-from app.accounts.admin import AccountError
 from app.accounts.models import PortalSession, PortalUser
 from app.accounts.portal_users import LoginRefused, LoginThrottled
 from app.plumbing.crypto import digest
+from app.plumbing.errors import AccountError
 
 EMAIL = "ops@acme.example"
 PASSWORD = "correct horse battery"

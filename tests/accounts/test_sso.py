@@ -13,10 +13,10 @@ from joserfc import jwt
 from joserfc.jwk import RSAKey
 
 from app.accounts import admin, portal_users, sso
-from app.accounts.admin import AccountError
 from app.accounts.models import CustomerSso, PortalUser
 from app.accounts.portal_users import SsoRequired
 from app.plumbing import runtime
+from app.plumbing.errors import AccountError
 from tests import oidc_provider as op
 
 pytestmark = pytest.mark.processes

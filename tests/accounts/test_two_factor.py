@@ -7,10 +7,10 @@ import pytest
 from freezegun import freeze_time
 
 from app.accounts import admin, login_throttle, portal_users, two_factor
-from app.accounts.admin import AccountError
 from app.accounts.models import PortalRecoveryCode, PortalUser
 from app.accounts.portal_users import LoginRefused, LoginThrottled
 from app.accounts.two_factor import CodeRefused
+from app.plumbing.errors import AccountError
 
 NOW = datetime(2026, 11, 22, 12, 0, 0)
 ADDRESS = "10.0.0.7"

@@ -147,7 +147,7 @@ def test_a_sink_refuses_a_private_or_plain_http_url(customer):
 
 @pytest.mark.config(APP_ENV="production")
 def test_a_sink_whose_host_turns_private_is_refused_at_connect(customer, monkeypatch):
-    from app.webhooks import webhook_urls
+    from app.plumbing import outbound_urls as webhook_urls
     monkeypatch.setattr(webhook_urls, "resolve", lambda host, port: ["93.184.216.34"])  # public when saved
     sink_id = audit_sinks.add(customer.id, url="https://siem.example/hec", token=TOKEN)["sink_id"]
     monkeypatch.setattr(webhook_urls, "resolve", lambda host, port: ["127.0.0.1"])  # rebinding to loopback

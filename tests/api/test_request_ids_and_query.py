@@ -51,8 +51,8 @@ def test_an_ordinary_request_id_is_still_kept(client, value):
 
 def test_every_prefix_of_a_credential_is_one_the_ids_are_checked_for():
     """The prefixes come from where the credentials are made: a new kind of key is covered at once."""
-    from app import SECRET_PREFIXES, client_request_id
     from app.plumbing import crypto
+    from app.request_ids import SECRET_PREFIXES, client_request_id
     made = [crypto.new_api_key(livemode=True), crypto.new_api_key(livemode=False), crypto.new_webhook_secret()]
     for secret in made:
         assert secret.startswith(SECRET_PREFIXES)

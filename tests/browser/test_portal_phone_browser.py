@@ -9,7 +9,7 @@ import requests
 from app.accounts.models import ApiKey
 from app.extensions import db
 from app.privacy import erasure
-from app.webhooks import endpoints, outbox
+from app.webhooks import endpoints, key_settings
 from tests import factories
 from tests.browser.conftest import ARTIFACTS
 from tests.browser.test_portal_browser import _finish, receiver
@@ -29,7 +29,7 @@ def busy_account(served_app, portal_user, simulator, jobs):
     url = receiver(simulator, "phone-walk", [200])
     with db.connection_context():
         key = ApiKey.get_by_id(portal_user.key.id)
-        outbox.set_webhook(key.id, portal_user.id, url, "whsec_YnJvd3NlciBzZWNyZXQgMDEyMzQ1Njc4OQ==")
+        key_settings.set_webhook(key.id, portal_user.id, url, "whsec_YnJvd3NlciBzZWNyZXQgMDEyMzQ1Njc4OQ==")
         key = ApiKey.get_by_id(key.id)
         for n in range(2):
             endpoints.create(key, url=f"{url}?endpoint={n}&a-rather-long-query-string=that-goes-on-and-on",

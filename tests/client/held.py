@@ -6,7 +6,7 @@ would measure frozen time and never end. So while time is frozen, this stands in
 before the read is sent, the world moves on as it would while the server held it (the jobs and looks
 due run, frozen time moves to the next one) until the scan or batch is final or N seconds have passed,
 and the read is then answered at once (sent without ``wait``). What the client asked for is kept in
-``asked``. The server's own hold is tested on real time (``tests/scans/routes/test_waits.py``,
+``asked``. The server's own hold is tested on real time (``tests/events/routes/test_waits.py``,
 ``tests/client/test_events_client.py``).
 """
 from __future__ import annotations

@@ -24,7 +24,7 @@ from scan_api_client import (
 from scan_api_client.cli import main
 
 from app.extensions import db
-from app.webhooks import outbox
+from app.webhooks import key_settings, outbox, signing_secrets
 from app.webhooks.models import WebhookDelivery
 from tests import factories
 from tests.api.helpers import balance
@@ -148,7 +148,7 @@ def test_redeliver_is_202_and_pending_or_unknown_ids_are_typed_errors(served_app
     assert missing.value.code == "not_found"
     with pytest.raises(NotFound):  # another customer's delivery is unknown to this one
         ScanClient(served_app.url, other.api_key).redeliver(delivery.id)
-    outbox.set_webhook(account.key.id, account.customer.id, None)
+    key_settings.set_webhook(account.key.id, account.customer.id, None)
     with pytest.raises(ValidationError) as no_url:
         api.redeliver(delivery.id)
     assert no_url.value.code == "webhook_url_missing"
@@ -223,7 +223,7 @@ def test_verify_webhook_on_real_deliveries_through_a_secret_rotation(app, make_c
         verify_webhook(raw.replace(b"scan.completed", b"scan.failed"), headers, SECRET)
 
     with db.connection_context():
-        rolled = outbox.roll_secret(account.key.id, account.customer.id, overlap_hours=24)
+        rolled = signing_secrets.roll_secret(account.key.id, account.customer.id, overlap_hours=24)
     nxt = rolled.secret if hasattr(rolled, "secret") else rolled[0]
     assert nxt.startswith("whsec_") and nxt != SECRET
     outbox.send_test_event(account.key.id, account.customer.id)
@@ -249,7 +249,7 @@ def test_verify_webhook_on_real_deliveries_through_a_secret_rotation(app, make_c
             verify_webhook(raw, headers, [SECRET, nxt])
 
     with db.connection_context():
-        outbox.switch_secret(account.key.id, account.customer.id)
+        signing_secrets.switch_secret(account.key.id, account.customer.id)
     outbox.send_test_event(account.key.id, account.customer.id)
     jobs.run()
     got = received()[-1]

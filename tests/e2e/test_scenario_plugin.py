@@ -7,6 +7,7 @@ import textwrap
 import pytest
 
 from simulator.scenarios import SCENARIO_DIR, model
+from simulator.scenarios.files import load_scenario
 from simulator.scenarios.schema import TAGS, validate
 
 pytest_plugins = ["pytester"]
@@ -115,7 +116,7 @@ def test_yaml_errors_and_duplicate_keys_have_lines():
 
 def test_every_shipped_scenario_is_valid_and_tagged():
     for path in model.scenario_files(SCENARIO_DIR):
-        scenario = model.load_scenario(path)
+        scenario = load_scenario(path)
         assert scenario.tags and set(scenario.tags) <= set(TAGS), path
 
 
@@ -134,7 +135,7 @@ def test_an_invalid_file_fails_the_collection_before_anything_runs(pytester):
 
 
 def test_tags_are_markers_and_names_select(pytester):
-    expected = sorted(p.stem for p in model.scenario_files(SCENARIO_DIR) if "webhooks" in model.load_scenario(p).tags)
+    expected = sorted(p.stem for p in model.scenario_files(SCENARIO_DIR) if "webhooks" in load_scenario(p).tags)
     result = pytester.runpytest_inprocess(*PLUGIN, str(SCENARIO_DIR), "--collect-only", "-q", "--strict-markers",
                                           "-m", "webhooks")
     assert result.ret == pytest.ExitCode.OK

@@ -24,6 +24,7 @@ import requests
 
 from simulator.procutil import free_port, wait_until
 from simulator.scenarios import SCENARIO_DIR, model, runner
+from simulator.scenarios.files import load_scenario
 from simulator.scenarios.operator import PROJECT_ROOT
 
 SCENARIO_FILES = model.scenario_files(SCENARIO_DIR)
@@ -207,7 +208,7 @@ def test_command_line_refuses_bad_usage(argv, message):
 def test_every_scenario_file_loads():
     assert len(SCENARIO_FILES) >= 17
     for path in SCENARIO_FILES:
-        scenario = model.load_scenario(path)
+        scenario = load_scenario(path)
         assert scenario.steps and scenario.description, path
 
 

@@ -213,7 +213,7 @@ def test_an_event_and_an_admission_take_a_customers_locks_in_one_order(conn, dat
 
 
 def test_a_stream_sends_nothing_it_read_once_its_key_is_refused(conn, app):
-    from app.scans import waits
+    from app.events import waits
     cust, key = new_customer()
     scan = new_scan(cust, key)
     states.complete(scan.id, RESULT)  # two events stored before the stream starts after number 0

@@ -9,7 +9,7 @@ fixture (``tests/ops/test_pgbouncer.py``), and as a command that runs another on
 ``TEST_DATABASE_URL`` pointing at a PgBouncer in front of ``TEST_DATABASE_URL`` (or of an embedded
 PostgreSQL it starts when that is unset)::
 
-    python -m tests.ops.pgbouncer -- python -m pytest -q tests/api tests/services
+    python -m tests.ops.pgbouncer -- python -m pytest -q tests/api tests/scans
 """
 from __future__ import annotations
 

@@ -3,6 +3,7 @@ advance is in /metrics, at 0, before anything happened. The lists behind it matc
 import re
 
 from app.billing import limits, quotas
+from app.events import kinds
 from app.plumbing import metrics
 from app.scans import targets
 from workers.webhook_jobs import REQUEST_ERRORS
@@ -32,6 +33,7 @@ def test_a_fresh_process_serves_the_known_series_at_zero(client):
 
 def test_the_label_lists_are_the_services_own():
     assert metrics.KINDS == targets.KINDS
+    assert metrics.EVENTS == kinds.DELIVERY_EVENTS
     assert set(metrics.TIERS) == set(limits.TIER_LIMITS)
     assert {name for _, name in REQUEST_ERRORS} <= set(metrics.ATTEMPT_FAILURES)
     codes = set(re.findall(r'"(rate_limit_[a-z]+)"', open(quotas.__file__).read()))

@@ -58,7 +58,7 @@ def test_no_log_format_shipped_logs_a_query_string():
 
 def test_nginx_replaces_an_id_holding_any_prefix_the_app_replaces():
     """ops/nginx.conf's map lists the app's credential prefixes, unanchored and in any case."""
-    from app import SECRET_PREFIXES
+    from app.request_ids import SECRET_PREFIXES
     nginx = (ROOT / "ops" / "nginx.conf").read_text()
     block = re.search(r"map \$http_x_request_id \$scan_request_id \{(.*?)\}", nginx, re.DOTALL).group(1)
     pattern = re.search(r'"~\*([^"]+)"\s+req_\$request_id;', block).group(1)

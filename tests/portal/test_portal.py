@@ -166,12 +166,12 @@ def test_usage_page(client, portal_account):
 
 def test_test_keys_and_their_deliveries_are_marked_and_usage_counts_live_only(client, portal_account):
     """D15: the portal marks test keys and test deliveries; a test key's scans count in no live figure."""
-    from app.webhooks import outbox
+    from app.webhooks import key_settings, outbox
     from tests import factories
 
     with db.connection_context():
         test = factories.sandbox_key(portal_account, name="ci sandbox")
-        outbox.set_webhook(test.key.id, portal_account.id, "https://hooks.example.com/scan")
+        key_settings.set_webhook(test.key.id, portal_account.id, "https://hooks.example.com/scan")
         delivery = outbox.send_test_event(test.key.id, portal_account.id)
     assert client.post("/api/v1/scan", json={"target": "jane@example.com"}, headers=test.headers).status_code == 202
     login(client)

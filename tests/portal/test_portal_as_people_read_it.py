@@ -9,7 +9,7 @@ import re
 from app.accounts.models import ApiKey
 from app.extensions import db
 from app.privacy import erasure
-from app.webhooks import endpoints, outbox
+from app.webhooks import endpoints, key_settings
 from tests import factories
 from tests.portal.helpers import csrf, login
 from tests.portal.test_portal_pages import complete, create, text
@@ -20,7 +20,7 @@ SECRET = "whsec_cG9ydGFsIHJvdW5kIGZpdmUgc2VjcmV0IDAxMjM0NQ=="
 
 def _with_endpoints(account, url):
     with db.connection_context():
-        outbox.set_webhook(account.key.id, account.id, url, SECRET)
+        key_settings.set_webhook(account.key.id, account.id, url, SECRET)
         endpoints.create(ApiKey.get_by_id(account.key.id), url=f"{url}?second=1", description="Case <b>system</b>")
 
 
@@ -53,7 +53,7 @@ def test_show_secret_lands_at_the_secret(client, portal_account, sim_receiver):
 
 def test_an_erased_scans_delivery_says_why_it_cannot_be_redelivered(client, portal_account, sim_receiver, jobs):
     with db.connection_context():
-        outbox.set_webhook(portal_account.key.id, portal_account.id, sim_receiver(SECRET)[0], SECRET)
+        key_settings.set_webhook(portal_account.key.id, portal_account.id, sim_receiver(SECRET)[0], SECRET)
     kept, erased = create(client, portal_account, "kept@example.com"), create(client, portal_account, "gone@example.com")
     complete(kept)
     complete(erased)

@@ -20,7 +20,7 @@ from app.scans.models import Scan
 from app.scans.results import normalize_result
 from app.tracking import states
 from app.tracking.simulated.results import result_for
-from app.webhooks import outbox
+from app.webhooks import key_settings
 from app.webhooks.models import WebhookDelivery
 from tests.portal.helpers import csrf, login
 
@@ -201,7 +201,7 @@ def test_delivery_console_rows_attempts_and_masked_request(client, portal_accoun
                   json={"secret": "whsec_console_0123456789", "responses": [500, 200]}).raise_for_status()
     secret = "whsec_Y29uc29sZSBzZWNyZXQgMDEyMzQ1Njc4OQ=="
     with db.connection_context():
-        outbox.set_webhook(portal_account.key.id, portal_account.id, f"{simulator.url}/_sim/hooks/console", secret)
+        key_settings.set_webhook(portal_account.key.id, portal_account.id, f"{simulator.url}/_sim/hooks/console", secret)
     scan_id = create(client, portal_account, "kate@example.com")
     complete(scan_id)
     with freeze_time(utcnow() + timedelta(seconds=1)) as frozen:
@@ -312,7 +312,7 @@ def test_ledger_csv_refuses_bad_periods_as_form_errors(client, portal_account, q
 def test_new_pages_keep_the_security_headers_and_no_key_or_secret(client, portal_account):
     scan_id = create(client, portal_account, "paul@example.com")
     with db.connection_context():
-        outbox.set_webhook(portal_account.key.id, portal_account.id, "https://hooks.example.com/x",
+        key_settings.set_webhook(portal_account.key.id, portal_account.id, "https://hooks.example.com/x",
                              "whsec_c2Vrcml0LXNla3JpdC0wMTIzNDU2Nzg5")
     login(client)
     for path in ("/app/scans", f"/app/scans/{scan_id}", "/app/usage", f"/app/api-keys/{portal_account.key.id}"):

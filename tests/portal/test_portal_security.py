@@ -406,7 +406,7 @@ def test_a_nul_byte_in_a_portal_scan_filter_is_a_clear_400(client, portal_accoun
     assert "NUL" in body["message"]
 
 
-# Moved from the SSRF tests (now tests/webhooks/test_webhook_urls.py, which call the service only).
+# Moved from the SSRF tests (now tests/plumbing/test_outbound_urls.py, which call the service only).
 @pytest.mark.parametrize("url", ["https://127.0.0.1:99999/", "https://93.184.216.34:abc/", "https://[::1/"])
 def test_the_portal_answers_a_malformed_url_with_its_form_message(app, client, make_customer, url):
     account = make_customer(webhook_url="https://hooks.example.com/before")

@@ -18,7 +18,7 @@ from app.scans import reads
 from app.scans import statements as scan_store
 from app.scans.models import FINAL, Scan
 from app.tracking import states
-from app.webhooks import outbox
+from app.webhooks import delivery_log
 from app.webhooks.models import CANCELLED, FAILED, PENDING, DeliveryAttempt, WebhookDelivery
 from tests.domain_fixtures import new_customer, new_scan
 
@@ -168,5 +168,5 @@ def test_a_pending_delivery_is_cancelled_and_an_erased_one_cannot_be_redelivered
     assert _personal_data_left(sent_id) == []
     for delivery_id in (pending.id, sent.id):
         with pytest.raises(DeliveryErased):
-            outbox.redeliver(delivery_id, cust.id)
+            delivery_log.redeliver(delivery_id, cust.id)
     assert WebhookDelivery.select().where(WebhookDelivery.status == PENDING).count() == 0

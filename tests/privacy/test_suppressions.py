@@ -1,4 +1,4 @@
-"""Data subjects' opt-outs (services.privacy.suppressions): keyed hashes only, matched by every spelling of
+"""Data subjects' opt-outs (app.privacy.suppressions): keyed hashes only, matched by every spelling of
 the identifier (case, an e-mail's +tag, Gmail's dots, a phone number's separators or a number written
 as a username), opt-outs stored before still matching, refusing single creations and filtering bulk ones."""
 from datetime import datetime

@@ -26,7 +26,7 @@ from freezegun import freeze_time
 
 from app.extensions import db
 from app.plumbing.models import utcnow
-from app.tracking.recovery import sweep
+from app.recovery import sweep
 from app.webhooks import deliveries, outbox
 from app.webhooks.models import DeliveryAttempt, WebhookDelivery
 from tests.conftest import ServerThread

@@ -32,8 +32,8 @@ from app.extensions import db
 from app.plumbing import runtime
 from app.plumbing.jobs import WEBHOOK_QUEUE
 from app.plumbing.models import utcnow
+from app.recovery import sweep
 from app.scans.models import BulkBatch, Scan
-from app.tracking.recovery import sweep
 from app.webhooks.models import DeliveryAttempt, WebhookDelivery
 from bench.load import Call, LoadDriver
 from tests.api.helpers import assert_counters_match

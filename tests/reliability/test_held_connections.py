@@ -24,11 +24,10 @@ import pytest
 import requests
 import urllib3
 
-from app.events import feed
+from app.events import feed, waits
 from app.events.models import Event
 from app.extensions import db
 from app.plumbing import runtime
-from app.scans import waits
 from app.tracking import states
 from tests.processes import service_env
 from tests.reliability.servers import Gunicorn

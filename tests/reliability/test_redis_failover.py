@@ -16,7 +16,7 @@ from app import create_app
 from app.plumbing import runtime
 from app.plumbing.models import utcnow
 from app.plumbing.redis_conn import new_client
-from app.tracking.recovery import sweep
+from app.recovery import sweep
 from bench.load import Call, LoadDriver
 from simulator.procutil import wait_until
 from tests.conftest import ServerThread, marked_config

@@ -1,4 +1,4 @@
-"""Purpose and case reference (services.scans.purposes): the fixed list, the customer's requirement,
+"""Purpose and case reference (app.scans.purposes): the fixed list, the customer's requirement,
 the reference's shape; and a creation stores them with every scan it makes (D20)."""
 import pytest
 

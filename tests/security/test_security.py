@@ -3,7 +3,7 @@ every route, timing-safe comparisons, SSRF refusals through the portal in produc
 cookie flags, and revocation that takes effect at once.
 
 Referenced rather than repeated: the SSRF guard's address ranges, DNS rebinding and pinning
-(tests.webhooks.test_webhook_urls.py); the portal's login, throttling, open redirects, CSRF on every form and
+(tests.plumbing.test_outbound_urls.py); the portal's login, throttling, open redirects, CSRF on every form and
 404 for another customer's key (tests/portal/test_portal.py); keys stored only as digests
 (tests/api/test_auth_and_errors.py); idempotency keys scoped per customer
 (tests/billing/routes/test_idempotency.py); secrets redacted by the log filter (tests/api/test_operations.py).
@@ -31,9 +31,9 @@ from app.plumbing.crypto import decrypt_secret
 from app.plumbing.logging_setup import ContextFilter, JsonFormatter, RedactFilter
 from app.plumbing.models import utcnow
 from app.plumbing.signatures import sign, verify_signature
-from app.webhooks import outbox
+from app.webhooks import key_settings, signing_secrets
 from app.webhooks.models import DeliveryAttempt, WebhookDelivery
-from tests.webhooks.test_webhook_urls import FakeDns
+from tests.plumbing.test_outbound_urls import FakeDns
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 PASSWORD = "correct horse battery staple"
@@ -163,8 +163,8 @@ def _flow(app, client, make_customer, simulator, jobs, pipeline):
     secrets += [cli_key, "whsec_Y2xpIHNldCBzZWNyZXQgMDEyMzQ1Njc4OWFi"]
     with db.connection_context():
         key2, plain2 = admin.issue_key(owner.id, "second")
-        outbox.set_webhook(key2.id, owner.id, hook, "whsec_c2V0IHdlYmhvb2sgc2VjcmV0IGFiY2RlZmdo")
-        generated = outbox.generate_secret(key2.id, owner.id)
+        key_settings.set_webhook(key2.id, owner.id, hook, "whsec_c2V0IHdlYmhvb2sgc2VjcmV0IGFiY2RlZmdo")
+        generated = signing_secrets.generate_secret(key2.id, owner.id)
     secrets += [plain2, "whsec_c2V0IHdlYmhvb2sgc2VjcmV0IGFiY2RlZmdo", generated]
 
     # The portal: set a secret through the form, generate one, reveal it.

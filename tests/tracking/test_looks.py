@@ -10,6 +10,7 @@ import pytest
 import requests
 from freezegun import freeze_time
 
+from app import recovery
 from app.accounts.models import Customer
 from app.events.models import Event
 from app.plumbing import runtime
@@ -17,7 +18,7 @@ from app.plumbing.db import transaction
 from app.plumbing.jobs import ENGINE_QUEUE, queue
 from app.plumbing.models import utcnow
 from app.scans.models import IN_FLIGHT, Scan
-from app.tracking import looks, recovery, states
+from app.tracking import looks, states
 from app.tracking.statements import scan_states
 from app.webhooks import outbox
 from app.webhooks.models import WebhookDelivery

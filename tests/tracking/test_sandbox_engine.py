@@ -8,9 +8,9 @@ from freezegun import freeze_time
 
 from app.plumbing import runtime
 from app.plumbing.config import ConfigError, load_settings
+from app.plumbing.engine import EngineError
 from app.scans.results import normalize_result
 from app.tracking import sandbox_engine as sandbox
-from app.tracking.engine import EngineError
 from app.tracking.simulated.results import messiness_of
 from simulator.app import create_sim_app
 

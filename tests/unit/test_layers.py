@@ -1,10 +1,17 @@
-"""Layers point one way: api, portal, cli -> services -> models/db; workers -> services; the
-portal and the API side by side (the portal never imports ``app.api``).
+"""The house: floors, one package per domain, layers inside each, and no arrow back up.
 
-The import graph is read from the source (``ast``, function-level imports included),
-never by importing it, so an import hidden in a function counts as much as one at the
-top. A service must not reach Flask even through another module (an error class, the
-metrics blueprint): the check follows the project's own imports transitively.
+- The floor below, ``app/plumbing/``: the database and its transactions, settings, Redis, jobs,
+  logging, metrics, domain errors. It imports no domain and nothing above it.
+- The domains, ``app/<domain>/``, each one package: its models, statements, rules, and its HTTP
+  parts (routes, pages, schemas). Inside one: routes/pages/schemas -> rules -> statements -> models.
+  Another domain imports only what a domain lists in its ``OFFERS``.
+- The floor above (``FLOOR_ABOVE``): what spans the domains (the call pipeline, the periodic schedule,
+  the tables and their migrations, the actions table), then the HTTP shells and entry points (the app
+  factory, ``app/api/``, ``app/portal/``, the CLI, the workers).
+
+The import graph is read from the source (``ast``, function-level imports included), never by
+importing it, so an import hidden in a function counts as much as one at the top. Domain rules
+must not reach Flask even through another module: that check follows imports transitively.
 """
 from __future__ import annotations
 
@@ -12,9 +19,17 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("app", "workers")
+PACKAGES = ("app", "workers", "simulator", "bench")
 FLASK = ("flask", "flask_wtf", "flask_smorest", "flask_limiter")
-HTTP_LAYER = ("app.api", "app.portal", "app.cli", "app.errors", "app.metrics_http", "app.extensions")
+PLUMBING = "app.plumbing"
+# What spans the domains: they may use every domain; no domain uses them.
+FLOOR_ABOVE = ("app.pipeline", "app.periodic", "app.tables", "app.schema_version", "app.migrations", "app.frozen",
+               "app.actions", "app.request_ids", "app.recovery")
+# The HTTP shells and the entry points, on top of everything.
+SHELLS = ("app", "app.api", "app.portal", "app.cli", "app.errors", "app.metrics_http", "app.extensions", "app.dev",
+          "app.gunicorn_hooks", "workers")
+MODELS = ("models", "audit_models")
+HTTP_PARTS = ("routes", "pages", "schemas", "endpoint_schemas")
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -61,6 +76,39 @@ def within(module: str, prefixes) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
+def domains(root: Path) -> dict[str, tuple[str, ...]]:
+    """Each domain package of ``app/`` with what it offers (its ``OFFERS``)."""
+    found = {}
+    for init in sorted((root / "app").glob("*/__init__.py")):
+        name = init.parent.name
+        if f"app.{name}" in (PLUMBING, *FLOOR_ABOVE, *SHELLS):
+            continue
+        offers: tuple[str, ...] = ()
+        for node in ast.parse(init.read_text()).body:
+            if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["OFFERS"]:
+                offers = tuple(ast.literal_eval(node.value))
+        found[name] = offers
+    return found
+
+
+def domain_of(module: str, known: dict) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "app" and parts[1] in known else None
+
+
+def floor(module: str, known: dict) -> int:
+    """0 plumbing; a domain's 1 models, 2 statements, 3 rules, 5 HTTP parts; 4 the floor above; 5 shells."""
+    if within(module, [PLUMBING]):
+        return 0
+    domain = domain_of(module, known)
+    if domain is not None:
+        part = module.split(".")[2] if module.count(".") >= 2 else ""
+        return {**dict.fromkeys(MODELS, 1), "statements": 2, **dict.fromkeys(HTTP_PARTS, 5)}.get(part, 3)
+    if within(module, FLOOR_ABOVE):
+        return 4
+    return 5
+
+
 def reach(edges: dict[str, set[str]], start: str) -> dict[str, list[str]]:
     """Every module reachable from ``start`` through project modules, each with a path to it."""
     paths = {start: [start]}
@@ -77,24 +125,113 @@ def reach(edges: dict[str, set[str]], start: str) -> dict[str, list[str]]:
 
 def violations(root: Path) -> list[str]:
     edges = graph(root)
+    known = domains(root)
+    http = ["app.api", "app.portal", "app.cli"]
     found = []
     for module, targets in sorted(edges.items()):
-        for target in sorted(targets):
+        if not within(module, ["app", "workers"]):
+            continue
+        for target in sorted(t for t in targets if t in edges):
             if within(module, ["app"]) and within(target, ["workers"]):
                 found.append(f"{module} imports {target}: the app must not depend on the workers")
-            if within(module, ["workers"]) and within(target, ["app.api", "app.portal", "app.cli"]):
-                found.append(f"{module} imports {target}: workers go through services, not the HTTP layer")
-            if within(module, ["app.portal"]) and within(target, ["app.api"]):
-                found.append(f"{module} imports {target}: the portal reads services and shared modules, "
-                             f"never the API's views")
-            if within(module, ["app.tables", "app.plumbing.db", "app.plumbing.jobs"]) and within(
-                    target, ["app.services", "app.api", "app.portal", "app.cli"]):
-                found.append(f"{module} imports {target}: models, db and jobs sit below the services")
-    for module in sorted(m for m in edges if within(m, ["app.services"])):
+            if within(target, ["app"]) and floor(target, known) > floor(module, known):
+                found.append(f"{module} imports {target}: an arrow back up (floor {floor(module, known)} to "
+                             f"{floor(target, known)})")
+            target_part = target.split(".")[2] if domain_of(target, known) and target.count(".") >= 2 else ""
+            if within(module, ["workers"]) and (within(target, http) or target_part in ("routes", "pages")):
+                found.append(f"{module} imports {target}: workers go through the rules, not the HTTP layer")
+            module_part = module.split(".")[2] if domain_of(module, known) and module.count(".") >= 2 else ""
+            if (within(module, ["app.portal"]) or module_part == "pages") and (
+                    within(target, ["app.api"]) or target_part == "routes"):
+                found.append(f"{module} imports {target}: the portal reads rules and shared modules, never the "
+                             f"API's views")
+    for module in sorted(m for m in edges if floor(m, known) in (1, 2, 3)):
         for target, path in sorted(reach(edges, module).items()):
-            if within(target, FLASK) or within(target, HTTP_LAYER) or within(target, ["workers"]):
-                found.append(f"{module} reaches {target} ({' -> '.join(path)}): services stay free of Flask "
-                             f"and of the layers above them")
+            if within(target, FLASK):
+                found.append(f"{module} reaches {target} ({' -> '.join(path)}): a domain's rules stay free of "
+                             f"Flask")
+    return found
+
+
+def crossings(root: Path) -> list[str]:
+    """Imports from one domain into another that the other does not offer."""
+    edges, known = graph(root), domains(root)
+    found = []
+    for module, targets in sorted(edges.items()):
+        source = domain_of(module, known)
+        for target in sorted(targets):
+            domain = domain_of(target, known)
+            if source is None or domain is None or domain == source or target not in edges:
+                continue
+            offered = [f"app.{domain}.{name}" for name in known[domain]]
+            if not within(target, offered):
+                found.append(f"{module} imports {target}, which {domain} does not offer")
+    return found
+
+
+def misplaced(root: Path) -> list[str]:
+    """A module outside every floor, a domain package holding code beside its ``OFFERS``, an offer
+    of nothing, a module named after its own package or domain."""
+    known = domains(root)
+    found = []
+    for name, path in sorted(project_modules(root).items()):
+        if not within(name, ["app"]):
+            continue
+        parts = name.split(".")
+        if not (within(name, [PLUMBING, *FLOOR_ABOVE]) or domain_of(name, known) or within(name, SHELLS[1:])
+                or name == "app"):
+            found.append(f"{name} is on no floor: plumbing, a domain or the floor above")
+        if path.name != "__init__.py" and parts[-1] in (parts[-2], domain_of(name, known)):
+            found.append(f"{name} is named after its own package")
+    for domain, offers in known.items():
+        init = root / "app" / domain / "__init__.py"
+        for node in ast.parse(init.read_text()).body:
+            docstring = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+            offers_line = isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["OFFERS"]
+            if not (docstring or offers_line):
+                found.append(f"app/{domain}/__init__.py holds code: a domain package says what it holds and offers")
+        for offer in offers:
+            base = root / "app" / domain / offer.replace(".", "/")
+            if not (base.with_suffix(".py").exists() or (base / "__init__.py").exists()):
+                found.append(f"app.{domain} offers {offer}, which it does not hold")
+    return found
+
+
+def circles(root: Path) -> list[list[str]]:
+    """Every circle of imports between modules (strongly connected components of two or more)."""
+    edges = graph(root)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in edges.get(node, ()):
+            if target not in edges:
+                continue
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
     return found
 
 
@@ -102,63 +239,64 @@ def test_layers_point_one_way():
     assert violations(ROOT) == []
 
 
-def test_a_wrong_way_import_hidden_in_a_function_is_found(tmp_path):
-    for package in ("app", "app/services", "app/api", "app/portal", "workers"):
-        (tmp_path / package).mkdir(parents=True, exist_ok=True)
-        (tmp_path / package / "__init__.py").write_text("")
-    (tmp_path / "app/api/views.py").write_text("from flask import g\nfrom app.services import rules\n")
-    (tmp_path / "app/services/rules.py").write_text("def f():\n    from workers.jobs import run\n    return run\n")
-    (tmp_path / "app/services/prices.py").write_text("from app.services.rules import f\n"
-                                                     "from .money import CENT\n")
-    (tmp_path / "app/services/money.py").write_text("from app.api import views\nCENT = 1\n")
-    (tmp_path / "workers/jobs.py").write_text("from app.services.rules import f\n")
-    (tmp_path / "app/portal/page_modules.py").write_text("def names():\n    from app.api import views\n    return views\n")
+def test_a_domain_reaches_another_only_through_what_it_offers():
+    assert crossings(ROOT) == []
+
+
+def test_every_module_sits_on_a_floor_and_no_module_is_named_after_its_package():
+    assert misplaced(ROOT) == []
+
+
+def test_no_circle_of_imports():
+    assert circles(ROOT) == []
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    for package in ("app", "workers", "simulator", "bench"):
+        (root / package).mkdir(exist_ok=True)
+        (root / package / "__init__.py").touch()
+
+
+def test_the_checks_find_what_they_must(tmp_path):
+    """The checks themselves, on a small house of their own, so that a broken one cannot pass vacuously."""
+    _write(tmp_path, {
+        "app/plumbing/__init__.py": "",
+        "app/plumbing/db.py": "from app.billing import charges\n",
+        "app/api/__init__.py": "",
+        "app/api/views.py": "from flask import g\n",
+        "app/pipeline.py": "from app.billing import charges\n",
+        "app/billing/__init__.py": '"""Billing."""\nOFFERS = ("charges", "refunds")\n',
+        "app/billing/charges.py": "def f():\n    from workers.jobs import run\n    return run\n",
+        "app/billing/prices.py": "from app.billing.money import CENT\n",
+        "app/billing/money.py": "from app.api import views\nfrom app import pipeline\nCENT = 1\n",
+        "app/billing/billing.py": "",
+        "app/billing/pages.py": "def names():\n    from app.billing import routes\n    return routes\n",
+        "app/billing/routes.py": "",
+        "app/scans/__init__.py": '"""Scans."""\nOFFERS = ()\nimport os\n',
+        "app/scans/creation.py": "from app.billing import prices\nfrom app.billing import charges\n",
+        "app/stray.py": "",
+        "workers/jobs.py": "from app.billing import routes\n",
+        "bench/a.py": "def f():\n    from bench import b\n",
+        "bench/b.py": "from bench import a\n",
+    })
     found = violations(tmp_path)
-    assert any(v.startswith("app.portal.page_modules imports app.api.views: the portal") for v in found)
-    assert "app.services.rules imports workers.jobs: the app must not depend on the workers" in found
+    assert "app.billing.charges imports workers.jobs: the app must not depend on the workers" in found
+    assert "app.plumbing.db imports app.billing.charges: an arrow back up (floor 0 to 3)" in found
+    assert "app.billing.money imports app.pipeline: an arrow back up (floor 3 to 4)" in found
+    assert "workers.jobs imports app.billing.routes: workers go through the rules, not the HTTP layer" in found
+    assert any(v.startswith("app.billing.pages imports app.billing.routes: the portal") for v in found)
     # Transitive: prices -> money -> the API views -> Flask.
-    assert any(v.startswith("app.services.prices reaches flask (app.services.prices -> app.services.money -> "
+    assert any(v.startswith("app.billing.prices reaches flask (app.billing.prices -> app.billing.money -> "
                             "app.api.views -> flask)") for v in found)
-    assert not any(v.startswith(("app.api.views", "workers.jobs")) for v in found)
-
-
-def ungrouped(root: Path) -> list[str]:
-    """What breaks the grouping by domain of ``app/services`` and ``app/store``: a module outside a
-    domain folder (or two deep), a domain package that holds code (a re-export would give a module
-    two names), a store domain no service domain has."""
-    found = []
-    for layer in ("services", "store"):
-        base = root / "app" / layer
-        for path in sorted(base.rglob("*.py")):
-            depth = len(path.relative_to(base).parts)
-            if path.name == "__init__.py" and depth == 2:
-                body = ast.parse(path.read_text()).body
-                if [n for n in body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]:
-                    found.append(f"{path.relative_to(root)} holds code: a domain package only says what it holds")
-            elif depth != 2 and path.relative_to(base) != Path("__init__.py"):
-                found.append(f"{path.relative_to(root)} is not in a domain folder (app/{layer}/<domain>/)")
-    services = {p.name for p in (root / "app/services").iterdir() if (p / "__init__.py").exists()}
-    found += [f"app/store/{p.name}/ is no domain of app/services/" for p in sorted((root / "app/store").iterdir())
-              if (p / "__init__.py").exists() and p.name not in services]
-    return found
-
-
-def test_services_and_store_are_grouped_by_domain():
-    """docs/architecture.md's "where to find" table is only true while every module sits in its domain."""
-    assert ungrouped(ROOT) == []
-
-
-def test_the_grouping_check_finds_a_flat_module_and_a_re_export(tmp_path):
-    for name in ("app/services/__init__.py", "app/services/billing/__init__.py", "app/billing/quotas.py",
-                 "app/store/__init__.py", "app/store/billing/__init__.py", "app/store/billing/ledger.py"):
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text('"""A domain."""\n')
-    assert ungrouped(tmp_path) == []
-    (tmp_path / "app/services/prices.py").write_text("")
-    (tmp_path / "app/services/billing/__init__.py").write_text('"""Billing."""\nfrom . import quotas\n')
-    (tmp_path / "app/store/mail").mkdir()
-    (tmp_path / "app/store/mail/__init__.py").write_text("")
-    assert ungrouped(tmp_path) == [
-        "app/services/billing/__init__.py holds code: a domain package only says what it holds",
-        "app/services/prices.py is not in a domain folder (app/services/<domain>/)",
-        "app/store/mail/ is no domain of app/services/"]
+    assert not any(v.startswith(("app.api.views", "app.pipeline ")) for v in found)
+    assert crossings(tmp_path) == ["app.scans.creation imports app.billing.prices, which billing does not offer"]
+    assert sorted(misplaced(tmp_path)) == [
+        "app.billing offers refunds, which it does not hold",
+        "app.billing.billing is named after its own package",
+        "app.stray is on no floor: plumbing, a domain or the floor above",
+        "app/scans/__init__.py holds code: a domain package says what it holds and offers",
+    ]
+    assert circles(tmp_path) == [["bench.a", "bench.b"]]

@@ -12,11 +12,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [*sorted((ROOT / "app").rglob("*.py")), *sorted((ROOT / "workers").rglob("*.py"))]
 # The embedded development server's own settings (ALTER SYSTEM), on a connection of its own.
-NOT_THROUGH_THE_POOL = {ROOT / "app" / "embedded.py"}
+NOT_THROUGH_THE_POOL = {ROOT / "app" / "plumbing" / "embedded.py"}
 # Modules whose session state lives on a connection to DATABASE_DIRECT_URL: the LISTEN session
-# of the waits and streams (D27), opened by app/scans/waits.py with that URL.
-# Found by name, wherever its domain's folder puts it.
-DIRECT_SESSION_MODULES: set[Path] = set((ROOT / "app" / "store").rglob("signals.py"))
+# of the waits and streams (D27), opened by app/events/waits.py with that URL.
+DIRECT_SESSION_MODULES: set[Path] = {ROOT / "app" / "events" / "statements" / "signals.py"}
 
 SESSION_STATE = {
     "an SQL-level PREPARE": re.compile(r"\bPREPARE\s+(\w+|\{\})\s+(\(|AS\b)", re.IGNORECASE),

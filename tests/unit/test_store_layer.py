@@ -1,7 +1,8 @@
-"""SQL lives in ``app/store/`` only: no service builds or runs a statement.
+"""SQL lives in a domain's statements only (``app/<domain>/statements``): no rule, route or page of
+a domain, and neither the call pipeline nor the periodic schedule, builds or runs a statement.
 
-Read from the source (``ast``), as the layer test reads imports. A service may use
-``app.plumbing.db``'s transactions (services own them) and the models' constants and row classes,
+Read from the source (``ast``), as the layer test reads imports. A rule may use
+``app.plumbing.db``'s transactions (rules own them) and the models' constants and row classes,
 but not ``app.plumbing.db``'s statement helpers, not peewee, not a model's query methods, not a
 row's ``save``, and no string that reads as SQL.
 """
@@ -12,7 +13,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = ROOT / "app" / "services"
+ABOVE_THE_STATEMENTS = ("pipeline.py", "periodic.py", "recovery.py")  # the floor above's modules that call rules
 
 SQL_TEXT = re.compile(r"\b(SELECT\s.+\sFROM|INSERT\s+INTO|UPDATE\s+\S+\s+SET|DELETE\s+FROM|RETURNING|ON\s+CONFLICT)\b",
                       re.DOTALL | re.IGNORECASE)
@@ -23,8 +24,22 @@ ROW_WRITES = {"save", "delete_instance"}
 STATEMENT_HELPERS = {"db", "execute", "execute_batch", "columns", "table", "instance",
                      "insert_rows_statement", "repr_column"}
 
-# Service modules still being moved behind the store (issue 27); empty when the move is done.
-NOT_YET_MOVED: set[str] = set()
+
+
+def statements(path: Path) -> bool:
+    return "statements" in path.parts or path.stem == "statements"
+
+
+def models(path: Path) -> bool:
+    return path.stem in ("models", "audit_models")
+
+
+def above_the_statements() -> list[Path]:
+    """Every module of every domain but its statements and models, and the floor above's callers of rules."""
+    from tests.unit.test_layers import domains
+    found = [p for d in domains(ROOT) for p in sorted((ROOT / "app" / d).rglob("*.py"))
+             if not statements(p) and not models(p)]
+    return found + [ROOT / "app" / name for name in ABOVE_THE_STATEMENTS]
 
 
 def _text_of(node) -> str | None:
@@ -42,7 +57,7 @@ def sql_in(source: str) -> list[str]:
     models, found = set(), []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module.startswith("app.tables"):
+            if node.module.split(".")[-1] in ("models", "audit_models"):
                 models.update(a.asname or a.name for a in node.names if a.name[:1].isupper() and not a.name.isupper())
             if node.module == "app.plumbing.db":
                 found += [f"{node.lineno}: app.plumbing.db.{a.name}" for a in node.names if a.name in STATEMENT_HELPERS]
@@ -64,11 +79,10 @@ def sql_in(source: str) -> list[str]:
 
 
 def test_the_scanner_finds_what_it_must():
-    """The scanner itself, so that a broken one cannot pass the services vacuously."""
+    """The scanner itself, so that a broken one cannot pass the rules vacuously."""
     source = '''
 from app.plumbing.db import execute, transaction
-from app.scans.models import Scan
-from app.tables import COMPLETED
+from app.scans.models import COMPLETED, Scan
 import peewee
 A = "SELECT id FROM scans WHERE x = 1"
 B = f"UPDATE {t} SET balance = 1"
@@ -84,30 +98,27 @@ def f(scan):
     assert sql_in("from app.plumbing.db import transaction\nx = {'a': 1}.get('a')\nnote = 'selected from the list'\n") == []
 
 
-def test_no_service_holds_sql():
-    offenders = {}
-    for path in sorted(SERVICES.rglob("*.py")):  # every domain's folder
-        if path.stem in NOT_YET_MOVED:
+def test_no_rule_route_or_page_holds_sql():
+    modules = above_the_statements()
+    assert len(modules) > 50  # every domain's, not none
+    offenders = {str(path.relative_to(ROOT)): found for path in modules
+                 if (found := sql_in(path.read_text(encoding="utf-8")))}
+    assert not offenders, f"SQL outside the statements: {offenders}"
+
+
+def test_the_statements_import_no_rule():
+    """A statement module imports models, the plumbing and other statements: never a rule, which
+    would turn the layers upside down."""
+    from tests.unit.test_layers import domains
+    rule_modules = {f"app.{d}.{p.stem}" for d in domains(ROOT) for p in (ROOT / "app" / d).glob("*.py")
+                    if not statements(p) and not models(p) and p.stem != "__init__"}
+    for path in sorted((ROOT / "app").rglob("*.py")):
+        if not statements(path):
             continue
-        found = sql_in(path.read_text(encoding="utf-8"))
-        if found:
-            offenders[path.stem] = found
-    assert not offenders, f"SQL outside app/store/: {offenders}"
-
-
-def test_the_list_of_modules_not_yet_moved_only_shrinks():
-    """A module listed as not yet moved that holds no SQL any more must leave the list."""
-    paths = {path.stem: path for path in SERVICES.rglob("*.py")}
-    moved = [name for name in sorted(NOT_YET_MOVED) if not sql_in(paths[name].read_text())]
-    assert not moved, f"these hold no SQL now: remove them from NOT_YET_MOVED: {moved}"
-
-
-def test_the_store_imports_no_service():
-    for path in sorted((ROOT / "app" / "store").rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module:
-                assert not node.module.startswith("app.services"), f"{path.name} imports {node.module}"
+                names = {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+                assert not names & rule_modules, f"{path.relative_to(ROOT)} imports {names & rule_modules}"
 
 
 def replaced_text(source: str) -> list[int]:
@@ -124,6 +135,6 @@ def test_no_statement_in_the_store_is_rewritten_by_string_replacement():
     by replacing a piece of another statement's text, which breaks silently when that text changes."""
     assert replaced_text('W = COLUMNS.replace("livemode = ?", f"livemode = {mode}")\n'
                          'm = moment.replace(second=0, microsecond=0)\n') == [1]
-    found = {path.name: lines for path in (ROOT / "app" / "store").rglob("*.py")
-             if (lines := replaced_text(path.read_text()))}
+    found = {path.name: lines for path in (ROOT / "app").rglob("*.py")
+             if statements(path) and (lines := replaced_text(path.read_text()))}
     assert found == {}

@@ -10,7 +10,7 @@ from app.accounts.models import ApiKey, Customer
 from app.plumbing.crypto import decrypt_secret
 from app.plumbing.errors import Conflict, EndpointNotFound, InvalidRequest
 from app.tracking import states
-from app.webhooks import endpoints, outbox
+from app.webhooks import endpoints, outbox, signing_secrets
 from app.webhooks.models import WebhookDelivery, WebhookEndpoint
 from tests.domain_fixtures import new_customer, new_scan
 
@@ -126,13 +126,13 @@ def test_each_endpoint_rolls_its_own_secret_with_an_overlap(key):
         assert rolled.overlapping and rolled.switch_at == NOW + timedelta(hours=24)
         row = WebhookEndpoint.get_by_id(created["endpoint_id"])
         assert decrypt_secret(row.webhook_next_secret_enc) == rolled.secret
-        assert outbox.signing_secrets(row, NOW).active == [secret, rolled.secret]
+        assert signing_secrets.signing_secrets(row, NOW).active == [secret, rolled.secret]
         assert endpoints.read(key, created["endpoint_id"])["secret_rotation_ends_at"] == "2026-11-23T12:00:00Z"
         with pytest.raises(InvalidRequest, match="already under way"):
             endpoints.roll_secret(key, created["endpoint_id"])
     assert decrypt_secret(ApiKey.get_by_id(key.id).webhook_secret_enc) == SECRET  # the key's is untouched
     row = WebhookEndpoint.get_by_id(created["endpoint_id"])
-    assert outbox.signing_secrets(row, NOW + timedelta(hours=25)).active == [rolled.secret]
+    assert signing_secrets.signing_secrets(row, NOW + timedelta(hours=25)).active == [rolled.secret]
 
 
 def test_switch_ends_an_endpoints_rotation_now(key):
@@ -228,14 +228,14 @@ def test_of_two_rolls_or_switches_that_read_the_same_secrets_one_wins_and_the_ot
         return won
 
     with freeze_time(NOW):
-        won = race(lambda row: outbox.roll_secret_of(row, 0, NOW), lambda row: outbox.roll_secret_of(row, 0, NOW))
+        won = race(lambda row: signing_secrets.roll_secret_of(row, 0, NOW), lambda row: signing_secrets.roll_secret_of(row, 0, NOW))
         assert decrypt_secret(read().webhook_secret_enc) == won.secret and read().webhook_next_secret_enc is None
-        won = race(lambda row: outbox.roll_secret_of(row, 0, NOW), lambda row: outbox.roll_secret_of(row, 24, NOW))
+        won = race(lambda row: signing_secrets.roll_secret_of(row, 0, NOW), lambda row: signing_secrets.roll_secret_of(row, 24, NOW))
         assert decrypt_secret(read().webhook_secret_enc) == won.secret and read().webhook_next_secret_enc is None
-        rolled = race(lambda row: outbox.roll_secret_of(row, 24, NOW),
-                      lambda row: outbox.roll_secret_of(row, 24, NOW))
+        rolled = race(lambda row: signing_secrets.roll_secret_of(row, 24, NOW),
+                      lambda row: signing_secrets.roll_secret_of(row, 24, NOW))
         assert decrypt_secret(read().webhook_next_secret_enc) == rolled.secret
-        race(lambda row: outbox.switch_secret_of(row, NOW), lambda row: outbox.switch_secret_of(row, NOW))
+        race(lambda row: signing_secrets.switch_secret_of(row, NOW), lambda row: signing_secrets.switch_secret_of(row, NOW))
         assert decrypt_secret(read().webhook_secret_enc) == rolled.secret and read().webhook_next_secret_enc is None
         # One after the other, rolls keep working as before.
         for _ in range(2):

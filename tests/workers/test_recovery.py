@@ -20,9 +20,9 @@ from app.extensions import db
 from app.plumbing import runtime
 from app.plumbing.jobs import ENGINE_QUEUE, queue
 from app.plumbing.models import utcnow
+from app.recovery import sweep
 from app.scans.models import BulkBatch, Scan
 from app.scans.results import Owner, normalize_result
-from app.tracking.recovery import sweep
 from tests.jobrunner import enqueue_old_tracking_job
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
@@ -156,7 +156,7 @@ def test_a_reservation_never_submitted_is_reversed_after_the_stale_window(app, c
         raise ProcessDied()
 
     with freeze_time(START) as frozen:
-        monkeypatch.setattr("app.tracking.engine.submit", die)
+        monkeypatch.setattr("app.plumbing.engine.submit", die)
         with pytest.raises(ProcessDied):
             client.post(SCAN, json={"target": "john.roe@example.com"}, headers=account.headers)
         monkeypatch.undo()
@@ -191,7 +191,7 @@ def test_a_bulk_reservation_never_submitted_is_reversed_whole(client, make_custo
         raise ProcessDied()
 
     with freeze_time(START) as frozen:
-        monkeypatch.setattr("app.tracking.engine.submit_batch", die)
+        monkeypatch.setattr("app.plumbing.engine.submit_batch", die)
         with pytest.raises(ProcessDied):
             client.post(BULK, json={"targets": [{"target": "a.one@example.com"}, {"target": "torvalds"},
                                                 {"target": "+4915123456788"}, {"target": "x"}]},
@@ -274,7 +274,7 @@ def test_sweep_moves_overdue_scheduled_jobs_when_no_scheduler_runs(app, client, 
     from rq import Queue
     from rq.registry import ScheduledJobRegistry
 
-    from app.tracking.recovery import sweep
+    from app.recovery import sweep
 
     engine_queue = Queue("engine", connection=redis_conn)
     registry = ScheduledJobRegistry(queue=engine_queue)
@@ -292,7 +292,7 @@ def test_sweep_moves_overdue_scheduled_jobs_when_no_scheduler_runs(app, client, 
         with db.connection_context():
             Scan.update(next_look_at=None, tracking_job_id=f"trk-{scan_id}-0").where(Scan.id == scan_id).execute()
         frozen.tick(60)
-        from app.tracking import recovery
+        from app import recovery
         assert recovery.promote_overdue(utcnow()) == 1
         assert registry.count == 0 and engine_queue.count == 1
         assert jobs.run(frozen, until=lambda: statuses([scan_id]) == ["completed"])

@@ -12,11 +12,11 @@ from freezegun import freeze_time
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from app.accounts import admin
-from app.accounts.admin import AccountError
 from app.accounts.models import ApiKey
 from app.plumbing.crypto import decrypt_secret
+from app.plumbing.errors import AccountError
 from app.plumbing.signatures import verify_signature, verify_standard
-from app.webhooks import outbox
+from app.webhooks import outbox, signing_secrets
 from app.webhooks.models import WebhookDelivery
 from tests.portal.helpers import PASSWORD, csrf, login
 
@@ -87,14 +87,14 @@ def test_rolling_rotation_breaks_no_receiver(make_customer, receiver, jobs):
     old_url, old_only = receiver(secret=SECRET)
     account = make_customer(webhook_url=old_url, webhook_secret=SECRET)
     with freeze_time(START) as frozen:
-        rolled = outbox.roll_secret(account.key.id, account.customer.id, overlap_hours=24)
+        rolled = signing_secrets.roll_secret(account.key.id, account.customer.id, overlap_hours=24)
         new = rolled.secret
         assert re.fullmatch(r"whsec_[A-Za-z0-9+/]{43}=", new) and new != SECRET
         assert rolled.switch_at == datetime(2026, 11, 22, 12, 0, 0)
         key = ApiKey.get_by_id(account.key.id)
         assert decrypt_secret(key.webhook_next_secret_enc) == new and new not in key.webhook_next_secret_enc
         with pytest.raises(AccountError, match="already under way"):
-            outbox.roll_secret(account.key.id, account.customer.id)
+            signing_secrets.roll_secret(account.key.id, account.customer.id)
 
         for hours in (0, 23):  # during the overlap
             frozen.tick(hours * 3600)
@@ -124,15 +124,15 @@ def test_switch_now_ends_the_overlap_and_an_overlap_of_zero_replaces_at_once(mak
     url, received = receiver()
     account = make_customer(webhook_url=url, webhook_secret=SECRET)
     with pytest.raises(AccountError, match="no secret rotation"):
-        outbox.switch_secret(account.key.id, account.customer.id)
-    new = outbox.roll_secret(account.key.id, account.customer.id, overlap_hours=168).secret
-    outbox.switch_secret(account.key.id, account.customer.id)
+        signing_secrets.switch_secret(account.key.id, account.customer.id)
+    new = signing_secrets.roll_secret(account.key.id, account.customer.id, overlap_hours=168).secret
+    signing_secrets.switch_secret(account.key.id, account.customer.id)
     send(account, jobs)
     headers = received()[-1]["headers"]
     assert received()[-1]["signature_valid"] is False and len(headers["Webhook-Signature"].split(" ")) == 1
     assert Webhook(new).verify(received()[-1]["body"], headers)
 
-    newer = outbox.roll_secret(account.key.id, account.customer.id, overlap_hours=0).secret
+    newer = signing_secrets.roll_secret(account.key.id, account.customer.id, overlap_hours=0).secret
     key = ApiKey.get_by_id(account.key.id)
     assert decrypt_secret(key.webhook_secret_enc) == newer and key.webhook_next_secret_enc is None
 
@@ -260,8 +260,8 @@ def _race(database_url, key_id, customer_id, replace):
 
 
 @pytest.mark.parametrize("replace", [
-    lambda key_id, customer_id: outbox.roll_secret(key_id, customer_id, 0).secret,
-    lambda key_id, customer_id: outbox.generate_secret(key_id, customer_id),
+    lambda key_id, customer_id: signing_secrets.roll_secret(key_id, customer_id, 0).secret,
+    lambda key_id, customer_id: signing_secrets.generate_secret(key_id, customer_id),
 ], ids=["roll with no overlap", "generate"])
 def test_a_double_click_leaves_one_secret_in_force_and_says_so(app, make_customer, replace):
     """Two replacements that read the same secret: one wins, the other is refused, so no page

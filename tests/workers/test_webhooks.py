@@ -16,12 +16,12 @@ from freezegun import freeze_time
 from rq.job import Job, JobStatus
 
 from app.accounts.models import ApiKey
-from app.plumbing.jobs import ENGINE_QUEUE, enqueue_delivery
+from app.plumbing.jobs import ENGINE_QUEUE, delivery_job_id, enqueue_delivery
 from app.plumbing.models import utcnow
 from app.plumbing.signatures import sign, verify_signature
+from app.recovery import sweep
 from app.scans.models import Scan
-from app.tracking.recovery import sweep
-from app.webhooks import deliveries, outbox
+from app.webhooks import deliveries, signing_secrets
 from app.webhooks.models import DeliveryAttempt, WebhookDelivery
 from tests.jobrunner import JobRunner
 
@@ -277,7 +277,7 @@ def test_duplicate_and_replayed_jobs_send_nothing_twice(client, hooked, jobs, re
 
         assert jobs.run(frozen, until=lambda: is_final(delivery.scan_id))
         for number in (1, 2):  # replays after the delivery succeeded
-            enqueue_delivery(delivery.id, outbox.delivery_job_id(delivery.id, number))
+            enqueue_delivery(delivery.id, delivery_job_id(delivery.id, number))
         assert jobs.pending() == 2
         jobs.run(frozen)
         assert jobs.pending() == 0
@@ -336,7 +336,7 @@ def test_a_late_answer_from_a_worker_taken_for_lost_is_not_logged_twice(client, 
         late = deliveries.record(delivery, attempt, deliveries.Outcome(status_code=200, duration_ms=5))
     assert late == "superseded"
     assert [(a.number, a.error) for a in attempts_of(delivery.id)] == [(1, "worker_lost")]
-    assert WebhookDelivery.get_by_id(delivery.id).job_id == outbox.delivery_job_id(delivery.id, 2)
+    assert WebhookDelivery.get_by_id(delivery.id).job_id == delivery_job_id(delivery.id, 2)
 
 
 def test_a_delivery_whose_job_redis_lost_is_enqueued_by_the_sweep(client, hooked, jobs, redis_conn):
@@ -378,7 +378,7 @@ def test_a_retry_after_rotation_is_signed_with_the_new_secret(client, hooked, jo
     with freeze_time(START) as frozen:
         delivery = finish_scan_only(client, account, redis_conn, frozen)
         assert jobs.run(frozen, until=lambda: WebhookDelivery.get_by_id(delivery.id).attempts == 1)
-        new_secret = outbox.generate_secret(account.key.id, account.customer.id)
+        new_secret = signing_secrets.generate_secret(account.key.id, account.customer.id)
         assert jobs.run(frozen, until=lambda: is_final(delivery.scan_id))
     first, second = hook.deliveries()
     raw = delivery.body.encode()

@@ -8,8 +8,8 @@ import json
 import pytest
 from freezegun import freeze_time
 
-from app.accounts.admin import AccountError
-from app.webhooks import outbox
+from app.plumbing.errors import AccountError, DeliveryPending
+from app.webhooks import delivery_log, key_settings, outbox
 from app.webhooks.models import WebhookDelivery
 
 SECRET = "whsec_cG9ydGFsIHNlY3JldCAwMTIzNDU2Nzg5"
@@ -65,12 +65,12 @@ def test_redelivery_starts_a_new_series_to_the_current_url(make_customer, receiv
         failed = WebhookDelivery.get_by_id(delivery.id)
         assert (failed.status, failed.attempts) == ("failed", 2)
 
-        outbox.set_webhook(account.key.id, account.customer.id, new_url)
+        key_settings.set_webhook(account.key.id, account.customer.id, new_url)
         frozen.tick(3600)
-        again = outbox.redeliver(delivery.id, account.customer.id)
+        again = delivery_log.redeliver(delivery.id, account.customer.id)
         assert (again.id, again.status, again.body) == (delivery.id, "pending", failed.body)
-        with pytest.raises(outbox.DeliveryPending, match="pending"):
-            outbox.redeliver(delivery.id, account.customer.id)  # pending again already
+        with pytest.raises(DeliveryPending, match="pending"):
+            delivery_log.redeliver(delivery.id, account.customer.id)  # pending again already
         assert jobs.run(frozen, until=lambda: final(delivery.id))
 
     done = WebhookDelivery.get_by_id(delivery.id)
@@ -80,7 +80,7 @@ def test_redelivery_starts_a_new_series_to_the_current_url(make_customer, receiv
     assert [d["response_status"] for d in second_series] == [500, 200]
     assert {d["body"] for d in second_series} == {failed.body}
     assert {d["headers"]["X-Service-Delivery"] for d in second_series} == {delivery.id}
-    log = outbox.list_deliveries(account.key.id, account.customer.id).items[0]["attempts"]
+    log = delivery_log.list_deliveries(account.key.id, account.customer.id).items[0]["attempts"]
     assert [(a["number"], a["url"], a["outcome"]) for a in log] == [
         (4, new_url, "succeeded"), (3, new_url, "failed"), (2, old_url, "failed"), (1, old_url, "failed")]
 
@@ -90,11 +90,11 @@ def test_a_pending_delivery_is_not_redelivered_a_succeeded_one_is(make_customer,
     url, received = receiver()
     account = make_customer(webhook_url=url, webhook_secret=SECRET)
     delivery = outbox.send_test_event(account.key.id, account.customer.id)
-    with pytest.raises(outbox.DeliveryPending, match="pending"):
-        outbox.redeliver(delivery.id, account.customer.id)  # pending
+    with pytest.raises(DeliveryPending, match="pending"):
+        delivery_log.redeliver(delivery.id, account.customer.id)  # pending
     jobs.run()
     assert WebhookDelivery.get_by_id(delivery.id).status == "succeeded"
-    again = outbox.redeliver(delivery.id, account.customer.id)
+    again = delivery_log.redeliver(delivery.id, account.customer.id)
     assert (again.status, again.series_start) == ("pending", 1)
     jobs.run()
     assert (WebhookDelivery.get_by_id(delivery.id).status, len(received())) == ("succeeded", 2)
@@ -106,9 +106,9 @@ def test_redelivery_needs_a_webhook_url(make_customer, receiver, jobs):
     account = make_customer(webhook_url=url, webhook_secret=SECRET)
     delivery = outbox.send_test_event(account.key.id, account.customer.id)
     jobs.run()
-    outbox.set_webhook(account.key.id, account.customer.id, None)
+    key_settings.set_webhook(account.key.id, account.customer.id, None)
     with pytest.raises(AccountError, match="no webhook URL"):
-        outbox.redeliver(delivery.id, account.customer.id)
+        delivery_log.redeliver(delivery.id, account.customer.id)
     assert WebhookDelivery.get_by_id(delivery.id).status == "failed"
 
 
@@ -128,7 +128,7 @@ def test_the_delivery_log_is_newest_first_filtered_and_paged(client, make_custom
         assert jobs.run(frozen, until=lambda: WebhookDelivery.select()
                         .where(WebhookDelivery.scan_id == scan_id, WebhookDelivery.status == "failed").exists())
 
-    page = outbox.list_deliveries(account.key.id, account.customer.id)
+    page = delivery_log.list_deliveries(account.key.id, account.customer.id)
     assert (page.total, page.page, page.pages) == (2, 1, 1)
     newest, oldest = page.items
     assert (newest["scan_id"], newest["event"], newest["status"], newest["test"]) == (
@@ -137,7 +137,7 @@ def test_the_delivery_log_is_newest_first_filtered_and_paged(client, make_custom
     assert (oldest["delivery_id"], oldest["status"], oldest["test"]) == (ok.id, "succeeded", True)
     assert oldest["attempts"][0]["response_excerpt"] == '{"status":200}\n'
 
-    only = outbox.list_deliveries
+    only = delivery_log.list_deliveries
     assert [d["delivery_id"] for d in only(account.key.id, account.customer.id, status="succeeded").items] == [ok.id]
     assert [d["scan_id"] for d in only(account.key.id, account.customer.id, event="scan.failed").items] == [scan_id]
     assert only(account.key.id, account.customer.id, status="failed", event="scan.completed").items == []

@@ -132,7 +132,7 @@ def test_a_failing_sweep_does_not_stop_the_worker(app, monkeypatch):
     def broken():
         raise RuntimeError("database went away")
 
-    monkeypatch.setattr("app.tracking.recovery.sweep", broken)
+    monkeypatch.setattr("app.recovery.sweep", broken)
     worker = build_worker()
     worker.run_maintenance_tasks()  # logged, not raised
 

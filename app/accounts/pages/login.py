@@ -4,7 +4,7 @@ from __future__ import annotations
 from flask import flash, redirect, render_template, request, url_for
 
 from app.accounts import portal_users, sso, two_factor
-from app.accounts.admin import AccountError
+from app.plumbing.errors import AccountError
 from app.portal import security
 from app.portal.blueprint import bp, form_errors
 from app.portal.forms import ActionForm, CodeForm, LoginForm, SetPasswordForm

@@ -6,7 +6,7 @@ from flask import abort, flash, g, redirect, render_template, request, url_for
 
 from app.accounts import admin, portal_users, scim, two_factor
 from app.accounts import portal_roles as roles
-from app.accounts.admin import AccountError
+from app.plumbing.errors import AccountError
 from app.portal import security
 from app.portal.blueprint import bp, form_errors
 from app.portal.forms import ActionForm, InviteForm, RoleForm, SettingsForm, UserStateForm

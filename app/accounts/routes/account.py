@@ -1,6 +1,6 @@
 """``GET /api/v1/account`` (D21): the calling key's account and what the key may do.
 
-The view stays thin: ``services.accounts.accounts.account_view`` charges the call (so the balance in
+The view stays thin: ``app.accounts.admin.account_view`` charges the call (so the balance in
 the body is the one after it) and builds the body; authentication and D21's check of the key
 (any scope) are ``app.api.hooks.api_call``'s.
 """

@@ -14,8 +14,8 @@ from flask import Blueprint, Response, current_app, g, request
 from werkzeug.exceptions import BadRequest, UnsupportedMediaType
 
 from app.accounts import scim
+from app.api.answers import base_url
 from app.plumbing.errors import InvalidRequest
-from app.scans.routes import base_url
 
 PREFIX = "/scim/v2"
 MEDIA_TYPE = "application/scim+json"

@@ -6,7 +6,7 @@ A customer's event ids increase in commit order: the insert takes the customer's
 lock (an advisory lock held until the commit) before its ids are drawn, so an event committed
 later never has a smaller id than one a stream already passed. Callers take it after every row
 lock of their transaction (a customer's row, a scan's), so two transactions never wait on each
-other in a circle, and as late as they can (``services.events.feed.stored_last``): held from this
+other in a circle, and as late as they can (``app.events.feed.stored_last``): held from this
 statement to the commit, it is where one customer's transactions queue.
 
 The order of a customer's locks, everywhere (``lock_customers``): its row (an admission's

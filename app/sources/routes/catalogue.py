@@ -1,6 +1,6 @@
 """``GET /api/v1/sources``: the engine's sources and their health (any key, any scope, 1 credit).
 
-The view stays thin: ``services.sources.health.list_sources`` builds the list; authentication,
+The view stays thin: ``app.sources.health.list_sources`` builds the list; authentication,
 charging and the limit headers are ``app.api.hooks``'s.
 """
 from __future__ import annotations

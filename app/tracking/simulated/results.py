@@ -166,9 +166,11 @@ def phone_profile(target: str) -> dict | None:
     }
 
 
-def _region_of_country(country_code: int) -> str | None:
+def _region_of_country(country_code: int | None) -> str | None:
     # Invalid numbers (e.g. fictional ranges) have no region of their own; their
     # calling code still names the main one.
+    if country_code is None:  # a parsed number has one; the stubs allow none
+        return None
     region = phonenumbers.region_code_for_country_code(country_code)
     return None if region == phonenumbers.UNKNOWN_REGION else region
 

@@ -4,7 +4,7 @@ records (D24), the final states, and the recovery sweep's repairs.
 Every state change is a compare-and-set: the UPDATE names the states (``statuses``) and, for a
 look's record, the ``look_generation`` (the fencing token) it expects, and says which rows it
 changed. Which states count as in flight is the services' rule (``app.tracking.states``,
-``app.tracking.recovery``), passed in here.
+``app.recovery``), passed in here.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The webhook delivery endpoints (D17): the customer's deliveries, and redelivery.
 
-Views stay thin: ``services.webhooks.webhooks`` owns the query and the rules and raises the domain
+Views stay thin: ``app.webhooks.outbox`` owns the query and the rules and raises the domain
 errors (``DeliveryNotFound``, ``DeliveryPending``, ``WebhookUrlMissing``, ``InvalidRequest``)
 that ``app.errors`` maps to their statuses; authentication, charging (1 credit, as every
 call) and the limit headers are ``app.api.hooks.api_call``'s job.
@@ -13,7 +13,7 @@ from app.accounts import access
 from app.api import hooks
 from app.api.base import ApiBlueprint
 from app.api.openapi import ERROR_DOCS, HEADERS, SECURITY, error_documenter
-from app.webhooks import outbox
+from app.webhooks import delivery_log
 from app.webhooks.schemas import DeliveryListArgs, DeliveryListSchema, RedeliveredSchema
 
 blp = ApiBlueprint("deliveries", __name__, url_prefix="/api/v1",
@@ -71,7 +71,7 @@ class DeliveryList(MethodView):
     def get(self, key, limit, **filters):
         """The webhook deliveries of every key of the account, newest first, each with its attempts and
         the exact body sent. A receiver that was down reads here what it missed. Costs {price}."""
-        data, has_more = outbox.customer_deliveries(key.customer_id, limit=limit, livemode=key.livemode,
+        data, has_more = delivery_log.customer_deliveries(key.customer_id, limit=limit, livemode=key.livemode,
                                                       **filters)
         return {"ok": True, "data": data, "has_more": has_more}
 
@@ -90,4 +90,4 @@ class Redeliver(MethodView):
     def post(self, key, delivery_id):
         """Send a failed or succeeded delivery again: same `delivery_id`, same body, signed anew with the key's
         secrets of now, to the key's webhook URL of now, with the full retry schedule. Costs {price}."""
-        return {"ok": True, **outbox.redelivered(delivery_id, key.customer_id, livemode=key.livemode)}
+        return {"ok": True, **delivery_log.redelivered(delivery_id, key.customer_id, livemode=key.livemode)}

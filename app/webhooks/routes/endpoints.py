@@ -1,7 +1,7 @@
 """The webhook endpoints calls (D22): a key's endpoints, each with its own URL, secret, events,
 payload, enabled flag and description; rolling a secret; sending again what an endpoint missed.
 
-Views stay thin: ``services.webhooks.endpoints`` owns the rules and raises ``EndpointNotFound`` (404),
+Views stay thin: ``app.webhooks.endpoints`` owns the rules and raises ``EndpointNotFound`` (404),
 ``InvalidRequest`` (400) and ``SecretChanged`` (409 ``conflict``); authentication, the ``webhooks``
 scope, charging (1 credit, as every call) and the limit headers are ``app.api.hooks.api_call``'s job.
 """

@@ -8,6 +8,7 @@ import pytest
 import requests
 from freezegun import freeze_time
 
+from app import recovery
 from app.extensions import db
 from app.plumbing import runtime
 from app.plumbing.jobs import FORGET_RETRY_SCHEDULE
@@ -15,7 +16,7 @@ from app.plumbing.models import utcnow
 from app.privacy import erasure
 from app.privacy.models import EngineDeletion
 from app.scans.models import Scan
-from app.tracking import recovery, states
+from app.tracking import states
 from tests import factories
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"

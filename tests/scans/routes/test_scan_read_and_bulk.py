@@ -241,7 +241,7 @@ def test_bulk_and_aggregate_run_a_constant_number_of_statements(client, make_cus
         assert small == large
 
 
-# --- reads authenticate, charge and read in one go (services.scans.reads.serve_*) -------------------
+# --- reads authenticate, charge and read in one go (app.scans.reads.serve_*) -------------------
 
 def test_reads_refused_for_balance_report_the_account_and_charge_nothing(client, make_customer):
     poor = make_customer(tier="enterprise", credits=2)

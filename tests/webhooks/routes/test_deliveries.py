@@ -11,7 +11,7 @@ from freezegun import freeze_time
 from app.errors import from_service_error
 from app.plumbing.errors import AccountError, DeliveryNotFound, DeliveryPending, WebhookUrlMissing
 from app.plumbing.signatures import verify_signature, verify_standard
-from app.webhooks import outbox
+from app.webhooks import delivery_log, key_settings, outbox
 from app.webhooks.models import WebhookDelivery
 from tests.api.helpers import balance
 
@@ -173,7 +173,7 @@ def test_redeliver_needs_auth_and_a_webhook_url(client, make_customer, receiver,
     delivery = outbox.send_test_event(account.key.id, account.customer.id)
     jobs.run()
     assert client.post(f"/api/v1/deliveries/{delivery.id}/redeliver").status_code == 401
-    outbox.set_webhook(account.key.id, account.customer.id, None)
+    key_settings.set_webhook(account.key.id, account.customer.id, None)
     r = client.post(f"/api/v1/deliveries/{delivery.id}/redeliver", headers=account.headers)
     assert r.status_code == 400 and r.json["error"] == "webhook_url_missing"
     assert WebhookDelivery.get_by_id(delivery.id).status == "succeeded"
@@ -207,13 +207,13 @@ def test_the_service_raises_domain_errors_the_portal_and_cli_still_catch(make_cu
     other = make_customer(webhook_url=url, webhook_secret=SECRET, name="Other")
     delivery = outbox.send_test_event(account.key.id, account.customer.id)
     with pytest.raises(DeliveryPending) as pending:
-        outbox.redeliver(delivery.id, account.customer.id)
+        delivery_log.redeliver(delivery.id, account.customer.id)
     jobs.run()
     with pytest.raises(DeliveryNotFound) as missing:
-        outbox.redeliver(delivery.id, other.customer.id)
-    outbox.set_webhook(account.key.id, account.customer.id, None)
+        delivery_log.redeliver(delivery.id, other.customer.id)
+    key_settings.set_webhook(account.key.id, account.customer.id, None)
     with pytest.raises(WebhookUrlMissing) as no_url:
-        outbox.redeliver(delivery.id, account.customer.id)
+        delivery_log.redeliver(delivery.id, account.customer.id)
     # One table maps them for the API; the portal and the CLI catch LookupError / AccountError.
     assert [(e.status, e.error) for e in map(from_service_error, (missing.value, pending.value, no_url.value))] \
         == [(404, "not_found"), (409, "delivery_pending"), (400, "webhook_url_missing")]

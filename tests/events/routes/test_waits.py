@@ -9,9 +9,9 @@ import requests
 
 from app.accounts import admin
 from app.accounts.models import ApiKey
+from app.events import waits
 from app.extensions import db
 from app.plumbing.models import utcnow
-from app.scans import waits
 from app.scans.models import Scan
 from app.tracking import states
 from tests.api.helpers import balance

@@ -1,10 +1,11 @@
-"""Where webhooks may go (D11): the SSRF guard.
+"""Where the service's outbound requests may go (D11): the SSRF guard of webhook deliveries and of
+the audit sinks' pushes (D32), below the domains that send them.
 
 In production (``APP_ENV=production``) a webhook URL must be ``https`` and its host
 must resolve only to public addresses: loopback, private, link-local (which holds
 the cloud metadata address 169.254.169.254), shared (CGNAT), reserved, unspecified
 and multicast ranges, and every block of IANA's special-purpose registries
-(``app.webhooks.special_addresses``), are refused, also when hidden in an IPv4-mapped or 6to4 IPv6
+(``app.plumbing.special_addresses``), are refused, also when hidden in an IPv4-mapped or 6to4 IPv6
 address. Development and test deliver anywhere, as the receiver runs on localhost.
 
 The check runs twice: when a URL is saved (``check_webhook_url``, a clear message
@@ -35,7 +36,7 @@ from urllib3.util import connection as urllib3_connection
 
 from app.plumbing import runtime
 from app.plumbing.errors import AccountError
-from app.webhooks.special_addresses import special_purpose
+from app.plumbing.special_addresses import special_purpose
 
 
 class UnsafeWebhookUrl(ValueError):

@@ -7,10 +7,11 @@ from datetime import datetime, timedelta
 import pytest
 from freezegun import freeze_time
 
+from app import recovery
 from app.accounts.models import Customer
 from app.plumbing.jobs import DELIVER_JOB, WEBHOOK_QUEUE, enqueue_delivery, queue
 from app.scans.models import Scan
-from app.tracking import recovery, states
+from app.tracking import states
 from tests.api.helpers import assert_counters_match
 from tests.domain_fixtures import books_of, new_customer, new_scan
 

@@ -7,13 +7,13 @@ from datetime import timedelta
 from flask import flash, request
 
 from app.accounts import portal_roles as roles
-from app.accounts.pages.keys import back_to_key, key_button, owned_key_or_404, render_key_page, run_action
 from app.plumbing.errors import Conflict, InvalidRequest, SecretChanged
 from app.plumbing.models import utcnow
 from app.portal import security
 from app.portal.blueprint import bp, form_errors
 from app.portal.forms import EndpointForm, RollSecretForm
 from app.webhooks import endpoints
+from app.webhooks.pages.keys import back_to_key, key_button, owned_key_or_404, render_key_page, run_action
 
 
 @bp.post("/api-keys/<key_id>/endpoints")

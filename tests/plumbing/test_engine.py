@@ -2,9 +2,8 @@
 Any failure (down, wrong token, unreachable, refused input, unknown id) is an EngineError."""
 import pytest
 
-from app.plumbing import runtime
-from app.tracking import engine
-from app.tracking.engine import EngineError
+from app.plumbing import engine, runtime
+from app.plumbing.engine import EngineError
 from tests.api.helpers import engine_mode, engine_stats
 
 

@@ -1,11 +1,11 @@
-"""IANA's special-purpose address registries as data (app/webhooks/special_addresses.py): what
+"""IANA's special-purpose address registries as data (app/plumbing/special_addresses.py): what
 a webhook destination may never be, beyond what Python's ``ipaddress`` calls non-global."""
 import ipaddress
 
 import pytest
 
-from app.webhooks.special_addresses import IPV4_SPECIAL, IPV6_SPECIAL, special_purpose
-from app.webhooks.webhook_urls import is_public
+from app.plumbing.outbound_urls import is_public
+from app.plumbing.special_addresses import IPV4_SPECIAL, IPV6_SPECIAL, special_purpose
 
 
 def test_each_registry_entry_is_refused_at_both_ends():

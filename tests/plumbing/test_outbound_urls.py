@@ -12,11 +12,11 @@ import pytest
 import requests
 import urllib3.util.connection
 
-from app.accounts.admin import AccountError
 from app.plumbing import runtime
+from app.plumbing.errors import AccountError
+from app.plumbing.outbound_urls import UnsafeWebhookUrl, check_webhook_url, guarded_session, is_public
 from app.webhooks import outbox
 from app.webhooks.models import DeliveryAttempt
-from app.webhooks.webhook_urls import UnsafeWebhookUrl, check_webhook_url, guarded_session, is_public
 
 HOST = "hooks.customer.example"
 URL = f"https://{HOST}/webhook"

@@ -6,9 +6,10 @@ import time
 
 import pytest
 
+from app.events import waits
 from app.extensions import db
 from app.plumbing.errors import InvalidRequest, RateLimited
-from app.scans import reads, waits
+from app.scans import reads
 from app.tracking import states
 from tests.domain_fixtures import new_customer, new_scan
 

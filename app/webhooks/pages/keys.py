@@ -8,18 +8,18 @@ from wtforms.fields.choices import SelectChoice
 
 from app.accounts import access, admin
 from app.accounts import portal_roles as roles
-from app.accounts.admin import AccountError
 from app.accounts.models import ApiKey
 from app.events import kinds as events
 from app.plumbing.config import retry_schedule_words
 from app.plumbing.crypto import decrypt_secret
+from app.plumbing.errors import AccountError
 from app.plumbing.models import utcnow
 from app.portal import security
 from app.portal.blueprint import bp, form_errors, page_arg
 from app.portal.forms import AccessForm, ActionForm, EndpointForm, RollSecretForm, WebhookForm
-from app.webhooks import delivery_console, endpoints, outbox
+from app.webhooks import delivery_console, delivery_log, endpoints, key_settings, outbox, signing_secrets
 
-STATUSES = outbox.STATUSES
+STATUSES = delivery_log.STATUSES
 EVENTS = events.DELIVERY_EVENTS
 
 
@@ -39,7 +39,7 @@ def keys():
 
 def owned_key_or_404(key_id: str) -> ApiKey:
     try:
-        return outbox.owned_key(key_id, g.portal_customer.id)
+        return key_settings.owned_key(key_id, g.portal_customer.id)
     except LookupError:
         abort(404)
 
@@ -75,7 +75,7 @@ def render_key_page(key: ApiKey, *, form: WebhookForm | None = None, revealed: s
     html = render_template("portal/key.html", key=key, form=form, action=ActionForm(), deliveries=deliveries,
                            status=status, event=event, endpoint=endpoint, statuses=STATUSES, events=EVENTS,
                            revealed=revealed,
-                           secret_state=outbox.secret_state(key), roll=roll or RollSecretForm(formdata=None),
+                           secret_state=signing_secrets.secret_state(key), roll=roll or RollSecretForm(formdata=None),
                            confirm_roll=confirm_roll, access_form=access_form, scope_words=access.SCOPE_WORDS,
                            endpoints=endpoint_rows,
                            endpoint_labels={e["endpoint_id"]: e["description"] or e["url"] for e in endpoint_rows},
@@ -140,8 +140,8 @@ def save_webhook(key_id):
         flash(form_errors(form), "error")
         return render_key_page(key, form=form, code=400)
     try:
-        outbox.set_webhook(key.id, g.portal_customer.id, form.url.data, form.secret.data or None)
-        outbox.set_payload(key.id, g.portal_customer.id, form.payload.data)
+        key_settings.set_webhook(key.id, g.portal_customer.id, form.url.data, form.secret.data or None)
+        key_settings.set_payload(key.id, g.portal_customer.id, form.payload.data)
     except LookupError:
         abort(404)
     except AccountError as exc:  # the URL or secret refused, with the reason: a form error
@@ -186,7 +186,7 @@ def save_access(key_id):
 def new_secret(key_id):
     key = owned_key_or_404(key_id)
     if ActionForm().validate_on_submit():
-        secret = run_action(key.id, lambda: outbox.generate_secret(key.id, g.portal_customer.id),
+        secret = run_action(key.id, lambda: signing_secrets.generate_secret(key.id, g.portal_customer.id),
                       "A new signing secret is in force. Update your receiver.")
         if secret:
             return render_key_page(owned_key_or_404(key.id), revealed=secret)
@@ -207,7 +207,7 @@ def roll_secret(key_id):
     if form.confirm.data != "yes":
         form.confirm.data = "yes"
         return render_key_page(key, roll=form, confirm_roll=utcnow() + timedelta(hours=hours))
-    rolled = run_action(key.id, lambda: outbox.roll_secret(key.id, g.portal_customer.id, hours),
+    rolled = run_action(key.id, lambda: signing_secrets.roll_secret(key.id, g.portal_customer.id, hours),
                   "The next signing secret is ready. Install it in your receiver before the overlap ends."
                   if hours else "A new signing secret is in force. Update your receiver.")
     if rolled:
@@ -218,7 +218,7 @@ def roll_secret(key_id):
 @bp.post("/api-keys/<key_id>/secret/switch")
 @security.requires(roles.WEBHOOKS)
 def switch_secret(key_id):
-    return key_button(key_id, lambda key: outbox.switch_secret(key.id, g.portal_customer.id),
+    return key_button(key_id, lambda key: signing_secrets.switch_secret(key.id, g.portal_customer.id),
                       "The next signing secret is now the only one.")
 
 
@@ -244,5 +244,5 @@ def test_event(key_id):
 @bp.post("/api-keys/<key_id>/deliveries/<delivery_id>/redeliver")
 @security.requires(roles.DELIVERIES)
 def redeliver(key_id, delivery_id):
-    return key_button(key_id, lambda _key: outbox.redeliver(delivery_id, g.portal_customer.id),
+    return key_button(key_id, lambda _key: delivery_log.redeliver(delivery_id, g.portal_customer.id),
                       f"Delivery {delivery_id} queued again.")

@@ -1,5 +1,5 @@
-"""Waiting instead of polling (D27): a read that answers as soon as its scan is final (its batch
-all done), and the stream's wake-ups.
+"""Waiting instead of polling (D27): the wake-ups of a read that answers as soon as its scan is
+final (its batch all done) and of the event stream, both woken by the stored events' announcements.
 
 The signal: every stored event is announced at its commit (``app.events.statements.stored``, NOTIFY). One
 ``Hub`` per process holds one LISTEN session (``app.events.statements.signals``) on a thread of its own and

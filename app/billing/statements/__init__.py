@@ -1,0 +1,1 @@
+"""The domain's SQL statements (nothing else in it writes SQL)."""
