@@ -1,5 +1,6 @@
-"""Service tests: the rules called directly, on the real database (and, for admission, the
-simulated engine over HTTP and the real Redis), without the HTTP layer in between."""
+"""The fixtures and helpers of a domain's rule tests (``tests/<domain>/test_X.py``): the rules called
+directly, on the real database (and, for admission, the simulated engine over HTTP and the real
+Redis), without the HTTP layer in between. A plugin of the root conftest, so every folder has them."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,4 @@
-"""The errors services raise: what went wrong, as data, with no HTTP in them.
+"""The errors the domains' rules raise: what went wrong, as data, with no HTTP in them.
 
 Each carries a machine ``code``, a ``message`` for people, and the figures a caller
 may need (``retry_after`` in seconds, ``balance`` and ``needed`` for a short balance).
