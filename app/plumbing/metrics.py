@@ -29,11 +29,7 @@ import time
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
 
-from prometheus_client import (
-    Counter,
-    Gauge,
-    Histogram,
-)
+from prometheus_client import Counter, Gauge, Histogram
 
 LOOPBACK = {"127.0.0.1", "::1"}
 

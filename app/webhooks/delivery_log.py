@@ -4,36 +4,18 @@ query is ``app.webhooks.statements.deliveries``' ``customers_page``), and a rede
 restarts a delivery's series of attempts. Another customer's delivery is ``DeliveryNotFound``."""
 from __future__ import annotations
 
-import logging
-
 from app.accounts.models import ApiKey
 from app.accounts.statements import keys as key_store
 from app.events import kinds as events
 from app.plumbing.db import write_transaction
-from app.plumbing.errors import (
-    DeliveryErased,
-    DeliveryNotFound,
-    DeliveryPending,
-    InvalidRequest,
-    WebhookUrlMissing,
-)
+from app.plumbing.errors import DeliveryErased, DeliveryNotFound, DeliveryPending, InvalidRequest, WebhookUrlMissing
 from app.plumbing.jobs import delivery_job_id
 from app.plumbing.models import iso, utcnow
 from app.plumbing.paging import Page
 from app.webhooks.key_settings import owned_key
-from app.webhooks.models import (
-    CANCELLED,
-    FAILED,
-    PENDING,
-    SKIPPED,
-    SUCCEEDED,
-    DeliveryAttempt,
-    WebhookDelivery,
-)
+from app.webhooks.models import CANCELLED, FAILED, PENDING, SKIPPED, SUCCEEDED, DeliveryAttempt, WebhookDelivery
 from app.webhooks.outbox import endpoint_of_delivery, first_endpoint_id, send_on_commit
 from app.webhooks.statements import deliveries as delivery_store
-
-log = logging.getLogger(__name__)
 
 MAX_PER_PAGE = 100
 STATUSES = (PENDING, SUCCEEDED, FAILED, CANCELLED, SKIPPED)

@@ -3,22 +3,14 @@ set them, for the logged-in customer's own keys only (``LookupError`` for anothe
 portal answers as 404; a refused input raises ``AccountError``)."""
 from __future__ import annotations
 
-import logging
-
 from app.accounts.models import ApiKey
 from app.accounts.statements import keys as key_store
 from app.events import kinds as events
 from app.plumbing.crypto import encrypt_secret
-from app.plumbing.errors import (
-    AccountError,
-)
+from app.plumbing.errors import AccountError
 from app.plumbing.outbound_urls import check_webhook_url
-from app.plumbing.signatures import (
-    decode_secret,
-)
+from app.plumbing.signatures import decode_secret
 from app.webhooks.statements import key_settings as settings_store
-
-log = logging.getLogger(__name__)
 
 # A hand-set secret: whsec_ + base64 of this many bytes (a generated one has 32).
 MIN_SECRET_BYTES, MAX_SECRET_BYTES = 16, 128

@@ -18,7 +18,6 @@ A key's settings are ``key_settings``, its signing secrets and the headers they 
 from __future__ import annotations
 
 import json
-import logging
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -29,25 +28,16 @@ from app.events import feed
 from app.events import kinds as events
 from app.plumbing import rawjson, runtime
 from app.plumbing.db import write_transaction
-from app.plumbing.errors import (
-    AccountError,
-)
+from app.plumbing.errors import AccountError
 from app.plumbing.jobs import delivery_job_id, enqueue_delivery
 from app.plumbing.models import iso, new_id, utcnow
 from app.scans.models import COMPLETED
 from app.scans.reads import scan_view
 from app.scans.results import normalize_result
 from app.webhooks.key_settings import owned_key
-from app.webhooks.models import (
-    PENDING,
-    SKIPPED,
-    WebhookDelivery,
-    WebhookEndpoint,
-)
+from app.webhooks.models import PENDING, SKIPPED, WebhookDelivery, WebhookEndpoint
 from app.webhooks.statements import deliveries as delivery_store
 from app.webhooks.statements import endpoints as endpoint_store
-
-log = logging.getLogger(__name__)
 
 USER_AGENT = "Service-Webhook/1"
 # Test events are limited per key over this many seconds (WEBHOOK_TEST_EVENTS_PER_MINUTE).

@@ -12,10 +12,7 @@ from datetime import UTC, datetime, timedelta
 from app.accounts.models import ApiKey
 from app.accounts.statements import keys as key_store
 from app.plumbing.crypto import decrypt_secret, encrypt_secret, new_webhook_secret
-from app.plumbing.errors import (
-    AccountError,
-    SecretChanged,
-)
+from app.plumbing.errors import AccountError, SecretChanged
 from app.plumbing.models import iso, utcnow
 from app.plumbing.signatures import (
     ID_HEADER,
@@ -26,10 +23,7 @@ from app.plumbing.signatures import (
     sign_standard,
 )
 from app.webhooks.key_settings import key_for, owned_key
-from app.webhooks.models import (
-    WebhookDelivery,
-    WebhookEndpoint,
-)
+from app.webhooks.models import WebhookDelivery, WebhookEndpoint
 from app.webhooks.outbox import USER_AGENT, first_endpoint_id
 from app.webhooks.statements import endpoints as endpoint_store
 from app.webhooks.statements import key_settings as settings_store
