@@ -28,6 +28,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from app.accounts.models import Customer
 from app.billing.limits import DAY, HOUR, Limits
 from app.billing.statements import balances
 from app.billing.statements.balances import minute_of
@@ -205,13 +206,13 @@ def reset_counters(customer_id: str, *, in_flight: int, test_in_flight: int) -> 
     balances.delete_minutes(customer_id)
 
 
-def lock_and_count(customer_id: str, now: datetime, livemode: bool):
-    """The customer's row, locked until the transaction ends, and its windows counted under
-    that lock, or None: one round trip of two statements (each statement takes its own snapshot
-    under READ COMMITTED, so the counts see every admission committed before the lock was
-    granted)."""
+def lock_and_count(customer_id: str, now: datetime, livemode: bool) -> tuple[Customer, Usage]:
+    """The customer's row, locked until the transaction ends, and its windows counted under that
+    lock (``Customer.DoesNotExist`` for no such customer): one round trip of two statements (each
+    statement takes its own snapshot under READ COMMITTED, so the counts see every admission
+    committed before the lock was granted)."""
     found = balances.lock_with_windows(customer_id, window_starts(now), livemode=livemode)
     if found is None:
-        return None
+        raise Customer.DoesNotExist(f"no customer {customer_id}")
     customer, windows = found
     return customer, usage_from(windows, now)

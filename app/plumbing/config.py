@@ -150,12 +150,13 @@ def parse_retry_schedule(raw: str) -> tuple[float, ...]:
 def _duration_words(seconds: float) -> str:
     if seconds == 0:
         return "at once"
+    n: float
     if seconds % 3600 == 0:
         n, unit = int(seconds // 3600), "hour"
     elif seconds % 60 == 0:
         n, unit = int(seconds // 60), "minute"
     else:
-        n, unit = seconds, "second"  # type: ignore[assignment]  # a fraction of a second stays one
+        n, unit = seconds, "second"  # a fraction of a second stays one
     return f"after {n:g} {unit}{'' if n == 1 else 's'}"
 
 

@@ -60,7 +60,7 @@ def postgres_url(instance_path, *, durable: bool = True) -> str:
         atexit.unregister(server._cleanup)  # with cleanup_mode=None it only rewrites that file
         url = server.get_uri()
         if not found:
-            _own(instance_path, server.get_pid(), signal.SIGINT)  # type: ignore[arg-type]  # started: it has one
+            _own(instance_path, server.get_pid(), signal.SIGINT)  # type: ignore[arg-type]  # SIGINT: PostgreSQL's fast shutdown
             if not durable:
                 _not_durable(url)
     return url

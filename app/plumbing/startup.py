@@ -8,6 +8,7 @@ master respawning workers that each fail the same way).
 from __future__ import annotations
 
 import sys
+from typing import NoReturn
 
 from app.plumbing import config as app_config
 
@@ -35,7 +36,7 @@ def check(env=None, reach_database: bool | None = None) -> dict:
     return settings
 
 
-def exit_with(message: str, status: int = 1, env=None):
+def exit_with(message: str, status: int = 1, env=None) -> NoReturn:
     print(app_config.startup_error_line(message, env), file=sys.stderr, flush=True)
     raise SystemExit(status)
 
@@ -45,4 +46,3 @@ def check_or_exit(env=None, status: int = 1, reach_database: bool | None = None)
         return check(env, reach_database)
     except StartupError as exc:
         exit_with(str(exc), status, env)
-        raise  # exit_with raised SystemExit: never reached

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from app.accounts import access
-from app.accounts.models import Customer
 from app.accounts.statements import keys as key_store
 from app.activity import entries
 from app.billing import charges, quotas
@@ -153,10 +152,7 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
         return bool(rows) and scan_store.scan_exists(rows[0]["id"])
 
     with transaction_with_known_outcome(committed):
-        found = quotas.lock_and_count(customer_id, now, livemode)
-        if found is None:
-            raise Customer.DoesNotExist(f"no customer {customer_id}")
-        customer, usage = found
+        customer, usage = quotas.lock_and_count(customer_id, now, livemode)
         if customer.balance < cost:
             raise InsufficientBalance(customer.balance, cost)
         limits = limits_for(customer)

@@ -63,11 +63,6 @@ def run(statement: Statement) -> None:
     execute(*statement)
 
 
-def run_together(statements: list[Statement]) -> None:
-    """Run ``statements`` in order in one round trip (``app.plumbing.db.execute_batch``)."""
-    execute_batch(statements)
-
-
 # --- the balance and its ledger (D3) -------------------------------------------------------
 
 APPLY = f"""
