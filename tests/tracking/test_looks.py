@@ -14,7 +14,7 @@ from app import recovery
 from app.accounts.models import Customer
 from app.events.models import Event
 from app.plumbing import runtime
-from app.plumbing.db import transaction
+from app.plumbing.db import execute, transaction
 from app.plumbing.jobs import ENGINE_QUEUE, queue
 from app.plumbing.models import utcnow
 from app.scans.models import IN_FLIGHT, Scan
@@ -119,6 +119,13 @@ def test_a_claim_takes_the_due_scans_earliest_first_up_to_the_limit_and_writes_n
         frozen.tick(60)  # all due
         with transaction():
             claimed = claim(3)
+            # The claim's planner setting ends with the claim: the look's later statements that
+            # sort (customers' locks, events in order) are planned as usual, not costed as
+            # disabled sorts (which made the server JIT-compile each of them).
+            assert execute("SELECT current_setting('enable_sort')").fetchone() == ("on",)
+            plan = execute("EXPLAIN (FORMAT JSON) SELECT c FROM unnest(?::varchar[]) AS c ORDER BY c",
+                           (["b", "a"],)).fetchone()[0]
+            assert plan[0]["Plan"]["Total Cost"] < 1000
     assert len(claimed) == 3
     dues = [due for due, _ in claimed]
     assert dues == sorted(dues) and dues == sorted(s.next_look_at for s in before.values())[:3]

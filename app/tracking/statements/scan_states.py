@@ -84,15 +84,21 @@ def unsubmitted(*, status: str, created_before: datetime) -> list[Scan]:
 # scans are due again at once; ``idle_in_transaction_session_timeout`` ends the claim of a looker
 # that hangs. A look then writes each scan once (the record below), not a lease and a record.
 #
-# ``enable_sort = off`` (for the look's transaction): the claim must walk the due index in order
+# ``enable_sort = off`` (for the claim's statement): the claim must walk the due index in order
 # and stop at ``limit``. With statistics that see few rows due (a burst of new scans, a table not
 # yet analysed), the planner would rather fetch every due row and sort them all, wide rows
 # under ``FOR UPDATE``: 100 ms a claim, spilled to disk, at 37,000 due (the scale phase).
+# The setting is put back as soon as the claim has its rows (``SORTS_BACK``): any later statement
+# of the look that sorts (the customers' locks in order, the events in id order) was otherwise
+# costed above ``jit_above_cost`` by the disabled sort and compiled by the JIT, with inlining and
+# optimisation, at each run: 100-350 ms of the server's CPU a statement, about 3 ms a completed
+# scan at 25,000 in flight (docs/performance.md, round 12), for statements that run in a millisecond.
 CLAIM_DUE = f"""
 SET LOCAL idle_in_transaction_session_timeout = %d; SET LOCAL enable_sort = off;
 SELECT next_look_at, {columns(Scan)} FROM {table(Scan)}
 WHERE status IN %s AND next_look_at IS NOT NULL AND next_look_at <= ?
 ORDER BY next_look_at LIMIT ? FOR UPDATE SKIP LOCKED"""
+SORTS_BACK = "SET LOCAL enable_sort TO DEFAULT"
 
 
 def claim_due(*, statuses: Sequence[str], now: datetime, limit: int,
@@ -104,6 +110,7 @@ def claim_due(*, statuses: Sequence[str], now: datetime, limit: int,
     (PostgreSQL then ends the session: the claim of a looker that hangs)."""
     sql = CLAIM_DUE % (max(1, int(hold_seconds * 1000)), in_list(statuses))
     rows = execute(sql, (*statuses, now, limit)).fetchall()
+    execute(SORTS_BACK)
     return [(row[0], instance(Scan, row[1:])) for row in rows]
 
 
