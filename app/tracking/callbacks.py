@@ -106,7 +106,6 @@ def _progress(callback_id: str, body: dict, *, until: datetime, now: datetime) -
     with transaction():
         new, moved = engine_callbacks.start(callback_id, running_status=RUNNING, now=now, **common)
         if moved is not None:
-            engine_callbacks.durable()
             states.running_events([moved])
     return new, moved is not None
 

@@ -18,7 +18,7 @@ from standardwebhooks.webhooks import Webhook
 from app.events.models import Event
 from app.extensions import db
 from app.plumbing import runtime
-from app.plumbing.db import transaction
+from app.plumbing.db import execute, transaction
 from app.plumbing.errors import CallbackRefused, CallbackReplayed, InvalidRequest, PayloadTooLarge
 from app.plumbing.log_tally import Tally
 from app.plumbing.models import utcnow
@@ -26,7 +26,7 @@ from app.scans import reads
 from app.scans import statements as scan_store
 from app.scans.models import IN_FLIGHT, EngineCallback, Scan
 from app.tracking import callbacks, looks, states
-from app.tracking.statements import scan_states
+from app.tracking.statements import engine_callbacks, scan_states
 from tests.domain_fixtures import new_customer, new_scan
 from tests.jobrunner import JobRunner
 
@@ -142,6 +142,24 @@ def test_a_progress_callback_records_its_progress_and_the_move_to_running_withou
         with pytest.raises(CallbackReplayed):
             callbacks.receive(*late)
     assert reads.read_scan(cust.id, scan.id)["progress"] == {"recipes_total": 6, "recipes_done": 4}
+
+
+def test_the_move_to_running_commits_durably_and_progress_does_not_wait_for_the_disk(conn):
+    """A crash may forget a progress callback (the next one, or the look, says it again) but not a
+    move to running, whose event is to be delivered: its transaction waits for the disk."""
+    with freeze_time(NOW):
+        cust, key = new_customer()
+        scan = promised(new_scan(cust, key))
+        common = {"until": NOW + timedelta(minutes=5), "engine_id": scan.engine_id, "statuses": IN_FLIGHT,
+                  "running": True, "recipes_total": 6, "recipes_done": 1, "queued": "queued", "lock_timeout_ms": 1000}
+        with transaction():
+            # Starting: nothing written, the id left for start to remember.
+            assert engine_callbacks.progress("msg_a", **common) == (False, True)
+            assert execute("SELECT current_setting('synchronous_commit')").fetchone() == ("off",)
+        with transaction():
+            new, moved = engine_callbacks.start("msg_b", running_status="running", now=NOW, **common)
+            assert new and moved is not None and moved.status == "running"
+            assert execute("SELECT current_setting('synchronous_commit')").fetchone() == ("on",)
 
 
 def wait_for_lock_waiter(seconds: float = 5.0) -> bool:

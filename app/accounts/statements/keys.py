@@ -103,8 +103,13 @@ def get(key_id: str) -> ApiKey:
 
 
 def get_many(key_ids: set[str]) -> dict[str, ApiKey]:
-    """The keys by id, in one statement (``ApiKey.DoesNotExist`` if one of them is missing)."""
-    found = {key.id: key for key in ApiKey.select().where(ApiKey.id.in_(list(key_ids)))} if key_ids else {}
+    """The keys by id, in one statement (``ApiKey.DoesNotExist`` if one of them is missing). Written
+    as text: every scan's ``scan.running`` event reads its key here, and peewee's query building was
+    a third of that event's Python."""
+    found = {}
+    if key_ids:
+        rows = execute(f"SELECT {columns(ApiKey)} FROM {table(ApiKey)} WHERE id = ANY(?::varchar[])", (list(key_ids),))
+        found = {key.id: key for key in (instance(ApiKey, row) for row in rows.fetchall())}
     if len(found) != len(key_ids):
         raise ApiKey.DoesNotExist(f"{len(key_ids) - len(found)} of {len(key_ids)} keys do not exist")
     return found

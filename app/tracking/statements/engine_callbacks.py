@@ -86,9 +86,11 @@ SELECT (SELECT count(*) FROM seen), EXISTS (SELECT 1 FROM starting)"""
 # A progress callback that moves its queued scan to running (``PROGRESS`` said it would):
 # records its progress as ``PROGRESS`` does, and a queued scan the engine runs becomes ``running``
 # here, and says so (``was`` is the row as the statement found it) so that its ``scan.running``
-# event is written in the same transaction. Same row-lock wait and replay memory as ``TAKE``.
+# event is written in the same transaction. Same row-lock wait and replay memory as ``TAKE``, but
+# its transaction commits durably (the session's default): the move's event is to be delivered, and
+# a crash may not forget it. (It was turned off here and on again by a round trip of its own.)
 START = f"""
-SET LOCAL lock_timeout = %d; SET LOCAL synchronous_commit = off;
+SET LOCAL lock_timeout = %d;
 WITH seen AS (
     INSERT INTO {table(EngineCallback)} (id, until) VALUES (?, ?) ON CONFLICT (id) DO NOTHING RETURNING 1
 ), moved AS (
@@ -144,18 +146,12 @@ def start(callback_id: str, *, until: datetime, engine_id: str, statuses: Sequen
     """``progress``, which also moves a ``queued`` scan to ``running_status`` (with ``running``),
     started ``now``. Returns ``(new id, the scan as written if it moved to running now, else
     None)``. Run it in a transaction of its own (its settings are ``SET LOCAL``), in which the
-    caller writes the move's event."""
+    caller writes the move's event; it commits durably."""
     sql = START % (max(1, lock_timeout_ms), in_list(statuses))
     params = (callback_id, until, recipes_total, recipes_done, running, queued, running_status,
               running, queued, now, engine_id, *statuses, running, queued)
     row = _run(sql, params).fetchone()
     return bool(row[0]), instance(Scan, row[2:]) if row[1] else None
-
-
-def durable() -> None:
-    """The caller's transaction waits for the disk at commit after all: it moved a scan to
-    ``running`` (its event is to be delivered), which a crash may not forget."""
-    execute("SET LOCAL synchronous_commit = on")
 
 
 def forget_expired(now: datetime) -> int:
