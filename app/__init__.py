@@ -83,13 +83,9 @@ def create_app(config: dict | None = None, *, operator: bool = False) -> Flask:
     register_error_handlers(app)
     csrf.init_app(app)
 
-    from app.api import register_api
+    from app.blueprints import register_api, register_portal
     register_api(app)
-
-    from app.portal import bp as portal_bp
-    from app.portal.security import check_declared
-    app.register_blueprint(portal_bp)
-    check_declared(app)  # every portal view says which role it needs
+    register_portal(app)
 
     from app import metrics_http
     metrics_http.init_app(app)  # /metrics, and a log line and counters per request

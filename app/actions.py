@@ -1,7 +1,7 @@
 """The activity log's name for each API route (D20): one table, keyed by method and route.
 
 A new /api/v1 route needs its line here: the app refuses to start without one
-(``check_named``, run with ``hooks.check_accounted``), so that no call is logged without
+(``check_named``, run with ``api_calls.check_accounted``), so that no call is logged without
 a name. Routes are written as the OpenAPI document writes them (``{scan_id}``).
 """
 from __future__ import annotations

@@ -15,7 +15,6 @@ from flask import Flask, current_app, g, jsonify, request
 from flask_wtf.csrf import CSRFError
 from werkzeug.exceptions import HTTPException
 
-from app.accounts.scim import SCIM_TYPES
 from app.plumbing import errors as domain
 from app.plumbing.db import CONNECTION_ERRORS
 
@@ -94,7 +93,7 @@ def scim_error_response(status, error, message, *, headers=None):
     """An error of ``/scim/`` in SCIM's error schema (RFC 7644, section 3.12): the status as a string, and
     ``scimType`` when the error's code is one SCIM defines."""
     body = {"schemas": [SCIM_ERROR_SCHEMA], "status": str(status), "detail": message}
-    if error in SCIM_TYPES:
+    if error in domain.SCIM_TYPES:
         body["scimType"] = error
     response = current_app.response_class(current_app.json.dumps(body), status=status,
                                           mimetype="application/scim+json")

@@ -11,7 +11,7 @@ Every call of ``/api/v1`` goes through here and nowhere else, on one of two path
   other path runs (``keyauth``, ``access``, ``billing``), so the two cannot drift apart.
 
 Each returns an explicit ``Outcome`` (who is charged what, which status, the activity entry
-written), from which the HTTP adapter (``app.api.hooks``) writes its answer and headers. Nothing
+written), from which the HTTP adapter (``app.api_calls``) writes its answer and headers. Nothing
 here knows Flask: what is HTTP (the error table, rendering a body) comes in as the ``Answerer``.
 """
 from __future__ import annotations

@@ -7,8 +7,7 @@ from __future__ import annotations
 import re
 import secrets
 
-from app.accounts.scim import TOKEN_PREFIX as SCIM_TOKEN_PREFIX
-from app.plumbing.crypto import KEY_PREFIXES
+from app.plumbing.crypto import KEY_PREFIXES, SCIM_TOKEN_PREFIX
 from app.plumbing.signatures import SECRET_PREFIX as WEBHOOK_SECRET_PREFIX
 
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")

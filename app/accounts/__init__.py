@@ -4,13 +4,17 @@ single sign-on) and SCIM provisioning.
 What other domains may import from it is ``OFFERS``; the rest is its own (tests/unit/test_layers.py).
 The key lookups (``statements.keys``) are offered as statements: every domain that acts for a key
 reads its row, and a rule wrapped around each lookup would only rename it. Billing's statements
-take the customer row's one lock (``statements.customers.LOCK_CUSTOMER``)."""
+take the customer row's one lock (``statements.customers.LOCK_CUSTOMER``). The security settings
+page (the activity log's, as it shows the audit sinks too) reads the sign-in settings (``sso``,
+``scim``)."""
 
 OFFERS = (
     "access",
     "admin",
     "models",
     "portal_roles",
+    "scim",
+    "sso",
     "statements.customers",
     "statements.keys",
 )

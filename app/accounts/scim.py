@@ -31,14 +31,27 @@ from app.accounts.admin import get_customer
 from app.accounts.models import PortalUser
 from app.accounts.statements import customers as customer_store
 from app.accounts.statements import users
-from app.plumbing.crypto import digest, same
+from app.plumbing.crypto import SCIM_TOKEN_PREFIX, digest, same
 from app.plumbing.db import transaction
-from app.plumbing.errors import Conflict, Forbidden, InvalidRequest, NotAuthenticated, NotFound
+from app.plumbing.errors import (  # RFC 7644's scimType values: the code of the domain error
+    INVALID_FILTER,
+    INVALID_PATH,
+    INVALID_SYNTAX,
+    INVALID_VALUE,
+    MUTABILITY,
+    NO_TARGET,
+    UNIQUENESS,
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    NotAuthenticated,
+    NotFound,
+)
 from app.plumbing.models import iso, new_id, utcnow
 
 log = logging.getLogger(__name__)
 
-TOKEN_PREFIX = "scim_"  # noqa: S105 (a prefix, not a secret)
+TOKEN_PREFIX = SCIM_TOKEN_PREFIX
 MAX_TOKEN_LENGTH = 200
 PROVISIONED_BY = "scim"  # ``PortalUser.provisioned_by`` of a user a SCIM client made
 
@@ -56,12 +69,6 @@ DEFAULT_ROLE = portal_roles.VIEWER
 MAX_RESULTS = 200  # a page's most users (ServiceProviderConfig's filter.maxResults)
 MAX_EXTERNAL_ID = 200
 
-# RFC 7644's scimType values used here (the code of the domain error).
-INVALID_FILTER, INVALID_SYNTAX, INVALID_PATH, INVALID_VALUE = "invalidFilter", "invalidSyntax", "invalidPath", \
-    "invalidValue"
-MUTABILITY, NO_TARGET, UNIQUENESS = "mutability", "noTarget", "uniqueness"
-SCIM_TYPES = frozenset({INVALID_FILTER, INVALID_SYNTAX, INVALID_PATH, INVALID_VALUE, MUTABILITY, NO_TARGET,
-                        UNIQUENESS, "tooMany", "invalidVers", "sensitive"})
 
 # ``attribute eq "value"``: the filter a provider sends to find a user before creating it.
 _FILTER_RE = re.compile(r'^\s*(?:urn:ietf:params:scim:schemas:core:2\.0:User:)?(userName|externalId|id)\s+eq\s+'

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from flask import current_app, request
 
-from app import pipeline
 from app.api import hooks
-from app.scans import creation as scans
 
 
 def base_url() -> str:
@@ -29,11 +27,12 @@ def with_poll_urls(body: dict) -> dict:
     return body
 
 
-def created(outcome: scans.Outcome, report: pipeline.Served, *, waited: dict | None = None):
-    """A creation's answer: 202 with its own body and the URLs to poll, or (``waited``) 200 with
-    the finished scan's read; and in the call's ``report`` what its admission charged and the
-    activity entry it wrote with the charge. An ``Idempotency-Key`` replays the 202 either way:
-    a replay reads nothing (the scan may have been erased since, the retrying key may not read)."""
+def created(outcome, report, *, waited: dict | None = None):
+    """A creation's answer (``outcome``: a ``scans.creation.Outcome``, or a watch's alike): 202 with
+    its own body and the URLs to poll, or (``waited``) 200 with the finished scan's read; and in the
+    call's ``report`` what its admission charged and the activity entry it wrote with the charge. An
+    ``Idempotency-Key`` replays the 202 either way: a replay reads nothing (the scan may have been
+    erased since, the retrying key may not read)."""
     creation = hooks.render(with_poll_urls(outcome.body), 202)
     hooks.charged(report, balance=outcome.balance, usage=outcome.usage, limits=outcome.limits, credits=outcome.cost,
                   subject=outcome.subject, recorded=outcome.recorded,

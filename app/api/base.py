@@ -1,6 +1,7 @@
 """The Blueprint class of the JSON API: validation errors answer 400 (D2), not webargs' 422."""
 import inspect
 import json
+from copy import deepcopy
 from typing import ClassVar
 
 import marshmallow as ma
@@ -9,7 +10,6 @@ from flask_smorest.arguments import ArgumentsMixin
 from webargs.flaskparser import is_json_request
 from werkzeug.routing import BaseConverter
 
-from app.billing import charges
 from app.errors import ApiError
 
 NOT_JSON_MESSAGE = "the request body must be JSON, sent with Content-Type: application/json"
@@ -69,14 +69,46 @@ class ApiBlueprint(Blueprint):
             doc.setdefault("parameters", []).extend(added)
         return doc
 
+    # What each priced thing costs, in words (billing's ``charges.PRICE_WORDS``: call, scan, bulk),
+    # handed in at start (``install_prices``): this toolkit knows no domain.
+    PRICE_WORDS: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def install_prices(cls, words: dict[str, str]) -> None:
+        cls.PRICE_WORDS = dict(words)
+
     def priced(self, what: str):
-        """The view's docstring as its OpenAPI description, with the price of ``what``
-        (``charges.PRICE_WORDS``: call, scan, bulk) at ``{price}``: the document says what
-        billing charges. Put it right above the ``def``."""
+        """The view's docstring as its OpenAPI description, with the price of ``what`` (call,
+        scan, bulk) at ``{price}``, put in when the document is made (``register_views_in_doc``):
+        the document says what billing charges. Put it right above the ``def``."""
         def decorate(view):
-            view.__doc__ = (view.__doc__ or "").replace("{price}", charges.PRICE_WORDS[what])
-            return self.doc(description=inspect.cleandoc(view.__doc__))(view)
+            view = self.doc(description=inspect.cleandoc(view.__doc__ or ""))(view)
+            view._apidoc["priced"] = what
+            return view
         return decorate
+
+    def register_views_in_doc(self, api, app, spec, *, name, parameters):
+        """As flask-smorest's, the priced operations' ``{price}`` said in words first."""
+        stored = self._docs
+        self._docs = deepcopy(stored)
+        for endpoint in self._docs.values():
+            for operation in endpoint.values():
+                what = operation.get("priced") if isinstance(operation, dict) else None
+                if what is not None:
+                    _put_price(operation, self.PRICE_WORDS[what])
+        try:
+            super().register_views_in_doc(api, app, spec, name=name, parameters=parameters)
+        finally:
+            self._docs = stored
+
+
+def _put_price(operation: dict, words: str) -> None:
+    """The price in words at ``{price}`` in an operation's summary and description, from its
+    docstring or its ``doc(description=...)``."""
+    for part in (operation.get("docstring", {}), operation.get("manual_doc", {})):
+        for field in ("summary", "description"):
+            if isinstance(part.get(field), str):
+                part[field] = part[field].replace("{price}", words)
 
 
 class ScanIdConverter(BaseConverter):

@@ -5,5 +5,6 @@ What other domains may import from it is ``OFFERS``; the rest is its own (tests/
 OFFERS = (
     "feed",
     "kinds",
+    "schemas",  # the reads' ?wait=N and the creations' webhook callbacks, in the OpenAPI document
     "waits",
 )

@@ -26,6 +26,9 @@ KEY_PREFIX = "service_live_"
 # Test-mode keys (D15): same length and randomness, another prefix.
 TEST_KEY_PREFIX = "service_test_"
 KEY_PREFIXES = (KEY_PREFIX, TEST_KEY_PREFIX)
+# A customer's SCIM token (D32, ``app.accounts.scim``); here beside the keys' so that what reads a
+# secret's prefix (a request id that looks like one, ``app.request_ids``) needs no domain.
+SCIM_TOKEN_PREFIX = "scim_"  # noqa: S105 (a prefix, not a secret)
 
 
 @lru_cache(maxsize=8)

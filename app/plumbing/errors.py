@@ -7,6 +7,14 @@ headers; the CLI and the portal show the message. Import nothing from Flask here
 """
 from __future__ import annotations
 
+# RFC 7644's scimType values (SCIM, D32): the code of a domain error that SCIM's error body names
+# (``app.errors.scim_error_response``); accounts' SCIM rules raise them.
+INVALID_FILTER, INVALID_SYNTAX, INVALID_PATH, INVALID_VALUE = "invalidFilter", "invalidSyntax", "invalidPath", \
+    "invalidValue"
+MUTABILITY, NO_TARGET, UNIQUENESS = "mutability", "noTarget", "uniqueness"
+SCIM_TYPES = frozenset({INVALID_FILTER, INVALID_SYNTAX, INVALID_PATH, INVALID_VALUE, MUTABILITY, NO_TARGET,
+                        UNIQUENESS, "tooMany", "invalidVers", "sensitive"})
+
 
 class ServiceError(Exception):
     """A refusal of the request by a business rule."""

@@ -7,18 +7,33 @@ login let in, the user who logged out), else the session's user, for a POST refu
 its view. A refused login has no user to name and is not an entry (the login throttle counts
 it). Pages that only show something are not actions. An action that charges (a re-run) has
 its entry, built here as every other, written by the service with the charge (D25): a
-charge never commits without it, and ``record_action`` does not write it again.
+charge never commits without it, and ``record_action`` does not write it again. The activity
+log's rules (``app.activity.entries``) are handed in at start (``install``): the domains' pages
+import this module, so it imports no domain.
 """
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from flask import g, request
 
-from app.activity import entries
 from app.portal import security
 
 log = logging.getLogger(__name__)
+# The activity log's rules (``app.activity.entries``: ``call_entry``, ``record_once``), installed at start.
+_entries: Any = None
+
+
+def install(entries: Any) -> None:
+    global _entries
+    _entries = entries
+
+
+def _log() -> Any:
+    if _entries is None:  # a portal action served outside create_app would go unrecorded: never
+        raise RuntimeError("the portal's activity log is not installed: the app is built by app.create_app")
+    return _entries
 
 # The name of each portal action; a POST missing here is still recorded, as
 # "portal.<view>", so that a new form is never left out of the log.
@@ -65,14 +80,14 @@ EXPORTS = frozenset({"portal.ledger_csv", "portal.activity_csv"})
 SEARCHES = frozenset({"portal.scans", "portal.activity_log"})
 
 
-def charged_entry(livemode: bool, *, status: int) -> entries.CallEntry:
+def charged_entry(livemode: bool, *, status: int):
     """This action's entry, for the service that charges it to write with the charge (D25: no
     charge without its entry); ``status``: the answer the portal gives when it is served. Once
     written, the view says so (``written``) and ``record_action`` writes no second one."""
-    return entries.call_entry(**_fields(_actor()), livemode=livemode, key_id=None, status=status)
+    return _log().call_entry(**_fields(_actor()), livemode=livemode, key_id=None, status=status)
 
 
-def written(recorded: entries.Recorded | None) -> None:
+def written(recorded) -> None:
     """The service wrote this request's entry with its charge (``charged_entry``)."""
     if recorded is not None:
         g.action_recorded = recorded
@@ -111,6 +126,6 @@ def record_action(response):
     user = _actor()
     if user is None:
         return response
-    entries.record_once(g.get("action_recorded"), what="portal action", status=response.status_code,
+    _log().record_once(g.get("action_recorded"), what="portal action", status=response.status_code,
                          **_fields(user), livemode=True)
     return response

@@ -1,8 +1,9 @@
 """The portal's blueprint (D12) and what its pages share: the after-request hooks (security
 headers, the activity log's entry of every action), the template filters, and the helpers that
 read a list's page and filters (a filter that can hold a target is taken only from a posted form).
-The pages are ``app.portal.page_modules``, one module per page or small group of pages; views are thin:
-the rules live in the domains' packages (``app/<domain>/``)."""
+The pages are each domain's (``app/<domain>/pages``), listed in ``app.blueprints.PAGES``; views are
+thin: the rules live in the domains' packages. It imports no domain: what the portal asks of the
+accounts and the activity log is handed to ``security`` and ``audit`` at start."""
 from __future__ import annotations
 
 import csv
@@ -14,8 +15,7 @@ from urllib.parse import urlsplit
 from flask import Blueprint, Response, g, make_response, render_template, request, stream_with_context
 from werkzeug.exceptions import NotFound
 
-from app import errors
-from app.accounts import portal_roles as roles
+from app.errors import handle_http_exception
 from app.plumbing.models import utcnow
 from app.portal import audit, security
 from app.portal.forms import ActionForm
@@ -30,7 +30,7 @@ def not_found(exc: NotFound):
     """A 404 under the portal's address (an unknown or another customer's id, an unknown page) is a
     page in the portal's layout; anywhere else, the API's JSON error, as before."""
     if request.blueprint != bp.name and not request.path.startswith(f"{bp.url_prefix}/"):
-        return errors.handle_http_exception(exc)
+        return handle_http_exception(exc)
     if g.get("user") is None:  # no view ran (an unknown page): the navigation of whoever is logged in
         user = security.current_user()
         if user is not None:
@@ -41,7 +41,7 @@ def not_found(exc: NotFound):
 
 @bp.context_processor
 def inject_logout_form():
-    return {"logout_form": ActionForm(), "can": security.can, "may": security.may, "perm": roles}
+    return {"logout_form": ActionForm(), "can": security.can, "may": security.may, "perm": security.accounts().roles}
 
 
 def _moment(value) -> datetime | None:

@@ -1,6 +1,5 @@
 """Portal forms: WTForms classes, so every one carries and checks a CSRF token."""
 from flask_wtf import FlaskForm
-from flask_wtf.file import FileField, FileRequired
 from wtforms import (
     BooleanField,
     DateField,
@@ -17,12 +16,6 @@ from wtforms import (
 from wtforms.fields.choices import SelectChoice
 from wtforms.validators import DataRequired, Email, EqualTo, InputRequired, Length, NumberRange, Optional
 from wtforms.widgets import CheckboxInput, ListWidget
-
-from app.accounts.portal_roles import ROLE_WORDS, ROLES
-from app.scans.purposes import PURPOSES
-from app.scans.targets import KINDS
-from app.watches.watchlist import INTERVALS
-from app.webhooks.endpoints import EVENT_NAMES, MAX_DESCRIPTION
 
 
 class LoginForm(FlaskForm):
@@ -44,24 +37,6 @@ class WebhookForm(FlaskForm):
         SelectChoice("thin", "Thin: ids, status, times and purpose only (read the rest through the API)")],
         default="full",
         description="A thin body carries no personal data to your receiver; it reads the scan with its key.")
-
-
-class EndpointForm(FlaskForm):
-    """A webhook endpoint of the key (added, or changed with a prefix per endpoint); the URL's and
-    the events' rules are the service's (``app.webhooks.endpoints``), said as a form error."""
-
-    url = URLField("Endpoint URL", validators=[DataRequired(), Length(max=2048)],
-                   description="Events are POSTed here (https, public addresses only).")
-    events = SelectMultipleField("Events", choices=[SelectChoice(name, name) for name in EVENT_NAMES],
-                                 default=["scan.completed", "scan.failed"], option_widget=CheckboxInput(),
-                                 widget=ListWidget(prefix_label=False),
-                                 description="The events sent to it. scan.running is sent when the engine starts "
-                                             "work on a scan; endpoint.disabled when another endpoint of this key "
-                                             "is disabled after failing for days.")
-    payload = SelectField("Body of each event", choices=[
-        SelectChoice("full", "Full: the scan with its target and result"),
-        SelectChoice("thin", "Thin: ids, status, times and purpose only")], default="full")
-    description = StringField("Description", validators=[Optional(), Length(max=MAX_DESCRIPTION)])
 
 
 class AccessForm(FlaskForm):
@@ -109,21 +84,6 @@ class LedgerExportForm(FlaskForm):
     end = DateField("Last day", validators=[InputRequired(message="a date is needed (YYYY-MM-DD)")])
 
 
-def _role_field(label: str = "Role"):
-    return SelectField(label, choices=[SelectChoice(role, ROLE_WORDS[role]) for role in ROLES], default="developer")
-
-
-class InviteForm(FlaskForm):
-    """An owner adds a user: e-mail and role; the answer shows a one-time set-password link."""
-
-    email = EmailField("E-mail", validators=[DataRequired(), Email(check_deliverability=False), Length(max=320)])
-    role = _role_field()
-
-
-class RoleForm(FlaskForm):
-    role = _role_field()
-
-
 class UserStateForm(FlaskForm):
     """Disable or enable a user: ``disabled`` is "1" or "0"."""
 
@@ -147,35 +107,3 @@ class SettingsForm(FlaskForm):
     # No range rule here: app.accounts.admin.set_settings owns it for every entry point.
     result_retention_days = IntegerField("Keep finished scans' targets and results for (days)",
                                          validators=[InputRequired(message="a number of days is needed")])
-
-
-
-class _WatchFields(FlaskForm):
-    """The fields a watch and a CSV import share: the key it is made with (its mode is the watch's),
-    how often, why, and the customer's reference. Their rules are ``app.watches.watchlist``'."""
-
-    key_id = SelectField("API key", choices=[], validate_choice=False,
-                         validators=[DataRequired(message="choose a key with the scope watches")],
-                         description="The watch's scans are made and charged with this key, in its mode (a test "
-                                     "key's on the sandbox, free). It needs the scope watches.")
-    interval = SelectField("Scan again", choices=[SelectChoice(i, i) for i in INTERVALS], default="weekly")
-    purpose = SelectField("Purpose", choices=[SelectChoice("", "none given")]
-                          + [SelectChoice(p, p.replace("_", " ")) for p in PURPOSES], default="")
-    case_ref = StringField("Case reference", validators=[Optional(), Length(max=128)])
-
-
-class WatchForm(_WatchFields):
-    """One target to watch: sent in the body (a target never goes into an address)."""
-
-    target = StringField("Target", validators=[DataRequired(), Length(max=300)],
-                         description="An e-mail address, a phone number (+ and country code) or a username.")
-    kind = SelectField("Kind", choices=[SelectChoice("", "infer from the target")]
-                       + [SelectChoice(k, k) for k in KINDS], default="")
-
-
-class WatchImportForm(_WatchFields):
-    """A CSV file of targets to watch, each row's outcome reported."""
-
-    file = FileField("CSV file", validators=[FileRequired(message="choose a CSV file")],
-                     description="A header row with a target column and, optionally, a kind column (email, phone "
-                                 "or username; empty: inferred); other columns are ignored. At most 100 rows.")

@@ -3,7 +3,9 @@
 The session cookie (signed, HttpOnly) carries only ``sid``, a random token; the session
 itself is a database row (``app.accounts.portal_users``), looked up on every request, so
 logout, a password reset or a disabled user ends it at once. Login throttling is
-``app.accounts.login_throttle``.
+``app.accounts.login_throttle``. What this module asks of the accounts (the session's user, a
+role's permissions, two-factor login) is handed to it at start (``install``, ``Accounts``): the
+domains' pages import it, so it imports no domain.
 
 Every portal view declares, in one place, what it needs: ``@requires(permission)`` (a
 permission of ``app.accounts.portal_roles``; it also asks for a login) or ``@public``.
@@ -15,16 +17,46 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC
+from typing import Any
 from urllib.parse import urlsplit
 
 from flask import current_app, g, redirect, render_template, request, session, url_for
 
-from app.accounts import portal_roles, portal_users, two_factor
-from app.accounts.models import PortalUser
 from app.plumbing.models import utcnow
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Accounts:
+    """What the portal asks of the accounts (``app.accounts``: ``portal_users``, ``portal_roles``,
+    ``two_factor``), handed in at start by ``app.blueprints``."""
+
+    session_user: Callable[[str], Any]  # the user of a live session token, or None
+    start_session: Callable[[Any], str]  # a new session of the user: its token
+    end_session: Callable[[str | None], None]
+    two_factor_required: Callable[[Any], bool]  # the user must enrol first
+    allows: Callable[[str, str], bool]  # (role, permission)
+    check_permission: Callable[[str], str]  # a permission a view may declare, else ValueError
+    roles: Any  # the permissions' names, for the templates (``perm``)
+
+
+_accounts: Accounts | None = None
+
+
+def install(accounts: Accounts) -> None:
+    global _accounts
+    _accounts = accounts
+
+
+def accounts() -> Accounts:
+    if _accounts is None:  # a page served outside create_app would let everyone in: never
+        raise RuntimeError("the portal's accounts are not installed: the app is built by app.create_app")
+    return _accounts
+
 PUBLIC = "public"  # no login needed: the login pages, the set-password link
 # The pages a user whose customer requires two-factor login may reach before enrolling.
 ENROLMENT_ENDPOINTS = frozenset({"portal.two_factor", "portal.two_factor_confirm"})
@@ -35,22 +67,23 @@ CSP = ("default-src 'self'; style-src 'self'; script-src 'none'; img-src 'self' 
        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 
 
-def current_user() -> PortalUser | None:
+def current_user() -> Any:
+    """The logged-in ``PortalUser``, or None."""
     token = session.get(SESSION_KEY)
     if not token:
         return None
-    user = portal_users.session_user(token)
+    user = accounts().session_user(token)
     if user is None:
         session.clear()  # ended, expired or disabled: the cookie is worth nothing now
     return user
 
 
-def begin_session(user: PortalUser) -> None:
+def begin_session(user) -> None:
     g.actor = user  # the activity log's actor of this request (app.portal.audit)
-    portal_users.end_session(session.get(SESSION_KEY))  # a login in this browser replaces its session
+    accounts().end_session(session.get(SESSION_KEY))  # a login in this browser replaces its session
     session.clear()  # a fresh session: no fixation across the login
     session.permanent = True
-    session[SESSION_KEY] = portal_users.start_session(user)
+    session[SESSION_KEY] = accounts().start_session(user)
 
 
 SECOND_STEP_KEY = "second_step"
@@ -61,10 +94,10 @@ def _now_seconds() -> int:
     return int(utcnow().replace(tzinfo=UTC).timestamp())
 
 
-def begin_second_step(user: PortalUser, next_path: str | None) -> None:
+def begin_second_step(user, next_path: str | None) -> None:
     """The password was right and the user has two-factor login: remember who, for a few
     minutes, in the signed cookie. No session exists until the code is right (``sid`` unset)."""
-    portal_users.end_session(session.get(SESSION_KEY))
+    accounts().end_session(session.get(SESSION_KEY))
     session.clear()
     session[SECOND_STEP_KEY] = {"user": user.id, "at": _now_seconds(), "next": next_path or ""}
 
@@ -87,7 +120,7 @@ SSO_KEY = "sso_pending"
 def begin_sso(pending: dict, next_path: str | None) -> None:
     """Keep a single sign-on under way (state, nonce, PKCE verifier) in the signed cookie until the
     provider's answer; like the second step, no session exists before it."""
-    portal_users.end_session(session.get(SESSION_KEY))
+    accounts().end_session(session.get(SESSION_KEY))
     session.clear()
     session[SSO_KEY] = {**pending, "next": next_path or ""}
 
@@ -100,14 +133,14 @@ def take_sso() -> dict | None:
 
 def end_session() -> None:
     g.actor = current_user()  # who logs out, for the activity log (app.portal.audit)
-    portal_users.end_session(session.get(SESSION_KEY))
+    accounts().end_session(session.get(SESSION_KEY))
     session.clear()
 
 
 def can(permission: str) -> bool:
     """Whether the logged-in user's role holds ``permission`` (templates show only what it may do)."""
     user = g.get("user")
-    return user is not None and portal_roles.allows(user.role, permission)
+    return user is not None and accounts().allows(user.role, permission)
 
 
 def may(endpoint: str) -> bool:
@@ -128,10 +161,9 @@ def requires(permission: str):
     """The view needs a login and a role holding ``permission``; else a 403 before it runs.
 
     When the user's customer requires two-factor login and the user has none yet, every
-    page but the enrolment sends the user there first.
+    page but the enrolment sends the user there first. A permission the accounts do not know
+    stops the start (``check_declared``): a typo must not refuse everyone.
     """
-    portal_roles.check_permission(permission)
-
     def decorate(view):
         @functools.wraps(view)
         def wrapped(*args, **kwargs):
@@ -139,9 +171,9 @@ def requires(permission: str):
             if user is None:
                 return redirect(url_for("portal.login", next=request.path))
             g.user, g.portal_customer = user, user.customer
-            if request.endpoint not in ENROLMENT_ENDPOINTS and two_factor.required(user):
+            if request.endpoint not in ENROLMENT_ENDPOINTS and accounts().two_factor_required(user):
                 return redirect(url_for("portal.two_factor"))
-            if not portal_roles.allows(user.role, permission):
+            if not accounts().allows(user.role, permission):
                 return refuse(permission)
             return view(*args, **kwargs)
         wrapped.portal_permission = permission  # type: ignore[attr-defined] # see check_declared
@@ -157,12 +189,17 @@ def public(view):
 
 def check_declared(app) -> None:
     """Refuse to start when a portal view declares no permission (``requires``) nor ``public``:
-    it would be open to every role (fail closed, at start, not per request)."""
+    it would be open to every role (fail closed, at start, not per request); or one the accounts
+    do not know (``Accounts.check_permission`` raises)."""
     for endpoint, view in app.view_functions.items():
-        if endpoint.startswith("portal.") and endpoint != "portal.static" \
-                and not getattr(view, "portal_permission", None):
+        if not endpoint.startswith("portal.") or endpoint == "portal.static":
+            continue
+        permission = getattr(view, "portal_permission", None)
+        if not permission:
             raise RuntimeError(f"portal view {endpoint} declares no role: decorate it with "
                                "security.requires(permission) or security.public")
+        if permission != PUBLIC:
+            accounts().check_permission(permission)
 
 
 def add_security_headers(response):

@@ -9,7 +9,6 @@ from __future__ import annotations
 from flask import g
 from flask.views import MethodView
 
-from app import pipeline
 from app.accounts import access
 from app.activity import entries
 from app.api import hooks, openapi
@@ -22,11 +21,9 @@ from app.api.openapi import (
     IDEMPOTENCY_HEADER,
     MIN_CONFIDENCE_PARAMETER,
     SECURITY,
-    WAIT_ERRORS,
-    WAIT_PARAMETER,
-    webhook_callbacks,
 )
 from app.events import waits
+from app.events.schemas import WAIT_ERRORS, WAIT_PARAMETER, webhook_callbacks
 from app.privacy import erasure
 from app.scans import creation as scans
 from app.scans import findings, reads
@@ -55,8 +52,9 @@ def documented_errors(*statuses, **options):
     return openapi.documented_errors(*statuses, blueprint=blp, **options)
 
 
-def served(read: pipeline.ServedRead):
-    """A read's answer (its refusals, 402, 403, 404, are answered and charged by ``hooks.served_read``)."""
+def served(read):
+    """A read's answer (``read``: the pipeline's ``ServedRead``; its refusals, 402, 403, 404, are
+    answered and charged by ``hooks.served_read``)."""
     return hooks.render(read.body)
 
 
@@ -117,7 +115,7 @@ def waited_scan(outcome: scans.Outcome, key, seconds: int) -> dict | None:
 
 @blp.route("/scan/<scan_id:scan_id>")
 class ScanRead(MethodView):
-    @hooks.served_read(pipeline.serve_scan_read, scope=access.SCANS_READ, wait=reads.SCAN_WAIT)
+    @hooks.served_read("scan", scope=access.SCANS_READ, wait=reads.SCAN_WAIT)
     @blp.doc(security=SECURITY, summary="Read a scan", operationId="getScan",
              parameters=[WAIT_PARAMETER, MIN_CONFIDENCE_PARAMETER])
     @blp.response(200, ScanSchema, headers=HEADERS,
@@ -224,7 +222,7 @@ class BulkCreate(MethodView):
 
 @blp.route("/scan/bulk/<string:bulk_id>")
 class BulkRead(MethodView):
-    @hooks.served_read(pipeline.serve_bulk_read, scope=access.SCANS_READ, wait=reads.BULK_WAIT)
+    @hooks.served_read("bulk", scope=access.SCANS_READ, wait=reads.BULK_WAIT)
     @blp.doc(security=SECURITY, summary="Read a bulk batch", operationId="getBulk",
              parameters=[WAIT_PARAMETER, MIN_CONFIDENCE_PARAMETER])
     @blp.response(200, BulkStateSchema, headers=HEADERS, description="Counts by status and every scan.")

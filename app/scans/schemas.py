@@ -3,7 +3,7 @@
 Request schemas check only the body's shape (types, required fields) and refuse unknown fields:
 the semantic checks (``target_too_short``, ``invalid_kind``, ``invalid_target``) run afterwards in
 ``app.scans.targets`` in the order D2 fixes. The document says those checks too (``TARGET_DOC``'s
-pattern, ``app.api._shape_schemas``), so that a request it calls valid is one the service takes.
+pattern, ``app.blueprints._shape_schemas``), so that a request it calls valid is one the service takes.
 """
 import copy
 from datetime import UTC
@@ -29,7 +29,7 @@ KIND_DOC = {"description": "email, phone or username. When absent it is inferred
 
 # The forms of target the service takes (app.scans.targets), as one pattern: an e-mail address (the
 # common ASCII form; e-mail-validator takes more), an E.164 phone number, a username (a leading @
-# allowed). Which form goes with which `kind` is said by app.api._shape_schemas.
+# allowed). Which form goes with which `kind` is said by app.blueprints._shape_schemas.
 EMAIL_PATTERN = (r"[A-Za-z0-9_+-]{1,32}(\.[A-Za-z0-9_+-]{1,15}){0,2}@"
                  r"([A-Za-z0-9]{1,16}(-[A-Za-z0-9]{1,16})?\.){1,3}"
                  r"(?!(local|localhost|onion|arpa|invalid)$)[A-Za-z]{2,12}")

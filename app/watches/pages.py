@@ -8,6 +8,11 @@ import io
 from functools import partial
 
 from flask import abort, flash, g, redirect, render_template, request, url_for
+from flask_wtf import FlaskForm
+from flask_wtf.file import FileField, FileRequired
+from wtforms import SelectField, StringField
+from wtforms.fields.choices import SelectChoice
+from wtforms.validators import DataRequired, Length, Optional
 
 from app.accounts import portal_roles as roles
 from app.activity import entries
@@ -15,12 +20,45 @@ from app.billing.limits import MAX_BULK_TARGETS
 from app.plumbing.errors import NotFound, ServiceError
 from app.portal import audit, security
 from app.portal.blueprint import bp, choice, form_errors, page_arg
-from app.portal.forms import ActionForm, WatchForm, WatchImportForm
+from app.portal.forms import ActionForm
+from app.scans.purposes import PURPOSES
+from app.scans.targets import KINDS
 from app.watches import watchlist
 from app.watches.models import STATUSES
 
 MODES = {"live": True, "test": False}
 MAX_CSV_BYTES = 64 * 1024  # 100 rows of the longest targets fit in a third of it
+
+
+class _WatchFields(FlaskForm):
+    """The fields a watch and a CSV import share: the key it is made with (its mode is the watch's),
+    how often, why, and the customer's reference. Their rules are ``app.watches.watchlist``'."""
+
+    key_id = SelectField("API key", choices=[], validate_choice=False,
+                         validators=[DataRequired(message="choose a key with the scope watches")],
+                         description="The watch's scans are made and charged with this key, in its mode (a test "
+                                     "key's on the sandbox, free). It needs the scope watches.")
+    interval = SelectField("Scan again", choices=[SelectChoice(i, i) for i in watchlist.INTERVALS], default="weekly")
+    purpose = SelectField("Purpose", choices=[SelectChoice("", "none given")]
+                          + [SelectChoice(p, p.replace("_", " ")) for p in PURPOSES], default="")
+    case_ref = StringField("Case reference", validators=[Optional(), Length(max=128)])
+
+
+class WatchForm(_WatchFields):
+    """One target to watch: sent in the body (a target never goes into an address)."""
+
+    target = StringField("Target", validators=[DataRequired(), Length(max=300)],
+                         description="An e-mail address, a phone number (+ and country code) or a username.")
+    kind = SelectField("Kind", choices=[SelectChoice("", "infer from the target")]
+                       + [SelectChoice(k, k) for k in KINDS], default="")
+
+
+class WatchImportForm(_WatchFields):
+    """A CSV file of targets to watch, each row's outcome reported."""
+
+    file = FileField("CSV file", validators=[FileRequired(message="choose a CSV file")],
+                     description="A header row with a target column and, optionally, a kind column (email, phone "
+                                 "or username; empty: inferred); other columns are ignored. At most 100 rows.")
 
 
 def _watches_page(add: WatchForm | None = None, upload: WatchImportForm | None = None, report: list | None = None,

@@ -17,12 +17,10 @@ from app.api.openapi import (
     HEADERS,
     IDEMPOTENCY_HEADER,
     SECURITY,
-    SIGNATURE_PARAMETERS,
-    WEBHOOK_OPERATION,
-    WEBHOOK_URL,
     error_documenter,
 )
 from app.events import kinds as events
+from app.events.schemas import SIGNATURE_PARAMETERS, WEBHOOK_OPERATION, WEBHOOK_URL
 from app.scans import creation
 from app.watches import watchlist
 from app.watches.schemas import (

@@ -1,7 +1,7 @@
 """pipeline: one accounted call (authenticate → access → idempotency → can pay → serve → charge →
 record) and its rule table, whose SQL (run on the real PostgreSQL) and Python agree on every case.
 
-The HTTP side is ``Answers``, a stand-in of what the adapter (``app.api.hooks``) gives the
+The HTTP side is ``Answers``, a stand-in of what the adapter (``app.api_calls``) gives the
 pipeline: a view's answer and the error table's statuses; everything behind it is real."""
 from __future__ import annotations
 

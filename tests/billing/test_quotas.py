@@ -6,7 +6,7 @@ import pytest
 
 from app.accounts import admin
 from app.accounts.models import Customer
-from app.api.hooks import rate_limit_headers
+from app.api_calls import rate_limit_headers
 from app.billing import quotas
 from app.billing.limits import Limits
 from app.extensions import db

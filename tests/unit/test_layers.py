@@ -26,8 +26,8 @@ PLUMBING = "app.plumbing"
 FLOOR_ABOVE = ("app.pipeline", "app.periodic", "app.tables", "app.schema_version", "app.migrations", "app.frozen",
                "app.actions", "app.request_ids", "app.recovery")
 # The HTTP shells and the entry points, on top of everything.
-SHELLS = ("app", "app.api", "app.portal", "app.cli", "app.errors", "app.metrics_http", "app.extensions", "app.dev",
-          "app.gunicorn_hooks", "workers")
+SHELLS = ("app", "app.api", "app.portal", "app.api_calls", "app.blueprints", "app.cli", "app.errors", "app.metrics_http",
+          "app.extensions", "app.dev", "app.gunicorn_hooks", "workers")
 MODELS = ("models", "audit_models")
 HTTP_PARTS = ("routes", "pages", "schemas", "endpoint_schemas")
 

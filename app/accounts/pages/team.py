@@ -3,13 +3,33 @@ settings."""
 from __future__ import annotations
 
 from flask import abort, flash, g, redirect, render_template, request, url_for
+from flask_wtf import FlaskForm
+from wtforms import EmailField, SelectField
+from wtforms.fields.choices import SelectChoice
+from wtforms.validators import DataRequired, Email, Length
 
 from app.accounts import admin, portal_users, scim, two_factor
 from app.accounts import portal_roles as roles
 from app.plumbing.errors import AccountError
 from app.portal import security
 from app.portal.blueprint import bp, form_errors
-from app.portal.forms import ActionForm, InviteForm, RoleForm, SettingsForm, UserStateForm
+from app.portal.forms import ActionForm, SettingsForm, UserStateForm
+
+
+def _role_field(label: str = "Role"):
+    return SelectField(label, choices=[SelectChoice(role, roles.ROLE_WORDS[role]) for role in roles.ROLES],
+                       default="developer")
+
+
+class InviteForm(FlaskForm):
+    """An owner adds a user: e-mail and role; the answer shows a one-time set-password link."""
+
+    email = EmailField("E-mail", validators=[DataRequired(), Email(check_deliverability=False), Length(max=320)])
+    role = _role_field()
+
+
+class RoleForm(FlaskForm):
+    role = _role_field()
 
 
 def _users_page(invite: InviteForm | None = None, link: str | None = None, link_user=None, code: int = 200):

@@ -2,7 +2,7 @@
 
 Not the customer API: no API key, no credits, no activity entry, not in the OpenAPI document. Each
 view is wrapped by ``scim_authenticated`` (the customer's SCIM bearer token, ``app.accounts.scim``),
-and the app refuses to start with a view under ``/scim/`` that is not (``hooks.check_accounted``).
+and the app refuses to start with a view under ``/scim/`` that is not (``api_calls.check_accounted``).
 Answers are ``application/scim+json``; errors, whatever raised them (a refusal, a 404 of an unknown
 path, a 405, a body too large), are in SCIM's error schema (``app.errors.error_response``).
 """

@@ -11,8 +11,9 @@ from app.plumbing.errors import Conflict, InvalidRequest, SecretChanged
 from app.plumbing.models import utcnow
 from app.portal import security
 from app.portal.blueprint import bp, form_errors
-from app.portal.forms import EndpointForm, RollSecretForm
+from app.portal.forms import RollSecretForm
 from app.webhooks import endpoints
+from app.webhooks.pages.forms import EndpointForm
 from app.webhooks.pages.keys import back_to_key, key_button, owned_key_or_404, render_key_page, run_action
 
 

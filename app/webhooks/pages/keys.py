@@ -16,8 +16,9 @@ from app.plumbing.errors import AccountError
 from app.plumbing.models import utcnow
 from app.portal import security
 from app.portal.blueprint import bp, form_errors, page_arg
-from app.portal.forms import AccessForm, ActionForm, EndpointForm, RollSecretForm, WebhookForm
+from app.portal.forms import AccessForm, ActionForm, RollSecretForm, WebhookForm
 from app.webhooks import delivery_console, delivery_log, endpoints, key_settings, outbox, signing_secrets
+from app.webhooks.pages.forms import EndpointForm
 
 STATUSES = delivery_log.STATUSES
 EVENTS = events.DELIVERY_EVENTS

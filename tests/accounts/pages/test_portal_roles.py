@@ -15,8 +15,8 @@ from app.accounts import admin
 from app.accounts import portal_roles as roles
 from app.accounts.models import PortalUser
 from app.activity.models import ActivityEntry
+from app.blueprints import portal_blueprint
 from app.extensions import db
-from app.portal import bp as portal_bp
 from app.portal import security
 from app.tables import ALL_MODELS
 from tests.portal.helpers import CSRF_RE, PASSWORD
@@ -51,7 +51,7 @@ EXPECTED = {
 def portal_routes() -> list[tuple[str, str, str]]:
     """(endpoint, method, rule) of every portal view but the public ones, read from a Flask url_map."""
     bare = Flask(__name__)
-    bare.register_blueprint(portal_bp)
+    bare.register_blueprint(portal_blueprint())
     routes = []
     for rule in bare.url_map.iter_rules():
         if rule.endpoint.startswith("portal.") and rule.endpoint != "portal.static" \
@@ -113,7 +113,7 @@ def csrf_token(client) -> str:
 
 def test_every_portal_view_declares_the_permission_d21_gives_it():
     bare = Flask(__name__)
-    bare.register_blueprint(portal_bp)
+    bare.register_blueprint(portal_blueprint())
     security.check_declared(bare)
     declared = {endpoint: view.portal_permission for endpoint, view in bare.view_functions.items()
                 if endpoint.startswith("portal.") and endpoint != "portal.static"}

@@ -12,7 +12,8 @@ from freezegun import freeze_time
 from app import create_app
 from app.accounts import access, admin
 from app.accounts.models import ApiKey
-from app.api import BLUEPRINTS, hooks
+from app.api import hooks
+from app.blueprints import BLUEPRINTS
 from app.extensions import db
 from tests.api.helpers import balance, ledger
 from tests.factories import Account

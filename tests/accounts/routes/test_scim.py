@@ -379,7 +379,7 @@ def test_the_scim_views_are_no_api_calls_nothing_charged_nor_logged_as_activity(
 
 
 def test_the_app_refuses_to_start_with_a_scim_view_outside_its_authentication(app):
-    from app.api.hooks import check_accounted
+    from app.api_calls import check_accounted
     check_accounted(app)  # as built: every view wrapped
     app.view_functions["scim.extra"] = lambda: "open"
     app.url_map.add(type(next(app.url_map.iter_rules()))("/scim/v2/Extra", endpoint="scim.extra"))

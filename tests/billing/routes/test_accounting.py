@@ -1,10 +1,10 @@
-"""Every API view goes through the accounting wrapper (app.api.hooks): one that does not would
-answer without authentication or charge, so the app refuses to start with it."""
+"""Every API view goes through the accounting wrapper (app.api.hooks, whose calls app.api_calls runs): one
+that does not would answer without authentication or charge, so the app refuses to start with it."""
 import pytest
 from flask import Flask
 from flask.views import MethodView
 
-from app import actions
+from app import actions, api_calls
 from app.accounts import access
 from app.api import hooks
 
@@ -21,7 +21,7 @@ def test_an_api_view_without_the_wrapper_stops_the_start():
             return {"ok": True}
 
     with pytest.raises(RuntimeError, match="thing GET is not wrapped"):
-        hooks.check_accounted(_app_with(Bare))
+        api_calls.check_accounted(_app_with(Bare))
 
 
 def test_an_api_view_that_declares_no_scope_stops_the_start():
@@ -32,7 +32,7 @@ def test_an_api_view_that_declares_no_scope_stops_the_start():
             return {"ok": True}
 
     with pytest.raises(RuntimeError, match="thing GET declares no scope"):
-        hooks.check_accounted(_app_with(Unscoped))
+        api_calls.check_accounted(_app_with(Unscoped))
 
     class Unknown(MethodView):
         @hooks.api_call(scope="scans:everything")
@@ -40,7 +40,7 @@ def test_an_api_view_that_declares_no_scope_stops_the_start():
             return {"ok": True}
 
     with pytest.raises(RuntimeError, match="thing GET declares no scope"):
-        hooks.check_accounted(_app_with(Unknown))
+        api_calls.check_accounted(_app_with(Unknown))
 
 
 def test_wrapped_views_and_pages_outside_the_api_pass(monkeypatch):
@@ -55,7 +55,7 @@ def test_wrapped_views_and_pages_outside_the_api_pass(monkeypatch):
 
     monkeypatch.setitem(actions.ACTIONS, "GET /api/v1/thing", "thing.read")
     monkeypatch.setitem(actions.ACTIONS, "POST /api/v1/thing", "thing.create")
-    hooks.check_accounted(_app_with(Wrapped))
+    api_calls.check_accounted(_app_with(Wrapped))
     app = Flask(__name__)
 
     class Page(MethodView):
@@ -63,7 +63,7 @@ def test_wrapped_views_and_pages_outside_the_api_pass(monkeypatch):
             return "page"
 
     app.add_url_rule("/app/page", view_func=Page.as_view("page"))
-    hooks.check_accounted(app)
+    api_calls.check_accounted(app)
 
 
 def test_an_api_route_without_an_activity_log_action_stops_the_start():
@@ -77,7 +77,7 @@ def test_an_api_route_without_an_activity_log_action_stops_the_start():
             return {"ok": True}
 
     with pytest.raises(RuntimeError, match=r"no activity log action for DELETE /api/v1/thing, GET /api/v1/thing"):
-        hooks.check_accounted(_app_with(Wrapped))
+        api_calls.check_accounted(_app_with(Wrapped))
 
 
 def test_every_served_api_route_has_its_action(app):
@@ -93,7 +93,7 @@ def test_the_served_app_has_every_api_method_wrapped(app):
     routes = [rule for rule in app.url_map.iter_rules() if rule.rule.startswith("/api/v1/")
               and getattr(app.view_functions[rule.endpoint], "view_class", None)]
     assert len(routes) >= 7  # scans, reads, bulk, list, deliveries: the walk really saw them
-    hooks.check_accounted(app)
+    api_calls.check_accounted(app)
 
 
 def test_a_refused_body_is_charged_after_authentication_and_a_missing_key_first(client, account):

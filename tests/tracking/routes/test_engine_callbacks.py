@@ -13,8 +13,8 @@ import requests
 from flask import Flask
 from freezegun import freeze_time
 
+from app import api_calls
 from app.activity.models import ActivityEntry
-from app.api import hooks
 from app.extensions import db
 from app.plumbing import runtime
 from app.plumbing.models import utcnow
@@ -265,10 +265,10 @@ def test_the_endpoint_is_not_in_the_customer_api_document(client):
 def test_no_other_view_may_sit_outside_the_accounted_wrappers_under_engine(app):
     bare = Flask("extra")
     bare.register_blueprint(app.blueprints["engine_callbacks"])
-    hooks.check_accounted(bare)  # the one exemption, named in hooks.UNACCOUNTED
+    api_calls.check_accounted(bare)  # the one exemption, named in hooks.UNACCOUNTED
     bare.add_url_rule("/engine/v1/other", "other", lambda: "", methods=["POST"])
     with pytest.raises(RuntimeError, match="UNACCOUNTED"):
-        hooks.check_accounted(bare)
+        api_calls.check_accounted(bare)
 
 
 def test_a_wrong_secret_form_is_refused_at_start_and_production_wants_the_secret_with_the_url():

@@ -1,7 +1,9 @@
 """The customer's sign-in and provisioning settings (D32), shown to its admins and owners: the
 OpenID Connect provider, whether a SCIM token is set, and the audit sinks pushing the activity log.
 An operator sets them all (``customers sso``, ``scim-token``, ``audit-sink``), so the page only
-reads, and never shows the client secret, the SCIM token or a sink's token."""
+reads, and never shows the client secret, the SCIM token or a sink's token. It is the activity
+domain's page, as it reads the accounts' settings and the activity log's sinks (the accounts stand
+below the activity log)."""
 from __future__ import annotations
 
 from urllib.parse import urlsplit
