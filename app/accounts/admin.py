@@ -1,9 +1,6 @@
 """Customers, API keys and portal users: what the operator CLI and the portal manage."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from werkzeug.security import generate_password_hash
 
 from app.accounts import access
@@ -11,10 +8,10 @@ from app.accounts.models import TIERS, ApiKey, Customer, PortalUser
 from app.accounts.statements import customers as customer_store
 from app.accounts.statements import keys as key_store
 from app.billing import charges, quotas, usage
-from app.billing.limits import Limits, limits_for, watch_limit_for
+from app.billing.limits import limits_for, watch_limit_for
 from app.plumbing.crypto import digest, new_api_key
 from app.plumbing.db import transaction, write_transaction
-from app.plumbing.errors import AccountError, InsufficientBalance
+from app.plumbing.errors import AccountError
 from app.plumbing.models import iso, new_id, utcnow
 
 # The columns' ranges: balances and ledger deltas are BIGINT, limit overrides INTEGER.
@@ -23,9 +20,9 @@ BIGINT_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
 MAX_NAME_LENGTH = 200  # Customer.name, ApiKey.name
 MAX_REASON_LENGTH = 500
-
-if TYPE_CHECKING:  # the entry of a charged call: only its type here (operator commands import less)
-    from app.activity import entries
+# What a customer's ``result_retention_days`` may be (D20: the retention job, ``app.privacy.erasure``,
+# erases after it; the default, 90, is the model's).
+RETENTION_DAYS_RANGE = (1, 3650)
 
 
 def _check_range(field: str, value: int, low: int, high: int) -> int:
@@ -112,9 +109,8 @@ def set_settings(customer_id: str, *, require_purpose: bool | None = None,
     if require_purpose is not None:
         changes["require_purpose"] = bool(require_purpose)
     if result_retention_days is not None:
-        from app.privacy import erasure
         changes["result_retention_days"] = _check_range("result_retention_days", result_retention_days,
-                                                        *erasure.RETENTION_DAYS_RANGE)
+                                                        *RETENTION_DAYS_RANGE)
     if require_2fa is not None:
         changes["require_2fa"] = bool(require_2fa)
     if changes:
@@ -283,46 +279,3 @@ def recount(customer_id: str) -> dict:
                 quotas.count_created(customer_id, minute, count, livemode)
     return {"customer_id": customer_id, "in_flight": {"was": customer.in_flight, "now": in_flight},
             "day": sum(minutes.values())}
-
-
-@dataclass(frozen=True)
-class AccountView:
-    """The answer of ``GET /api/v1/account``: its body, and the balance after its charge with the
-    limits and window usage the answer's headers report, and the activity entry written with the
-    charge (None: not charged)."""
-
-    body: dict
-    balance: int
-    limits: Limits
-    usage: quotas.Usage
-    credits: int = 0  # what the call cost (the activity log's entry says it)
-    recorded: entries.Recorded | None = None
-
-
-def account_view(key: ApiKey, *, request_id: str | None, endpoint: str | None,
-                 entry: entries.CallEntry) -> AccountView:
-    """The calling key's account (D21): customer, tier, balance, limits, usage of the key's mode,
-    and what the key may do. It costs one call like any other, charged here so that the
-    balance shown is the one after it (``endpoint``: the ledger row's note; ``entry``: the
-    call's activity entry, written with the charge, D25); a test key pays nothing and sees the
-    live balance and its own windows (D15)."""
-    now = utcnow()
-    customer = key.customer
-    credits = 0
-    recorded = None
-    if charges.is_billed(key.livemode):
-        balance, usage = charges.charge_call(customer.id, request_id, now, endpoint, read_of=key.livemode,
-                                             entry=entry.row(credits=charges.CALL_PRICE))
-        if balance is None:  # the balance ran out since the key was read: not served
-            raise InsufficientBalance(charges.balance_of(customer.id))
-        credits = charges.CALL_PRICE
-        recorded = entry.recorded()
-    else:
-        balance, usage = charges.balance_of(customer.id), quotas.window_usage(customer.id, now, key.livemode)
-    limits = limits_for(customer)
-    inflight = customer.in_flight if key.livemode else customer.test_in_flight
-    body = {"ok": True, "customer_id": customer.id, "tier": customer.tier, "balance": balance,
-            "limits": {"inflight": limits.inflight, "hour": limits.hour, "day": limits.day},
-            "usage": {"inflight": inflight, "hour": usage.hour, "day": usage.day},
-            "key": {"key_id": key.id, "livemode": key.livemode, **access.access_of(key)}}
-    return AccountView(body, balance, limits, usage, credits, recorded)

@@ -1,5 +1,6 @@
 """Usage figures for the portal (issue 19): activity per day and per hour, the ledger
-described for a person, and the ledger of a period for a CSV export.
+described for a person, and the ledger of a period for a CSV export; and the account's read
+(``account_view``, ``GET /api/v1/account``): the balance, limits and usage a key's customer stands at.
 
 Aggregations run in SQL (``GROUP BY`` the day or hour of ``created_at``) over the
 customer's rows of the period, which the ``(customer, created_at)`` indexes of ``scan``
@@ -10,10 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 
-from app.accounts.models import CreditLedger
-from app.billing import charges
+from app.accounts import access
+from app.accounts.models import ApiKey, CreditLedger
+from app.activity import entries
+from app.billing import charges, quotas
+from app.billing.limits import Limits, limits_for
 from app.billing.statements import balances
-from app.plumbing.errors import InvalidRequest
+from app.plumbing.errors import InsufficientBalance, InvalidRequest
 from app.plumbing.models import utcnow
 from app.plumbing.paging import Page
 
@@ -124,3 +128,46 @@ def ledger_export(customer_id: str, since: datetime, until: datetime):
 def latest_ledger(customer_id: str, limit: int) -> list[CreditLedger]:
     """The customer's latest ``limit`` ledger rows, newest first (an operator's overview)."""
     return balances.latest_ledger(customer_id, limit)
+
+
+@dataclass(frozen=True)
+class AccountView:
+    """The answer of ``GET /api/v1/account``: its body, and the balance after its charge with the
+    limits and window usage the answer's headers report, and the activity entry written with the
+    charge (None: not charged)."""
+
+    body: dict
+    balance: int
+    limits: Limits
+    usage: quotas.Usage
+    credits: int = 0  # what the call cost (the activity log's entry says it)
+    recorded: entries.Recorded | None = None
+
+
+def account_view(key: ApiKey, *, request_id: str | None, endpoint: str | None,
+                 entry: entries.CallEntry) -> AccountView:
+    """The calling key's account (D21): customer, tier, balance, limits, usage of the key's mode,
+    and what the key may do. It costs one call like any other, charged here so that the
+    balance shown is the one after it (``endpoint``: the ledger row's note; ``entry``: the
+    call's activity entry, written with the charge, D25); a test key pays nothing and sees the
+    live balance and its own windows (D15)."""
+    now = utcnow()
+    customer = key.customer
+    credits = 0
+    recorded = None
+    if charges.is_billed(key.livemode):
+        balance, usage = charges.charge_call(customer.id, request_id, now, endpoint, read_of=key.livemode,
+                                             entry=entry.row(credits=charges.CALL_PRICE))
+        if balance is None:  # the balance ran out since the key was read: not served
+            raise InsufficientBalance(charges.balance_of(customer.id))
+        credits = charges.CALL_PRICE
+        recorded = entry.recorded()
+    else:
+        balance, usage = charges.balance_of(customer.id), quotas.window_usage(customer.id, now, key.livemode)
+    limits = limits_for(customer)
+    inflight = customer.in_flight if key.livemode else customer.test_in_flight
+    body = {"ok": True, "customer_id": customer.id, "tier": customer.tier, "balance": balance,
+            "limits": {"inflight": limits.inflight, "hour": limits.hour, "day": limits.day},
+            "usage": {"inflight": inflight, "hour": usage.hour, "day": usage.day},
+            "key": {"key_id": key.id, "livemode": key.livemode, **access.access_of(key)}}
+    return AccountView(body, balance, limits, usage, credits, recorded)

@@ -44,8 +44,6 @@ from app.webhooks.statements import deliveries as delivery_store
 
 # Scans erased per transaction by the retention job.
 RETENTION_BATCH = 500
-# What a customer's ``result_retention_days`` may be (the default, 90, is the model's).
-RETENTION_DAYS_RANGE = (1, 3650)
 # Engine deletions the recovery sweep looks at in one pass.
 RECOVERY_BATCH = 1000
 

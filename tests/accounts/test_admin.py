@@ -184,32 +184,3 @@ def test_recount_rebuilds_the_counters_from_the_scans(conn):
         assert report == {"customer_id": cust.id, "in_flight": {"was": 9, "now": 2}, "day": 3}
         assert Customer.get_by_id(cust.id).in_flight == 2
         assert quotas.window_usage(cust.id, NOW).hour == 3
-
-
-def test_the_account_view_charges_its_call_and_shows_the_balance_after_it(conn):
-    from app.accounts import access
-    from app.activity import entries
-    from app.activity.models import ActivityEntry
-    from app.plumbing.errors import InsufficientBalance
-    from tests.domain_fixtures import books_of, new_customer
-
-    cust, key = new_customer(credits=2)
-
-    def entry(request_id):
-        return entries.call_entry(customer_id=cust.id, livemode=True, key_id=key.id, action="account.read",
-                                   resource_id=None, client_address=None, request_id=request_id, status=200)
-
-    before = books_of(cust.id)
-    view = admin.account_view(key, request_id="req_a", endpoint="GET /api/v1/account", entry=entry("req_a"))
-    assert view.balance == view.body["balance"] == 1 == books_of(cust.id).balance
-    assert books_of(cust.id).ledger_rows == before.ledger_rows + 1
-    assert view.body["key"] == {"key_id": key.id, "livemode": True, "scopes": list(access.SCOPES),
-                                "expires_at": None, "allowed_ips": None}
-    assert (view.limits.inflight, view.usage.hour) == (10, 0)
-    admin.account_view(key, request_id="req_b", endpoint=None, entry=entry("req_b"))
-    with pytest.raises(InsufficientBalance):  # the balance ran out between the check and the charge
-        admin.account_view(key, request_id="req_c", endpoint=None, entry=entry("req_c"))
-    # Each charge wrote its call's entry in its statement (D25); the refused one wrote none.
-    written = ActivityEntry.select().where(ActivityEntry.customer_id == cust.id).order_by(ActivityEntry.created_at)
-    assert [(e.request_id, e.status, e.credits) for e in written] == [("req_a", 200, 1), ("req_b", 200, 1)]
-    assert books_of(cust.id).balance == 0

@@ -1,6 +1,6 @@
 """``GET /api/v1/account`` (D21): the calling key's account and what the key may do.
 
-The view stays thin: ``app.accounts.admin.account_view`` charges the call (so the balance in
+The view stays thin: ``app.billing.usage.account_view`` charges the call (so the balance in
 the body is the one after it) and builds the body; authentication and D21's check of the key
 (any scope) are ``app.api.hooks.api_call``'s.
 """
@@ -9,11 +9,12 @@ from __future__ import annotations
 from flask import g
 from flask.views import MethodView
 
-from app.accounts import access, admin
+from app.accounts import access
 from app.accounts.schemas import AccountSchema
 from app.api import hooks
 from app.api.base import ApiBlueprint
 from app.api.openapi import HEADERS, SECURITY, documented_errors
+from app.billing import usage
 
 blp = ApiBlueprint("account", __name__, url_prefix="/api/v1",
                    description="Your account: balance, limits, usage, and what the calling key may do.")
@@ -36,8 +37,8 @@ class Account(MethodView):
         """Your balance, your limits and where you stand against them, and what the key making the call
         may do: its scopes, expiry and IP allowlist. Costs {price}; the balance shown is the one after
         this call."""
-        view = admin.account_view(key, request_id=g.request_id, endpoint=hooks.ledger_notes()[200],
-                                     entry=hooks.call_entry(key, 200))
+        view = usage.account_view(key, request_id=g.request_id, endpoint=hooks.ledger_notes()[200],
+                                  entry=hooks.call_entry(key, 200))
         hooks.charged(report, balance=view.balance, usage=view.usage, limits=view.limits, credits=view.credits,
                       recorded=view.recorded)
         return hooks.render(view.body)
