@@ -49,7 +49,7 @@ def init_app(app) -> None:
         HTTP_LATENCY.labels(method=request.method, route=rule, status=status).observe(seconds)
         if g.get("logged_in_aggregate"):  # a refusal its service counts and logs once a minute
             return response
-        caller = g.get("caller")  # the authenticated key (app.api.hooks)
+        caller = g.get("caller")  # the authenticated key (app.api_calls)
         size = response.calculate_content_length()
         access_log.info("%s %s %s %.1f ms", request.method, rule, status, seconds * 1000, extra={
             "http": {"method": request.method, "route": rule, "status": response.status_code,

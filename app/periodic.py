@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app import recovery
+import app.recovery as recovery
 from app.activity import entries
 from app.events import feed
 from app.plumbing import metrics, runtime

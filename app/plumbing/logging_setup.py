@@ -40,7 +40,7 @@ def _request_fields() -> dict:
         from flask import g, has_request_context
         if not has_request_context():
             return {}
-        caller = g.get("caller")  # the authenticated key (app.api.hooks)
+        caller = g.get("caller")  # the authenticated key (app.api_calls)
         # else the customer whose SCIM token authenticated the request (app.accounts.routes.scim)
         customer_id = caller.customer_id if caller is not None else g.get("scim_customer_id")
         return {"request_id": g.get("request_id"), "customer_id": customer_id}
