@@ -41,6 +41,8 @@ from app.scans.purposes import PURPOSES
 from app.scans.schemas import TARGET_PATTERNS
 from app.sources import pages as source_pages
 from app.watches import pages as watch_pages
+from app.watches import watch_changes
+from app.webhooks import delivery_log
 from app.webhooks.pages import endpoints as endpoint_pages
 from app.webhooks.pages import keys as key_pages
 
@@ -358,12 +360,15 @@ PAGES = (login, single_sign_on, team, two_factor_pages, activity_log, usage_page
 
 def portal_blueprint():
     """The portal's blueprint with every page on it, its toolkit handed what it asks of the
-    accounts (the session's user, a role's permissions, two-factor login) and the activity log."""
+    accounts (the session's user, a role's permissions, two-factor login) and the activity log, and
+    the scan's page what it shows from the domains above scans."""
     security.install(security.Accounts(
         session_user=portal_users.session_user, start_session=portal_users.start_session,
         end_session=portal_users.end_session, two_factor_required=two_factor.required, allows=portal_roles.allows,
         check_permission=portal_roles.check_permission, roles=portal_roles))
     audit.install(entries)
+    scan_pages.install(scan_pages.Neighbours(deliveries=delivery_log.scan_deliveries,
+                                             watch_changes=watch_changes.since_previous))
     return portal_bp
 
 

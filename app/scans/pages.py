@@ -1,7 +1,12 @@
 """Scans and batches: the list (its target search posted), a scan's page with its findings' feedback,
-re-run and erasure, a batch's page."""
+re-run and erasure, a batch's page.
+
+What a scan's page shows from the domains that stand above scans (its deliveries, a watch's changes) is
+handed in at start (``install``, ``Neighbours``): they use scans, so scans imports neither."""
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 from flask import abort, flash, g, redirect, render_template, request, url_for
@@ -17,8 +22,28 @@ from app.portal.forms import ActionForm, EraseForm
 from app.privacy import erasure
 from app.scans import confidence, findings, reads, targets
 from app.scans import creation as scans_service
-from app.watches import watch_changes
-from app.webhooks import delivery_log
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    """What a scan's page shows from the domains above scans, handed in by ``app.blueprints``."""
+
+    deliveries: Callable[[str, str], list[dict]]  # (scan id, customer id): webhooks' delivery_log.scan_deliveries
+    watch_changes: Callable[[str, str], dict | None]  # (customer id, scan id): watches' since_previous
+
+
+_neighbours: Neighbours | None = None
+
+
+def install(neighbours: Neighbours) -> None:
+    global _neighbours
+    _neighbours = neighbours
+
+
+def _others() -> Neighbours:
+    if _neighbours is None:  # a page served outside create_app: never
+        raise RuntimeError("the scan page's neighbours are not installed: the app is built by app.create_app")
+    return _neighbours
 
 
 @bp.route("/scans", methods=["GET", "POST"])
@@ -55,7 +80,7 @@ def scan_page(scan_id):
                            watch=_watch_changes(scan_id, explained),
                            action=ActionForm(), erase_form=EraseForm(),
                            retention_days=g.portal_customer.result_retention_days,
-                           deliveries=delivery_log.scan_deliveries(scan["scan_id"], g.portal_customer.id),
+                           deliveries=_others().deliveries(scan["scan_id"], g.portal_customer.id),
                            min_confidence=request.args.get("min_confidence", "") if refused else minimum)
     return page, 400 if refused else 200
 
@@ -74,10 +99,10 @@ def _min_confidence_arg() -> tuple[float | None, bool]:
 
 
 def _watch_changes(scan_id: str, explained: dict) -> dict | None:
-    """A watch scan's changes since the watch's previous scan (``watch_changes.since_previous``),
+    """A watch scan's changes since the watch's previous scan (``Neighbours.watch_changes``),
     each added finding named as this page names it (its anchor is on the page), each removed one
     as the previous result named it."""
-    found = watch_changes.since_previous(g.portal_customer.id, scan_id)
+    found = _others().watch_changes(g.portal_customer.id, scan_id)
     if found is None or found["state"] != "changed":
         return found
     previous = found.pop("previous_result")

@@ -6,7 +6,6 @@ Erasure empties the bodies of erased scans' deliveries in its transaction (``sta
 
 OFFERS = (
     "deliveries",
-    "delivery_log",
     "key_settings",
     "models",
     "outbox",
