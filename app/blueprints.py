@@ -38,8 +38,8 @@ from app.portal import audit, security
 from app.portal.blueprint import bp as portal_bp
 from app.scans import pages as scan_pages
 from app.scans.purposes import PURPOSES
-from app.scans.schemas import TARGET_PATTERNS
 from app.sources import pages as source_pages
+from app.targets.schemas import TARGET_PATTERNS
 from app.watches import pages as watch_pages
 from app.watches import watch_changes
 from app.webhooks import delivery_log

@@ -25,7 +25,7 @@ from app.plumbing import runtime
 from app.plumbing.db import transaction
 from app.plumbing.errors import InvalidRequest
 from app.plumbing.models import iso, new_id, utcnow
-from app.scans.targets import canonical_hash, canonical_hashes, identify_or_refuse
+from app.targets.identity import canonical_hash, canonical_hashes, identify_or_refuse
 
 log = logging.getLogger(__name__)
 

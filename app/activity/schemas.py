@@ -2,7 +2,8 @@
 import marshmallow as ma
 from marshmallow import RAISE, fields, validate
 
-from app.scans.schemas import TARGET_DOC, UtcDateTime
+from app.api.fields import UtcDateTime
+from app.targets.schemas import TARGET_DOC
 
 TIME_DOC = {"format": "date-time", "example": "2026-11-21T12:00:00Z"}
 ID_RULES = [validate.Length(min=1, max=64), validate.Regexp(r"^[A-Za-z0-9_-]+$")]

@@ -26,7 +26,7 @@ from app.privacy import erasure
 from app.privacy.statements import subjects as store
 from app.privacy.statements import suppressions as suppression_store
 from app.scans.models import FINAL
-from app.scans.targets import canonical_hashes, identify_or_refuse, suppression_hashes
+from app.targets.identity import canonical_hashes, identify_or_refuse, suppression_hashes
 from app.watches import statements as watch_store
 from app.webhooks import outbox
 

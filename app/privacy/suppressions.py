@@ -3,7 +3,7 @@
 The operator records an opt-out (``flask --app wsgi suppressions add KIND TARGET``); from then on
 a creation for that target is refused with 403 ``target_suppressed``, free of charge, and in a
 bulk call it is a free ``rejected`` entry. Only keyed hashes are stored (``crypto.target_hash``),
-so the list names nobody. Which spellings are one person's identifier is ``app.scans.targets``'
+so the list names nobody. Which spellings are one person's identifier is ``app.targets.identity``'
 to say: an opt-out is kept under the hash of its ``opt_out_key``, and a creation is refused when
 any of its ``suppression_hashes`` is stored (that key's, or the one opt-outs were kept under before).
 """
@@ -13,7 +13,7 @@ from app.plumbing import crypto
 from app.plumbing.errors import TargetSuppressed
 from app.plumbing.models import utcnow
 from app.privacy.statements import suppressions as store
-from app.scans.targets import identify_or_refuse, opt_out_key, suppression_hashes
+from app.targets.identity import identify_or_refuse, opt_out_key, suppression_hashes
 
 SUPPRESSED_MESSAGE = "the person this target belongs to has opted out of lookups"
 

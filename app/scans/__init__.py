@@ -1,4 +1,5 @@
-"""Scans: a scan's target, creation, result and reads, including a read that waits (``?wait``).
+"""Scans: a scan's creation, result and reads, including a read that waits (``?wait``); a target's
+validation and identity are ``app.targets``'.
 
 What other domains may import from it is ``OFFERS``; the rest is its own (tests/unit/test_layers.py).
 Erasure, a look's final state and a watch's comparison read and write scans' rows in their own
@@ -15,5 +16,4 @@ OFFERS = (
     "results",
     "schemas",
     "statements",
-    "targets",
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from app.billing.limits import BULK_TIERS, MAX_BULK_TARGETS
 from app.plumbing.errors import Forbidden, InvalidRequest
-from app.scans.targets import TargetError, normalize
+from app.targets.identity import TargetError, normalize
 
 ITEM_FIELDS = {"target", "kind"}
 

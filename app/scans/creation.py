@@ -45,8 +45,8 @@ from app.scans import bulk, purposes, required
 from app.scans import statements as scan_store
 from app.scans.models import COMPLETED, QUEUED, BulkBatch
 from app.scans.results import failed_source_ids
-from app.scans.targets import normalize_or_refuse
 from app.sources import health as source_health
+from app.targets.identity import normalize_or_refuse
 from app.tracking import looks, sandbox_engine, states
 from app.watches import statements as watch_store
 from app.watches import watch_times

@@ -20,8 +20,9 @@ from app.portal import audit, security
 from app.portal.blueprint import bp, choice, filter_source, page_arg, target_filter
 from app.portal.forms import ActionForm, EraseForm
 from app.privacy import erasure
-from app.scans import confidence, findings, reads, targets
+from app.scans import confidence, findings, reads
 from app.scans import creation as scans_service
+from app.targets import identity as targets
 
 
 @dataclass(frozen=True)

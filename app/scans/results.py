@@ -32,8 +32,9 @@ from functools import lru_cache
 from urllib.parse import urlsplit
 
 from app.plumbing import crypto
-from app.scans import confidence, targets
+from app.scans import confidence
 from app.scans.bands import BAND_NAMES, band_for
+from app.targets import identity as targets
 
 log = logging.getLogger(__name__)
 

@@ -2,23 +2,21 @@
 
 Request schemas check only the body's shape (types, required fields) and refuse unknown fields:
 the semantic checks (``target_too_short``, ``invalid_kind``, ``invalid_target``) run afterwards in
-``app.scans.targets`` in the order D2 fixes. The document says those checks too (``TARGET_DOC``'s
+``app.targets.identity`` in the order D2 fixes. The document says those checks too (``TARGET_DOC``'s
 pattern, ``app.blueprints._shape_schemas``), so that a request it calls valid is one the service takes.
 """
 import copy
-from datetime import UTC
-from typing import ClassVar
 
 import marshmallow as ma
 from marshmallow import RAISE, fields
 
+from app.api.fields import UtcDateTime
 from app.billing.limits import MAX_BULK_TARGETS
 from app.events import kinds as events
 from app.events.waits import WAIT_RANGE, parse_wait
-from app.plumbing import time_bounds
 from app.plumbing.errors import InvalidRequest
 from app.scans.purposes import CASE_REF_MAX, CASE_REF_PATTERN, PURPOSES
-from app.scans.targets import MAX_LENGTH, MIN_LENGTH
+from app.targets.schemas import TARGET_DOC
 
 KIND_DOC = {"description": "email, phone or username. When absent it is inferred from the target: a leading "
                           "`@` marks a username (`@janedoe`), any other `@` an e-mail address, `+` followed by "
@@ -27,21 +25,6 @@ KIND_DOC = {"description": "email, phone or username. When absent it is inferred
             "enum": ["email", "phone", "username"], "example": "email"}
 
 
-# The forms of target the service takes (app.scans.targets), as one pattern: an e-mail address (the
-# common ASCII form; e-mail-validator takes more), an E.164 phone number, a username (a leading @
-# allowed). Which form goes with which `kind` is said by app.blueprints._shape_schemas.
-EMAIL_PATTERN = (r"[A-Za-z0-9_+-]{1,32}(\.[A-Za-z0-9_+-]{1,15}){0,2}@"
-                 r"([A-Za-z0-9]{1,16}(-[A-Za-z0-9]{1,16})?\.){1,3}"
-                 r"(?!(local|localhost|onion|arpa|invalid)$)[A-Za-z]{2,12}")
-PHONE_PATTERN = r"\+[1-9][0-9]{6,14}"
-USERNAME_PATTERN = r"@?[A-Za-z0-9._-]{3,64}"
-TARGET_PATTERNS = {"email": EMAIL_PATTERN, "phone": PHONE_PATTERN, "username": USERNAME_PATTERN}
-TARGET_DOC = {
-    "description": "E-mail address, E.164 phone number or username (a leading `@` allowed); "
-                   f"{MIN_LENGTH} to {MAX_LENGTH} characters.",
-    "minLength": MIN_LENGTH, "maxLength": MAX_LENGTH,
-    "pattern": "^(" + "|".join(f"({p})" for p in TARGET_PATTERNS.values()) + ")$",
-    "example": "jane.doe@example.com"}
 PURPOSE_DOC = {"description": "Why you look this person up. Required when your account asks for it "
                               "(`purpose_required`); null or absent: none.",
                "enum": list(PURPOSES), "example": "fraud_prevention"}
@@ -487,24 +470,6 @@ class BulkErasedSchema(ma.Schema):
 
 
 # --- the scans list -----------------------------------------------------------------
-
-class UtcDateTime(fields.AwareDateTime):
-    """A list's time bound, loaded as the naive UTC the columns hold: ``app.plumbing.time_bounds``
-    holds the rule (ISO 8601, UTC without an offset, within the calendar), which the portal shares."""
-
-    default_error_messages: ClassVar[dict[str, str]] = {"invalid": time_bounds.NOT_A_TIME}
-
-    def __init__(self, **kwargs):
-        super().__init__(default_timezone=UTC, **kwargs)
-
-    def _deserialize(self, value, attr, data, **kwargs):
-        if not isinstance(value, str):
-            raise self.make_error("invalid")
-        try:
-            return time_bounds.parse(value)
-        except time_bounds.InvalidTime as exc:
-            raise ma.ValidationError(str(exc)) from None
-
 
 WAIT_WORDS = (f"Wait up to this many seconds ({WAIT_RANGE[0]} to {WAIT_RANGE[1]}, in digits) for the answer: it "
               "comes as soon as the scan is completed or failed, else after that long with the state then (a key "

@@ -22,7 +22,7 @@ from app.portal import audit, security
 from app.portal.blueprint import bp, choice, form_errors, page_arg
 from app.portal.forms import ActionForm
 from app.scans.purposes import PURPOSES
-from app.scans.targets import KINDS
+from app.targets.identity import KINDS
 from app.watches import watchlist
 from app.watches.models import STATUSES
 

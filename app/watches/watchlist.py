@@ -21,7 +21,7 @@ from app.plumbing.errors import Forbidden, InvalidRequest, NotFound, ServiceErro
 from app.plumbing.models import iso, new_id, utcnow
 from app.plumbing.paging import Page
 from app.scans import creation, purposes
-from app.scans.targets import normalize_or_refuse, opt_out_key
+from app.targets.identity import normalize_or_refuse, opt_out_key
 from app.watches import statements as watch_store
 from app.watches import watch_changes, watch_times
 from app.watches.models import ACTIVE, ENDED, PAUSED

@@ -2,8 +2,8 @@
 import marshmallow as ma
 from marshmallow import RAISE, fields, validate
 
+from app.api.fields import UtcDateTime
 from app.events import kinds as event_registry
-from app.scans.schemas import UtcDateTime
 from app.webhooks.endpoints import EVENT_NAMES, MAX_DESCRIPTION
 from app.webhooks.signing_secrets import DEFAULT_OVERLAP_HOURS, MAX_OVERLAP_HOURS
 

@@ -5,7 +5,7 @@ import re
 from app.billing import limits, quotas
 from app.events import kinds
 from app.plumbing import metrics
-from app.scans import targets
+from app.targets import identity as targets
 from workers.webhook_jobs import REQUEST_ERRORS
 
 

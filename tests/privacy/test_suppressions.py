@@ -11,7 +11,7 @@ from app.privacy import suppressions
 from app.privacy.models import Suppression
 from app.privacy.statements import suppressions as suppression_store
 from app.scans import creation
-from app.scans.targets import normalize_or_refuse
+from app.targets.identity import normalize_or_refuse
 from tests.domain_fixtures import books_of, new_customer
 
 

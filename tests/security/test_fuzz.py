@@ -37,7 +37,7 @@ from app.billing import charges
 from app.extensions import db
 from app.plumbing.models import utcnow
 from app.scans.models import BulkBatch, IdempotencyRecord, Scan
-from app.scans.schemas import TARGET_PATTERNS
+from app.targets.schemas import TARGET_PATTERNS
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 # The bulk calls and the status each answers with its bad items listed in ``rejected`` (D7, D28).

@@ -3,7 +3,7 @@ opt-out is kept under (every spelling of a person's identifier reduces to it), a
 accepted where a target is matched rather than scanned."""
 import pytest
 
-from app.scans.targets import TargetError, canonical, identify, opt_out_key
+from app.targets.identity import TargetError, canonical, identify, opt_out_key
 
 
 @pytest.mark.parametrize("kind, spelling, form", [

@@ -4,8 +4,8 @@ import unicodedata
 import pytest
 
 from app.plumbing import crypto
-from app.scans import targets
-from app.scans.targets import TargetError, normalize
+from app.targets import identity as targets
+from app.targets.identity import TargetError, normalize
 
 
 @pytest.mark.parametrize("target,kind,expected", [
