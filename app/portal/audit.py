@@ -30,7 +30,7 @@ def install(entries: Any) -> None:
     _entries = entries
 
 
-def _log() -> Any:
+def _activity() -> Any:
     if _entries is None:  # a portal action served outside create_app would go unrecorded: never
         raise RuntimeError("the portal's activity log is not installed: the app is built by app.create_app")
     return _entries
@@ -84,7 +84,7 @@ def charged_entry(livemode: bool, *, status: int):
     """This action's entry, for the service that charges it to write with the charge (D25: no
     charge without its entry); ``status``: the answer the portal gives when it is served. Once
     written, the view says so (``written``) and ``record_action`` writes no second one."""
-    return _log().call_entry(**_fields(_actor()), livemode=livemode, key_id=None, status=status)
+    return _activity().call_entry(**_fields(_actor()), livemode=livemode, key_id=None, status=status)
 
 
 def written(recorded) -> None:
@@ -126,6 +126,6 @@ def record_action(response):
     user = _actor()
     if user is None:
         return response
-    _log().record_once(g.get("action_recorded"), what="portal action", status=response.status_code,
-                         **_fields(user), livemode=True)
+    _activity().record_once(g.get("action_recorded"), what="portal action", status=response.status_code,
+                            **_fields(user), livemode=True)
     return response
