@@ -22,21 +22,12 @@ from flask import Response, current_app, request
 
 from app.errors import UNKNOWN_FIELD, query_error
 from app.plumbing import rawjson
+from app.plumbing.installed import Installed
 
 # What runs an accounted call: ``app/api_calls.py``, installed by ``create_app`` (``install``).
-_adapter: Any = None
-
-
-def install(adapter: Any) -> None:
-    """Hand the wrappers what runs their calls (authenticate, check, charge, record, answer)."""
-    global _adapter
-    _adapter = adapter
-
-
-def _calls() -> Any:
-    if _adapter is None:  # a view served outside create_app would answer unauthenticated: never
-        raise RuntimeError("no API adapter installed: the app is built by app.create_app")
-    return _adapter
+# It runs each call: authenticates, checks, charges, records, answers.
+_calls: Installed[Any] = Installed("the API's adapter")
+install = _calls.install
 
 
 def json_body(body: dict, status: int = 200) -> Response:

@@ -18,22 +18,13 @@ from typing import Any
 
 from flask import g, request
 
+from app.plumbing.installed import Installed
 from app.portal import security
 
 log = logging.getLogger(__name__)
 # The activity log's rules (``app.activity.entries``: ``call_entry``, ``record_once``), installed at start.
-_entries: Any = None
-
-
-def install(entries: Any) -> None:
-    global _entries
-    _entries = entries
-
-
-def _activity() -> Any:
-    if _entries is None:  # a portal action served outside create_app would go unrecorded: never
-        raise RuntimeError("the portal's activity log is not installed: the app is built by app.create_app")
-    return _entries
+_activity: Installed[Any] = Installed("the portal's activity log")
+install = _activity.install
 
 # The name of each portal action; a POST missing here is still recorded, as
 # "portal.<view>", so that a new form is never left out of the log.

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from flask import current_app, g, redirect, render_template, request, session, url_for
 
+from app.plumbing.installed import Installed
 from app.plumbing.models import utcnow
 
 log = logging.getLogger(__name__)
@@ -44,18 +45,8 @@ class Accounts:
     roles: Any  # the permissions' names, for the templates (``perm``)
 
 
-_accounts: Accounts | None = None
-
-
-def install(accounts: Accounts) -> None:
-    global _accounts
-    _accounts = accounts
-
-
-def accounts() -> Accounts:
-    if _accounts is None:  # a page served outside create_app would let everyone in: never
-        raise RuntimeError("the portal's accounts are not installed: the app is built by app.create_app")
-    return _accounts
+accounts: Installed[Accounts] = Installed("the portal's accounts")  # unset, no page would check a login
+install = accounts.install
 
 PUBLIC = "public"  # no login needed: the login pages, the set-password link
 # The pages a user whose customer requires two-factor login may reach before enrolling.

@@ -1,0 +1,25 @@
+"""A part handed to a toolkit at start: the HTTP toolkits (``app.api``, ``app.portal``) know no
+domain, and ``app.blueprints`` installs into them what they run (the pipeline's adapter, the
+accounts, the activity log) when the app is built."""
+from __future__ import annotations
+
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Installed(Generic[T]):
+    """One part, installed once the app is built; asked for before that, it raises (a view served
+    outside ``create_app`` would otherwise answer unchecked or go unrecorded: never)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._part: T | None = None
+
+    def install(self, part: T) -> None:
+        self._part = part
+
+    def __call__(self) -> T:
+        if self._part is None:
+            raise RuntimeError(f"{self.what} is not installed: the app is built by app.create_app")
+        return self._part
