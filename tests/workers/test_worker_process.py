@@ -29,30 +29,29 @@ DEADLINE_SECONDS = 60
 
 
 class HoldingEngine:
-    """Forwards to the simulator, but holds the first status call (a single look or a batch look)
-    until released.
+    """Forwards to the simulator, but holds every status call (a single look or a batch look)
+    about the engine id ``held_id`` until released.
 
-    While it is held, the worker that made it is inside a tracking job or a batch look: the
-    moment to kill it.
+    While one is held, the worker that made it is inside a tracking job or a batch look with the
+    scan claimed: the moment to kill it. Only calls about that scan are held: the worker's other
+    looker thread, looking at the source probes' investigations, had its call held instead, and
+    its first look at the scan went through and recorded it running before the kill. Every such
+    call is held, not the first only, so that no retry records anything before the release.
     """
 
     def __init__(self, upstream: str):
         self.upstream = upstream
+        self.held_id: str | None = None
         self.arrived, self.release = threading.Event(), threading.Event()
-        self.status_calls = 0
-        self._lock = threading.Lock()
 
     def __call__(self, environ, start_response):
         path = environ.get("PATH_INFO", "")
         method = environ["REQUEST_METHOD"]
         body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
-        if (method == "GET" and path.startswith("/v1/investigations/")) or path == "/v1/investigations/status":
-            with self._lock:
-                self.status_calls += 1
-                first = self.status_calls == 1
-            if first:
-                self.arrived.set()
-                self.release.wait(30)
+        looks = (method == "GET" and path.startswith("/v1/investigations/")) or path == "/v1/investigations/status"
+        if looks and self.held_id and (self.held_id in path or self.held_id.encode() in body):
+            self.arrived.set()
+            self.release.wait(30)
         forwarded = requests.request(method, f"{self.upstream}{path}", data=body or None, timeout=5,
                                      headers={"Authorization": environ.get("HTTP_AUTHORIZATION", ""),
                                               "Content-Type": "application/json"})
@@ -85,14 +84,18 @@ def test_a_worker_killed_inside_its_batch_look_loses_no_scan(app, client, accoun
     connection, and the next worker's look completes it."""
     engine = HoldingEngine(simulator.url)
     proxy = ServerThread(engine)
+    # The held look is still waiting when the worker is killed: a status timeout shorter than the
+    # test's reaction on a loaded machine let the worker give up and look again.
     env = service_env(app, proxy.url, tmp_path / "instance", ENGINE_POLL_SECONDS=0.5, LOG_LEVEL="INFO",
-                      ENGINE_STATUS_TIMEOUT_SECONDS=1)
+                      ENGINE_STATUS_TIMEOUT_SECONDS=30)
     workers = []
     try:
         response = client.post("/api/v1/scan", json={"target": "slow.sue@example.com"}, headers=account.headers)
         assert response.status_code == 202, response.json
         scan_id = response.json["scan_id"]
-        assert scan_row(scan_id).tracking_job_id is None and runtime.redis().zcard("rq:scheduled:engine") == 0
+        created = scan_row(scan_id)
+        assert created.tracking_job_id is None and runtime.redis().zcard("rq:scheduled:engine") == 0
+        engine.held_id = created.engine_id
 
         workers.append(WorkerProcess(env, tmp_path / "worker-1.log"))
         wait_for(engine.arrived.is_set, 30, "the worker's first batch look at the engine", workers)
