@@ -7,6 +7,7 @@ retry scheduling and failing are that service's.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -38,8 +39,10 @@ REQUEST_ERRORS = (
 
 # The database failing for a moment (refused or broken connection, lock timeout) after the
 # request was made: the outcome is recorded again after these pauses rather than left to the
-# sweep (the attempt row would stay in_progress for ATTEMPT_DEADLINE_SECONDS). ``record`` is
-# a compare-and-set on the row, so a try whose commit did land makes the next one a no-op.
+# sweep (the attempt row would stay in_progress for ATTEMPT_DEADLINE_SECONDS, then be closed as
+# lost and sent again). ``record`` is a compare-and-set on the row, so a try whose commit did
+# land makes the next one a no-op. The delivery pool's threads go on past them, at the last
+# pause, until the database answers or the process stops (``run``'s ``stopping``).
 RECORD_RETRY_PAUSES = (0.2, 0.5, 1.0, 2.0, 4.0)
 TRANSIENT_DB_ERRORS = (*CONNECTION_ERRORS, MaxConnectionsExceeded)
 
@@ -51,33 +54,42 @@ def deliver(delivery_id: str) -> str:
     return run(delivery_id, job.id if job else None)
 
 
-def run(delivery_id: str, job_id: str | None, admit: Callable[[str, str], bool] | None = None) -> str:
+def run(delivery_id: str, job_id: str | None, admit: Callable[[str, str], bool] | None = None,
+        stopping: threading.Event | None = None) -> str:
     """Make the attempt job ``job_id`` stands for: load it, send it, hand the outcome back.
 
     A database connection is held only around the two service calls, never during the
     HTTP request, so a hundred requests in flight do not need a hundred connections.
-    ``admit`` is the pool's per-endpoint gate (``deliveries.start_attempt``)."""
+    ``admit`` is the pool's per-endpoint gate (``deliveries.start_attempt``); ``stopping``, the
+    pool's stop, lets the outcome be recorded for as long as the process runs."""
     with log_context(delivery_id=delivery_id):
         with db.connection_context():
             attempt = deliveries.start_attempt(delivery_id, job_id, admit)
         if isinstance(attempt, str):
             return attempt
         outcome = post(attempt.url, attempt.headers, attempt.body)
-        return _record(attempt, outcome)
+        return _record(attempt, outcome, stopping)
 
 
-def _record(attempt, outcome: Outcome) -> str:
-    for pause in RECORD_RETRY_PAUSES + (None,):
+def _record(attempt, outcome: Outcome, stopping: threading.Event | None) -> str:
+    """Record ``outcome``, trying again while the database fails for a moment. Given up, the
+    attempt waits for the sweep and the receiver is sent it a second time: an RQ job gives up
+    after RECORD_RETRY_PAUSES, a pool thread only when its process stops."""
+    pauses = iter(RECORD_RETRY_PAUSES)
+    while True:
         try:
             with db.connection_context():
                 return deliveries.record(attempt.delivery, attempt.row, outcome)
         except TRANSIENT_DB_ERRORS as exc:
-            if pause is None:
+            pause = next(pauses, None if stopping is None else RECORD_RETRY_PAUSES[-1])
+            if pause is None or (stopping is not None and stopping.is_set()):
                 raise
             log.warning("delivery %s attempt %d: could not record the outcome (%s), retrying in %.1f s",
                         attempt.delivery.id, attempt.row.number, exc.__class__.__name__, pause)
-            time.sleep(pause)
-    raise AssertionError("unreachable")
+            if stopping is None:
+                time.sleep(pause)
+            elif stopping.wait(pause):
+                raise
 
 
 def post(url: str, headers: dict, body: bytes) -> Outcome:

@@ -16,8 +16,15 @@ from rq import Queue
 from app.accounts.models import ApiKey
 from app.extensions import db
 from app.plumbing import runtime
-from app.plumbing.jobs import ENGINE_QUEUE, WEBHOOK_QUEUE, enqueue_delivery, enqueue_engine_deletions, promote_due
-from app.webhooks import endpoints, outbox
+from app.plumbing.jobs import (
+    ENGINE_QUEUE,
+    WEBHOOK_QUEUE,
+    delivery_job_id,
+    enqueue_delivery,
+    enqueue_engine_deletions,
+    promote_due,
+)
+from app.webhooks import deliveries, endpoints, outbox
 from app.webhooks.models import DeliveryAttempt, WebhookDelivery
 from simulator.procutil import wait_until
 from tests.conftest import ServerThread
@@ -332,6 +339,70 @@ def test_a_job_that_meets_a_database_error_is_retried_not_dropped(make_customer,
     assert sorted(receiver.ids) == sorted(ids)  # each sent exactly once
     assert all(outcomes == ["succeeded"] for outcomes in attempts_by_delivery(account.key.id).values())
     assert redis_conn.keys("rq:job:dlv-*") == [] and webhook_queue.count == 0
+
+
+class FailingRecords:
+    """The database failing the service's record of an outcome ``failures`` times (a refused
+    connection, as a primary that is moving does), then answering."""
+
+    def __init__(self, failures: int):
+        self.real, self.left, self.calls = deliveries.record, failures, 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        if self.left > 0:
+            self.left -= 1
+            raise OperationalError("could not connect to server: Connection refused")
+        return self.real(*args)
+
+
+@pytest.mark.parametrize("pool", [True, False], ids=["pool thread", "rq job"])
+def test_an_outcome_is_recorded_past_the_pauses_only_by_a_pool_thread(make_customer, monkeypatch, pool):
+    """A pool thread records the outcome it has until the database answers: given up, the attempt
+    waits for the sweep, which sends it a second time. An RQ job gives up after the pauses."""
+    receiver = Receiver(hang=False)
+    account = make_customer(webhook_url=f"{receiver.server.url}/hook")
+    with db.connection_context():
+        delivery = outbox.send_test_event(account.key.id, account.customer.id)
+    monkeypatch.setattr(webhook_jobs, "RECORD_RETRY_PAUSES", (0.01, 0.01))
+    failing = FailingRecords(failures=8)
+    monkeypatch.setattr(deliveries, "record", failing)
+    job_id = delivery_job_id(delivery.id, 1)
+    try:
+        if pool:
+            assert webhook_jobs.run(delivery.id, job_id, stopping=threading.Event()) == "succeeded"
+        else:
+            with pytest.raises(OperationalError):
+                webhook_jobs.run(delivery.id, job_id)
+    finally:
+        receiver.server.stop()
+    assert receiver.ids == [delivery.id]
+    assert failing.calls == (9 if pool else 3)
+    assert statuses(account.key.id) == ({"succeeded": 1} if pool else {"pending": 1})
+
+
+def test_a_pool_thread_stops_recording_when_its_process_stops(make_customer, monkeypatch):
+    """A stop ends the tries (the job goes back on the schedule, as for any failed job)."""
+    receiver = Receiver(hang=False)
+    account = make_customer(webhook_url=f"{receiver.server.url}/hook")
+    with db.connection_context():
+        delivery = outbox.send_test_event(account.key.id, account.customer.id)
+    monkeypatch.setattr(webhook_jobs, "RECORD_RETRY_PAUSES", (0.01,))
+    stopping = threading.Event()
+    failing = FailingRecords(failures=1000)
+
+    def fail_then_stop(*args):
+        if failing.calls == 5:
+            stopping.set()
+        return failing(*args)
+
+    monkeypatch.setattr(deliveries, "record", fail_then_stop)
+    try:
+        with pytest.raises(OperationalError):
+            webhook_jobs.run(delivery.id, delivery_job_id(delivery.id, 1), stopping=stopping)
+    finally:
+        receiver.server.stop()
+    assert failing.calls == 6
 
 
 def test_the_pool_starts_once_rq_has_sized_the_redis_timeouts(app, redis_conn, monkeypatch):
