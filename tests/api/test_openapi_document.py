@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from openapi_spec_validator import validate
 
+from app import create_app
 from app.billing import charges
 
 HTTP_METHODS = {"get", "post", "put", "patch", "delete"}
@@ -35,6 +36,29 @@ def test_the_document_validates_and_names_every_operation(spec):
     assert {"createScan", "getScan", "createBulk", "getBulk", "listScans"} <= set(ids)
     tag_names = {t["name"] for t in spec["tags"]}
     assert all(op.get("tags") and set(op["tags"]) <= tag_names for _, _, op in operations(spec))
+
+
+def test_the_document_is_written_once_when_first_read_and_whole_for_every_reader(app, spec):
+    """An app starts without writing the document; the first read writes it, and readers that
+    come meanwhile wait for all of it instead of reading what is written so far."""
+    import threading
+
+    fresh = create_app(dict(app.config))
+    api = fresh.extensions["scan_api"]
+    assert not api._written and api._steps, "the document was written at start"
+    documents, start = [], threading.Barrier(4)
+
+    def read():
+        start.wait()
+        documents.append(json.dumps(api.spec.to_dict(), sort_keys=True))
+
+    readers = [threading.Thread(target=read) for _ in range(4)]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join(30)
+    assert api._written and not api._steps and len(documents) == 4
+    assert len(set(documents)) == 1 and json.loads(documents[0]) == spec  # each whole: the document served
 
 
 def test_every_request_body_has_an_example(spec):
