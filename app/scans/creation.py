@@ -20,24 +20,17 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Protocol
 
 from app.accounts import access
 from app.accounts.statements import keys as key_store
 from app.activity import entries
 from app.billing import charges, quotas
-from app.billing.limits import Limits, limits_for, watch_limit_for
+from app.billing.limits import Limits, limits_for
 from app.plumbing import engine
 from app.plumbing.db import transaction, transaction_with_known_outcome
-from app.plumbing.errors import (
-    EngineUnavailable,
-    Forbidden,
-    InsufficientBalance,
-    NotFound,
-    NothingToRerun,
-    WatchEnded,
-    WatchLimitReached,
-)
+from app.plumbing.errors import EngineUnavailable, Forbidden, InsufficientBalance, NotFound, NothingToRerun
 from app.plumbing.metrics import SCANS_CREATED
 from app.plumbing.models import new_id, utcnow
 from app.privacy import suppressions
@@ -48,8 +41,6 @@ from app.scans.results import failed_source_ids
 from app.sources import health as source_health
 from app.targets.identity import normalize_or_refuse
 from app.tracking import looks, sandbox_engine, states
-from app.watches import statements as watch_store
-from app.watches import watch_times
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +65,20 @@ class MatchRules:
 
 
 NO_RULES = MatchRules()
+
+
+class AdmissionPart(Protocol):
+    """What a caller adds to a creation's admission, in its transaction and under the customer's
+    lock: a watch's rows and limit (``app.watches.admission``), so that scans know no watch."""
+
+    def check(self, customer, livemode: bool, now: datetime) -> None:
+        """Refuse or prepare, before the quotas are checked."""
+
+    def writes(self) -> list:
+        """Statements written with the scans' rows."""
+
+    def watch_of(self, position: int) -> str | None:
+        """The watch the scan at ``position`` is made for (its ``watch_id``)."""
 
 
 @dataclass
@@ -128,15 +133,11 @@ class Admission:
 
 
 def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livemode=True, purpose=None,
-           case_ref=None, rerun_of=None, entry: entries.CallEntry | None = None, watch_id=None,
-           new_watches: list[dict] | None = None, watch_statuses=("active", "paused"),
-           match: MatchRules = NO_RULES) -> Admission:
+           case_ref=None, rerun_of=None, entry: entries.CallEntry | None = None,
+           part: AdmissionPart | None = None, match: MatchRules = NO_RULES) -> Admission:
     """Step 1: check and reserve in one transaction.
     ``entry``: the call's activity entry, written in the transaction that charges it (D25).
-    ``watch_id``: the watch the scan is made for (D28); ``new_watches``: the rows of new watches,
-    one per item (its scan is the watch's first), created within the customer's watch limit
-    (checked under the same lock); for an existing watch, its row is locked and must be in one
-    of ``watch_statuses``.
+    ``part``: what the caller adds under the same lock (a watch's rows, D28).
 
     Its round trips: BEGIN; the lock with the counts; the rows, the window counter, the entry
     and the charge (one batch); COMMIT."""
@@ -156,14 +157,11 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
         if customer.balance < cost:
             raise InsufficientBalance(customer.balance, cost)
         limits = limits_for(customer)
-        if new_watches is not None:
-            _check_watch_limit(customer, livemode, len(new_watches))
-            watch_times.place(customer_id, livemode, new_watches, now)
-        elif watch_id is not None and watch_store.lock_status(watch_id) not in watch_statuses:
-            raise WatchEnded()  # ended (or, for a scheduled scan, paused) since it was read
+        if part is not None:
+            part.check(customer, livemode, now)
         if n:
             quotas.check(customer, limits, n, now, bulk=bulk_total is not None, livemode=livemode, usage=usage)
-        writes = [watch_store.insert_statement(new_watches)] if new_watches else []
+        writes = part.writes() if part is not None else []
         if bulk_total is not None:
             batch = BulkBatch(id=new_id("blk"), customer=customer_id, api_key=api_key_id, total=bulk_total,
                               created_at=now)
@@ -178,7 +176,7 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
                 "bulk_index": index if batch else None, "kind": kind, "target": target, "status": QUEUED,
                 "created_at": now, "livemode": livemode,
                 "purpose": purpose, "case_ref": case_ref, "rerun_of": rerun_of,
-                "watch_id": new_watches[position]["id"] if new_watches else watch_id,
+                "watch_id": part.watch_of(position) if part is not None else None,
                 "min_confidence": match.min_confidence, "required": match.required,
             })
         if rows:
@@ -200,15 +198,6 @@ def _admit(customer_id, api_key_id, items, *, request_id, bulk_total=None, livem
             scan_store.run_together(writes + [quotas.move_in_flight_statement(customer_id, livemode, n)])
     # Counted under the lock, plus the scans this call created: ``r`` counts them (D8).
     return Admission(rows, batch, cost, balance, limits, quotas.with_new_scans(usage, n, now), purpose, case_ref)
-
-
-def _check_watch_limit(customer, livemode: bool, adding: int) -> None:
-    """429 ``watch_limit_reached`` (D28, free) when ``adding`` more watches would pass the customer's
-    limit of watches not ended: a bulk call is refused whole, as the in-flight limit refuses one (D7)."""
-    allowed = watch_limit_for(customer)
-    open_now = watch_store.count_open(customer.id, livemode)
-    if open_now + adding > allowed:
-        raise WatchLimitReached(allowed, room=max(0, allowed - open_now) if adding > 1 else None)
 
 
 def _reverse(customer_id, rows, batch, cost, request_id, livemode=True, recorded=None) -> None:
@@ -317,29 +306,27 @@ def create_scan(customer, api_key_id, target, kind, *, request_id, livemode=True
     carries it (``entries.RECORDED``)."""
     kind, target = normalize_or_refuse(target, kind)
     purpose, case_ref = purposes.check(purpose, case_ref, required=customer.require_purpose)
-    match = match.checked()
-    suppressions.check(kind, target)  # an opt-out: 403, before anything is reserved or charged
-    admitted = _admit(customer.id, api_key_id, [(0, (kind, target))], request_id=request_id, livemode=livemode,
-                      purpose=purpose, case_ref=case_ref, entry=entry, match=match)
-    [answer], recorded = _queue(customer, admitted, request_id=request_id, livemode=livemode, entry=entry)
-    return admitted.outcome(_created(admitted, answer), recorded)
+    return create_one(customer, api_key_id, kind, target, request_id=request_id, livemode=livemode, purpose=purpose,
+                      case_ref=case_ref, entry=entry, match=match.checked())
 
 
-def create_watch_scan(customer, api_key_id, kind, target, *, request_id, livemode, purpose, case_ref, watch_id,
-                      new_watch: dict | None = None, scheduled: bool = False,
-                      entry: entries.CallEntry | None = None, match: MatchRules = NO_RULES) -> Outcome:
-    """Queue a watch's scan (D28), admitted, charged and limited as a creation; with ``new_watch``
-    the watch itself is created in the same transaction (its baseline scan). A refused engine
-    leaves neither. The body is a creation's, with ``watch_id``. ``entry``: the call's activity
-    entry, written with the charge (D25)."""
+def create_one(customer, api_key_id, kind, target, *, request_id, livemode, purpose, case_ref,
+               entry: entries.CallEntry | None = None, match: MatchRules = NO_RULES,
+               part: AdmissionPart | None = None, undo: Callable[[], None] | None = None,
+               rerun_of: str | None = None, sources=None) -> Outcome:
+    """The tail of every creation of one scan (a scan, a watch's, a re-run), its target valid and
+    its purpose checked: an opt-out refused (403, before anything is reserved or charged), then
+    admitted with ``part``, submitted (``sources``: a re-run's) and counted; ``undo`` runs if the
+    engine refuses. The body is a creation's, with its ``watch_id`` or ``rerun_of``."""
     suppressions.check(kind, target)
     admitted = _admit(customer.id, api_key_id, [(0, (kind, target))], request_id=request_id, livemode=livemode,
-                      purpose=purpose, case_ref=case_ref, watch_id=watch_id,
-                      new_watches=[new_watch] if new_watch is not None else None,
-                      watch_statuses=("active",) if scheduled else ("active", "paused"), entry=entry, match=match)
+                      purpose=purpose, case_ref=case_ref, rerun_of=rerun_of, entry=entry, part=part, match=match)
     [answer], recorded = _queue(customer, admitted, request_id=request_id, livemode=livemode, entry=entry,
-                                undo=(lambda: watch_store.delete_many([watch_id])) if new_watch is not None else None)
-    return admitted.outcome(_created(admitted, answer, watch_id=watch_id), recorded)
+                                sources=sources, undo=undo)
+    extra = {"watch_id": part.watch_of(0)} if part is not None else {}
+    if rerun_of is not None:
+        extra["rerun_of"] = rerun_of
+    return admitted.outcome(_created(admitted, answer, **extra), recorded)
 
 
 def _why_nothing_to_rerun(status: str, *, erased: bool, quarantined: bool = False) -> str:
@@ -372,14 +359,10 @@ def create_rerun(customer, api_key_id, scan_id, *, request_id, livemode=True,
         raise NothingToRerun(_why_nothing_to_rerun(original.status, erased=target is None,
                                                    quarantined=livemode and bool(source_health.rerun_wanted(result))))
     purpose, case_ref = purposes.check(original.purpose, original.case_ref, required=customer.require_purpose)
-    suppressions.check(original.kind, target)  # opted out since: 403, free, as a creation
-    # A re-run asks what its original asked of its findings (D29).
-    admitted = _admit(customer.id, api_key_id, [(0, (original.kind, target))], request_id=request_id,
-                      livemode=livemode, purpose=purpose, case_ref=case_ref, rerun_of=original.id, entry=entry,
+    # Opted out since: 403, free, as a creation. A re-run asks what its original asked of its findings (D29).
+    return create_one(customer, api_key_id, original.kind, target, request_id=request_id, livemode=livemode,
+                      purpose=purpose, case_ref=case_ref, entry=entry, rerun_of=original.id, sources=sources,
                       match=MatchRules(original.min_confidence, original.required))
-    [answer], recorded = _queue(customer, admitted, request_id=request_id, livemode=livemode, entry=entry,
-                                sources=sources)
-    return admitted.outcome(_created(admitted, answer, rerun_of=original.id), recorded)
 
 
 def portal_rerun(customer, scan_id, *, request_id,
@@ -411,19 +394,17 @@ def screen_bulk(customer, targets, purpose, case_ref) -> tuple[list, list, str |
     return accepted, sorted(rejected + suppressed, key=lambda entry: entry["index"]), purpose, case_ref
 
 
-def create_watch_batch(customer, api_key_id, accepted, total, new_watches, *, request_id, livemode, purpose,
-                       case_ref, entry: entries.CallEntry | None = None, match: MatchRules = NO_RULES) -> Outcome:
-    """Many watches at once (D28): ``new_watches``, one row per ``accepted`` target (as
-    ``screen_bulk`` gives them), each created with its baseline scan in one batch of ``total``
-    targets, admitted, charged and limited as a bulk call, within the watch limit. A refused engine
-    leaves no watch. The body lists the batch's scans, each with its ``watch_id`` and ``index``."""
+def create_many(customer, api_key_id, accepted, total, *, request_id, livemode, purpose, case_ref,
+                entry: entries.CallEntry | None = None, match: MatchRules = NO_RULES,
+                part: AdmissionPart | None = None, undo: Callable[[], None] | None = None,
+                ) -> tuple[Admission, entries.Recorded | None]:
+    """The tail of every bulk creation (scans, watches), its input screened (``screen_bulk``):
+    the ``accepted`` targets of ``total`` admitted as one batch with ``part``, submitted and
+    counted; ``undo`` runs if the engine refuses. The caller makes the body from the admission."""
     admitted = _admit(customer.id, api_key_id, accepted, request_id=request_id, bulk_total=total, livemode=livemode,
-                      purpose=purpose, case_ref=case_ref, entry=entry, new_watches=new_watches, match=match)
-    _, recorded = _queue(customer, admitted, request_id=request_id, livemode=livemode, entry=entry,
-                         undo=lambda: watch_store.delete_many([w["id"] for w in new_watches]))
-    body = {"ok": True, "bulk_id": admitted.batch_id, "livemode": livemode, "total": total,
-            "scans": [{"scan_id": r["id"], "watch_id": r["watch_id"], "index": r["bulk_index"]} for r in admitted.rows]}
-    return admitted.outcome(body, recorded)
+                      purpose=purpose, case_ref=case_ref, entry=entry, part=part, match=match)
+    _, recorded = _queue(customer, admitted, request_id=request_id, livemode=livemode, entry=entry, undo=undo)
+    return admitted, recorded
 
 
 def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True, purpose=None,
@@ -431,10 +412,9 @@ def create_bulk(customer, api_key_id, targets, *, request_id, livemode=True, pur
     """Queue a bulk batch, every scan with the call's purpose and case reference (D20) and its
     ``min_confidence`` and ``required`` (D29); the body has no URLs (the HTTP layer adds the poll URLs)."""
     accepted, rejected, purpose, case_ref = screen_bulk(customer, targets, purpose, case_ref)
-    match = match.checked()
-    admitted = _admit(customer.id, api_key_id, accepted, request_id=request_id, bulk_total=len(targets),
-                      livemode=livemode, purpose=purpose, case_ref=case_ref, entry=entry, match=match)
-    _, recorded = _queue(customer, admitted, request_id=request_id, livemode=livemode, entry=entry)
+    admitted, recorded = create_many(customer, api_key_id, accepted, len(targets), request_id=request_id,
+                                     livemode=livemode, purpose=purpose, case_ref=case_ref, entry=entry,
+                                     match=match.checked())
     rows = admitted.rows
     body = {
         "ok": True, "bulk_id": admitted.batch_id, "livemode": livemode, "total": len(targets), "queued": len(rows),

@@ -22,8 +22,8 @@ from app.plumbing.models import iso, new_id, utcnow
 from app.plumbing.paging import Page
 from app.scans import creation, purposes
 from app.targets.identity import normalize_or_refuse, opt_out_key
+from app.watches import admission, watch_changes, watch_times
 from app.watches import statements as watch_store
-from app.watches import watch_changes, watch_times
 from app.watches.models import ACTIVE, ENDED, PAUSED
 from app.watches.watch_times import INTERVALS, next_due
 
@@ -76,7 +76,7 @@ def create_watch(customer, api_key_id, target, kind, interval, *, request_id, li
     match = match.checked()
     row = _new_row(customer.id, api_key_id, livemode, kind, target, interval, purpose, case_ref, utcnow(), match)
     watch_id = row["id"]
-    outcome = creation.create_watch_scan(customer, api_key_id, kind, target, request_id=request_id, livemode=livemode,
+    outcome = admission.create_watch_scan(customer, api_key_id, kind, target, request_id=request_id, livemode=livemode,
                                       purpose=purpose, case_ref=case_ref, watch_id=watch_id, new_watch=row,
                                       entry=entry, match=match)
     watch_store.update(watch_id, {"last_scan_id": outcome.body["scan_id"]})
@@ -97,7 +97,7 @@ def create_watches(customer, api_key_id, targets: list, interval: str, *, reques
     now = utcnow()
     rows = [_new_row(customer.id, api_key_id, livemode, kind, target, interval, purpose, case_ref, now, match)
             for _, (kind, target) in accepted]
-    outcome = creation.create_watch_batch(customer, api_key_id, accepted, len(targets), rows, request_id=request_id,
+    outcome = admission.create_watch_batch(customer, api_key_id, accepted, len(targets), rows, request_id=request_id,
                                        livemode=livemode, purpose=purpose, case_ref=case_ref, entry=entry,
                                        match=match)
     made = outcome.body["scans"]
@@ -210,7 +210,7 @@ def run_watch(customer, api_key_id, watch_id, *, request_id, livemode=True) -> c
     watch = owned(customer.id, watch_id, livemode)
     if watch.status == ENDED:
         raise WatchEnded()
-    outcome = creation.create_watch_scan(customer, api_key_id, watch.kind, watch.target, request_id=request_id,
+    outcome = admission.create_watch_scan(customer, api_key_id, watch.kind, watch.target, request_id=request_id,
                                       livemode=livemode, purpose=watch.purpose, case_ref=watch.case_ref,
                                       watch_id=watch.id, match=_rules(watch))
     watch_store.update(watch.id, {"last_scan_id": outcome.body["scan_id"]})
@@ -317,7 +317,7 @@ def _scan_due(watch, now: datetime) -> str:
         return _missed(watch, now, "the API key that created this watch is revoked, expired or lacks the scope "
                                    "watches: end the watch and create it again with another key")
     try:
-        outcome = creation.create_watch_scan(customer, watch.api_key_id, watch.kind, watch.target, request_id=None,
+        outcome = admission.create_watch_scan(customer, watch.api_key_id, watch.kind, watch.target, request_id=None,
                                           livemode=watch.livemode, purpose=watch.purpose, case_ref=watch.case_ref,
                                           watch_id=watch.id, scheduled=True, match=_rules(watch))
     except WatchEnded:  # paused or ended by its customer since the claim: nothing to do

@@ -230,8 +230,6 @@ ROOMS_BACK_UP = {
     ("app.billing", "app.scans"): "the quota windows and in-flight counts read the scans' table; the quota "
                                   "minutes and idempotency records are tables of scans.models",
     ("app.scans", "app.sources"): "a creation asks the sources' health which sources to ask (sources.health)",
-    ("app.scans", "app.watches"): "a creation writes its watches' rows in its admission (watches.statements, "
-                                  "watch_times)",
     ("app.scans", "app.tracking"): "a creation's submission places the first look and the sandbox engine",
     ("app.scans", "app.privacy"): "a creation checks the opt-outs; the erase route and page call the erasure",
 }
