@@ -493,7 +493,8 @@ def keys_issue(customer_id, name, webhook_url, webhook_secret, webhook_secret_st
         webhook_secret = read_secret_line()
         if not webhook_secret:
             fail(as_json, "no webhook secret on standard input")
-    key, plaintext = run(as_json, lambda: admin.issue_key(
+    from app.webhooks import key_settings
+    key, plaintext = run(as_json, lambda: key_settings.issue_key(
         customer_id, name, webhook_url, webhook_secret, livemode=not test_mode, scopes=scopes,
         expires_in_days=expires_in_days, allowed_ips=allowed_ips))
     data = admin.key_dict(key)

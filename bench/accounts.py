@@ -29,6 +29,7 @@ def main(argv=None) -> int:
     from app import create_app
     from app.accounts import admin
     from app.extensions import db
+    from app.webhooks import key_settings
     create_app()
     out = []
     with db.connection_context():
@@ -36,7 +37,7 @@ def main(argv=None) -> int:
             name = args.prefix if args.count == 1 else f"{args.prefix}-{i}"
             customer = admin.create_customer(name, args.tier, HUGE_CREDITS)
             admin.set_limits(customer.id, inflight=HUGE_LIMIT, hour=HUGE_LIMIT, day=HUGE_LIMIT)
-            _, api_key = admin.issue_key(customer.id, name, args.webhook_url, args.webhook_secret)
+            _, api_key = key_settings.issue_key(customer.id, name, args.webhook_url, args.webhook_secret)
             out.append({"customer_id": customer.id, "api_key": api_key})
     print(json.dumps(out))
     return 0

@@ -86,7 +86,7 @@ def main(argv=None) -> int:
     from app.accounts import admin
     from app.plumbing.db import db
     with db.connection_context():
-        _, token = admin.issue_key(customer_id, "bench.inprocess", None, None)
+        _, token = admin.issue_key(customer_id, "bench.inprocess")
     name = f"inprocess-{time.time()}"
     floor_token = floor_app.add_customer(FLOOR_DSN, name)
     with conn.cursor() as cur:  # the floor's new key, moved to the customer that owns the scan

@@ -53,7 +53,8 @@ def new_customer(tier="business", credits=10, *, webhook_url=None, webhook_secre
     cust = admin.create_customer("Service test", tier, credits)
     if limits:
         admin.set_limits(cust.id, **limits)
-    key, _ = admin.issue_key(cust.id, "k", webhook_url, webhook_secret, livemode=livemode)
+    from app.webhooks import key_settings
+    key, _ = key_settings.issue_key(cust.id, "k", webhook_url, webhook_secret, livemode=livemode)
     return Customer.get_by_id(cust.id), key
 
 

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from app.accounts import admin
 from app.accounts.models import ApiKey, Customer
+from app.webhooks import key_settings
 
 
 @dataclass
@@ -27,11 +28,11 @@ def customer(tier="business", credits=100, *, inflight=None, hour=None, day=None
     cust = admin.create_customer(name, tier, credits)
     if inflight is not None or hour is not None or day is not None:
         cust = admin.set_limits(cust.id, inflight=inflight, hour=hour, day=day)
-    key, plaintext = admin.issue_key(cust.id, "test key", webhook_url, webhook_secret)
+    key, plaintext = key_settings.issue_key(cust.id, "test key", webhook_url, webhook_secret)
     return Account(cust, key, plaintext)
 
 
 def sandbox_key(account: Account, *, webhook_url=None, webhook_secret=None, name="sandbox key") -> Account:
     """A test-mode key (``service_test_…``, D15) for the same customer as ``account``."""
-    key, plaintext = admin.issue_key(account.id, name, webhook_url, webhook_secret, livemode=False)
+    key, plaintext = key_settings.issue_key(account.id, name, webhook_url, webhook_secret, livemode=False)
     return Account(account.customer, key, plaintext)

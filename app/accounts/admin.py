@@ -137,16 +137,13 @@ def add_credits(customer_id: str, amount: int, reason: str | None = None) -> int
     return balance
 
 
-def issue_key(customer_id: str, name: str = "", webhook_url: str | None = None,
-              webhook_secret: str | None = None, *, livemode: bool = True, scopes=None,
+def issue_key(customer_id: str, name: str = "", *, livemode: bool = True, scopes=None,
               expires_in_days: int | None = None, allowed_ips=None) -> tuple[ApiKey, str]:
     """A new key (a test key, ``service_test_…``, when ``livemode`` is False: D15); returns the
     row and the plaintext, which is never stored or shown again. D21: ``scopes`` (default:
     all), ``expires_in_days`` (default: never), ``allowed_ips`` (default: anywhere), checked
-    by ``app.accounts.access`` before anything is written.
-
-    The webhook URL and secret go through ``key_settings.set_webhook``, the portal's own
-    rules, in the key's transaction: a refused one leaves no key behind.
+    by ``app.accounts.access`` before anything is written. A key with its webhook is
+    ``app.webhooks.key_settings.issue_key``'s.
     """
     get_customer(customer_id)
     name = _check_text("name", name, MAX_NAME_LENGTH, required=False)
@@ -158,9 +155,6 @@ def issue_key(customer_id: str, name: str = "", webhook_url: str | None = None,
         key = key_store.insert(key_id=new_id("key"), customer_id=customer_id, name=name, digest=digest(plaintext),
                                prefix=plaintext[:17], last4=plaintext[-4:], livemode=livemode,
                                scopes=key_scopes, expires_at=expires_at, allowed_ips=blocks)
-        if webhook_url or webhook_secret is not None:
-            from app.webhooks import key_settings
-            key = key_settings.set_webhook(key.id, customer_id, webhook_url, webhook_secret)
     return key, plaintext
 
 

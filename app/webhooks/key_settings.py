@@ -3,10 +3,12 @@ set them, for the logged-in customer's own keys only (``LookupError`` for anothe
 portal answers as 404; a refused input raises ``AccountError``)."""
 from __future__ import annotations
 
+from app.accounts import admin
 from app.accounts.models import ApiKey
 from app.accounts.statements import keys as key_store
 from app.events import kinds as events
 from app.plumbing.crypto import encrypt_secret
+from app.plumbing.db import transaction
 from app.plumbing.errors import AccountError
 from app.plumbing.outbound_urls import check_webhook_url
 from app.plumbing.signatures import decode_secret
@@ -33,6 +35,17 @@ def check_secret(secret: str) -> str:
         raise AccountError(f"the base64 part of the webhook secret must decode to {MIN_SECRET_BYTES} to "
                            f"{MAX_SECRET_BYTES} bytes, not {len(key)}")
     return secret
+
+
+def issue_key(customer_id: str, name: str = "", webhook_url: str | None = None, webhook_secret: str | None = None,
+              **key_options) -> tuple[ApiKey, str]:
+    """A new key (``admin.issue_key``, with its ``key_options``) and its webhook URL and secret,
+    set by ``set_webhook``'s rules in the key's transaction: a refused one leaves no key behind."""
+    with transaction():
+        key, plaintext = admin.issue_key(customer_id, name, **key_options)
+        if webhook_url or webhook_secret is not None:
+            key = set_webhook(key.id, customer_id, webhook_url, webhook_secret)
+    return key, plaintext
 
 
 def set_payload(key_id: str, customer_id: str, payload: str) -> ApiKey:

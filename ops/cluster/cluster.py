@@ -273,11 +273,11 @@ WEBHOOK = """
 from app import create_app
 from app.extensions import db
 from app.accounts.models import Customer
-from app.accounts import admin
+from app.webhooks import key_settings
 create_app()
 with db.connection_context():
     customer = Customer.get(Customer.name == "Demo customer")
-    print(admin.issue_key(customer.id, "drill", webhook_url="{url}", webhook_secret="{secret}")[1])
+    print(key_settings.issue_key(customer.id, "drill", webhook_url="{url}", webhook_secret="{secret}")[1])
 """
 
 

@@ -225,8 +225,6 @@ def room_of(module: str) -> str:
 ROOMS_BACK_UP = {
     ("app.accounts", "app.billing"): "admin.create_customer grants the initial credits, customer_overview and "
                                      "recount read the quotas, as the operator's commands (and the bench) call them",
-    ("app.accounts", "app.webhooks"): "admin.issue_key sets a new key's webhook through key_settings, in the key's "
-                                      "transaction (the CLI, the bench)",
     ("app.billing", "app.scans"): "the quota windows and in-flight counts read the scans' table; the quota "
                                   "minutes and idempotency records are tables of scans.models",
     ("app.scans", "app.sources"): "a creation asks the sources' health which sources to ask (sources.health)",

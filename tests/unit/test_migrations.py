@@ -7,6 +7,7 @@ from app.accounts import admin
 from app.accounts.models import Customer
 from app.extensions import db
 from app.schema_version import SchemaVersion
+from app.webhooks import key_settings
 from tests.domain_fixtures import call_entry
 
 
@@ -361,7 +362,7 @@ def test_the_webhook_endpoints_migration_makes_each_keys_url_its_first_endpoint(
 
     with db.connection_context():
         customer = admin.create_customer("Old", "business", 5)
-        key, _ = admin.issue_key(customer.id, "k", "https://hooks.example.com/a")
+        key, _ = key_settings.issue_key(customer.id, "k", "https://hooks.example.com/a")
         delivery = outbox.send_test_event(key.id, customer.id)
         with db.atomic():
             db.drop_tables([WebhookEndpoint])

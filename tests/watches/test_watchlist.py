@@ -212,18 +212,6 @@ def test_create_watches_says_per_entry_what_became_of_it_and_spreads_their_scans
     assert batch == {w["watch_id"] for w in body["watches"]}
 
 
-def test_create_watches_is_within_the_watch_limit_whole_or_not_at_all(make_customer):
-    from app.accounts import admin
-    from app.plumbing.errors import WatchLimitReached
-    account = make_customer(tier="enterprise")
-    with db.connection_context():
-        admin.set_limits(account.id, watches=2)
-        with pytest.raises(WatchLimitReached, match="2 more fit now"):
-            watchlist.create_watches(account.customer, account.key.id,
-                                   [{"target": f"u{n}@example.com"} for n in range(3)], "weekly", request_id=None)
-        assert Watch.select().count() == 0 and charges.balance_of(account.id) == 100
-
-
 def test_the_portal_lists_both_modes_and_makes_watches_only_with_a_key_that_may(client, account):
     from app.accounts import admin
     from app.plumbing.errors import Forbidden, NotFound
@@ -239,7 +227,7 @@ def test_the_portal_lists_both_modes_and_makes_watches_only_with_a_key_that_may(
         assert {w["watch_id"] for w in both.items} == {r.json["watch_id"], live} and both.total == 2
         assert [w["livemode"] for w in watchlist.portal_watches(account.id, livemode=False).items] == [False]
         assert watchlist.portal_watches(account.id, status="paused").total == 0
-        narrow, _ = admin.issue_key(account.id, "narrow", None, None, scopes=["scans:read"])
+        narrow, _ = admin.issue_key(account.id, "narrow", scopes=["scans:read"])
         assert {k.id for k in watchlist.watch_keys(account.id)} == {account.key.id, test.key.id}
         with pytest.raises(Forbidden, match="lacks the scope watches"):
             watchlist.portal_create(account.customer, narrow.id, "a@b.example", None, "daily")

@@ -4,7 +4,6 @@
 import pytest
 from freezegun import freeze_time
 
-from app.accounts import admin
 from app.accounts.models import ApiKey
 from app.plumbing import runtime
 from app.plumbing.crypto import decrypt_secret
@@ -92,7 +91,7 @@ def test_the_api_list_of_deliveries_pages_by_cursor_per_mode(conn, monkeypatch):
     monkeypatch.setitem(runtime.config, "WEBHOOK_TEST_EVENTS_PER_MINUTE", 100)
     with freeze_time(NOW) as frozen:
         cust, key = new_customer(webhook_url=URL, webhook_secret=SECRET)
-        test_key, _ = admin.issue_key(cust.id, "sandbox", URL, livemode=False)
+        test_key, _ = key_settings.issue_key(cust.id, "sandbox", URL, livemode=False)
         made = []
         for _ in range(3):
             made.append(outbox.send_test_event(key.id, cust.id))

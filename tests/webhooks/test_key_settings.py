@@ -7,6 +7,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from app.accounts import admin
+from app.accounts.models import ApiKey
 from app.plumbing.crypto import decrypt_secret
 from app.plumbing.errors import AccountError
 from app.tracking import states
@@ -55,7 +56,14 @@ def test_generated_and_hand_set_secrets_follow_the_standard_form(conn):
     unpadded = ROTATION_SECRET.rstrip("=")
     key_settings.set_webhook(key.id, cust.id, None, unpadded)  # padding is optional
     with pytest.raises(AccountError, match="whsec_ followed by standard base64"):
-        admin.issue_key(cust.id, "k", None, "not-a-whsec-secret-0123456789")
+        key_settings.issue_key(cust.id, "k", None, "not-a-whsec-secret-0123456789")
+
+
+def test_a_key_with_a_refused_webhook_is_not_created(conn):
+    cust = admin.create_customer("Hooks", "business")
+    with pytest.raises(AccountError):
+        key_settings.issue_key(cust.id, "k", "ftp://hooks.example.com/x")
+    assert ApiKey.select().count() == 0
 
 
 # Moved from tests/workers/test_webhooks_portal.py (service calls, no worker).

@@ -129,7 +129,7 @@ def test_a_watch_is_added_from_the_form_charged_with_the_chosen_key_and_logged(c
 
 def test_a_refused_watch_says_why_and_changes_nothing(client, portal_account):
     with db.connection_context():
-        narrow, _ = admin.issue_key(portal_account.id, "no watches", None, None, scopes=["scans:read"])
+        narrow, _ = admin.issue_key(portal_account.id, "no watches", scopes=["scans:read"])
     login(client)
     page = text(client.get(PAGE))
     assert portal_account.key.id in page and narrow.id not in page  # a key that cannot watch is not offered

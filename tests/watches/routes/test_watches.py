@@ -135,7 +135,7 @@ def test_another_customers_watch_is_not_found_and_bad_input_changes_nothing(clie
 
 def test_a_key_without_the_watches_scope_is_refused_free(client, account):
     with db.connection_context():
-        key, plaintext = admin.issue_key(account.id, "narrow", None, None,
+        key, plaintext = admin.issue_key(account.id, "narrow",
                                             scopes=[s for s in access.SCOPES if s != access.WATCHES])
     narrow = factories.Account(account.customer, key, plaintext)
     before = balance(account)

@@ -162,7 +162,7 @@ def test_a_test_key_makes_test_watches_free_that_live_keys_never_see(client, acc
 def test_a_key_without_the_watches_scope_is_refused_free(client, account):
     from app.accounts import access
     with db.connection_context():
-        key, plaintext = admin.issue_key(account.id, "narrow", None, None,
+        key, plaintext = admin.issue_key(account.id, "narrow",
                                             scopes=[s for s in access.SCOPES if s != access.WATCHES])
     r = bulk(client, factories.Account(account.customer, key, plaintext))
     assert r.status_code == 403 and r.json["error"] == "insufficient_scope"
