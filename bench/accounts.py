@@ -28,13 +28,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from app import create_app
     from app.accounts import admin
+    from app.billing import customers
     from app.extensions import db
     create_app()
     out = []
     with db.connection_context():
         for i in range(args.count):
             name = args.prefix if args.count == 1 else f"{args.prefix}-{i}"
-            customer = admin.create_customer(name, args.tier, HUGE_CREDITS)
+            customer = customers.create_customer(name, args.tier, HUGE_CREDITS)
             admin.set_limits(customer.id, inflight=HUGE_LIMIT, hour=HUGE_LIMIT, day=HUGE_LIMIT)
             _, api_key = admin.issue_key(customer.id, name, args.webhook_url, args.webhook_secret)
             out.append({"customer_id": customer.id, "api_key": api_key})
