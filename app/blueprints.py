@@ -151,7 +151,7 @@ BLUEPRINTS = (
     Mount("app.activity.routes"),
     Mount("app.events.routes"),
     Mount("app.watches.routes"),
-    Mount("app.accounts.routes.account"),
+    Mount("app.billing.routes"),
     Mount("app.sources.routes.catalogue"),
     Mount("app.tracking.routes", documented=False),
     Mount("app.accounts.routes.scim", documented=False),

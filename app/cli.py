@@ -243,8 +243,8 @@ def db_check_logging(as_json):
 @click.option("--credits", default=0, type=int, show_default=True)
 @json_option
 def customers_create(name, tier, credits, as_json):
-    from app.accounts import admin
-    data = run(as_json, lambda: admin.customer_dict(admin.create_customer(name, tier, credits)))
+    from app.billing import customers
+    data = run(as_json, lambda: customers.customer_dict(customers.create_customer(name, tier, credits)))
     emit(as_json, data, customer_record(data, title="customer created"))
 
 
@@ -300,7 +300,8 @@ def customers_audit_sink_remove(sink_id, as_json):
 @json_option
 def customers_list(as_json):
     from app.accounts import admin
-    rows = run(as_json, lambda: [admin.customer_dict(c) for c in admin.list_customers()])
+    from app.billing import customers
+    rows = run(as_json, lambda: [customers.customer_dict(c) for c in admin.list_customers()])
     emit(as_json, {"customers": rows},
          Table([(c["customer_id"], c["tier"], c["balance"], c["name"]) for c in rows],
                headers=["customer", "tier", "balance", "name"], empty="no customers"))
@@ -314,8 +315,8 @@ def customers_list(as_json):
 @json_option
 def customers_credit(customer_id, amount, reason, as_json):
     """Add AMOUNT credits (negative to take them back); writes a ledger row, with the reason if given."""
-    from app.accounts import admin
-    balance = run(as_json, lambda: admin.add_credits(customer_id, amount, reason))
+    from app.billing import customers
+    balance = run(as_json, lambda: customers.add_credits(customer_id, amount, reason))
     reason = (reason or "").strip() or None
     emit(as_json, {"customer_id": customer_id, "amount": amount, "balance": balance, "reason": reason},
          Table.record([("customer", customer_id), ("change", f"{amount:+d}"), ("balance", balance),
@@ -328,7 +329,8 @@ def customers_credit(customer_id, amount, reason, as_json):
 @json_option
 def customers_tier(customer_id, tier, as_json):
     from app.accounts import admin
-    data = run(as_json, lambda: admin.customer_dict(admin.set_tier(customer_id, tier)))
+    from app.billing import customers
+    data = run(as_json, lambda: customers.customer_dict(admin.set_tier(customer_id, tier)))
     emit(as_json, data, customer_record(data))
 
 
@@ -342,7 +344,8 @@ def customers_tier(customer_id, tier, as_json):
 def customers_limits(customer_id, inflight, hour, day, watches, as_json):
     """Override the tier's limits for one customer (without options: show them)."""
     from app.accounts import admin
-    data = run(as_json, lambda: admin.customer_dict(
+    from app.billing import customers
+    data = run(as_json, lambda: customers.customer_dict(
         admin.set_limits(customer_id, inflight=inflight, hour=hour, day=day, watches=watches)))
     emit(as_json, data, limits_table(data))
 
@@ -360,12 +363,13 @@ def customers_limits(customer_id, inflight, hour, day, watches, as_json):
 def customers_settings(customer_id, require_purpose, result_retention_days, require_2fa, as_json):
     """The customer's settings (without options: show them)."""
     from app.accounts import admin, two_factor
+    from app.billing import customers
     wanted = None if require_purpose is None else require_purpose == "on"
-    data = run(as_json, lambda: admin.customer_dict(admin.set_settings(
+    data = run(as_json, lambda: customers.customer_dict(admin.set_settings(
         customer_id, require_purpose=wanted, result_retention_days=result_retention_days)))
     if require_2fa is not None:
         run(as_json, lambda: two_factor.set_required(customer_id, require_2fa == "on", by="operator"))
-        data = run(as_json, lambda: admin.customer_dict(admin.get_customer(customer_id)))
+        data = run(as_json, lambda: customers.customer_dict(admin.get_customer(customer_id)))
     settings = data["settings"]
     emit(as_json, data, Table.record([("customer", data["customer_id"]),
                                       ("require purpose", "on" if settings["require_purpose"] else "off"),
@@ -437,9 +441,8 @@ def customers_sso(customer_id, issuer, client_id, client_secret_stdin, domains, 
 @json_option
 def customers_show(customer_id, as_json):
     """Balance, tier, limits, usage now, keys and the latest credit movements."""
-    from app.accounts import admin
-    from app.billing import charges
-    data = run(as_json, lambda: admin.customer_overview(customer_id))
+    from app.billing import charges, customers
+    data = run(as_json, lambda: customers.customer_overview(customer_id))
     usage, limits = data["usage"], data["limits"]
     emit(as_json, data,
          customer_record(data),
@@ -462,9 +465,10 @@ def customers_show(customer_id, as_json):
 def customers_recount(customer_id, as_json):
     """Rebuild the in-flight and window counters from the scans (after editing scans by hand)."""
     from app.accounts import admin
+    from app.billing import customers
     def recount():
         admin.get_customer(customer_id)
-        return admin.recount(customer_id)
+        return customers.recount(customer_id)
     result = run(as_json, recount)
     emit(as_json, result, f"{customer_id} in flight {result['in_flight']['was']} -> {result['in_flight']['now']}, "
                           f"{result['day']} scans in the last day")

@@ -31,6 +31,7 @@ from app import create_app
 from app.accounts import admin, portal_users, sso
 from app.accounts.models import Customer
 from app.activity import entries
+from app.billing import customers
 from app.extensions import db
 from app.migrations import upgrade
 from app.plumbing import runtime
@@ -68,7 +69,7 @@ def demo_accounts() -> Demo:
     with a random password printed once, when there is none). Inside a database connection."""
     customer = Customer.get_or_none(Customer.name == DEMO_NAME)
     if customer is None:
-        customer = admin.create_customer(DEMO_NAME, "business", 1000)
+        customer = customers.create_customer(DEMO_NAME, "business", 1000)
     _, api_key = admin.issue_key(customer.id, "demo key (make run)")
     password = None
     try:
@@ -100,7 +101,7 @@ def demo_sso(api_port: str, sim_port: str) -> DemoSso:
     (and a SECRET_KEY changed since the last run does not matter). Inside a database connection."""
     customer = Customer.get_or_none(Customer.name == DEMO_SSO_NAME)
     if customer is None:
-        customer = admin.create_customer(DEMO_SSO_NAME, "business", 1000)
+        customer = customers.create_customer(DEMO_SSO_NAME, "business", 1000)
     issuer = f"http://127.0.0.1:{sim_port}/_sim/oidc"  # http: accepted outside production only
     secret = secrets.token_urlsafe(24)
     sso.configure(customer.id, issuer=issuer, client_id=DEMO_SSO_CLIENT, client_secret=secret,

@@ -28,6 +28,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from app import create_app
     from app.accounts import admin
+    from app.billing import customers
     from app.extensions import db
     from app.webhooks import key_settings
     create_app()
@@ -35,7 +36,7 @@ def main(argv=None) -> int:
     with db.connection_context():
         for i in range(args.count):
             name = args.prefix if args.count == 1 else f"{args.prefix}-{i}"
-            customer = admin.create_customer(name, args.tier, HUGE_CREDITS)
+            customer = customers.create_customer(name, args.tier, HUGE_CREDITS)
             admin.set_limits(customer.id, inflight=HUGE_LIMIT, hour=HUGE_LIMIT, day=HUGE_LIMIT)
             _, api_key = key_settings.issue_key(customer.id, name, args.webhook_url, args.webhook_secret)
             out.append({"customer_id": customer.id, "api_key": api_key})

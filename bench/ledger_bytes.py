@@ -28,8 +28,7 @@ def main(argv=None) -> int:
     p.add_argument("--per-minute", type=int, default=100, help="reads of one endpoint a minute (default 100)")
     opts = p.parse_args(argv)
     from app import create_app
-    from app.accounts import admin
-    from app.billing import charges
+    from app.billing import charges, customers
     from app.extensions import db
     from app.migrations import upgrade
     from app.plumbing.models import utcnow
@@ -54,7 +53,7 @@ def main(argv=None) -> int:
     figures = {"reads": opts.n}
     with db.connection_context():
         upgrade()
-        customer = admin.create_customer("ledger bytes", "enterprise", 10 ** 12)
+        customer = customers.create_customer("ledger bytes", "enterprise", 10 ** 12)
         for name, charge in (("row per read", per_call), (f"summed, {opts.per_minute} a minute",
                                                            summed(opts.per_minute)),
                              ("summed, 1 a minute", summed(1))):

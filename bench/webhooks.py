@@ -120,6 +120,7 @@ import json, sys, time
 from app import create_app
 from app.plumbing.db import db
 from app.accounts import admin
+from app.billing import customers
 from app.webhooks import key_settings, outbox
 create_app()
 plan, rate = json.loads(sys.argv[1]), float(sys.argv[2])
@@ -127,7 +128,7 @@ ids = []
 with db.connection_context():
     keys = []
     for url, count in plan:
-        customer = admin.create_customer("bench", "enterprise", 10)
+        customer = customers.create_customer("bench", "enterprise", 10)
         keys.append((key_settings.issue_key(customer.id, "bench", url)[0], url, count))
     if rate <= 0:  # all rows, then all jobs (a row's job is sent when its transaction commits)
         with db.atomic():
@@ -154,13 +155,14 @@ import json, sys
 from app import create_app
 from app.plumbing.db import db
 from app.accounts import admin
+from app.billing import customers
 from app.webhooks import endpoints
 create_app()
 urls = json.loads(sys.argv[1])
 made = []
 with db.connection_context():
     for start in range(0, len(urls), endpoints.MAX_ENDPOINTS):  # a key holds at most 10
-        customer = admin.create_customer("bench", "enterprise", 10)
+        customer = customers.create_customer("bench", "enterprise", 10)
         key, _ = admin.issue_key(customer.id, "bench")
         for url in urls[start:start + endpoints.MAX_ENDPOINTS]:
             created, _ = endpoints.create(key, url=url, events=["scan.completed"])

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from app.accounts import admin
 from app.accounts.models import ApiKey, Customer
+from app.billing import customers
 from app.webhooks import key_settings
 
 
@@ -25,7 +26,7 @@ class Account:
 
 def customer(tier="business", credits=100, *, inflight=None, hour=None, day=None, webhook_url=None,
              webhook_secret=None, name="Test customer") -> Account:
-    cust = admin.create_customer(name, tier, credits)
+    cust = customers.create_customer(name, tier, credits)
     if inflight is not None or hour is not None or day is not None:
         cust = admin.set_limits(cust.id, inflight=inflight, hour=hour, day=day)
     key, plaintext = key_settings.issue_key(cust.id, "test key", webhook_url, webhook_secret)

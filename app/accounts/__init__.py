@@ -1,5 +1,6 @@
 """Accounts: customers, API keys and what a key may do, portal users, sign-in (two-factor,
-single sign-on) and SCIM provisioning.
+single sign-on) and SCIM provisioning. A customer's credits, limits and usage are billing's, which
+stands above the accounts: nothing here imports billing.
 
 What other domains may import from it is ``OFFERS``; the rest is its own (tests/unit/test_layers.py).
 The key lookups (``statements.keys``) are offered as statements: every domain that acts for a key

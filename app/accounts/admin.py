@@ -1,4 +1,6 @@
-"""Customers, API keys and portal users: what the operator CLI and the portal manage."""
+"""Customers, API keys and portal users: what the operator CLI and the portal manage. A customer's
+credits and the operator's views of its limits and usage are billing's (``app.billing.customers``),
+which stands above the accounts."""
 from __future__ import annotations
 
 from werkzeug.security import generate_password_hash
@@ -7,39 +9,18 @@ from app.accounts import access
 from app.accounts.models import TIERS, ApiKey, Customer, PortalUser
 from app.accounts.statements import customers as customer_store
 from app.accounts.statements import keys as key_store
-from app.billing import charges, quotas, usage
-from app.billing.limits import limits_for, watch_limit_for
 from app.plumbing.crypto import digest, new_api_key
-from app.plumbing.db import transaction, write_transaction
+from app.plumbing.db import transaction
 from app.plumbing.errors import AccountError
 from app.plumbing.models import iso, new_id, utcnow
+from app.plumbing.operator_input import check_range, check_text
 
-# The columns' ranges: balances and ledger deltas are BIGINT, limit overrides INTEGER.
-# A number outside them would fail in the database.
-BIGINT_MAX = 2**63 - 1
+# The limit overrides' column range (INTEGER): a number outside it would fail in the database.
 INT_MAX = 2**31 - 1
 MAX_NAME_LENGTH = 200  # Customer.name, ApiKey.name
-MAX_REASON_LENGTH = 500
 # What a customer's ``result_retention_days`` may be (D20: the retention job, ``app.privacy.erasure``,
 # erases after it; the default, 90, is the model's).
 RETENTION_DAYS_RANGE = (1, 3650)
-
-
-def _check_range(field: str, value: int, low: int, high: int) -> int:
-    if not low <= value <= high:
-        raise AccountError(f"{field} must be a whole number from {low} to {high}")
-    return value
-
-
-def _check_text(field: str, value: str | None, max_length: int, *, required: bool) -> str:
-    value = (value or "").strip()
-    if required and not value:
-        raise AccountError(f"{field} must not be empty")
-    if len(value) > max_length:
-        raise AccountError(f"{field} must have at most {max_length} characters")
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
-        raise AccountError(f"{field} must not contain control characters")
-    return value
 
 
 def _known_id(value: str) -> bool:
@@ -47,16 +28,13 @@ def _known_id(value: str) -> bool:
     return isinstance(value, str) and "\x00" not in value and len(value) <= 40
 
 
-def create_customer(name: str, tier: str, credits: int = 0) -> Customer:
+def create_customer(name: str, tier: str) -> Customer:
+    """A new customer with no credits (``app.billing.customers.create_customer`` grants the initial
+    ones in the same transaction)."""
     if tier not in TIERS:
         raise AccountError(f"tier must be one of {', '.join(TIERS)}")
-    name = _check_text("name", name, MAX_NAME_LENGTH, required=True)
-    _check_range("credits", credits, 0, BIGINT_MAX)
-    with transaction():
-        customer = customer_store.insert(customer_id=new_id("cus"), name=name, tier=tier, balance=0)
-        if credits:
-            charges.credit(customer.id, credits, "grant", note="initial credits")
-    return customer_store.get(customer.id)
+    name = check_text("name", name, MAX_NAME_LENGTH, required=True)
+    return customer_store.insert(customer_id=new_id("cus"), name=name, tier=tier, balance=0)
 
 
 def lock_customer(customer_id: str) -> Customer:
@@ -93,7 +71,7 @@ def set_limits(customer_id: str, *, inflight=None, hour=None, day=None, watches=
     for field, value in (("inflight_limit", inflight), ("hour_limit", hour), ("day_limit", day),
                          ("watch_limit", watches)):
         if value is not None:
-            changes[field] = _check_range(field, value, 0, INT_MAX)
+            changes[field] = check_range(field, value, 0, INT_MAX)
     if changes:
         customer_store.update(customer_id, changes)
     return get_customer(customer_id)
@@ -109,32 +87,13 @@ def set_settings(customer_id: str, *, require_purpose: bool | None = None,
     if require_purpose is not None:
         changes["require_purpose"] = bool(require_purpose)
     if result_retention_days is not None:
-        changes["result_retention_days"] = _check_range("result_retention_days", result_retention_days,
+        changes["result_retention_days"] = check_range("result_retention_days", result_retention_days,
                                                         *RETENTION_DAYS_RANGE)
     if require_2fa is not None:
         changes["require_2fa"] = bool(require_2fa)
     if changes:
         customer_store.update(customer_id, changes)
     return get_customer(customer_id)
-
-
-def add_credits(customer_id: str, amount: int, reason: str | None = None) -> int:
-    """Add ``amount`` credits (negative: take them back) with the operator's optional ``reason``,
-    which the ledger row keeps (its ``note``) and the customer sees with the movement; returns
-    the new balance. A credit is a ``grant``, a debit a ``debit`` (``usage.OPERATOR_KINDS``)."""
-    customer = get_customer(customer_id)
-    if amount == 0:
-        raise AccountError("amount must not be zero")
-    _check_range("amount", amount, -BIGINT_MAX, BIGINT_MAX)
-    reason = _check_text("reason", reason, MAX_REASON_LENGTH, required=False) or None
-    if amount > 0:
-        if customer.balance > BIGINT_MAX - amount:
-            raise AccountError(f"the balance would exceed {BIGINT_MAX}")
-        return charges.credit(customer_id, amount, "grant", note=reason)
-    balance = charges.charge(customer_id, -amount, "debit", note=reason)
-    if balance is None:
-        raise AccountError("the balance is smaller than the debit")
-    return balance
 
 
 def issue_key(customer_id: str, name: str = "", *, livemode: bool = True, scopes=None,
@@ -146,7 +105,7 @@ def issue_key(customer_id: str, name: str = "", *, livemode: bool = True, scopes
     ``app.webhooks.key_settings.issue_key``'s.
     """
     get_customer(customer_id)
-    name = _check_text("name", name, MAX_NAME_LENGTH, required=False)
+    name = check_text("name", name, MAX_NAME_LENGTH, required=False)
     key_scopes = access.parse_scopes(scopes) if scopes is not None else list(access.SCOPES)
     expires_at = access.expiry_in_days(expires_in_days, utcnow()) if expires_in_days is not None else None
     blocks = access.parse_allowlist(allowed_ips)
@@ -202,40 +161,6 @@ def create_user(customer_id: str, email: str, password: str, role: str = "owner"
                                              role=role)
 
 
-def customer_dict(customer: Customer) -> dict:
-    limits = limits_for(customer)
-    return {
-        "customer_id": customer.id, "name": customer.name, "tier": customer.tier, "balance": customer.balance,
-        "limits": {"inflight": limits.inflight, "hour": limits.hour, "day": limits.day,
-                   "watches": watch_limit_for(customer)},
-        "overrides": {"inflight": customer.inflight_limit, "hour": customer.hour_limit, "day": customer.day_limit,
-                      "watches": customer.watch_limit},
-        "settings": {"require_purpose": customer.require_purpose,
-                     "result_retention_days": customer.result_retention_days, "require_2fa": customer.require_2fa},
-    }
-
-
-def customer_overview(customer_id: str, now=None, ledger_rows: int = 10) -> dict:
-    """What an operator needs to know about a customer at once: the balance, tier and
-    limits, the usage ``now`` (as the portal's usage page counts it), the keys, and the
-    latest credit movements with their notes (an operator's credit keeps its reason there)."""
-    customer = get_customer(customer_id)
-    now = now or utcnow()
-    window = quotas.window_usage(customer.id, now)
-    keys = key_store.all_oldest_first(customer.id)
-    ledger = usage.latest_ledger(customer.id, ledger_rows)
-    return {
-        **customer_dict(customer),
-        "created_at": iso(customer.created_at),
-        "usage": {"in_flight": quotas.inflight_count(customer.id), "hour": window.hour, "day": window.day},
-        "keys": [key_dict(k) for k in keys],
-        "ledger": [{"created_at": iso(row.created_at), "delta": row.delta, "balance_after": row.balance_after,
-                    "kind": row.reason, "note": row.note, "scan_id": row.scan_id or row.bulk_id,
-                    "reads": row.reads}
-                   for row in ledger],
-    }
-
-
 def key_dict(key: ApiKey) -> dict:
     return {
         "key_id": key.id, "customer_id": key.customer_id, "name": key.name, "prefix": key.prefix,
@@ -251,25 +176,3 @@ def _status(key: ApiKey) -> str:
     if not key.is_live:
         return "revoked"
     return "expired" if access.is_expired(key, utcnow()) else "active"
-
-
-def recount(customer_id: str) -> dict:
-    """Rebuild the customer's quota counters from its scans (``flask customers recount``).
-
-    The counters move with every scan in the code, so this only matters after scans were
-    changed by hand in the database. Under the admission's lock: an admission waits, and a
-    scan finishing meanwhile is counted in flight here and taken out after (its UPDATE of
-    the customer waits for this transaction), so the counters stay right.
-    """
-    now = utcnow()
-    with write_transaction():
-        customer = lock_customer(customer_id)
-        counted, minutes = quotas.counted_from_scans(now, customer_id)
-        test_counted, test_minutes = quotas.counted_from_scans(now, customer_id, livemode=False)
-        in_flight, test_in_flight = counted[customer_id], test_counted[customer_id]
-        quotas.reset_counters(customer_id, in_flight=in_flight, test_in_flight=test_in_flight)
-        for livemode, counts in ((True, minutes), (False, test_minutes)):
-            for (_, minute), count in counts.items():
-                quotas.count_created(customer_id, minute, count, livemode)
-    return {"customer_id": customer_id, "in_flight": {"was": customer.in_flight, "now": in_flight},
-            "day": sum(minutes.values())}

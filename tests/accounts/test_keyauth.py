@@ -7,6 +7,7 @@ from freezegun import freeze_time
 
 from app.accounts import admin, keyauth
 from app.accounts.models import ApiKey
+from app.billing import customers
 from app.plumbing.crypto import digest
 from app.plumbing.errors import NotAuthenticated
 
@@ -15,7 +16,7 @@ NOW = datetime(2026, 11, 22, 12, 0, 0)
 
 @pytest.fixture
 def issued(conn):
-    cust = admin.create_customer("Keys", "business", 5)
+    cust = customers.create_customer("Keys", "business", 5)
     key, plaintext = admin.issue_key(cust.id, "k")
     return cust, key, plaintext
 

@@ -412,11 +412,11 @@ def key_status(delivery_id):
 
 
 def test_an_unexpected_failure_is_one_line_too(app, cid, monkeypatch):
-    from app.accounts import admin
+    from app.billing import customers
 
     def broken(customer_id, now=None):
         raise ZeroDivisionError("division by zero\nsecond line")
-    monkeypatch.setattr(admin, "customer_overview", broken)
+    monkeypatch.setattr(customers, "customer_overview", broken)
     result = run(app, "customers", "show", cid)
     assert_one_line_failure(result)
     assert result.stderr == "error: unexpected ZeroDivisionError: division by zero\n"

@@ -4,14 +4,13 @@ from datetime import datetime
 
 import pytest
 
-from app.accounts import admin
 from app.accounts.models import CreditLedger
-from app.billing import charges
+from app.billing import charges, customers
 from tests.domain_fixtures import books_of, call_entry
 
 
 def test_charges_and_credits_keep_the_ledger_equal_to_the_balance_and_never_below_zero(conn):
-    customer = admin.create_customer("Books", "business", 5)
+    customer = customers.create_customer("Books", "business", 5)
     rng = random.Random(15)
     expected = 5
     for step in range(200):
@@ -31,7 +30,7 @@ def test_charges_and_credits_keep_the_ledger_equal_to_the_balance_and_never_belo
 
 
 def test_a_refused_charge_writes_no_ledger_row(conn):
-    customer = admin.create_customer("Short", "pro", 2)
+    customer = customers.create_customer("Short", "pro", 2)
     before = books_of(customer.id)
     assert charges.charge(customer.id, 3, "bulk") is None
     assert books_of(customer.id) == before
@@ -43,7 +42,7 @@ def test_a_refused_charge_writes_no_ledger_row(conn):
 
 
 def test_each_ledger_row_records_the_balance_after_it(conn):
-    customer = admin.create_customer("After", "business", 10)
+    customer = customers.create_customer("After", "business", 10)
     charges.charge(customer.id, 3, "scan", scan_id="scn_x")
     charges.credit(customer.id, 3, "refund", scan_id="scn_x", note="engine submission failed")
     charges.charge(customer.id, 1, "call", request_id="req_1")
@@ -55,7 +54,7 @@ def test_each_ledger_row_records_the_balance_after_it(conn):
 
 
 def test_charge_call_charges_one_credit_and_reports_the_windows(conn):
-    customer = admin.create_customer("Reads", "business", 1)
+    customer = customers.create_customer("Reads", "business", 1)
     now = datetime(2026, 11, 22, 12, 0, 0)
     balance, usage = charges.charge_call(customer.id, "req_read", now, entry=call_entry(customer.id))
     assert balance == 0 and (usage.hour, usage.day) == (0, 0)
@@ -95,7 +94,7 @@ def _read_rows(customer_id: str) -> list[tuple]:
 
 
 def test_reads_of_one_endpoint_and_minute_are_one_row_that_grows(conn):
-    customer = admin.create_customer("Summed", "business", 10)
+    customer = customers.create_customer("Summed", "business", 10)
     minute = datetime(2026, 11, 22, 12, 0)
     scan_read = "GET /api/v1/scan/{scan_id}"
     for second in (0, 20, 59):
@@ -121,7 +120,7 @@ def test_reads_of_one_endpoint_and_minute_are_one_row_that_grows(conn):
 
 
 def test_a_read_the_balance_cannot_pay_changes_nothing(conn):
-    customer = admin.create_customer("Short reads", "pro", 1)
+    customer = customers.create_customer("Short reads", "pro", 1)
     minute = datetime(2026, 11, 22, 12, 0)
     assert charges.charge_call(customer.id, "req_1", minute, "GET /api/v1/scans", read_of=True,
                                entry=call_entry(customer.id))[0] == 0
@@ -134,7 +133,7 @@ def test_a_read_the_balance_cannot_pay_changes_nothing(conn):
 
 def test_only_reads_are_summed_and_other_calls_keep_a_row_each(conn):
     assert charges.is_read("GET") and not charges.is_read("POST") and not charges.is_read("DELETE")
-    customer = admin.create_customer("Calls", "business", 10)
+    customer = customers.create_customer("Calls", "business", 10)
     now = datetime(2026, 11, 22, 12, 0)
     for n in range(2):
         charges.charge_call(customer.id, f"req_{n}", now, "POST /api/v1/scan (400)", entry=call_entry(customer.id))

@@ -4,8 +4,7 @@ from datetime import datetime, timedelta
 import pytest
 from freezegun import freeze_time
 
-from app.accounts import admin
-from app.billing import idempotency
+from app.billing import customers, idempotency
 from app.plumbing.errors import Conflict
 from app.scans.models import IdempotencyRecord
 
@@ -15,7 +14,7 @@ SCAN = "POST /api/v1/scan"
 
 @pytest.fixture
 def customer_id(conn):
-    return admin.create_customer("Idem", "business", 0).id
+    return customers.create_customer("Idem", "business", 0).id
 
 
 def _hash(body: bytes, endpoint: str = SCAN) -> str:
@@ -62,7 +61,7 @@ def test_release_never_drops_a_stored_answer(customer_id):
 
 
 def test_keys_are_scoped_per_customer(customer_id):
-    other = admin.create_customer("Other", "business", 0).id
+    other = customers.create_customer("Other", "business", 0).id
     body = _hash(b"{}")
     _, mine = idempotency.claim(customer_id, "shared", SCAN, body)
     idempotency.complete(mine, 202, '{"mine": true}')

@@ -7,7 +7,7 @@ import pytest
 from app.accounts import admin
 from app.accounts.models import Customer
 from app.api_calls import rate_limit_headers
-from app.billing import quotas
+from app.billing import customers, quotas
 from app.billing.limits import Limits
 from app.extensions import db
 from app.plumbing.errors import RateLimited
@@ -26,7 +26,7 @@ def _scans(customer, key, *moments, status="completed"):
 
 @pytest.fixture
 def customer(conn):
-    cust = admin.create_customer("Windows", "business", 0)
+    cust = customers.create_customer("Windows", "business", 0)
     key, _ = admin.issue_key(cust.id, "k")
     return cust, key
 
@@ -88,7 +88,7 @@ def test_limit_headers_report_what_is_left_and_when_the_oldest_leaves(customer):
 
 def test_windows_are_per_customer(customer):
     cust, key = customer
-    other = admin.create_customer("Other", "business", 0)
+    other = customers.create_customer("Other", "business", 0)
     other_key, _ = admin.issue_key(other.id, "k")
     _scans(cust, key, NOW - timedelta(minutes=1))
     _scans(other, other_key, NOW - timedelta(minutes=2), NOW - timedelta(minutes=3))
@@ -108,7 +108,7 @@ def _naive(customer_id, now, seconds):
 def test_windows_match_counting_the_scans_at_every_edge(conn):
     rng = random.Random(7)
     start = datetime(2026, 11, 20, 9, 0, 0)
-    customer = admin.create_customer("Windows", "enterprise", 0)
+    customer = customers.create_customer("Windows", "enterprise", 0)
     key, _ = admin.issue_key(customer.id, "k")
     created = []
     for _ in range(300):  # 27 hours of scans, some on whole minutes and seconds
@@ -133,7 +133,7 @@ def test_windows_match_counting_the_scans_at_every_edge(conn):
 
 def test_taking_scans_back_and_pruning(conn):
     now = datetime(2026, 11, 21, 12, 0, 30)
-    customer = admin.create_customer("Prune", "business", 0)
+    customer = customers.create_customer("Prune", "business", 0)
     quotas.count_created(customer.id, now - timedelta(days=1, minutes=2), 4)
     quotas.count_created(customer.id, now, 3)
     quotas.count_created(customer.id, now, -1)

@@ -7,7 +7,7 @@ from freezegun import freeze_time
 
 from app.accounts import admin
 from app.accounts.models import CreditLedger
-from app.billing import charges, usage
+from app.billing import charges, customers, usage
 from app.plumbing.errors import InvalidRequest
 from app.plumbing.models import utcnow
 from tests.domain_fixtures import call_entry, new_customer, new_scan
@@ -25,8 +25,8 @@ def test_daily_activity_counts_live_scans_and_net_spending_over_30_days(conn):
         charges.credit(cust.id, 1, "refund", note="engine submission failed")
         frozen.move_to(NOW)
         new_scan(cust, key)
-        admin.add_credits(cust.id, 100, "goodwill")  # an operator's credit is not spending
-        admin.add_credits(cust.id, -3)               # nor is a debit
+        customers.add_credits(cust.id, 100, "goodwill")  # an operator's credit is not spending
+        customers.add_credits(cust.id, -3)               # nor is a debit
         test_key, _ = admin.issue_key(cust.id, "sandbox", livemode=False)
         new_scan(cust, test_key)                        # test scans are free and not counted
         days = usage.activity(cust.id, "day")
@@ -57,8 +57,8 @@ def test_each_movement_is_described_for_a_person(conn):
     new_scan(cust, key)
     charges.charge_call(cust.id, "req_c", utcnow(), "GET /api/v1/scan/scn_x", entry=call_entry(cust.id))
     charges.credit(cust.id, 1, "refund", note="engine submission failed")
-    admin.add_credits(cust.id, 7, "promo")
-    admin.add_credits(cust.id, -2)
+    customers.add_credits(cust.id, 7, "promo")
+    customers.add_credits(cust.id, -2)
     described = [usage.describe(r) for r in CreditLedger.select().where(CreditLedger.customer == cust.id)
                  .order_by(CreditLedger.id)]
     assert [(d["kind"], d["what"], d["endpoint"], d["reason"]) for d in described] == [
@@ -75,7 +75,7 @@ def test_each_movement_is_described_for_a_person(conn):
 def test_the_ledger_pages_newest_first(conn):
     cust, _ = new_customer(credits=1)
     for n in range(4):
-        admin.add_credits(cust.id, n + 1)
+        customers.add_credits(cust.id, n + 1)
     page = usage.ledger_page(cust.id, page=1, per_page=2)
     assert [r["delta"] for r in page.items] == [4, 3] and (page.total, page.pages) == (5, 3)
     assert [r["delta"] for r in usage.ledger_page(cust.id, page=3, per_page=2).items] == [1]
@@ -93,11 +93,11 @@ def test_summed_reads_are_dated_by_the_latest_with_the_balance_after_it(conn):
     charges.charge_call(cust.id, "req_1", at, "GET /api/v1/scan/{scan_id}", read_of=True,
                         entry=call_entry(cust.id))
     with freeze_time(at + timedelta(seconds=10)):
-        admin.add_credits(cust.id, -5, "correction")
+        customers.add_credits(cust.id, -5, "correction")
     charges.charge_call(cust.id, "req_2", at + timedelta(seconds=20), "GET /api/v1/scan/{scan_id}", read_of=True,
                         entry=call_entry(cust.id))
     for listed in (usage.ledger_page(cust.id, page=1, per_page=10).items,
-                   admin.customer_overview(cust.id)["ledger"]):
+                   customers.customer_overview(cust.id)["ledger"]):
         assert [(r["delta"], r["balance_after"]) for r in listed] == [(-2, 93), (-5, 94), (100, 100)]
         assert listed[0]["balance_after"] == charges.balance_of(cust.id)
         assert sum(r["delta"] for r in listed) == charges.balance_of(cust.id)
@@ -127,12 +127,12 @@ def test_the_export_is_the_periods_movements_oldest_first_across_chunks(conn):
         cust, _ = new_customer(credits=1)  # the day before: outside the period
         frozen.move_to(NOW)
         for n in range(3):
-            admin.add_credits(cust.id, n + 10)
+            customers.add_credits(cust.id, n + 10)
         # More rows than one chunk of the export (1,000), many at one instant: the id orders them.
         CreditLedger.insert_many([{"customer": cust.id, "delta": 0, "balance_after": 34, "reason": "grant",
                                    "created_at": NOW + timedelta(hours=1)} for _ in range(1200)]).execute()
         frozen.move_to(NOW + timedelta(days=1))
-        admin.add_credits(cust.id, 99)  # the day after: outside
+        customers.add_credits(cust.id, 99)  # the day after: outside
         since, until = usage.check_period(NOW.date(), NOW.date(), today=NOW.date())
         exported = list(usage.ledger_export(cust.id, since, until))
         assert len(exported) == 1203

@@ -11,9 +11,8 @@ from datetime import timedelta
 import pytest
 from freezegun import freeze_time
 
-from app.accounts import admin
 from app.accounts.models import CreditLedger
-from app.billing import charges, usage
+from app.billing import charges, customers, usage
 from app.extensions import db
 from app.plumbing.models import utcnow
 from app.scans.models import Scan
@@ -243,7 +242,7 @@ def test_usage_charts_are_svg_with_titles_and_count_in_sql(client, portal_accoun
 
 def test_ledger_says_what_each_movement_was(client, portal_account):
     with db.connection_context():
-        admin.add_credits(portal_account.id, 5, "goodwill after the <b>outage</b>")
+        customers.add_credits(portal_account.id, 5, "goodwill after the <b>outage</b>")
     scan_id = create(client, portal_account, "noah@example.com")
     with freeze_time(utcnow()):  # one minute: its reads of one endpoint are one row (D24)
         for _ in range(3):
@@ -264,7 +263,7 @@ def test_ledger_says_what_each_movement_was(client, portal_account):
 
 def test_ledger_csv_for_a_period(client, portal_account):
     with db.connection_context():
-        admin.add_credits(portal_account.id, 3, "=HYPERLINK(\"http://evil\")")
+        customers.add_credits(portal_account.id, 3, "=HYPERLINK(\"http://evil\")")
     with freeze_time(utcnow()):  # one minute: its reads are one row (D24)
         scan_id = create(client, portal_account, "olivia@example.com")
         for _ in range(3):

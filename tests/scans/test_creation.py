@@ -6,7 +6,7 @@ import pytest
 
 from app.accounts import admin
 from app.accounts.models import Customer
-from app.billing import quotas
+from app.billing import customers, quotas
 from app.plumbing import engine
 from app.plumbing.errors import EngineUnavailable, Forbidden, InvalidRequest, ServiceError
 from app.scans import creation
@@ -17,7 +17,7 @@ from tests.domain_fixtures import books_of
 
 
 def _customer(tier="business", credits=10, **limits):
-    cust = admin.create_customer("Admission", tier, credits)
+    cust = customers.create_customer("Admission", tier, credits)
     if limits:
         cust = admin.set_limits(cust.id, **limits)
     key, _ = admin.issue_key(cust.id, "k")

@@ -53,8 +53,8 @@ def test_a_commit_runs_the_work_once_after_it_and_a_rollback_drops_it(conn):
 def test_the_work_sees_its_transaction_committed(conn, app):
     """The work runs after the COMMIT, outside the transaction: another connection sees the row,
     and a transaction the work opens is its own (its own work runs at its own commit)."""
-    from app.accounts import admin
     from app.accounts.models import Customer
+    from app.billing import customers
     seen, inner = [], []
 
     def work(customer_id):
@@ -68,7 +68,7 @@ def test_the_work_sees_its_transaction_committed(conn, app):
         seen.append(db.in_transaction())
 
     with transaction():
-        customer = admin.create_customer("After commit", "business", 1)
+        customer = customers.create_customer("After commit", "business", 1)
         after_commit(work, customer.id)
     assert seen == [True, False] and inner == ["inner"]
     assert Customer.get_by_id(customer.id)

@@ -223,8 +223,6 @@ def room_of(module: str) -> str:
 # tracking, privacy (each uses only those before it but for these). A new one fails the test; one no longer
 # drawn fails it too, until it leaves this table.
 ROOMS_BACK_UP = {
-    ("app.accounts", "app.billing"): "admin.create_customer grants the initial credits, customer_overview and "
-                                     "recount read the quotas, as the operator's commands (and the bench) call them",
     ("app.billing", "app.scans"): "the quota windows and in-flight counts read the scans' table; the quota "
                                   "minutes and idempotency records are tables of scans.models",
     ("app.scans", "app.sources"): "a creation asks the sources' health which sources to ask (sources.health)",

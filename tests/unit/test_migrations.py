@@ -5,6 +5,7 @@ from playhouse.migrate import PostgresqlMigrator, migrate
 from app import migrations
 from app.accounts import admin
 from app.accounts.models import Customer
+from app.billing import customers
 from app.extensions import db
 from app.schema_version import SchemaVersion
 from app.webhooks import key_settings
@@ -38,7 +39,7 @@ def test_every_absent_version_is_explained_where_the_versions_are_listed():
 
 def test_a_new_migration_is_applied_once_and_keeps_rows(app, monkeypatch):
     with db.connection_context():
-        customer = admin.create_customer("Kept", "pro", 5)
+        customer = customers.create_customer("Kept", "pro", 5)
 
         def add_column(database):
             migrator = PostgresqlMigrator(database)
@@ -69,7 +70,7 @@ def test_quota_counters_migration_fills_them_from_existing_scans(app):
     from app.scans.models import QuotaMinute, Scan
 
     with db.connection_context():
-        customer = admin.create_customer("Old", "business", 5)
+        customer = customers.create_customer("Old", "business", 5)
         key, _ = admin.issue_key(customer.id, "k")
         now = utcnow()
         statuses = ["queued", "running", "completed", "failed", "queued"]
@@ -111,7 +112,7 @@ def test_portal_sessions_migration_adds_the_table_and_the_disabled_flag(app):
     from app.accounts.models import PortalSession, PortalUser
 
     with db.connection_context():
-        customer = admin.create_customer("Old", "pro", 0)
+        customer = customers.create_customer("Old", "pro", 0)
         user = admin.create_user(customer.id, "old@acme.example", "long enough password")
         with db.atomic():
             db.drop_tables([PortalSession])
@@ -137,7 +138,7 @@ def test_test_mode_migration_marks_existing_rows_live_and_counts_windows_per_mod
     from app.scans.models import IdempotencyRecord, QuotaMinute, Scan
 
     with db.connection_context():
-        customer = admin.create_customer("Old", "business", 5)
+        customer = customers.create_customer("Old", "business", 5)
         key, _ = admin.issue_key(customer.id, "k")
         now = utcnow()
         Scan.create(id=new_id("scn"), customer=customer.id, api_key=key.id, kind="email", target="a@example.com",
@@ -178,7 +179,7 @@ def test_the_idempotency_endpoint_holds_a_redelivery_path(app):
 
     path = "/api/v1/deliveries/dlv_" + "x" * 22 + "/redeliver"
     with db.connection_context():
-        customer = admin.create_customer("Old", "business", 5)
+        customer = customers.create_customer("Old", "business", 5)
         with db.atomic():
             db.execute_sql('ALTER TABLE "idempotency_record" ALTER COLUMN "endpoint" TYPE VARCHAR(40)')
             SchemaVersion.delete().where(SchemaVersion.version == 7).execute()
@@ -238,7 +239,7 @@ def test_key_access_migration_gives_existing_keys_every_scope_no_expiry_and_no_a
     from app.accounts.models import ApiKey
 
     with db.connection_context():
-        customer = admin.create_customer("Old", "pro", 0)
+        customer = customers.create_customer("Old", "pro", 0)
         key, _ = admin.issue_key(customer.id, "old key")
         with db.atomic():
             for column in ("scopes", "expires_at", "allowed_ips"):
@@ -268,7 +269,7 @@ def test_roles_and_two_factor_migration_makes_existing_users_owners(app):
     from app.accounts.models import PortalRecoveryCode, PortalUser
 
     with db.connection_context():
-        customer = admin.create_customer("Old", "pro", 0)
+        customer = customers.create_customer("Old", "pro", 0)
         user = admin.create_user(customer.id, "old@acme.example", "long enough password")
         with db.atomic():
             db.drop_tables([PortalRecoveryCode])
@@ -298,7 +299,7 @@ def test_the_results_explained_migration_adds_rerun_of_feedback_and_explains_sto
                   "profiles": {"verified": [], "weak": []}, "contacts": {"emails": ["a@example.com"], "phones": []},
                   "breaches": [], "phone_profile": None, "ai_summary": "", "artifacts": {"pdf": "", "person_card": ""}}
     with db.connection_context():
-        customer = admin.create_customer("Old", "business", 5)
+        customer = customers.create_customer("Old", "business", 5)
         key, _ = admin.issue_key(customer.id, "k")
         scan_id = new_id("scn")
         Scan.create(id=scan_id, customer=customer.id, api_key=key.id, kind="email", target="a@example.com",
@@ -328,7 +329,7 @@ def test_the_summed_reads_migration_adds_the_columns_and_the_minute_index(app):
     from app.plumbing.models import utcnow
 
     with db.connection_context():
-        customer = admin.create_customer("Old", "pro", 5)
+        customer = customers.create_customer("Old", "pro", 5)
         with db.atomic():
             db.execute_sql(f'DROP INDEX "{READS_MINUTE_INDEX}"')
             for column in ("livemode", "minute", "reads"):
@@ -361,7 +362,7 @@ def test_the_webhook_endpoints_migration_makes_each_keys_url_its_first_endpoint(
     from app.webhooks.models import WebhookDelivery, WebhookEndpoint
 
     with db.connection_context():
-        customer = admin.create_customer("Old", "business", 5)
+        customer = customers.create_customer("Old", "business", 5)
         key, _ = key_settings.issue_key(customer.id, "k", "https://hooks.example.com/a")
         delivery = outbox.send_test_event(key.id, customer.id)
         with db.atomic():
@@ -417,7 +418,7 @@ def test_the_findings_identity_migration_indexes_feedback_by_finding_and_names_i
               "findings": [{"id": "fnd_a", "path": "contacts.emails[0]", "source_ids": [], "feedback": feedback},
                            {"id": "fnd_b", "path": "breaches[0]", "source_ids": [], "feedback": None}]}
     with db.connection_context():
-        customer = admin.create_customer("Old", "business", 5)
+        customer = customers.create_customer("Old", "business", 5)
         key, _ = admin.issue_key(customer.id, "k")
         with_feedback, without = new_id("scn"), new_id("scn")
         plain = {**stored, "findings": [{**f, "feedback": None} for f in stored["findings"]]}
@@ -469,7 +470,7 @@ def test_the_one_way_to_track_migration_makes_the_chains_scans_due_and_leaves_th
     from app.scans.models import Scan
 
     with db.connection_context():
-        customer = admin.create_customer("Chains", "pro", 5)
+        customer = customers.create_customer("Chains", "pro", 5)
         key, _ = admin.issue_key(customer.id, "k")
         later = utcnow() + timedelta(hours=1)
 
@@ -507,7 +508,7 @@ def test_the_watches_migration_builds_the_table_and_gives_keys_with_every_scope_
     with db.connection_context():
         fresh = indexes()
         assert {name for name, _ in fresh} >= {"watch_pkey", "watch_due", "watch_optout_hash", "scan_watch"}
-        customer = admin.create_customer("Old", "pro", 0)
+        customer = customers.create_customer("Old", "pro", 0)
         every, _ = admin.issue_key(customer.id, "every scope")
         narrow, _ = admin.issue_key(customer.id, "narrow", scopes="scans:read")
         with db.atomic():
@@ -537,7 +538,7 @@ def test_the_watch_slots_migration_numbers_each_customer_s_open_watches_per_mode
     from app.watches.models import Watch
 
     with db.connection_context():
-        customer = admin.create_customer("Slots", "pro", 0)
+        customer = customers.create_customer("Slots", "pro", 0)
         key, _ = admin.issue_key(customer.id, "k")
         start = datetime(2026, 11, 1, 9, 0)
 
@@ -570,7 +571,7 @@ def test_the_opted_out_watches_migration_forgets_their_targets_and_those_of_thei
     from app.webhooks.models import WebhookDelivery
     [version] = [v for v, _, f in migrations.MIGRATIONS if f is migrations._opted_out_watches_forget_target]
     with db.connection_context():
-        customer = admin.create_customer("Forget", "pro", 0)
+        customer = customers.create_customer("Forget", "pro", 0)
         key, _ = admin.issue_key(customer.id, "k")
 
         def watch(n, **fields):
@@ -640,7 +641,7 @@ def test_the_confidence_migration_gives_stored_results_a_match_and_their_finding
         {"id": "fnd_c", "path": "breaches[1]", "source_ids": ["s1", "s2", "s3"], "feedback": None}]}
     new = {"findings": [], "match": False}
     with db.connection_context():
-        customer = admin.create_customer("Conf", "pro", 0)
+        customer = customers.create_customer("Conf", "pro", 0)
         key, _ = admin.issue_key(customer.id, "k")
         for scan_id, result in (("scn_v29a", old), ("scn_v29b", new)):
             Scan.create(id=scan_id, customer=customer.id, api_key=key.id, kind="email", target="a@example.com",
@@ -699,7 +700,7 @@ def test_the_scim_migration_adds_the_token_digest_and_the_provisioning_mark_in_e
     [version] = [v for v, _, f in migrations.MIGRATIONS if f is migrations._scim]
 
     with db.connection_context():
-        customer = admin.create_customer("Old", "pro", 0)
+        customer = customers.create_customer("Old", "pro", 0)
         user = admin.create_user(customer.id, "old@acme.example", "long enough password")
         with db.atomic():
             db.execute_sql('ALTER TABLE "customer" DROP COLUMN "scim_token_digest", DROP COLUMN "scim_token_set_at"')
@@ -729,7 +730,7 @@ def test_the_single_sign_on_migration_adds_the_table_and_the_users_columns_and_k
 
     with db.connection_context():
         fresh = columns("customer_sso"), columns("portal_user")
-        customer = admin.create_customer("Old", "pro", 0)
+        customer = customers.create_customer("Old", "pro", 0)
         user = admin.create_user(customer.id, "old@acme.example", "correct horse battery")
         with db.atomic():
             db.drop_tables([CustomerSso], cascade=True)

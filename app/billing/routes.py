@@ -1,8 +1,9 @@
 """``GET /api/v1/account`` (D21): the calling key's account and what the key may do.
 
-The view stays thin: ``app.billing.usage.account_view`` charges the call (so the balance in
-the body is the one after it) and builds the body; authentication and D21's check of the key
-(any scope) are ``app.api.hooks.api_call``'s.
+Billing's, as its body is the account's balance, limits and usage. The view stays thin:
+``usage.account_view`` charges the call (so the balance in the body is the one after it) and
+builds the body; authentication and D21's check of the key (any scope) are
+``app.api.hooks.api_call``'s.
 """
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from flask import g
 from flask.views import MethodView
 
 from app.accounts import access
-from app.accounts.schemas import AccountSchema
 from app.api import hooks
 from app.api.base import ApiBlueprint
 from app.api.openapi import HEADERS, SECURITY, documented_errors
 from app.billing import usage
+from app.billing.schemas import AccountSchema
 
 blp = ApiBlueprint("account", __name__, url_prefix="/api/v1",
                    description="Your account: balance, limits, usage, and what the calling key may do.")
