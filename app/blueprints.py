@@ -34,9 +34,11 @@ from app.api.envelope import ErrorSchema
 from app.billing import charges
 from app.billing import pages as usage_pages
 from app.events import kinds as events
+from app.intake import pages as intake_pages
 from app.plumbing.config import retry_schedule_words
 from app.portal import audit, security
 from app.portal.blueprint import bp as portal_bp
+from app.privacy import pages as privacy_pages
 from app.scans import pages as scan_pages
 from app.scans.purposes import PURPOSES
 from app.sources import pages as source_pages
@@ -145,7 +147,9 @@ class Mount:
 # token, outside the document and its accounting too (``api_calls.check_accounted`` holds every view under
 # ``/scim/`` to ``scim.scim_authenticated``); the health checks take no key and no form.
 BLUEPRINTS = (
+    Mount("app.intake.routes"),
     Mount("app.scans.routes"),
+    Mount("app.privacy.routes"),
     Mount("app.webhooks.routes.deliveries"),
     Mount("app.webhooks.routes.endpoints"),
     Mount("app.activity.routes"),
@@ -410,8 +414,8 @@ def _ref_to(component: str, prop: dict) -> dict:
 # The portal's pages, each domain's (``app/<domain>/pages``): importing a page module registers its
 # routes on the portal's blueprint, each with the one permission it needs (``security.requires``) or
 # ``security.public``. This is the one list of them.
-PAGES = (login, single_sign_on, team, two_factor_pages, activity_log, usage_pages, scan_pages, source_pages,
-         watch_pages, endpoint_pages, key_pages)
+PAGES = (login, single_sign_on, team, two_factor_pages, activity_log, usage_pages, scan_pages, intake_pages,
+         privacy_pages, source_pages, watch_pages, endpoint_pages, key_pages)
 
 
 def portal_blueprint():

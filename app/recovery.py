@@ -32,12 +32,12 @@ import logging
 from datetime import UTC, timedelta
 
 from app.billing import idempotency, quotas
+from app.intake.creation import reverse_reservation
 from app.plumbing import metrics, runtime
 from app.plumbing.db import connection_context
 from app.plumbing.jobs import QUEUES, promote_due, queue
 from app.plumbing.models import utcnow
 from app.privacy import erasure
-from app.scans.creation import reverse_reservation
 from app.scans.models import IN_FLIGHT, QUEUED
 from app.tracking.statements import scan_states
 from app.webhooks import deliveries

@@ -61,7 +61,7 @@ def new_customer(tier="business", credits=10, *, webhook_url=None, webhook_secre
 
 def new_scan(cust, key, target="jane@example.com", kind=None) -> Scan:
     """A scan admitted and submitted through the service (to the simulator, or the sandbox for a test key)."""
-    from app.scans import creation as scans
+    from app.intake import creation as scans
     outcome = scans.create_scan(cust, key.id, target, kind, request_id="req_svc", livemode=key.livemode)
     return Scan.get_by_id(outcome.body["scan_id"])
 

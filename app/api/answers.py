@@ -28,7 +28,7 @@ def with_poll_urls(body: dict) -> dict:
 
 
 def created(outcome, report, *, waited: dict | None = None):
-    """A creation's answer (``outcome``: a ``scans.creation.Outcome``, or a watch's alike): 202 with
+    """A creation's answer (``outcome``: a ``intake.creation.Outcome``, or a watch's alike): 202 with
     its own body and the URLs to poll, or (``waited``) 200 with the finished scan's read; and in the
     call's ``report`` what its admission charged and the activity entry it wrote with the charge. An
     ``Idempotency-Key`` replays the 202 either way: a replay reads nothing (the scan may have been

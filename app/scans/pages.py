@@ -1,5 +1,6 @@
 """Scans and batches: the list (its target search posted), a scan's page with its findings' feedback,
-re-run and erasure, a batch's page.
+a batch's page. The scan page's re-run button posts to ``app.intake.pages``, its erase form to
+``app.privacy.pages``.
 
 What a scan's page shows from the domains that stand above scans (its deliveries, a watch's changes) is
 handed in at start (``install``, ``Neighbours``): they use scans, so scans imports neither."""
@@ -7,21 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 
 from flask import abort, flash, g, redirect, render_template, request, url_for
 
 from app.accounts import admin
 from app.accounts import portal_roles as roles
-from app.activity import entries
-from app.plumbing.errors import Forbidden, InvalidRequest, NotFound, ScanInFlight, ServiceError
+from app.plumbing.errors import Forbidden, InvalidRequest, NotFound
 from app.plumbing.paging import Page
-from app.portal import audit, security
+from app.portal import security
 from app.portal.blueprint import bp, choice, filter_source, page_arg, target_filter
 from app.portal.forms import ActionForm, EraseForm
-from app.privacy import erasure
 from app.scans import confidence, findings, reads
-from app.scans import creation as scans_service
 from app.targets import identity as targets
 
 
@@ -164,49 +161,6 @@ def finding_feedback(scan_id, finding_id):
             flash("Thank you: the finding is marked " + ("not this person." if verdict == "false_positive"
                                                          else "confirmed."), "ok")
     return redirect(url_for("portal.scan_page", scan_id=scan_id, _anchor=finding_id))
-
-
-@bp.post("/scans/<scan_id>/rerun")
-@security.requires(roles.SCANS)
-def rerun_scan(scan_id):
-    """The re-run button of a partial scan: the API's re-run, with the key that made the scan."""
-    if not ActionForm().validate_on_submit():
-        flash("The form expired: try again.", "error")
-        return redirect(url_for("portal.scan_page", scan_id=scan_id))
-    try:
-        # Its entry is written with its charge (D25); an exception raised after carries it.
-        outcome = scans_service.portal_rerun(g.portal_customer, scan_id, request_id=g.get("request_id"),
-                                             entry_for=partial(audit.charged_entry, status=302))
-    except NotFound:
-        abort(404)
-    except Exception as exc:
-        audit.written(getattr(exc, entries.RECORDED, None))
-        if not isinstance(exc, ServiceError):
-            raise
-        flash(f"Re-run refused: {exc.message}", "error")
-        return redirect(url_for("portal.scan_page", scan_id=scan_id))
-    audit.written(outcome.recorded)
-    flash("Re-run queued: it asks again the sources that could not answer. This is its page.", "ok")
-    return redirect(url_for("portal.scan_page", scan_id=outcome.body["scan_id"]))
-
-
-@bp.post("/scans/<scan_id>/erase")
-@security.requires(roles.SCANS)
-def erase_scan(scan_id):
-    try:
-        scan = reads.scan_detail(g.portal_customer.id, scan_id)
-    except NotFound:
-        abort(404)
-    form = EraseForm()
-    if not form.validate_on_submit():
-        flash("Tick the box to confirm the erasure.", "error")
-    else:
-        try:
-            erasure.erase_scan(customer_id=g.portal_customer.id, scan_id=scan_id, livemode=scan["livemode"])
-            flash("The scan's personal data was erased.", "ok")
-        except ScanInFlight as exc:
-            flash(exc.message, "error")
-    return redirect(url_for("portal.scan_page", scan_id=scan_id))
 
 
 @bp.get("/batches/<bulk_id>")

@@ -86,7 +86,7 @@ class ScanCreateSchema(ma.Schema):
 
 
 class BulkTargetSchema(ma.Schema):
-    """One bulk target; documented only: each item is checked on its own (``app.scans.bulk``, which
+    """One bulk target; documented only: each item is checked on its own (``app.intake.bulk``, which
     refuses unknown fields in it too), so a bad one is rejected, not fatal."""
 
     target = ScanCreateSchema._declared_fields["target"]

@@ -9,9 +9,9 @@ from datetime import datetime
 
 from app.activity import entries
 from app.billing.limits import watch_limit_for
+from app.intake import creation
+from app.intake.creation import NO_RULES, MatchRules, Outcome
 from app.plumbing.errors import WatchEnded, WatchLimitReached
-from app.scans import creation
-from app.scans.creation import NO_RULES, MatchRules, Outcome
 from app.watches import statements as watch_store
 from app.watches import watch_times
 

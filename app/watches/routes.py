@@ -21,7 +21,7 @@ from app.api.openapi import (
 )
 from app.events import kinds as events
 from app.events.schemas import SIGNATURE_PARAMETERS, WEBHOOK_OPERATION, WEBHOOK_URL
-from app.scans import creation
+from app.intake import creation
 from app.watches import watchlist
 from app.watches.schemas import (
     WatchBulkCreatedSchema,

@@ -15,12 +15,13 @@ from app.accounts import access, admin
 from app.accounts.statements import keys as key_store
 from app.activity import entries
 from app.events import kinds as events
+from app.intake import creation
 from app.plumbing.crypto import target_hash
 from app.plumbing.db import transaction
 from app.plumbing.errors import Forbidden, InvalidRequest, NotFound, ServiceError, TargetSuppressed, WatchEnded
 from app.plumbing.models import iso, new_id, utcnow
 from app.plumbing.paging import Page
-from app.scans import creation, purposes
+from app.scans import purposes
 from app.targets.identity import normalize_or_refuse, opt_out_key
 from app.watches import admission, watch_changes, watch_times
 from app.watches import statements as watch_store

@@ -94,7 +94,7 @@ def test_secrets_are_redacted_from_logs():
 
 
 def test_request_logs_name_request_and_customer(client, account, caplog):
-    with caplog.at_level(logging.INFO, logger="app.scans.creation"):
+    with caplog.at_level(logging.INFO, logger="app.intake.creation"):
         client.post("/api/v1/scan", json={"target": "jane@example.com"},
                     headers={**account.headers, "X-Request-Id": "req-ops-1"})
     record = next(r for r in caplog.records if r.getMessage().startswith("scan created"))
@@ -105,9 +105,9 @@ def test_request_logs_name_request_and_customer(client, account, caplog):
 
 def test_a_bulk_call_logs_one_line_naming_its_batch(client, make_customer, caplog):
     account = make_customer(tier="business", credits=100)
-    with caplog.at_level(logging.INFO, logger="app.scans.creation"):
+    with caplog.at_level(logging.INFO, logger="app.intake.creation"):
         answer = client.post("/api/v1/scan/bulk", headers=account.headers, json={"targets": [
             {"target": "a@example.com"}, {"target": "b@example.com"}, {"target": "+14155550100"}]})
     assert answer.status_code == 202
-    lines = [r.getMessage() for r in caplog.records if r.name == "app.scans.creation"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "app.intake.creation"]
     assert lines == [f"bulk {answer.get_json()['bulk_id']} created: 3 scans (email 2, phone 1)"]

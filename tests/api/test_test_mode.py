@@ -17,9 +17,9 @@ from app.accounts import admin
 from app.accounts.models import ApiKey, CreditLedger, Customer
 from app.billing import quotas
 from app.extensions import db
+from app.intake.creation import reverse_reservation
 from app.plumbing.models import utcnow
 from app.plumbing.signatures import sign, verify_standard
-from app.scans.creation import reverse_reservation
 from app.scans.models import IdempotencyRecord, Scan
 from app.webhooks.models import WebhookDelivery
 from tests import factories

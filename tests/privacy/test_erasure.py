@@ -136,7 +136,7 @@ def test_only_the_owner_in_the_keys_mode_erases(conn):
 
 
 def test_erasing_a_batch_erases_its_final_scans_and_counts_those_in_flight(conn):
-    from app.scans import creation
+    from app.intake import creation
     cust, key = new_customer(credits=20)
     outcome = creation.create_bulk(cust, key.id, [{"target": "a.person@example.com"}, {"target": "b.person@example.com"},
                                                {"target": "c.person@example.com"}], request_id="r", livemode=True)

@@ -5,12 +5,12 @@ from datetime import datetime
 
 import pytest
 
+from app.intake import creation
 from app.plumbing import crypto, runtime
 from app.plumbing.errors import InvalidRequest, TargetSuppressed
 from app.privacy import suppressions
 from app.privacy.models import Suppression
 from app.privacy.statements import suppressions as suppression_store
-from app.scans import creation
 from app.targets.identity import normalize_or_refuse
 from tests.domain_fixtures import books_of, new_customer
 

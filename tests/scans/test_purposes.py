@@ -3,8 +3,9 @@ the reference's shape; and a creation stores them with every scan it makes (D20)
 import pytest
 
 from app.accounts import admin
+from app.intake import creation
 from app.plumbing.errors import InvalidRequest
-from app.scans import creation, purposes
+from app.scans import purposes
 from app.scans.models import BulkBatch, Scan
 from tests.domain_fixtures import books_of, new_customer
 

@@ -10,6 +10,7 @@ from app import pipeline
 from app.accounts import access, admin
 from app.activity import entries
 from app.billing import charges
+from app.intake import creation
 from app.plumbing.errors import (
     Forbidden,
     InsufficientBalance,
@@ -21,7 +22,7 @@ from app.plumbing.errors import (
     NotFound,
 )
 from app.plumbing.rawjson import parsed
-from app.scans import creation, reads
+from app.scans import reads
 from app.scans.models import Scan
 from app.tracking import states
 from tests.domain_fixtures import books_of, new_customer, new_scan

@@ -12,8 +12,9 @@ from app.accounts.models import CreditLedger, Customer
 from app.activity.models import ActivityEntry
 from app.billing import charges
 from app.extensions import db
+from app.intake import creation
 from app.plumbing.errors import InvalidRequired
-from app.scans import creation, required
+from app.scans import required
 from app.scans.models import Scan
 from app.scans.results import normalize_result
 from app.tracking import states

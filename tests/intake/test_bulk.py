@@ -1,8 +1,8 @@
 """bulk: a bulk call refused whole (no targets, too many, wrong tier) or split target by target (D7)."""
 import pytest
 
+from app.intake import bulk
 from app.plumbing.errors import Forbidden, InvalidRequest
-from app.scans import bulk
 
 
 @pytest.mark.parametrize("tier, targets, error, code", [

@@ -1,6 +1,6 @@
-"""Scans: admission (limits + charge + rows in one transaction), engine submission and
+"""A scan's creation: admission (limits + charge + rows in one transaction), engine submission and
 the reversal of a reservation. Reads are ``app.scans.reads``; bulk input validation
-``app.scans.bulk``; the price of a creation ``charges.admission_cost``.
+``app.intake.bulk``; the price of a creation ``charges.admission_cost``.
 
 Admission follows D3, D7, D8 and D13:
 1. One write transaction serialises a customer's admissions (``SELECT ... FOR UPDATE``
@@ -28,13 +28,14 @@ from app.accounts.statements import keys as key_store
 from app.activity import entries
 from app.billing import charges, quotas
 from app.billing.limits import Limits, limits_for
+from app.intake import bulk
 from app.plumbing import engine
 from app.plumbing.db import transaction, transaction_with_known_outcome
 from app.plumbing.errors import EngineUnavailable, Forbidden, InsufficientBalance, NotFound, NothingToRerun
 from app.plumbing.metrics import SCANS_CREATED
 from app.plumbing.models import new_id, utcnow
 from app.privacy import suppressions
-from app.scans import bulk, purposes, required
+from app.scans import purposes, required
 from app.scans import statements as scan_store
 from app.scans.models import COMPLETED, QUEUED, BulkBatch
 from app.scans.results import failed_source_ids

@@ -7,9 +7,9 @@ import pytest
 from app.accounts import admin
 from app.accounts.models import Customer
 from app.billing import customers, quotas
+from app.intake import creation
 from app.plumbing import engine
 from app.plumbing.errors import EngineUnavailable, Forbidden, InvalidRequest, ServiceError
-from app.scans import creation
 from app.scans.models import Scan
 from app.tracking import sandbox_engine
 from tests.api.helpers import assert_counters_match, engine_mode, engine_stats
