@@ -7,6 +7,8 @@ Nothing here runs per request: these are read when the blueprints are decorated.
 """
 from __future__ import annotations
 
+import functools
+
 from app.api.envelope import ErrorSchema
 
 HEADERS = {
@@ -138,6 +140,12 @@ def error_documenter(blueprint, examples: dict[str, str]):
             return view
         return decorate
     return documented_errors
+
+
+def errors_of(blueprint):
+    """``documented_errors`` for the operations of ``blueprint``, for a module whose views all
+    document their errors there."""
+    return functools.partial(documented_errors, blueprint=blueprint)
 
 
 def documented_errors(*statuses, blueprint, overrides=None, codes=None):

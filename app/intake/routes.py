@@ -32,9 +32,7 @@ blp = ApiBlueprint("intake", __name__, url_prefix="/api/v1",
                    description="Create scans: one, in bulk, or again on a scan's failed sources.")
 
 
-def documented_errors(*statuses, **options):
-    """``openapi.documented_errors`` for this blueprint's operations."""
-    return openapi.documented_errors(*statuses, blueprint=blp, **options)
+documented_errors = openapi.errors_of(blp)
 
 
 @blp.route("/scan")

@@ -19,9 +19,7 @@ blp = ApiBlueprint("privacy", __name__, url_prefix="/api/v1",
                    description="Erase a scan's or a batch's personal data now.")
 
 
-def documented_errors(*statuses, **options):
-    """``openapi.documented_errors`` for this blueprint's operations."""
-    return openapi.documented_errors(*statuses, blueprint=blp, **options)
+documented_errors = openapi.errors_of(blp)
 
 
 @blp.route("/scan/<scan_id:scan_id>")

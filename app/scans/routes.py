@@ -30,9 +30,7 @@ blp = ApiBlueprint("scans", __name__, url_prefix="/api/v1",
                 description="Create scans, read them, and do both in bulk.")
 
 
-def documented_errors(*statuses, **options):
-    """``openapi.documented_errors`` for this blueprint's operations."""
-    return openapi.documented_errors(*statuses, blueprint=blp, **options)
+documented_errors = openapi.errors_of(blp)
 
 
 def served(read):

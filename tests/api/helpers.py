@@ -76,3 +76,17 @@ def parse_ratelimit(value: str) -> dict:
         name, *params = item.strip().split(";")
         out[name.strip('"')] = {k: int(v) for k, v in (p.split("=") for p in params)}
     return out
+
+
+def status_of(scan_id) -> str:
+    with db.connection_context():
+        return Scan.get_by_id(scan_id).status
+
+
+def complete(client, account, jobs, frozen, target, **body) -> str:
+    """A scan of ``target`` created (with ``body``'s other fields) and run until completed; its id."""
+    answer = client.post("/api/v1/scan", json={"target": target, **body}, headers=account.headers)
+    assert answer.status_code == 202, answer.json
+    scan_id = answer.json["scan_id"]
+    assert jobs.run(frozen, until=lambda: status_of(scan_id) == "completed")
+    return scan_id

@@ -5,21 +5,11 @@ from freezegun import freeze_time
 
 from app.extensions import db
 from app.scans.models import Scan
+from tests.api.helpers import complete, status_of
 
 SCAN = "/api/v1/scan"
 START = "2026-11-21 12:00:00"
 FAILED = ("rate_limited", "timeout")
-
-
-def status_of(scan_id):
-    with db.connection_context():
-        return Scan.get_by_id(scan_id).status
-
-
-def complete(client, account, jobs, frozen, target):
-    scan_id = client.post(SCAN, json={"target": target}, headers=account.headers).json["scan_id"]
-    assert jobs.run(frozen, until=lambda: status_of(scan_id) == "completed")
-    return scan_id
 
 
 def rerun(client, account, scan_id, **headers):

@@ -5,24 +5,11 @@ from freezegun import freeze_time
 
 from app.extensions import db
 from app.scans.models import Scan
-from tests.api.helpers import assert_books_balance, balance
+from tests.api.helpers import assert_books_balance, balance, complete
 from tests.api.test_auth_and_errors import assert_error
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 START = "2026-11-21 12:00:00"
-
-
-def status_of(scan_id):
-    with db.connection_context():
-        return Scan.get_by_id(scan_id).status
-
-
-def complete(client, account, jobs, frozen, target, **body):
-    answer = client.post(SCAN, json={"target": target, **body}, headers=account.headers)
-    assert answer.status_code == 202, answer.json
-    scan_id = answer.json["scan_id"]
-    assert jobs.run(frozen, until=lambda: status_of(scan_id) == "completed")
-    return scan_id
 
 
 def read(client, account, scan_id, query=""):

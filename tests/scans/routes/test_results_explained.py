@@ -7,24 +7,13 @@ import pytest
 from freezegun import freeze_time
 
 from app.extensions import db
-from app.scans.models import Scan
 from app.webhooks.models import WebhookDelivery
+from tests.api.helpers import complete, status_of
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 START = "2026-11-21 12:00:00"
 FAILED = ("rate_limited", "timeout")
 ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
-
-
-def status_of(scan_id):
-    with db.connection_context():
-        return Scan.get_by_id(scan_id).status
-
-
-def complete(client, account, jobs, frozen, target):
-    scan_id = client.post(SCAN, json={"target": target}, headers=account.headers).json["scan_id"]
-    assert jobs.run(frozen, until=lambda: status_of(scan_id) == "completed")
-    return scan_id
 
 
 def assert_explained(result, *, partial):

@@ -14,18 +14,12 @@ from app.extensions import db
 from app.pipeline import RULE_NAMES
 from app.plumbing import planned
 from app.plumbing.models import utcnow
-from app.scans.models import Scan
 from app.scans.statements import served_read_sql
-from tests.api.helpers import assert_books_balance, balance, ledger, scans_of
+from tests.api.helpers import assert_books_balance, balance, ledger, scans_of, status_of
 from tests.api.test_auth_and_errors import assert_error
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
-
-
-def status_of(scan_id):
-    with db.connection_context():
-        return Scan.get_by_id(scan_id).status
 
 
 @pytest.mark.config(ENGINE_POLL_SECONDS=1)  # look often enough to see the scan running
