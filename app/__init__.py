@@ -76,6 +76,7 @@ def create_app(config: dict | None = None, *, operator: bool = False) -> Flask:
 
     from app.cli import register_cli
     register_cli(app)
+    _hand_down_the_watches()
     if operator:
         return app
 
@@ -93,6 +94,20 @@ def create_app(config: dict | None = None, *, operator: bool = False) -> Flask:
     from app.tracking import routes as callbacks
     callbacks.install_fast_path(app)  # the engine's callbacks taken, answered in front of Flask
     return app
+
+
+def _hand_down_the_watches() -> None:
+    """Give the domains below the watches what they ask of them: tracking compares a finished watch
+    scan with the watch's previous one, privacy finds and ends a person's watches. The watches stand
+    above both, as they create their scans through intake, which uses them; every process builds
+    the app (the API, the workers, an operator's command), so every one has them."""
+    from app.privacy import subjects
+    from app.tracking import states
+    from app.watches import statements as watch_store
+    from app.watches import watch_changes
+    states.WATCH_SCANS_FINISHED.install(watch_changes.record_changes)
+    subjects.WATCHES.install(subjects.TargetWatches(open_with_optout_hash=watch_store.open_with_optout_hash,
+                                                    end_watches_of_optout=watch_changes.end_watches_of_optout))
 
 
 def _register_request_hooks(app: Flask) -> None:

@@ -427,8 +427,8 @@ def portal_blueprint():
         end_session=portal_users.end_session, two_factor_required=two_factor.required, allows=portal_roles.allows,
         check_permission=portal_roles.check_permission, roles=portal_roles))
     audit.install(entries)
-    scan_pages.install(scan_pages.Neighbours(deliveries=delivery_log.scan_deliveries,
-                                             watch_changes=watch_changes.since_previous))
+    scan_pages.NEIGHBOURS.install(scan_pages.Neighbours(deliveries=delivery_log.scan_deliveries,
+                                                        watch_changes=watch_changes.since_previous))
     return portal_bp
 
 

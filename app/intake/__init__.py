@@ -3,8 +3,7 @@ transaction), the opt-out check, which sources to ask, the engine's submission a
 and the API calls and the portal's re-run button that create scans.
 
 It stands above the domains a creation uses (scans, billing, privacy, sources, tracking), so that
-scans needs none of them. Watches create their scans through it: the one arrow from below (privacy and
-tracking use watches), named in ``ROOMS_BACK_UP`` (tests/unit/test_layers.py).
+scans needs none of them, and below the watches, which create their scans through it.
 
 What other domains may import from it is ``OFFERS``; the rest is its own (tests/unit/test_layers.py)."""
 

@@ -1,6 +1,8 @@
-"""A part handed to a toolkit at start: the HTTP toolkits (``app.api``, ``app.portal``) know no
-domain, and ``app.blueprints`` installs into them what they run (the pipeline's adapter, the
-accounts, the activity log) when the app is built."""
+"""A part handed in at start: the HTTP toolkits (``app.api``, ``app.portal``) know no domain, and
+``app.blueprints`` installs into them what they run (the pipeline's adapter, the accounts, the
+activity log) when the app is built; a domain that a higher one acts on at one of its moments is
+handed that higher one's function the same way (the scan page's neighbours, the watches' comparison
+of a finished scan and a person's watches: ``app.create_app``), so that no import runs back up."""
 from __future__ import annotations
 
 from typing import Generic, TypeVar

@@ -15,24 +15,37 @@ only endpoints that list the event receive it, and it is always in the customer'
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
 from app.events import kinds as events
 from app.plumbing.db import transaction
+from app.plumbing.installed import Installed
 from app.plumbing.models import iso, utcnow
 from app.privacy import erasure
 from app.privacy.statements import subjects as store
 from app.privacy.statements import suppressions as suppression_store
 from app.scans.models import FINAL
 from app.targets.identity import canonical_hashes, identify_or_refuse, suppression_hashes
-from app.watches import statements as watch_store
 from app.webhooks import outbox
 
 # The kinds a stored target of a person of each kind may have: a username of a phone number's
 # digits is that number (targets.opt_out_key), so a phone number may be held as either.
 CANDIDATE_KINDS = {"email": ("email",), "phone": ("phone", "username"), "username": ("username", "phone")}
+
+
+@dataclass(frozen=True)
+class TargetWatches:
+    """What privacy asks of the watches (D28): the open watches of a person's target, and ending
+    them on an opt-out. Handed in at start (``app.create_app``): the watches stand above privacy,
+    as they create their scans through intake, which checks the opt-outs."""
+
+    open_with_optout_hash: Callable[[set[str]], list]
+    end_watches_of_optout: Callable[[set[str]], int]
+
+
+WATCHES: Installed[TargetWatches] = Installed("the watches of a target")
 
 
 @dataclass(frozen=True)
@@ -78,7 +91,7 @@ def export(target: str, kind: str | None = None) -> dict:
     watches = [{"watch_id": w.id, "customer_id": w.customer_id, "livemode": w.livemode, "kind": w.kind,
                 "interval": w.interval, "status": w.status, "purpose": w.purpose, "case_ref": w.case_ref,
                 "created_at": iso(w.created_at)}
-               for w in watch_store.open_with_optout_hash(set(who.optout_hashes))]
+               for w in WATCHES().open_with_optout_hash(set(who.optout_hashes))]
     held = [_held(scan) for scan in held_scans(who)]
     return {"kind": who.kind, "opted_out": bool(suppression_store.suppressed_among(who.optout_hashes)),
             "customers": sorted({e["customer_id"] for e in lookups} | {s["customer_id"] for s in held}

@@ -3,7 +3,7 @@ a batch's page. The scan page's re-run button posts to ``app.intake.pages``, its
 ``app.privacy.pages``.
 
 What a scan's page shows from the domains that stand above scans (its deliveries, a watch's changes) is
-handed in at start (``install``, ``Neighbours``): they use scans, so scans imports neither."""
+handed in at start (``NEIGHBOURS``): they use scans, so scans imports neither."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -14,6 +14,7 @@ from flask import abort, flash, g, redirect, render_template, request, url_for
 from app.accounts import admin
 from app.accounts import portal_roles as roles
 from app.plumbing.errors import Forbidden, InvalidRequest, NotFound
+from app.plumbing.installed import Installed
 from app.plumbing.paging import Page
 from app.portal import security
 from app.portal.blueprint import bp, choice, filter_source, page_arg, target_filter
@@ -30,18 +31,7 @@ class Neighbours:
     watch_changes: Callable[[str, str], dict | None]  # (customer id, scan id): watches' since_previous
 
 
-_neighbours: Neighbours | None = None
-
-
-def install(neighbours: Neighbours) -> None:
-    global _neighbours
-    _neighbours = neighbours
-
-
-def _others() -> Neighbours:
-    if _neighbours is None:  # a page served outside create_app: never
-        raise RuntimeError("the scan page's neighbours are not installed: the app is built by app.create_app")
-    return _neighbours
+NEIGHBOURS: Installed[Neighbours] = Installed("the scan page's neighbours")
 
 
 @bp.route("/scans", methods=["GET", "POST"])
@@ -78,7 +68,7 @@ def scan_page(scan_id):
                            watch=_watch_changes(scan_id, explained),
                            action=ActionForm(), erase_form=EraseForm(),
                            retention_days=g.portal_customer.result_retention_days,
-                           deliveries=_others().deliveries(scan["scan_id"], g.portal_customer.id),
+                           deliveries=NEIGHBOURS().deliveries(scan["scan_id"], g.portal_customer.id),
                            min_confidence=request.args.get("min_confidence", "") if refused else minimum)
     return page, 400 if refused else 200
 
@@ -100,7 +90,7 @@ def _watch_changes(scan_id: str, explained: dict) -> dict | None:
     """A watch scan's changes since the watch's previous scan (``Neighbours.watch_changes``),
     each added finding named as this page names it (its anchor is on the page), each removed one
     as the previous result named it."""
-    found = _others().watch_changes(g.portal_customer.id, scan_id)
+    found = NEIGHBOURS().watch_changes(g.portal_customer.id, scan_id)
     if found is None or found["state"] != "changed":
         return found
     previous = found.pop("previous_result")
