@@ -93,9 +93,15 @@ def test_a_worker_killed_mid_batch_loses_no_entry(app, simulator, tmp_path):
         counts = receiver.received()
         assert set(counts) == set(written + later) and all(counts[i] >= 1 for i in written + later)
         assert all(counts[i] == 2 for i in written)  # the killed batch: once to the dead worker, once again
-        with db.connection_context():
-            [sink] = audit_sinks.list_sinks(cust.id)
-        assert sink["sink_id"] == sink_id and sink["delivered"] == len(written + later)
+
+        def sink_now():
+            with db.connection_context():
+                [sink] = audit_sinks.list_sinks(cust.id)
+            return sink
+        # The worker records a batch once the receiver has answered it: a moment after the receiver
+        # has it (read at once, on a loaded machine, it still said 0).
+        wait_for(lambda: sink_now()["delivered"] == len(written + later), 30, "the deliveries recorded", workers)
+        assert sink_now()["sink_id"] == sink_id
         assert TOKEN not in workers[1].output() and "Traceback" not in workers[1].output()
     finally:
         receiver.release.set()
