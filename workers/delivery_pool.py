@@ -207,7 +207,7 @@ class DeliveryPool:
 
         try:
             self.database.wait()
-            result = webhook_jobs.run(delivery_id, job_id, admit, self.stopping)
+            result = webhook_jobs.run(delivery_id, job_id, admit, self.database)
             if result != "busy":
                 self._forget(job_id)
         except CONNECTION_ERRORS as exc:

@@ -7,7 +7,6 @@ retry scheduling and failing are that service's.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 
@@ -24,6 +23,7 @@ from app.plumbing.logging_setup import log_context
 from app.plumbing.outbound_urls import AttemptDeadline, UnsafeWebhookUrl, check_scheme, guarded_session
 from app.webhooks import deliveries
 from app.webhooks.deliveries import EXCERPT_BYTES, Outcome, response_excerpt
+from workers.database_gate import DatabaseGate
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,9 @@ REQUEST_ERRORS = (
 # request was made: the outcome is recorded again after these pauses rather than left to the
 # sweep (the attempt row would stay in_progress for ATTEMPT_DEADLINE_SECONDS, then be closed as
 # lost and sent again). ``record`` is a compare-and-set on the row, so a try whose commit did
-# land makes the next one a no-op. The delivery pool's threads go on past them, at the last
-# pause, until the database answers or the process stops (``run``'s ``stopping``).
+# land makes the next one a no-op. The delivery pool's threads go on past them, through the
+# pool's database gate (one line for the outage, one per reconnection attempt), until the
+# database answers or the process stops (``run``'s ``database``).
 RECORD_RETRY_PAUSES = (0.2, 0.5, 1.0, 2.0, 4.0)
 TRANSIENT_DB_ERRORS = (*CONNECTION_ERRORS, MaxConnectionsExceeded)
 
@@ -55,40 +56,47 @@ def deliver(delivery_id: str) -> str:
 
 
 def run(delivery_id: str, job_id: str | None, admit: Callable[[str, str], bool] | None = None,
-        stopping: threading.Event | None = None) -> str:
+        database: DatabaseGate | None = None) -> str:
     """Make the attempt job ``job_id`` stands for: load it, send it, hand the outcome back.
 
     A database connection is held only around the two service calls, never during the
     HTTP request, so a hundred requests in flight do not need a hundred connections.
-    ``admit`` is the pool's per-endpoint gate (``deliveries.start_attempt``); ``stopping``, the
-    pool's stop, lets the outcome be recorded for as long as the process runs."""
+    ``admit`` is the pool's per-endpoint gate (``deliveries.start_attempt``); ``database``, the
+    pool's database gate, lets the outcome be recorded for as long as the process runs."""
     with log_context(delivery_id=delivery_id):
         with db.connection_context():
             attempt = deliveries.start_attempt(delivery_id, job_id, admit)
         if isinstance(attempt, str):
             return attempt
         outcome = post(attempt.url, attempt.headers, attempt.body)
-        return _record(attempt, outcome, stopping)
+        return _record(attempt, outcome, database)
 
 
-def _record(attempt, outcome: Outcome, stopping: threading.Event | None) -> str:
+def _record(attempt, outcome: Outcome, database: DatabaseGate | None) -> str:
     """Record ``outcome``, trying again while the database fails for a moment. Given up, the
     attempt waits for the sweep and the receiver is sent it a second time: an RQ job gives up
-    after RECORD_RETRY_PAUSES, a pool thread only when its process stops."""
+    after RECORD_RETRY_PAUSES, a pool thread (``database``: its pool's gate) only when its
+    process stops."""
     pauses = iter(RECORD_RETRY_PAUSES)
     while True:
         try:
             with db.connection_context():
                 return deliveries.record(attempt.delivery, attempt.row, outcome)
         except TRANSIENT_DB_ERRORS as exc:
-            pause = next(pauses, None if stopping is None else RECORD_RETRY_PAUSES[-1])
-            if pause is None or (stopping is not None and stopping.is_set()):
-                raise
-            log.warning("delivery %s attempt %d: could not record the outcome (%s), retrying in %.1f s",
-                        attempt.delivery.id, attempt.row.number, exc.__class__.__name__, pause)
-            if stopping is None:
+            pause = next(pauses, None)
+            if pause is not None:
+                log.warning("delivery %s attempt %d: could not record the outcome (%s), retrying in %.1f s",
+                            attempt.delivery.id, attempt.row.number, exc.__class__.__name__, pause)
                 time.sleep(pause)
-            elif stopping.wait(pause):
+                continue
+            if database is None or database.stopping.is_set():
+                raise
+            # A longer outage: one line for it however many outcomes wait, one thread probing with
+            # back-off, then a last pause, as a refusal the probe does not see (a pool out of
+            # connections, a lock) would otherwise be tried again at once.
+            database.connection_lost(exc)
+            database.wait()
+            if database.stopping.wait(RECORD_RETRY_PAUSES[-1]):
                 raise
 
 

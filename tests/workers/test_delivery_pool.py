@@ -30,6 +30,7 @@ from simulator.procutil import wait_until
 from tests.conftest import ServerThread
 from workers import delivery_pool, webhook_jobs
 from workers.__main__ import build_worker
+from workers.database_gate import DatabaseGate
 from workers.delivery_pool import DeliveryPool, host_of
 
 
@@ -370,7 +371,7 @@ def test_an_outcome_is_recorded_past_the_pauses_only_by_a_pool_thread(make_custo
     job_id = delivery_job_id(delivery.id, 1)
     try:
         if pool:
-            assert webhook_jobs.run(delivery.id, job_id, stopping=threading.Event()) == "succeeded"
+            assert webhook_jobs.run(delivery.id, job_id, database=DatabaseGate(threading.Event())) == "succeeded"
         else:
             with pytest.raises(OperationalError):
                 webhook_jobs.run(delivery.id, job_id)
@@ -399,7 +400,7 @@ def test_a_pool_thread_stops_recording_when_its_process_stops(make_customer, mon
     monkeypatch.setattr(deliveries, "record", fail_then_stop)
     try:
         with pytest.raises(OperationalError):
-            webhook_jobs.run(delivery.id, delivery_job_id(delivery.id, 1), stopping=stopping)
+            webhook_jobs.run(delivery.id, delivery_job_id(delivery.id, 1), database=DatabaseGate(stopping))
     finally:
         receiver.server.stop()
     assert failing.calls == 6
