@@ -99,15 +99,26 @@ def create_app(config: dict | None = None, *, operator: bool = False) -> Flask:
 def _hand_down_the_watches() -> None:
     """Give the domains below the watches what they ask of them: tracking compares a finished watch
     scan with the watch's previous one, privacy finds and ends a person's watches. The watches stand
-    above both, as they create their scans through intake, which uses them; every process builds
-    the app (the API, the workers, an operator's command), so every one has them."""
-    from app.privacy import subjects
-    from app.tracking import states
+    above both, as they create their scans through intake, which uses them. Every process builds the
+    app (the API, the workers, an operator's command), so every one has them, loaded when first
+    asked: an operator's command that never asks does not import the watches (nor the job queue)."""
+    from app.privacy import handed_in as privacy
+    from app.tracking import handed_in as tracking
+    tracking.WATCH_SCANS_FINISHED.install_later(_watch_scans_finished)
+    privacy.WATCHES.install_later(_target_watches)
+
+
+def _watch_scans_finished():
+    from app.watches import watch_changes
+    return watch_changes.record_changes
+
+
+def _target_watches():
+    from app.privacy.handed_in import TargetWatches
     from app.watches import statements as watch_store
     from app.watches import watch_changes
-    states.WATCH_SCANS_FINISHED.install(watch_changes.record_changes)
-    subjects.WATCHES.install(subjects.TargetWatches(open_with_optout_hash=watch_store.open_with_optout_hash,
-                                                    end_watches_of_optout=watch_changes.end_watches_of_optout))
+    return TargetWatches(open_with_optout_hash=watch_store.open_with_optout_hash,
+                         end_watches_of_optout=watch_changes.end_watches_of_optout)
 
 
 def _register_request_hooks(app: Flask) -> None:

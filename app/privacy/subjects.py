@@ -15,15 +15,15 @@ only endpoints that list the event receive it, and it is always in the customer'
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
 from app.events import kinds as events
 from app.plumbing.db import transaction
-from app.plumbing.installed import Installed
 from app.plumbing.models import iso, utcnow
 from app.privacy import erasure
+from app.privacy.handed_in import WATCHES
 from app.privacy.statements import subjects as store
 from app.privacy.statements import suppressions as suppression_store
 from app.scans.models import FINAL
@@ -34,18 +34,6 @@ from app.webhooks import outbox
 # digits is that number (targets.opt_out_key), so a phone number may be held as either.
 CANDIDATE_KINDS = {"email": ("email",), "phone": ("phone", "username"), "username": ("username", "phone")}
 
-
-@dataclass(frozen=True)
-class TargetWatches:
-    """What privacy asks of the watches (D28): the open watches of a person's target, and ending
-    them on an opt-out. Handed in at start (``app.create_app``): the watches stand above privacy,
-    as they create their scans through intake, which checks the opt-outs."""
-
-    open_with_optout_hash: Callable[[set[str]], list]
-    end_watches_of_optout: Callable[[set[str]], int]
-
-
-WATCHES: Installed[TargetWatches] = Installed("the watches of a target")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from app.plumbing import crypto
 from app.plumbing.errors import TargetSuppressed
 from app.plumbing.models import utcnow
+from app.privacy.handed_in import WATCHES
 from app.privacy.statements import suppressions as store
 from app.targets.identity import identify_or_refuse, opt_out_key, suppression_hashes
 
@@ -25,11 +26,11 @@ def add(kind: str | None, target: str) -> dict:
     key_kind, form = opt_out_key(kind, normalized)
     target_hash = crypto.target_hash(key_kind, form)
     added = store.add(target_hash, kind=key_kind, now=utcnow())
-    # Here, not at the top: subjects reach webhooks and erasure, which the operator's list and
-    # remove, and every creation's check, have no use for.
-    from app.privacy import subjects
-    subjects.WATCHES().end_watches_of_optout(suppression_hashes(kind, normalized))  # D28: the target's watches end
+    WATCHES().end_watches_of_optout(suppression_hashes(kind, normalized))  # D28: the target's watches end
     if added:  # each customer holding a scan of the person is told once, when the opt-out is new
+        # Here, not at the top: subjects reach webhooks and erasure, which the operator's list and
+        # remove, and every creation's check, have no use for.
+        from app.privacy import subjects
         subjects.tell_opted_out(kind, normalized)
     return {"target_hash": target_hash, "kind": key_kind, "added": added}
 

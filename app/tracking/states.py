@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -20,7 +20,6 @@ from app.events import feed
 from app.events import kinds as events
 from app.plumbing import engine, metrics, runtime
 from app.plumbing.db import CONNECTION_ERRORS, transaction
-from app.plumbing.installed import Installed
 from app.plumbing.models import utcnow
 from app.scans import findings, required, results
 from app.scans import statements as scan_store
@@ -28,15 +27,11 @@ from app.scans.models import COMPLETED, FAILED, IN_FLIGHT, RUNNING
 from app.scans.results import InvalidResult, normalize_result
 from app.sources import health as source_health
 from app.tracking import sandbox_engine
+from app.tracking.handed_in import WATCH_SCANS_FINISHED
 from app.tracking.statements import scan_states
 from app.webhooks import outbox
 
 log = logging.getLogger(__name__)
-
-# What the watches do when a watch's scan is final (``watch_changes.record_changes``: compare it with
-# the watch's previous scan), handed in at start (``app.create_app``): the watches stand above
-# tracking, as they create their scans through intake, which uses tracking.
-WATCH_SCANS_FINISHED: Installed[Callable[[list], int]] = Installed("the watches' comparison of finished scans")
 
 # The engine's eta is a whole number of seconds (E1), rounded up: a scan ends
 # within the second before its eta. A scan is not looked at long before it can be done: the
