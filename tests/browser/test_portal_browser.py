@@ -137,10 +137,14 @@ def test_walk_scans_batch_usage_and_delivery_console(logged_in, served_app, port
     assert "jane.doe@example.com" in rows.last.inner_text()
     _shot(page, "portal_scans_list")
     page.get_by_label("Status").select_option("completed")
-    page.get_by_role("button", name="Filter").click()
+    # Each filter loads a new page: counted before it had come (a loaded machine, 2026-11-29), the
+    # list had no rows.
+    with page.expect_navigation():
+        page.get_by_role("button", name="Filter").click()
     assert page.locator("table.scans tbody tr").count() == 3
     page.get_by_label("Target contains").fill("jane")
-    page.get_by_label("Target contains").press("Enter")
+    with page.expect_navigation():
+        page.get_by_label("Target contains").press("Enter")
     assert page.locator("table.scans tbody tr").count() == 1
     link = page.get_by_role("link", name="jane.doe@example.com")
     link.focus()
