@@ -172,30 +172,28 @@ class ScanApi(Api):
     process paid at start and the test suite once per test, while the document is read by a
     client now and then. ``later`` queues a step of the document (a blueprint's views, a shape
     given to its schemas); the first read of ``spec`` runs them in order, once: a thread reading
-    meanwhile waits for the whole document."""
+    meanwhile waits for the whole document. (The steps are handed the spec: none reads ``spec``.)"""
 
     ERROR_SCHEMA = ErrorSchema
 
     def __init__(self, *args, **kwargs):
         self._steps: list = []
-        self._written = True
-        self._writing = threading.RLock()  # reentrant: the steps read ``spec`` themselves
-        self._depth = 0
+        self._writing = threading.Lock()
         super().__init__(*args, **kwargs)
 
     @property
+    def written(self) -> bool:
+        return not self._steps
+
+    @property
     def spec(self):
-        if not self._written:
+        if self._steps:
             with self._writing:
-                self._depth += 1
-                try:
-                    steps, self._steps = self._steps, []
-                    for step in steps:
-                        step(self._spec)
-                finally:
-                    self._depth -= 1
-                # Written once the outermost read is done: a step's own read must not say so.
-                self._written = self._depth == 0 and not self._steps
+                # Cleared only once every step ran: a reader that came meanwhile found steps left,
+                # waited for the lock, and finds none.
+                for step in self._steps:
+                    step(self._spec)
+                self._steps = []
         return self._spec
 
     @spec.setter
@@ -206,7 +204,6 @@ class ScanApi(Api):
         """Run ``step(spec)`` when the document is first read, after the steps queued before it."""
         with self._writing:
             self._steps.append(step)
-            self._written = False
 
     def register_blueprint(self, blp, *, parameters=None, **options):
         """As flask-smorest's, its views documented later."""

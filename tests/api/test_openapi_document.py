@@ -45,7 +45,7 @@ def test_the_document_is_written_once_when_first_read_and_whole_for_every_reader
 
     fresh = create_app(dict(app.config))
     api = fresh.extensions["scan_api"]
-    assert not api._written and api._steps, "the document was written at start"
+    assert not api.written, "the document was written at start"
     documents, start = [], threading.Barrier(4)
 
     def read():
@@ -57,7 +57,7 @@ def test_the_document_is_written_once_when_first_read_and_whole_for_every_reader
         reader.start()
     for reader in readers:
         reader.join(30)
-    assert api._written and not api._steps and len(documents) == 4
+    assert api.written and len(documents) == 4
     assert len(set(documents)) == 1 and json.loads(documents[0]) == spec  # each whole: the document served
 
 
