@@ -30,8 +30,6 @@ from app.scans.schemas import (
 
 blp = ApiBlueprint("intake", __name__, url_prefix="/api/v1",
                    description="Create scans: one, in bulk, or again on a scan's failed sources.")
-
-
 documented_errors = openapi.errors_of(blp)
 
 

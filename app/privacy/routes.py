@@ -17,8 +17,6 @@ from app.scans.schemas import BulkErasedSchema, ScanErasedSchema
 
 blp = ApiBlueprint("privacy", __name__, url_prefix="/api/v1",
                    description="Erase a scan's or a batch's personal data now.")
-
-
 documented_errors = openapi.errors_of(blp)
 
 

@@ -28,8 +28,6 @@ from app.scans.schemas import (
 
 blp = ApiBlueprint("scans", __name__, url_prefix="/api/v1",
                 description="Create scans, read them, and do both in bulk.")
-
-
 documented_errors = openapi.errors_of(blp)
 
 

@@ -90,3 +90,8 @@ def complete(client, account, jobs, frozen, target, **body) -> str:
     scan_id = answer.json["scan_id"]
     assert jobs.run(frozen, until=lambda: status_of(scan_id) == "completed")
     return scan_id
+
+
+def rerun(client, account, scan_id, **headers):
+    """``POST /scan/{scan_id}/rerun`` with the account's key (and ``headers``)."""
+    return client.post(f"/api/v1/scan/{scan_id}/rerun", headers={**account.headers, **headers})

@@ -5,15 +5,11 @@ from freezegun import freeze_time
 
 from app.extensions import db
 from app.scans.models import Scan
-from tests.api.helpers import complete, status_of
+from tests.api.helpers import complete, rerun, status_of
 
 SCAN = "/api/v1/scan"
 START = "2026-11-21 12:00:00"
 FAILED = ("rate_limited", "timeout")
-
-
-def rerun(client, account, scan_id, **headers):
-    return client.post(f"{SCAN}/{scan_id}/rerun", headers={**account.headers, **headers})
 
 
 @pytest.mark.config(ENGINE_POLL_SECONDS=1)

@@ -8,7 +8,7 @@ from freezegun import freeze_time
 
 from app.extensions import db
 from app.webhooks.models import WebhookDelivery
-from tests.api.helpers import complete, status_of
+from tests.api.helpers import complete, rerun, status_of
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"
 START = "2026-11-21 12:00:00"
@@ -181,10 +181,6 @@ def test_feedback_on_an_unknown_finding_or_scan_is_404_and_a_bad_verdict_400(cli
 
 
 # --- re-run of the failed sources (the re-runs themselves: tests/intake/routes/test_rerun.py) ----
-
-def rerun(client, account, scan_id, **headers):
-    return client.post(f"{SCAN}/{scan_id}/rerun", headers={**account.headers, **headers})
-
 
 @pytest.mark.config(ENGINE_POLL_SECONDS=1)
 def test_feedback_and_reruns_are_activity_log_entries_naming_the_scan(client, account, jobs):
