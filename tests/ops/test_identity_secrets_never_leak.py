@@ -156,6 +156,10 @@ def test_no_identity_secret_in_any_log_error_or_activity_entry_nor_in_clear_in_t
         return [e for d in got for e in d["events"] if e["event"]["status"] == 200] and got
     batches = wait_until(delivered, 60, "the audit sink's delivery")
     assert all(b["token_valid"] for b in batches)
+    # The worker logs a batch once it has recorded it, which may come after the receiver has it.
+    worker_log = folder / "logs" / "worker.err"
+    wait_until(lambda: "entries acknowledged" in worker_log.read_text(errors="replace"), 30,
+               "the worker's record of the acknowledged batch")
 
     # What the processes wrote, what the service answered, what the activity log holds.
     secrets = {"client secret": forms(client_secret, f"{op.PORTAL_CLIENT}:"), "SCIM token": forms(scim_token),
