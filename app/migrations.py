@@ -13,8 +13,8 @@ import logging
 from collections import Counter
 from datetime import datetime, timedelta
 
+from app.billing.models import IdempotencyRecord
 from app.plumbing.db import db, table
-from app.scans.models import IdempotencyRecord
 from app.schema_version import SchemaVersion
 from app.tables import ALL_MODELS
 
@@ -59,8 +59,9 @@ def _initial(database):
 def _quota_counters(database):
     """Customer.in_flight and QuotaMinute (app.billing.quotas), filled from the scans; the
     scan indexes nothing uses go, those of scans in flight become partial (app.scans.models)."""
+    from app.billing.models import QuotaMinute
     from app.plumbing.models import utcnow
-    from app.scans.models import QuotaMinute, Scan
+    from app.scans.models import Scan
 
     # Plain ALTER TABLE with its default: existing rows get it in the same statement.
     database.execute_sql('ALTER TABLE "customer" ADD COLUMN "in_flight" INTEGER NOT NULL DEFAULT 0')
@@ -106,8 +107,8 @@ def _test_mode(database):
     """Test mode (D15): ``livemode`` on keys, batches, scans, deliveries and idempotency
     records (existing rows are live), ``Customer.test_in_flight``, and the per-minute quota
     counters keyed by mode. Safe on a schema that has any of it already."""
+    from app.billing.models import IdempotencyRecord, QuotaMinute
     from app.plumbing.models import utcnow
-    from app.scans.models import IdempotencyRecord, QuotaMinute
 
     for name in ("api_key", "bulk_batch", "scan", "webhook_delivery", "idempotency_record"):
         if "livemode" not in {c.name for c in database.get_columns(name)}:

@@ -6,7 +6,7 @@ Every call of ``/api/v1`` goes through here and nowhere else, on one of two path
   (``Answerer.serve``); a service that charged the call in its own transaction (a creation, the
   account's read) says so in its ``Served.charge``, and the call is then not charged again;
 - ``serve_scan_read`` / ``serve_bulk_read`` then ``account``: a read whose key look-up, rules,
-  charge, activity entry and object are one statement (``app.scans.statements.read_charged``, one
+  charge, activity entry and object are one statement (``app.billing.statements.served_reads.read_charged``, one
   round trip). Its conditions are built from ``KEY_RULES``, the same table whose predicates the
   other path runs (``keyauth``, ``access``, ``billing``), so the two cannot drift apart.
 
@@ -28,11 +28,11 @@ from app.accounts.statements import keys as key_store
 from app.activity import entries as activity
 from app.billing import charges, idempotency, quotas
 from app.billing.limits import Limits, limits_for
+from app.billing.statements import served_reads
 from app.plumbing.db import CONNECTION_ERRORS
 from app.plumbing.errors import Forbidden, InsufficientBalance, KeyRefused, NotFound, ServiceError
 from app.plumbing.models import utcnow
 from app.scans import reads
-from app.scans import statements as scan_store
 
 log = logging.getLogger(__name__)
 
@@ -353,7 +353,7 @@ def _record(key: ApiKey, request: Request, status: int, *, credits: int,
 # A read is always charged once its key passes KEY_RULES and its balance covers it (200, 403
 # and 404 are all charged, D3), so the key look-up, the conditional charge with its ledger
 # row, the call's activity log entry (D20), the quota windows the answer reports (D8) and the
-# scan (or the batch and its scans) are one statement (``app.scans.statements.read_charged``): one
+# scan (or the batch and its scans) are one statement (``app.billing.statements.served_reads.read_charged``): one
 # round trip and one commit per read, where authentication, read, charge and entry took four.
 # A key whose mode is not billed (a test key) is charged nothing by it and has its read run
 # the rules one after the other (``_serve_in_turn``).
@@ -419,10 +419,10 @@ def _serve_read(token, object_id, request_id, notes, kind: _ReadKind, caller: Ca
     notes = {status: charges.call_note(note) for status, note in notes.items()}
     # The statement charges only a key that passes KEY_RULES; the Python predicates then name
     # the refusal of one it did not charge (401, D21's: free, like a 401).
-    found = scan_store.read_charged(
+    found = served_reads.read_charged(
         bulk=kind.bulk, token_digest=token_digest, object_id=object_id, rules=RULE_NAMES,
         rule_values=rule_values(caller, now), now=now, starts=quotas.window_starts(now),
-        charge=scan_store.ReadCharge(
+        charge=served_reads.ReadCharge(
             price=charges.CALL_PRICE, reason=charges.READS_REASON, notes=(notes[404], notes[200], notes[403]),
             entry=(entry.id, entry.action, entry.resource_id, entry.client_address, entry.request_id),
             statuses=entry.statuses))

@@ -14,10 +14,11 @@ from app.accounts.models import (
 )
 from app.activity.audit_models import AuditSink
 from app.activity.models import ActivityEntry
+from app.billing.models import IdempotencyRecord, QuotaMinute
 from app.events.models import Event
 from app.plumbing.models import BaseModel, iso, new_id, utcnow
 from app.privacy.models import EngineDeletion, Suppression
-from app.scans.models import BulkBatch, EngineCallback, FindingFeedback, IdempotencyRecord, QuotaMinute, Scan
+from app.scans.models import BulkBatch, EngineCallback, FindingFeedback, Scan
 from app.schema_version import SchemaVersion
 from app.sources.models import Source, SourceMinute
 from app.watches.models import Watch

@@ -10,8 +10,9 @@ from peewee import fn
 
 from app.accounts.models import CreditLedger, Customer
 from app.billing import charges
+from app.billing.models import QuotaMinute
 from app.extensions import db
-from app.scans.models import BulkBatch, QuotaMinute, Scan
+from app.scans.models import BulkBatch, Scan
 
 
 @dataclass(frozen=True)

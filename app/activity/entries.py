@@ -169,7 +169,7 @@ def refunded(recorded: Recorded) -> None:
 @dataclass(frozen=True)
 class ReadEntry:
     """The entry of a served read (``app.pipeline.serve_*``), written by the read's one
-    statement (``app.scans.statements.read_charged``) rather than by an INSERT of its own: a read
+    statement (``app.billing.statements.served_reads.read_charged``) rather than by an INSERT of its own: a read
     stays one round trip. What the caller knows is here, clipped as ``record`` clips it; the
     customer, mode and key are those the statement finds, the status is picked from
     ``statuses`` (the object not found, the key's customer's, another's; the balance short)

@@ -22,7 +22,6 @@ TIER_LIMITS = {
 # The most watches not ended a customer may have, per mode (D28).
 WATCH_LIMITS = {"pro": 100, "business": 1000, "enterprise": 10000}
 BULK_TIERS = ("business", "enterprise")
-MAX_BULK_TARGETS = 100
 
 
 def limits_for(customer) -> Limits:

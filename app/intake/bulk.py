@@ -3,8 +3,9 @@ rejected and why. A bad target never fails the call; a bad call (no targets, too
 a tier without bulk) does, before anything is charged."""
 from __future__ import annotations
 
-from app.billing.limits import BULK_TIERS, MAX_BULK_TARGETS
+from app.billing.limits import BULK_TIERS
 from app.plumbing.errors import Forbidden, InvalidRequest
+from app.scans.models import MAX_BULK_TARGETS
 from app.targets.identity import TargetError, normalize
 
 ITEM_FIELDS = {"target", "kind"}

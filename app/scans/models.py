@@ -1,10 +1,9 @@
-"""Scans, bulk batches and idempotency records."""
+"""Scans, bulk batches, findings' feedback and the engine callbacks taken."""
 from peewee import (
     SQL,
     AutoField,
     BooleanField,
     CharField,
-    CompositeKey,
     DateTimeField,
     DoubleField,
     ForeignKeyField,
@@ -18,6 +17,8 @@ from app.plumbing.models import BaseModel, utcnow
 QUEUED, RUNNING, COMPLETED, FAILED = "queued", "running", "completed", "failed"
 IN_FLIGHT = (QUEUED, RUNNING)
 FINAL = (COMPLETED, FAILED)
+# The most targets one bulk call (a batch) takes.
+MAX_BULK_TARGETS = 100
 
 
 class BulkBatch(BaseModel):
@@ -124,47 +125,6 @@ Scan.add_index(Scan.index(Scan.watch_id, Scan.created_at, name="scan_watch", whe
 FINISHED_AT = SQL("(COALESCE(completed_at, failed_at))")
 Scan.add_index(Scan.index(FINISHED_AT, name="scan_erasable_finished_at",
                           where=Scan.erased_at.is_null() & Scan.status.in_(FINAL)))
-
-
-class QuotaMinute(BaseModel):
-    """How many scans a customer created in one minute (``minute`` = created_at truncated).
-
-    The rolling hour and day windows (D8) add these up instead of counting scans, so a
-    call costs the same however many scans the customer made today; only the minute at
-    each window's edge is counted from ``scan`` itself, which keeps the windows exact.
-    Written in the admitting transaction; rows older than a day are pruned by the sweep.
-    """
-
-    customer = ForeignKeyField(Customer, on_delete="CASCADE", index=False)
-    customer_id: str
-    # Live and test scans are counted apart (D15).
-    livemode = BooleanField(default=True)
-    minute = DateTimeField()
-    scans = IntegerField()
-
-    class Meta:
-        primary_key = CompositeKey("customer", "livemode", "minute")
-        indexes = ((("minute",), False),)  # the sweep's pruning, across customers
-
-
-class IdempotencyRecord(BaseModel):
-    """The first 202 answer to an ``Idempotency-Key`` (D9), per customer for 24 hours."""
-
-    customer = ForeignKeyField(Customer, on_delete="CASCADE")
-    customer_id: str
-    key = CharField(max_length=255)
-    endpoint = CharField(max_length=255)  # the request's path
-    request_hash = CharField(max_length=64)
-    # processing until the first request answers 202; then done with its answer.
-    done = BooleanField(default=False)
-    response_status = IntegerField(null=True)
-    response_body = TextField(null=True)
-    created_at = DateTimeField(default=utcnow)
-    # A key used by a test key and by a live key names two requests (D15).
-    livemode = BooleanField(default=True, constraints=[SQL("DEFAULT TRUE")])
-
-    class Meta:
-        indexes = ((("customer", "livemode", "key"), True),)
 
 
 FEEDBACK_VERDICTS = ("false_positive", "confirmed")

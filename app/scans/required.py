@@ -9,7 +9,7 @@ is ever evaluated as code. A rule that does not parse is ``InvalidRequired`` (40
 ``matches`` decides a completed scan: each word is true when the result, shown at the scan's
 ``min_confidence``, has such an item (``phone_profile``: a phone profile at all, it has no
 confidence). A scan that does not match keeps only ``unmatched`` of its result, and its creation
-is refunded (``settle`` and ``refund``, in the transaction that completes it).
+is refunded (``settle`` here and ``app.billing.refunds``, in the transaction that completes it).
 """
 from __future__ import annotations
 
@@ -17,8 +17,6 @@ import json
 import re
 from typing import NoReturn
 
-from app.activity import entries
-from app.billing import charges
 from app.plumbing.errors import InvalidRequired
 from app.scans import confidence
 from app.scans import statements as scan_store
@@ -183,17 +181,13 @@ def unmatched(result: dict) -> dict:
     }
 
 
-# --- a completed scan that does not match: its items withheld, its creation refunded ----------
-
-REFUND_ACTION = "scan.refund"  # the activity log's name for it (no API route: the service's own act)
-REFUND_NOTE = "no match for the scan's required rule"
-
+# --- a completed scan that does not match: its items withheld (billing refunds its creation) ----
 
 def settle(scans: list) -> list:
     """In the transaction that completes ``scans`` (after their findings carry the customer's
     feedback): each completed scan whose ``required`` its result does not meet keeps only
     ``unmatched`` of it (written, and in ``scan.result_json``, which its webhook body reads).
-    Returns those scans, for ``refund``."""
+    Returns those scans, for ``app.billing.refunds.refund_unmatched``."""
     missed = []
     for scan in scans:
         if scan.status != COMPLETED or not scan.required or not scan.result_json:
@@ -206,20 +200,3 @@ def settle(scans: list) -> list:
         missed.append(scan)
     return missed
 
-
-def refund(scans: list) -> int:
-    """Give back what creating each of ``scans`` (one customer's, as ``settle`` found them) cost:
-    a ledger row and an activity entry naming the scan each, the balance moved with the row (in
-    the caller's transaction: the one that wrote the scan's final state, so a scan completed twice
-    is refunded once, the second completion finding it final). A scan whose creation was not
-    charged (test mode) gets nothing. Returns the credits given back."""
-    given = 0
-    for scan in scans:
-        amount = charges.creation_refund(scan.livemode)
-        if not amount:
-            continue
-        charges.apply(scan.customer_id, amount, "refund", scan_id=scan.id, bulk_id=scan.bulk_id, note=REFUND_NOTE)
-        entries.record(customer_id=scan.customer_id, livemode=scan.livemode, action=REFUND_ACTION, status=200,
-                        credits=-amount, key_id=scan.api_key_id, resource_id=scan.id)
-        given += amount
-    return given

@@ -11,10 +11,10 @@ import marshmallow as ma
 from marshmallow import RAISE, fields
 
 from app.api.fields import UtcDateTime
-from app.billing.limits import MAX_BULK_TARGETS
 from app.events import kinds as events
 from app.events.waits import WAIT_RANGE, parse_wait
 from app.plumbing.errors import InvalidRequest
+from app.scans.models import MAX_BULK_TARGETS
 from app.scans.purposes import CASE_REF_MAX, CASE_REF_PATTERN, PURPOSES
 from app.targets.schemas import TARGET_DOC
 

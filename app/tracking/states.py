@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from app.billing import quotas
+from app.billing import quotas, refunds
 from app.events import feed
 from app.events import kinds as events
 from app.plumbing import engine, metrics, runtime
@@ -201,7 +201,7 @@ def record_finals(finals: list[Final]) -> list:
         out_of_flight = Counter((s.customer_id, s.livemode) for s in scans)
         quotas.move_in_flight_many({owner: -n for owner, n in out_of_flight.items()})
         for customer_id, livemode in sorted({(s.customer_id, s.livemode) for s in missed}):
-            required.refund([s for s in missed if s.customer_id == customer_id and s.livemode == livemode])
+            refunds.refund_unmatched([s for s in missed if s.customer_id == customer_id and s.livemode == livemode])
     return scans
 
 

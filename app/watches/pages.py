@@ -16,11 +16,11 @@ from wtforms.validators import DataRequired, Length, Optional
 
 from app.accounts import portal_roles as roles
 from app.activity import entries
-from app.billing.limits import MAX_BULK_TARGETS
 from app.plumbing.errors import NotFound, ServiceError
 from app.portal import audit, security
 from app.portal.blueprint import bp, choice, form_errors, page_arg
 from app.portal.forms import ActionForm
+from app.scans.models import MAX_BULK_TARGETS
 from app.scans.purposes import PURPOSES
 from app.targets.identity import KINDS
 from app.watches import watchlist

@@ -16,11 +16,12 @@ from freezegun import freeze_time
 from app.accounts import admin
 from app.accounts.models import ApiKey, CreditLedger, Customer
 from app.billing import quotas
+from app.billing.models import IdempotencyRecord
 from app.extensions import db
 from app.intake.creation import reverse_reservation
 from app.plumbing.models import utcnow
 from app.plumbing.signatures import sign, verify_standard
-from app.scans.models import IdempotencyRecord, Scan
+from app.scans.models import Scan
 from app.webhooks.models import WebhookDelivery
 from tests import factories
 from tests.api.helpers import assert_books_balance, balance, ledger

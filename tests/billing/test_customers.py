@@ -11,9 +11,10 @@ from app.accounts import admin
 from app.accounts.models import CreditLedger, Customer
 from app.billing import charges, customers, quotas
 from app.billing.customers import BIGINT_MAX
+from app.billing.models import QuotaMinute
 from app.plumbing.errors import AccountError
 from app.plumbing.models import new_id
-from app.scans.models import QuotaMinute, Scan
+from app.scans.models import Scan
 from tests.domain_fixtures import books_of
 
 NOW = datetime(2026, 11, 22, 12, 0, 0)

@@ -5,8 +5,8 @@ import pytest
 from freezegun import freeze_time
 
 from app.billing import customers, idempotency
+from app.billing.models import IdempotencyRecord
 from app.plumbing.errors import Conflict
-from app.scans.models import IdempotencyRecord
 
 START = datetime(2026, 11, 22, 12, 0, 0)
 SCAN = "POST /api/v1/scan"

@@ -2,7 +2,8 @@
 from app.accounts import admin
 from app.accounts.models import Customer
 from app.billing import customers
-from app.billing.limits import BULK_TIERS, MAX_BULK_TARGETS, TIER_LIMITS, Limits, limits_for
+from app.billing.limits import BULK_TIERS, TIER_LIMITS, Limits, limits_for
+from app.scans.models import MAX_BULK_TARGETS
 
 
 def test_the_tier_table_is_the_contracts():

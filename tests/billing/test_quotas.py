@@ -9,10 +9,11 @@ from app.accounts.models import Customer
 from app.api_calls import rate_limit_headers
 from app.billing import customers, quotas
 from app.billing.limits import Limits
+from app.billing.models import QuotaMinute
 from app.extensions import db
 from app.plumbing.errors import RateLimited
 from app.plumbing.models import new_id
-from app.scans.models import QuotaMinute, Scan
+from app.scans.models import Scan
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, 500000)
 

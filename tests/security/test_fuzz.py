@@ -34,9 +34,10 @@ from schemathesis.specs.openapi.converter import to_json_schema
 
 from app.accounts.models import CreditLedger
 from app.billing import charges
+from app.billing.models import IdempotencyRecord
 from app.extensions import db
 from app.plumbing.models import utcnow
-from app.scans.models import BulkBatch, IdempotencyRecord, Scan
+from app.scans.models import BulkBatch, Scan
 from app.targets.schemas import TARGET_PATTERNS
 
 SCAN, BULK = "/api/v1/scan", "/api/v1/scan/bulk"

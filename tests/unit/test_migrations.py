@@ -66,8 +66,9 @@ def test_quota_counters_migration_fills_them_from_existing_scans(app):
 
     from app.accounts.models import ApiKey
     from app.billing import quotas
+    from app.billing.models import QuotaMinute
     from app.plumbing.models import new_id, utcnow
-    from app.scans.models import QuotaMinute, Scan
+    from app.scans.models import Scan
 
     with db.connection_context():
         customer = customers.create_customer("Old", "business", 5)
@@ -134,8 +135,9 @@ def test_test_mode_migration_marks_existing_rows_live_and_counts_windows_per_mod
     are rebuilt with the mode in their key, and an Idempotency-Key is unique per mode."""
     from app.accounts.models import ApiKey
     from app.billing import quotas
+    from app.billing.models import IdempotencyRecord, QuotaMinute
     from app.plumbing.models import new_id, utcnow
-    from app.scans.models import IdempotencyRecord, QuotaMinute, Scan
+    from app.scans.models import Scan
 
     with db.connection_context():
         customer = customers.create_customer("Old", "business", 5)
@@ -175,7 +177,7 @@ def test_test_mode_migration_marks_existing_rows_live_and_counts_windows_per_mod
 def test_the_idempotency_endpoint_holds_a_redelivery_path(app):
     """Version 7: an Idempotency-Key's endpoint is the request's path, and a redelivery's is
     longer than the 40 characters version 1 allowed (PostgreSQL refused it: a 500)."""
-    from app.scans.models import IdempotencyRecord
+    from app.billing.models import IdempotencyRecord
 
     path = "/api/v1/deliveries/dlv_" + "x" * 22 + "/redeliver"
     with db.connection_context():

@@ -18,8 +18,9 @@ from peewee import fn
 from app.accounts.models import CreditLedger, Customer
 from app.accounts.statements.customers import LOCK_CUSTOMER
 from app.activity.statements import entries as activity_store
+from app.billing.models import QuotaMinute
 from app.plumbing.db import Statement, columns, execute, execute_batch, in_list, instance, repr_column, table
-from app.scans.models import QuotaMinute, Scan
+from app.scans.models import Scan
 
 
 def set_in_flight(customer_id: str, *, in_flight: int, test_in_flight: int) -> None:

@@ -10,8 +10,8 @@ from datetime import datetime
 
 from peewee import IntegrityError
 
+from app.billing.models import IdempotencyRecord
 from app.plumbing.db import db, execute, table
-from app.scans.models import IdempotencyRecord
 
 
 def insert(customer_id: str, key: str, *, endpoint: str, request_hash: str, livemode: bool) -> int | None:

@@ -6,8 +6,8 @@ import pytest
 import requests
 from freezegun import freeze_time
 
+from app.billing.models import IdempotencyRecord
 from app.extensions import db
-from app.scans.models import IdempotencyRecord
 from tests.api.helpers import assert_books_balance, balance, engine_mode, scans_of
 from tests.api.test_auth_and_errors import assert_error
 

@@ -10,11 +10,11 @@ from freezegun import freeze_time
 from app.accounts import admin
 from app.accounts.models import CreditLedger
 from app.activity.models import ActivityEntry
+from app.billing.statements.served_reads import served_read_sql
 from app.extensions import db
 from app.pipeline import RULE_NAMES
 from app.plumbing import planned
 from app.plumbing.models import utcnow
-from app.scans.statements import served_read_sql
 from tests.api.helpers import assert_books_balance, balance, ledger, scans_of, status_of
 from tests.api.test_auth_and_errors import assert_error
 
