@@ -21,9 +21,8 @@ import app.pipeline as pipeline
 from app.accounts import access
 from app.accounts.models import ApiKey
 from app.accounts.routes.auth import bearer_token, client_address
-from app.actions import action_for, check_named, route_of
 from app.activity import entries
-from app.api.hooks import UNACCOUNTED, declared_scope, refuse_query
+from app.api.hooks import UNACCOUNTED, api_views, declared, refuse_query, route_of
 from app.billing import charges, quotas
 from app.billing.limits import DAY, HOUR, Limits
 from app.errors import SCIM_PATH, ApiError, from_service_error, query_error, service_unavailable
@@ -213,9 +212,10 @@ def _note_refusal(exc: KeyRefused) -> None:
 
 def check_accounted(app) -> None:
     """Refuse to start when a view of the API is not wrapped by ``api_call`` or ``served_read``,
-    or declares no scope (D21): it would answer without authentication, access check or charge
-    (fail closed, at start, not per request). ``UNACCOUNTED`` lists the views outside them; a view
-    under ``/scim/`` must be wrapped by SCIM's own authentication instead."""
+    or declares no scope (D21) or no activity log action (D20): it would answer without
+    authentication, access check or charge, or be logged without a name (fail closed, at start,
+    not per request). ``UNACCOUNTED`` lists the views outside them; a view under ``/scim/`` must be
+    wrapped by SCIM's own authentication instead."""
     for rule in app.url_map.iter_rules():
         if rule.rule.startswith("/engine/") and rule.rule not in UNACCOUNTED:
             raise RuntimeError(f"{rule.endpoint} ({rule.rule}) is outside hooks.api_call: list it in "
@@ -225,18 +225,17 @@ def check_accounted(app) -> None:
             # SCIM (D32) is outside the customer API's accounting, but never outside its own token.
             raise RuntimeError(f"{rule.endpoint} ({rule.rule}) is not wrapped by "
                                "app.accounts.routes.scim.scim_authenticated")
-        view_class = getattr(app.view_functions.get(rule.endpoint), "view_class", None)
-        if view_class is None or not rule.rule.startswith("/api/v1/"):
-            continue
-        for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
-            if not getattr(getattr(view_class, method.lower(), None), "accounted", False):
-                raise RuntimeError(f"{rule.endpoint} {method} is not wrapped by hooks.api_call or served_read")
-            scope = declared_scope(app, rule, method)
-            if scope != access.ANY_SCOPE and scope not in access.SCOPES:
-                raise RuntimeError(f"{rule.endpoint} {method} declares no scope: give its hooks.api_call or "
-                                   f"served_read scope=access.<SCOPE> (one of {', '.join(access.SCOPES)}) "
-                                   f"or access.ANY_SCOPE")
-    check_named(app)  # and every call has its activity log action
+    for rule, method in api_views(app):
+        if not declared(app, rule, method, "accounted"):
+            raise RuntimeError(f"{rule.endpoint} {method} is not wrapped by hooks.api_call or served_read")
+        scope = declared(app, rule, method, "scope")
+        if scope != access.ANY_SCOPE and scope not in access.SCOPES:
+            raise RuntimeError(f"{rule.endpoint} {method} declares no scope: give its hooks.api_call or "
+                               f"served_read scope=access.<SCOPE> (one of {', '.join(access.SCOPES)}) "
+                               f"or access.ANY_SCOPE")
+        if not declared(app, rule, method, "action"):
+            raise RuntimeError(f"{rule.endpoint} {method} ({method} {route_of(rule.rule)}) declares no activity "
+                               f"log action: give its hooks.api_call or served_read action=\"<name>\"")
 
 
 class _Answer:
@@ -291,9 +290,10 @@ def _request(scope: str | None = None) -> pipeline.Request:
     """The call's facts, read off the request once."""
     rule = request.url_rule.rule if request.url_rule else request.path
     values = list((request.view_args or {}).values())
+    action = declared(current_app, request.url_rule, request.method, "action") if request.url_rule else None
     return pipeline.Request(
         method=request.method, path=request.path, scope=scope or "", client_address=client_address(),
-        request_id=g.get("request_id"), action=action_for(request.method, rule),
+        request_id=g.get("request_id"), action=action or f"{request.method} {route_of(rule)}",
         # The object a route names (``/scan/{scan_id}``, ``/deliveries/{delivery_id}/...``), or None.
         resource_id=str(values[-1]) if values else None,
         route=route_of(request.url_rule.rule) if request.url_rule is not None else None,

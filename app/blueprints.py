@@ -294,6 +294,7 @@ def register_api(app: Flask) -> Api:
     api.later(_shape_schemas)
     api.later(lambda spec: _document_scopes(app, spec))
     api_calls.check_accounted(app)
+    app.extensions[audit.API_ACTIONS] = hooks.declared_actions(app)  # the activity log's filter lists them
 
     assets = swagger_ui_bundle.swagger_ui_path
 
@@ -332,12 +333,10 @@ def _components(spec) -> None:
 def _document_scopes(app: Flask, spec) -> None:
     """Each operation's description ends with the scope its view declares (``hooks.api_call``'s
     ``scope=``), so the document says what its code checks, never a copy of it."""
-    from app.actions import route_of
-
     for rule in app.url_map.iter_rules():
-        operations = spec._paths.get(route_of(rule.rule), {})
+        operations = spec._paths.get(hooks.route_of(rule.rule), {})
         for method in rule.methods - {"HEAD", "OPTIONS"}:
-            operation, scope = operations.get(method.lower()), hooks.declared_scope(app, rule, method)
+            operation, scope = operations.get(method.lower()), hooks.declared(app, rule, method, "scope")
             if not isinstance(operation, dict) or scope is None:
                 continue
             needs = ("Any key may call it, whatever its scopes." if scope == access.ANY_SCOPE

@@ -34,7 +34,7 @@ LIST_EXAMPLE = {"ok": True, "has_more": True, "data": [
 
 @blp.route("/activity")
 class ActivityList(MethodView):
-    @hooks.api_call(scope=access.ACTIVITY_READ)
+    @hooks.api_call(scope=access.ACTIVITY_READ, action="activity.list")
     @blp.doc(security=SECURITY, summary="List the activity log", operationId="listActivity", tags=["activity"])
     @blp.arguments(ActivityListQuerySchema, location="query", as_kwargs=True)
     @blp.response(200, ActivityListSchema, headers=HEADERS, example=LIST_EXAMPLE,
@@ -69,7 +69,7 @@ EXPORT_HEADERS = {
 
 @blp.route("/activity/export")
 class ActivityExport(MethodView):
-    @hooks.api_call(scope=access.ACTIVITY_READ)
+    @hooks.api_call(scope=access.ACTIVITY_READ, action="activity.export")
     @blp.doc(security=SECURITY, summary="Export the activity log", operationId="exportActivity", tags=["activity"])
     @blp.arguments(ActivityExportQuerySchema, location="query", as_kwargs=True)
     @blp.response(200, description="Entries as NDJSON (`application/x-ndjson`): one JSON object per line, each "

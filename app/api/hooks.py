@@ -14,8 +14,9 @@ pipeline then charges nothing more.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from functools import wraps
+import re
+from collections.abc import Callable, Iterator
+from functools import lru_cache, wraps
 from typing import Any
 
 from flask import Response, current_app, request
@@ -81,14 +82,15 @@ def still_allowed(key, scope: str) -> Callable[[], bool]:
     return _calls().still_allowed(key, scope)
 
 
-def api_call(view: Callable | None = None, *, scope: str | None = None) -> Callable:
+def api_call(view: Callable | None = None, *, scope: str | None = None, action: str | None = None) -> Callable:
     """Wrap a view (``view(self, key, ...)``): the key is authenticated before anything else,
     then D21's check of the key for ``scope``, the one place the view declares the scope it
-    needs (``access.SCOPES``, or ``access.ANY_SCOPE``): ``@hooks.api_call(scope=access.SCANS_READ)``.
-    A bare ``@hooks.api_call`` declares none, and the app refuses to start (``check_accounted``)."""
+    needs (``access.SCOPES``, or ``access.ANY_SCOPE``) and the activity log's name for its calls
+    (``action``, D20): ``@hooks.api_call(scope=access.SCANS_READ, action="scans.list")``.
+    A bare ``@hooks.api_call`` declares neither, and the app refuses to start (``check_accounted``)."""
     if view is None:
-        return lambda wrapped: _api_call(wrapped, scope)
-    return _api_call(view, None)
+        return lambda wrapped: _api_call(wrapped, scope, action)
+    return _api_call(view, None, None)
 
 
 def _takes_query(view: Callable) -> bool:
@@ -103,15 +105,21 @@ def refuse_query(names=None) -> Response:
     raise query_error({name: [UNKNOWN_FIELD] for name in (request.args if names is None else sorted(names))})
 
 
-def _api_call(view: Callable, scope: str | None) -> Callable:
+def _api_call(view: Callable, scope: str | None, action: str | None) -> Callable:
     takes_query = _takes_query(view)
     reports = "report" in inspect.signature(view).parameters  # it fills the pipeline's report
 
     @wraps(view)
     def call(self, *args, **kwargs):
         return _calls().call(_view_runner(view, self, args, kwargs, reports, takes_query), scope)
+    return _declared(call, scope, action)
+
+
+def _declared(call: Callable, scope: str | None, action: str | None) -> Callable:
+    """``call``, marked as accounted, with what its view declares (read by ``declared``)."""
     call.accounted = True  # type: ignore[attr-defined] # see app.api_calls.check_accounted
     call.scope = scope  # type: ignore[attr-defined]
+    call.action = action  # type: ignore[attr-defined]
     return call
 
 
@@ -124,27 +132,49 @@ def _view_runner(view: Callable, self, args, kwargs, reports: bool, takes_query:
     return run
 
 
-def served_read(serve: str, *, scope: str | None = None, wait=None) -> Callable:
+def served_read(serve: str, *, scope: str | None = None, wait=None, action: str | None = None) -> Callable:
     """Wrap a read whose service authenticates, charges and reads in one statement: ``serve``
     names it (``"scan"``, ``"bulk"``: the pipeline's ``serve_scan_read``, ``serve_bulk_read``,
-    whose key rules are the pipeline's ``KEY_RULES``, as on every path), ``scope`` declared as for
-    ``api_call``; the view gets the served read and renders its body. ``wait``: what the read
+    whose key rules are the pipeline's ``KEY_RULES``, as on every path), ``scope`` and ``action``
+    declared as for ``api_call``; the view gets the served read and renders its body. ``wait``: what the read
     waits for when it takes ``?wait=N`` (D27, a ``reads.Awaited``)."""
     def decorate(view: Callable) -> Callable:
         @wraps(view)
         def call(self, **route):
             (object_id,) = route.values()
             return _calls().served_read(serve, lambda read: view(self, read), object_id, scope, wait)
-        call.accounted = True  # type: ignore[attr-defined] # see app.api_calls.check_accounted
-        call.scope = scope  # type: ignore[attr-defined]
-        return call
+        return _declared(call, scope, action)
     return decorate
 
 
-def declared_scope(app, rule, method: str) -> str | None:
-    """The scope the view of ``rule`` and ``method`` declares (None: none, or not wrapped)."""
+def declared(app, rule, method: str, what: str) -> str | None:
+    """What (``"scope"``, ``"action"``) the view of ``rule`` and ``method`` declares (None: nothing,
+    or not wrapped)."""
     view_class = getattr(app.view_functions.get(rule.endpoint), "view_class", None)
-    return getattr(getattr(view_class, method.lower(), None), "scope", None)
+    return getattr(getattr(view_class, method.lower(), None), what, None)
+
+
+def api_views(app) -> Iterator[tuple[Any, str]]:
+    """``(rule, method)`` of every view of the customer API (``/api/v1/``)."""
+    for rule in app.url_map.iter_rules():
+        view_class = getattr(app.view_functions.get(rule.endpoint), "view_class", None)
+        if view_class is not None and rule.rule.startswith("/api/v1/"):
+            for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
+                yield rule, method
+
+
+def declared_actions(app) -> list[str]:
+    """The activity log's names of the API's calls, as their views declare them, sorted."""
+    return sorted({action for rule, method in api_views(app) if (action := declared(app, rule, method, "action"))})
+
+
+ROUTE_ARGUMENT = re.compile(r"<(?:[^:>]+:)?([^>]+)>")  # <scan_id:scan_id> -> {scan_id}
+
+
+@lru_cache(maxsize=256)
+def route_of(rule: str) -> str:
+    """A route as the OpenAPI document writes it (``{scan_id}``), from werkzeug's (``<scan_id:scan_id>``)."""
+    return ROUTE_ARGUMENT.sub(r"{\1}", rule)
 
 
 # Views of the API's blueprints outside the accounted wrappers, each on purpose and with why. The

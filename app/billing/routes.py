@@ -28,7 +28,7 @@ EXAMPLE = {"ok": True, "customer_id": "cus_Q2x0mV8rLk1cYt6nWb3a9g", "tier": "bus
 
 @blp.route("/account")
 class Account(MethodView):
-    @hooks.api_call(scope=access.ANY_SCOPE)
+    @hooks.api_call(scope=access.ANY_SCOPE, action="account.read")
     @blp.doc(security=SECURITY, summary="Read your account", operationId="getAccount")
     @blp.response(200, AccountSchema, headers=HEADERS, example=EXAMPLE,
                   description="The account and the calling key.")

@@ -33,7 +33,7 @@ LIST_EXAMPLE = {"ok": True, "has_more": True, "data": [
 
 @blp.route("/events")
 class EventList(MethodView):
-    @hooks.api_call(scope=access.SCANS_READ)
+    @hooks.api_call(scope=access.SCANS_READ, action="events.list")
     @blp.doc(security=SECURITY, summary="List events", operationId="listEvents", tags=["events"])
     @blp.arguments(EventListArgs, location="query", as_kwargs=True)
     @blp.response(200, EventListSchema, headers=HEADERS, example=LIST_EXAMPLE,
@@ -62,7 +62,7 @@ LAST_EVENT_ID = {"in": "header", "name": "Last-Event-ID", "required": False,
 
 @blp.route("/events/stream")
 class EventStream(MethodView):
-    @hooks.api_call(scope=access.SCANS_READ)
+    @hooks.api_call(scope=access.SCANS_READ, action="events.stream")
     @blp.doc(security=SECURITY, summary="Follow events as they happen", operationId="streamEvents",
              tags=["events"], parameters=[LAST_EVENT_ID])
     @blp.arguments(EventStreamArgs, location="query", as_kwargs=True)

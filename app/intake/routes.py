@@ -35,7 +35,7 @@ documented_errors = openapi.errors_of(blp)
 
 @blp.route("/scan")
 class ScanCreate(MethodView):
-    @hooks.api_call(scope=access.SCANS_WRITE)
+    @hooks.api_call(scope=access.SCANS_WRITE, action="scan.create")
     @blp.doc(security=SECURITY, tags=["scans"], parameters=[IDEMPOTENCY_HEADER], summary="Create a scan",
              operationId="createScan", callbacks=webhook_callbacks("scanEvent"))
     @blp.arguments(ScanCreateSchema, example={"target": "jane.doe@example.com", "kind": "email"})
@@ -90,7 +90,7 @@ def waited_scan(outcome: creation.Outcome, key, seconds: int) -> dict | None:
 
 @blp.route("/scan/<scan_id:scan_id>/rerun")
 class ScanRerun(MethodView):
-    @hooks.api_call(scope=access.SCANS_WRITE)
+    @hooks.api_call(scope=access.SCANS_WRITE, action="scan.rerun")
     @blp.doc(security=SECURITY, tags=["scans"], parameters=[IDEMPOTENCY_HEADER],
              summary="Re-run a scan's failed sources", operationId="rerunScan",
              callbacks=webhook_callbacks("rerunScanEvent"))
@@ -115,7 +115,7 @@ class ScanRerun(MethodView):
 
 @blp.route("/scan/bulk")
 class BulkCreate(MethodView):
-    @hooks.api_call(scope=access.SCANS_WRITE)
+    @hooks.api_call(scope=access.SCANS_WRITE, action="bulk.create")
     @blp.doc(security=SECURITY, tags=["scans"], parameters=[IDEMPOTENCY_HEADER], summary="Create a bulk batch",
              operationId="createBulk", callbacks=webhook_callbacks("bulkScanEvent"))
     @blp.arguments(BulkCreateSchema, example={"targets": [

@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 _activity: Installed[Any] = Installed("the portal's activity log")
 install = _activity.install
 
+# ``app.extensions``' key of the API calls' action names, as their views declare them (set at start by
+# ``app/blueprints.py``: the portal imports nothing of the API's views).
+API_ACTIONS = "scan_api.api_actions"
+
 # The name of each portal action; a POST missing here is still recorded, as
 # "portal.<view>", so that a new form is never left out of the log.
 ACTIONS = {
@@ -65,6 +69,12 @@ ACTIONS = {
     "portal.login_code": "portal.login_code",
     "portal.set_password": "user.password_set",
 }
+
+
+def all_actions(app) -> list[str]:
+    """Every name an entry's action may have: the portal's and the API's, sorted (the activity
+    log's filter lists them)."""
+    return sorted(set(ACTIONS.values()) | set(app.extensions.get(API_ACTIONS, ())))
 # Reads that are actions all the same: what leaves the portal in bulk.
 EXPORTS = frozenset({"portal.ledger_csv", "portal.activity_csv"})
 # Pages that only show something, posted because their filters can hold a target (kept out of addresses).

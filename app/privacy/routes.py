@@ -22,7 +22,7 @@ documented_errors = openapi.errors_of(blp)
 
 @blp.route("/scan/<scan_id:scan_id>")
 class ScanErase(MethodView):
-    @hooks.api_call(scope=access.SCANS_ERASE)
+    @hooks.api_call(scope=access.SCANS_ERASE, action="scan.erase")
     @blp.doc(security=SECURITY, tags=["scans"], summary="Erase a scan", operationId="eraseScan")
     @blp.response(200, ScanErasedSchema, headers=HEADERS, description="The scan is erased.",
                   example={"ok": True, "scan_id": "scn_3kT9wQ0vXl2mYp7aRz1b4Q", "erased_at": "2026-11-21T09:30:00Z"})
@@ -40,7 +40,7 @@ class ScanErase(MethodView):
 
 @blp.route("/scan/bulk/<string:bulk_id>")
 class BulkErase(MethodView):
-    @hooks.api_call(scope=access.SCANS_ERASE)
+    @hooks.api_call(scope=access.SCANS_ERASE, action="bulk.erase")
     @blp.doc(security=SECURITY, tags=["scans"], summary="Erase a bulk batch", operationId="eraseBulk")
     @blp.response(200, BulkErasedSchema, headers=HEADERS, description="Every completed or failed scan of the "
                   "batch is erased.", example={"ok": True, "bulk_id": "blk_Q2x0mV8rLk1cYt6nWb3a9g", "erased": 98,

@@ -39,7 +39,7 @@ def served(read):
 
 @blp.route("/scan/<scan_id:scan_id>")
 class ScanRead(MethodView):
-    @hooks.served_read("scan", scope=access.SCANS_READ, wait=reads.SCAN_WAIT)
+    @hooks.served_read("scan", scope=access.SCANS_READ, wait=reads.SCAN_WAIT, action="scan.read")
     @blp.doc(security=SECURITY, summary="Read a scan", operationId="getScan",
              parameters=[WAIT_PARAMETER, MIN_CONFIDENCE_PARAMETER])
     @blp.response(200, ScanSchema, headers=HEADERS,
@@ -54,7 +54,7 @@ class ScanRead(MethodView):
 
 @blp.route("/scan/<scan_id:scan_id>/findings/<string:finding_id>/feedback")
 class FindingFeedback(MethodView):
-    @hooks.api_call(scope=access.SCANS_WRITE)
+    @hooks.api_call(scope=access.SCANS_WRITE, action="finding.feedback")
     @blp.doc(security=SECURITY, summary="Give feedback on a finding", operationId="giveFeedback")
     @blp.arguments(FeedbackCreateSchema, example={"verdict": "false_positive",
                                                   "note": "Another person with the same name."})
@@ -77,7 +77,7 @@ class FindingFeedback(MethodView):
 
 @blp.route("/scan/bulk/<string:bulk_id>")
 class BulkRead(MethodView):
-    @hooks.served_read("bulk", scope=access.SCANS_READ, wait=reads.BULK_WAIT)
+    @hooks.served_read("bulk", scope=access.SCANS_READ, wait=reads.BULK_WAIT, action="bulk.read")
     @blp.doc(security=SECURITY, summary="Read a bulk batch", operationId="getBulk",
              parameters=[WAIT_PARAMETER, MIN_CONFIDENCE_PARAMETER])
     @blp.response(200, BulkStateSchema, headers=HEADERS, description="Counts by status and every scan.")
@@ -91,7 +91,7 @@ class BulkRead(MethodView):
 
 @blp.route("/scans")
 class ScanList(MethodView):
-    @hooks.api_call(scope=access.SCANS_READ)
+    @hooks.api_call(scope=access.SCANS_READ, action="scans.list")
     @blp.doc(security=SECURITY, summary="List scans", operationId="listScans")
     @blp.arguments(ScanListQuerySchema, location="query", as_kwargs=True)
     @blp.response(200, ScanListSchema, headers=HEADERS, description="One page of scans, newest first.",

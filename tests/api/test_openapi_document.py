@@ -96,13 +96,12 @@ def test_every_operation_names_the_refusals_of_the_key(spec):
 
 def test_every_operation_says_the_scope_its_view_declares(app, spec):
     from app.accounts import access
-    from app.actions import route_of
-    from app.api.hooks import declared_scope
+    from app.api.hooks import declared, route_of
 
     seen = 0
     for rule in app.url_map.iter_rules():
         for method in rule.methods - {"HEAD", "OPTIONS"}:
-            scope = declared_scope(app, rule, method)
+            scope = declared(app, rule, method, "scope")
             if scope is None:
                 continue
             description = spec["paths"][route_of(rule.rule)][method.lower()]["description"]

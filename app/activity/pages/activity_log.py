@@ -4,11 +4,10 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from flask import flash, g, redirect, render_template, url_for
+from flask import current_app, flash, g, redirect, render_template, url_for
 
 from app.accounts import admin
 from app.accounts import portal_roles as roles
-from app.actions import ACTIONS as API_ACTIONS
 from app.activity import entries as activity
 from app.plumbing import time_bounds
 from app.plumbing.errors import InvalidRequest
@@ -76,7 +75,7 @@ def activity_log():
     keys = admin.customer_keys(g.portal_customer.id)
     return render_template("portal/activity.html", page=page, filters=shown, keys=keys,
                            key_names={k.id: k.name or k.display for k in keys},
-                           actions=sorted(set(audit.ACTIONS.values()) | set(API_ACTIONS.values())),
+                           actions=audit.all_actions(current_app),
                            modes=ACTIVITY_MODES, export_args={k: v for k, v in shown.items() if v},
                            cursor=cursor), code
 

@@ -28,7 +28,7 @@ EXAMPLE = {"ok": True, "data": [
 
 @blp.route("/sources")
 class SourceList(MethodView):
-    @hooks.api_call(scope=access.ANY_SCOPE)
+    @hooks.api_call(scope=access.ANY_SCOPE, action="sources.list")
     @blp.doc(security=SECURITY, summary="List the sources and their health", operationId="listSources",
              tags=["sources"])
     @blp.response(200, SourceListSchema, headers=HEADERS, example=EXAMPLE,

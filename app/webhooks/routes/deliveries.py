@@ -59,7 +59,7 @@ documented_errors = error_documenter(blp, ERROR_EXAMPLES)
 
 @blp.route("/deliveries")
 class DeliveryList(MethodView):
-    @hooks.api_call(scope=access.WEBHOOKS)
+    @hooks.api_call(scope=access.WEBHOOKS, action="deliveries.list")
     @blp.doc(security=SECURITY, summary="List webhook deliveries", operationId="listDeliveries")
     @blp.arguments(DeliveryListArgs, location="query", as_kwargs=True)
     @blp.response(200, DeliveryListSchema, headers=HEADERS, example=LIST_EXAMPLE,
@@ -78,7 +78,7 @@ class DeliveryList(MethodView):
 
 @blp.route("/deliveries/<string:delivery_id>/redeliver")
 class Redeliver(MethodView):
-    @hooks.api_call(scope=access.WEBHOOKS)
+    @hooks.api_call(scope=access.WEBHOOKS, action="delivery.redeliver")
     @blp.doc(security=SECURITY, summary="Redeliver a webhook", operationId="redeliverDelivery")
     @blp.response(202, RedeliveredSchema, headers=HEADERS, example=REDELIVERED_EXAMPLE,
                   description="A new series of attempts is queued.")

@@ -64,7 +64,7 @@ documented_errors = error_documenter(blp, ERROR_EXAMPLES)
 
 @blp.route("/endpoints")
 class EndpointList(MethodView):
-    @hooks.api_call(scope=access.WEBHOOKS)
+    @hooks.api_call(scope=access.WEBHOOKS, action="endpoints.list")
     @blp.doc(security=SECURITY, summary="List webhook endpoints", operationId="listEndpoints")
     @blp.response(200, EndpointListSchema, headers=HEADERS, example={"ok": True, "data": [ENDPOINT_EXAMPLE]},
                   description="The calling key's endpoints, the first first.")
@@ -74,7 +74,7 @@ class EndpointList(MethodView):
         """The endpoints of the calling key: where its events go. Costs {price}."""
         return {"ok": True, "data": endpoints.list_endpoints(key)}
 
-    @hooks.api_call(scope=access.WEBHOOKS)
+    @hooks.api_call(scope=access.WEBHOOKS, action="endpoint.create")
     @blp.doc(security=SECURITY, summary="Create a webhook endpoint", operationId="createEndpoint")
     @blp.arguments(EndpointCreateSchema, example={"url": "https://hooks.example.com/scans",
                                                   "events": ["scan.completed", "scan.failed"], "payload": "full",
@@ -93,7 +93,7 @@ class EndpointList(MethodView):
 
 @blp.route("/endpoints/<string:endpoint_id>")
 class EndpointOne(MethodView):
-    @hooks.api_call(scope=access.WEBHOOKS)
+    @hooks.api_call(scope=access.WEBHOOKS, action="endpoint.read")
     @blp.doc(security=SECURITY, summary="Read a webhook endpoint", operationId="getEndpoint")
     @blp.response(200, EndpointOneSchema, headers=HEADERS, example={"ok": True, **ENDPOINT_EXAMPLE})
     @documented_errors({**ERRORS, **NOT_FOUND})
@@ -102,7 +102,7 @@ class EndpointOne(MethodView):
         """One endpoint of the calling key (never its secret). Costs {price}."""
         return {"ok": True, **endpoints.read(key, endpoint_id)}
 
-    @hooks.api_call(scope=access.WEBHOOKS)
+    @hooks.api_call(scope=access.WEBHOOKS, action="endpoint.update")
     @blp.doc(security=SECURITY, summary="Change a webhook endpoint", operationId="updateEndpoint")
     @blp.arguments(EndpointUpdateSchema, example={"events": ["scan.running", "scan.completed"], "enabled": True})
     @blp.response(200, EndpointOneSchema, headers=HEADERS, example={"ok": True, **ENDPOINT_EXAMPLE})
@@ -113,7 +113,7 @@ class EndpointOne(MethodView):
         that was disabled after failing for days resumes its deliveries. Costs {price}."""
         return {"ok": True, **endpoints.update(key, endpoint_id, **body)}
 
-    @hooks.api_call(scope=access.WEBHOOKS)
+    @hooks.api_call(scope=access.WEBHOOKS, action="endpoint.delete")
     @blp.doc(security=SECURITY, summary="Delete a webhook endpoint", operationId="deleteEndpoint")
     @blp.response(200, EndpointDeletedSchema, headers=HEADERS,
                   example={"ok": True, "endpoint_id": "ep_Q2hlcnJ5IHRvbWF0b2Vz", "deleted": True})
@@ -127,7 +127,7 @@ class EndpointOne(MethodView):
 
 @blp.route("/endpoints/<string:endpoint_id>/roll-secret")
 class EndpointRollSecret(MethodView):
-    @hooks.api_call(scope=access.WEBHOOKS)
+    @hooks.api_call(scope=access.WEBHOOKS, action="endpoint.roll_secret")
     @blp.doc(security=SECURITY, summary="Roll an endpoint's signing secret", operationId="rollEndpointSecret")
     @blp.arguments(RollSecretSchema, example={"overlap_hours": 24})
     @blp.response(200, RolledSecretSchema, headers=HEADERS,
@@ -146,7 +146,7 @@ class EndpointRollSecret(MethodView):
 
 @blp.route("/endpoints/<string:endpoint_id>/switch-secret")
 class EndpointSwitchSecret(MethodView):
-    @hooks.api_call(scope=access.WEBHOOKS)
+    @hooks.api_call(scope=access.WEBHOOKS, action="endpoint.switch_secret")
     @blp.doc(security=SECURITY, summary="End an endpoint's secret rotation now", operationId="switchEndpointSecret")
     @blp.response(200, EndpointOneSchema, headers=HEADERS, example={"ok": True, **ENDPOINT_EXAMPLE})
     @documented_errors({400: "`invalid_request` (no rotation is under way: roll the secret first)",
@@ -161,7 +161,7 @@ class EndpointSwitchSecret(MethodView):
 
 @blp.route("/endpoints/<string:endpoint_id>/recover")
 class EndpointRecover(MethodView):
-    @hooks.api_call(scope=access.WEBHOOKS)
+    @hooks.api_call(scope=access.WEBHOOKS, action="endpoint.recover")
     @blp.doc(security=SECURITY, summary="Send again what an endpoint missed", operationId="recoverEndpoint")
     @blp.arguments(RecoverSchema, example={"since": "2026-11-20T00:00:00Z"})
     @blp.response(202, RecoveredSchema, headers=HEADERS, example={"ok": True, "queued": 12})

@@ -61,6 +61,9 @@ def test_the_activity_page_lists_filters_and_escapes(client, portal_account):
     assert "scans.list" in body and created["scan_id"] in body and "portal.login" in body
     assert HOSTILE not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
     assert "jane@example.com" not in body.replace('placeholder="jane@example.com"', "")
+    # The filter offers every action, the API's (as their views declare them) and the portal's, called or not.
+    assert '<option value="watch.run"' in body and '<option value="endpoint.recover"' in body
+    assert '<option value="user.invite"' in body
     by_action = text(client.get("/app/activity?action=scan.create"))
     assert created["scan_id"] in by_action and "scans.list</code>" not in by_action
     by_target = text(search(client, target="jane@EXAMPLE.com"))

@@ -1,10 +1,11 @@
-"""Every API view goes through the accounting wrapper (app.api.hooks, whose calls app.api_calls runs): one
-that does not would answer without authentication or charge, so the app refuses to start with it."""
+"""Every API view goes through the accounting wrapper (app.api.hooks, whose calls app.api_calls runs) and
+declares its scope and its activity log action there: one that does not would answer without
+authentication or charge, or be logged without a name, so the app refuses to start with it."""
 import pytest
 from flask import Flask
 from flask.views import MethodView
 
-from app import actions, api_calls
+from app import api_calls
 from app.accounts import access
 from app.api import hooks
 
@@ -43,19 +44,19 @@ def test_an_api_view_that_declares_no_scope_stops_the_start():
         api_calls.check_accounted(_app_with(Unknown))
 
 
-def test_wrapped_views_and_pages_outside_the_api_pass(monkeypatch):
+def test_wrapped_views_and_pages_outside_the_api_pass():
     class Wrapped(MethodView):
-        @hooks.api_call(scope=access.SCANS_READ)
+        @hooks.api_call(scope=access.SCANS_READ, action="thing.read")
         def get(self, key):
             return {"ok": True}
 
-        @hooks.api_call(scope=access.ANY_SCOPE)
+        @hooks.api_call(scope=access.ANY_SCOPE, action="thing.create")
         def post(self, key):
             return {"ok": True}
 
-    monkeypatch.setitem(actions.ACTIONS, "GET /api/v1/thing", "thing.read")
-    monkeypatch.setitem(actions.ACTIONS, "POST /api/v1/thing", "thing.create")
-    api_calls.check_accounted(_app_with(Wrapped))
+    app = _app_with(Wrapped)
+    api_calls.check_accounted(app)
+    assert hooks.declared_actions(app) == ["thing.create", "thing.read"]
     app = Flask(__name__)
 
     class Page(MethodView):
@@ -68,7 +69,7 @@ def test_wrapped_views_and_pages_outside_the_api_pass(monkeypatch):
 
 def test_an_api_route_without_an_activity_log_action_stops_the_start():
     class Wrapped(MethodView):
-        @hooks.api_call(scope=access.SCANS_READ)
+        @hooks.api_call(scope=access.SCANS_READ, action="thing.read")
         def get(self, key):
             return {"ok": True}
 
@@ -76,17 +77,26 @@ def test_an_api_route_without_an_activity_log_action_stops_the_start():
         def delete(self, key):
             return {"ok": True}
 
-    with pytest.raises(RuntimeError, match=r"no activity log action for DELETE /api/v1/thing, GET /api/v1/thing"):
+    with pytest.raises(RuntimeError, match=r"thing DELETE \(DELETE /api/v1/thing\) declares no activity log action"):
         api_calls.check_accounted(_app_with(Wrapped))
 
+    class Read(MethodView):
+        @hooks.served_read("scan", scope=access.SCANS_READ)
+        def get(self, read):
+            return {"ok": True}
 
-def test_every_served_api_route_has_its_action(app):
-    named = {f"{method} {actions.route_of(rule.rule)}": actions.action_for(method, rule.rule)
-             for rule in app.url_map.iter_rules() if rule.rule.startswith("/api/v1/")
-             and getattr(app.view_functions[rule.endpoint], "view_class", None)
-             for method in rule.methods - {"HEAD", "OPTIONS"}}
+    with pytest.raises(RuntimeError, match=r"thing GET \(GET /api/v1/thing\) declares no activity log action"):
+        api_calls.check_accounted(_app_with(Read))
+
+
+def test_every_served_api_route_has_an_action_of_its_own(app):
+    named = {f"{method} {hooks.route_of(rule.rule)}": hooks.declared(app, rule, method, "action")
+             for rule, method in hooks.api_views(app)}
     assert named["POST /api/v1/scan"] == "scan.create" and named["GET /api/v1/activity"] == "activity.list"
-    assert all(name == actions.ACTIONS[route] for route, name in named.items())
+    assert named["GET /api/v1/scan/{scan_id}"] == "scan.read"  # a served read declares it too
+    assert len(named) >= 30 and all(named.values())
+    assert len(set(named.values())) == len(named)  # an entry's action tells which call it was
+    assert hooks.declared_actions(app) == sorted(named.values())
 
 
 def test_the_served_app_has_every_api_method_wrapped(app):
