@@ -40,7 +40,7 @@ def _api_operations() -> list[tuple[str, str, str]]:
             continue
         path = rule.build({a: ROUTE_VALUES.get(a, f"x_{a}") for a in rule.arguments})[1]
         for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
-            operations.append((method, path, hooks.declared_scope(app, rule, method)))
+            operations.append((method, path, hooks.declared(app, rule, method, "scope")))
     return operations
 
 
@@ -67,7 +67,7 @@ def test_the_api_blueprints_are_the_one_list_and_every_documented_one_is_scoped(
             continue
         assert rule.rule.startswith("/api/v1/"), rule.rule
         for method in rule.methods - {"HEAD", "OPTIONS"}:
-            assert hooks.declared_scope(app, rule, method) in {*access.SCOPES, access.ANY_SCOPE}, rule.rule
+            assert hooks.declared(app, rule, method, "scope") in {*access.SCOPES, access.ANY_SCOPE}, rule.rule
 
 
 def issue(account: Account, **access_rules) -> Account:
