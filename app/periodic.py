@@ -20,6 +20,7 @@ from app.activity import entries
 from app.events import feed
 from app.plumbing import metrics, runtime
 from app.plumbing.db import CONNECTION_ERRORS, connection_context
+from app.plumbing.redis_conn import OUTAGE_ERRORS
 from app.privacy import erasure
 from app.sources import probes
 from app.tracking import callbacks
@@ -98,14 +99,14 @@ def run(job: PeriodicJob) -> dict:
 def run_due() -> dict[str, dict]:
     """Run every job that is due and not claimed by another worker: the reports by job name.
     A job that fails is logged and tried again after its interval, and the others still run; a
-    lost database connection ends the turn (the worker reports the outage once)."""
+    lost database or Redis connection ends the turn (the worker reports the outage once)."""
     reports = {}
     for job in SCHEDULE:
         if not claim(job):
             continue
         try:
             reports[job.name] = run(job)
-        except CONNECTION_ERRORS:
+        except (*CONNECTION_ERRORS, *OUTAGE_ERRORS):
             raise
         except Exception:
             log.exception("periodic job %s failed; it runs again in %s s", job.name, job.interval())

@@ -20,6 +20,9 @@ from app.plumbing.config import SENTINEL_SCHEME, parse_sentinel_url
 
 _lock = threading.Lock()
 _connections: dict[str, redis.Redis] = {}
+# Redis gone (refused, dropped, or not answering): an outage, which ends a worker's turn with one
+# line, never a traceback per job.
+OUTAGE_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 
 def connect_redis(url: str | None, instance_path: str) -> redis.Redis:

@@ -3,6 +3,7 @@ its interval among all workers, a failing one not stopping the others."""
 import logging
 
 import pytest
+import redis
 
 from app import periodic
 
@@ -39,3 +40,18 @@ def test_a_failing_job_is_logged_and_the_others_still_run(app, redis_conn, monke
         assert periodic.run_due() == {"fine": {"done": 1}}
     assert ran == [1]
     assert [r.getMessage() for r in caplog.records] == ["periodic job broken failed; it runs again in 60 s"]
+
+
+@pytest.mark.parametrize("outage", [redis.exceptions.ConnectionError("reset"), redis.exceptions.TimeoutError("slow")])
+def test_redis_lost_inside_a_job_ends_the_turn_without_a_traceback(app, redis_conn, monkeypatch, caplog, outage):
+    """Redis gone while a job runs (its own commands, or its enqueues) is an outage, as the
+    database's is: the turn ends and the worker says so in one line, not a job's traceback."""
+    def cut_off():
+        raise outage
+    ran = []
+    monkeypatch.setattr(periodic, "SCHEDULE", (
+        periodic.PeriodicJob("cut_off", "RECOVERY_INTERVAL_SECONDS", cut_off),
+        periodic.PeriodicJob("later", "RECOVERY_INTERVAL_SECONDS", lambda: ran.append(1) or {})))
+    with caplog.at_level(logging.ERROR, logger="app.periodic"), pytest.raises(type(outage)):
+        periodic.run_due()
+    assert ran == [] and caplog.records == []
