@@ -110,7 +110,9 @@ def test_a_worker_killed_inside_its_batch_look_loses_no_scan(app, client, accoun
                  "the scan to finish", workers)
         scan = scan_row(scan_id)
         assert scan.status == "completed", (scan.failure_code, scan.failure_message, workers[1].output()[-4000:])
-        assert f"scan {scan_id} completed" in workers[1].output()  # by the second worker's look
+        # By the second worker's look, which logs it after its commit (and the sources' counts): waited for.
+        wait_for(lambda: f"scan {scan_id} completed" in workers[1].output(), 30,
+                 "the second worker's line for the scan it completed", workers)
         assert "Traceback" not in workers[1].output()
     finally:
         engine.release.set()
