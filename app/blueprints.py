@@ -333,15 +333,14 @@ def _components(spec) -> None:
 def _document_scopes(app: Flask, spec) -> None:
     """Each operation's description ends with the scope its view declares (``hooks.api_call``'s
     ``scope=``), so the document says what its code checks, never a copy of it."""
-    for rule in app.url_map.iter_rules():
-        operations = spec._paths.get(hooks.route_of(rule.rule), {})
-        for method in rule.methods - {"HEAD", "OPTIONS"}:
-            operation, scope = operations.get(method.lower()), hooks.declared(app, rule, method, "scope")
-            if not isinstance(operation, dict) or scope is None:
-                continue
-            needs = ("Any key may call it, whatever its scopes." if scope == access.ANY_SCOPE
-                     else f"Needs the key scope `{scope}`.")
-            operation["description"] = f"{operation.get('description', '').rstrip()}\n\n{needs}".lstrip()
+    for rule, method in hooks.api_views(app):
+        operation = spec._paths.get(hooks.route_of(rule.rule), {}).get(method.lower())
+        scope = hooks.declared(app, rule, method, "scope")
+        if not isinstance(operation, dict) or scope is None:
+            continue
+        needs = ("Any key may call it, whatever its scopes." if scope == access.ANY_SCOPE
+                 else f"Needs the key scope `{scope}`.")
+        operation["description"] = f"{operation.get('description', '').rstrip()}\n\n{needs}".lstrip()
 
 
 KINDS = ("email", "phone", "username")

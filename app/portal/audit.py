@@ -70,15 +70,16 @@ ACTIONS = {
     "portal.set_password": "user.password_set",
 }
 
+# Reads that are actions all the same: what leaves the portal in bulk.
+EXPORTS = frozenset({"portal.ledger_csv", "portal.activity_csv"})
+# Pages that only show something, posted because their filters can hold a target (kept out of addresses).
+SEARCHES = frozenset({"portal.scans", "portal.activity_log"})
+
 
 def all_actions(app) -> list[str]:
     """Every name an entry's action may have: the portal's and the API's, sorted (the activity
     log's filter lists them)."""
     return sorted(set(ACTIONS.values()) | set(app.extensions.get(API_ACTIONS, ())))
-# Reads that are actions all the same: what leaves the portal in bulk.
-EXPORTS = frozenset({"portal.ledger_csv", "portal.activity_csv"})
-# Pages that only show something, posted because their filters can hold a target (kept out of addresses).
-SEARCHES = frozenset({"portal.scans", "portal.activity_log"})
 
 
 def charged_entry(livemode: bool, *, status: int):
