@@ -498,6 +498,15 @@ def _single_sign_on(database):
     database.create_tables([CustomerSso], safe=True)
 
 
+def _start_reported(database):
+    """Scan.engine_started_at: when a callback (E7) said that the engine runs a queued scan, which
+    the lookers then move to running with its event, several to a transaction; and the partial
+    index of the scans waiting for that move. ``queued`` is written here, not imported."""
+    database.execute_sql('ALTER TABLE "scan" ADD COLUMN IF NOT EXISTS "engine_started_at" TIMESTAMP')
+    database.execute_sql('CREATE INDEX IF NOT EXISTS "scan_start_reported" ON "scan" ("engine_started_at") '
+                         """WHERE (("status" = 'queued') AND ("engine_started_at" IS NOT NULL))""")
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 # Versions 3 and 18 are absent on purpose: neither was ever assigned (the history has migration 4,
 # portal sessions, appended right after 2, and 19 after 17), so no database records them. The gaps
@@ -536,6 +545,7 @@ MIGRATIONS = [
     (31, "audit sinks", _audit_sinks),
     (32, "SCIM provisioning: token digest, provisioned users", _scim),
     (33, "single sign-on by OpenID Connect", _single_sign_on),
+    (34, "moves to running reported by callbacks, made in batches", _start_reported),
 ]
 
 

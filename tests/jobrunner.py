@@ -45,15 +45,16 @@ class JobRunner:
         return min(times) if times else None
 
     def _look_due(self) -> bool:
-        """Run the due batch looks; whether any scan was looked at."""
-        looked = 0
+        """Run the due batch looks, and the moves to running callbacks reported, as a looker's
+        turn does; whether any scan was looked at or moved."""
+        looked = moved = 0
         while self.looks:
-            claimed = looks.look_due()["claimed"]
-            if not claimed:
+            started, claimed = looks.move_reported_starts(), looks.look_due()["claimed"]
+            if not (started or claimed):
                 break
-            looked += claimed
+            looked, moved = looked + claimed, moved + started
         self.looked += looked
-        return looked > 0
+        return looked + moved > 0
 
     def pending(self) -> int:
         return sum(q.count for q in self.queues)

@@ -1,6 +1,7 @@
 """The worker's lookers: threads that run the batch looks (``app.tracking.looks``, D24).
 
-Each thread claims the due scans, looks at them and records what it saw, again and again
+Each thread moves the scans the engine's callbacks said it runs to running (E7), claims the due
+scans, looks at them and records what it saw, again and again
 while scans are due (after a batch that was not full, a pause of ``BATCH_LINGER`` first, so that
 scans falling due one by one are looked at together); with none due it waits until the earliest due time, at most
 ``IDLE_WAIT`` (a scan created meanwhile, by another process, is due at the earliest about
@@ -68,6 +69,9 @@ class Lookers:
         """Look at what is due; the seconds to wait before the next turn."""
         try:
             with connection_context():
+                # The scans the engine's callbacks said it runs first: their moves to running go
+                # together in a transaction, between two looks, as the looks' own moves do.
+                moved = looks.move_reported_starts()
                 claimed = looks.look_due()["claimed"]
                 due = None if claimed else looks.next_due()
         except CONNECTION_ERRORS as exc:
@@ -81,8 +85,8 @@ class Lookers:
                       exc.__class__.__name__, wait)
             return wait
         self._failures.count = 0
-        if claimed:
-            return 0.0 if claimed >= runtime.config["ENGINE_BATCH_SIZE"] else BATCH_LINGER
+        if claimed or moved:
+            return 0.0 if max(claimed, moved) >= runtime.config["ENGINE_BATCH_SIZE"] else BATCH_LINGER
         if due is None:
             return IDLE_WAIT
         until_due = (due - utcnow()).total_seconds()

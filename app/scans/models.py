@@ -85,6 +85,10 @@ class Scan(BaseModel):
     # Whether the engine promised to call back when the scan changes (E7): its looks may then
     # wait past the eta, since a callback makes it due at once.
     callbacks = BooleanField(default=False, constraints=[SQL("DEFAULT FALSE")])
+    # When a callback (E7) said that the engine runs this queued scan: the lookers move such scans
+    # to ``running``, with their events, several to a transaction (``app.tracking.starts``). The
+    # scan's ``started_at`` is then this time. Kept after the move; NULL when no callback said so.
+    engine_started_at = DateTimeField(null=True)
     # The mode of the key that created it (D15): which engine answers, whether it was charged.
     livemode = BooleanField(default=True, constraints=[SQL("DEFAULT TRUE")])
     # When its personal data was erased (D20); NULL while it is kept.
@@ -114,6 +118,10 @@ Scan.add_index(Scan.index(Scan.customer, name="scan_in_flight_customer", where=S
 # claim's ORDER BY ... LIMIT reads only what is due, however many scans were ever made.
 Scan.add_index(Scan.index(Scan.next_look_at, name="scan_due_look",
                           where=Scan.status.in_(IN_FLIGHT) & Scan.next_look_at.is_null(False)))
+# The queued scans a callback said the engine runs (E7), which the lookers move to running: partial,
+# so it holds only those waiting for their move (a few, for a moment) and its scan is cheap when empty.
+Scan.add_index(Scan.index(Scan.engine_started_at, name="scan_start_reported",
+                          where=(Scan.status == QUEUED) & Scan.engine_started_at.is_null(False)))
 # A callback's scan (E7), by the engine's id: in flight only, so the index stays as small as what
 # is in flight (and an erased scan's id, gone with it, D25, was never in it for long).
 Scan.add_index(Scan.index(Scan.engine_id, name="scan_in_flight_engine_id",

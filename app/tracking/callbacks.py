@@ -5,9 +5,10 @@ A callback carries no result. One that says the investigation is finished (or an
 pending or running) makes the scan due (``next_look_at`` = now, when a batch look tracks it and
 its look was later; after the look in progress, if one holds it), and the look reads the
 engine's answer as any look does. One that says it is pending or running records the progress
-it carries (and a queued scan the engine runs becomes ``running``, with its event) and causes no
-look: the engine calls back at every change, and one look a scan is what reading its result
-needs. Looks stay the safety net: a lost callback delays a scan to its next look, never loses it.
+it carries (and, for a queued scan the engine runs, when it started: the lookers move it to
+``running`` with its event, ``app.tracking.looks.move_reported_starts``) and causes no look:
+the engine calls back at every change, and one look a scan is what reading its result needs.
+Looks stay the safety net: a lost callback delays a scan to its next look, never loses it.
 
 Cheap to refuse: everything a forger can send is refused before the database is touched, with
 constant, small work (a bounded body, the headers, one HMAC), so a flood of bogus callbacks costs
@@ -29,7 +30,6 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from app.plumbing import metrics, runtime
-from app.plumbing.db import transaction
 from app.plumbing.errors import CallbackRefused, CallbackReplayed, InvalidRequest, PayloadTooLarge, TryAgain
 from app.plumbing.log_tally import Tally
 from app.plumbing.models import utcnow
@@ -40,8 +40,7 @@ from app.plumbing.signatures import (
     TOLERANCE_SECONDS,
     verify_standard,
 )
-from app.scans.models import IN_FLIGHT, QUEUED, RUNNING
-from app.tracking import states
+from app.scans.models import IN_FLIGHT, QUEUED
 from app.tracking.statements import engine_callbacks
 
 # E7's body is five short fields; an engine id is at most 2,000 characters (as stored).
@@ -94,20 +93,13 @@ def receive(raw_body: bytes, headers: Mapping[str, str]) -> str:
 
 
 def _progress(callback_id: str, body: dict, *, until: datetime, now: datetime) -> tuple[bool, bool]:
-    """Record a progress callback's ``body``: ``(new id, a scan moved to running)``. Most are one
-    statement that commits on its own; the one that moves a queued scan to running (once a scan)
-    is a transaction that writes its ``scan.running`` event with it, durably."""
+    """Record a progress callback's ``body`` in one statement that commits on its own: ``(new id,
+    a queued scan reported running for the first time)``. The lookers move such a scan to
+    running, with its event (``looks.move_reported_starts``)."""
     counts = {"recipes_total": _count(body.get("recipes_total")), "recipes_done": _count(body.get("recipes_done"))}
-    common = {"until": until, "engine_id": body["id"], "statuses": IN_FLIGHT, "running": body["status"] == "running",
-              "queued": QUEUED, "lock_timeout_ms": LOCK_TIMEOUT_MS, **counts}
-    new, starting = engine_callbacks.progress(callback_id, **common)
-    if not starting:
-        return new, False
-    with transaction():
-        new, moved = engine_callbacks.start(callback_id, running_status=RUNNING, now=now, **common)
-        if moved is not None:
-            states.running_events([moved])
-    return new, moved is not None
+    return engine_callbacks.progress(callback_id, until=until, engine_id=body["id"], statuses=IN_FLIGHT,
+                                     running=body["status"] == "running", queued=QUEUED, now=now,
+                                     lock_timeout_ms=LOCK_TIMEOUT_MS, **counts)
 
 
 def _count(value) -> int | None:

@@ -143,6 +143,20 @@ def look_due(*, limit: int | None = None) -> dict:
     return report
 
 
+def move_reported_starts(*, limit: int | None = None) -> int:
+    """Move the queued scans that a callback said the engine runs (E7) to ``running``, up to
+    ``limit`` (default ENGINE_BATCH_SIZE), with their ``scan.running`` events, in one durable
+    transaction (the events are to be delivered); the deliveries' jobs go when it commits.
+    Returns how many moved. A callback only records the report: a move each, with its event, in
+    the API cost half of its CPU for callbacks, where a looker's turn moves them together."""
+    with transaction():
+        moved = scan_states.move_reported_starts(queued=QUEUED, running=RUNNING,
+                                                 limit=limit or runtime.config["ENGINE_BATCH_SIZE"])
+        if moved:
+            tracking.running_events(moved)
+    return len(moved)
+
+
 def _apply(scan: Scan, state: dict | Exception | None, now: datetime) -> tracking.Final | tuple[str, tuple]:
     """One scan's final state, or when it stays in flight ``(unfinished or engine_errors, its row
     for record_looks)``."""

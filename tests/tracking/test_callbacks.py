@@ -117,10 +117,15 @@ def test_a_callback_during_a_look_at_its_scan_makes_it_due_again_once_the_look_i
     assert Scan.get_by_id(scan.id).next_look_at <= utcnow()
 
 
-def test_a_progress_callback_records_its_progress_and_the_move_to_running_without_a_look(conn):
+def events_of(scan_id: str) -> list[str]:
+    return [e.kind for e in Event.select().where(Event.scan_id == scan_id).order_by(Event.id)]
+
+
+def test_a_progress_callback_records_its_progress_and_the_report_of_a_start_without_a_look(conn):
     """The engine calls back at every change: only the final one is worth a look. A progress
-    callback writes its counts (never backwards: callbacks come in any order) and moves a queued
-    scan to running with its event, and the scan's next look stays where it was."""
+    callback writes its counts (never backwards: callbacks come in any order) and, for a queued
+    scan, when the engine started it; a looker's turn then moves the scan to running, started
+    then, with its event. The scan's next look stays where it was."""
     with freeze_time(NOW) as frozen:
         cust, key = new_customer()
         scan = promised(new_scan(cust, key))
@@ -128,38 +133,89 @@ def test_a_progress_callback_records_its_progress_and_the_move_to_running_withou
         frozen.tick(2)
         assert callbacks.receive(*signed(scan.engine_id, msg_id="msg_pending", status="pending", done=0)) \
             == callbacks.UNCHANGED
-        assert Scan.get_by_id(scan.id).status == "queued"
+        assert Scan.get_by_id(scan.id).engine_started_at is None
         assert callbacks.receive(*signed(scan.engine_id, msg_id="msg_run4", status="running", done=4)) \
             == callbacks.TAKEN
+        started = utcnow()
+        frozen.tick(1)
         late = signed(scan.engine_id, msg_id="msg_run2", status="running", done=2)  # sent earlier, came later
-        assert callbacks.receive(*late) == callbacks.UNCHANGED
+        assert callbacks.receive(*late) == callbacks.UNCHANGED  # reported once: the first time stays
         written = Scan.get_by_id(scan.id)
-        assert (written.status, written.started_at, written.recipes_done, written.recipes_total) \
-            == ("running", utcnow(), 4, 6)
-        assert written.next_look_at == due_at and looks.look_due()["claimed"] == 0  # no look caused
-        kinds = [e.kind for e in Event.select().where(Event.scan_id == scan.id)]
-        assert kinds == ["scan.running"]  # once, though two callbacks said running
+        assert (written.status, written.engine_started_at, written.recipes_done, written.recipes_total) \
+            == ("queued", started, 4, 6)
+        assert events_of(scan.id) == []  # the callback wrote no event: the looker's move does
+        frozen.tick(1)
+        assert looks.move_reported_starts() == 1
+        moved = Scan.get_by_id(scan.id)
+        assert (moved.status, moved.started_at) == ("running", started)
+        assert moved.next_look_at == due_at and looks.look_due()["claimed"] == 0  # no look caused
+        assert looks.move_reported_starts() == 0
+        assert events_of(scan.id) == ["scan.running"]  # once, though two callbacks said running
+        assert json.loads(Event.get(Event.scan_id == scan.id).body)["status"] == "running"
         with pytest.raises(CallbackReplayed):
             callbacks.receive(*late)
     assert reads.read_scan(cust.id, scan.id)["progress"] == {"recipes_total": 6, "recipes_done": 4}
 
 
-def test_the_move_to_running_commits_durably_and_progress_does_not_wait_for_the_disk(conn):
-    """A crash may forget a progress callback (the next one, or the look, says it again) but not a
-    move to running, whose event is to be delivered: its transaction waits for the disk."""
+def test_progress_does_not_wait_for_the_disk_and_the_move_to_running_does(conn):
+    """A crash may forget a progress callback, its report of a start included (the next one, or
+    the look, says it again), but not a move to running, whose event is to be delivered: the
+    looker's transaction waits for the disk."""
     with freeze_time(NOW):
         cust, key = new_customer()
         scan = promised(new_scan(cust, key))
-        common = {"until": NOW + timedelta(minutes=5), "engine_id": scan.engine_id, "statuses": IN_FLIGHT,
-                  "running": True, "recipes_total": 6, "recipes_done": 1, "queued": "queued", "lock_timeout_ms": 1000}
         with transaction():
-            # Starting: nothing written, the id left for start to remember.
-            assert engine_callbacks.progress("msg_a", **common) == (False, True)
+            assert engine_callbacks.progress(
+                "msg_a", until=NOW + timedelta(minutes=5), engine_id=scan.engine_id, statuses=IN_FLIGHT,
+                running=True, recipes_total=6, recipes_done=1, queued="queued", now=NOW,
+                lock_timeout_ms=1000) == (True, True)
             assert execute("SELECT current_setting('synchronous_commit')").fetchone() == ("off",)
         with transaction():
-            new, moved = engine_callbacks.start("msg_b", running_status="running", now=NOW, **common)
-            assert new and moved is not None and moved.status == "running"
+            [moved] = scan_states.move_reported_starts(queued="queued", running="running", limit=10)
+            assert (moved.id, moved.status, moved.started_at) == (scan.id, "running", NOW)
             assert execute("SELECT current_setting('synchronous_commit')").fetchone() == ("on",)
+
+
+def test_the_looker_move_leaves_a_scan_a_look_holds_to_that_look(conn):
+    """A scan reported running while a look holds it is skipped, not waited for: the look moves or
+    ends it itself, and the move comes to it once the look lets go, unless it is no longer queued."""
+    with freeze_time(NOW) as frozen:
+        cust, key = new_customer()
+        held, free = promised(new_scan(cust, key)), promised(new_scan(cust, key))
+        for number, scan in enumerate((held, free)):
+            assert callbacks.receive(*signed(scan.engine_id, msg_id=f"msg_{number}", status="running", done=1)) \
+                == callbacks.TAKEN
+        frozen.tick(1)
+
+    def move_meanwhile(outcome):
+        with db.connection_context():
+            outcome.append(looks.move_reported_starts())
+
+    outcome: list = []
+    with transaction():
+        execute(f"SELECT 1 FROM {Scan._meta.table_name} WHERE id = ? FOR UPDATE", (held.id,))
+        thread = threading.Thread(target=move_meanwhile, args=(outcome,))
+        thread.start()
+        thread.join(10)
+        assert outcome == [1] and not thread.is_alive()  # the free one, at once
+    assert (Scan.get_by_id(held.id).status, Scan.get_by_id(free.id).status) == ("queued", "running")
+    assert looks.move_reported_starts() == 1 and Scan.get_by_id(held.id).status == "running"
+
+
+def test_a_scan_reported_running_that_ends_before_its_move_hears_of_running_first(conn):
+    """The final callback can come before a looker's turn: the look that ends the scan writes its
+    ``scan.running`` before its final event, and no move follows."""
+    with freeze_time(NOW) as frozen:
+        cust, key = new_customer()
+        scan = promised(new_scan(cust, key))
+        frozen.tick(1)
+        callbacks.receive(*signed(scan.engine_id, msg_id="msg_running", status="running", done=1))
+        frozen.tick(3)  # the simulator has finished the investigation
+        assert callbacks.receive(*signed(scan.engine_id, msg_id="msg_done")) == callbacks.TAKEN
+        assert looks.look_due()["completed"] == 1
+        assert looks.move_reported_starts() == 0
+    assert events_of(scan.id) == ["scan.running", "scan.completed"]
+    assert Scan.get_by_id(scan.id).status == "completed"
 
 
 def wait_for_lock_waiter(seconds: float = 5.0) -> bool:

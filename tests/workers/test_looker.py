@@ -43,3 +43,26 @@ def test_after_a_full_batch_the_next_turn_comes_at_once_and_after_a_partial_one_
         assert lookers.turn() == 0.0  # two of three: full
         assert lookers.turn() == BATCH_LINGER  # the third alone
     assert 0 < BATCH_LINGER <= IDLE_WAIT
+
+
+@pytest.mark.config(ENGINE_BATCH_SIZE=2)
+def test_a_turn_moves_the_scans_callbacks_reported_running_first_as_a_batch(app, simulator):
+    """A callback records that the engine runs a queued scan; the looker's next turn moves it to
+    running with its event, with nothing due to look at: a full batch of moves is followed by the
+    next turn at once, a partial one by the pause."""
+    from app.plumbing.models import utcnow
+    from app.scans.models import IN_FLIGHT, Scan
+    from app.tracking.statements import engine_callbacks
+    with db.connection_context(), freeze_time(NOW):
+        _, scans = make_scans(3)
+        Scan.update(next_look_at=NOW + timedelta(hours=1)).execute()  # no look due in this test
+        for number, scan in enumerate(scans):
+            engine_callbacks.progress(f"msg_{number}", until=NOW + timedelta(minutes=5), engine_id=scan.engine_id,
+                                      statuses=IN_FLIGHT, running=True, recipes_total=None, recipes_done=None,
+                                      queued="queued", now=utcnow(), lock_timeout_ms=1000)
+        lookers = Lookers(size=1, stopping=threading.Event(), database=None)
+        assert [Scan.get_by_id(s.id).status for s in scans] == ["queued"] * 3
+        assert lookers.turn() == 0.0  # two of three moved: full
+        assert lookers.turn() == BATCH_LINGER  # the third alone
+        assert [Scan.get_by_id(s.id).status for s in scans] == ["running"] * 3
+        assert 0 < lookers.turn() <= IDLE_WAIT  # nothing left to move or look at

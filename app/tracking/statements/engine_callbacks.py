@@ -1,6 +1,6 @@
 """The statements of the engine's callbacks (E7): a final callback taken makes its scan due at once,
-a progress callback records the progress it carries, and the callback ids taken are remembered
-until a replay of them would be refused anyway (stale).
+a progress callback records the progress it carries (and when the engine started a queued scan),
+and the callback ids taken are remembered until a replay of them would be refused anyway (stale).
 
 Which statuses are in flight, how long an id is kept and what "now" is are the services' rules
 (``app.tracking.callbacks``), passed in here.
@@ -20,7 +20,7 @@ from datetime import datetime
 
 from peewee import OperationalError
 
-from app.plumbing.db import columns, execute, in_list, instance, sqlstate, table
+from app.plumbing.db import execute, in_list, sqlstate, table
 from app.scans.models import EngineCallback, Scan
 
 LOCK_NOT_AVAILABLE = "55P03"  # SQLSTATE of a lock_timeout
@@ -60,50 +60,27 @@ SELECT (SELECT count(*) FROM seen), (SELECT count(*) FROM due)"""
 # A progress callback (the investigation pending or running) records what it says, without a look:
 # the engine calls back at every change (about nine times a scan), and a look for each made a scan
 # cost six looks where one reads its result. Progress only grows (callbacks come in any order).
-# This statement never moves a scan: a callback that would move a queued scan to running
-# (``starting``; once a scan, its first) changes nothing here and says so, and the caller runs
-# ``START`` in a transaction of its own, which writes the ``scan.running`` event with the move.
-# Any other (seven of a scan's nine) is this one round trip. ``NOT (running AND queued)`` holds
-# after the row lock too (a scan never goes back to queued). Same row-lock wait and replay memory
-# as ``TAKE``.
+# A callback that says a queued scan runs does not move it: it records when (``engine_started_at``,
+# the first time said), and the lookers move such scans to running with their ``scan.running``
+# events, several to a durable transaction (``MOVE_REPORTED_STARTS``). Moved here, each scan's move
+# was a durable transaction of its own in the API with its event's body built there: half of the
+# API's CPU for callbacks (docs/performance.md, round 13). So every progress callback is this one
+# round trip. Same row-lock wait and replay memory as ``TAKE``.
 PROGRESS = f"""
 SET LOCAL lock_timeout = %d; SET LOCAL synchronous_commit = off;
-WITH starting AS (
-    SELECT 1 FROM {table(Scan)}
-    WHERE ? AND engine_id = ? AND engine_id IS NOT NULL AND status = ? AND next_look_at IS NOT NULL
-), seen AS (
-    INSERT INTO {table(EngineCallback)} (id, until) SELECT ?, ? WHERE NOT EXISTS (SELECT 1 FROM starting)
-    ON CONFLICT (id) DO NOTHING RETURNING 1
-), recorded AS (
-    UPDATE {table(Scan)} SET recipes_total = COALESCE(?, recipes_total),
-           recipes_done = GREATEST(recipes_done, COALESCE(?, recipes_done))
-    WHERE engine_id = ? AND engine_id IS NOT NULL AND status IN %s AND next_look_at IS NOT NULL
-      AND NOT (? AND status = ?) AND EXISTS (SELECT 1 FROM seen)
-)
-SELECT (SELECT count(*) FROM seen), EXISTS (SELECT 1 FROM starting)"""
-
-
-# A progress callback that moves its queued scan to running (``PROGRESS`` said it would):
-# records its progress as ``PROGRESS`` does, and a queued scan the engine runs becomes ``running``
-# here, and says so (``was`` is the row as the statement found it) so that its ``scan.running``
-# event is written in the same transaction. Same row-lock wait and replay memory as ``TAKE``, but
-# its transaction commits durably (the session's default): the move's event is to be delivered, and
-# a crash may not forget it. (It was turned off here and on again by a round trip of its own.)
-START = f"""
-SET LOCAL lock_timeout = %d;
 WITH seen AS (
     INSERT INTO {table(EngineCallback)} (id, until) VALUES (?, ?) ON CONFLICT (id) DO NOTHING RETURNING 1
-), moved AS (
+), recorded AS (
     UPDATE {table(Scan)} AS s SET recipes_total = COALESCE(?, s.recipes_total),
            recipes_done = GREATEST(s.recipes_done, COALESCE(?, s.recipes_done)),
-           status = CASE WHEN ? AND s.status = ? THEN ? ELSE s.status END,
-           started_at = CASE WHEN ? AND s.status = ? THEN ? ELSE s.started_at END
+           engine_started_at = CASE WHEN ? AND s.status = ? THEN COALESCE(s.engine_started_at, ?)
+                                    ELSE s.engine_started_at END
     FROM {table(Scan)} AS was
     WHERE was.id = s.id AND s.engine_id = ? AND s.engine_id IS NOT NULL AND s.status IN %s
       AND s.next_look_at IS NOT NULL AND EXISTS (SELECT 1 FROM seen)
-    RETURNING (? AND was.status = ?) AS now_running, {columns(Scan, "s")}
+    RETURNING (? AND s.status = ? AND was.engine_started_at IS NULL) AS reported
 )
-SELECT (SELECT count(*) FROM seen), moved.* FROM (SELECT 1) AS one LEFT JOIN moved ON true"""
+SELECT (SELECT count(*) FROM seen), EXISTS (SELECT 1 FROM recorded WHERE reported)"""
 
 
 def _run(sql: str, params: tuple):
@@ -127,31 +104,18 @@ def take(callback_id: str, *, until: datetime, engine_id: str, statuses: Sequenc
 
 
 def progress(callback_id: str, *, until: datetime, engine_id: str, statuses: Sequence[str], running: bool,
-             recipes_total: int | None, recipes_done: int | None, queued: str,
+             recipes_total: int | None, recipes_done: int | None, queued: str, now: datetime,
              lock_timeout_ms: int) -> tuple[bool, bool]:
     """Remember ``callback_id`` and record the progress on the scan in one of ``statuses`` with
-    ``engine_id``, unless (``running``) the scan is ``queued``: then nothing changes and ``start``
-    is the one to run. Returns ``(new id, start it is)``. One round trip, committed when it
-    returns if called outside a transaction (see the module)."""
+    ``engine_id``; when ``running`` and the scan is ``queued``, record that the engine runs it
+    since ``now`` (unless said before), for the lookers to move it. Returns ``(new id, a queued
+    scan reported running for the first time)``. One round trip, committed when it returns if called outside a
+    transaction (see the module)."""
     sql = PROGRESS % (max(1, lock_timeout_ms), in_list(statuses))
-    params = (running, engine_id, queued, callback_id, until, recipes_total, recipes_done, engine_id, *statuses,
+    params = (callback_id, until, recipes_total, recipes_done, running, queued, now, engine_id, *statuses,
               running, queued)
     row = _run(sql, params).fetchone()
     return bool(row[0]), bool(row[1])
-
-
-def start(callback_id: str, *, until: datetime, engine_id: str, statuses: Sequence[str], running: bool,
-          recipes_total: int | None, recipes_done: int | None, queued: str, running_status: str, now: datetime,
-          lock_timeout_ms: int) -> tuple[bool, Scan | None]:
-    """``progress``, which also moves a ``queued`` scan to ``running_status`` (with ``running``),
-    started ``now``. Returns ``(new id, the scan as written if it moved to running now, else
-    None)``. Run it in a transaction of its own (its settings are ``SET LOCAL``), in which the
-    caller writes the move's event; it commits durably."""
-    sql = START % (max(1, lock_timeout_ms), in_list(statuses))
-    params = (callback_id, until, recipes_total, recipes_done, running, queued, running_status,
-              running, queued, now, engine_id, *statuses, running, queued)
-    row = _run(sql, params).fetchone()
-    return bool(row[0]), instance(Scan, row[2:]) if row[1] else None
 
 
 def forget_expired(now: datetime) -> int:

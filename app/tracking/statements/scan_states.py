@@ -149,6 +149,28 @@ def record_looks(looks: Sequence[tuple], *, statuses: Sequence[str], queued: str
     return [(row[0], bool(row[1])) for row in execute(sql, params).fetchall()]
 
 
+# The queued scans a callback said the engine runs (``engine_started_at``, E7), moved to running,
+# started when the callback said: up to ``limit``, in id order, skipping those a look's claim holds
+# (that look moves or ends them itself), the earliest reported first along the partial index
+# ``scan_start_reported``, which holds only them. The
+# compare-and-set is the ``queued`` of the UPDATE: a scan moved or ended meanwhile is left alone.
+MOVE_REPORTED_STARTS = f"""
+WITH reported AS (
+    SELECT id FROM {table(Scan)} WHERE status = ? AND engine_started_at IS NOT NULL
+    ORDER BY engine_started_at LIMIT ? FOR UPDATE SKIP LOCKED
+)
+UPDATE {table(Scan)} AS s SET status = ?, started_at = s.engine_started_at
+FROM reported WHERE s.id = reported.id AND s.status = ?
+RETURNING {columns(Scan, "s")}"""
+
+
+def move_reported_starts(*, queued: str, running: str, limit: int) -> list[Scan]:
+    """Inside the caller's transaction: move up to ``limit`` ``queued`` scans that a callback said
+    the engine runs to ``running``, started when it said so. The scans as written, in id order."""
+    rows = execute(MOVE_REPORTED_STARTS, (queued, limit, running, queued)).fetchall()
+    return sorted((instance(Scan, row) for row in rows), key=lambda scan: scan.id)
+
+
 def next_due(*, statuses: Sequence[str]) -> datetime | None:
     """The earliest due look of a scan in ``statuses`` (the partial index's first entry)."""
     return (Scan.select(fn.MIN(Scan.next_look_at))
