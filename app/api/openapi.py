@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import functools
 
-from app.api.envelope import ErrorSchema
-
 HEADERS = {
     "X-Credits-Remaining": {"description": "Balance after this call's charge.", "schema": {"type": "integer"}},
     "RateLimit-Policy": {"description": 'Quota policies, e.g. `"hour";q=100;w=3600, "day";q=1000;w=86400`.',
@@ -20,6 +18,13 @@ HEADERS = {
                   "schema": {"type": "string"}},
     "X-Request-Id": {"description": "Also in error bodies and logs.", "schema": {"type": "string"}},
 }
+# The error envelope's schema by its component's name (the app registers ``ErrorSchema`` as
+# ``Error``): every error status of every operation refers to it, in the same words as when the
+# class was given. Given as the class, each ``alt_response`` made an instance of it, which each
+# decorator stacked after it deep-copied with the view's documentation: 0.09 s of the 1.41 s of
+# CPU an API process spent building its app at start (2026-11-29).
+ERROR_REF = "Error"
+
 ERROR_DOCS = {
     400: "`invalid_request` (body shape, with `details`), `target_too_short`, `invalid_kind`, `invalid_target`, "
          "`invalid_purpose`, `purpose_required` (your account asks for a purpose on every scan), "
@@ -135,7 +140,7 @@ def error_documenter(blueprint, examples: dict[str, str]):
 
         def decorate(view):
             for status, text in reversed(list(statuses.items())):
-                view = blueprint.alt_response(status, schema=ErrorSchema, description=f"Error codes: {text}.",
+                view = blueprint.alt_response(status, schema=ERROR_REF, description=f"Error codes: {text}.",
                                               examples=examples_for(text))(view)
             return view
         return decorate
@@ -157,7 +162,7 @@ def documented_errors(*statuses, blueprint, overrides=None, codes=None):
 
     def decorate(view):
         for status, text in reversed(list(docs.items())):
-            view = blueprint.alt_response(status, schema=ErrorSchema, description=f"Error codes: {text}.",
+            view = blueprint.alt_response(status, schema=ERROR_REF, description=f"Error codes: {text}.",
                                                    examples=error_examples(all_codes[status]))(view)
         return view
     return decorate

@@ -32,6 +32,15 @@ def test_a_wrong_address_or_password_is_one_refusal(user, email, password):
         portal_users.authenticate(email, password, "10.0.0.1")
 
 
+def test_an_unknown_address_costs_the_check_of_a_real_hash():
+    """The hash checked for an unknown address is written out: it must cost what a user's hash
+    costs (the same method and parameters), or a refusal would tell which addresses exist."""
+    from werkzeug.security import check_password_hash, generate_password_hash
+    made = generate_password_hash("any password at all", method=portal_users.PASSWORD_METHOD)
+    assert portal_users._DUMMY_HASH.split("$")[0] == made.split("$")[0] == "scrypt:32768:8:1"
+    assert not check_password_hash(portal_users._DUMMY_HASH, "any password at all")
+
+
 def test_a_disabled_user_is_refused_even_with_the_right_password(user):
     portal_users.set_disabled(EMAIL, True)
     with pytest.raises(LoginRefused):
