@@ -86,7 +86,7 @@ class Scan(BaseModel):
     # wait past the eta, since a callback makes it due at once.
     callbacks = BooleanField(default=False, constraints=[SQL("DEFAULT FALSE")])
     # When a callback (E7) said that the engine runs this queued scan: the lookers move such scans
-    # to ``running``, with their events, several to a transaction (``app.tracking.starts``). The
+    # to ``running``, with their events, several to a transaction (``looks.move_reported_starts``). The
     # scan's ``started_at`` is then this time. Kept after the move; NULL when no callback said so.
     engine_started_at = DateTimeField(null=True)
     # The mode of the key that created it (D15): which engine answers, whether it was charged.
