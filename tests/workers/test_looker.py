@@ -6,6 +6,9 @@ import pytest
 from freezegun import freeze_time
 
 from app.extensions import db
+from app.plumbing.models import utcnow
+from app.scans.models import IN_FLIGHT, Scan
+from app.tracking.statements import engine_callbacks
 from tests.tracking.test_looks import NOW, hold_a_claim, make_scans
 from workers.looker import BATCH_LINGER, HELD_WAIT, IDLE_WAIT, Lookers
 
@@ -50,9 +53,6 @@ def test_a_turn_moves_the_scans_callbacks_reported_running_first_as_a_batch(app,
     """A callback records that the engine runs a queued scan; the looker's next turn moves it to
     running with its event, with nothing due to look at: a full batch of moves is followed by the
     next turn at once, a partial one by the pause."""
-    from app.plumbing.models import utcnow
-    from app.scans.models import IN_FLIGHT, Scan
-    from app.tracking.statements import engine_callbacks
     with db.connection_context(), freeze_time(NOW):
         _, scans = make_scans(3)
         Scan.update(next_look_at=NOW + timedelta(hours=1)).execute()  # no look due in this test

@@ -109,8 +109,8 @@ def progress(callback_id: str, *, until: datetime, engine_id: str, statuses: Seq
     """Remember ``callback_id`` and record the progress on the scan in one of ``statuses`` with
     ``engine_id``; when ``running`` and the scan is ``queued``, record that the engine runs it
     since ``now`` (unless said before), for the lookers to move it. Returns ``(new id, a queued
-    scan reported running for the first time)``. One round trip, committed when it returns if called outside a
-    transaction (see the module)."""
+    scan reported running for the first time)``. One round trip, committed when it returns if
+    called outside a transaction (see the module)."""
     sql = PROGRESS % (max(1, lock_timeout_ms), in_list(statuses))
     params = (callback_id, until, recipes_total, recipes_done, running, queued, now, engine_id, *statuses,
               running, queued)
