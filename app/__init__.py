@@ -13,6 +13,8 @@ from flask.sessions import SecureCookieSessionInterface
 from werkzeug.exceptions import NotFound
 from werkzeug.routing import RequestRedirect
 
+# First of the app: every domain's event kinds declared before any module can read them.
+from app import event_kinds  # noqa: F401
 from app.errors import allow_header, register_error_handlers
 from app.extensions import csrf, db
 from app.plumbing import config as app_config
@@ -80,6 +82,7 @@ def create_app(config: dict | None = None, *, operator: bool = False) -> Flask:
     if operator:
         return app
 
+    _series_at_zero()
     _register_request_hooks(app)
     register_error_handlers(app)
     csrf.init_app(app)
@@ -106,6 +109,14 @@ def _hand_down_the_watches() -> None:
     from app.tracking import handed_in as tracking
     tracking.WATCH_SCANS_FINISHED.install_later(_watch_scans_finished)
     privacy.WATCHES.install_later(_target_watches)
+
+
+def _series_at_zero() -> None:
+    """The metrics' series of every event kind at 0 in a process that serves them (the API, the
+    workers): the names are a domain's registry's, which the metrics below the domains do not reach."""
+    from app.events import kinds
+    from app.plumbing import metrics
+    metrics.start_events_at_zero(kinds.delivery_events())
 
 
 def _watch_scans_finished():

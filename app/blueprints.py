@@ -45,6 +45,7 @@ from app.sources import pages as source_pages
 from app.targets.schemas import TARGET_PATTERNS
 from app.watches import pages as watch_pages
 from app.watches import watch_changes
+from app.watches.event_kinds import WATCH_KINDS
 from app.webhooks import delivery_log
 from app.webhooks.pages import endpoints as endpoint_pages
 from app.webhooks.pages import keys as key_pages
@@ -252,8 +253,8 @@ def register_api(app: Flask) -> Api:
                  .replace("{events}", "\n".join(f"- `{kind.name}`: {kind.fires}." for kind in events.EVENTS))
                  .replace("{schemas}", " and ".join(f"`{kind.schema}`" for kind in events.EVENTS))
                  .replace("{thin_schemas}", " and ".join(f"`{kind.schema}Thin`" for kind in events.EVENTS))
-                 .replace("{watch_events}", "\n".join(f"- `{kind.name}`: {kind.fires}." for kind in events.WATCH_KINDS))
-                 .replace("{watch_schemas}", ", ".join(f"`{kind.schema}`" for kind in events.WATCH_KINDS))
+                 .replace("{watch_events}", "\n".join(f"- `{kind.name}`: {kind.fires}." for kind in WATCH_KINDS))
+                 .replace("{watch_schemas}", ", ".join(f"`{kind.schema}`" for kind in WATCH_KINDS))
                  .replace("{call_price}", charges.PRICE_WORDS["call"])
                  .replace("{free_403}", charges.PRICE_WORDS["free_403"])
                  .replace("{scopes}", "\n".join(f"- `{scope}`: {words}." for scope, words

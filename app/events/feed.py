@@ -34,8 +34,8 @@ LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT = 20, 100
 RETENTION_BATCH = 1000
 PAYLOADS = events.PAYLOADS
 # The kinds a list or stream without ``events=`` holds: all but the sources' (D30, never by default).
-DEFAULT_KINDS = tuple(name for name in events.DELIVERY_EVENTS if name not in events.SOURCE_EVENTS)
-_THINNED = frozenset((*events.NAMES, *events.WATCH_EVENTS))  # the kinds whose thin body differs
+DEFAULT_KINDS = events.default_feed_events()
+_THINNED = events.thinned()  # the kinds whose thin body differs
 
 
 def event_id(number: int) -> str:
@@ -107,9 +107,9 @@ def check_filters(*, events_filter: str | None = None, scan_id: str | None = Non
     kinds: tuple[str, ...] | None = DEFAULT_KINDS
     if events_filter is not None:
         kinds = tuple(name.strip() for name in events_filter.split(",") if name.strip())
-        unknown = [name for name in kinds if name not in events.DELIVERY_EVENTS]
+        unknown = [name for name in kinds if name not in events.delivery_events()]
         if unknown or not kinds:
-            raise InvalidRequest(f"events must be a comma-separated list of {', '.join(events.DELIVERY_EVENTS)}",
+            raise InvalidRequest(f"events must be a comma-separated list of {', '.join(events.delivery_events())}",
                                  details={"events": ["unknown event kind"]})
     if payload is not None and payload not in PAYLOADS:
         raise InvalidRequest(f"payload must be one of {', '.join(PAYLOADS)}", details={"payload": ["not valid"]})

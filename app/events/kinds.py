@@ -1,11 +1,16 @@
-"""The webhook events, in one registry: each kind's name, when it fires, the scan status it
-reports and the fields of the scan its body carries. The body (``app.webhooks.outbox.event_body``
-picks those fields from the scan's read), the body's OpenAPI schema (``app.scans.schemas``
-builds it from the read's own fields), the document's text, the portal's filters and the
-metrics all come from here.
+"""The webhook events, in one registry: the scans' own kinds (each one's name, when it fires,
+the scan status it reports and the fields of the scan its body carries) and the kinds the other
+domains declare in their own packages (``Kind``: the watches', the sources', the privacy's, the
+key's endpoints'). The scans' bodies (``app.webhooks.outbox.event_body`` picks those fields from
+the scan's read), their OpenAPI schemas (``app.scans.schemas`` builds them from the read's own
+fields), the lists an endpoint, a filter or the portal offers, the thin bodies and the metrics'
+series all come from here.
 
-A new kind is one entry here and one call where it fires (``app.webhooks.outbox.record_event``
-with the kind). This module imports nothing of the app, so that every layer may use it.
+A new scan kind is one entry here and one call where it fires (``app.webhooks.outbox.record_event``
+with the kind); a new kind of another domain is one entry in that domain's ``event_kinds`` module
+and one call where it fires, in the same package. This module imports nothing of the app, so that
+every layer may use it; ``app.event_kinds``, which ``import app`` runs first, declares the other
+domains' kinds to it before any module can read them.
 """
 from __future__ import annotations
 
@@ -55,76 +60,62 @@ SCAN_RUNNING = EventKind("scan.running", "the engine started work on a scan (sen
 
 EVENTS: tuple[EventKind, ...] = (SCAN_COMPLETED, SCAN_FAILED, SCAN_RUNNING)
 NAMES: tuple[str, ...] = tuple(kind.name for kind in EVENTS)
-# D22: an event about the key's endpoints, not about a scan (its body is ``app.webhooks.endpoints``').
-ENDPOINT_DISABLED = "endpoint.disabled"
-# D28: events about a watch (their bodies are ``app.watches.watch_changes``'): a change found, a watch
-# paused after three intervals without a scan, a watch ended by an opt-out.
-WATCH_CHANGED = "watch.changed"
-WATCH_PAUSED = "watch.paused"
-WATCH_ENDED = "watch.ended"
-# The fields every watch event's body starts with (after ``event``), and what its full body adds to
-# its thin one (D20: the person's target and what was found), last.
-WATCH_FIELDS = ("watch_id", "livemode", "purpose", "case_ref")
-WATCH_PERSONAL_FIELDS: tuple[str, ...] = ("target", "kind", "added_items")
 
 
 @dataclass(frozen=True)
-class WatchEventKind:
-    name: str                # the ``event`` of the body and the X-Service-Event header
-    fires: str               # when it is sent, as customers read it
-    schema: str              # the OpenAPI component of its body
-    fields: tuple[str, ...]  # the fields of its full body after ``event``, in order
-
-    def body_fields(self, *, thin: bool = False) -> tuple[str, ...]:
-        return tuple(name for name in self.fields if not thin or name not in WATCH_PERSONAL_FIELDS)
-
-
-WATCH_KINDS: tuple[WatchEventKind, ...] = (
-    WatchEventKind(WATCH_CHANGED, "a watch's scan found a finding added or removed, or the risk band changed, "
-                   "against the watch's previous scan: the body lists them", "WebhookWatchChanged",
-                   (*WATCH_FIELDS, "scan_id", "previous_scan_id", "changes", "target", "kind", "added_items")),
-    WatchEventKind(WATCH_PAUSED, "a watch was paused after three intervals without a scan it could make (balance, "
-                   "limits or its key): the body says why", "WebhookWatchPaused",
-                   (*WATCH_FIELDS, "reason", "last_error", "target", "kind")),
-    # No target: the watch forgot it when the person opted out (D25).
-    WatchEventKind(WATCH_ENDED, "a watch ended because the person opted out of lookups", "WebhookWatchEnded",
-                   (*WATCH_FIELDS, "reason", "kind")),
-)
-WATCH_EVENTS: tuple[str, ...] = tuple(kind.name for kind in WATCH_KINDS)
+class Kind:
+    """An event kind a domain other than the scans' declares, in a module of its own package
+    (``app/<domain>/event_kinds.py``, e.g. the watches' or the privacy's), with its body built
+    where it fires; ``app.event_kinds`` hands every one of them to ``declare``."""
+    name: str                                # the ``event`` of the body and the X-Service-Event header
+    personal: frozenset[str] = frozenset()   # the fields of its full body its thin body (D20) leaves out
+    in_default_feed: bool = True             # in the events list and stream asked for no ``events=``
 
 
-def thin_watch_body(body: dict) -> dict:
-    """A watch event's thin body: its full body without the personal fields."""
-    return {name: value for name, value in body.items() if name not in WATCH_PERSONAL_FIELDS}
+_declared: tuple[Kind, ...] | None = None
+
+
+def declare(*kinds: Kind) -> None:
+    """Every other domain's kinds, in the order customers read them: called once, by
+    ``app.event_kinds``, which ``import app`` runs first, so before any module can read them."""
+    global _declared
+    if _declared is not None:
+        raise RuntimeError("the event kinds are declared once, by app.event_kinds")
+    _declared = kinds
+
+
+def declared() -> tuple[Kind, ...]:
+    """The kinds the other domains declared (``declare``)."""
+    if _declared is None:  # only a module run on its own, outside the ``app`` package, can see this
+        raise RuntimeError("the event kinds are not declared yet: import app first (app.event_kinds)")
+    return _declared
+
+
+def delivery_events() -> tuple[str, ...]:
+    """Every event a delivery may carry: what an endpoint may list and the deliveries' and the
+    feed's filters take, the scans' first."""
+    return (*NAMES, *(kind.name for kind in declared()))
+
+
+def default_feed_events() -> tuple[str, ...]:
+    """The kinds a list or stream holds when it names none (the sources' only where asked for, D30)."""
+    return (*NAMES, *(kind.name for kind in declared() if kind.in_default_feed))
 
 
 def thin_body(body: dict) -> dict:
     """The thin body (D20) of any event's full body, by the rule of its kind: a scan event's thin
-    fields, a watch event without its personal fields; an event about the key is its own."""
+    fields, another kind's body without its personal fields (most have none: the same body)."""
     name = body.get("event")
     for kind in EVENTS:
         if kind.name == name:
             return kind.body(body, thin=True)
-    return thin_watch_body(body) if name in WATCH_EVENTS else body
+    personal = next((kind.personal for kind in declared() if kind.name == name), frozenset())
+    return {field: value for field, value in body.items() if field not in personal} if personal else body
 
 
-# D30: events about one of the engine's sources, not about a customer's scan: its status changed
-# (worse: degraded; back to healthy: recovered). Bodies ``{event, source_id, name, status,
-# previous_status, at}`` (``app.sources.health``), no personal data; only to endpoints and
-# streams that list them (``app.webhooks.outbox.record_service_event``).
-SOURCE_DEGRADED = "source.degraded"
-SOURCE_RECOVERED = "source.recovered"
-SOURCE_EVENTS: tuple[str, ...] = (SOURCE_DEGRADED, SOURCE_RECOVERED)
-
-# Events about a person the customer holds scans of (bodies: ``app.privacy.subjects``'), one per
-# customer and mode, to every endpoint of its keys that lists it: ``{event, scan_ids, at}``, never the
-# target. Sent only to endpoints that list them (like every kind but the default two), always in the feed.
-SUBJECT_OPTED_OUT = "subject.opted_out"  # the person opted out: delete your own copies of these scans
-SUBJECT_ERASED = "subject.erased"  # the person's scans were erased at their request
-SUBJECT_EVENTS: tuple[str, ...] = (SUBJECT_OPTED_OUT, SUBJECT_ERASED)
-
-# Every event a delivery may carry: what an endpoint may list and the deliveries' filters take.
-DELIVERY_EVENTS: tuple[str, ...] = (*NAMES, ENDPOINT_DISABLED, *WATCH_EVENTS, *SOURCE_EVENTS, *SUBJECT_EVENTS)
+def thinned() -> frozenset[str]:
+    """The kinds whose thin body differs from their full one."""
+    return frozenset((*NAMES, *(kind.name for kind in declared() if kind.personal)))
 
 
 def for_status(status: str) -> EventKind:

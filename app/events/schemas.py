@@ -9,8 +9,8 @@ from app.events.feed import EXAMPLE_ID
 from app.events.waits import KEY_CHECK_SECONDS, WAIT_RANGE
 
 TIME_DOC = {"format": "date-time", "example": "2026-11-21T12:00:00Z"}
-KINDS = ", ".join(f"`{name}`" for name in kinds.DELIVERY_EVENTS)
-_KIND = "|".join(name.replace(".", "\\.") for name in kinds.DELIVERY_EVENTS)
+KINDS = ", ".join(f"`{name}`" for name in kinds.delivery_events())
+_KIND = "|".join(name.replace(".", "\\.") for name in kinds.delivery_events())
 KINDS_PATTERN = f"^({_KIND})(,({_KIND}))*$"
 # An event id as the list and the stream write it: ``evt_`` and a sealed number (``feed.event_id``).
 EVENT_ID_PATTERN = "^evt_[0-9a-f]{32}$"
@@ -49,7 +49,7 @@ class EventSchema(ma.Schema):
         "description": "The event's id, opaque: give it back as `starting_after`, `after` or `Last-Event-ID` to "
                        "resume after it. Ids do not sort in time order: the list and the stream give events in "
                        "their order.", "example": EXAMPLE_ID})
-    event = fields.String(required=True, metadata={"enum": list(kinds.DELIVERY_EVENTS), "example": "scan.completed"})
+    event = fields.String(required=True, metadata={"enum": list(kinds.delivery_events()), "example": "scan.completed"})
     created_at = fields.String(required=True, metadata=TIME_DOC)
     livemode = fields.Boolean(required=True, metadata={
         "description": "false for the events of test scans, true otherwise.", "example": True})

@@ -22,6 +22,7 @@ import hmac
 import os
 import re
 import time
+from collections.abc import Iterable
 
 # The multiprocess folder is made if it does not exist yet (a first boot, a tmpfs after a
 # reboot): the first metric below writes its file there, and a missing folder was a
@@ -89,9 +90,6 @@ RATE_LIMIT_CODES = ("rate_limit_inflight", "rate_limit_hour", "rate_limit_day")
 ATTEMPT_FAILURES = ("timeout", "connection_error", "tls_error", "redirect_not_followed", "ssrf_refused",
                     "request_error", "worker_lost", "http_4xx", "http_5xx")
 STARTED_AT = "scan_api.started_at"  # in a WSGI environ: when a layer in front of Flask took the request
-# The events' names (``app.events.kinds.DELIVERY_EVENTS``, a domain's, which this module does not reach).
-EVENTS = ("scan.completed", "scan.failed", "scan.running", "endpoint.disabled", "watch.changed", "watch.paused",
-          "watch.ended", "source.degraded", "source.recovered", "subject.opted_out", "subject.erased")
 ERASURE_REASONS = ("request", "retention")
 AUDIT_SINK_OUTCOMES = ("acknowledged", "failed", "stale")
 FEEDBACK_VERDICTS = ("false_positive", "confirmed")
@@ -114,8 +112,6 @@ def _start_at_zero() -> None:
     WEBHOOK_ATTEMPTS.labels(outcome="succeeded", reason="http_2xx")
     for reason in ATTEMPT_FAILURES:
         WEBHOOK_ATTEMPTS.labels(outcome="failed", reason=reason)
-    for event in EVENTS:
-        WEBHOOK_DELIVERY_LATENCY.labels(event=event)
     for reason in ERASURE_REASONS:
         SCANS_ERASED.labels(reason=reason)
     for reason in CALLBACK_REFUSALS:
@@ -127,6 +123,14 @@ def _start_at_zero() -> None:
 
 
 _start_at_zero()
+
+
+def start_events_at_zero(names: Iterable[str]) -> None:
+    """The deliveries' series of every event kind, at 0 from the start: the names are the events'
+    registry's (``app.events.kinds``, a domain's, which this module does not reach), handed in by
+    ``app.create_app``."""
+    for event in names:
+        WEBHOOK_DELIVERY_LATENCY.labels(event=event)
 
 
 def observe_engine_call(call: str, seconds: float, error: str | None = None) -> None:

@@ -19,10 +19,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from app.events import kinds as events
 from app.plumbing.db import transaction
 from app.plumbing.models import iso, utcnow
 from app.privacy import erasure
+from app.privacy.event_kinds import SUBJECT_ERASED, SUBJECT_OPTED_OUT
 from app.privacy.handed_in import WATCHES
 from app.privacy.statements import subjects as store
 from app.privacy.statements import suppressions as suppression_store
@@ -114,7 +114,7 @@ def erase(target: str, kind: str | None = None, now: datetime | None = None) -> 
         with transaction():
             done = erasure.erase_for_subject(final, now, owner=(customer_id, livemode))
             if done:
-                _tell(customer_id, livemode, events.SUBJECT_ERASED, done, now)
+                _tell(customer_id, livemode, SUBJECT_ERASED, done, now)
         erased += len(done)
     return {"erased": erased, "in_flight": sorted(in_flight)}
 
@@ -127,5 +127,5 @@ def tell_opted_out(kind: str, normalized: str, now: datetime | None = None) -> i
     grouped = _by_customer(held_scans(who))
     for (customer_id, livemode), scans in grouped.items():
         with transaction():
-            _tell(customer_id, livemode, events.SUBJECT_OPTED_OUT, [s["id"] for s in scans], now)
+            _tell(customer_id, livemode, SUBJECT_OPTED_OUT, [s["id"] for s in scans], now)
     return len(grouped)

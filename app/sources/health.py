@@ -27,13 +27,13 @@ from datetime import datetime, timedelta
 
 from redis.exceptions import RedisError
 
-from app.events import kinds as events
 from app.plumbing import metrics, runtime
 from app.plumbing.db import transaction
 from app.plumbing.errors import InvalidRequest, NotFound
 from app.plumbing.models import iso, utcnow
 from app.scans.results import JustWritten, parsed_result
 from app.sources import statements as store
+from app.sources.event_kinds import SOURCE_DEGRADED, SOURCE_RECOVERED
 from app.webhooks import outbox
 
 HEALTHY, DEGRADED, DOWN, BROKEN = "healthy", "degraded", "down", "broken"
@@ -215,7 +215,7 @@ def _evaluate_one(source, classes: dict, now: datetime) -> Counter:
 
 
 def _announce(source, status: str, now: datetime) -> None:
-    kind = events.SOURCE_RECOVERED if status == HEALTHY else events.SOURCE_DEGRADED
+    kind = SOURCE_RECOVERED if status == HEALTHY else SOURCE_DEGRADED
     body = {"event": kind, "source_id": source.id, "name": source.name, "status": status,
             "previous_status": source.status, "at": iso(now)}
     outbox.record_service_event(body)

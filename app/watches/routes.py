@@ -19,10 +19,9 @@ from app.api.openapi import (
     SECURITY,
     error_documenter,
 )
-from app.events import kinds as events
 from app.events.schemas import SIGNATURE_PARAMETERS, WEBHOOK_OPERATION, WEBHOOK_URL
 from app.intake import creation
-from app.watches import watchlist
+from app.watches import event_kinds, watchlist
 from app.watches.schemas import (
     WatchBulkCreatedSchema,
     WatchBulkCreateSchema,
@@ -111,18 +110,18 @@ WATCH_EVENT_EXAMPLE = {
                                                  "classes": ["emails", "passwords"]}}}
 WATCH_WEBHOOK_OPERATION = {
     **WEBHOOK_OPERATION,
-    "summary": " and ".join(events.WATCH_EVENTS) + " events",
+    "summary": " and ".join(event_kinds.WATCH_EVENTS) + " events",
     "description": "When a watch's scan finds a change, or the watch is paused or ended by the service, the "
                    "service POSTs the event to each endpoint of the API key that created the watch whose "
                    "events list it (`POST /api/v1/endpoints`), in the endpoint's payload (thin: without the "
                    "target, its kind and the added items). Signed, acknowledged and retried as a scan's events; "
                    "missed ones can be read with `GET /api/v1/events?watch_id=`.",
-    "parameters": [{**p, "schema": {"type": "string", "enum": list(events.WATCH_EVENTS)}}
+    "parameters": [{**p, "schema": {"type": "string", "enum": list(event_kinds.WATCH_EVENTS)}}
                    if p["name"] == "X-Service-Event" else p for p in SIGNATURE_PARAMETERS],
     "requestBody": {"required": True, "content": {"application/json": {
-        "schema": {"oneOf": [{"$ref": f"#/components/schemas/{kind.schema}"} for kind in events.WATCH_KINDS],
+        "schema": {"oneOf": [{"$ref": f"#/components/schemas/{kind.schema}"} for kind in event_kinds.WATCH_KINDS],
                    "discriminator": {"propertyName": "event", "mapping": {
-                       kind.name: f"#/components/schemas/{kind.schema}" for kind in events.WATCH_KINDS}}},
+                       kind.name: f"#/components/schemas/{kind.schema}" for kind in event_kinds.WATCH_KINDS}}},
         "examples": {"watch.changed": {"summary": "watch.changed", "value": WATCH_EVENT_EXAMPLE}}}}},
 }
 

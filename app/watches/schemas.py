@@ -6,8 +6,8 @@ import copy
 import marshmallow as ma
 from marshmallow import RAISE, fields
 
-from app.events import kinds as events
 from app.scans.schemas import KIND_DOC, TIME_DOC, BulkCreateSchema, RejectedSchema, ScanCreatedSchema, ScanCreateSchema
+from app.watches import event_kinds
 
 INTERVAL_DOC = {"description": "How often the target is scanned again: daily, weekly or monthly (30 days).",
                 "example": "weekly"}
@@ -137,7 +137,7 @@ class WatchRunSchema(ScanCreatedSchema):
 
 # --- watch events (documented only) ---------------------------------------------------------
 
-# Each field a watch event's body may carry; ``app.events.kinds.WATCH_KINDS`` says which a kind carries.
+# Each field a watch event's body may carry; ``event_kinds.WATCH_KINDS`` says which a kind carries.
 _WATCH_EVENT_FIELDS = {
     "watch_id": fields.String(required=True, metadata=WATCH_ID_DOC),
     "livemode": fields.Boolean(required=True, metadata={"description": "false for a test key's watch.",
@@ -161,11 +161,11 @@ _WATCH_EVENT_FIELDS = {
         "example": {"fnd_75Ml5C0uCxYLlJdzJ7o9": {"name": "ExampleForum", "date": "2021-06", "accounts": 1200000,
                                                  "classes": ["emails", "passwords"]}}}),
 }
-_REASONS = {events.WATCH_PAUSED: ("no_scan_possible", "No scan could be made for three intervals."),
-            events.WATCH_ENDED: ("target_suppressed", "The person opted out of lookups.")}
+_REASONS = {event_kinds.WATCH_PAUSED: ("no_scan_possible", "No scan could be made for three intervals."),
+            event_kinds.WATCH_ENDED: ("target_suppressed", "The person opted out of lookups.")}
 
 
-def _watch_event_schema(kind: events.WatchEventKind, *, thin: bool = False) -> type[ma.Schema]:
+def _watch_event_schema(kind: event_kinds.WatchEventKind, *, thin: bool = False) -> type[ma.Schema]:
     """The body schema of a watch event kind: ``event``, then the registry's fields (a thin body's
     only: no target, kind or items)."""
     declared = {"event": fields.String(required=True, metadata={"enum": [kind.name]})}
@@ -180,4 +180,4 @@ def _watch_event_schema(kind: events.WatchEventKind, *, thin: bool = False) -> t
 
 # The body schema of each watch event kind, full and thin, for the OpenAPI document.
 WATCH_EVENT_SCHEMAS = {kind.schema + ("Thin" if thin else ""): _watch_event_schema(kind, thin=thin)
-                       for kind in events.WATCH_KINDS for thin in (False, True)}
+                       for kind in event_kinds.WATCH_KINDS for thin in (False, True)}

@@ -11,13 +11,13 @@ import json
 from datetime import datetime
 
 from app.accounts.statements import keys as key_store
-from app.events import kinds as events
 from app.plumbing.db import transaction
 from app.plumbing.models import utcnow
 from app.scans import confidence
 from app.scans import statements as scan_store
 from app.scans.models import COMPLETED
 from app.scans.results import PATH_RE
+from app.watches import event_kinds
 from app.watches import statements as watch_store
 from app.watches.models import ENDED
 from app.webhooks import outbox
@@ -112,7 +112,7 @@ def record_changes(scans: list, now: datetime | None = None) -> int:
         watch_store.update(watch.id, {"last_changes": json.dumps(changes), "last_change_at": now})
         items = {fid: _item(current, f["path"]) for f in current.get("findings") or []
                  if (fid := f["id"]) in changes["added"]}
-        announce(watch, events.WATCH_CHANGED, {"scan_id": scan.id, "previous_scan_id": previous.id,
+        announce(watch, event_kinds.WATCH_CHANGED, {"scan_id": scan.id, "previous_scan_id": previous.id,
                                                "changes": changes},
                  scan_id=scan.id, full={"added_items": items})
         changed += 1
@@ -128,7 +128,7 @@ def end_for_optout(watch, now: datetime) -> bool:
                                               "end_reason": "target_suppressed", "target": None,
                                               "optout_hash": None}, unless_status=ENDED)
         if ended:
-            announce(watch_store.get(watch.id), events.WATCH_ENDED, {"reason": "target_suppressed"})
+            announce(watch_store.get(watch.id), event_kinds.WATCH_ENDED, {"reason": "target_suppressed"})
     return ended
 
 

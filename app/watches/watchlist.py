@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 from app.accounts import access, admin
 from app.accounts.statements import keys as key_store
 from app.activity import entries
-from app.events import kinds as events
 from app.intake import creation
 from app.plumbing.crypto import target_hash
 from app.plumbing.db import transaction
@@ -23,7 +22,7 @@ from app.plumbing.models import iso, new_id, utcnow
 from app.plumbing.paging import Page
 from app.scans import purposes
 from app.targets.identity import normalize_or_refuse, opt_out_key
-from app.watches import admission, watch_changes, watch_times
+from app.watches import admission, event_kinds, watch_changes, watch_times
 from app.watches import statements as watch_store
 from app.watches.models import ACTIVE, ENDED, PAUSED
 from app.watches.watch_times import INTERVALS, next_due
@@ -353,6 +352,6 @@ def _missed(watch, now: datetime, reason: str) -> str:
         return "watch_scans_missed"
     with transaction():
         if watch_store.update(watch.id, {**changes, "status": PAUSED, "next_scan_at": None}, only_status=ACTIVE):
-            watch_changes.announce(watch_store.get(watch.id), events.WATCH_PAUSED,
+            watch_changes.announce(watch_store.get(watch.id), event_kinds.WATCH_PAUSED,
                       {"reason": "no_scan_possible", "last_error": reason[:300]})
     return "watches_paused"

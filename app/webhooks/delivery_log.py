@@ -173,8 +173,8 @@ def customer_deliveries(customer_id: str, *, status: str | None = None, event: s
     """
     if status is not None and status not in STATUSES:
         raise InvalidRequest(f"status must be one of {', '.join(STATUSES)}")
-    if event is not None and event not in events.DELIVERY_EVENTS:
-        raise InvalidRequest(f"event must be one of {', '.join(events.DELIVERY_EVENTS)}")
+    if event is not None and event not in events.delivery_events():
+        raise InvalidRequest(f"event must be one of {', '.join(events.delivery_events())}")
     if not 1 <= limit <= MAX_PER_PAGE:
         raise InvalidRequest(f"limit must be from 1 to {MAX_PER_PAGE}")
     for given in (scan_id, endpoint_id):

@@ -25,6 +25,7 @@ from app.plumbing.errors import AccountError, Conflict, EndpointNotFound, Invali
 from app.plumbing.jobs import delivery_job_id
 from app.plumbing.models import iso, new_id, utcnow
 from app.plumbing.outbound_urls import check_webhook_url
+from app.webhooks.event_kinds import ENDPOINT_DISABLED
 from app.webhooks.key_settings import check_secret
 from app.webhooks.models import CANCELLED, FAILED, PENDING, SKIPPED, WebhookDelivery
 from app.webhooks.outbox import (
@@ -51,8 +52,7 @@ log = logging.getLogger(__name__)
 MAX_ENDPOINTS = 10
 MAX_DESCRIPTION = 500
 # What an endpoint may list: the scan events and the event about the key's endpoints.
-ENDPOINT_DISABLED = events.ENDPOINT_DISABLED
-EVENT_NAMES = events.DELIVERY_EVENTS
+EVENT_NAMES = events.delivery_events()
 # Auto-disable needs at least this many failed deliveries in the failing time (D22).
 MIN_FAILURES_TO_DISABLE = 10
 # Recovering sends these again: what failed, and what a disabled endpoint did not get.

@@ -16,7 +16,7 @@ class DeliveryListArgs(ma.Schema):
 
     status = fields.String(validate=validate.OneOf(STATUSES), metadata={
         "description": "Only deliveries in this state."})
-    event = fields.String(validate=validate.OneOf(events.DELIVERY_EVENTS), metadata={
+    event = fields.String(validate=validate.OneOf(events.delivery_events()), metadata={
         "description": "Only deliveries of this event."})
     scan_id = fields.String(validate=validate.Length(min=1, max=200), metadata={
         "description": "Only the deliveries of this scan.", "example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
@@ -57,7 +57,7 @@ class DeliverySchema(ma.Schema):
     endpoint_id = fields.String(required=True, metadata={
         "description": "The endpoint it is addressed to (each endpoint gets its own delivery of an event).",
         "example": "ep_Q2hlcnJ5IHRvbWF0b2Vz"})
-    event = fields.String(required=True, metadata={"enum": list(events.DELIVERY_EVENTS)})
+    event = fields.String(required=True, metadata={"enum": list(events.delivery_events())})
     scan_id = fields.String(required=True, allow_none=True, metadata={
         "description": "null for a test event sent from the key's page.", "example": "scn_3kT9wQ0vXl2mYp7aRz1b4Q"})
     livemode = fields.Boolean(required=True, metadata={

@@ -3,8 +3,11 @@ document, the portal and the client all say what it says."""
 import sys
 from datetime import datetime
 
+import pytest
+
 from app.events import kinds as events
 from app.scans.models import Scan
+from app.watches import event_kinds as watch_kinds
 from app.webhooks import outbox
 
 
@@ -17,7 +20,7 @@ def test_every_event_has_its_body_schema_in_the_document(client):
     body = next(iter(callback.values()))["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert set(body["discriminator"]["mapping"]) == set(events.NAMES)
     # A delivery may also carry the event about the key's endpoints (endpoint.disabled).
-    assert spec["components"]["schemas"]["Delivery"]["properties"]["event"]["enum"] == list(events.DELIVERY_EVENTS)
+    assert spec["components"]["schemas"]["Delivery"]["properties"]["event"]["enum"] == list(events.delivery_events())
 
 
 def test_a_final_scan_sends_the_event_of_its_status():
@@ -69,33 +72,6 @@ def test_a_new_kind_needs_only_its_registry_entry():
     assert schema.fields["progress"].required and not schema.fields["bulk_id"].required
 
 
-def test_the_watch_events_are_in_the_registry_and_the_document(client):
-    spec = client.get("/api/v1/openapi.json").get_json()
-    schemas = spec["components"]["schemas"]
-    assert events.WATCH_EVENTS == ("watch.changed", "watch.paused", "watch.ended")
-    for kind in events.WATCH_KINDS:
-        full, thin = schemas[kind.schema], schemas[kind.schema + "Thin"]
-        assert full["properties"]["event"]["enum"] == [kind.name]
-        assert list(full["properties"]) == ["event", *kind.fields]
-        # watch.ended has no target: the watch forgot it when the person opted out
-        assert ("target" in full["properties"]) == (kind.name != "watch.ended")
-        assert "kind" in full["properties"] and not {"target", "kind", "added_items"} & set(thin["properties"])
-    callback = spec["paths"]["/api/v1/watches"]["post"]["callbacks"]["watchEvents"]
-    operation = next(iter(callback.values()))["post"]
-    body = operation["requestBody"]["content"]["application/json"]
-    assert set(body["schema"]["discriminator"]["mapping"]) == set(events.WATCH_EVENTS)
-    example = body["examples"]["watch.changed"]["value"]
-    assert list(example) == ["event", *events.WATCH_KINDS[0].fields]
-    [header] = [p for p in operation["parameters"] if p["name"] == "X-Service-Event"]
-    assert header["schema"]["enum"] == list(events.WATCH_EVENTS)
-    # The events list and stream take and show them.
-    assert set(events.WATCH_EVENTS) <= set(schemas["Event"]["properties"]["event"]["enum"])
-    listing = spec["paths"]["/api/v1/events"]["get"]["parameters"]
-    [kinds] = [p for p in listing if p["name"] == "events"]
-    assert "watch\\.changed" in kinds["schema"]["pattern"] and "watch.paused" in kinds["description"]
-    assert all(f"`{name}`" in spec["info"]["description"] for name in events.WATCH_EVENTS)
-
-
 def test_one_thin_rule_for_every_kind():
     watch = {"event": "watch.ended", "watch_id": "wch_1", "livemode": True, "purpose": None, "case_ref": None,
              "reason": "target_suppressed", "target": "a@example.com", "kind": "email"}
@@ -106,3 +82,38 @@ def test_one_thin_rule_for_every_kind():
                                       "status": "failed"}
     key_event = {"event": "endpoint.disabled", "endpoint_id": "ep_1"}
     assert events.thin_body(key_event) == key_event
+
+
+
+def test_the_other_domains_kinds_are_declared_before_any_module_reads_them():
+    """Each domain keeps its kinds in its own package; ``import app`` declares them first, so a process
+    that imports nothing but a module that reads the registry at import (the deliveries' filter, the
+    feed's default kinds) sees every kind, in the order customers read them."""
+    import json
+    import subprocess
+    code = ("import json; from app.webhooks import schemas; from app.events import feed, kinds; "
+            "print(json.dumps([kinds.delivery_events(), list(schemas.DeliveryListArgs().fields['event']"
+            ".validate.choices), feed.DEFAULT_KINDS]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    names, filter_choices, default_kinds = json.loads(done.stdout)
+    assert tuple(names) == tuple(filter_choices) == events.delivery_events()
+    assert names[:3] == list(events.NAMES)  # the scans' own first, then each domain's
+    assert {"endpoint.disabled", "watch.ended", "source.degraded", "subject.erased"} <= set(names)
+    assert default_kinds == [name for name in names if not name.startswith("source.")]
+
+
+def test_the_kinds_are_declared_once():
+    declared = events.delivery_events()
+    with pytest.raises(RuntimeError, match="declared once"):
+        events.declare(events.Kind("scan.some_future_kind"))
+    assert events.delivery_events() == declared
+
+
+def test_a_declared_kind_says_its_personal_fields_and_whether_a_feed_holds_it_unasked():
+    from app.privacy import event_kinds as privacy_kinds
+    from app.sources import event_kinds as source_kinds
+    assert all(not kind.personal and kind.in_default_feed for kind in privacy_kinds.KINDS)
+    assert all(not kind.in_default_feed for kind in source_kinds.KINDS)
+    assert events.thinned() == frozenset({*events.NAMES, *watch_kinds.WATCH_EVENTS})
+    opted_out = {"event": "subject.opted_out", "scan_ids": ["scn_1"], "at": "2026-01-02T03:04:05Z"}
+    assert events.thin_body(opted_out) == opted_out

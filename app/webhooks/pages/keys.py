@@ -21,7 +21,7 @@ from app.webhooks import delivery_console, delivery_log, endpoints, key_settings
 from app.webhooks.pages.forms import EndpointForm
 
 STATUSES = delivery_log.STATUSES
-EVENTS = events.DELIVERY_EVENTS
+EVENTS = events.delivery_events()
 
 
 @bp.get("/")
