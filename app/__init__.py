@@ -13,8 +13,8 @@ from flask.sessions import SecureCookieSessionInterface
 from werkzeug.exceptions import NotFound
 from werkzeug.routing import RequestRedirect
 
-# First of the app: every domain's event kinds declared before any module can read them.
-from app import event_kinds  # noqa: F401
+# First of the app: every domain's event kinds and scopes declared before any module can read them.
+from app import declared  # noqa: F401
 from app.errors import allow_header, register_error_handlers
 from app.extensions import csrf, db
 from app.plumbing import config as app_config

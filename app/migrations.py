@@ -28,6 +28,9 @@ _DAY_2 = 86400  # app.billing.limits.DAY: the longest window a quota counter ser
 # app.accounts.access.SCOPES when migration 12 gave existing keys every scope (watches came later,
 # with migration 25, which adds its scope to the keys that held all of these).
 _SCOPES_12 = ("scans:write", "scans:read", "scans:erase", "webhooks", "activity:read")
+# Every scope when migration 35 began to record the scopes given (the ones every key issued
+# without a list held by then).
+_SCOPES_35 = (*_SCOPES_12, "watches")
 
 
 def _counted_from_scans(database, now: datetime, livemode: bool | None) -> tuple[Counter, Counter]:
@@ -507,6 +510,18 @@ def _start_reported(database):
                          """WHERE (("status" = 'queued') AND ("engine_started_at" IS NOT NULL))""")
 
 
+def _granted_scopes(database):
+    """The scopes given to the keys (``GrantedScope``), so that a scope declared later reaches the
+    keys that held every one of them at the next upgrade (``grant_declared_scopes``), with no
+    migration of its own (as 25 was for ``watches``): today's are recorded as given."""
+    from app.accounts.models import GrantedScope
+
+    database.create_tables([GrantedScope], safe=True)
+    database.execute_sql('INSERT INTO "granted_scope" ("name", "granted_at") '
+                         f'SELECT "name", now() AT TIME ZONE \'UTC\' FROM unnest({database.param}::TEXT[]) AS "name" '
+                         'ON CONFLICT DO NOTHING', (list(_SCOPES_35),))
+
+
 # (version, name, function(database)). Append only; never edit an applied one.
 # Versions 3 and 18 are absent on purpose: neither was ever assigned (the history has migration 4,
 # portal sessions, appended right after 2, and 19 after 17), so no database records them. The gaps
@@ -546,6 +561,7 @@ MIGRATIONS = [
     (32, "SCIM provisioning: token digest, provisioned users", _scim),
     (33, "single sign-on by OpenID Connect", _single_sign_on),
     (34, "moves to running reported by callbacks, made in batches", _start_reported),
+    (35, "the scopes given to the keys, recorded", _granted_scopes),
 ]
 
 
@@ -565,6 +581,7 @@ def upgrade() -> list[int]:
             for version, name, _ in MIGRATIONS:
                 SchemaVersion.create(version=version, name=name)
                 applied.append(version)
+            grant_declared_scopes(db.obj)
         log.info("created schema at version %s", MIGRATIONS[-1][0])
         return applied
     db.create_tables([SchemaVersion], safe=True)
@@ -576,7 +593,33 @@ def upgrade() -> list[int]:
             SchemaVersion.create(version=version, name=name)
         applied.append(version)
         log.info("applied migration %s: %s", version, name)
+    with db.atomic():
+        grant_declared_scopes(db.obj)
     return applied
+
+
+def grant_declared_scopes(database) -> list[str]:
+    """Give each scope declared since the last upgrade (``app.accounts.scopes``: what the domains
+    declare now, the one thing here that is not a migration's own value) to the keys that held every
+    scope given before it, as migration 25 gave ``watches``: a key issued with every scope gets the
+    new one, a narrowed key stays narrow; then record it as given. A database created at the newest
+    version records today's scopes and gives none (its keys were issued with them). Returns the
+    scopes given now."""
+    from app.accounts.scopes import every_scope
+
+    p = database.param
+    given = [name for (name,) in database.execute_sql('SELECT "name" FROM "granted_scope"')]
+    new = [scope.name for scope in every_scope() if scope.name not in given]
+    granted = []
+    for name in new:
+        if given:
+            database.execute_sql(f'UPDATE "api_key" SET "scopes" = array_append("scopes", {p}) '
+                                 f'WHERE "scopes" @> {p}::TEXT[] AND NOT ({p} = ANY("scopes"))', (name, given, name))
+            granted.append(name)
+            log.info("gave the new scope %s to the keys that held every scope", name)
+        database.execute_sql('INSERT INTO "granted_scope" ("name", "granted_at") '
+                             f"VALUES ({p}, now() AT TIME ZONE 'UTC') ON CONFLICT DO NOTHING", (name,))
+    return granted
 
 
 def current_version() -> int:

@@ -7,7 +7,7 @@ The key lookups (``statements.keys``) are offered as statements: every domain th
 reads its row, and a rule wrapped around each lookup would only rename it. Billing's statements
 take the customer row's one lock (``statements.customers.LOCK_CUSTOMER``). The security settings
 page (the activity log's, as it shows the audit sinks too) reads the sign-in settings (``sso``,
-``scim``)."""
+``scim``). A domain declares its own scopes with ``scopes.Scope``."""
 
 OFFERS = (
     "access",
@@ -15,6 +15,7 @@ OFFERS = (
     "models",
     "portal_roles",
     "scim",
+    "scopes",
     "sso",
     "statements.customers",
     "statements.keys",

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Iterable
 from datetime import date, datetime, time, timedelta
 
+from app.accounts import scopes
 from app.accounts.models import ApiKey
 from app.accounts.statements import keys as key_store
 from app.plumbing.errors import AccountError, InsufficientScope, IpNotAllowed, KeyExpired
@@ -25,23 +26,14 @@ from app.plumbing.models import iso, utcnow
 
 log = logging.getLogger(__name__)
 
-SCANS_WRITE = "scans:write"
-SCANS_READ = "scans:read"
-SCANS_ERASE = "scans:erase"
-WEBHOOKS = "webhooks"
-ACTIVITY_READ = "activity:read"
-WATCHES = "watches"
+# The scopes' names as views declare them: D21's (``app.accounts.scopes``), read here with those the
+# other domains declare in their packages once ``import app`` declared them all.
+SCANS_WRITE, SCANS_READ, SCANS_ERASE = scopes.SCANS_WRITE, scopes.SCANS_READ, scopes.SCANS_ERASE
+WEBHOOKS, ACTIVITY_READ = scopes.WEBHOOKS, scopes.ACTIVITY_READ
 # Every scope, in the order customers read them; a key is issued with all of them unless told.
-SCOPES = (SCANS_WRITE, SCANS_READ, SCANS_ERASE, WEBHOOKS, ACTIVITY_READ, WATCHES)
+SCOPES = tuple(scope.name for scope in scopes.every_scope())
 # What each allows, in the words the README, the OpenAPI document and the portal show.
-SCOPE_WORDS = {
-    SCANS_WRITE: "create scans, one at a time and in bulk, re-run them, and give feedback on their findings",
-    SCANS_READ: "read scans and bulk batches, list scans",
-    SCANS_ERASE: "erase scans and bulk batches",
-    WEBHOOKS: "list webhook deliveries and send them again, manage webhook endpoints",
-    ACTIVITY_READ: "read the account's activity log",
-    WATCHES: "create, list, change, run and end watches (targets scanned again on a schedule)",
-}
+SCOPE_WORDS = {scope.name: scope.words for scope in scopes.every_scope()}
 # A route any active key may call, whatever its scopes (``GET /api/v1/account``).
 ANY_SCOPE = "any"
 

@@ -101,6 +101,18 @@ class ApiKey(BaseModel):
         return key_display(self.prefix, self.last4)
 
 
+
+class GrantedScope(BaseModel):
+    """The scopes this database has given its keys: a scope declared since (``app.accounts.scopes``)
+    is given, at the next upgrade, to the keys that held every one of these, then added here
+    (``app.migrations.grant_declared_scopes``)."""
+    name = CharField(primary_key=True, max_length=64)
+    granted_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "granted_scope"
+
+
 class PortalUser(BaseModel):
     id = CharField(primary_key=True, max_length=40)
     customer = ForeignKeyField(Customer, backref="users", on_delete="CASCADE")

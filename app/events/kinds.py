@@ -8,13 +8,15 @@ series all come from here.
 
 A new scan kind is one entry here and one call where it fires (``app.webhooks.outbox.record_event``
 with the kind); a new kind of another domain is one entry in that domain's ``event_kinds`` module
-and one call where it fires, in the same package. This module imports nothing of the app, so that
-every layer may use it; ``app.event_kinds``, which ``import app`` runs first, declares the other
-domains' kinds to it before any module can read them.
+and one call where it fires, in the same package. This module imports nothing of the app but the
+plumbing's registry, so that every layer may use it; ``app.declared``, which ``import app`` runs
+first, declares the other domains' kinds to it (``REGISTRY``) before any module can read them.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from app.plumbing.registry import Registry
 
 # The fields of a scan's read every event body starts with, in this order (after ``event``).
 SCAN_FIELDS = ("scan_id", "bulk_id", "watch_id", "rerun_of", "livemode", "target", "kind", "status", "purpose",
@@ -66,29 +68,19 @@ NAMES: tuple[str, ...] = tuple(kind.name for kind in EVENTS)
 class Kind:
     """An event kind a domain other than the scans' declares, in a module of its own package
     (``app/<domain>/event_kinds.py``, e.g. the watches' or the privacy's), with its body built
-    where it fires; ``app.event_kinds`` hands every one of them to ``declare``."""
+    where it fires; ``app.declared`` hands every one of them to ``declare``."""
     name: str                                # the ``event`` of the body and the X-Service-Event header
     personal: frozenset[str] = frozenset()   # the fields of its full body its thin body (D20) leaves out
     in_default_feed: bool = True             # in the events list and stream asked for no ``events=``
 
 
-_declared: tuple[Kind, ...] | None = None
-
-
-def declare(*kinds: Kind) -> None:
-    """Every other domain's kinds, in the order customers read them: called once, by
-    ``app.event_kinds``, which ``import app`` runs first, so before any module can read them."""
-    global _declared
-    if _declared is not None:
-        raise RuntimeError("the event kinds are declared once, by app.event_kinds")
-    _declared = kinds
+# The kinds the other domains declare, in the order customers read them (``app.declared`` declares them).
+REGISTRY: Registry[Kind] = Registry("event kinds", lambda kind: kind.name)
 
 
 def declared() -> tuple[Kind, ...]:
-    """The kinds the other domains declared (``declare``)."""
-    if _declared is None:  # only a module run on its own, outside the ``app`` package, can see this
-        raise RuntimeError("the event kinds are not declared yet: import app first (app.event_kinds)")
-    return _declared
+    """The kinds the other domains declared."""
+    return REGISTRY.items()
 
 
 def delivery_events() -> tuple[str, ...]:

@@ -376,7 +376,7 @@ def portal_rerun(customer, scan_id, *, request_id,
     if original is None:
         raise NotFound("no scan with this id")
     key = key_store.get(original.api_key_id)
-    if not key.is_live or access.is_expired(key, utcnow()) or access.SCANS_WRITE not in (key.scopes or ()):
+    if not key.is_live or access.is_expired(key, utcnow()) or not access.has_scope(key, access.SCANS_WRITE):
         raise Forbidden("the API key that created this scan can no longer create scans: re-run it through "
                         "the API with another key")
     return create_rerun(customer, key.id, scan_id, request_id=request_id, livemode=original.livemode,

@@ -2,7 +2,7 @@
 its status changed (worse: degraded; back to healthy: recovered). Bodies ``{event, source_id, name,
 status, previous_status, at}`` (``app.sources.health``), no personal data; only to endpoints and
 streams that list them, never in a feed that names no kind. Declared to the registry by
-``app.event_kinds``."""
+``app.declared``."""
 from app.events.kinds import Kind
 
 SOURCE_DEGRADED = "source.degraded"

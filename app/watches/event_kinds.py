@@ -1,7 +1,7 @@
 """The watches' event kinds (D28): a change found, a watch paused after three intervals without a
 scan, a watch ended by an opt-out. Their bodies are ``app.watches.watch_changes``'; their OpenAPI
 schemas (``app.watches.schemas``) and the document's text follow from ``WATCH_KINDS``. Declared to
-the registry (``app.events.kinds``) by ``app.event_kinds``."""
+the registry (``app.events.kinds``) by ``app.declared``."""
 from __future__ import annotations
 
 from dataclasses import dataclass

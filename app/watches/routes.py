@@ -9,7 +9,6 @@ from __future__ import annotations
 from flask import g
 from flask.views import MethodView
 
-from app.accounts import access
 from app.api import hooks
 from app.api.answers import created
 from app.api.base import ApiBlueprint
@@ -32,6 +31,7 @@ from app.watches.schemas import (
     WatchSchema,
     WatchUpdateSchema,
 )
+from app.watches.scopes import WATCHES
 
 blp = ApiBlueprint("watches", __name__, url_prefix="/api/v1",
                    description="Watches: targets scanned again on a schedule, their changes announced.")
@@ -133,7 +133,7 @@ def watch_callbacks(operation_id: str) -> dict:
 
 @blp.route("/watches")
 class WatchCollection(MethodView):
-    @hooks.api_call(scope=access.WATCHES, action="watch.create")
+    @hooks.api_call(scope=WATCHES, action="watch.create")
     @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Create a watch", operationId="createWatch",
              callbacks=watch_callbacks("watchEvent"))
     @blp.arguments(WatchCreateSchema, example={"target": "jane.doe@example.com", "interval": "weekly",
@@ -154,7 +154,7 @@ class WatchCollection(MethodView):
                       credits=outcome.cost, subject=outcome.subject, replayable=True)
         return hooks.render(view, 201)
 
-    @hooks.api_call(scope=access.WATCHES, action="watches.list")
+    @hooks.api_call(scope=WATCHES, action="watches.list")
     @blp.doc(security=SECURITY, summary="List watches", operationId="listWatches")
     @blp.arguments(WatchListQuerySchema, location="query", as_kwargs=True)
     @blp.response(200, WatchListSchema, headers=HEADERS, description="One page of watches, newest first.")
@@ -169,7 +169,7 @@ class WatchCollection(MethodView):
 
 @blp.route("/watches/bulk")
 class WatchBulk(MethodView):
-    @hooks.api_call(scope=access.WATCHES, action="watches.create")
+    @hooks.api_call(scope=WATCHES, action="watches.create")
     @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Create watches in bulk",
              operationId="createWatches")
     @blp.arguments(WatchBulkCreateSchema, example={
@@ -197,7 +197,7 @@ class WatchBulk(MethodView):
 
 @blp.route("/watches/<watch_id:watch_id>")
 class WatchOne(MethodView):
-    @hooks.api_call(scope=access.WATCHES, action="watch.read")
+    @hooks.api_call(scope=WATCHES, action="watch.read")
     @blp.doc(security=SECURITY, summary="Read a watch", operationId="getWatch")
     @blp.response(200, WatchSchema, headers=HEADERS, description="The watch, with what its last change found.")
     @documented_errors({**COMMON, **NOT_FOUND})
@@ -206,7 +206,7 @@ class WatchOne(MethodView):
         """Read one watch. Costs {price}."""
         return hooks.render(watchlist.read_watch(key.customer_id, watch_id, livemode=key.livemode))
 
-    @hooks.api_call(scope=access.WATCHES, action="watch.update")
+    @hooks.api_call(scope=WATCHES, action="watch.update")
     @blp.doc(security=SECURITY, summary="Change a watch", operationId="updateWatch")
     @blp.arguments(WatchUpdateSchema, example={"status": "paused"})
     @blp.response(200, WatchSchema, headers=HEADERS, description="The watch as changed.")
@@ -219,7 +219,7 @@ class WatchOne(MethodView):
                                                  interval=body.get("interval"), status=body.get("status"),
                                                  case_ref=body.get("case_ref"), case_ref_given="case_ref" in body))
 
-    @hooks.api_call(scope=access.WATCHES, action="watch.end")
+    @hooks.api_call(scope=WATCHES, action="watch.end")
     @blp.doc(security=SECURITY, summary="End a watch", operationId="endWatch")
     @blp.response(200, WatchSchema, headers=HEADERS, description="The watch, ended.")
     @documented_errors({**COMMON, **NOT_FOUND})
@@ -232,7 +232,7 @@ class WatchOne(MethodView):
 
 @blp.route("/watches/<watch_id:watch_id>/run")
 class WatchRun(MethodView):
-    @hooks.api_call(scope=access.WATCHES, action="watch.run")
+    @hooks.api_call(scope=WATCHES, action="watch.run")
     @blp.doc(security=SECURITY, parameters=[IDEMPOTENCY_HEADER], summary="Scan a watched target now",
              operationId="runWatch")
     @blp.response(202, WatchRunSchema, headers=HEADERS, description="The scan is queued.")

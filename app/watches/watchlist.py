@@ -25,6 +25,7 @@ from app.targets.identity import normalize_or_refuse, opt_out_key
 from app.watches import admission, event_kinds, watch_changes, watch_times
 from app.watches import statements as watch_store
 from app.watches.models import ACTIVE, ENDED, PAUSED
+from app.watches.scopes import WATCHES
 from app.watches.watch_times import INTERVALS, next_due
 
 # The scheduler's claim: watches per batch, batches per run, and how long a claim holds a watch
@@ -220,7 +221,7 @@ def run_watch(customer, api_key_id, watch_id, *, request_id, livemode=True) -> c
 def key_may_watch(key, now: datetime) -> bool:
     """Whether ``key`` may make watches and their scans: not revoked, not expired, with the scope
     ``watches`` (a person who revoked or narrowed a key stops its spending)."""
-    return key.is_live and not access.is_expired(key, now) and access.WATCHES in (key.scopes or ())
+    return key.is_live and not access.is_expired(key, now) and access.has_scope(key, WATCHES)
 
 
 # --- the portal (D28: list, add one or a CSV file's targets, pause, resume, end) ----------------

@@ -27,7 +27,7 @@ PACKAGES = ("app", "workers", "simulator", "bench")
 FLASK = ("flask", "flask_wtf", "flask_smorest", "flask_limiter")
 PLUMBING = "app.plumbing"
 # What spans the domains: they may use every domain; no domain uses them.
-FLOOR_ABOVE = ("app.event_kinds", "app.pipeline", "app.periodic", "app.tables", "app.schema_version", "app.migrations", "app.frozen",
+FLOOR_ABOVE = ("app.declared", "app.pipeline", "app.periodic", "app.tables", "app.schema_version", "app.migrations", "app.frozen",
                "app.request_ids", "app.recovery")
 # The HTTP shells and the entry points, on top of everything.
 SHELLS = ("app", "app.api", "app.portal", "app.api_calls", "app.blueprints", "app.cli", "app.errors", "app.metrics_http",

@@ -744,3 +744,37 @@ def test_the_single_sign_on_migration_adds_the_table_and_the_users_columns_and_k
         assert (columns("customer_sso"), columns("portal_user")) == fresh
         kept = PortalUser.get_by_id(user.id)
         assert kept.email == "old@acme.example" and kept.provisioned_by is None and kept.password_login_until is None
+
+
+def test_a_scope_declared_since_the_last_upgrade_reaches_the_keys_that_held_every_scope(app):
+    """Version 35 records the scopes given; a scope declared later (here ``watches``, as if new) is
+    given at the next upgrade to the keys that held every scope before it, never to a narrowed key,
+    and once; a database whose record is empty (created at the newest version) gives none."""
+    from app.accounts import access
+    from app.accounts.models import ApiKey, GrantedScope
+    [version] = [v for v, _, f in migrations.MIGRATIONS if f is migrations._granted_scopes]
+
+    with db.connection_context():
+        customer = customers.create_customer("Old", "pro", 0)
+        every, _ = admin.issue_key(customer.id, "every scope")
+        narrow, _ = admin.issue_key(customer.id, "narrow", scopes="scans:read")
+        with db.atomic():
+            db.drop_tables([GrantedScope])
+            SchemaVersion.delete().where(SchemaVersion.version == version).execute()
+        assert migrations.upgrade() == [version]
+        assert sorted(g.name for g in GrantedScope.select()) == sorted(access.SCOPES)
+
+        # A database from before ``watches`` was declared: its keys and its record lack it.
+        db.execute_sql("UPDATE \"api_key\" SET \"scopes\" = array_remove(\"scopes\", 'watches')")
+        GrantedScope.delete().where(GrantedScope.name == "watches").execute()
+        assert migrations.upgrade() == []  # no version, but the scope given
+        assert ApiKey.get_by_id(every.id).scopes == list(access.SCOPES)
+        assert ApiKey.get_by_id(narrow.id).scopes == ["scans:read"]
+        assert "watches" in {g.name for g in GrantedScope.select()}
+        assert migrations.grant_declared_scopes(db.obj) == []  # once
+
+        GrantedScope.delete().execute()  # as a database created at the newest version has it
+        db.execute_sql("UPDATE \"api_key\" SET \"scopes\" = array_remove(\"scopes\", 'watches')")
+        assert migrations.grant_declared_scopes(db.obj) == []
+        assert "watches" not in ApiKey.get_by_id(every.id).scopes
+        assert sorted(g.name for g in GrantedScope.select()) == sorted(access.SCOPES)

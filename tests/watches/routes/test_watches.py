@@ -10,6 +10,7 @@ from app.accounts import access, admin
 from app.activity.models import ActivityEntry
 from app.extensions import db
 from app.scans.models import Scan
+from app.watches import scopes as watch_scopes
 from app.watches.models import Watch
 from tests import factories
 from tests.api.helpers import assert_books_balance, balance
@@ -136,7 +137,7 @@ def test_another_customers_watch_is_not_found_and_bad_input_changes_nothing(clie
 def test_a_key_without_the_watches_scope_is_refused_free(client, account):
     with db.connection_context():
         key, plaintext = admin.issue_key(account.id, "narrow",
-                                            scopes=[s for s in access.SCOPES if s != access.WATCHES])
+                                            scopes=[s for s in access.SCOPES if s != watch_scopes.WATCHES])
     narrow = factories.Account(account.customer, key, plaintext)
     before = balance(account)
     r = create(client, narrow)

@@ -12,6 +12,7 @@ from app.extensions import db
 from app.privacy import suppressions
 from app.scans.models import BulkBatch, Scan
 from app.watches.models import Watch
+from app.watches.scopes import WATCHES
 from tests import factories
 from tests.api.helpers import assert_books_balance, balance, engine_mode
 from tests.unit.test_response_bodies import assert_same_as_schema
@@ -163,7 +164,7 @@ def test_a_key_without_the_watches_scope_is_refused_free(client, account):
     from app.accounts import access
     with db.connection_context():
         key, plaintext = admin.issue_key(account.id, "narrow",
-                                            scopes=[s for s in access.SCOPES if s != access.WATCHES])
+                                            scopes=[s for s in access.SCOPES if s != WATCHES])
     r = bulk(client, factories.Account(account.customer, key, plaintext))
     assert r.status_code == 403 and r.json["error"] == "insufficient_scope"
     assert balance(account) == 100
