@@ -68,7 +68,7 @@ NAMES: tuple[str, ...] = tuple(kind.name for kind in EVENTS)
 class Kind:
     """An event kind a domain other than the scans' declares, in a module of its own package
     (``app/<domain>/event_kinds.py``, e.g. the watches' or the privacy's), with its body built
-    where it fires; ``app.declared`` hands every one of them to ``declare``."""
+    where it fires; ``app.declared`` hands every one of them to ``REGISTRY.declare``."""
     name: str                                # the ``event`` of the body and the X-Service-Event header
     personal: frozenset[str] = frozenset()   # the fields of its full body its thin body (D20) leaves out
     in_default_feed: bool = True             # in the events list and stream asked for no ``events=``
