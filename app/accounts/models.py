@@ -101,7 +101,6 @@ class ApiKey(BaseModel):
         return key_display(self.prefix, self.last4)
 
 
-
 class GrantedScope(BaseModel):
     """The scopes this database has given its keys: a scope declared since (``app.accounts.scopes``)
     is given, at the next upgrade, to the keys that held every one of these, then added here

@@ -113,7 +113,7 @@ def record_changes(scans: list, now: datetime | None = None) -> int:
         items = {fid: _item(current, f["path"]) for f in current.get("findings") or []
                  if (fid := f["id"]) in changes["added"]}
         announce(watch, event_kinds.WATCH_CHANGED, {"scan_id": scan.id, "previous_scan_id": previous.id,
-                                               "changes": changes},
+                                                    "changes": changes},
                  scan_id=scan.id, full={"added_items": items})
         changed += 1
     return changed

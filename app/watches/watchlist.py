@@ -354,5 +354,5 @@ def _missed(watch, now: datetime, reason: str) -> str:
     with transaction():
         if watch_store.update(watch.id, {**changes, "status": PAUSED, "next_scan_at": None}, only_status=ACTIVE):
             watch_changes.announce(watch_store.get(watch.id), event_kinds.WATCH_PAUSED,
-                      {"reason": "no_scan_possible", "last_error": reason[:300]})
+                                   {"reason": "no_scan_possible", "last_error": reason[:300]})
     return "watches_paused"

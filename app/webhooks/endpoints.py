@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 
 MAX_ENDPOINTS = 10
 MAX_DESCRIPTION = 500
-# What an endpoint may list: the scan events and the event about the key's endpoints.
+# What an endpoint may list: every event a delivery may carry (the registry's, every domain's).
 EVENT_NAMES = events.delivery_events()
 # Auto-disable needs at least this many failed deliveries in the failing time (D22).
 MIN_FAILURES_TO_DISABLE = 10

@@ -84,7 +84,6 @@ def test_one_thin_rule_for_every_kind():
     assert events.thin_body(key_event) == key_event
 
 
-
 def test_the_other_domains_kinds_are_declared_before_any_module_reads_them():
     """Each domain keeps its kinds in its own package; ``import app`` declares them first, so a process
     that imports nothing but a module that reads the registry at import (the deliveries' filter, the
