@@ -14,6 +14,7 @@ first, declares the other domains' kinds to it (``REGISTRY``) before any module 
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from app.plumbing.registry import Registry
@@ -83,12 +84,16 @@ def declared() -> tuple[Kind, ...]:
     return REGISTRY.items()
 
 
+# What follows from the declared kinds is worked out once: they do not change once declared (a read
+# before that raises, and is not remembered). The filters and the thin bodies ask on every call.
+@functools.cache
 def delivery_events() -> tuple[str, ...]:
     """Every event a delivery may carry: what an endpoint may list and the deliveries' and the
     feed's filters take, the scans' first."""
     return (*NAMES, *(kind.name for kind in declared()))
 
 
+@functools.cache
 def default_feed_events() -> tuple[str, ...]:
     """The kinds a list or stream holds when it names none (the sources' only where asked for, D30)."""
     return (*NAMES, *(kind.name for kind in declared() if kind.in_default_feed))
@@ -97,17 +102,24 @@ def default_feed_events() -> tuple[str, ...]:
 def thin_body(body: dict) -> dict:
     """The thin body (D20) of any event's full body, by the rule of its kind: a scan event's thin
     fields, another kind's body without its personal fields (most have none: the same body)."""
-    name = body.get("event")
+    name = body.get("event", "")
     for kind in EVENTS:
         if kind.name == name:
             return kind.body(body, thin=True)
-    personal = next((kind.personal for kind in declared() if kind.name == name), frozenset())
+    personal = _personal_fields().get(name)
     return {field: value for field, value in body.items() if field not in personal} if personal else body
 
 
+@functools.cache
+def _personal_fields() -> dict[str, frozenset[str]]:
+    """Each declared kind's personal fields, by its name (only those that have some)."""
+    return {kind.name: kind.personal for kind in declared() if kind.personal}
+
+
+@functools.cache
 def thinned() -> frozenset[str]:
     """The kinds whose thin body differs from their full one."""
-    return frozenset((*NAMES, *(kind.name for kind in declared() if kind.personal)))
+    return frozenset((*NAMES, *_personal_fields()))
 
 
 def for_status(status: str) -> EventKind:
